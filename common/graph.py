@@ -1,0 +1,139 @@
+"""Undirected CSR graph: the one graph structure the sampler, heuristics and loaders share.
+
+Built once from an edge array: self-loops dropped, duplicates merged, both directions stored,
+each neighbour list sorted (so `has_edge` is a binary search and the sampler can slice rows).
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+
+class GraphError(ValueError):
+    """Bad graph input; the message names the problem and the fix."""
+
+
+def as_edge_array(edges, what: str = "edges") -> np.ndarray:
+    """Validate an (E, 2) array of integer node ids and return it as int64."""
+    arr = np.asarray(edges)
+    if arr.ndim != 2 or arr.shape[1] != 2:
+        raise GraphError(f"{what}: expected shape (E, 2), got {arr.shape}; pass one (src, dst) pair per row")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        if np.issubdtype(arr.dtype, np.floating) and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            arr = arr.astype(np.int64)
+        else:
+            raise GraphError(f"{what}: node ids must be integers, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.size and arr.min() < 0:
+        raise GraphError(f"{what}: negative node id {int(arr.min())}; node ids must be 0-based non-negative integers")
+    return arr
+
+
+@dataclass(frozen=True, eq=False)
+class Graph:
+    """Undirected graph in CSR form.
+
+    indptr: (N+1,) int64; indices: (2E,) int32 or int64, sorted within each row;
+    x: optional (N, F) float32 node features.
+    """
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    x: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_edges(cls, edges, num_nodes: int | None = None, x=None) -> "Graph":
+        e = as_edge_array(edges)
+        if num_nodes is None:
+            if x is not None:
+                num_nodes = int(np.asarray(x).shape[0])
+            elif e.size:
+                num_nodes = int(e.max()) + 1
+            else:
+                raise GraphError("empty graph: no edges and no num_nodes; pass num_nodes= or at least one edge")
+        if num_nodes <= 0:
+            raise GraphError(f"empty graph: num_nodes={num_nodes}; a graph needs at least one node")
+        if e.size and e.max() >= num_nodes:
+            raise GraphError(f"edges: node id {int(e.max())} is out of range for num_nodes={num_nodes}")
+        e = e[e[:, 0] != e[:, 1]]  # self-loops carry no link information
+        both = np.concatenate([e, e[:, ::-1]], axis=0)
+        # One sort on a combined key both orders rows and dedups duplicates.
+        key = np.unique(both[:, 0] * num_nodes + both[:, 1])
+        src, dst = key // num_nodes, key % num_nodes
+        indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+        np.cumsum(np.bincount(src, minlength=num_nodes), out=indptr[1:])
+        idx_dtype = np.int32 if num_nodes < 2**31 else np.int64
+        feats = None
+        if x is not None:
+            feats = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
+            if feats.ndim != 2 or feats.shape[0] != num_nodes:
+                raise GraphError(
+                    f"node features: expected {num_nodes} rows (one per node), got shape {feats.shape}"
+                )
+        return cls(indptr=indptr, indices=dst.astype(idx_dtype), x=feats)
+
+    # ------------------------------------------------------------------ basic facts
+    @property
+    def num_nodes(self) -> int:
+        return int(self.indptr.shape[0] - 1)
+
+    @property
+    def num_edges(self) -> int:
+        """Number of undirected edges (each stored twice)."""
+        return int(self.indices.shape[0] // 2)
+
+    @property
+    def degree(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+    def neighbors(self, node: int) -> np.ndarray:
+        return self.indices[self.indptr[node] : self.indptr[node + 1]]
+
+    def edge_array(self) -> np.ndarray:
+        """(E, 2) int64, each undirected edge once with src < dst."""
+        src = np.repeat(np.arange(self.num_nodes, dtype=np.int64), self.degree)
+        dst = self.indices.astype(np.int64)
+        keep = src < dst
+        return np.stack([src[keep], dst[keep]], axis=1)
+
+    def with_edges(self, extra_edges) -> "Graph":
+        """A new graph with extra edges added (e.g. collab test: train + valid)."""
+        e = np.concatenate([self.edge_array(), as_edge_array(extra_edges, "extra edges")])
+        return Graph.from_edges(e, num_nodes=self.num_nodes, x=self.x)
+
+    # ------------------------------------------------------------------ queries
+    def has_edge(self, u, v) -> np.ndarray:
+        """Vectorised membership test for many (u, v) pairs; returns a bool array."""
+        u = np.asarray(u, dtype=np.int64)
+        v = np.asarray(v, dtype=np.int64)
+        n = self.num_nodes
+        if u.size and (u.min() < 0 or v.min() < 0 or u.max() >= n or v.max() >= n):
+            raise GraphError(f"has_edge: node ids must lie in [0, {n})")
+        keys = self._edge_keys
+        q = u * n + v
+        pos = np.searchsorted(keys, q)
+        pos = np.minimum(pos, max(len(keys) - 1, 0))
+        return (keys[pos] == q) if len(keys) else np.zeros(q.shape, dtype=bool)
+
+    @cached_property
+    def _edge_keys(self) -> np.ndarray:
+        # Sorted rows with sorted neighbour lists make row * N + col a sorted flat array.
+        row_of = np.repeat(np.arange(self.num_nodes, dtype=np.int64), self.degree)
+        return row_of * self.num_nodes + self.indices.astype(np.int64)
+
+    def fingerprint(self) -> str:
+        """Content hash, part of every cache key that depends on this graph."""
+        h = hashlib.sha256()
+        for arr in (self.indptr, self.indices.astype(np.int64)):
+            h.update(np.ascontiguousarray(arr).tobytes())
+        if self.x is not None:
+            h.update(np.ascontiguousarray(self.x).tobytes())
+        return h.hexdigest()[:16]
+
+    def __repr__(self) -> str:
+        feats = "none" if self.x is None else f"{self.x.shape[1]}"
+        return f"Graph(nodes={self.num_nodes}, edges={self.num_edges}, features={feats})"
