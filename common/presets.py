@@ -1,0 +1,90 @@
+"""The paper's configurations (Tables 3 and 4 / DESIGN.md §8) plus small presets for 2-core CPUs.
+
+One table both halves read: preprocess takes the sampling (d, n) and candidate settings, the trainer
+takes the model and optimisation settings. A preset name is `<dataset>` (original protocol),
+`<dataset>-heart`, or a small CPU preset such as `citeseer-small`.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    dataset: str
+    protocol: str  # "original", "heart" or "ogb"
+    sampling: tuple[int, int]  # (d hops, n neighbours per frontier entry)
+    hidden: int
+    layers: int
+    heads: int
+    ffn: int
+    effective_batch: int  # links per optimiser step, summed over ranks
+    epochs: float
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    train_percent: float = 100.0  # % of training positives per view (collab, citation2 use 50)
+    eval_every: int = 1
+    dropout: float = 0.1
+    features: bool = False
+
+    def __post_init__(self):
+        d, n = self.sampling
+        if d < 1 or n < 1:
+            raise ValueError(f"preset {self.name}: sampling (d, n) must be positive, got {self.sampling}")
+        if self.hidden % self.heads:
+            raise ValueError(f"preset {self.name}: hidden {self.hidden} is not divisible by heads {self.heads}")
+        if not 0 < self.train_percent <= 100:
+            raise ValueError(f"preset {self.name}: train_percent must be in (0, 100]")
+
+    @property
+    def n_max(self) -> int:
+        return n_max(*self.sampling)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def n_max(d: int, n: int) -> int:
+    """Node budget N_max = 2 * sum_{k=0..d} n^k: both roots' full (d, n) trees."""
+    return 2 * sum(n**k for k in range(d + 1))
+
+
+def _paper(name, dataset, protocol, sampling, hidden, layers, batch, epochs, **kw) -> Preset:
+    return Preset(name=name, dataset=dataset, protocol=protocol, sampling=sampling, hidden=hidden,
+                  layers=layers, heads=8, ffn=2048, effective_batch=batch, epochs=epochs, **kw)
+
+
+PRESETS: dict[str, Preset] = {p.name: p for p in [
+    # Planetoid, original protocol (Table 3) and HeaRT (Table 4)
+    _paper("cora", "cora", "original", (2, 20), 512, 8, 2048, 150),
+    _paper("cora-heart", "cora", "heart", (2, 20), 512, 4, 2048, 150),
+    _paper("citeseer", "citeseer", "original", (2, 20), 1024, 2, 2048, 150),
+    _paper("citeseer-heart", "citeseer", "heart", (2, 20), 1024, 2, 2048, 300),
+    _paper("pubmed", "pubmed", "original", (2, 16), 512, 8, 4096, 80),
+    _paper("pubmed-heart", "pubmed", "heart", (2, 20), 512, 4, 2048, 250),
+    # OGB (Table 3): collab runs 20 passes, each over a seeded half of the positives
+    _paper("ogbl-collab", "ogbl-collab", "ogb", (1, 75), 512, 8, 8192, 20, train_percent=50.0),
+    _paper("ogbl-ppa", "ogbl-ppa", "ogb", (1, 150), 512, 4, 16384, 15),
+    _paper("ogbl-citation2", "ogbl-citation2", "ogb", (1, 40), 512, 3, 65536, 1, train_percent=50.0),
+    _paper("ogbl-ddi", "ogbl-ddi", "ogb", (1, 350), 512, 8, 4096, 8),
+    # Small presets that train on 2 CPU cores in minutes.
+    Preset("citeseer-small", "citeseer", "original", (1, 20), hidden=128, layers=2, heads=4, ffn=256,
+           effective_batch=64, epochs=12, lr=5e-4),
+    Preset("citeseer-heart-small", "citeseer", "heart", (1, 20), hidden=128, layers=2, heads=4, ffn=256,
+           effective_batch=64, epochs=12, lr=5e-4),
+    Preset("tiny", "citeseer", "original", (1, 5), hidden=32, layers=1, heads=2, ffn=64,
+           effective_batch=32, epochs=1, lr=1e-3),
+]}
+
+
+def get_preset(name: str, **overrides) -> Preset:
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset '{name}'; choose one of: {', '.join(sorted(PRESETS))}")
+    return replace(PRESETS[name], **overrides) if overrides else PRESETS[name]
+
+
+def default_sampling(dataset: str) -> tuple[int, int]:
+    """The paper's (d, n) for a dataset; (2, 20) for anything the paper did not run."""
+    p = PRESETS.get(dataset)
+    return p.sampling if p else (2, 20)
