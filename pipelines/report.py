@@ -1,0 +1,111 @@
+"""Multi-seed reports: mean ± std over seeds, in the format of the paper's tables.
+
+`python -m pipelines.report RUN_DIR [RUN_DIR ...] [--out report.md]` gathers every `result.json`
+under the given folders (one per pipeline run and seed) into one Markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from pipelines.paper_results import paper_reference
+
+log = logging.getLogger("pipelines.report")
+METRICS = ("mrr", "hits@1", "hits@3", "hits@10", "hits@20", "hits@50", "hits@100")
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof=1, as the paper's ± columns); std 0 for one value."""
+    n = len(values)
+    mean = sum(values) / n
+    if n < 2:
+        return mean, 0.0
+    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+
+
+def fmt(mean: float, std: float) -> str:
+    return f"{mean:.2f} ± {std:.2f}"
+
+
+def load_results(paths: list[Path]) -> list[dict]:
+    """Every result.json below the given files/folders."""
+    found = []
+    for p in paths:
+        files = [p] if p.is_file() else sorted(p.rglob("result.json"))
+        for f in files:
+            try:
+                found.append(json.loads(f.read_text()))
+            except json.JSONDecodeError as err:
+                raise SystemExit(f"{f}: not valid JSON ({err})")
+    return found
+
+
+def aggregate(results: list[dict]) -> list[dict]:
+    """Group per (dataset, protocol, model) and reduce each metric to mean ± std over seeds.
+
+    A result holds {"dataset", "protocol", "model", "seed", "test": {metric: fraction}}.
+    """
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in results:
+        groups[(r["dataset"], r["protocol"], r.get("model", "PENCIL"))].append(r)
+    rows = []
+    for (dataset, protocol, model), rs in sorted(groups.items()):
+        row = {"dataset": dataset, "protocol": protocol, "model": model,
+               "seeds": sorted(r.get("seed", 0) for r in rs)}
+        for m in METRICS:
+            vals = [100.0 * r["test"][m] for r in rs if m in r.get("test", {})]
+            if vals:
+                row[m] = mean_std(vals)
+        rows.append(row)
+    return rows
+
+
+def markdown(rows: list[dict], with_paper: bool = True) -> str:
+    header = ["dataset", "protocol", "model", "seeds", *METRICS]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    seen_refs = set()
+    for row in rows:
+        cells = [row["dataset"], row["protocol"], row["model"], str(len(row["seeds"]))]
+        cells += [fmt(*row[m]) if m in row else "–" for m in METRICS]
+        lines.append("| " + " | ".join(cells) + " |")
+        ref = paper_reference(row["dataset"], row["protocol"])
+        key = (row["dataset"], row["protocol"])
+        if with_paper and ref and key not in seen_refs:
+            seen_refs.add(key)
+            metric, models = ref
+            for name, (mean, std) in models.items():
+                cells = [row["dataset"], row["protocol"], f"{name} (paper)", "–"]
+                cells += [fmt(mean, std) if m == metric else "–" for m in METRICS]
+                lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m pipelines.report", description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", type=Path, help="run folders (or result.json files) to gather")
+    ap.add_argument("--out", type=Path, help="also write the Markdown table here")
+    ap.add_argument("--no-paper", action="store_true", help="leave out the paper's reference rows")
+    args = ap.parse_args(argv)
+    missing = [str(p) for p in args.runs if not p.exists()]
+    if missing:
+        ap.error(f"no such run folder: {', '.join(missing)}")
+    results = load_results(args.runs)
+    if not results:
+        ap.error("no result.json found under " + ", ".join(map(str, args.runs)))
+    table = markdown(aggregate(results), with_paper=not args.no_paper)
+    sys.stdout.write(table)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(table)
+        log.info("wrote %s", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    raise SystemExit(main())
