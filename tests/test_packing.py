@@ -1,0 +1,112 @@
+"""pack() / to_padded() on hand-built samples, every array checked against values worked out by hand."""
+import numpy as np
+import pytest
+import torch
+
+from trainer.packing import from_padded, pack, to_padded, token_sample
+
+
+def _samples():
+    # sample 0: u=10, v=11, w=12, x=13; edges u-w, v-w, w-x (u and v not adjacent: target edge removed)
+    s0 = dict(cid=7, src=10, dst=11, label=1.0, nodes=np.array([10, 11, 12, 13]),
+              edges=np.array([[0, 2], [2, 1], [2, 3]]))
+    # sample 1: isolated pair, no edges
+    s1 = dict(cid=8, src=20, dst=21, label=0.0, nodes=np.array([20, 21]), edges=np.zeros((0, 2), np.int64))
+    # sample 2: u=30, v=31, y=32; edges v-u? no: u-y, y-v given as (1, 2) and (2, 0)
+    s2 = dict(cid=9, src=30, dst=31, label=1.0, nodes=np.array([30, 31, 32]), edges=np.array([[1, 2], [2, 0]]))
+    return [s0, s1, s2]
+
+
+def test_pack_tokens_and_offsets():
+    b = pack(_samples(), n_max=6)
+    # lengths 4+2, 2+2, 3+2 -> offsets 0, 6, 10, 15
+    assert b.cu_seqlens.dtype == torch.int32
+    assert b.cu_seqlens.tolist() == [0, 6, 10, 15]
+    assert b.max_seqlen == 6 and b.num_tokens == 15 and b.num_samples == 3 and b.n_max == 6
+    assert b.local_id.tolist() == [0, 1, 2, 3, 0, 1, 0, 1, 0, 1, 0, 1, 2, 0, 1]
+    assert b.role.tolist() == [0, 0, 0, 0, 1, 1, 0, 0, 1, 1, 0, 0, 0, 1, 1]
+    assert b.node.tolist() == [10, 11, 12, 13, 10, 11, 20, 21, 20, 21, 30, 31, 32, 30, 31]
+    assert b.task_index.tolist() == [[4, 5], [8, 9], [13, 14]]
+    assert b.label.tolist() == [1.0, 0.0, 1.0] and b.cid.tolist() == [7, 8, 9]
+    assert token_sample(b).tolist() == [0] * 6 + [1] * 4 + [2] * 5
+
+
+def test_pack_messages_exact():
+    b = pack(_samples(), n_max=6)
+    # documented order: all edges a->b, all edges b->a, then task receivers (from a->b, then from b->a)
+    # flat context tokens: sample 0 at 0..3, sample 2 at 10..12; task tokens 4, 5 and 13, 14
+    fwd = [(0, 2), (2, 1), (2, 3), (11, 12), (12, 10)]
+    rev = [(d, s) for s, d in fwd]
+    # a->b with b in {0,1}: (2->1) in s0 -> v-task 5; (12->10) in s2 -> u-task 13
+    # b->a with a in {0,1}: (2->0) in s0 -> u-task 4; (12->11) in s2 -> v-task 14
+    task = [(2, 5), (12, 13), (2, 4), (12, 14)]
+    want = fwd + rev + task
+    assert b.adj_src.tolist() == [s for s, _ in want]
+    assert b.adj_dst.tolist() == [d for _, d in want]
+    # nothing sends from a task token
+    assert not b.role[b.adj_src].any()
+
+
+def test_task_tokens_hear_exactly_their_endpoints_neighbours():
+    b = pack(_samples(), n_max=6)
+    src, dst = b.adj_src.tolist(), b.adj_dst.tolist()
+    for bi in range(3):
+        for k in range(2):
+            t = int(b.task_index[bi, k])
+            ctx = int(b.cu_seqlens[bi]) + k
+            assert sorted(s for s, d in zip(src, dst) if d == t) == sorted(s for s, d in zip(src, dst) if d == ctx)
+
+
+def test_to_padded_round_trip():
+    b = pack(_samples(), n_max=6)
+    p = to_padded(b)
+    assert p.shape == (3, 6)
+    assert p.mask.tolist() == [[True] * 6, [True] * 4 + [False] * 2, [True] * 5 + [False]]
+    assert p.index.tolist() == [[0, 1, 2, 3, 4, 5], [6, 7, 8, 9, -1, -1], [10, 11, 12, 13, 14, -1]]
+    assert p.task_index.tolist() == [[4, 5], [2, 3], [3, 4]]
+    assert p.local_id[1].tolist() == [0, 1, 0, 1, 0, 0]
+    assert p.node[2].tolist() == [30, 31, 32, 30, 31, 0]
+    # flat -> padded -> flat is the identity, for indices and for a float payload
+    valid = p.index[p.mask]
+    assert valid.tolist() == list(range(15))
+    x = torch.randn(15, 3)
+    xp = torch.zeros(3 * 6, 3)
+    xp[p.pos] = x
+    assert torch.equal(from_padded(xp.view(3, 6, 3), p), x)
+    # messages map to the same (row, column) slots
+    L = 6
+    assert p.adj_src.tolist() == [int(p.pos[s]) for s in b.adj_src]
+    assert all(p.index.view(-1)[p.adj_dst[i]] == b.adj_dst[i] for i in range(len(b.adj_dst)))
+    assert (p.adj_src // L == p.adj_dst // L).all()
+
+
+def test_to_device_and_pin_keep_ints():
+    b = pack(_samples(), n_max=6).to("cpu")
+    assert b.cu_seqlens.dtype == torch.int32 and isinstance(b.max_seqlen, int)
+
+
+@pytest.mark.parametrize("bad, match", [
+    (dict(nodes=np.arange(3), edges=np.array([[0, 6]])), "n_max"),
+    (dict(nodes=np.arange(3), edges=np.array([[0, 4]])), "not in the context"),
+    (dict(nodes=np.arange(7), edges=np.zeros((0, 2))), "n_max = 6"),
+    (dict(nodes=np.arange(1), edges=np.zeros((0, 2))), "fewer than 2"),
+    (dict(nodes=np.arange(3), edges=np.array([[2, 2]])), "self-loop"),
+    (dict(nodes=np.arange(3), edges=np.array([[-1, 2]])), "out of range"),
+])
+def test_pack_rejects_bad_samples(bad, match):
+    s = dict(cid=42, src=0, dst=1, label=1.0, **bad)
+    with pytest.raises(ValueError, match=match) as err:
+        pack(_samples() + [s], n_max=6)
+    assert "sample 3 (cid 42)" in str(err.value)
+
+
+def test_pack_strict_rejects_duplicates():
+    s = dict(cid=1, src=0, dst=1, label=1.0, nodes=np.arange(3), edges=np.array([[0, 2], [2, 0]]))
+    pack([s], n_max=6)  # not checked by default
+    with pytest.raises(ValueError, match="duplicate edge"):
+        pack([s], n_max=6, strict=True)
+
+
+def test_pack_empty():
+    with pytest.raises(ValueError, match="empty"):
+        pack([], n_max=6)

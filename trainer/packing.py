@@ -1,0 +1,207 @@
+"""Pack variable-length link samples into one flat token stream (cu_seqlens), and pad it back when needed.
+
+A sample b with N_b context nodes becomes N_b + 2 tokens: its context tokens in local-id order, then the
+u-task and v-task tokens (copies of local ids 0 and 1 with role "task"). Samples are concatenated; no
+padding anywhere, so a token budget buys real tokens (DESIGN.md §7). The graph structure travels as a
+flat message list over token indices (adj_src -> adj_dst): both directions of every context edge, plus
+each task token receiving from its endpoint's neighbours (the task token's adjacency row is a copy of the
+endpoint's, paper Appendix A). Nothing ever sends from a task token.
+
+Everything here is vectorised numpy over the whole batch (one python step per *sample*, for gathering
+the arrays, never per token or per edge), because pack() runs in the loader's hot path.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+
+CONTEXT, TASK = 0, 1  # values of `role`
+
+
+@dataclass
+class PackedBatch:
+    """A flat token stream of B samples, T tokens in all (see module docstring for the layout)."""
+
+    local_id: torch.Tensor  # (T,) int64 local id; task tokens carry their endpoint's id (0 or 1)
+    role: torch.Tensor  # (T,) int64 0 = context, 1 = task
+    node: torch.Tensor  # (T,) int64 global node id (for optional node features)
+    cu_seqlens: torch.Tensor  # (B+1,) int32 token offsets of each sample
+    max_seqlen: int  # max_b (N_b + 2), a python int because attention kernels need it on the host
+    adj_src: torch.Tensor  # (E',) int64 flat token index of the sending context token
+    adj_dst: torch.Tensor  # (E',) int64 flat token index of the receiving token (context or task)
+    task_index: torch.Tensor  # (B, 2) int64 flat positions of the u-task and v-task tokens
+    label: torch.Tensor  # (B,) float32
+    cid: torch.Tensor  # (B,) int64 candidate ids (scores are looked up by cid at evaluation)
+    n_max: int = 0  # the budget pack() validated against (0 = unknown); lets the model check cheaply
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.local_id.shape[0])
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.label.shape[0])
+
+    @property
+    def num_messages(self) -> int:
+        return int(self.adj_src.shape[0])
+
+    def _map(self, fn) -> "PackedBatch":
+        return PackedBatch(**{f.name: (fn(v) if isinstance(v := getattr(self, f.name), torch.Tensor) else v)
+                              for f in fields(self)})
+
+    def to(self, device, non_blocking: bool = False) -> "PackedBatch":
+        return self._map(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "PackedBatch":
+        # DataLoader calls this on custom batch types when pin_memory=True; makes .to(non_blocking) async.
+        return self._map(lambda t: t.pin_memory())
+
+
+def _fail(what: str, samples: list[dict], sample: int, detail: str):
+    cid = samples[sample].get("cid", "?")
+    raise ValueError(f"pack: sample {sample} (cid {cid}): {what}: {detail}")
+
+
+def pack(samples: list[dict], n_max: int, strict: bool = False) -> PackedBatch:
+    """Pack decoded samples ({cid, src, dst, label, nodes (N,), edges (E, 2)}) into a PackedBatch.
+
+    Validates what would otherwise silently corrupt the model input: N_b in [2, n_max], every local id
+    of an edge in [0, N_b) (hence < n_max), no self-loops. strict=True also rejects duplicate edges
+    (an O(E log E) sort, so off by default; the sampler writes each induced edge once).
+    """
+    B = len(samples)
+    if B == 0:
+        raise ValueError("pack: empty list of samples")
+    if n_max < 2:
+        raise ValueError(f"pack: n_max must be >= 2 (u and v), got {n_max}")
+    nodes_l = [np.asarray(s["nodes"], dtype=np.int64).reshape(-1) for s in samples]
+    edges_l = [np.asarray(s["edges"], dtype=np.int64).reshape(-1, 2) for s in samples]
+    n = np.fromiter((len(x) for x in nodes_l), np.int64, B)  # (B,) context tokens per sample
+    e = np.fromiter((len(x) for x in edges_l), np.int64, B)  # (B,) undirected edges per sample
+
+    if (bad := np.flatnonzero(n > n_max)).size:
+        _fail("too many context nodes", samples, bad[0], f"N = {n[bad[0]]} > n_max = {n_max}")
+    if (bad := np.flatnonzero(n < 2)).size:
+        _fail("fewer than 2 context nodes (u and v must be local ids 0 and 1)", samples, bad[0], f"N = {n[bad[0]]}")
+
+    # ---- tokens: per-sample offsets, then each token's position inside its sample
+    seqlen = n + 2  # (B,)
+    cu = np.zeros(B + 1, np.int64)
+    np.cumsum(seqlen, out=cu[1:])
+    T = int(cu[-1])
+    seg = np.repeat(np.arange(B), seqlen)  # (T,) sample of each token
+    pos = np.arange(T) - cu[seg]  # (T,) position inside the sample
+    is_task = pos >= n[seg]  # (T,) the last two positions of each sample
+    local_id = np.where(is_task, pos - n[seg], pos)  # (T,) task tokens -> 0 (u) / 1 (v)
+    node_ptr = np.zeros(B + 1, np.int64)
+    np.cumsum(n, out=node_ptr[1:])
+    node = np.concatenate(nodes_l)[node_ptr[seg] + local_id]  # (T,) global id; task tokens copy u / v
+    task_index = cu[:-1, None] + n[:, None] + np.arange(2)  # (B, 2)
+
+    # ---- messages: context edges both ways, then task tokens receiving from their endpoint's neighbours
+    edges = np.concatenate(edges_l) if e.sum() else np.zeros((0, 2), np.int64)  # (E, 2)
+    eseg = np.repeat(np.arange(B), e)  # (E,) sample of each edge
+    a, b = edges[:, 0], edges[:, 1]
+    bad = np.flatnonzero((a < 0) | (b < 0) | (a >= n_max) | (b >= n_max))
+    if bad.size:
+        _fail("edge local id out of range", samples, eseg[bad[0]],
+              f"edge ({a[bad[0]]}, {b[bad[0]]}) has a local id outside [0, n_max = {n_max})")
+    if (bad := np.flatnonzero((a >= n[eseg]) | (b >= n[eseg]))).size:
+        _fail("edge refers to a node that is not in the context", samples, eseg[bad[0]],
+              f"edge ({a[bad[0]]}, {b[bad[0]]}) with N = {n[eseg[bad[0]]]}")
+    if (bad := np.flatnonzero(a == b)).size:
+        _fail("self-loop in the local edge list", samples, eseg[bad[0]], f"edge ({a[bad[0]]}, {b[bad[0]]})")
+    if strict and e.sum():
+        key = eseg * (n_max * n_max) + np.minimum(a, b) * n_max + np.maximum(a, b)
+        uniq, first, counts = np.unique(key, return_index=True, return_counts=True)
+        if (dup := np.flatnonzero(counts > 1)).size:
+            i = first[dup[0]]
+            _fail("duplicate edge", samples, eseg[i], f"edge ({a[i]}, {b[i]}) appears more than once")
+
+    base = cu[eseg]  # (E,) token offset of each edge's sample
+    fa, fb = base + a, base + b  # flat token index of each endpoint's context token
+    task_of = cu[1:] - 2  # (B,) flat index of the u-task token; v-task is +1
+    to_b, to_a = b < 2, a < 2  # edges whose other end is u or v: the task token hears them too
+    adj_src = np.concatenate([fa, fb, fa[to_b], fb[to_a]])
+    adj_dst = np.concatenate([fb, fa, task_of[eseg[to_b]] + b[to_b], task_of[eseg[to_a]] + a[to_a]])
+
+    t = torch.from_numpy
+    return PackedBatch(
+        local_id=t(local_id), role=t(is_task.astype(np.int64)), node=t(node),
+        cu_seqlens=t(cu.astype(np.int32)), max_seqlen=int(seqlen.max()),
+        adj_src=t(adj_src), adj_dst=t(adj_dst), task_index=t(task_index),
+        label=torch.tensor([float(s["label"]) for s in samples], dtype=torch.float32),
+        cid=torch.tensor([int(s.get("cid", -1)) for s in samples], dtype=torch.int64),
+        n_max=int(n_max))
+
+
+# ---------------------------------------------------------------------------- padded view
+@dataclass
+class PaddedBatch:
+    """The (B, L) view of a PackedBatch, L = max_seqlen; sample b's token j sits at (b, j), padding after.
+
+    Row layout is [context..., u-task, v-task, pad...] (the paper pads context to N_B before the task
+    tokens; the two are equivalent because nothing in the model depends on position).
+    """
+
+    local_id: torch.Tensor  # (B, L) int64, 0 at padding
+    role: torch.Tensor  # (B, L) int64, 0 at padding
+    node: torch.Tensor  # (B, L) int64, 0 at padding
+    mask: torch.Tensor  # (B, L) bool, True = real token (key padding mask)
+    index: torch.Tensor  # (B, L) int64 flat position of each padded slot, -1 at padding
+    pos: torch.Tensor  # (T,) int64 position b * L + j of each flat token in the flattened (B * L) view
+    task_index: torch.Tensor  # (B, 2) int64 column j of the u-task / v-task tokens in each row
+    adj_src: torch.Tensor  # (E',) int64 message sources as b * L + j
+    adj_dst: torch.Tensor  # (E',) int64 message receivers as b * L + j
+    label: torch.Tensor  # (B,)
+    cid: torch.Tensor  # (B,)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.mask.shape)
+
+
+def token_sample(batch: PackedBatch) -> torch.Tensor:
+    """(T,) int64 index of the sample each token belongs to (on the batch's device)."""
+    lens = (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).long()
+    # output_size avoids a device->host sync on CUDA
+    return torch.repeat_interleave(torch.arange(batch.num_samples, device=lens.device), lens,
+                                   output_size=batch.num_tokens)
+
+
+def padded_positions(batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(pos (T,), mask (B, L)): where each flat token goes in the flattened (B * L) view, and which slots
+    are real. The cheap part of to_padded(), used by the padded attention path every layer."""
+    B, L, T = batch.num_samples, batch.max_seqlen, batch.num_tokens
+    seg = token_sample(batch)
+    j = torch.arange(T, device=seg.device) - batch.cu_seqlens.long()[seg]  # (T,) column in the row
+    pos = seg * L + j
+    mask = torch.zeros(B * L, dtype=torch.bool, device=seg.device)
+    mask[pos] = True
+    return pos, mask.view(B, L)
+
+
+def to_padded(batch: PackedBatch) -> PaddedBatch:
+    B, L = batch.num_samples, batch.max_seqlen
+    pos, mask = padded_positions(batch)
+    dev = pos.device
+
+    def spread(x: torch.Tensor, fill: int) -> torch.Tensor:  # (T,) -> (B, L)
+        out = torch.full((B * L,), fill, dtype=x.dtype, device=dev)
+        out[pos] = x
+        return out.view(B, L)
+
+    flat = torch.arange(batch.num_tokens, device=dev)
+    return PaddedBatch(
+        local_id=spread(batch.local_id, 0), role=spread(batch.role, 0), node=spread(batch.node, 0),
+        mask=mask, index=spread(flat, -1), pos=pos,
+        task_index=batch.task_index - batch.cu_seqlens[:-1].long()[:, None],
+        adj_src=pos[batch.adj_src], adj_dst=pos[batch.adj_dst], label=batch.label, cid=batch.cid)
+
+
+def from_padded(x: torch.Tensor, padded: PaddedBatch) -> torch.Tensor:
+    """(B, L, ...) -> (T, ...): the real tokens of a padded tensor back in flat order."""
+    return x.reshape(-1, *x.shape[2:])[padded.pos]
