@@ -1,0 +1,85 @@
+"""`python -m preprocess`: parse flags, run the Ray job, print where the shards are."""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from common.presets import default_sampling
+from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m preprocess",
+        description="Sample link-centric subgraphs (ShaDowKHop) into WebDataset shards with Ray. "
+                    "Writes OUT/<dataset>/<cache key>/ and prints that path last. An embedded Ray is "
+                    "started unless RAY_ADDRESS is set (as under `ray job submit`).")
+    p.add_argument("--dataset", required=True,
+                   help="citeseer, cora, ogbl-collab|ppa|citation2|ddi, synthetic, a HeaRT-format folder, "
+                        "or a .csv/.parquet edge list")
+    p.add_argument("--sampling", default=None, metavar="D,N",
+                   help="hops d and neighbours n per frontier entry (default: the paper's preset for the dataset)")
+    p.add_argument("--views", type=int, default=2, help="independent training draws (negatives + subgraphs) (default 2)")
+    p.add_argument("--splits", default="train,valid,test", help="comma-separated splits to build (default train,valid,test)")
+    p.add_argument("--protocol", default="both",
+                   help="eval protocol(s): both/all (= every protocol the dataset has), or a comma list of "
+                        "original,heart,ogb (default both)")
+    p.add_argument("--percent", type=float, default=100.0,
+                   help="%% of training positives per view, a seeded subset (default 100)")
+    p.add_argument("--neg-ratio", type=int, default=1, help="training negatives per positive (default 1)")
+    p.add_argument("--out", default="shards", help="output root, shards go to OUT/<dataset>/<key> (default shards)")
+    p.add_argument("--seed", type=int, default=0, help="seed of candidates, sampling and local orders (default 0)")
+    p.add_argument("--num-cpus", type=int, default=None,
+                   help="CPUs of the embedded Ray (default: all); ignored when attaching to a cluster")
+    p.add_argument("--links-per-shard", type=int, default=8192, help="links per shard tar (default 8192)")
+    p.add_argument("--block-size", type=int, default=256, help="links per Arrow block inside a shard (default 256)")
+    p.add_argument("--data-dir", default=None, help="HeaRT-format folder to load the dataset from")
+    p.add_argument("--ogb-root", default=None, help="folder holding an already-downloaded OGB dataset")
+    p.add_argument("--planetoid-dir", default=None, help="folder with the Planetoid raw files (ind.<name>.*)")
+    p.add_argument("--features", action="store_true", help="load node features (part of the cache key)")
+    p.add_argument("--force", action="store_true", help="rebuild even if a complete shard set exists")
+    p.add_argument("-q", "--quiet", action="store_true", help="only warnings and the final path")
+    return p
+
+
+def _split_list(text: str) -> tuple[str, ...]:
+    return tuple(s.strip() for s in text.split(",") if s.strip())
+
+
+def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
+    sampling = (SamplingConfig.parse(args.sampling) if args.sampling
+                else SamplingConfig(*default_sampling(args.dataset)))
+    protocols = None if args.protocol.strip().lower() in ("both", "all") else _split_list(args.protocol)
+    candidates = CandidateConfig(views=args.views, percent=args.percent, neg_ratio=args.neg_ratio,
+                                 splits=_split_list(args.splits), protocols=protocols)
+    return PreprocessConfig(
+        dataset=args.dataset, sampling=sampling, candidates=candidates, out=args.out, seed=args.seed,
+        data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir, features=args.features,
+        num_cpus=args.num_cpus, links_per_shard=args.links_per_shard, links_per_block=args.block_size,
+        force=args.force)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = config_from_args(args)
+    except ConfigError as err:
+        parser.error(str(err))
+    from common.datasets import DatasetError
+    from preprocess.job import run_job
+    try:
+        result = run_job(config)
+    except (DatasetError, ConfigError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    state = "cached (nothing sampled)" if result.cached else "written"
+    print(f"shards {state}: {result.path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""Validated configuration of one preprocessing run.
+
+Every field that changes the shards' content goes into the cache key (`PreprocessConfig.key_parts`);
+fields that only change *how* the work runs (num_cpus, force, out) do not, so a rerun with more
+workers still finds its cache. Errors name the CLI flag to fix.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from common.presets import n_max as _n_max
+
+SPLIT_NAMES = ("train", "valid", "test")
+PROTOCOL_NAMES = ("original", "heart", "ogb")
+
+
+class ConfigError(ValueError):
+    """Invalid preprocessing option; the message names the flag."""
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """Link-centric ShaDowKHop: d hops, n neighbours per frontier entry (DESIGN.md §3)."""
+
+    d: int
+    n: int
+
+    def __post_init__(self):
+        if not (isinstance(self.d, int) and isinstance(self.n, int)) or self.d < 1 or self.n < 1:
+            raise ConfigError(f"--sampling: d and n must be positive integers, got d={self.d!r}, n={self.n!r}")
+        if self.n_max >= 2**31:
+            raise ConfigError(f"--sampling {self.d},{self.n}: node budget N_max={self.n_max} is too large")
+
+    @property
+    def n_max(self) -> int:
+        return _n_max(self.d, self.n)
+
+    @classmethod
+    def parse(cls, text: str) -> "SamplingConfig":
+        try:
+            d, n = (int(x) for x in str(text).replace(" ", "").strip("()").split(","))
+        except ValueError:
+            raise ConfigError(f"--sampling: expected 'd,n' such as 2,20, got {text!r}") from None
+        return cls(d, n)
+
+
+@dataclass(frozen=True)
+class CandidateConfig:
+    """Which links get sampled: training views and eval (split, protocol) sets."""
+
+    views: int = 2
+    percent: float = 100.0  # % of training positives per view (seeded subset; collab/citation2 use 50)
+    neg_ratio: int = 1  # training negatives per positive
+    splits: tuple[str, ...] = SPLIT_NAMES
+    protocols: tuple[str, ...] | None = None  # None = every protocol the dataset has
+
+    def __post_init__(self):
+        object.__setattr__(self, "splits", tuple(self.splits))
+        if self.protocols is not None:
+            object.__setattr__(self, "protocols", tuple(self.protocols))
+        if not isinstance(self.views, int) or self.views < 1:
+            raise ConfigError(f"--views: must be a positive integer, got {self.views!r}")
+        if not 0 < float(self.percent) <= 100:
+            raise ConfigError(f"--percent: must be in (0, 100], got {self.percent!r}")
+        if not isinstance(self.neg_ratio, int) or self.neg_ratio < 0:
+            raise ConfigError(f"--neg-ratio: must be a non-negative integer, got {self.neg_ratio!r}")
+        bad = [s for s in self.splits if s not in SPLIT_NAMES]
+        if bad or not self.splits or len(set(self.splits)) != len(self.splits):
+            raise ConfigError(f"--splits: expected distinct names from {','.join(SPLIT_NAMES)}, got {','.join(self.splits)}")
+        if self.protocols is not None:
+            bad = [p for p in self.protocols if p not in PROTOCOL_NAMES]
+            if bad or not self.protocols:
+                raise ConfigError(f"--protocol: expected 'both'/'all' or names from {','.join(PROTOCOL_NAMES)}, "
+                                  f"got {','.join(self.protocols)}")
+
+
+@dataclass(frozen=True)
+class PreprocessConfig:
+    dataset: str
+    sampling: SamplingConfig
+    candidates: CandidateConfig = field(default_factory=CandidateConfig)
+    out: str = "shards"
+    seed: int = 0
+    data_dir: str | None = None
+    ogb_root: str | None = None
+    planetoid_dir: str | None = None
+    features: bool = False
+    num_cpus: int | None = None  # embedded Ray only; ignored when attaching to a cluster
+    links_per_shard: int = 8192
+    links_per_block: int = 256
+    force: bool = False
+
+    def __post_init__(self):
+        if not self.dataset:
+            raise ConfigError("--dataset: required (citeseer, cora, ogbl-*, synthetic, a folder or an edge-list file)")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"--seed: must be a non-negative integer, got {self.seed!r}")
+        if self.num_cpus is not None and (not isinstance(self.num_cpus, int) or self.num_cpus < 1):
+            raise ConfigError(f"--num-cpus: must be a positive integer, got {self.num_cpus!r}")
+        if not isinstance(self.links_per_block, int) or self.links_per_block < 1:
+            raise ConfigError(f"--block-size: must be a positive integer, got {self.links_per_block!r}")
+        if not isinstance(self.links_per_shard, int) or self.links_per_shard < self.links_per_block:
+            raise ConfigError(f"--links-per-shard: must be an integer >= --block-size ({self.links_per_block}), "
+                              f"got {self.links_per_shard!r}")
+        if not str(self.out):
+            raise ConfigError("--out: must name an output directory")
+
+    def key_parts(self, dataset_fingerprint: str, protocols: list[str]) -> dict:
+        """Everything that determines the shard bytes; hashed by common.shards.cache_key."""
+        cand = asdict(self.candidates)
+        cand["protocols"] = list(protocols)
+        cand["splits"] = list(self.candidates.splits)
+        cand["percent"] = float(self.candidates.percent)
+        return {
+            "dataset": self.dataset, "fingerprint": dataset_fingerprint, "features": self.features,
+            "sampling": [self.sampling.d, self.sampling.n], "candidates": cand, "seed": self.seed,
+            "links_per_shard": self.links_per_shard, "links_per_block": self.links_per_block,
+            "sampler": SAMPLER_VERSION,
+        }
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["sampling"] = {"d": self.sampling.d, "n": self.sampling.n, "n_max": self.sampling.n_max}
+        return out
+
+
+# Bump when the sampler's output for a given seed changes, so old caches are not reused.
+SAMPLER_VERSION = 1

@@ -1,0 +1,313 @@
+"""Ray orchestration: candidates -> one task per shard -> tars + queries -> manifest (written last).
+
+Run modes: with RAY_ADDRESS unset an embedded single-machine Ray is started (num_cpus honoured);
+with RAY_ADDRESS set (`ray job submit` sets it) the driver attaches to that cluster.
+
+Cache and resume: the output directory is OUT/<dataset>/<cache key>. A complete manifest there means
+the work is done and nothing is sampled. Otherwise every shard task first looks for its own file; a
+readable one (left by a killed run: files appear only through an atomic rename) is kept and only its
+stats are re-read. Shard content depends only on (config, seed, shard identity), so a resumed set is
+byte-identical to an uninterrupted one.
+
+Storage goes through common.shards.open_storage (exists / read / write_atomic / remove), so a
+remote backend plugs in there without touching the sampler or this orchestration.
+"""
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+import resource
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from common.shards import (MANIFEST, Block, ShardError, cache_key, encode_queries, eval_shard_name, iter_tar_blocks,
+                           open_storage, pack_shard, queries_name, train_shard_name, write_manifest)
+from preprocess.candidates import Candidates, protocol_candidates, training_view
+from preprocess.config import ConfigError, PreprocessConfig
+from preprocess.sampler import Scratch, derive_seed, sample_subgraphs
+
+log = logging.getLogger(__name__)
+
+# Test hook: the driver raises after this many finished shards, as if the run had been killed.
+FAIL_AFTER_ENV = "PENCIL_PREPROCESS_FAIL_AFTER"
+TASK_RETRIES = 3
+
+
+@dataclass
+class CandidateSet:
+    split: str
+    protocol: str | None  # eval sets only
+    view: int | None  # train sets only
+    graph: str  # "train" or "test": which graph its links are sampled on
+    cands: Candidates
+
+
+@dataclass
+class ShardPlan:
+    name: str
+    set_index: int
+    start: int
+    stop: int
+    seed: int
+
+
+@dataclass
+class JobResult:
+    path: Path
+    cached: bool
+    summary: dict = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------- shard task (runs on a worker)
+def build_shard(indptr, indices, src, dst, label, start: int, stop: int, d: int, n: int, seed: int,
+                links_per_block: int, storage_url: str, name: str, force: bool) -> dict:
+    """Sample links [start, stop) of one candidate set and write them as one shard (atomically)."""
+    storage = open_storage(storage_url)
+    if not force and storage.exists(name):
+        try:
+            return {**shard_stats(storage.read(name), storage.path(name)), "name": name, "reused": True,
+                    "peak_rss_mb": _peak_rss_mb()}
+        except ShardError as err:
+            log.warning("%s; sampling it again", err)
+    scratch = Scratch(indptr)
+    blocks = []
+    for b, lo in enumerate(range(start, stop, links_per_block)):
+        hi = min(lo + links_per_block, stop)
+        sub = sample_subgraphs(indptr, indices, src[lo:hi], dst[lo:hi], d, n, derive_seed(seed, b),
+                               shuffle=True, scratch=scratch)
+        blocks.append(Block(cid=np.arange(lo, hi, dtype=np.int64), src=src[lo:hi], dst=dst[lo:hi],
+                            label=label[lo:hi], node_ptr=sub.node_ptr, nodes=sub.nodes,
+                            edge_ptr=sub.edge_ptr, edges=sub.edges))
+    data, stats = pack_shard(blocks)
+    storage.write_atomic(name, data)
+    return {**stats, "name": name, "reused": False, "peak_rss_mb": _peak_rss_mb()}
+
+
+def shard_stats(data: bytes, where: str) -> dict:
+    """Re-read a finished shard: the same stats pack_shard reported when it was written."""
+    import hashlib
+    stats = {"links": 0, "tokens": 0, "blocks": 0}
+    for block in iter_tar_blocks(io.BytesIO(data), where):
+        stats["links"] += len(block)
+        stats["tokens"] += block.tokens
+        stats["blocks"] += 1
+    if stats["blocks"] == 0:
+        raise ShardError(f"{where}: shard holds no blocks")
+    stats["bytes"] = len(data)
+    stats["sha256"] = hashlib.sha256(data).hexdigest()
+    return stats
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
+
+
+# ---------------------------------------------------------------------------- planning (driver)
+def resolve_protocols(config: PreprocessConfig, dataset) -> list[str]:
+    have = dataset.protocols
+    if config.candidates.protocols is None:
+        return list(have)
+    missing = [p for p in config.candidates.protocols if p not in have]
+    if missing:
+        raise ConfigError(f"--protocol: {dataset.name} has no {','.join(missing)} negatives "
+                          f"(available: {','.join(have) or 'none'})")
+    return list(config.candidates.protocols)
+
+
+def candidate_sets(config: PreprocessConfig, dataset, protocols: list[str]) -> list[CandidateSet]:
+    cfg = config.candidates
+    sets = []
+    for split in cfg.splits:
+        if split == "train":
+            for view in range(cfg.views):
+                rng = np.random.default_rng(derive_seed(config.seed, "train", view))
+                cands = training_view(dataset.splits["train"].pos, dataset.graph, cfg.percent, cfg.neg_ratio, rng)
+                sets.append(CandidateSet("train", None, view, "train", cands))
+            continue
+        if split not in dataset.splits:
+            raise ConfigError(f"--splits: {dataset.name} has no {split} split")
+        for protocol in protocols:
+            if protocol not in dataset.splits[split].neg:
+                log.warning("%s: split %s has no %s negatives; skipped", dataset.name, split, protocol)
+                continue
+            graph = "test" if split == "test" and dataset.test_graph is not None else "train"
+            sets.append(CandidateSet(split, protocol, None, graph, protocol_candidates(dataset, split, protocol)))
+    return sets
+
+
+def plan_shards(config: PreprocessConfig, sets: list[CandidateSet]) -> list[ShardPlan]:
+    plans = []
+    for i, cs in enumerate(sets):
+        for index, start in enumerate(range(0, max(len(cs.cands), 1), config.links_per_shard)):
+            if len(cs.cands) == 0:
+                break
+            name = (train_shard_name(cs.view, index) if cs.split == "train"
+                    else eval_shard_name(cs.split, cs.protocol, index))
+            seed = derive_seed(config.seed, cs.split, cs.protocol, cs.view, index)
+            plans.append(ShardPlan(name, i, start, min(start + config.links_per_shard, len(cs.cands)), seed))
+    return plans
+
+
+def shard_dir(config: PreprocessConfig, dataset_name: str, key: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(dataset_name).name) or "dataset"
+    return f"{str(config.out).rstrip('/')}/{safe}/{key}"
+
+
+# ---------------------------------------------------------------------------- the job
+def run(config: PreprocessConfig, dataset=None) -> Path:
+    """Build (or find) the shard set of `config`; returns OUT/<dataset>/<key>."""
+    return run_job(config, dataset).path
+
+
+def run_job(config: PreprocessConfig, dataset=None) -> JobResult:
+    t0 = time.perf_counter()
+    if dataset is None:
+        from common.datasets import load_dataset
+        dataset = load_dataset(config.dataset, data_dir=config.data_dir, ogb_root=config.ogb_root,
+                               planetoid_dir=config.planetoid_dir, features=config.features, seed=config.seed)
+    protocols = resolve_protocols(config, dataset)
+    key = cache_key(config.key_parts(dataset.fingerprint(), protocols))
+    out = shard_dir(config, dataset.name, key)
+    storage = open_storage(out)
+    if storage.exists(MANIFEST) and not config.force:
+        log.info("cache complete: %s already holds a finished shard set; sampling nothing", out)
+        return JobResult(Path(out), cached=True)
+    if config.force:
+        storage.remove(MANIFEST)  # a killed forced run must not look complete
+
+    sets = candidate_sets(config, dataset, protocols)
+    plans = plan_shards(config, sets)
+    eval_info = _write_queries(storage, dataset, sets)
+    records, summary = _execute(config, dataset, sets, plans, out)
+    _cleanup_tmp(storage)
+    summary["seconds"] = round(time.perf_counter() - t0, 3)
+    write_manifest(storage, _manifest(config, dataset, key, protocols, sets, records, eval_info))
+    _log_summary(summary, out)
+    return JobResult(Path(out), cached=False, summary=summary)
+
+
+def _write_queries(storage, dataset, sets: list[CandidateSet]) -> dict:
+    info = {}
+    for cs in sets:
+        if cs.split == "train":
+            continue
+        name = queries_name(cs.split, cs.protocol)
+        storage.write_atomic(name, encode_queries(cs.cands.pos_cid, cs.cands.neg_cid))
+        info[f"{cs.split}/{cs.protocol}"] = {
+            "queries": name, "kind": cs.cands.kind, "metric": dataset.selection_metric(cs.protocol),
+            "ogb": cs.protocol == "ogb", "positives": int(len(cs.cands.pos_cid)), "candidates": len(cs.cands)}
+    return info
+
+
+def _execute(config: PreprocessConfig, dataset, sets, plans, out: str) -> tuple[list[dict], dict]:
+    """Run one Ray task per shard with bounded in-flight work; returns shard records and totals."""
+    import ray
+    from tqdm import tqdm
+
+    started = _ensure_ray(config.num_cpus)
+    try:
+        task = ray.remote(max_retries=TASK_RETRIES, retry_exceptions=[OSError])(build_shard)
+        graphs = {"train": dataset.graph}
+        if any(cs.graph == "test" for cs in sets):
+            graphs["test"] = dataset.graph_for("test")
+        # The graph and candidate arrays enter the object store once; workers map them zero-copy.
+        graph_refs = {k: (ray.put(g.indptr), ray.put(g.indices)) for k, g in graphs.items()}
+        set_refs = [(ray.put(cs.cands.src), ray.put(cs.cands.dst), ray.put(cs.cands.label)) for cs in sets]
+        max_in_flight = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
+        fail_after = int(os.environ.get(FAIL_AFTER_ENV, "0") or 0)
+        d, n = config.sampling.d, config.sampling.n
+        pending, results, t0 = {}, [], time.perf_counter()
+        todo = list(plans)
+        bar = tqdm(total=sum(p.stop - p.start for p in plans), unit="link", unit_scale=True, smoothing=0.1,
+                   desc="sampling", mininterval=1.0)
+        while todo or pending:
+            while todo and len(pending) < max_in_flight:
+                p = todo.pop(0)
+                cs = sets[p.set_index]
+                ref = task.remote(*graph_refs[cs.graph], *set_refs[p.set_index], p.start, p.stop, d, n, p.seed,
+                                  config.links_per_block, out, p.name, config.force)
+                pending[ref] = p
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                p = pending.pop(ref)
+                stats = ray.get(ref)
+                cs = sets[p.set_index]
+                results.append({**stats, "split": cs.split, "protocol": cs.protocol, "view": cs.view})
+                bar.update(stats["links"])
+                if fail_after and len(results) >= fail_after:
+                    raise RuntimeError(f"{FAIL_AFTER_ENV}={fail_after}: simulated kill after {len(results)} shards")
+        bar.close()
+        elapsed = time.perf_counter() - t0
+    finally:
+        if started:
+            ray.shutdown()
+    return _records(results), _totals(results, elapsed)
+
+
+def _ensure_ray(num_cpus: int | None) -> bool:
+    """Start or attach to Ray unless this process already did; True when we must shut it down."""
+    import ray
+    if ray.is_initialized():
+        return False
+    if os.environ.get("RAY_ADDRESS"):
+        if num_cpus is not None:
+            log.info("RAY_ADDRESS is set: attaching to the cluster; --num-cpus is ignored")
+        ray.init(log_to_driver=True)
+    else:
+        # Workers import preprocess/ and common/ from the repository, wherever the driver was started.
+        root = str(Path(__file__).resolve().parent.parent)
+        path = os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
+                 runtime_env={"env_vars": {"PYTHONPATH": path}})
+    return True
+
+
+def _records(results: list[dict]) -> list[dict]:
+    keep = ("name", "split", "protocol", "view", "links", "tokens", "blocks", "bytes", "sha256")
+    return sorted(({k: r[k] for k in keep} for r in results), key=lambda r: r["name"])
+
+
+def _totals(results: list[dict], elapsed: float) -> dict:
+    sampled = [r for r in results if not r["reused"]]
+    links = sum(r["links"] for r in sampled)
+    return {
+        "shards": len(results), "shards_sampled": len(sampled), "shards_reused": len(results) - len(sampled),
+        "links": sum(r["links"] for r in results), "links_sampled": links,
+        "tokens": sum(r["tokens"] for r in results), "bytes": sum(r["bytes"] for r in results),
+        "sampling_seconds": round(elapsed, 3), "links_per_second": round(links / elapsed, 1) if elapsed else 0.0,
+        "worker_peak_rss_mb": round(max((r["peak_rss_mb"] for r in results), default=0.0), 1),
+    }
+
+
+def _manifest(config, dataset, key, protocols, sets, records, eval_info) -> dict:
+    set_info = [{"split": cs.split, "protocol": cs.protocol, "view": cs.view, "links": len(cs.cands),
+                 "shards": sum(1 for r in records if r["split"] == cs.split and r["protocol"] == cs.protocol
+                               and r["view"] == cs.view)} for cs in sets]
+    return {
+        "dataset": dataset.name, "key": key, "num_nodes": dataset.num_nodes, "n_max": config.sampling.n_max,
+        "sampling": {"d": config.sampling.d, "n": config.sampling.n}, "protocols": protocols,
+        "views": config.candidates.views if "train" in config.candidates.splits else 0,
+        "features": bool(config.features), "fingerprint": dataset.fingerprint(), "config": config.to_dict(),
+        "sets": set_info, "shards": records, "eval": eval_info,
+        "totals": {k: sum(r[k] for r in records) for k in ("links", "tokens", "bytes")},
+    }
+
+
+def _cleanup_tmp(storage) -> None:
+    """Drop temporary files a killed run left behind (local storage only)."""
+    root = getattr(storage, "root", None)
+    if root is not None and Path(root).is_dir():
+        for tmp in Path(root).glob(".*.tmp"):
+            tmp.unlink(missing_ok=True)
+
+
+def _log_summary(s: dict, out: str) -> None:
+    log.info("done: %d links (%d sampled, %d shards reused of %d), %d tokens, %.1f MB in %.1f s "
+             "(sampling %.1f s, %.0f links/s), worker peak RSS %.0f MB",
+             s["links"], s["links_sampled"], s["shards_reused"], s["shards"], s["tokens"], s["bytes"] / 1e6,
+             s["seconds"], s["sampling_seconds"], s["links_per_second"], s["worker_peak_rss_mb"])
