@@ -1,0 +1,185 @@
+"""PENCIL: a plain Transformer (HF BertLayers) over adjacency-row tokens, plus a one-hop residual.
+
+Shapes: T tokens in the packed batch (PackedBatch), B samples, d hidden, n = n_max, E' messages.
+
+    H0 = X~ W0 (+ G(X))                  X~ never built: embedding gather + sparse sum over messages
+    for k in 1..K:  Z = BertLayer_k(H)    attention only within each sample (trainer/attention.py)
+                    H = Z + P_k(Â Z)      Â = D^-1 (A + I) over context tokens, as a scatter
+    logit = Linear(2d, 1)(concat(H[u-task], H[v-task]))
+
+See DESIGN.md §4 and the paper's Section 3 / Appendix A.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from transformers.models.bert.modeling_bert import BertLayer
+
+from trainer.attention import BACKENDS, AttentionContext, bert_config, bert_layer, resolve_backend
+from trainer.packing import PackedBatch
+
+TASKS = ("classification", "regression")
+
+
+@dataclass
+class ModelConfig:
+    n_max: int
+    hidden: int
+    layers: int
+    heads: int
+    ffn: int
+    dropout: float = 0.1
+    num_features: int = 0  # f > 0 adds G = Linear(f, d) + GELU on node features
+    task: str = "classification"  # "regression" (heuristic estimation) uses MSE
+    attention: str = "auto"
+
+    def __post_init__(self):
+        for name in ("n_max", "hidden", "layers", "heads", "ffn"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"ModelConfig.{name} must be a positive integer, got {v!r}")
+        if self.n_max < 2:
+            raise ValueError(f"ModelConfig.n_max must be >= 2 (u and v), got {self.n_max}")
+        if self.hidden % self.heads:
+            raise ValueError(f"ModelConfig.hidden ({self.hidden}) must be divisible by heads ({self.heads})")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"ModelConfig.dropout must be in [0, 1), got {self.dropout}")
+        if not isinstance(self.num_features, int) or self.num_features < 0:
+            raise ValueError(f"ModelConfig.num_features must be an integer >= 0, got {self.num_features!r}")
+        if self.task not in TASKS:
+            raise ValueError(f"ModelConfig.task must be one of {TASKS}, got {self.task!r}")
+        if self.attention not in BACKENDS:
+            raise ValueError(f"ModelConfig.attention must be one of {BACKENDS}, got {self.attention!r}")
+
+    @classmethod
+    def from_preset(cls, preset, **overrides) -> "ModelConfig":
+        """From a common.presets.Preset (or its name); keyword overrides win (e.g. num_features=…)."""
+        if isinstance(preset, str):
+            from common.presets import get_preset
+            preset = get_preset(preset)
+        base = dict(n_max=preset.n_max, hidden=preset.hidden, layers=preset.layers, heads=preset.heads,
+                    ffn=preset.ffn, dropout=preset.dropout)
+        known = {f.name for f in fields(cls)}
+        if bad := sorted(set(overrides) - known):
+            raise ValueError(f"ModelConfig.from_preset: unknown field(s) {bad}")
+        return cls(**{**base, **overrides})
+
+    def replace(self, **kw) -> "ModelConfig":
+        return replace(self, **kw)
+
+
+class Block(nn.Module):
+    """Z = BertLayer(H); H' = Z + P(Â Z)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.bert = BertLayer(bert_config(cfg.hidden, cfg.heads, cfg.ffn, cfg.dropout))
+        self.prop = nn.Sequential(nn.Linear(cfg.hidden, cfg.hidden), nn.GELU())  # P_k, row-wise
+
+    def forward(self, h: torch.Tensor, ctx: AttentionContext, graph: "Propagation") -> torch.Tensor:
+        z = bert_layer(self.bert, h, ctx)  # (T, d)
+        return z + self.prop(graph(z))
+
+
+class Propagation:
+    """Â Z with Â = D^-1 (A + I) over context tokens, the task-token rule included, as a scatter.
+
+    Context token i: mean of Z over {i} ∪ N(i). Task token of endpoint e: the same mean as e's context
+    token (its self term is e's context token, not itself; pack() already routes N(e) to it). Nothing
+    sends from a task token. One instance per forward: the degrees are shared by all layers.
+    """
+
+    def __init__(self, batch: PackedBatch):
+        T = batch.num_tokens
+        anchor = torch.arange(T, device=batch.local_id.device)
+        # task tokens' self term is their endpoint's context token: sample offset + local id (0 or 1)
+        anchor[batch.task_index] = batch.cu_seqlens[:-1].long()[:, None] + torch.arange(2, device=anchor.device)
+        self.anchor = anchor  # (T,)
+        self.src, self.dst = batch.adj_src, batch.adj_dst  # (E',)
+        deg = torch.ones(T, device=anchor.device).index_add_(0, self.dst, torch.ones_like(self.dst, dtype=torch.float))
+        self.deg = deg[:, None]  # (T, 1) 1 + |N(i)| >= 1, exact small integers
+
+    def __call__(self, z: torch.Tensor) -> torch.Tensor:  # (T, d) -> (T, d)
+        agg = z[self.anchor].index_add(0, self.dst, z[self.src])  # self term + Σ_{j ∈ N(i)} z_j
+        return agg / self.deg.to(agg.dtype)  # divide (not * 1/deg): exact in float64 tests, same cost
+
+
+class Pencil(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        n, d = cfg.n_max, cfg.hidden
+        # W0 rows: [0, n) one-hot ids | [n, 2n) adjacency columns | 2n + role. Orthogonal (gain 1) and frozen
+        # as in the reference; a frozen Parameter (not a buffer) so it is saved with the model but DDP does
+        # not re-broadcast it every step and optimisers skip it (no grad).
+        self.w0 = nn.Parameter(torch.empty(2 * n + 2, d), requires_grad=False)
+        nn.init.orthogonal_(self.w0, gain=1.0)
+        self.features = (nn.Sequential(nn.Linear(cfg.num_features, d), nn.GELU())
+                         if cfg.num_features else None)  # G
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+        self.head = nn.Linear(2 * d, 1)
+        self._resolved: dict[str, str] = {}
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        self.attention_backend = self._backend(dev)  # what the trainer reports at start-up
+
+    def set_attention(self, name: str) -> "Pencil":
+        """Switch the attention backend (same weights); e.g. 'reference' vs 'sdpa' in parity tests."""
+        self.cfg = self.cfg.replace(attention=name)
+        self._resolved.clear()
+        dev = "cuda" if torch.cuda.is_available() else "cpu"
+        self.attention_backend = self._backend(dev)
+        return self
+
+    def _backend(self, device_type: str) -> str:
+        if device_type not in self._resolved:
+            self._resolved[device_type] = resolve_backend(self.cfg.attention, device_type, self.cfg.dropout)
+        return self._resolved[device_type]
+
+    # ------------------------------------------------------------------ pieces (public for tests)
+    def embed(self, batch: PackedBatch, node_features: torch.Tensor | None = None) -> torch.Tensor:
+        """H0 = X~ W0 (+ G(X)): (T, d), the dense product computed as gathers and one sparse sum."""
+        n, w0 = self.cfg.n_max, self.w0
+        if batch.n_max > n:
+            raise ValueError(f"batch was packed for n_max = {batch.n_max} > model n_max = {n}")
+        h = F.embedding(batch.local_id, w0) + F.embedding(2 * n + batch.role, w0)  # one-hot id + role flag
+        # adjacency row: token t gets W0[n + local id of s] for every message s -> t
+        h = h.index_add(0, batch.adj_dst, w0[n + batch.local_id[batch.adj_src]])
+        if self.features is not None:
+            if node_features is None:
+                raise ValueError(f"model has num_features = {self.cfg.num_features} but no node_features were given")
+            if node_features.shape[-1] != self.cfg.num_features:
+                raise ValueError(f"node_features have {node_features.shape[-1]} columns, "
+                                 f"model expects num_features = {self.cfg.num_features}")
+            x = node_features[batch.node.to(node_features.device)].to(h.device)  # task tokens copy u / v
+            h = h + self.features(x.to(self.features[0].weight.dtype))
+        elif node_features is not None:
+            raise ValueError("node_features given but the model was built with num_features = 0")
+        return h
+
+    def encode(self, batch: PackedBatch, node_features: torch.Tensor | None = None) -> torch.Tensor:
+        """Final token states H^(K): (T, d)."""
+        backend = self._backend(batch.local_id.device.type)
+        self.attention_backend = backend
+        ctx = AttentionContext.build(backend, batch)
+        graph = Propagation(batch)
+        h = self.embed(batch, node_features)
+        for block in self.blocks:
+            h = block(h, ctx, graph)
+        return h
+
+    def forward(self, batch: PackedBatch, node_features: torch.Tensor | None = None) -> torch.Tensor:
+        h = self.encode(batch, node_features)  # (T, d)
+        pair = h[batch.task_index].flatten(1)  # (B, 2d): [u-task | v-task]
+        return self.head(pair).squeeze(-1)  # (B,)
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        labels = labels.to(logits.dtype)
+        if self.cfg.task == "regression":
+            return F.mse_loss(logits.float(), labels.float())
+        return F.binary_cross_entropy_with_logits(logits.float(), labels.float())
+
+    def num_parameters(self, trainable_only: bool = True) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
