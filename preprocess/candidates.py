@@ -47,7 +47,7 @@ def training_positives(train_pos: np.ndarray) -> np.ndarray:
     pos = np.asarray(train_pos, dtype=np.int64).reshape(-1, 2)
     loops = pos[:, 0] == pos[:, 1]
     if loops.any():
-        log.info("dropping %d self-loop training positives (the training graph has no self-loops)", int(loops.sum()))
+        log.debug("dropping %d self-loop training positives (the training graph has no self-loops)", int(loops.sum()))
     return pos[~loops]
 
 

@@ -209,7 +209,7 @@ def _execute(config: PreprocessConfig, dataset, sets, plans, out: str) -> tuple[
     import ray
     from tqdm import tqdm
 
-    started = _ensure_ray(config.num_cpus)
+    started = init_ray(config.num_cpus)
     try:
         task = ray.remote(max_retries=TASK_RETRIES, retry_exceptions=[OSError])(build_shard)
         graphs = {"train": dataset.graph}
@@ -249,8 +249,10 @@ def _execute(config: PreprocessConfig, dataset, sets, plans, out: str) -> tuple[
     return _records(results), _totals(results, elapsed)
 
 
-def _ensure_ray(num_cpus: int | None) -> bool:
-    """Start or attach to Ray unless this process already did; True when we must shut it down."""
+def init_ray(num_cpus: int | None = None) -> bool:
+    """Start (embedded) or attach to Ray (RAY_ADDRESS set) unless this process already did.
+
+    Returns True when this call started it, i.e. the caller should ray.shutdown() when done."""
     import ray
     if ray.is_initialized():
         return False

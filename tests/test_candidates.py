@@ -1,0 +1,91 @@
+"""Training views and evaluation candidate sets (preprocess/candidates.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from common.graph import Graph
+from preprocess.candidates import eval_candidates, sample_negatives, training_positives, training_view
+
+
+def graph_and_pos(num_nodes=60, edges=200, seed=0):
+    rng = np.random.default_rng(seed)
+    pos = rng.integers(0, num_nodes, (edges, 2))
+    return Graph.from_edges(pos, num_nodes=num_nodes), pos
+
+
+def test_no_training_negative_is_a_training_edge_or_self_loop():
+    g, _ = graph_and_pos(30, 150)  # dense: many rejections
+    neg = sample_negatives(g, 5000, np.random.default_rng(1))
+    assert neg.shape == (5000, 2)
+    assert not np.any(neg[:, 0] == neg[:, 1])
+    assert not np.any(g.has_edge(neg[:, 0], neg[:, 1]))
+    assert neg.min() >= 0 and neg.max() < 30
+
+
+def test_negatives_fail_clearly_on_a_complete_graph():
+    k = np.array([[i, j] for i in range(4) for j in range(4) if i < j])
+    with pytest.raises(ValueError, match="no non-edges"):
+        sample_negatives(Graph.from_edges(k, num_nodes=4), 1, np.random.default_rng(0))
+
+
+def test_training_view_counts_labels_and_self_loops():
+    g, pos = graph_and_pos()
+    pos = np.concatenate([pos, [[3, 3]]])
+    p = len(training_positives(pos))
+    view = training_view(pos, g, 100.0, 2, np.random.default_rng(0))
+    assert len(view) == 3 * p
+    assert view.label.sum() == p
+    is_pos = view.label == 1
+    assert not np.any(view.src[is_pos] == view.dst[is_pos])
+    assert np.all(g.has_edge(view.src[is_pos], view.dst[is_pos]))
+    assert not np.any(g.has_edge(view.src[~is_pos], view.dst[~is_pos]))
+    assert not np.all(np.diff(view.label) == 0)  # shuffled: positives and negatives interleave
+
+
+def test_percent_is_a_seeded_subset_per_view():
+    g, pos = graph_and_pos()
+    a = training_view(pos, g, 50.0, 1, np.random.default_rng(7))
+    b = training_view(pos, g, 50.0, 1, np.random.default_rng(7))
+    c = training_view(pos, g, 50.0, 1, np.random.default_rng(8))
+    p = len(training_positives(pos))
+    assert a.label.sum() == round(p * 0.5)
+    assert np.array_equal(a.src, b.src) and np.array_equal(a.dst, b.dst)
+    key = lambda v: set(zip(v.src[v.label == 1].tolist(), v.dst[v.label == 1].tolist()))
+    assert key(a) != key(c)  # independent views pick different halves
+
+
+def test_original_protocol_shared_negatives():
+    pos = np.array([[0, 1], [2, 3]])
+    neg = np.array([[4, 5], [6, 7], [8, 9]])
+    c = eval_candidates(pos, neg, canonical=False)
+    assert c.kind == "shared"
+    assert c.pos_cid.tolist() == [0, 1] and c.neg_cid.tolist() == [2, 3, 4]
+    assert c.label.tolist() == [1, 1, 0, 0, 0]
+    assert np.array_equal(np.stack([c.src, c.dst], 1)[c.neg_cid], neg)
+
+
+def test_heart_protocol_dedups_canonical_pairs():
+    pos = np.array([[0, 1], [2, 3]])
+    neg = np.array([[[5, 4], [6, 7], [4, 5]],
+                    [[7, 6], [8, 9], [4, 5]]])
+    c = eval_candidates(pos, neg, canonical=True)
+    assert c.kind == "per_positive" and c.neg_cid.shape == (2, 3)
+    assert len(c) == 2 + 3  # {4,5}, {6,7}, {8,9}
+    pairs = np.stack([c.src, c.dst], 1)
+    assert np.array_equal(pairs[c.neg_cid], np.sort(neg, axis=2))
+    assert c.label[c.neg_cid].sum() == 0 and c.label[c.pos_cid].tolist() == [1, 1]
+
+
+def test_per_positive_ogb_negatives_keep_direction():
+    pos = np.array([[0, 1], [0, 2]])
+    neg = np.array([[[0, 5], [5, 0]], [[0, 5], [0, 6]]])  # citation2-style: 2 per source
+    c = eval_candidates(pos, neg, canonical=False)
+    pairs = np.stack([c.src, c.dst], 1)
+    assert np.array_equal(pairs[c.neg_cid], neg)
+    assert len(c) == 2 + 3
+
+
+def test_bad_negative_shape_is_rejected():
+    with pytest.raises(ValueError, match="shape"):
+        eval_candidates(np.array([[0, 1]]), np.zeros((2, 3, 2), dtype=int), canonical=True)
