@@ -19,6 +19,8 @@ class GraphError(ValueError):
 def as_edge_array(edges, what: str = "edges") -> np.ndarray:
     """Validate an (E, 2) array of integer node ids and return it as int64."""
     arr = np.asarray(edges)
+    if arr.ndim == 1 and arr.size == 0:  # `[]` is the natural spelling of "no edges"
+        arr = arr.reshape(0, 2)
     if arr.ndim != 2 or arr.shape[1] != 2:
         raise GraphError(f"{what}: expected shape (E, 2), got {arr.shape}; pass one (src, dst) pair per row")
     if arr.size and not np.issubdtype(arr.dtype, np.integer):
