@@ -1,0 +1,129 @@
+"""Packed attention == padded attention (HF BertLayer + SDPA + key padding mask), outputs and gradients.
+
+The padded path calls the BertLayer module itself, so it is the reference for every packed kernel.
+"""
+import numpy as np
+import pytest
+import torch
+
+from tests.test_model import N_MAX, random_samples, small_model
+from trainer.attention import AttentionContext, bert_layer, flash_attn_varlen, resolve_backend, torch_varlen_attn
+from trainer.packing import pack
+
+SIZES = [2, 12, 5, 9, 3, 12, 7]  # very unequal lengths: lots of padding in the (B, L) view
+
+
+def _run(model, batch, backend):
+    model.set_attention(backend)
+    model.zero_grad(set_to_none=True)
+    out = model(batch)
+    # a loss that touches every output with a different weight, so gradients are not symmetric
+    (out * torch.linspace(-1, 2, len(out))).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+    return out.detach(), grads
+
+
+@pytest.mark.parametrize("train_mode", [False, True])  # dropout is 0: train mode must agree too
+def test_packed_reference_equals_padded_hf_sdpa(train_mode):
+    model = small_model(hidden=32, heads=4, layers=3).train(train_mode)
+    batch = pack(random_samples(SIZES, seed=11), N_MAX)
+    out_pad, g_pad = _run(model, batch, "sdpa")
+    out_ref, g_ref = _run(model, batch, "reference")
+    torch.testing.assert_close(out_ref, out_pad, atol=1e-5, rtol=1e-5)
+    assert g_pad.keys() == g_ref.keys() and len(g_pad) == 3 * 18 + 2  # BertLayer 16 + P_k 2 per block, head 2
+    for name in g_pad:
+        torch.testing.assert_close(g_ref[name], g_pad[name], atol=1e-5, rtol=1e-4, msg=name)
+
+
+def test_single_layer_packed_equals_hf_layer_per_sample():
+    """bert_layer() on the flat stream == the HF BertLayer called on each sample alone (no mask at all)."""
+    model = small_model(hidden=32, heads=4, layers=1).eval()
+    layer = model.blocks[0].bert
+    batch = pack(random_samples(SIZES, seed=12), N_MAX)
+    h = torch.randn(batch.num_tokens, 32)
+    cu = batch.cu_seqlens.tolist()
+    want = []
+    for s, e in zip(cu[:-1], cu[1:]):
+        o = layer(h[None, s:e])
+        want.append((o[0] if isinstance(o, tuple) else o)[0])
+    want = torch.cat(want)
+    for backend in ("reference", "sdpa"):
+        got = bert_layer(layer, h, AttentionContext.build(backend, batch))
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5, msg=backend)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "reference"])
+def test_permuting_samples_permutes_outputs(backend):
+    samples = random_samples(SIZES, seed=13)
+    model = small_model(hidden=32, heads=4, attention=backend).eval()
+    out = model(pack(samples, N_MAX))
+    perm = np.random.default_rng(0).permutation(len(samples))
+    out_p = model(pack([samples[i] for i in perm], N_MAX))
+    torch.testing.assert_close(out_p, out[torch.as_tensor(perm)], atol=1e-5, rtol=1e-5)
+    # and no sample sees another: alone, each gives the same logit
+    alone = torch.cat([model(pack([s], N_MAX)) for s in samples])
+    torch.testing.assert_close(alone, out, atol=1e-5, rtol=1e-5)
+
+
+def test_backend_resolution_on_cpu():
+    assert resolve_backend("auto", "cpu", 0.1) == "sdpa"
+    assert resolve_backend("reference", "cpu") == "reference"
+    with pytest.raises(ValueError, match="CUDA"):
+        resolve_backend("varlen", "cpu")
+    with pytest.raises(ValueError, match="unknown backend"):
+        resolve_backend("xformers", "cpu")
+    m = small_model(attention="auto")
+    m(pack(random_samples([3, 4]), N_MAX))
+    assert m.attention_backend == "sdpa"
+
+
+def test_reference_attention_dropout_is_active_in_training():
+    model = small_model(dropout=0.5, attention="reference").train()
+    batch = pack(random_samples(SIZES, seed=14), N_MAX)
+    torch.manual_seed(1)
+    a = model(batch)
+    torch.manual_seed(2)
+    assert not torch.allclose(a, model(batch))
+    model.eval()
+    torch.testing.assert_close(model(batch), model(batch))
+
+
+# ---------------------------------------------------------------------------- CUDA
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.gpu
+@cuda
+@pytest.mark.parametrize("backend", ["varlen", "flash_attn"])
+def test_varlen_equals_padded_bf16_on_cuda(backend):
+    try:
+        resolved = resolve_backend(backend, "cuda")
+    except ValueError as e:
+        pytest.skip(str(e))
+    if resolved != backend:
+        pytest.skip(f"{backend} not available here (resolves to {resolved})")
+    model = small_model(hidden=64, heads=4, layers=3).cuda().train()  # dropout 0
+    batch = pack(random_samples(SIZES * 4, seed=15), N_MAX).to("cuda")
+    res = {}
+    for b in ("sdpa", backend):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            res[b] = _run(model, batch, b)
+        assert model.attention_backend == b
+    (o_pad, g_pad), (o_var, g_var) = res["sdpa"], res[backend]
+    torch.testing.assert_close(o_var.float(), o_pad.float(), atol=3e-2, rtol=3e-2)
+    for name in g_pad:
+        # relative to the gradient's scale: bf16 keeps ~3 significant digits
+        scale = g_pad[name].abs().max().clamp_min(1e-6)
+        assert (g_var[name] - g_pad[name]).abs().max() / scale < 5e-2, name
+
+
+@pytest.mark.gpu
+@cuda
+def test_auto_picks_a_packed_kernel_on_cuda():
+    m = small_model(attention="auto").cuda()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        m(pack(random_samples([3, 4]), N_MAX).to("cuda"))
+    if torch_varlen_attn() is not None or flash_attn_varlen() is not None:
+        assert m.attention_backend in ("varlen", "flash_attn")
+    else:
+        assert m.attention_backend == "sdpa"
