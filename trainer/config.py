@@ -1,0 +1,249 @@
+"""Trainer configuration: per-component dataclasses, the CLI that fills them, and the JSON round trip.
+
+A run is described by a preset (common.presets: model shape, optimiser, epochs, protocol) plus CLI
+overrides. Values that need the shard set or the world size (micro-batch cap, token budget) stay None
+here and are resolved once in `resolve()`; the resolved config is what checkpoints, `config.json` and
+`summary.json` record, so a resumed or reported run never depends on defaults changing later.
+Every validation error names the CLI flag to change.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Sequence
+
+from common.presets import PRESETS, get_preset
+
+SPLITS = ("valid", "test")
+# Fields a resumed run may change without breaking "continue exactly where it stopped": they control
+# when the run stops, logs and saves, not the trajectory of parameters or data.
+RESUME_OVERRIDABLE = ("epochs", "max_steps", "eval_every", "checkpoint_every", "log_every", "progress",
+                      "resume", "out", "device")
+
+
+class ConfigError(ValueError):
+    """A bad flag value; the message names the flag."""
+
+
+def _check(ok: bool, flag: str, msg: str) -> None:
+    if not ok:
+        raise ConfigError(f"{flag}: {msg}")
+
+
+@dataclass
+class DataConfig:
+    shards: str  # OUT/<dataset>/<cache key> as written by preprocess (the directory holding manifest.json)
+    max_samples: int | None = None  # samples cap per micro-batch (--micro-batch); None = resolved
+    token_budget: int | None = None  # sum over a micro-batch of (N_b + 2); None = max_samples * (N_max + 2)
+    eval_token_budget: int | None = None  # None = 4 x token_budget (no activations kept at eval)
+    shuffle_buffer: int = 4096  # samples held in each loader worker's shuffle buffer
+    num_workers: int = 2  # DataLoader worker processes per rank (0 = load in the training process)
+    seed: int = 0
+
+    def __post_init__(self):
+        _check(bool(self.shards), "--shards", "a shard directory is required")
+        _check(self.max_samples is None or self.max_samples >= 1, "--micro-batch", f"must be >= 1, got {self.max_samples}")
+        _check(self.token_budget is None or self.token_budget >= 4, "--token-budget", f"must be >= 4, got {self.token_budget}")
+        _check(self.eval_token_budget is None or self.eval_token_budget >= 4, "--eval-token-budget",
+               f"must be >= 4, got {self.eval_token_budget}")
+        _check(self.shuffle_buffer >= 1, "--shuffle-buffer", f"must be >= 1, got {self.shuffle_buffer}")
+        _check(self.num_workers >= 0, "--num-workers", f"must be >= 0, got {self.num_workers}")
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    effective_batch: int = 2048  # links per optimiser step, summed over ranks (micro x accumulation x world)
+
+    def __post_init__(self):
+        _check(self.lr > 0, "--lr", f"must be > 0, got {self.lr}")
+        _check(self.weight_decay >= 0, "--weight-decay", f"must be >= 0, got {self.weight_decay}")
+        _check(self.effective_batch >= 1, "--effective-batch", f"must be >= 1, got {self.effective_batch}")
+
+
+@dataclass
+class ModelOverrides:
+    """Model shape; None keeps the preset's value (trainer.model.ModelConfig.from_preset applies them)."""
+
+    hidden: int | None = None
+    layers: int | None = None
+    heads: int | None = None
+    ffn: int | None = None
+    dropout: float | None = None
+    attention: str = "auto"
+
+    def __post_init__(self):
+        for name in ("hidden", "layers", "heads", "ffn"):
+            v = getattr(self, name)
+            _check(v is None or v >= 1, f"--{name}", f"must be >= 1, got {v}")
+        _check(self.dropout is None or 0 <= self.dropout < 1, "--dropout", f"must be in [0, 1), got {self.dropout}")
+
+    def as_overrides(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None}
+
+
+@dataclass
+class TrainConfig:
+    preset: str
+    out: str
+    data: DataConfig
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    model: ModelOverrides = field(default_factory=ModelOverrides)
+    epochs: float = 1.0  # may be fractional (citation2 runs half a pass): the last epoch is cut short
+    eval_every: int = 1  # evaluate every k epochs (and after the last)
+    eval_splits: tuple[str, ...] = SPLITS
+    protocol: str = "original"
+    seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda
+    max_steps: int | None = None  # stop after this many optimiser steps in all (tests, smoke runs)
+    checkpoint_every: int = 0  # also write last.pt every N optimiser steps (0 = at epoch ends only)
+    log_every: int = 10  # optimiser steps between train-metric lines
+    progress: bool = True
+    resume: bool = False
+
+    def __post_init__(self):
+        _check(self.preset in PRESETS, "--preset", f"unknown preset '{self.preset}'; choose one of: {', '.join(sorted(PRESETS))}")
+        _check(bool(self.out), "--out", "a run directory is required")
+        _check(self.epochs > 0, "--epochs", f"must be > 0, got {self.epochs}")
+        _check(self.eval_every >= 1, "--eval-every", f"must be >= 1, got {self.eval_every}")
+        self.eval_splits = tuple(self.eval_splits)
+        for s in self.eval_splits:
+            _check(s in SPLITS, "--eval-splits", f"unknown split '{s}'; use a subset of {','.join(SPLITS)}")
+        _check(self.protocol in ("original", "heart", "ogb"), "--protocol", f"unknown protocol '{self.protocol}'")
+        _check(self.device in ("auto", "cpu", "cuda"), "--device", f"must be auto, cpu or cuda, got '{self.device}'")
+        _check(self.max_steps is None or self.max_steps >= 1, "--max-steps", f"must be >= 1, got {self.max_steps}")
+        _check(self.checkpoint_every >= 0, "--checkpoint-every", f"must be >= 0, got {self.checkpoint_every}")
+        _check(self.log_every >= 1, "--log-every", f"must be >= 1, got {self.log_every}")
+
+    # ------------------------------------------------------------------ JSON round trip
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["eval_splits"] = list(self.eval_splits)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        d = dict(d)
+        return cls(data=DataConfig(**d.pop("data")), optim=OptimConfig(**d.pop("optim")),
+                   model=ModelOverrides(**d.pop("model")), **d)
+
+
+def resolve(config: TrainConfig, n_max: int, world_size: int) -> TrainConfig:
+    """Fill the values that depend on the shard set (N_max) and the world size.
+
+    Default micro-batch: the effective batch split over ranks, at most 256 links (accumulation makes up
+    the rest). Default token budget: max_samples x (N_max + 2), which every micro-batch fits, so the
+    sample cap decides and the effective batch is exact; a smaller --token-budget bounds memory instead.
+    """
+    data = config.data
+    max_samples = data.max_samples or max(1, min(256, config.optim.effective_batch // world_size))
+    budget = data.token_budget or max_samples * (n_max + 2)
+    _check(budget >= n_max + 2, "--token-budget", f"{budget} cannot hold one sample of up to N_max + 2 = {n_max + 2} tokens")
+    eval_budget = data.eval_token_budget or 4 * budget
+    _check(eval_budget >= n_max + 2, "--eval-token-budget", f"{eval_budget} cannot hold one sample of {n_max + 2} tokens")
+    data = replace(data, max_samples=max_samples, token_budget=budget, eval_token_budget=eval_budget)
+    return replace(config, data=data)
+
+
+# ---------------------------------------------------------------------------- CLI
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m trainer",
+        description="Train PENCIL on a shard set written by `python -m preprocess`. Run under "
+                    "`torchrun --nproc-per-node N` for DDP (gloo on CPU, NCCL on GPU); without torchrun it "
+                    "runs a single process.")
+    req = p.add_argument_group("required")
+    req.add_argument("--shards", required=True, help="shard directory OUT/<dataset>/<key> (holds manifest.json)")
+    req.add_argument("--preset", required=True, help=f"preset name: {', '.join(sorted(PRESETS))}")
+    req.add_argument("--out", required=True, help="run directory: checkpoints, metrics.jsonl, summary.json")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt (starts fresh if there is none)")
+    g = p.add_argument_group("overrides (default: the preset's value)")
+    g.add_argument("--epochs", type=float)
+    g.add_argument("--lr", type=float)
+    g.add_argument("--weight-decay", type=float)
+    g.add_argument("--effective-batch", type=int, help="links per optimiser step summed over ranks")
+    g.add_argument("--hidden", type=int)
+    g.add_argument("--layers", type=int)
+    g.add_argument("--heads", type=int)
+    g.add_argument("--ffn", type=int)
+    g.add_argument("--dropout", type=float)
+    g.add_argument("--eval-every", type=int, help="evaluate every k epochs")
+    g.add_argument("--protocol", choices=("original", "heart", "ogb"), help="evaluation protocol")
+    d = p.add_argument_group("data and run control")
+    d.add_argument("--micro-batch", type=int, help="max links per micro-batch (default: effective batch / world, <= 256)")
+    d.add_argument("--token-budget", type=int, help="max tokens (sum of N_b + 2) per micro-batch")
+    d.add_argument("--eval-token-budget", type=int, help="max tokens per evaluation batch (default 4 x token budget)")
+    d.add_argument("--shuffle-buffer", type=int, default=4096, help="samples per loader worker's shuffle buffer")
+    d.add_argument("--num-workers", type=int, default=2, help="DataLoader workers per rank (0 = in process)")
+    d.add_argument("--eval-splits", default="valid,test", help="comma-separated subset of valid,test")
+    d.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
+    d.add_argument("--checkpoint-every", type=int, default=0, help="also save last.pt every N steps (0 = epoch ends)")
+    d.add_argument("--log-every", type=int, default=10, help="optimiser steps between metric lines")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    d.add_argument("--attention", default="auto", help="attention backend passed to the model (auto picks the fastest)")
+    d.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def config_from_args(argv: Sequence[str] | None = None) -> TrainConfig:
+    args = build_parser().parse_args(argv)
+    try:
+        preset = get_preset(args.preset)
+    except ValueError as err:
+        raise ConfigError(f"--preset: {err}") from None
+
+    def pick(value, default):
+        return default if value is None else value
+
+    return TrainConfig(
+        preset=args.preset, out=args.out, resume=args.resume,
+        data=DataConfig(shards=args.shards, max_samples=args.micro_batch, token_budget=args.token_budget,
+                        eval_token_budget=args.eval_token_budget, shuffle_buffer=args.shuffle_buffer,
+                        num_workers=args.num_workers, seed=args.seed),
+        optim=OptimConfig(lr=pick(args.lr, preset.lr), weight_decay=pick(args.weight_decay, preset.weight_decay),
+                          effective_batch=pick(args.effective_batch, preset.effective_batch)),
+        model=ModelOverrides(hidden=args.hidden, layers=args.layers, heads=args.heads, ffn=args.ffn,
+                             dropout=args.dropout, attention=args.attention),
+        epochs=pick(args.epochs, preset.epochs), eval_every=pick(args.eval_every, preset.eval_every),
+        eval_splits=tuple(s for s in args.eval_splits.split(",") if s), protocol=pick(args.protocol, preset.protocol),
+        seed=args.seed, device=args.device, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,
+        log_every=args.log_every, progress=not args.no_progress)
+
+
+def config_for(preset: str, shards: str, out: str, **overrides) -> TrainConfig:
+    """Python-API counterpart of the CLI: a preset's config with keyword overrides.
+
+    Top-level TrainConfig fields go as keywords; component fields as `data=dict(...)`, `optim=dict(...)`,
+    `model=dict(...)` (merged into the preset-derived defaults).
+    """
+    p = get_preset(preset)
+    data = dict(shards=shards, **overrides.pop("data", {}))
+    optim = dict(lr=p.lr, weight_decay=p.weight_decay, effective_batch=p.effective_batch, **overrides.pop("optim", {}))
+    model = overrides.pop("model", {})
+    base = dict(epochs=p.epochs, eval_every=p.eval_every, protocol=p.protocol)
+    base.update(overrides)
+    if "seed" in base and "seed" not in data:
+        data["seed"] = base["seed"]
+    return TrainConfig(preset=preset, out=out, data=DataConfig(**data), optim=OptimConfig(**optim),
+                       model=ModelOverrides(**model), **base)
+
+
+def merge_for_resume(saved: dict, current: TrainConfig) -> tuple[TrainConfig, list[str]]:
+    """The config of a resumed run: the checkpoint's, except RESUME_OVERRIDABLE fields from the command
+    line. Returns the merged config and the names of ignored differences (so the caller can warn)."""
+    saved_cfg = TrainConfig.from_dict(saved)
+    cur = current.to_dict()
+    ignored = []
+    for f in fields(TrainConfig):
+        if f.name in RESUME_OVERRIDABLE:
+            continue
+        a, b = saved[f.name], cur[f.name]
+        if isinstance(a, dict):
+            # Component fields left None on the command line were resolved when the run started.
+            ignored += [f"{f.name}.{k}" for k in a if b.get(k) is not None and b[k] != a[k]]
+        elif a != b:
+            ignored.append(f.name)
+    overrides = {k: getattr(current, k) for k in RESUME_OVERRIDABLE}
+    return replace(saved_cfg, **overrides), ignored
