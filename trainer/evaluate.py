@@ -1,0 +1,86 @@
+"""Evaluation: score every candidate of an eval set once, gather, rank with common.metrics.
+
+Each rank scores its share of the eval shards (data.eval_loader splits them like the training set),
+then cid and score tensors are all-gathered so every rank holds the full table; the ranking
+structure (queries.npz: pos_cid, neg_cid) maps cids to positives and their negatives, and
+`common.metrics.evaluate(protocol, pos, neg)` computes MRR / Hits@K. Every rank computes the same
+metrics, so decisions that depend on them (best checkpoint) agree without another collective.
+The forward runs on the unwrapped module: DDP's forward may broadcast buffers, a collective that
+would hang when ranks hold different numbers of eval batches.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from common.metrics import evaluate as protocol_metrics
+from common.shards import ShardError, load_queries
+from trainer import distributed
+from trainer.data import eval_loader
+
+log = logging.getLogger(__name__)
+
+
+def eval_entry(manifest: dict, split: str, protocol: str) -> dict:
+    key = f"{split}/{protocol}"
+    evals = manifest.get("eval", {})
+    if key not in evals:
+        have = ", ".join(sorted(evals)) or "none"
+        raise ShardError(f"{manifest['root']}: no eval set '{key}' in the manifest (has: {have}); "
+                         "pick another --protocol / --eval-splits or rebuild the shards with it")
+    return evals[key]
+
+
+def selection_metric(manifest: dict, protocol: str) -> str:
+    """The dataset's model-selection metric (e.g. mrr, hits@50), recorded by preprocess."""
+    return eval_entry(manifest, "valid", protocol).get("metric", "mrr")
+
+
+def scores_to_metrics(manifest: dict, split: str, protocol: str, cid: np.ndarray, score: np.ndarray) -> dict:
+    """Look scores up by cid through the eval set's queries and compute the protocol's metrics."""
+    entry = eval_entry(manifest, split, protocol)
+    pos_cid, neg_cid = load_queries(Path(manifest["root"]) / entry["queries"])
+    size = int(max(cid.max(initial=-1), pos_cid.max(initial=-1), neg_cid.max(initial=-1))) + 1
+    table = np.full(size, np.nan, dtype=score.dtype if score.dtype.kind == "f" else np.float64)
+    scored = np.zeros(size, dtype=bool)
+    table[cid] = score
+    scored[cid] = True
+    missing = int((~scored[pos_cid]).sum() + (~scored[neg_cid]).sum())
+    if missing:
+        raise ShardError(f"{manifest['root']}: eval set {split}/{protocol}: {missing} query entries point at "
+                         "candidates no shard holds; the shard set is incomplete, rebuild it")
+    return protocol_metrics(protocol, table[pos_cid], table[neg_cid])
+
+
+def score_eval_set(model: torch.nn.Module, loader, device: torch.device, autocast) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cid, score) of every candidate this rank's loader yields; logits in fp32 on the CPU."""
+    cids, scores = [], []
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for batch in loader:
+                with autocast():
+                    logits = model(batch.to(device, non_blocking=True))
+                cids.append(batch.cid)
+                scores.append(logits.float().cpu())
+    finally:
+        model.train(was_training)
+    if not cids:
+        return torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.float32)
+    return torch.cat(cids), torch.cat(scores)
+
+
+def evaluate_split(model: torch.nn.Module, manifest: dict, split: str, protocol: str, data_cfg,
+                   info: distributed.DistInfo, autocast=contextlib.nullcontext) -> dict:
+    """Metrics of one (split, protocol) eval set; every rank must call it (it all-gathers)."""
+    loader = eval_loader(manifest, split, protocol, info.rank, info.world_size, data_cfg,
+                         pin=info.device.type == "cuda")
+    cid, score = score_eval_set(model, loader, info.device, autocast)
+    cid = distributed.all_gather_cat(cid, info)
+    score = distributed.all_gather_cat(score, info)
+    return scores_to_metrics(manifest, split, protocol, cid.numpy(), score.numpy())

@@ -1,0 +1,67 @@
+"""Metrics out: JSON lines (always, on rank 0) and TensorBoard (when it is installed).
+
+metrics.jsonl holds one object per line, e.g.
+    {"event": "train", "step": 120, "epoch": 3, "loss": 0.41, "lr": 0.0005, "samples_per_s": ..., "tokens_per_s": ..., "time": ...}
+    {"event": "eval", "step": 120, "epoch": 3, "split": "valid", "protocol": "original", "mrr": ..., "hits@1": ...}
+Other ranks get a disabled logger, so callers never branch on the rank.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def _tensorboard(run_dir: Path):
+    try:
+        import tensorboard  # noqa: F401  (SummaryWriter imports but fails late without it)
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    return SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+
+
+class MetricsLog:
+    def __init__(self, run_dir: str | Path, enabled: bool = True, tensorboard: bool = True):
+        self.enabled = enabled
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self._file = None
+        self._tb = None
+        if enabled:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(self.path, "a", buffering=1)  # line-buffered: a killed run keeps its lines
+            self._tb = _tensorboard(self.path.parent) if tensorboard else None
+
+    def write(self, event: str, **fields) -> None:
+        if not self.enabled:
+            return
+        record = {"event": event, **fields, "time": time.time()}
+        self._file.write(json.dumps(record, default=float) + "\n")
+        if self._tb is not None and "step" in fields:
+            tag = "/".join(str(fields[k]) for k in ("split", "protocol") if k in fields)
+            for k, v in fields.items():
+                if k not in ("step", "epoch") and isinstance(v, (int, float)) and math.isfinite(v):
+                    self._tb.add_scalar(f"{event}/{tag}/{k}" if tag else f"{event}/{k}", v, fields["step"])
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+
+
+def read_metrics(path: str | Path, event: str | None = None) -> list[dict]:
+    """Records of a metrics.jsonl (optionally one event type); for tests and reports."""
+    out = []
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            if event is None or rec.get("event") == event:
+                out.append(rec)
+    return out

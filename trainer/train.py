@@ -1,0 +1,346 @@
+"""The training loop (issue #4 item 5): thin glue between data, model, optimiser, eval and checkpoints.
+
+Optimiser step = `accum` micro-batches per rank, the same count on every rank (so the DDP gradient
+all-reduce, done only on the last micro-step, never waits on a rank that has stopped). Micro-batches
+are sized by a token budget and so hold varying numbers of links; the step's global link count S is
+all-reduced first and each micro-loss is sum-of-losses x world / S, which makes the gradient exactly
+the mean over the S links of the step, as a full batch would give. accum is fixed for the run from
+the manifest: effective_batch / (world x expected links per micro-batch); with the default token
+budget every micro-batch holds the cap, so the effective batch is exact.
+
+Public API: `run(config) -> summary dict` (pipelines), `main(argv)` (python -m trainer).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from common.presets import get_preset
+from common.shards import read_manifest
+from trainer import checkpoint, data, distributed
+from trainer.config import ConfigError, TrainConfig, merge_for_resume, resolve
+from trainer.evaluate import evaluate_split, selection_metric
+from trainer.metrics_log import MetricsLog
+
+log = logging.getLogger("trainer")
+
+
+@dataclass
+class LoopState:
+    """Everything about progress that a checkpoint must restore (plain data)."""
+
+    step: int = 0  # optimiser steps taken
+    epoch: int = 0  # current epoch
+    batch: int = 0  # batches of `epoch` already consumed on every rank (the data position)
+    best_metric: float = -math.inf
+    best_epoch: int | None = None
+    best_step: int | None = None
+    best: dict = field(default_factory=dict)  # split -> metrics at the best validation epoch
+    last_eval: dict = field(default_factory=dict)
+    last_eval_step: int = -1
+    train_time_s: float = 0.0
+
+
+def setup_logging(info: distributed.DistInfo) -> None:
+    """INFO from rank 0 only; other ranks warn and error."""
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(format=f"%(asctime)s [rank {info.rank}] %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("trainer").setLevel(logging.INFO if info.is_main else logging.WARNING)
+
+
+def autocast_for(device: torch.device):
+    """bf16 autocast on CUDA (weights stay fp32); plain fp32 on CPU."""
+    if device.type == "cuda":
+        return lambda: torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (1 << 32))
+    torch.manual_seed(seed)
+
+
+class Trainer:
+    def __init__(self, config: TrainConfig, info: distributed.DistInfo):
+        self.info = info
+        self.manifest = read_manifest(config.data.shards)
+        self.n_max = int(self.manifest["n_max"])
+        ckpt = self._load_resume(config)
+        self.config = self._resolve_config(config, ckpt)
+        self.preset = get_preset(self.config.preset)
+        if self.preset.features:
+            raise ConfigError("--preset: presets with node features are not wired into the trainer yet")
+        self.out = Path(self.config.out)
+        self.metric = selection_metric(self.manifest, self.config.protocol) if "valid" in self.config.eval_splits else None
+        self.autocast = autocast_for(info.device)
+        self.state = LoopState(**ckpt["state"]) if ckpt else LoopState()
+        self.model, self.core = self._build_model(ckpt)
+        trainable = [p for p in self.core.parameters() if p.requires_grad]  # W0 is frozen
+        self.optimizer = torch.optim.AdamW(trainable, lr=self.config.optim.lr, weight_decay=self.config.optim.weight_decay)
+        if ckpt:
+            self.optimizer.load_state_dict(ckpt["optimizer"])
+            self._restore_rng(ckpt)
+        self.accum, self.per_micro = self._accumulation()
+        self.metrics = MetricsLog(self.out, enabled=info.is_main)
+
+    # ------------------------------------------------------------------ setup
+    def _load_resume(self, config: TrainConfig) -> dict | None:
+        path = Path(config.out) / checkpoint.LAST
+        if not config.resume:
+            return None
+        if not path.exists():
+            log.warning("--resume: no checkpoint at %s; starting a fresh run", path)
+            return None
+        ckpt = checkpoint.load(path)
+        log.info("resuming from %s: step %d, epoch %d, batch %d", path, ckpt["state"]["step"],
+                 ckpt["state"]["epoch"], ckpt["state"]["batch"])
+        return ckpt
+
+    def _resolve_config(self, config: TrainConfig, ckpt: dict | None) -> TrainConfig:
+        if ckpt is None:
+            return resolve(config, self.n_max, self.info.world_size)
+        merged, ignored = merge_for_resume(ckpt["config"], config)
+        if ignored:
+            log.warning("--resume: keeping the checkpoint's %s (they fix the run's trajectory)", ", ".join(ignored))
+        if ckpt["world_size"] != self.info.world_size:
+            log.warning("--resume: world size %d differs from the checkpoint's %d; the data order after "
+                        "the resume point differs from the uninterrupted run's", self.info.world_size, ckpt["world_size"])
+        return merged
+
+    def _build_model(self, ckpt: dict | None):
+        from trainer.model import ModelConfig, Pencil
+
+        if self.preset.n_max != self.n_max:
+            log.warning("preset %s expects N_max %d but the shards have %d; the model follows the shards",
+                        self.preset.name, self.preset.n_max, self.n_max)
+        cfg = ModelConfig.from_preset(self.preset, **{**self.config.model.as_overrides(), "n_max": self.n_max})
+        seed_everything(self.config.seed)  # identical init everywhere (DDP also broadcasts rank 0's)
+        core = Pencil(cfg)
+        if ckpt:
+            core.load_state_dict(ckpt["model"])
+        core.to(self.info.device)
+        seed_everything(self.config.seed + 1_000_003 * (self.info.rank + 1))  # distinct dropout per rank
+        model = core
+        if self.info.is_distributed:
+            model = DDP(core, device_ids=[self.info.device.index] if self.info.device.type == "cuda" else None)
+        return model, core
+
+    def _restore_rng(self, ckpt: dict) -> None:
+        states = ckpt.get("rng")
+        if states and len(states) == self.info.world_size:
+            checkpoint.restore_rng(states[self.info.rank])
+
+    def _accumulation(self) -> tuple[int, int]:
+        d = self.config.data
+        links, tokens = data.view_stats(self.manifest, 0)
+        per_micro = min(d.max_samples, max(1, d.token_budget // max(1, math.ceil(tokens / max(1, links)))))
+        accum = max(1, round(self.config.optim.effective_batch / (self.info.world_size * per_micro)))
+        return accum, per_micro
+
+    # ------------------------------------------------------------------ loop
+    def fit(self) -> dict:
+        cfg, info, st = self.config, self.info, self.state
+        if info.is_main:
+            self.out.mkdir(parents=True, exist_ok=True)
+            (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
+        log.info("PENCIL trainer: attention backend %s | device %s | world size %d (%s) | %d trainable parameters",
+                 self.core.attention_backend, info.device, info.world_size, info.backend or "single process",
+                 self.core.num_parameters())
+        log.info("batches: <= %d links / <= %d tokens per micro-batch, %d micro-step(s) per optimiser step -> "
+                 "effective batch ~ %d (preset asks %d); N_max %d, %d view(s)", cfg.data.max_samples,
+                 cfg.data.token_budget, self.accum, self.accum * self.per_micro * info.world_size,
+                 cfg.optim.effective_batch, self.n_max, int(self.manifest.get("views", 1)))
+        t0 = time.time()
+        n_epochs = math.ceil(cfg.epochs)
+        stopped = False
+        while st.epoch < n_epochs and not stopped:
+            stopped = self.train_epoch(n_epochs)
+        st.train_time_s += time.time() - t0
+        if st.last_eval_step != st.step:
+            self.run_eval(final=True)
+        self.save_last()
+        summary = self.summary()
+        if info.is_main:
+            (self.out / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
+        self.metrics.close()
+        return summary
+
+    def _steps_left(self) -> bool:
+        return self.config.max_steps is None or self.state.step < self.config.max_steps
+
+    def train_epoch(self, n_epochs: int) -> bool:
+        """Train from the current position to the end of the epoch; True if max_steps stopped it."""
+        cfg, st = self.config, self.state
+        fraction = min(1.0, cfg.epochs - st.epoch)
+        loader, plan = data.train_loader(self.manifest, st.epoch, self.info.rank, self.info.world_size, cfg.data,
+                                         start=st.batch, fraction=fraction, pin=self.info.device.type == "cuda")
+        steps = math.ceil(plan.batches / self.accum)
+        bar = self._progress(st.epoch, steps, st.batch // self.accum)
+        it = iter(loader)
+        window = _Window()
+        while st.batch < plan.batches and self._steps_left():
+            micro = [_next(it, st, plan) for _ in range(min(self.accum, plan.batches - st.batch))]
+            loss, samples, tokens = self.train_step(micro)
+            st.batch += len(micro)
+            st.step += 1
+            window.add(loss, samples, tokens)
+            if st.step % cfg.log_every == 0 or st.batch >= plan.batches:
+                self._log_train(window, bar)
+            bar.update(1)
+            if cfg.checkpoint_every and st.step % cfg.checkpoint_every == 0 and st.batch < plan.batches:
+                self.save_last()
+        bar.close()
+        del it, loader  # shut the workers down before evaluating
+        if st.batch < plan.batches:
+            return True
+        st.epoch, st.batch = st.epoch + 1, 0
+        if st.epoch % cfg.eval_every == 0 or st.epoch >= n_epochs:
+            self.run_eval()
+        self.save_last()
+        return not self._steps_left()
+
+    def train_step(self, micro: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One optimiser step over this rank's micro-batches; returns global (loss sum, samples, tokens)."""
+        info, model = self.info, self.model
+        model.train()
+        counts = torch.tensor([[sum(b.num_samples for b in micro), sum(b.num_tokens for b in micro)]],
+                              dtype=torch.float64, device=info.device)
+        counts = distributed.all_reduce_sum(counts, info)[0]
+        scale = info.world_size / counts[0]  # sum-loss x world / S: DDP's mean over ranks -> mean over S links
+        loss_sum = torch.zeros((), dtype=torch.float64, device=info.device)
+        for i, batch in enumerate(micro):
+            last = i == len(micro) - 1
+            sync = contextlib.nullcontext() if (last or not info.is_distributed) else model.no_sync()
+            batch = batch.to(info.device, non_blocking=True)
+            with sync:
+                with self.autocast():
+                    logits = model(batch)
+                loss = self.core.loss(logits, batch.label) * batch.num_samples
+                (loss * scale).backward()
+            loss_sum += loss.detach()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return distributed.all_reduce_sum(loss_sum, info), counts[0], counts[1]
+
+    # ------------------------------------------------------------------ eval, checkpoints, reporting
+    def run_eval(self, final: bool = False) -> None:
+        cfg, st = self.config, self.state
+        epoch = st.epoch - 1 if st.batch == 0 and st.epoch > 0 else st.epoch  # the epoch just trained
+        results = {}
+        for split in cfg.eval_splits:
+            t = time.time()
+            results[split] = evaluate_split(self.core, self.manifest, split, cfg.protocol, cfg.data, self.info, self.autocast)
+            self.metrics.write("eval", step=st.step, epoch=epoch, split=split, protocol=cfg.protocol,
+                               final=final, seconds=round(time.time() - t, 3), **results[split])
+            log.info("eval epoch %d step %d %s/%s: %s", epoch, st.step, split, cfg.protocol,
+                     " ".join(f"{k} {v:.4f}" for k, v in results[split].items()))
+        st.last_eval, st.last_eval_step = results, st.step
+        if self.metric and self.metric in results.get("valid", {}) and results["valid"][self.metric] > st.best_metric:
+            st.best_metric, st.best_epoch, st.best_step, st.best = results["valid"][self.metric], epoch, st.step, results
+            if self.info.is_main:
+                checkpoint.save_atomic(checkpoint.make_payload(self.core, None, vars(st), self.config.to_dict(),
+                                                               None, self.info.world_size), self.out / checkpoint.BEST)
+            log.info("new best valid %s %.4f at epoch %d", self.metric, st.best_metric, st.best_epoch)
+
+    def save_last(self) -> None:
+        """All ranks call this (the RNG states are gathered); rank 0 writes."""
+        rng = distributed.all_gather_object(checkpoint.capture_rng(), self.info)
+        if self.info.is_main:
+            payload = checkpoint.make_payload(self.core, self.optimizer, vars(self.state), self.config.to_dict(),
+                                              rng, self.info.world_size)
+            checkpoint.save_atomic(payload, self.out / checkpoint.LAST)
+
+    def _progress(self, epoch: int, total: int, done: int):
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, initial=done, desc=f"epoch {epoch}", unit="step", dynamic_ncols=True,
+                    disable=not (self.info.is_main and self.config.progress), leave=False)
+
+    def _log_train(self, window: "_Window", bar) -> None:
+        loss, sps, tps = window.flush()
+        st = self.state
+        self.metrics.write("train", step=st.step, epoch=st.epoch, batch=st.batch, loss=loss,
+                           lr=self.optimizer.param_groups[0]["lr"], samples_per_s=sps, tokens_per_s=tps)
+        bar.set_postfix(loss=f"{loss:.4f}", samples_s=f"{sps:.0f}", tokens_s=f"{tps:.0f}")
+
+    def summary(self) -> dict:
+        st, cfg = self.state, self.config
+        return {"preset": cfg.preset, "dataset": self.preset.dataset, "protocol": cfg.protocol,
+                "selection_metric": self.metric, "best_epoch": st.best_epoch, "best_step": st.best_step,
+                "valid": st.best.get("valid"), "test": st.best.get("test"), "last_eval": st.last_eval,
+                "steps": st.step, "epochs_completed": st.epoch, "train_time_s": round(st.train_time_s, 3),
+                "attention_backend": self.core.attention_backend, "world_size": self.info.world_size,
+                "device": str(self.info.device), "accumulation": self.accum,
+                "num_parameters": self.core.num_parameters(), "config": cfg.to_dict()}
+
+
+class _Window:
+    """Global loss / throughput over the steps since the last log line (device tensors until flushed)."""
+
+    def __init__(self):
+        self.loss = self.samples = self.tokens = 0.0
+        self.t = time.time()
+
+    def add(self, loss, samples, tokens) -> None:
+        self.loss, self.samples, self.tokens = self.loss + loss, self.samples + samples, self.tokens + tokens
+
+    def flush(self) -> tuple[float, float, float]:
+        dt = max(time.time() - self.t, 1e-9)
+        samples = float(self.samples)
+        out = (float(self.loss) / max(samples, 1.0), samples / dt, float(self.tokens) / dt)
+        self.__init__()
+        return out
+
+
+def _next(it, st: LoopState, plan) -> object:
+    try:
+        return next(it)
+    except StopIteration:
+        raise RuntimeError(f"loader ended at batch {st.batch} of {plan.batches} in epoch {plan.epoch}; "
+                           "the per-rank batch count is inconsistent (a bug)") from None
+
+
+def run(config: TrainConfig) -> dict:
+    """Train and evaluate; returns the summary (also written to OUT/summary.json on rank 0)."""
+    created = not (torch.distributed.is_available() and torch.distributed.is_initialized())
+    info = distributed.init_distributed(config.device)
+    setup_logging(info)
+    if info.device.type == "cuda":
+        torch.set_float32_matmul_precision("high")  # TF32 matmuls
+        torch.backends.cudnn.allow_tf32 = True
+    try:
+        return Trainer(config, info).fit()
+    finally:
+        if created:
+            distributed.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    from trainer.config import build_parser, config_from_args
+
+    try:
+        config = config_from_args(argv)
+    except ConfigError as err:
+        build_parser().error(str(err))
+    summary = run(config)
+    if summary.get("world_size", 1) == 1 or distributed_rank() == 0:
+        print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=1, default=float))
+    return 0
+
+
+def distributed_rank() -> int:
+    import os
+
+    return int(os.environ.get("RANK", 0))
