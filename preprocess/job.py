@@ -257,8 +257,8 @@ def init_ray(num_cpus: int | None = None) -> bool:
     if ray.is_initialized():
         return False
     if os.environ.get("RAY_ADDRESS"):
-        if num_cpus is not None:
-            log.info("RAY_ADDRESS is set: attaching to the cluster; --num-cpus is ignored")
+        log.info("RAY_ADDRESS=%s: attaching to the cluster%s", os.environ["RAY_ADDRESS"],
+                 "; --num-cpus is ignored" if num_cpus is not None else "")
         ray.init(log_to_driver=True)
     else:
         # Workers import preprocess/ and common/ from the repository, wherever the driver was started.

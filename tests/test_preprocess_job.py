@@ -1,0 +1,282 @@
+"""The Ray preprocessing job: end to end on citeseer, cache, resume after a kill, corrupt shards."""
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from common.shards import (MANIFEST, ShardError, cache_key, iter_tar_blocks, load_queries, read_manifest,
+                           read_shard, shard_entries, verify_shard)
+from preprocess.__main__ import main
+from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
+from preprocess.job import FAIL_AFTER_ENV, candidate_sets, run_job
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    """One embedded 2-CPU Ray for the whole module (starting Ray costs seconds)."""
+    import ray
+    from preprocess.job import init_ray
+    if os.environ.get("RAY_ADDRESS"):
+        pytest.skip("RAY_ADDRESS is set; these tests start their own embedded Ray")
+    started = init_ray(num_cpus=2)
+    yield
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def citeseer():
+    from common.datasets import load_dataset
+    return load_dataset("citeseer")
+
+
+def small_config(out, **kw) -> PreprocessConfig:
+    kw.setdefault("candidates", CandidateConfig(views=2))
+    kw.setdefault("num_cpus", 2)
+    return PreprocessConfig(dataset="citeseer", sampling=SamplingConfig(1, 5), out=str(out), **kw)
+
+
+def blocks_of(path):
+    with open(path, "rb") as f:
+        return list(iter_tar_blocks(f, str(path)))
+
+
+# ---------------------------------------------------------------------------- end to end
+def test_citeseer_end_to_end_two_workers(ray_session, citeseer, tmp_path, capsys):
+    config = small_config(tmp_path, links_per_shard=32768)
+    result = run_job(config, citeseer)
+    assert not result.cached and result.summary["shards_sampled"] == result.summary["shards"]
+    m = read_manifest(result.path)
+    assert result.path == tmp_path / "citeseer" / m["key"]
+    assert m["n_max"] == 12 and m["num_nodes"] == citeseer.num_nodes and m["dataset"] == "citeseer"
+    assert set(m["eval"]) == {"valid/original", "valid/heart", "test/original", "test/heart"}
+    assert m["eval"]["valid/heart"]["kind"] == "per_positive" and m["eval"]["test/original"]["kind"] == "shared"
+    assert m["eval"]["test/heart"]["metric"] == "mrr" and m["eval"]["test/heart"]["ogb"] is False
+    assert m["config"]["sampling"] == {"d": 1, "n": 5, "n_max": 12}
+
+    sets = {(cs.split, cs.protocol, cs.view): cs.cands for cs in candidate_sets(config, citeseer, m["protocols"])}
+    assert len([k for k in sets if k[0] == "train"]) == 2
+    for (split, protocol, view), cands in sets.items():
+        entries = shard_entries(m, split, protocol, view)
+        assert entries and sum(e["links"] for e in entries) == len(cands)
+        seen = np.zeros(len(cands), dtype=int)
+        for e in entries:
+            path = result.path / e["name"]
+            verify_shard(path, e["sha256"])
+            assert path.stat().st_size == e["bytes"]
+            for b in blocks_of(path):
+                seen[b.cid] += 1
+                first = b.node_ptr[:-1]
+                assert np.array_equal(b.nodes[first], b.src) and np.array_equal(b.nodes[first + 1], b.dst)
+                assert np.array_equal(b.src, cands.src[b.cid]) and np.array_equal(b.label, cands.label[b.cid])
+                assert not np.any((b.edges[:, 0] == 0) & (b.edges[:, 1] == 1))  # target edge removed
+                assert np.diff(b.node_ptr).max() <= m["n_max"]
+        assert np.all(seen == 1)
+        if split != "train":
+            pos_cid, neg_cid = load_queries(result.path / m["eval"][f"{split}/{protocol}"]["queries"])
+            assert np.array_equal(pos_cid, cands.pos_cid) and np.array_equal(neg_cid, cands.neg_cid)
+    # Training views are independent draws.
+    assert not np.array_equal(sets[("train", None, 0)].dst, sets[("train", None, 1)].dst)
+
+    # The immediate rerun samples nothing, through the API and through the CLI.
+    assert run_job(config, citeseer).cached
+    rc = main(["--dataset", "citeseer", "--sampling", "1,5", "--out", str(tmp_path), "--links-per-shard", "32768",
+               "--num-cpus", "2", "-q"])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert rc == 0 and out[-1] == f"shards cached (nothing sampled): {result.path}"
+
+
+# ---------------------------------------------------------------------------- resume and corruption
+def resume_config(out):
+    return small_config(out, links_per_shard=1024,
+                        candidates=CandidateConfig(views=2, protocols=("original",)))
+
+
+@pytest.fixture(scope="module")
+def reference_set(ray_session, citeseer, tmp_path_factory):
+    """An uninterrupted run to compare resumed runs against."""
+    return run_job(resume_config(tmp_path_factory.mktemp("ref")), citeseer)
+
+
+def tar_bytes(path: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(path.glob("*.tar"))}
+
+
+def test_resume_after_killed_run(reference_set, citeseer, tmp_path, monkeypatch):
+    config = resume_config(tmp_path)
+    total = reference_set.summary["shards"]
+    assert total >= 10
+    monkeypatch.setenv(FAIL_AFTER_ENV, "4")
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        run_job(config, citeseer)
+    monkeypatch.delenv(FAIL_AFTER_ENV)
+    out = tmp_path / "citeseer" / reference_set.path.name
+    assert not (out / MANIFEST).exists()
+    finished = len(list(out.glob("*.tar")))
+    assert 4 <= finished < total
+
+    result = run_job(config, citeseer)
+    s = result.summary
+    assert s["shards_reused"] >= 4 and s["shards_sampled"] == total - s["shards_reused"]
+    assert s["shards_sampled"] > 0
+    assert tar_bytes(result.path) == tar_bytes(reference_set.path)
+    assert read_manifest(result.path)["shards"] == read_manifest(reference_set.path)["shards"]
+    assert not list(result.path.glob(".*.tmp"))
+
+
+def test_corrupt_shard_is_named_and_rebuilt(reference_set, citeseer, tmp_path):
+    out = tmp_path / "citeseer"
+    shutil.copytree(reference_set.path, out / reference_set.path.name)
+    shard_dir = out / reference_set.path.name
+    victim = shard_dir / "train-v000-00002.tar"
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ShardError, match="train-v000-00002.tar"):
+        list(read_shard(victim))
+    record = next(r for r in read_manifest(shard_dir)["shards"] if r["name"] == victim.name)
+    with pytest.raises(ShardError, match="train-v000-00002.tar"):
+        verify_shard(victim, record["sha256"])
+
+    # A rerun of an incomplete set re-samples the corrupt shard and keeps the good ones.
+    (shard_dir / MANIFEST).unlink()
+    result = run_job(resume_config(tmp_path), citeseer)
+    assert result.summary["shards_sampled"] == 1
+    assert victim.read_bytes() == data
+
+
+def test_force_rebuilds(reference_set, citeseer, tmp_path):
+    shutil.copytree(reference_set.path, tmp_path / "citeseer" / reference_set.path.name)
+    result = run_job(replace(resume_config(tmp_path), force=True), citeseer)
+    assert not result.cached and result.summary["shards_reused"] == 0
+    assert tar_bytes(result.path) == tar_bytes(reference_set.path)
+
+
+# ---------------------------------------------------------------------------- configuration
+def test_cache_key_changes_with_every_input():
+    base = small_config("out")
+    parts = lambda c, fp="fp", protos=("original", "heart"): cache_key(c.key_parts(fp, list(protos)))
+    key = parts(base)
+    variants = [
+        parts(base, fp="other"), parts(base, protos=("original",)),
+        parts(replace(base, dataset="cora")), parts(replace(base, sampling=SamplingConfig(2, 5))),
+        parts(replace(base, sampling=SamplingConfig(1, 6))), parts(replace(base, seed=1)),
+        parts(replace(base, features=True)), parts(replace(base, links_per_shard=4096)),
+        parts(replace(base, links_per_block=128)),
+        parts(replace(base, candidates=CandidateConfig(views=3))),
+        parts(replace(base, candidates=CandidateConfig(percent=50))),
+        parts(replace(base, candidates=CandidateConfig(neg_ratio=2))),
+        parts(replace(base, candidates=CandidateConfig(splits=("train",)))),
+    ]
+    assert key not in variants and len(set(variants)) == len(variants)
+    # How the work runs does not change what it produces.
+    assert parts(replace(base, num_cpus=7, force=True, out="elsewhere")) == key
+
+
+@pytest.mark.parametrize("kwargs, flag", [
+    ({"sampling": "0,5"}, "--sampling"), ({"views": 0}, "--views"), ({"percent": 0}, "--percent"),
+    ({"neg_ratio": -1}, "--neg-ratio"), ({"splits": ("train", "dev")}, "--splits"),
+    ({"protocols": ("hart",)}, "--protocol"), ({"seed": -1}, "--seed"), ({"num_cpus": 0}, "--num-cpus"),
+    ({"links_per_shard": 10}, "--links-per-shard"), ({"links_per_block": 0}, "--block-size"),
+])
+def test_config_errors_name_the_flag(kwargs, flag):
+    with pytest.raises(ConfigError, match=flag):
+        if "sampling" in kwargs:
+            SamplingConfig.parse(kwargs["sampling"])
+        elif set(kwargs) & {"views", "percent", "neg_ratio", "splits", "protocols"}:
+            CandidateConfig(**kwargs)
+        else:
+            small_config("out", **kwargs)
+
+
+def test_cli_help_lists_the_flags(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    for flag in ("--dataset", "--sampling", "--views", "--splits", "--protocol", "--out", "--seed", "--num-cpus",
+                 "--force", "--percent", "--neg-ratio", "--links-per-shard", "--block-size", "--data-dir",
+                 "--ogb-root", "--planetoid-dir", "--features"):
+        assert flag in text
+
+
+# ---------------------------------------------------------------------------- ray job submit (slow)
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_ray_job_submit_against_local_cluster(tmp_path):
+    """`ray job submit --working-dir . -- python -m preprocess ...` attaches to a `ray start --head` cluster.
+
+    The head runs with --block as our child and is stopped by signalling that process, not with
+    `ray stop` (which would kill every Ray instance on the machine, other users' included)."""
+    ray_bin = Path(sys.executable).with_name("ray")
+    ray_cmd = str(ray_bin) if ray_bin.exists() else "ray"
+    # Every fixed default port gets a free one, so this cluster never collides with another on the machine.
+    gcs, dash, client, agent = (_free_port() for _ in range(4))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_AUTH_MODE"] = "disabled"  # a throwaway localhost cluster; head and clients must agree
+    head_log = open(tmp_path / "head.log", "w")
+    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's unix socket paths must fit 107 bytes
+    head = subprocess.Popen(
+        [ray_cmd, "start", "--head", "--block", f"--port={gcs}", f"--dashboard-port={dash}", "--num-cpus=2",
+         f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent}",
+         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--temp-dir={ray_tmp}", "--disable-usage-stats"],
+        env=env, stdout=head_log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        address = f"http://127.0.0.1:{dash}"
+        deadline = time.time() + 120
+        while True:  # wait for the job server to answer
+            probe = subprocess.run([ray_cmd, "job", "list", "--address", address], env=env,
+                                   capture_output=True, text=True)
+            if probe.returncode == 0:
+                break
+            if time.time() > deadline or head.poll() is not None:
+                pytest.fail(f"ray head did not come up: {probe.stderr[-1000:]}\n"
+                            f"head log: {(tmp_path / 'head.log').read_text()[-3000:]}")
+            time.sleep(2)
+        out = tmp_path / "shards"
+        cmd = [ray_cmd, "job", "submit", "--address", address, "--working-dir", ".", "--",
+               "python", "-m", "preprocess", "--dataset", "citeseer", "--sampling", "1,5",
+               "--protocol", "original", "--out", str(out)]
+        first = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+        assert "attaching to the cluster" in first.stdout + first.stderr
+        (shard_dir,) = list((out / "citeseer").iterdir())
+        m = read_manifest(shard_dir)
+        assert len(shard_entries(m, "train")) >= 2
+        assert f"shards written: {shard_dir}" in first.stdout
+        second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+        assert second.returncode == 0 and f"shards cached (nothing sampled): {shard_dir}" in second.stdout
+    finally:
+        _stop_group(head)
+        head_log.close()
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM then SIGKILL to the process group of a child we started in its own session."""
+    for sig, wait in ((15, 60), (9, 30)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
