@@ -112,12 +112,13 @@ class AttentionContext:
 # ---------------------------------------------------------------------------- kernels: (T, H, D) -> (T, H, D)
 def _reference_kernel(q, k, v, ctx: AttentionContext, dropout_p: float, scale: float, training: bool):
     out = []
-    for s, e in zip(ctx.bounds[:-1], ctx.bounds[1:]):
-        qs, ks, vs = (x[s:e].transpose(0, 1) for x in (q, k, v))  # (H, L_b, D)
+    lens = [e - s for s, e in zip(ctx.bounds[:-1], ctx.bounds[1:])]
+    # split, not x[s:e]: a slice's backward writes a full-size zero tensor per sample, split's is one cat
+    for qs, ks, vs in zip(*(x.transpose(0, 1).split(lens, dim=1) for x in (q, k, v))):  # (H, L_b, D) each
         p = torch.softmax((qs @ ks.transpose(1, 2)) * scale, dim=-1)  # (H, L_b, L_b)
         p = F.dropout(p, dropout_p, training=training)  # same place as HF's eager/SDPA attention dropout
-        out.append((p @ vs).transpose(0, 1))  # (L_b, H, D)
-    return torch.cat(out, dim=0)
+        out.append(p @ vs)  # (H, L_b, D)
+    return torch.cat(out, dim=1).transpose(0, 1)  # (T, H, D)
 
 
 def _half(x: torch.Tensor) -> torch.Tensor:

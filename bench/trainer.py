@@ -1,0 +1,246 @@
+"""Trainer benchmarks: forward+backward step time, packed vs padded, on realistic length distributions.
+
+    python -m bench.trainer                       # CPU: small model (hidden 128), synthetic lengths, < ~3 min
+    python -m bench.trainer --shards OUT/citeseer/<key>   # real lengths and edges from a shard set
+    python -m bench.trainer --sections step --budget 65536 --hidden 512 --layers 8 --heads 8 --ffn 2048  # GPU
+
+Each section is a function `section(args) -> (title, columns, rows)` registered in SECTIONS; main() runs
+the requested ones and prints a table per section. Within a table every path is timed on the same
+batches, interleaved (A B A B ...), and compared as ratios (DESIGN.md §7: these machines are shared and
+noisy; quote ratios, absolute times only from a GPU).
+
+The step section compares the padded path (HF BertLayer + SDPA over (B, L) with a key padding mask, the
+paper's batching) with the packed path (varlen FlashAttention on CUDA; the pure-PyTorch reference on CPU,
+which only shows the cost of a Python loop per sample, not what a packed kernel does on GPU). On CUDA it
+also reports real tokens/s and model FLOPs utilisation (useful FLOPs on real tokens / peak).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # `python bench/trainer.py` as well as `python -m bench.trainer`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+import torch
+
+from common.presets import n_max as budget_of
+from trainer.attention import flash_attn_varlen, torch_varlen_attn
+from trainer.model import ModelConfig, Pencil
+from trainer.packing import pack
+
+# name -> (sampling (d, n), length generator). Mimic the context-size distributions of the paper's
+# datasets: citeseer (2,20) is heavy-tailed (most subgraphs tiny, a few hub-centred ones near the 842
+# budget); ogbl-collab (1,75) is the union of two capped 1-hop neighbourhoods.
+DISTRIBUTIONS = {
+    "citeseer(2,20)": (2, 20),
+    "ogbl-collab(1,75)": (1, 75),
+}
+PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}  # dense bf16
+
+
+# ---------------------------------------------------------------------------- samples
+def synthetic_lengths(dist: str, count: int, rng: np.random.Generator) -> np.ndarray:
+    d, n = DISTRIBUTIONS[dist]
+    cap = budget_of(d, n)
+    if dist.startswith("citeseer"):
+        # lognormal, mean ~40 before clipping; P(N > 400) ~ 1%, the tail reaches the 842 budget
+        N = np.exp(rng.normal(np.log(40) - 0.6, 1.1, count))
+    else:
+        # two roots, each keeps min(degree, 75) neighbours (heavy-tailed degrees, median 55), minus a
+        # 0-6% overlap between the two neighbourhoods: mean ~100, max 152
+        deg = np.exp(rng.normal(np.log(55), 0.9, (count, 2)))
+        N = 2 + np.minimum(deg, n).sum(1) * (1 - rng.uniform(0, 0.06, count))
+    return np.clip(np.rint(N), 2, cap).astype(np.int64)
+
+
+def synthetic_samples(dist: str, count: int, seed: int = 0) -> list[dict]:
+    """Samples with the distribution's lengths and ~2 N random local edges (never u-v)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i, N in enumerate(synthetic_lengths(dist, count, rng)):
+        E = int(min(2 * N, N * (N - 1) // 2 - 1))
+        a = rng.integers(0, N, max(E, 0))
+        b = (a + 1 + rng.integers(0, N - 1, len(a))) % N  # b != a
+        keep = ~(((a == 0) & (b == 1)) | ((a == 1) & (b == 0)))
+        e = np.unique(np.sort(np.stack([a[keep], b[keep]], 1), 1), axis=0)  # each edge once
+        out.append(dict(cid=i, src=0, dst=1, label=float(i % 2), nodes=np.arange(N), edges=e))
+    return out
+
+
+def shard_samples(shard_dir: str, count: int) -> tuple[str, int, list[dict]]:
+    """Real samples from the training shards of a preprocessed set: (name, n_max, samples)."""
+    from common.shards import read_manifest, read_shard, shard_entries
+
+    man = read_manifest(shard_dir)
+    out = []
+    for entry in shard_entries(man, "train") or man["shards"]:
+        for s in read_shard(Path(man["root"]) / entry["name"]):
+            out.append(s)
+            if len(out) >= count:
+                break
+        if len(out) >= count:
+            break
+    s = man.get("sampling", {})
+    return f"{man.get('dataset', 'shards')}({s.get('d', '?')},{s.get('n', '?')})", int(man["n_max"]), out
+
+
+def token_batches(samples: list[dict], budget: int) -> list[list[dict]]:
+    """Greedy token-budgeted batches (N + 2 tokens per sample), in input order, as the loader does."""
+    batches, cur, used = [], [], 0
+    for s in samples:
+        t = len(s["nodes"]) + 2
+        if cur and used + t > budget:
+            batches.append(cur)
+            cur, used = [], 0
+        cur.append(s)
+        used += t
+    return batches + ([cur] if cur else [])
+
+
+# ---------------------------------------------------------------------------- cost model
+def step_flops(model: Pencil, lengths: np.ndarray) -> float:
+    """Useful forward+backward FLOPs of one step on real tokens (padding excluded): 6 * matmul params *
+    tokens, plus attention 12 * layers * d * sum(L_b^2) (QK^T and PV, 2 L^2 d each, x3 for backward).
+    W0 is a gather, not a matmul, and is excluded."""
+    cfg = model.cfg
+    matmul = sum(p.numel() for n, p in model.named_parameters() if p.requires_grad and p.dim() == 2)
+    tokens = float(lengths.sum())
+    return 6.0 * matmul * tokens + 12.0 * cfg.layers * cfg.hidden * float((lengths.astype(np.float64) ** 2).sum())
+
+
+def peak_flops(device: torch.device, override_tflops: float | None) -> float | None:
+    if override_tflops:
+        return override_tflops * 1e12
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((v * 1e12 for k, v in PEAK_TFLOPS.items() if k in name), None)
+
+
+# ---------------------------------------------------------------------------- timing
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def make_step(model: Pencil, opt, device, amp: bool):
+    def step(batch):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+            loss = model.loss(model(batch), batch.label)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return step
+
+
+def time_paths(model: Pencil, paths: list[str], batches, device, amp: bool, repeats: int) -> dict[str, float]:
+    """Median seconds per step for each attention path, interleaved over the same batches."""
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    step = make_step(model, opt, device, amp)
+    times = {p: [] for p in paths}
+    for r in range(repeats + 1):  # round 0 is warm-up (kernel selection, allocator)
+        for path in paths:
+            model.set_attention(path)
+            for b in batches:
+                _sync(device)
+                t0 = time.perf_counter()
+                step(b)
+                _sync(device)
+                if r:
+                    times[path].append(time.perf_counter() - t0)
+    return {p: statistics.median(t) for p, t in times.items()}
+
+
+# ---------------------------------------------------------------------------- sections
+def section_step(args):
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    cuda = device.type == "cuda"
+    paths = ["sdpa"]
+    if cuda:
+        paths += [p for p, ok in (("varlen", torch_varlen_attn()), ("flash_attn", flash_attn_varlen())) if ok]
+    else:
+        paths += ["reference"]
+    peak = peak_flops(device, args.peak_tflops)
+    if args.shards:
+        name, n_max, samples = shard_samples(args.shards, args.samples)
+        sources = [(name, n_max, samples)]
+    else:
+        sources = [(d, budget_of(*DISTRIBUTIONS[d]), synthetic_samples(d, args.samples, args.seed))
+                   for d in DISTRIBUTIONS]
+    columns = ["lengths", "mean N", "max N", "B", "tokens", "padded", "path", "step ms", "vs padded"]
+    if cuda:
+        columns += ["tokens/s", "MFU"]
+    rows = []
+    for name, n_max, samples in sources:
+        torch.manual_seed(args.seed)
+        model = Pencil(ModelConfig(n_max=n_max, hidden=args.hidden, layers=args.layers, heads=args.heads,
+                                   ffn=args.ffn, dropout=0.0, attention="sdpa")).to(device).train()
+        batches = token_batches(samples, args.budget)[: args.batches]
+        packed = [pack(b, n_max).to(device) for b in batches]
+        lens = [np.diff(p.cu_seqlens.cpu().numpy()) for p in packed]
+        N = np.concatenate([[len(s["nodes"]) for s in b] for b in batches])
+        real = float(np.mean([l.sum() for l in lens]))
+        padded = float(np.mean([len(l) * l.max() for l in lens]))
+        secs = time_paths(model, paths, packed, device, amp=cuda, repeats=args.repeats)
+        flops = float(np.mean([step_flops(model, l) for l in lens]))
+        for path in paths:
+            row = [name, f"{N.mean():.1f}", int(N.max()), f"{np.mean([len(b) for b in batches]):.0f}",
+                   f"{real:.0f}", f"{padded:.0f}", path, f"{secs[path] * 1e3:.1f}",
+                   f"{secs['sdpa'] / secs[path]:.2f}x"]
+            if cuda:
+                row += [f"{real / secs[path]:.3g}", f"{flops / secs[path] / peak:.1%}" if peak else "n/a"]
+            rows.append(row)
+    title = (f"step time (forward+backward+AdamW), {device.type}, hidden {args.hidden}, layers {args.layers}, "
+             f"heads {args.heads}, ffn {args.ffn}, token budget {args.budget}, {'bf16 autocast' if cuda else 'fp32'}; "
+             f"'vs padded' > 1 means faster than padded SDPA")
+    return title, columns, rows
+
+
+SECTIONS = {"step": section_step}  # other sections (e.g. "loader") register here
+
+
+def print_table(title: str, columns: list[str], rows: list[list]) -> None:
+    cells = [[str(c) for c in columns]] + [[str(c) for c in r] for r in rows]
+    width = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    print(f"\n{title}")
+    for k, r in enumerate(cells):
+        print("  ".join(c.rjust(w) for c, w in zip(r, width)))
+        if k == 0:
+            print("  ".join("-" * w for w in width))
+
+
+def parse_args(argv=None):
+    cuda = torch.cuda.is_available()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sections", default="step", help=f"comma-separated, from: {', '.join(SECTIONS)}")
+    ap.add_argument("--shards", help="a preprocessed shard set (OUT/<dataset>/<key>): real lengths and edges")
+    ap.add_argument("--device", help="cuda / cpu (default: cuda when available)")
+    ap.add_argument("--hidden", type=int, default=512 if cuda else 128)
+    ap.add_argument("--layers", type=int, default=8 if cuda else 2)
+    ap.add_argument("--heads", type=int, default=8 if cuda else 4)
+    ap.add_argument("--ffn", type=int, default=2048 if cuda else 256)
+    ap.add_argument("--budget", type=int, default=65536 if cuda else 2048, help="tokens per batch")
+    ap.add_argument("--samples", type=int, default=6000 if cuda else 800, help="samples drawn per distribution")
+    ap.add_argument("--batches", type=int, default=8 if cuda else 3, help="batches timed per round")
+    ap.add_argument("--repeats", type=int, default=5 if cuda else 2, help="timed rounds after one warm-up")
+    ap.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: looked up by GPU name)")
+    ap.add_argument("--seed", type=int, default=0)
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    for name in args.sections.split(","):
+        if name not in SECTIONS:
+            raise SystemExit(f"unknown section '{name}'; choose from {', '.join(SECTIONS)}")
+        print_table(*SECTIONS[name](args))
+
+
+if __name__ == "__main__":
+    main()
