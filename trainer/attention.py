@@ -82,8 +82,13 @@ def bert_config(hidden: int, heads: int, ffn: int, dropout: float) -> BertConfig
     """The reference's BertLayer configuration (DESIGN.md §4), with HF's SDPA attention for the padded path."""
     cfg = BertConfig(hidden_size=hidden, num_attention_heads=heads, intermediate_size=ffn, hidden_act="gelu",
                      hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, layer_norm_eps=1e-12,
-                     num_hidden_layers=1, vocab_size=1, max_position_embeddings=1, type_vocab_size=1)
-    cfg._attn_implementation = "sdpa"  # a property in transformers 5.x, a plain attribute in 4.4x; both accept it
+                     num_hidden_layers=1, vocab_size=1, max_position_embeddings=1, type_vocab_size=1,
+                     attn_implementation="sdpa")
+    cfg._attn_implementation = "sdpa"  # belt and braces: the setter exists in 4.4x and 5.x
+    # The padded path passes a *boolean* key mask, which only SDPA reads correctly (eager would add it).
+    if cfg._attn_implementation != "sdpa":
+        raise RuntimeError(f"transformers {__import__('transformers').__version__}: could not select SDPA "
+                           f"attention for BertLayer (got {cfg._attn_implementation!r})")
     return cfg
 
 
