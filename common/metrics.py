@@ -1,0 +1,201 @@
+"""Ranking metrics for the three evaluation protocols (DESIGN.md §5), vectorised.
+
+- original (Planetoid): every positive against ALL of the split's negatives (shared, 1-D scores);
+- heart: every positive against its own hard negatives (per-positive, 2-D scores (P, K));
+- ogb: `ogb.linkproppred.Evaluator` semantics — shared negatives give Hits@K where a positive counts
+  only if strictly above the K-th best negative; per-positive negatives (citation2) give MRR.
+
+Ranks are tie-averaged: rank = 1 + (#neg > pos + #neg >= pos) / 2. A constant scorer therefore
+gets the middle rank, not the best one (ogb 1.3.6's torch MRR path computes exactly this).
+
+`evaluate(protocol, pos_scores, neg_scores)` is the one entry point the trainer and the reports use;
+it always returns the same keys (METRIC_KEYS), as fractions in [0, 1].
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+HITS_KS = (1, 3, 10, 20, 50, 100)
+METRIC_KEYS = ("mrr",) + tuple(f"hits@{k}" for k in HITS_KS)
+# Rows of (P, K) negatives compared per step: bounds the temporary bool matrix to ~64 MB.
+_OWN_CHUNK_ELEMS = 1 << 26
+
+
+class MetricsError(ValueError):
+    """Bad scores for a metric; the message names the shape or value problem."""
+
+
+# ---------------------------------------------------------------------------- input handling
+def _as_scores(x, what: str) -> np.ndarray:
+    """numpy view of scores; torch tensors (any device, bf16 included) are accepted."""
+    if type(x).__module__.startswith("torch"):
+        x = x.detach().to("cpu")
+        if not x.dtype.is_floating_point or x.dtype.itemsize < 4:
+            x = x.float()  # bf16/fp16 have no numpy dtype; fp32 holds them exactly
+        x = x.numpy()
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "fiub":
+        raise MetricsError(f"{what}: scores must be numeric, got dtype {arr.dtype}")
+    if arr.dtype.kind == "f" and np.isnan(arr).any():
+        # NaN compares False with everything and would silently rank first; refuse instead.
+        raise MetricsError(f"{what}: contains NaN scores; the model or heuristic diverged")
+    return arr
+
+
+def _check_pos(pos: np.ndarray) -> np.ndarray:
+    if pos.ndim != 1:
+        raise MetricsError(f"pos_scores: expected shape (P,), got {pos.shape}")
+    if pos.size == 0:
+        raise MetricsError("pos_scores: empty; there must be at least one positive to rank")
+    return pos
+
+
+# ---------------------------------------------------------------------------- ranks
+def rank_against_shared(pos_scores, neg_scores) -> np.ndarray:
+    """Tie-averaged rank of each positive among all Q shared negatives -> (P,) float64.
+
+    Negatives are sorted once; two searchsorted calls count #neg > pos and #neg >= pos,
+    so the cost is O((P + Q) log Q) instead of the O(P * Q) comparison matrix.
+    """
+    pos = _check_pos(_as_scores(pos_scores, "pos_scores"))
+    neg = _as_scores(neg_scores, "neg_scores")
+    if neg.ndim != 1:
+        raise MetricsError(f"neg_scores: shared negatives must have shape (Q,), got {neg.shape}")
+    srt = np.sort(neg)
+    q = srt.shape[0]
+    n_greater = q - np.searchsorted(srt, pos, side="right")
+    n_geq = q - np.searchsorted(srt, pos, side="left")
+    return 1.0 + (n_greater + n_geq) / 2.0
+
+
+def rank_against_own(pos_scores, neg_scores) -> np.ndarray:
+    """Tie-averaged rank of positive i among its own negatives row neg_scores[i] -> (P,) float64."""
+    pos = _check_pos(_as_scores(pos_scores, "pos_scores"))
+    neg = _as_scores(neg_scores, "neg_scores")
+    if neg.ndim != 2 or neg.shape[0] != pos.shape[0]:
+        raise MetricsError(f"neg_scores: per-positive negatives must have shape ({pos.shape[0]}, K), got {neg.shape}")
+    out = np.empty(pos.shape[0], dtype=np.float64)
+    step = max(1, _OWN_CHUNK_ELEMS // max(1, neg.shape[1]))
+    # Chunked so a citation2-sized (86k x 1000) input never builds a full comparison matrix.
+    for s in range(0, pos.shape[0], step):
+        p = pos[s : s + step, None]
+        n = neg[s : s + step]
+        out[s : s + step] = 1.0 + ((n > p).sum(axis=1) + (n >= p).sum(axis=1)) / 2.0
+    return out
+
+
+def ranking_metrics(ranks, ks: Sequence[int] = HITS_KS) -> dict[str, float]:
+    """MRR and Hits@K (fraction of ranks <= K) from ranks."""
+    r = np.asarray(ranks, dtype=np.float64)
+    if r.ndim != 1 or r.size == 0:
+        raise MetricsError(f"ranks: expected a non-empty 1-D array, got shape {r.shape}")
+    out = {"mrr": float(np.mean(1.0 / r))}
+    for k in ks:
+        out[f"hits@{k}"] = float(np.mean(r <= k))
+    return out
+
+
+def ogb_hits(pos_scores, neg_scores, k: int) -> float:
+    """OGB Hits@K with shared negatives: fraction of positives strictly above the K-th best negative.
+
+    With fewer than K negatives ogb returns 1.0 (every positive is "in the top K"); so do we.
+    """
+    pos = _check_pos(_as_scores(pos_scores, "pos_scores"))
+    neg = _as_scores(neg_scores, "neg_scores")
+    if neg.ndim != 1:
+        raise MetricsError(f"neg_scores: OGB Hits@K needs shared negatives of shape (Q,), got {neg.shape}")
+    if k < 1:
+        raise MetricsError(f"Hits@K needs K >= 1, got {k}")
+    if neg.shape[0] < k:
+        return 1.0
+    # np.partition finds the K-th largest in O(Q) without a full sort.
+    kth = np.partition(neg, neg.shape[0] - k)[neg.shape[0] - k]
+    return float(np.mean(pos > kth))
+
+
+def evaluate(protocol: str, pos_scores, neg_scores) -> dict[str, float]:
+    """All metrics (METRIC_KEYS, fractions) for one protocol; dispatch on protocol and neg shape.
+
+    original / heart: tie-averaged ranks (shared if neg is 1-D, own if 2-D) -> MRR, Hits@K.
+    ogb, 1-D negatives (collab/ppa/ddi): Hits@K by the OGB evaluator's strict rule, MRR from ranks.
+    ogb, 2-D negatives (citation2): MRR and Hits@K from per-positive tie-averaged ranks, which is
+    what ogb's evaluator computes for MRR and hits@1/3/10.
+    """
+    neg = _as_scores(neg_scores, "neg_scores")
+    if protocol not in ("original", "heart", "ogb"):
+        raise MetricsError(f"unknown protocol '{protocol}'; use original, heart or ogb")
+    if neg.ndim == 2:
+        return ranking_metrics(rank_against_own(pos_scores, neg))
+    if neg.ndim != 1:
+        raise MetricsError(f"neg_scores: expected shape (Q,) or (P, K), got {neg.shape}")
+    ranks = rank_against_shared(pos_scores, neg)
+    out = ranking_metrics(ranks)
+    if protocol == "ogb":
+        pos = _as_scores(pos_scores, "pos_scores")
+        out.update({f"hits@{k}": ogb_hits(pos, neg, k) for k in HITS_KS})
+    return out
+
+
+# ---------------------------------------------------------------------------- candidate dedup
+def unique_pairs(pairs) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct undirected pairs and how to scatter their scores back.
+
+    Returns (uniq (U, 2) int64 with uniq[:, 0] <= uniq[:, 1], inverse with shape pairs.shape[:-1])
+    such that scores_of(uniq)[inverse] gives one score per input pair. HeaRT's 500 hard negatives
+    per positive repeat many pairs; every distinct one is scored once (and symmetric scorers give
+    (u, v) and (v, u) the same value, so canonicalising loses nothing).
+    """
+    arr = np.asarray(pairs)
+    if arr.ndim < 1 or arr.shape[-1] != 2:
+        raise MetricsError(f"pairs: expected shape (..., 2), got {arr.shape}")
+    lead = arr.shape[:-1]
+    flat = arr.reshape(-1, 2).astype(np.int64, copy=False)
+    if flat.size and flat.min() < 0:
+        raise MetricsError("pairs: node ids must be non-negative")
+    lo, hi = np.minimum(flat[:, 0], flat[:, 1]), np.maximum(flat[:, 0], flat[:, 1])
+    n = int(hi.max()) + 1 if hi.size else 1
+    if n < 3_000_000_000:  # a scalar key (lo * n + hi) fits int64; 1-D unique is much faster
+        keys, inverse = np.unique(lo * n + hi, return_inverse=True)
+        uniq = np.stack([keys // n, keys % n], axis=1)
+    else:
+        uniq, inverse = np.unique(np.stack([lo, hi], axis=1), axis=0, return_inverse=True)
+    return uniq.astype(np.int64, copy=False), inverse.reshape(lead)
+
+
+# ---------------------------------------------------------------------------- formatting
+def as_percent(metrics: Mapping[str, float]) -> dict[str, float]:
+    """Same keys, values x 100 (reports quote percentages, code keeps fractions)."""
+    return {k: 100.0 * float(v) for k, v in metrics.items()}
+
+
+def _cell(value, floatfmt: str) -> str:
+    if isinstance(value, (float, np.floating)):
+        return floatfmt.format(float(value))
+    return "" if value is None else str(value)
+
+
+def format_table(rows: Sequence[Mapping], columns: Sequence[str], headers: Sequence[str] | None = None,
+                 floatfmt: str = "{:.2f}") -> str:
+    """Plain-text table with aligned columns: text left-aligned, numbers right-aligned."""
+    headers = list(headers) if headers is not None else [str(c) for c in columns]
+    if len(headers) != len(columns):
+        raise ValueError(f"format_table: {len(headers)} headers for {len(columns)} columns")
+    cells = [[_cell(row.get(c), floatfmt) for c in columns] for row in rows]
+    numeric = [all(isinstance(row.get(c), (int, float, np.number)) for row in rows) and bool(rows)
+               for c in columns]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+
+    def line(values):
+        parts = [v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)]
+        return "  ".join(parts).rstrip()
+
+    sep = "  ".join("-" * w for w in widths)
+    return "\n".join([line(headers), sep] + [line(r) for r in cells])
+
+
+__all__ = [
+    "HITS_KS", "METRIC_KEYS", "MetricsError", "rank_against_shared", "rank_against_own", "ranking_metrics",
+    "ogb_hits", "evaluate", "unique_pairs", "as_percent", "format_table",
+]

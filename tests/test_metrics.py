@@ -1,0 +1,176 @@
+"""Ranking metrics: hand-computed ranks with ties, protocol dispatch, parity with ogb's Evaluator."""
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from common.metrics import (
+    METRIC_KEYS, MetricsError, as_percent, evaluate, format_table, ogb_hits, rank_against_own,
+    rank_against_shared, ranking_metrics, unique_pairs,
+)
+
+
+# ---------------------------------------------------------------------------- ranks
+def test_tie_averaged_rank_hand_example():
+    negs = np.array([0.9, 0.5, 0.5, 0.1])
+    # one neg strictly above, three at least equal -> 1 + (1 + 3) / 2
+    assert rank_against_shared(np.array([0.5]), negs).tolist() == [3.0]
+    assert rank_against_own(np.array([0.5]), negs[None, :]).tolist() == [3.0]
+
+
+def test_shared_ranks_several_positives():
+    negs = np.array([0.9, 0.5, 0.5, 0.1])
+    ranks = rank_against_shared(np.array([1.0, 0.5, 0.0, 0.9]), negs)
+    # 1.0 beats all; 0.0 loses to all; 0.9 ties the top negative -> 1 + (0 + 1) / 2
+    assert ranks.tolist() == [1.0, 3.0, 5.0, 1.5]
+    assert ranks.dtype == np.float64
+
+
+def test_own_equals_shared_when_rows_repeat_the_shared_negatives():
+    rng = np.random.default_rng(0)
+    pos = rng.integers(0, 10, 200).astype(float)  # small integer range -> many ties
+    neg = rng.integers(0, 10, 50).astype(float)
+    own = rank_against_own(pos, np.tile(neg, (len(pos), 1)))
+    np.testing.assert_array_equal(own, rank_against_shared(pos, neg))
+
+
+def test_own_ranks_use_each_positives_row():
+    pos = np.array([0.5, 0.5])
+    neg = np.array([[0.1, 0.2], [0.7, 0.5]])
+    assert rank_against_own(pos, neg).tolist() == [1.0, 2.5]
+
+
+def test_ranking_metrics_values():
+    m = ranking_metrics(np.array([1.0, 2.0, 4.0, 20.0]))
+    assert set(m) == set(METRIC_KEYS)
+    assert m["mrr"] == pytest.approx((1 + 0.5 + 0.25 + 0.05) / 4)
+    assert (m["hits@1"], m["hits@3"], m["hits@10"], m["hits@20"], m["hits@100"]) == (0.25, 0.5, 0.75, 1.0, 1.0)
+
+
+def test_bad_inputs_raise():
+    with pytest.raises(MetricsError, match="NaN"):
+        rank_against_shared(np.array([np.nan]), np.array([1.0]))
+    with pytest.raises(MetricsError, match=r"\(3, K\)"):
+        rank_against_own(np.zeros(3), np.zeros((2, 4)))
+    with pytest.raises(MetricsError, match="unknown protocol"):
+        evaluate("planetoid", np.zeros(2), np.zeros(3))
+
+
+# ---------------------------------------------------------------------------- OGB semantics
+@pytest.fixture(scope="module")
+def Evaluator():
+    """ogb's Evaluator class, loaded from its file: `import ogb.linkproppred` also imports
+    torch_geometric and the dataset classes, which costs many seconds and is not under test."""
+    pytest.importorskip("torch")
+    spec = importlib.util.find_spec("ogb")
+    if spec is None:
+        pytest.skip("ogb is not installed")
+    path = Path(spec.origin).parent / "linkproppred" / "evaluate.py"
+    mod_spec = importlib.util.spec_from_file_location("_ogb_link_evaluate", path)
+    module = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(module)
+    return module.Evaluator
+
+
+def test_ogb_hits_is_strict_and_handles_few_negatives():
+    neg = np.array([5.0, 4.0, 3.0, 2.0, 1.0])
+    # K=2: 2nd best negative is 4.0; a positive equal to it does not count
+    assert ogb_hits(np.array([4.0, 4.5, 6.0]), neg, 2) == pytest.approx(2 / 3)
+    assert ogb_hits(np.array([0.0]), neg, 10) == 1.0  # fewer than K negatives: ogb returns 1.0
+
+
+def test_evaluate_dispatch_and_key_set():
+    rng = np.random.default_rng(1)
+    pos, shared, own = rng.random(30), rng.random(200), rng.random((30, 40))
+    outs = [evaluate("original", pos, shared), evaluate("heart", pos, own),
+            evaluate("ogb", pos, shared), evaluate("ogb", pos, own)]
+    for out in outs:
+        assert tuple(out) == METRIC_KEYS
+        assert all(isinstance(v, float) and 0.0 <= v <= 1.0 for v in out.values())
+    assert outs[0] == ranking_metrics(rank_against_shared(pos, shared))
+    assert outs[1] == ranking_metrics(rank_against_own(pos, own))
+    # ogb shared: Hits@K by the strict K-th-negative rule, MRR from tie-averaged ranks
+    assert outs[2]["hits@50"] == ogb_hits(pos, shared, 50)
+    assert outs[2]["mrr"] == outs[0]["mrr"]
+
+
+def test_evaluate_hits_differ_between_rank_rule_and_ogb_rule_on_ties():
+    pos, neg = np.array([1.0]), np.array([1.0, 0.0])
+    assert evaluate("original", pos, neg)["hits@1"] == 0.0  # rank 1.5
+    assert evaluate("ogb", pos, neg)["hits@1"] == 0.0  # not strictly above the best negative
+    assert evaluate("ogb", pos, neg)["hits@3"] == 1.0  # fewer than 3 negatives
+
+
+@pytest.mark.parametrize("name", ["ogbl-collab", "ogbl-ppa", "ogbl-ddi"])
+def test_hits_match_ogb_evaluator(name, Evaluator):
+    import torch
+
+    ev = Evaluator(name)
+    rng = np.random.default_rng(2)
+    pos = np.round(rng.random(1000), 2)  # rounding creates ties with the negatives
+    neg = np.round(rng.random(3000), 2)
+    want = ev.eval({"y_pred_pos": torch.from_numpy(pos), "y_pred_neg": torch.from_numpy(neg)})[f"hits@{ev.K}"]
+    assert evaluate("ogb", torch.from_numpy(pos), torch.from_numpy(neg))[f"hits@{ev.K}"] == pytest.approx(want)
+
+
+def test_mrr_matches_ogb_evaluator_citation2(Evaluator):
+    import torch
+
+    rng = np.random.default_rng(3)
+    pos = np.round(rng.random(500), 2)
+    neg = np.round(rng.random((500, 1000)), 2)
+    res = Evaluator("ogbl-citation2").eval({"y_pred_pos": torch.from_numpy(pos), "y_pred_neg": torch.from_numpy(neg)})
+    ours = evaluate("ogb", pos, neg)
+    assert ours["mrr"] == pytest.approx(float(res["mrr_list"].mean()), rel=1e-6)
+    for k in (1, 3, 10):
+        assert ours[f"hits@{k}"] == pytest.approx(float(res[f"hits@{k}_list"].mean()))
+
+
+def test_torch_bf16_scores_accepted():
+    torch = pytest.importorskip("torch")
+    pos = torch.tensor([0.5, 0.25], dtype=torch.bfloat16)
+    neg = torch.tensor([0.75, 0.5, 0.125], dtype=torch.bfloat16)
+    assert rank_against_shared(pos, neg).tolist() == [2.5, 3.0]
+
+
+def test_citation2_sized_input_completes():
+    rng = np.random.default_rng(4)
+    pos = rng.random(86_000, dtype=np.float32)
+    neg = rng.random((86_000, 1000), dtype=np.float32)
+    out = evaluate("ogb", pos, neg)
+    assert 0.0 < out["mrr"] < 1.0
+    shared = evaluate("ogb", pos, neg[:100].ravel())  # 100k shared negatives
+    assert 0.0 <= shared["hits@50"] <= 1.0
+
+
+# ---------------------------------------------------------------------------- dedup + formatting
+def test_unique_pairs_canonicalises_and_inverts():
+    pairs = np.array([[[3, 1], [1, 3]], [[2, 2], [0, 5]]])
+    uniq, inv = unique_pairs(pairs)
+    assert uniq.tolist() == [[0, 5], [1, 3], [2, 2]]
+    assert inv.shape == (2, 2)
+    np.testing.assert_array_equal(uniq[inv], np.sort(pairs, axis=-1))
+
+
+def test_unique_pairs_scatter_back_random():
+    rng = np.random.default_rng(5)
+    pairs = rng.integers(0, 20, (7, 30, 2))
+    uniq, inv = unique_pairs(pairs)
+    assert len(np.unique(uniq, axis=0)) == len(uniq)
+    assert np.all(uniq[:, 0] <= uniq[:, 1])
+    score = uniq[:, 0] * 100 + uniq[:, 1]  # any symmetric function of the pair
+    expect = pairs.min(-1) * 100 + pairs.max(-1)
+    np.testing.assert_array_equal(score[inv], expect)
+
+
+def test_as_percent_and_format_table():
+    assert as_percent({"mrr": 0.2834}) == {"mrr": pytest.approx(28.34)}
+    rows = [{"name": "CN", "mrr": 28.3417}, {"name": "AA-long", "mrr": 9.5}]
+    text = format_table(rows, ["name", "mrr"], headers=["heuristic", "MRR"])
+    lines = text.splitlines()
+    assert lines[0].split() == ["heuristic", "MRR"]
+    assert lines[2].endswith("28.34") and lines[3].endswith(" 9.50")
+    assert len({len(line) for line in lines}) == 1  # aligned: numbers right-justified to one width
