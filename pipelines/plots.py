@@ -1,0 +1,55 @@
+"""Training curves and metric-per-epoch plots (PNG) from the trainer's metrics.jsonl files."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_runs(run_dirs: list[Path], out_dir: Path, metric: str = "mrr") -> list[Path]:
+    """training_loss.png (loss per step, one line per run) and <metric>_per_epoch.png (valid and test)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only; no display on servers
+    import matplotlib.pyplot as plt
+
+    runs = {Path(d).name: read_metrics(d) for d in run_dirs}
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, records in runs.items():
+        train = [r for r in records if r["event"] == "train"]
+        ax.plot([r["step"] for r in train], [r["loss"] for r in train], label=name)
+    ax.set(xlabel="optimiser step", ylabel="training loss (BCE)", title="Training loss")
+    ax.legend()
+    fig.tight_layout()
+    written.append(out_dir / "training_loss.png")
+    fig.savefig(written[-1], dpi=120)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, records in runs.items():
+        for split, style in (("valid", "-"), ("test", "--")):
+            evals = [r for r in records if r["event"] == "eval" and r.get("split") == split and metric in r]
+            if evals:
+                ax.plot([r["epoch"] for r in evals], [100 * r[metric] for r in evals], style, marker="o",
+                        markersize=3, label=f"{name} {split}")
+    ax.set(xlabel="epoch", ylabel=f"{metric.upper()} (%)", title=f"{metric.upper()} per epoch")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    written.append(out_dir / f"{metric.replace('@', '')}_per_epoch.png")
+    fig.savefig(written[-1], dpi=120)
+    plt.close(fig)
+    log.info("plots: %s", ", ".join(map(str, written)))
+    return written
