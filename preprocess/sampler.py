@@ -204,12 +204,21 @@ def _induced_edges(indptr, indices, ctx, k, mark, self_loop, edges, e):
                     e += 1
         else:
             edges = _grow(edges, 2 * (e + deg))
-            for p in range(start, start + deg):
-                j = mark[indices[p]]
-                if j > i and not (i == 0 and j == 1):
+            if i == 0:
+                for p in range(start, start + deg):
+                    j = mark[indices[p]]
+                    if j > 1:  # j == 1 would be the target edge
+                        edges[2 * e] = 0
+                        edges[2 * e + 1] = j
+                        e += 1
+            else:
+                # Branch-free: "is this neighbour a later context node" is a coin flip the CPU
+                # cannot predict, so always store and advance the cursor by the comparison.
+                for p in range(start, start + deg):
+                    j = mark[indices[p]]
                     edges[2 * e] = i
                     edges[2 * e + 1] = j
-                    e += 1
+                    e += np.int64(j > i)
     return edges, e
 
 
