@@ -1,0 +1,94 @@
+"""End to end on a tiny preset: pipelines.run (preprocess → train → evaluate → report), then scoring."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def pipeline_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("e2e")
+    cmd = [sys.executable, "-m", "pipelines.run", "--dataset", "citeseer", "--preset", "tiny", "--seeds", "0,1",
+           "--out", str(tmp / "results"), "--shards", str(tmp / "shards"), "--num-cpus", "2", "--views", "1",
+           "--train-arg=--max-steps=15", "--train-arg=--num-workers=0", "--train-arg=--no-progress"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return tmp, proc.stdout
+
+
+def test_pipeline_writes_results_table_and_plots(pipeline_run):
+    tmp, stdout = pipeline_run
+    out = tmp / "results" / "tiny"
+    results = json.loads((out / "results.json").read_text())
+    assert sorted(r["seed"] for r in results["runs"]) == [0, 1]
+    for r in results["runs"]:
+        assert 0.0 < r["test"]["mrr"] <= 1.0 and r["best_epoch"] is not None
+        assert (out / "original" / f"seed{r['seed']}" / "result.json").exists()
+    models = [row["model"] for row in results["table"]]
+    assert models == ["PENCIL", "CN", "AA", "RA"]
+    # The heuristics beside it are the exact paper numbers (same split, same protocol code).
+    aa = next(row for row in results["table"] if row["model"] == "AA")
+    assert round(aa["mrr"][0], 2) == 29.37
+    assert "| citeseer | original | PENCIL | 2 |" in stdout
+    assert "PENCIL w/o features (paper) | – | 47.51 ± 3.09" in stdout
+    for png in ("training_loss.png", "mrr_per_epoch.png"):
+        assert (out / "original" / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_rerun_reuses_shards_and_finished_runs(pipeline_run):
+    tmp, _ = pipeline_run
+    cmd = [sys.executable, "-m", "pipelines.run", "--dataset", "citeseer", "--preset", "tiny", "--seeds", "0",
+           "--out", str(tmp / "results"), "--shards", str(tmp / "shards"), "--num-cpus", "2", "--views", "1",
+           "--train-arg=--max-steps=15", "--train-arg=--num-workers=0", "--train-arg=--no-progress"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "shards reused" in proc.stderr
+    assert "sampling:" not in proc.stderr  # no progress bar: nothing was sampled again
+
+
+def _score(tmp, pairs_file, out, *extra):
+    cmd = [sys.executable, "-m", "pipelines.score", "--checkpoint", str(tmp / "results/tiny/original/seed0"),
+           "--pairs", str(pairs_file), "--out", str(out), *extra]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_score_parquet_pairs_with_orderings(pipeline_run, tmp_path):
+    tmp, _ = pipeline_run
+    pairs = tmp_path / "pairs.parquet"
+    pq.write_table(pa.table({"src": [137, 460, 0, 12], "dst": [1034, 1751, 1, 12]}), pairs)
+    proc = _score(tmp, pairs, tmp_path / "scores.parquet", "--orderings", "3")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = pq.read_table(tmp_path / "scores.parquet").to_pandas()
+    assert list(table.columns) == ["src", "dst", "score", "logit", "score_std"]
+    assert table[["src", "dst"]].values.tolist() == [[137, 1034], [460, 1751], [0, 1], [12, 12]]
+    assert np.all((table.score > 0) & (table.score < 1)) and np.all(table.score_std >= 0)
+    # Same seed, same subgraphs: scoring is deterministic.
+    again = _score(tmp, pairs, tmp_path / "again.parquet", "--orderings", "3")
+    assert again.returncode == 0
+    assert np.array_equal(pq.read_table(tmp_path / "again.parquet").column("logit").to_numpy(),
+                          table.logit.to_numpy())
+
+
+def test_score_rejects_unknown_node_ids(pipeline_run, tmp_path):
+    tmp, _ = pipeline_run
+    pairs = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"src": [1, 99999], "dst": [2, 3]}), pairs)
+    proc = _score(tmp, pairs, tmp_path / "never.parquet")
+    assert proc.returncode == 2
+    assert "unknown node ids (first: row 1, (99999, 3))" in proc.stderr
+    assert not (tmp_path / "never.parquet").exists()
+
+
+def test_score_rejects_missing_columns(pipeline_run, tmp_path):
+    tmp, _ = pipeline_run
+    pairs = tmp_path / "cols.csv"
+    pairs.write_text("a,b\n1,2\n")
+    proc = _score(tmp, pairs, tmp_path / "never.parquet")
+    assert proc.returncode == 2 and "missing column(s) src, dst (found: a, b)" in proc.stderr
