@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     state = "cached (nothing sampled)" if result.cached else "written"
-    print(f"shards {state}: {result.path}")
+    print(f"shards {state}: {result.location}")
     return 0
 
 

@@ -58,9 +58,10 @@ class ShardPlan:
 
 @dataclass
 class JobResult:
-    path: Path
-    cached: bool
+    path: Path  # the shard directory (local output)
+    cached: bool  # True: a complete set was found and nothing was sampled
     summary: dict = field(default_factory=dict)
+    location: str = ""  # the same directory as a string/URL (what a remote backend would be given)
 
 
 # ---------------------------------------------------------------------------- shard task (runs on a worker)
@@ -176,19 +177,21 @@ def run_job(config: PreprocessConfig, dataset=None) -> JobResult:
     storage = open_storage(out)
     if storage.exists(MANIFEST) and not config.force:
         log.info("cache complete: %s already holds a finished shard set; sampling nothing", out)
-        return JobResult(Path(out), cached=True)
+        return JobResult(Path(out), cached=True, location=out)
     if config.force:
         storage.remove(MANIFEST)  # a killed forced run must not look complete
 
     sets = candidate_sets(config, dataset, protocols)
     plans = plan_shards(config, sets)
+    log.info("%s: %d candidate sets, %d links in %d shards -> %s (shards finished by an earlier run are kept)",
+             dataset.name, len(sets), sum(len(cs.cands) for cs in sets), len(plans), out)
     eval_info = _write_queries(storage, dataset, sets)
     records, summary = _execute(config, dataset, sets, plans, out)
     _cleanup_tmp(storage)
     summary["seconds"] = round(time.perf_counter() - t0, 3)
     write_manifest(storage, _manifest(config, dataset, key, protocols, sets, records, eval_info))
     _log_summary(summary, out)
-    return JobResult(Path(out), cached=False, summary=summary)
+    return JobResult(Path(out), cached=False, summary=summary, location=out)
 
 
 def _write_queries(storage, dataset, sets: list[CandidateSet]) -> dict:
