@@ -14,6 +14,7 @@ remote backend plugs in there without touching the sampler or this orchestration
 """
 from __future__ import annotations
 
+import hashlib
 import io
 import logging
 import os
@@ -91,7 +92,6 @@ def build_shard(indptr, indices, src, dst, label, start: int, stop: int, d: int,
 
 def shard_stats(data: bytes, where: str) -> dict:
     """Re-read a finished shard: the same stats pack_shard reported when it was written."""
-    import hashlib
     stats = {"links": 0, "tokens": 0, "blocks": 0}
     for block in iter_tar_blocks(io.BytesIO(data), where):
         stats["links"] += len(block)
