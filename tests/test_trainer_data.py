@@ -190,6 +190,16 @@ def test_one_shard_feeds_every_worker(tmp_path):
     assert all(per_worker) and sorted(sum(per_worker, [])) == list(range(60))
 
 
+def test_datasets_pickle_for_spawned_workers(shard_set):
+    """forkserver/spawn start methods (Python 3.14's default) pickle the dataset into each worker."""
+    import pickle
+
+    loader, _ = data.train_loader(shard_set, 0, 0, 1, cfg(num_workers=2))
+    clone = pickle.loads(pickle.dumps(loader.dataset))
+    assert [b.cid.tolist() for b in clone.logical_worker(0, 1)] == [b.cid.tolist() for b in loader.dataset.logical_worker(0, 1)]
+    pickle.dumps(data.eval_loader(shard_set, "valid", "original", 0, 1, cfg()).dataset)
+
+
 def test_token_budget_and_cap(shard_set):
     for budget, cap in [(40, 100), (200, 3), (14, 8)]:
         batches, _ = rank_batches(shard_set, 0, 0, 1, cfg(token_budget=budget, max_samples=cap))

@@ -218,9 +218,12 @@ def config_for(preset: str, shards: str, out: str, **overrides) -> TrainConfig:
     Top-level TrainConfig fields go as keywords; component fields as `data=dict(...)`, `optim=dict(...)`,
     `model=dict(...)` (merged into the preset-derived defaults).
     """
-    p = get_preset(preset)
-    data = dict(shards=shards, **overrides.pop("data", {}))
-    optim = dict(lr=p.lr, weight_decay=p.weight_decay, effective_batch=p.effective_batch, **overrides.pop("optim", {}))
+    try:
+        p = get_preset(preset)
+    except ValueError as err:
+        raise ConfigError(f"--preset: {err}") from None
+    data = {"shards": shards, **overrides.pop("data", {})}
+    optim = {"lr": p.lr, "weight_decay": p.weight_decay, "effective_batch": p.effective_batch, **overrides.pop("optim", {})}
     model = overrides.pop("model", {})
     base = dict(epochs=p.epochs, eval_every=p.eval_every, protocol=p.protocol)
     base.update(overrides)

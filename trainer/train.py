@@ -175,6 +175,7 @@ class Trainer:
         if info.is_main:
             (self.out / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
         self.metrics.close()
+        distributed.barrier(info)  # when run() returns on any rank, rank 0's files are complete
         return summary
 
     def _steps_left(self) -> bool:

@@ -1,0 +1,166 @@
+"""Two-process runs: gloo sharding and eval gather (fast, torch.multiprocessing), the torchrun CLI on
+synthetic shards (fast), and on real citeseer shards built by preprocess (slow): training, loss going
+down, sensible metrics, and a SIGKILL'd run resumed to the same trajectory."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from tests.test_trainer_data import make_shard_set
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------- fast: 2 ranks in-process (spawn)
+def cids_of(samples: list[dict]) -> list[int]:
+    return [s["cid"] for s in samples]
+
+
+def _worker(rank: int, world: int, port: int, shards: str, out: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
+                      LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    from common.shards import read_manifest
+    from tests.test_trainer_loop import CidScorer
+    from trainer import data, distributed
+    from trainer.config import DataConfig, config_for
+    from trainer.evaluate import evaluate_split
+    from trainer.train import run
+
+    info = distributed.init_distributed("cpu")
+    manifest = read_manifest(shards)
+    # In-process loading: loader workers of a spawned rank are spawned too and re-import torch (~10 s
+    # each on a busy 2-core box); worker loading under DDP is covered by the torchrun tests (fork).
+    c = DataConfig(shards=shards, max_samples=4, token_budget=200, eval_token_budget=100, num_workers=0)
+    result = {"batches": [], "eval": {}, "t": [time.time()]}
+    for epoch in range(3):  # uneven shards, both views
+        loader, plan = data.train_loader(manifest, epoch, info.rank, info.world_size, c, collate=cids_of)
+        result["batches"].append(len(list(loader)))
+        result["t"].append(time.time())
+    result["eval"] = evaluate_split(CidScorer(), manifest, "valid", "original", c, info)
+    gathered = distributed.all_gather_cat(torch.arange(rank * 3 + 1), info)  # lengths 1 and 4
+    result["gathered"] = gathered.tolist()
+    summary = run(config_for("tiny", shards, out, epochs=2, log_every=1, progress=False, max_steps=6,
+                             data={"num_workers": 0, "max_samples": 4}, optim={"effective_batch": 16}))
+    result["t"].append(time.time())
+    result["summary_steps"] = summary["steps"]
+    result["accumulation"] = summary["accumulation"]
+    from trainer import checkpoint
+    result["param_sum"] = float(sum(p.double().sum() for p in checkpoint.load(Path(out) / "last.pt")["model"].values()))
+    Path(out, f"rank{rank}.json").write_text(json.dumps(result))
+    # the trainer tore the process group down; nothing left to clean
+
+
+def test_two_gloo_ranks_share_data_and_eval(tmp_path):
+    shards = make_shard_set(tmp_path / "shards", shard_links=(50, 50, 17), eval_links=60)
+    out = tmp_path / "run"
+    out.mkdir()
+    mp.spawn(_worker, args=(2, free_port(), str(shards), str(out)), nprocs=2, join=True)
+    r0, r1 = (json.loads((out / f"rank{r}.json").read_text()) for r in range(2))
+    assert r0["batches"] == r1["batches"] and min(r0["batches"]) > 0  # equal counts per epoch, no hang
+    assert r0["gathered"] == r1["gathered"] == [0, 0, 1, 2, 3]
+    # eval over two ranks == common.metrics on the full score table
+    from common.metrics import evaluate
+    from common.shards import load_queries
+    pos, neg = load_queries(shards / "valid-original-queries.npz")
+    f = lambda ids: np.sin(ids.astype(np.float64) * 1.7).astype(np.float32)
+    assert r0["eval"] == r1["eval"] == evaluate("original", f(pos), f(neg))
+    assert r0["summary_steps"] == 6 and r0["accumulation"] == 2  # 16 links = 4 x 2 micro x 2 ranks
+    assert r0["param_sum"] == r1["param_sum"]  # (rank 0 wrote the checkpoint both read)
+    assert (out / "summary.json").exists() and (out / "best.pt").exists()
+
+
+# ---------------------------------------------------------------------------- torchrun CLI
+def torchrun(shards, out, *extra, timeout=600) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "trainer",
+           "--shards", str(shards), "--out", str(out), "--no-progress", "--log-every", "1", *extra]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return res
+
+
+def losses(run_dir: Path) -> dict[int, float]:
+    from trainer.metrics_log import read_metrics
+    return {r["step"]: r["loss"] for r in read_metrics(run_dir / "metrics.jsonl", "train")}  # last write wins
+
+
+def test_torchrun_cli_on_synthetic_shards(tmp_path):
+    shards = make_shard_set(tmp_path / "shards", shard_links=(128, 128, 40), eval_links=60)
+    res = torchrun(shards, tmp_path / "run", "--preset", "tiny", "--epochs", "3", "--num-workers", "1")
+    summary = json.loads((tmp_path / "run/summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["epochs_completed"] == 3 and summary["valid"]["mrr"] > 0
+    assert "attention backend" in res.stderr and "world size 2" in res.stderr
+    assert json.loads(res.stdout)["steps"] == summary["steps"]  # the CLI prints the summary
+    ls = list(losses(tmp_path / "run").values())
+    assert np.mean(ls[-3:]) < np.mean(ls[:3])
+
+
+# ---------------------------------------------------------------------------- slow: real citeseer shards
+@pytest.fixture(scope="module")
+def citeseer_shards(tmp_path_factory) -> Path:
+    """citeseer, sampling (1, 5) (the `tiny` preset's N_max 12), 2 views, built once by preprocess.
+    PENCIL_TEST_CITESEER_SHARDS=<dir holding manifest.json> reuses a prebuilt set."""
+    if os.environ.get("PENCIL_TEST_CITESEER_SHARDS"):
+        return Path(os.environ["PENCIL_TEST_CITESEER_SHARDS"])
+    out = tmp_path_factory.mktemp("citeseer")
+    res = subprocess.run([sys.executable, "-m", "preprocess", "--dataset", "citeseer", "--sampling", "1,5", "--views", "2",
+                          "--protocol", "original", "--out", str(out), "--num-cpus", "2", "-q"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return Path(res.stdout.strip().splitlines()[-1].split()[-1])
+
+
+@pytest.mark.slow
+def test_torchrun_trains_on_citeseer(citeseer_shards, tmp_path):
+    torchrun(citeseer_shards, tmp_path / "run", "--preset", "tiny", "--max-steps", "120", "--num-workers", "1")
+    ls = list(losses(tmp_path / "run").values())
+    assert len(ls) == 120 and np.mean(ls[-20:]) < np.mean(ls[:20]) - 0.05
+    s = json.loads((tmp_path / "run/summary.json").read_text())
+    assert s["last_eval"]["valid"]["mrr"] > 0.02 and s["last_eval"]["test"]["hits@100"] > 0.2  # random: ~0.005 / 0.2
+
+
+@pytest.mark.slow
+def test_killed_torchrun_resumes_exactly(citeseer_shards, tmp_path):
+    args = ["--preset", "tiny", "--max-steps", "60", "--num-workers", "1", "--checkpoint-every", "10", "--eval-splits", "valid"]
+    torchrun(citeseer_shards, tmp_path / "full", *args)
+    cut = tmp_path / "cut"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "trainer",
+           "--shards", str(citeseer_shards), "--out", str(cut), "--no-progress", "--log-every", "1", *args]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    from trainer import checkpoint
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        time.sleep(0.5)
+        try:
+            if checkpoint.load(cut / "last.pt")["state"]["step"] >= 20:
+                break
+        except Exception:
+            pass  # not written yet
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole torchrun group, mid-training
+    proc.wait()
+    killed_at = checkpoint.load(cut / "last.pt")["state"]["step"]
+    assert 20 <= killed_at < 60
+    torchrun(citeseer_shards, cut, *args, "--resume")
+    a, b = losses(tmp_path / "full"), losses(cut)
+    assert [a[s] for s in range(killed_at + 1, 61)] == [b[s] for s in range(killed_at + 1, 61)]
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (tmp_path / "full", cut))
+    assert sa["last_eval"] == sb["last_eval"]

@@ -1,0 +1,178 @@
+"""trainer loop in one process: config/CLI, accumulation maths, eval == common.metrics, checkpoints, resume."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from common.metrics import evaluate as common_evaluate
+from common.shards import load_queries, read_manifest
+from tests.test_trainer_data import make_shard_set
+from trainer import checkpoint, distributed
+from trainer.config import ConfigError, DataConfig, config_for, config_from_args
+from trainer.evaluate import evaluate_split, scores_to_metrics
+from trainer.metrics_log import read_metrics
+from trainer.train import Trainer, run
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models on a shared 2-core box: intra-op threads only contend (10x slower), so use one."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    return make_shard_set(tmp_path_factory.mktemp("loop-shards"), shard_links=(96, 96, 40), eval_links=60)
+
+
+def tiny(shards, out, **kw):
+    kw.setdefault("progress", False)
+    kw.setdefault("log_every", 1)
+    data = {"num_workers": 0, **kw.pop("data", {})}
+    return config_for("tiny", str(shards), str(out), data=data, **kw)
+
+
+# ---------------------------------------------------------------------------- config and CLI
+def test_help_lists_the_flags():
+    out = subprocess.run([sys.executable, "-m", "trainer", "--help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    for flag in ("--shards", "--preset", "--out", "--resume", "--epochs", "--lr", "--hidden", "--layers", "--micro-batch",
+                 "--token-budget", "--eval-every", "--max-steps", "--seed", "--device", "--num-workers", "--protocol"):
+        assert flag in out
+
+
+def test_cli_overrides_and_errors_name_the_flag():
+    c = config_from_args(["--shards", "s", "--preset", "citeseer-small", "--out", "o", "--lr", "0.01", "--hidden", "64",
+                          "--micro-batch", "8", "--max-steps", "3"])
+    assert (c.optim.lr, c.model.hidden, c.data.max_samples, c.max_steps, c.optim.effective_batch) == (0.01, 64, 8, 3, 64)
+    assert c.epochs == 12 and c.protocol == "original"
+    with pytest.raises(ConfigError, match="--lr"):
+        config_from_args(["--shards", "s", "--preset", "tiny", "--out", "o", "--lr", "-1"])
+    with pytest.raises(ConfigError, match="--micro-batch"):
+        DataConfig(shards="s", max_samples=0)
+    with pytest.raises(ConfigError, match="--preset"):
+        config_for("nope", "s", "o")
+
+
+# ---------------------------------------------------------------------------- eval == common.metrics
+def test_scores_to_metrics_equals_common(shards):
+    manifest = read_manifest(shards)
+    rng = np.random.default_rng(0)
+    score = rng.normal(size=60).astype(np.float32)
+    perm = rng.permutation(60)  # gathered order is arbitrary; lookup is by cid
+    got = scores_to_metrics(manifest, "valid", "original", perm, score[perm])
+    pos, neg = load_queries(shards / "valid-original-queries.npz")
+    assert got == common_evaluate("original", score[pos], score[neg])
+
+
+class CidScorer(torch.nn.Module):
+    """A 'model' whose score is a fixed function of the candidate id."""
+
+    def forward(self, batch):
+        return torch.sin(batch.cid.double() * 1.7).float()
+
+
+def test_evaluate_split_equals_common(shards):
+    manifest = read_manifest(shards)
+    info = distributed.init_distributed("cpu")
+    c = DataConfig(shards=str(shards), max_samples=8, token_budget=100, eval_token_budget=100, num_workers=0)
+    got = evaluate_split(CidScorer(), manifest, "test", "original", c, info)
+    pos, neg = load_queries(shards / "test-original-queries.npz")
+    f = lambda ids: np.sin(ids.astype(np.float64) * 1.7).astype(np.float32)
+    assert got == common_evaluate("original", f(pos), f(neg))
+
+
+# ---------------------------------------------------------------------------- optimisation maths
+def test_accumulation_gives_the_full_batch_mean_gradient(shards, tmp_path):
+    """Micro-batches of unequal size, accumulated, give exactly the gradient of the mean over all links."""
+    cfg = tiny(shards, tmp_path / "r", model={"dropout": 0.0}, optim={"effective_batch": 24},
+               data={"max_samples": 8, "token_budget": 60})
+    trainer = Trainer(cfg, distributed.init_distributed("cpu"))
+    from trainer import data
+
+    loader, _ = data.train_loader(trainer.manifest, 0, 0, 1, trainer.config.data)
+    micro = [b for b, _ in zip(loader, range(3))]
+    assert len({b.num_samples for b in micro}) > 1  # the token budget makes them uneven
+    trainer.optimizer.step = lambda: None  # keep the accumulated gradients for inspection
+    trainer.optimizer.zero_grad = lambda set_to_none=True: None
+    loss, samples, _ = trainer.train_step(micro)
+    grads = [p.grad.clone() for p in trainer.core.parameters() if p.requires_grad]
+
+    from trainer.packing import pack  # the same links as one batch
+    for p in trainer.core.parameters():
+        p.grad = None
+    samples_all = [s for b in micro for s in _unpack(b, trainer)]
+    full = pack(samples_all, trainer.n_max)
+    ref = trainer.core.loss(trainer.core(full), full.label)
+    ref.backward()
+    ref = ref.detach()
+    assert float(samples) == full.num_samples
+    assert float(loss) / float(samples) == pytest.approx(float(ref), rel=1e-5)
+    for g, p in zip(grads, [p for p in trainer.core.parameters() if p.requires_grad]):
+        torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-6)
+
+
+def _unpack(batch, trainer):
+    """PackedBatch -> sample dicts (context nodes and edges back in local ids)."""
+    out = []
+    cu = batch.cu_seqlens.tolist()
+    src, dst = batch.adj_src.numpy(), batch.adj_dst.numpy()
+    for b in range(batch.num_samples):
+        lo, hi = cu[b], cu[b + 1] - 2
+        nodes = batch.node[lo:hi].numpy()
+        keep = (src >= lo) & (src < hi) & (dst >= lo) & (dst < hi) & (src < dst)
+        edges = np.stack([src[keep] - lo, dst[keep] - lo], 1)
+        out.append({"cid": int(batch.cid[b]), "label": float(batch.label[b]), "nodes": nodes, "edges": edges})
+    return out
+
+
+# ---------------------------------------------------------------------------- a whole run, checkpoints, resume
+def test_run_writes_metrics_checkpoints_and_summary(shards, tmp_path):
+    out = tmp_path / "run"
+    summary = run(tiny(shards, out, epochs=2, eval_every=1))
+    assert {"config.json", "metrics.jsonl", "summary.json", "last.pt", "best.pt"} <= {p.name for p in out.iterdir()}
+    assert not list(out.glob(".*.tmp"))  # atomic writes leave no temporaries
+    assert json.loads((out / "summary.json").read_text())["steps"] == summary["steps"]
+    train = read_metrics(out / "metrics.jsonl", "train")
+    assert {"loss", "lr", "samples_per_s", "tokens_per_s"} <= set(train[0])
+    evals = read_metrics(out / "metrics.jsonl", "eval")
+    assert {(e["epoch"], e["split"]) for e in evals} == {(0, "valid"), (0, "test"), (1, "valid"), (1, "test")}
+    # test is reported at the best validation epoch
+    best = max((e for e in evals if e["split"] == "valid"), key=lambda e: e["mrr"])
+    test_at_best = next(e for e in evals if e["split"] == "test" and e["step"] == best["step"])
+    assert summary["best_epoch"] == best["epoch"] and summary["test"]["mrr"] == test_at_best["mrr"]
+    assert summary["attention_backend"] and summary["world_size"] == 1
+    ckpt = checkpoint.load(out / "last.pt")  # weights_only=True
+    assert {"model", "optimizer", "state", "config", "rng"} <= set(ckpt)
+    assert ckpt["state"]["epoch"] == 2 and ckpt["state"]["batch"] == 0 and ckpt["config"]["data"]["token_budget"]
+    assert train[-1]["loss"] < train[0]["loss"]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_stop_and_resume_continues_exactly(shards, tmp_path, workers):
+    steps = 12  # epochs hold 8 steps here: the resume lands mid-epoch 0 and the run crosses an epoch end
+    full = run(tiny(shards, tmp_path / "full", epochs=3, max_steps=steps, data={"num_workers": workers}))
+    run(tiny(shards, tmp_path / "cut", epochs=3, max_steps=5, data={"num_workers": workers}))
+    resumed = run(tiny(shards, tmp_path / "cut", epochs=3, max_steps=steps, resume=True, data={"num_workers": workers}))
+    a = {r["step"]: r["loss"] for r in read_metrics(tmp_path / "full/metrics.jsonl", "train")}
+    b = {r["step"]: r["loss"] for r in read_metrics(tmp_path / "cut/metrics.jsonl", "train")}
+    assert len(a) == steps and a == b  # bit-identical fp32 losses after the resume point
+    assert resumed["last_eval"] == full["last_eval"]
+    sd_a, sd_b = (checkpoint.load(tmp_path / d / "last.pt")["model"] for d in ("full", "cut"))
+    assert all(torch.equal(sd_a[k], sd_b[k]) for k in sd_a)
+
+
+def test_fractional_epochs_cut_the_last_epoch(shards, tmp_path):
+    s1 = run(tiny(shards, tmp_path / "one", epochs=1, eval_splits=("valid",)))
+    s2 = run(tiny(shards, tmp_path / "half", epochs=1.5, eval_splits=("valid",)))
+    assert s2["steps"] == s1["steps"] + -(-s1["steps"] // 2) and s2["epochs_completed"] == 2
