@@ -204,6 +204,85 @@ def section_step(args):
 SECTIONS = {"step": section_step}  # other sections (e.g. "loader") register here
 
 
+# ---------------------------------------------------------------------------- loader throughput
+def _loader_shard_set(args, tmp: str) -> str:
+    """args.shards, or a one-view synthetic set with citeseer(2,20)-like lengths written to `tmp`."""
+    if args.shards:
+        return args.shards
+    from common.shards import Block, LocalStorage, pack_shard, train_shard_name, write_manifest
+
+    samples = synthetic_samples("citeseer(2,20)", max(args.samples, 20000), args.seed)
+    storage, records = LocalStorage(tmp), []
+    for k, lo in enumerate(range(0, len(samples), 4096)):
+        blocks = []
+        for b in range(lo, min(lo + 4096, len(samples)), 256):
+            ss = samples[b:b + 256]
+            ptr = lambda xs: np.concatenate([[0], np.cumsum([len(x) for x in xs])]).astype(np.int64)
+            blocks.append(Block(cid=np.array([s["cid"] for s in ss]), src=np.zeros(len(ss), np.int64),
+                                dst=np.ones(len(ss), np.int64), label=np.array([s["label"] for s in ss], np.float32),
+                                node_ptr=ptr([s["nodes"] for s in ss]), nodes=np.concatenate([s["nodes"] for s in ss]),
+                                edge_ptr=ptr([s["edges"] for s in ss]),
+                                edges=np.concatenate([s["edges"] for s in ss]).reshape(-1, 2)))
+        data, st = pack_shard(blocks)
+        storage.write_atomic(train_shard_name(0, k), data)
+        records.append({"name": train_shard_name(0, k), "split": "train", "protocol": None, "view": 0, **st})
+    write_manifest(storage, {"shards": records, "n_max": budget_of(2, 20), "views": 1, "eval": {},
+                             "dataset": "synthetic-citeseer", "sampling": {"d": 2, "n": 20}})
+    return tmp
+
+
+def section_loader(args):
+    """trainer.data's training stream (decode, shuffle, relabel, token batching, pack) in loader worker
+    processes, against what the model consumes on the same batches: 'vs model' > 1 means the loader keeps up."""
+    import os
+    import tempfile
+
+    from common.shards import read_manifest
+    from trainer import data
+    from trainer.config import DataConfig
+
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    with tempfile.TemporaryDirectory() as tmp:
+        manifest = read_manifest(_loader_shard_set(args, tmp))
+        n_max = int(manifest["n_max"])
+        # model consumption on the loader's own first batches (sdpa path, as the trainer runs it)
+        torch.manual_seed(args.seed)
+        model = Pencil(ModelConfig(n_max=n_max, hidden=args.hidden, layers=args.layers, heads=args.heads,
+                                   ffn=args.ffn, dropout=0.0)).to(device).train()
+        cfg0 = DataConfig(shards=manifest["root"], max_samples=1 << 20, token_budget=args.budget,
+                          shuffle_buffer=4096, num_workers=0, seed=args.seed)
+        first = [b.to(device) for b, _ in zip(data.train_loader(manifest, 0, 0, 1, cfg0)[0], range(args.batches))]
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+        step = make_step(model, opt, device, amp=device.type == "cuda")
+        step(first[0])  # warm-up
+        _sync(device)
+        t0 = time.perf_counter()
+        for _ in range(args.repeats):
+            for b in first:
+                step(b)
+        _sync(device)
+        model_tps = sum(b.num_tokens for b in first) * args.repeats / (time.perf_counter() - t0)
+        rows = [["model step", "-", "-", "-", f"{model_tps:.3g}", "1.00x"]]
+        for workers in sorted({0, 1, 2, min(8, os.cpu_count() or 1)}):
+            cfg = DataConfig(shards=manifest["root"], max_samples=1 << 20, token_budget=args.budget,
+                             shuffle_buffer=4096, num_workers=workers, seed=args.seed)
+            loader, plan = data.train_loader(manifest, 0, 0, 1, cfg)
+            t0 = time.perf_counter()
+            samples = tokens = 0
+            for b in loader:  # includes worker start-up, as every epoch pays it
+                samples += b.num_samples
+                tokens += b.num_tokens
+            dt = time.perf_counter() - t0
+            rows.append([f"loader, {workers} workers", plan.batches, f"{samples / dt:.3g}", f"{dt:.2f}",
+                         f"{tokens / dt:.3g}", f"{tokens / dt / model_tps:.2f}x"])
+    title = (f"loader vs model, {device.type}, token budget {args.budget}, {manifest.get('dataset', 'shards')} "
+             f"(N_max {n_max}), model hidden {args.hidden} x {args.layers} layers; one epoch of one rank")
+    return title, ["path", "batches", "samples/s", "epoch s", "tokens/s", "vs model"], rows
+
+
+SECTIONS["loader"] = section_loader
+
+
 def print_table(title: str, columns: list[str], rows: list[list]) -> None:
     cells = [[str(c) for c in columns]] + [[str(c) for c in r] for r in rows]
     width = [max(len(r[i]) for r in cells) for i in range(len(columns))]

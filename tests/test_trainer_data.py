@@ -239,3 +239,12 @@ def test_missing_shard_names_the_file(tmp_path):
     (root / "train-v000-00000.tar").unlink()
     with pytest.raises(data.ShardError, match="train-v000-00000.tar"):
         rank_batches(read_manifest(root), 0, 0, 1, cfg())
+
+
+@pytest.mark.parametrize("prefix", ["file://", "pipe:cat "])
+def test_shards_open_through_url_openers(shard_set, prefix):
+    """Shard paths go through webdataset's gopen, so URL schemes (file://, pipe:, http(s), ...) read the same."""
+    remote = {**shard_set, "root": prefix + shard_set["root"]}
+    entries = [e for e in shard_set["shards"] if e["split"] == "valid"]
+    got = [s["cid"] for s in data.read_units(data.make_units(remote, entries, 1))]
+    assert sorted(got) == list(range(60))
