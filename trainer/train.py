@@ -198,7 +198,7 @@ class Trainer:
             st.batch += len(micro)
             st.step += 1
             window.add(loss, samples, tokens)
-            if st.step % cfg.log_every == 0 or st.batch >= plan.batches:
+            if st.step % cfg.log_every == 0 or st.batch >= plan.batches or not self._steps_left():
                 self._log_train(window, bar)
             bar.update(1)
             if cfg.checkpoint_every and st.step % cfg.checkpoint_every == 0 and st.batch < plan.batches:
