@@ -5,6 +5,7 @@ Layout of one dataset build, `<out>/<dataset>/<cache key>/`:
     train-v000-00000.tar ...        training shards of view 0 (independent negatives + subgraphs per view)
     valid-original-00000.tar ...    eval shards, one set per (split, protocol)
     valid-original-queries.npz      ranking structure of that eval set (pos_cid, neg_cid)
+    features.npy                    node features (N, F) float32, only when built with --features
     manifest.json                   written last, atomically; its presence means "complete"
 
 A shard is a WebDataset tar whose members are Arrow IPC streams, each one *block* of up to a few
@@ -244,6 +245,32 @@ def load_queries(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
             return z["pos_cid"], z["neg_cid"]
     except (OSError, KeyError, ValueError) as err:
         raise ShardError(f"{path}: unreadable query file ({err}); rebuild the shard set with --force") from None
+
+
+# ---------------------------------------------------------------------------- node features
+FEATURES = "features.npy"
+
+
+def encode_features(x: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(x, dtype=np.float32))
+    return buf.getvalue()
+
+
+def load_features(manifest: dict) -> np.ndarray | None:
+    """The shard set's node-feature table (N, F) float32, or None when it was built without features."""
+    entry = manifest.get("features")
+    if not entry:
+        return None
+    path = Path(manifest["root"]) / entry["file"]
+    try:
+        x = np.load(path)
+    except (OSError, ValueError) as err:
+        raise ShardError(f"{path}: unreadable feature table ({err}); rebuild the shard set with --force") from None
+    if x.shape != (manifest["num_nodes"], entry["dim"]):
+        raise ShardError(f"{path}: feature table has shape {x.shape}, the manifest says "
+                         f"({manifest['num_nodes']}, {entry['dim']}); rebuild the shard set with --force")
+    return x
 
 
 # ---------------------------------------------------------------------------- manifest

@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--data-dir", default=None, help="HeaRT-format folder (as preprocess --data-dir)")
     p.add_argument("--ogb-root", default=None, help="already-downloaded OGB root (as preprocess --ogb-root)")
+    p.add_argument("--planetoid-dir", default=None, help="Planetoid raw files (cora; features of citeseer/cora)")
+    p.add_argument("--features", action="store_true",
+                   help="train with node features (the paper's 'PENCIL' rows; default: without, 'PENCIL w/o features')")
     p.add_argument("--train-arg", action="append", default=[], metavar="FLAG=VALUE",
                    help="extra trainer flag, repeatable, e.g. --train-arg=--micro-batch=64")
     return p
@@ -75,7 +78,8 @@ def preprocess_shards(args, preset, protocols: list[str]) -> Path:
     cfg = PreprocessConfig(
         dataset=args.dataset, sampling=SamplingConfig(*preset.sampling),
         candidates=CandidateConfig(views=views, percent=preset.train_percent, protocols=tuple(protocols)),
-        out=args.shards, data_dir=args.data_dir, ogb_root=args.ogb_root, num_cpus=args.num_cpus)
+        out=args.shards, data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir,
+        features=args.features, num_cpus=args.num_cpus)
     result = run_job(cfg)
     _shutdown_ray()
     log.info("shards %s: %s", "reused" if result.cached else "written", result.path)
@@ -107,8 +111,9 @@ def train_seed(args, preset_name: str, shards: Path, protocol: str, seed: int, r
     return run(config_from_args(flags))
 
 
-def result_record(dataset: str, protocol: str, preset: str, seed: int, summary: dict) -> dict:
-    return {"dataset": dataset, "protocol": protocol, "model": "PENCIL", "preset": preset, "seed": seed,
+def result_record(dataset: str, protocol: str, preset: str, seed: int, summary: dict, features: bool) -> dict:
+    model = "PENCIL" if features else "PENCIL w/o features"  # the paper's row names
+    return {"dataset": dataset, "protocol": protocol, "model": model, "preset": preset, "seed": seed,
             "best_epoch": summary.get("best_epoch"), "valid": summary.get("valid") or {},
             "test": summary.get("test") or {}, "train_time_s": summary.get("train_time_s"),
             "attention_backend": summary.get("attention_backend")}
@@ -129,7 +134,7 @@ def run_protocol(args, dataset_obj, preset_name: str, protocol: str, out: Path) 
     for seed in [int(s) for s in args.seeds.split(",") if s.strip()]:
         run_dir = out / protocol / f"seed{seed}"
         summary = train_seed(args, preset_name, shards, protocol, seed, run_dir)
-        record = result_record(dataset_obj.name, protocol, preset_name, seed, summary)
+        record = result_record(dataset_obj.name, protocol, preset_name, seed, summary, args.features)
         write_json_atomic(run_dir / "result.json", record)
         results.append(record)
         log.info("seed %d: test %s = %.2f (best epoch %s)", seed, summary.get("selection_metric", "mrr"),
@@ -141,7 +146,8 @@ def run_protocol(args, dataset_obj, preset_name: str, protocol: str, out: Path) 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    dataset_obj = load_dataset(args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root)
+    dataset_obj = load_dataset(args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root,
+                               planetoid_dir=args.planetoid_dir)
     available = dataset_obj.protocols
     protocols = available if args.protocol == "both" else [args.protocol]
     missing = [p for p in protocols if p not in available]
@@ -160,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     (out / "report.md").write_text(table)
     sys.stdout.write("\n" + table)
     for r in rows:
-        if r["model"] == "PENCIL":
+        if r["model"].startswith("PENCIL"):
             log.info("%s/%s PENCIL test MRR %s over %d seed(s); results in %s", r["dataset"], r["protocol"],
                      fmt(*r["mrr"]), len(r["seeds"]), out)
     return 0

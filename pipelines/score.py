@@ -27,7 +27,7 @@ from common.shards import read_manifest
 from preprocess.sampler import derive_seed, sample_subgraphs
 from trainer import checkpoint
 from trainer.config import TrainConfig
-from trainer.model import ModelConfig, Pencil
+from trainer.model import Pencil, model_for_shards
 from trainer.packing import pack
 
 log = logging.getLogger("pipelines.score")
@@ -95,10 +95,9 @@ def read_pairs(path: str, num_nodes: int) -> np.ndarray:
     return pairs
 
 
-def load_model(ckpt: dict, n_max: int, device: torch.device) -> Pencil:
+def load_model(ckpt: dict, manifest: dict, device: torch.device) -> Pencil:
     config = TrainConfig.from_dict(ckpt["config"])
-    cfg = ModelConfig.from_preset(get_preset(config.preset), **{**config.model.as_overrides(), "n_max": n_max})
-    model = Pencil(cfg)
+    model = model_for_shards(get_preset(config.preset), config.model.as_overrides(), manifest)
     model.load_state_dict(ckpt["model"])
     return model.to(device).eval()
 
@@ -146,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         manifest = read_manifest(ckpt["config"]["data"]["shards"])
         pre = manifest["config"]
         dataset = load_dataset(args.dataset or pre["dataset"], data_dir=args.data_dir or pre.get("data_dir"),
-                               ogb_root=args.ogb_root or pre.get("ogb_root"), seed=pre.get("seed", 0))
+                               ogb_root=args.ogb_root or pre.get("ogb_root"),
+                               planetoid_dir=pre.get("planetoid_dir"), seed=pre.get("seed", 0))
         graph = dataset.graph_for(args.graph)
         pairs = read_pairs(args.pairs, graph.num_nodes)
     except ScoreError as err:
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
                           else "cpu")
     n_max = int(manifest["n_max"])
-    model = load_model(ckpt, n_max, device)
+    model = load_model(ckpt, manifest, device)
     sampling = (pre["sampling"]["d"], pre["sampling"]["n"])
     log.info("scoring %d pairs of %s with sampling %s, %d ordering(s), on %s", len(pairs), dataset.name,
              sampling, args.orderings, device)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.shards import (MANIFEST, Block, ShardError, cache_key, encode_queries, eval_shard_name, iter_tar_blocks,
+from common.shards import (FEATURES, MANIFEST, Block, ShardError, cache_key, encode_features, encode_queries, eval_shard_name, iter_tar_blocks,
                            open_storage, pack_shard, queries_name, train_shard_name, write_manifest)
 from preprocess.candidates import Candidates, protocol_candidates, training_view
 from preprocess.config import ConfigError, PreprocessConfig
@@ -171,6 +171,9 @@ def run_job(config: PreprocessConfig, dataset=None) -> JobResult:
         from common.datasets import load_dataset
         dataset = load_dataset(config.dataset, data_dir=config.data_dir, ogb_root=config.ogb_root,
                                planetoid_dir=config.planetoid_dir, features=config.features, seed=config.seed)
+    if config.features and dataset.x is None:  # before anything is written
+        raise ConfigError(f"--features: dataset {dataset.name} has no node features "
+                          "(Planetoid datasets need --planetoid-dir; OGB ones need node-feat in the root)")
     protocols = resolve_protocols(config, dataset)
     key = cache_key(config.key_parts(dataset.fingerprint(), protocols))
     out = shard_dir(config, dataset.name, key)
@@ -186,10 +189,11 @@ def run_job(config: PreprocessConfig, dataset=None) -> JobResult:
     log.info("%s: %d candidate sets, %d links in %d shards -> %s (shards finished by an earlier run are kept)",
              dataset.name, len(sets), sum(len(cs.cands) for cs in sets), len(plans), out)
     eval_info = _write_queries(storage, dataset, sets)
+    features = _write_features(storage, config, dataset)
     records, summary = _execute(config, dataset, sets, plans, out)
     _cleanup_tmp(storage)
     summary["seconds"] = round(time.perf_counter() - t0, 3)
-    write_manifest(storage, _manifest(config, dataset, key, protocols, sets, records, eval_info))
+    write_manifest(storage, _manifest(config, dataset, key, protocols, sets, records, eval_info, features))
     _log_summary(summary, out)
     return JobResult(Path(out), cached=False, summary=summary, location=out)
 
@@ -205,6 +209,14 @@ def _write_queries(storage, dataset, sets: list[CandidateSet]) -> dict:
             "queries": name, "kind": cs.cands.kind, "metric": dataset.selection_metric(cs.protocol),
             "ogb": cs.protocol == "ogb", "positives": int(len(cs.cands.pos_cid)), "candidates": len(cs.cands)}
     return info
+
+
+def _write_features(storage, config: PreprocessConfig, dataset) -> dict | None:
+    """With --features, the node-feature table travels with the shards: the trainer reads only shards."""
+    if not config.features:
+        return None
+    storage.write_atomic(FEATURES, encode_features(dataset.x))
+    return {"file": FEATURES, "dim": int(dataset.x.shape[1])}
 
 
 def _execute(config: PreprocessConfig, dataset, sets, plans, out: str) -> tuple[list[dict], dict]:
@@ -289,7 +301,7 @@ def _totals(results: list[dict], elapsed: float) -> dict:
     }
 
 
-def _manifest(config, dataset, key, protocols, sets, records, eval_info) -> dict:
+def _manifest(config, dataset, key, protocols, sets, records, eval_info, features: dict | None) -> dict:
     set_info = [{"split": cs.split, "protocol": cs.protocol, "view": cs.view, "links": len(cs.cands),
                  "shards": sum(1 for r in records if r["split"] == cs.split and r["protocol"] == cs.protocol
                                and r["view"] == cs.view)} for cs in sets]
@@ -297,7 +309,7 @@ def _manifest(config, dataset, key, protocols, sets, records, eval_info) -> dict
         "dataset": dataset.name, "key": key, "num_nodes": dataset.num_nodes, "n_max": config.sampling.n_max,
         "sampling": {"d": config.sampling.d, "n": config.sampling.n}, "protocols": protocols,
         "views": config.candidates.views if "train" in config.candidates.splits else 0,
-        "features": bool(config.features), "fingerprint": dataset.fingerprint(), "config": config.to_dict(),
+        "features": features, "fingerprint": dataset.fingerprint(), "config": config.to_dict(),
         "sets": set_info, "shards": records, "eval": eval_info,
         "totals": {k: sum(r[k] for r in records) for k in ("links", "tokens", "bytes")},
     }

@@ -32,11 +32,11 @@ def test_pipeline_writes_results_table_and_plots(pipeline_run):
         assert 0.0 < r["test"]["mrr"] <= 1.0 and r["best_epoch"] is not None
         assert (out / "original" / f"seed{r['seed']}" / "result.json").exists()
     models = [row["model"] for row in results["table"]]
-    assert models == ["PENCIL", "CN", "AA", "RA"]
+    assert models == ["PENCIL w/o features", "CN", "AA", "RA"]
     # The heuristics beside it are the exact paper numbers (same split, same protocol code).
     aa = next(row for row in results["table"] if row["model"] == "AA")
     assert round(aa["mrr"][0], 2) == 29.37
-    assert "| citeseer | original | PENCIL | 2 |" in stdout
+    assert "| citeseer | original | PENCIL w/o features | 2 |" in stdout
     assert "PENCIL w/o features (paper) | – | 47.51 ± 3.09" in stdout
     for png in ("training_loss.png", "mrr_per_epoch.png"):
         assert (out / "original" / png).read_bytes()[:4] == b"\x89PNG"

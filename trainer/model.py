@@ -121,9 +121,21 @@ class Pencil(nn.Module):
                          if cfg.num_features else None)  # G
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
         self.head = nn.Linear(2 * d, 1)
+        # The dataset's feature table, attached by the trainer / scorer (not saved: it is data, and it
+        # ships with the shard set). Used whenever forward() gets no explicit node_features.
+        self.register_buffer("node_table", None, persistent=False)
         self._resolved: dict[str, str] = {}
         dev = "cuda" if torch.cuda.is_available() else "cpu"
         self.attention_backend = self._backend(dev)  # what the trainer reports at start-up
+
+    def attach_features(self, table: torch.Tensor) -> "Pencil":
+        """Keep the (N, F) node-feature table on the model's device for every later forward."""
+        if self.features is None:
+            raise ValueError("attach_features: the model was built with num_features = 0")
+        if table.ndim != 2 or table.shape[1] != self.cfg.num_features:
+            raise ValueError(f"attach_features: expected an (N, {self.cfg.num_features}) table, got {tuple(table.shape)}")
+        self.node_table = table.to(self.w0.device, torch.float32)
+        return self
 
     def set_attention(self, name: str) -> "Pencil":
         """Switch the attention backend (same weights); e.g. 'reference' vs 'sdpa' in parity tests."""
@@ -147,6 +159,8 @@ class Pencil(nn.Module):
         h = F.embedding(batch.local_id, w0) + F.embedding(2 * n + batch.role, w0)  # one-hot id + role flag
         # adjacency row: token t gets W0[n + local id of s] for every message s -> t
         h = h.index_add(0, batch.adj_dst, w0[n + batch.local_id[batch.adj_src]])
+        if node_features is None:
+            node_features = self.node_table
         if self.features is not None:
             if node_features is None:
                 raise ValueError(f"model has num_features = {self.cfg.num_features} but no node_features were given")
@@ -183,3 +197,17 @@ class Pencil(nn.Module):
 
     def num_parameters(self, trainable_only: bool = True) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+
+
+def model_for_shards(preset, overrides: dict, manifest: dict) -> Pencil:
+    """The model a shard set calls for: N_max from its manifest, and its node features (if it was built
+    with --features) attached, so training and scoring build the same thing."""
+    from common.shards import load_features
+
+    table = load_features(manifest)
+    num_features = 0 if table is None else int(table.shape[1])
+    cfg = ModelConfig.from_preset(preset, **{**overrides, "n_max": int(manifest["n_max"]), "num_features": num_features})
+    model = Pencil(cfg)
+    if table is not None:
+        model.attach_features(torch.from_numpy(table))
+    return model

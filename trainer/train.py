@@ -81,8 +81,6 @@ class Trainer:
         ckpt = self._load_resume(config)
         self.config = self._resolve_config(config, ckpt)
         self.preset = get_preset(self.config.preset)
-        if self.preset.features:
-            raise ConfigError("--preset: presets with node features are not wired into the trainer yet")
         self.out = Path(self.config.out)
         self.metric = selection_metric(self.manifest, self.config.protocol) if "valid" in self.config.eval_splits else None
         self.autocast = autocast_for(info.device)
@@ -121,21 +119,23 @@ class Trainer:
         return merged
 
     def _build_model(self, ckpt: dict | None):
-        from trainer.model import ModelConfig, Pencil
+        from trainer.model import model_for_shards
 
         if self.preset.n_max != self.n_max:
             log.warning("preset %s expects N_max %d but the shards have %d; the model follows the shards",
                         self.preset.name, self.preset.n_max, self.n_max)
-        cfg = ModelConfig.from_preset(self.preset, **{**self.config.model.as_overrides(), "n_max": self.n_max})
         seed_everything(self.config.seed)  # identical init everywhere (DDP also broadcasts rank 0's)
-        core = Pencil(cfg)
+        core = model_for_shards(self.preset, self.config.model.as_overrides(), self.manifest)
         if ckpt:
             core.load_state_dict(ckpt["model"])
         core.to(self.info.device)
         seed_everything(self.config.seed + 1_000_003 * (self.info.rank + 1))  # distinct dropout per rank
         model = core
         if self.info.is_distributed:
-            model = DDP(core, device_ids=[self.info.device.index] if self.info.device.type == "cuda" else None)
+            # No per-step buffer broadcast: the only buffer is the attached feature table, identical on
+            # every rank (it is data), and re-sending it each step would cost a full copy per forward.
+            model = DDP(core, device_ids=[self.info.device.index] if self.info.device.type == "cuda" else None,
+                        broadcast_buffers=False)
         return model, core
 
     def _restore_rng(self, ckpt: dict) -> None:
