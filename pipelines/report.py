@@ -85,11 +85,16 @@ def markdown(rows: list[dict], with_paper: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m pipelines.report", description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="+", type=Path, help="run folders (or result.json files) to gather")
     ap.add_argument("--out", type=Path, help="also write the Markdown table here")
     ap.add_argument("--no-paper", action="store_true", help="leave out the paper's reference rows")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     missing = [str(p) for p in args.runs if not p.exists()]
     if missing:
