@@ -119,7 +119,7 @@ def decode_block(data: bytes, where: str = "<bytes>") -> Block:
         with pa.ipc.open_stream(pa.py_buffer(data)) as reader:
             batch = reader.read_all().combine_chunks().to_batches()[0]
         cols = {name: batch.column(name) for name in ("cid", "src", "dst", "label", "nodes", "edges")}
-    except (pa.ArrowException, KeyError, IndexError, ValueError) as err:
+    except (pa.ArrowException, OSError, KeyError, IndexError, ValueError) as err:
         raise ShardError(f"{where}: corrupt block ({err}); delete the shard set and rerun preprocess") from None
     nodes, edges = cols["nodes"], cols["edges"]
     return Block(
