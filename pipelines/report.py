@@ -66,20 +66,22 @@ def aggregate(results: list[dict]) -> list[dict]:
 
 
 def markdown(rows: list[dict], with_paper: bool = True) -> str:
+    """One table; after each (dataset, protocol) group's measured rows, the paper's rows for it."""
     header = ["dataset", "protocol", "model", "seeds", *METRICS]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    seen_refs = set()
+    groups: dict[tuple, list[dict]] = defaultdict(list)
     for row in rows:
-        cells = [row["dataset"], row["protocol"], row["model"], str(len(row["seeds"]))]
-        cells += [fmt(*row[m]) if m in row else "–" for m in METRICS]
-        lines.append("| " + " | ".join(cells) + " |")
-        ref = paper_reference(row["dataset"], row["protocol"])
-        key = (row["dataset"], row["protocol"])
-        if with_paper and ref and key not in seen_refs:
-            seen_refs.add(key)
+        groups[(row["dataset"], row["protocol"])].append(row)
+    for (dataset, protocol), group in groups.items():
+        for row in group:
+            cells = [dataset, protocol, row["model"], str(len(row["seeds"]))]
+            cells += [fmt(*row[m]) if m in row else "–" for m in METRICS]
+            lines.append("| " + " | ".join(cells) + " |")
+        ref = paper_reference(dataset, protocol) if with_paper else None
+        if ref:
             metric, models = ref
             for name, (mean, std) in models.items():
-                cells = [row["dataset"], row["protocol"], f"{name} (paper)", "–"]
+                cells = [dataset, protocol, f"{name} (paper)", "–"]
                 cells += [fmt(mean, std) if m == metric else "–" for m in METRICS]
                 lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
