@@ -86,6 +86,17 @@ def get_preset(name: str, **overrides) -> Preset:
     return replace(PRESETS[name], **overrides) if overrides else PRESETS[name]
 
 
+def preset_for_protocol(name: str, protocol: str) -> str:
+    """The preset's twin for another protocol when the paper has one (citeseer -> citeseer-heart,
+    citeseer-small -> citeseer-heart-small); otherwise the preset itself, evaluated under `protocol`."""
+    preset = get_preset(name)
+    if preset.protocol == protocol:
+        return name
+    base = name.replace(f"{preset.dataset}-heart", preset.dataset)
+    twin = base.replace(preset.dataset, f"{preset.dataset}-heart", 1) if protocol == "heart" else base
+    return twin if twin in PRESETS and PRESETS[twin].protocol == protocol else name
+
+
 def default_sampling(dataset: str) -> tuple[int, int]:
     """The paper's (d, n) for a dataset; (2, 20) for anything the paper did not run."""
     p = PRESETS.get(dataset)

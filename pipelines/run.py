@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from common.datasets import load_dataset
-from common.presets import PRESETS, get_preset
+from common.presets import PRESETS, get_preset, preset_for_protocol
 from pipelines import heuristics as heuristic_report
 from pipelines.plots import plot_runs
 from pipelines.heuristics import write_json_atomic
@@ -128,6 +128,7 @@ def heuristic_rows(dataset_obj, protocol: str) -> list[dict]:
 
 
 def run_protocol(args, dataset_obj, preset_name: str, protocol: str, out: Path) -> list[dict]:
+    preset_name = preset_for_protocol(preset_name, protocol)  # e.g. the paper's HeaRT config
     preset = get_preset(preset_name)
     shards = preprocess_shards(args, preset, [protocol])
     results = []
