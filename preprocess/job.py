@@ -175,7 +175,8 @@ def run_job(config: PreprocessConfig, dataset=None) -> JobResult:
         raise ConfigError(f"--features: dataset {dataset.name} has no node features "
                           "(Planetoid datasets need --planetoid-dir; OGB ones need node-feat in the root)")
     protocols = resolve_protocols(config, dataset)
-    key = cache_key(config.key_parts(dataset.fingerprint(), protocols))
+    fingerprint = dataset.fingerprint()  # hashes every split array: compute it once
+    key = cache_key(config.key_parts(fingerprint, protocols))
     out = shard_dir(config, dataset.name, key)
     storage = open_storage(out)
     if storage.exists(MANIFEST) and not config.force:
@@ -193,7 +194,8 @@ def run_job(config: PreprocessConfig, dataset=None) -> JobResult:
     records, summary = _execute(config, dataset, sets, plans, out)
     _cleanup_tmp(storage)
     summary["seconds"] = round(time.perf_counter() - t0, 3)
-    write_manifest(storage, _manifest(config, dataset, key, protocols, sets, records, eval_info, features))
+    write_manifest(storage, _manifest(config, dataset, fingerprint, key, protocols, sets, records, eval_info,
+                                        features))
     _log_summary(summary, out)
     return JobResult(Path(out), cached=False, summary=summary, location=out)
 
@@ -301,7 +303,8 @@ def _totals(results: list[dict], elapsed: float) -> dict:
     }
 
 
-def _manifest(config, dataset, key, protocols, sets, records, eval_info, features: dict | None) -> dict:
+def _manifest(config, dataset, fingerprint: str, key, protocols, sets, records, eval_info,
+              features: dict | None) -> dict:
     set_info = [{"split": cs.split, "protocol": cs.protocol, "view": cs.view, "links": len(cs.cands),
                  "shards": sum(1 for r in records if r["split"] == cs.split and r["protocol"] == cs.protocol
                                and r["view"] == cs.view)} for cs in sets]
@@ -309,7 +312,7 @@ def _manifest(config, dataset, key, protocols, sets, records, eval_info, feature
         "dataset": dataset.name, "key": key, "num_nodes": dataset.num_nodes, "n_max": config.sampling.n_max,
         "sampling": {"d": config.sampling.d, "n": config.sampling.n}, "protocols": protocols,
         "views": config.candidates.views if "train" in config.candidates.splits else 0,
-        "features": features, "fingerprint": dataset.fingerprint(), "config": config.to_dict(),
+        "features": features, "fingerprint": fingerprint, "config": config.to_dict(),
         "sets": set_info, "shards": records, "eval": eval_info,
         "totals": {k: sum(r[k] for r in records) for k in ("links", "tokens", "bytes")},
     }
