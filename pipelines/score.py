@@ -24,7 +24,7 @@ import torch
 from common.datasets import load_dataset
 from common.presets import get_preset
 from common.shards import read_manifest
-from preprocess.sampler import derive_seed, sample_subgraphs
+from preprocess.sampler import Scratch, derive_seed, sample_subgraphs
 from trainer import checkpoint
 from trainer.config import TrainConfig
 from trainer.model import Pencil, model_for_shards
@@ -107,14 +107,17 @@ def score_pairs(model: Pencil, graph, pairs: np.ndarray, sampling: tuple[int, in
     """(orderings, P) logits: each ordering samples every pair's subgraph afresh with its own seed."""
     d, n = sampling
     logits = np.zeros((orderings, len(pairs)), dtype=np.float32)
+    scratch = Scratch(graph.indptr)  # graph-sized work arrays, allocated once (as the shard tasks do)
     for k in range(orderings):
         for lo in range(0, len(pairs), batch_size):
             chunk = pairs[lo:lo + batch_size]
             sub = sample_subgraphs(graph.indptr, graph.indices, chunk[:, 0], chunk[:, 1], d, n,
-                                   derive_seed(seed, "score", k, lo), shuffle=True)
-            samples = [{"cid": lo + i, "src": int(s), "dst": int(t), "label": 0.0,
-                        "nodes": sub.link(i)[0], "edges": sub.link(i)[1].astype(np.int64)}
-                       for i, (s, t) in enumerate(chunk)]
+                                   derive_seed(seed, "score", k, lo), shuffle=True, scratch=scratch)
+            samples = []
+            for i, (s, t) in enumerate(chunk):
+                nodes, edges = sub.link(i)
+                samples.append({"cid": lo + i, "src": int(s), "dst": int(t), "label": 0.0,
+                                "nodes": nodes, "edges": edges.astype(np.int64)})
             with torch.no_grad():
                 out = model(pack(samples, n_max).to(device))
             logits[k, lo:lo + len(chunk)] = out.float().cpu().numpy()
