@@ -15,6 +15,8 @@ from typing import Sequence
 from common.presets import PRESETS, get_preset
 
 SPLITS = ("valid", "test")
+# --w0-init spellings -> trainer.model.W0_INITS (kept literal: config must not import the model / torch)
+W0_INIT_FLAGS = {"orthogonal": "orthogonal", "gaussian": "gaussian", "low-rank": "low_rank"}
 # Fields a resumed run may change without breaking "continue exactly where it stopped": they control
 # when the run stops, logs and saves, not the trajectory of parameters or data.
 RESUME_OVERRIDABLE = ("epochs", "max_steps", "eval_every", "checkpoint_every", "log_every", "progress",
@@ -72,12 +74,19 @@ class ModelOverrides:
     ffn: int | None = None
     dropout: float | None = None
     attention: str = "auto"
+    # Ablations (paper appendix); None keeps PENCIL's default (residual on, orthogonal frozen W0, no WPE).
+    residual: bool | None = None
+    w0_init: str | None = None
+    w0_learnable: bool | None = None
+    wpe: bool | None = None
 
     def __post_init__(self):
         for name in ("hidden", "layers", "heads", "ffn"):
             v = getattr(self, name)
             _check(v is None or v >= 1, f"--{name}", f"must be >= 1, got {v}")
         _check(self.dropout is None or 0 <= self.dropout < 1, "--dropout", f"must be in [0, 1), got {self.dropout}")
+        _check(self.w0_init in (None, *W0_INIT_FLAGS.values()), "--w0-init",
+               f"must be one of {', '.join(W0_INIT_FLAGS)}, got {self.w0_init!r}")
 
     def as_overrides(self) -> dict:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -168,6 +177,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--heads", type=int)
     g.add_argument("--ffn", type=int)
     g.add_argument("--dropout", type=float)
+    a = p.add_argument_group("ablations (paper appendix; default: PENCIL as published)")
+    a.add_argument("--no-residual", dest="residual", action="store_const", const=False,
+                   help="drop the multiplicative residual: every block is the plain BertLayer")
+    a.add_argument("--w0-init", choices=tuple(W0_INIT_FLAGS),
+                   help="input projection init: orthogonal (default), gaussian (mean 0.1), low-rank (rank 5)")
+    a.add_argument("--w0-learnable", action="store_const", const=True, help="train W0 (default: frozen)")
+    a.add_argument("--wpe", action="store_const", const=True, help="add learnable word position embeddings")
     g.add_argument("--eval-every", type=int, help="evaluate every k epochs")
     g.add_argument("--protocol", choices=("original", "heart", "ogb"), help="evaluation protocol")
     d = p.add_argument_group("data and run control")
@@ -205,7 +221,9 @@ def config_from_args(argv: Sequence[str] | None = None) -> TrainConfig:
         optim=OptimConfig(lr=pick(args.lr, preset.lr), weight_decay=pick(args.weight_decay, preset.weight_decay),
                           effective_batch=pick(args.effective_batch, preset.effective_batch)),
         model=ModelOverrides(hidden=args.hidden, layers=args.layers, heads=args.heads, ffn=args.ffn,
-                             dropout=args.dropout, attention=args.attention),
+                             dropout=args.dropout, attention=args.attention, residual=args.residual,
+                             w0_init=W0_INIT_FLAGS.get(args.w0_init), w0_learnable=args.w0_learnable,
+                             wpe=args.wpe),
         epochs=pick(args.epochs, preset.epochs), eval_every=pick(args.eval_every, preset.eval_every),
         eval_splits=tuple(s for s in args.eval_splits.split(",") if s), protocol=pick(args.protocol, preset.protocol),
         seed=args.seed, device=args.device, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,

@@ -22,6 +22,11 @@ from trainer.attention import BACKENDS, AttentionContext, bert_config, bert_laye
 from trainer.packing import PackedBatch
 
 TASKS = ("classification", "regression")
+# Input-projection initialisations compared in the paper's appendix "Effects of Input Projection Matrix
+# Initialization"; orthogonal is the model's default, the other two are ablations.
+W0_INITS = ("orthogonal", "gaussian", "low_rank")
+W0_GAUSSIAN_MEAN = 0.1  # the paper's mean-shifted Gaussian
+W0_LOW_RANK = 5  # the paper's low-rank W0
 
 
 @dataclass
@@ -35,6 +40,11 @@ class ModelConfig:
     num_features: int = 0  # f > 0 adds G = Linear(f, d) + GELU on node features
     task: str = "classification"  # "regression" (heuristic estimation) uses MSE
     attention: str = "auto"
+    # Ablation switches (paper appendix); the defaults are PENCIL as published.
+    residual: bool = True  # multiplicative residual Z + P(Â Z); False = each block is the plain BertLayer
+    w0_init: str = "orthogonal"  # one of W0_INITS
+    w0_learnable: bool = False  # the paper freezes W0; True trains it like any other weight
+    wpe: bool = False  # learnable word position embeddings (BERT-style, by position in the sequence)
 
     def __post_init__(self):
         for name in ("n_max", "hidden", "layers", "heads", "ffn"):
@@ -53,6 +63,11 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.task must be one of {TASKS}, got {self.task!r}")
         if self.attention not in BACKENDS:
             raise ValueError(f"ModelConfig.attention must be one of {BACKENDS}, got {self.attention!r}")
+        if self.w0_init not in W0_INITS:
+            raise ValueError(f"ModelConfig.w0_init must be one of {W0_INITS}, got {self.w0_init!r}")
+        for name in ("residual", "w0_learnable", "wpe"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"ModelConfig.{name} must be a bool, got {getattr(self, name)!r}")
 
     @classmethod
     def from_preset(cls, preset, **overrides) -> "ModelConfig":
@@ -72,16 +87,51 @@ class ModelConfig:
 
 
 class Block(nn.Module):
-    """Z = BertLayer(H); H' = Z + P(Â Z)."""
+    """Z = BertLayer(H); H' = Z + P(Â Z). Without the residual (ablation) H' = Z: no P_k exists at all,
+    so the block is exactly the plain BertLayer, parameters included."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.bert = BertLayer(bert_config(cfg.hidden, cfg.heads, cfg.ffn, cfg.dropout))
-        self.prop = nn.Sequential(nn.Linear(cfg.hidden, cfg.hidden), nn.GELU())  # P_k, row-wise
+        self.prop = (nn.Sequential(nn.Linear(cfg.hidden, cfg.hidden), nn.GELU())  # P_k, row-wise
+                     if cfg.residual else None)
 
     def forward(self, h: torch.Tensor, ctx: AttentionContext, graph: "Propagation") -> torch.Tensor:
         z = bert_layer(self.bert, h, ctx)  # (T, d)
-        return z + self.prop(graph(z))
+        return z if self.prop is None else z + self.prop(graph(z))
+
+
+def init_w0(w0: torch.Tensor, kind: str) -> torch.Tensor:
+    """Fill W0 (rows, d) in place with one of W0_INITS.
+
+    The two ablations keep the orthogonal init's per-entry scale (std 1 / sqrt(max(rows, d))), so they
+    differ from it only in what the paper varies: a common mean of 0.1 on every entry (embeddings no
+    longer zero-mean, rows far from orthogonal), or rank 5 (U V^T with orthonormal U (rows, 5) and
+    V (d, 5): at most 5 mutually orthogonal token directions).
+    """
+    rows, d = w0.shape
+    with torch.no_grad():
+        if kind == "orthogonal":
+            nn.init.orthogonal_(w0, gain=1.0)
+        elif kind == "gaussian":
+            nn.init.normal_(w0, mean=W0_GAUSSIAN_MEAN, std=max(rows, d) ** -0.5)
+        elif kind == "low_rank":
+            r = min(W0_LOW_RANK, rows, d)
+            u, v = torch.empty(rows, r), torch.empty(d, r)
+            nn.init.orthogonal_(u)
+            nn.init.orthogonal_(v)
+            w0.copy_(u @ v.T)
+        else:
+            raise ValueError(f"w0_init must be one of {W0_INITS}, got {kind!r}")
+    return w0
+
+
+def token_positions(batch: PackedBatch) -> torch.Tensor:
+    """(T,) position of every token within its own sequence: context tokens 0..N_b-1 (= local id),
+    then the two task tokens N_b, N_b + 1; what BERT's word position embeddings index."""
+    seqlens = (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).long()
+    starts = torch.repeat_interleave(batch.cu_seqlens[:-1].long(), seqlens)
+    return torch.arange(batch.num_tokens, device=starts.device) - starts
 
 
 class Propagation:
@@ -114,9 +164,14 @@ class Pencil(nn.Module):
         n, d = cfg.n_max, cfg.hidden
         # W0 rows: [0, n) one-hot ids | [n, 2n) adjacency columns | 2n + role. Orthogonal (gain 1) and frozen
         # as in the reference; a frozen Parameter (not a buffer) so it is saved with the model but DDP does
-        # not re-broadcast it every step and optimisers skip it (no grad).
-        self.w0 = nn.Parameter(torch.empty(2 * n + 2, d), requires_grad=False)
-        nn.init.orthogonal_(self.w0, gain=1.0)
+        # not re-broadcast it every step and optimisers skip it (no grad). Ablations: init and learnability.
+        self.w0 = nn.Parameter(torch.empty(2 * n + 2, d), requires_grad=cfg.w0_learnable)
+        init_w0(self.w0, cfg.w0_init)
+        # WPE ablation: learnable absolute positions as in BERT's embeddings (N(0, 0.02) init), one per
+        # position of the longest sequence, N_max context tokens + 2 task tokens.
+        self.wpe = nn.Embedding(n + 2, d) if cfg.wpe else None
+        if self.wpe is not None:
+            nn.init.normal_(self.wpe.weight, std=0.02)
         self.features = (nn.Sequential(nn.Linear(cfg.num_features, d), nn.GELU())
                          if cfg.num_features else None)  # G
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
@@ -180,6 +235,8 @@ class Pencil(nn.Module):
         ctx = AttentionContext.build(backend, batch)
         graph = Propagation(batch)
         h = self.embed(batch, node_features)
+        if self.wpe is not None:  # ablation: sequence positions, which the default model omits
+            h = h + self.wpe(token_positions(batch))
         for block in self.blocks:
             h = block(h, ctx, graph)
         return h
