@@ -5,19 +5,25 @@ Layout of one dataset build, `<out>/<dataset>/<cache key>/`:
     train-v000-00000.tar ...        training shards of view 0 (independent negatives + subgraphs per view)
     valid-original-00000.tar ...    eval shards, one set per (split, protocol)
     valid-original-queries.npz      ranking structure of that eval set (pos_cid, neg_cid)
+    graph-train-indptr.npy          the CSR graph the links were sampled on (and whose induced edges the
+    graph-train-indices.npy         reader recovers); graph-test-* too when test links use another graph
     features.npy                    node features (N, F) float32, only when built with --features
     manifest.json                   written last, atomically; its presence means "complete"
 
 A shard is a WebDataset tar whose members are Arrow IPC streams, each one *block* of up to a few
 hundred links (`<block:06d>.arrow`). Per-link tar members would cost a 512-byte header each, more
-than the link itself. Columns of a block (FORMAT_VERSION 1):
+than the link itself. Columns of a block (FORMAT_VERSION 2):
 
     cid    int64         candidate id: index into this (split, protocol[, view]) candidate list
     src    int64         global id of u
     dst    int64         global id of v
     label  float32       1 / 0 (or a regression target)
-    nodes  list<int32|int64>  global ids of the context nodes in local-id order (u = 0, v = 1)
-    edges  list<uint16|uint32> local undirected edge list, flattened (a0, b0, a1, b1, ...), each edge once
+    nodes  list<uint16|int32|int64>  global ids of the context nodes in local-id order (u = 0, v = 1)
+
+Version 2 stores no edges. The node set is the random, costly part of a sample; its induced edges are a
+pure function of (node set, graph) and are recovered at load time (common/induce.py) from the graph
+arrays that ship once with the set. Measured on real ogbl-ddi (1,350), the v1 edge lists were 98.8 % of
+181 KB per link; citeseer's v1 links were 152 B. One form for every density: no second code path.
 
 Eval sets carry `queries.npz`: `pos_cid` (P,) and `neg_cid` either (Q,) shared negatives or (P, K)
 per-positive negatives (HeaRT, citation2); scores are looked up by cid, so a pair shared by several
@@ -32,15 +38,18 @@ import os
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import BinaryIO, Iterable, Iterator
 
 import numpy as np
 import pyarrow as pa
 
+from common.storage import LocalStorage, StorageError, open_storage  # noqa: F401  (re-exported)
+
 FORMAT_NAME = "pencil-shards"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 BLOCK_SUFFIX = "arrow"
+COLUMNS = ("cid", "src", "dst", "label", "nodes")
 
 
 class ShardError(RuntimeError):
@@ -60,6 +69,11 @@ def queries_name(split: str, protocol: str) -> str:
     return f"{split}-{protocol}-queries.npz"
 
 
+def graph_names(which: str) -> tuple[str, str]:
+    """File names of the (indptr, indices) arrays of graph `which` ("train" or "test")."""
+    return f"graph-{which}-indptr.npy", f"graph-{which}-indices.npy"
+
+
 def cache_key(parts: dict) -> str:
     """Hash of every input that determines the shards' content (plus the format version)."""
     blob = json.dumps({"format": FORMAT_NAME, "version": FORMAT_VERSION, **parts}, sort_keys=True, default=str)
@@ -69,7 +83,7 @@ def cache_key(parts: dict) -> str:
 # ---------------------------------------------------------------------------- blocks
 @dataclass
 class Block:
-    """A batch of sampled links in columnar form (what the sampler produces)."""
+    """A batch of sampled links in columnar form (what the sampler produces and the loader consumes)."""
 
     cid: np.ndarray  # (B,) int64
     src: np.ndarray  # (B,) int64
@@ -77,36 +91,62 @@ class Block:
     label: np.ndarray  # (B,) float32
     node_ptr: np.ndarray  # (B+1,) int64 offsets into `nodes`
     nodes: np.ndarray  # (sum N_b,) global ids, local-id order per link
-    edge_ptr: np.ndarray  # (B+1,) int64 offsets (in edges, not ints) into `edges`
-    edges: np.ndarray  # (sum E_b, 2) local ids
 
     def __len__(self) -> int:
         return int(self.cid.shape[0])
 
     @property
+    def sizes(self) -> np.ndarray:
+        """(B,) context nodes N_b per link."""
+        return np.diff(self.node_ptr)
+
+    @property
     def tokens(self) -> int:
         """Sequence tokens this block feeds the model: N_b context + 2 task tokens per link."""
-        return int(self.node_ptr[-1]) + 2 * len(self)
+        return int(self.node_ptr[-1] - self.node_ptr[0]) + 2 * len(self)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.cid, self.src, self.dst, self.label, self.node_ptr, self.nodes))
+
+    def take(self, index: np.ndarray) -> "Block":
+        """The links at `index` (any order), as a new contiguous block: one vectorised gather."""
+        index = np.asarray(index, dtype=np.int64)
+        lo, sizes = self.node_ptr[index], self.sizes[index]
+        ptr = np.zeros(len(index) + 1, np.int64)
+        np.cumsum(sizes, out=ptr[1:])
+        # position of every output node in the input: its link's start + its offset inside the link
+        offs = np.arange(int(ptr[-1]), dtype=np.int64) - np.repeat(ptr[:-1], sizes)
+        return Block(self.cid[index], self.src[index], self.dst[index], self.label[index], ptr,
+                     self.nodes[np.repeat(lo, sizes) + offs])
+
+    @staticmethod
+    def concat(blocks: list["Block"]) -> "Block":
+        if len(blocks) == 1:
+            return blocks[0]
+        ptrs, base = [np.zeros(1, np.int64)], 0
+        for b in blocks:
+            ptrs.append(b.node_ptr[1:] - b.node_ptr[0] + base)
+            base += int(b.node_ptr[-1] - b.node_ptr[0])
+        return Block(*(np.concatenate([getattr(b, k) for b in blocks]) for k in ("cid", "src", "dst", "label")),
+                     np.concatenate(ptrs), np.concatenate([b.nodes[b.node_ptr[0]:b.node_ptr[-1]] for b in blocks]))
 
 
-def _edge_type(max_local: int):
-    return pa.uint16() if max_local < 2**16 else pa.uint32()
+def _node_type(nodes: np.ndarray):
+    top = int(nodes.max()) if nodes.size else 0
+    return pa.uint16() if top < 2**16 else pa.int32() if top < 2**31 else pa.int64()
 
 
 def encode_block(block: Block) -> bytes:
-    """Block -> Arrow IPC stream bytes (one tar member)."""
+    """Block -> Arrow IPC stream bytes (one tar member), zstd-compressed."""
     nodes = np.ascontiguousarray(block.nodes)
-    node_type = pa.int32() if (nodes.size == 0 or nodes.max() < 2**31) else pa.int64()
-    edges = np.ascontiguousarray(block.edges).reshape(-1)
-    etype = _edge_type(int(edges.max()) if edges.size else 0)
-    node_col = pa.ListArray.from_arrays(
-        pa.array(block.node_ptr.astype(np.int32)), pa.array(nodes.astype(node_type.to_pandas_dtype())))
-    edge_col = pa.ListArray.from_arrays(
-        pa.array((block.edge_ptr * 2).astype(np.int32)), pa.array(edges.astype(etype.to_pandas_dtype())))
+    ntype = _node_type(nodes)
+    node_col = pa.ListArray.from_arrays(pa.array((block.node_ptr - block.node_ptr[0]).astype(np.int32)),
+                                        pa.array(nodes.astype(ntype.to_pandas_dtype())))
     table = pa.record_batch(
         [pa.array(block.cid.astype(np.int64)), pa.array(block.src.astype(np.int64)),
-         pa.array(block.dst.astype(np.int64)), pa.array(block.label.astype(np.float32)), node_col, edge_col],
-        names=["cid", "src", "dst", "label", "nodes", "edges"])
+         pa.array(block.dst.astype(np.int64)), pa.array(block.label.astype(np.float32)), node_col],
+        names=list(COLUMNS))
     sink = io.BytesIO()
     with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as w:
         w.write_batch(table)
@@ -118,85 +158,80 @@ def decode_block(data: bytes, where: str = "<bytes>") -> Block:
     try:
         with pa.ipc.open_stream(pa.py_buffer(data)) as reader:
             batch = reader.read_all().combine_chunks().to_batches()[0]
-        cols = {name: batch.column(name) for name in ("cid", "src", "dst", "label", "nodes", "edges")}
+        cols = {name: batch.column(name) for name in COLUMNS}
+        nodes = cols["nodes"]
+        return Block(cid=cols["cid"].to_numpy(), src=cols["src"].to_numpy(), dst=cols["dst"].to_numpy(),
+                     label=cols["label"].to_numpy(), node_ptr=nodes.offsets.to_numpy().astype(np.int64),
+                     nodes=nodes.values.to_numpy().astype(np.int64))
     except (pa.ArrowException, OSError, KeyError, IndexError, ValueError) as err:
-        raise ShardError(f"{where}: corrupt block ({err}); delete the shard set and rerun preprocess") from None
-    nodes, edges = cols["nodes"], cols["edges"]
-    return Block(
-        cid=cols["cid"].to_numpy(), src=cols["src"].to_numpy(), dst=cols["dst"].to_numpy(),
-        label=cols["label"].to_numpy(),
-        node_ptr=nodes.offsets.to_numpy().astype(np.int64), nodes=nodes.values.to_numpy().astype(np.int64),
-        edge_ptr=edges.offsets.to_numpy().astype(np.int64) // 2,
-        edges=edges.values.to_numpy().astype(np.int64).reshape(-1, 2))
+        raise ShardError(f"{where}: corrupt block ({err}); rerun preprocess to rebuild this shard") from None
 
 
-def block_samples(block: Block) -> Iterator[dict]:
-    """One dict per link: cid, src, dst, label, nodes (N,) int64, edges (E, 2) int64."""
-    for i in range(len(block)):
-        yield {
-            "cid": int(block.cid[i]), "src": int(block.src[i]), "dst": int(block.dst[i]),
-            "label": float(block.label[i]),
-            "nodes": block.nodes[block.node_ptr[i]:block.node_ptr[i + 1]],
-            "edges": block.edges[block.edge_ptr[i]:block.edge_ptr[i + 1]],
-        }
+def check_block(block: Block, num_nodes: int, n_max: int, where: str) -> None:
+    """Range checks that catch a corrupt block before it reaches the model (cheap, vectorised):
+    offsets monotone from 0, 2 <= N_b <= n_max, ids in [0, num_nodes), nodes[0] = src, nodes[1] = dst."""
+    ptr, n = block.node_ptr, block.sizes
 
+    def bad(what: str):
+        raise ShardError(f"{where}: corrupt block ({what}); rerun preprocess to rebuild this shard")
 
-# ---------------------------------------------------------------------------- storage
-class LocalStorage:
-    """Filesystem operations the writer needs. A remote backend (fsspec, pyarrow.fs) implements the
-    same five methods; nothing in the sampler knows which one it writes to."""
-
-    def __init__(self, root: str | os.PathLike):
-        self.root = Path(root)
-
-    def path(self, name: str) -> str:
-        return str(self.root / name)
-
-    def exists(self, name: str) -> bool:
-        return (self.root / name).exists()
-
-    def write_atomic(self, name: str, data: bytes) -> None:
-        """Write under a temporary name, fsync, then rename: readers never see half a file."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        tmp = self.root / f".{name}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.root / name)
-
-    def read(self, name: str) -> bytes:
-        return (self.root / name).read_bytes()
-
-    def remove(self, name: str) -> None:
-        (self.root / name).unlink(missing_ok=True)
-
-
-def open_storage(url: str | os.PathLike) -> LocalStorage:
-    url = str(url)
-    if "://" in url and not url.startswith("file://"):
-        raise ShardError(f"{url}: remote output is not wired yet; only local paths (or file://) are supported")
-    return LocalStorage(url.removeprefix("file://"))
+    if ptr.shape[0] != len(block) + 1 or ptr[0] != 0 or ptr[-1] != block.nodes.shape[0]:
+        bad("node offsets do not match the node column")
+    if len(block) and (n.min() < 2 or n.max() > n_max):
+        bad(f"a link has {int(n.min()) if n.min() < 2 else int(n.max())} context nodes, outside [2, N_max = {n_max}]")
+    ids = block.nodes
+    if ids.size and (ids.min() < 0 or ids.max() >= num_nodes):
+        bad(f"node id {int(ids.min()) if ids.min() < 0 else int(ids.max())} outside [0, {num_nodes})")
+    if len(block) and not (np.array_equal(ids[ptr[:-1]], block.src) and np.array_equal(ids[ptr[:-1] + 1], block.dst)):
+        bad("local ids 0 and 1 are not the link's endpoints")
 
 
 # ---------------------------------------------------------------------------- shard files
+class _Hashing:
+    """A write-only file wrapper that counts and hashes what passes through (tarfile needs tell())."""
+
+    def __init__(self, f: BinaryIO):
+        self.f, self.sha, self.count = f, hashlib.sha256(), 0
+
+    def write(self, data) -> int:
+        self.sha.update(data)
+        self.count += len(data)
+        return self.f.write(data)
+
+    def tell(self) -> int:
+        return self.count
+
+
+class ShardWriter:
+    """Streams blocks into one shard tar as they are produced, so a shard task holds one block at a time.
+    Members `<block:06d>.arrow`, mtime 0: the bytes depend only on the blocks (reproducible)."""
+
+    def __init__(self, f: BinaryIO):
+        self._out = _Hashing(f)
+        self._tar = tarfile.open(fileobj=self._out, mode="w", format=tarfile.USTAR_FORMAT)
+        self.stats = {"links": 0, "tokens": 0, "blocks": 0}
+
+    def add(self, block: Block) -> None:
+        data = encode_block(block)
+        info = tarfile.TarInfo(f"{self.stats['blocks']:06d}.{BLOCK_SUFFIX}")
+        info.size, info.mtime, info.mode = len(data), 0, 0o644
+        self._tar.addfile(info, io.BytesIO(data))
+        self.stats["links"] += len(block)
+        self.stats["tokens"] += block.tokens
+        self.stats["blocks"] += 1
+
+    def close(self) -> dict:
+        self._tar.close()
+        return {**self.stats, "bytes": self._out.count, "sha256": self._out.sha.hexdigest()}
+
+
 def pack_shard(blocks: Iterable[Block]) -> tuple[bytes, dict]:
-    """Blocks -> (tar bytes, stats). Members `<block:06d>.arrow`, mtime 0 so output is reproducible."""
+    """Blocks -> (tar bytes, stats): the in-memory form of ShardWriter (tests, small sets)."""
     buf = io.BytesIO()
-    stats = {"links": 0, "tokens": 0, "blocks": 0}
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for i, block in enumerate(blocks):
-            data = encode_block(block)
-            info = tarfile.TarInfo(f"{i:06d}.{BLOCK_SUFFIX}")
-            info.size, info.mtime, info.mode = len(data), 0, 0o644
-            tar.addfile(info, io.BytesIO(data))
-            stats["links"] += len(block)
-            stats["tokens"] += block.tokens
-            stats["blocks"] += 1
-    data = buf.getvalue()
-    stats["bytes"] = len(data)
-    stats["sha256"] = hashlib.sha256(data).hexdigest()
-    return data, stats
+    writer = ShardWriter(buf)
+    for block in blocks:
+        writer.add(block)
+    return buf.getvalue(), writer.close()
 
 
 def iter_tar_blocks(fileobj, where: str) -> Iterator[Block]:
@@ -209,27 +244,69 @@ def iter_tar_blocks(fileobj, where: str) -> Iterator[Block]:
                 f = tar.extractfile(member)
                 data = f.read() if f is not None else b""
                 if len(data) != member.size:
-                    raise ShardError(f"{where}: member {member.name} is truncated")
+                    raise ShardError(f"{where}: member {member.name} is truncated; rerun preprocess to rebuild it")
                 yield decode_block(data, f"{where}:{member.name}")
     except tarfile.TarError as err:
-        raise ShardError(f"{where}: not a readable tar ({err}); the shard is truncated or corrupt") from None
+        raise ShardError(f"{where}: not a readable tar ({err}); the shard is truncated or corrupt, "
+                         "rerun preprocess to rebuild it") from None
 
 
-def read_shard(path: str | os.PathLike) -> Iterator[dict]:
-    """Yield the link samples of one local shard file."""
+def read_shard(path: str | os.PathLike) -> Iterator[Block]:
+    """Yield the blocks of one local shard file."""
     path = str(path)
     if not os.path.exists(path):
         raise ShardError(f"{path}: shard file is missing; rerun preprocess to rebuild the set")
     with open(path, "rb") as f:
-        for block in iter_tar_blocks(f, path):
-            yield from block_samples(block)
+        yield from iter_tar_blocks(f, path)
+
+
+def file_sha256(f: BinaryIO) -> str:
+    return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def verify_shard(path: str | os.PathLike, sha256: str) -> None:
     with open(path, "rb") as f:
-        digest = hashlib.file_digest(f, "sha256").hexdigest()
+        digest = file_sha256(f)
     if digest != sha256:
-        raise ShardError(f"{path}: checksum mismatch (manifest {sha256[:12]}…, file {digest[:12]}…); rebuild with --force")
+        raise ShardError(f"{path}: checksum mismatch (manifest {sha256[:12]}…, file {digest[:12]}…); "
+                         "rerun preprocess to rebuild it")
+
+
+# ---------------------------------------------------------------------------- graph (ships with the set)
+def encode_array(x: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(x))
+    return buf.getvalue()
+
+
+def graph_entry(which: str, indptr: np.ndarray, indices: np.ndarray) -> dict:
+    """The manifest record of one shipped graph: file names, sizes and a content fingerprint."""
+    ip, ix = graph_names(which)
+    sha = hashlib.sha256(np.ascontiguousarray(indptr).view(np.uint8))
+    sha.update(np.ascontiguousarray(indices).view(np.uint8))
+    return {"indptr": ip, "indices": ix, "num_nodes": int(indptr.shape[0] - 1),
+            "num_entries": int(indices.shape[0]), "sha256": sha.hexdigest()}
+
+
+def load_graph(manifest: dict, which: str = "train", verify: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr int64, indices) of a shipped graph, memory-mapped: loader workers share the page cache.
+
+    Shapes are always checked against the manifest; verify=True also re-hashes the content."""
+    graphs = manifest.get("graphs") or {}
+    if which not in graphs:
+        raise ShardError(f"{manifest['root']}: the manifest ships no '{which}' graph (has: "
+                         f"{', '.join(sorted(graphs)) or 'none'}); rerun preprocess to rebuild the set")
+    entry, root = graphs[which], Path(manifest["root"])
+    try:
+        indptr = np.load(root / entry["indptr"], mmap_mode="r")
+        indices = np.load(root / entry["indices"], mmap_mode="r")
+    except (OSError, ValueError) as err:
+        raise ShardError(f"{root}: graph '{which}' is unreadable ({err}); rerun preprocess to rebuild the set") from None
+    if (indptr.shape != (entry["num_nodes"] + 1,) or indices.shape != (entry["num_entries"],)
+            or (verify and graph_entry(which, indptr, indices)["sha256"] != entry["sha256"])):
+        raise ShardError(f"{root}: graph '{which}' does not match the shards' fingerprint in the manifest "
+                         "(replaced or corrupt graph file); rerun preprocess to rebuild the set")
+    return indptr, indices
 
 
 # ---------------------------------------------------------------------------- queries (eval ranking structure)
@@ -244,7 +321,7 @@ def load_queries(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
         with np.load(path) as z:
             return z["pos_cid"], z["neg_cid"]
     except (OSError, KeyError, ValueError) as err:
-        raise ShardError(f"{path}: unreadable query file ({err}); rebuild the shard set with --force") from None
+        raise ShardError(f"{path}: unreadable query file ({err}); rerun preprocess with --force to rebuild it") from None
 
 
 # ---------------------------------------------------------------------------- node features
@@ -252,9 +329,7 @@ FEATURES = "features.npy"
 
 
 def encode_features(x: np.ndarray) -> bytes:
-    buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(x, dtype=np.float32))
-    return buf.getvalue()
+    return encode_array(np.asarray(x, dtype=np.float32))
 
 
 def load_features(manifest: dict) -> np.ndarray | None:
@@ -279,6 +354,25 @@ def write_manifest(storage: LocalStorage, manifest: dict) -> None:
     storage.write_atomic(MANIFEST, json.dumps(body, indent=1, sort_keys=True).encode())
 
 
+def parse_manifest(text: str, where: str, root: str) -> dict:
+    """Check a manifest's format and version; `root` (the set's directory or URL) is recorded in it."""
+    try:
+        manifest = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ShardError(f"{where}: manifest is not valid JSON ({err})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise ShardError(f"{where}: not a {FORMAT_NAME} manifest")
+    version = manifest.get("version")
+    if version == 1:
+        raise ShardError(f"{where}: shard format version 1 (stored edge lists) is no longer read; rerun "
+                         f"`python -m preprocess` with the same flags to rebuild it as version {FORMAT_VERSION}")
+    if version != FORMAT_VERSION:
+        raise ShardError(f"{where}: shard format version {version} is not supported "
+                         f"(this build reads version {FORMAT_VERSION}); rebuild the shards with this version")
+    manifest["root"] = root
+    return manifest
+
+
 def read_manifest(shard_dir: str | os.PathLike) -> dict:
     """Load and check a manifest; accepts the shard directory or the manifest path itself."""
     path = Path(shard_dir)
@@ -287,17 +381,7 @@ def read_manifest(shard_dir: str | os.PathLike) -> dict:
     if not path.exists():
         raise ShardError(f"{path}: no manifest; the shard set is incomplete or the path is wrong "
                          "(pass OUT/<dataset>/<cache key> as written by preprocess)")
-    try:
-        manifest = json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise ShardError(f"{path}: manifest is not valid JSON ({err})") from None
-    if manifest.get("format") != FORMAT_NAME:
-        raise ShardError(f"{path}: not a {FORMAT_NAME} manifest")
-    if manifest.get("version") != FORMAT_VERSION:
-        raise ShardError(f"{path}: shard format version {manifest.get('version')} is not supported "
-                         f"(this build reads version {FORMAT_VERSION}); rebuild the shards with this version")
-    manifest["root"] = str(path.parent)
-    return manifest
+    return parse_manifest(path.read_text(), str(path), str(path.parent))
 
 
 def shard_entries(manifest: dict, split: str, protocol: str | None = None, view: int | None = None) -> list[dict]:
@@ -306,3 +390,11 @@ def shard_entries(manifest: dict, split: str, protocol: str | None = None, view:
            and (protocol is None or s.get("protocol") == protocol)
            and (view is None or s.get("view") == view)]
     return sorted(out, key=lambda s: s["name"])
+
+
+def set_graph(manifest: dict, split: str) -> str:
+    """Which shipped graph ("train" / "test") the links of `split` were sampled on."""
+    for s in manifest.get("sets", []):
+        if s["split"] == split and s.get("graph"):
+            return s["graph"]
+    return "train"

@@ -34,6 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="CPUs of the embedded Ray (default: all); ignored when attaching to a cluster")
     p.add_argument("--links-per-shard", type=int, default=8192, help="links per shard tar (default 8192)")
     p.add_argument("--block-size", type=int, default=256, help="links per Arrow block inside a shard (default 256)")
+    p.add_argument("--shard-mb", type=float, default=64.0,
+                   help="a shard also closes before its worst-case size passes this many MB (default 64)")
+    p.add_argument("--worker-memory-mb", type=int, default=1500,
+                   help="memory budget of one shard task; checked up front, and Ray schedules by it (default 1500)")
     p.add_argument("--data-dir", default=None, help="HeaRT-format folder to load the dataset from")
     p.add_argument("--ogb-root", default=None, help="folder holding an already-downloaded OGB dataset")
     p.add_argument("--planetoid-dir", default=None, help="folder with the Planetoid raw files (ind.<name>.*)")
@@ -57,7 +61,7 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
         dataset=args.dataset, sampling=sampling, candidates=candidates, out=args.out, seed=args.seed,
         data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir, features=args.features,
         num_cpus=args.num_cpus, links_per_shard=args.links_per_shard, links_per_block=args.block_size,
-        force=args.force)
+        shard_mb=args.shard_mb, worker_memory_mb=args.worker_memory_mb, force=args.force)
 
 
 def main(argv: list[str] | None = None) -> int:

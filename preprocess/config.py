@@ -11,6 +11,11 @@ from dataclasses import asdict, dataclass, field
 from common.presets import n_max as _n_max
 
 SPLIT_NAMES = ("train", "valid", "test")
+# Default memory budget of one shard task (a Ray worker): its imports (~300 MB), the graph it maps,
+# a marker array over the nodes and one block in flight. Shard format v2 stores node ids only, so
+# this holds at ogbl-ddi density (measured in bench/scale.py).
+WORKER_MEMORY_MB = 1500
+LINK_BYTES = 40  # cid, src, dst, label and a list offset per link in a block
 PROTOCOL_NAMES = ("original", "heart", "ogb")
 
 
@@ -88,6 +93,8 @@ class PreprocessConfig:
     num_cpus: int | None = None  # embedded Ray only; ignored when attaching to a cluster
     links_per_shard: int = 8192
     links_per_block: int = 256
+    shard_mb: float = 64.0  # a shard also closes before its worst-case size passes this (bytes bound)
+    worker_memory_mb: int = WORKER_MEMORY_MB  # per shard task: Ray schedules by it, the job checks it fits
     force: bool = False
 
     def __post_init__(self):
@@ -104,6 +111,17 @@ class PreprocessConfig:
                               f"got {self.links_per_shard!r}")
         if not str(self.out):
             raise ConfigError("--out: must name an output directory")
+        if not self.shard_mb > 0:
+            raise ConfigError(f"--shard-mb: must be > 0, got {self.shard_mb!r}")
+        if not isinstance(self.worker_memory_mb, int) or self.worker_memory_mb < 1:
+            raise ConfigError(f"--worker-memory-mb: must be a positive integer, got {self.worker_memory_mb!r}")
+
+    def shard_links(self, num_nodes: int) -> int:
+        """Links per shard: --links-per-shard, cut so that a shard's worst case (every link at N_max
+        node ids of the narrowest type that holds num_nodes) stays under --shard-mb."""
+        per_link = LINK_BYTES + self.sampling.n_max * (2 if num_nodes <= 2**16 else 4 if num_nodes <= 2**31 else 8)
+        by_bytes = int(self.shard_mb * 2**20) // per_link
+        return max(self.links_per_block, min(self.links_per_shard, by_bytes))
 
     def key_parts(self, dataset_fingerprint: str, protocols: list[str]) -> dict:
         """Everything that determines the shard bytes; hashed by common.shards.cache_key."""
@@ -115,7 +133,7 @@ class PreprocessConfig:
             "dataset": self.dataset, "fingerprint": dataset_fingerprint, "features": self.features,
             "sampling": [self.sampling.d, self.sampling.n], "candidates": cand, "seed": self.seed,
             "links_per_shard": self.links_per_shard, "links_per_block": self.links_per_block,
-            "sampler": SAMPLER_VERSION,
+            "shard_mb": float(self.shard_mb), "sampler": SAMPLER_VERSION,
         }
 
     def to_dict(self) -> dict:

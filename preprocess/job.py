@@ -9,13 +9,17 @@ readable one (left by a killed run: files appear only through an atomic rename) 
 stats are re-read. Shard content depends only on (config, seed, shard identity), so a resumed set is
 byte-identical to an uninterrupted one.
 
-Storage goes through common.shards.open_storage (exists / read / write_atomic / remove), so a
+Memory: a shard task streams its blocks into the shard file (one block in flight) and the blocks hold
+node ids only (format v2), so a task's footprint is its worker, the mapped graph and one block;
+--worker-memory-mb (default 1500) is checked against that estimate up front and given to Ray as the
+task's memory resource. Shards close at --links-per-shard or when their worst case passes --shard-mb.
+
+Storage goes through common.storage.open_storage (exists / open_read / writer / remove), so a
 remote backend plugs in there without touching the sampler or this orchestration.
 """
 from __future__ import annotations
 
 import hashlib
-import io
 import logging
 import os
 import re
@@ -26,8 +30,9 @@ from pathlib import Path
 
 import numpy as np
 
-from common.shards import (FEATURES, MANIFEST, Block, ShardError, cache_key, encode_features, encode_queries, eval_shard_name, iter_tar_blocks,
-                           open_storage, pack_shard, queries_name, train_shard_name, write_manifest)
+from common.shards import (FEATURES, MANIFEST, Block, ShardError, ShardWriter, cache_key, encode_array, encode_features,
+                           encode_queries, eval_shard_name, graph_entry, graph_names, iter_tar_blocks, open_storage,
+                           queries_name, train_shard_name, write_manifest)
 from preprocess.candidates import Candidates, protocol_candidates, training_view
 from preprocess.config import ConfigError, PreprocessConfig
 from preprocess.sampler import Scratch, derive_seed, sample_subgraphs
@@ -68,40 +73,61 @@ class JobResult:
 # ---------------------------------------------------------------------------- shard task (runs on a worker)
 def build_shard(indptr, indices, src, dst, label, start: int, stop: int, d: int, n: int, seed: int,
                 links_per_block: int, storage_url: str, name: str, force: bool) -> dict:
-    """Sample links [start, stop) of one candidate set and write them as one shard (atomically)."""
+    """Sample links [start, stop) of one candidate set into one shard, streaming: each block is encoded
+    and written as soon as it is sampled, so the task holds one block, never the whole shard."""
     storage = open_storage(storage_url)
     if not force and storage.exists(name):
         try:
-            return {**shard_stats(storage.read(name), storage.path(name)), "name": name, "reused": True,
-                    "peak_rss_mb": _peak_rss_mb()}
+            return {**shard_stats(storage, name), "name": name, "reused": True, "peak_rss_mb": _peak_rss_mb()}
         except ShardError as err:
             log.warning("%s; sampling it again", err)
     scratch = Scratch(indptr)
-    blocks = []
-    for b, lo in enumerate(range(start, stop, links_per_block)):
-        hi = min(lo + links_per_block, stop)
-        sub = sample_subgraphs(indptr, indices, src[lo:hi], dst[lo:hi], d, n, derive_seed(seed, b),
-                               shuffle=True, scratch=scratch)
-        blocks.append(Block(cid=np.arange(lo, hi, dtype=np.int64), src=src[lo:hi], dst=dst[lo:hi],
-                            label=label[lo:hi], node_ptr=sub.node_ptr, nodes=sub.nodes,
-                            edge_ptr=sub.edge_ptr, edges=sub.edges))
-    data, stats = pack_shard(blocks)
-    storage.write_atomic(name, data)
+    with storage.writer(name) as f:
+        writer = ShardWriter(f)
+        for b, lo in enumerate(range(start, stop, links_per_block)):
+            hi = min(lo + links_per_block, stop)
+            sub = sample_subgraphs(indptr, indices, src[lo:hi], dst[lo:hi], d, n, derive_seed(seed, b),
+                                   shuffle=True, scratch=scratch)
+            writer.add(Block(cid=np.arange(lo, hi, dtype=np.int64), src=src[lo:hi], dst=dst[lo:hi],
+                             label=label[lo:hi], node_ptr=sub.node_ptr, nodes=sub.nodes))
+        stats = writer.close()
     return {**stats, "name": name, "reused": False, "peak_rss_mb": _peak_rss_mb()}
 
 
-def shard_stats(data: bytes, where: str) -> dict:
-    """Re-read a finished shard: the same stats pack_shard reported when it was written."""
+def shard_stats(storage, name: str) -> dict:
+    """Re-read a finished shard, streaming: the same stats ShardWriter reported when it was written."""
     stats = {"links": 0, "tokens": 0, "blocks": 0}
-    for block in iter_tar_blocks(io.BytesIO(data), where):
-        stats["links"] += len(block)
-        stats["tokens"] += block.tokens
-        stats["blocks"] += 1
+    sha = hashlib.sha256()
+    where = storage.path(name)
+    with storage.open_read(name) as raw:
+        f = _HashingReader(raw, sha)
+        for block in iter_tar_blocks(f, where):
+            stats["links"] += len(block)
+            stats["tokens"] += block.tokens
+            stats["blocks"] += 1
+        f.drain()
+        stats["bytes"] = f.count
     if stats["blocks"] == 0:
         raise ShardError(f"{where}: shard holds no blocks")
-    stats["bytes"] = len(data)
-    stats["sha256"] = hashlib.sha256(data).hexdigest()
+    stats["sha256"] = sha.hexdigest()
     return stats
+
+
+class _HashingReader:
+    """Read-through wrapper: hashes and counts every byte tarfile reads (and the padding it skips)."""
+
+    def __init__(self, f, sha):
+        self.f, self.sha, self.count = f, sha, 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.f.read(size)
+        self.sha.update(data)
+        self.count += len(data)
+        return data
+
+    def drain(self) -> None:
+        while self.read(1 << 20):
+            pass
 
 
 def _peak_rss_mb() -> float:
@@ -141,16 +167,17 @@ def candidate_sets(config: PreprocessConfig, dataset, protocols: list[str]) -> l
     return sets
 
 
-def plan_shards(config: PreprocessConfig, sets: list[CandidateSet]) -> list[ShardPlan]:
+def plan_shards(config: PreprocessConfig, sets: list[CandidateSet], num_nodes: int) -> list[ShardPlan]:
     plans = []
+    per_shard = config.shard_links(num_nodes)
     for i, cs in enumerate(sets):
-        for index, start in enumerate(range(0, max(len(cs.cands), 1), config.links_per_shard)):
+        for index, start in enumerate(range(0, max(len(cs.cands), 1), per_shard)):
             if len(cs.cands) == 0:
                 break
             name = (train_shard_name(cs.view, index) if cs.split == "train"
                     else eval_shard_name(cs.split, cs.protocol, index))
             seed = derive_seed(config.seed, cs.split, cs.protocol, cs.view, index)
-            plans.append(ShardPlan(name, i, start, min(start + config.links_per_shard, len(cs.cands)), seed))
+            plans.append(ShardPlan(name, i, start, min(start + per_shard, len(cs.cands)), seed))
     return plans
 
 
@@ -186,16 +213,20 @@ def run_job(config: PreprocessConfig, dataset=None) -> JobResult:
         storage.remove(MANIFEST)  # a killed forced run must not look complete
 
     sets = candidate_sets(config, dataset, protocols)
-    plans = plan_shards(config, sets)
+    graphs = {k: dataset.graph_for("test" if k == "test" else "train") for k in sorted({cs.graph for cs in sets})}
+    check_worker_memory(config, graphs)
+    storage.cleanup_tmp()  # temporary files of a killed earlier run
+    plans = plan_shards(config, sets, dataset.num_nodes)
     log.info("%s: %d candidate sets, %d links in %d shards -> %s (shards finished by an earlier run are kept)",
              dataset.name, len(sets), sum(len(cs.cands) for cs in sets), len(plans), out)
     eval_info = _write_queries(storage, dataset, sets)
     features = _write_features(storage, config, dataset)
-    records, summary = _execute(config, dataset, sets, plans, out)
-    _cleanup_tmp(storage)
+    graph_info = _write_graphs(storage, graphs)
+    records, summary = _execute(config, graphs, sets, plans, out)
     summary["seconds"] = round(time.perf_counter() - t0, 3)
+    summary["worker_memory_mb"] = config.worker_memory_mb
     write_manifest(storage, _manifest(config, dataset, fingerprint, key, protocols, sets, records, eval_info,
-                                        features))
+                                        features, graph_info))
     _log_summary(summary, out)
     return JobResult(Path(out), cached=False, summary=summary, location=out)
 
@@ -213,6 +244,39 @@ def _write_queries(storage, dataset, sets: list[CandidateSet]) -> dict:
     return info
 
 
+def _write_graphs(storage, graphs: dict) -> dict:
+    """The graphs the links were sampled on ship with the set: readers induce each link's edges from them."""
+    info = {}
+    for which, g in graphs.items():
+        for name, arr in zip(graph_names(which), (g.indptr, g.indices)):
+            storage.write_atomic(name, encode_array(arr))
+        info[which] = graph_entry(which, g.indptr, g.indices)
+    return info
+
+
+# A Ray worker's own footprint (interpreter, numpy, numba, pyarrow, ray), measured on this project's
+# machines at 250-350 MB; the budget must hold it plus what the task allocates.
+WORKER_BASE_MB = 350
+
+
+def task_memory_mb(config: PreprocessConfig, graph) -> float:
+    """Worst-case resident memory of one shard task: worker base + the mapped graph + the sampler's
+    marker/stamp arrays + one block in flight (int64 ids at N_max per link, ~4 live copies while
+    sampling, Arrow-encoding and compressing it)."""
+    graph_mb = (graph.indptr.nbytes + graph.indices.nbytes) / 2**20
+    scratch_mb = (4 * graph.num_nodes + 8 * max(1, int(graph.degree.max(initial=1)))) / 2**20
+    block_mb = 4 * 8 * config.links_per_block * config.sampling.n_max / 2**20
+    return WORKER_BASE_MB + graph_mb + scratch_mb + block_mb
+
+
+def check_worker_memory(config: PreprocessConfig, graphs: dict) -> None:
+    need = max(task_memory_mb(config, g) for g in graphs.values())
+    if need > config.worker_memory_mb:
+        raise ConfigError(f"--worker-memory-mb {config.worker_memory_mb}: one shard task needs about {need:.0f} MB "
+                          f"here (worker {WORKER_BASE_MB} MB + graph + one block of {config.links_per_block} links "
+                          f"at N_max {config.sampling.n_max}); raise it or lower --block-size")
+
+
 def _write_features(storage, config: PreprocessConfig, dataset) -> dict | None:
     """With --features, the node-feature table travels with the shards: the trainer reads only shards."""
     if not config.features:
@@ -221,17 +285,16 @@ def _write_features(storage, config: PreprocessConfig, dataset) -> dict | None:
     return {"file": FEATURES, "dim": int(dataset.x.shape[1])}
 
 
-def _execute(config: PreprocessConfig, dataset, sets, plans, out: str) -> tuple[list[dict], dict]:
+def _execute(config: PreprocessConfig, graphs: dict, sets, plans, out: str) -> tuple[list[dict], dict]:
     """Run one Ray task per shard with bounded in-flight work; returns shard records and totals."""
     import ray
     from tqdm import tqdm
 
     started = init_ray(config.num_cpus)
     try:
-        task = ray.remote(max_retries=TASK_RETRIES, retry_exceptions=[OSError])(build_shard)
-        graphs = {"train": dataset.graph}
-        if any(cs.graph == "test" for cs in sets):
-            graphs["test"] = dataset.graph_for("test")
+        # memory= makes Ray place no more tasks on a node than their budgets fit in its memory.
+        task = ray.remote(max_retries=TASK_RETRIES, retry_exceptions=[OSError],
+                          memory=config.worker_memory_mb * 2**20)(build_shard)
         # The graph and candidate arrays enter the object store once; workers map them zero-copy.
         graph_refs = {k: (ray.put(g.indptr), ray.put(g.indices)) for k, g in graphs.items()}
         set_refs = [(ray.put(cs.cands.src), ray.put(cs.cands.dst), ray.put(cs.cands.label)) for cs in sets]
@@ -304,29 +367,24 @@ def _totals(results: list[dict], elapsed: float) -> dict:
 
 
 def _manifest(config, dataset, fingerprint: str, key, protocols, sets, records, eval_info,
-              features: dict | None) -> dict:
-    set_info = [{"split": cs.split, "protocol": cs.protocol, "view": cs.view, "links": len(cs.cands),
+              features: dict | None, graphs: dict) -> dict:
+    set_info = [{"split": cs.split, "protocol": cs.protocol, "view": cs.view, "graph": cs.graph, "links": len(cs.cands),
                  "shards": sum(1 for r in records if r["split"] == cs.split and r["protocol"] == cs.protocol
                                and r["view"] == cs.view)} for cs in sets]
     return {
         "dataset": dataset.name, "key": key, "num_nodes": dataset.num_nodes, "n_max": config.sampling.n_max,
         "sampling": {"d": config.sampling.d, "n": config.sampling.n}, "protocols": protocols,
         "views": config.candidates.views if "train" in config.candidates.splits else 0,
-        "features": features, "fingerprint": fingerprint, "config": config.to_dict(),
+        "features": features, "graphs": graphs, "fingerprint": fingerprint, "config": config.to_dict(),
         "sets": set_info, "shards": records, "eval": eval_info,
         "totals": {k: sum(r[k] for r in records) for k in ("links", "tokens", "bytes")},
     }
 
 
-def _cleanup_tmp(storage) -> None:
-    """Drop temporary files a killed run left behind (local storage only)."""
-    root = getattr(storage, "root", None)
-    if root is not None and Path(root).is_dir():
-        for tmp in Path(root).glob(".*.tmp"):
-            tmp.unlink(missing_ok=True)
-
-
 def _log_summary(s: dict, out: str) -> None:
+    if s.get("worker_memory_mb") and s["worker_peak_rss_mb"] > s["worker_memory_mb"]:
+        log.warning("a shard task peaked at %.0f MB, over --worker-memory-mb %d; raise it (Ray schedules by it)",
+                    s["worker_peak_rss_mb"], s["worker_memory_mb"])
     log.info("done: %d links (%d sampled, %d shards reused of %d), %d tokens, %.1f MB in %.1f s "
              "(sampling %.1f s, %.0f links/s), worker peak RSS %.0f MB",
              s["links"], s["links_sampled"], s["shards_reused"], s["shards"], s["tokens"], s["bytes"] / 1e6,

@@ -6,8 +6,8 @@ For a batch of links (u, v) the kernel, per link:
      (Floyd's algorithm: exactly n draws, no copy of the neighbour row);
   2. takes the union of both visited sets; local ids u -> 0, v -> 1, the rest in a seeded uniformly
      random order (or discovery order with shuffle=False);
-  3. emits the induced subgraph on the graph passed in (each undirected edge once, a < b) minus
-     the target edge u-v.
+  3. emits the node set only: the induced subgraph (minus the target edge u-v) is a pure function of
+     it and the graph, recovered where it is consumed (common/induce.py; shard format v2).
 
 A per-node marker array (global id -> local id, -1 outside the context) is shared by all links of a
 call and reset after each link, so membership tests are O(1) and nothing is allocated per link.
@@ -37,19 +37,16 @@ def derive_seed(*parts) -> int:
 
 @dataclass
 class Subgraphs:
-    """Sampled context of a batch of links: CSR-style offsets into flat node / edge arrays."""
+    """Sampled context of a batch of links: CSR-style offsets into one flat node array."""
 
     node_ptr: np.ndarray  # (B+1,) int64
     nodes: np.ndarray  # (sum N_b,) int64 global ids in local-id order
-    edge_ptr: np.ndarray  # (B+1,) int64, counted in edges
-    edges: np.ndarray  # (sum E_b, 2) int32 local ids, a < b
 
     def __len__(self) -> int:
         return int(self.node_ptr.shape[0] - 1)
 
-    def link(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        return (self.nodes[self.node_ptr[i]:self.node_ptr[i + 1]],
-                self.edges[self.edge_ptr[i]:self.edge_ptr[i + 1]])
+    def link(self, i: int) -> np.ndarray:
+        return self.nodes[self.node_ptr[i]:self.node_ptr[i + 1]]
 
 
 class Scratch:
@@ -79,11 +76,10 @@ def sample_subgraphs(indptr, indices, src, dst, d: int, n: int, seed: int, shuff
         raise ValueError(f"sampling (d, n) must be positive, got ({d}, {n})")
     if scratch is None:
         scratch = Scratch(indptr)
-    node_ptr, nodes, edge_ptr, edges, scratch.tick = _sample_kernel(
+    node_ptr, nodes, scratch.tick = _sample_kernel(
         indptr, indices, src, dst, d, n, budget(d, n), np.uint64(seed & 0xFFFFFFFFFFFFFFFF), shuffle,
         scratch.mark, scratch.stamp, scratch.tick)
-    return Subgraphs(node_ptr=node_ptr, nodes=nodes[:node_ptr[-1]], edge_ptr=edge_ptr,
-                     edges=edges[:2 * edge_ptr[-1]].reshape(-1, 2))
+    return Subgraphs(node_ptr=node_ptr, nodes=nodes[:node_ptr[-1]])
 
 
 # ---------------------------------------------------------------------------- kernel
@@ -183,61 +179,18 @@ def _expand_root(root, indptr, indices, d, n, n_max, ctx, k, mark, stamp, tick, 
 
 
 @njit(cache=True)
-def _induced_edges(indptr, indices, ctx, k, mark, self_loop, edges, e):
-    """Append the induced edges (a < b) of the context, except the target edge 0-1. Returns (edges, e)."""
-    for i in range(k):
-        if self_loop and i == 1:
-            continue  # local 1 is a copy of local 0; its edges are added by the caller
-        start = indptr[ctx[i]]
-        deg = indptr[ctx[i] + 1] - start
-        if deg > 8 * (k - i):
-            # Hub row: binary-search the few remaining context nodes instead of scanning the row.
-            edges = _grow(edges, 2 * (e + k))
-            row = indices[start:start + deg]
-            for j in range(i + 1, k):
-                if self_loop and j == 1:
-                    continue
-                pos = np.searchsorted(row, ctx[j])
-                if pos < deg and row[pos] == ctx[j] and not (i == 0 and j == 1):
-                    edges[2 * e] = i
-                    edges[2 * e + 1] = j
-                    e += 1
-        else:
-            edges = _grow(edges, 2 * (e + deg))
-            if i == 0:
-                for p in range(start, start + deg):
-                    j = mark[indices[p]]
-                    if j > 1:  # j == 1 would be the target edge
-                        edges[2 * e] = 0
-                        edges[2 * e + 1] = j
-                        e += 1
-            else:
-                # Branch-free: "is this neighbour a later context node" is a coin flip the CPU
-                # cannot predict, so always store and advance the cursor by the comparison.
-                for p in range(start, start + deg):
-                    j = mark[indices[p]]
-                    edges[2 * e] = i
-                    edges[2 * e + 1] = j
-                    e += np.int64(j > i)
-    return edges, e
-
-
-@njit(cache=True)
 def _sample_kernel(indptr, indices, src, dst, d, n, n_max, seed, shuffle, mark, stamp, tick):
     rng = np.zeros(1, dtype=np.uint64)
     rng[0] = np.uint64(seed)
     _next64(rng)  # decorrelate neighbouring seeds
     num_links = src.shape[0]
     node_ptr = np.zeros(num_links + 1, dtype=np.int64)
-    edge_ptr = np.zeros(num_links + 1, dtype=np.int64)
     nodes = np.empty(max(64, num_links * 8), dtype=np.int64)
-    edges = np.empty(max(128, num_links * 32), dtype=np.int32)  # flat (a0, b0, a1, b1, ...)
     ctx = np.empty(n_max, dtype=np.int64)
     half = n_max // 2 + 1  # one root's frontier never exceeds n^d < N_max / 2
     frontier = np.empty(half, dtype=np.int64)
     nxt = np.empty(half, dtype=np.int64)
     nn = 0
-    e = 0
     for b in range(num_links):
         u = src[b]
         v = dst[b]
@@ -258,20 +211,10 @@ def _sample_kernel(indptr, indices, src, dst, d, n, n_max, seed, shuffle, mark, 
                 ctx[j] = tmp
             for i in range(2, k):
                 mark[ctx[i]] = i
-        e0 = e
-        edges, e = _induced_edges(indptr, indices, ctx, k, mark, self_loop, edges, e)
-        if self_loop:  # mirror local 0's edges onto its copy at local 1
-            edges = _grow(edges, 2 * (2 * e - e0))
-            for q in range(e0, e):
-                if edges[2 * q] == 0:
-                    edges[2 * e] = 1
-                    edges[2 * e + 1] = edges[2 * q + 1]
-                    e += 1
         nodes = _grow(nodes, nn + k)
         for i in range(k):
             nodes[nn + i] = ctx[i]
             mark[ctx[i]] = -1
         nn += k
         node_ptr[b + 1] = nn
-        edge_ptr[b + 1] = e
-    return node_ptr, nodes, edge_ptr, edges, tick
+    return node_ptr, nodes, tick
