@@ -231,7 +231,8 @@ def pack_shard(blocks: Iterable[Block]) -> tuple[bytes, dict]:
     writer = ShardWriter(buf)
     for block in blocks:
         writer.add(block)
-    return buf.getvalue(), writer.close()
+    stats = writer.close()  # before reading the buffer: close() writes the end-of-archive records
+    return buf.getvalue(), stats
 
 
 def iter_tar_blocks(fileobj, where: str) -> Iterator[Block]:

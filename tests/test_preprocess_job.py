@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.shards import (MANIFEST, ShardError, cache_key, iter_tar_blocks, load_queries, read_manifest,
+from common.induce import Inducer
+from common.shards import (MANIFEST, ShardError, cache_key, iter_tar_blocks, load_graph, load_queries, read_manifest,
                            read_shard, shard_entries, verify_shard)
 from preprocess.__main__ import main
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
@@ -66,6 +67,10 @@ def test_citeseer_end_to_end_two_workers(ray_session, citeseer, tmp_path, capsys
     assert m["eval"]["valid/heart"]["kind"] == "per_positive" and m["eval"]["test/original"]["kind"] == "shared"
     assert m["eval"]["test/heart"]["metric"] == "mrr" and m["eval"]["test/heart"]["ogb"] is False
     assert m["config"]["sampling"] == {"d": 1, "n": 5, "n_max": 12}
+    # The graph ships with the set, and it is the graph the links were sampled on.
+    indptr, indices = load_graph(m, "train", verify=True)
+    assert np.array_equal(indptr, citeseer.graph.indptr) and np.array_equal(indices, citeseer.graph.indices)
+    inducer = Inducer(indptr, indices)
 
     sets = {(cs.split, cs.protocol, cs.view): cs.cands for cs in candidate_sets(config, citeseer, m["protocols"])}
     assert len([k for k in sets if k[0] == "train"]) == 2
@@ -82,7 +87,8 @@ def test_citeseer_end_to_end_two_workers(ray_session, citeseer, tmp_path, capsys
                 first = b.node_ptr[:-1]
                 assert np.array_equal(b.nodes[first], b.src) and np.array_equal(b.nodes[first + 1], b.dst)
                 assert np.array_equal(b.src, cands.src[b.cid]) and np.array_equal(b.label, cands.label[b.cid])
-                assert not np.any((b.edges[:, 0] == 0) & (b.edges[:, 1] == 1))  # target edge removed
+                _, edges = inducer.edges(b.node_ptr, b.nodes)
+                assert not np.any((edges[:, 0] == 0) & (edges[:, 1] == 1))  # target edge removed
                 assert np.diff(b.node_ptr).max() <= m["n_max"]
         assert np.all(seen == 1)
         if split != "train":
@@ -174,7 +180,7 @@ def test_cache_key_changes_with_every_input():
         parts(replace(base, dataset="cora")), parts(replace(base, sampling=SamplingConfig(2, 5))),
         parts(replace(base, sampling=SamplingConfig(1, 6))), parts(replace(base, seed=1)),
         parts(replace(base, features=True)), parts(replace(base, links_per_shard=4096)),
-        parts(replace(base, links_per_block=128)),
+        parts(replace(base, links_per_block=128)), parts(replace(base, shard_mb=1.0)),
         parts(replace(base, candidates=CandidateConfig(views=3))),
         parts(replace(base, candidates=CandidateConfig(percent=50))),
         parts(replace(base, candidates=CandidateConfig(neg_ratio=2))),
@@ -182,7 +188,24 @@ def test_cache_key_changes_with_every_input():
     ]
     assert key not in variants and len(set(variants)) == len(variants)
     # How the work runs does not change what it produces.
-    assert parts(replace(base, num_cpus=7, force=True, out="elsewhere")) == key
+    assert parts(replace(base, num_cpus=7, force=True, out="elsewhere", worker_memory_mb=9000)) == key
+
+
+def test_shards_are_bounded_in_bytes_as_well_as_links():
+    # (1,350): N_max 702; worst case per link 40 + 702 * 2 bytes (uint16 ids below 65,536 nodes)
+    c = PreprocessConfig(dataset="x", sampling=SamplingConfig(1, 350), links_per_shard=8192, links_per_block=64,
+                         shard_mb=1.0)
+    assert c.shard_links(4267) == 2**20 // (40 + 702 * 2) == 726
+    assert c.shard_links(10**6) == 2**20 // (40 + 702 * 4)
+    assert replace(c, shard_mb=1e-3).shard_links(4267) == 64  # never below one block
+    assert replace(c, shard_mb=64.0).shard_links(4267) == 8192
+
+
+def test_worker_memory_budget_is_checked_before_any_work(citeseer, tmp_path):
+    config = small_config(tmp_path, worker_memory_mb=100)
+    with pytest.raises(ConfigError, match=r"--worker-memory-mb 100: one shard task needs about \d+ MB"):
+        run_job(config, citeseer)
+    assert not (tmp_path / "citeseer").exists() or not any((tmp_path / "citeseer").rglob("*.tar"))
 
 
 @pytest.mark.parametrize("kwargs, flag", [
@@ -190,6 +213,7 @@ def test_cache_key_changes_with_every_input():
     ({"neg_ratio": -1}, "--neg-ratio"), ({"splits": ("train", "dev")}, "--splits"),
     ({"protocols": ("hart",)}, "--protocol"), ({"seed": -1}, "--seed"), ({"num_cpus": 0}, "--num-cpus"),
     ({"links_per_shard": 10}, "--links-per-shard"), ({"links_per_block": 0}, "--block-size"),
+    ({"shard_mb": 0}, "--shard-mb"), ({"worker_memory_mb": 0}, "--worker-memory-mb"),
 ])
 def test_config_errors_name_the_flag(kwargs, flag):
     with pytest.raises(ConfigError, match=flag):
@@ -207,7 +231,7 @@ def test_cli_help_lists_the_flags(capsys):
     text = capsys.readouterr().out
     for flag in ("--dataset", "--sampling", "--views", "--splits", "--protocol", "--out", "--seed", "--num-cpus",
                  "--force", "--percent", "--neg-ratio", "--links-per-shard", "--block-size", "--data-dir",
-                 "--ogb-root", "--planetoid-dir", "--features"):
+                 "--ogb-root", "--planetoid-dir", "--features", "--shard-mb", "--worker-memory-mb"):
         assert flag in text
 
 

@@ -1,4 +1,8 @@
-"""Semantics of the link-centric ShaDowKHop sampler (DESIGN.md §3) on hand-built graphs."""
+"""Semantics of the link-centric ShaDowKHop sampler (DESIGN.md §3) on hand-built graphs.
+
+The sampler emits node sets; the edges a model sees are induced from them by common.induce (shard
+format v2). `sample()` below composes the two, so these tests pin the semantics of the whole
+subgraph a link gets, exactly as the loader builds it."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,13 +10,26 @@ import pytest
 from scipy.stats import chisquare
 
 from common.graph import Graph
+from common.induce import Inducer
 from common.presets import n_max
 from preprocess.sampler import Scratch, derive_seed, sample_subgraphs
 
 
-def sample(g: Graph, links, d, n, seed=0, shuffle=True):
+class Sampled:
+    """Sampled node sets plus their induced local edges (what a loader recovers from a v2 shard)."""
+
+    def __init__(self, g: Graph, sub):
+        self.node_ptr, self.nodes = sub.node_ptr, sub.nodes
+        self.edge_ptr, self.edges = Inducer(g.indptr, g.indices).edges(sub.node_ptr, sub.nodes)
+
+    def link(self, i: int) -> tuple[np.ndarray, np.ndarray]:
+        return (self.nodes[self.node_ptr[i]:self.node_ptr[i + 1]],
+                self.edges[self.edge_ptr[i]:self.edge_ptr[i + 1]])
+
+
+def sample(g: Graph, links, d, n, seed=0, shuffle=True) -> Sampled:
     links = np.asarray(links, dtype=np.int64).reshape(-1, 2)
-    return sample_subgraphs(g.indptr, g.indices, links[:, 0], links[:, 1], d, n, seed, shuffle=shuffle)
+    return Sampled(g, sample_subgraphs(g.indptr, g.indices, links[:, 0], links[:, 1], d, n, seed, shuffle=shuffle))
 
 
 def induced(g: Graph, nodes: np.ndarray) -> set[tuple[int, int]]:
@@ -182,7 +199,7 @@ def test_scratch_is_reusable_and_left_clean():
     first = sample_subgraphs(g.indptr, g.indices, links[:, 0], links[:, 1], 2, 3, 9, scratch=scratch)
     assert np.all(scratch.mark == -1)
     again = sample_subgraphs(g.indptr, g.indices, links[:, 0], links[:, 1], 2, 3, 9, scratch=scratch)
-    assert np.array_equal(first.nodes, again.nodes) and np.array_equal(first.edges, again.edges)
+    assert np.array_equal(first.nodes, again.nodes) and np.array_equal(first.node_ptr, again.node_ptr)
 
 
 def test_budget_holds_for_dense_graph():
