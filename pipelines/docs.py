@@ -28,7 +28,12 @@ def reference() -> str:
     return "\n".join(parts + [END])
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    from common.cli import run_cli
+    return run_cli(lambda _: _main(), argv, prog="pipelines.docs")
+
+
+def _main() -> int:
     text = README.read_text()
     if BEGIN not in text:
         raise SystemExit(f"{README}: no '{BEGIN}' marker to write the CLI reference at")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from common.cli import add_debug_flag, one_line_errors, run_cli
 from common.datasets import PROTOCOLS, DatasetError, LinkDataset, load_dataset
 from common.heuristics import HEURISTICS, ranking_scores
 from common.metrics import METRIC_KEYS, as_percent, evaluate, format_table, unique_pairs
@@ -50,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test", choices=["valid", "test"], help="split to evaluate (default test)")
     p.add_argument("--seed", type=int, default=0, help="seed for datasets that split randomly (cora, csv)")
     p.add_argument("--out", default=None, help="JSON output (default results/heuristics-<dataset>.json)")
-    return p
+    add_debug_flag(p)
+    return one_line_errors(p)
 
 
 # ---------------------------------------------------------------------------- argument checks
@@ -133,6 +135,10 @@ def write_json_atomic(path: Path, payload: dict) -> None:
 
 # ---------------------------------------------------------------------------- entry point
 def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv, prog="pipelines.heuristics")
+
+
+def _main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -13,6 +13,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
+from common.cli import add_debug_flag, one_line_errors, run_cli
 from pipelines.paper_results import paper_reference
 
 log = logging.getLogger("pipelines.report")
@@ -92,10 +93,15 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("runs", nargs="+", type=Path, help="run folders (or result.json files) to gather")
     ap.add_argument("--out", type=Path, help="also write the Markdown table here")
     ap.add_argument("--no-paper", action="store_true", help="leave out the paper's reference rows")
-    return ap
+    add_debug_flag(ap)
+    return one_line_errors(ap)
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv, prog="pipelines.report")
+
+
+def _main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
     missing = [str(p) for p in args.runs if not p.exists()]

@@ -11,20 +11,28 @@ and PNG plots.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import logging
 import subprocess
 import sys
 from pathlib import Path
 
+from common.cli import add_debug_flag, one_line_errors, run_cli
 from common.datasets import load_dataset
 from common.presets import PRESETS, get_preset, preset_for_protocol
+from common.storage import is_remote
 from pipelines import heuristics as heuristic_report
 from pipelines.plots import plot_runs
 from pipelines.heuristics import write_json_atomic
 from pipelines.report import METRICS, aggregate, fmt, markdown
 
 log = logging.getLogger("pipelines.run")
+
+
+class RunError(ValueError):
+    """A bad pipelines.run flag; the message names it and the fix."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,7 +56,72 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train with node features (the paper's 'PENCIL' rows; default: without, 'PENCIL w/o features')")
     p.add_argument("--train-arg", action="append", default=[], metavar="FLAG=VALUE",
                    help="extra trainer flag, repeatable, e.g. --train-arg=--micro-batch=64")
-    return p
+    add_debug_flag(p)
+    return one_line_errors(p)
+
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        seeds = []
+    if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise RunError(f"--seeds: expected distinct non-negative integers separated by commas (e.g. 0,1,2), got {text!r}")
+    return seeds
+
+
+def validate_args(args) -> None:
+    """Every flag checked before any work: a typo must not cost a preprocessing run."""
+    args.seed_list = parse_seeds(args.seeds)
+    if args.views is not None and args.views < 1:
+        raise RunError(f"--views: must be a positive integer, got {args.views}")
+    if args.epochs is not None and not args.epochs > 0:
+        raise RunError(f"--epochs: must be positive, got {args.epochs}")
+    if args.num_cpus is not None and args.num_cpus < 1:
+        raise RunError(f"--num-cpus: must be a positive integer, got {args.num_cpus}")
+    for arg in args.train_arg:
+        if not arg.startswith("--"):
+            raise RunError(f"--train-arg {arg!r}: expected a trainer flag such as --train-arg=--micro-batch=64")
+    for flag, path in (("--out", args.out), ("--shards", args.shards)):
+        if not is_remote(path):
+            _check_folder(flag, Path(str(path).removeprefix("file://")))
+
+
+def _check_folder(flag: str, path: Path) -> None:
+    """A folder that exists as a file (or below one) fails here, not after preprocessing."""
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                raise RunError(f"{flag} {path}: {p} is a file, not a directory; choose another folder")
+            return
+
+
+def trainer_flags(args, preset_name: str, shards: str, protocol: str, seed: int, run_dir: Path) -> list[str]:
+    flags = ["--shards", str(shards), "--preset", preset_name, "--out", str(run_dir), "--seed", str(seed),
+             "--protocol", protocol, "--device", args.device, "--resume"]
+    if args.epochs:
+        flags += ["--epochs", str(args.epochs)]
+    return flags + [a for arg in args.train_arg for a in arg.split("=", 1)]
+
+
+def check_trainer_flags(args, preset_name: str, protocols: list[str]) -> None:
+    """Parse the trainer's flags once up front (shards do not exist yet, so a placeholder path)."""
+    from trainer.config import config_from_args
+    from trainer.model import ModelConfig
+    for protocol in protocols:
+        name = preset_for_protocol(preset_name, protocol)
+        flags = trainer_flags(args, name, "<shards>", protocol, args.seed_list[0], Path(args.out))
+        given = " ".join(args.train_arg) or "(none)"
+        usage = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(usage):  # argparse prints a usage block; keep only its error line
+                config = config_from_args(flags)
+            ModelConfig.from_preset(name, **config.model.as_overrides())  # model flags (--attention ...) too
+        except ValueError as err:
+            raise RunError(f"--train-arg {given}: {err}") from None
+        except SystemExit:
+            lines = usage.getvalue().strip().splitlines() or ["invalid trainer flags"]
+            raise RunError(f"--train-arg {given}: {lines[-1].split('error: ', 1)[-1]}") from None
 
 
 def cuda_devices() -> int:
@@ -58,17 +131,20 @@ def cuda_devices() -> int:
 
 def pick_preset(args, dataset: str) -> str:
     if args.preset:
-        get_preset(args.preset)  # unknown names fail here, before any work
+        try:
+            get_preset(args.preset)  # unknown names fail here, before any work
+        except ValueError as err:
+            raise RunError(f"--preset: {err}") from None
         return args.preset
     small = f"{dataset}-small"
     if cuda_devices() == 0 and args.device != "cuda" and small in PRESETS:
         return small
     if dataset in PRESETS:
         return dataset
-    raise SystemExit(f"error: no preset for dataset '{dataset}'; pass --preset (one of {', '.join(sorted(PRESETS))})")
+    raise RunError(f"--preset: no preset for dataset '{dataset}'; pass --preset (one of {', '.join(sorted(PRESETS))})")
 
 
-def preprocess_shards(args, preset, protocols: list[str]) -> Path:
+def preprocess_shards(args, preset, protocols: list[str]) -> str:
     """Build or reuse the shard set (a complete cache returns at once)."""
     from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
     from preprocess.job import run_job
@@ -82,8 +158,9 @@ def preprocess_shards(args, preset, protocols: list[str]) -> Path:
         features=args.features, num_cpus=args.num_cpus)
     result = run_job(cfg)
     _shutdown_ray()
-    log.info("shards %s: %s", "reused" if result.cached else "written", result.path)
-    return result.path
+    location = result.location or str(result.path)  # a URL stays a URL (s3://...)
+    log.info("shards %s: %s", "reused" if result.cached else "written", location)
+    return location
 
 
 def _shutdown_ray() -> None:
@@ -93,12 +170,8 @@ def _shutdown_ray() -> None:
         ray.shutdown()
 
 
-def train_seed(args, preset_name: str, shards: Path, protocol: str, seed: int, run_dir: Path) -> dict:
-    flags = ["--shards", str(shards), "--preset", preset_name, "--out", str(run_dir), "--seed", str(seed),
-             "--protocol", protocol, "--device", args.device, "--resume"]
-    if args.epochs:
-        flags += ["--epochs", str(args.epochs)]
-    flags += [a for arg in args.train_arg for a in arg.split("=", 1)] if args.train_arg else []
+def train_seed(args, preset_name: str, shards: str, protocol: str, seed: int, run_dir: Path) -> dict:
+    flags = trainer_flags(args, preset_name, shards, protocol, seed, run_dir)
     gpus = cuda_devices() if args.device != "cpu" else 0
     if gpus > 1:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
@@ -132,7 +205,7 @@ def run_protocol(args, dataset_obj, preset_name: str, protocol: str, out: Path) 
     preset = get_preset(preset_name)
     shards = preprocess_shards(args, preset, [protocol])
     results = []
-    for seed in [int(s) for s in args.seeds.split(",") if s.strip()]:
+    for seed in args.seed_list:
         run_dir = out / protocol / f"seed{seed}"
         summary = train_seed(args, preset_name, shards, protocol, seed, run_dir)
         record = result_record(dataset_obj.name, protocol, preset_name, seed, summary, args.features)
@@ -145,16 +218,22 @@ def run_protocol(args, dataset_obj, preset_name: str, protocol: str, out: Path) 
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv, prog="pipelines.run")
+
+
+def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    validate_args(args)
     dataset_obj = load_dataset(args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root,
                                planetoid_dir=args.planetoid_dir)
     available = dataset_obj.protocols
     protocols = available if args.protocol == "both" else [args.protocol]
     missing = [p for p in protocols if p not in available]
     if missing:
-        raise SystemExit(f"error: --protocol {','.join(missing)}: {dataset_obj.name} has only {', '.join(available)}")
+        raise RunError(f"--protocol {','.join(missing)}: {dataset_obj.name} has only {', '.join(available)}")
     preset_name = pick_preset(args, dataset_obj.name)
+    check_trainer_flags(args, preset_name, protocols)
     out = Path(args.out) / preset_name
     results, rows = [], []
     for protocol in protocols:

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from common.cli import add_debug_flag, one_line_errors, run_cli
 from common.datasets import load_dataset
 from common.presets import get_preset
 from common.shards import read_manifest
@@ -51,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dataset", default=None, help="override the dataset recorded with the shards")
     p.add_argument("--data-dir", default=None, help="HeaRT-format folder (with --dataset)")
     p.add_argument("--ogb-root", default=None, help="OGB root (with --dataset)")
-    return p
+    add_debug_flag(p)
+    return one_line_errors(p)
 
 
 def resolve_checkpoint(path: str) -> Path:
@@ -136,6 +138,10 @@ def write_scores(path: str, pairs: np.ndarray, logits: np.ndarray) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv, prog="pipelines.score")
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

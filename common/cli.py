@@ -1,0 +1,103 @@
+"""One-line failures for every command-line entry point.
+
+A user who passes a bad flag, a missing file or an output folder on a full disk should read one line
+that names the culprit and the fix, not a traceback (`--debug` brings the traceback back). Project
+errors already carry such a message; usual OS errors (ENOSPC, EACCES, ENOTDIR, ENOENT) get one from
+their errno; Ray task errors are unwrapped to the exception the task raised.
+"""
+from __future__ import annotations
+
+import argparse
+import errno
+import logging
+import sys
+from typing import Callable, Sequence
+
+DEBUG_FLAG = "--debug"
+PROJECT_PACKAGES = ("common", "preprocess", "trainer", "pipelines", "bench")
+
+_ERRNO_HINTS = {
+    errno.ENOSPC: "no space left on device; free space or write somewhere else",
+    errno.EDQUOT: "disk quota exceeded; free space or write somewhere else",
+    errno.EACCES: "permission denied; choose a path you can write/read",
+    errno.EPERM: "operation not permitted; choose a path you can write/read",
+    errno.ENOTDIR: "a component of this path is a file, not a directory",
+    errno.EISDIR: "is a directory, expected a file",
+    errno.EEXIST: "exists as a file where a directory is needed; choose another path",
+    errno.ENOENT: "no such file or directory",
+    errno.EROFS: "read-only file system; write somewhere else",
+}
+
+
+def add_debug_flag(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    parser.add_argument(DEBUG_FLAG, action="store_true", help="show the full traceback of an error")
+    return parser
+
+
+def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Usage errors as one line (argparse prints the whole usage block first); exit status 2 as argparse."""
+    def error(message: str):
+        parser.exit(2, f"{parser.prog}: error: {message} (see --help)\n")
+    parser.error = error
+    return parser
+
+
+def unwrap(err: BaseException) -> BaseException:
+    """The exception that really happened: Ray task errors carry it as `.cause`."""
+    seen = set()
+    while id(err) not in seen:
+        seen.add(id(err))
+        cause = getattr(err, "cause", None)
+        if type(err).__name__.startswith("RayTaskError") and isinstance(cause, BaseException):
+            err = cause
+            continue
+        break
+    return err
+
+
+def describe(err: BaseException) -> str:
+    """One line for `err`: the project's own message, an OS error's file and errno hint, or type: message."""
+    err = unwrap(err)
+    if isinstance(err, OSError) and err.errno in _ERRNO_HINTS:
+        where = err.filename if err.filename is not None else ""
+        if err.filename2 is not None:
+            where = f"{where} -> {err.filename2}"
+        text = _ERRNO_HINTS[err.errno]
+        return f"{where}: {text}" if where else f"{text} ({_flat(err)})"
+    if _is_project_error(err):
+        return _flat(err)
+    return f"{type(err).__name__}: {_flat(err)}"
+
+
+def _is_project_error(err: BaseException) -> bool:
+    module = type(err).__module__.split(".")[0]
+    return module in PROJECT_PACKAGES or module == "__main__"  # `python -m pkg` defines errors in __main__
+
+
+def _flat(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    if type(err).__name__.startswith("RayTaskError") or "Traceback (most recent call last)" in text:
+        text = text.split("Traceback (most recent call last)")[0].strip() or type(err).__name__
+    return text[:500] or type(err).__name__
+
+
+def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None,
+            prog: str = "") -> int:
+    """Call `main(argv)`; any exception becomes one line on stderr and exit status 1 (130 on Ctrl-C).
+
+    With --debug among the arguments the exception propagates unchanged (full traceback)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return int(main(argv) or 0)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except BaseException as err:  # noqa: BLE001 - the point is that nothing escapes as a traceback
+        if DEBUG_FLAG in args:
+            raise
+        logging.shutdown()  # flush log lines before the final one
+        prefix = f"{prog}: error: " if prog else "error: "
+        print(prefix + describe(err), file=sys.stderr)
+        return 1
