@@ -11,56 +11,68 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.shards import (Block, encode_queries, eval_shard_name, pack_shard, queries_name, read_manifest,
-                           train_shard_name, write_manifest, LocalStorage)
+from common.shards import (Block, LocalStorage, encode_array, encode_queries, eval_shard_name, graph_entry,
+                           graph_names, pack_shard, queries_name, read_manifest, train_shard_name, write_manifest)
 from trainer import data
 from trainer.config import DataConfig
 
 
 # ---------------------------------------------------------------------------- synthetic shard sets
-def _sample(rng, u, v, label, n_max, num_nodes):
-    """A link whose positives share common neighbours with u and v (learnable) and negatives do not."""
+def _plant(rng, u, v, label, n_max, num_nodes):
+    """A link's context nodes and the graph edges planted for it: positives share common neighbours
+    with u and v (learnable), negatives do not. The edges go into the shipped graph (global ids); the
+    loader recovers them by induction, together with whatever other links planted among the same nodes."""
     n = int(rng.integers(2, n_max + 1))
     others = rng.choice(np.setdiff1d(np.arange(num_nodes), [u, v]), size=n - 2, replace=False)
     nodes = np.concatenate([[u, v], others]).astype(np.int64)
-    edges = set()
+    edges = []
     for k in range(2, n):
         if label > 0 and rng.random() < 0.6:
-            edges |= {(0, k), (1, k)}  # common neighbour
+            edges += [(u, nodes[k]), (v, nodes[k])]  # common neighbour
         else:
-            edges.add((int(rng.integers(0, 2)), k))
-    return nodes, np.array(sorted(edges), dtype=np.int64).reshape(-1, 2)
+            edges.append((nodes[int(rng.integers(0, 2))], nodes[k]))
+    return nodes, edges
 
 
-def _block(rng, cids, n_max, num_nodes, labels=None):
-    nodes, edges, node_ptr, edge_ptr, src, dst, lab = [], [], [0], [0], [], [], []
+def _block(rng, cids, n_max, num_nodes, planted, labels=None):
+    nodes, node_ptr, src, dst, lab = [], [0], [], [], []
     for i, c in enumerate(cids):
         u, v = rng.choice(num_nodes, size=2, replace=False)
         label = float(labels[i]) if labels is not None else float(c % 2)
-        ns, es = _sample(rng, int(u), int(v), label, n_max, num_nodes)
+        ns, es = _plant(rng, int(u), int(v), label, n_max, num_nodes)
+        planted += es
         nodes.append(ns)
-        edges.append(es)
         node_ptr.append(node_ptr[-1] + len(ns))
-        edge_ptr.append(edge_ptr[-1] + len(es))
         src.append(u)
         dst.append(v)
         lab.append(label)
     return Block(cid=np.asarray(cids, np.int64), src=np.asarray(src, np.int64), dst=np.asarray(dst, np.int64),
                  label=np.asarray(lab, np.float32), node_ptr=np.asarray(node_ptr, np.int64),
-                 nodes=np.concatenate(nodes), edge_ptr=np.asarray(edge_ptr, np.int64), edges=np.concatenate(edges))
+                 nodes=np.concatenate(nodes))
+
+
+def csr(num_nodes: int, edges) -> tuple[np.ndarray, np.ndarray]:
+    """Undirected, deduplicated CSR with sorted rows (what preprocess ships), from (a, b) pairs."""
+    e = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    e = e[e[:, 0] != e[:, 1]]
+    both = np.unique(np.concatenate([e, e[:, ::-1]]), axis=0)
+    indptr = np.zeros(num_nodes + 1, np.int64)
+    np.cumsum(np.bincount(both[:, 0], minlength=num_nodes), out=indptr[1:])
+    return indptr, both[:, 1].astype(np.int32)
 
 
 def make_shard_set(root: Path, shard_links=(40, 40, 13), views: int = 2, n_max: int = 12, block: int = 8,
-                   eval_links: int = 60, num_nodes: int = 200, seed: int = 0) -> Path:
-    """A complete shard set: `views` training views with the given links per shard, and
-    valid/test original-protocol eval sets (positives ranked against shared negatives)."""
+                   eval_links: int = 60, num_nodes: int = 1000, seed: int = 0) -> Path:
+    """A complete v2 shard set: `views` training views with the given links per shard, valid/test
+    original-protocol eval sets (positives ranked against shared negatives), and the training graph
+    (the union of every link's planted edges) shipped as graph-train-*.npy."""
     rng = np.random.default_rng(seed)
     storage = LocalStorage(root)
-    records = []
+    records, planted = [], []
 
     def write(name, split, protocol, view, cids, labels=None):
-        blocks = [_block(rng, cids[i:i + block], n_max, num_nodes, None if labels is None else labels[i:i + block])
-                  for i in range(0, len(cids), block)]
+        blocks = [_block(rng, cids[i:i + block], n_max, num_nodes, planted,
+                         None if labels is None else labels[i:i + block]) for i in range(0, len(cids), block)]
         payload, stats = pack_shard(blocks)
         storage.write_atomic(name, payload)
         records.append({"name": name, "split": split, "protocol": protocol, "view": view, "links": stats["links"],
@@ -82,8 +94,14 @@ def make_shard_set(root: Path, shard_links=(40, 40, 13), views: int = 2, n_max: 
         storage.write_atomic(queries_name(split, "original"), encode_queries(cids[:n_pos], cids[n_pos:]))
         evals[f"{split}/original"] = {"queries": queries_name(split, "original"), "kind": "shared",
                                       "metric": "mrr", "ogb": False}
+    indptr, indices = csr(num_nodes, planted)
+    for name, arr in zip(graph_names("train"), (indptr, indices)):
+        storage.write_atomic(name, encode_array(arr))
+    sets = [{"split": s, "protocol": p, "view": v, "graph": "train"}
+            for s, p, v in {(r["split"], r["protocol"], r["view"]) for r in records}]
     write_manifest(storage, {"key": "synthetic", "dataset": "synthetic", "shards": records, "n_max": n_max,
-                             "num_nodes": num_nodes, "views": views, "eval": evals})
+                             "num_nodes": num_nodes, "views": views, "eval": evals, "sets": sets,
+                             "graphs": {"train": graph_entry("train", indptr, indices)}})
     return root
 
 
