@@ -63,6 +63,18 @@ class LocalStorage:
     def read(self, name: str) -> bytes:
         return (self.root / name).read_bytes()
 
+    def check_writable(self) -> None:
+        """Fail before any work if this folder cannot be created or written (a file in the way, no permission)."""
+        for p in (self.root, *self.root.parents):
+            if p.exists():
+                if not p.is_dir():
+                    where = "is a file" if p == self.root else f"is below {p}, which is a file"
+                    raise StorageError(f"{self.root}: {where}, not a directory; choose another output folder")
+                if not os.access(p, os.W_OK | os.X_OK):
+                    raise StorageError(f"{self.root}: permission denied (cannot write in {p}); "
+                                       "choose a writable output folder")
+                return
+
     def _mkdir(self) -> None:
         if self.root.exists() and not self.root.is_dir():
             raise StorageError(f"{self.root}: exists and is not a directory; choose another output folder")
@@ -87,6 +99,11 @@ class LocalStorage:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.root / name)
+        except OSError as err:
+            if err.filename is not None or err.errno is None:
+                raise
+            # write()/fsync() errors carry no file name; the user needs to know which output failed.
+            raise OSError(err.errno, err.strerror, str(self.root / name)) from None
         finally:
             tmp.unlink(missing_ok=True)  # no-op after the rename; removes the partial file on failure
 
@@ -160,6 +177,15 @@ class FsspecStorage:
         except FileNotFoundError:  # a write cannot miss its object: the bucket is what is missing
             raise StorageError(f"{self.path(name)}: the bucket does not exist; create it first "
                                "(buckets are never created implicitly)") from None
+
+    def check_writable(self) -> None:
+        """Fail before any work if the bucket (first path component) is missing or unreachable."""
+        bucket = self.root.split("/", 1)[0]
+        with self._errors():
+            found = self.fs.exists(bucket)
+        if not found:
+            raise StorageError(f"{self._url}: bucket '{bucket}' does not exist; create it first "
+                               "(buckets are never created implicitly)")
 
     def exists(self, name: str) -> bool:
         with self._errors(name):

@@ -5,7 +5,9 @@ import argparse
 import logging
 import sys
 
+from common.cli import add_debug_flag, one_line_errors, run_cli
 from common.presets import default_sampling
+from common.storage import open_storage
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
 
 
@@ -43,8 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--planetoid-dir", default=None, help="folder with the Planetoid raw files (ind.<name>.*)")
     p.add_argument("--features", action="store_true", help="load node features (part of the cache key)")
     p.add_argument("--force", action="store_true", help="rebuild even if a complete shard set exists")
+    p.add_argument("--no-verify", action="store_true",
+                   help="on a cache hit check shard sizes only, not their sha256 (for huge sets)")
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings and the final path")
-    return p
+    add_debug_flag(p)
+    return one_line_errors(p)
 
 
 def _split_list(text: str) -> tuple[str, ...]:
@@ -65,6 +70,10 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv, prog="python -m preprocess")
+
+
+def _main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
@@ -73,12 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         config = config_from_args(args)
     except ConfigError as err:
         parser.error(str(err))
+    open_storage(config.out).check_writable()  # before loading anything: a bad --out costs nothing
     from common.datasets import DatasetError
     from preprocess.job import run_job
     try:
-        result = run_job(config)
+        result = run_job(config, verify=not args.no_verify)
     except (DatasetError, ConfigError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"{parser.prog}: error: {err}", file=sys.stderr)
         return 2
     state = "cached (nothing sampled)" if result.cached else "written"
     print(f"shards {state}: {result.location}")

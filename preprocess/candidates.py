@@ -68,6 +68,48 @@ def sample_negatives(graph: Graph, count: int, rng: np.random.Generator) -> np.n
     return out
 
 
+# Below this many positives per view a training view is too small to learn from: say so.
+MIN_VIEW_POSITIVES = 100
+# Drawing more than this fraction of all distinct non-edges repeats many of them: say so.
+REPEAT_WARN_FRACTION = 0.1
+
+
+def distinct_non_edges(graph: Graph) -> int:
+    """Unordered node pairs {u, v}, u != v, that are not edges of `graph` (what negatives are drawn from)."""
+    n = graph.num_nodes
+    return max(0, n * (n - 1) // 2 - graph.num_edges)
+
+
+def check_view_size(num_pos: int, percent: float, neg_ratio: int, graph: Graph) -> None:
+    """Refuse views whose negatives cannot be drawn without repetition; warn on degenerate sizes.
+
+    Called before anything is sampled or written, with the numbers the user needs to pick better flags."""
+    from preprocess.config import ConfigError
+    if num_pos == 0:
+        raise ConfigError("--splits train: the dataset has no training edges (self-loops dropped); "
+                          "use a graph with at least one edge or drop train from --splits")
+    keep = max(1, int(round(num_pos * percent / 100))) if percent < 100 else num_pos
+    count, available = keep * neg_ratio, distinct_non_edges(graph)
+    if count and available == 0:
+        raise ConfigError(f"--neg-ratio {neg_ratio}: the training graph ({graph.num_nodes} nodes, {graph.num_edges} "
+                          "edges) has no non-edges, so no negatives can be drawn; use a larger graph")
+    if count > available:
+        top = available // keep
+        raise ConfigError(f"--neg-ratio {neg_ratio}: {count:,} negatives per view but the graph has only "
+                          f"{available:,} distinct non-edges, so most would repeat; use --neg-ratio <= {max(top, 1)}"
+                          + ("" if top else " with a lower --percent"))
+    if count > REPEAT_WARN_FRACTION * available:
+        distinct = available * (1 - np.exp(-count / available))
+        log.warning("--neg-ratio %d: %s negatives per view from %s distinct non-edges: about %.0f%% are repeats",
+                    neg_ratio, f"{count:,}", f"{available:,}", 100 * (1 - distinct / count))
+    if neg_ratio == 0:
+        log.warning("--neg-ratio 0: training views hold only positives (every label is 1); "
+                    "a link classifier needs negatives, use --neg-ratio >= 1")
+    if keep < MIN_VIEW_POSITIVES:
+        log.warning("--percent %g: %d training positive(s) per view (of %d); a view this small is "
+                    "barely a training set", percent, keep, num_pos)
+
+
 def training_view(train_pos: np.ndarray, graph: Graph, percent: float, neg_ratio: int,
                   rng: np.random.Generator) -> Candidates:
     """One view: (a seeded subset of) the positives plus fresh negatives, in a seeded random order."""

@@ -19,7 +19,7 @@ remote backend plugs in there without touching the sampler or this orchestration
 """
 from __future__ import annotations
 
-import hashlib
+import errno
 import logging
 import os
 import re
@@ -30,11 +30,13 @@ from pathlib import Path
 
 import numpy as np
 
-from common.shards import (FEATURES, MANIFEST, Block, ShardError, ShardWriter, cache_key, encode_array, encode_features,
-                           encode_queries, eval_shard_name, graph_entry, graph_names, iter_tar_blocks, open_storage,
+from common.shards import (FEATURES, MANIFEST, Block, ShardError, ShardWriter, cache_key, encode_array,
+                           encode_features, encode_queries, eval_shard_name, graph_entry, graph_names, open_storage,
                            queries_name, train_shard_name, write_manifest)
-from preprocess.candidates import Candidates, protocol_candidates, training_view
+from preprocess.candidates import (Candidates, check_view_size, protocol_candidates, training_positives,
+                                   training_view)
 from preprocess.config import ConfigError, PreprocessConfig
+from preprocess.integrity import shard_stats, verify_cached  # noqa: F401  (shard_stats: public re-export)
 from preprocess.sampler import Scratch, derive_seed, sample_subgraphs
 
 log = logging.getLogger(__name__)
@@ -72,15 +74,38 @@ class JobResult:
 
 # ---------------------------------------------------------------------------- shard task (runs on a worker)
 def build_shard(indptr, indices, src, dst, label, start: int, stop: int, d: int, n: int, seed: int,
-                links_per_block: int, storage_url: str, name: str, force: bool) -> dict:
+                links_per_block: int, storage_url: str, name: str, force: bool, n_max: int = 0) -> dict:
     """Sample links [start, stop) of one candidate set into one shard, streaming: each block is encoded
-    and written as soon as it is sampled, so the task holds one block, never the whole shard."""
+    and written as soon as it is sampled, so the task holds one block, never the whole shard.
+
+    A shard left by an earlier (killed) run is reused only if it holds exactly this plan's links, every
+    block passes the range checks, and re-encoding its blocks reproduces its bytes; otherwise it is
+    sampled again and the returned record carries a one-line `note` naming it."""
     storage = open_storage(storage_url)
+    note = None
     if not force and storage.exists(name):
         try:
-            return {**shard_stats(storage, name), "name": name, "reused": True, "peak_rss_mb": _peak_rss_mb()}
+            expect = {"start": start, "stop": stop, "src": src, "dst": dst, "label": label,
+                      "num_nodes": int(indptr.shape[0] - 1), "n_max": n_max}
+            return {**shard_stats(storage, name, expect), "name": name, "reused": True,
+                    "peak_rss_mb": _peak_rss_mb()}
         except ShardError as err:
-            log.warning("%s; sampling it again", err)
+            note = str(err).split("; rerun preprocess")[0]  # this run is the rerun: it samples the shard again
+    try:
+        stats = _sample_into(storage, name, indptr, indices, src, dst, label, start, stop, d, n, seed, links_per_block)
+    except OSError as err:
+        if err.errno not in FATAL_ERRNOS:
+            raise  # transient: Ray retries the task
+        # A full disk or a read-only/forbidden folder will not heal on retry: report it, don't retry it.
+        return {"name": name, "fatal": [err.errno, os.strerror(err.errno), storage.path(name)]}
+    return {**stats, "name": name, "reused": False, "peak_rss_mb": _peak_rss_mb(), "note": note}
+
+
+# OS errors a retry cannot fix; the task returns them instead of raising (no retries, no worker traceback).
+FATAL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR)
+
+
+def _sample_into(storage, name, indptr, indices, src, dst, label, start, stop, d, n, seed, links_per_block) -> dict:
     scratch = Scratch(indptr)
     with storage.writer(name) as f:
         writer = ShardWriter(f)
@@ -90,44 +115,7 @@ def build_shard(indptr, indices, src, dst, label, start: int, stop: int, d: int,
                                    shuffle=True, scratch=scratch)
             writer.add(Block(cid=np.arange(lo, hi, dtype=np.int64), src=src[lo:hi], dst=dst[lo:hi],
                              label=label[lo:hi], node_ptr=sub.node_ptr, nodes=sub.nodes))
-        stats = writer.close()
-    return {**stats, "name": name, "reused": False, "peak_rss_mb": _peak_rss_mb()}
-
-
-def shard_stats(storage, name: str) -> dict:
-    """Re-read a finished shard, streaming: the same stats ShardWriter reported when it was written."""
-    stats = {"links": 0, "tokens": 0, "blocks": 0}
-    sha = hashlib.sha256()
-    where = storage.path(name)
-    with storage.open_read(name) as raw:
-        f = _HashingReader(raw, sha)
-        for block in iter_tar_blocks(f, where):
-            stats["links"] += len(block)
-            stats["tokens"] += block.tokens
-            stats["blocks"] += 1
-        f.drain()
-        stats["bytes"] = f.count
-    if stats["blocks"] == 0:
-        raise ShardError(f"{where}: shard holds no blocks")
-    stats["sha256"] = sha.hexdigest()
-    return stats
-
-
-class _HashingReader:
-    """Read-through wrapper: hashes and counts every byte tarfile reads (and the padding it skips)."""
-
-    def __init__(self, f, sha):
-        self.f, self.sha, self.count = f, sha, 0
-
-    def read(self, size: int = -1) -> bytes:
-        data = self.f.read(size)
-        self.sha.update(data)
-        self.count += len(data)
-        return data
-
-    def drain(self) -> None:
-        while self.read(1 << 20):
-            pass
+        return writer.close()
 
 
 def _peak_rss_mb() -> float:
@@ -149,6 +137,9 @@ def resolve_protocols(config: PreprocessConfig, dataset) -> list[str]:
 def candidate_sets(config: PreprocessConfig, dataset, protocols: list[str]) -> list[CandidateSet]:
     cfg = config.candidates
     sets = []
+    if "train" in cfg.splits:  # degenerate sizes are refused or named before anything is sampled
+        check_view_size(len(training_positives(dataset.splits["train"].pos)), cfg.percent, cfg.neg_ratio,
+                        dataset.graph)
     for split in cfg.splits:
         if split == "train":
             for view in range(cfg.views):
@@ -192,7 +183,9 @@ def run(config: PreprocessConfig, dataset=None) -> Path:
     return run_job(config, dataset).path
 
 
-def run_job(config: PreprocessConfig, dataset=None) -> JobResult:
+def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobResult:
+    """Build or find the set. On a cache hit every shard is checked against the manifest (size always,
+    sha256 unless verify=False); bad shards are named, removed and sampled again."""
     t0 = time.perf_counter()
     if dataset is None:
         from common.datasets import load_dataset
@@ -207,8 +200,10 @@ def run_job(config: PreprocessConfig, dataset=None) -> JobResult:
     out = shard_dir(config, dataset.name, key)
     storage = open_storage(out)
     if storage.exists(MANIFEST) and not config.force:
-        log.info("cache complete: %s already holds a finished shard set; sampling nothing", out)
-        return JobResult(Path(out), cached=True, location=out)
+        if verify_cached(storage, verify):
+            log.info("cache complete: %s already holds a finished shard set; sampling nothing", out)
+            return JobResult(Path(out), cached=True, location=out)
+        storage.remove(MANIFEST)  # incomplete until the bad shards are sampled again below
     if config.force:
         storage.remove(MANIFEST)  # a killed forced run must not look complete
 
@@ -222,7 +217,12 @@ def run_job(config: PreprocessConfig, dataset=None) -> JobResult:
     eval_info = _write_queries(storage, dataset, sets)
     features = _write_features(storage, config, dataset)
     graph_info = _write_graphs(storage, graphs)
-    records, summary = _execute(config, graphs, sets, plans, out)
+    try:
+        records, summary = _execute(config, graphs, sets, plans, out)
+    except BaseException:
+        # Ray killed in-flight tasks before their writers could remove their temporary files.
+        storage.cleanup_tmp()
+        raise
     summary["seconds"] = round(time.perf_counter() - t0, 3)
     summary["worker_memory_mb"] = config.worker_memory_mb
     write_manifest(storage, _manifest(config, dataset, fingerprint, key, protocols, sets, records, eval_info,
@@ -289,6 +289,7 @@ def _execute(config: PreprocessConfig, graphs: dict, sets, plans, out: str) -> t
     """Run one Ray task per shard with bounded in-flight work; returns shard records and totals."""
     import ray
     from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
 
     started = init_ray(config.num_cpus)
     try:
@@ -310,20 +311,26 @@ def _execute(config: PreprocessConfig, graphs: dict, sets, plans, out: str) -> t
                 p = todo.pop(0)
                 cs = sets[p.set_index]
                 ref = task.remote(*graph_refs[cs.graph], *set_refs[p.set_index], p.start, p.stop, d, n, p.seed,
-                                  config.links_per_block, out, p.name, config.force)
+                                  config.links_per_block, out, p.name, config.force, config.sampling.n_max)
                 pending[ref] = p
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
                 p = pending.pop(ref)
                 stats = ray.get(ref)
+                if stats.get("fatal"):
+                    raise OSError(*stats["fatal"])
+                if stats.get("note"):
+                    with logging_redirect_tqdm():  # its own line, not appended to the progress bar
+                        log.warning("%s; sampled it again", stats["note"])
                 cs = sets[p.set_index]
                 results.append({**stats, "split": cs.split, "protocol": cs.protocol, "view": cs.view})
                 bar.update(stats["links"])
                 if fail_after and len(results) >= fail_after:
                     raise RuntimeError(f"{FAIL_AFTER_ENV}={fail_after}: simulated kill after {len(results)} shards")
-        bar.close()
         elapsed = time.perf_counter() - t0
     finally:
+        if "bar" in locals():
+            bar.close()  # before any error line: the bar must not be redrawn after it
         if started:
             ray.shutdown()
     return _records(results), _totals(results, elapsed)
@@ -350,7 +357,7 @@ def init_ray(num_cpus: int | None = None) -> bool:
 
 
 def _records(results: list[dict]) -> list[dict]:
-    keep = ("name", "split", "protocol", "view", "links", "tokens", "blocks", "bytes", "sha256")
+    keep = ("name", "split", "protocol", "view", "links", "tokens", "blocks", "bytes", "sha256")  # not "note"
     return sorted(({k: r[k] for k in keep} for r in results), key=lambda r: r["name"])
 
 

@@ -1,0 +1,121 @@
+"""Integrity of shards that a run reuses instead of sampling them again.
+
+A cache hit trusts a finished set only after every shard matches the manifest (size, then sha256);
+a resumed run (no manifest yet) trusts a shard left by a killed run only if it holds exactly the
+plan's links, passes the block range checks, and re-encodes to its own bytes. Anything else is named
+in one line and sampled again, so a rerun repairs a set byte-identically (content depends only on
+config, seed and shard identity).
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+
+import numpy as np
+
+from common.shards import MANIFEST, Block, ShardError, ShardWriter, check_block, iter_tar_blocks, parse_manifest
+
+log = logging.getLogger("preprocess.job")
+
+
+def verify_cached(storage, checksums: bool = True) -> bool:
+    """True if every shard the manifest lists is there with its recorded size (and sha256 when
+    `checksums`); each bad one is named in a one-line warning and removed so a rerun samples it again."""
+    try:
+        manifest = parse_manifest(storage.read(MANIFEST).decode(errors="replace"), storage.path(MANIFEST), storage.url)
+    except ShardError as err:
+        log.warning("%s; rebuilding the set", err)
+        return False
+    good = True
+    for rec in manifest.get("shards", []):
+        problem = _shard_problem(storage, rec, checksums)
+        if problem:
+            log.warning("%s: %s; sampling it again", storage.path(rec["name"]), problem)
+            storage.remove(rec["name"])
+            good = False
+    return good
+
+
+def _shard_problem(storage, rec: dict, checksums: bool) -> str | None:
+    size = storage.size(rec["name"])
+    if size is None:
+        return "missing"
+    if size != rec["bytes"]:
+        return f"size {size} bytes, the manifest says {rec['bytes']} (truncated or replaced)"
+    if checksums:
+        sha = hashlib.sha256()
+        with storage.open_read(rec["name"]) as f:
+            while chunk := f.read(1 << 20):
+                sha.update(chunk)
+        if sha.hexdigest() != rec["sha256"]:
+            return f"checksum mismatch (manifest {rec['sha256'][:12]}…, file {sha.hexdigest()[:12]}…)"
+    return None
+
+
+def shard_stats(storage, name: str, expect: dict | None = None) -> dict:
+    """Re-read a finished shard, streaming: the same stats ShardWriter reported when it was written.
+
+    With `expect` (the plan's link range and candidate arrays, num_nodes, n_max) the shard must hold
+    exactly those links, pass check_block, and re-encode to its own bytes (a flipped byte anywhere,
+    tar padding included, fails one of the three); a failure raises ShardError naming the shard."""
+    stats = {"links": 0, "tokens": 0, "blocks": 0}
+    sha = hashlib.sha256()
+    where = storage.path(name)
+    again = ShardWriter(_NullSink()) if expect else None
+    with storage.open_read(name) as raw:
+        f = _HashingReader(raw, sha)
+        for block in iter_tar_blocks(f, where):
+            if expect:
+                _check_planned(block, stats["links"], expect, f"{where}:{stats['blocks']:06d}")
+                again.add(block)
+            stats["links"] += len(block)
+            stats["tokens"] += block.tokens
+            stats["blocks"] += 1
+        f.drain()
+        stats["bytes"] = f.count
+    if stats["blocks"] == 0:
+        raise ShardError(f"{where}: shard holds no blocks")
+    stats["sha256"] = sha.hexdigest()
+    if expect:
+        if stats["links"] != expect["stop"] - expect["start"]:
+            raise ShardError(f"{where}: holds {stats['links']} links, the plan has {expect['stop'] - expect['start']}")
+        if again.close()["sha256"] != stats["sha256"]:
+            raise ShardError(f"{where}: bytes differ from its decoded content (corrupt)")
+    return stats
+
+
+def _check_planned(block: Block, offset: int, expect: dict, where: str) -> None:
+    """The block holds the plan's next links (cid, src, dst, label) with in-range node ids."""
+    lo = expect["start"] + offset
+    hi = lo + len(block)
+    if hi > expect["stop"] or not np.array_equal(block.cid, np.arange(lo, hi)):
+        raise ShardError(f"{where}: candidate ids do not match the plan (corrupt or from another run)")
+    if not (np.array_equal(block.src, expect["src"][lo:hi]) and np.array_equal(block.dst, expect["dst"][lo:hi])
+            and np.array_equal(block.label, expect["label"][lo:hi])):
+        raise ShardError(f"{where}: links differ from the plan's candidates (corrupt or from another run)")
+    if expect["n_max"]:
+        check_block(block, expect["num_nodes"], expect["n_max"], where)
+
+
+class _NullSink:
+    """A write-only file that keeps nothing (ShardWriter hashes what passes through)."""
+
+    def write(self, data) -> int:
+        return len(data)
+
+
+class _HashingReader:
+    """Read-through wrapper: hashes and counts every byte tarfile reads (and the padding it skips)."""
+
+    def __init__(self, f, sha):
+        self.f, self.sha, self.count = f, sha, 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.f.read(size)
+        self.sha.update(data)
+        self.count += len(data)
+        return data
+
+    def drain(self) -> None:
+        while self.read(1 << 20):
+            pass
