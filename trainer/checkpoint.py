@@ -66,6 +66,12 @@ def _tuplify(x):
 
 
 # ---------------------------------------------------------------------------- payload
+def make_weights_payload(model: torch.nn.Module, state: dict, config: dict) -> dict:
+    """best.pt: the weights and what scoring needs (config, where the best epoch was), no optimiser state
+    or RNG (AdamW's moments are 2x the weights and are never read from best.pt)."""
+    return {"model": model.state_dict(), "config": config, "state": dict(state)}
+
+
 def make_payload(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, state: dict,
                  config: dict, rng_per_rank: list[dict] | None, world_size: int) -> dict:
     return {

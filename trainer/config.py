@@ -19,8 +19,10 @@ SPLITS = ("valid", "test")
 W0_INIT_FLAGS = {"orthogonal": "orthogonal", "gaussian": "gaussian", "low-rank": "low_rank"}
 # Fields a resumed run may change without breaking "continue exactly where it stopped": they control
 # when the run stops, logs and saves, not the trajectory of parameters or data.
-RESUME_OVERRIDABLE = ("epochs", "max_steps", "eval_every", "checkpoint_every", "log_every", "progress",
-                      "resume", "out", "device")
+RESUME_OVERRIDABLE = ("epochs", "max_steps", "eval_every", "checkpoint_every", "checkpoint_seconds", "log_every",
+                      "progress", "resume", "out", "device", "test_every_eval", "deterministic")
+# trainer.attention.BACKENDS, kept literal (config must not import torch); a test checks they agree.
+ATTENTION_BACKENDS = ("auto", "sdpa", "bucketed", "varlen", "flash_varlen", "flash_attn", "reference")
 
 
 class ConfigError(ValueError):
@@ -85,6 +87,8 @@ class ModelOverrides:
             v = getattr(self, name)
             _check(v is None or v >= 1, f"--{name}", f"must be >= 1, got {v}")
         _check(self.dropout is None or 0 <= self.dropout < 1, "--dropout", f"must be in [0, 1), got {self.dropout}")
+        _check(self.attention in ATTENTION_BACKENDS, "--attention",
+               f"unknown backend '{self.attention}'; choose one of {', '.join(ATTENTION_BACKENDS)}")
         _check(self.w0_init in (None, *W0_INIT_FLAGS.values()), "--w0-init",
                f"must be one of {', '.join(W0_INIT_FLAGS)}, got {self.w0_init!r}")
 
@@ -106,7 +110,12 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda
     max_steps: int | None = None  # stop after this many optimiser steps in all (tests, smoke runs)
-    checkpoint_every: int = 0  # also write last.pt every N optimiser steps (0 = at epoch ends only)
+    checkpoint_every: int = 0  # also write last.pt every N optimiser steps (0 = by wall time only)
+    # last.pt at most once per this many seconds (checked at epoch ends and log steps), plus always when the
+    # run ends or stops: a 230 MB checkpoint after every 1.5 s epoch was most of the run. 0 = every epoch.
+    checkpoint_seconds: float = 60.0
+    test_every_eval: bool = False  # score test at every eval, not only when validation improves
+    deterministic: bool = False  # torch.use_deterministic_algorithms (CUDA: bit-identical reruns, slower)
     log_every: int = 10  # optimiser steps between train-metric lines
     progress: bool = True
     resume: bool = False
@@ -123,6 +132,7 @@ class TrainConfig:
         _check(self.device in ("auto", "cpu", "cuda"), "--device", f"must be auto, cpu or cuda, got '{self.device}'")
         _check(self.max_steps is None or self.max_steps >= 1, "--max-steps", f"must be >= 1, got {self.max_steps}")
         _check(self.checkpoint_every >= 0, "--checkpoint-every", f"must be >= 0, got {self.checkpoint_every}")
+        _check(self.checkpoint_seconds >= 0, "--checkpoint-seconds", f"must be >= 0, got {self.checkpoint_seconds}")
         _check(self.log_every >= 1, "--log-every", f"must be >= 1, got {self.log_every}")
 
     # ------------------------------------------------------------------ JSON round trip
@@ -134,6 +144,8 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
         d = dict(d)
+        known = {f.name for f in fields(cls)}
+        d = {k: v for k, v in d.items() if k in known}  # a field this build no longer has: ignore
         return cls(data=DataConfig(**d.pop("data")), optim=OptimConfig(**d.pop("optim")),
                    model=ModelOverrides(**d.pop("model")), **d)
 
@@ -157,6 +169,8 @@ def resolve(config: TrainConfig, n_max: int, world_size: int) -> TrainConfig:
 
 # ---------------------------------------------------------------------------- CLI
 def build_parser() -> argparse.ArgumentParser:
+    from common.cli import add_debug_flag, one_line_errors
+
     p = argparse.ArgumentParser(
         prog="python -m trainer",
         description="Train PENCIL on a shard set written by `python -m preprocess`. Run under "
@@ -194,13 +208,22 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--num-workers", type=int, default=2, help="DataLoader workers per rank (0 = in process)")
     d.add_argument("--eval-splits", default="valid,test", help="comma-separated subset of valid,test")
     d.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
-    d.add_argument("--checkpoint-every", type=int, default=0, help="also save last.pt every N steps (0 = epoch ends)")
+    d.add_argument("--checkpoint-every", type=int, default=0, help="also save last.pt every N optimiser steps")
+    d.add_argument("--checkpoint-seconds", type=float, default=60.0,
+                   help="save last.pt at most once per this many seconds (and at the end); 0 = every epoch")
+    d.add_argument("--test-every-eval", action="store_true",
+                   help="score the test split at every evaluation (default: only when validation improves)")
+    d.add_argument("--deterministic", action="store_true",
+                   help="deterministic kernels (torch.use_deterministic_algorithms): bit-identical CUDA reruns")
     d.add_argument("--log-every", type=int, default=10, help="optimiser steps between metric lines")
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    d.add_argument("--attention", default="auto", help="attention backend passed to the model (auto picks the fastest)")
+    d.add_argument("--attention", default="auto", metavar="BACKEND",
+                   help=f"attention kernel: {', '.join(ATTENTION_BACKENDS)} (auto: the fastest that applies the "
+                        "model's attention dropout; varlen is faster on CUDA but has none)")
     d.add_argument("--no-progress", action="store_true", help="no progress bar")
-    return p
+    add_debug_flag(p)
+    return one_line_errors(p)
 
 
 def config_from_args(argv: Sequence[str] | None = None) -> TrainConfig:
@@ -227,7 +250,8 @@ def config_from_args(argv: Sequence[str] | None = None) -> TrainConfig:
         epochs=pick(args.epochs, preset.epochs), eval_every=pick(args.eval_every, preset.eval_every),
         eval_splits=tuple(s for s in args.eval_splits.split(",") if s), protocol=pick(args.protocol, preset.protocol),
         seed=args.seed, device=args.device, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,
-        log_every=args.log_every, progress=not args.no_progress)
+        checkpoint_seconds=args.checkpoint_seconds, test_every_eval=args.test_every_eval,
+        deterministic=args.deterministic, log_every=args.log_every, progress=not args.no_progress)
 
 
 def config_for(preset: str, shards: str, out: str, **overrides) -> TrainConfig:

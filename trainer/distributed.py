@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from trainer.config import ConfigError
+
 log = logging.getLogger(__name__)
 
 
@@ -33,11 +35,20 @@ class DistInfo:
         return self.backend is not None
 
 
-def resolve_device(name: str, local_rank: int) -> torch.device:
+def check_ranks_per_gpu(local_world_size: int, gpus: int) -> None:
+    """NCCL refuses two ranks on one GPU (and sharing one would only slow both): fail up front, in one
+    line, instead of a NCCL error after start-up. Policy: one rank per GPU, or gloo on CPU."""
+    if local_world_size > gpus:
+        raise ConfigError(f"--nproc-per-node: {local_world_size} ranks on this node but {gpus} GPU(s); NCCL needs "
+                          f"one GPU per rank: use --nproc-per-node {gpus}, or --device cpu for gloo ranks")
+
+
+def resolve_device(name: str, local_rank: int, local_world_size: int = 1) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("--device cuda: CUDA is not available on this machine (use --device cpu or auto)")
+        raise ConfigError("--device: cuda requested but CUDA is not available on this machine; use --device cpu or auto")
     if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
-        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        check_ranks_per_gpu(local_world_size, torch.cuda.device_count())
+        torch.cuda.set_device(local_rank)
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
@@ -48,7 +59,8 @@ def init_distributed(device: str = "auto") -> DistInfo:
     rank = int(os.environ.get("RANK", 0)) if launched else 0
     world = int(os.environ.get("WORLD_SIZE", 1)) if launched else 1
     local_rank = int(os.environ.get("LOCAL_RANK", 0)) if launched else 0
-    dev = resolve_device(device, local_rank)
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world)) if launched else 1
+    dev = resolve_device(device, local_rank, local_world)
     backend = None
     if launched:
         backend = "nccl" if dev.type == "cuda" else "gloo"

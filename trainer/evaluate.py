@@ -6,11 +6,12 @@ structure (queries.npz: pos_cid, neg_cid) maps cids to positives and their negat
 `common.metrics.evaluate(protocol, pos, neg)` computes MRR / Hits@K. Every rank computes the same
 metrics, so decisions that depend on them (best checkpoint) agree without another collective.
 The forward runs on the unwrapped module: DDP's forward may broadcast buffers, a collective that
-would hang when ranks hold different numbers of eval batches.
+would hang when ranks hold different numbers of eval batches. Scores are computed in fp32, never under
+bf16 autocast: bf16 logits keep ~3 significant digits, so a positive would tie with some of its 500 hard
+negatives (HeaRT) and the rank would depend on rounding.
 """
 from __future__ import annotations
 
-import contextlib
 import logging
 from pathlib import Path
 
@@ -56,31 +57,35 @@ def scores_to_metrics(manifest: dict, split: str, protocol: str, cid: np.ndarray
     return protocol_metrics(protocol, table[pos_cid], table[neg_cid])
 
 
-def score_eval_set(model: torch.nn.Module, loader, device: torch.device, autocast) -> tuple[torch.Tensor, torch.Tensor]:
-    """(cid, score) of every candidate this rank's loader yields; logits in fp32 on the CPU."""
+def score_eval_set(model: torch.nn.Module, loader, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(cid, score) of every candidate this rank's loader yields; fp32 forward, logits on the CPU."""
     cids, scores = [], []
     was_training = model.training
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")  # no TF32 either: scores in true fp32
     model.eval()
     try:
         with torch.no_grad():
             for batch in loader:
-                with autocast():
-                    logits = model(batch.to(device, non_blocking=True))
+                logits = model(batch.to(device, non_blocking=True))
                 cids.append(batch.cid)
-                scores.append(logits.float().cpu())
+                scores.append(logits.float().to("cpu", non_blocking=True))  # one sync at the cat below
     finally:
         model.train(was_training)
+        torch.set_float32_matmul_precision(precision)
     if not cids:
         return torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.float32)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)  # the non-blocking copies above have landed
     return torch.cat(cids), torch.cat(scores)
 
 
 def evaluate_split(model: torch.nn.Module, manifest: dict, split: str, protocol: str, data_cfg,
-                   info: distributed.DistInfo, autocast=contextlib.nullcontext) -> dict:
+                   info: distributed.DistInfo) -> dict:
     """Metrics of one (split, protocol) eval set; every rank must call it (it all-gathers)."""
     loader = eval_loader(manifest, split, protocol, info.rank, info.world_size, data_cfg,
                          pin=info.device.type == "cuda")
-    cid, score = score_eval_set(model, loader, info.device, autocast)
+    cid, score = score_eval_set(model, loader, info.device)
     cid = distributed.all_gather_cat(cid, info)
     score = distributed.all_gather_cat(score, info)
     return scores_to_metrics(manifest, split, protocol, cid.numpy(), score.numpy())

@@ -16,25 +16,54 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
-def _tensorboard(run_dir: Path):
+def _tensorboard(run_dir: Path, purge_step: int | None = None):
     try:
         import tensorboard  # noqa: F401  (SummaryWriter imports but fails late without it)
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         return None
-    return SummaryWriter(log_dir=str(run_dir / "tensorboard"))
+    # purge_step hides events a killed run logged after its checkpoint, as truncate_after does for jsonl
+    return SummaryWriter(log_dir=str(run_dir / "tensorboard"), purge_step=purge_step)
+
+
+def truncate_after(path: Path, step: int) -> int:
+    """Drop the records of steps after `step` (written after the checkpoint a run resumes from, so the
+    resumed run writes them again) and a torn last line (a kill mid-write). Atomic: temp file + rename.
+    Returns the number of lines dropped."""
+    if not path.exists():
+        return 0
+    lines = path.read_text().splitlines()
+    keep = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # torn write
+        if not isinstance(rec, dict) or rec.get("step", -1) <= step:
+            keep.append(line)
+    if len(keep) < len(lines):
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text("".join(f"{line}\n" for line in keep))
+        tmp.replace(path)
+    return len(lines) - len(keep)
 
 
 class MetricsLog:
-    def __init__(self, run_dir: str | Path, enabled: bool = True, tensorboard: bool = True):
+    def __init__(self, run_dir: str | Path, enabled: bool = True, tensorboard: bool = True,
+                 resume_step: int | None = None):
+        """resume_step: the step of the checkpoint a run resumes from; later records are dropped first."""
         self.enabled = enabled
         self.path = Path(run_dir) / "metrics.jsonl"
         self._file = None
         self._tb = None
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            if resume_step is not None and (dropped := truncate_after(self.path, resume_step)):
+                log.info("metrics.jsonl: dropped %d record(s) written after the checkpoint's step %d",
+                         dropped, resume_step)
             self._file = open(self.path, "a", buffering=1)  # line-buffered: a killed run keeps its lines
-            self._tb = _tensorboard(self.path.parent) if tensorboard else None
+            purge = None if resume_step is None else resume_step + 1
+            self._tb = _tensorboard(self.path.parent, purge) if tensorboard else None
 
     def write(self, event: str, **fields) -> None:
         if not self.enabled:

@@ -8,6 +8,12 @@ the mean over the S links of the step, as a full batch would give. accum is fixe
 the manifest: effective_batch / (world x expected links per micro-batch); with the default token
 budget every micro-batch holds the cap, so the effective batch is exact.
 
+The step issues no host synchronisation on CUDA (no .item()/float() of device values, the counts go up
+through pinned memory): the host runs ahead and queues work. Loss and throughput reach the host only at
+log steps. Cadence (issue 9): last.pt at most once per --checkpoint-seconds (rank 0's clock, broadcast at
+epoch ends and log steps so ranks agree) plus at the end / on a stop; best.pt holds weights only; test is
+scored only when validation improves (--test-every-eval for every time); evaluation runs in fp32.
+
 Public API: `run(config) -> summary dict` (pipelines), `main(argv)` (python -m trainer).
 """
 from __future__ import annotations
@@ -30,7 +36,7 @@ from common.presets import get_preset
 from common.shards import read_manifest
 from trainer import checkpoint, data, distributed
 from trainer.config import ConfigError, TrainConfig, merge_for_resume, resolve
-from trainer.evaluate import evaluate_split, selection_metric
+from trainer.evaluate import eval_entry, evaluate_split, selection_metric
 from trainer.metrics_log import MetricsLog
 
 log = logging.getLogger("trainer")
@@ -73,10 +79,30 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def check_run(config: TrainConfig, manifest: dict | None = None) -> dict:
+    """Validate what a run needs before any heavy set-up (process group, model, loaders): the output folder,
+    the shard set's manifest and that it holds the requested eval sets. Returns the manifest.
+    Raises ConfigError / ShardError with one-line messages naming the flag or file."""
+    out = Path(config.out)
+    if "://" not in config.out:
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--out: {out} exists and is a file; the run directory must be a folder")
+        parent = next((p for p in out.parents if p.exists()), None)
+        if parent is not None and not parent.is_dir():
+            raise ConfigError(f"--out: {parent} is a file, so {out} cannot be created; choose another folder")
+    manifest = manifest or read_manifest(config.data.shards)
+    for split in config.eval_splits:
+        try:
+            eval_entry(manifest, split, config.protocol)
+        except Exception as err:  # ShardError: re-raised naming the flag
+            raise ConfigError(f"--protocol {config.protocol}: {err}") from None
+    return manifest
+
+
 class Trainer:
     def __init__(self, config: TrainConfig, info: distributed.DistInfo):
         self.info = info
-        self.manifest = read_manifest(config.data.shards)
+        self.manifest = check_run(config)
         self.n_max = int(self.manifest["n_max"])
         ckpt = self._load_resume(config)
         self.config = self._resolve_config(config, ckpt)
@@ -87,12 +113,16 @@ class Trainer:
         self.state = LoopState(**ckpt["state"]) if ckpt else LoopState()
         self.model, self.core = self._build_model(ckpt)
         trainable = [p for p in self.core.parameters() if p.requires_grad]  # W0 is frozen
-        self.optimizer = torch.optim.AdamW(trainable, lr=self.config.optim.lr, weight_decay=self.config.optim.weight_decay)
+        # fused: one kernel for all parameters instead of a handful per tensor (CUDA only)
+        self.optimizer = torch.optim.AdamW(trainable, lr=self.config.optim.lr, weight_decay=self.config.optim.weight_decay,
+                                           fused=info.device.type == "cuda")
         if ckpt:
             self.optimizer.load_state_dict(ckpt["optimizer"])
             self._restore_rng(ckpt)
         self.accum, self.per_micro = self._accumulation()
-        self.metrics = MetricsLog(self.out, enabled=info.is_main)
+        self.metrics = MetricsLog(self.out, enabled=info.is_main, resume_step=self.state.step if ckpt else None)
+        self._clock = time.time()  # train_time_s accumulates from here (see _tick)
+        self._saved_at = time.time()  # last write of last.pt (wall-time cadence)
 
     # ------------------------------------------------------------------ setup
     def _load_resume(self, config: TrainConfig) -> dict | None:
@@ -156,19 +186,21 @@ class Trainer:
         if info.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
+        from trainer.attention import describe_backend
+
         log.info("PENCIL trainer: attention backend %s | device %s | world size %d (%s) | %d trainable parameters",
                  self.core.attention_backend, info.device, info.world_size, info.backend or "single process",
                  self.core.num_parameters())
+        log.info(describe_backend(cfg.model.attention, self.core.attention_backend, self.core.cfg.dropout))
         log.info("batches: <= %d links / <= %d tokens per micro-batch, %d micro-step(s) per optimiser step -> "
                  "effective batch ~ %d (preset asks %d); N_max %d, %d view(s)", cfg.data.max_samples,
                  cfg.data.token_budget, self.accum, self.accum * self.per_micro * info.world_size,
                  cfg.optim.effective_batch, self.n_max, int(self.manifest.get("views", 1)))
-        t0 = time.time()
+        self._clock = self._saved_at = time.time()
         n_epochs = math.ceil(cfg.epochs)
         stopped = False
         while st.epoch < n_epochs and not stopped:
             stopped = self.train_epoch(n_epochs)
-        st.train_time_s += time.time() - t0
         if st.last_eval_step != st.step:
             self.run_eval(final=True)
         self.save_last()
@@ -198,10 +230,13 @@ class Trainer:
             st.batch += len(micro)
             st.step += 1
             window.add(loss, samples, tokens)
-            if st.step % cfg.log_every == 0 or st.batch >= plan.batches or not self._steps_left():
+            logged = st.step % cfg.log_every == 0 or st.batch >= plan.batches or not self._steps_left()
+            if logged:
                 self._log_train(window, bar)
             bar.update(1)
-            if cfg.checkpoint_every and st.step % cfg.checkpoint_every == 0 and st.batch < plan.batches:
+            if st.batch < plan.batches and self._steps_left() and (
+                    (cfg.checkpoint_every and st.step % cfg.checkpoint_every == 0)
+                    or (logged and cfg.checkpoint_seconds > 0 and self._save_due())):
                 self.save_last()
         bar.close()
         del it, loader  # shut the workers down before evaluating
@@ -210,17 +245,29 @@ class Trainer:
         st.epoch, st.batch = st.epoch + 1, 0
         if st.epoch % cfg.eval_every == 0 or st.epoch >= n_epochs:
             self.run_eval()
-        self.save_last()
+        # the run's end and a --max-steps stop save in fit(); other epoch ends only when due
+        if st.epoch < n_epochs and self._steps_left() and self._save_due():
+            self.save_last()
         return not self._steps_left()
+
+    def _save_due(self) -> bool:
+        """Wall-time cadence of last.pt; rank 0's clock decides so every rank joins save_last together."""
+        secs = self.config.checkpoint_seconds
+        due = secs <= 0 or time.time() - self._saved_at >= secs
+        return bool(distributed.broadcast_object(due, self.info))
 
     def train_step(self, micro: list) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One optimiser step over this rank's micro-batches; returns global (loss sum, samples, tokens)."""
         info, model = self.info, self.model
         model.train()
-        counts = torch.tensor([[sum(b.num_samples for b in micro), sum(b.num_tokens for b in micro)]],
-                              dtype=torch.float64, device=info.device)
-        counts = distributed.all_reduce_sum(counts, info)[0]
-        scale = info.world_size / counts[0]  # sum-loss x world / S: DDP's mean over ranks -> mean over S links
+        local = [float(sum(b.num_samples for b in micro)), float(sum(b.num_tokens for b in micro))]
+        if info.is_distributed:
+            # host ints -> device without a blocking copy (pinned source), then an async all-reduce
+            counts = torch.tensor(local, dtype=torch.float64, pin_memory=info.device.type == "cuda")
+            counts = distributed.all_reduce_sum(counts.to(info.device, non_blocking=True), info)
+            scale = info.world_size / counts[0]  # sum-loss x world / S: DDP's mean over ranks -> mean over S
+        else:
+            counts, scale = local, 1.0 / local[0]  # plain floats: nothing to reduce, nothing to sync
         loss_sum = torch.zeros((), dtype=torch.float64, device=info.device)
         for i, batch in enumerate(micro):
             last = i == len(micro) - 1
@@ -238,31 +285,52 @@ class Trainer:
 
     # ------------------------------------------------------------------ eval, checkpoints, reporting
     def run_eval(self, final: bool = False) -> None:
+        """Validation, then test only if validation improved (the only test number reported is the one at
+        the best validation epoch), or always with --test-every-eval / when there is no validation."""
         cfg, st = self.config, self.state
         epoch = st.epoch - 1 if st.batch == 0 and st.epoch > 0 else st.epoch  # the epoch just trained
         results = {}
-        for split in cfg.eval_splits:
-            t = time.time()
-            results[split] = evaluate_split(self.core, self.manifest, split, cfg.protocol, cfg.data, self.info, self.autocast)
-            self.metrics.write("eval", step=st.step, epoch=epoch, split=split, protocol=cfg.protocol,
-                               final=final, seconds=round(time.time() - t, 3), **results[split])
-            log.info("eval epoch %d step %d %s/%s: %s", epoch, st.step, split, cfg.protocol,
-                     " ".join(f"{k} {v:.4f}" for k, v in results[split].items()))
+        if "valid" in cfg.eval_splits:
+            results["valid"] = self._eval_split("valid", epoch, final)
+        improved = bool(self.metric and self.metric in results.get("valid", {})
+                        and results["valid"][self.metric] > st.best_metric)
+        if "test" in cfg.eval_splits and (improved or cfg.test_every_eval or not self.metric):
+            results["test"] = self._eval_split("test", epoch, final)
         st.last_eval, st.last_eval_step = results, st.step
-        if self.metric and self.metric in results.get("valid", {}) and results["valid"][self.metric] > st.best_metric:
+        if improved:
             st.best_metric, st.best_epoch, st.best_step, st.best = results["valid"][self.metric], epoch, st.step, results
             if self.info.is_main:
-                checkpoint.save_atomic(checkpoint.make_payload(self.core, None, vars(st), self.config.to_dict(),
-                                                               None, self.info.world_size), self.out / checkpoint.BEST)
+                best = {k: getattr(st, k) for k in ("best_metric", "best_epoch", "best_step", "best", "step", "epoch")}
+                checkpoint.save_atomic(checkpoint.make_weights_payload(self.core, best, self.config.to_dict()),
+                                       self.out / checkpoint.BEST)
             log.info("new best valid %s %.4f at epoch %d", self.metric, st.best_metric, st.best_epoch)
+
+    def _eval_split(self, split: str, epoch: int, final: bool) -> dict:
+        cfg, st = self.config, self.state
+        t = time.time()
+        result = evaluate_split(self.core, self.manifest, split, cfg.protocol, cfg.data, self.info)
+        self.metrics.write("eval", step=st.step, epoch=epoch, split=split, protocol=cfg.protocol,
+                           final=final, seconds=round(time.time() - t, 3), **result)
+        log.info("eval epoch %d step %d %s/%s: %s", epoch, st.step, split, cfg.protocol,
+                 " ".join(f"{k} {v:.4f}" for k, v in result.items()))
+        return result
+
+    def _tick(self) -> None:
+        """Fold the wall time since the last tick into train_time_s, so a checkpoint carries the time spent
+        so far and a resumed run adds to it (the time between the checkpoint and a kill is lost work)."""
+        now = time.time()
+        self.state.train_time_s += now - self._clock
+        self._clock = now
 
     def save_last(self) -> None:
         """All ranks call this (the RNG states are gathered); rank 0 writes."""
+        self._tick()
         rng = distributed.all_gather_object(checkpoint.capture_rng(), self.info)
         if self.info.is_main:
             payload = checkpoint.make_payload(self.core, self.optimizer, vars(self.state), self.config.to_dict(),
                                               rng, self.info.world_size)
             checkpoint.save_atomic(payload, self.out / checkpoint.LAST)
+        self._saved_at = time.time()
 
     def _progress(self, epoch: int, total: int, done: int):
         from tqdm.auto import tqdm
@@ -316,20 +384,34 @@ def _next(it, st: LoopState, plan) -> object:
 
 def run(config: TrainConfig) -> dict:
     """Train and evaluate; returns the summary (also written to OUT/summary.json on rank 0)."""
+    check_run(config)  # bad --out / --shards / --protocol fail here, before a process group or a model exists
+    if config.deterministic:
+        # cuBLAS reads this when its handle is created (the first CUDA matmul), so set it first
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)  # warn where no deterministic kernel exists
     created = not (torch.distributed.is_available() and torch.distributed.is_initialized())
     info = distributed.init_distributed(config.device)
     setup_logging(info)
     if info.device.type == "cuda":
-        torch.set_float32_matmul_precision("high")  # TF32 matmuls
+        torch.set_float32_matmul_precision("high")  # TF32 matmuls in training (evaluation switches to fp32)
         torch.backends.cudnn.allow_tf32 = True
     try:
         return Trainer(config, info).fit()
     finally:
         if created:
             distributed.cleanup()
+        if config.deterministic:
+            torch.use_deterministic_algorithms(False)
 
 
 def main(argv: list[str] | None = None) -> int:
+    """`python -m trainer`: errors are one line on stderr (exit 2 for flags, 1 otherwise); --debug: traceback."""
+    from common.cli import run_cli
+
+    return run_cli(_main, argv, prog="python -m trainer")
+
+
+def _main(argv: list[str] | None = None) -> int:
     from trainer.config import build_parser, config_from_args
 
     try:
