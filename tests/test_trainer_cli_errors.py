@@ -1,0 +1,92 @@
+"""`python -m trainer` with bad input: ONE line on stderr naming the flag or file, a non-zero exit, and
+nothing started (no run directory written); `--debug` brings the traceback back. Each case is a real
+subprocess, as a user would run it."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.test_trainer_data import make_shard_set
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def shards(tmp_path_factory) -> Path:
+    return make_shard_set(tmp_path_factory.mktemp("cli-shards"), shard_links=(16, 16, 8), eval_links=12)
+
+
+def _bad_manifest(tmp: Path, shards: Path, version) -> Path:
+    d = tmp / f"v{version}"
+    d.mkdir()
+    m = json.loads((shards / "manifest.json").read_text())
+    m["version"] = version
+    (d / "manifest.json").write_text(json.dumps(m))
+    return d
+
+
+def _file(tmp: Path) -> Path:
+    f = tmp / "a-file"
+    f.write_text("not a folder")
+    return f
+
+
+# (id, argv builder (shards, tmp) -> extra args replacing the defaults, text the line must contain)
+CASES = [
+    ("no-manifest", lambda s, t: {"--shards": str(t)}, "no manifest"),
+    ("version-99", lambda s, t: {"--shards": str(_bad_manifest(t, s, 99))}, "version 99"),
+    ("attention-bogus", lambda s, t: {"--attention": "bogus"}, "--attention"),
+    ("protocol-missing", lambda s, t: {"--protocol": "ogb"}, "--protocol ogb"),
+    ("out-is-a-file", lambda s, t: {"--out": str(_file(t))}, "--out"),
+    ("out-under-a-file", lambda s, t: {"--out": str(_file(t) / "run")}, "--out"),
+    ("lr-negative", lambda s, t: {"--lr": "-1"}, "--lr"),
+    ("preset-unknown", lambda s, t: {"--preset": "nope"}, "--preset"),
+    ("epochs-not-a-number", lambda s, t: {"--epochs": "many"}, "--epochs"),
+    ("unknown-flag", lambda s, t: {"--bogus-flag": "1"}, "--bogus-flag"),
+    ("eval-splits", lambda s, t: {"--eval-splits": "valid,train"}, "--eval-splits"),
+    pytest.param("device-cuda-without-cuda", lambda s, t: {"--device": "cuda"}, "--device",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")),
+]
+
+
+def trainer_cli(args: dict, *extra) -> subprocess.CompletedProcess:
+    argv = [a for kv in args.items() for a in kv]
+    return subprocess.run([sys.executable, "-m", "trainer", *argv, "--no-progress", *extra], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("name,override,needle", CASES)
+def test_bad_input_gives_one_line_and_a_nonzero_exit(shards, tmp_path, name, override, needle):
+    out = tmp_path / "run"
+    args = {"--shards": str(shards), "--preset": "tiny", "--out": str(out), "--device": "cpu",
+            **override(shards, tmp_path)}
+    res = trainer_cli(args)
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode != 0 and res.stdout == ""
+    assert len(lines) == 1, res.stderr
+    assert needle in lines[0] and "Traceback" not in res.stderr, lines[0]
+    assert not (out / "last.pt").exists() and not (out / "metrics.jsonl").exists()  # failed before any work
+
+
+def test_debug_shows_the_traceback(shards, tmp_path):
+    res = trainer_cli({"--shards": str(tmp_path), "--preset": "tiny", "--out": str(tmp_path / "run")}, "--debug")
+    assert res.returncode != 0 and "Traceback (most recent call last)" in res.stderr and "no manifest" in res.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_more_nccl_ranks_than_gpus_is_refused_in_one_line(shards, tmp_path):
+    """The policy for two ranks on a one-GPU machine: refused up front (each rank prints the same line);
+    gloo ranks (--device cpu) are the way to run them, as tests/test_trainer_ddp.py does."""
+    n = torch.cuda.device_count() + 1
+    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
+                          "-m", "trainer", "--shards", str(shards), "--preset", "tiny", "--out", str(tmp_path / "r"),
+                          "--device", "cuda", "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert res.returncode != 0
+    refusals = [line for line in res.stderr.splitlines() if "--nproc-per-node" in line and "GPU" in line]
+    assert len(refusals) == n and "Traceback" not in "\n".join(refusals)
