@@ -87,6 +87,8 @@ def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[s
 
     With --debug among the arguments the exception propagates unchanged (full traceback)."""
     args = list(sys.argv[1:] if argv is None else argv)
+    for noisy in ("botocore", "aiobotocore", "s3fs"):  # remote storage clients log every endpoint lookup at INFO
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         return int(main(argv) or 0)
     except SystemExit:

@@ -43,7 +43,7 @@ from typing import BinaryIO, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from common.storage import LocalStorage, StorageError, open_storage  # noqa: F401  (re-exported)
+from common.storage import LocalStorage, StorageError, is_remote, join, local_file, open_storage  # noqa: F401
 
 FORMAT_NAME = "pencil-shards"
 FORMAT_VERSION = 2
@@ -297,10 +297,10 @@ def load_graph(manifest: dict, which: str = "train", verify: bool = False) -> tu
     if which not in graphs:
         raise ShardError(f"{manifest['root']}: the manifest ships no '{which}' graph (has: "
                          f"{', '.join(sorted(graphs)) or 'none'}); rerun preprocess to rebuild the set")
-    entry, root = graphs[which], Path(manifest["root"])
-    try:
-        indptr = np.load(root / entry["indptr"], mmap_mode="r")
-        indices = np.load(root / entry["indices"], mmap_mode="r")
+    entry, root = graphs[which], manifest["root"]
+    try:  # a remote set's arrays are fetched once into the local cache, then memory-mapped
+        indptr = np.load(local_file(join(root, entry["indptr"])), mmap_mode="r")
+        indices = np.load(local_file(join(root, entry["indices"])), mmap_mode="r")
     except (OSError, ValueError) as err:
         raise ShardError(f"{root}: graph '{which}' is unreadable ({err}); rerun preprocess to rebuild the set") from None
     if (indptr.shape != (entry["num_nodes"] + 1,) or indices.shape != (entry["num_entries"],)
@@ -318,8 +318,9 @@ def encode_queries(pos_cid: np.ndarray, neg_cid: np.ndarray) -> bytes:
 
 
 def load_queries(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """pos_cid, neg_cid of one eval set; `path` is a local path or a URL (s3://...)."""
     try:
-        with np.load(path) as z:
+        with np.load(local_file(path)) as z:
             return z["pos_cid"], z["neg_cid"]
     except (OSError, KeyError, ValueError) as err:
         raise ShardError(f"{path}: unreadable query file ({err}); rerun preprocess with --force to rebuild it") from None
@@ -338,9 +339,9 @@ def load_features(manifest: dict) -> np.ndarray | None:
     entry = manifest.get("features")
     if not entry:
         return None
-    path = Path(manifest["root"]) / entry["file"]
+    path = join(manifest["root"], entry["file"])
     try:
-        x = np.load(path)
+        x = np.load(local_file(path))
     except (OSError, ValueError) as err:
         raise ShardError(f"{path}: unreadable feature table ({err}); rebuild the shard set with --force") from None
     if x.shape != (manifest["num_nodes"], entry["dim"]):
@@ -375,7 +376,9 @@ def parse_manifest(text: str, where: str, root: str) -> dict:
 
 
 def read_manifest(shard_dir: str | os.PathLike) -> dict:
-    """Load and check a manifest; accepts the shard directory or the manifest path itself."""
+    """Load and check a manifest; accepts the shard directory or the manifest path itself, local or a URL."""
+    if is_remote(shard_dir):
+        return _read_remote_manifest(str(shard_dir).rstrip("/"))
     path = Path(shard_dir)
     if path.is_dir():
         path = path / MANIFEST
@@ -383,6 +386,17 @@ def read_manifest(shard_dir: str | os.PathLike) -> dict:
         raise ShardError(f"{path}: no manifest; the shard set is incomplete or the path is wrong "
                          "(pass OUT/<dataset>/<cache key> as written by preprocess)")
     return parse_manifest(path.read_text(), str(path), str(path.parent))
+
+
+def _read_remote_manifest(url: str) -> dict:
+    root = url.removesuffix("/" + MANIFEST)
+    storage = open_storage(root)
+    try:
+        text = storage.read(MANIFEST).decode(errors="replace")
+    except FileNotFoundError:
+        raise ShardError(f"{storage.path(MANIFEST)}: no manifest; the shard set is incomplete or the URL is wrong "
+                         "(pass OUT/<dataset>/<cache key> as written by preprocess)") from None
+    return parse_manifest(text, storage.path(MANIFEST), storage.url)
 
 
 def shard_entries(manifest: dict, split: str, protocol: str | None = None, view: int | None = None) -> list[dict]:

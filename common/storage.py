@@ -212,7 +212,7 @@ class FsspecStorage:
         size = self.size(name)
         if size is None:
             raise FileNotFoundError(self.path(name))
-        cache = Path(cache_dir or Path(tempfile.gettempdir()) / "pencil-cache")
+        cache = Path(cache_dir or default_cache_dir())
         tag = hashlib.sha256(f"{self.path(name)}:{size}".encode()).hexdigest()[:16]
         target = cache / f"{tag}-{name}"
         if target.exists() and target.stat().st_size == size:
@@ -283,6 +283,32 @@ def open_storage(url: str | os.PathLike) -> Storage:
     if is_remote(url):
         return FsspecStorage(url)
     return LocalStorage(url.removeprefix("file://"))
+
+
+CACHE_ENV = "PENCIL_CACHE_DIR"  # where remote arrays (the shipped graph) are cached locally
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or Path(tempfile.gettempdir()) / "pencil-cache")
+
+
+def local_file(url: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
+    """A local path holding the object at `url`: the file itself when local, else a cached download
+    (for arrays that are memory-mapped, e.g. a shard set's graph)."""
+    url = str(url)
+    if not is_remote(url):
+        return Path(url.removeprefix("file://"))
+    root, _, name = url.rstrip("/").rpartition("/")
+    return open_storage(root).local_path(name, cache_dir or default_cache_dir())
+
+
+def read_url(url: str | os.PathLike) -> bytes:
+    """The bytes of one object, local path or URL; a missing one raises FileNotFoundError."""
+    url = str(url)
+    if not is_remote(url):
+        return Path(url.removeprefix("file://")).read_bytes()
+    root, _, name = url.rstrip("/").rpartition("/")
+    return open_storage(root).read(name)
 
 
 def join(url: str | os.PathLike, *names: str) -> str:

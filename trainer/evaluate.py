@@ -13,7 +13,6 @@ negatives (HeaRT) and the rank would depend on rounding.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -44,7 +43,7 @@ def selection_metric(manifest: dict, protocol: str) -> str:
 def scores_to_metrics(manifest: dict, split: str, protocol: str, cid: np.ndarray, score: np.ndarray) -> dict:
     """Look scores up by cid through the eval set's queries and compute the protocol's metrics."""
     entry = eval_entry(manifest, split, protocol)
-    pos_cid, neg_cid = load_queries(Path(manifest["root"]) / entry["queries"])
+    pos_cid, neg_cid = load_queries(f"{manifest['root']}/{entry['queries']}")  # root may be a URL
     size = int(max(cid.max(initial=-1), pos_cid.max(initial=-1), neg_cid.max(initial=-1))) + 1
     table = np.full(size, np.nan, dtype=score.dtype if score.dtype.kind == "f" else np.float64)
     scored = np.zeros(size, dtype=bool)
