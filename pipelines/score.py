@@ -24,12 +24,12 @@ import torch
 from common.cli import add_debug_flag, one_line_errors, run_cli
 from common.datasets import load_dataset
 from common.presets import get_preset
-from common.shards import read_manifest
+from common.shards import Block, read_manifest
 from preprocess.sampler import Scratch, derive_seed, sample_subgraphs
 from trainer import checkpoint
 from trainer.config import TrainConfig
 from trainer.model import Pencil, model_for_shards
-from trainer.packing import pack
+from trainer.packing import BatchPacker
 
 log = logging.getLogger("pipelines.score")
 
@@ -110,18 +110,17 @@ def score_pairs(model: Pencil, graph, pairs: np.ndarray, sampling: tuple[int, in
     d, n = sampling
     logits = np.zeros((orderings, len(pairs)), dtype=np.float32)
     scratch = Scratch(graph.indptr)  # graph-sized work arrays, allocated once (as the shard tasks do)
+    packer = BatchPacker(graph.indptr, graph.indices, n_max)
     for k in range(orderings):
         for lo in range(0, len(pairs), batch_size):
             chunk = pairs[lo:lo + batch_size]
             sub = sample_subgraphs(graph.indptr, graph.indices, chunk[:, 0], chunk[:, 1], d, n,
                                    derive_seed(seed, "score", k, lo), shuffle=True, scratch=scratch)
-            samples = []
-            for i, (s, t) in enumerate(chunk):
-                nodes, edges = sub.link(i)
-                samples.append({"cid": lo + i, "src": int(s), "dst": int(t), "label": 0.0,
-                                "nodes": nodes, "edges": edges.astype(np.int64)})
+            # the same path as the loader: node sets -> induced edges (sparse or dense form) -> pack
+            block = Block(np.arange(lo, lo + len(chunk), dtype=np.int64), chunk[:, 0], chunk[:, 1],
+                          np.zeros(len(chunk), np.float32), sub.node_ptr, sub.nodes)
             with torch.no_grad():
-                out = model(pack(samples, n_max).to(device))
+                out = model(packer(block).to(device))
             logits[k, lo:lo + len(chunk)] = out.float().cpu().numpy()
     return logits
 

@@ -12,7 +12,7 @@ from tests.test_model import N_MAX, dense_forward, random_samples, small_model
 from trainer.config import ConfigError, ModelOverrides, config_from_args
 from trainer.attention import AttentionContext
 from trainer.model import ModelConfig, Propagation, token_positions
-from trainer.packing import pack
+from trainer.packing import pack_samples as pack  # hand-built sample dicts
 
 
 # ---------------------------------------------------------------------------- multiplicative residual

@@ -11,7 +11,7 @@ import torch
 from tests.test_model import N_MAX, random_samples, small_model
 from trainer.attention import (BUCKET_SLACK, DROPOUT_FREE, AttentionContext, bert_layer, bucket_plan, build_buckets,
                                describe_backend, flash_attn_varlen, resolve_backend, torch_varlen_attn)
-from trainer.packing import pack
+from trainer.packing import pack_samples as pack  # hand-built sample dicts
 
 SIZES = [2, 12, 5, 9, 3, 12, 7]  # very unequal lengths: lots of padding in the (B, L) view
 

@@ -56,10 +56,11 @@ def test_feature_table_changes_the_output(feature_shards):
     manifest = read_manifest(feature_shards)
     torch.manual_seed(0)
     model = model_for_shards("tiny", {"dropout": 0.0}, manifest).eval()
-    from common.shards import read_shard, shard_entries
-    from trainer.packing import pack
+    from common.shards import Block, load_graph, read_shard, shard_entries
+    from trainer.packing import BatchPacker
     entry = shard_entries(manifest, "valid", "original")[0]
-    batch = pack(list(read_shard(Path(manifest["root"]) / entry["name"]))[:8], manifest["n_max"])
+    block = Block.concat(list(read_shard(Path(manifest["root"]) / entry["name"]))).take(np.arange(8))
+    batch = BatchPacker(*load_graph(manifest), manifest["n_max"])(block)
     with torch.no_grad():
         with_x = model(batch)
         zeroed = model(batch, torch.zeros_like(model.node_table))

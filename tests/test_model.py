@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from trainer.model import ModelConfig, Pencil, Propagation
-from trainer.packing import pack
+from trainer.packing import pack_samples as pack  # hand-built sample dicts
 
 N_MAX = 12
 
@@ -84,10 +84,12 @@ def dense_forward(model, samples, node_features=None):
 
 
 # ---------------------------------------------------------------------------- input projection
-def test_embedding_form_equals_dense_projection():
+@pytest.mark.parametrize("dense", [False, True])
+def test_embedding_form_equals_dense_projection(dense):
     samples = random_samples([2, 5, 12, 7, 3])
     model = small_model(hidden=40).double()
-    batch = pack(samples, N_MAX)
+    batch = pack(samples, N_MAX, dense=dense)
+    assert batch.dense == dense
     h = model.embed(batch)
     dense = torch.cat([torch.tensor(dense_tokens(s, N_MAX)) @ model.w0 for s in samples])
     assert h.shape == dense.shape == (batch.num_tokens, 40)
@@ -119,9 +121,10 @@ def test_w0_orthogonal_frozen_saved(hidden):
 
 
 # ---------------------------------------------------------------------------- multiplicative residual
-def test_propagation_equals_dense_operator():
+@pytest.mark.parametrize("dense", [False, True])
+def test_propagation_equals_dense_operator(dense):
     samples = random_samples([12, 2, 6, 9], seed=3)
-    batch = pack(samples, N_MAX)
+    batch = pack(samples, N_MAX, dense=dense)
     z = torch.randn(batch.num_tokens, 5, dtype=torch.float64)
     got = Propagation(batch)(z)
     cu = batch.cu_seqlens.tolist()
@@ -133,8 +136,9 @@ def test_propagation_equals_dense_operator():
             torch.testing.assert_close(got[batch.task_index[i, k]], got[cu[i] + k])
 
 
-def test_task_tokens_are_not_sources():
-    batch = pack(random_samples([6, 8], seed=1), N_MAX)
+@pytest.mark.parametrize("dense", [False, True])
+def test_task_tokens_are_not_sources(dense):
+    batch = pack(random_samples([6, 8], seed=1), N_MAX, dense=dense)
     z = torch.zeros(batch.num_tokens, 3, dtype=torch.float64)
     z[batch.task_index.flatten()] = 1e6  # if any task token sent a message, it would show up
     out = Propagation(batch)(z)
@@ -142,11 +146,31 @@ def test_task_tokens_are_not_sources():
     assert out[ctx].abs().max() == 0 and out[~ctx].abs().max() == 0
 
 
-def test_whole_model_equals_dense_per_sample_reference():
+@pytest.mark.parametrize("dense", [False, True])
+def test_whole_model_equals_dense_per_sample_reference(dense):
     samples = random_samples([3, 12, 7, 2, 9], seed=5)
     model = small_model().double().eval()
-    got = model(pack(samples, N_MAX))
+    got = model(pack(samples, N_MAX, dense=dense))
     torch.testing.assert_close(got, dense_forward(model, samples), rtol=0, atol=1e-10)
+
+
+def test_sparse_and_dense_forms_give_the_same_outputs_and_gradients():
+    """The packer picks the form per batch; training must not notice: same logits, same gradients
+    (float64), for every trainable parameter, learnable W0 included (it receives the adjacency sum)."""
+    samples = random_samples([3, 12, 7, 2, 9, 11], p=0.6, seed=8)
+    model = small_model(w0_learnable=True).double().train()
+    grads = []
+    for dense in (False, True):
+        model.zero_grad()
+        torch.manual_seed(1)  # same dropout masks (dropout is 0 here, but keep the runs identical)
+        batch = pack(samples, N_MAX, dense=dense)
+        out = model(batch)
+        model.loss(out, batch.label).backward()
+        grads.append((out.detach(), {k: p.grad.clone() for k, p in model.named_parameters() if p.requires_grad}))
+    torch.testing.assert_close(grads[0][0], grads[1][0], rtol=0, atol=1e-12)
+    assert grads[0][1].keys() == grads[1][1].keys() and "w0" in grads[0][1]
+    for k in grads[0][1]:
+        torch.testing.assert_close(grads[0][1][k], grads[1][1][k], rtol=0, atol=1e-10)
 
 
 # ---------------------------------------------------------------------------- readout

@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 import torch
 
-from trainer.packing import from_padded, pack, to_padded, token_sample
+from common.shards import Block
+from trainer.packing import BatchPacker, from_padded, pack, pack_samples, to_padded, token_sample
 
 
 def _samples():
@@ -18,7 +19,7 @@ def _samples():
 
 
 def test_pack_tokens_and_offsets():
-    b = pack(_samples(), n_max=6)
+    b = pack_samples(_samples(), n_max=6)
     # lengths 4+2, 2+2, 3+2 -> offsets 0, 6, 10, 15
     assert b.cu_seqlens.dtype == torch.int32
     assert b.cu_seqlens.tolist() == [0, 6, 10, 15]
@@ -32,7 +33,7 @@ def test_pack_tokens_and_offsets():
 
 
 def test_pack_messages_exact():
-    b = pack(_samples(), n_max=6)
+    b = pack_samples(_samples(), n_max=6)
     # documented order: all edges a->b, all edges b->a, then task receivers (from a->b, then from b->a)
     # flat context tokens: sample 0 at 0..3, sample 2 at 10..12; task tokens 4, 5 and 13, 14
     fwd = [(0, 2), (2, 1), (2, 3), (11, 12), (12, 10)]
@@ -48,7 +49,7 @@ def test_pack_messages_exact():
 
 
 def test_task_tokens_hear_exactly_their_endpoints_neighbours():
-    b = pack(_samples(), n_max=6)
+    b = pack_samples(_samples(), n_max=6)
     src, dst = b.adj_src.tolist(), b.adj_dst.tolist()
     for bi in range(3):
         for k in range(2):
@@ -58,7 +59,7 @@ def test_task_tokens_hear_exactly_their_endpoints_neighbours():
 
 
 def test_to_padded_round_trip():
-    b = pack(_samples(), n_max=6)
+    b = pack_samples(_samples(), n_max=6)
     p = to_padded(b)
     assert p.shape == (3, 6)
     assert p.mask.tolist() == [[True] * 6, [True] * 4 + [False] * 2, [True] * 5 + [False]]
@@ -81,7 +82,7 @@ def test_to_padded_round_trip():
 
 
 def test_to_device_and_pin_keep_ints():
-    b = pack(_samples(), n_max=6).to("cpu")
+    b = pack_samples(_samples(), n_max=6).to("cpu")
     assert b.cu_seqlens.dtype == torch.int32 and isinstance(b.max_seqlen, int)
 
 
@@ -96,17 +97,79 @@ def test_to_device_and_pin_keep_ints():
 def test_pack_rejects_bad_samples(bad, match):
     s = dict(cid=42, src=0, dst=1, label=1.0, **bad)
     with pytest.raises(ValueError, match=match) as err:
-        pack(_samples() + [s], n_max=6)
+        pack_samples(_samples() + [s], n_max=6)
     assert "sample 3 (cid 42)" in str(err.value)
 
 
 def test_pack_strict_rejects_duplicates():
     s = dict(cid=1, src=0, dst=1, label=1.0, nodes=np.arange(3), edges=np.array([[0, 2], [2, 0]]))
-    pack([s], n_max=6)  # not checked by default
+    pack_samples([s], n_max=6)  # not checked by default
     with pytest.raises(ValueError, match="duplicate edge"):
-        pack([s], n_max=6, strict=True)
+        pack_samples([s], n_max=6, strict=True)
 
 
 def test_pack_empty():
     with pytest.raises(ValueError, match="empty"):
-        pack([], n_max=6)
+        pack_samples([], n_max=6)
+    with pytest.raises(ValueError, match="empty"):
+        pack(np.zeros(1, np.int64), np.zeros(0, np.int64), [], [], 6, dense=np.zeros((0, 2, 2)))
+
+
+# ---------------------------------------------------------------------------- arrays in, both graph forms
+def _arrays():
+    """_samples() as the loader hands them over: one block of node ids plus local edges."""
+    node_ptr = np.array([0, 4, 6, 9])
+    nodes = np.array([10, 11, 12, 13, 20, 21, 30, 31, 32])
+    edge_ptr = np.array([0, 3, 3, 5])
+    edges = np.array([[0, 2], [2, 1], [2, 3], [1, 2], [2, 0]])
+    return node_ptr, nodes, np.array([1.0, 0.0, 1.0]), np.array([7, 8, 9]), edge_ptr, edges
+
+
+def test_pack_from_arrays_equals_pack_samples():
+    node_ptr, nodes, label, cid, edge_ptr, edges = _arrays()
+    a = pack(node_ptr, nodes, label, cid, 6, edge_ptr=edge_ptr, edges=edges)
+    b = pack_samples(_samples(), n_max=6)
+    for f in ("local_id", "role", "node", "cu_seqlens", "adj_src", "adj_dst", "task_index", "label", "cid"):
+        assert torch.equal(getattr(a, f), getattr(b, f)), f
+    assert a.max_seqlen == b.max_seqlen and a.adj_dense is None and not a.dense
+
+
+def test_dense_form_hand_computed():
+    node_ptr, nodes, label, cid, _, _ = _arrays()
+    adj = np.zeros((3, 5, 5), np.uint8)  # wider than the largest context: pack trims it to Lc = 4
+    for b, i, j in [(0, 0, 2), (0, 2, 1), (0, 2, 3), (2, 1, 2), (2, 2, 0)]:
+        adj[b, i, j] = adj[b, j, i] = 1
+    d = pack(node_ptr, nodes, label, cid, 6, dense=adj)
+    s = pack_samples(_samples(), n_max=6)
+    assert d.dense and d.adj_dense.dtype == torch.uint8 and d.adj_dense.shape == (3, 4, 4)
+    assert d.adj_dense[0].tolist() == [[0, 0, 1, 0], [0, 0, 1, 0], [1, 1, 0, 1], [0, 0, 1, 0]]
+    assert d.adj_dense[1].sum() == 0
+    assert d.adj_dense[2].tolist() == [[0, 0, 1, 0], [0, 0, 1, 0], [1, 1, 0, 0], [0, 0, 0, 0]]
+    assert d.num_messages == 0
+    for f in ("local_id", "role", "node", "cu_seqlens", "task_index"):  # tokens do not depend on the form
+        assert torch.equal(getattr(d, f), getattr(s, f)), f
+    assert torch.equal(pack_samples(_samples(), n_max=6, dense=True).adj_dense, d.adj_dense)
+    p = to_padded(d)  # the padded view works on the dense form too (attention needs only the tokens)
+    assert p.shape == (3, 6) and p.adj_src.numel() == 0
+    with pytest.raises(ValueError, match="dense adjacency"):
+        pack(node_ptr, nodes, label, cid, 6, dense=adj[:, :3, :3])
+
+
+def test_batch_packer_induces_from_the_graph_in_either_form():
+    """BatchPacker = Inducer + pack: on a hand-made graph, the sample graphs of _samples() come back
+    (target edge u-v removed), as messages or as the matrix depending on the density threshold."""
+    graph = {10: [11, 12], 11: [10, 12], 12: [10, 11, 13], 13: [12], 30: [32], 31: [32], 32: [30, 31]}
+    indptr = np.zeros(34, np.int64)
+    np.cumsum([len(graph.get(i, [])) for i in range(33)], out=indptr[1:])
+    indices = np.array([j for i in range(33) for j in sorted(graph.get(i, []))], np.int32)
+    node_ptr, nodes, label, cid, _, _ = _arrays()
+    block = Block(cid, nodes[node_ptr[:-1]], nodes[node_ptr[:-1] + 1], label.astype(np.float32), node_ptr, nodes)
+    sparse = BatchPacker(indptr, indices, 6, min_density=2.0)(block)
+    dense = BatchPacker(indptr, indices, 6, min_density=0.0)(block)
+    ref = pack_samples(_samples(), n_max=6)
+    assert not sparse.dense and dense.dense
+    msgs = lambda b: sorted(zip(b.adj_src.tolist(), b.adj_dst.tolist()))
+    assert msgs(sparse) == msgs(ref)  # the 10-11 edge of the graph is the target edge: never seen
+    assert torch.equal(dense.adj_dense, pack_samples(_samples(), n_max=6, dense=True).adj_dense)
+    # the default threshold: entry bound 8 + 0 + 4 of 3 x 4 x 4 = 48 possible entries -> dense
+    assert BatchPacker(indptr, indices, 6).use_dense(node_ptr, nodes)

@@ -1,20 +1,24 @@
-"""trainer.data: views per epoch, relabelling, deterministic shuffling, equal batch counts, budgets, resume.
+"""trainer.data: views per epoch, relabelling, deterministic shuffling, equal batch counts, budgets, resume,
+persistent workers, induced graphs.
 
-Shard sets here are hand-written with common.shards (fast, any shape we need: uneven shards, one shard,
-several views); the real citeseer set built by preprocess is exercised in test_trainer_loop/ddp.
+Shard sets here are hand-written v2 sets (common.shards; any shape we need: uneven shards, one shard,
+several views) with their training graph shipped; the real citeseer set built by preprocess is exercised
+in test_trainer_loop/ddp and bench/loader.py.
 """
 from __future__ import annotations
 
 import collections
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from common.shards import (Block, LocalStorage, encode_array, encode_queries, eval_shard_name, graph_entry,
-                           graph_names, pack_shard, queries_name, read_manifest, train_shard_name, write_manifest)
+                           graph_names, pack_shard, queries_name, read_manifest, read_shard, shard_entries,
+                           train_shard_name, write_manifest)
 from trainer import data
-from trainer.config import DataConfig
+from trainer.config import ConfigError, DataConfig
 
 
 # ---------------------------------------------------------------------------- synthetic shard sets
@@ -111,23 +115,45 @@ def shard_set(tmp_path_factory) -> dict:
 
 
 def cfg(**kw) -> DataConfig:
-    base = dict(shards="unused", max_samples=8, token_budget=200, eval_token_budget=400, shuffle_buffer=16,
-                num_workers=0, seed=0)
+    base = dict(shards="unused", max_samples=8, token_budget=200, eval_token_budget=400, shuffle_buffer_mb=1,
+                loader_memory_mb=64, num_workers=0, seed=0)
     base.update(kw)
     return DataConfig(**base)
 
 
-def identity(samples):
-    return samples
+def identity(batch):
+    return batch
 
 
-def rank_batches(manifest, epoch, rank, world, c, start=0):
-    """The batches one rank's loader yields (lists of sample dicts)."""
-    loader, plan = data.train_loader(manifest, epoch, rank, world, c, start=start, collate=identity)
+def pid_and_batch(batch):
+    return os.getpid(), batch
+
+
+def rank_batches(manifest, epoch, rank, world, c, start=0, collate=identity):
+    """The batches (Blocks) one rank's loader yields."""
+    loader, plan = data.train_loader(manifest, epoch, rank, world, c, start=start, collate=collate)
     return list(loader), plan
 
 
-# ---------------------------------------------------------------------------- tests
+def stored(manifest, split, view=None) -> dict:
+    """cid -> node ids in stored order, straight from the shards."""
+    out = {}
+    for e in shard_entries(manifest, split, view=view):
+        for b in read_shard(Path(manifest["root"]) / e["name"]):
+            for i in range(len(b)):
+                out[int(b.cid[i])] = tuple(b.nodes[b.node_ptr[i]:b.node_ptr[i + 1]])
+    return out
+
+
+def links(batches) -> dict:
+    return {int(b.cid[i]): tuple(b.nodes[b.node_ptr[i]:b.node_ptr[i + 1]]) for b in batches for i in range(len(b))}
+
+
+def cids(batches) -> list:
+    return [int(c) for b in batches for c in b.cid]
+
+
+# ---------------------------------------------------------------------------- pieces
 def test_epoch_reads_view_e_mod_v(shard_set):
     for epoch in range(5):
         plan = data.plan_epoch(shard_set, epoch, 1, 0, 200, 8, seed=0)
@@ -135,48 +161,92 @@ def test_epoch_reads_view_e_mod_v(shard_set):
         assert {Path(u.url).name for u in plan.units} == {f"train-v{epoch % 2:03d}-{i:05d}.tar" for i in range(3)}
 
 
-def test_relabel_keeps_endpoints_and_graph(shard_set):
-    rng = np.random.default_rng(1)
-    samples = [s for s in data.read_units(data.make_units(shard_set, [shard_set["shards"][0]], 1)) if len(s["nodes"]) > 4]
-    assert samples
-    for s in samples:
-        r = data.relabel(s, rng)
-        assert r["nodes"][0] == s["nodes"][0] and r["nodes"][1] == s["nodes"][1]  # u = 0, v = 1
-        assert sorted(r["nodes"]) == sorted(s["nodes"])
-        # same graph over global ids: the edge set maps consistently
-        glob = lambda x: {frozenset((int(x["nodes"][a]), int(x["nodes"][b]))) for a, b in x["edges"]}
-        assert glob(r) == glob(s)
-    orders = {tuple(data.relabel(samples[0], rng)["nodes"]) for _ in range(20)}
-    assert len(orders) > 1  # a fresh order per read
+def _block_of(sizes, seed=0):
+    rng = np.random.default_rng(seed)
+    ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    nodes = rng.permutation(10_000)[:ptr[-1]].astype(np.int64)
+    B = len(sizes)
+    return Block(np.arange(B), nodes[ptr[:-1]], nodes[ptr[:-1] + 1], np.zeros(B, np.float32), ptr, nodes)
 
 
+def test_relabel_permutes_each_link_keeping_endpoints():
+    block = _block_of([2, 3, 5, 9, 4])
+    out = data.relabel(block, np.random.default_rng(1))
+    for i in range(len(block)):
+        a = block.nodes[block.node_ptr[i]:block.node_ptr[i + 1]]
+        b = out.nodes[out.node_ptr[i]:out.node_ptr[i + 1]]
+        assert list(b[:2]) == list(a[:2]) and sorted(b) == sorted(a)  # u = 0, v = 1; same node set
+    assert not np.array_equal(out.nodes, block.nodes) and block.nodes.base is None  # input untouched
+
+
+def test_relabel_is_uniform_chi_square():
+    """Every order of local ids 2..4 (3! = 6) equally likely, for two links of one block at once."""
+    block = _block_of([5, 5])
+    counts = [collections.Counter(), collections.Counter()]
+    rng = np.random.default_rng(7)
+    draws = 6000
+    for _ in range(draws):
+        out = data.relabel(block, rng)
+        for i in range(2):
+            counts[i][tuple(out.nodes[out.node_ptr[i] + 2:out.node_ptr[i + 1]])] += 1
+    for c in counts:
+        assert len(c) == 6
+        chi2 = sum((k - draws / 6) ** 2 / (draws / 6) for k in c.values())
+        assert chi2 < 20.5  # chi-square, 5 degrees of freedom, p = 0.001
+
+
+def test_greedy_cuts_match_a_hand_computed_split():
+    tokens = np.array([5, 5, 5, 12, 3, 3, 3, 3, 1], np.int64)
+    # budget 10, cap 3: [5,5] | [5] (5+12 > 10) | [12] alone (over budget) | [3,3,3] (cap) | [3,1]
+    assert data._greedy_ends(tokens, 10, 3).tolist() == [2, 3, 4, 7, 9]
+    block = _block_of([4, 4, 4, 12, 2, 2, 2, 2])  # tokens N + 2 = 6, 6, 6, 14, 4, 4, 4, 4; budget 12, cap 3
+    got = list(data.token_batches(iter([data.block_slice(block, 0, 3), data.block_slice(block, 3, 8)]), 12, 3))
+    assert [b.cid.tolist() for b in got] == [[0, 1], [2], [3], [4, 5, 6], [7]]  # carried over the block end
+    assert all(np.array_equal(b.nodes, block.take(b.cid).nodes) for b in got)
+
+
+def test_shuffle_pool_is_byte_sized_complete_and_seeded():
+    blocks = [_block_of([4] * 10, seed=s) for s in range(6)]
+    for b, s in zip(blocks, range(6)):
+        b.cid[:] = np.arange(10) + 10 * s
+    one = blocks[0].nbytes
+    for pool in (1, 2 * one, 100 * one):
+        out = list(data.shuffle_pool(iter(blocks), pool, np.random.default_rng(3)))
+        assert sorted(c for b in out for c in b.cid.tolist()) == list(range(60))  # each link exactly once
+        again = list(data.shuffle_pool(iter(blocks), pool, np.random.default_rng(3)))
+        assert [b.cid.tolist() for b in out] == [b.cid.tolist() for b in again]
+        for b in out:  # node lists travel with their link
+            assert all(b.nodes[b.node_ptr[i]] == b.src[i] for i in range(len(b)))
+    big = list(data.shuffle_pool(iter(blocks), 100 * one, np.random.default_rng(3)))
+    assert len(big) == 1 and big[0].cid.tolist() != list(range(60))  # one pool: a full permutation
+    first = next(data.shuffle_pool(iter(blocks), 2 * one, np.random.default_rng(3)))
+    assert len(first) == 10 and set(first.cid.tolist()) <= set(range(20))  # half of the first two blocks
+
+
+# ---------------------------------------------------------------------------- training reads
 def test_training_relabels_every_epoch_but_eval_keeps_stored_order(shard_set):
     c = cfg()
-    stored = {s["cid"]: tuple(s["nodes"]) for s in data.read_units(
-        data.make_units(shard_set, [e for e in shard_set["shards"] if e["view"] == 0], 1))}
-    first, _ = rank_batches(shard_set, 0, 0, 1, c)
-    third, _ = rank_batches(shard_set, 2, 0, 1, c)
-    a = {s["cid"]: tuple(s["nodes"]) for b in first for s in b}
-    b = {s["cid"]: tuple(s["nodes"]) for b in third for s in b}
+    want = stored(shard_set, "train", view=0)
+    a, _ = rank_batches(shard_set, 0, 0, 1, c)
+    b, _ = rank_batches(shard_set, 2, 0, 1, c)
+    a, b = links(a), links(b)
     common = [k for k in a if k in b and len(a[k]) > 4]
     assert any(a[k] != b[k] for k in common)  # same view, new order
-    assert any(a[k] != stored[k] for k in common)
+    assert any(a[k] != want[k] for k in common)
+    assert all(sorted(a[k]) == sorted(want[k]) and a[k][:2] == want[k][:2] for k in a)
     loader = data.eval_loader(shard_set, "valid", "original", 0, 1, c, collate=identity)
-    got = {s["cid"]: tuple(s["nodes"]) for batch in loader for s in batch}
-    want = {s["cid"]: tuple(s["nodes"]) for s in data.read_units(data.make_units(
-        shard_set, [e for e in shard_set["shards"] if e["split"] == "valid"], 1))}
-    assert got == want and len(got) == 60
+    got = links(loader)
+    assert got == stored(shard_set, "valid") and len(got) == 60
 
 
 def test_shuffle_is_deterministic_per_seed_and_epoch(shard_set):
     c = cfg()
-    cids = lambda bs: [s["cid"] for b in bs for s in b]
     a, _ = rank_batches(shard_set, 0, 0, 1, c)
     b, _ = rank_batches(shard_set, 0, 0, 1, c)
     other_epoch, _ = rank_batches(shard_set, 2, 0, 1, c)
     other_seed, _ = rank_batches(shard_set, 0, 0, 1, cfg(seed=5))
     assert cids(a) == cids(b)
-    assert [tuple(s["nodes"]) for x in a for s in x] == [tuple(s["nodes"]) for x in b for s in x]
+    assert [x.nodes.tolist() for x in a] == [x.nodes.tolist() for x in b]
     assert cids(a) != cids(other_epoch) and cids(a) != cids(other_seed)
 
 
@@ -187,13 +257,13 @@ def test_equal_batch_counts_with_uneven_shards(shard_set, world, workers):
     for rank in range(world):
         batches, plan = rank_batches(shard_set, 1, rank, world, c)
         counts.append(len(batches))
-        assert all(b for b in batches)  # no empty batch: no worker sits empty
-        seen.update(s["cid"] for b in batches for s in b)
+        assert all(len(b) for b in batches)  # no empty batch: no worker sits empty
+        seen.update(cids(batches))
     assert len(set(counts)) == 1 and counts[0] == plan.batches
-    links = 40 + 40 + 13
-    assert plan.batches == -(-max(links / 4, data.view_stats(shard_set, 1)[1] / 200) // world)
+    n_links = 40 + 40 + 13
+    assert plan.batches == -(-max(n_links / 4, data.view_stats(shard_set, 1)[1] / 200) // world)
     # about one pass: nearly every link seen, none more than twice (cycling only tops up a short worker)
-    assert len(seen) >= 0.9 * links and max(seen.values()) <= 2
+    assert len(seen) >= 0.9 * n_links and max(seen.values()) <= 2
 
 
 def test_one_shard_feeds_every_worker(tmp_path):
@@ -201,37 +271,85 @@ def test_one_shard_feeds_every_worker(tmp_path):
     c = cfg(num_workers=2, max_samples=2, token_budget=1000)
     per_rank = [rank_batches(manifest, 0, r, 2, c)[0] for r in range(2)]
     assert len(per_rank[0]) == len(per_rank[1]) == 8  # ceil(30 / 2 / 2)
-    cids = [s["cid"] for bs in per_rank for b in bs for s in b]
-    assert len(set(cids)) == 30  # slices of one shard spread over 2 ranks x 2 workers, all read
-    loader = [data.eval_loader(manifest, "valid", "original", r, 2, c, collate=identity) for r in range(2)]
-    per_worker = [[s["cid"] for b in ld for s in b] for ld in loader]
+    assert len(set(cids(per_rank[0] + per_rank[1]))) == 30  # slices of one shard over 2 ranks x 2 workers
+    per_worker = [cids(data.eval_loader(manifest, "valid", "original", r, 2, c, collate=identity)) for r in range(2)]
     assert all(per_worker) and sorted(sum(per_worker, [])) == list(range(60))
+
+
+def test_workers_persist_across_epochs_and_evaluations(shard_set):
+    """One loader per role: the same worker processes serve every epoch; the sequence equals a fresh loader's."""
+    c = cfg(num_workers=2, max_samples=4)
+    pids, seqs = set(), []
+    for epoch in range(3):
+        out, plan = rank_batches(shard_set, epoch, 0, 1, c, collate=pid_and_batch)
+        pids |= {p for p, _ in out}
+        seqs.append(cids([b for _, b in out]))
+        ev = list(data.eval_loader(shard_set, "valid", "original", 0, 1, c, collate=pid_and_batch))
+        pids_eval = {p for p, _ in ev}
+        if epoch == 0:
+            first_eval = pids_eval
+        assert pids_eval == first_eval and len(pids_eval) == 2
+    assert len(pids) == 2 and os.getpid() not in pids  # two train workers, forked once
+    data.close_loaders()
+    for epoch in range(3):  # fresh loaders (fresh workers) give the same batches
+        out, _ = rank_batches(shard_set, epoch, 0, 1, c, collate=pid_and_batch)
+        assert cids([b for _, b in out]) == seqs[epoch]
+    data.close_loaders()
 
 
 def test_datasets_pickle_for_spawned_workers(shard_set):
     """forkserver/spawn start methods (Python 3.14's default) pickle the dataset into each worker."""
     import pickle
 
-    loader, _ = data.train_loader(shard_set, 0, 0, 1, cfg(num_workers=2))
+    loader, plan = data.train_loader(shard_set, 0, 0, 1, cfg(num_workers=2))
     clone = pickle.loads(pickle.dumps(loader.dataset))
-    assert [b.cid.tolist() for b in clone.logical_worker(0, 1)] == [b.cid.tolist() for b in loader.dataset.logical_worker(0, 1)]
+    args = (0, 1, 0, 0, plan.batches)
+    assert [b.cid.tolist() for b in clone.logical_worker(*args)] == \
+        [b.cid.tolist() for b in loader.dataset.logical_worker(*args)]
     pickle.dumps(data.eval_loader(shard_set, "valid", "original", 0, 1, cfg()).dataset)
+    data.close_loaders()
 
 
 def test_token_budget_and_cap(shard_set):
     for budget, cap in [(40, 100), (200, 3), (14, 8)]:
         batches, _ = rank_batches(shard_set, 0, 0, 1, cfg(token_budget=budget, max_samples=cap))
         for b in batches:
-            assert len(b) <= cap
-            assert sum(len(s["nodes"]) + 2 for s in b) <= budget
+            assert len(b) <= cap and (b.tokens <= budget or len(b) == 1)
 
 
-def test_packed_batches_carry_the_samples(shard_set):
+@pytest.mark.parametrize("min_density", [0.0, 2.0])  # always the dense form / always the sparse form
+def test_packed_batches_carry_the_induced_graph(shard_set, min_density, monkeypatch):
+    """The default collate relabels, induces from the shipped graph and packs: each packed link's
+    adjacency is exactly the graph's edges among its (relabelled) nodes, target edge excluded."""
+    from common.shards import load_graph
+    from trainer import packing
+
+    monkeypatch.setattr(packing, "DENSE_MIN_DENSITY", min_density)
+    data.close_loaders()  # packers are built per loader
     loader, plan = data.train_loader(shard_set, 0, 0, 1, cfg())
     batches = list(loader)
+    data.close_loaders()
     assert len(batches) == plan.batches
-    b = batches[0]
-    assert b.num_samples <= 8 and b.num_tokens <= 200 and b.n_max == 12
+    indptr, indices = load_graph(shard_set)
+    adj = {(a, int(b)) for a in range(len(indptr) - 1) for b in indices[indptr[a]:indptr[a + 1]]}
+    forms = set()
+    for batch in batches:
+        assert batch.num_samples <= 8 and batch.num_tokens <= 200 and batch.n_max == 12
+        forms.add(batch.dense)
+        cu, node = batch.cu_seqlens.tolist(), batch.node.tolist()
+        msgs = set(zip(batch.adj_src.tolist(), batch.adj_dst.tolist()))
+        for b in range(batch.num_samples):
+            N = cu[b + 1] - cu[b] - 2
+            ids = node[cu[b]:cu[b] + N]
+            want = {(i, j) for i in range(N) for j in range(N) if (ids[i], ids[j]) in adj and {i, j} != {0, 1}}
+            if batch.dense:
+                a = batch.adj_dense[b].numpy()
+                got = {(i, j) for i, j in zip(*np.nonzero(a))}
+                assert not a[N:].any() and not a[:, N:].any()  # padding stays empty
+            else:
+                got = {(s - cu[b], d - cu[b]) for s, d in msgs if cu[b] <= d < cu[b] + N}
+            assert got == want
+    assert forms == {min_density == 0.0}
 
 
 @pytest.mark.parametrize("workers", [0, 2])
@@ -240,16 +358,18 @@ def test_resume_position_replays_the_same_batches(shard_set, workers):
     full, plan = rank_batches(shard_set, 3, 1, 2, c)
     for start in (1, 5, plan.batches - 1):
         rest, _ = rank_batches(shard_set, 3, 1, 2, c, start=start)
-        assert [[s["cid"] for s in b] for b in rest] == [[s["cid"] for s in b] for b in full[start:]]
-        assert all(np.array_equal(x["nodes"], y["nodes"]) for b1, b2 in zip(rest, full[start:]) for x, y in zip(b1, b2))
+        assert [b.cid.tolist() for b in rest] == [b.cid.tolist() for b in full[start:]]
+        assert all(np.array_equal(x.nodes, y.nodes) for x, y in zip(rest, full[start:]))  # same relabelling
+    data.close_loaders()
 
 
 def test_eval_split_covers_every_candidate_once(shard_set):
     for world, workers in [(1, 0), (2, 2), (3, 0)]:
         c = cfg(num_workers=workers)
-        cids = [s["cid"] for r in range(world) for b in data.eval_loader(shard_set, "test", "original", r, world, c,
-                                                                        collate=identity) for s in b]
-        assert sorted(cids) == list(range(60))
+        got = [cid for r in range(world) for cid in cids(data.eval_loader(shard_set, "test", "original", r, world, c,
+                                                                           collate=identity))]
+        assert sorted(got) == list(range(60))
+    data.close_loaders()
 
 
 def test_missing_shard_names_the_file(tmp_path):
@@ -259,10 +379,29 @@ def test_missing_shard_names_the_file(tmp_path):
         rank_batches(read_manifest(root), 0, 0, 1, cfg())
 
 
+def test_corrupt_block_names_shard_and_member(tmp_path):
+    """A block whose node ids leave the graph fails on first read, naming shard and member (issue 11)."""
+    root = make_shard_set(tmp_path, shard_links=(16,), views=1, block=8)
+    manifest = read_manifest(root)
+    good = list(read_shard(root / "train-v000-00000.tar"))
+    good[1].nodes[good[1].node_ptr[1] + 2:] = 10**6 if good[1].sizes[1] > 2 else good[1].nodes[2:]
+    good[1].nodes[-1] = 10**6
+    payload, _ = pack_shard(good)
+    (root / "train-v000-00000.tar").write_bytes(payload)
+    with pytest.raises(data.ShardError, match=r"train-v000-00000.tar:000001.arrow.*outside"):
+        rank_batches(manifest, 0, 0, 1, cfg())
+
+
+def test_memory_budget_too_small_names_the_flag(shard_set):
+    with pytest.raises(ConfigError, match="--loader-memory-mb 4: .*raise --loader-memory-mb"):
+        data.train_loader(shard_set, 0, 0, 1, cfg(loader_memory_mb=4, shuffle_buffer_mb=1, token_budget=5000))
+    assert data.prefetch_depth(12, 200, cfg()) == data.MAX_PREFETCH
+
+
 @pytest.mark.parametrize("prefix", ["file://", "pipe:cat "])
 def test_shards_open_through_url_openers(shard_set, prefix):
     """Shard paths go through webdataset's gopen, so URL schemes (file://, pipe:, http(s), ...) read the same."""
     remote = {**shard_set, "root": prefix + shard_set["root"]}
     entries = [e for e in shard_set["shards"] if e["split"] == "valid"]
-    got = [s["cid"] for s in data.read_units(data.make_units(remote, entries, 1))]
+    got = [int(c) for b in data.read_blocks(data.make_units(remote, entries, 1), 1000, 12) for c in b.cid]
     assert sorted(got) == list(range(60))

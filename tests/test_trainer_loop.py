@@ -110,14 +110,14 @@ def test_accumulation_gives_the_full_batch_mean_gradient(shards, tmp_path):
     from trainer import data
 
     loader, _ = data.train_loader(trainer.manifest, 0, 0, 1, trainer.config.data)
-    micro = [b for b, _ in zip(loader, range(3))]
+    micro = [b for b, _ in zip(loader, range(4))]
     assert len({b.num_samples for b in micro}) > 1  # the token budget makes them uneven
     trainer.optimizer.step = lambda: None  # keep the accumulated gradients for inspection
     trainer.optimizer.zero_grad = lambda set_to_none=True: None
     loss, samples, _ = trainer.train_step(micro)
     grads = [p.grad.clone() for p in trainer.core.parameters() if p.requires_grad]
 
-    from trainer.packing import pack  # the same links as one batch
+    from trainer.packing import pack_samples as pack  # the same links as one batch
     for p in trainer.core.parameters():
         p.grad = None
     samples_all = [s for b in micro for s in _unpack(b, trainer)]
@@ -141,6 +141,8 @@ def _unpack(batch, trainer):
         nodes = batch.node[lo:hi].numpy()
         keep = (src >= lo) & (src < hi) & (dst >= lo) & (dst < hi) & (src < dst)
         edges = np.stack([src[keep] - lo, dst[keep] - lo], 1)
+        if batch.dense:  # dense form (trainer.packing): the upper triangle of the sample's matrix
+            edges = np.stack(np.nonzero(np.triu(batch.adj_dense[b, :hi - lo, :hi - lo].numpy())), 1)
         out.append({"cid": int(batch.cid[b]), "label": float(batch.label[b]), "nodes": nodes, "edges": edges})
     return out
 

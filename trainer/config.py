@@ -40,7 +40,8 @@ class DataConfig:
     max_samples: int | None = None  # samples cap per micro-batch (--micro-batch); None = resolved
     token_budget: int | None = None  # sum over a micro-batch of (N_b + 2); None = max_samples * (N_max + 2)
     eval_token_budget: int | None = None  # None = 4 x token_budget (no activations kept at eval)
-    shuffle_buffer: int = 4096  # samples held in each loader worker's shuffle buffer
+    shuffle_buffer_mb: int = 64  # bytes of decoded links each loader worker's shuffle pool holds (trainer/data.py)
+    loader_memory_mb: int = 1024  # per loader worker: shuffle pool (3 x its size at peak) + batches in flight
     num_workers: int = 2  # DataLoader worker processes per rank (0 = load in the training process)
     seed: int = 0
 
@@ -50,7 +51,8 @@ class DataConfig:
         _check(self.token_budget is None or self.token_budget >= 4, "--token-budget", f"must be >= 4, got {self.token_budget}")
         _check(self.eval_token_budget is None or self.eval_token_budget >= 4, "--eval-token-budget",
                f"must be >= 4, got {self.eval_token_budget}")
-        _check(self.shuffle_buffer >= 1, "--shuffle-buffer", f"must be >= 1, got {self.shuffle_buffer}")
+        _check(self.shuffle_buffer_mb >= 1, "--shuffle-buffer-mb", f"must be >= 1, got {self.shuffle_buffer_mb}")
+        _check(self.loader_memory_mb >= 1, "--loader-memory-mb", f"must be >= 1, got {self.loader_memory_mb}")
         _check(self.num_workers >= 0, "--num-workers", f"must be >= 0, got {self.num_workers}")
 
 
@@ -204,7 +206,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--micro-batch", type=int, help="max links per micro-batch (default: effective batch / world, <= 256)")
     d.add_argument("--token-budget", type=int, help="max tokens (sum of N_b + 2) per micro-batch")
     d.add_argument("--eval-token-budget", type=int, help="max tokens per evaluation batch (default 4 x token budget)")
-    d.add_argument("--shuffle-buffer", type=int, default=4096, help="samples per loader worker's shuffle buffer")
+    d.add_argument("--shuffle-buffer-mb", type=int, default=64,
+                   help="MB of decoded links in each loader worker's shuffle pool (default 64)")
+    d.add_argument("--loader-memory-mb", type=int, default=1024,
+                   help="memory budget per loader worker: 3 x the shuffle pool + batches in flight (default 1024)")
     d.add_argument("--num-workers", type=int, default=2, help="DataLoader workers per rank (0 = in process)")
     d.add_argument("--eval-splits", default="valid,test", help="comma-separated subset of valid,test")
     d.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
@@ -239,7 +244,8 @@ def config_from_args(argv: Sequence[str] | None = None) -> TrainConfig:
     return TrainConfig(
         preset=args.preset, out=args.out, resume=args.resume,
         data=DataConfig(shards=args.shards, max_samples=args.micro_batch, token_budget=args.token_budget,
-                        eval_token_budget=args.eval_token_budget, shuffle_buffer=args.shuffle_buffer,
+                        eval_token_budget=args.eval_token_budget, shuffle_buffer_mb=args.shuffle_buffer_mb,
+                        loader_memory_mb=args.loader_memory_mb,
                         num_workers=args.num_workers, seed=args.seed),
         optim=OptimConfig(lr=pick(args.lr, preset.lr), weight_decay=pick(args.weight_decay, preset.weight_decay),
                           effective_batch=pick(args.effective_batch, preset.effective_batch)),

@@ -1,47 +1,59 @@
-"""Streaming shards into token-budget micro-batches (issue #4 item 1; DESIGN.md §3, §6, §7).
+"""Streaming shards into token-budget micro-batches, a block of links at a time (issue 8; DESIGN.md §3, §6, §7).
 
-The manifest is the shard list. One epoch is a webdataset pipeline per loader worker:
+One rank's training epoch, per loader worker, all array operations over blocks (never a Python object
+per link):
 
     units of view e mod V ─ shuffle(seed, epoch) ─ split_by_node ─ split_by_worker ─ open (gopen/fsspec)
-      ─ blocks → samples ─ shuffle buffer(seed, epoch, rank, worker) ─ token-budget batches ─ relabel ─ pack
+      ─ decode block, check it, slice its unit (link i % parts) ─ byte-sized shuffle pool ─ greedy
+      token-budget cuts ─ relabel (segmented permutation) ─ induce edges from the shipped graph ─ pack
 
 Decisions, and why:
 - *Units.* A unit is a shard, or, when there are fewer than 4 shards per (rank, worker), one of P
-  interleaved slices of a shard (sample i goes to slice i mod P). So no worker ever sits empty, even
+  interleaved slices of a shard (link i goes to slice i mod P). So no worker ever sits empty, even
   for a one-shard set, and loads balance; the price is that P readers decode the same small shard.
 - *Explicit splitters.* split_by_node then split_by_worker, pure functions of (rank, world, worker,
-  workers) with no hidden environment lookups; both balance tokens greedily (what the budget spends),
-  and every worker gets at least one unit.
+  workers) with no hidden environment lookups; both balance tokens greedily (what the budget spends).
 - *Equal batch counts.* Every rank takes exactly C batches per epoch, C computed from the manifest alone
   (no communication): the lower bound on batches for one pass over the view, divided by the world size.
   A worker whose units run out before its quota *cycles* (re-reads them, reshuffled); one with more
-  data than its quota leaves the rest unread this epoch. Units are reshuffled every epoch, so what is
-  repeated or skipped changes from epoch to epoch. No rank can hang DDP by running out early.
+  data than its quota leaves the rest unread this epoch. No rank can hang DDP by running out early.
+- *Shuffle.* A pool of decoded blocks fills to --shuffle-buffer-mb bytes (bytes, not links: a ddi link
+  is 100x a citeseer link); then its links are permuted, half are emitted and half stay in the pool to
+  mix with the next blocks. At the end of a pass the pool drains, so every link of the worker comes
+  out once before any comes out twice. Seeded by (seed, epoch, rank, worker): deterministic.
 - *Order.* Loader worker j of W serves the rank's batch slots j, j+W, ...; DataLoader interleaves
   workers round-robin, so the batch sequence of a rank is a pure function of
   (seed, epoch, rank, world, W), whatever the timing.
-- *Position.* (epoch, batches consumed). Resuming replays the epoch deterministically and skips the
-  consumed batches before relabelling and packing (the cheap part is the decode); the worker-slot
+- *Position.* (epoch, batches consumed). Resuming replays the epoch's cheap part (decode, shuffle,
+  cut) and skips the consumed batches before relabelling, inducing and packing; the worker-slot
   mapping is rotated so the first batch after a resume is slot `start`.
 - *Relabelling.* In training, local ids 2..N-1 get a fresh uniform permutation per read (u = 0, v = 1
-  stay), drawn from an RNG seeded by (seed, epoch, rank, slot): fresh every epoch, and reproducible on
-  resume. Evaluation keeps the stored (seeded) order.
+  stay), from an RNG seeded by (seed, epoch, rank, slot). Shards store node ids only and edges are
+  induced *after* relabelling, so permuting each link's node ids is the whole relabelling.
+  Evaluation keeps the stored (seeded) order.
+- *Persistent workers.* One DataLoader per role (train, eval) lives for the whole run; its workers are
+  forked once. What they should produce next (train epoch / start / batch count, or which eval set) is
+  a small int64 tensor in shared memory, written by the main process before each iter(loader); a
+  worker reads it when the DataLoader restarts it (persistent workers re-enter iter(dataset) then).
+- *Memory.* Each worker keeps within --loader-memory-mb: the shuffle pool (SHUFFLE_PEAK x its bytes
+  while emitting) plus the batches in flight; the prefetch depth is derived from what is left, and a
+  budget that cannot hold one batch is a one-line error naming the flags.
 """
 from __future__ import annotations
 
-import functools
 import logging
 import math
-import random
 from dataclasses import dataclass
 from typing import Callable, Iterator
 
 import numpy as np
 import torch
 import webdataset as wds
+from numba import njit
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from common.shards import ShardError, decode_block, shard_entries
+from common.shards import Block, ShardError, check_block, iter_tar_blocks, load_graph, set_graph, shard_entries
+from trainer.config import ConfigError
 
 log = logging.getLogger(__name__)
 # Salts that keep the independent random streams of one (seed, epoch) apart.
@@ -49,6 +61,14 @@ _UNITS, _BUFFER, _RELABEL, _CYCLE = 11, 12, 13, 14
 # Shards are sliced until every (rank, worker) can get this many units: fine enough that greedy token
 # balancing evens out a short last shard, coarse enough that a big set (many shards) is never sliced.
 UNITS_PER_CONSUMER = 4
+# While the pool emits, the pooled blocks, their concatenation and the permuted halves are alive at once.
+SHUFFLE_PEAK = 3
+# Bytes per token of a batch while it is packed (token arrays, their int64 intermediates, the torch
+# tensors) plus, per context token, up to 3 bytes per possible neighbour for the graph (the dense
+# uint8 row and its copy, or the sparse messages, which are only used when they are smaller).
+PACK_BYTES_PER_TOKEN = 160
+GRAPH_BYTES_PER_PAIR = 3
+MAX_PREFETCH = 4
 
 
 def _rng(*key: int) -> np.random.Generator:
@@ -58,7 +78,7 @@ def _rng(*key: int) -> np.random.Generator:
 # ---------------------------------------------------------------------------- units and splitters
 @dataclass(frozen=True)
 class Unit:
-    """What one reader consumes: samples i of shard `url` with i % parts == part."""
+    """What one reader consumes: links i of shard `url` with i % parts == part."""
 
     url: str
     part: int
@@ -86,8 +106,7 @@ def _share(total: int, part: int, parts: int) -> int:
 
 def balance(units: list[Unit], bins: int) -> list[list[Unit]]:
     """Greedy token balancing: each unit, in the given order, goes to the least-loaded bin (ties: lowest
-    index). Empty bins load 0, so with len(units) >= bins every bin gets at least one unit, and loads
-    differ by at most one unit's tokens."""
+    index). Empty bins load 0, so with len(units) >= bins every bin gets at least one unit."""
     out: list[list[Unit]] = [[] for _ in range(bins)]
     load = [0] * bins
     for u in units:
@@ -98,8 +117,7 @@ def balance(units: list[Unit], bins: int) -> list[list[Unit]]:
 
 
 def split_by_node(units: list[Unit], rank: int, world_size: int, workers_per_rank: int = 1) -> list[Unit]:
-    """Rank `rank`'s units: the union of its workers' token-balanced bins over all (rank, worker)
-    consumers, so every rank holds at least one unit per worker and ranks differ by < one unit of tokens."""
+    """Rank `rank`'s units: the union of its workers' token-balanced bins over all (rank, worker) consumers."""
     w = max(1, workers_per_rank)
     bins = balance(units, world_size * w)
     return [u for b in bins[rank * w:(rank + 1) * w] for u in b]
@@ -110,7 +128,7 @@ def split_by_worker(units: list[Unit], worker: int, num_workers: int) -> list[Un
     return balance(units, max(1, num_workers))[worker]
 
 
-# ---------------------------------------------------------------------------- reading
+# ---------------------------------------------------------------------------- reading blocks
 def open_url(url: str):
     """A binary stream for a shard: local paths and webdataset schemes (pipe:, http(s), gs, hf, ...) via
     wds.gopen; anything else with a scheme (s3://, ...) via fsspec when it is installed."""
@@ -121,101 +139,110 @@ def open_url(url: str):
         except ImportError:
             raise ShardError(f"{url}: no opener for '{scheme}://' (install fsspec and its {scheme} backend)") from None
         return fsspec.open(url, "rb").open()
-    return wds.gopen(url.removeprefix("file://"), "rb")
-
-
-def _tar_blocks(url: str) -> Iterator[object]:
-    """Decode the Arrow blocks of one shard, streaming (the tar is never held whole in memory)."""
-    import tarfile
-
-    f = None
     try:
-        f = open_url(url)
-        with tarfile.open(fileobj=f, mode="r|") as tar:
-            for member in tar:
-                if member.isfile() and member.name.endswith(".arrow"):
-                    data = tar.extractfile(member).read()
-                    if len(data) != member.size:
-                        raise ShardError(f"{url}: member {member.name} is truncated")
-                    yield decode_block(data, f"{url}:{member.name}")
-    except tarfile.TarError as err:
-        raise ShardError(f"{url}: not a readable tar ({err}); the shard is truncated or corrupt") from None
+        return wds.gopen(url.removeprefix("file://"), "rb")
     except FileNotFoundError:
         raise ShardError(f"{url}: shard file is missing; rerun preprocess to rebuild the set") from None
-    finally:
-        if f is not None:
+
+
+def block_slice(block: Block, lo: int, hi: int) -> Block:
+    """Links lo..hi-1 of a block, as views (no copy of the node ids)."""
+    ptr = block.node_ptr[lo:hi + 1]
+    return Block(block.cid[lo:hi], block.src[lo:hi], block.dst[lo:hi], block.label[lo:hi], ptr - ptr[0],
+                 block.nodes[ptr[0]:ptr[-1]])
+
+
+def read_blocks(units: list[Unit], num_nodes: int, n_max: int) -> Iterator[Block]:
+    """The checked blocks of the given units, in order, each cut to its unit's links (i % parts == part)."""
+    for unit in units:
+        seen = 0  # link index within the shard, for the i % parts slicing
+        f = open_url(unit.url)
+        try:
+            for k, block in enumerate(iter_tar_blocks(f, unit.url)):
+                check_block(block, num_nodes, n_max, f"{unit.url}:{k:06d}.arrow")
+                n = len(block)
+                if unit.parts > 1:
+                    block = block.take(np.arange((unit.part - seen) % unit.parts, n, unit.parts))
+                seen += n
+                if len(block):
+                    yield block
+        finally:
             f.close()
 
 
-def read_units(units: list[Unit]) -> Iterator[dict]:
-    """Sample dicts (common.shards.block_samples layout) of the given units, in order."""
-    for unit in units:
-        seen = 0  # sample index within the shard, for the i % parts slicing
-        for block in _tar_blocks(unit.url):
-            n = len(block)
-            for i in range((unit.part - seen) % unit.parts, n, unit.parts):
-                yield {"cid": int(block.cid[i]), "src": int(block.src[i]), "dst": int(block.dst[i]),
-                       "label": float(block.label[i]),
-                       "nodes": block.nodes[block.node_ptr[i]:block.node_ptr[i + 1]],
-                       "edges": block.edges[block.edge_ptr[i]:block.edge_ptr[i + 1]]}
-            seen += n
-
-
-def cycle_units(units: list[Unit], seed: int, epoch: int, rank: int, worker: int, buffer: int) -> Iterator[dict]:
-    """Endless shuffled samples of `units`. Pass 0 reads them in the given order, later passes in a
-    reshuffled one; the shuffle buffer drains at the end of every pass, so every sample of the worker
-    comes out once before any comes out twice."""
-    rng = random.Random(int(_rng(seed, epoch, rank, worker, _BUFFER).integers(1 << 62)))
-    for cycle in range(1 << 62):
-        order = units if cycle == 0 else [units[i] for i in _rng(seed, epoch, rank, worker, cycle, _CYCLE).permutation(len(units))]
-        empty = True
-        for s in shuffle_buffer(read_units(order), buffer, rng):
-            empty = False
-            yield s
-        if empty:
-            raise ShardError(f"rank {rank} worker {worker}: its units hold no samples ({[u.url for u in units]})")
-
-
-def shuffle_buffer(samples: Iterator[dict], size: int, rng: random.Random) -> Iterator[dict]:
-    """Reservoir-style shuffle: fill `size`, then emit a random element for each one read."""
-    buf: list[dict] = []
-    for s in samples:
-        if len(buf) < size:
-            buf.append(s)
+def shuffle_pool(blocks: Iterator[Block], pool_bytes: int, rng: np.random.Generator) -> Iterator[Block]:
+    """Byte-sized shuffle: pool blocks until `pool_bytes`, emit a random half of the pooled links, keep
+    the other half; at the end, emit everything left in a random order."""
+    pool: list[Block] = []
+    size = 0
+    for b in blocks:
+        pool.append(b)
+        size += b.nbytes
+        if size < pool_bytes:
             continue
-        i = rng.randrange(size)
-        buf[i], s = s, buf[i]
-        yield s
-    rng.shuffle(buf)
-    yield from buf
+        cat = Block.concat(pool)
+        perm = rng.permutation(len(cat))
+        keep = len(cat) // 2
+        pool = [cat.take(perm[:keep])]
+        size = pool[0].nbytes
+        yield cat.take(perm[keep:])
+    if pool:
+        cat = Block.concat(pool)
+        if len(cat):
+            yield cat.take(rng.permutation(len(cat)))
 
 
-def token_batches(samples: Iterator[dict], token_budget: int, max_samples: int) -> Iterator[list[dict]]:
-    """Greedy batches: add samples while sum(N_b + 2) <= token_budget and count <= max_samples."""
-    batch: list[dict] = []
-    tokens = 0
-    for s in samples:
-        t = len(s["nodes"]) + 2
-        if batch and (tokens + t > token_budget or len(batch) >= max_samples):
-            yield batch
-            batch, tokens = [], 0
-        batch.append(s)
-        tokens += t
-    if batch:
-        yield batch
+@njit(cache=True)
+def _greedy_ends(tokens, budget, cap):
+    """End index of every greedy batch: add links while sum(tokens) <= budget and count <= cap (a link
+    alone over the budget forms its own batch). The last batch may be incomplete."""
+    ends = np.empty(tokens.shape[0], dtype=np.int64)
+    k, total, count = 0, 0, 0
+    for i in range(tokens.shape[0]):
+        t = tokens[i]
+        if count > 0 and (total + t > budget or count >= cap):
+            ends[k] = i
+            k += 1
+            total, count = 0, 0
+        total += t
+        count += 1
+    ends[k] = tokens.shape[0]
+    return ends[:k + 1]
 
 
-def relabel(sample: dict, rng: np.random.Generator) -> dict:
-    """Fresh uniform order of local ids 2..N-1 (u = 0, v = 1 fixed); nodes and edges remapped together."""
-    nodes, edges = sample["nodes"], sample["edges"]
-    n = len(nodes)
-    if n <= 3:
-        return sample
-    new = np.arange(n)
-    new[2:] = 2 + rng.permutation(n - 2)  # new[old local id] = new local id
-    out_nodes = np.empty_like(nodes)
-    out_nodes[new] = nodes
-    return {**sample, "nodes": out_nodes, "edges": new[edges]}
+def token_batches(blocks: Iterator[Block], token_budget: int, max_samples: int) -> Iterator[Block]:
+    """Greedy batches over a stream of blocks: sum(N_b + 2) <= token_budget and count <= max_samples;
+    the incomplete last batch of a block carries over to the next one."""
+    pending: Block | None = None
+    for b in blocks:
+        if pending is not None:
+            b = Block.concat([pending, b])
+        ends = _greedy_ends(b.sizes + 2, token_budget, max_samples)
+        lo = 0
+        for hi in ends[:-1]:
+            yield block_slice(b, lo, int(hi))
+            lo = int(hi)
+        pending = block_slice(b, lo, len(b))
+    if pending is not None and len(pending):
+        yield pending
+
+
+@njit(cache=True)
+def _shuffle_segments(node_ptr, nodes, keys):
+    """In place: Fisher-Yates over positions 2..N_b-1 of every segment, driven by uniform keys in [0, 1)."""
+    for b in range(node_ptr.shape[0] - 1):
+        lo = node_ptr[b] + 2
+        for i in range(node_ptr[b + 1] - 1, lo, -1):
+            j = lo + int(keys[i] * (i - lo + 1))
+            nodes[i], nodes[j] = nodes[j], nodes[i]
+
+
+def relabel(block: Block, rng: np.random.Generator) -> Block:
+    """Fresh uniform order of local ids 2..N-1 of every link (u = 0, v = 1 fixed): a segmented
+    permutation of the node ids. Edges are induced afterwards, so nothing else needs remapping."""
+    nodes = block.nodes.copy()
+    _shuffle_segments(np.ascontiguousarray(block.node_ptr, dtype=np.int64), nodes, rng.random(len(nodes)))
+    return Block(block.cid, block.src, block.dst, block.label, block.node_ptr, nodes)
 
 
 # ---------------------------------------------------------------------------- epoch plan
@@ -246,93 +273,201 @@ def plan_epoch(manifest: dict, epoch: int, world_size: int, num_workers: int, to
     return EpochPlan(epoch, view, tuple(units[i] for i in order), batches)
 
 
+# ---------------------------------------------------------------------------- memory budget
+def batch_bytes(n_max: int, token_budget: int) -> int:
+    """Estimated peak bytes of one batch while it is relabelled, induced and packed."""
+    return token_budget * (PACK_BYTES_PER_TOKEN + GRAPH_BYTES_PER_PAIR * n_max)
+
+
+def prefetch_depth(n_max: int, token_budget: int, data_cfg, budget_flag: str = "--token-budget") -> int:
+    """Batches a worker may keep in flight within --loader-memory-mb (>= 1), or a one-line error."""
+    total = data_cfg.loader_memory_mb * 2**20
+    pool = SHUFFLE_PEAK * data_cfg.shuffle_buffer_mb * 2**20
+    per_batch = batch_bytes(n_max, token_budget)
+    fits = (total - pool) // per_batch - 1  # one batch is being built while the others wait
+    if fits < 1:
+        need = (pool + 2 * per_batch) / 2**20
+        raise ConfigError(f"--loader-memory-mb {data_cfg.loader_memory_mb}: a loader worker needs about {need:.0f} MB "
+                          f"({SHUFFLE_PEAK} x --shuffle-buffer-mb {data_cfg.shuffle_buffer_mb} + 2 batches of "
+                          f"{budget_flag} {token_budget} at N_max {n_max}, {per_batch / 2**20:.1f} MB each); raise "
+                          f"--loader-memory-mb or lower --shuffle-buffer-mb / {budget_flag}")
+    return int(min(MAX_PREFETCH, fits))
+
+
 # ---------------------------------------------------------------------------- datasets
 def _worker() -> tuple[int, int]:
     info = get_worker_info()
     return (info.id, info.num_workers) if info is not None else (0, 1)
 
 
-class TrainStream(IterableDataset):
-    """Batches [start, plan.batches) of one rank's epoch. Picklable: plain data plus a module-level collate."""
+class _Stream(IterableDataset):
+    """Shared parts of the two roles: the job slot in shared memory and the per-process packers."""
 
-    def __init__(self, plan: EpochPlan, rank: int, world_size: int, token_budget: int, max_samples: int,
-                 shuffle_buffer: int, seed: int, collate: Callable[[list[dict]], object], start: int = 0):
-        self.plan, self.rank, self.world_size = plan, rank, world_size
-        self.token_budget, self.max_samples, self.buffer, self.seed = token_budget, max_samples, shuffle_buffer, seed
-        self.collate, self.start = collate, start
+    def __init__(self, manifest: dict, rank: int, world_size: int, collate: Callable | None):
+        self.manifest, self.rank, self.world_size = manifest, rank, world_size
+        self.n_max, self.num_nodes = int(manifest["n_max"]), int(manifest["num_nodes"])
+        self.collate = collate  # None = induce + pack (BatchPacker); tests pass their own
+        self.job = torch.zeros(4, dtype=torch.int64).share_memory_()  # before the workers fork
+        self._packers: dict = {}
+
+    def finish(self, batch: Block, graph: str):
+        if self.collate is not None:
+            return self.collate(batch)
+        if graph not in self._packers:  # once per worker process: the graph is memory-mapped, shared
+            from trainer.packing import BatchPacker
+            self._packers[graph] = BatchPacker(*load_graph(self.manifest, graph), self.n_max)
+        return self._packers[graph](batch)
+
+    def __getstate__(self):  # spawned workers build their own packers
+        return {**self.__dict__, "_packers": {}}
+
+
+class TrainStream(_Stream):
+    """A rank's training batches; job = (epoch, start, batches C): batches [start, C) of that epoch."""
+
+    def __init__(self, manifest: dict, rank: int, world_size: int, data_cfg, workers: int,
+                 collate: Callable | None = None):
+        super().__init__(manifest, rank, world_size, collate)
+        self.workers = workers
+        self.token_budget, self.max_samples = data_cfg.token_budget, data_cfg.max_samples
+        self.pool_bytes, self.seed = data_cfg.shuffle_buffer_mb * 2**20, data_cfg.seed
+
+    def set_job(self, epoch: int, start: int, batches: int) -> None:
+        self.job.copy_(torch.tensor([epoch, start, batches, 0]))
+
+    def plan(self, epoch: int) -> EpochPlan:
+        return plan_epoch(self.manifest, epoch, self.world_size, self.workers, self.token_budget,
+                          self.max_samples, self.seed)
 
     def __iter__(self):
+        epoch, start, batches, _ = (int(x) for x in self.job)  # read now: the job of this iteration
         wid, W = _worker()
-        lw = (wid + self.start) % W  # rotated so loader worker 0 serves slot `start` after a resume
-        return self.logical_worker(lw, W)
+        lw = (wid + start) % W  # rotated so loader worker 0 serves slot `start` after a resume
+        return self.logical_worker(lw, W, epoch, start, batches)
 
-    def logical_worker(self, lw: int, W: int) -> Iterator[object]:
-        p = self.plan
-        units = split_by_worker(split_by_node(list(p.units), self.rank, self.world_size, W), lw, W)
-        pipeline = wds.DataPipeline(
-            lambda: cycle_units(units, self.seed, p.epoch, self.rank, lw, self.buffer),
-            lambda src: token_batches(src, self.token_budget, self.max_samples),
-        )
-        for j, batch in enumerate(pipeline):
+    def logical_worker(self, lw: int, W: int, epoch: int, start: int, batches: int) -> Iterator[object]:
+        units = split_by_worker(split_by_node(list(self.plan(epoch).units), self.rank, self.world_size, W), lw, W)
+        stream = token_batches(self._cycle(units, epoch, lw), self.token_budget, self.max_samples)
+        for j, batch in enumerate(stream):
             slot = lw + j * W
-            if slot >= p.batches:
+            if slot >= batches:
                 return
-            if slot < self.start:
-                continue  # fast-forward after a resume: no relabel, no packing
-            rng = _rng(self.seed, p.epoch, self.rank, slot, _RELABEL)
-            yield self.collate([relabel(s, rng) for s in batch])
+            if slot < start:
+                continue  # fast-forward after a resume: no relabel, no induce, no pack
+            yield self.finish(relabel(batch, _rng(self.seed, epoch, self.rank, slot, _RELABEL)), "train")
+
+    def _cycle(self, units: list[Unit], epoch: int, lw: int) -> Iterator[Block]:
+        """Endless shuffled blocks of `units`: pass 0 in the given order, later passes reshuffled."""
+        rng = _rng(self.seed, epoch, self.rank, lw, _BUFFER)
+        for cycle in range(1 << 62):
+            order = units if cycle == 0 else [units[i] for i in _rng(self.seed, epoch, self.rank, lw, cycle, _CYCLE)
+                                              .permutation(len(units))]
+            empty = True
+            for block in shuffle_pool(read_blocks(order, self.num_nodes, self.n_max), self.pool_bytes, rng):
+                empty = False
+                yield block
+            if empty:
+                raise ShardError(f"rank {self.rank} worker {lw}: its units hold no links ({[u.url for u in units]})")
 
 
-class EvalStream(IterableDataset):
-    """One rank's share of an eval set, read once in stored order (no shuffle, no relabel)."""
+def eval_sets(manifest: dict) -> list[tuple[str, str]]:
+    return sorted({(s["split"], s["protocol"]) for s in manifest["shards"] if s["split"] != "train"})
 
-    def __init__(self, units: list[Unit], rank: int, world_size: int, token_budget: int, max_samples: int,
-                 collate: Callable[[list[dict]], object]):
-        self.units, self.rank, self.world_size = units, rank, world_size
-        self.token_budget, self.max_samples, self.collate = token_budget, max_samples, collate
+
+class EvalStream(_Stream):
+    """One rank's share of an eval set, read once in stored order (no shuffle, no relabel);
+    job = (index into eval_sets(manifest),)."""
+
+    def __init__(self, manifest: dict, rank: int, world_size: int, data_cfg, workers: int,
+                 collate: Callable | None = None):
+        super().__init__(manifest, rank, world_size, collate)
+        self.workers, self.token_budget = workers, data_cfg.eval_token_budget
+        self.sets = eval_sets(manifest)
+
+    def set_job(self, split: str, protocol: str) -> None:
+        if (split, protocol) not in self.sets:
+            raise ShardError(f"{self.manifest['root']}: the manifest lists no shards for {split}/{protocol}")
+        self.job.copy_(torch.tensor([self.sets.index((split, protocol)), 0, 0, 0]))
+
+    def units(self, split: str, protocol: str) -> list[Unit]:
+        entries = shard_entries(self.manifest, split, protocol=protocol)
+        return make_units(self.manifest, entries, self.world_size * max(1, self.workers))
 
     def __iter__(self):
+        split, protocol = self.sets[int(self.job[0])]
         wid, W = _worker()
-        units = split_by_worker(split_by_node(self.units, self.rank, self.world_size, W), wid, W)
-        for batch in token_batches(read_units(units), self.token_budget, self.max_samples):
-            yield self.collate(batch)
+        return self.read(split, protocol, wid, W)
+
+    def read(self, split: str, protocol: str, wid: int, W: int) -> Iterator[object]:
+        units = split_by_worker(split_by_node(self.units(split, protocol), self.rank, self.world_size, W), wid, W)
+        graph = set_graph(self.manifest, split)
+        # No cap from the micro-batch at eval beyond the budget: no activations are kept for backward.
+        for batch in token_batches(read_blocks(units, self.num_nodes, self.n_max), self.token_budget, 1 << 30):
+            yield self.finish(batch, graph)
 
 
-# ---------------------------------------------------------------------------- loaders
-def _pack_collate(n_max: int):
-    from trainer.packing import pack
+# ---------------------------------------------------------------------------- persistent loaders
+# One DataLoader per role, alive for the run: asking again with the same (set, rank, world, config,
+# collate) only rewrites its job; anything else replaces it (and shuts the old workers down).
+_LOADERS: dict[str, tuple[tuple, DataLoader]] = {}
 
-    return functools.partial(pack, n_max=n_max)
+
+def _loader_key(manifest: dict, rank: int, world_size: int, data_cfg, collate, pin: bool) -> tuple:
+    fields = (data_cfg.token_budget, data_cfg.eval_token_budget, data_cfg.max_samples, data_cfg.shuffle_buffer_mb,
+              data_cfg.loader_memory_mb, data_cfg.num_workers, data_cfg.seed)
+    return (manifest["root"], manifest.get("key"), rank, world_size, fields, id(collate), pin)
 
 
-def _loader(dataset: IterableDataset, num_workers: int, pin: bool) -> DataLoader:
+def _persistent(role: str, key: tuple, make: Callable[[], DataLoader]) -> DataLoader:
+    held = _LOADERS.get(role)
+    if held is not None and held[0] == key:
+        return held[1]
+    close_loaders(role)
+    loader = make()
+    _LOADERS[role] = (key, loader)
+    return loader
+
+
+def close_loaders(*roles: str) -> None:
+    """Shut down the workers of the given roles' loaders (all when none is named)."""
+    for role in roles or tuple(_LOADERS):
+        held = _LOADERS.pop(role, None)
+        it = getattr(held[1], "_iterator", None) if held else None
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
+
+
+def _dataloader(dataset: IterableDataset, num_workers: int, pin: bool, prefetch: int) -> DataLoader:
     # Own generator: creating a loader iterator must not consume the global torch RNG (dropout), or a
     # resumed run would draw different dropout masks than the uninterrupted one.
     return DataLoader(dataset, batch_size=None, num_workers=num_workers, pin_memory=pin,
-                      generator=torch.Generator(), persistent_workers=False,
-                      prefetch_factor=4 if num_workers else None)
+                      generator=torch.Generator(), persistent_workers=num_workers > 0,
+                      prefetch_factor=prefetch if num_workers else None)
 
 
 def train_loader(manifest: dict, epoch: int, rank: int, world_size: int, data_cfg, *, start: int = 0,
                  fraction: float = 1.0, collate=None, pin: bool = False) -> tuple[DataLoader, EpochPlan]:
-    """(loader of this rank's batches start..C-1 of `epoch`, the epoch plan)."""
-    plan = plan_epoch(manifest, epoch, world_size, data_cfg.num_workers, data_cfg.token_budget,
-                      data_cfg.max_samples, data_cfg.seed, fraction)
-    collate = collate or _pack_collate(int(manifest["n_max"]))
-    ds = TrainStream(plan, rank, world_size, data_cfg.token_budget, data_cfg.max_samples, data_cfg.shuffle_buffer,
-                     data_cfg.seed, collate, start=min(start, plan.batches))
-    return _loader(ds, data_cfg.num_workers, pin), plan
+    """(this rank's persistent training loader, set to batches start..C-1 of `epoch`; the epoch plan).
+    Call iter() on the loader after this and before asking for another job."""
+    n_max, workers = int(manifest["n_max"]), data_cfg.num_workers
+    prefetch = prefetch_depth(n_max, data_cfg.token_budget, data_cfg)
+    plan = plan_epoch(manifest, epoch, world_size, workers, data_cfg.token_budget, data_cfg.max_samples,
+                      data_cfg.seed, fraction)
+    loader = _persistent("train", _loader_key(manifest, rank, world_size, data_cfg, collate, pin), lambda: _dataloader(
+        TrainStream(manifest, rank, world_size, data_cfg, workers, collate), workers, pin, prefetch))
+    loader.dataset.set_job(epoch, min(start, plan.batches), plan.batches)
+    return loader, plan
 
 
 def eval_loader(manifest: dict, split: str, protocol: str, rank: int, world_size: int, data_cfg, *,
                 collate=None, pin: bool = False) -> DataLoader:
-    entries = shard_entries(manifest, split, protocol=protocol)
-    workers = data_cfg.num_workers
-    units = make_units(manifest, entries, world_size * max(1, workers))
-    collate = collate or _pack_collate(int(manifest["n_max"]))
-    # No cap from the micro-batch at eval beyond the budget: no activations are kept for backward.
-    ds = EvalStream(units, rank, world_size, data_cfg.eval_token_budget, 1 << 30, collate)
-    return _loader(ds, workers, pin)
+    """This rank's persistent eval loader, set to the (split, protocol) eval set."""
+    n_max, workers = int(manifest["n_max"]), data_cfg.num_workers
+    prefetch = prefetch_depth(n_max, data_cfg.eval_token_budget, data_cfg, "--eval-token-budget")
+    loader = _persistent("eval", _loader_key(manifest, rank, world_size, data_cfg, collate, pin), lambda: _dataloader(
+        EvalStream(manifest, rank, world_size, data_cfg, workers, collate), workers, pin, prefetch))
+    loader.dataset.set_job(split, protocol)
+    return loader
 
 
 def view_stats(manifest: dict, view: int) -> tuple[int, int]:

@@ -2,9 +2,9 @@
 
 Shapes: T tokens in the packed batch (PackedBatch), B samples, d hidden, n = n_max, E' messages.
 
-    H0 = X~ W0 (+ G(X))                  X~ never built: embedding gather + sparse sum over messages
+    H0 = X~ W0 (+ G(X))                  X~ never built: embedding gather + adjacency sum (trainer/propagation.py)
     for k in 1..K:  Z = BertLayer_k(H)    attention only within each sample (trainer/attention.py)
-                    H = Z + P_k(Â Z)      Â = D^-1 (A + I) over context tokens, as a scatter
+                    H = Z + P_k(Â Z)      Â = D^-1 (A + I) over context tokens: scatter or bmm, by batch
     logit = Linear(2d, 1)(concat(H[u-task], H[v-task]))
 
 See DESIGN.md §4 and the paper's Section 3 / Appendix A.
@@ -20,6 +20,7 @@ from transformers.models.bert.modeling_bert import BertLayer
 
 from trainer.attention import BACKENDS, AttentionContext, bert_config, bert_layer, resolve_backend
 from trainer.packing import PackedBatch
+from trainer.propagation import Propagation, adjacency_embedding  # noqa: F401  (Propagation re-exported)
 
 TASKS = ("classification", "regression")
 # Input-projection initialisations compared in the paper's appendix "Effects of Input Projection Matrix
@@ -134,29 +135,6 @@ def token_positions(batch: PackedBatch) -> torch.Tensor:
     return torch.arange(batch.num_tokens, device=starts.device) - starts
 
 
-class Propagation:
-    """Â Z with Â = D^-1 (A + I) over context tokens, the task-token rule included, as a scatter.
-
-    Context token i: mean of Z over {i} ∪ N(i). Task token of endpoint e: the same mean as e's context
-    token (its self term is e's context token, not itself; pack() already routes N(e) to it). Nothing
-    sends from a task token. One instance per forward: the degrees are shared by all layers.
-    """
-
-    def __init__(self, batch: PackedBatch):
-        T = batch.num_tokens
-        anchor = torch.arange(T, device=batch.local_id.device)
-        # task tokens' self term is their endpoint's context token: sample offset + local id (0 or 1)
-        anchor[batch.task_index] = batch.cu_seqlens[:-1].long()[:, None] + torch.arange(2, device=anchor.device)
-        self.anchor = anchor  # (T,)
-        self.src, self.dst = batch.adj_src, batch.adj_dst  # (E',)
-        deg = torch.ones(T, device=anchor.device).index_add_(0, self.dst, torch.ones_like(self.dst, dtype=torch.float))
-        self.deg = deg[:, None]  # (T, 1) 1 + |N(i)| >= 1, exact small integers
-
-    def __call__(self, z: torch.Tensor) -> torch.Tensor:  # (T, d) -> (T, d)
-        agg = z[self.anchor].index_add(0, self.dst, z[self.src])  # self term + Σ_{j ∈ N(i)} z_j
-        return agg / self.deg.to(agg.dtype)  # divide (not * 1/deg): exact in float64 tests, same cost
-
-
 class Pencil(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -212,8 +190,7 @@ class Pencil(nn.Module):
         if batch.n_max > n:
             raise ValueError(f"batch was packed for n_max = {batch.n_max} > model n_max = {n}")
         h = F.embedding(batch.local_id, w0) + F.embedding(2 * n + batch.role, w0)  # one-hot id + role flag
-        # adjacency row: token t gets W0[n + local id of s] for every message s -> t
-        h = h.index_add(0, batch.adj_dst, w0[n + batch.local_id[batch.adj_src]])
+        h = h + adjacency_embedding(batch, w0[n:2 * n])  # adjacency row (sparse or dense form, by batch)
         if node_features is None:
             node_features = self.node_table
         if self.features is not None:

@@ -1,14 +1,21 @@
-"""Pack variable-length link samples into one flat token stream (cu_seqlens), and pad it back when needed.
+"""Pack a batch of link samples, given as arrays, into one flat token stream (cu_seqlens).
 
 A sample b with N_b context nodes becomes N_b + 2 tokens: its context tokens in local-id order, then the
 u-task and v-task tokens (copies of local ids 0 and 1 with role "task"). Samples are concatenated; no
-padding anywhere, so a token budget buys real tokens (DESIGN.md §7). The graph structure travels as a
-flat message list over token indices (adj_src -> adj_dst): both directions of every context edge, plus
-each task token receiving from its endpoint's neighbours (the task token's adjacency row is a copy of the
-endpoint's, paper Appendix A). Nothing ever sends from a task token.
+padding anywhere, so a token budget buys real tokens (DESIGN.md §7).
 
-Everything here is vectorised numpy over the whole batch (one python step per *sample*, for gathering
-the arrays, never per token or per edge), because pack() runs in the loader's hot path.
+The graph structure travels in one of two forms, picked per batch by edge density (BatchPacker):
+- sparse: a flat message list over token indices (adj_src -> adj_dst): both directions of every context
+  edge, plus each task token receiving from its endpoint's neighbours (the task token's adjacency row is
+  a copy of the endpoint's, paper Appendix A). Nothing ever sends from a task token.
+- dense: adj_dense (B, Lc, Lc) uint8, sample b's symmetric adjacency over local ids (Lc = max N_b, zero
+  padded); the model applies the same task-token rule by reading the endpoint's row.
+At ogbl-ddi density (~64,000 edges per ~530-node sample) the message list is 2 x 8 bytes per directed
+entry against 1 byte per matrix entry, and the scatter moves one d-vector per message; the dense form
+wins both in memory and in compute there (trainer/propagation.py).
+
+Everything is vectorised numpy over the whole batch: pack() never loops over samples, tokens or edges,
+because it runs in the loader's hot path. pack_samples() is a convenience for hand-built test samples.
 """
 from __future__ import annotations
 
@@ -17,7 +24,16 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
+from common.induce import Inducer
+
 CONTEXT, TASK = 0, 1  # values of `role`
+# Pick the dense form when the batch's bound on directed adjacency entries (Inducer.entry_bound, from
+# degrees) exceeds this fraction of the dense matrix entries B * Lc^2. Measured on CPU (bench/loader.py
+# --sections form: pack + embed + propagation, forward and backward, hidden 128): the dense form is as
+# fast as the scatter at about 4 % density and ~5x faster at ddi's 46 %; below a few percent the padded
+# (B, Lc, Lc) matrix wastes memory on zeros. On GPU bmm is relatively cheaper than index_add, so the
+# crossover is probably lower there: re-measure before tuning.
+DENSE_MIN_DENSITY = 0.05
 
 
 @dataclass
@@ -29,12 +45,13 @@ class PackedBatch:
     node: torch.Tensor  # (T,) int64 global node id (for optional node features)
     cu_seqlens: torch.Tensor  # (B+1,) int32 token offsets of each sample
     max_seqlen: int  # max_b (N_b + 2), a python int because attention kernels need it on the host
-    adj_src: torch.Tensor  # (E',) int64 flat token index of the sending context token
+    adj_src: torch.Tensor  # (E',) int64 flat token index of the sending context token (sparse form)
     adj_dst: torch.Tensor  # (E',) int64 flat token index of the receiving token (context or task)
     task_index: torch.Tensor  # (B, 2) int64 flat positions of the u-task and v-task tokens
     label: torch.Tensor  # (B,) float32
     cid: torch.Tensor  # (B,) int64 candidate ids (scores are looked up by cid at evaluation)
     n_max: int = 0  # the budget pack() validated against (0 = unknown); lets the model check cheaply
+    adj_dense: torch.Tensor | None = None  # (B, Lc, Lc) uint8 in the dense form (then adj_src/dst are empty)
 
     @property
     def num_tokens(self) -> int:
@@ -48,6 +65,10 @@ class PackedBatch:
     def num_messages(self) -> int:
         return int(self.adj_src.shape[0])
 
+    @property
+    def dense(self) -> bool:
+        return self.adj_dense is not None
+
     def _map(self, fn) -> "PackedBatch":
         return PackedBatch(**{f.name: (fn(v) if isinstance(v := getattr(self, f.name), torch.Tensor) else v)
                               for f in fields(self)})
@@ -60,32 +81,35 @@ class PackedBatch:
         return self._map(lambda t: t.pin_memory())
 
 
-def _fail(what: str, samples: list[dict], sample: int, detail: str):
-    cid = samples[sample].get("cid", "?")
-    raise ValueError(f"pack: sample {sample} (cid {cid}): {what}: {detail}")
+def _fail(what: str, cid: np.ndarray, sample: int, detail: str):
+    raise ValueError(f"pack: sample {sample} (cid {int(cid[sample])}): {what}: {detail}")
 
 
-def pack(samples: list[dict], n_max: int, strict: bool = False) -> PackedBatch:
-    """Pack decoded samples ({cid, src, dst, label, nodes (N,), edges (E, 2)}) into a PackedBatch.
+def pack(node_ptr: np.ndarray, nodes: np.ndarray, label: np.ndarray, cid: np.ndarray, n_max: int, *,
+         edge_ptr: np.ndarray | None = None, edges: np.ndarray | None = None, dense: np.ndarray | None = None,
+         strict: bool = False) -> PackedBatch:
+    """Pack a batch given as arrays: node_ptr (B+1,) offsets into nodes (global ids, local-id order),
+    label (B,), cid (B,), and its graph either as local edges (edge_ptr (B+1,), edges (E, 2), each
+    undirected edge once, any orientation) or as dense (B, Lc, Lc) 0/1 adjacency (Lc >= max N_b).
 
     Validates what would otherwise silently corrupt the model input: N_b in [2, n_max], every local id
     of an edge in [0, N_b) (hence < n_max), no self-loops. strict=True also rejects duplicate edges
-    (an O(E log E) sort, so off by default; the sampler writes each induced edge once).
+    (an O(E log E) sort, so off by default; the inducer emits each edge once).
     """
-    B = len(samples)
-    if B == 0:
-        raise ValueError("pack: empty list of samples")
+    node_ptr = np.asarray(node_ptr, dtype=np.int64)
+    cid = np.asarray(cid, dtype=np.int64)
+    B = len(node_ptr) - 1
+    if B < 1:
+        raise ValueError("pack: empty batch")
     if n_max < 2:
         raise ValueError(f"pack: n_max must be >= 2 (u and v), got {n_max}")
-    nodes_l = [np.asarray(s["nodes"], dtype=np.int64).reshape(-1) for s in samples]
-    edges_l = [np.asarray(s["edges"], dtype=np.int64).reshape(-1, 2) for s in samples]
-    n = np.fromiter((len(x) for x in nodes_l), np.int64, B)  # (B,) context tokens per sample
-    e = np.fromiter((len(x) for x in edges_l), np.int64, B)  # (B,) undirected edges per sample
-
+    if (edges is None) == (dense is None):
+        raise ValueError("pack: give the graph either as edges (edge_ptr, edges) or as dense, not both/neither")
+    n = np.diff(node_ptr)  # (B,) context tokens per sample
     if (bad := np.flatnonzero(n > n_max)).size:
-        _fail("too many context nodes", samples, bad[0], f"N = {n[bad[0]]} > n_max = {n_max}")
+        _fail("too many context nodes", cid, bad[0], f"N = {n[bad[0]]} > n_max = {n_max}")
     if (bad := np.flatnonzero(n < 2)).size:
-        _fail("fewer than 2 context nodes (u and v must be local ids 0 and 1)", samples, bad[0], f"N = {n[bad[0]]}")
+        _fail("fewer than 2 context nodes (u and v must be local ids 0 and 1)", cid, bad[0], f"N = {n[bad[0]]}")
 
     # ---- tokens: per-sample offsets, then each token's position inside its sample
     seqlen = n + 2  # (B,)
@@ -94,48 +118,111 @@ def pack(samples: list[dict], n_max: int, strict: bool = False) -> PackedBatch:
     T = int(cu[-1])
     seg = np.repeat(np.arange(B), seqlen)  # (T,) sample of each token
     pos = np.arange(T) - cu[seg]  # (T,) position inside the sample
-    is_task = pos >= n[seg]  # (T,) the last two positions of each sample
-    local_id = np.where(is_task, pos - n[seg], pos)  # (T,) task tokens -> 0 (u) / 1 (v)
-    node_ptr = np.zeros(B + 1, np.int64)
-    np.cumsum(n, out=node_ptr[1:])
-    node = np.concatenate(nodes_l)[node_ptr[seg] + local_id]  # (T,) global id; task tokens copy u / v
+    nseg = n[seg]
+    is_task = pos >= nseg  # (T,) the last two positions of each sample
+    local_id = np.where(is_task, pos - nseg, pos)  # (T,) task tokens -> 0 (u) / 1 (v)
+    node = np.asarray(nodes, dtype=np.int64)[node_ptr[seg] + local_id]  # (T,) global id; task tokens copy u / v
     task_index = cu[:-1, None] + n[:, None] + np.arange(2)  # (B, 2)
 
-    # ---- messages: context edges both ways, then task tokens receiving from their endpoint's neighbours
-    edges = np.concatenate(edges_l) if e.sum() else np.zeros((0, 2), np.int64)  # (E, 2)
+    t = torch.from_numpy
+    if dense is not None:
+        dense = np.asarray(dense)
+        Lc = int(n.max())
+        if dense.ndim != 3 or dense.shape[0] != B or dense.shape[1] != dense.shape[2] or dense.shape[1] < Lc:
+            raise ValueError(f"pack: dense adjacency must be (B = {B}, L, L) with L >= {Lc}, got {dense.shape}")
+        adj_src = adj_dst = np.zeros(0, np.int64)
+        adj_dense = t(np.ascontiguousarray(dense[:, :Lc, :Lc], dtype=np.uint8))
+    else:
+        adj_src, adj_dst = _messages(np.asarray(edge_ptr, dtype=np.int64), edges, n, cu, n_max, cid, strict)
+        adj_dense = None
+    return PackedBatch(
+        local_id=t(local_id), role=t(is_task.astype(np.int64)), node=t(node),
+        cu_seqlens=t(cu.astype(np.int32)), max_seqlen=int(seqlen.max()),
+        adj_src=t(adj_src), adj_dst=t(adj_dst), task_index=t(task_index),
+        label=t(np.asarray(label, dtype=np.float32).copy()), cid=t(cid.copy()), n_max=int(n_max),
+        adj_dense=adj_dense)
+
+
+def _messages(edge_ptr, edges, n, cu, n_max, cid, strict) -> tuple[np.ndarray, np.ndarray]:
+    """Flat (adj_src, adj_dst): context edges both ways, then task tokens receiving from their
+    endpoint's neighbours; validated against N_b."""
+    B = len(n)
+    edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+    e = np.diff(edge_ptr)  # (B,) undirected edges per sample
+    if edge_ptr.shape != (B + 1,) or edge_ptr[-1] - edge_ptr[0] != len(edges):
+        raise ValueError(f"pack: edge_ptr {edge_ptr.shape} does not match {B} samples and {len(edges)} edges")
     eseg = np.repeat(np.arange(B), e)  # (E,) sample of each edge
     a, b = edges[:, 0], edges[:, 1]
     bad = np.flatnonzero((a < 0) | (b < 0) | (a >= n_max) | (b >= n_max))
     if bad.size:
-        _fail("edge local id out of range", samples, eseg[bad[0]],
+        _fail("edge local id out of range", cid, eseg[bad[0]],
               f"edge ({a[bad[0]]}, {b[bad[0]]}) has a local id outside [0, n_max = {n_max})")
-    if (bad := np.flatnonzero((a >= n[eseg]) | (b >= n[eseg]))).size:
-        _fail("edge refers to a node that is not in the context", samples, eseg[bad[0]],
+    ne = n[eseg]
+    if (bad := np.flatnonzero((a >= ne) | (b >= ne))).size:
+        _fail("edge refers to a node that is not in the context", cid, eseg[bad[0]],
               f"edge ({a[bad[0]]}, {b[bad[0]]}) with N = {n[eseg[bad[0]]]}")
     if (bad := np.flatnonzero(a == b)).size:
-        _fail("self-loop in the local edge list", samples, eseg[bad[0]], f"edge ({a[bad[0]]}, {b[bad[0]]})")
-    if strict and e.sum():
+        _fail("self-loop in the local edge list", cid, eseg[bad[0]], f"edge ({a[bad[0]]}, {b[bad[0]]})")
+    if strict and len(edges):
         key = eseg * (n_max * n_max) + np.minimum(a, b) * n_max + np.maximum(a, b)
         uniq, first, counts = np.unique(key, return_index=True, return_counts=True)
         if (dup := np.flatnonzero(counts > 1)).size:
             i = first[dup[0]]
-            _fail("duplicate edge", samples, eseg[i], f"edge ({a[i]}, {b[i]}) appears more than once")
-
+            _fail("duplicate edge", cid, eseg[i], f"edge ({a[i]}, {b[i]}) appears more than once")
     base = cu[eseg]  # (E,) token offset of each edge's sample
     fa, fb = base + a, base + b  # flat token index of each endpoint's context token
     task_of = cu[1:] - 2  # (B,) flat index of the u-task token; v-task is +1
     to_b, to_a = b < 2, a < 2  # edges whose other end is u or v: the task token hears them too
     adj_src = np.concatenate([fa, fb, fa[to_b], fb[to_a]])
     adj_dst = np.concatenate([fb, fa, task_of[eseg[to_b]] + b[to_b], task_of[eseg[to_a]] + a[to_a]])
+    return adj_src, adj_dst
 
-    t = torch.from_numpy
-    return PackedBatch(
-        local_id=t(local_id), role=t(is_task.astype(np.int64)), node=t(node),
-        cu_seqlens=t(cu.astype(np.int32)), max_seqlen=int(seqlen.max()),
-        adj_src=t(adj_src), adj_dst=t(adj_dst), task_index=t(task_index),
-        label=torch.tensor([float(s["label"]) for s in samples], dtype=torch.float32),
-        cid=torch.tensor([int(s.get("cid", -1)) for s in samples], dtype=torch.int64),
-        n_max=int(n_max))
+
+def pack_samples(samples: list[dict], n_max: int, strict: bool = False, dense: bool = False) -> PackedBatch:
+    """Convenience for hand-built samples ({cid, label, nodes (N,), edges (E, 2)}, tests and benches):
+    concatenates them into arrays and calls pack(); dense=True gives the dense form of the same graph."""
+    if not samples:
+        raise ValueError("pack: empty batch")
+    sizes = [len(s["nodes"]) for s in samples]
+    node_ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    edges_l = [np.asarray(s["edges"], dtype=np.int64).reshape(-1, 2) for s in samples]
+    edge_ptr = np.concatenate([[0], np.cumsum([len(x) for x in edges_l])]).astype(np.int64)
+    nodes = np.concatenate([np.asarray(s["nodes"], dtype=np.int64).reshape(-1) for s in samples])
+    edges = np.concatenate(edges_l)
+    label = np.array([float(s["label"]) for s in samples], dtype=np.float32)
+    cid = np.array([int(s.get("cid", -1)) for s in samples], dtype=np.int64)
+    if not dense:
+        return pack(node_ptr, nodes, label, cid, n_max, edge_ptr=edge_ptr, edges=edges, strict=strict)
+    L = max(sizes)
+    adj = np.zeros((len(samples), L, L), np.uint8)
+    seg = np.repeat(np.arange(len(samples)), np.diff(edge_ptr))
+    adj[seg, edges[:, 0], edges[:, 1]] = 1
+    adj[seg, edges[:, 1], edges[:, 0]] = 1
+    return pack(node_ptr, nodes, label, cid, n_max, dense=adj)
+
+
+class BatchPacker:
+    """Induce a batch's edges from the graph (common.induce) in the form its density calls for, and pack.
+
+    One per process and graph: the Inducer's marker array is per-process scratch."""
+
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, n_max: int, min_density: float | None = None):
+        self.inducer = Inducer(indptr, indices)
+        self.n_max = int(n_max)
+        self.min_density = DENSE_MIN_DENSITY if min_density is None else float(min_density)
+
+    def use_dense(self, node_ptr: np.ndarray, nodes: np.ndarray) -> bool:
+        sizes = np.diff(node_ptr)
+        area = len(sizes) * int(sizes.max()) ** 2  # entries of the padded (B, Lc, Lc) matrix
+        return float(self.inducer.entry_bound(node_ptr, nodes).sum()) >= self.min_density * area
+
+    def __call__(self, block) -> PackedBatch:
+        """block: common.shards.Block (cid, label, node_ptr from 0, nodes)."""
+        ptr, nodes = block.node_ptr, block.nodes
+        if self.use_dense(ptr, nodes):
+            return pack(ptr, nodes, block.label, block.cid, self.n_max, dense=self.inducer.dense(ptr, nodes))
+        edge_ptr, edges = self.inducer.edges(ptr, nodes)
+        return pack(ptr, nodes, block.label, block.cid, self.n_max, edge_ptr=edge_ptr, edges=edges)
 
 
 # ---------------------------------------------------------------------------- padded view

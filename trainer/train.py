@@ -239,7 +239,7 @@ class Trainer:
                     or (logged and cfg.checkpoint_seconds > 0 and self._save_due())):
                 self.save_last()
         bar.close()
-        del it, loader  # shut the workers down before evaluating
+        del it  # the loader persists (trainer.data): its workers wait, forked once, for the next epoch
         if st.batch < plan.batches:
             return True
         st.epoch, st.batch = st.epoch + 1, 0
