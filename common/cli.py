@@ -75,10 +75,16 @@ def _is_project_error(err: BaseException) -> bool:
 
 
 def _flat(err: BaseException) -> str:
-    text = " ".join(str(err).split())
-    if type(err).__name__.startswith("RayTaskError") or "Traceback (most recent call last)" in text:
-        text = text.split("Traceback (most recent call last)")[0].strip() or type(err).__name__
-    return text[:500] or type(err).__name__
+    raw = str(err)
+    if "Traceback (most recent call last)" in raw:
+        # A worker's exception re-raised with its traceback as text (torch DataLoader workers, Ray):
+        # the last line is "pkg.Error: message"; keep the message of a project error, else the line.
+        last = [line for line in raw.strip().splitlines() if line.strip()][-1].strip()
+        kind, sep, message = last.partition(": ")
+        if sep and kind.split(".")[0] in PROJECT_PACKAGES:
+            last = message
+        raw = last
+    return " ".join(raw.split())[:500] or type(err).__name__
 
 
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None,

@@ -1,4 +1,5 @@
 """Remote storage against a real S3 server (moto's server mode, its own process on 127.0.0.1)."""
+import hashlib
 import subprocess
 import sys
 
@@ -53,3 +54,155 @@ def test_s3_wrong_endpoint_is_one_line(s3_server):
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert "s3://pencil-objects/x/manifest.json" in last and "AWS_ENDPOINT_URL" in last
+
+
+# ---------------------------------------------------------------------------- end to end through S3
+# preprocess --out s3://... (Ray workers write objects directly), cache, resume after a kill, corrupt
+# objects caught and repaired, and the trainer streaming the set from the server.
+import json  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from common.shards import MANIFEST, read_manifest  # noqa: E402
+from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig  # noqa: E402
+from preprocess.job import FAIL_AFTER_ENV, run_job  # noqa: E402
+
+BUCKET = "pencil-e2e"
+
+
+@pytest.fixture(scope="module")
+def small_graph(tmp_path_factory):
+    """A 300-node random graph as an edge list: a few hundred links per split, seconds to sample."""
+    from common.datasets import load_dataset
+    rng = np.random.default_rng(0)
+    edges = set()
+    while len(edges) < 1500:
+        a, b = (int(x) for x in rng.integers(0, 300, 2))
+        if a != b:
+            edges.add((min(a, b), max(a, b)))
+    path = tmp_path_factory.mktemp("graph") / "small.csv"
+    path.write_text("src,dst\n" + "\n".join(f"{a},{b}" for a, b in sorted(edges)) + "\n")
+    return load_dataset(str(path))
+
+
+@pytest.fixture(scope="module")
+def s3_ray(s3_server):
+    """An embedded Ray started after the S3 variables are set, so its workers reach the server."""
+    import ray
+    from preprocess.job import init_ray
+    if os.environ.get("RAY_ADDRESS"):
+        pytest.skip("RAY_ADDRESS is set; these tests start their own embedded Ray")
+    if ray.is_initialized():
+        ray.shutdown()  # a Ray started before the server's variables were set cannot reach it
+    init_ray(num_cpus=2)
+    s3_server.make_bucket(BUCKET)
+    yield s3_server
+    ray.shutdown()
+
+
+def _config(out: str) -> PreprocessConfig:
+    return PreprocessConfig(dataset="small", sampling=SamplingConfig(1, 3), out=out, num_cpus=2,
+                            candidates=CandidateConfig(views=1), links_per_shard=256, links_per_block=64)
+
+
+def _objects(url: str) -> dict[str, bytes]:
+    st = open_storage(url)
+    return {path.rsplit("/", 1)[1]: st.read(path.rsplit("/", 1)[1]) for path in st.fs.find(st.root)}
+
+
+@pytest.fixture(scope="module")
+def s3_set(s3_ray, small_graph):
+    return run_job(_config(f"s3://{BUCKET}/ref"), small_graph)
+
+
+def test_preprocess_writes_a_complete_set_to_s3(s3_set, small_graph):
+    url = s3_set.location
+    assert url.startswith(f"s3://{BUCKET}/ref/small/")
+    manifest = read_manifest(url)
+    assert manifest["root"] == url and len(manifest["shards"]) >= 10
+    objects = _objects(url)
+    listed = {r["name"] for r in manifest["shards"]}
+    # Exactly the set's files: shards, queries, graph arrays, manifest; nothing temporary.
+    extra = set(objects) - listed - {MANIFEST}
+    assert all(n.endswith("-queries.npz") or n.startswith("graph-") for n in extra), extra
+    for rec in manifest["shards"]:
+        data = objects[rec["name"]]
+        assert len(data) == rec["bytes"] and hashlib.sha256(data).hexdigest() == rec["sha256"]
+    assert run_job(_config(f"s3://{BUCKET}/ref"), small_graph).cached
+
+
+@pytest.mark.slow  # the repair test below already runs the resume path through S3; this adds a kill
+def test_resume_after_a_killed_run_on_s3(s3_set, small_graph, monkeypatch):
+    config = _config(f"s3://{BUCKET}/killed")
+    monkeypatch.setenv(FAIL_AFTER_ENV, "3")
+    with pytest.raises(RuntimeError, match="simulated kill"):
+        run_job(config, small_graph)
+    monkeypatch.delenv(FAIL_AFTER_ENV)
+    url = s3_set.location.replace("/ref/", "/killed/")
+    partial = _objects(url)
+    assert MANIFEST not in partial and 3 <= sum(n.endswith(".tar") for n in partial) < len(read_manifest(s3_set.location)["shards"])
+    result = run_job(config, small_graph)
+    assert result.summary["shards_reused"] >= 3 and result.summary["shards_sampled"] > 0
+    assert _same_set(url, s3_set.location)  # byte-identical to the uninterrupted run
+
+
+def _same_set(a: str, b: str) -> bool:
+    """Every object byte-identical; manifests equal up to where the set lives (config.out)."""
+    oa, ob = _objects(a), _objects(b)
+    ma, mb = (json.loads(o.pop(MANIFEST)) for o in (oa, ob))
+    return oa == ob and ma["shards"] == mb["shards"] and ma["graphs"] == mb["graphs"]
+
+
+def _flip(st, name: str, at: float = 0.4) -> None:
+    data = bytearray(st.read(name))
+    i = int(len(data) * at)
+    data[i:i + 64] = bytes(b ^ 0xFF for b in data[i:i + 64])
+    st.write_atomic(name, bytes(data))
+
+
+def _copy_set(src_url: str, dst_url: str) -> None:
+    st = open_storage(dst_url)
+    for name, data in _objects(src_url).items():
+        st.write_atomic(name, data)
+
+
+def test_corrupt_and_truncated_objects_are_caught_and_repaired(s3_set, small_graph, caplog):
+    url = s3_set.location.replace("/ref/", "/corrupt/")
+    _copy_set(s3_set.location, url)
+    st = open_storage(url)
+    _flip(st, "train-v000-00002.tar")
+    st.write_atomic("train-v000-00005.tar", st.read("train-v000-00005.tar")[:5000])
+    with caplog.at_level(logging.WARNING, logger="preprocess.job"):
+        result = run_job(_config(f"s3://{BUCKET}/corrupt"), small_graph)
+    assert not result.cached and result.summary["shards_sampled"] == 2
+    notes = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(f"{url}/train-v000-00002.tar: checksum mismatch" in n for n in notes), notes
+    assert any(f"{url}/train-v000-00005.tar: size 5000 bytes" in n for n in notes), notes
+    assert _same_set(url, s3_set.location)
+
+
+def test_trainer_streams_from_s3_and_names_a_corrupt_object(s3_set, s3_server, tmp_path):
+    env = {**s3_server.client_env(), "PENCIL_CACHE_DIR": str(tmp_path / "cache")}
+
+    def train(shards: str, out: str):
+        cmd = [sys.executable, "-m", "trainer", "--shards", shards, "--preset", "tiny", "--out", str(tmp_path / out),
+               "--max-steps", "4", "--num-workers", "1", "--no-progress", "--eval-splits", "valid", "--device", "cpu"]
+        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+    proc = train(s3_set.location, "run")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["steps"] == 4 and 0.0 <= summary["valid"]["mrr"] <= 1.0
+    assert any(p.name.endswith("graph-train-indptr.npy") for p in (tmp_path / "cache").iterdir())
+
+    url = s3_set.location.replace("/ref/", "/badtrain/")
+    _copy_set(s3_set.location, url)
+    bad = sorted(n for n in _objects(url) if n.startswith("train-"))
+    for name in bad:  # every training shard: whichever the shuffled order reads first is caught
+        _flip(open_storage(url), name, at=0.03)  # inside the first block
+    proc = train(url, "badrun")
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in proc.stderr and f"{url}/train-v000-" in last and "corrupt" in last, proc.stderr[-2000:]
