@@ -30,7 +30,7 @@ def reference() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     from common.cli import run_cli
-    return run_cli(lambda _: _main(), argv, prog="pipelines.docs")
+    return run_cli(lambda _: _main(), argv, prog="python -m pipelines.docs")
 
 
 def _main() -> int:

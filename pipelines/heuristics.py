@@ -135,7 +135,7 @@ def write_json_atomic(path: Path, payload: dict) -> None:
 
 # ---------------------------------------------------------------------------- entry point
 def main(argv: list[str] | None = None) -> int:
-    return run_cli(_main, argv, prog="pipelines.heuristics")
+    return run_cli(_main, argv, prog="python -m pipelines.heuristics")
 
 
 def _main(argv: list[str] | None = None) -> int:

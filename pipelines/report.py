@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_cli(_main, argv, prog="pipelines.report")
+    return run_cli(_main, argv, prog="python -m pipelines.report")
 
 
 def _main(argv: list[str] | None = None) -> int:

@@ -218,7 +218,7 @@ def run_protocol(args, dataset_obj, preset_name: str, protocol: str, out: Path) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_cli(_main, argv, prog="pipelines.run")
+    return run_cli(_main, argv, prog="python -m pipelines.run")
 
 
 def _main(argv: list[str] | None = None) -> int:

@@ -137,7 +137,7 @@ def write_scores(path: str, pairs: np.ndarray, logits: np.ndarray) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_cli(_main, argv, prog="pipelines.score")
+    return run_cli(_main, argv, prog="python -m pipelines.score")
 
 
 def _main(argv: list[str] | None = None) -> int:

@@ -88,6 +88,8 @@ def _main(argv: list[str] | None = None) -> int:
     try:
         result = run_job(config, verify=not args.no_verify)
     except (DatasetError, ConfigError) as err:
+        if args.debug:
+            raise
         print(f"{parser.prog}: error: {err}", file=sys.stderr)
         return 2
     state = "cached (nothing sampled)" if result.cached else "written"

@@ -1,6 +1,8 @@
 """Training views and evaluation candidate sets (preprocess/candidates.py)."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -89,3 +91,46 @@ def test_per_positive_ogb_negatives_keep_direction():
 def test_bad_negative_shape_is_rejected():
     with pytest.raises(ValueError, match="shape"):
         eval_candidates(np.array([[0, 1]]), np.zeros((2, 3, 2), dtype=int), canonical=True)
+
+
+# ---------------------------------------------------------------------------- degenerate view sizes
+def test_distinct_non_edges_counts_unordered_pairs():
+    from preprocess.candidates import distinct_non_edges
+    k4 = np.array([[i, j] for i in range(4) for j in range(4) if i < j])
+    assert distinct_non_edges(Graph.from_edges(k4, num_nodes=4)) == 0
+    assert distinct_non_edges(Graph.from_edges(k4[:2], num_nodes=5)) == 5 * 4 // 2 - 2
+
+
+def test_negatives_beyond_the_distinct_non_edges_are_refused_with_the_numbers():
+    from preprocess.candidates import check_view_size, distinct_non_edges
+    from preprocess.config import ConfigError
+    g, pos = graph_and_pos(100, 255)
+    available = distinct_non_edges(g)
+    num_pos = len(training_positives(pos))
+    with pytest.raises(ConfigError, match=rf"--neg-ratio 1000: {num_pos * 1000:,} negatives per view but the graph "
+                                          rf"has only {available:,} distinct non-edges.*--neg-ratio <= {available // num_pos}"):
+        check_view_size(num_pos, 100.0, 1000, g)
+    check_view_size(num_pos, 100.0, available // num_pos, g)  # the largest ratio it suggests is accepted
+
+
+def test_degenerate_views_are_named_in_warnings(caplog):
+    from preprocess.candidates import check_view_size, distinct_non_edges
+    g, pos = graph_and_pos(2000, 4000)
+    num_pos = len(training_positives(pos))
+    with caplog.at_level("WARNING", logger="preprocess.candidates"):
+        check_view_size(num_pos, 100.0, 1, g)
+    assert caplog.records == []  # an ordinary view says nothing
+    with caplog.at_level("WARNING", logger="preprocess.candidates"):
+        check_view_size(num_pos, 100.0, 0, g)
+        check_view_size(num_pos, 0.001, 1, g)
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[0].startswith("--neg-ratio 0: training views hold only positives")
+    assert messages[1].startswith(f"--percent 0.001: 1 training positive(s) per view (of {num_pos})")
+    caplog.clear()
+    small, small_pos = graph_and_pos(100, 100)
+    n = len(training_positives(small_pos))
+    ratio = distinct_non_edges(small) // n  # allowed, but a large share of all non-edges: many repeats
+    with caplog.at_level("WARNING", logger="preprocess.candidates"):
+        check_view_size(n, 100.0, ratio, small)
+    assert re.match(rf"--neg-ratio {ratio}: [\d,]+ negatives per view from [\d,]+ distinct non-edges: about \d+% "
+                    "are repeats", caplog.records[0].getMessage())

@@ -1,0 +1,149 @@
+"""Every bad input of the issue-11 list (and the other flags of each CLI) ends in ONE line on stderr and a
+non-zero exit, before any work is done; `--debug` brings the traceback back. Run as a user would:
+subprocesses of `python -m ...`."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")  # logging lines (INFO/WARNING) are not errors
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """Files the table refers to: a regular file where a folder is expected, tiny edge lists."""
+    tmp = tmp_path_factory.mktemp("cli")
+    (tmp / "afile").write_text("not a folder\n")
+    (tmp / "one-edge.csv").write_text("src,dst\n0,1\n")
+    rng = np.random.default_rng(0)
+    edges = {(int(a), int(b)) for a, b in rng.integers(0, 100, (400, 2)) if a != b}
+    (tmp / "g100.csv").write_text("src,dst\n" + "\n".join(f"{a},{b}" for a, b in sorted(edges)) + "\n")
+    (tmp / "cols.csv").write_text("a,b\n1,2\n")
+    return tmp
+
+
+def run(module: str, args: list[str], tmp: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    args = [a.replace("{tmp}", str(tmp)) for a in args]
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**os.environ, **(env or {})})
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, module: str, expect: str) -> str:
+    assert proc.returncode != 0, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and not LOG_LINE.match(line)
+             and "Token authentication" not in line]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0].startswith(f"python -m {module}: error: "), lines[0]
+    assert re.search(expect, lines[0]), (expect, lines[0])
+    return lines[0]
+
+
+PREPROCESS = [
+    # the issue's list
+    (["--dataset", "nosuch"], r"unknown dataset 'nosuch'"),
+    (["--dataset", "citeseer", "--out", "{tmp}/afile"], r"afile: is a file, not a directory"),
+    (["--dataset", "citeseer", "--out", "{tmp}/afile/sub"], r"is below .*afile, which is a file"),
+    (["--dataset", "{tmp}/one-edge.csv", "--out", "{tmp}/o"], r"--neg-ratio 1: .* no non-edges"),
+    (["--dataset", "{tmp}/g100.csv", "--neg-ratio", "1000", "--out", "{tmp}/o"],
+     r"--neg-ratio 1000: [\d,]+ negatives per view but the graph has only [\d,]+ distinct non-edges.*--neg-ratio <= \d+"),
+    # the other flags
+    (["--dataset", "citeseer", "--sampling", "0,5"], r"--sampling"),
+    (["--dataset", "citeseer", "--sampling", "two"], r"--sampling: expected 'd,n'"),
+    (["--dataset", "citeseer", "--views", "0"], r"--views"),
+    (["--dataset", "citeseer", "--views", "x"], r"--views: invalid int value"),
+    (["--dataset", "citeseer", "--percent", "0"], r"--percent"),
+    (["--dataset", "citeseer", "--percent", "150"], r"--percent"),
+    (["--dataset", "citeseer", "--neg-ratio", "-1"], r"--neg-ratio"),
+    (["--dataset", "citeseer", "--splits", "train,dev"], r"--splits"),
+    (["--dataset", "citeseer", "--protocol", "hart"], r"--protocol"),
+    (["--dataset", "citeseer", "--protocol", "ogb", "--out", "{tmp}/o"], r"--protocol: citeseer has no ogb"),
+    (["--dataset", "citeseer", "--seed", "-1"], r"--seed"),
+    (["--dataset", "citeseer", "--num-cpus", "0"], r"--num-cpus"),
+    (["--dataset", "citeseer", "--links-per-shard", "10"], r"--links-per-shard"),
+    (["--dataset", "citeseer", "--block-size", "0"], r"--block-size"),
+    (["--dataset", "citeseer", "--worker-memory-mb", "10", "--out", "{tmp}/o"], r"--worker-memory-mb 10"),
+    (["--dataset", "{tmp}/g100.csv", "--features", "--out", "{tmp}/o"], r"--features: dataset g100 has no node features"),
+    (["--dataset", "cora", "--out", "{tmp}/o"], r"cora needs --planetoid-dir"),
+    (["--dataset", "ogbl-collab", "--out", "{tmp}/o"], r"ogbl-collab needs --ogb-root"),
+    (["--dataset", "citeseer", "--data-dir", "{tmp}/nowhere", "--out", "{tmp}/o"], r"nowhere"),
+    (["--dataset", "{tmp}/missing.csv", "--out", "{tmp}/o"], r"missing.csv"),
+    (["--dataset", "citeseer", "--bogus"], r"unrecognized arguments: --bogus"),
+]
+
+
+@pytest.mark.parametrize("args, expect", PREPROCESS, ids=[" ".join(a[2:]) or a[1] for a, _ in PREPROCESS])
+def test_preprocess_fails_in_one_line(args, expect, inputs):
+    proc = run("preprocess", args, inputs)
+    assert_one_line_error(proc, "preprocess", expect)
+    assert not (inputs / "o").exists() or not any((inputs / "o").rglob("*.tar"))  # nothing sampled
+
+
+def test_preprocess_out_on_a_missing_bucket_is_one_line(inputs):
+    from tests.s3_server import S3Server
+    server = S3Server()
+    try:
+        proc = run("preprocess", ["--dataset", "citeseer", "--out", "s3://pencil-nobucket/x"], inputs,
+                   env=server.env)
+    finally:
+        server.stop()
+    assert_one_line_error(proc, "preprocess", r"s3://pencil-nobucket/x: bucket 'pencil-nobucket' does not exist")
+
+
+def test_debug_shows_the_traceback(inputs):
+    proc = run("preprocess", ["--dataset", "nosuch", "--debug"], inputs)
+    assert proc.returncode != 0 and "Traceback (most recent call last)" in proc.stderr
+    assert "DatasetError: unknown dataset 'nosuch'" in proc.stderr
+
+
+RUN = [
+    (["--dataset", "nosuch"], r"unknown dataset 'nosuch'"),
+    (["--dataset", "citeseer", "--seeds", "a,b"], r"--seeds: expected distinct non-negative integers.*'a,b'"),
+    (["--dataset", "citeseer", "--seeds", "0,0"], r"--seeds"),
+    (["--dataset", "citeseer", "--seeds", "-1"], r"--seeds"),
+    (["--dataset", "citeseer", "--views", "0"], r"--views: must be a positive integer"),
+    (["--dataset", "citeseer", "--epochs", "0"], r"--epochs: must be positive"),
+    (["--dataset", "citeseer", "--num-cpus", "0"], r"--num-cpus"),
+    (["--dataset", "citeseer", "--preset", "nosuch"], r"--preset: unknown preset 'nosuch'"),
+    (["--dataset", "citeseer", "--protocol", "ogb"], r"--protocol ogb: citeseer has only original, heart"),
+    (["--dataset", "citeseer", "--protocol", "nosuch"], r"--protocol: invalid choice"),
+    (["--dataset", "citeseer", "--out", "{tmp}/afile"], r"--out .*afile is a file"),
+    (["--dataset", "citeseer", "--shards", "{tmp}/afile/x"], r"--shards .*afile is a file"),
+    (["--dataset", "citeseer", "--train-arg=--attention=bogus"], r"--train-arg --attention=bogus: .*attention"),
+    (["--dataset", "citeseer", "--train-arg=--nosuch=1"], r"--train-arg --nosuch=1: unrecognized arguments"),
+    (["--dataset", "citeseer", "--train-arg=--micro-batch=0"], r"--micro-batch"),
+    (["--dataset", "citeseer", "--train-arg=micro-batch"], r"--train-arg 'micro-batch': expected a trainer flag"),
+    (["--dataset", "cora"], r"cora needs --planetoid-dir"),
+    (["--dataset", "citeseer", "--bogus"], r"unrecognized arguments: --bogus"),
+]
+
+
+@pytest.mark.parametrize("args, expect", RUN, ids=[" ".join(a[2:]) or a[1] for a, _ in RUN])
+def test_pipelines_run_fails_before_any_work(args, expect, inputs, tmp_path):
+    proc = run("pipelines.run", args + ["--out", str(tmp_path / "results"), "--shards", str(tmp_path / "shards")]
+               if "--out" not in args and "--shards" not in args else args, inputs)
+    assert_one_line_error(proc, "pipelines.run", expect)
+    assert not (tmp_path / "shards").exists() and not (tmp_path / "results").exists()  # no work was done
+
+
+OTHERS = [
+    ("pipelines.report", ["{tmp}/nowhere"], r"no such run folder"),
+    ("pipelines.report", ["{tmp}"], r"no result.json found"),
+    ("pipelines.heuristics", ["--dataset", "nosuch"], r"unknown dataset 'nosuch'"),
+    ("pipelines.heuristics", ["--dataset", "citeseer", "--heuristics", "cn", "--out", "{tmp}/afile/h.json"],
+     r"afile"),
+    ("pipelines.score", ["--checkpoint", "{tmp}/nowhere", "--pairs", "{tmp}/cols.csv", "--out", "{tmp}/s.parquet"],
+     r"--checkpoint .*nowhere: no such file"),
+]
+
+
+@pytest.mark.parametrize("module, args, expect", OTHERS, ids=[f"{m} {' '.join(a)}" for m, a, _ in OTHERS])
+def test_other_pipelines_fail_in_one_line(module, args, expect, inputs):
+    assert_one_line_error(run(module, args, inputs), module, expect)
