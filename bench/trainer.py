@@ -10,9 +10,13 @@ batches, interleaved (A B A B ...), and compared as ratios (DESIGN.md §7: these
 noisy; quote ratios, absolute times only from a GPU).
 
 The step section compares the padded path (HF BertLayer + SDPA over (B, L) with a key padding mask, the
-paper's batching) with the packed path (varlen FlashAttention on CUDA; the pure-PyTorch reference on CPU,
-which only shows the cost of a Python loop per sample, not what a packed kernel does on GPU). On CUDA it
+paper's batching) with every other attention path that runs on the device (trainer/attention.py): on CPU
+the packed reference and bucketed SDPA; on CUDA bucketed, varlen, flash_varlen and flash_attn. On CUDA it
 also reports real tokens/s and model FLOPs utilisation (useful FLOPs on real tokens / peak).
+
+The padded baseline is capped (--padded-cap, padded tokens B x L per forward): a 65,536-token budget of
+citeseer-like samples pads to ~1.4 M tokens, whose (B, H, L, L) attention does not fit a 140 GB GPU. Above
+the cap the padded step runs its batch in chunks with gradient accumulation (same maths, bounded memory).
 """
 from __future__ import annotations
 
@@ -29,9 +33,9 @@ import numpy as np
 import torch
 
 from common.presets import n_max as budget_of
-from trainer.attention import flash_attn_varlen, torch_varlen_attn
+from trainer.attention import resolve_backend
 from trainer.model import ModelConfig, Pencil
-from trainer.packing import pack
+from trainer.packing import pack_samples as pack  # hand-built sample dicts
 
 # name -> (sampling (d, n), length generator). Mimic the context-size distributions of the paper's
 # datasets: citeseer (2,20) is heavy-tailed (most subgraphs tiny, a few hub-centred ones near the 842
@@ -73,20 +77,34 @@ def synthetic_samples(dist: str, count: int, seed: int = 0) -> list[dict]:
 
 
 def shard_samples(shard_dir: str, count: int) -> tuple[str, int, list[dict]]:
-    """Real samples from the training shards of a preprocessed set: (name, n_max, samples)."""
+    """Real samples from the training shards of a preprocessed set: (name, n_max, samples).
+    Shard format v2 blocks carry node ids only; their induced edges come from the shipped train graph."""
     from common.shards import read_manifest, read_shard, shard_entries
 
     man = read_manifest(shard_dir)
     out = []
+    inducer = None
     for entry in shard_entries(man, "train") or man["shards"]:
-        for s in read_shard(Path(man["root"]) / entry["name"]):
-            out.append(s)
+        for block in read_shard(Path(man["root"]) / entry["name"]):
+            if isinstance(block, dict):  # format v1: one decoded sample per item
+                out.append(block)
+            else:
+                if inducer is None:
+                    from common.induce import Inducer
+                    from common.shards import load_graph
+                    inducer = Inducer(*load_graph(man, "train"))
+                eptr, edges = inducer.edges(block.node_ptr, block.nodes)
+                for b in range(len(block)):
+                    out.append(dict(cid=int(block.cid[b]), src=int(block.src[b]), dst=int(block.dst[b]),
+                                    label=float(block.label[b]),
+                                    nodes=block.nodes[block.node_ptr[b]:block.node_ptr[b + 1]],
+                                    edges=edges[eptr[b]:eptr[b + 1]].astype(np.int64)))
             if len(out) >= count:
                 break
         if len(out) >= count:
             break
     s = man.get("sampling", {})
-    return f"{man.get('dataset', 'shards')}({s.get('d', '?')},{s.get('n', '?')})", int(man["n_max"]), out
+    return f"{man.get('dataset', 'shards')}({s.get('d', '?')},{s.get('n', '?')})", int(man["n_max"]), out[:count]
 
 
 def token_batches(samples: list[dict], budget: int) -> list[list[dict]]:
@@ -129,24 +147,43 @@ def _sync(device):
 
 
 def make_step(model: Pencil, opt, device, amp: bool):
+    """step(batch or list of chunks): forward+backward (accumulated over chunks, weighted to the batch mean)
+    and one AdamW step, as the trainer does (fused AdamW on CUDA)."""
     def step(batch):
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
-            loss = model.loss(model(batch), batch.label)
+        chunks = batch if isinstance(batch, list) else [batch]
+        total = sum(c.num_samples for c in chunks)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        for c in chunks:
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp):
+                loss = model.loss(model(c), c.label) * (c.num_samples / total)
+            loss.backward()
         opt.step()
     return step
 
 
-def time_paths(model: Pencil, paths: list[str], batches, device, amp: bool, repeats: int) -> dict[str, float]:
-    """Median seconds per step for each attention path, interleaved over the same batches."""
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+def padded_chunks(samples: list[dict], cap: int) -> list[list[dict]]:
+    """Split a batch, in order, into chunks whose padded size (count x longest N + 2) stays <= cap."""
+    out, cur, longest = [], [], 0
+    for s in samples:
+        L = max(longest, len(s["nodes"]) + 2)
+        if cur and (len(cur) + 1) * L > cap:
+            out.append(cur)
+            cur, L = [], len(s["nodes"]) + 2
+        cur.append(s)
+        longest = L
+    return out + ([cur] if cur else [])
+
+
+def time_paths(model: Pencil, paths: list[str], batches: dict, device, amp: bool, repeats: int) -> dict[str, float]:
+    """Median seconds per step for each attention path, interleaved over the same batches
+    (batches[path][i]: the i-th step's batch for that path, a PackedBatch or a list of chunks)."""
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, fused=device.type == "cuda")
     step = make_step(model, opt, device, amp)
     times = {p: [] for p in paths}
     for r in range(repeats + 1):  # round 0 is warm-up (kernel selection, allocator)
         for path in paths:
             model.set_attention(path)
-            for b in batches:
+            for b in batches[path]:
                 _sync(device)
                 t0 = time.perf_counter()
                 step(b)
@@ -156,22 +193,37 @@ def time_paths(model: Pencil, paths: list[str], batches, device, amp: bool, repe
     return {p: statistics.median(t) for p, t in times.items()}
 
 
+def device_paths(device_type: str) -> list[str]:
+    """sdpa (the padded baseline) first, then every other path that resolves to itself on this device."""
+    paths = ["sdpa"]
+    for p in ("reference", "bucketed", "varlen", "flash_varlen", "flash_attn"):
+        if device_type == "cuda" and p == "reference":
+            continue  # a Python loop per sample: a CPU parity tool, meaningless as a GPU timing
+        try:
+            if resolve_backend(p, device_type) == p:
+                paths.append(p)
+        except ValueError:
+            pass  # not available here (kernel missing, wrong device)
+    return paths
+
+
 # ---------------------------------------------------------------------------- sections
 def section_step(args):
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     cuda = device.type == "cuda"
-    paths = ["sdpa"]
-    if cuda:
-        paths += [p for p, ok in (("varlen", torch_varlen_attn()), ("flash_attn", flash_attn_varlen())) if ok]
-    else:
-        paths += ["reference"]
+    paths = [p for p in device_paths(device.type) if not args.paths or p in args.paths.split(",")]
+    if "sdpa" not in paths:
+        paths.insert(0, "sdpa")  # the baseline every ratio is against
     peak = peak_flops(device, args.peak_tflops)
     if args.shards:
         name, n_max, samples = shard_samples(args.shards, args.samples)
         sources = [(name, n_max, samples)]
     else:
-        sources = [(d, budget_of(*DISTRIBUTIONS[d]), synthetic_samples(d, args.samples, args.seed))
-                   for d in DISTRIBUTIONS]
+        short = {d.split("(")[0]: d for d in DISTRIBUTIONS}  # "ogbl-collab" -> "ogbl-collab(1,75)"
+        wanted = [short.get(d, d) for d in args.dists.split(",")] if args.dists else list(DISTRIBUTIONS)
+        if bad := [d for d in wanted if d not in DISTRIBUTIONS]:
+            raise SystemExit(f"--dists: unknown {bad}; choose from {', '.join(short)}")
+        sources = [(d, budget_of(*DISTRIBUTIONS[d]), synthetic_samples(d, args.samples, args.seed)) for d in wanted]
     columns = ["lengths", "mean N", "max N", "B", "tokens", "padded", "path", "step ms", "vs padded"]
     if cuda:
         columns += ["tokens/s", "MFU"]
@@ -186,7 +238,11 @@ def section_step(args):
         N = np.concatenate([[len(s["nodes"]) for s in b] for b in batches])
         real = float(np.mean([l.sum() for l in lens]))
         padded = float(np.mean([len(l) * l.max() for l in lens]))
-        secs = time_paths(model, paths, packed, device, amp=cuda, repeats=args.repeats)
+        per_path = {p: packed for p in paths}
+        chunked = args.padded_cap and padded > args.padded_cap
+        if chunked:
+            per_path["sdpa"] = [[pack(c, n_max).to(device) for c in padded_chunks(b, args.padded_cap)] for b in batches]
+        secs = time_paths(model, paths, per_path, device, amp=cuda, repeats=args.repeats)
         flops = float(np.mean([step_flops(model, l) for l in lens]))
         for path in paths:
             row = [name, f"{N.mean():.1f}", int(N.max()), f"{np.mean([len(b) for b in batches]):.0f}",
@@ -197,7 +253,8 @@ def section_step(args):
             rows.append(row)
     title = (f"step time (forward+backward+AdamW), {device.type}, hidden {args.hidden}, layers {args.layers}, "
              f"heads {args.heads}, ffn {args.ffn}, token budget {args.budget}, {'bf16 autocast' if cuda else 'fp32'}; "
-             f"'vs padded' > 1 means faster than padded SDPA")
+             f"'vs padded' > 1 means faster than padded SDPA"
+             + (f" (padded baseline in chunks of <= {args.padded_cap} padded tokens)" if args.padded_cap else ""))
     return title, columns, rows
 
 
@@ -250,7 +307,7 @@ def section_loader(args):
         model = Pencil(ModelConfig(n_max=n_max, hidden=args.hidden, layers=args.layers, heads=args.heads,
                                    ffn=args.ffn, dropout=0.0)).to(device).train()
         cfg0 = DataConfig(shards=manifest["root"], max_samples=1 << 20, token_budget=args.budget,
-                          shuffle_buffer=4096, num_workers=0, seed=args.seed)
+                          shuffle_buffer_mb=64, num_workers=0, seed=args.seed)
         first = [b.to(device) for b, _ in zip(data.train_loader(manifest, 0, 0, 1, cfg0)[0], range(args.batches))]
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
         step = make_step(model, opt, device, amp=device.type == "cuda")
@@ -265,7 +322,7 @@ def section_loader(args):
         rows = [["model step", "-", "-", "-", f"{model_tps:.3g}", "1.00x"]]
         for workers in sorted({0, 1, 2, min(8, os.cpu_count() or 1)}):
             cfg = DataConfig(shards=manifest["root"], max_samples=1 << 20, token_budget=args.budget,
-                             shuffle_buffer=4096, num_workers=workers, seed=args.seed)
+                             shuffle_buffer_mb=64, num_workers=workers, seed=args.seed)
             loader, plan = data.train_loader(manifest, 0, 0, 1, cfg)
             t0 = time.perf_counter()
             samples = tokens = 0
@@ -308,6 +365,12 @@ def parse_args(argv=None):
     ap.add_argument("--batches", type=int, default=8 if cuda else 3, help="batches timed per round")
     ap.add_argument("--repeats", type=int, default=5 if cuda else 2, help="timed rounds after one warm-up")
     ap.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: looked up by GPU name)")
+    ap.add_argument("--dists", help="comma-separated synthetic length distributions used without --shards: "
+                                    f"{', '.join(d.split('(')[0] for d in DISTRIBUTIONS)} (default: all)")
+    ap.add_argument("--paths", help="comma-separated attention paths to time (default: all that run here)")
+    ap.add_argument("--padded-cap", type=int, default=131072 if cuda else 0,
+                    help="padded tokens (B x L) per forward of the padded baseline; larger batches run in "
+                         "accumulated chunks (default 131072 on CUDA: ~25 GB of activations at 512 x 8; 0 = no cap)")
     ap.add_argument("--seed", type=int, default=0)
     return ap.parse_args(argv)
 
