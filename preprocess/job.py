@@ -23,13 +23,13 @@ import errno
 import logging
 import os
 import re
-import resource
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from common.memory import peak_rss_mb
 from common.shards import (FEATURES, MANIFEST, Block, ShardError, ShardWriter, cache_key, encode_array,
                            encode_features, encode_queries, eval_shard_name, graph_entry, graph_names, open_storage,
                            queries_name, train_shard_name, write_manifest)
@@ -88,7 +88,7 @@ def build_shard(indptr, indices, src, dst, label, start: int, stop: int, d: int,
             expect = {"start": start, "stop": stop, "src": src, "dst": dst, "label": label,
                       "num_nodes": int(indptr.shape[0] - 1), "n_max": n_max}
             return {**shard_stats(storage, name, expect), "name": name, "reused": True,
-                    "peak_rss_mb": _peak_rss_mb()}
+                    "peak_rss_mb": peak_rss_mb()}
         except ShardError as err:
             note = str(err).split("; rerun preprocess")[0]  # this run is the rerun: it samples the shard again
     try:
@@ -98,7 +98,7 @@ def build_shard(indptr, indices, src, dst, label, start: int, stop: int, d: int,
             raise  # transient: Ray retries the task
         # A full disk or a read-only/forbidden folder will not heal on retry: report it, don't retry it.
         return {"name": name, "fatal": [err.errno, os.strerror(err.errno), storage.path(name)]}
-    return {**stats, "name": name, "reused": False, "peak_rss_mb": _peak_rss_mb(), "note": note}
+    return {**stats, "name": name, "reused": False, "peak_rss_mb": peak_rss_mb(), "note": note}
 
 
 # OS errors a retry cannot fix; the task returns them instead of raising (no retries, no worker traceback).
@@ -116,10 +116,6 @@ def _sample_into(storage, name, indptr, indices, src, dst, label, start, stop, d
             writer.add(Block(cid=np.arange(lo, hi, dtype=np.int64), src=src[lo:hi], dst=dst[lo:hi],
                              label=label[lo:hi], node_ptr=sub.node_ptr, nodes=sub.nodes))
         return writer.close()
-
-
-def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
 
 
 # ---------------------------------------------------------------------------- planning (driver)

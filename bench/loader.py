@@ -1,0 +1,283 @@
+"""Loader benchmark (issue 8 item 3/4): training-read throughput of one loader process, and the
+sparse/dense crossover of the graph part of the model.
+
+    python -m bench.loader                                   # both shard sets, then the form sweep
+    python -m bench.loader --sections reads --citeseer /tmp/shards/citeseer/<key>
+    python -m bench.loader --sections form
+
+Sections:
+- reads: one loader process (a fresh child pinned to one core) does what a training worker does:
+  decode, check, shuffle pool, token-budget cuts, relabel, induce edges from the shipped graph, pack.
+  Reported per process in *CPU* time (time.process_time, which holds on a shared machine): tokens/s,
+  samples/s; plus the child's peak RSS and the set's bytes per link on disk. Two sets:
+  (a) real citeseer (2,20) shards, built by
+      `python -m preprocess --dataset citeseer --sampling 2,20 --views 2 --out /tmp/shards --num-cpus 1`
+      (found under /tmp/shards when --citeseer is not given);
+  (b) ddi-shaped shards: a synthetic near-uniform graph with ogbl-ddi's 4,267 nodes and ~1.07 M training
+      edges (density 11.7 %, log-normal node weights), a few thousand links sampled at (1,350) with the
+      project's sampler, written as a v2 shard set (graph shipped) under --work.
+- form: time of the graph part of a batch (induce + pack + adjacency embedding + two propagation layers,
+  forward and backward, hidden 128) in the sparse (message list) and dense (bmm) forms, over edge
+  densities, with the packer's density estimate (Inducer.entry_bound / (B Lc^2)) next to each: what
+  trainer.packing.DENSE_MIN_DENSITY is set from. CPU numbers; re-measure on a GPU.
+Targets (issue 8): >= 2 M tokens/s per loader process on citeseer (2,20), >= 1 M on ddi-shaped.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # `python bench/loader.py` as well as `python -m bench.loader`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np
+
+from common.memory import peak_rss_mb
+
+DDI_NODES, DDI_EDGES = 4_267, 1_067_911
+
+
+# ---------------------------------------------------------------------------- reads
+def measure_training_reads(shard_set: str, seconds: float = 10.0, token_budget: int | None = None,
+                           max_samples: int = 1 << 30, shuffle_buffer_mb: int = 64) -> dict:
+    """Training reads of one loader process on `shard_set` (in this process) for about `seconds` of CPU.
+
+    The token budget defaults to 64 samples' worth of average links (about what a GPU micro-batch
+    holds). Returns tokens/s and samples/s per CPU second, batches, peak RSS and bytes per link."""
+    from common.shards import read_manifest
+    from trainer.config import DataConfig
+    from trainer.data import TrainStream, plan_epoch
+
+    manifest = read_manifest(shard_set)
+    entries = [s for s in manifest["shards"] if s["split"] == "train"]
+    links, tokens = sum(e["links"] for e in entries), sum(e["tokens"] for e in entries)
+    budget = token_budget or int(64 * tokens / links)
+    cfg = DataConfig(shards=shard_set, max_samples=max_samples, token_budget=budget, eval_token_budget=budget,
+                     shuffle_buffer_mb=shuffle_buffer_mb, num_workers=0, seed=0)
+    ds = TrainStream(manifest, 0, 1, cfg, workers=1)
+    warm = next(iter(ds.logical_worker(0, 1, 0, 0, 1)))  # numba caches load, graph mapped: not timed
+    del warm
+    n_tok = n_smp = n_bat = dense = 0
+    t0 = time.process_time()
+    epoch = 0
+    while time.process_time() - t0 < seconds:
+        plan = plan_epoch(manifest, epoch, 1, 1, budget, max_samples, 0)
+        for batch in ds.logical_worker(0, 1, epoch, 0, plan.batches):
+            n_tok += batch.num_tokens
+            n_smp += batch.num_samples
+            n_bat += 1
+            dense += batch.dense
+            if time.process_time() - t0 >= seconds:
+                break
+        epoch += 1
+    cpu = time.process_time() - t0
+    return {"set": manifest.get("dataset", "?"), "token_budget": budget, "tokens_per_s": n_tok / cpu,
+            "samples_per_s": n_smp / cpu, "batches": n_bat, "dense_batches": dense, "cpu_s": cpu,
+            "tokens_per_link": tokens / links, "bytes_per_link": sum(e["bytes"] for e in entries) / links,
+            "peak_rss_mb": peak_rss_mb()}
+
+
+def run_child(fn: str, *args) -> dict:
+    """`bench.loader.<fn>(*args)` in a fresh interpreter pinned to one core; its JSON result."""
+    code = (f"import json,sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r}); "
+            f"from bench.loader import {fn}; print(json.dumps({fn}(*{args!r})))")
+    cmd = [sys.executable, "-c", code]
+    if hasattr(os, "sched_getaffinity"):
+        cmd = ["taskset", "-c", str(max(os.sched_getaffinity(0)))] + cmd
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"{fn} failed: {res.stderr.strip()[-2000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def ddi_graph(seed: int = 0):
+    """Near-uniform dense graph of ogbl-ddi's size: P(i ~ j) = min(1, c w_i w_j), log-normal weights."""
+    from common.graph import Graph
+
+    rng = np.random.default_rng(seed)
+    w = rng.lognormal(0.0, 0.5, DDI_NODES)
+    a, b = np.triu_indices(DDI_NODES, 1)
+    prod = w[a] * w[b]
+    keep = rng.random(len(a)) < np.minimum(1.0, DDI_EDGES / prod.sum() * prod)
+    return Graph.from_edges(np.stack([a[keep], b[keep]], 1), num_nodes=DDI_NODES)
+
+
+def _write_shard(path: Path, g, cand: np.ndarray, label: np.ndarray, d: int, n: int, block: int, seed: int) -> dict:
+    from common.shards import Block, ShardWriter
+    from preprocess.sampler import sample_subgraphs
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        writer = ShardWriter(f)
+        for lo in range(0, len(cand), block):
+            c = cand[lo:lo + block]
+            sub = sample_subgraphs(g.indptr, g.indices, c[:, 0], c[:, 1], d, n, seed + lo)
+            writer.add(Block(np.arange(lo, lo + len(c)), c[:, 0], c[:, 1], label[lo:lo + block], sub.node_ptr, sub.nodes))
+        stats = writer.close()
+    os.replace(tmp, path)
+    return stats
+
+
+def build_ddi_set(out: Path, links: int = 3000, d: int = 1, n: int = 350, block: int = 256, seed: int = 0,
+                  eval_links: int = 200) -> Path:
+    """A v2 shard set sampled at (d, n) on ddi_graph(): one training shard of `links` links (half graph
+    edges, half random pairs), valid/test sets of `eval_links` (a third positives, ranked against the
+    rest as shared negatives), and the shipped graph. Reused when its manifest exists."""
+    from common.presets import n_max
+    from common.shards import (MANIFEST, encode_array, encode_queries, eval_shard_name, graph_entry, graph_names,
+                               open_storage, queries_name, train_shard_name, write_manifest)
+
+    if (out / MANIFEST).exists():
+        return out
+    g = ddi_graph(seed)
+    rng = np.random.default_rng(seed + 1)
+
+    def candidates(k: int) -> np.ndarray:
+        cand = np.empty((k, 2), np.int64)
+        cand[0::2] = g.edge_array()[rng.integers(0, g.num_edges, (k + 1) // 2)]
+        cand[1::2] = rng.integers(0, g.num_nodes, (k // 2, 2))
+        return cand
+
+    out.mkdir(parents=True, exist_ok=True)
+    storage = open_storage(out)
+    records, sets, evals = [], [], {}
+
+    def record(name, split, protocol, view, stats):
+        records.append({"name": name, "split": split, "protocol": protocol, "view": view, "links": stats["links"],
+                        "tokens": stats["tokens"], "bytes": stats["bytes"], "sha256": stats["sha256"]})
+        sets.append({"split": split, "protocol": protocol, "view": view, "graph": "train", "links": stats["links"]})
+
+    label = (np.arange(links) % 2 == 0).astype(np.float32)
+    name = train_shard_name(0, 0)
+    record(name, "train", None, 0, _write_shard(out / name, g, candidates(links), label, d, n, block, seed))
+    for split in ("valid", "test"):
+        n_pos = eval_links // 3
+        cand = np.concatenate([g.edge_array()[rng.integers(0, g.num_edges, n_pos)],
+                               rng.integers(0, g.num_nodes, (eval_links - n_pos, 2))])
+        label = np.r_[np.ones(n_pos), np.zeros(eval_links - n_pos)].astype(np.float32)
+        name = eval_shard_name(split, "original", 0)
+        record(name, split, "original", None, _write_shard(out / name, g, cand, label, d, n, block, seed + 7))
+        cids = np.arange(eval_links)
+        storage.write_atomic(queries_name(split, "original"), encode_queries(cids[:n_pos], cids[n_pos:]))
+        evals[f"{split}/original"] = {"queries": queries_name(split, "original"), "kind": "shared", "metric": "mrr",
+                                      "ogb": False}
+    for fname, arr in zip(graph_names("train"), (g.indptr, g.indices)):
+        storage.write_atomic(fname, encode_array(arr))
+    write_manifest(storage, {
+        "dataset": "ddi-shaped", "key": "bench-loader", "num_nodes": g.num_nodes, "n_max": n_max(d, n),
+        "sampling": {"d": d, "n": n}, "views": 1, "graphs": {"train": graph_entry("train", g.indptr, g.indices)},
+        "sets": sets, "shards": records, "eval": evals})
+    return out
+
+
+def find_citeseer(root: str = "/tmp/shards") -> str | None:
+    sets = sorted(Path(root).glob("citeseer/*/manifest.json"), key=lambda p: p.stat().st_mtime)
+    for m in reversed(sets):
+        if json.loads(m.read_text()).get("sampling") == {"d": 2, "n": 20}:
+            return str(m.parent)
+    return None
+
+
+# ---------------------------------------------------------------------------- form
+def form_sweep(hidden: int = 128, size: int = 200, tokens: int = 8192, repeats: int = 3) -> list[dict]:
+    """Graph part of one batch in both forms, over densities; batches of `size`-node links."""
+    import torch
+
+    from common.induce import Inducer
+    from common.shards import Block
+    from trainer.packing import BatchPacker
+    from trainer.propagation import Propagation, adjacency_embedding
+
+    torch.manual_seed(0)
+    rows = []
+    B = max(1, tokens // (size + 2))
+    M = 2000
+    for p in (0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.46):
+        rng = np.random.default_rng(1)
+        a, b = np.triu_indices(M, 1)
+        keep = rng.random(len(a)) < p
+        from common.graph import Graph
+        g = Graph.from_edges(np.stack([a[keep], b[keep]], 1), num_nodes=M)
+        nodes = np.concatenate([rng.choice(M, size, replace=False) for _ in range(B)]).astype(np.int64)
+        ptr = np.arange(B + 1, dtype=np.int64) * size
+        block = Block(np.arange(B), nodes[ptr[:-1]], nodes[ptr[:-1] + 1], np.zeros(B, np.float32), ptr, nodes)
+        w0 = torch.randn(size, hidden)
+        lin = torch.nn.Linear(hidden, hidden)
+        row = {"density": p, "size": size, "B": B,
+               "estimate": float(Inducer(g.indptr, g.indices).entry_bound(ptr, nodes).sum()) / (B * size * size)}
+        for form, md in (("sparse", 2.0), ("dense", 0.0)):
+            packer = BatchPacker(g.indptr, g.indices, size, min_density=md)
+            best = float("inf")
+            for _ in range(repeats):
+                t = time.process_time()
+                batch = packer(block)
+                z0 = torch.randn(batch.num_tokens, hidden, requires_grad=True)
+                prop = Propagation(batch)
+                h = z0 + adjacency_embedding(batch, w0)
+                for _ in range(2):
+                    h = h + torch.nn.functional.gelu(lin(prop(h)))
+                h.sum().backward()
+                best = min(best, time.process_time() - t)
+            row[f"{form}_ms"] = best * 1e3
+        row["dense_speedup"] = row["sparse_ms"] / row["dense_ms"]
+        rows.append(row)
+    return rows
+
+
+# ---------------------------------------------------------------------------- main
+def table(rows: list[dict], cols: list[tuple[str, str, str]]) -> str:
+    head = "| " + " | ".join(c[1] for c in cols) + " |"
+    sep = "|" + "|".join("---:" for _ in cols) + "|"
+    body = ["| " + " | ".join(format(r[c[0]], c[2]) if c[0] in r else "n/a" for c in cols) + " |" for r in rows]
+    return "\n".join([head, sep, *body])
+
+
+READ_COLS = [("set", "set", "s"), ("token_budget", "token budget", ","), ("tokens_per_link", "tokens/link", ".0f"),
+             ("bytes_per_link", "bytes/link", ",.0f"), ("tokens_per_s", "tokens/s (CPU)", ",.0f"),
+             ("samples_per_s", "samples/s (CPU)", ",.0f"), ("batches", "batches", "d"),
+             ("dense_batches", "dense batches", "d"), ("peak_rss_mb", "peak RSS MB", ".0f")]
+FORM_COLS = [("density", "edge density", ".3f"), ("estimate", "packer estimate", ".3f"), ("B", "B", "d"),
+             ("size", "N", "d"), ("sparse_ms", "sparse ms", ".1f"), ("dense_ms", "dense ms", ".1f"),
+             ("dense_speedup", "sparse/dense", ".2f")]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sections", default="reads,form", help="comma-separated: reads, form")
+    p.add_argument("--citeseer", help="citeseer (2,20) shard set (default: the newest under /tmp/shards)")
+    p.add_argument("--work", default="/tmp/bench-loader", help="where the ddi-shaped set is built (reused)")
+    p.add_argument("--ddi-links", type=int, default=3000)
+    p.add_argument("--seconds", type=float, default=10.0, help="CPU seconds of reads per set")
+    p.add_argument("--token-budget", type=int, help="default: 64 average links")
+    args = p.parse_args(argv)
+    sections = {s for s in args.sections.split(",") if s}
+    if bad := sections - {"reads", "form"}:
+        p.error(f"--sections: unknown {sorted(bad)} (choose from reads, form)")
+    if "reads" in sections:
+        sets = []
+        cs = args.citeseer or find_citeseer()
+        if cs:
+            sets.append(cs)
+        else:
+            print("no citeseer (2,20) set found: build it with `python -m preprocess --dataset citeseer --sampling "
+                  "2,20 --views 2 --out /tmp/shards --num-cpus 1`, or pass --citeseer", file=sys.stderr)
+        t = time.perf_counter()
+        sets.append(str(build_ddi_set(Path(args.work) / "ddi-shaped", links=args.ddi_links)))
+        print(f"ddi-shaped set ready in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+        rows = [run_child("measure_training_reads", s, args.seconds, args.token_budget) for s in sets]
+        print("### Training reads, one loader process (one core, CPU time)\n")
+        print(table(rows, READ_COLS) + "\n")
+    if "form" in sections:
+        rows = run_child("form_sweep")
+        print("### Graph part of a batch: sparse vs dense form (CPU, hidden 128, 2 layers, fwd + bwd)\n")
+        print(table(rows, FORM_COLS) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
