@@ -1,0 +1,289 @@
+"""Fault injection as an outside tester would do it: kill -9 of the preprocess driver and of a Ray worker,
+corrupt and truncated shards (on a cache hit, on resume, and under the trainer), a full disk. Every test
+asserts on bytes (the repaired set equals an uninterrupted one, nothing temporary is left) and on what
+the user sees (one line, exit status)."""
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
+
+
+# ---------------------------------------------------------------------------- helpers
+@pytest.fixture(scope="module")
+def graph_csv(tmp_path_factory) -> Path:
+    """A 300-node random graph (edge list): a few thousand links, seconds to sample."""
+    rng = np.random.default_rng(0)
+    edges = set()
+    while len(edges) < 1500:
+        a, b = (int(x) for x in rng.integers(0, 300, 2))
+        if a != b:
+            edges.add((min(a, b), max(a, b)))
+    path = tmp_path_factory.mktemp("graph") / "small.csv"
+    path.write_text("src,dst\n" + "\n".join(f"{a},{b}" for a, b in sorted(edges)) + "\n")
+    return path
+
+
+def preprocess_cmd(dataset: str | Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "preprocess", "--dataset", str(dataset), "--sampling", "1,3", "--views", "2",
+            "--out", str(out), "--num-cpus", "2", "--links-per-shard", "256", "--block-size", "64", *extra]
+
+
+def preprocess(dataset, out: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(preprocess_cmd(dataset, out, *extra), cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env={**os.environ, **(env or {})})
+
+
+def user_lines(stderr: str) -> list[str]:
+    """What the user reads besides log lines and the progress bar."""
+    out = []
+    for line in stderr.replace("\r", "\n").splitlines():
+        if line.strip() and not LOG_LINE.match(line) and not line.startswith("sampling:") \
+                and "Token authentication" not in line:
+            out.append(line)
+    return out
+
+
+def set_dir(out: Path) -> Path:
+    (found,) = [p for p in out.glob("*/*") if p.is_dir()]
+    return found
+
+
+def files(path: Path) -> dict[str, bytes]:
+    """Every file of a shard set except the manifest (its config records where the set lives)."""
+    return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.name != "manifest.json"}
+
+
+def manifest_shards(path: Path) -> list[dict]:
+    return json.loads((path / "manifest.json").read_text())["shards"]
+
+
+def flip(path: Path, at: float) -> None:
+    data = bytearray(path.read_bytes())
+    i = int(len(data) * at)
+    data[i:i + 64] = bytes(b ^ 0xFF for b in data[i:i + 64])
+    path.write_bytes(bytes(data))
+
+
+@pytest.fixture(scope="module")
+def reference(graph_csv, tmp_path_factory) -> Path:
+    """An uninterrupted run: what every repaired or resumed set must equal byte for byte."""
+    out = tmp_path_factory.mktemp("reference")
+    proc = preprocess(graph_csv, out)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return set_dir(out)
+
+
+def copy_set(reference: Path, out: Path) -> Path:
+    dst = out / reference.parent.name / reference.name
+    shutil.copytree(reference, dst)
+    return dst
+
+
+# ---------------------------------------------------------------------------- corrupt and truncated shards
+def test_cache_hit_catches_corrupt_and_truncated_shards_and_repairs_them(reference, graph_csv, tmp_path):
+    shards = copy_set(reference, tmp_path)
+    flip(shards / "train-v000-00002.tar", 0.5)
+    data = (shards / "train-v001-00004.tar").read_bytes()
+    (shards / "train-v001-00004.tar").write_bytes(data[:len(data) // 2])
+    proc = preprocess(graph_csv, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    notes = [line for line in proc.stderr.splitlines() if "WARNING preprocess.job" in line]
+    assert len(notes) == 2, proc.stderr[-3000:]
+    assert any(re.search(r"train-v000-00002\.tar: checksum mismatch \(manifest [0-9a-f]{12}…, file [0-9a-f]{12}…\); "
+                         r"sampling it again$", n) for n in notes), notes
+    assert any(re.search(r"train-v001-00004\.tar: size \d+ bytes, the manifest says \d+", n) for n in notes)
+    assert files(shards) == files(reference) and manifest_shards(shards) == manifest_shards(reference)
+    assert not list(shards.glob(".*.tmp"))
+
+
+@pytest.mark.slow
+def test_cache_hit_with_no_verify_checks_sizes_only(reference, graph_csv, tmp_path):
+    shards = copy_set(reference, tmp_path)
+    flip(shards / "train-v000-00002.tar", 0.5)  # same size: only the checksum pass sees it
+    proc = preprocess(graph_csv, tmp_path, "--no-verify")
+    assert proc.returncode == 0 and "cached (nothing sampled)" in proc.stdout
+    proc = preprocess(graph_csv, tmp_path)
+    assert proc.returncode == 0 and "train-v000-00002.tar: checksum mismatch" in proc.stderr
+    assert files(shards) == files(reference)
+
+
+def test_resume_catches_a_corrupt_shard_without_a_manifest(reference, graph_csv, tmp_path):
+    # The resume path: no manifest (a killed run), so there is no recorded checksum to compare with.
+    shards = copy_set(reference, tmp_path)
+    (shards / "manifest.json").unlink()
+    flip(shards / "train-v000-00001.tar", 0.3)  # inside a block: decodes to out-of-range ids or fails zstd
+    flip(shards / "valid-original-00000.tar", 0.97)  # in the tar's end padding: only re-encoding notices
+    proc = preprocess(graph_csv, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    notes = [line for line in proc.stderr.replace("\r", "\n").splitlines() if "WARNING preprocess.job" in line]
+    assert sorted(re.search(r"/([a-z0-9-]+\.tar)", n).group(1) for n in notes) == \
+        ["train-v000-00001.tar", "valid-original-00000.tar"], proc.stderr[-3000:]
+    assert all(n.endswith("; sampled it again") for n in notes)
+    assert files(shards) == files(reference) and manifest_shards(shards) == manifest_shards(reference)
+
+
+def test_trainer_fails_on_the_first_bad_block_in_one_line(reference, tmp_path):
+    shards = copy_set(reference, tmp_path)
+    for tar in shards.glob("train-*.tar"):
+        flip(tar, 0.03)  # inside the first block of every training shard
+    cmd = [sys.executable, "-m", "trainer", "--shards", str(shards), "--preset", "tiny", "--out", str(tmp_path / "run"),
+           "--max-steps", "5", "--num-workers", "1", "--no-progress", "--device", "cpu"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    (line,) = [x for x in user_lines(proc.stderr)]
+    assert re.match(rf"python -m trainer: error: {re.escape(str(shards))}/train-v00\d-\d{{5}}\.tar:\d{{6}}(\.arrow)?: "
+                    "corrupt", line), line
+
+
+# ---------------------------------------------------------------------------- full disk
+def _mount_tmpfs(path: Path, size: str) -> bool:
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    path.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True).returncode == 0
+
+
+def test_full_disk_leaves_no_temp_files_and_one_line(graph_csv, tmp_path):
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "160k"):
+        pytest.skip("cannot mount a tmpfs here (not root or no mount); the injected ENOSPC test covers the writer")
+    try:
+        proc = preprocess(graph_csv, disk)
+        leftovers = [p for p in disk.rglob("*") if p.name.endswith(".tmp")]
+        written = sorted(p.name for p in disk.rglob("*.tar"))
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "Errno 28" not in proc.stderr, proc.stderr[-3000:]
+    (line,) = user_lines(proc.stderr)
+    assert re.match(rf"python -m preprocess: error: {re.escape(str(disk))}/small/[0-9a-f]{{16}}/\S+: "
+                    "no space left on device; free space or write somewhere else$", line), line
+    assert leftovers == []
+    assert "manifest.json" not in written
+
+
+def test_injected_enospc_in_a_shard_task_is_reported_not_retried(tmp_path, monkeypatch):
+    """Without a tmpfs: a storage whose writes fail with ENOSPC half way through a shard."""
+    from common.storage import LocalStorage
+    from preprocess import job
+
+    class FullDisk(LocalStorage):
+        def writer(self, name):
+            inner = super().writer(name)
+
+            class Ctx:
+                def __enter__(self_):
+                    f = inner.__enter__()
+
+                    class Limited:
+                        written = 0
+
+                        def write(self, data):
+                            Limited.written += len(data)
+                            if Limited.written > 2000:
+                                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                            return f.write(data)
+                    return Limited()
+
+                def __exit__(self_, *exc):
+                    return inner.__exit__(*exc)
+            return Ctx()
+
+    monkeypatch.setattr(job, "open_storage", lambda url: FullDisk(url))
+    rng = np.random.default_rng(0)
+    from common.graph import Graph
+    g = Graph.from_edges(rng.integers(0, 200, (800, 2)), num_nodes=200)
+    src, dst = rng.integers(0, 200, 300), rng.integers(0, 200, 300)
+    out = job.build_shard(g.indptr, g.indices, src, dst, np.ones(300, np.float32), 0, 300, 1, 3, 7, 64,
+                          str(tmp_path), "train-v000-00000.tar", False, 8)
+    assert out["fatal"][0] == errno.ENOSPC and out["fatal"][2] == str(tmp_path / "train-v000-00000.tar")
+    assert list(tmp_path.iterdir()) == []  # neither the shard nor its temporary file
+    from common.cli import describe
+    assert describe(OSError(*out["fatal"])) == \
+        f"{tmp_path}/train-v000-00000.tar: no space left on device; free space or write somewhere else"
+
+
+# ---------------------------------------------------------------------------- kill -9 (slow)
+def _wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def _kill_tree_leftovers(proc: subprocess.Popen) -> None:
+    """Ray processes of a killed driver live in the session group we created for it; end that group."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+@pytest.mark.slow
+def test_driver_kill_then_rerun_is_byte_identical(reference, graph_csv, tmp_path):
+    out = tmp_path / "out"
+    proc = subprocess.Popen(preprocess_cmd(graph_csv, out), cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        _wait_for(lambda: len(list(out.glob("*/*/train-*.tar"))) >= 3, 120, "three finished shards")
+        os.kill(proc.pid, signal.SIGKILL)  # the driver only, mid-run
+        proc.wait(30)
+    finally:
+        _kill_tree_leftovers(proc)
+    shards = set_dir(out)
+    assert not (shards / "manifest.json").exists()
+    done = proc_files = files(shards)
+    assert 3 <= sum(n.endswith(".tar") for n in done) < sum(n.endswith(".tar") for n in files(reference))
+    rerun = preprocess(graph_csv, out)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert re.search(r"\d+ shards reused", rerun.stderr) and proc_files
+    assert files(shards) == files(reference) and manifest_shards(shards) == manifest_shards(reference)
+    assert not list(shards.glob(".*.tmp"))
+
+
+@pytest.mark.slow
+def test_worker_kill_is_retried_and_byte_identical(reference, graph_csv, tmp_path):
+    import psutil
+    out = tmp_path / "out"
+    proc = subprocess.Popen(preprocess_cmd(graph_csv, out, "--views", "6"), cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        def shard_worker():
+            for p in psutil.Process(proc.pid).children(recursive=True):
+                try:
+                    if "build_shard" in " ".join(p.cmdline()) or p.name().startswith("ray::build_shard"):
+                        return p
+                except psutil.Error:
+                    continue
+            return None
+        victim = _wait_for(shard_worker, 120, "a Ray worker running build_shard")
+        victim.kill()  # kill -9 of one worker mid-task
+        stdout, stderr = proc.communicate(timeout=600)
+    finally:
+        _kill_tree_leftovers(proc)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert stdout.strip().splitlines()[-1].startswith("shards written: ")
+    ref6 = tmp_path / "ref6"
+    again = preprocess(graph_csv, ref6, "--views", "6")
+    assert again.returncode == 0
+    assert files(set_dir(out)) == files(set_dir(ref6))
