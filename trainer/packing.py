@@ -24,16 +24,18 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
-from common.induce import Inducer
+from common.induce import BitMatrix, Inducer
 
 CONTEXT, TASK = 0, 1  # values of `role`
 # Pick the dense form when the batch's bound on directed adjacency entries (Inducer.entry_bound, from
-# degrees) exceeds this fraction of the dense matrix entries B * Lc^2. Measured on CPU (bench/loader.py
-# --sections form: pack + embed + propagation, forward and backward, hidden 128): the dense form is as
-# fast as the scatter at about 4 % density and ~5x faster at ddi's 46 %; below a few percent the padded
-# (B, Lc, Lc) matrix wastes memory on zeros. On GPU bmm is relatively cheaper than index_add, so the
-# crossover is probably lower there: re-measure before tuning.
-DENSE_MIN_DENSITY = 0.05
+# degrees, before paying for either form) reaches this fraction of the dense matrix's B * Lc^2 entries.
+# Measured on CPU (`python -m bench.loader --sections form`: induce + pack + adjacency embedding + two
+# propagation layers, forward and backward, hidden 128, 40 links of 200 nodes on random graphs): the
+# forms cost the same at a true edge density of ~2.5 %, where the bound reads 0.2-0.5 (it overestimates
+# on such graphs: it caps each degree at N_b - 1); sparse/dense time was 0.82 at bound 0.20, 2.7 at 0.50,
+# 18 at ogbl-ddi's density. On GPU, bmm is relatively cheaper than index_add, so the crossover is
+# probably lower there: re-measure before tuning.
+DENSE_MIN_DENSITY = 0.25
 
 
 @dataclass
@@ -208,6 +210,9 @@ class BatchPacker:
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, n_max: int, min_density: float | None = None):
         self.inducer = Inducer(indptr, indices)
+        # small graphs (ddi: 2.2 MB of bits) fill the dense form from a bit matrix, ~10x faster (common/induce.py)
+        self.bits = BitMatrix(indptr, indices) if BitMatrix.fits(self.inducer.num_nodes) else None
+        self._dense = self.bits.dense if self.bits is not None else self.inducer.dense
         self.n_max = int(n_max)
         self.min_density = DENSE_MIN_DENSITY if min_density is None else float(min_density)
 
@@ -220,7 +225,7 @@ class BatchPacker:
         """block: common.shards.Block (cid, label, node_ptr from 0, nodes)."""
         ptr, nodes = block.node_ptr, block.nodes
         if self.use_dense(ptr, nodes):
-            return pack(ptr, nodes, block.label, block.cid, self.n_max, dense=self.inducer.dense(ptr, nodes))
+            return pack(ptr, nodes, block.label, block.cid, self.n_max, dense=self._dense(ptr, nodes))
         edge_ptr, edges = self.inducer.edges(ptr, nodes)
         return pack(ptr, nodes, block.label, block.cid, self.n_max, edge_ptr=edge_ptr, edges=edges)
 
