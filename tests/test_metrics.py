@@ -82,19 +82,36 @@ def test_ogb_hits_is_strict_and_handles_few_negatives():
     assert ogb_hits(np.array([0.0]), neg, 10) == 1.0  # fewer than K negatives: ogb returns 1.0
 
 
-def test_evaluate_dispatch_and_key_set():
+def test_evaluate_against_hand_computed_ranks():
+    # Shared negatives, no ties except 0.7: ranks by hand (1 + #neg above + #neg tied / 2 ... tie-averaged):
+    # 0.95 -> 1; 0.6 -> 3 (0.9, 0.7 above); 0.7 -> 1 + (1 + 2) / 2 = 2.5; 0.05 -> 6 (all five above)
+    neg = np.array([0.9, 0.7, 0.5, 0.3, 0.1])
+    pos = np.array([0.95, 0.6, 0.7, 0.05])
+    mrr = (1 + 1 / 3 + 1 / 2.5 + 1 / 6) / 4  # = 0.475
+    want = {"mrr": mrr, "hits@1": 0.25, "hits@3": 0.75, "hits@10": 1.0, "hits@20": 1.0, "hits@50": 1.0,
+            "hits@100": 1.0}
+    out = evaluate("original", pos, neg)
+    assert tuple(out) == METRIC_KEYS and all(isinstance(v, float) for v in out.values())
+    assert out == pytest.approx(want) and out["mrr"] == pytest.approx(0.475)
+    # ogb rule, shared negatives: Hits@K = share of positives strictly above the K-th best negative
+    # (K=1: above 0.9 -> 1 of 4; K=3: above 0.5 -> 3 of 4; K >= 10 > Q=5 negatives -> 1.0); MRR from ranks.
+    assert evaluate("ogb", pos, neg) == pytest.approx(want)
+    # Per-positive negatives (HeaRT, citation2): positive 0.5 against [0.1, 0.2] -> rank 1,
+    # against [0.7, 0.5] -> 1 + (1 + 2) / 2 = 2.5; MRR (1 + 0.4) / 2 = 0.7.
+    own = {"mrr": 0.7, "hits@1": 0.5, "hits@3": 1.0, "hits@10": 1.0, "hits@20": 1.0, "hits@50": 1.0, "hits@100": 1.0}
+    for protocol in ("heart", "ogb"):
+        assert evaluate(protocol, np.array([0.5, 0.5]), np.array([[0.1, 0.2], [0.7, 0.5]])) == pytest.approx(own)
+
+
+def test_evaluate_random_scores_give_the_random_baseline():
+    # A scorer that knows nothing ranks each positive uniformly among Q+1 places: MRR = H(Q+1) / (Q+1).
     rng = np.random.default_rng(1)
-    pos, shared, own = rng.random(30), rng.random(200), rng.random((30, 40))
-    outs = [evaluate("original", pos, shared), evaluate("heart", pos, own),
-            evaluate("ogb", pos, shared), evaluate("ogb", pos, own)]
-    for out in outs:
-        assert tuple(out) == METRIC_KEYS
-        assert all(isinstance(v, float) and 0.0 <= v <= 1.0 for v in out.values())
-    assert outs[0] == ranking_metrics(rank_against_shared(pos, shared))
-    assert outs[1] == ranking_metrics(rank_against_own(pos, own))
-    # ogb shared: Hits@K by the strict K-th-negative rule, MRR from tie-averaged ranks
-    assert outs[2]["hits@50"] == ogb_hits(pos, shared, 50)
-    assert outs[2]["mrr"] == outs[0]["mrr"]
+    q = 99
+    neg = np.arange(1, q + 1) / (q + 1)  # evenly spaced: a uniform positive falls in each of Q+1 gaps equally
+    out = evaluate("original", rng.random(50_000), neg)
+    harmonic = sum(1 / r for r in range(1, q + 2)) / (q + 1)
+    assert out["mrr"] == pytest.approx(harmonic, rel=0.05)
+    assert out["hits@10"] == pytest.approx(10 / (q + 1), abs=0.01)
 
 
 def test_evaluate_hits_differ_between_rank_rule_and_ogb_rule_on_ties():
