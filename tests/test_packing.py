@@ -81,9 +81,34 @@ def test_to_padded_round_trip():
     assert (p.adj_src // L == p.adj_dst // L).all()
 
 
-def test_to_device_and_pin_keep_ints():
-    b = pack_samples(_samples(), n_max=6).to("cpu")
-    assert b.cu_seqlens.dtype == torch.int32 and isinstance(b.max_seqlen, int)
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _tensors(b):
+    return {k: v for k, v in vars(b).items() if isinstance(v, torch.Tensor)}
+
+
+def test_to_device_keeps_every_tensor_dtype_and_value():
+    host = pack_samples(_samples(), n_max=6)
+    moved = host.to(DEVICE)  # a real move to CUDA when there is a GPU
+    assert _tensors(moved).keys() == _tensors(host).keys() and isinstance(moved.max_seqlen, int)
+    for name, t in _tensors(moved).items():
+        assert t.device.type == DEVICE, name
+        assert t.dtype == _tensors(host)[name].dtype, name
+        assert torch.equal(t.cpu(), _tensors(host)[name]), name
+    assert moved.cu_seqlens.dtype == torch.int32 and moved.max_seqlen == host.max_seqlen
+    assert moved.n_max == host.n_max == 6
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned host memory needs CUDA")
+def test_pin_memory_then_non_blocking_copy_to_cuda():
+    host = pack_samples(_samples(), n_max=6)
+    pinned = host.pin_memory()
+    assert all(t.is_pinned() for t in _tensors(pinned).values())
+    moved = pinned.to("cuda", non_blocking=True)
+    torch.cuda.synchronize()
+    for name, t in _tensors(moved).items():
+        assert t.is_cuda and torch.equal(t.cpu(), _tensors(host)[name]), name
 
 
 @pytest.mark.parametrize("bad, match", [
