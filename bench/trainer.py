@@ -174,9 +174,11 @@ def padded_chunks(samples: list[dict], cap: int) -> list[list[dict]]:
     return out + ([cur] if cur else [])
 
 
-def time_paths(model: Pencil, paths: list[str], batches: dict, device, amp: bool, repeats: int) -> dict[str, float]:
+def time_paths(model: Pencil, paths: list[str], batches: dict, device, amp: bool, repeats: int,
+               clock=time.perf_counter) -> dict[str, float]:
     """Median seconds per step for each attention path, interleaved over the same batches
-    (batches[path][i]: the i-th step's batch for that path, a PackedBatch or a list of chunks)."""
+    (batches[path][i]: the i-th step's batch for that path, a PackedBatch or a list of chunks).
+    clock=time.process_time measures CPU time, which holds on a shared, overloaded CPU box."""
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, fused=device.type == "cuda")
     step = make_step(model, opt, device, amp)
     times = {p: [] for p in paths}
@@ -185,11 +187,11 @@ def time_paths(model: Pencil, paths: list[str], batches: dict, device, amp: bool
             model.set_attention(path)
             for b in batches[path]:
                 _sync(device)
-                t0 = time.perf_counter()
+                t0 = clock()
                 step(b)
                 _sync(device)
                 if r:
-                    times[path].append(time.perf_counter() - t0)
+                    times[path].append(clock() - t0)
     return {p: statistics.median(t) for p, t in times.items()}
 
 
@@ -242,7 +244,8 @@ def section_step(args):
         chunked = args.padded_cap and padded > args.padded_cap
         if chunked:
             per_path["sdpa"] = [[pack(c, n_max).to(device) for c in padded_chunks(b, args.padded_cap)] for b in batches]
-        secs = time_paths(model, paths, per_path, device, amp=cuda, repeats=args.repeats)
+        secs = time_paths(model, paths, per_path, device, amp=cuda, repeats=args.repeats,
+                          clock=time.process_time if args.clock == "cpu" else time.perf_counter)
         flops = float(np.mean([step_flops(model, l) for l in lens]))
         for path in paths:
             row = [name, f"{N.mean():.1f}", int(N.max()), f"{np.mean([len(b) for b in batches]):.0f}",
@@ -253,7 +256,7 @@ def section_step(args):
             rows.append(row)
     title = (f"step time (forward+backward+AdamW), {device.type}, hidden {args.hidden}, layers {args.layers}, "
              f"heads {args.heads}, ffn {args.ffn}, token budget {args.budget}, {'bf16 autocast' if cuda else 'fp32'}; "
-             f"'vs padded' > 1 means faster than padded SDPA"
+             f"'vs padded' > 1 means faster than padded SDPA; {args.clock} time"
              + (f" (padded baseline in chunks of <= {args.padded_cap} padded tokens)" if args.padded_cap else ""))
     return title, columns, rows
 
@@ -365,6 +368,9 @@ def parse_args(argv=None):
     ap.add_argument("--batches", type=int, default=8 if cuda else 3, help="batches timed per round")
     ap.add_argument("--repeats", type=int, default=5 if cuda else 2, help="timed rounds after one warm-up")
     ap.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: looked up by GPU name)")
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall" if cuda else "cpu",
+                    help="wall (perf_counter; GPUs) or cpu (process CPU time with one torch thread: holds on a "
+                         "shared CPU box; default on CPU)")
     ap.add_argument("--dists", help="comma-separated synthetic length distributions used without --shards: "
                                     f"{', '.join(d.split('(')[0] for d in DISTRIBUTIONS)} (default: all)")
     ap.add_argument("--paths", help="comma-separated attention paths to time (default: all that run here)")
@@ -377,7 +383,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
+    if args.clock == "cpu":
+        torch.set_num_threads(1)  # process CPU time = step time only with one compute thread
     for name in args.sections.split(","):
         if name not in SECTIONS:
             raise SystemExit(f"unknown section '{name}'; choose from {', '.join(SECTIONS)}")
