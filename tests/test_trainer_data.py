@@ -398,6 +398,19 @@ def test_memory_budget_too_small_names_the_flag(shard_set):
     assert data.prefetch_depth(12, 200, cfg()) == data.MAX_PREFETCH
 
 
+def test_units_of_one_shard_are_read_in_one_pass(shard_set, monkeypatch):
+    """A reader holding slices 0 and 2 of 4 gets exactly the links i % 4 in {0, 2}, decoding the shard once."""
+    entry = [e for e in shard_set["shards"] if e["split"] == "valid"][:1]
+    units = data.make_units(shard_set, entry, 4)  # 4 x 4 consumers / 1 shard -> 16 slices
+    assert units[0].parts == 16
+    everything = [int(c) for b in data.read_blocks(units, 1000, 12) for c in b.cid]
+    opened = []
+    monkeypatch.setattr(data, "open_url", lambda url: opened.append(url) or open(url.removeprefix("file://"), "rb"))
+    mine = [units[0], units[2], units[5]]
+    got = [int(c) for b in data.read_blocks(mine, 1000, 12) for c in b.cid]
+    assert got == [c for i, c in enumerate(everything) if i % 16 in (0, 2, 5)] and len(opened) == 1
+
+
 @pytest.mark.parametrize("prefix", ["file://", "pipe:cat "])
 def test_shards_open_through_url_openers(shard_set, prefix):
     """Shard paths go through webdataset's gopen, so URL schemes (file://, pipe:, http(s), ...) read the same."""

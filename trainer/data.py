@@ -153,16 +153,21 @@ def block_slice(block: Block, lo: int, hi: int) -> Block:
 
 
 def read_blocks(units: list[Unit], num_nodes: int, n_max: int) -> Iterator[Block]:
-    """The checked blocks of the given units, in order, each cut to its unit's links (i % parts == part)."""
-    for unit in units:
-        seen = 0  # link index within the shard, for the i % parts slicing
-        f = open_url(unit.url)
+    """The checked blocks of the given units, each cut to its units' links (i % parts in the parts held).
+    Several units of one shard (a reader holding 2 of its 4 slices) are read in one pass over it, at the
+    place of their first unit: decoding, not slicing, is what costs."""
+    held: dict[str, np.ndarray] = {}  # url -> which of its `parts` slices these units include
+    for u in units:
+        held.setdefault(u.url, np.zeros(u.parts, dtype=bool))[u.part] = True
+    for url, own in held.items():
+        parts, seen = len(own), 0  # seen: link index within the shard, for the i % parts slicing
+        f = open_url(url)
         try:
-            for k, block in enumerate(iter_tar_blocks(f, unit.url)):
-                check_block(block, num_nodes, n_max, f"{unit.url}:{k:06d}.arrow")
+            for k, block in enumerate(iter_tar_blocks(f, url)):
+                check_block(block, num_nodes, n_max, f"{url}:{k:06d}.arrow")
                 n = len(block)
-                if unit.parts > 1:
-                    block = block.take(np.arange((unit.part - seen) % unit.parts, n, unit.parts))
+                if not own.all():
+                    block = block.take(np.flatnonzero(own[(seen + np.arange(n)) % parts]))
                 seen += n
                 if len(block):
                     yield block

@@ -208,6 +208,7 @@ class Trainer:
         if info.is_main:
             (self.out / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
         self.metrics.close()
+        data.close_loaders()  # the run's persistent loader workers end with it
         distributed.barrier(info)  # when run() returns on any rank, rank 0's files are complete
         return summary
 
