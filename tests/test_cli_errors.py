@@ -147,3 +147,42 @@ OTHERS = [
 @pytest.mark.parametrize("module, args, expect", OTHERS, ids=[f"{m} {' '.join(a)}" for m, a, _ in OTHERS])
 def test_other_pipelines_fail_in_one_line(module, args, expect, inputs):
     assert_one_line_error(run(module, args, inputs), module, expect)
+
+
+# ---------------------------------------------------------------------------- common.cli itself
+def test_describe_unwraps_ray_task_errors_and_names_os_errors():
+    import errno
+
+    from ray.exceptions import RayTaskError
+
+    from common.cli import describe
+    from preprocess.config import ConfigError
+    cause = ConfigError("--neg-ratio 9: too many")
+    wrapped = RayTaskError("build_shard", "Traceback (most recent call last):\n  ...\nConfigError: x", cause)
+    assert describe(wrapped.as_instanceof_cause()) == "--neg-ratio 9: too many"  # what ray.get raises
+    assert describe(wrapped) == "--neg-ratio 9: too many"
+    assert describe(OSError(errno.EACCES, "Permission denied", "/x/y")) == \
+        "/x/y: permission denied; choose a path you can write/read"
+    assert describe(NotADirectoryError(errno.ENOTDIR, "Not a directory", "/f/sub")) == \
+        "/f/sub: a component of this path is a file, not a directory"
+    assert describe(FileNotFoundError(errno.ENOENT, "No such file or directory", "/nowhere.csv")) == \
+        "/nowhere.csv: no such file or directory"
+    assert describe(ValueError("unexpected\nsecond line")) == "ValueError: unexpected second line"
+    # A DataLoader worker's error arrives with the worker's traceback in its text with the worker's traceback; keep its last line.
+    text = "Caught ShardError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n" \
+           '  File "x.py", line 1\ncommon.shards.ShardError: s.tar:000001.arrow: corrupt block (bad)'
+    from common.shards import ShardError
+    assert describe(ShardError(text)) == "s.tar:000001.arrow: corrupt block (bad)"  # torch re-raises the same class
+
+
+def test_run_cli_exit_statuses(capsys):
+    from common.cli import run_cli
+
+    def boom(argv):
+        raise OSError(28, "No space left on device", "/disk/a.tar")
+
+    assert run_cli(boom, [], prog="tool") == 1
+    assert capsys.readouterr().err == "tool: error: /disk/a.tar: no space left on device; free space or write somewhere else\n"
+    with pytest.raises(OSError):
+        run_cli(boom, ["--debug"], prog="tool")
+    assert run_cli(lambda argv: 0, [], prog="tool") == 0
