@@ -280,4 +280,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    from common.cli import run_cli  # one-line errors; --debug for the traceback
+    sys.exit(run_cli(main, prog="python bench/loader.py", strip_debug=True))

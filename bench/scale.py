@@ -288,4 +288,5 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from common.cli import run_cli  # one-line errors; --debug for the traceback
+    sys.exit(run_cli(main, prog="python bench/scale.py", strip_debug=True))

@@ -392,4 +392,5 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from common.cli import run_cli  # one-line errors; --debug for the traceback
+    sys.exit(run_cli(main, prog="python bench/trainer.py", strip_debug=True))

@@ -88,11 +88,14 @@ def _flat(err: BaseException) -> str:
 
 
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None,
-            prog: str = "") -> int:
+            prog: str = "", strip_debug: bool = False) -> int:
     """Call `main(argv)`; any exception becomes one line on stderr and exit status 1 (130 on Ctrl-C).
 
-    With --debug among the arguments the exception propagates unchanged (full traceback)."""
+    With --debug among the arguments the exception propagates unchanged (full traceback).
+    `strip_debug` removes --debug before calling a main whose parser does not know the flag."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if strip_debug:
+        argv = [a for a in args if a != DEBUG_FLAG]
     for noisy in ("botocore", "aiobotocore", "s3fs"):  # remote storage clients log every endpoint lookup at INFO
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
