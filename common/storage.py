@@ -100,9 +100,9 @@ class LocalStorage:
                 os.fsync(f.fileno())
             os.replace(tmp, self.root / name)
         except OSError as err:
-            if err.filename is not None or err.errno is None:
+            if err.errno is None or err.filename not in (None, str(tmp)):
                 raise
-            # write()/fsync() errors carry no file name; the user needs to know which output failed.
+            # write()/fsync() errors carry no file name (open() names the hidden temp file): name the output.
             raise OSError(err.errno, err.strerror, str(self.root / name)) from None
         finally:
             tmp.unlink(missing_ok=True)  # no-op after the rename; removes the partial file on failure
@@ -225,8 +225,15 @@ class FsspecStorage:
         """Spool to a local temporary file; upload it in one piece only when the block exits cleanly."""
         fd, spool = tempfile.mkstemp(prefix=f"{SPOOL_PREFIX}{os.getpid()}-", suffix=TMP_SUFFIX)
         try:
-            with os.fdopen(fd, "wb") as f:
-                yield f
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    yield f
+            except OSError as err:
+                if err.filename is not None or err.errno is None:
+                    raise
+                # The local temp folder filled up, not the store: say which disk it was.
+                raise OSError(err.errno, err.strerror, f"{spool} (local spool of {self.path(name)}; "
+                              "set TMPDIR to a larger disk)") from None
             with self._missing_bucket(name), self._errors(name):
                 self.fs.put_file(spool, self._key(name))
         finally:

@@ -97,7 +97,7 @@ def build_shard(indptr, indices, src, dst, label, start: int, stop: int, d: int,
         if err.errno not in FATAL_ERRNOS:
             raise  # transient: Ray retries the task
         # A full disk or a read-only/forbidden folder will not heal on retry: report it, don't retry it.
-        return {"name": name, "fatal": [err.errno, os.strerror(err.errno), storage.path(name)]}
+        return {"name": name, "fatal": [err.errno, os.strerror(err.errno), err.filename or storage.path(name)]}
     return {**stats, "name": name, "reused": False, "peak_rss_mb": peak_rss_mb(), "note": note}
 
 
