@@ -141,6 +141,9 @@ OTHERS = [
      r"afile"),
     ("pipelines.score", ["--checkpoint", "{tmp}/nowhere", "--pairs", "{tmp}/cols.csv", "--out", "{tmp}/s.parquet"],
      r"--checkpoint .*nowhere: no such file"),
+    ("pipelines.score", ["--checkpoint", "{tmp}", "--pairs", "{tmp}/cols.csv", "--out", "{tmp}/s.parquet",
+                         "--orderings", "0"], r"--orderings must be >= 1"),
+    ("pipelines.heuristics", ["--dataset", "citeseer", "--heuristics", "nosuch"], r"nosuch"),
 ]
 
 
