@@ -206,3 +206,21 @@ def test_trainer_streams_from_s3_and_names_a_corrupt_object(s3_set, s3_server, t
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert "Traceback" not in proc.stderr and f"{url}/train-v000-" in last and "corrupt" in last, proc.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_pipelines_run_with_shards_on_s3(s3_ray, small_graph, tmp_path):
+    """pipelines.run --shards s3://...: preprocess writes there, each seed trains from there."""
+    csv = tmp_path / "small.csv"
+    edges = small_graph.splits["train"].pos  # any graph will do; the run loads it by path
+    csv.write_text("src,dst\n" + "\n".join(f"{a},{b}" for a, b in edges) + "\n")
+    cmd = [sys.executable, "-m", "pipelines.run", "--dataset", str(csv), "--preset", "tiny", "--seeds", "0",
+           "--out", str(tmp_path / "results"), "--shards", f"s3://{BUCKET}/pipeline", "--num-cpus", "2", "--views", "1",
+           "--train-arg=--max-steps=5", "--train-arg=--num-workers=0", "--train-arg=--no-progress"]
+    env = {**s3_ray.client_env(), "PENCIL_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((tmp_path / "results" / "tiny" / "results.json").read_text())
+    assert [r["seed"] for r in results["runs"]] == [0]
+    (key_dir,) = open_storage(f"s3://{BUCKET}/pipeline").fs.ls(f"{BUCKET}/pipeline/small")
+    assert read_manifest(f"s3://{key_dir}")["shards"]
