@@ -161,9 +161,14 @@ def test_fp32_eval_on_cuda_matches_padded_fp32(backend):
     _available_on_cuda(backend)
     model = small_model(hidden=64, heads=4, layers=3).cuda().eval()
     batch = pack(random_samples(SIZES * 4, seed=16), N_MAX).to("cuda")
-    with torch.no_grad():
-        want = model.set_attention("sdpa")(batch)
-        got = model.set_attention(backend)(batch)
+    precision = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")  # no TF32 (an earlier in-process run may have enabled it)
+    try:
+        with torch.no_grad():
+            want = model.set_attention("sdpa")(batch)
+            got = model.set_attention(backend)(batch)
+    finally:
+        torch.set_float32_matmul_precision(precision)
     assert got.dtype == torch.float32
     torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 

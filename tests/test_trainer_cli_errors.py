@@ -89,4 +89,6 @@ def test_more_nccl_ranks_than_gpus_is_refused_in_one_line(shards, tmp_path):
                           "--device", "cuda", "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert res.returncode != 0
     refusals = [line for line in res.stderr.splitlines() if "--nproc-per-node" in line and "GPU" in line]
-    assert len(refusals) == n and "Traceback" not in "\n".join(refusals)
+    # (torchrun's own launcher prints a ChildFailedError traceback after; the ranks print one line each)
+    assert refusals and len(set(refusals)) == 1, res.stderr[-3000:]
+    assert all(line.startswith("python -m trainer: error: --nproc-per-node") for line in refusals)

@@ -131,7 +131,8 @@ def describe_backend(requested: str, resolved: str, attn_dropout: float) -> str:
     why = ""
     if requested == "auto" and resolved == "bucketed" and attn_dropout > 0 and torch.cuda.is_available():
         why = f"; no packed dropout kernel here (flash-attn absent, aten flash: {aten_flash_error()})"
-    return f"attention {resolved} (requested {requested}): {drop}{why}; fp32 evaluation uses bucketed SDPA"
+    fp32 = "; fp32 evaluation computes attention with bucketed SDPA" if resolved in FLASH else ""
+    return f"attention {resolved} (requested {requested}): {drop}{why}{fp32}"
 
 
 def bert_config(hidden: int, heads: int, ffn: int, dropout: float) -> BertConfig:

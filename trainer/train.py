@@ -393,6 +393,7 @@ def run(config: TrainConfig) -> dict:
     created = not (torch.distributed.is_available() and torch.distributed.is_initialized())
     info = distributed.init_distributed(config.device)
     setup_logging(info)
+    precision, cudnn_tf32 = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
     if info.device.type == "cuda":
         torch.set_float32_matmul_precision("high")  # TF32 matmuls in training (evaluation switches to fp32)
         torch.backends.cudnn.allow_tf32 = True
@@ -401,6 +402,9 @@ def run(config: TrainConfig) -> dict:
     finally:
         if created:
             distributed.cleanup()
+        # leave the process as found (pipelines and tests call run() in-process, then compare in fp32)
+        torch.set_float32_matmul_precision(precision)
+        torch.backends.cudnn.allow_tf32 = cudnn_tf32
         if config.deterministic:
             torch.use_deterministic_algorithms(False)
 
