@@ -1,0 +1,275 @@
+"""Link prediction on latent-space graphs (paper appendix "Link Prediction on Latent Space Graphs"), one
+command: the (s, mu) grid, CN / AA / GCN / GAT / PENCIL, tables in the paper's layout beside its numbers.
+
+    python -m pipelines.latent_space --preset latent-space-small --seeds 0,1,2       # CPU size
+    python -m pipelines.latent_space --preset latent-space --seeds 0,1,2             # paper size (N = 5000)
+
+Graphs (common.datasets.synthetic): N nodes, K = d_latent = 3, p = 32, beta = 2, noise 0.5, alpha fitted to
+average degree 15; 90 % of the edges train (5 % of them held out for validation), 10 % test; evaluation is
+balanced, each split's negatives being as many non-edges far apart in latent space. One graph per (s, mu)
+(--graph-seed), the training seeds vary the models. Settings: s in {0, 1, 2} at mu = 1 plus (2, 0), and
+mu in {0, 2, 8} at s = 1 plus (0, 8). Every neural model has 2 layers at the preset's hidden size and uses
+the node features. PENCIL goes through the usual preprocess -> shards -> trainer path (the generated
+dataset object is handed to the preprocess job, features ride with the shards); GCN / GAT through
+trainer/gnn.py; CN / AA through common.heuristics. Test MRR at the best validation epoch.
+
+Writes OUT/latent_space/<preset>/: per-run result.json files, results.json, report.md, latent_space.png.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from common.cli import add_debug_flag, one_line_errors, run_cli
+from common.presets import get_preset
+from pipelines import run as run_pipeline
+from pipelines.heuristics import score_split, write_json_atomic
+from pipelines.report import mean_std
+
+log = logging.getLogger("pipelines.latent_space")
+MODELS = ("CN", "AA", "GCN", "GAT", "PENCIL")
+# The paper's two tables: column settings (s, mu) and test MRR per model.
+TABLES = {
+    "vary_s": [(0, 1), (1, 1), (2, 1), (2, 0)],
+    "vary_mu": [(1, 0), (1, 2), (1, 8), (0, 8)],
+}
+PAPER = {
+    "vary_s": {"CN": [1.58, 4.78, 4.48, 4.48], "AA": [2.85, 5.43, 7.37, 7.37], "GCN": [75.48, 70.08, 83.68, 40.67],
+               "GAT": [71.44, 81.29, 82.11, 6.27], "PENCIL": [77.63, 74.37, 93.59, 36.01]},
+    "vary_mu": {"CN": [4.78, 4.78, 4.78, 1.58], "AA": [5.43, 5.43, 5.43, 2.85], "GCN": [10.09, 71.04, 73.85, 77.05],
+                "GAT": [5.36, 83.57, 83.04, 76.01], "PENCIL": [17.21, 84.90, 92.05, 95.34]},
+}
+# Recipe presets: graph size, the PENCIL preset (common.presets) and the GNNs' settings (trainer.gnn.GNNConfig).
+LATENT_PRESETS = {
+    "latent-space": dict(num_nodes=5000, pencil="latent-space",
+                         gnn=dict(hidden=256, layers=2, heads=4, epochs=200, eval_every=10, lr=0.005, dropout=0.0,
+                                  batch_size=2048)),
+    "latent-space-small": dict(num_nodes=1000, pencil="latent-space-small",
+                               gnn=dict(hidden=64, layers=2, heads=2, epochs=40, eval_every=5, lr=0.01, dropout=0.0,
+                                        batch_size=1024)),
+    "tiny": dict(num_nodes=300, pencil="tiny",
+                 gnn=dict(hidden=16, layers=2, heads=2, epochs=2, eval_every=1, lr=0.01, dropout=0.0, batch_size=512)),
+}
+
+
+class LatentError(ValueError):
+    """A bad pipelines.latent_space flag; the message names it and the fix."""
+
+
+def settings(tables: list[str]) -> list[tuple[float, float]]:
+    """Distinct (s, mu) settings the tables need, in table order ((1, 1) is in both tables)."""
+    return list(dict.fromkeys(sm for t in tables for sm in TABLES[t]))
+
+
+def dataset_name(s: float, mu: float) -> str:
+    return f"latent_s{s:g}_mu{mu:g}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pipelines.latent_space", description=__doc__.splitlines()[0])
+    p.add_argument("--preset", required=True, help=f"one of {', '.join(LATENT_PRESETS)}")
+    p.add_argument("--tables", default="vary_s,vary_mu", help="comma-separated subset of vary_s,vary_mu")
+    p.add_argument("--settings", default=None, metavar="S:MU,...",
+                   help="only these (s, mu) settings of the tables, e.g. 2:1,1:8 (default: all of them)")
+    p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {','.join(MODELS)}")
+    p.add_argument("--seeds", default="0,1,2", help="training seeds (default 0,1,2)")
+    p.add_argument("--graph-seed", type=int, default=0, help="seed of the generated graphs (default 0)")
+    p.add_argument("--num-nodes", type=int, default=None, help="override the preset's graph size")
+    p.add_argument("--out", default="results", help="results root; this writes OUT/latent_space/<preset>/")
+    p.add_argument("--shards", default="shards", help="shard root for PENCIL's preprocessing (default shards)")
+    p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the embedded Ray (default: all)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--train-arg", action="append", default=[], metavar="FLAG=VALUE",
+                   help="extra PENCIL trainer flag, repeatable, e.g. --train-arg=--num-workers=0")
+    add_debug_flag(p)
+    return one_line_errors(p)
+
+
+def _list(text: str, flag: str, allowed=None, cast=str) -> list:
+    try:
+        values = list(dict.fromkeys(cast(t.strip()) for t in text.split(",") if t.strip()))
+    except ValueError:
+        values = []
+    bad = [v for v in values if allowed is not None and v not in allowed]
+    if bad or not values:
+        raise LatentError(f"{flag}: expected a comma-separated subset of {','.join(map(str, allowed or ['integers']))}, got '{text}'")
+    return values
+
+
+def parse_settings(text: str, grid: list[tuple]) -> list[tuple]:
+    """'2:1,1:8' -> [(2, 1), (1, 8)], each one of the tables' settings."""
+    try:
+        chosen = [tuple(int(v) for v in item.split(":")) for item in text.split(",") if item.strip()]
+    except ValueError:
+        chosen = []
+    bad = [c for c in chosen if c not in grid]
+    if bad or not chosen:
+        raise LatentError(f"--settings: expected S:MU pairs among {','.join(f'{s}:{m}' for s, m in grid)}, got '{text}'")
+    return list(dict.fromkeys(chosen))
+
+
+# ---------------------------------------------------------------------------- the three kinds of model
+def heuristic_records(ds, sm, models: list[str]) -> list[dict]:
+    names = [m.lower() for m in models if m in ("CN", "AA")]
+    if not names:
+        return []
+    scored = score_split(ds, "test", ["original"], names)["original"]
+    return [{"setting": list(sm), "model": n.upper(), "seed": 0, "test": scored[n]} for n in names]
+
+
+def gnn_records(ds, sm, models: list[str], gnn: dict, seeds: list[int], device: str, out: Path) -> list[dict]:
+    from trainer.gnn import GNNConfig, fit
+
+    records = []
+    for model in (m for m in models if m in ("GCN", "GAT")):
+        cfg = GNNConfig(encoder=model.lower(), decoder="mlp", use_features=True, **gnn)
+        for seed in seeds:
+            best = fit(ds, cfg, ["original"], seed, None if device == "auto" else device)["protocols"]["original"]
+            rec = {"setting": list(sm), "model": model, "seed": seed, "best_epoch": best["best_epoch"],
+                   "valid": best["valid"], "test": best["test"]}
+            write_json_atomic(out / dataset_name(*sm) / model.lower() / f"seed{seed}" / "result.json", rec)
+            records.append(rec)
+    return records
+
+
+def pencil_shards(args, preset, datasets: dict) -> dict:
+    """One shard set per setting, all built while one embedded Ray is up (the job takes the dataset
+    object itself, node features included)."""
+    from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
+    from preprocess.job import run_job
+
+    shards = {}
+    for sm, ds in datasets.items():
+        cfg = PreprocessConfig(dataset="synthetic", sampling=SamplingConfig(*preset.sampling), out=args.shards,
+                               candidates=CandidateConfig(views=max(1, min(20, int(round(preset.epochs)))),
+                                                          percent=preset.train_percent, protocols=("original",)),
+                               features=True, num_cpus=args.num_cpus)
+        result = run_job(cfg, dataset=ds)
+        shards[sm] = result.location or str(result.path)
+    run_pipeline._shutdown_ray()  # free the embedded Ray's CPUs before training
+    return shards
+
+
+def pencil_records(rargs, preset, sm, shards: str, seeds: list[int], out: Path) -> list[dict]:
+    records = []
+    for seed in seeds:
+        run_dir = out / dataset_name(*sm) / "pencil" / f"seed{seed}"
+        summary = run_pipeline.train_seed(rargs, preset.name, shards, "original", seed, run_dir)
+        rec = {"setting": list(sm), "model": "PENCIL", "seed": seed, "best_epoch": summary.get("best_epoch"),
+               "valid": summary.get("valid") or {}, "test": summary.get("test") or {}}
+        write_json_atomic(run_dir / "result.json", rec)
+        records.append(rec)
+    return records
+
+
+# ---------------------------------------------------------------------------- report
+def summarise(records: list[dict]) -> dict:
+    """{(s, mu): {model: (mean, std) of test MRR in %}}."""
+    out: dict = {}
+    for r in records:
+        out.setdefault(tuple(r["setting"]), {}).setdefault(r["model"], []).append(100 * r["test"]["mrr"])
+    return {sm: {m: mean_std(v) for m, v in by.items()} for sm, by in out.items()}
+
+
+def markdown(summary: dict, tables: list[str], models: list[str], num_nodes: int) -> str:
+    lines = []
+    for t in tables:
+        cols = TABLES[t]
+        lines += [f"Test MRR (%) on latent-space graphs, {'varying s (mu = 1)' if t == 'vary_s' else 'varying mu (s = 1)'}"
+                  f" plus the edge case; N = {num_nodes}; measured (mean ± std over seeds) / paper", "",
+                  "| model | " + " | ".join(f"(s={s:g}, mu={mu:g})" for s, mu in cols) + " |",
+                  "|---|" + "---|" * len(cols)]
+        for m in models:
+            cells = []
+            for i, sm in enumerate(cols):
+                got = summary.get(sm, {}).get(m)
+                cells.append(f"{got[0]:.2f} ± {got[1]:.2f} / {PAPER[t][m][i]:.2f}" if got else f"– / {PAPER[t][m][i]:.2f}")
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines.append("CN / AA of the paper depend on its random graphs: compare orderings between models, not digits.")
+    return "\n".join(lines) + "\n"
+
+
+def plot(summary: dict, tables: list[str], models: list[str], path: Path) -> Path:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(tables), figsize=(6 * len(tables), 4), squeeze=False)
+    for ax, t in zip(axes[0], tables):
+        cols = TABLES[t]
+        for m in models:
+            vals = [summary.get(sm, {}).get(m, (float("nan"), 0.0)) for sm in cols]
+            line = ax.errorbar(range(len(cols)), [v[0] for v in vals], yerr=[v[1] for v in vals], marker="o", capsize=3, label=m)
+            ax.plot(range(len(cols)), PAPER[t][m], ls=":", color=line[0].get_color())
+        ax.set_xticks(range(len(cols)), [f"s={s:g}, mu={mu:g}" for s, mu in cols], fontsize=8)
+        ax.set(ylabel="test MRR (%)", title=f"{t}: measured (solid) vs paper (dotted)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------------------- entry point
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv, prog="pipelines.latent_space")
+
+
+def _main(argv: list[str] | None = None) -> int:
+    from common.datasets.synthetic import load_latent_space
+
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.preset not in LATENT_PRESETS:
+        raise LatentError(f"--preset: unknown '{args.preset}'; choose one of {', '.join(LATENT_PRESETS)}")
+    spec = LATENT_PRESETS[args.preset]
+    tables = _list(args.tables, "--tables", list(TABLES))
+    models = _list(args.models, "--models", list(MODELS))
+    seeds = _list(args.seeds, "--seeds", cast=int)
+    num_nodes = args.num_nodes or spec["num_nodes"]
+    if num_nodes < 50:
+        raise LatentError(f"--num-nodes: need at least 50 nodes for a 90/10 split with average degree 15, got {num_nodes}")
+    preset = get_preset(spec["pencil"])
+    rargs = run_pipeline.build_parser().parse_args(
+        ["--dataset", "synthetic", "--preset", preset.name, "--shards", args.shards, "--out", args.out,
+         "--device", args.device, "--seeds", ",".join(map(str, seeds)), *[f"--train-arg={a}" for a in args.train_arg]])
+    run_pipeline.validate_args(rargs)
+    if "PENCIL" in models:
+        run_pipeline.check_trainer_flags(rargs, preset.name, ["original"])
+    out = Path(args.out) / "latent_space" / args.preset
+    grid = settings(tables)
+    if args.settings:
+        grid = parse_settings(args.settings, grid)
+    datasets = {}
+    for s, mu in grid:
+        ds = load_latent_space(seed=args.graph_seed, num_nodes=num_nodes, s=float(s), mu=float(mu))
+        datasets[(s, mu)] = replace(ds, name=dataset_name(s, mu))
+        log.info("%s", datasets[(s, mu)].summary())
+    shards = pencil_shards(args, preset, datasets) if "PENCIL" in models else {}
+    records = []
+    for sm, ds in datasets.items():
+        records += heuristic_records(ds, sm, models)
+        records += gnn_records(ds, sm, models, spec["gnn"], seeds, args.device, out)
+        if "PENCIL" in models:
+            records += pencil_records(rargs, preset, sm, shards[sm], seeds, out)
+    summary = summarise(records)
+    md = markdown(summary, tables, models, num_nodes)
+    png = plot(summary, tables, models, out / "latent_space.png")
+    write_json_atomic(out / "results.json", {
+        "preset": args.preset, "num_nodes": num_nodes, "graph_seed": args.graph_seed, "seeds": seeds,
+        "gnn": spec["gnn"], "pencil_preset": preset.to_dict(), "runs": records,
+        "table": [{"setting": list(sm), "model": m, "mrr": list(v)} for sm, by in summary.items() for m, v in by.items()],
+        "paper": {t: {"settings": [list(x) for x in TABLES[t]], "mrr": PAPER[t]} for t in tables}})
+    (out / "report.md").write_text(md)
+    sys.stdout.write("\n" + md)
+    log.info("wrote %s, %s, %s", out / "results.json", out / "report.md", png)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
