@@ -117,15 +117,27 @@ RUN = [
     (["--dataset", "citeseer", "--out", "{tmp}/afile"], r"--out .*afile is a file"),
     (["--dataset", "citeseer", "--shards", "{tmp}/afile/x"], r"--shards .*afile is a file"),
     (["--dataset", "citeseer", "--train-arg=--attention=bogus"], r"--train-arg --attention=bogus: .*attention"),
-    (["--dataset", "citeseer", "--train-arg=--nosuch=1"], r"--train-arg --nosuch=1: unrecognized arguments"),
-    (["--dataset", "citeseer", "--train-arg=--micro-batch=0"], r"--micro-batch"),
+    # each --train-arg case imports the trainer (torch) to validate: one in the default run is enough
+    pytest.param(["--dataset", "citeseer", "--train-arg=--nosuch=1"], r"--train-arg --nosuch=1: unrecognized arguments",
+                 marks=pytest.mark.slow),
+    pytest.param(["--dataset", "citeseer", "--train-arg=--micro-batch=0"], r"--micro-batch", marks=pytest.mark.slow),
     (["--dataset", "citeseer", "--train-arg=micro-batch"], r"--train-arg 'micro-batch': expected a trainer flag"),
     (["--dataset", "cora"], r"cora needs --planetoid-dir"),
     (["--dataset", "citeseer", "--bogus"], r"unrecognized arguments: --bogus"),
 ]
 
 
-@pytest.mark.parametrize("args, expect", RUN, ids=[" ".join(a[2:]) or a[1] for a, _ in RUN])
+def _ids(cases, start=2):
+    out = []
+    for case in cases:
+        values = case.values if hasattr(case, "values") else case
+        args = next(v for v in values if isinstance(v, list))
+        module = [v for v in values if isinstance(v, str) and v.startswith("pipelines")]
+        out.append(" ".join(module + (args[start:] if start else args)) or args[1])
+    return out
+
+
+@pytest.mark.parametrize("args, expect", RUN, ids=_ids(RUN))
 def test_pipelines_run_fails_before_any_work(args, expect, inputs, tmp_path):
     proc = run("pipelines.run", args + ["--out", str(tmp_path / "results"), "--shards", str(tmp_path / "shards")]
                if "--out" not in args and "--shards" not in args else args, inputs)
@@ -141,13 +153,13 @@ OTHERS = [
      r"afile"),
     ("pipelines.score", ["--checkpoint", "{tmp}/nowhere", "--pairs", "{tmp}/cols.csv", "--out", "{tmp}/s.parquet"],
      r"--checkpoint .*nowhere: no such file"),
-    ("pipelines.score", ["--checkpoint", "{tmp}", "--pairs", "{tmp}/cols.csv", "--out", "{tmp}/s.parquet",
-                         "--orderings", "0"], r"--orderings must be >= 1"),
+    pytest.param("pipelines.score", ["--checkpoint", "{tmp}", "--pairs", "{tmp}/cols.csv", "--out", "{tmp}/s.parquet",
+                                     "--orderings", "0"], r"--orderings must be >= 1", marks=pytest.mark.slow),
     ("pipelines.heuristics", ["--dataset", "citeseer", "--heuristics", "nosuch"], r"nosuch"),
 ]
 
 
-@pytest.mark.parametrize("module, args, expect", OTHERS, ids=[f"{m} {' '.join(a)}" for m, a, _ in OTHERS])
+@pytest.mark.parametrize("module, args, expect", OTHERS, ids=_ids(OTHERS, start=0))
 def test_other_pipelines_fail_in_one_line(module, args, expect, inputs):
     assert_one_line_error(run(module, args, inputs), module, expect)
 
