@@ -127,3 +127,59 @@ def test_errors_name_the_argument():
         ht.fit("spd", [1.0])
     with pytest.raises(ht.TargetError, match="no reference"):
         ht.fit("cn", [])
+
+
+# ---------------------------------------------------------------------------- the estimation recipe (GNN side)
+def test_subgraph_batch_offsets_and_query_markers():
+    import torch
+
+    from trainer.gnn import GNNConfig, SubgraphRegressor, subgraph_batch
+    # link A: 3 nodes, edges (0,2),(1,2); link B: 2 nodes, no edge; link C: 4 nodes, edge (2,3)
+    node_ptr = np.array([10, 13, 15, 19])  # a block cut out of a larger array: offsets are relative
+    edge_ptr = np.array([0, 2, 2, 3])
+    edges = np.array([[0, 2], [1, 2], [2, 3]])
+    b = subgraph_batch(node_ptr, edge_ptr, edges, [0.5, 0.1, 0.9], "cpu")
+    assert b.num_nodes == 9
+    assert sorted(map(tuple, b.edge_index.T.tolist())) == sorted([(0, 2), (2, 0), (1, 2), (2, 1), (7, 8), (8, 7)])
+    assert b.query.tolist() == [[0, 1], [3, 4], [5, 6]]
+    reg = SubgraphRegressor(GNNConfig(hidden=8, layers=1), mark_query=True)
+    x = reg.inputs(b)
+    assert x[:, 0].tolist() == [1.0] * 9
+    assert x[:, 1].nonzero().flatten().tolist() == [0, 3, 5] and x[:, 2].nonzero().flatten().tolist() == [1, 4, 6]
+    assert SubgraphRegressor(GNNConfig(hidden=8, layers=1), mark_query=False).inputs(b).shape == (9, 1)
+    assert reg(b).shape == (3,) and torch.isfinite(reg(b)).all()
+
+
+def test_estimation_candidates_and_subgraphs():
+    from common.datasets import load_dataset
+    from pipelines.heuristic_estimation import candidates, subgraphs
+
+    ds = load_dataset("citeseer")
+    pairs = candidates(ds, seed=0)
+    pos = ds.graph.edge_array()
+    assert len(pairs["train"]) == 2 * len(pos)  # one negative per positive
+    assert not ds.graph.has_edge(pairs["train"][len(pos):, 0], pairs["train"][len(pos):, 1]).any()
+    assert len(pairs["test"]) == len(ds.splits["test"].pos) + len(ds.splits["test"].neg["original"])
+    node_ptr, edge_ptr, edges = subgraphs(ds, {"test": pairs["test"][:50]}, (1, 5), seed=0)["test"]
+    sizes = np.diff(node_ptr)
+    assert len(sizes) == 50 and sizes.min() >= 2 and sizes.max() <= 12  # N_max of (1, 5)
+    owner = np.repeat(np.arange(50), np.diff(edge_ptr))
+    assert np.all(edges.max(axis=1) < sizes[owner])  # local ids inside each link's own subgraph
+    assert not any((a, b) == (0, 1) for a, b in edges.tolist())  # the target edge is never shown
+    assert len(edges) > 0
+
+
+def test_estimation_recipe_end_to_end_tiny(tmp_path, capsys):
+    import json
+
+    from pipelines import heuristic_estimation as he
+    assert he.main(["--preset", "tiny", "--heuristics", "cn,pr", "--models", "gcn-id", "--depths", "1", "--seeds", "0",
+                    "--out", str(tmp_path), "--device", "cpu"]) == 0
+    out = tmp_path / "heuristic_estimation" / "tiny"
+    res = json.loads((out / "results.json").read_text())
+    assert [(r["heuristic"], r["model"], r["layers"]) for r in res["table"]] == [("cn", "gcn-id", 1), ("pr", "gcn-id", 1)]
+    assert all(r["rmse"][0] > 0 for r in res["table"])
+    assert res["runs"][0]["stats"]["name"] == "cn" and "p_high" in res["runs"][0]["stats"]["params"]
+    assert "| ID-GCN |" in (out / "report.md").read_text() and (out / "heuristic_rmse.png").stat().st_size > 0
+    assert he.main(["--preset", "tiny", "--heuristics", "jaccard", "--out", str(tmp_path)]) == 1
+    assert "--heuristics" in capsys.readouterr().err
