@@ -43,7 +43,8 @@ from typing import BinaryIO, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
-from common.storage import LocalStorage, StorageError, is_remote, join, local_file, open_storage  # noqa: F401
+from common.storage import (LocalStorage, StorageError, is_remote, join, local_file, open_storage,  # noqa: F401
+                            read_url)
 
 FORMAT_NAME = "pencil-shards"
 FORMAT_VERSION = 2
@@ -319,8 +320,8 @@ def encode_queries(pos_cid: np.ndarray, neg_cid: np.ndarray) -> bytes:
 
 def load_queries(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     """pos_cid, neg_cid of one eval set; `path` is a local path or a URL (s3://...)."""
-    try:
-        with np.load(local_file(path)) as z:
+    try:  # remote: read the object itself, not a cached copy (a cache keyed by size could hide corruption)
+        with np.load(io.BytesIO(read_url(path)) if is_remote(path) else path) as z:
             return z["pos_cid"], z["neg_cid"]
     except (OSError, KeyError, ValueError) as err:
         raise ShardError(f"{path}: unreadable query file ({err}); rerun preprocess with --force to rebuild it") from None

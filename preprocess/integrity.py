@@ -13,7 +13,8 @@ import logging
 
 import numpy as np
 
-from common.shards import MANIFEST, Block, ShardError, ShardWriter, check_block, iter_tar_blocks, parse_manifest
+from common.shards import (MANIFEST, Block, ShardError, ShardWriter, check_block, iter_tar_blocks, load_graph,
+                           load_queries, parse_manifest)
 
 log = logging.getLogger("preprocess.job")
 
@@ -32,6 +33,19 @@ def verify_cached(storage, checksums: bool = True) -> bool:
         if problem:
             log.warning("%s: %s; sampling it again", storage.path(rec["name"]), problem)
             storage.remove(rec["name"])
+            good = False
+    # The graph arrays and query files are small and rewritten by any rerun: a bad one just means "rerun".
+    for which in manifest.get("graphs") or {}:
+        try:
+            load_graph(manifest, which, verify=checksums)
+        except ShardError as err:
+            log.warning("%s; writing it again", str(err).split("; rerun preprocess")[0])
+            good = False
+    for entry in (manifest.get("eval") or {}).values():
+        try:
+            load_queries(storage.path(entry["queries"]))
+        except (ShardError, FileNotFoundError) as err:
+            log.warning("%s; writing it again", str(err).split("; rerun preprocess")[0])
             good = False
     return good
 

@@ -101,10 +101,14 @@ def test_cache_hit_catches_corrupt_and_truncated_shards_and_repairs_them(referen
     flip(shards / "train-v000-00002.tar", 0.5)
     data = (shards / "train-v001-00004.tar").read_bytes()
     (shards / "train-v001-00004.tar").write_bytes(data[:len(data) // 2])
+    flip(shards / "graph-train-indices.npy", 0.6)  # same shape, other content: only the fingerprint sees it
+    (shards / "valid-original-queries.npz").write_bytes(b"garbage")
     proc = preprocess(graph_csv, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     notes = [line for line in proc.stderr.splitlines() if "WARNING preprocess.job" in line]
-    assert len(notes) == 2, proc.stderr[-3000:]
+    assert len(notes) == 4, proc.stderr[-3000:]
+    assert any(re.search(r"graph 'train' does not match the shards' fingerprint .*; writing it again$", n) for n in notes)
+    assert any(re.search(r"valid-original-queries\.npz: unreadable query file .*; writing it again$", n) for n in notes)
     assert any(re.search(r"train-v000-00002\.tar: checksum mismatch \(manifest [0-9a-f]{12}…, file [0-9a-f]{12}…\); "
                          r"sampling it again$", n) for n in notes), notes
     assert any(re.search(r"train-v001-00004\.tar: size \d+ bytes, the manifest says \d+", n) for n in notes)
