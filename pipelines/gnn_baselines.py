@@ -140,10 +140,9 @@ def plot(rows: list[dict], path: Path) -> Path:
         group = [r for r in rows if (r["dataset"], r["protocol"]) == key and metric in r]
         names = [r["model"] for r in group]
         ax.bar(names, [r[metric][0] for r in group], yerr=[r[metric][1] for r in group], capsize=3, label="measured")
-        for i, r in enumerate(group):
-            if LABEL[r["encoder"]] in ref:
-                ax.errorbar([i], [ref[LABEL[r["encoder"]]][0]], yerr=[ref[LABEL[r["encoder"]]][1]], fmt="rD",
-                            capsize=3, label="paper" if i == 0 else None)
+        marked = [(i, ref[LABEL[r["encoder"]]]) for i, r in enumerate(group) if LABEL[r["encoder"]] in ref]
+        for j, (i, (mean, std)) in enumerate(marked):
+            ax.errorbar([i], [mean], yerr=[std], fmt="rD", capsize=3, label="paper (HeaRT)" if j == 0 else None)
         ax.set(title=f"{key[0]} / {key[1]}", ylabel=f"test {metric.upper()} (%)")
         ax.legend(fontsize=7)
     fig.tight_layout()
