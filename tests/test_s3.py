@@ -224,3 +224,52 @@ def test_pipelines_run_with_shards_on_s3(s3_ray, small_graph, tmp_path):
     assert [r["seed"] for r in results["runs"]] == [0]
     (key_dir,) = open_storage(f"s3://{BUCKET}/pipeline").fs.ls(f"{BUCKET}/pipeline/small")
     assert read_manifest(f"s3://{key_dir}")["shards"]
+
+
+@pytest.mark.slow
+def test_driver_kill_then_rerun_on_s3_is_byte_identical(s3_set, s3_ray, small_graph, tmp_path):
+    """kill -9 of a `python -m preprocess --out s3://...` driver mid-run, then the same command again."""
+    import signal
+    import tempfile
+    import time
+
+    from common.storage import SPOOL_PREFIX
+    csv = tmp_path / "small.csv"
+    edges = np.concatenate([small_graph.splits[s].pos for s in ("train", "valid", "test")])
+    csv.write_text("src,dst\n" + "\n".join(f"{a},{b}" for a, b in edges) + "\n")
+    out = f"s3://{BUCKET}/kill9"
+    cmd = [sys.executable, "-m", "preprocess", "--dataset", str(csv), "--sampling", "1,3", "--views", "4",
+           "--out", out, "--num-cpus", "2", "--links-per-shard", "256", "--block-size", "64"]
+    env = s3_ray.client_env()
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    fs = open_storage(out).fs
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            found = [p for p in fs.find(f"{BUCKET}/kill9") if p.endswith(".tar")] if fs.exists(f"{BUCKET}/kill9") else []
+            if len(found) >= 3:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("no shards appeared")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the killed driver's own Ray processes (its session group)
+        except ProcessLookupError:
+            pass
+    objects = [p for p in fs.find(f"{BUCKET}/kill9")]
+    assert not any(p.endswith(MANIFEST) for p in objects)
+    rerun = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    location = rerun.stdout.strip().splitlines()[-1].split(": ", 1)[1]
+    reference = subprocess.run([*cmd[:cmd.index("--out") + 1], f"s3://{BUCKET}/kill9-ref", *cmd[cmd.index("--out") + 2:]],
+                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert reference.returncode == 0, reference.stderr[-3000:]
+    assert _same_set(location, reference.stdout.strip().splitlines()[-1].split(": ", 1)[1])
+    from common.storage import _alive
+    spools = Path(tempfile.gettempdir()).glob(f"{SPOOL_PREFIX}*")
+    stale = [p for p in spools if not _alive(int(p.name[len(SPOOL_PREFIX):].split("-", 1)[0]))]
+    assert stale == []  # local spools of the killed workers were cleared by the rerun (or never left)
