@@ -183,26 +183,29 @@ def test_corrupt_and_truncated_objects_are_caught_and_repaired(s3_set, small_gra
     assert _same_set(url, s3_set.location)
 
 
-def test_trainer_streams_from_s3_and_names_a_corrupt_object(s3_set, s3_server, tmp_path):
+def _train(s3_server, tmp_path, shards: str, out: str) -> subprocess.CompletedProcess:
     env = {**s3_server.client_env(), "PENCIL_CACHE_DIR": str(tmp_path / "cache")}
+    cmd = [sys.executable, "-m", "trainer", "--shards", shards, "--preset", "tiny", "--out", str(tmp_path / out),
+           "--max-steps", "4", "--num-workers", "1", "--no-progress", "--eval-splits", "valid", "--device", "cpu"]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
-    def train(shards: str, out: str):
-        cmd = [sys.executable, "-m", "trainer", "--shards", shards, "--preset", "tiny", "--out", str(tmp_path / out),
-               "--max-steps", "4", "--num-workers", "1", "--no-progress", "--eval-splits", "valid", "--device", "cpu"]
-        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
-    proc = train(s3_set.location, "run")
+def test_trainer_streams_from_s3(s3_set, s3_server, tmp_path):
+    proc = _train(s3_server, tmp_path, s3_set.location, "run")
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["steps"] == 4 and 0.0 <= summary["valid"]["mrr"] <= 1.0
+    # The graph arrays were fetched once into the local cache (memory-mapped from there).
     assert any(p.name.endswith("graph-train-indptr.npy") for p in (tmp_path / "cache").iterdir())
 
+
+@pytest.mark.slow  # tests/test_faults.py checks the same one line on a local set in the default run
+def test_trainer_names_a_corrupt_s3_object_in_one_line(s3_set, s3_server, tmp_path):
     url = s3_set.location.replace("/ref/", "/badtrain/")
     _copy_set(s3_set.location, url)
-    bad = sorted(n for n in _objects(url) if n.startswith("train-"))
-    for name in bad:  # every training shard: whichever the shuffled order reads first is caught
-        _flip(open_storage(url), name, at=0.03)  # inside the first block
-    proc = train(url, "badrun")
+    for name in sorted(n for n in _objects(url) if n.startswith("train-")):
+        _flip(open_storage(url), name, at=0.03)  # inside the first block of every training shard
+    proc = _train(s3_server, tmp_path, url, "badrun")
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
     assert "Traceback" not in proc.stderr and f"{url}/train-v000-" in last and "corrupt" in last, proc.stderr[-2000:]
