@@ -14,6 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from common.cli import add_debug_flag, one_line_errors, run_cli
+from common.storage import LocalStorage
 from pipelines.paper_results import paper_reference
 
 log = logging.getLogger("pipelines.report")
@@ -114,7 +115,7 @@ def _main(argv: list[str] | None = None) -> int:
     sys.stdout.write(table)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(table)
+        LocalStorage(args.out.parent).write_atomic(args.out.name, table.encode())
         log.info("wrote %s", args.out)
     return 0
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from common.cli import add_debug_flag, one_line_errors, run_cli
 from common.datasets import load_dataset
 from common.presets import PRESETS, get_preset, preset_for_protocol
-from common.storage import is_remote
+from common.storage import LocalStorage, is_remote
 from pipelines import heuristics as heuristic_report
 from pipelines.plots import plot_runs
 from pipelines.heuristics import write_json_atomic
@@ -243,7 +243,7 @@ def _main(argv: list[str] | None = None) -> int:
     table = markdown(rows)
     write_json_atomic(out / "results.json", {"runs": results, "table": [
         {k: (list(v) if isinstance(v, tuple) else v) for k, v in r.items()} for r in rows]})
-    (out / "report.md").write_text(table)
+    LocalStorage(out).write_atomic("report.md", table.encode())  # never a half-written report
     sys.stdout.write("\n" + table)
     for r in rows:
         if r["model"].startswith("PENCIL"):
