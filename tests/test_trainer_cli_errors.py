@@ -49,6 +49,8 @@ CASES = [
     ("epochs-not-a-number", lambda s, t: {"--epochs": "many"}, "--epochs"),
     ("unknown-flag", lambda s, t: {"--bogus-flag": "1"}, "--bogus-flag"),
     ("eval-splits", lambda s, t: {"--eval-splits": "valid,train"}, "--eval-splits"),
+    ("threads-negative", lambda s, t: {"--threads": "-1"}, "--threads"),
+    ("checkpoint-seconds-negative", lambda s, t: {"--checkpoint-seconds": "-5"}, "--checkpoint-seconds"),
     pytest.param("device-cuda-without-cuda", lambda s, t: {"--device": "cuda"}, "--device",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")),
 ]

@@ -20,7 +20,7 @@ W0_INIT_FLAGS = {"orthogonal": "orthogonal", "gaussian": "gaussian", "low-rank":
 # Fields a resumed run may change without breaking "continue exactly where it stopped": they control
 # when the run stops, logs and saves, not the trajectory of parameters or data.
 RESUME_OVERRIDABLE = ("epochs", "max_steps", "eval_every", "checkpoint_every", "checkpoint_seconds", "log_every",
-                      "progress", "resume", "out", "device", "test_every_eval", "deterministic")
+                      "progress", "resume", "out", "device", "test_every_eval", "deterministic", "threads")
 # trainer.attention.BACKENDS, kept literal (config must not import torch); a test checks they agree.
 ATTENTION_BACKENDS = ("auto", "sdpa", "bucketed", "varlen", "flash_varlen", "flash_attn", "reference")
 
@@ -118,6 +118,7 @@ class TrainConfig:
     checkpoint_seconds: float = 60.0
     test_every_eval: bool = False  # score test at every eval, not only when validation improves
     deterministic: bool = False  # torch.use_deterministic_algorithms (CUDA: bit-identical reruns, slower)
+    threads: int = 0  # torch intra-op threads on CPU; 0 = half the cores per rank (see trainer.train.cpu_threads)
     log_every: int = 10  # optimiser steps between train-metric lines
     progress: bool = True
     resume: bool = False
@@ -135,6 +136,7 @@ class TrainConfig:
         _check(self.max_steps is None or self.max_steps >= 1, "--max-steps", f"must be >= 1, got {self.max_steps}")
         _check(self.checkpoint_every >= 0, "--checkpoint-every", f"must be >= 0, got {self.checkpoint_every}")
         _check(self.checkpoint_seconds >= 0, "--checkpoint-seconds", f"must be >= 0, got {self.checkpoint_seconds}")
+        _check(self.threads >= 0, "--threads", f"must be >= 0, got {self.threads}")
         _check(self.log_every >= 1, "--log-every", f"must be >= 1, got {self.log_every}")
 
     # ------------------------------------------------------------------ JSON round trip
@@ -218,6 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="save last.pt at most once per this many seconds (and at the end); 0 = every epoch")
     d.add_argument("--test-every-eval", action="store_true",
                    help="score the test split at every evaluation (default: only when validation improves)")
+    d.add_argument("--threads", type=int, default=0,
+                   help="torch threads per rank on CPU (default 0: half the cores per rank, at least 1)")
     d.add_argument("--deterministic", action="store_true",
                    help="deterministic kernels (torch.use_deterministic_algorithms): bit-identical CUDA reruns")
     d.add_argument("--log-every", type=int, default=10, help="optimiser steps between metric lines")
@@ -257,7 +261,8 @@ def config_from_args(argv: Sequence[str] | None = None) -> TrainConfig:
         eval_splits=tuple(s for s in args.eval_splits.split(",") if s), protocol=pick(args.protocol, preset.protocol),
         seed=args.seed, device=args.device, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,
         checkpoint_seconds=args.checkpoint_seconds, test_every_eval=args.test_every_eval,
-        deterministic=args.deterministic, log_every=args.log_every, progress=not args.no_progress)
+        deterministic=args.deterministic, threads=args.threads, log_every=args.log_every,
+        progress=not args.no_progress)
 
 
 def config_for(preset: str, shards: str, out: str, **overrides) -> TrainConfig:

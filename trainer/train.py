@@ -73,6 +73,18 @@ def autocast_for(device: torch.device):
     return contextlib.nullcontext
 
 
+def cpu_threads(requested: int, local_world_size: int) -> int:
+    """Intra-op threads for a CPU rank. Default: half the cores this process may use, split over the node's
+    ranks, at least 1. The other half is for loader workers and the OS: OpenMP threads that share cores
+    with busy processes spin at every barrier, and PENCIL's small matmuls gain little from threads
+    (measured on the shared 2-core box under a load average of ~8, citeseer-small, one epoch: 2 threads
+    took 91 s of CPU / 241 s wall, 1 thread 13 s / 40 s)."""
+    if requested:
+        return requested
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores // (2 * max(1, local_world_size)))
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (1 << 32))
@@ -394,6 +406,9 @@ def run(config: TrainConfig) -> dict:
     info = distributed.init_distributed(config.device)
     setup_logging(info)
     precision, cudnn_tf32 = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    threads = torch.get_num_threads()
+    if info.device.type == "cpu":
+        torch.set_num_threads(cpu_threads(config.threads, int(os.environ.get("LOCAL_WORLD_SIZE", info.world_size))))
     if info.device.type == "cuda":
         torch.set_float32_matmul_precision("high")  # TF32 matmuls in training (evaluation switches to fp32)
         torch.backends.cudnn.allow_tf32 = True
@@ -405,6 +420,7 @@ def run(config: TrainConfig) -> dict:
         # leave the process as found (pipelines and tests call run() in-process, then compare in fp32)
         torch.set_float32_matmul_precision(precision)
         torch.backends.cudnn.allow_tf32 = cudnn_tf32
+        torch.set_num_threads(threads)
         if config.deterministic:
             torch.use_deterministic_algorithms(False)
 
