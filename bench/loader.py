@@ -16,6 +16,9 @@ Sections:
   (b) ddi-shaped shards: a synthetic near-uniform graph with ogbl-ddi's 4,267 nodes and ~1.07 M training
       edges (density 11.7 %, log-normal node weights), a few thousand links sampled at (1,350) with the
       project's sampler, written as a v2 shard set (graph shipped) under --work.
+- workers: the trainer's persistent loaders (2 training + 2 eval workers, forked once) over 3 epochs
+  and evaluations of a 20,000-link ddi-shaped set (enough to fill the 64 MB shuffle pool): peak RSS and
+  private memory (USS) of any worker, against --loader-memory-mb.
 - form: time of the graph part of a batch (induce + pack + adjacency embedding + two propagation layers,
   forward and backward, hidden 128) in the sparse (message list) and dense (bmm) forms, over edge
   densities, with the packer's density estimate (Inducer.entry_bound / (B Lc^2)) next to each: what
@@ -80,6 +83,55 @@ def measure_training_reads(shard_set: str, seconds: float = 10.0, token_budget: 
             "samples_per_s": n_smp / cpu, "batches": n_bat, "dense_batches": dense, "cpu_s": cpu,
             "tokens_per_link": tokens / links, "bytes_per_link": sum(e["bytes"] for e in entries) / links,
             "peak_rss_mb": peak_rss_mb()}
+
+
+def measure_workers(shard_set: str, token_budget: int, epochs: int = 3, loader_memory_mb: int = 1024,
+                    shuffle_buffer_mb: int = 64) -> dict:
+    """The trainer's persistent loaders with 2 real workers: `epochs` training epochs plus a valid
+    evaluation after each; the peak RSS and private (USS) memory of any worker, sampled every 50 ms."""
+    import threading
+
+    import psutil
+
+    from common.shards import read_manifest
+    from trainer import data
+    from trainer.config import DataConfig
+
+    manifest = read_manifest(shard_set)
+    cfg = DataConfig(shards=shard_set, max_samples=1 << 20, token_budget=token_budget,
+                     eval_token_budget=4 * token_budget, num_workers=2, shuffle_buffer_mb=shuffle_buffer_mb,
+                     loader_memory_mb=loader_memory_mb)
+    peak = {"rss": 0, "uss": 0, "workers": set()}
+    done = threading.Event()
+
+    def watch():
+        while not done.is_set():
+            for c in psutil.Process().children(recursive=True):
+                try:
+                    mi = c.memory_full_info()
+                except psutil.Error:
+                    continue
+                peak["rss"], peak["uss"] = max(peak["rss"], mi.rss), max(peak["uss"], mi.uss)
+                peak["workers"].add(c.pid)
+            done.wait(0.05)
+
+    th = threading.Thread(target=watch)
+    th.start()
+    tokens = 0
+    try:
+        for epoch in range(epochs):
+            loader, _ = data.train_loader(manifest, epoch, 0, 1, cfg)
+            tokens += sum(b.num_tokens for b in loader)
+            if manifest.get("eval"):
+                tokens += sum(b.num_tokens for b in data.eval_loader(manifest, "valid", "original", 0, 1, cfg))
+    finally:
+        done.set()
+        th.join()
+        data.close_loaders()
+    return {"set": manifest.get("dataset", "?"), "token_budget": token_budget, "tokens": tokens,
+            "prefetch": data.prefetch_depth(int(manifest["n_max"]), token_budget, cfg),
+            "loader_memory_mb": loader_memory_mb, "worker_processes": len(peak["workers"]),
+            "worker_peak_rss_mb": peak["rss"] / 2**20, "worker_peak_uss_mb": peak["uss"] / 2**20}
 
 
 def run_child(fn: str, *args) -> dict:
@@ -241,6 +293,9 @@ READ_COLS = [("set", "set", "s"), ("token_budget", "token budget", ","), ("token
              ("bytes_per_link", "bytes/link", ",.0f"), ("tokens_per_s", "tokens/s (CPU)", ",.0f"),
              ("samples_per_s", "samples/s (CPU)", ",.0f"), ("batches", "batches", "d"),
              ("dense_batches", "dense batches", "d"), ("peak_rss_mb", "peak RSS MB", ".0f")]
+WORKER_COLS = [("set", "set", "s"), ("token_budget", "token budget", ","), ("prefetch", "prefetch", "d"),
+               ("loader_memory_mb", "--loader-memory-mb", "d"), ("worker_processes", "workers seen", "d"),
+               ("worker_peak_rss_mb", "worker peak RSS MB", ".0f"), ("worker_peak_uss_mb", "worker peak private MB", ".0f")]
 FORM_COLS = [("density", "edge density", ".3f"), ("estimate", "packer estimate", ".3f"), ("B", "B", "d"),
              ("size", "N", "d"), ("sparse_ms", "sparse ms", ".1f"), ("dense_ms", "dense ms", ".1f"),
              ("dense_speedup", "sparse/dense", ".2f")]
@@ -248,7 +303,7 @@ FORM_COLS = [("density", "edge density", ".3f"), ("estimate", "packer estimate",
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sections", default="reads,form", help="comma-separated: reads, form")
+    p.add_argument("--sections", default="reads,workers,form", help="comma-separated: reads, workers, form")
     p.add_argument("--citeseer", help="citeseer (2,20) shard set (default: the newest under /tmp/shards)")
     p.add_argument("--work", default="/tmp/bench-loader", help="where the ddi-shaped set is built (reused)")
     p.add_argument("--ddi-links", type=int, default=3000)
@@ -256,8 +311,8 @@ def main(argv=None) -> int:
     p.add_argument("--token-budget", type=int, help="default: 64 average links")
     args = p.parse_args(argv)
     sections = {s for s in args.sections.split(",") if s}
-    if bad := sections - {"reads", "form"}:
-        p.error(f"--sections: unknown {sorted(bad)} (choose from reads, form)")
+    if bad := sections - {"reads", "workers", "form"}:
+        p.error(f"--sections: unknown {sorted(bad)} (choose from reads, workers, form)")
     if "reads" in sections:
         sets = []
         cs = args.citeseer or find_citeseer()
@@ -272,6 +327,12 @@ def main(argv=None) -> int:
         rows = [run_child("measure_training_reads", s, args.seconds, args.token_budget) for s in sets]
         print("### Training reads, one loader process (one core, CPU time)\n")
         print(table(rows, READ_COLS) + "\n")
+    if "workers" in sections:
+        # enough links that the 64 MB shuffle pool fills at ddi density (~5 KB per decoded link)
+        big = str(build_ddi_set(Path(args.work) / "ddi-shaped-20k", links=20_000))
+        rows = [run_child("measure_workers", big, b) for b in (8192, 65536)]
+        print("### Loader workers at ddi density (2 persistent workers, 3 epochs + valid evals)\n")
+        print(table(rows, WORKER_COLS) + "\n")
     if "form" in sections:
         rows = run_child("form_sweep")
         print("### Graph part of a batch: sparse vs dense form (CPU, hidden 128, 2 layers, fwd + bwd)\n")

@@ -398,6 +398,20 @@ def test_memory_budget_too_small_names_the_flag(shard_set):
     assert data.prefetch_depth(12, 200, cfg()) == data.MAX_PREFETCH
 
 
+def test_eval_batches_are_capped_by_the_memory_budget(shard_set):
+    """Eval: no shuffle pool, and a too-large eval budget is lowered (scores do not depend on grouping)."""
+    per_token = data.batch_bytes(12, 1)
+    c = cfg(loader_memory_mb=1, eval_token_budget=10**6)
+    budget, prefetch = data.eval_budget(12, c)
+    assert budget == 2**20 // (2 * per_token) and prefetch == 1
+    loader = data.eval_loader(shard_set, "valid", "original", 0, 1, c, collate=identity)
+    batches = list(loader)
+    assert max(b.tokens for b in batches) <= budget and sorted(cids(batches)) == list(range(60))
+    with pytest.raises(ConfigError, match="--loader-memory-mb 1: too small for evaluation batches"):
+        data.eval_budget(10_000, c)
+    data.close_loaders()
+
+
 def test_units_of_one_shard_are_read_in_one_pass(shard_set, monkeypatch):
     """A reader holding slices 0 and 2 of 4 gets exactly the links i % 4 in {0, 2}, decoding the shard once."""
     entry = [e for e in shard_set["shards"] if e["split"] == "valid"][:1]

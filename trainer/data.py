@@ -35,9 +35,12 @@ Decisions, and why:
   forked once. What they should produce next (train epoch / start / batch count, or which eval set) is
   a small int64 tensor in shared memory, written by the main process before each iter(loader); a
   worker reads it when the DataLoader restarts it (persistent workers re-enter iter(dataset) then).
-- *Memory.* Each worker keeps within --loader-memory-mb: the shuffle pool (SHUFFLE_PEAK x its bytes
-  while emitting) plus the batches in flight; the prefetch depth is derived from what is left, and a
-  budget that cannot hold one batch is a one-line error naming the flags.
+- *Memory.* Each worker keeps within --loader-memory-mb (what it allocates; the interpreter and its
+  libraries, ~300 MB mostly shared with the parent after fork, are not counted): a training worker holds
+  the shuffle pool (SHUFFLE_PEAK x its bytes while emitting) plus the batches in flight, whose number
+  (the prefetch depth) is derived from what is left; a budget that cannot hold two training batches is a
+  one-line error naming the flags. Eval workers hold no pool, and an eval token budget too large for
+  the memory budget is lowered (batch grouping does not change scores).
 """
 from __future__ import annotations
 
@@ -284,8 +287,8 @@ def batch_bytes(n_max: int, token_budget: int) -> int:
     return token_budget * (PACK_BYTES_PER_TOKEN + GRAPH_BYTES_PER_PAIR * n_max)
 
 
-def prefetch_depth(n_max: int, token_budget: int, data_cfg, budget_flag: str = "--token-budget") -> int:
-    """Batches a worker may keep in flight within --loader-memory-mb (>= 1), or a one-line error."""
+def prefetch_depth(n_max: int, token_budget: int, data_cfg) -> int:
+    """Training batches a worker may keep in flight within --loader-memory-mb (>= 1), or a one-line error."""
     total = data_cfg.loader_memory_mb * 2**20
     pool = SHUFFLE_PEAK * data_cfg.shuffle_buffer_mb * 2**20
     per_batch = batch_bytes(n_max, token_budget)
@@ -294,9 +297,25 @@ def prefetch_depth(n_max: int, token_budget: int, data_cfg, budget_flag: str = "
         need = (pool + 2 * per_batch) / 2**20
         raise ConfigError(f"--loader-memory-mb {data_cfg.loader_memory_mb}: a loader worker needs about {need:.0f} MB "
                           f"({SHUFFLE_PEAK} x --shuffle-buffer-mb {data_cfg.shuffle_buffer_mb} + 2 batches of "
-                          f"{budget_flag} {token_budget} at N_max {n_max}, {per_batch / 2**20:.1f} MB each); raise "
-                          f"--loader-memory-mb or lower --shuffle-buffer-mb / {budget_flag}")
+                          f"--token-budget {token_budget} at N_max {n_max}, {per_batch / 2**20:.1f} MB each); raise "
+                          "--loader-memory-mb or lower --shuffle-buffer-mb / --token-budget")
     return int(min(MAX_PREFETCH, fits))
+
+
+def eval_budget(n_max: int, data_cfg) -> tuple[int, int]:
+    """(token budget, prefetch) of eval batches within --loader-memory-mb. Eval reads keep no shuffle pool,
+    and how candidates are grouped into batches does not change any score, so a budget that does not fit
+    is lowered (to at least one largest sample) instead of refused."""
+    total = data_cfg.loader_memory_mb * 2**20
+    per_token = batch_bytes(n_max, 1)
+    budget = min(data_cfg.eval_token_budget, total // (2 * per_token))  # >= 2 batches: one built, one waiting
+    if budget < n_max + 2:
+        raise ConfigError(f"--loader-memory-mb {data_cfg.loader_memory_mb}: too small for evaluation batches of one "
+                          f"sample at N_max {n_max} (about {2 * (n_max + 2) * per_token / 2**20:.0f} MB); raise it")
+    if budget < data_cfg.eval_token_budget:
+        log.info("eval batches capped at %d tokens (--eval-token-budget %d) to stay within --loader-memory-mb %d",
+                 budget, data_cfg.eval_token_budget, data_cfg.loader_memory_mb)
+    return int(budget), int(min(MAX_PREFETCH, total // (budget * per_token) - 1))
 
 
 # ---------------------------------------------------------------------------- datasets
@@ -384,9 +403,9 @@ class EvalStream(_Stream):
     job = (index into eval_sets(manifest),)."""
 
     def __init__(self, manifest: dict, rank: int, world_size: int, data_cfg, workers: int,
-                 collate: Callable | None = None):
+                 collate: Callable | None = None, token_budget: int | None = None):
         super().__init__(manifest, rank, world_size, collate)
-        self.workers, self.token_budget = workers, data_cfg.eval_token_budget
+        self.workers, self.token_budget = workers, token_budget or data_cfg.eval_token_budget
         self.sets = eval_sets(manifest)
 
     def set_job(self, split: str, protocol: str) -> None:
@@ -468,9 +487,9 @@ def eval_loader(manifest: dict, split: str, protocol: str, rank: int, world_size
                 collate=None, pin: bool = False) -> DataLoader:
     """This rank's persistent eval loader, set to the (split, protocol) eval set."""
     n_max, workers = int(manifest["n_max"]), data_cfg.num_workers
-    prefetch = prefetch_depth(n_max, data_cfg.eval_token_budget, data_cfg, "--eval-token-budget")
+    budget, prefetch = eval_budget(n_max, data_cfg)
     loader = _persistent("eval", _loader_key(manifest, rank, world_size, data_cfg, collate, pin), lambda: _dataloader(
-        EvalStream(manifest, rank, world_size, data_cfg, workers, collate), workers, pin, prefetch))
+        EvalStream(manifest, rank, world_size, data_cfg, workers, collate, budget), workers, pin, prefetch))
     loader.dataset.set_job(split, protocol)
     return loader
 
