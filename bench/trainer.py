@@ -266,29 +266,12 @@ SECTIONS = {"step": section_step}  # other sections (e.g. "loader") register her
 
 # ---------------------------------------------------------------------------- loader throughput
 def _loader_shard_set(args, tmp: str) -> str:
-    """args.shards, or a one-view synthetic set with citeseer(2,20)-like lengths written to `tmp`."""
-    if args.shards:
-        return args.shards
-    from common.shards import Block, LocalStorage, pack_shard, train_shard_name, write_manifest
-
-    samples = synthetic_samples("citeseer(2,20)", max(args.samples, 20000), args.seed)
-    storage, records = LocalStorage(tmp), []
-    for k, lo in enumerate(range(0, len(samples), 4096)):
-        blocks = []
-        for b in range(lo, min(lo + 4096, len(samples)), 256):
-            ss = samples[b:b + 256]
-            ptr = lambda xs: np.concatenate([[0], np.cumsum([len(x) for x in xs])]).astype(np.int64)
-            blocks.append(Block(cid=np.array([s["cid"] for s in ss]), src=np.zeros(len(ss), np.int64),
-                                dst=np.ones(len(ss), np.int64), label=np.array([s["label"] for s in ss], np.float32),
-                                node_ptr=ptr([s["nodes"] for s in ss]), nodes=np.concatenate([s["nodes"] for s in ss]),
-                                edge_ptr=ptr([s["edges"] for s in ss]),
-                                edges=np.concatenate([s["edges"] for s in ss]).reshape(-1, 2)))
-        data, st = pack_shard(blocks)
-        storage.write_atomic(train_shard_name(0, k), data)
-        records.append({"name": train_shard_name(0, k), "split": "train", "protocol": None, "view": 0, **st})
-    write_manifest(storage, {"shards": records, "n_max": budget_of(2, 20), "views": 1, "eval": {},
-                             "dataset": "synthetic-citeseer", "sampling": {"d": 2, "n": 20}})
-    return tmp
+    """args.shards: the loader section reads a real (shard format v2) set; `python -m bench.loader` builds
+    its own synthetic sets when none is at hand."""
+    if not args.shards:
+        raise SystemExit("--sections loader needs --shards (a preprocessed set); python -m bench.loader "
+                         "benchmarks the loader on built-in synthetic sets")
+    return args.shards
 
 
 def section_loader(args):
