@@ -13,8 +13,8 @@ from trainer.model import model_for_shards
 from trainer.train import run as train
 
 ROOT = Path(__file__).resolve().parents[1]
-PLANETOID = next((p for p in (ROOT.parent / "shared" / "data" / "planetoid", Path("/work/shared/data/planetoid"))
-                  if (p / "ind.citeseer.x").exists()), None)
+# CI (and every session) has shared/ beside the clone; resolved relative to the repository, never absolute.
+PLANETOID = next((p for p in (ROOT.parent / "shared" / "data" / "planetoid",) if (p / "ind.citeseer.x").exists()), None)
 needs_planetoid = pytest.mark.skipif(PLANETOID is None, reason="Planetoid raw files (shared/data/planetoid) not found")
 
 
