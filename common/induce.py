@@ -191,7 +191,7 @@ def _dense_kernel(indptr, indices, node_ptr, nodes, mark, out):
 # branch-free pass over the (N_b x N_b) output: it stays in cache, so it does not depend on degrees.
 # Measured (bench/loader.py, ddi-shaped (1,350) links, one core): 0.15 ms per link against 1.4 ms for
 # the row-scan kernel above, which pays a mispredicted branch per row entry (~500 per context node).
-BITMATRIX_MAX_BYTES = 64 << 20
+BITMATRIX_MAX_BYTES = 32 << 20
 
 
 class BitMatrix:

@@ -210,9 +210,8 @@ class BatchPacker:
 
     def __init__(self, indptr: np.ndarray, indices: np.ndarray, n_max: int, min_density: float | None = None):
         self.inducer = Inducer(indptr, indices)
-        # small graphs (ddi: 2.2 MB of bits) fill the dense form from a bit matrix, ~10x faster (common/induce.py)
-        self.bits = BitMatrix(indptr, indices) if BitMatrix.fits(self.inducer.num_nodes) else None
-        self._dense = self.bits.dense if self.bits is not None else self.inducer.dense
+        self.graph = (indptr, indices)
+        self.bits: BitMatrix | None = None  # built at the first dense batch (sparse-only sets never pay for it)
         self.n_max = int(n_max)
         self.min_density = DENSE_MIN_DENSITY if min_density is None else float(min_density)
 
@@ -221,11 +220,18 @@ class BatchPacker:
         area = len(sizes) * int(sizes.max()) ** 2  # entries of the padded (B, Lc, Lc) matrix
         return float(self.inducer.entry_bound(node_ptr, nodes).sum()) >= self.min_density * area
 
+    def dense(self, node_ptr: np.ndarray, nodes: np.ndarray) -> np.ndarray:
+        """(B, Lc, Lc) adjacency; small graphs (ddi: 2.2 MB of bits) read it from a bit matrix, ~10x
+        faster than scanning rows (common/induce.py)."""
+        if self.bits is None and BitMatrix.fits(self.inducer.num_nodes):
+            self.bits = BitMatrix(*self.graph)
+        return (self.bits or self.inducer).dense(node_ptr, nodes)
+
     def __call__(self, block) -> PackedBatch:
         """block: common.shards.Block (cid, label, node_ptr from 0, nodes)."""
         ptr, nodes = block.node_ptr, block.nodes
         if self.use_dense(ptr, nodes):
-            return pack(ptr, nodes, block.label, block.cid, self.n_max, dense=self._dense(ptr, nodes))
+            return pack(ptr, nodes, block.label, block.cid, self.n_max, dense=self.dense(ptr, nodes))
         edge_ptr, edges = self.inducer.edges(ptr, nodes)
         return pack(ptr, nodes, block.label, block.cid, self.n_max, edge_ptr=edge_ptr, edges=edges)
 
