@@ -181,8 +181,12 @@ class FsspecStorage:
     def check_writable(self) -> None:
         """Fail before any work if the bucket (first path component) is missing or unreachable."""
         bucket = self.root.split("/", 1)[0]
-        with self._errors():
-            found = self.fs.exists(bucket)
+        try:
+            with self._errors():
+                self.fs.info(bucket)  # not exists(): that answers False when the endpoint is unreachable
+            found = True
+        except FileNotFoundError:
+            found = False
         if not found:
             raise StorageError(f"{self._url}: bucket '{bucket}' does not exist; create it first "
                                "(buckets are never created implicitly)")

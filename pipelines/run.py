@@ -22,7 +22,7 @@ from pathlib import Path
 from common.cli import add_debug_flag, one_line_errors, run_cli
 from common.datasets import load_dataset
 from common.presets import PRESETS, get_preset, preset_for_protocol
-from common.storage import LocalStorage, is_remote
+from common.storage import LocalStorage, StorageError, is_remote, open_storage
 from pipelines import heuristics as heuristic_report
 from pipelines.plots import plot_runs
 from pipelines.heuristics import write_json_atomic
@@ -85,6 +85,11 @@ def validate_args(args) -> None:
     for flag, path in (("--out", args.out), ("--shards", args.shards)):
         if not is_remote(path):
             _check_folder(flag, Path(str(path).removeprefix("file://")))
+    if is_remote(args.shards):
+        try:
+            open_storage(args.shards).check_writable()  # a missing bucket fails here, not after loading data
+        except StorageError as err:
+            raise RunError(f"--shards: {err}") from None
 
 
 def _check_folder(flag: str, path: Path) -> None:
