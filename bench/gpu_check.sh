@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPU acceptance check (issue 9): one command on a GPU machine with no network, one report.
 #
-#   bench/gpu_check.sh SHARDS [--seeds N] [--epochs E] [--out DIR] [--budget-s S] [--skip-suite] [--with-slow] [--suite-after] [--smoke]
+#   bench/gpu_check.sh SHARDS [--seeds N] [--epochs E] [--out DIR] [--budget-s S] [--skip-suite] [--with-slow] [--suite-after] [--smoke] [--ab-dropout]
+#   --ab-dropout: after the rest (outside the 8-minute budget), the same citeseer seeds with --attention varlen
+#   (no attention dropout, the fastest kernel) for the A/B of issue 9 item 2: MRR and time with vs without
 #   --smoke: tiny sizes and any device, to rehearse the script's plumbing on a CPU box (numbers meaningless)
 #
 # SHARDS is a prebuilt citeseer (2,20) shard set, the directory holding manifest.json, made elsewhere with
@@ -27,7 +29,7 @@ set -u -o pipefail
 usage() { sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 1 ] || usage
 SHARDS=$1; shift
-SEEDS=3; EPOCHS=""; OUT="gpu_check-$(date +%Y%m%d-%H%M%S)"; BUDGET=480; SUITE=1; SLOW=0; AFTER=0; SMOKE=0
+SEEDS=3; EPOCHS=""; OUT="gpu_check-$(date +%Y%m%d-%H%M%S)"; BUDGET=480; SUITE=1; SLOW=0; AFTER=0; SMOKE=0; AB=0
 while [ $# -gt 0 ]; do
   case $1 in
     --seeds) SEEDS=$2; shift 2 ;;
@@ -38,6 +40,7 @@ while [ $# -gt 0 ]; do
     --with-slow) SLOW=1; shift ;;
     --suite-after) AFTER=1; shift ;;
     --smoke) SMOKE=1; shift ;;
+    --ab-dropout) AB=1; shift ;;
     -h|--help) usage ;;
     *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -92,12 +95,12 @@ else
 fi
 
 # ------------------------------------------------------------------ 5: citeseer, N seeds in parallel on one GPU
-citeseer() {
-  local pids=() s rc=0
+citeseer() {  # $1: run folder name (citeseer / citeseer-varlen), further args go to the trainer
+  local pids=() s rc=0 name=${1:-citeseer}; shift || true
   for s in $(seq 0 $((SEEDS - 1))); do
     # shellcheck disable=SC2086  # TRAIN_ARGS is a word list by construction
-    $PY -m trainer $TRAIN_ARGS --shards "$SHARDS" --out "$OUT/citeseer/seed$s" --seed "$s" --no-progress \
-      ${EPOCHS:+--epochs "$EPOCHS"} > "$OUT/citeseer-seed$s.log" 2>&1 &
+    $PY -m trainer $TRAIN_ARGS --shards "$SHARDS" --out "$OUT/$name/seed$s" --seed "$s" --no-progress \
+      ${EPOCHS:+--epochs "$EPOCHS"} "$@" > "$OUT/$name-seed$s.log" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
@@ -114,7 +117,7 @@ if [ "$SUITE" = 1 ] && [ "$AFTER" = 0 ]; then
   ( timeout --kill-after=10 "$(left)" "${SUITE_CMD[@]}" > "$OUT/suite.log" 2>&1; echo $? > "$OUT/suite.rc" ) &
   SUITE_PID=$!
 fi
-run citeseer-seeds 330 bash -c citeseer
+run citeseer-seeds 330 bash -c 'citeseer citeseer'
 
 # ------------------------------------------------------------------ 6: the whole suite
 if [ "$SUITE" = 1 ] && [ "$AFTER" = 0 ]; then
@@ -127,9 +130,14 @@ elif [ "$SUITE" = 1 ]; then
   run suite 600 "${SUITE_CMD[@]}"
 fi
 
-# ------------------------------------------------------------------ report
 TOTAL=$(( $(date +%s) - START ))
-$PY - "$OUT" "$SEEDS" "$TOTAL" "$BUDGET" "${STATUS[@]}" > "$REPORT" <<'EOF'
+if [ "$AB" = 1 ]; then  # outside the budget: its own 10-minute limit
+  BUDGET0=$BUDGET; BUDGET=$(( $(date +%s) - START + 600 ))
+  run citeseer-varlen-seeds 600 bash -c 'citeseer citeseer-varlen --attention varlen'
+fi
+
+# ------------------------------------------------------------------ report
+$PY - "$OUT" "$SEEDS" "$TOTAL" "${BUDGET0:-$BUDGET}" "${STATUS[@]}" > "$REPORT" <<'EOF'
 import json, re, sys
 from pathlib import Path
 
@@ -161,7 +169,8 @@ try:
     env = f"torch {torch.__version__}, CUDA {torch.version.cuda}"
 except Exception as err:  # the report is still written
     gpu, env = "unknown", f"torch not importable: {err}"
-lines = [f"# GPU check: {gpu}", "", f"{env}; total {total} s of a {budget} s budget.", "",
+lines = [f"# GPU check: {gpu}", "", f"{env}; {total} s for the budgeted steps (budget {budget} s; an --ab-dropout "
+         "run comes after).", "",
          "| step | status | seconds |", "|---|---|---|", *status, ""]
 
 gpu_tests = log("gpu-tests").strip().splitlines()
@@ -171,24 +180,28 @@ for name, what in (("step-citeseer", "Step bench, real citeseer shards, paper mo
                    ("loader-vs-model", "Loader vs model")):
     lines += [f"## {what}", "", "```", tail_tables(log(name)), "```", ""]
 
-rows, mrrs = [], []
-for s in range(int(seeds)):
-    p = out / "citeseer" / f"seed{s}" / "summary.json"
-    if p.exists():
-        sm = json.loads(p.read_text())
-        mrr = 100 * (sm.get("test") or {}).get("mrr", float("nan"))
-        mrrs.append(mrr)
-        rows.append(f"| {s} | {sm.get('best_epoch')} | {100 * (sm.get('valid') or {}).get('mrr', float('nan')):.2f} | "
-                    f"{mrr:.2f} | {sm.get('train_time_s')} | {sm.get('attention_backend')} |")
-    else:
-        rows.append(f"| {s} | - | - | - | - | see citeseer-seed{s}.log |")
-lines += ["## Citeseer, paper preset, seeds in parallel on one GPU", "",
-          "| seed | best epoch | valid MRR | test MRR (at best valid) | train s | attention |", "|---|---|---|---|---|---|",
-          *rows, ""]
-if mrrs:
-    import statistics
-    sd = statistics.stdev(mrrs) if len(mrrs) > 1 else 0.0
-    lines += [f"Test MRR {statistics.mean(mrrs):.2f} ± {sd:.2f} over {len(mrrs)} seed(s); the paper: 47.51 ± 3.09.", ""]
+import statistics
+
+for name, title in (("citeseer", "Citeseer, paper preset, seeds in parallel on one GPU"),
+                    ("citeseer-varlen", "A/B: the same seeds with --attention varlen (no attention dropout)")):
+    if not (out / name).exists():
+        continue
+    rows, mrrs = [], []
+    for s in range(int(seeds)):
+        p = out / name / f"seed{s}" / "summary.json"
+        if p.exists():
+            sm = json.loads(p.read_text())
+            mrr = 100 * (sm.get("test") or {}).get("mrr", float("nan"))
+            mrrs.append(mrr)
+            rows.append(f"| {s} | {sm.get('best_epoch')} | {100 * (sm.get('valid') or {}).get('mrr', float('nan')):.2f} | "
+                        f"{mrr:.2f} | {sm.get('train_time_s')} | {sm.get('attention_backend')} |")
+        else:
+            rows.append(f"| {s} | - | - | - | - | see {name}-seed{s}.log |")
+    lines += [f"## {title}", "", "| seed | best epoch | valid MRR | test MRR (at best valid) | train s | attention |",
+              "|---|---|---|---|---|---|", *rows, ""]
+    if mrrs:
+        sd = statistics.stdev(mrrs) if len(mrrs) > 1 else 0.0
+        lines += [f"Test MRR {statistics.mean(mrrs):.2f} ± {sd:.2f} over {len(mrrs)} seed(s); the paper: 47.51 ± 3.09.", ""]
 suite = log("suite").strip().splitlines()
 lines += ["## Whole suite", "", "```", *(suite[-12:] or ["(not run)"]), "```", ""]
 print("\n".join(lines))
