@@ -74,12 +74,17 @@ def _aten_flash(q, k, v, cu, max_len: int, dropout_p: float, scale: float):
                                                    scale=scale)[0]
 
 
-@functools.cache
-def aten_flash_error(device_index: int = 0) -> str | None:
-    """None if aten's FlashAttention varlen kernel runs forward+backward with dropout on this GPU, else why
-    not (one line). Probed once on a tiny input: the op is private, so trust it only after it has run."""
+def aten_flash_error() -> str | None:
+    """None if aten's FlashAttention varlen kernel runs forward+backward with dropout on the current GPU,
+    else why not (one line). Probed once per device on a tiny input: the op is private, so trust it only
+    after it has run. (The current device, not GPU 0: a DDP rank must not open a context on another GPU.)"""
     if not torch.cuda.is_available():
         return "CUDA is not available"
+    return _probe_aten_flash(torch.cuda.current_device())
+
+
+@functools.cache
+def _probe_aten_flash(device_index: int) -> str | None:
     try:
         dev = torch.device("cuda", device_index)
         q = torch.randn(10, 2, 16, device=dev, dtype=torch.bfloat16, requires_grad=True)

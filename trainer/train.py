@@ -171,13 +171,16 @@ class Trainer:
         if ckpt:
             core.load_state_dict(ckpt["model"])
         core.to(self.info.device)
+        # the backend for the device this run uses (the model resolves for CUDA whenever CUDA exists)
+        core.attention_backend = core._backend(self.info.device.type)
         seed_everything(self.config.seed + 1_000_003 * (self.info.rank + 1))  # distinct dropout per rank
         model = core
         if self.info.is_distributed:
             # No per-step buffer broadcast: the only buffer is the attached feature table, identical on
             # every rank (it is data), and re-sending it each step would cost a full copy per forward.
+            # gradient_as_bucket_view: gradients live in the all-reduce buckets (no copy in and out per step)
             model = DDP(core, device_ids=[self.info.device.index] if self.info.device.type == "cuda" else None,
-                        broadcast_buffers=False)
+                        broadcast_buffers=False, gradient_as_bucket_view=True)
         return model, core
 
     def _restore_rng(self, ckpt: dict) -> None:
