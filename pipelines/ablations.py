@@ -83,7 +83,7 @@ def variants(suites: list[str], preset_layers: int, depths: list[int]) -> list[V
     if "wpe" in suites:
         out.append(Variant("PENCIL + WPE", "wpe", ("--wpe",), preset_layers))
     if "depth" in suites:
-        out += [Variant(f"PENCIL, {k} layers", f"layers{k}", ("--layers", str(k)), k)
+        out += [Variant(f"PENCIL, {k} layer" + ("s" if k > 1 else ""), f"layers{k}", ("--layers", str(k)), k)
                 for k in depths if k != preset_layers]  # the preset's own depth is the PENCIL run
     return out
 
