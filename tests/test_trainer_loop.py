@@ -276,7 +276,7 @@ def test_fractional_epochs_cut_the_last_epoch(shards, tmp_path):
 
 # ---------------------------------------------------------------------------- config <-> model agreement
 def test_cpu_threads_leave_cores_for_the_loader():
-    from trainer.train import cpu_threads
+    from trainer.setup import cpu_threads
     cores = len(os.sched_getaffinity(0))
     assert cpu_threads(3, 1) == 3  # --threads wins
     assert cpu_threads(0, 1) == max(1, cores // 2) and cpu_threads(0, 2 * cores) == 1

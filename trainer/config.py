@@ -118,7 +118,7 @@ class TrainConfig:
     checkpoint_seconds: float = 60.0
     test_every_eval: bool = False  # score test at every eval, not only when validation improves
     deterministic: bool = False  # torch.use_deterministic_algorithms (CUDA: bit-identical reruns, slower)
-    threads: int = 0  # torch intra-op threads on CPU; 0 = half the cores per rank (see trainer.train.cpu_threads)
+    threads: int = 0  # torch intra-op threads on CPU; 0 = half the cores per rank (see trainer.setup.cpu_threads)
     log_every: int = 10  # optimiser steps between train-metric lines
     progress: bool = True
     resume: bool = False
