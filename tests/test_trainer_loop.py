@@ -225,13 +225,13 @@ def test_killed_run_resumes_with_clean_metrics_and_accumulated_time(shards, tmp_
     deadline, ckpt_step, last_line = time.time() + 300, 0, 0
     try:
         while time.time() < deadline and proc.poll() is None:
-            time.sleep(0.05)
+            time.sleep(0.02)
             try:
                 ckpt_step = checkpoint.load(cut / "last.pt")["state"]["step"]
                 last_line = max(r["step"] for r in read_metrics(cut / "metrics.jsonl", "train"))
             except Exception:
                 continue  # not written yet, or caught mid-rename
-            if ckpt_step >= 6 and last_line % 6 in (2, 3, 4):  # lines beyond the checkpoint, none due
+            if ckpt_step >= 6 and last_line % 6 in (1, 2):  # lines past the checkpoint, the next 4+ steps away
                 break
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
