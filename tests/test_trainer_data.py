@@ -17,7 +17,7 @@ import pytest
 from common.shards import (Block, LocalStorage, encode_array, encode_queries, eval_shard_name, graph_entry,
                            graph_names, pack_shard, queries_name, read_manifest, read_shard, shard_entries,
                            train_shard_name, write_manifest)
-from trainer import data
+from trainer import blocks, data
 from trainer.config import ConfigError, DataConfig
 
 
@@ -171,7 +171,7 @@ def _block_of(sizes, seed=0):
 
 def test_relabel_permutes_each_link_keeping_endpoints():
     block = _block_of([2, 3, 5, 9, 4])
-    out = data.relabel(block, np.random.default_rng(1))
+    out = blocks.relabel(block, np.random.default_rng(1))
     for i in range(len(block)):
         a = block.nodes[block.node_ptr[i]:block.node_ptr[i + 1]]
         b = out.nodes[out.node_ptr[i]:out.node_ptr[i + 1]]
@@ -186,7 +186,7 @@ def test_relabel_is_uniform_chi_square():
     rng = np.random.default_rng(7)
     draws = 6000
     for _ in range(draws):
-        out = data.relabel(block, rng)
+        out = blocks.relabel(block, rng)
         for i in range(2):
             counts[i][tuple(out.nodes[out.node_ptr[i] + 2:out.node_ptr[i + 1]])] += 1
     for c in counts:
@@ -198,28 +198,28 @@ def test_relabel_is_uniform_chi_square():
 def test_greedy_cuts_match_a_hand_computed_split():
     tokens = np.array([5, 5, 5, 12, 3, 3, 3, 3, 1], np.int64)
     # budget 10, cap 3: [5,5] | [5] (5+12 > 10) | [12] alone (over budget) | [3,3,3] (cap) | [3,1]
-    assert data._greedy_ends(tokens, 10, 3).tolist() == [2, 3, 4, 7, 9]
+    assert blocks._greedy_ends(tokens, 10, 3).tolist() == [2, 3, 4, 7, 9]
     block = _block_of([4, 4, 4, 12, 2, 2, 2, 2])  # tokens N + 2 = 6, 6, 6, 14, 4, 4, 4, 4; budget 12, cap 3
-    got = list(data.token_batches(iter([data.block_slice(block, 0, 3), data.block_slice(block, 3, 8)]), 12, 3))
+    got = list(blocks.token_batches(iter([blocks.block_slice(block, 0, 3), blocks.block_slice(block, 3, 8)]), 12, 3))
     assert [b.cid.tolist() for b in got] == [[0, 1], [2], [3], [4, 5, 6], [7]]  # carried over the block end
     assert all(np.array_equal(b.nodes, block.take(b.cid).nodes) for b in got)
 
 
 def test_shuffle_pool_is_byte_sized_complete_and_seeded():
-    blocks = [_block_of([4] * 10, seed=s) for s in range(6)]
-    for b, s in zip(blocks, range(6)):
+    src = [_block_of([4] * 10, seed=s) for s in range(6)]
+    for b, s in zip(src, range(6)):
         b.cid[:] = np.arange(10) + 10 * s
-    one = blocks[0].nbytes
+    one = src[0].nbytes
     for pool in (1, 2 * one, 100 * one):
-        out = list(data.shuffle_pool(iter(blocks), pool, np.random.default_rng(3)))
+        out = list(blocks.shuffle_pool(iter(src), pool, np.random.default_rng(3)))
         assert sorted(c for b in out for c in b.cid.tolist()) == list(range(60))  # each link exactly once
-        again = list(data.shuffle_pool(iter(blocks), pool, np.random.default_rng(3)))
+        again = list(blocks.shuffle_pool(iter(src), pool, np.random.default_rng(3)))
         assert [b.cid.tolist() for b in out] == [b.cid.tolist() for b in again]
         for b in out:  # node lists travel with their link
             assert all(b.nodes[b.node_ptr[i]] == b.src[i] for i in range(len(b)))
-    big = list(data.shuffle_pool(iter(blocks), 100 * one, np.random.default_rng(3)))
+    big = list(blocks.shuffle_pool(iter(src), 100 * one, np.random.default_rng(3)))
     assert len(big) == 1 and big[0].cid.tolist() != list(range(60))  # one pool: a full permutation
-    first = next(data.shuffle_pool(iter(blocks), 2 * one, np.random.default_rng(3)))
+    first = next(blocks.shuffle_pool(iter(src), 2 * one, np.random.default_rng(3)))
     assert len(first) == 10 and set(first.cid.tolist()) <= set(range(20))  # half of the first two blocks
 
 
@@ -417,11 +417,11 @@ def test_units_of_one_shard_are_read_in_one_pass(shard_set, monkeypatch):
     entry = [e for e in shard_set["shards"] if e["split"] == "valid"][:1]
     units = data.make_units(shard_set, entry, 4)  # 4 x 4 consumers / 1 shard -> 16 slices
     assert units[0].parts == 16
-    everything = [int(c) for b in data.read_blocks(units, 1000, 12) for c in b.cid]
+    everything = [int(c) for b in blocks.read_blocks(units, 1000, 12) for c in b.cid]
     opened = []
-    monkeypatch.setattr(data, "open_url", lambda url: opened.append(url) or open(url.removeprefix("file://"), "rb"))
+    monkeypatch.setattr(blocks, "open_url", lambda url: opened.append(url) or open(url.removeprefix("file://"), "rb"))
     mine = [units[0], units[2], units[5]]
-    got = [int(c) for b in data.read_blocks(mine, 1000, 12) for c in b.cid]
+    got = [int(c) for b in blocks.read_blocks(mine, 1000, 12) for c in b.cid]
     assert got == [c for i, c in enumerate(everything) if i % 16 in (0, 2, 5)] and len(opened) == 1
 
 
@@ -430,5 +430,5 @@ def test_shards_open_through_url_openers(shard_set, prefix):
     """Shard paths go through webdataset's gopen, so URL schemes (file://, pipe:, http(s), ...) read the same."""
     remote = {**shard_set, "root": prefix + shard_set["root"]}
     entries = [e for e in shard_set["shards"] if e["split"] == "valid"]
-    got = [int(c) for b in data.read_blocks(data.make_units(remote, entries, 1), 1000, 12) for c in b.cid]
+    got = [int(c) for b in blocks.read_blocks(data.make_units(remote, entries, 1), 1000, 12) for c in b.cid]
     assert sorted(got) == list(range(60))

@@ -7,6 +7,9 @@ per link):
       ─ decode block, check it, slice its unit (link i % parts) ─ byte-sized shuffle pool ─ greedy
       token-budget cuts ─ relabel (segmented permutation) ─ induce edges from the shipped graph ─ pack
 
+The block steps live in trainer/blocks.py, inducing and packing in trainer/packing.py (BatchPacker);
+this module plans epochs, splits the work and runs it in persistent DataLoader workers.
+
 Decisions, and why:
 - *Units.* A unit is a shard, or, when there are fewer than 4 shards per (rank, worker), one of P
   interleaved slices of a shard (link i goes to slice i mod P). So no worker ever sits empty, even
@@ -51,11 +54,10 @@ from typing import Callable, Iterator
 
 import numpy as np
 import torch
-import webdataset as wds
-from numba import njit
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from common.shards import Block, ShardError, check_block, iter_tar_blocks, load_graph, set_graph, shard_entries
+from common.shards import Block, ShardError, load_graph, set_graph, shard_entries
+from trainer.blocks import block_slice, open_url, read_blocks, relabel, shuffle_pool, token_batches  # noqa: F401
 from trainer.config import ConfigError
 
 log = logging.getLogger(__name__)
@@ -129,128 +131,6 @@ def split_by_node(units: list[Unit], rank: int, world_size: int, workers_per_ran
 def split_by_worker(units: list[Unit], worker: int, num_workers: int) -> list[Unit]:
     """Loader worker `worker`'s share of its rank's units (token-balanced again within the rank)."""
     return balance(units, max(1, num_workers))[worker]
-
-
-# ---------------------------------------------------------------------------- reading blocks
-def open_url(url: str):
-    """A binary stream for a shard: local paths and webdataset schemes (pipe:, http(s), gs, hf, ...) via
-    wds.gopen; anything else with a scheme (s3://, ...) via fsspec when it is installed."""
-    scheme = url.split("://", 1)[0] if "://" in url else ""
-    if scheme and scheme not in wds.gopen_schemes and scheme != "file":
-        try:
-            import fsspec
-        except ImportError:
-            raise ShardError(f"{url}: no opener for '{scheme}://' (install fsspec and its {scheme} backend)") from None
-        return fsspec.open(url, "rb").open()
-    try:
-        return wds.gopen(url.removeprefix("file://"), "rb")
-    except FileNotFoundError:
-        raise ShardError(f"{url}: shard file is missing; rerun preprocess to rebuild the set") from None
-
-
-def block_slice(block: Block, lo: int, hi: int) -> Block:
-    """Links lo..hi-1 of a block, as views (no copy of the node ids)."""
-    ptr = block.node_ptr[lo:hi + 1]
-    return Block(block.cid[lo:hi], block.src[lo:hi], block.dst[lo:hi], block.label[lo:hi], ptr - ptr[0],
-                 block.nodes[ptr[0]:ptr[-1]])
-
-
-def read_blocks(units: list[Unit], num_nodes: int, n_max: int) -> Iterator[Block]:
-    """The checked blocks of the given units, each cut to its units' links (i % parts in the parts held).
-    Several units of one shard (a reader holding 2 of its 4 slices) are read in one pass over it, at the
-    place of their first unit: decoding, not slicing, is what costs."""
-    held: dict[str, np.ndarray] = {}  # url -> which of its `parts` slices these units include
-    for u in units:
-        held.setdefault(u.url, np.zeros(u.parts, dtype=bool))[u.part] = True
-    for url, own in held.items():
-        parts, seen = len(own), 0  # seen: link index within the shard, for the i % parts slicing
-        f = open_url(url)
-        try:
-            for k, block in enumerate(iter_tar_blocks(f, url)):
-                check_block(block, num_nodes, n_max, f"{url}:{k:06d}.arrow")
-                n = len(block)
-                if not own.all():
-                    block = block.take(np.flatnonzero(own[(seen + np.arange(n)) % parts]))
-                seen += n
-                if len(block):
-                    yield block
-        finally:
-            f.close()
-
-
-def shuffle_pool(blocks: Iterator[Block], pool_bytes: int, rng: np.random.Generator) -> Iterator[Block]:
-    """Byte-sized shuffle: pool blocks until `pool_bytes`, emit a random half of the pooled links, keep
-    the other half; at the end, emit everything left in a random order."""
-    pool: list[Block] = []
-    size = 0
-    for b in blocks:
-        pool.append(b)
-        size += b.nbytes
-        if size < pool_bytes:
-            continue
-        cat = Block.concat(pool)
-        perm = rng.permutation(len(cat))
-        keep = len(cat) // 2
-        pool = [cat.take(perm[:keep])]
-        size = pool[0].nbytes
-        yield cat.take(perm[keep:])
-    if pool:
-        cat = Block.concat(pool)
-        if len(cat):
-            yield cat.take(rng.permutation(len(cat)))
-
-
-@njit(cache=True)
-def _greedy_ends(tokens, budget, cap):
-    """End index of every greedy batch: add links while sum(tokens) <= budget and count <= cap (a link
-    alone over the budget forms its own batch). The last batch may be incomplete."""
-    ends = np.empty(tokens.shape[0], dtype=np.int64)
-    k, total, count = 0, 0, 0
-    for i in range(tokens.shape[0]):
-        t = tokens[i]
-        if count > 0 and (total + t > budget or count >= cap):
-            ends[k] = i
-            k += 1
-            total, count = 0, 0
-        total += t
-        count += 1
-    ends[k] = tokens.shape[0]
-    return ends[:k + 1]
-
-
-def token_batches(blocks: Iterator[Block], token_budget: int, max_samples: int) -> Iterator[Block]:
-    """Greedy batches over a stream of blocks: sum(N_b + 2) <= token_budget and count <= max_samples;
-    the incomplete last batch of a block carries over to the next one."""
-    pending: Block | None = None
-    for b in blocks:
-        if pending is not None:
-            b = Block.concat([pending, b])
-        ends = _greedy_ends(b.sizes + 2, token_budget, max_samples)
-        lo = 0
-        for hi in ends[:-1]:
-            yield block_slice(b, lo, int(hi))
-            lo = int(hi)
-        pending = block_slice(b, lo, len(b))
-    if pending is not None and len(pending):
-        yield pending
-
-
-@njit(cache=True)
-def _shuffle_segments(node_ptr, nodes, keys):
-    """In place: Fisher-Yates over positions 2..N_b-1 of every segment, driven by uniform keys in [0, 1)."""
-    for b in range(node_ptr.shape[0] - 1):
-        lo = node_ptr[b] + 2
-        for i in range(node_ptr[b + 1] - 1, lo, -1):
-            j = lo + int(keys[i] * (i - lo + 1))
-            nodes[i], nodes[j] = nodes[j], nodes[i]
-
-
-def relabel(block: Block, rng: np.random.Generator) -> Block:
-    """Fresh uniform order of local ids 2..N-1 of every link (u = 0, v = 1 fixed): a segmented
-    permutation of the node ids. Edges are induced afterwards, so nothing else needs remapping."""
-    nodes = block.nodes.copy()
-    _shuffle_segments(np.ascontiguousarray(block.node_ptr, dtype=np.int64), nodes, rng.random(len(nodes)))
-    return Block(block.cid, block.src, block.dst, block.label, block.node_ptr, nodes)
 
 
 # ---------------------------------------------------------------------------- epoch plan
