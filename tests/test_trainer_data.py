@@ -379,8 +379,10 @@ def test_missing_shard_names_the_file(tmp_path):
         rank_batches(read_manifest(root), 0, 0, 1, cfg())
 
 
-def test_corrupt_block_names_shard_and_member(tmp_path):
-    """A block whose node ids leave the graph fails on first read, naming shard and member (issue 11)."""
+@pytest.mark.parametrize("workers", [0, 2])
+def test_corrupt_block_names_shard_and_member(tmp_path, workers):
+    """A block whose node ids leave the graph fails on first read with one line naming shard and member
+    (issue 11), also when a loader worker process hits it."""
     root = make_shard_set(tmp_path, shard_links=(16,), views=1, block=8)
     manifest = read_manifest(root)
     good = list(read_shard(root / "train-v000-00000.tar"))
@@ -388,8 +390,10 @@ def test_corrupt_block_names_shard_and_member(tmp_path):
     good[1].nodes[-1] = 10**6
     payload, _ = pack_shard(good)
     (root / "train-v000-00000.tar").write_bytes(payload)
-    with pytest.raises(data.ShardError, match=r"train-v000-00000.tar:000001.arrow.*outside"):
-        rank_batches(manifest, 0, 0, 1, cfg())
+    with pytest.raises(data.ShardError, match=r"train-v000-00000.tar:000001.arrow.*outside") as err:
+        rank_batches(manifest, 0, 0, 1, cfg(num_workers=workers))
+    assert "\n" not in str(err.value) and str(err.value).startswith(str(root))
+    data.close_loaders()
 
 
 def test_memory_budget_too_small_names_the_flag(shard_set):
