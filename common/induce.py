@@ -230,7 +230,7 @@ def _fill_bits(indptr, indices, bits):
 
 @njit(cache=True)
 def _bits_kernel(bits, node_ptr, nodes, out):
-    B, L = out.shape[0], out.shape[1]
+    B = out.shape[0]
     for b in range(B):
         lo = node_ptr[b]
         k = node_ptr[b + 1] - lo

@@ -18,7 +18,6 @@ report.md and ablations.png (test metric per variant; validation metric per epoc
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 from dataclasses import dataclass
@@ -28,7 +27,7 @@ from common.cli import add_debug_flag, one_line_errors, run_cli
 from common.presets import PRESETS, get_preset
 from pipelines import run as run_pipeline
 from pipelines.heuristics import write_json_atomic
-from pipelines.plots import read_metrics
+from pipelines.plots import read_metrics, save_figure
 from pipelines.report import aggregate, fmt
 
 log = logging.getLogger("pipelines.ablations")
@@ -223,11 +222,7 @@ def plot(results: list[dict], rows: list[dict], run_root: Path, path: Path, metr
         axes[2].errorbar([k for k, _ in pts], [m for _, (m, _) in pts], yerr=[s for _, (_, s) in pts],
                          marker="o", capsize=3)
         axes[2].set(xlabel="layers", ylabel=f"test {metric.upper()} (%)", title="Depth")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from pathlib import Path
 from common.cli import add_debug_flag, one_line_errors, run_cli
 from common.datasets import DatasetError, load_dataset
 from pipelines.heuristics import write_json_atomic
+from pipelines.plots import save_figure
 from pipelines.report import aggregate, fmt
 
 log = logging.getLogger("pipelines.gnn_baselines")
@@ -145,11 +146,7 @@ def plot(rows: list[dict], path: Path) -> Path:
             ax.errorbar([i], [mean], yerr=[std], fmt="rD", capsize=3, label="paper (HeaRT)" if j == 0 else None)
         ax.set(title=f"{key[0]} / {key[1]}", ylabel=f"test {metric.upper()} (%)")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------- entry point

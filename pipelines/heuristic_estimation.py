@@ -31,6 +31,7 @@ import numpy as np
 from common.cli import add_debug_flag, one_line_errors, run_cli
 from common.heuristic_targets import TARGETS, fit, full_graph, raw_scores, transform
 from pipelines.heuristics import write_json_atomic
+from pipelines.plots import save_figure
 from pipelines.report import mean_std
 
 log = logging.getLogger("pipelines.heuristic_estimation")
@@ -177,11 +178,7 @@ def plot(rows: list[dict], heuristics: list[str], path: Path) -> Path:
                         capsize=3, label=model_label(m))
         ax.set(title=h.upper(), xlabel="layers", ylabel="test RMSE")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------- entry point

@@ -27,6 +27,7 @@ from common.cli import add_debug_flag, one_line_errors, run_cli
 from common.presets import get_preset
 from pipelines import run as run_pipeline
 from pipelines.heuristics import score_split, write_json_atomic
+from pipelines.plots import save_figure
 from pipelines.report import mean_std
 
 log = logging.getLogger("pipelines.latent_space")
@@ -208,11 +209,7 @@ def plot(summary: dict, tables: list[str], models: list[str], path: Path) -> Pat
         ax.set_xticks(range(len(cols)), [f"s={s:g}, mu={mu:g}" for s, mu in cols], fontsize=8)
         ax.set(ylabel="test MRR (%)", title=f"{t}: measured (solid) vs paper (dotted)")
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
 
 
 # ---------------------------------------------------------------------------- entry point

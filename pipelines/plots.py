@@ -15,6 +15,18 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def save_figure(fig, path: Path) -> Path:
+    """Lay out, write (creating the folder) and close a matplotlib figure; returns the path."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
 def plot_runs(run_dirs: list[Path], out_dir: Path, metric: str = "mrr") -> list[Path]:
     """training_loss.png (loss per step, one line per run) and <metric>_per_epoch.png (valid and test)."""
     import matplotlib
@@ -33,10 +45,7 @@ def plot_runs(run_dirs: list[Path], out_dir: Path, metric: str = "mrr") -> list[
         ax.plot([r["step"] for r in train], [r["loss"] for r in train], label=name)
     ax.set(xlabel="optimiser step", ylabel="training loss (BCE)", title="Training loss")
     ax.legend()
-    fig.tight_layout()
-    written.append(out_dir / "training_loss.png")
-    fig.savefig(written[-1], dpi=120)
-    plt.close(fig)
+    written.append(save_figure(fig, out_dir / "training_loss.png"))
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, records in runs.items():
@@ -47,9 +56,6 @@ def plot_runs(run_dirs: list[Path], out_dir: Path, metric: str = "mrr") -> list[
                         markersize=3, label=f"{name} {split}")
     ax.set(xlabel="epoch", ylabel=f"{metric.upper()} (%)", title=f"{metric.upper()} per epoch")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    written.append(out_dir / f"{metric.replace('@', '')}_per_epoch.png")
-    fig.savefig(written[-1], dpi=120)
-    plt.close(fig)
+    written.append(save_figure(fig, out_dir / f"{metric.replace('@', '')}_per_epoch.png"))
     log.info("plots: %s", ", ".join(map(str, written)))
     return written
