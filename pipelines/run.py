@@ -15,8 +15,10 @@ import contextlib
 import io
 import json
 import logging
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from common.cli import add_debug_flag, one_line_errors, run_cli
@@ -49,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epochs", type=float, default=None, help="override the preset's epochs")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the embedded Ray (default: all)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--parallel-seeds", type=int, default=0,
+                   help="seeds trained at once on CPU, each its own process (default 0 = one per CPU core; "
+                        "GPU runs train seeds one after another)")
     p.add_argument("--data-dir", default=None, help="HeaRT-format folder (as preprocess --data-dir)")
     p.add_argument("--ogb-root", default=None, help="already-downloaded OGB root (as preprocess --ogb-root)")
     p.add_argument("--planetoid-dir", default=None, help="Planetoid raw files (cora; features of citeseer/cora)")
@@ -79,6 +84,8 @@ def validate_args(args) -> None:
         raise RunError(f"--epochs: must be positive, got {args.epochs}")
     if args.num_cpus is not None and args.num_cpus < 1:
         raise RunError(f"--num-cpus: must be a positive integer, got {args.num_cpus}")
+    if args.parallel_seeds < 0:
+        raise RunError(f"--parallel-seeds: must be >= 0 (0 = one per CPU core), got {args.parallel_seeds}")
     for arg in args.train_arg:
         if not arg.startswith("--"):
             raise RunError(f"--train-arg {arg!r}: expected a trainer flag such as --train-arg=--micro-batch=64")
@@ -189,6 +196,44 @@ def train_seed(args, preset_name: str, shards: str, protocol: str, seed: int, ru
     return run(config_from_args(flags))
 
 
+def cpu_seed_slots(args) -> int:
+    """How many seeds train at once: on CPU one process per core (each trainer takes one thread there,
+    trainer.setup.cpu_threads), which on the 2-core demo machine halves the wall time of 3 seeds; GPU
+    runs keep one seed at a time (a seed already fills the GPU, or torchrun spans several)."""
+    if cuda_devices() and args.device != "cpu":
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(len(args.seed_list), args.parallel_seeds or cores))
+
+
+def train_seeds_concurrently(args, preset_name: str, shards: str, protocol: str, runs: dict[int, Path],
+                             slots: int) -> dict[int, dict]:
+    """Each seed as its own `python -m trainer` process, `slots` at a time; results from summary.json.
+    Same flags, so the same result as training in this process (and --resume continues a killed seed)."""
+    pending, running, done = list(runs), {}, {}
+    logs = {seed: run_dir.parent / f"seed{seed}.log" for seed, run_dir in runs.items()}
+    while pending or running:
+        while pending and len(running) < slots:
+            seed = pending.pop(0)
+            flags = trainer_flags(args, preset_name, shards, protocol, seed, runs[seed]) + ["--no-progress"]
+            logs[seed].parent.mkdir(parents=True, exist_ok=True)
+            log.info("training seed %d in its own process (log: %s)", seed, logs[seed])
+            with open(logs[seed], "w") as f:
+                running[seed] = subprocess.Popen([sys.executable, "-m", "trainer", *flags], stdout=f, stderr=f)
+        time.sleep(0.5)
+        for seed, proc in list(running.items()):
+            if proc.poll() is None:
+                continue
+            del running[seed]
+            if proc.returncode != 0:
+                for other in running.values():
+                    other.terminate()
+                tail = logs[seed].read_text().strip().splitlines()[-1:] or ["(no output)"]
+                raise RunError(f"seed {seed}: the trainer failed ({tail[0]}); full log: {logs[seed]}")
+            done[seed] = json.loads((runs[seed] / "summary.json").read_text())
+    return done
+
+
 def result_record(dataset: str, protocol: str, preset: str, seed: int, summary: dict, features: bool) -> dict:
     model = "PENCIL" if features else "PENCIL w/o features"  # the paper's row names
     return {"dataset": dataset, "protocol": protocol, "model": model, "preset": preset, "seed": seed,
@@ -209,10 +254,12 @@ def run_protocol(args, dataset_obj, preset_name: str, protocol: str, out: Path) 
     preset_name = preset_for_protocol(preset_name, protocol)  # e.g. the paper's HeaRT config
     preset = get_preset(preset_name)
     shards = preprocess_shards(args, preset, [protocol])
+    runs = {seed: out / protocol / f"seed{seed}" for seed in args.seed_list}
+    slots = cpu_seed_slots(args)
+    concurrent = train_seeds_concurrently(args, preset_name, shards, protocol, runs, slots) if slots > 1 else {}
     results = []
-    for seed in args.seed_list:
-        run_dir = out / protocol / f"seed{seed}"
-        summary = train_seed(args, preset_name, shards, protocol, seed, run_dir)
+    for seed, run_dir in runs.items():
+        summary = concurrent.get(seed) or train_seed(args, preset_name, shards, protocol, seed, run_dir)
         record = result_record(dataset_obj.name, protocol, preset_name, seed, summary, args.features)
         write_json_atomic(run_dir / "result.json", record)
         results.append(record)

@@ -20,7 +20,12 @@ def pipeline_run(tmp_path_factory):
            "--train-arg=--max-steps=60", "--train-arg=--num-workers=0", "--train-arg=--no-progress"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
+    (tmp / "run.stderr").write_text(proc.stderr)
     return tmp, proc.stdout
+
+
+def proc_log(tmp) -> str:
+    return (tmp / "run.stderr").read_text()
 
 
 def test_pipeline_writes_results_table_and_plots(pipeline_run):
@@ -52,6 +57,13 @@ def test_pipeline_writes_results_table_and_plots(pipeline_run):
     assert "PENCIL w/o features (paper) | – | 47.51 ± 3.09" in stdout
     for png in ("training_loss.png", "mrr_per_epoch.png"):
         assert (out / "original" / png).read_bytes()[:4] == b"\x89PNG"
+    # On a CPU machine with 2+ cores the two seeds train at once, each in its own trainer process.
+    import os
+    import torch
+    if not torch.cuda.is_available() and len(os.sched_getaffinity(0)) >= 2:
+        for seed in (0, 1):
+            assert "training seed %d in its own process" % seed in proc_log(tmp)
+            assert (out / "original" / f"seed{seed}.log").exists()
 
 
 def test_rerun_reuses_shards_and_finished_runs(pipeline_run):
