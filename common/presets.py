@@ -69,10 +69,13 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     _paper("ogbl-citation2", "ogbl-citation2", "ogb", (1, 40), 512, 3, 65536, 1, train_percent=50.0),
     _paper("ogbl-ddi", "ogbl-ddi", "ogb", (1, 350), 512, 8, 4096, 8),
     # Small presets that train on 2 CPU cores in minutes.
-    # (2, 5) keeps the second hop (paths of length 3 between u and v) at N_max 62: on citeseer it beat
-    # (1, 20) by ~8 MRR points at ~1.6x the step time, and (2, 20) was ~8x slower per epoch on CPU.
-    Preset("citeseer-small", "citeseer", "original", (2, 5), hidden=128, layers=2, heads=4, ffn=256,
+    # citeseer-small's sampling was chosen on validation MRR only (mean of seeds 0-2, BENCHMARKS.md):
+    # (1, 20) 65.08, (1, 20) at hidden 256 / batch 128 64.53, (2, 5) 64.44; (2, 20) is ~8x slower per
+    # epoch on CPU and was not a candidate. The split's validation set cannot tell these apart (the
+    # spread is within one seed-to-seed std), so the pick follows the rule, not the test numbers.
+    Preset("citeseer-small", "citeseer", "original", (1, 20), hidden=128, layers=2, heads=4, ffn=256,
            effective_batch=64, epochs=12, lr=5e-4),
+    # Not re-selected on HeaRT validation (one seed only so far, BENCHMARKS.md); it keeps (2, 5).
     Preset("citeseer-heart-small", "citeseer", "heart", (2, 5), hidden=128, layers=2, heads=4, ffn=256,
            effective_batch=64, epochs=12, lr=5e-4),
     Preset("tiny", "citeseer", "original", (1, 5), hidden=32, layers=1, heads=2, ffn=64,
