@@ -131,7 +131,8 @@ def token_positions(batch: PackedBatch) -> torch.Tensor:
     """(T,) position of every token within its own sequence: context tokens 0..N_b-1 (= local id),
     then the two task tokens N_b, N_b + 1; what BERT's word position embeddings index."""
     seqlens = (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).long()
-    starts = torch.repeat_interleave(batch.cu_seqlens[:-1].long(), seqlens)
+    # output_size: no device-to-host sync to size the result
+    starts = torch.repeat_interleave(batch.cu_seqlens[:-1].long(), seqlens, output_size=batch.num_tokens)
     return torch.arange(batch.num_tokens, device=starts.device) - starts
 
 

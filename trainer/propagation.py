@@ -51,8 +51,9 @@ class Propagation:
             B, Lc, _ = batch.adj_dense.shape
             self.shape = (B, Lc)
             self.rows = _dense_rows(batch)  # (T,) where each token reads its result
-            self.ctx = torch.nonzero(batch.role == 0).squeeze(1)  # (Tc,) context tokens
-            self.ctx_rows = self.rows[self.ctx]  # (Tc,) their slots in the padded view
+            # Where each token writes Z into the padded view: context tokens their own slot, task tokens
+            # an extra row that is dropped (no nonzero(): it would stall the host on every forward).
+            self.write_rows = torch.where(batch.role == 0, self.rows, torch.full_like(self.rows, B * Lc))
             self.adj = batch.adj_dense
             self._adj: dict[torch.dtype, torch.Tensor] = {}
             deg = self.adj.sum(-1, dtype=torch.float32) + 1  # (B, Lc) 1 + |N(i)|, exact small integers
@@ -74,7 +75,8 @@ class Propagation:
     def __call__(self, z: torch.Tensor) -> torch.Tensor:  # (T, d) -> (T, d)
         if self.dense:
             B, Lc = self.shape
-            zc = z.new_zeros(B * Lc, z.shape[1]).index_copy(0, self.ctx_rows, z[self.ctx])  # padded context
+            # every real row has exactly one writer, so the sum is a copy; row B * Lc collects task tokens
+            zc = z.new_zeros(B * Lc + 1, z.shape[1]).index_add(0, self.write_rows, z)[:-1]  # padded context
             zc3 = zc.view(B, Lc, -1)
             agg = torch.baddbmm(zc3, self._adj_as(zc.dtype), zc3)  # (A + I) Z per sample
             agg = agg.reshape(B * Lc, -1)[self.rows]
