@@ -13,60 +13,30 @@ import logging
 
 import numpy as np
 
-from common.shards import (MANIFEST, Block, ShardError, ShardWriter, check_block, iter_tar_blocks, load_graph,
-                           load_queries, parse_manifest)
+from common.shards import MANIFEST, Block, ShardError, ShardWriter, check_block, iter_tar_blocks, parse_manifest
+from common.verify import set_problems
 
 log = logging.getLogger("preprocess.job")
 
 
 def verify_cached(storage, checksums: bool = True) -> bool:
     """True if every shard the manifest lists is there with its recorded size (and sha256 when
-    `checksums`); each bad one is named in a one-line warning and removed so a rerun samples it again."""
+    `checksums`), and the graphs and query files are whole (common.verify); each bad shard is named in
+    a one-line warning and removed so a rerun samples it again. Graphs and query files are small and
+    rewritten by any rerun: a bad one just means "rerun"."""
     try:
         manifest = parse_manifest(storage.read(MANIFEST).decode(errors="replace"), storage.path(MANIFEST), storage.url)
     except ShardError as err:
         log.warning("%s; rebuilding the set", err)
         return False
-    good = True
-    for rec in manifest.get("shards", []):
-        problem = _shard_problem(storage, rec, checksums)
-        if problem:
-            log.warning("%s: %s; sampling it again", storage.path(rec["name"]), problem)
-            storage.remove(rec["name"])
-            good = False
-    # The graph arrays and query files are small and rewritten by any rerun: a bad one just means "rerun".
-    for which in manifest.get("graphs") or {}:
-        try:
-            load_graph(manifest, which, verify=checksums)
-        except ShardError as err:
-            log.warning("%s; writing it again", str(err).split("; rerun preprocess")[0])
-            good = False
-    for entry in (manifest.get("eval") or {}).values():
-        try:
-            if checksums:  # loading citation2's queries reads ~0.7 GB: only on a full check
-                load_queries(storage.path(entry["queries"]))
-            elif storage.size(entry["queries"]) is None:
-                raise ShardError(f"{storage.path(entry['queries'])}: query file is missing")
-        except ShardError as err:
-            log.warning("%s; writing it again", str(err).split("; rerun preprocess")[0])
-            good = False
-    return good
-
-
-def _shard_problem(storage, rec: dict, checksums: bool) -> str | None:
-    size = storage.size(rec["name"])
-    if size is None:
-        return "missing"
-    if size != rec["bytes"]:
-        return f"size {size} bytes, the manifest says {rec['bytes']} (truncated or replaced)"
-    if checksums:
-        sha = hashlib.sha256()
-        with storage.open_read(rec["name"]) as f:
-            while chunk := f.read(1 << 20):
-                sha.update(chunk)
-        if sha.hexdigest() != rec["sha256"]:
-            return f"checksum mismatch (manifest {rec['sha256'][:12]}…, file {sha.hexdigest()[:12]}…)"
-    return None
+    problems = set_problems(manifest, checksums, storage)
+    for kind, where, problem in problems:
+        if kind == "shard":
+            log.warning("%s: %s; sampling it again", where, problem)
+            storage.remove(where.rsplit("/", 1)[-1])
+        else:
+            log.warning("%s; writing it again", problem if kind == "graph" else f"{where}: {problem}")
+    return not problems
 
 
 def shard_stats(storage, name: str, expect: dict | None = None) -> dict:

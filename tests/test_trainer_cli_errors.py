@@ -94,3 +94,22 @@ def test_more_nccl_ranks_than_gpus_is_refused_in_one_line(shards, tmp_path):
     # (torchrun's own launcher prints a ChildFailedError traceback after; the ranks print one line each)
     assert refusals and len(set(refusals)) == 1, res.stderr[-3000:]
     assert all(line.startswith("python -m trainer: error: --nproc-per-node") for line in refusals)
+
+
+def test_verify_checks_the_whole_set_up_front(shards, tmp_path):
+    import shutil
+    bad = tmp_path / "set"
+    shutil.copytree(shards, bad)
+    victim = sorted(bad.glob("train-*.tar"))[-1]  # a later shard: without --verify it is read only later
+    data = bytearray(victim.read_bytes())
+    data[700:708] = b"\x00" * 8  # same size, other bytes: only the checksum can tell
+    victim.write_bytes(bytes(data))
+    args = {"--shards": str(bad), "--preset": "tiny", "--out": str(tmp_path / "run"), "--device": "cpu",
+            "--max-steps": "1"}
+    res = trainer_cli(args, "--verify")
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode != 0 and len(lines) == 1, res.stderr
+    assert "--verify" in lines[0] and victim.name in lines[0] and "checksum mismatch" in lines[0], lines[0]
+    assert not (tmp_path / "run" / "last.pt").exists()
+    good = trainer_cli({**args, "--shards": str(shards), "--out": str(tmp_path / "ok")}, "--verify")
+    assert good.returncode == 0, good.stderr[-2000:]

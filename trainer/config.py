@@ -20,7 +20,8 @@ W0_INIT_FLAGS = {"orthogonal": "orthogonal", "gaussian": "gaussian", "low-rank":
 # Fields a resumed run may change without breaking "continue exactly where it stopped": they control
 # when the run stops, logs and saves, not the trajectory of parameters or data.
 RESUME_OVERRIDABLE = ("epochs", "max_steps", "eval_every", "checkpoint_every", "checkpoint_seconds", "log_every",
-                      "progress", "resume", "out", "device", "test_every_eval", "deterministic", "threads")
+                      "progress", "resume", "out", "device", "test_every_eval", "deterministic", "threads",
+                      "verify")
 # trainer.attention.BACKENDS, kept literal (config must not import torch); a test checks they agree.
 ATTENTION_BACKENDS = ("auto", "sdpa", "bucketed", "varlen", "flash_varlen", "flash_attn", "reference")
 
@@ -117,6 +118,7 @@ class TrainConfig:
     # run ends or stops: a 230 MB checkpoint after every 1.5 s epoch was most of the run. 0 = every epoch.
     checkpoint_seconds: float = 60.0
     test_every_eval: bool = False  # score test at every eval, not only when validation improves
+    verify: bool = False  # check every shard's sha256, the graphs and query files before training
     deterministic: bool = False  # torch.use_deterministic_algorithms (CUDA: bit-identical reruns, slower)
     threads: int = 0  # torch intra-op threads on CPU; 0 = half the cores per rank (see trainer.setup.cpu_threads)
     log_every: int = 10  # optimiser steps between train-metric lines
@@ -220,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="save last.pt at most once per this many seconds (and at the end); 0 = every epoch")
     d.add_argument("--test-every-eval", action="store_true",
                    help="score the test split at every evaluation (default: only when validation improves)")
+    d.add_argument("--verify", action="store_true",
+                   help="check the whole shard set against its manifest (sha256 of every shard, graphs, queries) "
+                        "before training")
     d.add_argument("--threads", type=int, default=0,
                    help="torch threads per rank on CPU (default 0: half the cores per rank, at least 1)")
     d.add_argument("--deterministic", action="store_true",
@@ -260,7 +265,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> TrainConfig:
         epochs=pick(args.epochs, preset.epochs), eval_every=pick(args.eval_every, preset.eval_every),
         eval_splits=tuple(s for s in args.eval_splits.split(",") if s), protocol=pick(args.protocol, preset.protocol),
         seed=args.seed, device=args.device, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,
-        checkpoint_seconds=args.checkpoint_seconds, test_every_eval=args.test_every_eval,
+        checkpoint_seconds=args.checkpoint_seconds, test_every_eval=args.test_every_eval, verify=args.verify,
         deterministic=args.deterministic, threads=args.threads, log_every=args.log_every,
         progress=not args.no_progress)
 

@@ -12,10 +12,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from common.shards import read_manifest
+from common.shards import ShardError, read_manifest
+from common.verify import set_problems
 from trainer import distributed
 from trainer.config import ConfigError, TrainConfig
 from trainer.evaluate import eval_entry
+
+log = logging.getLogger("trainer")
 
 
 def setup_logging(info: distributed.DistInfo) -> None:
@@ -63,6 +66,12 @@ def check_run(config: TrainConfig, manifest: dict | None = None) -> dict:
         if parent is not None and not parent.is_dir():
             raise ConfigError(f"--out: {parent} is a file, so {out} cannot be created; choose another folder")
     manifest = manifest or read_manifest(config.data.shards)
+    if config.verify:  # a bad set stops here, in one line, not at the epoch that reads the bad shard
+        if problems := set_problems(manifest):
+            kind, where, problem = problems[0]
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise ShardError(f"--verify: {where}: {problem}{more}; rerun preprocess with the same flags to repair the set")
+        log.info("--verify: %d shards, graphs and query files match the manifest", len(manifest.get("shards", [])))
     for split in config.eval_splits:
         try:
             eval_entry(manifest, split, config.protocol)
