@@ -64,7 +64,7 @@ class Inducer:
 
 # ---------------------------------------------------------------------------- kernels
 @njit(cache=True)
-def _grow(arr, needed):
+def grow(arr, needed):
     """Double `arr` until it holds `needed` items (amortised O(1) appends)."""
     if needed <= arr.shape[0]:
         return arr
@@ -74,6 +74,19 @@ def _grow(arr, needed):
     out = np.empty(size, dtype=arr.dtype)
     out[:arr.shape[0]] = arr
     return out
+
+
+@njit(cache=True)
+def _row_has(indices, start, deg, w):
+    """Is w in the sorted CSR row indices[start : start + deg]? (binary search)"""
+    a, z = start, start + deg
+    while a < z:
+        mid = (a + z) >> 1
+        if indices[mid] < w:
+            a = mid + 1
+        else:
+            z = mid
+    return a < start + deg and indices[a] == w
 
 
 @njit(cache=True)
@@ -104,24 +117,16 @@ def _edges_kernel(indptr, indices, node_ptr, nodes, mark):
             deg = indptr[nodes[lo + i] + 1] - start
             if deg > 8 * (k - i):
                 # Hub row: binary-search the few remaining context nodes instead of scanning the row.
-                edges = _grow(edges, 2 * (e + k))
+                edges = grow(edges, 2 * (e + k))
                 for j in range(i + 1, k):
                     if (self_loop and j == 1) or (i == 0 and j == 1):
                         continue
-                    w = nodes[lo + j]
-                    a, z = start, start + deg
-                    while a < z:
-                        mid = (a + z) >> 1
-                        if indices[mid] < w:
-                            a = mid + 1
-                        else:
-                            z = mid
-                    if a < start + deg and indices[a] == w:
+                    if _row_has(indices, start, deg, nodes[lo + j]):
                         edges[2 * e] = i
                         edges[2 * e + 1] = j
                         e += 1
             else:
-                edges = _grow(edges, 2 * (e + deg))
+                edges = grow(edges, 2 * (e + deg))
                 # Branch-free: "is this neighbour a later context node" is a coin flip the CPU cannot
                 # predict, so always store and advance the cursor by the comparison. Outsiders have
                 # mark -1 < i; for i == 0 the target edge (local 1) is excluded by requiring j > 1.
@@ -132,7 +137,7 @@ def _edges_kernel(indptr, indices, node_ptr, nodes, mark):
                     edges[2 * e + 1] = j
                     e += np.int64(j > low)
         if self_loop:  # mirror local 0's edges onto its copy at local 1
-            edges = _grow(edges, 2 * (2 * e - e0))
+            edges = grow(edges, 2 * (2 * e - e0))
             for q in range(e0, e):
                 if edges[2 * q] == 0:
                     edges[2 * e] = 1
@@ -159,15 +164,7 @@ def _dense_kernel(indptr, indices, node_ptr, nodes, mark, out):
             row = out[b, i]
             if deg > 8 * k:  # hub row: binary-search every context node
                 for j in range(k):
-                    w = nodes[lo + j]
-                    a, z = start, start + deg
-                    while a < z:
-                        mid = (a + z) >> 1
-                        if indices[mid] < w:
-                            a = mid + 1
-                        else:
-                            z = mid
-                    if a < start + deg and indices[a] == w:
+                    if _row_has(indices, start, deg, nodes[lo + j]):
                         row[j] = 1
             else:
                 for p in range(start, start + deg):

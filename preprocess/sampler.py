@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from common.induce import grow
 from common.presets import n_max as budget
 
 
@@ -115,19 +116,6 @@ def _randbelow(state, bound):
 
 
 @njit(cache=True)
-def _grow(arr, needed):
-    """Double `arr` until it holds `needed` items (amortised O(1) appends)."""
-    if needed <= arr.shape[0]:
-        return arr
-    size = arr.shape[0] * 2
-    while size < needed:
-        size *= 2
-    out = np.empty(size, dtype=arr.dtype)
-    out[:arr.shape[0]] = arr
-    return out
-
-
-@njit(cache=True)
 def _visit(w, ctx, k, mark, n_max):
     """Add node w to the context if new; returns the new context size."""
     if mark[w] < 0:
@@ -211,7 +199,7 @@ def _sample_kernel(indptr, indices, src, dst, d, n, n_max, seed, shuffle, mark, 
                 ctx[j] = tmp
             for i in range(2, k):
                 mark[ctx[i]] = i
-        nodes = _grow(nodes, nn + k)
+        nodes = grow(nodes, nn + k)
         for i in range(k):
             nodes[nn + i] = ctx[i]
             mark[ctx[i]] = -1
