@@ -314,6 +314,9 @@ def _execute(config: PreprocessConfig, graphs: dict, sets, plans, out: str) -> t
                 p = pending.pop(ref)
                 stats = ray.get(ref)
                 if stats.get("fatal"):
+                    # Let the tasks in flight end on their own (on a full disk they fail fast too) before
+                    # Ray shuts down: a worker killed mid-write prints to the user's terminal.
+                    ray.wait(list(pending), num_returns=len(pending), timeout=60)
                     raise OSError(*stats["fatal"])
                 if stats.get("note"):
                     with logging_redirect_tqdm():  # its own line, not appended to the progress bar

@@ -176,7 +176,9 @@ def test_full_disk_leaves_no_temp_files_and_one_line(graph_csv, tmp_path):
         subprocess.run(["umount", str(disk)], check=False)
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr and "Errno 28" not in proc.stderr, proc.stderr[-3000:]
-    (line,) = user_lines(proc.stderr)
+    lines = user_lines(proc.stderr)
+    assert len(lines) == 1, proc.stderr[-3000:]
+    (line,) = lines
     assert re.match(rf"python -m preprocess: error: {re.escape(str(disk))}/small/[0-9a-f]{{16}}/\S+: "
                     "no space left on device; free space or write somewhere else$", line), line
     assert leftovers == []
