@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,6 +39,7 @@ if __package__ in (None, ""):  # `python bench/loader.py` as well as `python -m 
 
 import numpy as np
 
+from bench.child import run_child
 from common.memory import peak_rss_mb
 
 DDI_NODES, DDI_EDGES = 4_267, 1_067_911
@@ -132,19 +132,6 @@ def measure_workers(shard_set: str, token_budget: int, epochs: int = 3, loader_m
             "prefetch": data.prefetch_depth(int(manifest["n_max"]), token_budget, cfg),
             "loader_memory_mb": loader_memory_mb, "worker_processes": len(peak["workers"]),
             "worker_peak_rss_mb": peak["rss"] / 2**20, "worker_peak_uss_mb": peak["uss"] / 2**20}
-
-
-def run_child(fn: str, *args) -> dict:
-    """`bench.loader.<fn>(*args)` in a fresh interpreter pinned to one core; its JSON result."""
-    code = (f"import json,sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r}); "
-            f"from bench.loader import {fn}; print(json.dumps({fn}(*{args!r})))")
-    cmd = [sys.executable, "-c", code]
-    if hasattr(os, "sched_getaffinity"):
-        cmd = ["taskset", "-c", str(max(os.sched_getaffinity(0)))] + cmd
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode != 0:
-        raise RuntimeError(f"{fn} failed: {res.stderr.strip()[-2000:]}")
-    return json.loads(res.stdout.strip().splitlines()[-1])
 
 
 def ddi_graph(seed: int = 0):
@@ -324,17 +311,17 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         sets.append(str(build_ddi_set(Path(args.work) / "ddi-shaped", links=args.ddi_links)))
         print(f"ddi-shaped set ready in {time.perf_counter() - t:.0f} s", file=sys.stderr)
-        rows = [run_child("measure_training_reads", s, args.seconds, args.token_budget) for s in sets]
+        rows = [run_child("bench.loader", "measure_training_reads", s, args.seconds, args.token_budget) for s in sets]
         print("### Training reads, one loader process (one core, CPU time)\n")
         print(table(rows, READ_COLS) + "\n")
     if "workers" in sections:
         # enough links that the 64 MB shuffle pool fills at ddi density (~5 KB per decoded link)
         big = str(build_ddi_set(Path(args.work) / "ddi-shaped-20k", links=20_000))
-        rows = [run_child("measure_workers", big, b) for b in (8192, 65536)]
+        rows = [run_child("bench.loader", "measure_workers", big, b) for b in (8192, 65536)]
         print("### Loader workers at ddi density (2 persistent workers, 3 epochs + valid evals)\n")
         print(table(rows, WORKER_COLS) + "\n")
     if "form" in sections:
-        rows = run_child("form_sweep")
+        rows = run_child("bench.loader", "form_sweep")
         print("### Graph part of a batch: sparse vs dense form (CPU, hidden 128, 2 layers, fwd + bwd)\n")
         print(table(rows, FORM_COLS) + "\n")
     return 0

@@ -25,8 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,9 +36,9 @@ if __package__ in (None, ""):
 
 import numpy as np
 
-from common.memory import peak_rss_mb
-
+from bench.child import run_child
 from common.graph import Graph
+from common.memory import peak_rss_mb
 from common.presets import get_preset
 
 GPU_TOKENS_PER_S = 1.85e6  # the paper's citeseer model's step on an H200 (issue 8)
@@ -125,19 +123,6 @@ def shard_task_child(graph_dir: str, out: str, d: int, n: int, block: int) -> di
             "peak_rss_mb": peak_rss_mb()}
 
 
-def run_child(fn: str, *args) -> dict:
-    """Call `bench.scale.<fn>(*args)` in a fresh interpreter pinned to one core; returns its JSON."""
-    code = (f"import json,sys; sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r}); "
-            f"from bench.scale import {fn}; print(json.dumps({fn}(*{args!r})))")
-    cmd = [sys.executable, "-c", code]
-    if hasattr(os, "sched_getaffinity"):
-        cmd = ["taskset", "-c", str(min(os.sched_getaffinity(0)))] + cmd
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    if res.returncode != 0:
-        raise RuntimeError(f"{fn} failed: {res.stderr.strip().splitlines()[-1] if res.stderr.strip() else res.returncode}")
-    return json.loads(res.stdout.strip().splitlines()[-1])
-
-
 def write_manifest_for(tmp: Path, shape: Shape, d: int, n: int, stats: dict) -> None:
     """Make the single-shard folder a readable v2 shard set, so the loader bench can read it."""
     from common.shards import graph_entry, open_storage, write_manifest
@@ -175,18 +160,12 @@ def ray_job_row(g: Graph, shape: Shape, d: int, n: int, links: int, out: str) ->
 def loader_row(shard_set: str, seconds: float) -> dict | None:
     """Training-read throughput of one loader process on the set, via bench.loader (when present)."""
     try:
-        return run_child("loader_child", shard_set, seconds)
+        return run_child("bench.loader", "measure_training_reads", shard_set, seconds)
     except RuntimeError as err:
         print(f"  loader measurement unavailable: {err}", file=sys.stderr)
         return None
 
 
-def loader_child(shard_set: str, seconds: float) -> dict:
-    from bench.loader import measure_training_reads
-    return measure_training_reads(shard_set, seconds=seconds)
-
-
-# ---------------------------------------------------------------------------- one dataset
 def measure(shape: Shape, scale: float, links: int, gamma: float, block: int, loader_seconds: float,
             ray_job: bool) -> dict:
     preset = get_preset(shape.name)
@@ -209,7 +188,7 @@ def measure(shape: Shape, scale: float, links: int, gamma: float, block: int, lo
         if ray_job:
             graph_desc.update(ray_job_row(g, shape, d, n, links, str(tmp / "ray")))
         del g
-        task = run_child("shard_task_child", str(tmp / "graph"), str(tmp / "set"), d, n, block)
+        task = run_child("bench.scale", "shard_task_child", str(tmp / "graph"), str(tmp / "set"), d, n, block)
         write_manifest_for(tmp, shape, d, n, task)
         loader = loader_row(str(tmp / "set"), loader_seconds)
     row = {"dataset": shape.name, "sampling": f"({d},{n})", "scale": scale, **graph_desc,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from common.presets import PRESETS, get_preset
 from pipelines import run as run_pipeline
 from pipelines.heuristics import write_json_atomic
 from pipelines.plots import read_metrics, save_figure
-from pipelines.report import aggregate, fmt
+from pipelines.report import aggregate, fmt, publish_results, table_json
 
 log = logging.getLogger("pipelines.ablations")
 SUITES = ("mr", "w0", "wpe", "depth")
@@ -257,12 +256,8 @@ def _main(argv: list[str] | None = None) -> int:
     rows, md = table(results, preset.dataset, suites)
     metric = results[0]["selection_metric"]
     png = plot(results, rows, out, out / "ablations.png", metric)
-    write_json_atomic(out / "results.json", {"preset": preset.name, "suites": suites, "runs": results, "table": [
-        {k: (list(v) if isinstance(v, tuple) else v) for k, v in r.items()} for r in rows],
-        "paper": PAPER_ABLATIONS.get(preset.dataset, {})})
-    (out / "report.md").write_text(md)
-    sys.stdout.write("\n" + md)
-    log.info("wrote %s, %s, %s", out / "results.json", out / "report.md", png)
+    publish_results(out, {"preset": preset.name, "suites": suites, "runs": results, "table": table_json(rows),
+                          "paper": PAPER_ABLATIONS.get(preset.dataset, {})}, md, png)
     return 0
 
 

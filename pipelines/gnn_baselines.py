@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from common.cli import add_debug_flag, one_line_errors, run_cli
 from common.datasets import DatasetError, load_dataset
 from pipelines.heuristics import write_json_atomic
 from pipelines.plots import save_figure
-from pipelines.report import aggregate, fmt
+from pipelines.report import aggregate, fmt, publish_results, table_json
 
 log = logging.getLogger("pipelines.gnn_baselines")
 MODELS = ("gcn", "sage", "gat")
@@ -194,12 +193,8 @@ def _main(argv: list[str] | None = None) -> int:
     notes = honesty_notes(rows, cfg.to_dict(), args.inputs)
     md = markdown(rows, notes)
     png = plot(rows, out / "gnn_baselines.png")
-    write_json_atomic(out / "results.json", {"preset": args.preset, "config": cfg.to_dict(), "runs": records,
-                                             "table": [{k: (list(v) if isinstance(v, tuple) else v) for k, v in r.items()}
-                                                       for r in rows], "notes": notes})
-    (out / "report.md").write_text(md)
-    sys.stdout.write("\n" + md)
-    log.info("wrote %s, %s, %s", out / "results.json", out / "report.md", png)
+    publish_results(out, {"preset": args.preset, "config": cfg.to_dict(), "runs": records, "table": table_json(rows),
+                          "notes": notes}, md, png)
     return 0
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -30,9 +29,8 @@ import numpy as np
 
 from common.cli import add_debug_flag, one_line_errors, run_cli
 from common.heuristic_targets import TARGETS, fit, full_graph, raw_scores, transform
-from pipelines.heuristics import write_json_atomic
 from pipelines.plots import save_figure
-from pipelines.report import mean_std
+from pipelines.report import mean_std, publish_results, table_json
 
 log = logging.getLogger("pipelines.heuristic_estimation")
 MODELS = ("gcn", "sage", "gat", "gcn-id", "sage-id", "gat-id")
@@ -228,11 +226,9 @@ def _main(argv: list[str] | None = None) -> int:
         rows.append({"heuristic": key[0], "model": key[1], "layers": key[2], "seeds": len(vals), "rmse": mean_std(vals)})
     md = markdown(rows, heuristics, depths, ds.name)
     png = plot(rows, heuristics, out / "heuristic_rmse.png")
-    write_json_atomic(out / "results.json", {"preset": args.preset, "spec": {**spec, "sampling": list(spec["sampling"])},
-                                             "runs": runs, "table": [{**r, "rmse": list(r["rmse"])} for r in rows]})
-    (out / "report.md").write_text(md)
-    sys.stdout.write("\n" + md)
-    log.info("wrote %s, %s, %s (%.0fs)", out / "results.json", out / "report.md", png, time.perf_counter() - t0)
+    publish_results(out, {"preset": args.preset, "spec": {**spec, "sampling": list(spec["sampling"])}, "runs": runs,
+                          "table": table_json(rows)}, md, png)
+    log.info("heuristic estimation took %.0f s", time.perf_counter() - t0)
     return 0
 
 

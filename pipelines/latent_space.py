@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from common.presets import get_preset
 from pipelines import run as run_pipeline
 from pipelines.heuristics import score_split, write_json_atomic
 from pipelines.plots import save_figure
-from pipelines.report import mean_std
+from pipelines.report import mean_std, publish_results
 
 log = logging.getLogger("pipelines.latent_space")
 MODELS = ("CN", "AA", "GCN", "GAT", "PENCIL")
@@ -257,14 +256,12 @@ def _main(argv: list[str] | None = None) -> int:
     summary = summarise(records)
     md = markdown(summary, tables, models, num_nodes)
     png = plot(summary, tables, models, out / "latent_space.png")
-    write_json_atomic(out / "results.json", {
+    payload = {
         "preset": args.preset, "num_nodes": num_nodes, "graph_seed": args.graph_seed, "seeds": seeds,
         "gnn": spec["gnn"], "pencil_preset": preset.to_dict(), "runs": records,
         "table": [{"setting": list(sm), "model": m, "mrr": list(v)} for sm, by in summary.items() for m, v in by.items()],
-        "paper": {t: {"settings": [list(x) for x in TABLES[t]], "mrr": PAPER[t]} for t in tables}})
-    (out / "report.md").write_text(md)
-    sys.stdout.write("\n" + md)
-    log.info("wrote %s, %s, %s", out / "results.json", out / "report.md", png)
+        "paper": {t: {"settings": [list(x) for x in TABLES[t]], "mrr": PAPER[t]} for t in tables}}
+    publish_results(out, payload, md, png)
     return 0
 
 

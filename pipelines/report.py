@@ -15,6 +15,7 @@ from pathlib import Path
 
 from common.cli import add_debug_flag, one_line_errors, run_cli
 from common.storage import LocalStorage
+from pipelines.heuristics import write_json_atomic
 from pipelines.paper_results import paper_reference
 
 log = logging.getLogger("pipelines.report")
@@ -87,6 +88,20 @@ def markdown(rows: list[dict], with_paper: bool = True) -> str:
                 cells += [fmt(mean, std) if m == metric else "–" for m in METRICS]
                 lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def table_json(rows: list[dict]) -> list[dict]:
+    """Table rows for JSON: (mean, std) tuples become lists."""
+    return [{k: (list(v) if isinstance(v, tuple) else v) for k, v in r.items()} for r in rows]
+
+
+def publish_results(out: Path, payload: dict, md: str, *also: Path) -> None:
+    """A recipe's outputs: results.json and report.md (each written atomically), the table on stdout,
+    and one log line naming what was written (`also`: figures and other files)."""
+    write_json_atomic(out / "results.json", payload)
+    LocalStorage(out).write_atomic("report.md", md.encode())  # never a half-written report
+    sys.stdout.write("\n" + md)
+    log.info("wrote %s", ", ".join(str(p) for p in (out / "results.json", out / "report.md", *also)))
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,11 +24,11 @@ from pathlib import Path
 from common.cli import add_debug_flag, one_line_errors, run_cli
 from common.datasets import load_dataset
 from common.presets import PRESETS, get_preset, preset_for_protocol
-from common.storage import LocalStorage, StorageError, is_remote, open_storage
+from common.storage import StorageError, is_remote, open_storage
 from pipelines import heuristics as heuristic_report
 from pipelines.plots import plot_runs
 from pipelines.heuristics import write_json_atomic
-from pipelines.report import METRICS, aggregate, fmt, markdown
+from pipelines.report import METRICS, aggregate, fmt, markdown, publish_results, table_json
 
 log = logging.getLogger("pipelines.run")
 
@@ -293,10 +293,7 @@ def _main(argv: list[str] | None = None) -> int:
         results += proto_results
         rows += aggregate(proto_results) + heuristic_rows(dataset_obj, protocol)
     table = markdown(rows)
-    write_json_atomic(out / "results.json", {"runs": results, "table": [
-        {k: (list(v) if isinstance(v, tuple) else v) for k, v in r.items()} for r in rows]})
-    LocalStorage(out).write_atomic("report.md", table.encode())  # never a half-written report
-    sys.stdout.write("\n" + table)
+    publish_results(out, {"runs": results, "table": table_json(rows)}, table)
     for r in rows:
         if r["model"].startswith("PENCIL"):
             log.info("%s/%s PENCIL test MRR %s over %d seed(s); results in %s", r["dataset"], r["protocol"],

@@ -5,7 +5,6 @@ the user sees (one line, exit status)."""
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import re
@@ -13,7 +12,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,18 +23,22 @@ LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
 
 
 # ---------------------------------------------------------------------------- helpers
-@pytest.fixture(scope="module")
-def graph_csv(tmp_path_factory) -> Path:
-    """A 300-node random graph (edge list): a few thousand links, seconds to sample."""
+def write_small_graph_csv(folder: Path) -> Path:
+    """A 300-node random graph as an edge list (folder/small.csv): a few thousand links, seconds to sample."""
     rng = np.random.default_rng(0)
     edges = set()
     while len(edges) < 1500:
         a, b = (int(x) for x in rng.integers(0, 300, 2))
         if a != b:
             edges.add((min(a, b), max(a, b)))
-    path = tmp_path_factory.mktemp("graph") / "small.csv"
+    path = folder / "small.csv"
     path.write_text("src,dst\n" + "\n".join(f"{a},{b}" for a, b in sorted(edges)) + "\n")
     return path
+
+
+@pytest.fixture(scope="module")
+def graph_csv(tmp_path_factory) -> Path:
+    return write_small_graph_csv(tmp_path_factory.mktemp("graph"))
 
 
 def preprocess_cmd(dataset: str | Path, out: Path, *extra: str) -> list[str]:

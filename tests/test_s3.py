@@ -76,15 +76,8 @@ BUCKET = "pencil-e2e"
 def small_graph(tmp_path_factory):
     """A 300-node random graph as an edge list: a few hundred links per split, seconds to sample."""
     from common.datasets import load_dataset
-    rng = np.random.default_rng(0)
-    edges = set()
-    while len(edges) < 1500:
-        a, b = (int(x) for x in rng.integers(0, 300, 2))
-        if a != b:
-            edges.add((min(a, b), max(a, b)))
-    path = tmp_path_factory.mktemp("graph") / "small.csv"
-    path.write_text("src,dst\n" + "\n".join(f"{a},{b}" for a, b in sorted(edges)) + "\n")
-    return load_dataset(str(path))
+    from tests.test_faults import write_small_graph_csv
+    return load_dataset(str(write_small_graph_csv(tmp_path_factory.mktemp("graph"))))
 
 
 @pytest.fixture(scope="module")
