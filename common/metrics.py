@@ -138,6 +138,27 @@ def evaluate(protocol: str, pos_scores, neg_scores) -> dict[str, float]:
     return out
 
 
+# ---------------------------------------------------------------------------- regression and selection
+# Selection metrics where smaller is better (heuristic estimation selects the lowest validation RMSE).
+SMALLER_IS_BETTER = ("rmse", "mae")
+
+
+def regression_metrics(pred, target) -> dict[str, float]:
+    """RMSE and MAE of predictions against targets (same shape, finite)."""
+    pred, target = _as_scores(pred, "pred"), _as_scores(target, "target")
+    if pred.shape != target.shape or pred.size == 0:
+        raise MetricsError(f"pred {pred.shape} and target {target.shape}: expected the same non-empty shape")
+    err = pred.astype(np.float64) - target.astype(np.float64)
+    return {"rmse": float(np.sqrt(np.mean(err ** 2))), "mae": float(np.mean(np.abs(err)))}
+
+
+def improves(metric: str, value: float, best: float | None) -> bool:
+    """Whether `value` beats `best` for selection (no finite best yet: anything does)."""
+    if best is None or not np.isfinite(best):
+        return True
+    return value < best if metric in SMALLER_IS_BETTER else value > best
+
+
 # ---------------------------------------------------------------------------- candidate dedup
 def unique_pairs(pairs) -> tuple[np.ndarray, np.ndarray]:
     """Distinct undirected pairs and how to scatter their scores back.

@@ -1,21 +1,21 @@
 """Pairwise heuristic estimation (paper Section "Estimating Pairwise Heuristics" and appendix "Pairwise
-Heuristic Estimation"), GNN side: RMSE by heuristic and depth for GCN, GAT, SAGE and their ID-GNN variants,
-each model seeing only the candidate's sampled subgraph.
+Heuristic Estimation"): RMSE by heuristic and depth for PENCIL and for GCN, GAT, SAGE and their ID-GNN
+variants, every model seeing only the candidate's sampled subgraph.
 
     python -m pipelines.heuristic_estimation --preset citeseer-small --seeds 0,1,2          # CPU size
     python -m pipelines.heuristic_estimation --preset cora --planetoid-dir ../shared/data/planetoid
 
-Task (as the paper): candidates are the training positives plus one uniform non-edge per positive; the
-valid / test candidates are the split's positives and its original-protocol negatives. Each candidate's
-target is its heuristic on the FULL graph (every split's positives), normalised by common.heuristic_targets
-with statistics fitted on the training candidates. Each candidate's (d, n) subgraph is sampled once on the
-training graph with this project's sampler (preprocess.sampler) and its induced edges recovered with
-common.induce, the target edge removed, exactly what PENCIL reads; GNN inputs are all ones (plus u / v
-markers for ID-GNN). Test RMSE at the best validation RMSE.
+One shard set per heuristic, from the project's own path: `preprocess --targets NAME` samples the usual
+candidates (training positives plus one uniform non-edge each, per view; the valid / test positives and
+their original-protocol negatives) and labels each with its heuristic on the FULL graph, normalised by
+common.heuristic_targets with statistics fitted on the training candidates (preprocess/targets.py).
+PENCIL trains on that set with the ordinary trainer (task = regression: MSE, lowest validation RMSE
+selects). The GNNs read the very same blocks: the same subgraphs (induced edges recovered with
+common.induce, target edge removed), the same targets; training view 0 only, all-ones inputs (plus u / v
+markers for ID-GNN). Test RMSE at the best validation RMSE for every model.
 
-PENCIL's rows need two hooks this recipe does not own: preprocess writing the normalised target as each
-link's `label`, and the trainer's evaluation reporting RMSE for task = regression (see the report notes).
-Writes OUT/heuristic_estimation/<preset>/: results.json, report.md, heuristic_rmse.png.
+Writes OUT/heuristic_estimation/<preset>/: pencil/<heuristic>/layers<k>/seed<s>/ (trainer runs),
+results.json, report.md, heuristic_rmse.png.
 """
 from __future__ import annotations
 
@@ -24,34 +24,44 @@ import logging
 import time
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
 from common.cli import add_debug_flag, one_line_errors, run_cli
-from common.heuristic_targets import TARGETS, fit, full_graph, raw_scores, transform
+from common.heuristic_targets import TARGETS
 from pipelines.plots import save_figure
 from pipelines.report import mean_std, publish_results, table_json
 
 log = logging.getLogger("pipelines.heuristic_estimation")
-MODELS = ("gcn", "sage", "gat", "gcn-id", "sage-id", "gat-id")
-LABEL = {"gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT"}
+MODELS = ("pencil", "gcn", "sage", "gat", "gcn-id", "sage-id", "gat-id")
+LABEL = {"pencil": "PENCIL", "gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT"}
 
-# Paper (Table "Hyperparameter configurations ... pairwise heuristic estimation"): (2, 20), GNN hidden 512,
-# batch 2048, lr 2e-4, weight decay 0.01; 200 epochs (700 for Katz and SPD). CPU size: smaller everything.
+# Paper (Table "Hyperparameter configurations ... pairwise heuristic estimation"): (2, 20); GNN hidden 512;
+# PENCIL hidden 256, FFN 512, 4 heads; batch 2048, lr 2e-4, weight decay 0.01; 200 epochs (700 for Katz and
+# SPD). `pencil` names the trainer preset whose remaining defaults apply (dropout, eval cadence) and the
+# flags that make it the paper's estimation model. CPU size: smaller everything, chosen for time only.
+_PAPER_GNN = dict(hidden=512, epochs=200, lr=2e-4, weight_decay=0.01, batch_size=2048, eval_every=10, dropout=0.0,
+                  heads=4)
+_PAPER_PENCIL = dict(hidden=256, ffn=512, heads=4, lr=2e-4, weight_decay=0.01, effective_batch=2048, eval_every=10)
 HE_PRESETS = {
     "cora": dict(dataset="cora", sampling=(2, 20), depths=(1, 2, 3, 4), heuristics=TARGETS, models=MODELS,
-                 gnn=dict(hidden=512, epochs=200, lr=2e-4, weight_decay=0.01, batch_size=2048, eval_every=10,
-                          dropout=0.0, heads=4), long_epochs=700),
+                 gnn=_PAPER_GNN, pencil=dict(preset="cora", **_PAPER_PENCIL), long_epochs=700, views=20),
     "citeseer": dict(dataset="citeseer", sampling=(2, 20), depths=(1, 2, 3, 4), heuristics=TARGETS, models=MODELS,
-                     gnn=dict(hidden=512, epochs=200, lr=2e-4, weight_decay=0.01, batch_size=2048, eval_every=10,
-                              dropout=0.0, heads=4), long_epochs=700),
+                     gnn=_PAPER_GNN, pencil=dict(preset="citeseer", **_PAPER_PENCIL), long_epochs=700, views=20),
     "citeseer-small": dict(dataset="citeseer", sampling=(2, 5), depths=(1, 2, 3), heuristics=("cn", "spd", "pr"),
-                           models=("gcn", "gcn-id"),
+                           models=("pencil", "gcn", "gcn-id"),
                            gnn=dict(hidden=64, epochs=10, lr=2e-3, weight_decay=0.01, batch_size=256, eval_every=2,
-                                    dropout=0.0, heads=2), long_epochs=10),
-    "tiny": dict(dataset="citeseer", sampling=(1, 5), depths=(1, 2), heuristics=("cn", "spd"), models=("gcn", "gcn-id"),
+                                    dropout=0.0, heads=2),
+                           pencil=dict(preset="citeseer-small", hidden=64, ffn=128, heads=2, lr=1e-3, weight_decay=0.01,
+                                       effective_batch=256, eval_every=2),
+                           long_epochs=10, views=10),
+    "tiny": dict(dataset="citeseer", sampling=(1, 5), depths=(1, 2), heuristics=("cn", "spd"), models=("pencil", "gcn-id"),
                  gnn=dict(hidden=16, epochs=1, lr=1e-3, weight_decay=0.0, batch_size=512, eval_every=1, dropout=0.0,
-                          heads=2), long_epochs=1),
+                          heads=2),
+                 pencil=dict(preset="tiny", hidden=16, ffn=32, heads=2, lr=1e-3, weight_decay=0.0, effective_batch=512,
+                             eval_every=1),
+                 long_epochs=1, views=1),
 }
 
 
@@ -68,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", default="0,1,2", help="training seeds (default 0,1,2)")
     p.add_argument("--epochs", type=int, default=None, help="override the preset's epochs (all heuristics)")
     p.add_argument("--out", default="results", help="results root; this writes OUT/heuristic_estimation/<preset>/")
+    p.add_argument("--shards", default="shards", help="shard root: one set per heuristic (preprocess --targets)")
+    p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the embedded Ray (default: all)")
     p.add_argument("--device", default=None, choices=("cpu", "cuda"), help="default: cuda when available")
     p.add_argument("--planetoid-dir", default=None, help="Planetoid raw files (cora)")
     add_debug_flag(p)
@@ -89,40 +101,38 @@ def _list(text: str | None, default, flag: str, allowed=None, cast=str, minimum:
 
 
 # ---------------------------------------------------------------------------- data
-def candidates(ds, seed: int) -> dict[str, np.ndarray]:
-    """{split: (M, 2) pairs}: train = positives + one uniform non-edge each; valid / test = pos + negatives."""
-    from common.datasets.edgelist import sample_non_edges
+def target_shards(args, spec: dict, heuristic: str) -> str:
+    """The shard set of one heuristic (built, or found in the cache): links labelled with its targets."""
+    import ray
 
-    pos = ds.graph.edge_array()
-    neg = sample_non_edges(ds.graph, len(pos), np.random.default_rng([seed, 7]), what="training negatives")
-    out = {"train": np.concatenate([pos, neg])}
-    for split in ("valid", "test"):
-        sp = ds.splits[split]
-        out[split] = np.concatenate([sp.pos, sp.negatives("original").reshape(-1, 2)])
-    return out
+    from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
+    from preprocess.job import run_job
+
+    cfg = PreprocessConfig(dataset=spec["dataset"], sampling=SamplingConfig(*spec["sampling"]),
+                           candidates=CandidateConfig(views=spec["views"], protocols=("original",)),
+                           targets=heuristic, out=args.shards, planetoid_dir=args.planetoid_dir, num_cpus=args.num_cpus)
+    result = run_job(cfg)
+    if ray.is_initialized():
+        ray.shutdown()  # free the embedded Ray's CPUs before training
+    return result.location or str(result.path)
 
 
-def subgraphs(ds, pairs: dict, sampling: tuple[int, int], seed: int) -> dict:
-    """{split: (node_ptr, edge_ptr, edges)} of every candidate, sampled on the training graph."""
+def shard_subgraphs(manifest: dict, split: str) -> tuple[tuple, np.ndarray]:
+    """((node_ptr, edge_ptr, edges), targets) of every link of a split (training: view 0), read from the
+    shards with the edges recovered on the graph they were sampled on (target edge removed)."""
     from common.induce import Inducer
-    from preprocess.sampler import derive_seed, sample_subgraphs
+    from common.shards import Block, iter_tar_blocks, load_graph, set_graph, shard_entries
+    from trainer.blocks import open_url
 
-    g = ds.graph
-    inducer = Inducer(g.indptr, g.indices)
-    out = {}
-    for split, p in pairs.items():
-        sub = sample_subgraphs(g.indptr, g.indices, p[:, 0], p[:, 1], *sampling, derive_seed(seed, split))
-        edge_ptr, edges = inducer.edges(sub.node_ptr, sub.nodes)
-        out[split] = (sub.node_ptr, edge_ptr, edges)
-    return out
-
-
-def targets(ds, pairs: dict, name: str) -> tuple[dict, dict]:
-    """Normalised targets per split (full graph, statistics fitted on the training candidates)."""
-    full = full_graph(ds.num_nodes, *(ds.splits[s].pos for s in ("train", "valid", "test")))
-    raw = {split: raw_scores(name, full, p) for split, p in pairs.items()}
-    stats = fit(name, raw["train"], full if name == "spd" else None)
-    return {split: transform(stats, r) for split, r in raw.items()}, stats.to_dict()
+    entries = shard_entries(manifest, split, **({"view": 0} if split == "train" else {"protocol": "original"}))
+    blocks = []
+    for e in entries:
+        url = f"{manifest['root']}/{e['name']}"
+        with open_url(url) as f:
+            blocks += list(iter_tar_blocks(f, url))
+    block = Block.concat(blocks)
+    edge_ptr, edges = Inducer(*load_graph(manifest, set_graph(manifest, split))).edges(block.node_ptr, block.nodes)
+    return (block.node_ptr, edge_ptr, edges), block.label
 
 
 def batches(sub: tuple, target: np.ndarray, batch_size: int, device) -> list:
@@ -135,6 +145,47 @@ def batches(sub: tuple, target: np.ndarray, batch_size: int, device) -> list:
         out.append(subgraph_batch(node_ptr[s:e + 1], edge_ptr[s:e + 1] - edge_ptr[s],
                                   edges[edge_ptr[s]:edge_ptr[e]], target[s:e], device))
     return out
+
+
+# ---------------------------------------------------------------------------- runs
+def gnn_runs(spec: dict, models: list[str], depths: list[int], seeds: list[int], manifest: dict, epochs: int,
+             device) -> list[dict]:
+    from trainer.gnn import GNNConfig, fit_regression
+
+    subs = {split: shard_subgraphs(manifest, split) for split in ("train", "valid", "test")}
+    data = {split: batches(sub, tgt, spec["gnn"]["batch_size"], device) for split, (sub, tgt) in subs.items()}
+    runs = []
+    for model in models:
+        base, _, idv = model.partition("-")
+        for layers in depths:
+            cfg = replace(GNNConfig(encoder=base, layers=layers, **spec["gnn"]), epochs=epochs)
+            for seed in seeds:
+                r = fit_regression(cfg, bool(idv), data["train"], data["valid"], data["test"], seed)
+                runs.append({"model": model, "layers": layers, "seed": seed, **r})
+    return runs
+
+
+def pencil_runs(args, spec: dict, depths: list[int], seeds: list[int], shards: str, epochs: int, out: Path) -> list[dict]:
+    """PENCIL through the ordinary trainer, seeds as concurrent processes on CPU (pipelines.run's helper)."""
+    from pipelines import run as run_pipeline
+
+    pen = dict(spec["pencil"])
+    preset = pen.pop("preset")
+    train_args = [f"--{k.replace('_', '-')}={v}" for k, v in pen.items()]
+    runs = []
+    for layers in depths:
+        targs = SimpleNamespace(device=args.device or "auto", epochs=epochs, seed_list=seeds, parallel_seeds=None,
+                                train_arg=[*train_args, f"--layers={layers}"])
+        dirs = {seed: out / f"layers{layers}" / f"seed{seed}" for seed in seeds}
+        slots = run_pipeline.cpu_seed_slots(targs)
+        summaries = (run_pipeline.train_seeds_concurrently(targs, preset, shards, "original", dirs, slots) if slots > 1
+                     else {s: run_pipeline.train_seed(targs, preset, shards, "original", s, d) for s, d in dirs.items()})
+        for seed in seeds:
+            sm = summaries[seed]
+            runs.append({"model": "pencil", "layers": layers, "seed": seed, "best_epoch": sm["best_epoch"],
+                         "valid_rmse": sm["valid"]["rmse"], "test_rmse": sm["test"]["rmse"],
+                         "num_parameters": sm["num_parameters"], "run_dir": str(dirs[seed])})
+    return runs
 
 
 # ---------------------------------------------------------------------------- report
@@ -158,8 +209,8 @@ def markdown(rows: list[dict], heuristics: list[str], depths: list[int], dataset
         lines.append("")
     lines += ["The paper shows these as figures only (no digits): ID-GNNs cut local-heuristic error within two layers;",
               "depth helps Katz / SPD; PageRank stays hard for MPNNs; PENCIL is below every GNN at every depth.",
-              "PENCIL rows are not produced here: they need preprocess to write the normalised target as each link's",
-              "label and the trainer to report RMSE for task = regression (hooks owned by the data-path modules)."]
+              "Every model reads the same shard set per heuristic (same subgraphs, same normalised targets); the GNNs",
+              "train on view 0 only, PENCIL on one view per epoch (as its link-prediction runs)."]
     return "\n".join(lines) + "\n"
 
 
@@ -187,8 +238,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None = None) -> int:
     import torch
 
-    from common.datasets import load_dataset
-    from trainer.gnn import GNNConfig, fit_regression
+    from common.shards import read_manifest
 
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -200,31 +250,27 @@ def _main(argv: list[str] | None = None) -> int:
     depths = _list(args.depths, spec["depths"], "depths", cast=int, minimum=1)
     seeds = _list(args.seeds, [0], "seeds", cast=int)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    ds = load_dataset(spec["dataset"], planetoid_dir=args.planetoid_dir)
     out = Path(args.out) / "heuristic_estimation" / args.preset
     t0 = time.perf_counter()
-    pairs = candidates(ds, seed=0)  # one candidate set and one set of subgraphs for every model and seed
-    subs = subgraphs(ds, pairs, spec["sampling"], seed=0)
-    log.info("%s: %s candidates, sampled in %.1fs", ds.name, {k: len(v) for k, v in pairs.items()}, time.perf_counter() - t0)
     runs = []
     for h in heuristics:
-        tgt, stats = targets(ds, pairs, h)
-        data = {split: batches(subs[split], tgt[split], spec["gnn"]["batch_size"], device) for split in pairs}
+        shards = target_shards(args, spec, h)
+        manifest = read_manifest(shards)
+        stats = manifest["targets"]
         epochs = args.epochs or (spec["long_epochs"] if h in ("katz", "spd") else spec["gnn"]["epochs"])
-        for model in models:
-            base, _, idv = model.partition("-")
-            for layers in depths:
-                cfg = replace(GNNConfig(encoder=base, layers=layers, **spec["gnn"]), epochs=epochs)
-                for seed in seeds:
-                    r = fit_regression(cfg, bool(idv), data["train"], data["valid"], data["test"], seed)
-                    runs.append({"heuristic": h, "model": model, "layers": layers, "seed": seed, "stats": stats, **r})
-                    log.info("%s %s %d layer(s) seed %d: test RMSE %.4f (best epoch %s)", h, model_label(model),
-                             layers, seed, r["test_rmse"], r["best_epoch"])
+        gnns = [m for m in models if m != "pencil"]
+        got = gnn_runs(spec, gnns, depths, seeds, manifest, epochs, device) if gnns else []
+        if "pencil" in models:
+            got += pencil_runs(args, spec, depths, seeds, shards, epochs, out / "pencil" / h)
+        for r in got:
+            runs.append({"heuristic": h, **r, "stats": stats})
+            log.info("%s %s %d layer(s) seed %d: test RMSE %.4f (best epoch %s)", h, model_label(r["model"]),
+                     r["layers"], r["seed"], r["test_rmse"], r["best_epoch"])
     rows = []
     for key in dict.fromkeys((r["heuristic"], r["model"], r["layers"]) for r in runs):
         vals = [r["test_rmse"] for r in runs if (r["heuristic"], r["model"], r["layers"]) == key]
         rows.append({"heuristic": key[0], "model": key[1], "layers": key[2], "seeds": len(vals), "rmse": mean_std(vals)})
-    md = markdown(rows, heuristics, depths, ds.name)
+    md = markdown(rows, heuristics, depths, spec["dataset"])
     png = plot(rows, heuristics, out / "heuristic_rmse.png")
     publish_results(out, {"preset": args.preset, "spec": {**spec, "sampling": list(spec["sampling"])}, "runs": runs,
                           "table": table_json(rows)}, md, png)

@@ -44,6 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ogb-root", default=None, help="folder holding an already-downloaded OGB dataset")
     p.add_argument("--planetoid-dir", default=None, help="folder with the Planetoid raw files (ind.<name>.*)")
     p.add_argument("--features", action="store_true", help="load node features (part of the cache key)")
+    p.add_argument("--targets", default=None, metavar="HEURISTIC",
+                   help="heuristic estimation: label every link with its normalised cn, aa, ra, katz, spd or pr "
+                        "on the full graph (a regression set; part of the cache key)")
     p.add_argument("--force", action="store_true", help="rebuild even if a complete shard set exists")
     p.add_argument("--no-verify", action="store_true",
                    help="on a cache hit check shard sizes only, not their sha256 (for huge sets)")
@@ -65,6 +68,7 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
     return PreprocessConfig(
         dataset=args.dataset, sampling=sampling, candidates=candidates, out=args.out, seed=args.seed,
         data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir, features=args.features,
+        targets=args.targets,
         num_cpus=args.num_cpus, links_per_shard=args.links_per_shard, links_per_block=args.block_size,
         shard_mb=args.shard_mb, worker_memory_mb=args.worker_memory_mb, force=args.force)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from common.heuristic_targets import TARGETS as HEURISTIC_TARGETS
 from common.presets import n_max as _n_max
 
 SPLIT_NAMES = ("train", "valid", "test")
@@ -90,6 +91,7 @@ class PreprocessConfig:
     ogb_root: str | None = None
     planetoid_dir: str | None = None
     features: bool = False
+    targets: str | None = None  # heuristic-estimation labels (preprocess/targets.py); None = link labels 1 / 0
     num_cpus: int | None = None  # embedded Ray only; ignored when attaching to a cluster
     links_per_shard: int = 8192
     links_per_block: int = 256
@@ -115,6 +117,8 @@ class PreprocessConfig:
             raise ConfigError(f"--shard-mb: must be > 0, got {self.shard_mb!r}")
         if not isinstance(self.worker_memory_mb, int) or self.worker_memory_mb < 1:
             raise ConfigError(f"--worker-memory-mb: must be a positive integer, got {self.worker_memory_mb!r}")
+        if self.targets is not None and self.targets not in HEURISTIC_TARGETS:
+            raise ConfigError(f"--targets: unknown heuristic '{self.targets}'; choose one of {', '.join(HEURISTIC_TARGETS)}")
 
     def shard_links(self, num_nodes: int) -> int:
         """Links per shard: --links-per-shard, cut so that a shard's worst case (every link at N_max
@@ -134,6 +138,8 @@ class PreprocessConfig:
             "sampling": [self.sampling.d, self.sampling.n], "candidates": cand, "seed": self.seed,
             "links_per_shard": self.links_per_shard, "links_per_block": self.links_per_block,
             "shard_mb": float(self.shard_mb), "sampler": SAMPLER_VERSION,
+            # only when set, so link-prediction sets keep the keys (and caches) they always had
+            **({"targets": self.targets} if self.targets else {}),
         }
 
     def to_dict(self) -> dict:

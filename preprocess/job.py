@@ -38,6 +38,7 @@ from preprocess.candidates import (Candidates, check_view_size, protocol_candida
 from preprocess.config import ConfigError, PreprocessConfig
 from preprocess.integrity import shard_stats, verify_cached  # noqa: F401  (shard_stats: public re-export)
 from preprocess.sampler import Scratch, derive_seed, sample_subgraphs
+from preprocess.targets import label_with_targets, regression_eval_info
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +205,9 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobR
         storage.remove(MANIFEST)  # a killed forced run must not look complete
 
     sets = candidate_sets(config, dataset, protocols)
+    targets = None
+    if config.targets:  # heuristic estimation: labels become the normalised heuristic of each pair
+        sets, targets = label_with_targets(config.targets, dataset, sets)
     graphs = {k: dataset.graph_for("test" if k == "test" else "train") for k in sorted({cs.graph for cs in sets})}
     check_worker_memory(config, graphs)
     storage.cleanup_tmp()  # temporary files of a killed earlier run
@@ -211,6 +215,7 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobR
     log.info("%s: %d candidate sets, %d links in %d shards -> %s (shards finished by an earlier run are kept)",
              dataset.name, len(sets), sum(len(cs.cands) for cs in sets), len(plans), out)
     eval_info = _write_queries(storage, dataset, sets)
+    eval_info = regression_eval_info(eval_info) if targets else eval_info
     features = _write_features(storage, config, dataset)
     graph_info = _write_graphs(storage, graphs)
     try:
@@ -221,8 +226,8 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobR
         raise
     summary["seconds"] = round(time.perf_counter() - t0, 3)
     summary["worker_memory_mb"] = config.worker_memory_mb
-    write_manifest(storage, _manifest(config, dataset, fingerprint, key, protocols, sets, records, eval_info,
-                                        features, graph_info))
+    write_manifest(storage, {**_manifest(config, dataset, fingerprint, key, protocols, sets, records, eval_info,
+                                         features, graph_info), "targets": targets})
     _log_summary(summary, out)
     return JobResult(Path(out), cached=False, summary=summary, location=out)
 

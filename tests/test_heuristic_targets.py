@@ -4,6 +4,7 @@ Graph G: path 0-1-2-3, a separate edge 4-5, isolated node 6.
     degrees 1 2 2 1 | 1 1 | 0;  component diameters 3 and 1 -> d_max = 3.
 """
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -150,36 +151,46 @@ def test_subgraph_batch_offsets_and_query_markers():
     assert reg(b).shape == (3,) and torch.isfinite(reg(b)).all()
 
 
-def test_estimation_candidates_and_subgraphs():
-    from common.datasets import load_dataset
-    from pipelines.heuristic_estimation import candidates, subgraphs
+def test_estimation_reads_the_same_subgraphs_and_targets_as_pencil(tmp_path):
+    """The GNN side's inputs come from the --targets shard set PENCIL trains on: same links, same node
+    sets, edges induced on the shipped graph without the target edge, labels = the set's targets."""
+    from types import SimpleNamespace
 
-    ds = load_dataset("citeseer")
-    pairs = candidates(ds, seed=0)
-    pos = ds.graph.edge_array()
-    assert len(pairs["train"]) == 2 * len(pos)  # one negative per positive
-    assert not ds.graph.has_edge(pairs["train"][len(pos):, 0], pairs["train"][len(pos):, 1]).any()
-    assert len(pairs["test"]) == len(ds.splits["test"].pos) + len(ds.splits["test"].neg["original"])
-    node_ptr, edge_ptr, edges = subgraphs(ds, {"test": pairs["test"][:50]}, (1, 5), seed=0)["test"]
+    from common.shards import read_manifest, read_shard, shard_entries
+    from pipelines.heuristic_estimation import HE_PRESETS, shard_subgraphs, target_shards
+
+    args = SimpleNamespace(shards=str(tmp_path), planetoid_dir=None, num_cpus=2)
+    manifest = read_manifest(target_shards(args, HE_PRESETS["tiny"], "cn"))
+    (node_ptr, edge_ptr, edges), target = shard_subgraphs(manifest, "test")
+    blocks = [b for e in shard_entries(manifest, "test", "original") for b in read_shard(f"{manifest['root']}/{e['name']}")]
+    assert np.array_equal(target, np.concatenate([b.label for b in blocks]))
+    assert len(target) == manifest["eval"]["test/original"]["candidates"]
     sizes = np.diff(node_ptr)
-    assert len(sizes) == 50 and sizes.min() >= 2 and sizes.max() <= 12  # N_max of (1, 5)
-    owner = np.repeat(np.arange(50), np.diff(edge_ptr))
+    assert sizes.min() >= 2 and sizes.max() <= manifest["n_max"]
+    owner = np.repeat(np.arange(len(sizes)), np.diff(edge_ptr))
     assert np.all(edges.max(axis=1) < sizes[owner])  # local ids inside each link's own subgraph
     assert not any((a, b) == (0, 1) for a, b in edges.tolist())  # the target edge is never shown
-    assert len(edges) > 0
+    (_, train_edge_ptr, _), train_target = shard_subgraphs(manifest, "train")  # view 0 only
+    assert len(train_target) == sum(e["links"] for e in shard_entries(manifest, "train", view=0))
+    assert len(edges) > 0 and train_edge_ptr[-1] > 0
 
 
 def test_estimation_recipe_end_to_end_tiny(tmp_path, capsys):
     import json
 
     from pipelines import heuristic_estimation as he
-    assert he.main(["--preset", "tiny", "--heuristics", "cn,pr", "--models", "gcn-id", "--depths", "1", "--seeds", "0",
-                    "--out", str(tmp_path), "--device", "cpu"]) == 0
+    assert he.main(["--preset", "tiny", "--heuristics", "cn,pr", "--models", "gcn-id,pencil", "--depths", "1",
+                    "--seeds", "0", "--out", str(tmp_path), "--shards", str(tmp_path / "shards"), "--device", "cpu"]) == 0
     out = tmp_path / "heuristic_estimation" / "tiny"
     res = json.loads((out / "results.json").read_text())
-    assert [(r["heuristic"], r["model"], r["layers"]) for r in res["table"]] == [("cn", "gcn-id", 1), ("pr", "gcn-id", 1)]
+    assert sorted((r["heuristic"], r["model"], r["layers"]) for r in res["table"]) == [
+        ("cn", "gcn-id", 1), ("cn", "pencil", 1), ("pr", "gcn-id", 1), ("pr", "pencil", 1)]
     assert all(r["rmse"][0] > 0 for r in res["table"])
-    assert res["runs"][0]["stats"]["name"] == "cn" and "p_high" in res["runs"][0]["stats"]["params"]
-    assert "| ID-GCN |" in (out / "report.md").read_text() and (out / "heuristic_rmse.png").stat().st_size > 0
+    assert res["runs"][0]["stats"]["name"] == "cn" and "p_high" in res["runs"][0]["stats"]["stats"]
+    pencil = next(r for r in res["runs"] if r["model"] == "pencil" and r["heuristic"] == "pr")
+    summary = json.loads((Path(pencil["run_dir"]) / "summary.json").read_text())  # the trainer's own run
+    assert summary["selection_metric"] == "rmse" and summary["test"]["rmse"] == pencil["test_rmse"]
+    report = (out / "report.md").read_text()
+    assert "| ID-GCN |" in report and "| PENCIL |" in report and (out / "heuristic_rmse.png").stat().st_size > 0
     assert he.main(["--preset", "tiny", "--heuristics", "jaccard", "--out", str(tmp_path)]) == 1
     assert "--heuristics" in capsys.readouterr().err

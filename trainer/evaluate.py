@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from common.metrics import evaluate as protocol_metrics
+from common.metrics import regression_metrics
 from common.shards import ShardError, load_queries
 from trainer import distributed
 from trainer.data import eval_loader
@@ -40,9 +41,16 @@ def selection_metric(manifest: dict, protocol: str) -> str:
     return eval_entry(manifest, "valid", protocol).get("metric", "mrr")
 
 
-def scores_to_metrics(manifest: dict, split: str, protocol: str, cid: np.ndarray, score: np.ndarray) -> dict:
-    """Look scores up by cid through the eval set's queries and compute the protocol's metrics."""
+def scores_to_metrics(manifest: dict, split: str, protocol: str, cid: np.ndarray, score: np.ndarray,
+                      label: np.ndarray | None = None) -> dict:
+    """Look scores up by cid through the eval set's queries and compute the protocol's metrics; on a
+    regression set (preprocess --targets) RMSE / MAE of every candidate's score against its label."""
     entry = eval_entry(manifest, split, protocol)
+    if manifest.get("targets"):
+        if label is None or len(cid) != entry["candidates"]:
+            raise ShardError(f"{manifest['root']}: eval set {split}/{protocol}: {len(cid)} of {entry['candidates']} "
+                             "candidates scored; the shard set is incomplete, rebuild it")
+        return regression_metrics(score, label)
     pos_cid, neg_cid = load_queries(f"{manifest['root']}/{entry['queries']}")  # root may be a URL
     size = int(max(cid.max(initial=-1), pos_cid.max(initial=-1), neg_cid.max(initial=-1))) + 1
     table = np.full(size, np.nan, dtype=score.dtype if score.dtype.kind == "f" else np.float64)
@@ -56,9 +64,9 @@ def scores_to_metrics(manifest: dict, split: str, protocol: str, cid: np.ndarray
     return protocol_metrics(protocol, table[pos_cid], table[neg_cid])
 
 
-def score_eval_set(model: torch.nn.Module, loader, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(cid, score) of every candidate this rank's loader yields; fp32 forward, logits on the CPU."""
-    cids, scores = [], []
+def score_eval_set(model: torch.nn.Module, loader, device: torch.device) -> tuple[torch.Tensor, ...]:
+    """(cid, score, label) of every candidate this rank's loader yields; fp32 forward, logits on the CPU."""
+    cids, scores, labels = [], [], []
     was_training = model.training
     precision = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")  # no TF32 either: scores in true fp32
@@ -68,15 +76,16 @@ def score_eval_set(model: torch.nn.Module, loader, device: torch.device) -> tupl
             for batch in loader:
                 logits = model(batch.to(device, non_blocking=True))
                 cids.append(batch.cid)
+                labels.append(batch.label)
                 scores.append(logits.float().to("cpu", non_blocking=True))  # one sync at the cat below
     finally:
         model.train(was_training)
         torch.set_float32_matmul_precision(precision)
     if not cids:
-        return torch.zeros(0, dtype=torch.int64), torch.zeros(0, dtype=torch.float32)
+        return torch.zeros(0, dtype=torch.int64), torch.zeros(0), torch.zeros(0)
     if device.type == "cuda":
         torch.cuda.synchronize(device)  # the non-blocking copies above have landed
-    return torch.cat(cids), torch.cat(scores)
+    return torch.cat(cids), torch.cat(scores), torch.cat(labels)
 
 
 def evaluate_split(model: torch.nn.Module, manifest: dict, split: str, protocol: str, data_cfg,
@@ -84,7 +93,5 @@ def evaluate_split(model: torch.nn.Module, manifest: dict, split: str, protocol:
     """Metrics of one (split, protocol) eval set; every rank must call it (it all-gathers)."""
     loader = eval_loader(manifest, split, protocol, info.rank, info.world_size, data_cfg,
                          pin=info.device.type == "cuda")
-    cid, score = score_eval_set(model, loader, info.device)
-    cid = distributed.all_gather_cat(cid, info)
-    score = distributed.all_gather_cat(score, info)
-    return scores_to_metrics(manifest, split, protocol, cid.numpy(), score.numpy())
+    cid, score, label = (distributed.all_gather_cat(t, info) for t in score_eval_set(model, loader, info.device))
+    return scores_to_metrics(manifest, split, protocol, cid.numpy(), score.numpy(), label.numpy())

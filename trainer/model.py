@@ -235,13 +235,16 @@ class Pencil(nn.Module):
 
 
 def model_for_shards(preset, overrides: dict, manifest: dict) -> Pencil:
-    """The model a shard set calls for: N_max from its manifest, and its node features (if it was built
-    with --features) attached, so training and scoring build the same thing."""
+    """The model a shard set calls for: N_max from its manifest, its node features (if it was built
+    with --features) attached, and its task (regression on a --targets set), so training and scoring
+    build the same thing."""
     from common.shards import load_features
 
     table = load_features(manifest)
     num_features = 0 if table is None else int(table.shape[1])
-    cfg = ModelConfig.from_preset(preset, **{**overrides, "n_max": int(manifest["n_max"]), "num_features": num_features})
+    task = "regression" if manifest.get("targets") else "classification"
+    cfg = ModelConfig.from_preset(preset, **{**overrides, "n_max": int(manifest["n_max"]), "num_features": num_features,
+                                            "task": task})
     model = Pencil(cfg)
     if table is not None:
         model.attach_features(torch.from_numpy(table))

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from common.metrics import improves
 from common.presets import get_preset
 from trainer import checkpoint, data, distributed
 from trainer.config import ConfigError, TrainConfig, merge_for_resume, resolve
@@ -254,7 +255,7 @@ class Trainer:
         if "valid" in cfg.eval_splits:
             results["valid"] = self._eval_split("valid", epoch, final)
         improved = bool(self.metric and self.metric in results.get("valid", {})
-                        and results["valid"][self.metric] > st.best_metric)
+                        and improves(self.metric, results["valid"][self.metric], st.best_metric))
         if "test" in cfg.eval_splits and (improved or cfg.test_every_eval or not self.metric):
             results["test"] = self._eval_split("test", epoch, final)
         st.last_eval, st.last_eval_step = results, st.step
