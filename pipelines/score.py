@@ -27,6 +27,7 @@ from common.presets import get_preset
 from common.shards import Block, read_manifest
 from preprocess.sampler import Scratch, derive_seed, sample_subgraphs
 from trainer import checkpoint
+from trainer.blocks import replicate, seeded_orders
 from trainer.config import TrainConfig
 from trainer.model import Pencil, model_for_shards
 from trainer.packing import BatchPacker
@@ -119,8 +120,11 @@ def score_pairs(model: Pencil, graph, pairs: np.ndarray, sampling: tuple[int, in
             # the same path as the loader: node sets -> induced edges (sparse or dense form) -> pack
             block = Block(np.arange(lo, lo + len(chunk), dtype=np.int64), chunk[:, 0], chunk[:, 1],
                           np.zeros(len(chunk), np.float32), sub.node_ptr, sub.nodes)
+            copies = model.cfg.lrp  # an LRP-k model reads k labeled subgraphs of every pair
+            packed = packer(seeded_orders(replicate(block, copies), copies, seed))
+            packed.copies = copies
             with torch.no_grad():
-                out = model(packer(block).to(device))
+                out = model(packed.to(device))
             logits[k, lo:lo + len(chunk)] = out.float().cpu().numpy()
     return logits
 

@@ -128,8 +128,9 @@ def test_bad_values_name_the_flag_or_field():
 # ---------------------------------------------------------------------------- the recipe
 def test_variants_per_suite_share_the_plain_run():
     from pipelines.ablations import variants
-    names = [v.slug for v in variants(["mr", "w0", "wpe", "depth"], 2, [1, 2, 4])]
-    assert names == ["pencil", "no-mr", "w0-gaussian", "w0-low-rank", "w0-learnable", "wpe", "layers1", "layers4"]
+    names = [v.slug for v in variants(["mr", "w0", "wpe", "depth", "lrp"], 2, [1, 2, 4])]
+    assert names == ["pencil", "no-mr", "w0-gaussian", "w0-low-rank", "w0-learnable", "wpe", "lrp3", "layers1", "layers4"]
+    assert variants(["lrp"], 2, [2])[1].flags == ("--lrp", "3")
     depth = {v.slug: (v.flags, v.layers) for v in variants(["depth"], 2, [1, 2, 4])}
     assert depth == {"pencil": ((), 2), "layers1": (("--layers", "1"), 1), "layers4": (("--layers", "4"), 4)}
     from pipelines.ablations import Variant, variant_train_args
@@ -146,15 +147,15 @@ def test_table_prints_measured_rows_beside_the_paper():
     assert [r["model"] for r in rows] == ["PENCIL", "PENCIL \\ MR"]
     assert rows[0]["mrr"][0] == pytest.approx(41.0) and rows[1]["mrr"][1] == pytest.approx(4.2426, abs=1e-3)
     assert "| PENCIL \\ MR | 2 | 33.00 ± 4.24 |" in md and "MRR 34.64 ± 1.99; HITS@3 35.98 ± 3.97" in md
-    assert "PENCIL + LRP-3 (not implemented) (paper only)" in md and "MRR 39.18" in md
+    assert "PENCIL + LRP-3 (paper only)" in md and "MRR 39.18" in md
 
 
 def test_ablation_recipe_end_to_end_tiny(tmp_path, capsys):
-    """Preprocess once, train PENCIL and PENCIL \\ MR on a fifth of an epoch, and write all three outputs."""
+    """Preprocess once, train PENCIL, PENCIL \\ MR and LRP-3 on a fifth of an epoch, and write all three outputs."""
     import json
 
     from pipelines import ablations
-    rc = ablations.main(["--preset", "tiny", "--suite", "mr", "--seeds", "0", "--epochs", "0.2", "--num-cpus", "1",
+    rc = ablations.main(["--preset", "tiny", "--suite", "mr,lrp", "--seeds", "0", "--epochs", "0.2", "--num-cpus", "1",
                          "--out", str(tmp_path / "res"), "--shards", str(tmp_path / "shards"), "--device", "cpu",
                          "--train-arg=--num-workers=0", "--train-arg=--no-progress"])
     assert rc == 0
@@ -167,7 +168,9 @@ def test_ablation_recipe_end_to_end_tiny(tmp_path, capsys):
     assert saved["residual"] is False
     assert json.loads((out / "pencil" / "seed0" / "summary.json").read_text())["config"]["model"]["residual"] is None
     results = json.loads((out / "results.json").read_text())
-    assert [r["model"] for r in results["table"]] == ["PENCIL", "PENCIL \\ MR"]
+    assert [r["model"] for r in results["table"]] == ["PENCIL", "PENCIL \\ MR", "PENCIL + LRP-3"]
+    lrp = json.loads((out / "lrp3" / "seed0" / "summary.json").read_text())["config"]
+    assert lrp["model"]["lrp"] == 3 and lrp["data"]["orderings"] == 3
     assert "| PENCIL \\ MR | 1 |" in (out / "report.md").read_text()
     assert (out / "ablations.png").stat().st_size > 0
     assert "PENCIL \\ MR" in capsys.readouterr().out
@@ -175,7 +178,7 @@ def test_ablation_recipe_end_to_end_tiny(tmp_path, capsys):
 
 def test_ablation_bad_flags_fail_before_any_work(tmp_path, capsys):
     from pipelines import ablations
-    for argv, needle in ((["--preset", "nope"], "--preset"), (["--preset", "tiny", "--suite", "mr,lrp"], "--suite"),
+    for argv, needle in ((["--preset", "nope"], "--preset"), (["--preset", "tiny", "--suite", "mr,lrp4"], "--suite"),
                          (["--preset", "tiny", "--train-arg=--w0-init=uniform"], "--w0-init")):
         assert ablations.main(argv + ["--out", str(tmp_path / "o"), "--shards", str(tmp_path / "s")]) != 0
         msg = capsys.readouterr().err.strip()

@@ -102,14 +102,15 @@ def _greedy_ends(tokens, budget, cap):
     return ends[:k + 1]
 
 
-def token_batches(blocks: Iterator[Block], token_budget: int, max_samples: int) -> Iterator[Block]:
-    """Greedy batches over a stream of blocks: sum(N_b + 2) <= token_budget and count <= max_samples;
-    the incomplete last batch of a block carries over to the next one."""
+def token_batches(blocks: Iterator[Block], token_budget: int, max_samples: int, copies: int = 1) -> Iterator[Block]:
+    """Greedy batches over a stream of blocks: sum(copies x (N_b + 2)) <= token_budget and count <= max_samples
+    links (each link will be fed `copies` times, see `replicate`); the incomplete last batch of a block
+    carries over to the next one."""
     pending: Block | None = None
     for b in blocks:
         if pending is not None:
             b = Block.concat([pending, b])
-        ends = _greedy_ends(b.sizes + 2, token_budget, max_samples)
+        ends = _greedy_ends((b.sizes + 2) * copies, token_budget, max_samples)
         lo = 0
         for hi in ends[:-1]:
             yield block_slice(b, lo, int(hi))
@@ -134,4 +135,45 @@ def relabel(block: Block, rng: np.random.Generator) -> Block:
     permutation of the node ids. Edges are induced afterwards, so nothing else needs remapping."""
     nodes = block.nodes.copy()
     _shuffle_segments(np.ascontiguousarray(block.node_ptr, dtype=np.int64), nodes, rng.random(len(nodes)))
+    return Block(block.cid, block.src, block.dst, block.label, block.node_ptr, nodes)
+
+
+# ---------------------------------------------------------------------------- LRP-k: k labeled subgraphs per link
+def replicate(block: Block, copies: int) -> Block:
+    """Every link `copies` times in a row (link i -> rows i*k .. i*k+k-1), as one new block; the copies then
+    get their own local orders (`relabel` in training, `seeded_orders` at evaluation)."""
+    return block if copies == 1 else block.take(np.repeat(np.arange(len(block)), copies))
+
+
+@njit(cache=True)
+def _mix(x):
+    """splitmix64 finaliser: a well-spread 64-bit hash of x (uint64 arithmetic wraps)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+@njit(cache=True)
+def _seeded_keys(node_ptr, cid, copies, seed, keys):
+    """keys[i] in [0, 1) for node position i: a hash of (seed, cid, copy, position in the link)."""
+    for b in range(node_ptr.shape[0] - 1):
+        h = _mix(np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(cid[b]))
+        h = _mix(h + np.uint64(b % copies))
+        for i in range(node_ptr[b], node_ptr[b + 1]):
+            keys[i] = (_mix(h + np.uint64(i - node_ptr[b])) >> np.uint64(11)) * (1.0 / 9007199254740992.0)
+
+
+def seeded_orders(block: Block, copies: int, seed: int) -> Block:
+    """Evaluation orders of a replicated block: copy 0 of every link keeps the stored (seeded) order, copy j >= 1
+    gets a permutation that depends only on (seed, cid, j), so scores do not depend on how links are batched."""
+    if copies == 1:
+        return block
+    ptr = np.ascontiguousarray(block.node_ptr, dtype=np.int64)
+    keys = np.empty(len(block.nodes), dtype=np.float64)
+    _seeded_keys(ptr, np.ascontiguousarray(block.cid, dtype=np.int64), copies, seed, keys)
+    nodes = block.nodes.copy()
+    keep = np.repeat(np.arange(len(block)) % copies == 0, np.diff(ptr))
+    shuffled = nodes.copy()
+    _shuffle_segments(ptr, shuffled, keys)
+    nodes[~keep] = shuffled[~keep]
     return Block(block.cid, block.src, block.dst, block.label, block.node_ptr, nodes)

@@ -45,6 +45,7 @@ class DataConfig:
     loader_memory_mb: int = 1024  # per loader worker: shuffle pool (3 x its size at peak) + batches in flight
     num_workers: int = 2  # DataLoader worker processes per rank (0 = load in the training process)
     seed: int = 0
+    orderings: int = 1  # labeled subgraphs fed per link: the model's --lrp k, set by resolve() (not a flag)
 
     def __post_init__(self):
         _check(bool(self.shards), "--shards", "a shard directory is required")
@@ -55,6 +56,7 @@ class DataConfig:
         _check(self.shuffle_buffer_mb >= 1, "--shuffle-buffer-mb", f"must be >= 1, got {self.shuffle_buffer_mb}")
         _check(self.loader_memory_mb >= 1, "--loader-memory-mb", f"must be >= 1, got {self.loader_memory_mb}")
         _check(self.num_workers >= 0, "--num-workers", f"must be >= 0, got {self.num_workers}")
+        _check(self.orderings >= 1, "--lrp", f"must be >= 1, got {self.orderings}")
 
 
 @dataclass
@@ -84,9 +86,10 @@ class ModelOverrides:
     w0_init: str | None = None
     w0_learnable: bool | None = None
     wpe: bool | None = None
+    lrp: int | None = None  # k labeled subgraphs per link with DeepSets pooling (None / 1: PENCIL as published)
 
     def __post_init__(self):
-        for name in ("hidden", "layers", "heads", "ffn"):
+        for name in ("hidden", "layers", "heads", "ffn", "lrp"):
             v = getattr(self, name)
             _check(v is None or v >= 1, f"--{name}", f"must be >= 1, got {v}")
         _check(self.dropout is None or 0 <= self.dropout < 1, "--dropout", f"must be in [0, 1), got {self.dropout}")
@@ -164,12 +167,15 @@ def resolve(config: TrainConfig, n_max: int, world_size: int) -> TrainConfig:
     sample cap decides and the effective batch is exact; a smaller --token-budget bounds memory instead.
     """
     data = config.data
+    k = config.model.lrp or 1  # LRP-k: every link is fed k times, so it costs k x (N_b + 2) tokens
     max_samples = data.max_samples or max(1, min(256, config.optim.effective_batch // world_size))
-    budget = data.token_budget or max_samples * (n_max + 2)
-    _check(budget >= n_max + 2, "--token-budget", f"{budget} cannot hold one sample of up to N_max + 2 = {n_max + 2} tokens")
+    budget = data.token_budget or max_samples * k * (n_max + 2)
+    one = k * (n_max + 2)
+    what = f"one link of up to {k} x (N_max + 2) = {one} tokens" if k > 1 else f"one sample of up to N_max + 2 = {one} tokens"
+    _check(budget >= one, "--token-budget", f"{budget} cannot hold {what}")
     eval_budget = data.eval_token_budget or 4 * budget
-    _check(eval_budget >= n_max + 2, "--eval-token-budget", f"{eval_budget} cannot hold one sample of {n_max + 2} tokens")
-    data = replace(data, max_samples=max_samples, token_budget=budget, eval_token_budget=eval_budget)
+    _check(eval_budget >= one, "--eval-token-budget", f"{eval_budget} cannot hold {what}")
+    data = replace(data, max_samples=max_samples, token_budget=budget, eval_token_budget=eval_budget, orderings=k)
     return replace(config, data=data)
 
 
@@ -204,6 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="input projection init: orthogonal (default), gaussian (mean 0.1), low-rank (rank 5)")
     a.add_argument("--w0-learnable", action="store_const", const=True, help="train W0 (default: frozen)")
     a.add_argument("--wpe", action="store_const", const=True, help="add learnable word position embeddings")
+    a.add_argument("--lrp", type=int, metavar="K",
+                   help="LRP-k: K labeled subgraphs (independent local orders) per link, DeepSets-pooled (default 1)")
     g.add_argument("--eval-every", type=int, help="evaluate every k epochs")
     g.add_argument("--protocol", choices=("original", "heart", "ogb"), help="evaluation protocol")
     d = p.add_argument_group("data and run control")
@@ -261,7 +269,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> TrainConfig:
         model=ModelOverrides(hidden=args.hidden, layers=args.layers, heads=args.heads, ffn=args.ffn,
                              dropout=args.dropout, attention=args.attention, residual=args.residual,
                              w0_init=W0_INIT_FLAGS.get(args.w0_init), w0_learnable=args.w0_learnable,
-                             wpe=args.wpe),
+                             wpe=args.wpe, lrp=args.lrp),
         epochs=pick(args.epochs, preset.epochs), eval_every=pick(args.eval_every, preset.eval_every),
         eval_splits=tuple(s for s in args.eval_splits.split(",") if s), protocol=pick(args.protocol, preset.protocol),
         seed=args.seed, device=args.device, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,

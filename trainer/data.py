@@ -33,7 +33,9 @@ Decisions, and why:
 - *Relabelling.* In training, local ids 2..N-1 get a fresh uniform permutation per read (u = 0, v = 1
   stay), from an RNG seeded by (seed, epoch, rank, slot). Shards store node ids only and edges are
   induced *after* relabelling, so permuting each link's node ids is the whole relabelling.
-  Evaluation keeps the stored (seeded) order.
+  Evaluation keeps the stored (seeded) order. LRP-k (DataConfig.orderings = k > 1) feeds each link k
+  times in a row, each copy with its own order: fresh per read in training; at evaluation copy 0 keeps
+  the stored order and copy j a permutation fixed by (seed, cid, j).
 - *Persistent workers.* One DataLoader per role (train, eval) lives for the whole run; its workers are
   forked once. What they should produce next (train epoch / start / batch count, or which eval set) is
   a small int64 tensor in shared memory, written by the main process before each iter(loader); a
@@ -57,7 +59,8 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from common.shards import Block, ShardError, load_graph, set_graph, shard_entries
-from trainer.blocks import block_slice, open_url, read_blocks, relabel, shuffle_pool, token_batches  # noqa: F401
+from trainer.blocks import (block_slice, open_url, read_blocks, relabel, replicate, seeded_orders,  # noqa: F401
+                            shuffle_pool, token_batches)
 from trainer.config import ConfigError
 
 log = logging.getLogger(__name__)
@@ -143,7 +146,7 @@ class EpochPlan:
 
 
 def plan_epoch(manifest: dict, epoch: int, world_size: int, num_workers: int, token_budget: int,
-               max_samples: int, seed: int, fraction: float = 1.0) -> EpochPlan:
+               max_samples: int, seed: int, fraction: float = 1.0, copies: int = 1) -> EpochPlan:
     """The epoch's view, shuffled units and per-rank batch count (identical on every rank).
 
     C = ceil(max(tokens / budget, links / max_samples) / world), the lower bound of one pass split
@@ -155,7 +158,7 @@ def plan_epoch(manifest: dict, epoch: int, world_size: int, num_workers: int, to
     units = make_units(manifest, entries, world_size * max(1, num_workers))
     order = _rng(seed, epoch, _UNITS).permutation(len(units))
     links = sum(e["links"] for e in entries)
-    tokens = sum(e["tokens"] for e in entries)
+    tokens = sum(e["tokens"] for e in entries) * copies  # LRP-k feeds every link k times
     per_rank = math.ceil(max(tokens / token_budget, links / max_samples) / world_size)
     batches = max(1, min(per_rank, math.ceil(per_rank * fraction)))
     return EpochPlan(epoch, view, tuple(units[i] for i in order), batches)
@@ -189,9 +192,10 @@ def eval_budget(n_max: int, data_cfg) -> tuple[int, int]:
     total = data_cfg.loader_memory_mb * 2**20
     per_token = batch_bytes(n_max, 1)
     budget = min(data_cfg.eval_token_budget, total // (2 * per_token))  # >= 2 batches: one built, one waiting
-    if budget < n_max + 2:
+    one = data_cfg.orderings * (n_max + 2)  # one link, all its LRP copies
+    if budget < one:
         raise ConfigError(f"--loader-memory-mb {data_cfg.loader_memory_mb}: too small for evaluation batches of one "
-                          f"sample at N_max {n_max} (about {2 * (n_max + 2) * per_token / 2**20:.0f} MB); raise it")
+                          f"link at N_max {n_max} (about {2 * one * per_token / 2**20:.0f} MB); raise it")
     if budget < data_cfg.eval_token_budget:
         log.info("eval batches capped at %d tokens (--eval-token-budget %d) to stay within --loader-memory-mb %d",
                  budget, data_cfg.eval_token_budget, data_cfg.loader_memory_mb)
@@ -211,6 +215,7 @@ class _Stream(IterableDataset):
         self.manifest, self.rank, self.world_size = manifest, rank, world_size
         self.n_max, self.num_nodes = int(manifest["n_max"]), int(manifest["num_nodes"])
         self.collate = collate  # None = induce + pack (BatchPacker); tests pass their own
+        self.copies = 1  # labeled subgraphs per link (LRP-k, DataConfig.orderings)
         self.job = torch.zeros(4, dtype=torch.int64).share_memory_()  # before the workers fork
         self._packers: dict = {}
 
@@ -220,7 +225,9 @@ class _Stream(IterableDataset):
         if graph not in self._packers:  # once per worker process: the graph is memory-mapped, shared
             from trainer.packing import BatchPacker
             self._packers[graph] = BatchPacker(*load_graph(self.manifest, graph), self.n_max)
-        return self._packers[graph](batch)
+        packed = self._packers[graph](batch)
+        packed.copies = self.copies
+        return packed
 
     def __getstate__(self):  # spawned workers build their own packers
         return {**self.__dict__, "_packers": {}}
@@ -235,13 +242,14 @@ class TrainStream(_Stream):
         self.workers = workers
         self.token_budget, self.max_samples = data_cfg.token_budget, data_cfg.max_samples
         self.pool_bytes, self.seed = data_cfg.shuffle_buffer_mb * 2**20, data_cfg.seed
+        self.copies = data_cfg.orderings
 
     def set_job(self, epoch: int, start: int, batches: int) -> None:
         self.job.copy_(torch.tensor([epoch, start, batches, 0]))
 
     def plan(self, epoch: int) -> EpochPlan:
         return plan_epoch(self.manifest, epoch, self.world_size, self.workers, self.token_budget,
-                          self.max_samples, self.seed)
+                          self.max_samples, self.seed, copies=self.copies)
 
     def __iter__(self):
         epoch, start, batches, _ = (int(x) for x in self.job)  # read now: the job of this iteration
@@ -251,14 +259,16 @@ class TrainStream(_Stream):
 
     def logical_worker(self, lw: int, W: int, epoch: int, start: int, batches: int) -> Iterator[object]:
         units = split_by_worker(split_by_node(list(self.plan(epoch).units), self.rank, self.world_size, W), lw, W)
-        stream = token_batches(self._cycle(units, epoch, lw), self.token_budget, self.max_samples)
+        stream = token_batches(self._cycle(units, epoch, lw), self.token_budget, self.max_samples, self.copies)
         for j, batch in enumerate(stream):
             slot = lw + j * W
             if slot >= batches:
                 return
             if slot < start:
                 continue  # fast-forward after a resume: no relabel, no induce, no pack
-            yield self.finish(relabel(batch, _rng(self.seed, epoch, self.rank, slot, _RELABEL)), "train")
+            # k copies of every link, each with its own fresh order (k = 1: PENCIL's one labeled subgraph)
+            batch = relabel(replicate(batch, self.copies), _rng(self.seed, epoch, self.rank, slot, _RELABEL))
+            yield self.finish(batch, "train")
 
     def _cycle(self, units: list[Unit], epoch: int, lw: int) -> Iterator[Block]:
         """Endless shuffled blocks of `units`: pass 0 in the given order, later passes reshuffled."""
@@ -287,6 +297,7 @@ class EvalStream(_Stream):
         super().__init__(manifest, rank, world_size, collate)
         self.workers, self.token_budget = workers, token_budget or data_cfg.eval_token_budget
         self.sets = eval_sets(manifest)
+        self.copies, self.seed = data_cfg.orderings, data_cfg.seed
 
     def set_job(self, split: str, protocol: str) -> None:
         if (split, protocol) not in self.sets:
@@ -306,8 +317,9 @@ class EvalStream(_Stream):
         units = split_by_worker(split_by_node(self.units(split, protocol), self.rank, self.world_size, W), wid, W)
         graph = set_graph(self.manifest, split)
         # No cap from the micro-batch at eval beyond the budget: no activations are kept for backward.
-        for batch in token_batches(read_blocks(units, self.num_nodes, self.n_max), self.token_budget, 1 << 30):
-            yield self.finish(batch, graph)
+        for batch in token_batches(read_blocks(units, self.num_nodes, self.n_max), self.token_budget, 1 << 30,
+                                   self.copies):
+            yield self.finish(seeded_orders(replicate(batch, self.copies), self.copies, self.seed), graph)
 
 
 # ---------------------------------------------------------------------------- persistent loaders
@@ -318,7 +330,7 @@ _LOADERS: dict[str, tuple[tuple, "Loader"]] = {}
 
 def _loader_key(manifest: dict, rank: int, world_size: int, data_cfg, collate, pin: bool) -> tuple:
     fields = (data_cfg.token_budget, data_cfg.eval_token_budget, data_cfg.max_samples, data_cfg.shuffle_buffer_mb,
-              data_cfg.loader_memory_mb, data_cfg.num_workers, data_cfg.seed)
+              data_cfg.loader_memory_mb, data_cfg.num_workers, data_cfg.seed, data_cfg.orderings)
     return (manifest["root"], manifest.get("key"), rank, world_size, fields, id(collate), pin)
 
 
@@ -400,7 +412,7 @@ def train_loader(manifest: dict, epoch: int, rank: int, world_size: int, data_cf
     n_max, workers = int(manifest["n_max"]), data_cfg.num_workers
     prefetch = prefetch_depth(n_max, data_cfg.token_budget, data_cfg)
     plan = plan_epoch(manifest, epoch, world_size, workers, data_cfg.token_budget, data_cfg.max_samples,
-                      data_cfg.seed, fraction)
+                      data_cfg.seed, fraction, data_cfg.orderings)
     loader = _persistent("train", _loader_key(manifest, rank, world_size, data_cfg, collate, pin), lambda: _dataloader(
         TrainStream(manifest, rank, world_size, data_cfg, workers, collate), workers, pin, prefetch))
     loader.dataset.set_job(epoch, min(start, plan.batches), plan.batches)

@@ -75,8 +75,8 @@ def score_eval_set(model: torch.nn.Module, loader, device: torch.device) -> tupl
         with torch.no_grad():
             for batch in loader:
                 logits = model(batch.to(device, non_blocking=True))
-                cids.append(batch.cid)
-                labels.append(batch.label)
+                cids.append(batch.link_cid)  # one score per link (LRP-k pools its k copies)
+                labels.append(batch.link_label)
                 scores.append(logits.float().to("cpu", non_blocking=True))  # one sync at the cat below
     finally:
         model.train(was_training)

@@ -46,6 +46,7 @@ class ModelConfig:
     w0_init: str = "orthogonal"  # one of W0_INITS
     w0_learnable: bool = False  # the paper freezes W0; True trains it like any other weight
     wpe: bool = False  # learnable word position embeddings (BERT-style, by position in the sequence)
+    lrp: int = 1  # LRP-k: k labeled subgraphs per link, pooled DeepSets-style (1 = one subgraph, as published)
 
     def __post_init__(self):
         for name in ("n_max", "hidden", "layers", "heads", "ffn"):
@@ -66,6 +67,8 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.attention must be one of {BACKENDS}, got {self.attention!r}")
         if self.w0_init not in W0_INITS:
             raise ValueError(f"ModelConfig.w0_init must be one of {W0_INITS}, got {self.w0_init!r}")
+        if not isinstance(self.lrp, int) or isinstance(self.lrp, bool) or self.lrp < 1:
+            raise ValueError(f"ModelConfig.lrp must be an integer >= 1, got {self.lrp!r}")
         for name in ("residual", "w0_learnable", "wpe"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"ModelConfig.{name} must be a bool, got {getattr(self, name)!r}")
@@ -154,6 +157,9 @@ class Pencil(nn.Module):
         self.features = (nn.Sequential(nn.Linear(cfg.num_features, d), nn.GELU())
                          if cfg.num_features else None)  # G
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+        # LRP-k (paper appendix "Effect of Multiple Labeled Subgraphs"): DeepSets over the k labeled subgraphs
+        # of a link, rho(mean_j phi(pair_j)) with phi = Linear + GELU and rho = the head. Absent for k = 1.
+        self.lrp_phi = nn.Sequential(nn.Linear(2 * d, 2 * d), nn.GELU()) if cfg.lrp > 1 else None
         self.head = nn.Linear(2 * d, 1)
         # The dataset's feature table, attached by the trainer / scorer (not saved: it is data, and it
         # ships with the shard set). Used whenever forward() gets no explicit node_features.
@@ -220,9 +226,15 @@ class Pencil(nn.Module):
         return h
 
     def forward(self, batch: PackedBatch, node_features: torch.Tensor | None = None) -> torch.Tensor:
+        """(L,) one output per link; L = B / k, the batch holding each link's k labeled subgraphs in a row."""
+        k = self.cfg.lrp
+        if batch.copies != k:
+            raise ValueError(f"batch holds {batch.copies} labeled subgraph(s) per link, the model pools lrp = {k}")
         h = self.encode(batch, node_features)  # (T, d)
         pair = h[batch.task_index].flatten(1)  # (B, 2d): [u-task | v-task]
-        return self.head(pair).squeeze(-1)  # (B,)
+        if self.lrp_phi is not None:
+            pair = self.lrp_phi(pair).view(-1, k, pair.shape[1]).mean(1)  # (B/k, 2d): a permutation-invariant set
+        return self.head(pair).squeeze(-1)  # (L,)
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         labels = labels.to(logits.dtype)

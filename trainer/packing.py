@@ -54,6 +54,7 @@ class PackedBatch:
     cid: torch.Tensor  # (B,) int64 candidate ids (scores are looked up by cid at evaluation)
     n_max: int = 0  # the budget pack() validated against (0 = unknown); lets the model check cheaply
     adj_dense: torch.Tensor | None = None  # (B, Lc, Lc) uint8 in the dense form (then adj_src/dst are empty)
+    copies: int = 1  # labeled subgraphs per link (LRP-k): samples i*k .. i*k+k-1 are one link's k copies
 
     @property
     def num_tokens(self) -> int:
@@ -62,6 +63,19 @@ class PackedBatch:
     @property
     def num_samples(self) -> int:
         return int(self.label.shape[0])
+
+    @property
+    def num_links(self) -> int:
+        return self.num_samples // self.copies
+
+    @property
+    def link_label(self) -> torch.Tensor:
+        """(L,) one label per link (its copies share it)."""
+        return self.label if self.copies == 1 else self.label[::self.copies]
+
+    @property
+    def link_cid(self) -> torch.Tensor:
+        return self.cid if self.copies == 1 else self.cid[::self.copies]
 
     @property
     def num_messages(self) -> int:

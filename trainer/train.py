@@ -137,6 +137,7 @@ class Trainer:
     def _accumulation(self) -> tuple[int, int]:
         d = self.config.data
         links, tokens = data.view_stats(self.manifest, 0)
+        tokens *= d.orderings  # LRP-k feeds every link k times
         per_micro = min(d.max_samples, max(1, d.token_budget // max(1, math.ceil(tokens / max(1, links)))))
         accum = max(1, round(self.config.optim.effective_batch / (self.info.world_size * per_micro)))
         return accum, per_micro
@@ -154,9 +155,11 @@ class Trainer:
                  self.core.num_parameters())
         log.info(describe_backend(cfg.model.attention, self.core.attention_backend, self.core.cfg.dropout))
         log.info("batches: <= %d links / <= %d tokens per micro-batch, %d micro-step(s) per optimiser step -> "
-                 "effective batch ~ %d (preset asks %d); N_max %d, %d view(s)", cfg.data.max_samples,
+                 "effective batch ~ %d (preset asks %d); N_max %d, %d view(s)%s", cfg.data.max_samples,
                  cfg.data.token_budget, self.accum, self.accum * self.per_micro * info.world_size,
-                 cfg.optim.effective_batch, self.n_max, int(self.manifest.get("views", 1)))
+                 cfg.optim.effective_batch, self.n_max, int(self.manifest.get("views", 1)),
+                 f"; LRP-{cfg.data.orderings}: {cfg.data.orderings} labeled subgraphs per link, DeepSets-pooled"
+                 if cfg.data.orderings > 1 else "")
         self._clock = self._saved_at = time.time()
         n_epochs = math.ceil(cfg.epochs)
         stopped = False
@@ -222,7 +225,7 @@ class Trainer:
         """One optimiser step over this rank's micro-batches; returns global (loss sum, samples, tokens)."""
         info, model = self.info, self.model
         model.train()
-        local = [float(sum(b.num_samples for b in micro)), float(sum(b.num_tokens for b in micro))]
+        local = [float(sum(b.num_links for b in micro)), float(sum(b.num_tokens for b in micro))]
         if info.is_distributed:
             # host ints -> device without a blocking copy (pinned source), then an async all-reduce
             counts = torch.tensor(local, dtype=torch.float64, pin_memory=info.device.type == "cuda")
@@ -238,7 +241,7 @@ class Trainer:
             with sync:
                 with self.autocast():
                     logits = model(batch)
-                loss = self.core.loss(logits, batch.label) * batch.num_samples
+                loss = self.core.loss(logits, batch.link_label) * batch.num_links
                 (loss * scale).backward()
             loss_sum += loss.detach()
         self.optimizer.step()
