@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from common.heuristic_targets import fit, full_graph, raw_scores, transform
+from common.heuristic_targets import full_graph, raw_scores
 from common.metrics import SMALLER_IS_BETTER, improves, regression_metrics
 from common.shards import read_manifest, read_shard, shard_entries
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig

@@ -61,7 +61,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from common.shards import Block, ShardError, load_graph, set_graph, shard_entries
 from trainer.blocks import (block_slice, open_url, read_blocks, relabel, replicate, seeded_orders,  # noqa: F401
                             shuffle_pool, token_batches)
-from trainer.config import ConfigError
+from trainer.loader_budget import MAX_PREFETCH, batch_bytes, eval_budget, prefetch_depth  # noqa: F401
 
 log = logging.getLogger(__name__)
 # Salts that keep the independent random streams of one (seed, epoch) apart.
@@ -69,16 +69,6 @@ _UNITS, _BUFFER, _RELABEL, _CYCLE = 11, 12, 13, 14
 # Shards are sliced until every (rank, worker) can get this many units: fine enough that greedy token
 # balancing evens out a short last shard, coarse enough that a big set (many shards) is never sliced.
 UNITS_PER_CONSUMER = 4
-# While the pool emits, the pooled blocks, their concatenation and the permuted halves are alive at once.
-SHUFFLE_PEAK = 3
-# Bytes per token of a batch while it is packed (token arrays, their int64 intermediates, the torch
-# tensors) plus, per context token, up to 3 bytes per possible neighbour for the graph (the dense
-# uint8 row and its copy, or the sparse messages, which are only used when they are smaller).
-PACK_BYTES_PER_TOKEN = 160
-GRAPH_BYTES_PER_PAIR = 3
-MAX_PREFETCH = 4
-
-
 def _rng(*key: int) -> np.random.Generator:
     return np.random.default_rng([int(k) for k in key])
 
@@ -162,44 +152,6 @@ def plan_epoch(manifest: dict, epoch: int, world_size: int, num_workers: int, to
     per_rank = math.ceil(max(tokens / token_budget, links / max_samples) / world_size)
     batches = max(1, min(per_rank, math.ceil(per_rank * fraction)))
     return EpochPlan(epoch, view, tuple(units[i] for i in order), batches)
-
-
-# ---------------------------------------------------------------------------- memory budget
-def batch_bytes(n_max: int, token_budget: int) -> int:
-    """Estimated peak bytes of one batch while it is relabelled, induced and packed."""
-    return token_budget * (PACK_BYTES_PER_TOKEN + GRAPH_BYTES_PER_PAIR * n_max)
-
-
-def prefetch_depth(n_max: int, token_budget: int, data_cfg) -> int:
-    """Training batches a worker may keep in flight within --loader-memory-mb (>= 1), or a one-line error."""
-    total = data_cfg.loader_memory_mb * 2**20
-    pool = SHUFFLE_PEAK * data_cfg.shuffle_buffer_mb * 2**20
-    per_batch = batch_bytes(n_max, token_budget)
-    fits = (total - pool) // per_batch - 1  # one batch is being built while the others wait
-    if fits < 1:
-        need = (pool + 2 * per_batch) / 2**20
-        raise ConfigError(f"--loader-memory-mb {data_cfg.loader_memory_mb}: a loader worker needs about {need:.0f} MB "
-                          f"({SHUFFLE_PEAK} x --shuffle-buffer-mb {data_cfg.shuffle_buffer_mb} + 2 batches of "
-                          f"--token-budget {token_budget} at N_max {n_max}, {per_batch / 2**20:.1f} MB each); raise "
-                          "--loader-memory-mb or lower --shuffle-buffer-mb / --token-budget")
-    return int(min(MAX_PREFETCH, fits))
-
-
-def eval_budget(n_max: int, data_cfg) -> tuple[int, int]:
-    """(token budget, prefetch) of eval batches within --loader-memory-mb. Eval reads keep no shuffle pool,
-    and how candidates are grouped into batches does not change any score, so a budget that does not fit
-    is lowered (to at least one largest sample) instead of refused."""
-    total = data_cfg.loader_memory_mb * 2**20
-    per_token = batch_bytes(n_max, 1)
-    budget = min(data_cfg.eval_token_budget, total // (2 * per_token))  # >= 2 batches: one built, one waiting
-    one = data_cfg.orderings * (n_max + 2)  # one link, all its LRP copies
-    if budget < one:
-        raise ConfigError(f"--loader-memory-mb {data_cfg.loader_memory_mb}: too small for evaluation batches of one "
-                          f"link at N_max {n_max} (about {2 * one * per_token / 2**20:.0f} MB); raise it")
-    if budget < data_cfg.eval_token_budget:
-        log.info("eval batches capped at %d tokens (--eval-token-budget %d) to stay within --loader-memory-mb %d",
-                 budget, data_cfg.eval_token_budget, data_cfg.loader_memory_mb)
-    return int(budget), int(min(MAX_PREFETCH, total // (budget * per_token) - 1))
 
 
 # ---------------------------------------------------------------------------- datasets
