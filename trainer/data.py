@@ -69,6 +69,8 @@ _UNITS, _BUFFER, _RELABEL, _CYCLE = 11, 12, 13, 14
 # Shards are sliced until every (rank, worker) can get this many units: fine enough that greedy token
 # balancing evens out a short last shard, coarse enough that a big set (many shards) is never sliced.
 UNITS_PER_CONSUMER = 4
+
+
 def _rng(*key: int) -> np.random.Generator:
     return np.random.default_rng([int(k) for k in key])
 

@@ -8,7 +8,7 @@ import logging
 
 from trainer.config import ConfigError
 
-log = logging.getLogger("trainer.data")
+log = logging.getLogger(__name__)
 
 # While the pool emits, the pooled blocks, their concatenation and the permuted halves are alive at once.
 SHUFFLE_PEAK = 3
