@@ -141,11 +141,12 @@ def variant_train_args(extra: list[str], variant: Variant) -> list[str]:
 
 
 def run_variant(rargs, extra: list[str], preset, variant: Variant, shards: Path, seeds: list[int], out: Path) -> list[dict]:
+    rargs.train_arg = variant_train_args(extra, variant)
+    runs = {seed: out / variant.slug / f"seed{seed}" for seed in seeds}
+    summaries = run_pipeline.train_seeds(rargs, preset.name, shards, preset.protocol, runs)  # seeds in parallel on CPU
     results = []
-    for seed in seeds:
-        run_dir = out / variant.slug / f"seed{seed}"
-        rargs.train_arg = variant_train_args(extra, variant)
-        summary = run_pipeline.train_seed(rargs, preset.name, shards, preset.protocol, seed, run_dir)
+    for seed, run_dir in runs.items():
+        summary = summaries[seed]
         record = run_pipeline.result_record(preset.dataset, preset.protocol, preset.name, seed, summary, False)
         record.update(model=variant.name, variant=variant.slug, layers=variant.layers, flags=list(variant.flags),
                       selection_metric=summary.get("selection_metric", "mrr"))

@@ -177,9 +177,7 @@ def pencil_runs(args, spec: dict, depths: list[int], seeds: list[int], shards: s
         targs = SimpleNamespace(device=args.device or "auto", epochs=epochs, seed_list=seeds, parallel_seeds=None,
                                 train_arg=[*train_args, f"--layers={layers}"])
         dirs = {seed: out / f"layers{layers}" / f"seed{seed}" for seed in seeds}
-        slots = run_pipeline.cpu_seed_slots(targs)
-        summaries = (run_pipeline.train_seeds_concurrently(targs, preset, shards, "original", dirs, slots) if slots > 1
-                     else {s: run_pipeline.train_seed(targs, preset, shards, "original", s, d) for s, d in dirs.items()})
+        summaries = run_pipeline.train_seeds(targs, preset, shards, "original", dirs)
         for seed in seeds:
             sm = summaries[seed]
             runs.append({"model": "pencil", "layers": layers, "seed": seed, "best_epoch": sm["best_epoch"],

@@ -155,9 +155,10 @@ def pencil_shards(args, preset, datasets: dict) -> dict:
 
 def pencil_records(rargs, preset, sm, shards: str, seeds: list[int], out: Path) -> list[dict]:
     records = []
-    for seed in seeds:
-        run_dir = out / dataset_name(*sm) / "pencil" / f"seed{seed}"
-        summary = run_pipeline.train_seed(rargs, preset.name, shards, "original", seed, run_dir)
+    runs = {seed: out / dataset_name(*sm) / "pencil" / f"seed{seed}" for seed in seeds}
+    summaries = run_pipeline.train_seeds(rargs, preset.name, shards, "original", runs)  # seeds in parallel on CPU
+    for seed, run_dir in runs.items():
+        summary = summaries[seed]
         rec = {"setting": list(sm), "model": "PENCIL", "seed": seed, "best_epoch": summary.get("best_epoch"),
                "valid": summary.get("valid") or {}, "test": summary.get("test") or {}}
         write_json_atomic(run_dir / "result.json", rec)

@@ -234,6 +234,14 @@ def train_seeds_concurrently(args, preset_name: str, shards: str, protocol: str,
     return done
 
 
+def train_seeds(args, preset_name: str, shards: str, protocol: str, runs: dict[int, Path]) -> dict[int, dict]:
+    """{seed: summary} of every run: concurrent trainer processes on CPU, one seed at a time on GPU."""
+    slots = cpu_seed_slots(args)
+    if slots > 1:
+        return train_seeds_concurrently(args, preset_name, shards, protocol, runs, slots)
+    return {seed: train_seed(args, preset_name, shards, protocol, seed, run_dir) for seed, run_dir in runs.items()}
+
+
 def result_record(dataset: str, protocol: str, preset: str, seed: int, summary: dict, features: bool) -> dict:
     model = "PENCIL" if features else "PENCIL w/o features"  # the paper's row names
     return {"dataset": dataset, "protocol": protocol, "model": model, "preset": preset, "seed": seed,
@@ -255,11 +263,10 @@ def run_protocol(args, dataset_obj, preset_name: str, protocol: str, out: Path) 
     preset = get_preset(preset_name)
     shards = preprocess_shards(args, preset, [protocol])
     runs = {seed: out / protocol / f"seed{seed}" for seed in args.seed_list}
-    slots = cpu_seed_slots(args)
-    concurrent = train_seeds_concurrently(args, preset_name, shards, protocol, runs, slots) if slots > 1 else {}
+    summaries = train_seeds(args, preset_name, shards, protocol, runs)
     results = []
     for seed, run_dir in runs.items():
-        summary = concurrent.get(seed) or train_seed(args, preset_name, shards, protocol, seed, run_dir)
+        summary = summaries[seed]
         record = result_record(dataset_obj.name, protocol, preset_name, seed, summary, args.features)
         write_json_atomic(run_dir / "result.json", record)
         results.append(record)
