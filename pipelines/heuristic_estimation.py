@@ -3,6 +3,7 @@ Heuristic Estimation"): RMSE by heuristic and depth for PENCIL and for GCN, GAT,
 variants, every model seeing only the candidate's sampled subgraph.
 
     python -m pipelines.heuristic_estimation --preset citeseer-small --seeds 0,1,2          # CPU size
+    python -m pipelines.heuristic_estimation --preset cora-small --planetoid-dir ../shared/data/planetoid
     python -m pipelines.heuristic_estimation --preset cora --planetoid-dir ../shared/data/planetoid
 
 One shard set per heuristic, from the project's own path: `preprocess --targets NAME` samples the usual
@@ -49,13 +50,14 @@ HE_PRESETS = {
                  gnn=_PAPER_GNN, pencil=dict(preset="cora", **_PAPER_PENCIL), long_epochs=700, views=20),
     "citeseer": dict(dataset="citeseer", sampling=(2, 20), depths=(1, 2, 3, 4), heuristics=TARGETS, models=MODELS,
                      gnn=_PAPER_GNN, pencil=dict(preset="citeseer", **_PAPER_PENCIL), long_epochs=700, views=20),
-    "citeseer-small": dict(dataset="citeseer", sampling=(2, 5), depths=(1, 2, 3), heuristics=("cn", "spd", "pr"),
-                           models=("pencil", "gcn", "gcn-id"),
-                           gnn=dict(hidden=64, epochs=10, lr=2e-3, weight_decay=0.01, batch_size=256, eval_every=2,
-                                    dropout=0.0, heads=2),
-                           pencil=dict(preset="citeseer-small", hidden=64, ffn=128, heads=2, lr=1e-3, weight_decay=0.01,
-                                       effective_batch=256, eval_every=2),
-                           long_epochs=10, views=10),
+    **{f"{name}-small": dict(dataset=name, sampling=(2, 5), depths=(1, 2, 3), heuristics=("cn", "spd", "pr"),
+                             models=("pencil", "gcn", "gcn-id"),
+                             gnn=dict(hidden=64, epochs=10, lr=2e-3, weight_decay=0.01, batch_size=256, eval_every=2,
+                                      dropout=0.0, heads=2),
+                             pencil=dict(preset=name, hidden=64, ffn=128, heads=2, lr=1e-3,
+                                         weight_decay=0.01, effective_batch=256, eval_every=2),
+                             long_epochs=10, views=10)
+       for name in ("citeseer", "cora")},
     "tiny": dict(dataset="citeseer", sampling=(1, 5), depths=(1, 2), heuristics=("cn", "spd"), models=("pencil", "gcn-id"),
                  gnn=dict(hidden=16, epochs=1, lr=1e-3, weight_decay=0.0, batch_size=512, eval_every=1, dropout=0.0,
                           heads=2),
