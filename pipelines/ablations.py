@@ -1,7 +1,7 @@
 """Ablations of the paper's appendix and depth table, one command: every variant x seed through the same
 preprocess -> shards -> trainer path as `pipelines.run`, then one table beside the paper's numbers.
 
-    python -m pipelines.ablations --preset citeseer-ablate-small --seeds 0,1,2     # CPU size (~15 min, 2 cores)
+    python -m pipelines.ablations --preset citeseer-ablate-small --seeds 0,1,2     # CPU size (~8 min, 2 cores)
     python -m pipelines.ablations --preset cora --suite mr,w0,wpe,depth --seeds 0,1,2,3,4 --planetoid-dir …
 
 Suites (variants share one shard set; the plain PENCIL run is shared by all suites):
