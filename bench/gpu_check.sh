@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # GPU acceptance check (issue 9): one command on a GPU machine with no network, one report.
 #
-#   bench/gpu_check.sh SHARDS [--seeds N] [--epochs E] [--out DIR] [--budget-s S] [--skip-suite] [--with-slow] [--suite-after] [--smoke] [--ab-dropout]
+#   bench/gpu_check.sh SHARDS [--seeds N] [--epochs E] [--out DIR] [--budget-s S] [--skip-suite] [--with-slow] [--suite-after] [--smoke] [--ab-dropout] [--compile]
 #   --ab-dropout: after the rest (outside the 8-minute budget), the same citeseer seeds with --attention varlen
 #   (no attention dropout, the fastest kernel) for the A/B of issue 9 item 2: MRR and time with vs without
+#   --compile: after the rest (outside the budget, 2 minutes), python -m bench.compile at the collab and
+#   citeseer model widths: does torch.compile(dynamic=True) pay for the blocks' dense part on this GPU?
 #   --smoke: tiny sizes and any device, to rehearse the script's plumbing on a CPU box (numbers meaningless)
 #
 # SHARDS is a prebuilt citeseer (2,20) shard set, the directory holding manifest.json, made elsewhere with
@@ -29,7 +31,7 @@ set -u -o pipefail
 usage() { sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 1 ] || usage
 SHARDS=$1; shift
-SEEDS=3; EPOCHS=""; OUT="gpu_check-$(date +%Y%m%d-%H%M%S)"; BUDGET=480; SUITE=1; SLOW=0; AFTER=0; SMOKE=0; AB=0
+SEEDS=3; EPOCHS=""; OUT="gpu_check-$(date +%Y%m%d-%H%M%S)"; BUDGET=480; SUITE=1; SLOW=0; AFTER=0; SMOKE=0; AB=0; COMPILE=0
 while [ $# -gt 0 ]; do
   case $1 in
     --seeds) SEEDS=$2; shift 2 ;;
@@ -41,6 +43,7 @@ while [ $# -gt 0 ]; do
     --suite-after) AFTER=1; shift ;;
     --smoke) SMOKE=1; shift ;;
     --ab-dropout) AB=1; shift ;;
+    --compile) COMPILE=1; shift ;;
     -h|--help) usage ;;
     *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -135,6 +138,12 @@ if [ "$AB" = 1 ]; then  # outside the budget: its own 10-minute limit
   BUDGET0=$BUDGET; BUDGET=$(( $(date +%s) - START + 600 ))
   run citeseer-varlen-seeds 600 bash -c 'citeseer citeseer-varlen --attention varlen'
 fi
+if [ "$COMPILE" = 1 ]; then  # outside the budget: its own 2-minute limit
+  BUDGET0=${BUDGET0:-$BUDGET}; BUDGET=$(( $(date +%s) - START + 120 ))
+  COMPILE_SIZES=(--hidden 512 --heads 8 --ffn 2048 --tokens 16384,65536 --repeats 10)
+  [ "$SMOKE" = 1 ] && COMPILE_SIZES=(--hidden 32 --heads 2 --ffn 64 --tokens 512 --repeats 2)
+  run compile 120 $PY -m bench.compile "${COMPILE_SIZES[@]}"
+fi
 
 # ------------------------------------------------------------------ report
 $PY - "$OUT" "$SEEDS" "$TOTAL" "${BUDGET0:-$BUDGET}" "${STATUS[@]}" > "$REPORT" <<'EOF'
@@ -177,7 +186,9 @@ gpu_tests = log("gpu-tests").strip().splitlines()
 lines += ["## GPU tests (pytest -m gpu)", "", "```", *(gpu_tests[-15:] or ["(no output)"]), "```", ""]
 for name, what in (("step-citeseer", "Step bench, real citeseer shards, paper model 1024 x 2"),
                    ("step-collab", "Step bench, collab-like lengths, 512 x 8"),
-                   ("loader-vs-model", "Loader vs model")):
+                   ("loader-vs-model", "Loader vs model"), ("compile", "torch.compile of the blocks' dense part")):
+    if name == "compile" and not (out / "compile.log").exists():
+        continue
     lines += [f"## {what}", "", "```", tail_tables(log(name)), "```", ""]
 
 import statistics
