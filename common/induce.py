@@ -21,6 +21,16 @@ import numpy as np
 from numba import njit
 
 
+def _dense_shape(node_ptr: np.ndarray, width: int | None, who: str) -> tuple[np.ndarray, int, int]:
+    """(node_ptr as contiguous int64, B links, L): the dense adjacency's side, width or the largest N_b."""
+    node_ptr = np.ascontiguousarray(node_ptr, dtype=np.int64)
+    sizes = np.diff(node_ptr)
+    L = int(width if width is not None else (sizes.max() if sizes.size else 0))
+    if sizes.size and sizes.max() > L:
+        raise ValueError(f"{who}: width {L} < largest context {int(sizes.max())}")
+    return node_ptr, len(sizes), L
+
+
 class Inducer:
     """The graph plus a marker scratch array: one per process (loader worker, shard task)."""
 
@@ -40,12 +50,8 @@ class Inducer:
 
     def dense(self, node_ptr: np.ndarray, nodes: np.ndarray, width: int | None = None) -> np.ndarray:
         """(B, L, L) uint8 adjacency over local ids, L = width or the largest N_b; zero padding."""
-        node_ptr = np.ascontiguousarray(node_ptr, dtype=np.int64)
-        sizes = np.diff(node_ptr)
-        L = int(width if width is not None else (sizes.max() if sizes.size else 0))
-        if sizes.size and sizes.max() > L:
-            raise ValueError(f"Inducer.dense: width {L} < largest context {int(sizes.max())}")
-        out = np.zeros((len(sizes), L, L), dtype=np.uint8)
+        node_ptr, B, L = _dense_shape(node_ptr, width, "Inducer.dense")
+        out = np.zeros((B, L, L), dtype=np.uint8)
         _dense_kernel(self.indptr, self.indices, node_ptr, np.ascontiguousarray(nodes), self.mark, out)
         return out
 
@@ -207,12 +213,8 @@ class BitMatrix:
     def dense(self, node_ptr: np.ndarray, nodes: np.ndarray, width: int | None = None) -> np.ndarray:
         """Same output as Inducer.dense: (B, L, L) uint8 over local ids, target edge and padding zero
         (u == v: local 1 has the same global id as local 0, so it gets local 0's row and column)."""
-        node_ptr = np.ascontiguousarray(node_ptr, dtype=np.int64)
-        sizes = np.diff(node_ptr)
-        L = int(width if width is not None else (sizes.max() if sizes.size else 0))
-        if sizes.size and sizes.max() > L:
-            raise ValueError(f"BitMatrix.dense: width {L} < largest context {int(sizes.max())}")
-        out = np.empty((len(sizes), L, L), dtype=np.uint8)
+        node_ptr, B, L = _dense_shape(node_ptr, width, "BitMatrix.dense")
+        out = np.empty((B, L, L), dtype=np.uint8)
         _bits_kernel(self.bits, node_ptr, np.ascontiguousarray(nodes, dtype=np.int64), out)
         return out
 
