@@ -31,3 +31,12 @@ def test_errors_name_the_problem():
         Preset("x", "citeseer", "original", (1, 5), hidden=30, layers=1, heads=4, ffn=8, effective_batch=8, epochs=1)
     with pytest.raises(ValueError, match=r"sampling \(d, n\) must be positive"):
         Preset("x", "citeseer", "original", (0, 5), hidden=32, layers=1, heads=4, ffn=8, effective_batch=8, epochs=1)
+    with pytest.raises(ValueError, match="lr_schedule must be one of constant, cosine"):
+        Preset("x", "citeseer", "original", (1, 5), hidden=32, layers=1, heads=4, ffn=8, effective_batch=8, epochs=1,
+               lr_schedule="step")
+
+
+def test_paper_presets_train_without_a_schedule():
+    """DESIGN.md: the reference training is AdamW at a fixed lr; only CPU presets of ours may decay it."""
+    for name in ("citeseer", "cora", "pubmed", "citeseer-heart", "ogbl-collab", "ogbl-ppa", "ogbl-ddi"):
+        assert get_preset(name).lr_schedule == "constant"

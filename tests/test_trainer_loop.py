@@ -268,6 +268,30 @@ def test_stop_and_resume_continues_exactly(shards, tmp_path, workers):
     assert all(torch.equal(sd_a[k], sd_b[k]) for k in sd_a)
 
 
+def test_lr_schedules_by_hand():
+    from trainer.config import OptimConfig
+    cos = OptimConfig(lr=0.2, lr_schedule="cosine")
+    assert [cos.lr_at(p) for p in (0.0, 0.5, 1.0, 1.5)] == pytest.approx([0.2, 0.1, 0.0, 0.0], abs=1e-12)
+    assert cos.lr_at(0.25) == pytest.approx(0.1 * (1 + 2 ** -0.5))  # lr (1 + cos(pi/4)) / 2
+    assert OptimConfig(lr=0.2).lr_at(0.9) == 0.2  # constant: the paper's
+    with pytest.raises(ConfigError, match="--lr-schedule"):
+        OptimConfig(lr_schedule="linear")
+
+
+def test_cosine_schedule_follows_progress_and_resumes_on_the_same_curve(shards, tmp_path):
+    kw = dict(epochs=2, eval_splits=("valid",), optim={"lr": 1e-3, "lr_schedule": "cosine"})
+    summary = run(tiny(shards, tmp_path / "full", **kw))
+    run(tiny(shards, tmp_path / "cut", max_steps=5, **kw))
+    run(tiny(shards, tmp_path / "cut", resume=True, **kw))
+    full = read_metrics(tmp_path / "full/metrics.jsonl", "train")
+    cut = read_metrics(tmp_path / "cut/metrics.jsonl", "train")
+    assert [(r["step"], r["lr"], r["loss"]) for r in full] == [(r["step"], r["lr"], r["loss"]) for r in cut]
+    # one batch per step and equal epochs here, so step k (from 1) ran at progress (k - 1) / steps
+    n = summary["steps"]
+    expected = [1e-3 * 0.5 * (1 + np.cos(np.pi * (r["step"] - 1) / n)) for r in full]
+    assert [r["lr"] for r in full] == pytest.approx(expected, rel=1e-9) and len(full) == n
+
+
 def test_fractional_epochs_cut_the_last_epoch(shards, tmp_path):
     s1 = run(tiny(shards, tmp_path / "one", epochs=1, eval_splits=("valid",)))
     s2 = run(tiny(shards, tmp_path / "half", epochs=1.5, eval_splits=("valid",)))

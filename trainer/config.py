@@ -9,10 +9,11 @@ Every validation error names the CLI flag to change.
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Sequence
 
-from common.presets import PRESETS, get_preset
+from common.presets import LR_SCHEDULES, PRESETS, get_preset
 
 SPLITS = ("valid", "test")
 # --w0-init spellings -> trainer.model.W0_INITS (kept literal: config must not import the model / torch)
@@ -64,9 +65,18 @@ class OptimConfig:
     lr: float = 1e-4
     weight_decay: float = 0.01
     effective_batch: int = 2048  # links per optimiser step, summed over ranks (micro x accumulation x world)
+    lr_schedule: str = "constant"
 
     def __post_init__(self):
         _check(self.lr > 0, "--lr", f"must be > 0, got {self.lr}")
+        _check(self.lr_schedule in LR_SCHEDULES, "--lr-schedule",
+               f"must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+
+    def lr_at(self, progress: float) -> float:
+        """The learning rate at `progress` in [0, 1] of the run (epochs done / epochs)."""
+        if self.lr_schedule == "cosine":
+            return self.lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, max(0.0, progress))))
+        return self.lr
         _check(self.weight_decay >= 0, "--weight-decay", f"must be >= 0, got {self.weight_decay}")
         _check(self.effective_batch >= 1, "--effective-batch", f"must be >= 1, got {self.effective_batch}")
 
@@ -196,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("overrides (default: the preset's value)")
     g.add_argument("--epochs", type=float)
     g.add_argument("--lr", type=float)
+    g.add_argument("--lr-schedule", choices=LR_SCHEDULES, help="constant (the paper's) or cosine decay to 0 over the run")
     g.add_argument("--weight-decay", type=float)
     g.add_argument("--effective-batch", type=int, help="links per optimiser step summed over ranks")
     g.add_argument("--hidden", type=int)
@@ -265,7 +276,8 @@ def config_from_args(argv: Sequence[str] | None = None) -> TrainConfig:
                         loader_memory_mb=args.loader_memory_mb,
                         num_workers=args.num_workers, seed=args.seed),
         optim=OptimConfig(lr=pick(args.lr, preset.lr), weight_decay=pick(args.weight_decay, preset.weight_decay),
-                          effective_batch=pick(args.effective_batch, preset.effective_batch)),
+                          effective_batch=pick(args.effective_batch, preset.effective_batch),
+                          lr_schedule=pick(args.lr_schedule, preset.lr_schedule)),
         model=ModelOverrides(hidden=args.hidden, layers=args.layers, heads=args.heads, ffn=args.ffn,
                              dropout=args.dropout, attention=args.attention, residual=args.residual,
                              w0_init=W0_INIT_FLAGS.get(args.w0_init), w0_learnable=args.w0_learnable,
@@ -289,7 +301,8 @@ def config_for(preset: str, shards: str, out: str, **overrides) -> TrainConfig:
     except ValueError as err:
         raise ConfigError(f"--preset: {err}") from None
     data = {"shards": shards, **overrides.pop("data", {})}
-    optim = {"lr": p.lr, "weight_decay": p.weight_decay, "effective_batch": p.effective_batch, **overrides.pop("optim", {})}
+    optim = {"lr": p.lr, "weight_decay": p.weight_decay, "effective_batch": p.effective_batch,
+             "lr_schedule": p.lr_schedule, **overrides.pop("optim", {})}
     model = overrides.pop("model", {})
     base = dict(epochs=p.epochs, eval_every=p.eval_every, protocol=p.protocol)
     base.update(overrides)

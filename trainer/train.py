@@ -190,6 +190,8 @@ class Trainer:
         it = iter(loader)
         window = _Window()
         while st.batch < plan.batches and self._steps_left():
+            for group in self.optimizer.param_groups:  # by progress, so a resumed run follows the same curve
+                group["lr"] = cfg.optim.lr_at((st.epoch + fraction * st.batch / plan.batches) / cfg.epochs)
             micro = [_next(it, st, plan) for _ in range(min(self.accum, plan.batches - st.batch))]
             loss, samples, tokens = self.train_step(micro)
             st.batch += len(micro)
