@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPU acceptance check (issue 9): one command on a GPU machine with no network, one report.
 #
-#   bench/gpu_check.sh SHARDS [--seeds N] [--epochs E] [--out DIR] [--budget-s S] [--skip-suite] [--with-slow] [--suite-after] [--smoke] [--ab-dropout] [--compile]
+#   bench/gpu_check.sh SHARDS [--bundle DIR] [--seeds N] [--epochs E] [--out DIR] [--budget-s S] [--skip-suite] [--with-slow] [--suite-after] [--smoke] [--ab-dropout] [--compile]
+#   --bundle: a folder made by bench/gpu_bundle.sh: installs its wheels offline first, and the tests read its
+#   prebuilt shard sets (no Ray needed); SHARDS is then usually "$(cat DIR/shards.path)"
 #   --ab-dropout: after the rest (outside the 8-minute budget), the same citeseer seeds with --attention varlen
 #   (no attention dropout, the fastest kernel) for the A/B of issue 9 item 2: MRR and time with vs without
 #   --compile: after the rest (outside the budget, 2 minutes), python -m bench.compile at the collab and
@@ -22,18 +24,20 @@
 #      so step 5's wall time is an upper bound; --suite-after runs it alone afterwards
 # It prints one report and writes it as Markdown to OUT/gpu_check.md (default OUT: ./gpu_check-<time>).
 #
-# Python packages needed beyond the GPU image's torch / transformers / numba / pyarrow (carry them as
-# wheels, versions in constraints.txt): numpy scipy pandas tqdm webdataset braceexpand fsspec pytest
-# pytest-timeout pyyaml; for the whole suite also ray[default] torch-geometric ogb matplotlib s3fs
-# moto[server] (tests that need a package that is missing fail, so carry them all for step 6).
+# Python packages needed beyond the GPU image (which has torch, transformers, numba, pyarrow, numpy, scipy,
+# pandas, tqdm, fsspec, matplotlib, torch-geometric, pytest, pytest-timeout, pyyaml): webdataset, braceexpand,
+# ogb (+ outdated, littleutils). bench/gpu_bundle.sh downloads them as wheels. Ray (~80 MB wheel, over the
+# device's carry limit), s3fs and moto stay behind: the tests of the Ray job and the S3 tests skip without them,
+# and the tests that read shard sets find them in the bundle's test-shards cache.
 set -u -o pipefail
 
 usage() { sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 1 ] || usage
 SHARDS=$1; shift
-SEEDS=3; EPOCHS=""; OUT="gpu_check-$(date +%Y%m%d-%H%M%S)"; BUDGET=480; SUITE=1; SLOW=0; AFTER=0; SMOKE=0; AB=0; COMPILE=0
+BUNDLE=""; SEEDS=3; EPOCHS=""; OUT="gpu_check-$(date +%Y%m%d-%H%M%S)"; BUDGET=480; SUITE=1; SLOW=0; AFTER=0; SMOKE=0; AB=0; COMPILE=0
 while [ $# -gt 0 ]; do
   case $1 in
+    --bundle) BUNDLE=$2; shift 2 ;;
     --seeds) SEEDS=$2; shift 2 ;;
     --epochs) EPOCHS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
@@ -50,8 +54,18 @@ while [ $# -gt 0 ]; do
 done
 [ -f "$SHARDS/manifest.json" ] || { echo "gpu_check.sh: $SHARDS/manifest.json not found; pass a prebuilt shard set" >&2; exit 2; }
 [[ $SEEDS =~ ^[1-9][0-9]*$ ]] || { echo "gpu_check.sh: --seeds must be a positive integer, got $SEEDS" >&2; exit 2; }
+if [ -n "$BUNDLE" ]; then
+  [ -d "$BUNDLE/wheels" ] && [ -d "$BUNDLE/test-shards" ] || {
+    echo "gpu_check.sh: --bundle $BUNDLE: no wheels/ and test-shards/ inside; make it with bench/gpu_bundle.sh" >&2; exit 2; }
+  BUNDLE=$(cd "$BUNDLE" && pwd)
+fi
 cd "$(dirname "$0")/.." || exit 2
 PY=${PYTHON:-python}
+if [ -n "$BUNDLE" ]; then  # offline: the bundle's wheels only, their dependencies are in the image
+  $PY -m pip install -q --no-index --no-deps "$BUNDLE"/wheels/*.whl \
+    || { echo "gpu_check.sh: --bundle: installing $BUNDLE/wheels failed" >&2; exit 2; }
+  export PENCIL_TEST_SHARD_CACHE=$BUNDLE/test-shards
+fi
 mkdir -p "$OUT" || exit 2
 OUT=$(cd "$OUT" && pwd)
 REPORT=$OUT/gpu_check.md

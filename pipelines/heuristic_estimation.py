@@ -105,8 +105,7 @@ def _list(text: str | None, default, flag: str, allowed=None, cast=str, minimum:
 # ---------------------------------------------------------------------------- data
 def target_shards(args, spec: dict, heuristic: str) -> str:
     """The shard set of one heuristic (built, or found in the cache): links labelled with its targets."""
-    import ray
-
+    from pipelines.run import shutdown_embedded_ray
     from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
     from preprocess.job import run_job
 
@@ -114,8 +113,7 @@ def target_shards(args, spec: dict, heuristic: str) -> str:
                            candidates=CandidateConfig(views=spec["views"], protocols=("original",)),
                            targets=heuristic, out=args.shards, planetoid_dir=args.planetoid_dir, num_cpus=args.num_cpus)
     result = run_job(cfg)
-    if ray.is_initialized():
-        ray.shutdown()  # free the embedded Ray's CPUs before training
+    shutdown_embedded_ray()  # free the embedded Ray's CPUs before training
     return result.location or str(result.path)
 
 

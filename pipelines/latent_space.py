@@ -149,7 +149,7 @@ def pencil_shards(args, preset, datasets: dict) -> dict:
                                features=True, num_cpus=args.num_cpus)
         result = run_job(cfg, dataset=ds)
         shards[sm] = result.location or str(result.path)
-    run_pipeline._shutdown_ray()  # free the embedded Ray's CPUs before training
+    run_pipeline.shutdown_embedded_ray()  # free the embedded Ray's CPUs before training
     return shards
 
 

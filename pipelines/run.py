@@ -169,16 +169,17 @@ def preprocess_shards(args, preset, protocols: list[str]) -> str:
         out=args.shards, data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir,
         features=args.features, num_cpus=args.num_cpus)
     result = run_job(cfg)
-    _shutdown_ray()
+    shutdown_embedded_ray()
     location = result.location or str(result.path)  # a URL stays a URL (s3://...)
     log.info("shards %s: %s", "reused" if result.cached else "written", location)
     return location
 
 
-def _shutdown_ray() -> None:
-    # Free the embedded Ray's CPUs before training in this process.
-    import ray
-    if ray.is_initialized():
+def shutdown_embedded_ray() -> None:
+    # Free the embedded Ray's CPUs before training in this process. A cache hit never imports Ray, so a
+    # node without it (a trainer image) can run the recipes on prebuilt shards.
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
         ray.shutdown()
 
 

@@ -150,13 +150,13 @@ def test_table_prints_measured_rows_beside_the_paper():
     assert "PENCIL + LRP-3 (paper only)" in md and "MRR 39.18" in md
 
 
-def test_ablation_recipe_end_to_end_tiny(tmp_path, capsys):
+def test_ablation_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
     """Preprocess once, train PENCIL, PENCIL \\ MR and LRP-3 on a fifth of an epoch, and write all three outputs."""
     import json
 
     from pipelines import ablations
     rc = ablations.main(["--preset", "tiny", "--suite", "mr,lrp", "--seeds", "0", "--epochs", "0.2", "--num-cpus", "1",
-                         "--out", str(tmp_path / "res"), "--shards", str(tmp_path / "shards"), "--device", "cpu",
+                         "--out", str(tmp_path / "res"), "--shards", str(shard_cache / "ablations"), "--device", "cpu",
                          "--train-arg=--num-workers=0", "--train-arg=--no-progress"])
     assert rc == 0
     out = tmp_path / "res" / "ablations" / "tiny"

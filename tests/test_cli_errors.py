@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import needs_ray
+
 ROOT = Path(__file__).resolve().parents[1]
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")  # logging lines (INFO/WARNING) are not errors
 
@@ -165,6 +167,7 @@ def test_other_pipelines_fail_in_one_line(module, args, expect, inputs):
 
 
 # ---------------------------------------------------------------------------- common.cli itself
+@needs_ray
 def test_describe_unwraps_ray_task_errors_and_names_os_errors():
     import errno
 

@@ -18,6 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.conftest import needs_ray
+
+pytestmark = needs_ray  # every test here runs the Ray job (the trainer's one reads a set it wrote)
+
 ROOT = Path(__file__).resolve().parents[1]
 LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d")
 

@@ -11,6 +11,7 @@ from preprocess.job import run
 from trainer.config import config_for
 from trainer.model import model_for_shards
 from trainer.train import run as train
+from tests.conftest import HAS_RAY
 
 ROOT = Path(__file__).resolve().parents[1]
 # CI (and every session) has shared/ beside the clone; resolved relative to the repository, never absolute.
@@ -24,11 +25,12 @@ def _config(tmp_path, **kw):
 
 
 @pytest.fixture(scope="module")
-def feature_shards(tmp_path_factory):
+def feature_shards(shard_cache):
     if PLANETOID is None:
         pytest.skip("Planetoid raw files not found")
-    tmp = tmp_path_factory.mktemp("features")
-    return run(_config(tmp, features=True, planetoid_dir=str(PLANETOID)))
+    if not HAS_RAY and not any((shard_cache / "features").rglob("manifest.json")):
+        pytest.skip("building the features set needs ray (bench/gpu_bundle.sh leaves it out: 49 MB)")
+    return run(_config(shard_cache / "features", features=True, planetoid_dir=str(PLANETOID)))
 
 
 @needs_planetoid

@@ -151,7 +151,7 @@ def test_subgraph_batch_offsets_and_query_markers():
     assert reg(b).shape == (3,) and torch.isfinite(reg(b)).all()
 
 
-def test_estimation_reads_the_same_subgraphs_and_targets_as_pencil(tmp_path):
+def test_estimation_reads_the_same_subgraphs_and_targets_as_pencil(shard_cache):
     """The GNN side's inputs come from the --targets shard set PENCIL trains on: same links, same node
     sets, edges induced on the shipped graph without the target edge, labels = the set's targets."""
     from types import SimpleNamespace
@@ -159,7 +159,7 @@ def test_estimation_reads_the_same_subgraphs_and_targets_as_pencil(tmp_path):
     from common.shards import read_manifest, read_shard, shard_entries
     from pipelines.heuristic_estimation import HE_PRESETS, shard_subgraphs, target_shards
 
-    args = SimpleNamespace(shards=str(tmp_path), planetoid_dir=None, num_cpus=2)
+    args = SimpleNamespace(shards=str(shard_cache / "heuristic_estimation"), planetoid_dir=None, num_cpus=2)
     manifest = read_manifest(target_shards(args, HE_PRESETS["tiny"], "cn"))
     (node_ptr, edge_ptr, edges), target = shard_subgraphs(manifest, "test")
     blocks = [b for e in shard_entries(manifest, "test", "original") for b in read_shard(f"{manifest['root']}/{e['name']}")]
@@ -175,12 +175,12 @@ def test_estimation_reads_the_same_subgraphs_and_targets_as_pencil(tmp_path):
     assert len(edges) > 0 and train_edge_ptr[-1] > 0
 
 
-def test_estimation_recipe_end_to_end_tiny(tmp_path, capsys):
+def test_estimation_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
     import json
 
     from pipelines import heuristic_estimation as he
     assert he.main(["--preset", "tiny", "--heuristics", "cn,pr", "--models", "gcn-id,pencil", "--depths", "1",
-                    "--seeds", "0", "--out", str(tmp_path), "--shards", str(tmp_path / "shards"), "--device", "cpu"]) == 0
+                    "--seeds", "0", "--out", str(tmp_path), "--shards", str(shard_cache / "heuristic_estimation"), "--device", "cpu"]) == 0
     out = tmp_path / "heuristic_estimation" / "tiny"
     res = json.loads((out / "results.json").read_text())
     assert sorted((r["heuristic"], r["model"], r["layers"]) for r in res["table"]) == [

@@ -80,9 +80,9 @@ def test_markdown_puts_measured_beside_paper():
     assert "| PENCIL | – / 77.63 | – / 74.37 | 90.00 ± 2.00 / 93.59 | – / 36.01 |" in md
 
 
-def test_latent_space_recipe_end_to_end_tiny(tmp_path, capsys):
+def test_latent_space_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
     rc = ls.main(["--preset", "tiny", "--settings", "2:1", "--seeds", "0", "--num-nodes", "200", "--num-cpus", "1",
-                  "--out", str(tmp_path / "res"), "--shards", str(tmp_path / "shards"), "--device", "cpu",
+                  "--out", str(tmp_path / "res"), "--shards", str(shard_cache / "latent_space"), "--device", "cpu",
                   "--train-arg=--num-workers=0", "--train-arg=--no-progress", "--train-arg=--epochs=0.3"])
     assert rc == 0
     out = tmp_path / "res" / "latent_space" / "tiny"
@@ -95,7 +95,7 @@ def test_latent_space_recipe_end_to_end_tiny(tmp_path, capsys):
     # PENCIL trained with the node features that ride with the shard set
     summary = json.loads((out / "latent_s2_mu1" / "pencil" / "seed0" / "summary.json").read_text())
     assert summary["num_parameters"] > 0
-    manifest = next((tmp_path / "shards").rglob("manifest.json"))
+    manifest = next((shard_cache / "latent_space").rglob("manifest.json"))
     assert json.loads(manifest.read_text())["features"] is not None
     assert (out / "latent_space.png").stat().st_size > 0
     assert "(s=2, mu=1)" in capsys.readouterr().out

@@ -1,6 +1,7 @@
 """The Ray preprocessing job: end to end on citeseer, cache, resume after a kill, corrupt shards."""
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import shutil
@@ -21,6 +22,7 @@ from common.shards import (MANIFEST, ShardError, cache_key, iter_tar_blocks, loa
 from preprocess.__main__ import main
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
 from preprocess.job import FAIL_AFTER_ENV, candidate_sets, run_job
+from tests.conftest import HAS_RAY, needs_ray
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -28,6 +30,8 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def ray_session():
     """One embedded 2-CPU Ray for the whole module (starting Ray costs seconds)."""
+    if not HAS_RAY:
+        pytest.skip("ray is not installed (CI installs it; the GPU image lacks it)")
     import ray
     from preprocess.job import init_ray
     if os.environ.get("RAY_ADDRESS"):
@@ -236,13 +240,18 @@ def test_cli_help_lists_the_flags(capsys):
 
 
 # ---------------------------------------------------------------------------- ray job submit (slow)
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _free_ports(n: int) -> list[int]:
+    """n distinct free ports: every socket stays bound until all are picked (one at a time, the OS may hand
+    the same port out twice; a Ray head then refuses to start: "port ... used by other components")."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
 
 
 @pytest.mark.slow
+@needs_ray
 def test_ray_job_submit_against_local_cluster(tmp_path):
     """`ray job submit --working-dir . -- python -m preprocess ...` attaches to a `ray start --head` cluster.
 
@@ -251,7 +260,7 @@ def test_ray_job_submit_against_local_cluster(tmp_path):
     ray_bin = Path(sys.executable).with_name("ray")
     ray_cmd = str(ray_bin) if ray_bin.exists() else "ray"
     # Every fixed default port gets a free one, so this cluster never collides with another on the machine.
-    gcs, dash, client, agent = (_free_port() for _ in range(4))
+    gcs, dash, client, agent = _free_ports(4)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["RAY_AUTH_MODE"] = "disabled"  # a throwaway localhost cluster; head and clients must agree
     head_log = open(tmp_path / "head.log", "w")

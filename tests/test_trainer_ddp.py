@@ -147,12 +147,10 @@ def test_torchrun_cli_on_synthetic_shards(tmp_path):
 
 # ---------------------------------------------------------------------------- slow: real citeseer shards
 @pytest.fixture(scope="module")
-def citeseer_shards(tmp_path_factory) -> Path:
-    """citeseer, sampling (1, 5) (the `tiny` preset's N_max 12), 2 views, built once by preprocess.
-    PENCIL_TEST_CITESEER_SHARDS=<dir holding manifest.json> reuses a prebuilt set."""
-    if os.environ.get("PENCIL_TEST_CITESEER_SHARDS"):
-        return Path(os.environ["PENCIL_TEST_CITESEER_SHARDS"])
-    out = tmp_path_factory.mktemp("citeseer")
+def citeseer_shards(shard_cache) -> Path:
+    """citeseer, sampling (1, 5) (the `tiny` preset's N_max 12), 2 views, built once by preprocess (or found
+    in the shard cache: tests/conftest.py)."""
+    out = shard_cache / "ddp"
     res = subprocess.run([sys.executable, "-m", "preprocess", "--dataset", "citeseer", "--sampling", "1,5", "--views", "2",
                           "--protocol", "original", "--out", str(out), "--num-cpus", "2", "-q"],
                          cwd=ROOT, capture_output=True, text=True, timeout=900)

@@ -1,0 +1,37 @@
+"""What many test modules share: the Ray marker and the shard-set cache.
+
+The GPU machines' image has no Ray, and its wheel is larger than what can be carried there, so the suite
+separates the tests *of* the Ray job from the tests that only *read* shard sets:
+
+- `needs_ray` skips the former where Ray is not installed (CI always installs it);
+- the latter build their sets under the `shard_cache` folder. By default it is a fresh temporary folder
+  (the Ray job runs). With PENCIL_TEST_SHARD_CACHE=<dir> it is that folder: the first run fills it, and a
+  rerun finds every set there, a cache hit that never imports Ray. `bench/gpu_bundle.sh` fills one to carry.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+try:
+    import ray  # noqa: F401
+    HAS_RAY = True
+except ImportError:
+    HAS_RAY = False
+
+needs_ray = pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (CI installs it; the GPU image lacks it)")
+
+
+@pytest.fixture(scope="session")
+def shard_cache(tmp_path_factory) -> Path:
+    """Root of the shard sets that tests read; each consumer uses its own subfolder."""
+    env = os.environ.get("PENCIL_TEST_SHARD_CACHE")
+    if env:
+        path = Path(env).resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+    if not HAS_RAY:
+        pytest.skip("building shard sets needs ray; set PENCIL_TEST_SHARD_CACHE to a prebuilt cache")
+    return tmp_path_factory.mktemp("shard-cache")
