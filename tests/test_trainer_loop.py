@@ -276,6 +276,10 @@ def test_lr_schedules_by_hand():
     assert OptimConfig(lr=0.2).lr_at(0.9) == 0.2  # constant: the paper's
     with pytest.raises(ConfigError, match="--lr-schedule"):
         OptimConfig(lr_schedule="linear")
+    with pytest.raises(ConfigError, match="--weight-decay"):  # the other optimiser fields are still checked
+        OptimConfig(weight_decay=-0.1)
+    with pytest.raises(ConfigError, match="--effective-batch"):
+        OptimConfig(effective_batch=0)
 
 
 def test_cosine_schedule_follows_progress_and_resumes_on_the_same_curve(shards, tmp_path):

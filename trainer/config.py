@@ -71,14 +71,14 @@ class OptimConfig:
         _check(self.lr > 0, "--lr", f"must be > 0, got {self.lr}")
         _check(self.lr_schedule in LR_SCHEDULES, "--lr-schedule",
                f"must be one of {', '.join(LR_SCHEDULES)}, got {self.lr_schedule!r}")
+        _check(self.weight_decay >= 0, "--weight-decay", f"must be >= 0, got {self.weight_decay}")
+        _check(self.effective_batch >= 1, "--effective-batch", f"must be >= 1, got {self.effective_batch}")
 
     def lr_at(self, progress: float) -> float:
         """The learning rate at `progress` in [0, 1] of the run (epochs done / epochs)."""
         if self.lr_schedule == "cosine":
             return self.lr * 0.5 * (1.0 + math.cos(math.pi * min(1.0, max(0.0, progress))))
         return self.lr
-        _check(self.weight_decay >= 0, "--weight-decay", f"must be >= 0, got {self.weight_decay}")
-        _check(self.effective_batch >= 1, "--effective-batch", f"must be >= 1, got {self.effective_batch}")
 
 
 @dataclass
