@@ -21,6 +21,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-.gpu-bundle}
 PY=${PYTHON:-python}
+case $OUT in
+  /*|..*) echo "gpu_bundle.sh: OUT ($OUT) must be a relative path inside the repository: a device call carries only those" >&2
+          exit 2 ;;
+esac
 mkdir -p "$OUT/wheels"
 
 echo "## wheels -> $OUT/wheels"
