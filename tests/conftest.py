@@ -26,7 +26,8 @@ needs_ray = pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (CI ins
 
 @pytest.fixture(scope="session")
 def shard_cache(tmp_path_factory) -> Path:
-    """Root of the shard sets that tests read; each consumer uses its own subfolder."""
+    """Root of the shard sets that tests read, one subfolder per kind of set: consumers that need the same set
+    (the pipelines and ablations recipes both read citeseer (1, 5), 1 view) share its folder, so it is built once."""
     env = os.environ.get("PENCIL_TEST_SHARD_CACHE")
     if env:
         path = Path(env).resolve()

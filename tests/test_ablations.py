@@ -156,7 +156,7 @@ def test_ablation_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
 
     from pipelines import ablations
     rc = ablations.main(["--preset", "tiny", "--suite", "mr,lrp", "--seeds", "0", "--epochs", "0.2", "--num-cpus", "1",
-                         "--out", str(tmp_path / "res"), "--shards", str(shard_cache / "ablations"), "--device", "cpu",
+                         "--out", str(tmp_path / "res"), "--shards", str(shard_cache / "citeseer-tiny"), "--device", "cpu",
                          "--train-arg=--num-workers=0", "--train-arg=--no-progress"])
     assert rc == 0
     out = tmp_path / "res" / "ablations" / "tiny"
