@@ -16,7 +16,8 @@
 #                      The features set (49 MB) is dropped: its tests need shared/data/planetoid, which a
 #                      device call does not carry, and skip there.
 # Then, on the device (carry OUT):
-#   bash bench/gpu_check.sh "$(cat OUT/shards.path)" --bundle OUT --ab-dropout --compile
+#   bash bench/gpu_check.sh "$(cat OUT/shards.path)" --bundle OUT --ab-dropout --with-slow --out "$OUT/gpu_check"
+#   (there $OUT is the device call's folder that comes back; give the call timeout_s 600)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-.gpu-bundle}
@@ -42,4 +43,4 @@ PENCIL_TEST_SHARD_CACHE="$OUT/test-shards" $PY -m pytest -q -p no:cacheprovider 
 rm -rf "$OUT/test-shards/features"
 
 du -sh "$OUT"
-echo "bundle ready. On the device: bash bench/gpu_check.sh \"\$(cat $OUT/shards.path)\" --bundle $OUT --ab-dropout --compile"
+echo "bundle ready. On the device: bash bench/gpu_check.sh \"\$(cat $OUT/shards.path)\" --bundle $OUT --ab-dropout --with-slow --out \"\$OUT/gpu_check\""

@@ -1,28 +1,33 @@
 #!/usr/bin/env bash
 # GPU acceptance check (issue 9): one command on a GPU machine with no network, one report.
 #
-#   bench/gpu_check.sh SHARDS [--bundle DIR] [--seeds N] [--epochs E] [--out DIR] [--budget-s S] [--skip-suite] [--with-slow] [--suite-after] [--smoke] [--ab-dropout] [--compile]
+#   bench/gpu_check.sh SHARDS [--bundle DIR] [--out DIR] [--seeds N] [--epochs E] [--budget-s S] [--ab-dropout] [--no-compile] [--skip-suite] [--with-slow] [--smoke]
 #   --bundle: a folder made by bench/gpu_bundle.sh: installs its wheels offline first, and the tests read its
-#   prebuilt shard sets (no Ray needed); SHARDS is then usually "$(cat DIR/shards.path)"
-#   --ab-dropout: after the rest (outside the 8-minute budget), the same citeseer seeds with --attention varlen
-#   (no attention dropout, the fastest kernel) for the A/B of issue 9 item 2: MRR and time with vs without
-#   --compile: after the rest (outside the budget, 2 minutes), python -m bench.compile at the collab and
-#   citeseer model widths: does torch.compile(dynamic=True) pay for the blocks' dense part on this GPU?
+#     prebuilt shard sets (no Ray needed); SHARDS is then usually "$(cat DIR/shards.path)"
+#   --out: where the logs, runs and gpu_check.md go (default ./gpu_check-<time>; on a lent device, under $OUT)
+#   --ab-dropout: the same citeseer seeds with --attention varlen (no attention dropout, the fastest kernel),
+#     run alongside the default ones (same contention, so their times compare): issue 9 item 2's A/B
+#   --no-compile: the step benches skip their torch.compile rows (X+compile: the trainer's --compile)
 #   --smoke: tiny sizes and any device, to rehearse the script's plumbing on a CPU box (numbers meaningless)
 #
 # SHARDS is a prebuilt citeseer (2,20) shard set, the directory holding manifest.json, made elsewhere with
 #   python -m preprocess --dataset citeseer --sampling 2,20 --views 20 --protocol original --out shards
-# Steps, in order, each under its own timeout inside a total budget (default 480 s = 8 minutes on an H100):
-#   1. pytest -m gpu                      varlen/flash/bucketed == padded (bf16, fwd+bwd), fp32 eval, dropout
-#   2. step bench on the real shards      citeseer paper model 1024 x 2, budget 65,536: tokens/s and MFU
-#   3. step bench on collab-like lengths  512 x 8, budget 16,384 (padded baseline in capped chunks)
-#   4. loader vs model                    python -m bench.loader (loader tokens/s per process, graph-part form),
-#                                         else bench.trainer --sections loader
-#   5. citeseer paper preset, N seeds in parallel on the one GPU (test MRR at the best validation epoch)
-#   6. the whole suite (default markers plus gpu; --with-slow adds slow), run concurrently with step 5 with
-#      the budget left (it is mostly single-threaded CPU work; 8 minutes do not fit both one after the other),
-#      so step 5's wall time is an upper bound; --suite-after runs it alone afterwards
-# It prints one report and writes it as Markdown to OUT/gpu_check.md (default OUT: ./gpu_check-<time>).
+# Everything fits one budget (default 480 s = 8 minutes on an H100; a device call may run 600 s). First,
+# alone on the GPU, the timings:
+#   1. step bench on the real shards      citeseer paper model 1024 x 2, budget 65,536: tokens/s and MFU, every
+#                                         attention path, eager and compiled
+#   2. step bench on collab-like lengths  512 x 8, budget 16,384 (padded baseline in capped chunks)
+#   3. loader vs model                    python -m bench.loader (loader tokens/s per process, graph-part form)
+#   4. the training loop                  python -m trainer at the bench's token budget, 40 steps: its tokens/s
+#                                         against step 1's for the same kernel (issue 9: >= 80 %)
+# then, concurrently, the rest:
+#   5. citeseer paper preset, N seeds in parallel on the one GPU (test MRR at the best validation epoch),
+#      and with --ab-dropout the same seeds with --attention varlen
+#   6. the tests, all markers: pytest -m gpu (varlen/flash/bucketed == padded in bf16 fwd+bwd, fp32 eval,
+#      compiled == eager, ...), then the rest of the suite (--with-slow adds the slow tests). They are mostly
+#      single-threaded CPU work, so step 5's wall time is an upper bound.
+# The report (OUT/gpu_check.md, printed at the end) is rewritten after every step (bench/gpu_report.py), so a
+# run cut off by a time limit still leaves everything finished so far.
 #
 # Python packages needed beyond the GPU image (which has torch, transformers, numba, pyarrow, numpy, scipy,
 # pandas, tqdm, fsspec, matplotlib, torch-geometric, pytest, pytest-timeout, pyyaml): webdataset, braceexpand,
@@ -31,10 +36,10 @@
 # and the tests that read shard sets find them in the bundle's test-shards cache.
 set -u -o pipefail
 
-usage() { sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 1 ] || usage
 SHARDS=$1; shift
-BUNDLE=""; SEEDS=3; EPOCHS=""; OUT="gpu_check-$(date +%Y%m%d-%H%M%S)"; BUDGET=480; SUITE=1; SLOW=0; AFTER=0; SMOKE=0; AB=0; COMPILE=0
+BUNDLE=""; SEEDS=3; EPOCHS=""; OUT="gpu_check-$(date +%Y%m%d-%H%M%S)"; BUDGET=480; SUITE=1; SLOW=0; SMOKE=0; AB=0; COMPILE=1
 while [ $# -gt 0 ]; do
   case $1 in
     --bundle) BUNDLE=$2; shift 2 ;;
@@ -44,10 +49,9 @@ while [ $# -gt 0 ]; do
     --budget-s) BUDGET=$2; shift 2 ;;
     --skip-suite) SUITE=0; shift ;;
     --with-slow) SLOW=1; shift ;;
-    --suite-after) AFTER=1; shift ;;
     --smoke) SMOKE=1; shift ;;
     --ab-dropout) AB=1; shift ;;
-    --compile) COMPILE=1; shift ;;
+    --no-compile) COMPILE=0; shift ;;
     -h|--help) usage ;;
     *) echo "gpu_check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -68,11 +72,14 @@ if [ -n "$BUNDLE" ]; then  # offline: the bundle's wheels only, their dependenci
 fi
 mkdir -p "$OUT" || exit 2
 OUT=$(cd "$OUT" && pwd)
-REPORT=$OUT/gpu_check.md
 START=$(date +%s)
 STATUS=()
 
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
+report() { $PY bench/gpu_report.py "$OUT" "$SEEDS" "$BUDGET" "${STATUS[@]}" || echo "gpu_check.sh: writing the report failed" >&2; }
+status_of() {  # rc -> ok / timed out / failed
+  case $1 in 0) echo ok ;; 124|137) echo "timed out" ;; *) echo "failed (rc $1)" ;; esac
+}
 
 # run NAME LIMIT_S CMD...: run a step under a timeout (capped by the budget left), keep its log, record status
 run() {
@@ -83,35 +90,52 @@ run() {
   echo "## $name (limit ${limit}s): $*"
   local t0 rc; t0=$(date +%s)
   timeout --kill-after=10 "$limit" "$@" > "$OUT/$name.log" 2>&1; rc=$?
-  local dt=$(( $(date +%s) - t0 ))
-  local st=ok; [ $rc -eq 124 ] && st="timed out"; [ $rc -ne 0 ] && [ $rc -ne 124 ] && st="failed (rc $rc)"
-  STATUS+=("| $name | $st | $dt |")
+  STATUS+=("| $name | $(status_of $rc) | $(( $(date +%s) - t0 )) |")
   tail -n 25 "$OUT/$name.log"
+  report
+}
+
+# background NAME CMD...: like run, in the background under the budget left; `collect NAME` waits and records
+background() {
+  local name=$1; shift
+  date +%s > "$OUT/$name.t0"
+  ( timeout --kill-after=10 "$(left)" "$@" > "$OUT/$name.log" 2>&1; echo $? > "$OUT/$name.rc" ) &
+  echo $! > "$OUT/$name.pid"
+}
+collect() {
+  local name=$1
+  wait "$(cat "$OUT/$name.pid")" 2>/dev/null
+  STATUS+=("| $name (concurrent) | $(status_of "$(cat "$OUT/$name.rc" 2>/dev/null || echo 1)") | $(( $(date +%s) - $(cat "$OUT/$name.t0") )) |")
+  rm -f "$OUT/$name.pid" "$OUT/$name.rc" "$OUT/$name.t0"
+  echo "## $name"; tail -n 12 "$OUT/$name.log"
 }
 
 CITESEER_MODEL=(--hidden 1024 --layers 2 --heads 8 --ffn 2048 --budget 65536)
 COLLAB_MODEL=(--hidden 512 --layers 8 --heads 8 --ffn 2048 --budget 16384)
 TIMING=(--batches 6 --repeats 3)
 TRAIN=(--preset citeseer --device cuda)
+# the real loop alone at the bench's token budget (the budget, not the sample cap, cuts batches; one micro-step
+# per optimiser step; dropout 0 as in the bench), to read its tokens/s against the step bench's
+LOOP=(--preset citeseer --device cuda --token-budget 65536 --micro-batch 8192 --effective-batch 2048 --dropout 0
+      --max-steps 40 --log-every 5 --eval-every 1000 --eval-splits valid)
 if [ "$SMOKE" = 1 ]; then
   CITESEER_MODEL=(--hidden 32 --layers 1 --heads 2 --ffn 64 --budget 2048 --samples 300)
   COLLAB_MODEL=(--hidden 32 --layers 1 --heads 2 --ffn 64 --budget 2048 --samples 100)
   TIMING=(--batches 1 --repeats 1)
   TRAIN=(--preset tiny --device auto --max-steps 3 --num-workers 0)
+  LOOP=(--preset tiny --device auto --token-budget 2048 --micro-batch 8192 --effective-batch 2048 --dropout 0
+        --max-steps 6 --log-every 2 --eval-every 1000 --eval-splits valid --num-workers 0)
 fi
+[ "$COMPILE" = 1 ] && TIMING+=(--compile)
 
-# ------------------------------------------------------------------ 1-4: tests and benches
-run gpu-tests 150 $PY -m pytest -q -p no:cacheprovider -m gpu tests
-run step-citeseer 90 $PY -m bench.trainer --sections step --shards "$SHARDS" "${CITESEER_MODEL[@]}" "${TIMING[@]}"
-run step-collab 90 $PY -m bench.trainer --sections step --dists ogbl-collab "${COLLAB_MODEL[@]}" "${TIMING[@]}"
-if [ -f bench/loader.py ]; then
-  # loader tokens/s per process (read against the model's tokens/s of step 2); form: sparse vs dense graph part
-  run loader-vs-model 90 $PY -m bench.loader --sections reads,form --citeseer "$SHARDS" --work "$OUT/loader-work" --seconds 5
-else
-  run loader-vs-model 60 $PY -m bench.trainer --sections loader --shards "$SHARDS" "${CITESEER_MODEL[@]}" "${TIMING[@]}"
-fi
+# ------------------------------------------------------------------ 1-4: timings, alone on the GPU
+run step-citeseer 150 $PY -m bench.trainer --sections step --shards "$SHARDS" "${CITESEER_MODEL[@]}" "${TIMING[@]}"
+run step-collab 150 $PY -m bench.trainer --sections step --dists ogbl-collab "${COLLAB_MODEL[@]}" "${TIMING[@]}"
+# loader tokens/s per process (read against the model's tokens/s of step 1); form: sparse vs dense graph part
+run loader-vs-model 60 $PY -m bench.loader --sections reads,form --citeseer "$SHARDS" --work "$OUT/loader-work" --seconds 3
+run loop-citeseer 90 $PY -m trainer "${LOOP[@]}" --shards "$SHARDS" --out "$OUT/loop" --no-progress
 
-# ------------------------------------------------------------------ 5: citeseer, N seeds in parallel on one GPU
+# ------------------------------------------------------------------ 5-6: citeseer seeds and the tests, concurrently
 citeseer() {  # $1: run folder name (citeseer / citeseer-varlen), further args go to the trainer
   local pids=() s rc=0 name=${1:-citeseer}; shift || true
   for s in $(seq 0 $((SEEDS - 1))); do
@@ -126,111 +150,21 @@ citeseer() {  # $1: run folder name (citeseer / citeseer-varlen), further args g
 export -f citeseer
 TRAIN_ARGS="${TRAIN[*]}"
 export PY SHARDS OUT SEEDS EPOCHS TRAIN_ARGS
-MARKERS="not slow"; [ "$SLOW" = 1 ] && MARKERS=""
-SUITE_CMD=($PY -m pytest -q -p no:cacheprovider -m "$MARKERS" tests)
-if [ "$SUITE" = 1 ] && [ "$AFTER" = 0 ]; then
-  # 6, concurrently: its own timeout (the budget left now); its status is recorded when it is waited for
-  SUITE_T0=$(date +%s)
-  ( timeout --kill-after=10 "$(left)" "${SUITE_CMD[@]}" > "$OUT/suite.log" 2>&1; echo $? > "$OUT/suite.rc" ) &
-  SUITE_PID=$!
-fi
-run citeseer-seeds 330 bash -c 'citeseer citeseer'
-
-# ------------------------------------------------------------------ 6: the whole suite
-if [ "$SUITE" = 1 ] && [ "$AFTER" = 0 ]; then
-  wait "$SUITE_PID"
-  rc=$(cat "$OUT/suite.rc" 2>/dev/null || echo 1)
-  st=ok; [ "$rc" = 124 ] && st="timed out"; [ "$rc" != 0 ] && [ "$rc" != 124 ] && st="failed (rc $rc)"
-  STATUS+=("| suite (concurrent with citeseer-seeds) | $st | $(( $(date +%s) - SUITE_T0 )) |")
-  echo "## suite"; tail -n 12 "$OUT/suite.log"
-elif [ "$SUITE" = 1 ]; then
-  run suite 600 "${SUITE_CMD[@]}"
-fi
-
-TOTAL=$(( $(date +%s) - START ))
-if [ "$AB" = 1 ]; then  # outside the budget: its own 10-minute limit
-  BUDGET0=$BUDGET; BUDGET=$(( $(date +%s) - START + 600 ))
-  run citeseer-varlen-seeds 600 bash -c 'citeseer citeseer-varlen --attention varlen'
-fi
-if [ "$COMPILE" = 1 ]; then  # outside the budget: its own 2-minute limit
-  BUDGET0=${BUDGET0:-$BUDGET}; BUDGET=$(( $(date +%s) - START + 120 ))
-  COMPILE_SIZES=(--hidden 512 --heads 8 --ffn 2048 --tokens 16384,65536 --repeats 10)
-  [ "$SMOKE" = 1 ] && COMPILE_SIZES=(--hidden 32 --heads 2 --ffn 64 --tokens 512 --repeats 2)
-  run compile 120 $PY -m bench.compile "${COMPILE_SIZES[@]}"
-fi
-
-# ------------------------------------------------------------------ report
-$PY - "$OUT" "$SEEDS" "$TOTAL" "${BUDGET0:-$BUDGET}" "${STATUS[@]}" > "$REPORT" <<'EOF'
-import json, re, sys
-from pathlib import Path
-
-out, seeds, total, budget, *status = sys.argv[1:]
-out = Path(out)
-
-
-def log(name):
-    p = out / f"{name}.log"
-    return p.read_text(errors="replace") if p.exists() else "(not run)"
-
-
-def tail_tables(text):
-    """The bench's printed tables (title line + header + rows), without the progress noise."""
-    keep, on = [], False
-    for line in text.splitlines():
-        if line.startswith(("step time", "loader vs model", "reads", "form", "#", "|")) or (on and line.strip()):
-            keep.append(line)
-            on = True
-        elif on and not line.strip():
-            on = False
-            keep.append("")
-    return "\n".join(keep).strip() or text[-3000:]
-
-
-try:
-    import torch
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA"
-    env = f"torch {torch.__version__}, CUDA {torch.version.cuda}"
-except Exception as err:  # the report is still written
-    gpu, env = "unknown", f"torch not importable: {err}"
-lines = [f"# GPU check: {gpu}", "", f"{env}; {total} s for the budgeted steps (budget {budget} s; an --ab-dropout "
-         "run comes after).", "",
-         "| step | status | seconds |", "|---|---|---|", *status, ""]
-
-gpu_tests = log("gpu-tests").strip().splitlines()
-lines += ["## GPU tests (pytest -m gpu)", "", "```", *(gpu_tests[-15:] or ["(no output)"]), "```", ""]
-for name, what in (("step-citeseer", "Step bench, real citeseer shards, paper model 1024 x 2"),
-                   ("step-collab", "Step bench, collab-like lengths, 512 x 8"),
-                   ("loader-vs-model", "Loader vs model"), ("compile", "torch.compile of the blocks' dense part")):
-    if name == "compile" and not (out / "compile.log").exists():
-        continue
-    lines += [f"## {what}", "", "```", tail_tables(log(name)), "```", ""]
-
-import statistics
-
-for name, title in (("citeseer", "Citeseer, paper preset, seeds in parallel on one GPU"),
-                    ("citeseer-varlen", "A/B: the same seeds with --attention varlen (no attention dropout)")):
-    if not (out / name).exists():
-        continue
-    rows, mrrs = [], []
-    for s in range(int(seeds)):
-        p = out / name / f"seed{s}" / "summary.json"
-        if p.exists():
-            sm = json.loads(p.read_text())
-            mrr = 100 * (sm.get("test") or {}).get("mrr", float("nan"))
-            mrrs.append(mrr)
-            rows.append(f"| {s} | {sm.get('best_epoch')} | {100 * (sm.get('valid') or {}).get('mrr', float('nan')):.2f} | "
-                        f"{mrr:.2f} | {sm.get('train_time_s')} | {sm.get('attention_backend')} |")
-        else:
-            rows.append(f"| {s} | - | - | - | - | see {name}-seed{s}.log |")
-    lines += [f"## {title}", "", "| seed | best epoch | valid MRR | test MRR (at best valid) | train s | attention |",
-              "|---|---|---|---|---|---|", *rows, ""]
-    if mrrs:
-        sd = statistics.stdev(mrrs) if len(mrrs) > 1 else 0.0
-        lines += [f"Test MRR {statistics.mean(mrrs):.2f} ± {sd:.2f} over {len(mrrs)} seed(s); the paper: 47.51 ± 3.09.", ""]
-suite = log("suite").strip().splitlines()
-lines += ["## Whole suite", "", "```", *(suite[-12:] or ["(not run)"]), "```", ""]
-print("\n".join(lines))
-EOF
+MARKERS="not gpu and not slow"; [ "$SLOW" = 1 ] && MARKERS="not gpu"
+tests_job() {  # the gpu-marked tests first (their own log), then the rest of the suite
+  $PY -m pytest -q -p no:cacheprovider -m gpu tests > "$OUT/gpu-tests.log" 2>&1; local g=$?
+  $PY -m pytest -q -p no:cacheprovider -m "$MARKERS" tests > "$OUT/suite.log" 2>&1; local s=$?
+  echo "gpu tests rc $g, rest of the suite rc $s"
+  [ $g = 0 ] && [ $s = 0 ]
+}
+export -f tests_job
+export MARKERS
+[ "$SUITE" = 1 ] && background tests bash -c tests_job
+[ "$AB" = 1 ] && background citeseer-varlen-seeds bash -c 'citeseer citeseer-varlen --attention varlen'
+run citeseer-seeds 420 bash -c 'citeseer citeseer'
+[ "$AB" = 1 ] && collect citeseer-varlen-seeds
+[ "$SUITE" = 1 ] && collect tests
+report
 echo
-cat "$REPORT"
-echo "report: $REPORT"
+cat "$OUT/gpu_check.md"
+echo "report: $OUT/gpu_check.md"

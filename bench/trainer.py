@@ -21,6 +21,7 @@ the cap the padded step runs its batch in chunks with gradient accumulation (sam
 from __future__ import annotations
 
 import argparse
+import copy
 import statistics
 import sys
 import time
@@ -174,21 +175,31 @@ def padded_chunks(samples: list[dict], cap: int) -> list[list[dict]]:
     return out + ([cur] if cur else [])
 
 
+COMPILED = "+compile"  # a path name with this suffix runs the same kernel with the blocks torch.compile'd
+
+
 def time_paths(model: Pencil, paths: list[str], batches: dict, device, amp: bool, repeats: int,
                clock=time.perf_counter) -> dict[str, float]:
     """Median seconds per step for each attention path, interleaved over the same batches
     (batches[path][i]: the i-th step's batch for that path, a PackedBatch or a list of chunks).
+    A path "X+compile" runs kernel X on a copy of the model with its blocks compiled (Pencil.compile_blocks,
+    as `python -m trainer --compile`); its compile happens in the warm-up round, which is not timed.
     clock=time.process_time measures CPU time, which holds on a shared, overloaded CPU box."""
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, fused=device.type == "cuda")
-    step = make_step(model, opt, device, amp)
+    compiled = copy.deepcopy(model).compile_blocks() if any(p.endswith(COMPILED) for p in paths) else None
+    steps = {}
+    for m in {id(model): model, id(compiled): compiled}.values():
+        if m is not None:
+            opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4, fused=device.type == "cuda")
+            steps[id(m)] = make_step(m, opt, device, amp)
     times = {p: [] for p in paths}
-    for r in range(repeats + 1):  # round 0 is warm-up (kernel selection, allocator)
+    for r in range(repeats + 1):  # round 0 is warm-up (kernel selection, allocator, compilation)
         for path in paths:
-            model.set_attention(path)
+            m = compiled if path.endswith(COMPILED) else model
+            m.set_attention(path.removesuffix(COMPILED))
             for b in batches[path]:
                 _sync(device)
                 t0 = clock()
-                step(b)
+                steps[id(m)](b)
                 _sync(device)
                 if r:
                     times[path].append(clock() - t0)
@@ -216,6 +227,8 @@ def section_step(args):
     paths = [p for p in device_paths(device.type) if not args.paths or p in args.paths.split(",")]
     if "sdpa" not in paths:
         paths.insert(0, "sdpa")  # the baseline every ratio is against
+    if args.compile:  # the fastest packed kernels again, with the blocks compiled
+        paths += [p + COMPILED for p in paths if p not in ("sdpa", "reference")]
     peak = peak_flops(device, args.peak_tflops)
     if args.shards:
         name, n_max, samples = shard_samples(args.shards, args.samples)
@@ -257,6 +270,7 @@ def section_step(args):
     title = (f"step time (forward+backward+AdamW), {device.type}, hidden {args.hidden}, layers {args.layers}, "
              f"heads {args.heads}, ffn {args.ffn}, token budget {args.budget}, {'bf16 autocast' if cuda else 'fp32'}; "
              f"'vs padded' > 1 means faster than padded SDPA; {args.clock} time"
+             + ("; X+compile = kernel X with the blocks torch.compile'd (--compile)" if args.compile else "")
              + (f" (padded baseline in chunks of <= {args.padded_cap} padded tokens)" if args.padded_cap else ""))
     return title, columns, rows
 
@@ -357,6 +371,8 @@ def parse_args(argv=None):
     ap.add_argument("--dists", help="comma-separated synthetic length distributions used without --shards: "
                                     f"{', '.join(d.split('(')[0] for d in DISTRIBUTIONS)} (default: all)")
     ap.add_argument("--paths", help="comma-separated attention paths to time (default: all that run here)")
+    ap.add_argument("--compile", action="store_true",
+                    help="also time every packed path with the blocks torch.compile'd (the trainer's --compile)")
     ap.add_argument("--padded-cap", type=int, default=131072 if cuda else 0,
                     help="padded tokens (B x L) per forward of the padded baseline; larger batches run in "
                          "accumulated chunks (default 131072 on CUDA: ~25 GB of activations at 512 x 8; 0 = no cap)")

@@ -22,7 +22,7 @@ W0_INIT_FLAGS = {"orthogonal": "orthogonal", "gaussian": "gaussian", "low-rank":
 # when the run stops, logs and saves, not the trajectory of parameters or data.
 RESUME_OVERRIDABLE = ("epochs", "max_steps", "eval_every", "checkpoint_every", "checkpoint_seconds", "log_every",
                       "progress", "resume", "out", "device", "test_every_eval", "deterministic", "threads",
-                      "verify")
+                      "verify", "compile")
 # trainer.attention.BACKENDS, kept literal (config must not import torch); a test checks they agree.
 ATTENTION_BACKENDS = ("auto", "sdpa", "bucketed", "varlen", "flash_varlen", "flash_attn", "reference")
 
@@ -133,6 +133,10 @@ class TrainConfig:
     test_every_eval: bool = False  # score test at every eval, not only when validation improves
     verify: bool = False  # check every shard's sha256, the graphs and query files before training
     deterministic: bool = False  # torch.use_deterministic_algorithms (CUDA: bit-identical reruns, slower)
+    # torch.compile the blocks' dense per-token work (trainer.model.Pencil.compile_blocks). Off by default: on
+    # CPU it measured 0.80-0.86x of eager (BENCHMARKS.md); bench/gpu_check.sh --compile measures the GPU step.
+    # Like --deterministic, a resumed run may switch it (same model and data; only rounding and dropout masks).
+    compile: bool = False
     threads: int = 0  # torch intra-op threads on CPU; 0 = half the cores per rank (see trainer.setup.cpu_threads)
     log_every: int = 10  # optimiser steps between train-metric lines
     progress: bool = True
@@ -248,6 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="torch threads per rank on CPU (default 0: half the cores per rank, at least 1)")
     d.add_argument("--deterministic", action="store_true",
                    help="deterministic kernels (torch.use_deterministic_algorithms): bit-identical CUDA reruns")
+    d.add_argument("--compile", action="store_true",
+                   help="torch.compile(dynamic=True) the blocks' dense part (LayerNorm, GELU, dropout chains); "
+                        "a one-off compile of tens of seconds; pays on GPUs, not on CPU (BENCHMARKS.md)")
     d.add_argument("--log-every", type=int, default=10, help="optimiser steps between metric lines")
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
@@ -286,7 +293,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> TrainConfig:
         eval_splits=tuple(s for s in args.eval_splits.split(",") if s), protocol=pick(args.protocol, preset.protocol),
         seed=args.seed, device=args.device, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,
         checkpoint_seconds=args.checkpoint_seconds, test_every_eval=args.test_every_eval, verify=args.verify,
-        deterministic=args.deterministic, threads=args.threads, log_every=args.log_every,
+        deterministic=args.deterministic, compile=args.compile, threads=args.threads, log_every=args.log_every,
         progress=not args.no_progress)
 
 

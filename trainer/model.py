@@ -185,6 +185,22 @@ class Pencil(nn.Module):
         self.attention_backend = self._backend(dev)
         return self
 
+    def compile_blocks(self) -> "Pencil":
+        """torch.compile(dynamic=True) of every block's dense per-token work (`--compile`): BERT's
+        attention-output dense + dropout + LayerNorm(x + h), the feed-forward (dense + GELU, dense + dropout
+        + LayerNorm), and P_k. These are the memory-bound pointwise chains a compiler fuses; at GPU widths
+        they move about as many bytes as the matmuls do FLOPs (bench.compile times them). The attention
+        kernel and the graph scatter stay eager: custom kernels whose work depends on the batch's lengths.
+        Each submodule is compiled in place (nn.Module.compile), so parameter names, state dicts and
+        checkpoints are unchanged, and every layer of one kind shares one compiled graph per mode (train /
+        eval, autocast or not); dynamic shapes, so a new token count does not recompile."""
+        for block in self.blocks:
+            bert = block.bert
+            for sub in (bert.attention.output, bert.intermediate, bert.output, block.prop):
+                if sub is not None:
+                    sub.compile(dynamic=True)
+        return self
+
     def _backend(self, device_type: str) -> str:
         if device_type not in self._resolved:
             self._resolved[device_type] = resolve_backend(self.cfg.attention, device_type, self.cfg.dropout)

@@ -119,6 +119,8 @@ class Trainer:
         core.to(self.info.device)
         # the backend for the device this run uses (the model resolves for CUDA whenever CUDA exists)
         core.attention_backend = core._backend(self.info.device.type)
+        if self.config.compile:
+            core.compile_blocks()  # in place: DDP below and checkpoints see the same parameters and names
         seed_everything(self.config.seed + 1_000_003 * (self.info.rank + 1))  # distinct dropout per rank
         model = core
         if self.info.is_distributed:
@@ -154,6 +156,9 @@ class Trainer:
                  self.core.attention_backend, info.device, info.world_size, info.backend or "single process",
                  self.core.num_parameters())
         log.info(describe_backend(cfg.model.attention, self.core.attention_backend, self.core.cfg.dropout))
+        if cfg.compile:
+            log.info("--compile: the blocks' dense part is torch.compile'd (dynamic shapes); the first steps and "
+                     "the first evaluation include its one-off compile time")
         log.info("batches: <= %d links / <= %d tokens per micro-batch, %d micro-step(s) per optimiser step -> "
                  "effective batch ~ %d (preset asks %d); N_max %d, %d view(s)%s", cfg.data.max_samples,
                  cfg.data.token_budget, self.accum, self.accum * self.per_micro * info.world_size,

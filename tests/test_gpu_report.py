@@ -1,0 +1,52 @@
+"""bench/gpu_report.py, the GPU check's report, on a hand-made OUT folder: it runs for real only on a lent GPU,
+so its parsing of the CUDA step-bench table (printed here by bench.trainer's own printer) and its loop / bench
+ratio are checked against hand-computed values on CPU."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+from bench import gpu_report
+from bench.trainer import print_table
+
+CUDA_COLUMNS = ["lengths", "mean N", "max N", "B", "tokens", "padded", "path", "step ms", "vs padded", "tokens/s", "MFU"]
+
+
+def cuda_step_log(rows: list[tuple[str, float]]) -> str:
+    """What `python -m bench.trainer --sections step` prints on CUDA, for (path, tokens/s) rows."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        print_table("step time (forward+backward+AdamW), cuda, ...", CUDA_COLUMNS,
+                    [["citeseer(2,20)", "38.9", 842, "1600", "65000", "1400000", path, "35.9", "3.48x", f"{tps:.3g}", "18.5%"]
+                     for path, tps in rows])
+    return "progress noise\n" + buf.getvalue()
+
+
+def test_bench_tokens_per_s_reads_the_cuda_table():
+    text = cuda_step_log([("sdpa", 4.6e5), ("flash_varlen", 1.59e6), ("flash_varlen+compile", 2.1e6)])
+    assert gpu_report.bench_tokens_per_s(text) == {"sdpa": 4.6e5, "flash_varlen": 1.59e6, "flash_varlen+compile": 2.1e6}
+    assert gpu_report.bench_tokens_per_s("a CPU table has no tokens/s column\n") == {}
+
+
+def test_report_has_the_loop_over_bench_ratio_and_unfinished_seeds(tmp_path):
+    (tmp_path / "step-citeseer.log").write_text(cuda_step_log([("sdpa", 5e5), ("flash_varlen", 1.6e6)]))
+    loop = tmp_path / "loop"
+    loop.mkdir()
+    windows = [9e5, 1.2e6, 1.3e6, 1.4e6]  # the first is warm-up and left out: median of the rest 1.3e6
+    loop.joinpath("metrics.jsonl").write_text("\n".join(
+        [json.dumps({"event": "train", "step": 5 * (i + 1), "tokens_per_s": t}) for i, t in enumerate(windows)]
+        + [json.dumps({"event": "eval", "split": "valid", "mrr": 0.4})]))
+    loop.joinpath("summary.json").write_text(json.dumps({"attention_backend": "flash_varlen"}))
+    (tmp_path / "citeseer" / "seed0").mkdir(parents=True)
+    (tmp_path / "citeseer" / "seed0" / "summary.json").write_text(json.dumps(
+        {"best_epoch": 7, "valid": {"mrr": 0.6}, "test": {"mrr": 0.5}, "train_time_s": 80, "attention_backend": "flash_varlen"}))
+    (tmp_path / "citeseer-seed1.log").write_text("python -m trainer: error: CUDA out of memory | retry\n")
+    gpu_report.main([str(tmp_path), "2", "480", "| step-citeseer | ok | 60 |"])
+    text = (tmp_path / "gpu_check.md").read_text()
+    assert "Loop: 1.3e+06 tokens/s (median of 3 logged windows" in text
+    assert "Loop / bench: **81%**" in text  # 1.3e6 / 1.6e6 = 0.8125
+    assert "| 0 | 7 | 60.00 | 50.00 | 80 | flash_varlen |" in text
+    assert "| 1 | - | - | - | - | not finished (citeseer-seed1.log: python -m trainer: error: CUDA out of memory / retry) |" in text
+    assert "Test MRR 50.00 ± 0.00 over 1 seed(s)" in text
+    assert "| step-citeseer | ok | 60 |" in text and not list(tmp_path.glob(".*.tmp"))
