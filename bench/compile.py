@@ -10,7 +10,8 @@ attention-output dense + dropout + LayerNorm, the GELU feed-forward with its dro
 PENCIL's P_k = Linear + GELU on the aggregated states. These are the pointwise-heavy pieces a compiler could
 fuse. The compiled version is `torch.compile(dynamic=True)`, so the changing token count of packed batches
 does not recompile it; its first call per shape class is reported separately (compile seconds). The
-trainer does not compile anything: it would only if this table shows a clear gain on the target GPU.
+trainer compiles these pieces with `--compile` (trainer.model.Pencil.compile_blocks, off by default);
+`python -m bench.trainer --compile` times whole training steps with it.
 """
 from __future__ import annotations
 

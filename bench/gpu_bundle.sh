@@ -16,7 +16,7 @@
 #                      The features set (49 MB) is dropped: its tests need shared/data/planetoid, which a
 #                      device call does not carry, and skip there.
 # Then, on the device (carry OUT):
-#   bash bench/gpu_check.sh "$(cat OUT/shards.path)" --bundle OUT --ab-dropout --with-slow --out "$OUT/gpu_check"
+#   bash bench/gpu_check.sh "$(cat OUT/shards.path)" --bundle OUT --ab-dropout --with-slow --budget-s 560 --out "$OUT/gpu_check"
 #   (there $OUT is the device call's folder that comes back; give the call timeout_s 600)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,4 +43,4 @@ PENCIL_TEST_SHARD_CACHE="$OUT/test-shards" $PY -m pytest -q -p no:cacheprovider 
 rm -rf "$OUT/test-shards/features"
 
 du -sh "$OUT"
-echo "bundle ready. On the device: bash bench/gpu_check.sh \"\$(cat $OUT/shards.path)\" --bundle $OUT --ab-dropout --with-slow --out \"\$OUT/gpu_check\""
+echo "bundle ready. On the device: bash bench/gpu_check.sh \"\$(cat $OUT/shards.path)\" --bundle $OUT --ab-dropout --with-slow --budget-s 560 --out \"\$OUT/gpu_check\""

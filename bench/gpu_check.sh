@@ -16,16 +16,18 @@
 # alone on the GPU, the timings:
 #   1. step bench on the real shards      citeseer paper model 1024 x 2, budget 65,536: tokens/s and MFU, every
 #                                         attention path, eager and compiled
-#   2. step bench on collab-like lengths  512 x 8, budget 16,384 (padded baseline in capped chunks)
-#   3. loader vs model                    python -m bench.loader (loader tokens/s per process, graph-part form)
-#   4. the training loop                  python -m trainer at the bench's token budget, 40 steps: its tokens/s
+#   2. step bench on collab-like lengths  512 x 8, budget 65,536 (padded baseline in capped chunks)
+#   3. host overhead                      python -m bench.overhead: operator calls and host ms per micro-step
+#   4. loader vs model                    python -m bench.loader (loader tokens/s per process, graph-part form)
+#   5. the training loop                  python -m trainer, default batching (~65,536-token micro-batches on a
+#                                         GPU, the bench's budget), 40 steps: its tokens/s
 #                                         against step 1's for the same kernel (issue 9: >= 80 %)
 # then, concurrently, the rest:
-#   5. citeseer paper preset, N seeds in parallel on the one GPU (test MRR at the best validation epoch),
+#   6. citeseer paper preset, N seeds in parallel on the one GPU (test MRR at the best validation epoch),
 #      and with --ab-dropout the same seeds with --attention varlen
-#   6. the tests, all markers: pytest -m gpu (varlen/flash/bucketed == padded in bf16 fwd+bwd, fp32 eval,
+#   7. the tests, all markers: pytest -m gpu (varlen/flash/bucketed == padded in bf16 fwd+bwd, fp32 eval,
 #      compiled == eager, ...), then the rest of the suite (--with-slow adds the slow tests). They are mostly
-#      single-threaded CPU work, so step 5's wall time is an upper bound.
+#      single-threaded CPU work, so step 6's wall time is an upper bound.
 # The report (OUT/gpu_check.md, printed at the end) is rewritten after every step (bench/gpu_report.py), so a
 # run cut off by a time limit still leaves everything finished so far.
 #
@@ -111,31 +113,31 @@ collect() {
 }
 
 CITESEER_MODEL=(--hidden 1024 --layers 2 --heads 8 --ffn 2048 --budget 65536)
-COLLAB_MODEL=(--hidden 512 --layers 8 --heads 8 --ffn 2048 --budget 16384)
+COLLAB_MODEL=(--hidden 512 --layers 8 --heads 8 --ffn 2048 --budget 65536)  # the trainer's default on a GPU
 TIMING=(--batches 6 --repeats 3)
 TRAIN=(--preset citeseer --device cuda)
-# the real loop alone at the bench's token budget (the budget, not the sample cap, cuts batches; one micro-step
-# per optimiser step; dropout 0 as in the bench), to read its tokens/s against the step bench's
-LOOP=(--preset citeseer --device cuda --token-budget 65536 --micro-batch 8192 --effective-batch 2048 --dropout 0
-      --max-steps 40 --log-every 5 --eval-every 1000 --eval-splits valid)
+# the real loop alone, default batching (on a GPU: micro-batches of ~65,536 tokens, the bench's budget; for
+# citeseer one micro-step per optimiser step), dropout 0 as in the bench: its tokens/s against the bench's
+LOOP=(--preset citeseer --device cuda --dropout 0 --max-steps 40 --log-every 5 --eval-every 1000 --eval-splits valid)
 if [ "$SMOKE" = 1 ]; then
   CITESEER_MODEL=(--hidden 32 --layers 1 --heads 2 --ffn 64 --budget 2048 --samples 300)
   COLLAB_MODEL=(--hidden 32 --layers 1 --heads 2 --ffn 64 --budget 2048 --samples 100)
   TIMING=(--batches 1 --repeats 1)
   TRAIN=(--preset tiny --device auto --max-steps 3 --num-workers 0)
-  LOOP=(--preset tiny --device auto --token-budget 2048 --micro-batch 8192 --effective-batch 2048 --dropout 0
-        --max-steps 6 --log-every 2 --eval-every 1000 --eval-splits valid --num-workers 0)
+  LOOP=(--preset tiny --device auto --dropout 0 --max-steps 6 --log-every 2 --eval-every 1000 --eval-splits valid
+        --num-workers 0)
 fi
 [ "$COMPILE" = 1 ] && TIMING+=(--compile)
 
-# ------------------------------------------------------------------ 1-4: timings, alone on the GPU
-run step-citeseer 150 $PY -m bench.trainer --sections step --shards "$SHARDS" "${CITESEER_MODEL[@]}" "${TIMING[@]}"
-run step-collab 150 $PY -m bench.trainer --sections step --dists ogbl-collab "${COLLAB_MODEL[@]}" "${TIMING[@]}"
+# ------------------------------------------------------------------ 1-5: timings, alone on the GPU
+run step-citeseer 120 $PY -m bench.trainer --sections step --shards "$SHARDS" "${CITESEER_MODEL[@]}" "${TIMING[@]}"
+run step-collab 120 $PY -m bench.trainer --sections step --dists ogbl-collab "${COLLAB_MODEL[@]}" "${TIMING[@]}"
+run host-overhead 60 $PY -m bench.overhead $([ "$COMPILE" = 1 ] || echo --no-compile) $([ "$SMOKE" = 1 ] && echo --repeats 3)
 # loader tokens/s per process (read against the model's tokens/s of step 1); form: sparse vs dense graph part
-run loader-vs-model 60 $PY -m bench.loader --sections reads,form --citeseer "$SHARDS" --work "$OUT/loader-work" --seconds 3
-run loop-citeseer 90 $PY -m trainer "${LOOP[@]}" --shards "$SHARDS" --out "$OUT/loop" --no-progress
+run loader-vs-model 45 $PY -m bench.loader --sections reads,form --citeseer "$SHARDS" --work "$OUT/loader-work" --seconds 3
+run loop-citeseer 75 $PY -m trainer "${LOOP[@]}" --shards "$SHARDS" --out "$OUT/loop" --no-progress
 
-# ------------------------------------------------------------------ 5-6: citeseer seeds and the tests, concurrently
+# ------------------------------------------------------------------ 6-7: citeseer seeds and the tests, concurrently
 citeseer() {  # $1: run folder name (citeseer / citeseer-varlen), further args go to the trainer
   local pids=() s rc=0 name=${1:-citeseer}; shift || true
   for s in $(seq 0 $((SEEDS - 1))); do

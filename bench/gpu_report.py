@@ -12,11 +12,12 @@ import statistics
 import sys
 from pathlib import Path
 
-TABLE_STARTS = ("step time", "loader vs model", "reads", "form", "#", "|")
+TABLE_STARTS = ("step time", "host cost", "loader vs model", "reads", "form", "#", "|")
 RUNS = (("citeseer", "Citeseer, paper preset, seeds in parallel on one GPU"),
         ("citeseer-varlen", "A/B: the same seeds with --attention varlen (no attention dropout), run alongside"))
 BENCHES = (("step-citeseer", "Step bench, real citeseer shards, paper model 1024 x 2"),
            ("step-collab", "Step bench, collab-like lengths, 512 x 8"),
+           ("host-overhead", "Host cost of a micro-step (operator calls, host ms at negligible arithmetic)"),
            ("loader-vs-model", "Loader vs model"))
 
 
@@ -70,7 +71,7 @@ def loop_vs_bench(out: Path) -> list[str]:
            if r.get("event") == "train"][1:]  # the first window holds the warm-up
     backend = json.loads(summary.read_text()).get("attention_backend") if summary.exists() else None
     bench = bench_tokens_per_s(log(out, "step-citeseer") or "")
-    lines = ["## Training loop vs the step bench (citeseer shards, paper model, same token budget, dropout 0)", ""]
+    lines = ["## Training loop vs the step bench (citeseer shards, paper model, default batching, dropout 0)", ""]
     if not tps:
         return lines + ["(no training window after the first)", ""]
     loop = statistics.median(tps)

@@ -21,7 +21,8 @@ from common.metrics import evaluate as common_evaluate
 from common.shards import load_queries, read_manifest
 from tests.test_trainer_data import make_shard_set
 from trainer import checkpoint, distributed
-from trainer.config import ConfigError, DataConfig, config_for, config_from_args
+from trainer.config import ConfigError, DataConfig, config_for, config_from_args, micro_batch_links, resolve
+from trainer.data import view_stats as data_views
 from trainer.evaluate import evaluate_split, scores_to_metrics
 from trainer.metrics_log import read_metrics
 from trainer.train import Trainer, run
@@ -70,6 +71,43 @@ def test_cli_overrides_and_errors_name_the_flag():
         DataConfig(shards="s", max_samples=0)
     with pytest.raises(ConfigError, match="--preset"):
         config_for("nope", "s", "o")
+
+
+def _resolved(argv=(), device="cpu", tokens_per_link=30.0, world=1, preset="citeseer", n_max=842):
+    c = config_from_args(["--shards", "s", "--preset", preset, "--out", "o", *argv])
+    d = resolve(c, n_max, world, device, tokens_per_link).data
+    return d.max_samples, d.token_budget, d.eval_token_budget, d.micro_tokens
+
+
+def test_default_micro_batches_are_sized_to_the_device():
+    """Hand values. CPU: the effective batch over ranks, <= 256 links, budget = links x (N_max + 2). CUDA: about
+    65,536 tokens, the rank's share split into the fewest equal micro-batches, budget twice the target."""
+    assert _resolved() == (256, 256 * 844, 4 * 256 * 844, 0)  # citeseer: effective batch 2048
+    assert _resolved(device="cuda") == (2048, 131072, 524288, 65536)  # 65536 // 30 = 2184 >= 2048: one micro-step
+    # collab-like: 100 tokens per link, effective 8192 over 2 ranks = 4096: cap 655, 7 micro-steps of 586 links
+    # (its budget: 586 links of up to 154 tokens fit under twice the target)
+    assert _resolved(["--effective-batch", "8192"], "cuda", 100.0, world=2, n_max=152)[:2] == (586, 586 * 154)
+    # LRP-3 feeds every link 3 times: 90 tokens per link, cap 728, 3 micro-steps of 683 links
+    assert _resolved(["--lrp", "3"], "cuda")[0] == 683
+    assert _resolved(["--micro-tokens", "0"], "cuda")[:2] == (256, 256 * 844)  # off: the CPU rule
+    # on CPU too when asked: cap 1000 // 30 = 33 links, ceil(2048 / 33) = 63 micro-batches of ceil(2048 / 63) = 33
+    assert _resolved(["--micro-tokens", "1000"])[:2] == (33, 2000)
+    assert _resolved(["--micro-batch", "100"], "cuda")[:2] == (100, 100 * 844)  # an explicit --micro-batch wins
+    assert _resolved(["--token-budget", "5000"], "cuda")[:2] == (2048, 5000)  # a budget bounds memory instead
+    with pytest.raises(ConfigError, match="--micro-tokens"):
+        config_from_args(["--shards", "s", "--preset", "tiny", "--out", "o", "--micro-tokens", "-1"])
+    assert micro_batch_links(8192, 100.0, 65536) * 13 >= 8192 > micro_batch_links(8192, 100.0, 65536) * 12
+
+
+def test_micro_tokens_set_the_runs_accumulation(shards, tmp_path):
+    """The trainer resolves the micro-batch from the shard set's mean tokens per link and accumulates the rest."""
+    links, tokens = data_views(read_manifest(shards), 0)
+    mean = tokens / links
+    per_micro = micro_batch_links(32, mean, int(4 * mean))  # tiny: effective batch 32
+    summary = run(tiny(shards, tmp_path / "run", epochs=1, max_steps=2, eval_splits=("valid",),
+                       data={"micro_tokens": int(4 * mean)}))
+    assert 1 < per_micro < 32 and summary["config"]["data"]["max_samples"] == per_micro
+    assert summary["accumulation"] == round(32 / per_micro)
 
 
 # ---------------------------------------------------------------------------- eval == common.metrics

@@ -23,6 +23,9 @@ W0_INIT_FLAGS = {"orthogonal": "orthogonal", "gaussian": "gaussian", "low-rank":
 RESUME_OVERRIDABLE = ("epochs", "max_steps", "eval_every", "checkpoint_every", "checkpoint_seconds", "log_every",
                       "progress", "resume", "out", "device", "test_every_eval", "deterministic", "threads",
                       "verify", "compile")
+# Default micro-batch size: on CUDA about this many tokens (trainer.config.resolve); on CPU at most this many links.
+GPU_MICRO_TOKENS = 65_536
+CPU_MICRO_LINKS = 256
 # trainer.attention.BACKENDS, kept literal (config must not import torch); a test checks they agree.
 ATTENTION_BACKENDS = ("auto", "sdpa", "bucketed", "varlen", "flash_varlen", "flash_attn", "reference")
 
@@ -40,7 +43,10 @@ def _check(ok: bool, flag: str, msg: str) -> None:
 class DataConfig:
     shards: str  # OUT/<dataset>/<cache key> as written by preprocess (the directory holding manifest.json)
     max_samples: int | None = None  # samples cap per micro-batch (--micro-batch); None = resolved
-    token_budget: int | None = None  # sum over a micro-batch of (N_b + 2); None = max_samples * (N_max + 2)
+    token_budget: int | None = None  # sum over a micro-batch of (N_b + 2); None = resolved
+    # tokens a default-sized micro-batch aims at (--micro-tokens); None = the device's (GPU_MICRO_TOKENS on CUDA,
+    # 0 on CPU), 0 = no target (at most CPU_MICRO_LINKS links per micro-batch). An explicit --micro-batch wins.
+    micro_tokens: int | None = None
     eval_token_budget: int | None = None  # None = 4 x token_budget (no activations kept at eval)
     shuffle_buffer_mb: int = 64  # bytes of decoded links each loader worker's shuffle pool holds (trainer/data.py)
     loader_memory_mb: int = 1024  # per loader worker: shuffle pool (3 x its size at peak) + batches in flight
@@ -52,6 +58,7 @@ class DataConfig:
         _check(bool(self.shards), "--shards", "a shard directory is required")
         _check(self.max_samples is None or self.max_samples >= 1, "--micro-batch", f"must be >= 1, got {self.max_samples}")
         _check(self.token_budget is None or self.token_budget >= 4, "--token-budget", f"must be >= 4, got {self.token_budget}")
+        _check(self.micro_tokens is None or self.micro_tokens >= 0, "--micro-tokens", f"must be >= 0, got {self.micro_tokens}")
         _check(self.eval_token_budget is None or self.eval_token_budget >= 4, "--eval-token-budget",
                f"must be >= 4, got {self.eval_token_budget}")
         _check(self.shuffle_buffer_mb >= 1, "--shuffle-buffer-mb", f"must be >= 1, got {self.shuffle_buffer_mb}")
@@ -173,23 +180,47 @@ class TrainConfig:
                    model=ModelOverrides(**d.pop("model")), **d)
 
 
-def resolve(config: TrainConfig, n_max: int, world_size: int) -> TrainConfig:
-    """Fill the values that depend on the shard set (N_max) and the world size.
+def micro_batch_links(per_rank: int, tokens_per_link: float, target_tokens: int) -> int:
+    """Links per micro-batch for about `target_tokens` tokens each: the rank's share of the effective batch
+    split into the fewest equal micro-batches under the target, so accumulation x micro-batch meets the
+    effective batch (exactly when it divides, else by less than one link per micro-step)."""
+    cap = max(1, int(target_tokens // max(tokens_per_link, 1.0)))
+    accum = math.ceil(per_rank / cap)
+    return math.ceil(per_rank / accum)
 
-    Default micro-batch: the effective batch split over ranks, at most 256 links (accumulation makes up
-    the rest). Default token budget: max_samples x (N_max + 2), which every micro-batch fits, so the
-    sample cap decides and the effective batch is exact; a smaller --token-budget bounds memory instead.
+
+def resolve(config: TrainConfig, n_max: int, world_size: int, device_type: str = "cpu",
+            tokens_per_link: float | None = None) -> TrainConfig:
+    """Fill the values that depend on the shard set (N_max, mean tokens per link), the world size and the device.
+
+    Default micro-batch (no --micro-batch): on a GPU, sized to the device: about --micro-tokens tokens
+    (default GPU_MICRO_TOKENS), with the effective batch split into equal micro-batches; fewer, larger
+    micro-steps keep the GPU busy where small ones leave it waiting on the host (a PENCIL layer is a few hundred
+    operator calls per micro-step whatever its size: python -m bench.overhead). On CPU: the effective batch split over ranks, at most
+    CPU_MICRO_LINKS links. Accumulation makes up the rest either way; the gradient is the same mean.
+    Default token budget: on CPU, max_samples x (N_max + 2), which every micro-batch fits, so the sample cap
+    decides and the effective batch is exact; with a token target, twice the target (a memory bound that a
+    micro-batch of average links never reaches). A smaller --token-budget bounds memory instead.
     """
     data = config.data
     k = config.model.lrp or 1  # LRP-k: every link is fed k times, so it costs k x (N_b + 2) tokens
-    max_samples = data.max_samples or max(1, min(256, config.optim.effective_batch // world_size))
-    budget = data.token_budget or max_samples * k * (n_max + 2)
+    per_rank = max(1, config.optim.effective_batch // world_size)
+    target = data.micro_tokens if data.micro_tokens is not None else (GPU_MICRO_TOKENS if device_type == "cuda" else 0)
+    sized = bool(target and tokens_per_link and not data.max_samples)
+    if data.max_samples:
+        max_samples = data.max_samples
+    elif sized:
+        max_samples = micro_batch_links(per_rank, k * tokens_per_link, target)
+    else:
+        max_samples = min(CPU_MICRO_LINKS, per_rank)
     one = k * (n_max + 2)
+    budget = data.token_budget or (max(one, min(max_samples * one, 2 * target)) if sized else max_samples * one)
     what = f"one link of up to {k} x (N_max + 2) = {one} tokens" if k > 1 else f"one sample of up to N_max + 2 = {one} tokens"
     _check(budget >= one, "--token-budget", f"{budget} cannot hold {what}")
     eval_budget = data.eval_token_budget or 4 * budget
     _check(eval_budget >= one, "--eval-token-budget", f"{eval_budget} cannot hold {what}")
-    data = replace(data, max_samples=max_samples, token_budget=budget, eval_token_budget=eval_budget, orderings=k)
+    data = replace(data, max_samples=max_samples, token_budget=budget, eval_token_budget=eval_budget, orderings=k,
+                   micro_tokens=target)
     return replace(config, data=data)
 
 
@@ -230,7 +261,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--eval-every", type=int, help="evaluate every k epochs")
     g.add_argument("--protocol", choices=("original", "heart", "ogb"), help="evaluation protocol")
     d = p.add_argument_group("data and run control")
-    d.add_argument("--micro-batch", type=int, help="max links per micro-batch (default: effective batch / world, <= 256)")
+    d.add_argument("--micro-batch", type=int, help="max links per micro-batch (default: sized by --micro-tokens on a GPU, "
+                                                    "else effective batch / world, <= 256)")
+    d.add_argument("--micro-tokens", type=int, metavar="TOKENS",
+                   help=f"tokens a default micro-batch aims at (default {GPU_MICRO_TOKENS} on CUDA, 0 = off on CPU)")
     d.add_argument("--token-budget", type=int, help="max tokens (sum of N_b + 2) per micro-batch")
     d.add_argument("--eval-token-budget", type=int, help="max tokens per evaluation batch (default 4 x token budget)")
     d.add_argument("--shuffle-buffer-mb", type=int, default=64,
@@ -279,6 +313,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> TrainConfig:
     return TrainConfig(
         preset=args.preset, out=args.out, resume=args.resume,
         data=DataConfig(shards=args.shards, max_samples=args.micro_batch, token_budget=args.token_budget,
+                        micro_tokens=args.micro_tokens,
                         eval_token_budget=args.eval_token_budget, shuffle_buffer_mb=args.shuffle_buffer_mb,
                         loader_memory_mb=args.loader_memory_mb,
                         num_workers=args.num_workers, seed=args.seed),

@@ -97,7 +97,8 @@ class Trainer:
 
     def _resolve_config(self, config: TrainConfig, ckpt: dict | None) -> TrainConfig:
         if ckpt is None:
-            return resolve(config, self.n_max, self.info.world_size)
+            links, tokens = data.view_stats(self.manifest, 0)
+            return resolve(config, self.n_max, self.info.world_size, self.info.device.type, tokens / max(links, 1))
         merged, ignored = merge_for_resume(ckpt["config"], config)
         if ignored:
             log.warning("--resume: keeping the checkpoint's %s (they fix the run's trajectory)", ", ".join(ignored))
