@@ -134,7 +134,7 @@ run step-citeseer 120 $PY -m bench.trainer --sections step --shards "$SHARDS" "$
 run step-collab 120 $PY -m bench.trainer --sections step --dists ogbl-collab "${COLLAB_MODEL[@]}" "${TIMING[@]}"
 run host-overhead 60 $PY -m bench.overhead $([ "$COMPILE" = 1 ] || echo --no-compile) $([ "$SMOKE" = 1 ] && echo --repeats 3)
 # loader tokens/s per process (read against the model's tokens/s of step 1); form: sparse vs dense graph part
-run loader-vs-model 45 $PY -m bench.loader --sections reads,form --citeseer "$SHARDS" --work "$OUT/loader-work" --seconds 3
+run loader-vs-model 75 $PY -m bench.loader --sections reads,form --citeseer "$SHARDS" --work "$OUT/loader-work" --seconds 3
 run loop-citeseer 75 $PY -m trainer "${LOOP[@]}" --shards "$SHARDS" --out "$OUT/loop" --no-progress
 
 # ------------------------------------------------------------------ 6-7: citeseer seeds and the tests, concurrently

@@ -22,7 +22,8 @@ Sections:
 - form: time of the graph part of a batch (induce + pack + adjacency embedding + two propagation layers,
   forward and backward, hidden 128) in the sparse (message list) and dense (bmm) forms, over edge
   densities, with the packer's density estimate (Inducer.entry_bound / (B Lc^2)) next to each: what
-  trainer.packing.DENSE_MIN_DENSITY is set from. CPU numbers; re-measure on a GPU.
+  trainer.packing.DENSE_MIN_DENSITY is set from. On CPU (process time, packing included) and, where there is
+  one, on the GPU (--form-device; the GPU part alone, at the GPU's 65,536-token micro-batch).
 Targets (issue 8): >= 2 M tokens/s per loader process on citeseer (2,20), >= 1 M on ddi-shaped.
 """
 from __future__ import annotations
@@ -223,8 +224,13 @@ def find_citeseer(root: str = "/tmp/shards") -> str | None:
 
 
 # ---------------------------------------------------------------------------- form
-def form_sweep(hidden: int = 128, size: int = 200, tokens: int = 8192, repeats: int = 3) -> list[dict]:
-    """Graph part of one batch in both forms, over densities; batches of `size`-node links."""
+def form_sweep(hidden: int = 128, size: int = 200, tokens: int = 8192, repeats: int = 3, device: str = "cpu") -> list[dict]:
+    """Graph part of one batch in both forms, over densities; batches of `size`-node links.
+    CPU: process CPU time of pack + forward + backward (the best of `repeats`). CUDA: wall time of the GPU part
+    only, forward + backward under bf16 autocast as the trainer runs it, from the packed batch on the device
+    (on a GPU the packing is the loader workers' job, done beside the step); the median of `repeats`."""
+    import statistics
+
     import torch
 
     from common.induce import Inducer
@@ -233,6 +239,7 @@ def form_sweep(hidden: int = 128, size: int = 200, tokens: int = 8192, repeats: 
     from trainer.propagation import Propagation, adjacency_embedding
 
     torch.manual_seed(0)
+    cuda = device == "cuda"
     rows = []
     B = max(1, tokens // (size + 2))
     M = 2000
@@ -245,24 +252,31 @@ def form_sweep(hidden: int = 128, size: int = 200, tokens: int = 8192, repeats: 
         nodes = np.concatenate([rng.choice(M, size, replace=False) for _ in range(B)]).astype(np.int64)
         ptr = np.arange(B + 1, dtype=np.int64) * size
         block = Block(np.arange(B), nodes[ptr[:-1]], nodes[ptr[:-1] + 1], np.zeros(B, np.float32), ptr, nodes)
-        w0 = torch.randn(size, hidden)
-        lin = torch.nn.Linear(hidden, hidden)
+        w0 = torch.randn(size, hidden, device=device)
+        lin = torch.nn.Linear(hidden, hidden).to(device)
         row = {"density": p, "size": size, "B": B,
                "estimate": float(Inducer(g.indptr, g.indices).entry_bound(ptr, nodes).sum()) / (B * size * size)}
         for form, md in (("sparse", 2.0), ("dense", 0.0)):
             packer = BatchPacker(g.indptr, g.indices, size, min_density=md)
-            best = float("inf")
-            for _ in range(repeats):
+            times = []
+            for _ in range(repeats + cuda):  # on CUDA the first run is a warm-up
                 t = time.process_time()
                 batch = packer(block)
-                z0 = torch.randn(batch.num_tokens, hidden, requires_grad=True)
-                prop = Propagation(batch)
-                h = z0 + adjacency_embedding(batch, w0)
-                for _ in range(2):
-                    h = h + torch.nn.functional.gelu(lin(prop(h)))
-                h.sum().backward()
-                best = min(best, time.process_time() - t)
-            row[f"{form}_ms"] = best * 1e3
+                if cuda:
+                    batch = batch.to(device)
+                    torch.cuda.synchronize()
+                    t = time.perf_counter()
+                z0 = torch.randn(batch.num_tokens, hidden, requires_grad=True, device=device)
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+                    prop = Propagation(batch)
+                    h = z0 + adjacency_embedding(batch, w0)
+                    for _ in range(2):
+                        h = h + torch.nn.functional.gelu(lin(prop(h)))
+                h.float().sum().backward()
+                if cuda:
+                    torch.cuda.synchronize()
+                times.append((time.perf_counter() if cuda else time.process_time()) - t)
+            row[f"{form}_ms"] = (statistics.median(times[1:]) if cuda else min(times)) * 1e3
         row["dense_speedup"] = row["sparse_ms"] / row["dense_ms"]
         rows.append(row)
     return rows
@@ -296,6 +310,8 @@ def main(argv=None) -> int:
     p.add_argument("--ddi-links", type=int, default=3000)
     p.add_argument("--seconds", type=float, default=10.0, help="CPU seconds of reads per set")
     p.add_argument("--token-budget", type=int, help="default: 64 average links")
+    p.add_argument("--form-device", default="auto", choices=("auto", "cpu", "cuda"),
+                   help="where the form sweep runs (auto: CUDA when available)")
     args = p.parse_args(argv)
     sections = {s for s in args.sections.split(",") if s}
     if bad := sections - {"reads", "workers", "form"}:
@@ -321,8 +337,15 @@ def main(argv=None) -> int:
         print("### Loader workers at ddi density (2 persistent workers, 3 epochs + valid evals)\n")
         print(table(rows, WORKER_COLS) + "\n")
     if "form" in sections:
-        rows = run_child("bench.loader", "form_sweep")
-        print("### Graph part of a batch: sparse vs dense form (CPU, hidden 128, 2 layers, fwd + bwd)\n")
+        device = args.form_device
+        if device == "auto":
+            import torch
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        tokens = 8192 if device == "cpu" else 65536  # the GPU's default micro-batch (trainer.config.GPU_MICRO_TOKENS)
+        rows = run_child("bench.loader", "form_sweep", 128, 200, tokens, 3, device)
+        clock = "CPU time of pack + fwd + bwd" if device == "cpu" else "GPU wall time of fwd + bwd in bf16, packed batch given"
+        print(f"### Graph part of a batch: sparse vs dense form ({device}, hidden 128, 2 layers, {tokens} tokens; "
+              f"{clock})\n")
         print(table(rows, FORM_COLS) + "\n")
     return 0
 

@@ -8,6 +8,7 @@
 import pytest
 import torch
 
+from tests.conftest import cached_set
 from tests.test_model import N_MAX, dense_forward, random_samples, small_model
 from trainer.config import ConfigError, ModelOverrides, config_from_args
 from trainer.attention import AttentionContext
@@ -156,7 +157,7 @@ def test_ablation_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
 
     from pipelines import ablations
     rc = ablations.main(["--preset", "tiny", "--suite", "mr,lrp", "--seeds", "0", "--epochs", "0.2", "--num-cpus", "1",
-                         "--out", str(tmp_path / "res"), "--shards", str(shard_cache / "citeseer-tiny"), "--device", "cpu",
+                         "--out", str(tmp_path / "res"), "--shards", str(cached_set(shard_cache, "citeseer-tiny")), "--device", "cpu",
                          "--train-arg=--num-workers=0", "--train-arg=--no-progress"])
     assert rc == 0
     out = tmp_path / "res" / "ablations" / "tiny"

@@ -11,7 +11,7 @@ from preprocess.job import run
 from trainer.config import config_for
 from trainer.model import model_for_shards
 from trainer.train import run as train
-from tests.conftest import HAS_RAY
+from tests.conftest import cached_set
 
 ROOT = Path(__file__).resolve().parents[1]
 # CI (and every session) has shared/ beside the clone; resolved relative to the repository, never absolute.
@@ -28,9 +28,8 @@ def _config(tmp_path, **kw):
 def feature_shards(shard_cache):
     if PLANETOID is None:
         pytest.skip("Planetoid raw files not found")
-    if not HAS_RAY and not any((shard_cache / "features").rglob("manifest.json")):
-        pytest.skip("building the features set needs ray (bench/gpu_bundle.sh leaves it out: 49 MB)")
-    return run(_config(shard_cache / "features", features=True, planetoid_dir=str(PLANETOID)))
+    # bench/gpu_bundle.sh leaves this set out (49 MB): without Ray it skips there
+    return run(_config(cached_set(shard_cache, "features"), features=True, planetoid_dir=str(PLANETOID)))
 
 
 @needs_planetoid

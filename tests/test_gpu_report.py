@@ -7,6 +7,9 @@ import contextlib
 import io
 import json
 
+import pytest
+import torch
+
 from bench import gpu_report
 from bench.trainer import print_table
 
@@ -50,3 +53,13 @@ def test_report_has_the_loop_over_bench_ratio_and_unfinished_seeds(tmp_path):
     assert "| 1 | - | - | - | - | not finished (citeseer-seed1.log: python -m trainer: error: CUDA out of memory / retry) |" in text
     assert "Test MRR 50.00 ± 0.00 over 1 seed(s)" in text
     assert "| step-citeseer | ok | 60 |" in text and not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_form_sweep_times_both_graph_forms_on_cuda():
+    """The GPU check's sparse/dense crossover (bench.loader --sections form on CUDA) runs and reports both forms."""
+    from bench.loader import form_sweep
+    rows = form_sweep(tokens=2048, repeats=1, device="cuda")
+    assert [r["density"] for r in rows][:2] == [0.002, 0.005]
+    assert all(r["sparse_ms"] > 0 and r["dense_ms"] > 0 and r["dense_speedup"] > 0 for r in rows)

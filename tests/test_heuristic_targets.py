@@ -11,6 +11,7 @@ import pytest
 
 from common import heuristic_targets as ht
 from common.graph import Graph
+from tests.conftest import cached_set
 
 G = Graph.from_edges(np.array([[0, 1], [1, 2], [2, 3], [4, 5]]), num_nodes=7)
 
@@ -159,7 +160,7 @@ def test_estimation_reads_the_same_subgraphs_and_targets_as_pencil(shard_cache):
     from common.shards import read_manifest, read_shard, shard_entries
     from pipelines.heuristic_estimation import HE_PRESETS, shard_subgraphs, target_shards
 
-    args = SimpleNamespace(shards=str(shard_cache / "heuristic_estimation"), planetoid_dir=None, num_cpus=2)
+    args = SimpleNamespace(shards=str(cached_set(shard_cache, "heuristic_estimation")), planetoid_dir=None, num_cpus=2)
     manifest = read_manifest(target_shards(args, HE_PRESETS["tiny"], "cn"))
     (node_ptr, edge_ptr, edges), target = shard_subgraphs(manifest, "test")
     blocks = [b for e in shard_entries(manifest, "test", "original") for b in read_shard(f"{manifest['root']}/{e['name']}")]
@@ -180,7 +181,7 @@ def test_estimation_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
 
     from pipelines import heuristic_estimation as he
     assert he.main(["--preset", "tiny", "--heuristics", "cn,pr", "--models", "gcn-id,pencil", "--depths", "1",
-                    "--seeds", "0", "--out", str(tmp_path), "--shards", str(shard_cache / "heuristic_estimation"), "--device", "cpu"]) == 0
+                    "--seeds", "0", "--out", str(tmp_path), "--shards", str(cached_set(shard_cache, "heuristic_estimation")), "--device", "cpu"]) == 0
     out = tmp_path / "heuristic_estimation" / "tiny"
     res = json.loads((out / "results.json").read_text())
     assert sorted((r["heuristic"], r["model"], r["layers"]) for r in res["table"]) == [

@@ -7,6 +7,7 @@ import pytest
 
 from common.datasets.synthetic import load_latent_space, sample_latent_space
 from pipelines import latent_space as ls
+from tests.conftest import cached_set
 
 KW = dict(num_nodes=400, s=1.0, mu=2.0)
 
@@ -82,7 +83,7 @@ def test_markdown_puts_measured_beside_paper():
 
 def test_latent_space_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
     rc = ls.main(["--preset", "tiny", "--settings", "2:1", "--seeds", "0", "--num-nodes", "200", "--num-cpus", "1",
-                  "--out", str(tmp_path / "res"), "--shards", str(shard_cache / "latent_space"), "--device", "cpu",
+                  "--out", str(tmp_path / "res"), "--shards", str(cached_set(shard_cache, "latent_space")), "--device", "cpu",
                   "--train-arg=--num-workers=0", "--train-arg=--no-progress", "--train-arg=--epochs=0.3"])
     assert rc == 0
     out = tmp_path / "res" / "latent_space" / "tiny"

@@ -9,6 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from tests.conftest import cached_set
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -16,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def pipeline_run(tmp_path_factory, shard_cache):
     tmp = tmp_path_factory.mktemp("e2e")
     cmd = [sys.executable, "-m", "pipelines.run", "--dataset", "citeseer", "--preset", "tiny", "--seeds", "0,1",
-           "--out", str(tmp / "results"), "--shards", str(shard_cache / "citeseer-tiny"), "--num-cpus", "2", "--views", "1",
+           "--out", str(tmp / "results"), "--shards", str(cached_set(shard_cache, "citeseer-tiny")), "--num-cpus", "2", "--views", "1",
            "--train-arg=--max-steps=60", "--train-arg=--num-workers=0", "--train-arg=--no-progress"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
@@ -69,7 +71,7 @@ def test_pipeline_writes_results_table_and_plots(pipeline_run):
 def test_rerun_reuses_shards_and_finished_runs(pipeline_run, shard_cache):
     tmp, _ = pipeline_run
     cmd = [sys.executable, "-m", "pipelines.run", "--dataset", "citeseer", "--preset", "tiny", "--seeds", "0",
-           "--out", str(tmp / "results"), "--shards", str(shard_cache / "citeseer-tiny"), "--num-cpus", "2", "--views", "1",
+           "--out", str(tmp / "results"), "--shards", str(cached_set(shard_cache, "citeseer-tiny")), "--num-cpus", "2", "--views", "1",
            "--train-arg=--max-steps=60", "--train-arg=--num-workers=0", "--train-arg=--no-progress"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]

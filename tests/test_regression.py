@@ -16,6 +16,7 @@ from common.metrics import SMALLER_IS_BETTER, improves, regression_metrics
 from common.shards import read_manifest, read_shard, shard_entries
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
 from preprocess.job import candidate_sets, run_job
+from tests.conftest import cached_set
 from tests.test_preprocess_job import REPO, citeseer  # noqa: F401  (fixture)
 
 
@@ -35,7 +36,7 @@ def labels_by_cid(manifest: dict, split: str, protocol=None, view=None) -> np.nd
 
 @pytest.fixture(scope="module")
 def cn_set(shard_cache, citeseer):  # noqa: F811
-    return run_job(target_config(shard_cache / "regression", "cn"), citeseer).path
+    return run_job(target_config(cached_set(shard_cache, "regression"), "cn"), citeseer).path
 
 
 # ---------------------------------------------------------------------------- metrics

@@ -21,6 +21,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from tests.conftest import cached_set
 from tests.test_trainer_data import make_shard_set
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,7 +151,7 @@ def test_torchrun_cli_on_synthetic_shards(tmp_path):
 def citeseer_shards(shard_cache) -> Path:
     """citeseer, sampling (1, 5) (the `tiny` preset's N_max 12), 2 views, built once by preprocess (or found
     in the shard cache: tests/conftest.py)."""
-    out = shard_cache / "ddp"
+    out = cached_set(shard_cache, "ddp")
     res = subprocess.run([sys.executable, "-m", "preprocess", "--dataset", "citeseer", "--sampling", "1,5", "--views", "2",
                           "--protocol", "original", "--out", str(out), "--num-cpus", "2", "-q"],
                          cwd=ROOT, capture_output=True, text=True, timeout=900)

@@ -141,7 +141,7 @@ class TrainConfig:
     verify: bool = False  # check every shard's sha256, the graphs and query files before training
     deterministic: bool = False  # torch.use_deterministic_algorithms (CUDA: bit-identical reruns, slower)
     # torch.compile the blocks' dense per-token work (trainer.model.Pencil.compile_blocks). Off by default: on
-    # CPU it measured 0.80-0.86x of eager (BENCHMARKS.md); bench/gpu_check.sh --compile measures the GPU step.
+    # CPU a whole step runs at 0.96x of eager (BENCHMARKS.md); bench/gpu_check.sh times it on the GPU.
     # Like --deterministic, a resumed run may switch it (same model and data; only rounding and dropout masks).
     compile: bool = False
     threads: int = 0  # torch intra-op threads on CPU; 0 = half the cores per rank (see trainer.setup.cpu_threads)
@@ -195,9 +195,10 @@ def resolve(config: TrainConfig, n_max: int, world_size: int, device_type: str =
 
     Default micro-batch (no --micro-batch): on a GPU, sized to the device: about --micro-tokens tokens
     (default GPU_MICRO_TOKENS), with the effective batch split into equal micro-batches; fewer, larger
-    micro-steps keep the GPU busy where small ones leave it waiting on the host (a PENCIL layer is a few hundred
-    operator calls per micro-step whatever its size: python -m bench.overhead). On CPU: the effective batch split over ranks, at most
-    CPU_MICRO_LINKS links. Accumulation makes up the rest either way; the gradient is the same mean.
+    micro-steps keep the GPU busy where small ones leave it waiting on the host (a PENCIL layer is a few
+    hundred operator calls per micro-step whatever its size: python -m bench.overhead). On CPU: the
+    effective batch split over ranks, at most CPU_MICRO_LINKS links. Accumulation makes up the rest either
+    way; the gradient is the same mean.
     Default token budget: on CPU, max_samples x (N_max + 2), which every micro-batch fits, so the sample cap
     decides and the effective batch is exact; with a token target, twice the target (a memory bound that a
     micro-batch of average links never reaches). A smaller --token-budget bounds memory instead.
@@ -220,7 +221,7 @@ def resolve(config: TrainConfig, n_max: int, world_size: int, device_type: str =
     eval_budget = data.eval_token_budget or 4 * budget
     _check(eval_budget >= one, "--eval-token-budget", f"{eval_budget} cannot hold {what}")
     data = replace(data, max_samples=max_samples, token_budget=budget, eval_token_budget=eval_budget, orderings=k,
-                   micro_tokens=target)
+                   micro_tokens=target if sized else 0)  # what sized this run's micro-batches (0: not a target)
     return replace(config, data=data)
 
 

@@ -188,8 +188,8 @@ class Pencil(nn.Module):
     def compile_blocks(self) -> "Pencil":
         """torch.compile(dynamic=True) of every block's dense per-token work (`--compile`): BERT's
         attention-output dense + dropout + LayerNorm(x + h), the feed-forward (dense + GELU, dense + dropout
-        + LayerNorm), and P_k. These are the memory-bound pointwise chains a compiler fuses; at GPU widths
-        they move about as many bytes as the matmuls do FLOPs (bench.compile times them). The attention
+        + LayerNorm), and P_k: memory-bound pointwise chains that a compiler fuses into fewer kernels and
+        fewer host calls (bench.compile times them alone, bench.trainer --compile whole steps). The attention
         kernel and the graph scatter stay eager: custom kernels whose work depends on the batch's lengths.
         Each submodule is compiled in place (nn.Module.compile), so parameter names, state dicts and
         checkpoints are unchanged, and every layer of one kind shares one compiled graph per mode (train /
