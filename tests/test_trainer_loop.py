@@ -80,20 +80,24 @@ def _resolved(argv=(), device="cpu", tokens_per_link=30.0, world=1, preset="cite
 
 
 def test_default_micro_batches_are_sized_to_the_device():
-    """Hand values. CPU: the effective batch over ranks, <= 256 links, budget = links x (N_max + 2). CUDA: about
-    65,536 tokens, the rank's share split into the fewest equal micro-batches, budget twice the target."""
-    assert _resolved() == (256, 256 * 844, 4 * 256 * 844, 0)  # citeseer: effective batch 2048
-    assert _resolved(device="cuda") == (2048, 131072, 524288, 65536)  # 65536 // 30 = 2184 >= 2048: one micro-step
-    # collab-like: 100 tokens per link, effective 8192 over 2 ranks = 4096: cap 655, 7 micro-steps of 586 links
-    # (its budget: 586 links of up to 154 tokens fit under twice the target)
+    """Hand values, citeseer (N_max 842) at 30 tokens per link. CPU: the effective batch over ranks, <= 256 links.
+    CUDA: about 65,536 tokens, the rank's share split into the fewest equal micro-batches. Budget: twice an
+    average micro-batch's tokens, at most links x (N_max + 2); evaluation 4 x that."""
+    assert _resolved() == (256, 2 * 256 * 30, 4 * 2 * 256 * 30, 0)  # effective batch 2048, 8 micro-steps
+    assert _resolved(device="cuda") == (2048, 2 * 2048 * 30, 4 * 2 * 2048 * 30, 65536)  # 65536 // 30 = 2184 >= 2048
+    # collab-like: 100 tokens per link, effective 8192 over 2 ranks = 4096: cap 655, 7 micro-steps of 586 links;
+    # twice their average tokens (117,200) is more than 586 links of up to 154 tokens can hold
     assert _resolved(["--effective-batch", "8192"], "cuda", 100.0, world=2, n_max=152)[:2] == (586, 586 * 154)
     # LRP-3 feeds every link 3 times: 90 tokens per link, cap 728, 3 micro-steps of 683 links
-    assert _resolved(["--lrp", "3"], "cuda")[0] == 683
-    assert _resolved(["--micro-tokens", "0"], "cuda")[:2] == (256, 256 * 844)  # off: the CPU rule
+    assert _resolved(["--lrp", "3"], "cuda")[:2] == (683, 2 * 683 * 90)
+    assert _resolved(["--micro-tokens", "0"], "cuda")[:2] == (256, 2 * 256 * 30)  # off: the CPU rule
     # on CPU too when asked: cap 1000 // 30 = 33 links, ceil(2048 / 33) = 63 micro-batches of ceil(2048 / 63) = 33
-    assert _resolved(["--micro-tokens", "1000"])[:2] == (33, 2000)
-    assert _resolved(["--micro-batch", "100"], "cuda")[:2] == (100, 100 * 844)  # an explicit --micro-batch wins
+    assert _resolved(["--micro-tokens", "1000"])[:2] == (33, 2 * 33 * 30)
+    assert _resolved(["--micro-batch", "100"], "cuda")[:2] == (100, 2 * 100 * 30)  # an explicit --micro-batch wins
     assert _resolved(["--token-budget", "5000"], "cuda")[:2] == (2048, 5000)  # a budget bounds memory instead
+    assert _resolved(["--micro-batch", "2"], tokens_per_link=100.0)[:2] == (2, 844)  # never below one largest link
+    c = config_from_args(["--shards", "s", "--preset", "citeseer", "--out", "o"])
+    assert resolve(c, 842, 1).data.token_budget == 256 * 844  # no shard statistics: the worst case
     with pytest.raises(ConfigError, match="--micro-tokens"):
         config_from_args(["--shards", "s", "--preset", "tiny", "--out", "o", "--micro-tokens", "-1"])
     assert micro_batch_links(8192, 100.0, 65536) * 13 >= 8192 > micro_batch_links(8192, 100.0, 65536) * 12

@@ -199,9 +199,12 @@ def resolve(config: TrainConfig, n_max: int, world_size: int, device_type: str =
     hundred operator calls per micro-step whatever its size: python -m bench.overhead). On CPU: the
     effective batch split over ranks, at most CPU_MICRO_LINKS links. Accumulation makes up the rest either
     way; the gradient is the same mean.
-    Default token budget: on CPU, max_samples x (N_max + 2), which every micro-batch fits, so the sample cap
-    decides and the effective batch is exact; with a token target, twice the target (a memory bound that a
-    micro-batch of average links never reaches). A smaller --token-budget bounds memory instead.
+    Default token budget: twice the tokens of a micro-batch of average links (capped at max_samples x
+    (N_max + 2), which every micro-batch fits), so the sample cap decides in practice and the effective
+    batch is exact, while the loader's memory plan (trainer/loader_budget.py) is sized by a bound a batch
+    can reach, not by N_max: citeseer (2,20)'s 256 x 844 tokens would ask for 550 MB per batch in flight
+    where 256 average links hold 7,700 tokens. Without the shard set's mean (tokens_per_link None), the cap.
+    A smaller --token-budget bounds memory instead.
     """
     data = config.data
     k = config.model.lrp or 1  # LRP-k: every link is fed k times, so it costs k x (N_b + 2) tokens
@@ -215,7 +218,9 @@ def resolve(config: TrainConfig, n_max: int, world_size: int, device_type: str =
     else:
         max_samples = min(CPU_MICRO_LINKS, per_rank)
     one = k * (n_max + 2)
-    budget = data.token_budget or (max(one, min(max_samples * one, 2 * target)) if sized else max_samples * one)
+    cap = max_samples * one
+    typical = math.ceil(2 * max_samples * k * tokens_per_link) if tokens_per_link else cap
+    budget = data.token_budget or max(one, min(cap, typical))
     what = f"one link of up to {k} x (N_max + 2) = {one} tokens" if k > 1 else f"one sample of up to N_max + 2 = {one} tokens"
     _check(budget >= one, "--token-budget", f"{budget} cannot hold {what}")
     eval_budget = data.eval_token_budget or 4 * budget
