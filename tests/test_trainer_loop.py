@@ -103,6 +103,16 @@ def test_default_micro_batches_are_sized_to_the_device():
     assert micro_batch_links(8192, 100.0, 65536) * 13 >= 8192 > micro_batch_links(8192, 100.0, 65536) * 12
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_the_paper_citeseer_preset_fits_the_loader_memory_budget(device):
+    """Regression: the worst-case default budget (256 x 844 tokens) asked 550 MB per batch in flight, over the
+    1,024 MB a loader worker may use, so `python -m trainer --preset citeseer` stopped at start-up."""
+    from trainer.loader_budget import eval_budget, prefetch_depth
+    c = config_from_args(["--shards", "s", "--preset", "citeseer", "--out", "o"])
+    d = resolve(c, 842, 1, device, 28.3).data  # citeseer (2,20): 28.3 tokens per link on average
+    assert prefetch_depth(842, d.token_budget, d) >= 1 and eval_budget(842, d)[0] >= 844
+
+
 def test_micro_tokens_set_the_runs_accumulation(shards, tmp_path):
     """The trainer resolves the micro-batch from the shard set's mean tokens per link and accumulates the rest."""
     links, tokens = data_views(read_manifest(shards), 0)
