@@ -39,7 +39,7 @@
 set -u -o pipefail
 
 usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-[ $# -ge 1 ] || usage
+[ $# -ge 1 ] && [ "$1" != -h ] && [ "$1" != --help ] || usage
 SHARDS=$1; shift
 BUNDLE=""; SEEDS=3; EPOCHS=""; OUT="gpu_check-$(date +%Y%m%d-%H%M%S)"; BUDGET=480; SUITE=1; SLOW=0; SMOKE=0; AB=0; COMPILE=1
 while [ $# -gt 0 ]; do
