@@ -82,7 +82,13 @@ def main(argv=None) -> None:
     layer_counts = [int(x) for x in args.layers.split(",")]
     rows = []
     for compiled in (False,) if args.no_compile else (False, True):
-        res = {n: measure(n, compiled, batch, n_max, device, args.repeats) for n in layer_counts}
+        try:
+            res = {n: measure(n, compiled, batch, n_max, device, args.repeats) for n in layer_counts}
+        except Exception as err:  # noqa: BLE001  (no compiler here, an inductor error: report it, keep eager)
+            if not compiled:
+                raise
+            rows.append(["+compile", f"failed: {type(err).__name__}: {str(err).strip().splitlines()[0][:160]}"])
+            continue
         lo, hi = min(layer_counts), max(layer_counts)
         per_layer = (res[hi][0] - res[lo][0]) / max(hi - lo, 1)
         for n, (calls, ms, path) in res.items():

@@ -179,31 +179,50 @@ COMPILED = "+compile"  # a path name with this suffix runs the same kernel with 
 
 
 def time_paths(model: Pencil, paths: list[str], batches: dict, device, amp: bool, repeats: int,
-               clock=time.perf_counter) -> dict[str, float]:
+               clock=time.perf_counter) -> dict[str, float | str]:
     """Median seconds per step for each attention path, interleaved over the same batches
     (batches[path][i]: the i-th step's batch for that path, a PackedBatch or a list of chunks).
     A path "X+compile" runs kernel X on a copy of the model with its blocks compiled (Pencil.compile_blocks,
-    as `python -m trainer --compile`); its compile happens in the warm-up round, which is not timed.
+    as `python -m trainer --compile`); its compile happens in the warm-up round, which is not timed. If it
+    cannot compile here (no C compiler, an inductor error), its entry is the one-line reason instead of a
+    time, and the other paths are still timed.
     clock=time.process_time measures CPU time, which holds on a shared, overloaded CPU box."""
-    compiled = copy.deepcopy(model).compile_blocks() if any(p.endswith(COMPILED) for p in paths) else None
+    failed: dict[str, str] = {}
+    compiled = None
+    if any(p.endswith(COMPILED) for p in paths):
+        try:
+            compiled = copy.deepcopy(model).compile_blocks()
+        except Exception as err:  # noqa: BLE001  (reported in the table, not raised)
+            failed.update({p: _first_line(err) for p in paths if p.endswith(COMPILED)})
     steps = {}
-    for m in {id(model): model, id(compiled): compiled}.values():
+    for m in (model, compiled):
         if m is not None:
             opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4, fused=device.type == "cuda")
             steps[id(m)] = make_step(m, opt, device, amp)
     times = {p: [] for p in paths}
     for r in range(repeats + 1):  # round 0 is warm-up (kernel selection, allocator, compilation)
-        for path in paths:
+        for path in (p for p in paths if p not in failed):
             m = compiled if path.endswith(COMPILED) else model
             m.set_attention(path.removesuffix(COMPILED))
             for b in batches[path]:
                 _sync(device)
                 t0 = clock()
-                steps[id(m)](b)
+                try:
+                    steps[id(m)](b)
+                except Exception as err:  # noqa: BLE001
+                    if r or m is model:
+                        raise
+                    failed[path] = _first_line(err)  # the compiled path failed to build its kernels
+                    break
                 _sync(device)
                 if r:
                     times[path].append(clock() - t0)
-    return {p: statistics.median(t) for p, t in times.items()}
+    return {p: failed.get(p) or statistics.median(times[p]) for p in paths}
+
+
+def _first_line(err: Exception) -> str:
+    lines = [ln for ln in str(err).splitlines() if ln.strip()]
+    return f"failed: {type(err).__name__}: {lines[0][:160] if lines else ''}"
 
 
 def device_paths(device_type: str) -> list[str]:
@@ -262,8 +281,11 @@ def section_step(args):
         flops = float(np.mean([step_flops(model, l) for l in lens]))
         for path in paths:
             row = [name, f"{N.mean():.1f}", int(N.max()), f"{np.mean([len(b) for b in batches]):.0f}",
-                   f"{real:.0f}", f"{padded:.0f}", path, f"{secs[path] * 1e3:.1f}",
-                   f"{secs['sdpa'] / secs[path]:.2f}x"]
+                   f"{real:.0f}", f"{padded:.0f}", path]
+            if isinstance(secs[path], str):  # a compiled path that could not be built here: the reason
+                rows.append(row + [secs[path]])
+                continue
+            row += [f"{secs[path] * 1e3:.1f}", f"{secs['sdpa'] / secs[path]:.2f}x"]
             if cuda:
                 row += [f"{real / secs[path]:.3g}", f"{flops / secs[path] / peak:.1%}" if peak else "n/a"]
             rows.append(row)
@@ -341,10 +363,15 @@ SECTIONS["loader"] = section_loader
 
 
 def print_table(title: str, columns: list[str], rows: list[list]) -> None:
+    """Right-aligned columns; a shorter row (a path that failed: its reason in place of the times) prints its
+    last cell as is, without widening the columns."""
     cells = [[str(c) for c in columns]] + [[str(c) for c in r] for r in rows]
-    width = [max(len(r[i]) for r in cells) for i in range(len(columns))]
+    width = [max(len(r[i]) for r in cells if len(r) == len(columns)) for i in range(len(columns))]
     print(f"\n{title}")
     for k, r in enumerate(cells):
+        if len(r) < len(columns):
+            print("  ".join([c.rjust(w) for c, w in zip(r[:-1], width)] + [r[-1]]))
+            continue
         print("  ".join(c.rjust(w) for c, w in zip(r, width)))
         if k == 0:
             print("  ".join("-" * w for w in width))

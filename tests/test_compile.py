@@ -15,9 +15,15 @@ from tests.test_model import N_MAX, random_samples, small_model
 from tests.test_trainer_loop import shards, tiny  # noqa: F401  (module-scoped shard set fixture)
 from trainer import checkpoint
 from trainer.config import config_from_args
+from trainer.config import ConfigError
 from trainer.metrics_log import read_metrics
+from trainer.model import compiler_missing
 from trainer.packing import pack_samples as pack
+from trainer.setup import check_run
 from trainer.train import run
+
+# inductor builds C++ on CPU and Triton a C launcher on GPU: without a compiler these skip (and --compile is refused)
+needs_compiler = pytest.mark.skipif(compiler_missing() is not None, reason=str(compiler_missing()))
 
 
 @pytest.fixture(autouse=True)
@@ -41,6 +47,7 @@ def _step(model, batch):
     return out.detach(), {k: p.grad.clone() for k, p in model.named_parameters() if p.requires_grad}
 
 
+@needs_compiler
 @pytest.mark.parametrize("attention", ["bucketed", "sdpa"])
 def test_compiled_blocks_equal_eager_outputs_and_gradients(attention):
     batches = [pack(random_samples(sizes, p=0.5, seed=s), N_MAX) for s, sizes in
@@ -61,6 +68,7 @@ def test_compiled_blocks_equal_eager_outputs_and_gradients(attention):
         torch.testing.assert_close(compiled.eval()(batches[0]), eager.eval()(batches[0]), rtol=1e-4, atol=1e-5)
 
 
+@needs_compiler
 def test_compiled_blocks_still_apply_dropout_in_training_only():
     """The compiled submodules themselves (not the eager attention kernel's dropout): fresh masks per call in
     training, none in evaluation, where they equal the eager model."""
@@ -80,6 +88,7 @@ def test_compiled_blocks_still_apply_dropout_in_training_only():
     assert compiled_graphs() >= 4
 
 
+@needs_compiler
 def test_compiled_model_keeps_parameter_names_and_loads_eager_checkpoints():
     eager = small_model()
     compiled = small_model().compile_blocks()
@@ -88,6 +97,7 @@ def test_compiled_model_keeps_parameter_names_and_loads_eager_checkpoints():
     eager.load_state_dict(compiled.state_dict())
 
 
+@needs_compiler
 def test_trainer_compile_flag_runs_end_to_end_like_eager(shards, tmp_path):  # noqa: F811
     """`--compile` parses into the config, is recorded with the run, and trains the same trajectory as eager
     (dropout 0, so the loss curves agree to fp32 rounding), with checkpoints an eager model loads."""
@@ -106,6 +116,7 @@ def test_trainer_compile_flag_runs_end_to_end_like_eager(shards, tmp_path):  # n
     assert ckpt["model"].keys() == checkpoint.load(tmp_path / "eager/best.pt")["model"].keys()
 
 
+@needs_compiler
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_compiled_blocks_agree_with_eager_on_cuda_bf16():
@@ -122,3 +133,13 @@ def test_compiled_blocks_agree_with_eager_on_cuda_bf16():
     torch.testing.assert_close(res[1][0], res[0][0], atol=3e-2, rtol=3e-2)
     for k, g in res[0][1].items():
         assert (res[1][1][k] - g).abs().max() / g.abs().max().clamp_min(1e-6) < 5e-2, k
+
+
+def test_compile_without_a_compiler_is_refused_in_one_line(shards, tmp_path, monkeypatch):  # noqa: F811
+    import trainer.model
+    monkeypatch.setattr(trainer.model, "compiler_missing", lambda: "torch.compile needs a C/C++ compiler and none is on PATH")
+    with pytest.raises(ConfigError, match="^--compile: torch.compile needs a C/C.. compiler .*run without --compile$"):
+        check_run(tiny(shards, tmp_path / "run", compile=True))
+    with pytest.raises(ValueError, match="--compile"):
+        small_model().compile_blocks()
+    assert not (tmp_path / "run").exists()

@@ -293,8 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--deterministic", action="store_true",
                    help="deterministic kernels (torch.use_deterministic_algorithms): bit-identical CUDA reruns")
     d.add_argument("--compile", action="store_true",
-                   help="torch.compile(dynamic=True) the blocks' dense part (LayerNorm, GELU, dropout chains); "
-                        "a one-off compile of tens of seconds; pays on GPUs, not on CPU (BENCHMARKS.md)")
+                   help="torch.compile(dynamic=True) the blocks' dense part (LayerNorm, GELU, dropout chains); needs "
+                        "a C compiler; a one-off compile of tens of seconds; on CPU it does not pay (BENCHMARKS.md)")
     d.add_argument("--log-every", type=int, default=10, help="optimiser steps between metric lines")
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))

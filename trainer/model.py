@@ -11,6 +11,8 @@ See DESIGN.md §4 and the paper's Section 3 / Appendix A.
 """
 from __future__ import annotations
 
+import os
+import shutil
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -105,6 +107,15 @@ class Block(nn.Module):
         return z if self.prop is None else z + self.prop(graph(z))
 
 
+def compiler_missing() -> str | None:
+    """Why torch.compile cannot build kernels here, or None: inductor compiles C++ on CPU and Triton compiles a
+    C launcher on GPU, both with the system's compiler (a slim GPU image may have none)."""
+    names = [os.environ.get("CXX"), os.environ.get("CC"), "g++", "gcc", "c++", "cc", "clang++", "clang"]
+    if any(n and shutil.which(n) for n in names):
+        return None
+    return "torch.compile needs a C/C++ compiler and none is on PATH (tried $CXX, $CC, g++, gcc, c++, cc, clang)"
+
+
 def init_w0(w0: torch.Tensor, kind: str) -> torch.Tensor:
     """Fill W0 (rows, d) in place with one of W0_INITS.
 
@@ -194,6 +205,8 @@ class Pencil(nn.Module):
         Each submodule is compiled in place (nn.Module.compile), so parameter names, state dicts and
         checkpoints are unchanged, and every layer of one kind shares one compiled graph per mode (train /
         eval, autocast or not); dynamic shapes, so a new token count does not recompile."""
+        if (missing := compiler_missing()) is not None:
+            raise ValueError(f"--compile: {missing}; install gcc (or clang), or run without --compile")
         for block in self.blocks:
             bert = block.bert
             for sub in (bert.attention.output, bert.intermediate, bert.output, block.prop):

@@ -65,6 +65,10 @@ def check_run(config: TrainConfig, manifest: dict | None = None) -> dict:
         parent = next((p for p in out.parents if p.exists()), None)
         if parent is not None and not parent.is_dir():
             raise ConfigError(f"--out: {parent} is a file, so {out} cannot be created; choose another folder")
+    if config.compile:
+        from trainer.model import compiler_missing
+        if (missing := compiler_missing()) is not None:
+            raise ConfigError(f"--compile: {missing}; install gcc (or clang), or run without --compile")
     manifest = manifest or read_manifest(config.data.shards)
     if config.verify:  # a bad set stops here, in one line, not at the epoch that reads the bad shard
         if problems := set_problems(manifest):
