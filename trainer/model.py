@@ -116,6 +116,12 @@ def compiler_missing() -> str | None:
     return "torch.compile needs a C/C++ compiler and none is on PATH (tried $CXX, $CC, g++, gcc, c++, cc, clang)"
 
 
+def compile_refusal() -> str | None:
+    """The one-line error for --compile where it cannot work, or None (trainer start-up and compile_blocks)."""
+    missing = compiler_missing()
+    return None if missing is None else f"--compile: {missing}; install gcc (or clang), or run without --compile"
+
+
 def init_w0(w0: torch.Tensor, kind: str) -> torch.Tensor:
     """Fill W0 (rows, d) in place with one of W0_INITS.
 
@@ -205,8 +211,8 @@ class Pencil(nn.Module):
         Each submodule is compiled in place (nn.Module.compile), so parameter names, state dicts and
         checkpoints are unchanged, and every layer of one kind shares one compiled graph per mode (train /
         eval, autocast or not); dynamic shapes, so a new token count does not recompile."""
-        if (missing := compiler_missing()) is not None:
-            raise ValueError(f"--compile: {missing}; install gcc (or clang), or run without --compile")
+        if refusal := compile_refusal():
+            raise ValueError(refusal)
         for block in self.blocks:
             bert = block.bert
             for sub in (bert.attention.output, bert.intermediate, bert.output, block.prop):

@@ -66,9 +66,9 @@ def check_run(config: TrainConfig, manifest: dict | None = None) -> dict:
         if parent is not None and not parent.is_dir():
             raise ConfigError(f"--out: {parent} is a file, so {out} cannot be created; choose another folder")
     if config.compile:
-        from trainer.model import compiler_missing
-        if (missing := compiler_missing()) is not None:
-            raise ConfigError(f"--compile: {missing}; install gcc (or clang), or run without --compile")
+        from trainer.model import compile_refusal
+        if refusal := compile_refusal():
+            raise ConfigError(refusal)
     manifest = manifest or read_manifest(config.data.shards)
     if config.verify:  # a bad set stops here, in one line, not at the epoch that reads the bad shard
         if problems := set_problems(manifest):

@@ -62,6 +62,7 @@ class Trainer:
         self.info = info
         self.manifest = check_run(config)
         self.n_max = int(self.manifest["n_max"])
+        self.view_stats = data.view_stats(self.manifest, 0)  # (links, tokens) of a training view: batch sizing
         ckpt = self._load_resume(config)
         self.config = self._resolve_config(config, ckpt)
         self.preset = get_preset(self.config.preset)
@@ -97,7 +98,7 @@ class Trainer:
 
     def _resolve_config(self, config: TrainConfig, ckpt: dict | None) -> TrainConfig:
         if ckpt is None:
-            links, tokens = data.view_stats(self.manifest, 0)
+            links, tokens = self.view_stats
             return resolve(config, self.n_max, self.info.world_size, self.info.device.type, tokens / max(links, 1))
         merged, ignored = merge_for_resume(ckpt["config"], config)
         if ignored:
@@ -139,7 +140,7 @@ class Trainer:
 
     def _accumulation(self) -> tuple[int, int]:
         d = self.config.data
-        links, tokens = data.view_stats(self.manifest, 0)
+        links, tokens = self.view_stats
         tokens *= d.orderings  # LRP-k feeds every link k times
         per_micro = min(d.max_samples, max(1, d.token_budget // max(1, math.ceil(tokens / max(1, links)))))
         accum = max(1, round(self.config.optim.effective_batch / (self.info.world_size * per_micro)))
@@ -158,8 +159,7 @@ class Trainer:
                  self.core.num_parameters())
         log.info(describe_backend(cfg.model.attention, self.core.attention_backend, self.core.cfg.dropout))
         if cfg.compile:
-            log.info("--compile: the blocks' dense part is torch.compile'd (dynamic shapes); the first steps and "
-                     "the first evaluation include its one-off compile time")
+            log.info("--compile: blocks compiled (dynamic shapes); the first steps and eval include the compile time")
         log.info("batches: <= %d links / <= %d tokens per micro-batch, %d micro-step(s) per optimiser step -> "
                  "effective batch ~ %d (preset asks %d); N_max %d, %d view(s)%s", cfg.data.max_samples,
                  cfg.data.token_budget, self.accum, self.accum * self.per_micro * info.world_size,
