@@ -17,7 +17,10 @@
 #   1. step bench on the real shards      citeseer paper model 1024 x 2, budget 65,536: tokens/s and MFU, every
 #                                         attention path, eager and compiled
 #   2. step bench on collab-like lengths  512 x 8, budget 65,536 (padded baseline in capped chunks)
-#   3. host overhead                      python -m bench.overhead: operator calls and host ms per micro-step
+#   3. profiles of one step               python -m bench.profile: device time by kind of operator, busy / wall,
+#                                         MFU and peak memory: collab-like 512 x 8 at 16,384 and 65,536 tokens,
+#                                         citeseer 1024 x 2 at 65,536 (the profile behind each MFU number)
+#   3b. host overhead                     python -m bench.overhead: operator calls and host ms per micro-step
 #   4. loader vs model                    python -m bench.loader (loader tokens/s per process, graph-part form)
 #   5. the training loop                  python -m trainer, default batching (~65,536-token micro-batches on a
 #                                         GPU, the bench's budget), 40 steps: its tokens/s
@@ -114,6 +117,8 @@ collect() {
 
 CITESEER_MODEL=(--hidden 1024 --layers 2 --heads 8 --ffn 2048 --budget 65536)
 COLLAB_MODEL=(--hidden 512 --layers 8 --heads 8 --ffn 2048 --budget 65536)  # the trainer's default on a GPU
+PROFILE_COLLAB=(--dist ogbl-collab --hidden 512 --layers 8 --heads 8 --ffn 2048 --budgets 16384,65536)
+PROFILE_CITESEER=(--shards "$SHARDS" --hidden 1024 --layers 2 --heads 8 --ffn 2048 --budgets 65536 --samples 12000)
 TIMING=(--batches 6 --repeats 3)
 TRAIN=(--preset citeseer --device cuda)
 # the real loop alone, default batching (on a GPU: micro-batches of ~65,536 tokens, the bench's budget; for
@@ -122,6 +127,8 @@ LOOP=(--preset citeseer --device cuda --dropout 0 --max-steps 40 --log-every 5 -
 if [ "$SMOKE" = 1 ]; then
   CITESEER_MODEL=(--hidden 32 --layers 1 --heads 2 --ffn 64 --budget 2048 --samples 300)
   COLLAB_MODEL=(--hidden 32 --layers 1 --heads 2 --ffn 64 --budget 2048 --samples 100)
+  PROFILE_COLLAB=(--dist ogbl-collab --hidden 32 --layers 1 --heads 2 --ffn 64 --budgets 1024,2048 --samples 100)
+  PROFILE_CITESEER=(--shards "$SHARDS" --hidden 32 --layers 1 --heads 2 --ffn 64 --budgets 2048 --samples 300)
   TIMING=(--batches 1 --repeats 1)
   TRAIN=(--preset tiny --device auto --max-steps 3 --num-workers 0)
   LOOP=(--preset tiny --device auto --dropout 0 --max-steps 6 --log-every 2 --eval-every 1000 --eval-splits valid
@@ -132,6 +139,8 @@ fi
 # ------------------------------------------------------------------ 1-5: timings, alone on the GPU
 run step-citeseer 120 $PY -m bench.trainer --sections step --shards "$SHARDS" "${CITESEER_MODEL[@]}" "${TIMING[@]}"
 run step-collab 120 $PY -m bench.trainer --sections step --dists ogbl-collab "${COLLAB_MODEL[@]}" "${TIMING[@]}"
+run profile-collab 45 $PY -m bench.profile "${PROFILE_COLLAB[@]}"
+run profile-citeseer 45 $PY -m bench.profile "${PROFILE_CITESEER[@]}"
 run host-overhead 60 $PY -m bench.overhead $([ "$COMPILE" = 1 ] || echo --no-compile) $([ "$SMOKE" = 1 ] && echo --repeats 3)
 # loader tokens/s per process (read against the model's tokens/s of step 1); form: sparse vs dense graph part
 run loader-vs-model 75 $PY -m bench.loader --sections reads,form --citeseer "$SHARDS" --work "$OUT/loader-work" --seconds 3

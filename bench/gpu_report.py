@@ -12,11 +12,13 @@ import statistics
 import sys
 from pathlib import Path
 
-TABLE_STARTS = ("step time", "host cost", "loader vs model", "reads", "form", "#", "|")
+TABLE_STARTS = ("step time", "profile", "host cost", "loader vs model", "reads", "form", "#", "|")
 RUNS = (("citeseer", "Citeseer, paper preset, seeds in parallel on one GPU"),
         ("citeseer-varlen", "A/B: the same seeds with --attention varlen (no attention dropout), run alongside"))
 BENCHES = (("step-citeseer", "Step bench, real citeseer shards, paper model 1024 x 2"),
            ("step-collab", "Step bench, collab-like lengths, 512 x 8"),
+           ("profile-collab", "Profile of one step, collab-like lengths, 512 x 8: device time by kind of operator"),
+           ("profile-citeseer", "Profile of one step, real citeseer shards, paper model 1024 x 2"),
            ("host-overhead", "Host cost of a micro-step (operator calls, host ms at negligible arithmetic)"),
            ("loader-vs-model", "Loader vs model"))
 

@@ -122,14 +122,21 @@ def token_batches(samples: list[dict], budget: int) -> list[list[dict]]:
 
 
 # ---------------------------------------------------------------------------- cost model
+def matmul_flops(model: Pencil, tokens: float) -> float:
+    """Forward+backward FLOPs of the trainable weight matrices on `tokens` real tokens: 6 * params * tokens.
+    W0 is a gather, not a matmul (and frozen), and is excluded."""
+    return 6.0 * sum(p.numel() for p in model.parameters() if p.requires_grad and p.dim() == 2) * tokens
+
+
+def attention_flops(model: Pencil, lengths: np.ndarray) -> float:
+    """Forward+backward FLOPs of attention on samples of these lengths: 12 * layers * d * sum(L_b^2)
+    (QK^T and PV, 2 L^2 d each, x3 for backward)."""
+    return 12.0 * model.cfg.layers * model.cfg.hidden * float((lengths.astype(np.float64) ** 2).sum())
+
+
 def step_flops(model: Pencil, lengths: np.ndarray) -> float:
-    """Useful forward+backward FLOPs of one step on real tokens (padding excluded): 6 * matmul params *
-    tokens, plus attention 12 * layers * d * sum(L_b^2) (QK^T and PV, 2 L^2 d each, x3 for backward).
-    W0 is a gather, not a matmul, and is excluded."""
-    cfg = model.cfg
-    matmul = sum(p.numel() for n, p in model.named_parameters() if p.requires_grad and p.dim() == 2)
-    tokens = float(lengths.sum())
-    return 6.0 * matmul * tokens + 12.0 * cfg.layers * cfg.hidden * float((lengths.astype(np.float64) ** 2).sum())
+    """Useful forward+backward FLOPs of one step on real tokens (padding excluded)."""
+    return matmul_flops(model, float(lengths.sum())) + attention_flops(model, lengths)
 
 
 def peak_flops(device: torch.device, override_tflops: float | None) -> float | None:

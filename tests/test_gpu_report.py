@@ -63,3 +63,17 @@ def test_form_sweep_times_both_graph_forms_on_cuda():
     rows = form_sweep(tokens=2048, repeats=1, device="cuda")
     assert [r["density"] for r in rows][:2] == [0.002, 0.005]
     assert all(r["sparse_ms"] > 0 and r["dense_ms"] > 0 and r["dense_speedup"] > 0 for r in rows)
+
+
+def test_report_carries_the_profile_tables(tmp_path):
+    """bench.profile's two tables (summary, kinds) reach the report under their own heading, progress noise dropped."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        print_table("profile: one step (forward+backward+AdamW), ogbl-collab(1,75), ...", ["budget", "busy/wall"],
+                    [[65536, "71%"]])
+        print_table("profile by kind of operator (ms per step, ...)", ["budget", "kind", "ms"], [[65536, "matmul", "30.5"]])
+    (tmp_path / "profile-collab.log").write_text("Loading: 100%|####|\n" + buf.getvalue())
+    gpu_report.main([str(tmp_path), "1", "480"])
+    text = (tmp_path / "gpu_check.md").read_text()
+    section = text.split("## Profile of one step, collab-like lengths, 512 x 8")[1].split("##")[0]
+    assert "65536        71%" in section and "65536  matmul  30.5" in section and "Loading" not in section
