@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # GPU acceptance check (issue 9): one command on a GPU machine with no network, one report.
 #
-#   bench/gpu_check.sh SHARDS [--bundle DIR] [--out DIR] [--seeds N] [--epochs E] [--budget-s S] [--ab-dropout] [--no-compile] [--skip-suite] [--with-slow] [--smoke]
+#   bench/gpu_check.sh SHARDS [--bundle DIR] [--out DIR] [--seeds N] [--epochs E] [--budget-s S] [--concurrent-s S] [--ab-dropout] [--no-compile] [--skip-suite] [--with-slow] [--smoke]
 #   --bundle: a folder made by bench/gpu_bundle.sh: installs its wheels offline first, and the tests read its
 #     prebuilt shard sets (no Ray needed); SHARDS is then usually "$(cat DIR/shards.path)"
 #   --out: where the logs, runs and gpu_check.md go (default ./gpu_check-<time>; on a lent device, under $OUT)
+#   --concurrent-s: seconds of the budget the timings leave to the concurrent phase (seeds, tests); default 240
 #   --ab-dropout: the same citeseer seeds with --attention varlen (no attention dropout, the fastest kernel),
 #     run alongside the default ones (same contention, so their times compare): issue 9 item 2's A/B
 #   --no-compile: the step benches skip their torch.compile rows (X+compile: the trainer's --compile)
@@ -44,7 +45,7 @@ set -u -o pipefail
 usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 [ $# -ge 1 ] && [ "$1" != -h ] && [ "$1" != --help ] || usage
 SHARDS=$1; shift
-BUNDLE=""; SEEDS=3; EPOCHS=""; OUT="gpu_check-$(date +%Y%m%d-%H%M%S)"; BUDGET=480; SUITE=1; SLOW=0; SMOKE=0; AB=0; COMPILE=1
+BUNDLE=""; SEEDS=3; EPOCHS=""; OUT="gpu_check-$(date +%Y%m%d-%H%M%S)"; BUDGET=480; CONCURRENT=240; SUITE=1; SLOW=0; SMOKE=0; AB=0; COMPILE=1
 while [ $# -gt 0 ]; do
   case $1 in
     --bundle) BUNDLE=$2; shift 2 ;;
@@ -52,6 +53,7 @@ while [ $# -gt 0 ]; do
     --epochs) EPOCHS=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --budget-s) BUDGET=$2; shift 2 ;;
+    --concurrent-s) CONCURRENT=$2; shift 2 ;;
     --skip-suite) SUITE=0; shift ;;
     --with-slow) SLOW=1; shift ;;
     --smoke) SMOKE=1; shift ;;
@@ -63,6 +65,7 @@ while [ $# -gt 0 ]; do
 done
 [ -f "$SHARDS/manifest.json" ] || { echo "gpu_check.sh: $SHARDS/manifest.json not found; pass a prebuilt shard set" >&2; exit 2; }
 [[ $SEEDS =~ ^[1-9][0-9]*$ ]] || { echo "gpu_check.sh: --seeds must be a positive integer, got $SEEDS" >&2; exit 2; }
+[[ $CONCURRENT =~ ^[0-9]+$ ]] && [ "$CONCURRENT" -lt "$BUDGET" ] || { echo "gpu_check.sh: --concurrent-s must be a whole number of seconds below --budget-s ($BUDGET), got $CONCURRENT" >&2; exit 2; }
 if [ -n "$BUNDLE" ]; then
   [ -d "$BUNDLE/wheels" ] && [ -d "$BUNDLE/test-shards" ] || {
     echo "gpu_check.sh: --bundle $BUNDLE: no wheels/ and test-shards/ inside; make it with bench/gpu_bundle.sh" >&2; exit 2; }
@@ -81,6 +84,7 @@ START=$(date +%s)
 STATUS=()
 
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
+HOLD=0  # seconds `run` leaves unspent: during the timings, what the concurrent phase is promised
 report() { $PY bench/gpu_report.py "$OUT" "$SEEDS" "$BUDGET" "${STATUS[@]}" || echo "gpu_check.sh: writing the report failed" >&2; }
 status_of() {  # rc -> ok / timed out / failed
   case $1 in 0) echo ok ;; 124|137) echo "timed out" ;; *) echo "failed (rc $1)" ;; esac
@@ -89,7 +93,7 @@ status_of() {  # rc -> ok / timed out / failed
 # run NAME LIMIT_S CMD...: run a step under a timeout (capped by the budget left), keep its log, record status
 run() {
   local name=$1 limit=$2; shift 2
-  local rem; rem=$(left)
+  local rem; rem=$(( $(left) - HOLD ))
   [ "$limit" -gt "$rem" ] && limit=$rem
   if [ "$limit" -le 5 ]; then STATUS+=("| $name | skipped (budget spent) | 0 |"); echo "## $name: skipped (budget spent)"; return; fi
   echo "## $name (limit ${limit}s): $*"
@@ -137,6 +141,7 @@ fi
 [ "$COMPILE" = 1 ] && TIMING+=(--compile)
 
 # ------------------------------------------------------------------ 1-5: timings, alone on the GPU
+HOLD=$CONCURRENT  # a slow timing step is cut (and reported so) before it eats the seeds' time
 run step-citeseer 120 $PY -m bench.trainer --sections step --shards "$SHARDS" "${CITESEER_MODEL[@]}" "${TIMING[@]}"
 run step-collab 120 $PY -m bench.trainer --sections step --dists ogbl-collab "${COLLAB_MODEL[@]}" "${TIMING[@]}"
 run profile-collab 45 $PY -m bench.profile "${PROFILE_COLLAB[@]}"
@@ -147,6 +152,7 @@ run loader-vs-model 75 $PY -m bench.loader --sections reads,form --citeseer "$SH
 run loop-citeseer 75 $PY -m trainer "${LOOP[@]}" --shards "$SHARDS" --out "$OUT/loop" --no-progress
 
 # ------------------------------------------------------------------ 6-7: citeseer seeds and the tests, concurrently
+HOLD=0
 citeseer() {  # $1: run folder name (citeseer / citeseer-varlen), further args go to the trainer
   local pids=() s rc=0 name=${1:-citeseer}; shift || true
   for s in $(seq 0 $((SEEDS - 1))); do
