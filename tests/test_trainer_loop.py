@@ -405,3 +405,24 @@ def test_resume_on_cuda_continues_the_trajectory(shards, tmp_path):
     b = [r["loss"] for r in read_metrics(tmp_path / "cut/metrics.jsonl", "train")]
     assert len(a) == len(b) == 12 and resumed["device"].startswith("cuda")
     np.testing.assert_allclose(b, a, rtol=1e-3)
+
+
+@pytest.mark.gpu
+@cuda
+def test_a_cuda_training_step_never_synchronises_the_host(shards, tmp_path):
+    """trainer/train.py's claim that a step issues no host synchronisation on CUDA, so the host queues work
+    ahead of the GPU: under torch's sync debug mode any synchronising call (.item(), a blocking copy,
+    nonzero, a boolean mask, ...) raises. Steps on pinned loader batches, as the trainer takes them."""
+    trainer = Trainer(tiny(shards, tmp_path / "r", device="cuda"), distributed.init_distributed("cuda"))
+    from trainer import data
+
+    loader, _ = data.train_loader(trainer.manifest, 0, 0, 1, trainer.config.data, pin=True)
+    micro = [b for b, _ in zip(loader, range(6))]
+    trainer.train_step(micro[:2])  # warm-up: cuBLAS handles, the allocator, kernel choice
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        results = [trainer.train_step(micro[i:i + 2]) for i in (2, 4)]
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    assert all(torch.isfinite(loss).item() for loss, _, _ in results)
