@@ -63,13 +63,24 @@ def bench_tokens_per_s(text: str) -> dict[str, float]:
     return out
 
 
+def records(metrics: Path) -> list[dict]:
+    """A metrics.jsonl's records; a run killed mid-write may leave its last line cut, which is skipped."""
+    out = []
+    for line in metrics.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
 def loop_vs_bench(out: Path) -> list[str]:
     """The training loop's tokens/s (python -m trainer, alone on the GPU, the bench's token budget) against the
     step bench's for the same attention kernel: issue 9 asks for >= 80 %."""
     metrics, summary = out / "loop" / "metrics.jsonl", out / "loop" / "summary.json"
     if not metrics.exists():
         return []
-    tps = [r["tokens_per_s"] for r in map(json.loads, metrics.read_text().splitlines())
+    tps = [r["tokens_per_s"] for r in records(metrics)
            if r.get("event") == "train"][1:]  # the first window holds the warm-up
     backend = json.loads(summary.read_text()).get("attention_backend") if summary.exists() else None
     bench = bench_tokens_per_s(log(out, "step-citeseer") or "")
@@ -85,6 +96,20 @@ def loop_vs_bench(out: Path) -> list[str]:
     else:
         lines.append("No CUDA step-bench row for that kernel to compare with.")
     return lines + [""]
+
+
+def best_so_far(metrics: Path) -> tuple[int, float, float] | None:
+    """(epoch, valid MRR, test MRR) at the best validation MRR a run has logged so far, for a run cut off by
+    the time limit (test is scored when validation improves, so it is logged at that step); None if none."""
+    if not metrics.exists():
+        return None
+    evals = [r for r in records(metrics) if r.get("event") == "eval"]
+    tests = {r["step"]: r["mrr"] for r in evals if r.get("split") == "test"}
+    valid = [r for r in evals if r.get("split") == "valid" and r["step"] in tests]
+    if not valid:
+        return None
+    best = max(valid, key=lambda r: r["mrr"])  # the first of equals, as the trainer keeps it
+    return best["epoch"], 100 * best["mrr"], 100 * tests[best["step"]]
 
 
 def run_table(out: Path, name: str, seeds: int) -> list[str]:
@@ -103,7 +128,13 @@ def run_table(out: Path, name: str, seeds: int) -> list[str]:
             log_file = out / f"{name}-seed{s}.log"
             last = log_file.read_text(errors="replace").strip().splitlines()[-1:] if log_file.exists() else []
             why = " ".join(last)[-160:].replace("|", "/") or "empty"
-            rows.append(f"| {s} | - | - | - | - | not finished ({log_file.name}: {why}) |")
+            so_far = best_so_far(folder / "metrics.jsonl")
+            if so_far:
+                epoch, valid, test = so_far
+                rows.append(f"| {s} | {epoch} (so far) | {valid:.2f} | {test:.2f} | - | not finished; best "
+                            f"validation so far ({log_file.name}: {why}) |")
+            else:
+                rows.append(f"| {s} | - | - | - | - | not finished ({log_file.name}: {why}) |")
     lines = ["| seed | best epoch | valid MRR | test MRR (at best valid) | train s | attention |",
              "|---|---|---|---|---|---|", *rows, ""]
     if mrrs:

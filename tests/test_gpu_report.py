@@ -77,3 +77,20 @@ def test_report_carries_the_profile_tables(tmp_path):
     text = (tmp_path / "gpu_check.md").read_text()
     section = text.split("## Profile of one step, collab-like lengths, 512 x 8")[1].split("##")[0]
     assert "65536        71%" in section and "65536  matmul  30.5" in section and "Loading" not in section
+
+
+def test_a_seed_cut_off_by_the_time_limit_reports_its_best_validation_so_far(tmp_path):
+    """A seed still running when the device call ends: the row shows test at the best validation logged so far
+    (the first of equal bests, as the trainer keeps), and a line cut by the kill is skipped."""
+    seed = tmp_path / "citeseer" / "seed0"
+    seed.mkdir(parents=True)
+    evals = [(10, 1, "valid", 0.60), (10, 1, "test", 0.40), (20, 2, "valid", 0.65), (20, 2, "test", 0.47),
+             (30, 3, "valid", 0.65), (30, 3, "test", 0.52), (40, 4, "valid", 0.61)]
+    seed.joinpath("metrics.jsonl").write_text("\n".join(
+        json.dumps({"event": "eval", "step": st, "epoch": ep, "split": sp, "mrr": m}) for st, ep, sp, m in evals)
+        + '\n{"event": "eval", "step": 50, "epo')
+    (tmp_path / "citeseer-seed0.log").write_text("epoch 4 valid mrr 0.61\n")
+    gpu_report.main([str(tmp_path), "1", "480"])
+    text = (tmp_path / "gpu_check.md").read_text()
+    assert "| 0 | 2 (so far) | 65.00 | 47.00 | - | not finished; best validation so far (citeseer-seed0.log: epoch 4 valid mrr 0.61) |" in text
+    assert "Test MRR" not in text  # no finished seed: no mean
