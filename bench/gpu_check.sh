@@ -18,7 +18,7 @@
 #   1. step bench on the real shards      citeseer paper model 1024 x 2, budget 65,536: tokens/s and MFU, every
 #                                         attention path, eager and compiled
 #   2. step bench on collab-like lengths  512 x 8, budget 65,536 (padded baseline in capped chunks)
-#   3. profiles of one step               python -m bench.profile: device time by kind of operator, busy / wall,
+#   3. profiles of one step               python -m bench.step_profile: device time by kind of operator, busy / wall,
 #                                         MFU and peak memory: collab-like 512 x 8 at 16,384 and 65,536 tokens,
 #                                         citeseer 1024 x 2 at 65,536 (the profile behind each MFU number)
 #   3b. host overhead                     python -m bench.overhead: operator calls and host ms per micro-step
@@ -144,8 +144,8 @@ fi
 HOLD=$CONCURRENT  # a slow timing step is cut (and reported so) before it eats the seeds' time
 run step-citeseer 120 $PY -m bench.trainer --sections step --shards "$SHARDS" "${CITESEER_MODEL[@]}" "${TIMING[@]}"
 run step-collab 120 $PY -m bench.trainer --sections step --dists ogbl-collab "${COLLAB_MODEL[@]}" "${TIMING[@]}"
-run profile-collab 45 $PY -m bench.profile "${PROFILE_COLLAB[@]}"
-run profile-citeseer 45 $PY -m bench.profile "${PROFILE_CITESEER[@]}"
+run profile-collab 45 $PY -m bench.step_profile "${PROFILE_COLLAB[@]}"
+run profile-citeseer 45 $PY -m bench.step_profile "${PROFILE_CITESEER[@]}"
 run host-overhead 60 $PY -m bench.overhead $([ "$COMPILE" = 1 ] || echo --no-compile) $([ "$SMOKE" = 1 ] && echo --repeats 3)
 # loader tokens/s per process (read against the model's tokens/s of step 1); form: sparse vs dense graph part
 run loader-vs-model 75 $PY -m bench.loader --sections reads,form --citeseer "$SHARDS" --work "$OUT/loader-work" --seconds 3

@@ -24,7 +24,7 @@ if __package__ in (None, ""):  # `python bench/overhead.py` as well as `python -
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from bench.trainer import DISTRIBUTIONS, print_table, synthetic_samples
+from bench.workload import DISTRIBUTIONS, print_table, synthetic_samples
 from common.presets import n_max as budget_of
 from trainer.model import ModelConfig, Pencil
 from trainer.packing import pack_samples

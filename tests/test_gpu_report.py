@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from bench import gpu_report
-from bench.trainer import print_table
+from bench.workload import print_table
 
 CUDA_COLUMNS = ["lengths", "mean N", "max N", "B", "tokens", "padded", "path", "step ms", "vs padded", "tokens/s", "MFU"]
 
@@ -66,7 +66,7 @@ def test_form_sweep_times_both_graph_forms_on_cuda():
 
 
 def test_report_carries_the_profile_tables(tmp_path):
-    """bench.profile's two tables (summary, kinds) reach the report under their own heading, progress noise dropped."""
+    """bench.step_profile's two tables (summary, kinds) reach the report under their own heading, progress noise dropped."""
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         print_table("profile: one step (forward+backward+AdamW), ogbl-collab(1,75), ...", ["budget", "busy/wall"],

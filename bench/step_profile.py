@@ -1,8 +1,8 @@
 """Where a training step's time goes, by kind of operator: the profile behind an MFU number (issue 9: "MFU
 >= 35 %, or the measured gap with the profile that explains it").
 
-    python -m bench.profile                                  # collab-like lengths, 512 x 8 (on a GPU)
-    python -m bench.profile --shards SET --hidden 1024 --layers 2 --heads 8 --ffn 2048   # citeseer's paper model
+    python -m bench.step_profile             # collab-like lengths, 512 x 8 (on a GPU)
+    python -m bench.step_profile --shards SET --hidden 1024 --layers 2 --heads 8 --ffn 2048   # citeseer's paper model
 
 For every token budget, one training step (forward + backward + AdamW, with the trainer's default attention
 path, dropout and bf16 autocast) is timed without the profiler, then profiled. The device's time is split
@@ -26,7 +26,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-if __package__ in (None, ""):  # `python bench/profile.py` as well as `python -m bench.profile`
+if __package__ in (None, ""):  # `python bench/step_profile.py` as well as `python -m bench.step_profile`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np
@@ -34,10 +34,11 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-from bench.trainer import (DISTRIBUTIONS, attention_flops, make_step, matmul_flops, pack, peak_flops, print_table,
-                           shard_samples, synthetic_samples, token_batches)
+from bench.workload import (DISTRIBUTIONS, attention_flops, make_step, matmul_flops, peak_flops, print_table,
+                            shard_samples, synthetic_samples, token_batches)
 from common.presets import n_max as budget_of
 from trainer.model import ModelConfig, Pencil
+from trainer.packing import pack_samples as pack  # hand-built sample dicts
 
 MATMUL, ATTENTION, GATHER, NORM, ACTIVATION, ELEMENTWISE, COPY, REDUCTION, VIEW = (
     "matmul", "attention", "gather/scatter", "layernorm", "gelu/dropout", "other elementwise", "copy/fill/cast",
@@ -189,7 +190,7 @@ def budget_rows(model: Pencil, samples: list[dict], n_max: int, budget: int, dev
 
 def parse_args(argv=None):
     cuda = torch.cuda.is_available()
-    ap = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.step_profile", description=__doc__.splitlines()[0])
     ap.add_argument("--shards", help="a preprocessed shard set: real lengths and edges (default: synthetic --dist)")
     ap.add_argument("--dist", default="ogbl-collab", help=f"synthetic lengths without --shards: "
                                                           f"{', '.join(d.split('(')[0] for d in DISTRIBUTIONS)}")
@@ -248,4 +249,4 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     from common.cli import run_cli  # one-line errors; --debug for the traceback
-    sys.exit(run_cli(main, prog="python -m bench.profile", strip_debug=True))
+    sys.exit(run_cli(main, prog="python -m bench.step_profile", strip_debug=True))

@@ -1,4 +1,4 @@
-"""bench/profile.py, the profile behind an MFU number: operator kinds by name, attribution of time to kinds on
+"""bench/step_profile.py, the profile behind an MFU number: operator kinds by name, attribution of time to kinds on
 hand-made profiler events (device and CPU), and real profiled steps on a tiny model."""
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ import torch
 from torch.autograd import DeviceType
 from torch.autograd.profiler_util import Kernel
 
-from bench import profile as bp
-from bench.trainer import pack, synthetic_samples, token_batches
+from bench import step_profile as bp
+from bench.workload import synthetic_samples, token_batches
 from trainer.model import ModelConfig, Pencil
+from trainer.packing import pack_samples as pack
 
 
 @pytest.mark.parametrize("op, kind", [
