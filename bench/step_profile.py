@@ -20,6 +20,7 @@ CPU, with one thread: a kind's time is its operators' self CPU time, and the tim
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import sys
 import time
@@ -128,11 +129,10 @@ def measure(model: Pencil, batches: list, device: torch.device, repeats: int, st
     """Wall ms per step (median, unprofiled) and the profile of `steps` steps, on batches taken in turn."""
     cuda = device.type == "cuda"
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, fused=cuda)
-    step = make_step(model, opt, device, amp=cuda)
-    nxt = iter(range(10 ** 9))
+    step, turn = make_step(model, opt, device, amp=cuda), itertools.cycle(batches)
 
     def run_one():
-        step(batches[next(nxt) % len(batches)])
+        step(next(turn))
 
     for _ in range(2):  # warm-up: kernel selection, the allocator
         run_one()
@@ -161,14 +161,13 @@ def budget_rows(model: Pencil, samples: list[dict], n_max: int, budget: int, dev
     """(summary row, per-kind rows) of one token budget."""
     batches = token_batches(samples, budget)[: max(args.repeats, args.steps)]
     packed = [pack(b, n_max).to(device) for b in batches]
-    lens = np.concatenate([np.diff(p.cu_seqlens.cpu().numpy()) for p in packed])
-    tokens, links = float(lens.sum()) / len(packed), len(lens) / len(packed)
+    per_step = [np.array([len(s["nodes"]) + 2 for s in b]) for b in batches]  # sequence lengths of each step
+    tokens, links = float(np.mean([l.sum() for l in per_step])), float(np.mean([len(l) for l in per_step]))
     try:
         m = measure(model, packed, device, args.repeats, args.steps)
     except torch.cuda.OutOfMemoryError:
         torch.cuda.empty_cache()
         return [budget, f"{tokens:.0f}", f"{links:.0f}", "out of memory"], []
-    per_step = [np.diff(p.cu_seqlens.cpu().numpy()) for p in packed]
     mm = float(np.mean([matmul_flops(model, float(l.sum())) for l in per_step]))
     att = float(np.mean([attention_flops(model, l) for l in per_step]))
     flops = mm + att
