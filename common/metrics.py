@@ -8,6 +8,14 @@
 Ranks are tie-averaged: rank = 1 + (#neg > pos + #neg >= pos) / 2. A constant scorer therefore
 gets the middle rank, not the best one (ogb 1.3.6's torch MRR path computes exactly this).
 
+Beside the ranking metrics, every protocol gets ROC-AUC and average precision (AP) of the positives
+against the negatives POOLED (the numbers the subgraph link-prediction literature reports for a user's
+own graph: held-out positives vs as many random negatives). Under HeaRT (and citation2) the pool is
+every (positive, hard negative) row, P x K negatives, a pair repeated across rows counted each time:
+AUC is then the chance that a positive outscores a random hard negative of any query (AUC does not
+depend on the class ratio, so it stays comparable); AP does, its chance level is the positive share
+P / (P + P * K) = 1 / (K + 1) there instead of 1/2 under 1:1 random negatives.
+
 `evaluate(protocol, pos_scores, neg_scores)` is the one entry point the trainer and the reports use;
 it always returns the same keys (METRIC_KEYS), as fractions in [0, 1].
 """
@@ -18,7 +26,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 HITS_KS = (1, 3, 10, 20, 50, 100)
-METRIC_KEYS = ("mrr",) + tuple(f"hits@{k}" for k in HITS_KS)
+RANK_KEYS = ("mrr",) + tuple(f"hits@{k}" for k in HITS_KS)
+CLASSIFICATION_KEYS = ("auc", "ap")
+METRIC_KEYS = RANK_KEYS + CLASSIFICATION_KEYS
 # Rows of (P, K) negatives compared per step: bounds the temporary bool matrix to ~64 MB.
 _OWN_CHUNK_ELEMS = 1 << 26
 
@@ -115,6 +125,40 @@ def ogb_hits(pos_scores, neg_scores, k: int) -> float:
     return float(np.mean(pos > kth))
 
 
+# ---------------------------------------------------------------------------- AUC and AP
+def classification_metrics(pos_scores, neg_scores) -> dict[str, float]:
+    """ROC-AUC and average precision of positives (P,) against negatives of any shape, pooled.
+
+    Same values as sklearn's roc_auc_score / average_precision_score on labels 1/0:
+    - AUC = Mann-Whitney U / (P * Q): each (positive, negative) pair counts 1 if the positive is above,
+      1/2 on a tie (the rank-sum formula with average ranks for ties);
+    - AP = sum over distinct score thresholds t, descending, of (R(t) - R(previous t)) * precision(t),
+      step-wise without interpolation; tied scores pass a threshold together. Recall only moves at a
+      threshold that holds a positive, so the sum runs over the distinct positive scores.
+    Both come from one sort of the negatives plus searchsorted counts, O((P + Q) log Q) time and one
+    copy of the negatives, never a (P, Q) matrix or a concatenated, argsorted score vector.
+    """
+    pos = _check_pos(_as_scores(pos_scores, "pos_scores"))
+    neg = _as_scores(neg_scores, "neg_scores").reshape(-1)
+    if neg.size == 0:
+        raise MetricsError("neg_scores: empty; AUC and AP need at least one negative")
+    dtype = np.result_type(pos.dtype, neg.dtype)  # compare in one type (int counts vs float scores)
+    pos = np.sort(pos.astype(dtype, copy=False))
+    srt = np.sort(neg.astype(dtype, copy=False))
+    n_pos, n_neg = pos.size, srt.size
+    # AUC: #neg strictly below each positive plus half the ties, summed in exact integers.
+    below = np.searchsorted(srt, pos, side="left").sum(dtype=np.int64)
+    below_or_tied = np.searchsorted(srt, pos, side="right").sum(dtype=np.int64)
+    auc = float(below + below_or_tied) / (2.0 * n_pos * n_neg)
+    # AP: at each distinct positive score t, tp = #pos >= t, fp = #neg >= t, and recall rises by #pos == t.
+    first = np.flatnonzero(np.r_[True, pos[1:] != pos[:-1]])  # start of each run of equal positives
+    tp = n_pos - first
+    fp = n_neg - np.searchsorted(srt, pos[first], side="left")
+    gained = np.diff(np.r_[first, n_pos])
+    ap = float(np.sum(gained * (tp / (tp + fp)))) / n_pos
+    return {"auc": auc, "ap": ap}
+
+
 def evaluate(protocol: str, pos_scores, neg_scores) -> dict[str, float]:
     """All metrics (METRIC_KEYS, fractions) for one protocol; dispatch on protocol and neg shape.
 
@@ -122,20 +166,20 @@ def evaluate(protocol: str, pos_scores, neg_scores) -> dict[str, float]:
     ogb, 1-D negatives (collab/ppa/ddi): Hits@K by the OGB evaluator's strict rule, MRR from ranks.
     ogb, 2-D negatives (citation2): MRR and Hits@K from per-positive tie-averaged ranks, which is
     what ogb's evaluator computes for MRR and hits@1/3/10.
+    Every protocol: AUC and AP of the positives against all negatives pooled (classification_metrics).
     """
     neg = _as_scores(neg_scores, "neg_scores")
     if protocol not in ("original", "heart", "ogb"):
         raise MetricsError(f"unknown protocol '{protocol}'; use original, heart or ogb")
+    pos = _as_scores(pos_scores, "pos_scores")
     if neg.ndim == 2:
-        return ranking_metrics(rank_against_own(pos_scores, neg))
+        return {**ranking_metrics(rank_against_own(pos, neg)), **classification_metrics(pos, neg)}
     if neg.ndim != 1:
         raise MetricsError(f"neg_scores: expected shape (Q,) or (P, K), got {neg.shape}")
-    ranks = rank_against_shared(pos_scores, neg)
-    out = ranking_metrics(ranks)
+    out = ranking_metrics(rank_against_shared(pos, neg))
     if protocol == "ogb":
-        pos = _as_scores(pos_scores, "pos_scores")
         out.update({f"hits@{k}": ogb_hits(pos, neg, k) for k in HITS_KS})
-    return out
+    return {**out, **classification_metrics(pos, neg)}
 
 
 # ---------------------------------------------------------------------------- regression and selection
@@ -217,6 +261,7 @@ def format_table(rows: Sequence[Mapping], columns: Sequence[str], headers: Seque
 
 
 __all__ = [
-    "HITS_KS", "METRIC_KEYS", "MetricsError", "rank_against_shared", "rank_against_own", "ranking_metrics",
-    "ogb_hits", "evaluate", "unique_pairs", "as_percent", "format_table",
+    "HITS_KS", "RANK_KEYS", "CLASSIFICATION_KEYS", "METRIC_KEYS", "MetricsError", "rank_against_shared",
+    "rank_against_own", "ranking_metrics", "ogb_hits", "classification_metrics", "evaluate", "unique_pairs",
+    "as_percent", "format_table",
 ]

@@ -1,4 +1,5 @@
-"""Ranking metrics: hand-computed ranks with ties, protocol dispatch, parity with ogb's Evaluator."""
+"""Ranking metrics: hand-computed ranks with ties, protocol dispatch, parity with ogb's Evaluator;
+AUC / AP: hand-computed values, a slow pairwise reference and sklearn."""
 from __future__ import annotations
 
 import importlib.util
@@ -8,8 +9,8 @@ import numpy as np
 import pytest
 
 from common.metrics import (
-    METRIC_KEYS, MetricsError, as_percent, evaluate, format_table, ogb_hits, rank_against_own,
-    rank_against_shared, ranking_metrics, unique_pairs,
+    METRIC_KEYS, RANK_KEYS, MetricsError, as_percent, classification_metrics, evaluate, format_table, ogb_hits,
+    rank_against_own, rank_against_shared, ranking_metrics, unique_pairs,
 )
 
 
@@ -45,7 +46,7 @@ def test_own_ranks_use_each_positives_row():
 
 def test_ranking_metrics_values():
     m = ranking_metrics(np.array([1.0, 2.0, 4.0, 20.0]))
-    assert set(m) == set(METRIC_KEYS)
+    assert set(m) == set(RANK_KEYS)
     assert m["mrr"] == pytest.approx((1 + 0.5 + 0.25 + 0.05) / 4)
     assert (m["hits@1"], m["hits@3"], m["hits@10"], m["hits@20"], m["hits@100"]) == (0.25, 0.5, 0.75, 1.0, 1.0)
 
@@ -88,8 +89,11 @@ def test_evaluate_against_hand_computed_ranks():
     neg = np.array([0.9, 0.7, 0.5, 0.3, 0.1])
     pos = np.array([0.95, 0.6, 0.7, 0.05])
     mrr = (1 + 1 / 3 + 1 / 2.5 + 1 / 6) / 4  # = 0.475
+    # AUC: pairs won 5 + 3 + 3.5 (0.7 ties 0.7) + 0 of 20. AP, thresholds down: 0.95 (tp 1, fp 0), 0.7 (2, 2),
+    # 0.6 (3, 2), 0.05 (4, 5), each adding 1/4 recall at its precision.
+    ap = (1 + 2 / 4 + 3 / 5 + 4 / 9) / 4
     want = {"mrr": mrr, "hits@1": 0.25, "hits@3": 0.75, "hits@10": 1.0, "hits@20": 1.0, "hits@50": 1.0,
-            "hits@100": 1.0}
+            "hits@100": 1.0, "auc": 11.5 / 20, "ap": ap}
     out = evaluate("original", pos, neg)
     assert tuple(out) == METRIC_KEYS and all(isinstance(v, float) for v in out.values())
     assert out == pytest.approx(want) and out["mrr"] == pytest.approx(0.475)
@@ -97,8 +101,10 @@ def test_evaluate_against_hand_computed_ranks():
     # (K=1: above 0.9 -> 1 of 4; K=3: above 0.5 -> 3 of 4; K >= 10 > Q=5 negatives -> 1.0); MRR from ranks.
     assert evaluate("ogb", pos, neg) == pytest.approx(want)
     # Per-positive negatives (HeaRT, citation2): positive 0.5 against [0.1, 0.2] -> rank 1,
-    # against [0.7, 0.5] -> 1 + (1 + 2) / 2 = 2.5; MRR (1 + 0.4) / 2 = 0.7.
-    own = {"mrr": 0.7, "hits@1": 0.5, "hits@3": 1.0, "hits@10": 1.0, "hits@20": 1.0, "hits@50": 1.0, "hits@100": 1.0}
+    # against [0.7, 0.5] -> 1 + (1 + 2) / 2 = 2.5; MRR (1 + 0.4) / 2 = 0.7. AUC/AP pool the four negatives:
+    # each 0.5 beats 0.1 and 0.2 and ties 0.5 -> 5 of 8; one threshold 0.5 holds both positives, tp 2, fp 2.
+    own = {"mrr": 0.7, "hits@1": 0.5, "hits@3": 1.0, "hits@10": 1.0, "hits@20": 1.0, "hits@50": 1.0, "hits@100": 1.0,
+           "auc": 5 / 8, "ap": 0.5}
     for protocol in ("heart", "ogb"):
         assert evaluate(protocol, np.array([0.5, 0.5]), np.array([[0.1, 0.2], [0.7, 0.5]])) == pytest.approx(own)
 
@@ -159,8 +165,79 @@ def test_citation2_sized_input_completes():
     neg = rng.random((86_000, 1000), dtype=np.float32)
     out = evaluate("ogb", pos, neg)
     assert 0.0 < out["mrr"] < 1.0
+    assert out["auc"] == pytest.approx(0.5, abs=0.01)  # random scores: pooled AUC at chance
     shared = evaluate("ogb", pos, neg[:100].ravel())  # 100k shared negatives
     assert 0.0 <= shared["hits@50"] <= 1.0
+
+
+# ---------------------------------------------------------------------------- AUC and AP
+def slow_auc_ap(pos, neg):
+    """O(P * Q) reference from the definitions: AUC = share of (pos, neg) pairs won, ties 1/2; AP = sum over
+    distinct thresholds t (descending) of recall gained at t times precision of everything scored >= t."""
+    pos, neg = [float(v) for v in np.ravel(pos)], [float(v) for v in np.ravel(neg)]
+    won = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p in pos for n in neg)
+    ap, seen = 0.0, 0
+    for t in sorted(set(pos) | set(neg), reverse=True):
+        tp = sum(p >= t for p in pos)
+        fp = sum(n >= t for n in neg)
+        ap += (tp - seen) / len(pos) * tp / (tp + fp)
+        seen = tp
+    return won / (len(pos) * len(neg)), ap
+
+
+@pytest.mark.parametrize("pos, neg, auc, ap", [
+    # 0.9 beats all 3; 0.5 ties 0.5 and beats 0.3, 0.1 -> 5.5 of 6. Thresholds 0.9 (tp 1, fp 0), 0.5 (2, 1).
+    ([0.9, 0.5], [0.5, 0.1, 0.3], 11 / 12, 0.5 * 1 + 0.5 * 2 / 3),
+    # all scores equal: AUC 1/2, AP = the positive share 2/5 (one threshold holds everything)
+    ([1.0, 1.0], [1.0, 1.0, 1.0], 0.5, 0.4),
+    # a single positive: beats 0.1 and 0.0, ties 0.4 -> 2.5 of 4; at 0.4 tp 1, fp 2 -> AP 1/3
+    ([0.4], [0.9, 0.4, 0.1, 0.0], 0.625, 1 / 3),
+    ([3.0, 2.0], [1.0, 0.0], 1.0, 1.0),  # perfect separation
+    ([0.0], [1.0, 2.0], 0.0, 1 / 3),  # every negative above: AP = 1 / (all items)
+])
+def test_auc_ap_hand_computed(pos, neg, auc, ap):
+    out = classification_metrics(np.array(pos), np.array(neg))
+    assert out == pytest.approx({"auc": auc, "ap": ap}, abs=1e-15)
+    assert slow_auc_ap(pos, neg) == pytest.approx((auc, ap), abs=1e-15)  # the reference agrees by hand too
+
+
+def test_auc_ap_pool_per_positive_negatives():
+    # HeaRT shape (P, K): the pool is all four negatives [0.1, 0.6, 0.3, 0.2]. AUC: 0.5 beats 3, 0.2 beats 0.1
+    # and ties 0.2 -> 4.5 of 8. AP: 0.5 (tp 1, fp 1) -> 1/2 * 1/2; 0.2 (tp 2, fp 3) -> 1/2 * 2/5.
+    out = evaluate("heart", np.array([0.5, 0.2]), np.array([[0.1, 0.6], [0.3, 0.2]]))
+    assert (out["auc"], out["ap"]) == pytest.approx((4.5 / 8, 0.25 + 0.2), abs=1e-15)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_auc_ap_match_slow_reference_and_sklearn(seed):
+    rng = np.random.default_rng(seed)
+    p, q = int(rng.integers(1, 40)), int(rng.integers(1, 60))
+    levels = [3, 20, 10**9][seed % 3]  # few levels -> many ties (incl. pos/neg ties); 10**9 -> almost none
+    pos = rng.integers(0, levels, p) / levels
+    neg = rng.integers(0, levels, q) / levels
+    out = classification_metrics(pos, neg)
+    assert (out["auc"], out["ap"]) == pytest.approx(slow_auc_ap(pos, neg), rel=1e-12)
+    sk = pytest.importorskip("sklearn.metrics")
+    y, s = np.r_[np.ones(p), np.zeros(q)], np.r_[pos, neg]
+    assert out["auc"] == pytest.approx(sk.roc_auc_score(y, s), rel=1e-12)
+    assert out["ap"] == pytest.approx(sk.average_precision_score(y, s), rel=1e-12)
+
+
+def test_auc_ap_mixed_dtypes_and_torch():
+    # integer heuristic counts vs float scores compare in one dtype; bf16 tensors are accepted
+    assert classification_metrics(np.array([2, 1]), np.array([1.5, 0.5])) == {"auc": 0.75, "ap": pytest.approx(5 / 6)}
+    torch = pytest.importorskip("torch")
+    out = classification_metrics(torch.tensor([0.5], dtype=torch.bfloat16), torch.tensor([0.25, 0.75]))
+    assert out == {"auc": 0.5, "ap": 0.5}
+
+
+def test_auc_ap_bad_inputs():
+    with pytest.raises(MetricsError, match="at least one negative"):
+        classification_metrics(np.array([1.0]), np.zeros(0))
+    with pytest.raises(MetricsError, match="NaN"):
+        classification_metrics(np.array([1.0]), np.array([np.nan]))
+    with pytest.raises(MetricsError, match="empty"):
+        classification_metrics(np.zeros(0), np.array([1.0]))
 
 
 # ---------------------------------------------------------------------------- dedup + formatting
