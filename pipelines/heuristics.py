@@ -113,7 +113,8 @@ def results_table(results: dict) -> str:
     for proto, by_h in results.items():
         for name, metrics in by_h.items():
             rows.append({"protocol": proto, "heuristic": name.upper(), **as_percent(metrics)})
-    headers = ["protocol", "heuristic"] + [k.upper() if k == "mrr" else k.replace("hits", "Hits") for k in METRIC_KEYS]
+    headers = ["protocol", "heuristic"] + [k.replace("hits", "Hits") if k.startswith("hits") else k.upper()
+                                           for k in METRIC_KEYS]
     return format_table(rows, ["protocol", "heuristic", *METRIC_KEYS], headers=headers)
 
 

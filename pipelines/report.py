@@ -14,12 +14,13 @@ from collections import defaultdict
 from pathlib import Path
 
 from common.cli import add_debug_flag, one_line_errors, run_cli
+from common.metrics import METRIC_KEYS
 from common.storage import LocalStorage
 from pipelines.heuristics import write_json_atomic
 from pipelines.paper_results import paper_reference
 
 log = logging.getLogger("pipelines.report")
-METRICS = ("mrr", "hits@1", "hits@3", "hits@10", "hits@20", "hits@50", "hits@100")
+METRICS = METRIC_KEYS  # mrr, hits@1..100, auc, ap
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:

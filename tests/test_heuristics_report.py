@@ -23,10 +23,17 @@ def test_citeseer_heuristics_reproduce_paper(tmp_path, capsys):
            for proto, by_h in payload["results"].items()}
     assert got == EXPECTED
     table = capsys.readouterr().out
+    assert table.splitlines()[0].split()[-2:] == ["AUC", "AP"]
     for proto, by_h in EXPECTED.items():
         for h, mrr in by_h.items():
             row = next(line for line in table.splitlines() if line.split()[:2] == [proto, h.upper()])
             assert row.split()[2] == f"{mrr:.2f}"
+            m = payload["results"][proto][h]
+            assert row.split()[-2:] == [f"{100 * m['auc']:.2f}", f"{100 * m['ap']:.2f}"]
+    # original: about 35% of the test positives share a neighbour, almost no negative does, so CN separates
+    # about that share and ties the rest (AUC ~ 0.5 + 0.35 / 2); HeaRT's AP sits near its 1/501 chance level.
+    assert payload["results"]["original"]["cn"]["auc"] == pytest.approx(0.5 + 0.3516 / 2, abs=0.01)
+    assert 1 / 501 < payload["results"]["heart"]["cn"]["ap"] < 0.02
     assert not list(out.parent.glob("*.tmp"))  # atomic write left no temp file
 
 
@@ -77,5 +84,8 @@ def test_ogb_protocol_scores_on_the_test_graph():
     assert tuple(res["cn"]) == METRIC_KEYS
     # CN(2, 4) = 1 only through the valid edge 2-3; every negative has CN 0 -> both positives win
     assert res["cn"]["hits@1"] == 1.0 and res["cn"]["mrr"] == 1.0
-    # valid is scored on the training graph: CN(2, 3) = 0 ties all 3 negatives -> rank 2.5
-    assert score_split(ds, "valid", ["ogb"], ["cn"])["ogb"]["cn"]["mrr"] == pytest.approx(0.4)
+    assert (res["cn"]["auc"], res["cn"]["ap"]) == (1.0, 1.0)
+    # valid is scored on the training graph: CN(2, 3) = 0 ties all 3 negatives -> rank 2.5, AUC 1/2 and
+    # AP = the positive share 1/4 (one threshold holds all four candidates)
+    valid = score_split(ds, "valid", ["ogb"], ["cn"])["ogb"]["cn"]
+    assert valid["mrr"] == pytest.approx(0.4) and (valid["auc"], valid["ap"]) == (0.5, 0.25)

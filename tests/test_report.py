@@ -6,12 +6,12 @@ import pytest
 from pipelines import report
 
 
-def _result(tmp_path, seed, mrr, hits10, dataset="citeseer", protocol="original"):
+def _result(tmp_path, seed, mrr, hits10, dataset="citeseer", protocol="original", **more):
     d = tmp_path / f"seed{seed}"
     d.mkdir()
     (d / "result.json").write_text(json.dumps({
         "dataset": dataset, "protocol": protocol, "model": "PENCIL", "seed": seed,
-        "test": {"mrr": mrr, "hits@10": hits10}}))
+        "test": {"mrr": mrr, "hits@10": hits10, **more}}))
 
 
 def test_mean_std_matches_hand_values():
@@ -22,13 +22,15 @@ def test_mean_std_matches_hand_values():
 
 
 def test_markdown_table_from_three_seeds(tmp_path):
-    for seed, mrr in enumerate([0.40, 0.44, 0.48]):
-        _result(tmp_path, seed, mrr, 0.9)
+    for seed, (mrr, auc) in enumerate([(0.40, 0.80), (0.44, 0.90), (0.48, 0.85)]):
+        _result(tmp_path, seed, mrr, 0.9, auc=auc, ap=0.75)
     out = tmp_path / "report.md"
     assert report.main([str(tmp_path), "--out", str(out)]) == 0
     table = out.read_text().splitlines()
     assert table[0].startswith("| dataset | protocol | model | seeds | mrr |")
-    assert table[2] == "| citeseer | original | PENCIL | 3 | 44.00 ± 4.00 | – | – | 90.00 ± 0.00 | – | – | – |"
+    assert table[0].endswith("| hits@100 | auc | ap |")
+    assert table[2] == ("| citeseer | original | PENCIL | 3 | 44.00 ± 4.00 | – | – | 90.00 ± 0.00 | – | – | – "
+                        "| 85.00 ± 5.00 | 75.00 ± 0.00 |")
     # The paper's reference row follows, with its number in the metric column it reports.
     assert "| citeseer | original | PENCIL w/o features (paper) | – | 47.51 ± 3.09 |" in table[3]
 

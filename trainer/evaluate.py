@@ -3,7 +3,9 @@
 Each rank scores its share of the eval shards (data.eval_loader splits them like the training set),
 then cid and score tensors are all-gathered so every rank holds the full table; the ranking
 structure (queries.npz: pos_cid, neg_cid) maps cids to positives and their negatives, and
-`common.metrics.evaluate(protocol, pos, neg)` computes MRR / Hits@K. Every rank computes the same
+`common.metrics.evaluate(protocol, pos, neg)` computes MRR / Hits@K and AUC / AP (positives against
+the pooled negatives). Every eval line of metrics.jsonl carries them all, for valid and test, and the
+summary's test metrics are those at the best validation epoch. Every rank computes the same
 metrics, so decisions that depend on them (best checkpoint) agree without another collective.
 The forward runs on the unwrapped module: DDP's forward may broadcast buffers, a collective that
 would hang when ranks hold different numbers of eval batches. Scores are computed in fp32, never under

@@ -2,7 +2,7 @@
 
 metrics.jsonl holds one object per line, e.g.
     {"event": "train", "step": 120, "epoch": 3, "loss": 0.41, "lr": 0.0005, "samples_per_s": ..., "tokens_per_s": ..., "time": ...}
-    {"event": "eval", "step": 120, "epoch": 3, "split": "valid", "protocol": "original", "mrr": ..., "hits@1": ...}
+    {"event": "eval", "step": 120, "epoch": 3, "split": "valid", "protocol": "original", "mrr": ..., "hits@1": ..., "auc": ..., "ap": ...}
 Other ranks get a disabled logger, so callers never branch on the rank.
 """
 from __future__ import annotations
