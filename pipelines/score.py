@@ -158,7 +158,8 @@ def _main(argv: list[str] | None = None) -> int:
         pre = manifest["config"]
         dataset = load_dataset(args.dataset or pre["dataset"], data_dir=args.data_dir or pre.get("data_dir"),
                                ogb_root=args.ogb_root or pre.get("ogb_root"),
-                               planetoid_dir=pre.get("planetoid_dir"), seed=pre.get("seed", 0))
+                               planetoid_dir=pre.get("planetoid_dir"), seed=pre.get("seed", 0),
+                               split=pre.get("split"))  # the set's own split: its training graph
         graph = dataset.graph_for(args.graph)
         pairs = read_pairs(args.pairs, graph.num_nodes)
     except ScoreError as err:

@@ -6,6 +6,8 @@ import logging
 import sys
 
 from common.cli import add_debug_flag, one_line_errors, run_cli
+from common.datasets.base import DatasetError
+from common.datasets.fractions import parse_split
 from common.presets import default_sampling
 from common.storage import open_storage
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
@@ -27,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--protocol", default="both",
                    help="eval protocol(s): both/all (= every protocol the dataset has), or a comma list of "
                         "original,heart,ogb (default both)")
+    p.add_argument("--split", default=None, metavar="TRAIN,VALID,TEST",
+                   help="percentages of the seeded random edge split of an edge list without a split column "
+                        "or cora (default 85,5,10; part of the cache key)")
     p.add_argument("--percent", type=float, default=100.0,
                    help="%% of training positives per view, a seeded subset (default 100)")
     p.add_argument("--neg-ratio", type=int, default=1, help="training negatives per positive (default 1)")
@@ -63,12 +68,16 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
     sampling = (SamplingConfig.parse(args.sampling) if args.sampling
                 else SamplingConfig(*default_sampling(args.dataset)))
     protocols = None if args.protocol.strip().lower() in ("both", "all") else _split_list(args.protocol)
+    try:
+        split = None if args.split is None else parse_split(args.split)
+    except DatasetError as err:
+        raise ConfigError(str(err)) from None
     candidates = CandidateConfig(views=args.views, percent=args.percent, neg_ratio=args.neg_ratio,
                                  splits=_split_list(args.splits), protocols=protocols)
     return PreprocessConfig(
         dataset=args.dataset, sampling=sampling, candidates=candidates, out=args.out, seed=args.seed,
         data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir, features=args.features,
-        targets=args.targets,
+        targets=args.targets, split=split,
         num_cpus=args.num_cpus, links_per_shard=args.links_per_shard, links_per_block=args.block_size,
         shard_mb=args.shard_mb, worker_memory_mb=args.worker_memory_mb, force=args.force)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from common.datasets.base import DatasetError
+from common.datasets.fractions import DEFAULT_SPLIT, check_split
 from common.heuristic_targets import TARGETS as HEURISTIC_TARGETS
 from common.presets import n_max as _n_max
 
@@ -92,6 +94,8 @@ class PreprocessConfig:
     planetoid_dir: str | None = None
     features: bool = False
     targets: str | None = None  # heuristic-estimation labels (preprocess/targets.py); None = link labels 1 / 0
+    # --split train,valid,test percentages of a randomly split dataset (edge list, cora); None = 85,5,10
+    split: tuple[float, float, float] | None = None
     num_cpus: int | None = None  # embedded Ray only; ignored when attaching to a cluster
     links_per_shard: int = 8192
     links_per_block: int = 256
@@ -117,6 +121,11 @@ class PreprocessConfig:
             raise ConfigError(f"--shard-mb: must be > 0, got {self.shard_mb!r}")
         if not isinstance(self.worker_memory_mb, int) or self.worker_memory_mb < 1:
             raise ConfigError(f"--worker-memory-mb: must be a positive integer, got {self.worker_memory_mb!r}")
+        if self.split is not None:
+            try:
+                object.__setattr__(self, "split", check_split(self.split))
+            except DatasetError as err:
+                raise ConfigError(str(err)) from None
         if self.targets is not None and self.targets not in HEURISTIC_TARGETS:
             raise ConfigError(f"--targets: unknown heuristic '{self.targets}'; choose one of {', '.join(HEURISTIC_TARGETS)}")
 
@@ -140,6 +149,8 @@ class PreprocessConfig:
             "shard_mb": float(self.shard_mb), "sampler": SAMPLER_VERSION,
             # only when set, so link-prediction sets keep the keys (and caches) they always had
             **({"targets": self.targets} if self.targets else {}),
+            # only when not the default: a --split of 85,5,10 finds the set built without the flag
+            **({"split": list(self.split)} if self.split not in (None, DEFAULT_SPLIT) else {}),
         }
 
     def to_dict(self) -> dict:

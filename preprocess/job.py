@@ -187,7 +187,8 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobR
     if dataset is None:
         from common.datasets import load_dataset
         dataset = load_dataset(config.dataset, data_dir=config.data_dir, ogb_root=config.ogb_root,
-                               planetoid_dir=config.planetoid_dir, features=config.features, seed=config.seed)
+                               planetoid_dir=config.planetoid_dir, features=config.features, seed=config.seed,
+                               split=config.split)
     if config.features and dataset.x is None:  # before anything is written
         raise ConfigError(f"--features: dataset {dataset.name} has no node features "
                           "(Planetoid datasets need --planetoid-dir; OGB ones need node-feat in the root)")

@@ -78,6 +78,9 @@ PREPROCESS = [
     (["--dataset", "citeseer", "--data-dir", "{tmp}/nowhere", "--out", "{tmp}/o"], r"nowhere"),
     (["--dataset", "{tmp}/missing.csv", "--out", "{tmp}/o"], r"missing.csv"),
     (["--dataset", "citeseer", "--bogus"], r"unrecognized arguments: --bogus"),
+    (["--dataset", "{tmp}/g100.csv", "--split", "85,5"], r"--split: expected three non-negative percentages"),
+    (["--dataset", "{tmp}/g100.csv", "--split", "90,10,0"], r"--split 90,10,0: valid and test must be above 0"),
+    (["--dataset", "citeseer", "--split", "80,10,10", "--out", "{tmp}/o"], r"--split: citeseer comes with its own split"),
 ]
 
 
@@ -113,6 +116,8 @@ RUN = [
     (["--dataset", "citeseer", "--views", "0"], r"--views: must be a positive integer"),
     (["--dataset", "citeseer", "--epochs", "0"], r"--epochs: must be positive"),
     (["--dataset", "citeseer", "--num-cpus", "0"], r"--num-cpus"),
+    (["--dataset", "citeseer", "--split", "80,10,20"], r"--split 80,10,20: the percentages sum to 110, not 100"),
+    (["--dataset", "citeseer", "--split", "80,10,10"], r"--split: citeseer comes with its own split"),
     (["--dataset", "citeseer", "--preset", "nosuch"], r"--preset: unknown preset 'nosuch'"),
     (["--dataset", "citeseer", "--protocol", "ogb"], r"--protocol ogb: citeseer has only original, heart"),
     (["--dataset", "citeseer", "--protocol", "nosuch"], r"--protocol: invalid choice"),

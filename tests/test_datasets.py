@@ -328,6 +328,40 @@ def test_edge_list_random_split(tmp_path, ext):
     assert load_dataset(str(path)).splits["test"].pos.shape == (2, 2)  # default 5/10 split
 
 
+def test_split_flag_sets_the_fractions(tmp_path):
+    """--split 70,10,20 (percent) reaches the random split: floor(10% of 20) = 2 valid, floor(20%) = 4 test."""
+    path = tmp_path / "mine.csv"
+    pd.DataFrame(EDGE_ROWS, columns=["src", "dst"]).to_csv(path, index=False)
+    ds = load_dataset(str(path), seed=3, split=(70, 10, 20))
+    assert [len(ds.splits[s].pos) for s in ("train", "valid", "test")] == [14, 2, 4]
+    assert ds.fingerprint() == load_edge_list(path, seed=3, val_frac=0.1, test_frac=0.2).fingerprint()
+    assert load_dataset(str(path), split=(85, 5, 10)).fingerprint() == load_dataset(str(path)).fingerprint()
+    assert load_dataset(str(path), split=(50, 25, 25)).splits["valid"].neg["original"].shape == (5, 2)
+
+
+@pytest.mark.parametrize("text, match", [
+    ("85,5", "expected three non-negative percentages"), ("a,b,c", "expected three"), ("85,5,10,0", "expected three"),
+    ("-5,55,50", "expected three"), ("nan,50,50", "expected three"), ("80,10,20", "sum to 110, not 100"),
+    ("90,10,0", "valid and test must be above 0"), ("90,0,10", "valid and test must be above 0"),
+])
+def test_split_flag_errors(text, match):
+    from common.datasets.fractions import parse_split
+    with pytest.raises(DatasetError, match=match) as err:
+        parse_split(text)
+    assert str(err.value).startswith("--split") and "\n" not in str(err.value)
+
+
+def test_split_flag_refused_where_the_dataset_has_its_own_split(tmp_path):
+    with pytest.raises(DatasetError, match="--split: citeseer comes with its own split"):
+        load_dataset("citeseer", split=(80, 10, 10))
+    with pytest.raises(DatasetError, match="--split: synthetic comes with its own split"):
+        load_dataset("synthetic", split=(80, 10, 10))
+    path = tmp_path / "given.csv"
+    pd.DataFrame(EDGE_ROWS, columns=["src", "dst"]).assign(split="train").to_csv(path, index=False)
+    with pytest.raises(DatasetError, match=r"given.csv: --split: the file's split column fixes the split"):
+        load_dataset(str(path), split=(80, 10, 10))
+
+
 @pytest.mark.parametrize("ext", [".csv", ".parquet"])
 def test_edge_list_with_split_column(tmp_path, ext):
     split = ["train"] * 14 + ["valid"] * 3 + ["test"] * 5

@@ -189,10 +189,29 @@ def test_cache_key_changes_with_every_input():
         parts(replace(base, candidates=CandidateConfig(percent=50))),
         parts(replace(base, candidates=CandidateConfig(neg_ratio=2))),
         parts(replace(base, candidates=CandidateConfig(splits=("train",)))),
+        parts(replace(base, split=(70.0, 10.0, 20.0))), parts(replace(base, split=(80, 10, 10))),
     ]
     assert key not in variants and len(set(variants)) == len(variants)
     # How the work runs does not change what it produces.
     assert parts(replace(base, num_cpus=7, force=True, out="elsewhere", worker_memory_mb=9000)) == key
+    # --split 85,5,10 is the default split: it finds the set built without the flag
+    assert parts(replace(base, split=(85, 5, 10))) == key
+
+
+def test_split_flag_gives_another_shard_set(tmp_path):
+    """--split enters the key twice over: the flag itself and the split arrays the dataset fingerprint hashes."""
+    from common.datasets import load_dataset
+
+    rng = np.random.default_rng(0)
+    edges = {(int(a), int(b)) for a, b in rng.integers(0, 60, (300, 2)) if a != b}
+    path = tmp_path / "g.csv"
+    path.write_text("src,dst\n" + "\n".join(f"{a},{b}" for a, b in sorted(edges)) + "\n")
+    keys = {}
+    for split in (None, (85, 5, 10), (70, 10, 20)):
+        config = PreprocessConfig(dataset=str(path), sampling=SamplingConfig(1, 5), out=str(tmp_path), split=split)
+        ds = load_dataset(config.dataset, split=config.split)
+        keys[split] = cache_key(config.key_parts(ds.fingerprint(), ["original"]))
+    assert keys[None] == keys[(85, 5, 10)] != keys[(70, 10, 20)]
 
 
 def test_shards_are_bounded_in_bytes_as_well_as_links():
@@ -218,6 +237,8 @@ def test_worker_memory_budget_is_checked_before_any_work(citeseer, tmp_path):
     ({"protocols": ("hart",)}, "--protocol"), ({"seed": -1}, "--seed"), ({"num_cpus": 0}, "--num-cpus"),
     ({"links_per_shard": 10}, "--links-per-shard"), ({"links_per_block": 0}, "--block-size"),
     ({"shard_mb": 0}, "--shard-mb"), ({"worker_memory_mb": 0}, "--worker-memory-mb"),
+    ({"split": (90, 10, 0)}, "--split 90,10,0: valid and test must be above 0"),
+    ({"split": (80, 10, 20)}, "--split 80,10,20: the percentages sum to 110"),
 ])
 def test_config_errors_name_the_flag(kwargs, flag):
     with pytest.raises(ConfigError, match=flag):

@@ -13,43 +13,67 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.datasets.base import PROTOCOLS, SPLITS, DatasetError, LinkDataset, Split
+from common.datasets.fractions import split_fractions
 
 OGB_NAMES = ("ogbl-collab", "ogbl-ppa", "ogbl-citation2", "ogbl-ddi")
 
 
 def load_dataset(name: str, *, data_dir: str | None = None, ogb_root: str | None = None,
-                 planetoid_dir: str | None = None, features: bool = False, seed: int = 0) -> LinkDataset:
-    """Resolve a dataset by name or path. Errors name the missing file/flag and the fix."""
+                 planetoid_dir: str | None = None, features: bool = False, seed: int = 0,
+                 split: tuple[float, float, float] | None = None) -> LinkDataset:
+    """Resolve a dataset by name or path. Errors name the missing file/flag and the fix.
+
+    split: (train, valid, test) percentages of the seeded random split (--split) for the datasets split
+    here (edge lists without a split column, cora); None = 85/5/10. A dataset with its own split refuses it.
+    """
+    fracs = None if split is None else split_fractions(split)
     if data_dir is not None:
+        _own_split(name, fracs)
         from common.datasets.heart import load_heart_dir
         x = _planetoid_features(name, planetoid_dir) if features else None
         return load_heart_dir(data_dir, name=name, x=x, num_nodes=None if x is None else x.shape[0])
     if name == "citeseer":
+        _own_split(name, fracs)
         from common.datasets.heart import load_shipped
         return load_shipped("citeseer", x=_planetoid_features("citeseer", planetoid_dir) if features else None)
     if name == "cora":
         from common.datasets.planetoid import load_planetoid_random_split
         if planetoid_dir is None:
             raise DatasetError("cora needs --planetoid-dir pointing at the Planetoid raw files (ind.cora.*)")
-        return load_planetoid_random_split("cora", planetoid_dir, seed=seed, features=features)
+        return load_planetoid_random_split("cora", planetoid_dir, seed=seed, features=features,
+                                           **_frac_kwargs(fracs))
     if name in OGB_NAMES:
+        _own_split(name, fracs)
         from common.datasets.ogb import load_ogb
         if ogb_root is None:
             raise DatasetError(f"{name} needs --ogb-root: a folder holding an already-downloaded OGB dataset")
         return load_ogb(name, ogb_root)
     if name == "synthetic":
+        _own_split(name, fracs)  # the paper's Appendix D.4 split
         from common.datasets.synthetic import load_latent_space
         return load_latent_space(seed=seed)
     path = Path(name)
     if path.suffix.lower() in (".csv", ".parquet", ".pq"):
         from common.datasets.edgelist import load_edge_list
-        return load_edge_list(path, seed=seed)
+        return load_edge_list(path, seed=seed, **_frac_kwargs(fracs))
     if path.is_dir():
+        _own_split(name, fracs)
         from common.datasets.heart import load_heart_dir
         return load_heart_dir(path)
     raise DatasetError(
         f"unknown dataset '{name}': use citeseer, cora, {', '.join(OGB_NAMES)}, synthetic, "
         "a HeaRT-format directory, or a .csv/.parquet edge list")
+
+
+def _own_split(name: str, fracs) -> None:
+    """A dataset that ships its split refuses --split rather than ignore it."""
+    if fracs is not None:
+        raise DatasetError(f"--split: {name} comes with its own split; --split applies to edge lists without "
+                           "a split column and to cora")
+
+
+def _frac_kwargs(fracs: tuple[float, float] | None) -> dict:
+    return {} if fracs is None else {"val_frac": fracs[0], "test_frac": fracs[1]}
 
 
 def _planetoid_features(name: str, planetoid_dir: str | None):

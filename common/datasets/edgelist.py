@@ -139,12 +139,13 @@ def _canonical_unique(pairs: np.ndarray, num_nodes: int) -> np.ndarray:
     return pairs[np.sort(first)]
 
 
-def load_edge_list(path, seed: int = 0, val_frac: float = 0.05, test_frac: float = 0.10) -> LinkDataset:
+def load_edge_list(path, seed: int = 0, val_frac: float | None = None, test_frac: float | None = None) -> LinkDataset:
     """CSV/Parquet edge list with columns src, dst[, split] -> LinkDataset (protocol "original").
 
     split values must be train/valid/test; without a split column the edges are split at random
-    (val_frac / test_frac, seeded). Negatives: seeded random non-edges of the whole graph, as many as
-    each eval split's positives.
+    (val_frac / test_frac, seeded; None = 5% / 10%, --split 85,5,10). Given fractions with a split
+    column are refused: the column fixes the split. Negatives: seeded random non-edges of the whole
+    graph, as many as each eval split's positives.
     """
     path = Path(path)
     if not path.is_file():
@@ -167,8 +168,11 @@ def load_edge_list(path, seed: int = 0, val_frac: float = 0.05, test_frac: float
         full = Graph.from_edges(pairs, num_nodes=num_nodes)
         if full.num_edges == 0:
             raise DatasetError(f"{path}: no train edges (every row is a self-loop); add edges between distinct nodes")
-        return random_split_dataset(name, full.edge_array(), num_nodes, seed=seed, val_frac=val_frac,
-                                    test_frac=test_frac, full_graph=full, where=str(path))
+        return random_split_dataset(name, full.edge_array(), num_nodes, seed=seed,
+                                    val_frac=0.05 if val_frac is None else val_frac,
+                                    test_frac=0.10 if test_frac is None else test_frac, full_graph=full, where=str(path))
+    if val_frac is not None or test_frac is not None:
+        raise DatasetError(f"{path}: --split: the file's split column fixes the split; drop --split or the column")
 
     labels = df["split"].astype(str).str.strip().str.lower().to_numpy()
     unknown = sorted(set(labels.tolist()) - set(SPLIT_VALUES))

@@ -93,13 +93,15 @@ def load_planetoid_features(name: str, planetoid_dir) -> np.ndarray:
     return read_planetoid(name, planetoid_dir)[0]
 
 
-def load_planetoid_random_split(name: str, planetoid_dir, seed: int = 0, features: bool = False) -> LinkDataset:
-    """Seeded 85/5/10 split of the Planetoid graph's undirected edges with random non-edge negatives.
+def load_planetoid_random_split(name: str, planetoid_dir, seed: int = 0, features: bool = False,
+                                val_frac: float = 0.05, test_frac: float = 0.10) -> LinkDataset:
+    """Seeded 85/5/10 split (val_frac / test_frac, --split) of the Planetoid graph's undirected edges with
+    random non-edge negatives.
 
     The training graph holds the train edges only; valid/test negatives are uniform non-edges of
     the FULL graph (no self-loops), as many as the split's positives, under protocol "original".
     """
     x, edges = read_planetoid(name, planetoid_dir)
     full = Graph.from_edges(edges, num_nodes=x.shape[0])  # drops self-loops, merges duplicates
-    return random_split_dataset(name, full.edge_array(), full.num_nodes, seed=seed, val_frac=0.05,
-                                test_frac=0.10, x=x if features else None, full_graph=full)
+    return random_split_dataset(name, full.edge_array(), full.num_nodes, seed=seed, val_frac=val_frac,
+                                test_frac=test_frac, x=x if features else None, full_graph=full)
