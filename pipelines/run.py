@@ -4,9 +4,9 @@
 
 Per protocol it builds (or reuses) one shard set, trains one run per seed (a single process on CPU or
 one GPU, `torchrun --nproc-per-node G` when several GPUs are visible), and prints test MRR / Hits@K
-(mean ± std over seeds, test at the best validation epoch) beside the heuristics and the paper.
-Everything lands in OUT/<preset>/: per-seed run folders with result.json, results.json, report.md
-and PNG plots.
+and AUC / AP (mean ± std over seeds, test at the best validation epoch) beside the heuristics and
+the paper. Everything lands in OUT/<dataset>/<preset>/ (a file's dataset name is its stem): per-seed run
+folders with result.json, results.json, report.md and PNG plots.
 """
 from __future__ import annotations
 
@@ -16,13 +16,15 @@ import io
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from common.cli import add_debug_flag, one_line_errors, run_cli
-from common.datasets import load_dataset
+from common.datasets import DatasetError, load_dataset
+from common.datasets.fractions import parse_split
 from common.presets import PRESETS, get_preset, preset_for_protocol
 from common.storage import StorageError, is_remote, open_storage
 from pipelines import heuristics as heuristic_report
@@ -45,7 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default=None,
                    help=f"model/optimiser preset (default: <dataset>-small on CPU, <dataset> on GPU): {', '.join(sorted(PRESETS))}")
     p.add_argument("--seeds", default="0", help="comma-separated training seeds (default 0)")
-    p.add_argument("--out", default="results", help="results root (default results)")
+    p.add_argument("--split", default=None, metavar="TRAIN,VALID,TEST",
+                   help="percentages of the seeded random edge split of an edge list (no split column) or cora "
+                        "(default 85,5,10)")
+    p.add_argument("--out", default="results", help="results root; this writes OUT/<dataset>/<preset>/ (default results)")
     p.add_argument("--shards", default="shards", help="shard root for preprocess --out (default shards)")
     p.add_argument("--views", type=int, default=None, help="training views to preprocess (default min(epochs, 20))")
     p.add_argument("--epochs", type=float, default=None, help="override the preset's epochs")
@@ -78,6 +83,10 @@ def parse_seeds(text: str) -> list[int]:
 def validate_args(args) -> None:
     """Every flag checked before any work: a typo must not cost a preprocessing run."""
     args.seed_list = parse_seeds(args.seeds)
+    try:
+        args.split_pct = None if args.split is None else parse_split(args.split)
+    except DatasetError as err:
+        raise RunError(str(err)) from None
     if args.views is not None and args.views < 1:
         raise RunError(f"--views: must be a positive integer, got {args.views}")
     if args.epochs is not None and not args.epochs > 0:
@@ -167,7 +176,7 @@ def preprocess_shards(args, preset, protocols: list[str]) -> str:
         dataset=args.dataset, sampling=SamplingConfig(*preset.sampling),
         candidates=CandidateConfig(views=views, percent=preset.train_percent, protocols=tuple(protocols)),
         out=args.shards, data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir,
-        features=args.features, num_cpus=args.num_cpus)
+        features=args.features, split=args.split_pct, num_cpus=args.num_cpus)
     result = run_job(cfg)
     shutdown_embedded_ray()
     location = result.location or str(result.path)  # a URL stays a URL (s3://...)
@@ -277,6 +286,13 @@ def run_protocol(args, dataset_obj, preset_name: str, protocol: str, out: Path) 
     return results
 
 
+def results_dir(root: str, dataset: str, preset: str) -> Path:
+    """ROOT/<dataset>/<preset>: a user's graph gets its own folder, not one named after a borrowed preset.
+    The dataset name is the loader's (a file's stem without .csv/.csv.gz/.parquet), made path-safe."""
+    safe = re.sub(r"[^A-Za-z0-9_.+-]+", "_", dataset).strip("._") or "dataset"
+    return Path(root) / safe / preset
+
+
 def main(argv: list[str] | None = None) -> int:
     return run_cli(_main, argv, prog="python -m pipelines.run")
 
@@ -286,7 +302,7 @@ def _main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     validate_args(args)
     dataset_obj = load_dataset(args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root,
-                               planetoid_dir=args.planetoid_dir)
+                               planetoid_dir=args.planetoid_dir, split=args.split_pct)
     available = dataset_obj.protocols
     protocols = available if args.protocol == "both" else [args.protocol]
     missing = [p for p in protocols if p not in available]
@@ -294,7 +310,7 @@ def _main(argv: list[str] | None = None) -> int:
         raise RunError(f"--protocol {','.join(missing)}: {dataset_obj.name} has only {', '.join(available)}")
     preset_name = pick_preset(args, dataset_obj.name)
     check_trainer_flags(args, preset_name, protocols)
-    out = Path(args.out) / preset_name
+    out = results_dir(args.out, dataset_obj.name, preset_name)
     results, rows = [], []
     for protocol in protocols:
         proto_results = run_protocol(args, dataset_obj, preset_name, protocol, out)
@@ -304,8 +320,8 @@ def _main(argv: list[str] | None = None) -> int:
     publish_results(out, {"runs": results, "table": table_json(rows)}, table)
     for r in rows:
         if r["model"].startswith("PENCIL"):
-            log.info("%s/%s PENCIL test MRR %s over %d seed(s); results in %s", r["dataset"], r["protocol"],
-                     fmt(*r["mrr"]), len(r["seeds"]), out)
+            log.info("%s/%s PENCIL test MRR %s, AUC %s over %d seed(s); results in %s", r["dataset"],
+                     r["protocol"], fmt(*r["mrr"]), fmt(*r["auc"]) if "auc" in r else "–", len(r["seeds"]), out)
     return 0
 
 

@@ -32,7 +32,7 @@ def proc_log(tmp) -> str:
 
 def test_pipeline_writes_results_table_and_plots(pipeline_run):
     tmp, stdout = pipeline_run
-    out = tmp / "results" / "tiny"
+    out = tmp / "results" / "citeseer" / "tiny"  # results/<dataset>/<preset>
     results = json.loads((out / "results.json").read_text())
     assert sorted(r["seed"] for r in results["runs"]) == [0, 1]
     # A scorer that knows nothing ranks each test positive uniformly among the Q+1 places of citeseer's
@@ -45,20 +45,42 @@ def test_pipeline_writes_results_table_and_plots(pipeline_run):
         assert r["test"]["mrr"] > 3 * random_mrr, r["test"]
         assert r["test"]["hits@100"] > 1.5 * 100 / (q + 1), r["test"]
         assert r["best_epoch"] is not None
+        # AUC / AP of the 455 test positives against the 455 shared negatives, at the best validation epoch:
+        # above chance (AUC 1/2, AP 1/2 for a balanced split); measured seed 0: ~ 0.8 AUC.
+        assert 0.6 < r["test"]["auc"] <= 1.0 and 0.55 < r["test"]["ap"] <= 1.0, r["test"]
+        assert set(r["valid"]) >= {"mrr", "auc", "ap"}
         assert json.loads((out / "original" / f"seed{r['seed']}" / "result.json").read_text()) == r
     # The PENCIL row is the mean and sample std (in %) of the per-seed numbers.
     row = next(row for row in results["table"] if row["model"] == "PENCIL w/o features")
     values = [100 * r["test"]["mrr"] for r in results["runs"]]
     assert row["mrr"] == pytest.approx([np.mean(values), np.std(values, ddof=1)])
+    for metric in ("auc", "ap"):
+        values = [100 * r["test"][metric] for r in results["runs"]]
+        assert row[metric] == pytest.approx([np.mean(values), np.std(values, ddof=1)])
     models = [row["model"] for row in results["table"]]
     assert models == ["PENCIL w/o features", "CN", "AA", "RA"]
     # The heuristics beside it are the exact paper numbers (same split, same protocol code).
     aa = next(row for row in results["table"] if row["model"] == "AA")
     assert round(aa["mrr"][0], 2) == 29.37
+    # ... and their AUC / AP beside it: the same numbers `python -m pipelines.heuristics` reports
+    from common.datasets import load_dataset
+    from pipelines.heuristics import score_split
+    want = score_split(load_dataset("citeseer"), "test", ["original"], ["aa"])["original"]["aa"]
+    assert aa["auc"] == pytest.approx([100 * want["auc"], 0.0]) and aa["ap"] == pytest.approx([100 * want["ap"], 0.0])
+    assert 60 < aa["auc"][0] < 75  # ~35 % of the positives share a neighbour, almost no negative does
+    header = next(line for line in stdout.splitlines() if line.startswith("| dataset |"))
+    assert header.split("|")[-3:-1] == [" auc ", " ap "]
+    pencil_line = next(line for line in stdout.splitlines() if "| PENCIL w/o features | 2 |" in line)
+    assert pencil_line.split("|")[-3].strip() == f"{row['auc'][0]:.2f} ± {row['auc'][1]:.2f}"
+    assert (out / "report.md").read_text() in stdout
     assert "| citeseer | original | PENCIL w/o features | 2 |" in stdout
     assert "PENCIL w/o features (paper) | – | 47.51 ± 3.09" in stdout
     for png in ("training_loss.png", "mrr_per_epoch.png"):
         assert (out / "original" / png).read_bytes()[:4] == b"\x89PNG"
+    # per-epoch valid and test AUC / AP are logged (test whenever validation improved)
+    evals = [json.loads(line) for line in (out / "original" / "seed0" / "metrics.jsonl").read_text().splitlines()
+             if '"eval"' in line]
+    assert {e["split"] for e in evals} == {"valid", "test"} and all("auc" in e and "ap" in e for e in evals)
     # On a CPU machine with 2+ cores the two seeds train at once, each in its own trainer process.
     import os
     import torch
@@ -80,7 +102,7 @@ def test_rerun_reuses_shards_and_finished_runs(pipeline_run, shard_cache):
 
 
 def _score(tmp, pairs_file, out, *extra):
-    cmd = [sys.executable, "-m", "pipelines.score", "--checkpoint", str(tmp / "results/tiny/original/seed0"),
+    cmd = [sys.executable, "-m", "pipelines.score", "--checkpoint", str(tmp / "results/citeseer/tiny/original/seed0"),
            "--pairs", str(pairs_file), "--out", str(out), *extra]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
@@ -118,3 +140,21 @@ def test_score_rejects_missing_columns(pipeline_run, tmp_path):
     pairs.write_text("a,b\n1,2\n")
     proc = _score(tmp, pairs, tmp_path / "never.parquet")
     assert proc.returncode == 2 and "missing column(s) src, dst (found: a, b)" in proc.stderr
+
+
+def test_results_folder_is_named_after_the_dataset(tmp_path):
+    """results/<dataset>/<preset>: a file's dataset is its stem without .csv/.csv.gz/.parquet."""
+    import gzip
+
+    from common.datasets import load_dataset
+    from pipelines.run import results_dir
+
+    path = tmp_path / "my_edges.csv.gz"
+    with gzip.open(path, "wt") as f:
+        f.write("src,dst\n" + "\n".join(f"{i},{(i + 1) % 30}" for i in range(30)) + "\n")
+    from common.datasets.edgelist import load_edge_list
+    assert results_dir("results", load_edge_list(path).name, "tiny") == Path("results/my_edges/tiny")
+    pq.write_table(pa.table({"src": [0, 1, 2], "dst": [1, 2, 3]}), tmp_path / "graph.v2.parquet")
+    assert results_dir("r", load_dataset(str(tmp_path / "graph.v2.parquet")).name, "p") == Path("r/graph.v2/p")
+    assert results_dir("r", "citeseer", "citeseer-small") == Path("r/citeseer/citeseer-small")
+    assert results_dir("r", "my graph/../x", "p") == Path("r/my_graph_.._x/p")  # one path component, always

@@ -216,7 +216,7 @@ def test_pipelines_run_with_shards_on_s3(s3_ray, small_graph, tmp_path):
     env = {**s3_ray.client_env(), "PENCIL_CACHE_DIR": str(tmp_path / "cache")}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    results = json.loads((tmp_path / "results" / "tiny" / "results.json").read_text())
+    results = json.loads((tmp_path / "results" / "small" / "tiny" / "results.json").read_text())
     assert [r["seed"] for r in results["runs"]] == [0]
     (key_dir,) = open_storage(f"s3://{BUCKET}/pipeline").fs.ls(f"{BUCKET}/pipeline/small")
     assert read_manifest(f"s3://{key_dir}")["shards"]
