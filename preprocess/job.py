@@ -30,15 +30,15 @@ from pathlib import Path
 import numpy as np
 
 from common.memory import peak_rss_mb
-from common.shards import (FEATURES, MANIFEST, Block, ShardError, ShardWriter, cache_key, encode_array,
-                           encode_features, encode_queries, eval_shard_name, file_record, graph_entry, graph_names,
-                           open_storage, queries_name, train_shard_name, write_manifest)
+from common.shards import (MANIFEST, Block, ShardError, ShardWriter, cache_key, eval_shard_name, file_record,
+                           open_storage, train_shard_name, write_manifest)
 from preprocess.candidates import (Candidates, check_view_size, protocol_candidates, training_positives,
                                    training_view)
 from preprocess.config import ConfigError, PreprocessConfig
 from preprocess.integrity import shard_stats, verify_cached  # noqa: F401  (shard_stats: public re-export)
 from preprocess.sampler import Scratch, derive_seed, sample_subgraphs
-from preprocess.targets import label_with_targets, regression_eval_info
+from preprocess.set_files import manifest_fields, planned_records, remove_strays, set_files
+from preprocess.targets import label_with_targets
 
 log = logging.getLogger(__name__)
 
@@ -205,10 +205,10 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobR
         sets, targets = label_with_targets(config.targets, dataset, sets)
     graphs = {k: dataset.graph_for("test" if k == "test" else "train") for k in sorted({cs.graph for cs in sets})}
     plans = plan_shards(config, sets, dataset.num_nodes)
-    meta = _manifest(config, dataset, fingerprint, key, protocols, sets, plans, graphs, targets)
+    meta = manifest_fields(config, dataset, fingerprint, key, protocols, sets, plans, graphs, targets)
     if storage.exists(MANIFEST) and not config.force:
-        expected = {**meta, "shards": _planned_records(sets, plans),
-                    "files": {name: file_record(data) for name, data in _set_files(config, dataset, sets, graphs)}}
+        expected = {**meta, "shards": planned_records(sets, plans),
+                    "files": {name: file_record(data) for name, data in set_files(config, dataset, sets, graphs)}}
         if verify_cached(storage, expected, verify):
             log.info("cache complete: %s already holds a finished shard set; sampling nothing", out)
             return JobResult(Path(out), cached=True, location=out)
@@ -221,10 +221,10 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobR
     log.info("%s: %d candidate sets, %d links in %d shards -> %s (shards finished by an earlier run are kept)",
              dataset.name, len(sets), sum(len(cs.cands) for cs in sets), len(plans), out)
     files = {}
-    for name, data in _set_files(config, dataset, sets, graphs):  # one file in memory at a time
+    for name, data in set_files(config, dataset, sets, graphs):  # one file in memory at a time
         storage.write_atomic(name, data)
         files[name] = file_record(data)
-    _remove_strays(storage, {p.name for p in plans} | set(files))
+    remove_strays(storage, {p.name for p in plans} | set(files))
     try:
         records, summary = _execute(config, graphs, sets, plans, out)
     except BaseException:
@@ -237,47 +237,6 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobR
                              "totals": {k: sum(r[k] for r in records) for k in ("links", "tokens", "bytes")}})
     _log_summary(summary, out)
     return JobResult(Path(out), cached=False, summary=summary, location=out)
-
-
-def _set_files(config: PreprocessConfig, dataset, sets: list[CandidateSet], graphs: dict):
-    """(name, bytes) of every file of the set besides shards and manifest, one at a time: the eval sets'
-    queries, the features (--features) and the graphs the links were sampled on (readers induce each
-    link's edges from them). A pure function of the plan, so a cache hit can check them by sha256."""
-    for cs in sets:
-        if cs.split != "train":
-            yield queries_name(cs.split, cs.protocol), encode_queries(cs.cands.pos_cid, cs.cands.neg_cid)
-    if config.features:  # the trainer reads only the set: node features travel with it
-        yield FEATURES, encode_features(dataset.x)
-    for which, g in graphs.items():
-        for name, arr in zip(graph_names(which), (g.indptr, g.indices)):
-            yield name, encode_array(arr)
-
-
-def _eval_info(dataset, sets: list[CandidateSet], targets: dict | None) -> dict:
-    info = {f"{cs.split}/{cs.protocol}": {
-        "queries": queries_name(cs.split, cs.protocol), "kind": cs.cands.kind,
-        "metric": dataset.selection_metric(cs.protocol), "ogb": cs.protocol == "ogb",
-        "positives": int(len(cs.cands.pos_cid)), "candidates": len(cs.cands)} for cs in sets if cs.split != "train"}
-    return regression_eval_info(info) if targets else info
-
-
-def _planned_records(sets: list[CandidateSet], plans: list[ShardPlan]) -> list[dict]:
-    """What the plan fixes of each shard record (the rest is measured when it is sampled)."""
-    return [{"name": p.name, "split": sets[p.set_index].split, "protocol": sets[p.set_index].protocol,
-             "view": sets[p.set_index].view, "links": p.stop - p.start} for p in plans]
-
-
-# What a set folder may hold that is not in the plan: anything else is left alone.
-SET_FILE_SUFFIXES = (".tar", ".npz", ".npy")
-
-
-def _remove_strays(storage, keep: set[str]) -> None:
-    """Remove set files that are no part of this plan (a renamed shard, a file copied in): the folder
-    belongs to this set, and a rebuilt set must be byte-identical to a fresh one."""
-    for name in storage.names():
-        if name.endswith(SET_FILE_SUFFIXES) and name not in keep:
-            log.warning("%s: not a file of this set; removed", storage.path(name))
-            storage.remove(name)
 
 
 # A Ray worker's own footprint (interpreter, numpy, numba, pyarrow, ray), measured on this project's
@@ -391,22 +350,6 @@ def _totals(results: list[dict], elapsed: float) -> dict:
         "tokens": sum(r["tokens"] for r in results), "bytes": sum(r["bytes"] for r in results),
         "sampling_seconds": round(elapsed, 3), "links_per_second": round(links / elapsed, 1) if elapsed else 0.0,
         "worker_peak_rss_mb": round(max((r["peak_rss_mb"] for r in results), default=0.0), 1),
-    }
-
-
-def _manifest(config, dataset, fingerprint: str, key, protocols, sets, plans, graphs: dict,
-              targets: dict | None) -> dict:
-    """Every manifest field but `shards`, `files` and `totals`: a pure function of the plan."""
-    set_info = [{"split": cs.split, "protocol": cs.protocol, "view": cs.view, "graph": cs.graph, "links": len(cs.cands),
-                 "shards": sum(1 for p in plans if p.set_index == i)} for i, cs in enumerate(sets)]
-    return {
-        "dataset": dataset.name, "key": key, "num_nodes": dataset.num_nodes, "n_max": config.sampling.n_max,
-        "sampling": {"d": config.sampling.d, "n": config.sampling.n}, "protocols": protocols,
-        "views": config.candidates.views if "train" in config.candidates.splits else 0,
-        "features": {"file": FEATURES, "dim": int(dataset.x.shape[1])} if config.features else None,
-        "graphs": {which: graph_entry(which, g.indptr, g.indices) for which, g in graphs.items()},
-        "fingerprint": fingerprint, "config": config.to_dict(), "sets": set_info,
-        "eval": _eval_info(dataset, sets, targets), "targets": targets,
     }
 
 
