@@ -189,8 +189,10 @@ def build_ddi_set(out: Path, links: int = 3000, d: int = 1, n: int = 350, block:
 
     def record(name, split, protocol, view, stats):
         records.append({"name": name, "split": split, "protocol": protocol, "view": view, "links": stats["links"],
-                        "tokens": stats["tokens"], "bytes": stats["bytes"], "sha256": stats["sha256"]})
-        sets.append({"split": split, "protocol": protocol, "view": view, "graph": "train", "links": stats["links"]})
+                        "tokens": stats["tokens"], "blocks": stats["blocks"], "bytes": stats["bytes"],
+                        "sha256": stats["sha256"]})
+        sets.append({"split": split, "protocol": protocol, "view": view, "graph": "train", "links": stats["links"],
+                     "shards": 1})
 
     label = (np.arange(links) % 2 == 0).astype(np.float32)
     name = train_shard_name(0, 0)

@@ -119,8 +119,8 @@ def shard_task_child(graph_dir: str, out: str, d: int, n: int, block: int) -> di
     stats = build_shard(indptr, indices, links[:, 0], links[:, 1], label, 0, len(links), d, n, 7, block, out,
                         "train-v000-00000.tar", True)
     cpu, wall = time.process_time() - t, time.perf_counter() - w
-    return {"links": stats["links"], "tokens": stats["tokens"], "bytes": stats["bytes"], "cpu_s": cpu, "wall_s": wall,
-            "peak_rss_mb": peak_rss_mb()}
+    return {"links": stats["links"], "tokens": stats["tokens"], "bytes": stats["bytes"], "blocks": stats["blocks"],
+            "sha256": stats["sha256"], "cpu_s": cpu, "wall_s": wall, "peak_rss_mb": peak_rss_mb()}
 
 
 def write_manifest_for(tmp: Path, shape: Shape, d: int, n: int, stats: dict) -> None:
@@ -138,8 +138,8 @@ def write_manifest_for(tmp: Path, shape: Shape, d: int, n: int, stats: dict) -> 
         "graphs": {"train": graph_entry("train", indptr, indices)}, "fingerprint": "bench", "config": {},
         "sets": [{"split": "train", "protocol": None, "view": 0, "graph": "train", "links": stats["links"], "shards": 1}],
         "shards": [{"name": "train-v000-00000.tar", "split": "train", "protocol": None, "view": 0,
-                    "links": stats["links"], "tokens": stats["tokens"], "blocks": 0, "bytes": stats["bytes"],
-                    "sha256": ""}],
+                    "links": stats["links"], "tokens": stats["tokens"], "blocks": stats["blocks"],
+                    "bytes": stats["bytes"], "sha256": stats["sha256"]}],
         "eval": {}, "totals": {"links": stats["links"], "tokens": stats["tokens"], "bytes": stats["bytes"]}})
 
 

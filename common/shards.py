@@ -10,6 +10,9 @@ Layout of one dataset build, `<out>/<dataset>/<cache key>/`:
     features.npy                    node features (N, F) float32, only when built with --features
     manifest.json                   written last, atomically; its presence means "complete"
 
+The manifest (schema and checksum: common/manifest.py) records every file the readers use with its
+sha256: each shard in `shards`, every other file in `files`. Nothing outside the folder is ever read.
+
 A shard is a WebDataset tar whose members are Arrow IPC streams, each one *block* of up to a few
 hundred links (`<block:06d>.arrow`). Per-link tar members would cost a 512-byte header each, more
 than the link itself. Columns of a block (FORMAT_VERSION 2):
@@ -43,18 +46,16 @@ from typing import BinaryIO, Iterable, Iterator
 import numpy as np
 import pyarrow as pa
 
+# The manifest half of the format (names, versions, reading and writing manifest.json) is common/manifest.py;
+# re-exported here so that this module stays the one place readers and writers import the format from.
+from common.manifest import (FORMAT_NAME, FORMAT_VERSION, MANIFEST, REBUILD, ShardError, file_record,  # noqa: F401
+                             parse_manifest, read_manifest, set_graph, shard_entries, stored_file_records,
+                             write_manifest)
 from common.storage import (LocalStorage, StorageError, is_remote, join, local_file, open_storage,  # noqa: F401
                             read_url)
 
-FORMAT_NAME = "pencil-shards"
-FORMAT_VERSION = 2
-MANIFEST = "manifest.json"
 BLOCK_SUFFIX = "arrow"
 COLUMNS = ("cid", "src", "dst", "label", "nodes")
-
-
-class ShardError(RuntimeError):
-    """A shard or manifest that cannot be read; the message names the file."""
 
 
 # ---------------------------------------------------------------------------- naming
@@ -168,9 +169,10 @@ def decode_block(data: bytes, where: str = "<bytes>") -> Block:
         raise ShardError(f"{where}: corrupt block ({err}); rerun preprocess to rebuild this shard") from None
 
 
-def check_block(block: Block, num_nodes: int, n_max: int, where: str) -> None:
+def check_block(block: Block, num_nodes: int, n_max: int, where: str, regression: bool = False) -> None:
     """Range checks that catch a corrupt block before it reaches the model (cheap, vectorised):
-    offsets monotone from 0, 2 <= N_b <= n_max, ids in [0, num_nodes), nodes[0] = src, nodes[1] = dst."""
+    offsets monotone from 0, 2 <= N_b <= n_max, ids in [0, num_nodes), nodes[0] = src, nodes[1] = dst,
+    labels 0 or 1 (a regression set's: finite)."""
     ptr, n = block.node_ptr, block.sizes
 
     def bad(what: str):
@@ -185,6 +187,11 @@ def check_block(block: Block, num_nodes: int, n_max: int, where: str) -> None:
         bad(f"node id {int(ids.min()) if ids.min() < 0 else int(ids.max())} outside [0, {num_nodes})")
     if len(block) and not (np.array_equal(ids[ptr[:-1]], block.src) and np.array_equal(ids[ptr[:-1] + 1], block.dst)):
         bad("local ids 0 and 1 are not the link's endpoints")
+    label = block.label
+    if regression and not np.isfinite(label).all():
+        bad(f"label {label[~np.isfinite(label)][0]} is not finite")
+    if not regression and not ((label == 0) | (label == 1)).all():
+        bad(f"label {label[(label != 0) & (label != 1)][0]} is not 0 or 1")
 
 
 # ---------------------------------------------------------------------------- shard files
@@ -241,8 +248,10 @@ def iter_tar_blocks(fileobj, where: str) -> Iterator[Block]:
     try:
         with tarfile.open(fileobj=fileobj, mode="r|") as tar:
             for member in tar:
+                # Every member is a block: skipping an unknown one would silently drop its links.
                 if not member.isfile() or not member.name.endswith("." + BLOCK_SUFFIX):
-                    continue
+                    raise ShardError(f"{where}: unexpected member {member.name!r} (a shard holds only "
+                                     f"*.{BLOCK_SUFFIX} blocks); rerun preprocess to rebuild it")
                 f = tar.extractfile(member)
                 data = f.read() if f is not None else b""
                 if len(data) != member.size:
@@ -282,18 +291,15 @@ def encode_array(x: np.ndarray) -> bytes:
 
 
 def graph_entry(which: str, indptr: np.ndarray, indices: np.ndarray) -> dict:
-    """The manifest record of one shipped graph: file names, sizes and a content fingerprint."""
+    """The manifest record of one shipped graph: file names and shapes (their sha256 are in `files`)."""
     ip, ix = graph_names(which)
-    sha = hashlib.sha256(np.ascontiguousarray(indptr).view(np.uint8))
-    sha.update(np.ascontiguousarray(indices).view(np.uint8))
-    return {"indptr": ip, "indices": ix, "num_nodes": int(indptr.shape[0] - 1),
-            "num_entries": int(indices.shape[0]), "sha256": sha.hexdigest()}
+    return {"indptr": ip, "indices": ix, "num_nodes": int(indptr.shape[0] - 1), "num_entries": int(indices.shape[0])}
 
 
-def load_graph(manifest: dict, which: str = "train", verify: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def load_graph(manifest: dict, which: str = "train") -> tuple[np.ndarray, np.ndarray]:
     """(indptr int64, indices) of a shipped graph, memory-mapped: loader workers share the page cache.
 
-    Shapes are always checked against the manifest; verify=True also re-hashes the content."""
+    Shapes are always checked against the manifest; content by sha256 under --verify (common.verify)."""
     graphs = manifest.get("graphs") or {}
     if which not in graphs:
         raise ShardError(f"{manifest['root']}: the manifest ships no '{which}' graph (has: "
@@ -304,9 +310,8 @@ def load_graph(manifest: dict, which: str = "train", verify: bool = False) -> tu
         indices = np.load(local_file(join(root, entry["indices"])), mmap_mode="r")
     except (OSError, ValueError) as err:
         raise ShardError(f"{root}: graph '{which}' is unreadable ({err}); rerun preprocess to rebuild the set") from None
-    if (indptr.shape != (entry["num_nodes"] + 1,) or indices.shape != (entry["num_entries"],)
-            or (verify and graph_entry(which, indptr, indices)["sha256"] != entry["sha256"])):
-        raise ShardError(f"{root}: graph '{which}' does not match the shards' fingerprint in the manifest "
+    if indptr.shape != (entry["num_nodes"] + 1,) or indices.shape != (entry["num_entries"],):
+        raise ShardError(f"{root}: graph '{which}' does not have the manifest's shape "
                          "(replaced or corrupt graph file); rerun preprocess to rebuild the set")
     return indptr, indices
 
@@ -318,12 +323,17 @@ def encode_queries(pos_cid: np.ndarray, neg_cid: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def load_queries(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
-    """pos_cid, neg_cid of one eval set; `path` is a local path or a URL (s3://...)."""
+def load_queries(path: str | os.PathLike, sha256: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """pos_cid, neg_cid of one eval set; `path` is a local path or a URL (s3://...). With `sha256` (the
+    manifest's) the bytes are checked first: the file is read whole anyway, so the check is always on."""
     try:  # remote: read the object itself, not a cached copy (a cache keyed by size could hide corruption)
-        with np.load(io.BytesIO(read_url(path)) if is_remote(path) else path) as z:
+        data = read_url(path) if is_remote(path) else Path(path).read_bytes()
+        if sha256 is not None and (digest := hashlib.sha256(data).hexdigest()) != sha256:
+            raise ShardError(f"{path}: checksum mismatch (manifest {sha256[:12]}…, file {digest[:12]}…); "
+                             "rerun preprocess to rewrite it")
+        with np.load(io.BytesIO(data)) as z:
             return z["pos_cid"], z["neg_cid"]
-    except (OSError, KeyError, ValueError) as err:
+    except (OSError, KeyError, ValueError, EOFError) as err:
         raise ShardError(f"{path}: unreadable query file ({err}); rerun preprocess with --force to rebuild it") from None
 
 
@@ -349,68 +359,3 @@ def load_features(manifest: dict) -> np.ndarray | None:
         raise ShardError(f"{path}: feature table has shape {x.shape}, the manifest says "
                          f"({manifest['num_nodes']}, {entry['dim']}); rebuild the shard set with --force")
     return x
-
-
-# ---------------------------------------------------------------------------- manifest
-def write_manifest(storage: LocalStorage, manifest: dict) -> None:
-    body = {"format": FORMAT_NAME, "version": FORMAT_VERSION, **manifest}
-    storage.write_atomic(MANIFEST, json.dumps(body, indent=1, sort_keys=True).encode())
-
-
-def parse_manifest(text: str, where: str, root: str) -> dict:
-    """Check a manifest's format and version; `root` (the set's directory or URL) is recorded in it."""
-    try:
-        manifest = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise ShardError(f"{where}: manifest is not valid JSON ({err})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
-        raise ShardError(f"{where}: not a {FORMAT_NAME} manifest")
-    version = manifest.get("version")
-    if version == 1:
-        raise ShardError(f"{where}: shard format version 1 (stored edge lists) is no longer read; rerun "
-                         f"`python -m preprocess` with the same flags to rebuild it as version {FORMAT_VERSION}")
-    if version != FORMAT_VERSION:
-        raise ShardError(f"{where}: shard format version {version} is not supported "
-                         f"(this build reads version {FORMAT_VERSION}); rebuild the shards with this version")
-    manifest["root"] = root
-    return manifest
-
-
-def read_manifest(shard_dir: str | os.PathLike) -> dict:
-    """Load and check a manifest; accepts the shard directory or the manifest path itself, local or a URL."""
-    if is_remote(shard_dir):
-        return _read_remote_manifest(str(shard_dir).rstrip("/"))
-    path = Path(shard_dir)
-    if path.is_dir():
-        path = path / MANIFEST
-    if not path.exists():
-        raise ShardError(f"{path}: no manifest; the shard set is incomplete or the path is wrong "
-                         "(pass OUT/<dataset>/<cache key> as written by preprocess)")
-    return parse_manifest(path.read_text(), str(path), str(path.parent))
-
-
-def _read_remote_manifest(url: str) -> dict:
-    root = url.removesuffix("/" + MANIFEST)
-    storage = open_storage(root)
-    try:
-        text = storage.read(MANIFEST).decode(errors="replace")
-    except FileNotFoundError:
-        raise ShardError(f"{storage.path(MANIFEST)}: no manifest; the shard set is incomplete or the URL is wrong "
-                         "(pass OUT/<dataset>/<cache key> as written by preprocess)") from None
-    return parse_manifest(text, storage.path(MANIFEST), storage.url)
-
-
-def shard_entries(manifest: dict, split: str, protocol: str | None = None, view: int | None = None) -> list[dict]:
-    """Manifest shard records for one split (and protocol for eval, view for train)."""
-    out = [s for s in manifest["shards"] if s["split"] == split
-           and (protocol is None or s.get("protocol") == protocol)
-           and (view is None or s.get("view") == view)]
-    return sorted(out, key=lambda s: s["name"])
-
-
-def set_graph(manifest: dict, split: str) -> str:
-    """Which shipped graph ("train" / "test") the links of `split` were sampled on."""
-    for s in manifest.get("sets", []):
-        if s["split"] == split and s.get("graph"):
-            return s["graph"]
-    return "train"

@@ -60,6 +60,12 @@ class LocalStorage:
     def open_read(self, name: str) -> BinaryIO:
         return open(self.root / name, "rb")
 
+    def names(self) -> list[str]:
+        """Names of the files in the folder (not temporary ones), sorted."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if p.is_file() and not p.name.startswith("."))
+
     def read(self, name: str) -> bytes:
         return (self.root / name).read_bytes()
 
@@ -205,6 +211,15 @@ class FsspecStorage:
     def open_read(self, name: str) -> BinaryIO:
         with self._errors(name):
             return self.fs.open(self._key(name), "rb")
+
+    def names(self) -> list[str]:
+        """Names of the objects directly under the prefix, sorted."""
+        try:
+            with self._errors():
+                entries = self.fs.ls(self.root, detail=True)
+        except FileNotFoundError:
+            return []
+        return sorted(e["name"].rsplit("/", 1)[-1] for e in entries if e.get("type") == "file")
 
     def read(self, name: str) -> bytes:
         with self._errors(name):

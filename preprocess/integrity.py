@@ -1,6 +1,8 @@
 """Integrity of shards that a run reuses instead of sampling them again.
 
-A cache hit trusts a finished set only after every shard matches the manifest (size, then sha256);
+A cache hit trusts a finished set only after its manifest passes the schema and its checksum, agrees
+with the plan rebuilt from the config (shard names, splits, link counts; every file's sha256), and
+every file matches the manifest (size, then sha256);
 a resumed run (no manifest yet) trusts a shard left by a killed run only if it holds exactly the
 plan's links, passes the block range checks, and re-encodes to its own bytes. Anything else is named
 in one line and sampled again, so a rerun repairs a set byte-identically (content depends only on
@@ -19,15 +21,19 @@ from common.verify import set_problems
 log = logging.getLogger("preprocess.job")
 
 
-def verify_cached(storage, checksums: bool = True) -> bool:
-    """True if every shard the manifest lists is there with its recorded size (and sha256 when
-    `checksums`), and the graphs and query files are whole (common.verify); each bad shard is named in
-    a one-line warning and removed so a rerun samples it again. Graphs and query files are small and
-    rewritten by any rerun: a bad one just means "rerun"."""
+def verify_cached(storage, expected: dict, checksums: bool = True) -> bool:
+    """True if the finished set on `storage` is the one `expected` describes (the manifest preprocess
+    would write now, less run-time config and shard statistics) and every file matches its manifest
+    record (size, and sha256 when `checksums`). Anything else is named in a one-line warning and False
+    is returned: a bad shard is removed so the rebuild samples it again; a bad manifest, graph, queries
+    or features file is simply rewritten by the rebuild (it keeps every shard that holds its plan's links)."""
     try:
         manifest = parse_manifest(storage.read(MANIFEST).decode(errors="replace"), storage.path(MANIFEST), storage.url)
     except ShardError as err:
-        log.warning("%s; rebuilding the set", err)
+        log.warning("%s", str(err).split("; rerun `python -m preprocess`")[0] + "; rebuilding the manifest")
+        return False
+    if problem := plan_mismatch(manifest, expected):
+        log.warning("%s: %s; rebuilding the manifest", storage.path(MANIFEST), problem)
         return False
     problems = set_problems(manifest, checksums, storage)
     for kind, where, problem in problems:
@@ -35,8 +41,37 @@ def verify_cached(storage, checksums: bool = True) -> bool:
             log.warning("%s: %s; sampling it again", where, problem)
             storage.remove(where.rsplit("/", 1)[-1])
         else:
-            log.warning("%s; writing it again", problem if kind == "graph" else f"{where}: {problem}")
+            log.warning("%s: %s; writing it again", where, problem)
     return not problems
+
+
+PLAN_FIELDS = ("split", "protocol", "view", "links")  # what the plan fixes of a shard; the rest is sampled
+# Manifest fields the plan does not fix: checked by parse_manifest (versions, checksum), derived from the
+# shards (totals), or how the run ran (config: --num-cpus and the like change nothing in the set).
+UNPLANNED = ("shards", "config", "totals", "root", "checksum", "format", "version", "manifest_version")
+
+
+def plan_mismatch(manifest: dict, expected: dict) -> str | None:
+    """How a (schema-valid, checksummed) manifest differs from the plan, or None: its shard list (names,
+    splits, views, link counts) and every other field, `config` (how the run ran) and `totals` aside."""
+    have = {r["name"]: r for r in manifest["shards"]}
+    want = {r["name"]: r for r in expected["shards"]}
+    if missing := sorted(set(want) - set(have)):
+        return f"shard {missing[0]} of the plan is not listed"
+    if extra := sorted(set(have) - set(want)):
+        return f"shard {extra[0]} is listed but not in the plan"
+    for name, rec in want.items():
+        if diff := [k for k in PLAN_FIELDS if have[name].get(k) != rec[k]]:
+            return f"shard {name}: {diff[0]} is {have[name].get(diff[0])!r}, the plan has {rec[diff[0]]!r}"
+    for key in sorted(set(expected) | set(manifest)):
+        if key in UNPLANNED or manifest.get(key) == expected.get(key):
+            continue
+        if key == "files":
+            name = next(n for n in sorted(set(expected["files"]) | set(manifest["files"]))
+                        if manifest["files"].get(n) != expected["files"].get(n))
+            return f"files.{name}: the recorded sha256 is not the one the plan writes"
+        return f"field {key!r} differs from the plan"
+    return None
 
 
 def shard_stats(storage, name: str, expect: dict | None = None) -> dict:
@@ -80,8 +115,8 @@ def _check_planned(block: Block, offset: int, expect: dict, where: str) -> None:
     if not (np.array_equal(block.src, expect["src"][lo:hi]) and np.array_equal(block.dst, expect["dst"][lo:hi])
             and np.array_equal(block.label, expect["label"][lo:hi])):
         raise ShardError(f"{where}: links differ from the plan's candidates (corrupt or from another run)")
-    if expect["n_max"]:
-        check_block(block, expect["num_nodes"], expect["n_max"], where)
+    if expect["n_max"]:  # labels equal the plan's (above): of theirs, only finiteness is left to check
+        check_block(block, expect["num_nodes"], expect["n_max"], where, regression=True)
 
 
 class _NullSink:

@@ -30,15 +30,15 @@ from pathlib import Path
 import numpy as np
 
 from common.memory import peak_rss_mb
-from common.shards import (FEATURES, MANIFEST, Block, ShardError, ShardWriter, cache_key, encode_array,
-                           encode_features, encode_queries, eval_shard_name, graph_entry, graph_names, open_storage,
-                           queries_name, train_shard_name, write_manifest)
+from common.shards import (MANIFEST, Block, ShardError, ShardWriter, cache_key, eval_shard_name, file_record,
+                           open_storage, train_shard_name, write_manifest)
 from preprocess.candidates import (Candidates, check_view_size, protocol_candidates, training_positives,
                                    training_view)
 from preprocess.config import ConfigError, PreprocessConfig
 from preprocess.integrity import shard_stats, verify_cached  # noqa: F401  (shard_stats: public re-export)
 from preprocess.sampler import Scratch, derive_seed, sample_subgraphs
-from preprocess.targets import label_with_targets, regression_eval_info
+from preprocess.set_files import manifest_fields, planned_records, remove_strays, set_files
+from preprocess.targets import label_with_targets
 
 log = logging.getLogger(__name__)
 
@@ -181,8 +181,9 @@ def run(config: PreprocessConfig, dataset=None) -> Path:
 
 
 def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobResult:
-    """Build or find the set. On a cache hit every shard is checked against the manifest (size always,
-    sha256 unless verify=False); bad shards are named, removed and sampled again."""
+    """Build or find the set. On a cache hit the manifest is checked (schema, checksum, against the plan)
+    and every file against it (size always, sha256 unless verify=False); whatever is bad is named and
+    rebuilt: bad shards sampled again, other files rewritten, the manifest written anew."""
     t0 = time.perf_counter()
     if dataset is None:
         from common.datasets import load_dataset
@@ -197,28 +198,34 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobR
     key = cache_key(config.key_parts(fingerprint, protocols))
     out = shard_dir(config, dataset.name, key)
     storage = open_storage(out)
-    if storage.exists(MANIFEST) and not config.force:
-        if verify_cached(storage, verify):
-            log.info("cache complete: %s already holds a finished shard set; sampling nothing", out)
-            return JobResult(Path(out), cached=True, location=out)
-        storage.remove(MANIFEST)  # incomplete until the bad shards are sampled again below
-    if config.force:
-        storage.remove(MANIFEST)  # a killed forced run must not look complete
 
+    # The plan comes first, even for a cache hit: a finished set is trusted only if its manifest agrees with it.
     sets = candidate_sets(config, dataset, protocols)
     targets = None
     if config.targets:  # heuristic estimation: labels become the normalised heuristic of each pair
         sets, targets = label_with_targets(config.targets, dataset, sets)
     graphs = {k: dataset.graph_for("test" if k == "test" else "train") for k in sorted({cs.graph for cs in sets})}
+    plans = plan_shards(config, sets, dataset.num_nodes)
+    meta = manifest_fields(config, dataset, fingerprint, key, protocols, sets, plans, graphs, targets)
+    if storage.exists(MANIFEST) and not config.force:
+        expected = {**meta, "shards": planned_records(sets, plans),
+                    "files": {name: file_record(data) for name, data in set_files(config, dataset, sets, graphs)}}
+        if verify_cached(storage, expected, verify):
+            log.info("cache complete: %s already holds a finished shard set; sampling nothing", out)
+            return JobResult(Path(out), cached=True, location=out)
+        storage.remove(MANIFEST)  # incomplete until the bad files are written again below
+    if config.force:
+        storage.remove(MANIFEST)  # a killed forced run must not look complete
+
     check_worker_memory(config, graphs)
     storage.cleanup_tmp()  # temporary files of a killed earlier run
-    plans = plan_shards(config, sets, dataset.num_nodes)
     log.info("%s: %d candidate sets, %d links in %d shards -> %s (shards finished by an earlier run are kept)",
              dataset.name, len(sets), sum(len(cs.cands) for cs in sets), len(plans), out)
-    eval_info = _write_queries(storage, dataset, sets)
-    eval_info = regression_eval_info(eval_info) if targets else eval_info
-    features = _write_features(storage, config, dataset)
-    graph_info = _write_graphs(storage, graphs)
+    files = {}
+    for name, data in set_files(config, dataset, sets, graphs):  # one file in memory at a time
+        storage.write_atomic(name, data)
+        files[name] = file_record(data)
+    remove_strays(storage, {p.name for p in plans} | set(files))
     try:
         records, summary = _execute(config, graphs, sets, plans, out)
     except BaseException:
@@ -227,33 +234,10 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobR
         raise
     summary["seconds"] = round(time.perf_counter() - t0, 3)
     summary["worker_memory_mb"] = config.worker_memory_mb
-    write_manifest(storage, {**_manifest(config, dataset, fingerprint, key, protocols, sets, records, eval_info,
-                                         features, graph_info), "targets": targets})
+    write_manifest(storage, {**meta, "shards": records, "files": files,
+                             "totals": {k: sum(r[k] for r in records) for k in ("links", "tokens", "bytes")}})
     _log_summary(summary, out)
     return JobResult(Path(out), cached=False, summary=summary, location=out)
-
-
-def _write_queries(storage, dataset, sets: list[CandidateSet]) -> dict:
-    info = {}
-    for cs in sets:
-        if cs.split == "train":
-            continue
-        name = queries_name(cs.split, cs.protocol)
-        storage.write_atomic(name, encode_queries(cs.cands.pos_cid, cs.cands.neg_cid))
-        info[f"{cs.split}/{cs.protocol}"] = {
-            "queries": name, "kind": cs.cands.kind, "metric": dataset.selection_metric(cs.protocol),
-            "ogb": cs.protocol == "ogb", "positives": int(len(cs.cands.pos_cid)), "candidates": len(cs.cands)}
-    return info
-
-
-def _write_graphs(storage, graphs: dict) -> dict:
-    """The graphs the links were sampled on ship with the set: readers induce each link's edges from them."""
-    info = {}
-    for which, g in graphs.items():
-        for name, arr in zip(graph_names(which), (g.indptr, g.indices)):
-            storage.write_atomic(name, encode_array(arr))
-        info[which] = graph_entry(which, g.indptr, g.indices)
-    return info
 
 
 # A Ray worker's own footprint (interpreter, numpy, numba, pyarrow, ray), measured on this project's
@@ -277,14 +261,6 @@ def check_worker_memory(config: PreprocessConfig, graphs: dict) -> None:
         raise ConfigError(f"--worker-memory-mb {config.worker_memory_mb}: one shard task needs about {need:.0f} MB "
                           f"here (worker {WORKER_BASE_MB} MB + graph + one block of {config.links_per_block} links "
                           f"at N_max {config.sampling.n_max}); raise it or lower --block-size")
-
-
-def _write_features(storage, config: PreprocessConfig, dataset) -> dict | None:
-    """With --features, the node-feature table travels with the shards: the trainer reads only shards."""
-    if not config.features:
-        return None
-    storage.write_atomic(FEATURES, encode_features(dataset.x))
-    return {"file": FEATURES, "dim": int(dataset.x.shape[1])}
 
 
 def _execute(config: PreprocessConfig, graphs: dict, sets, plans, out: str) -> tuple[list[dict], dict]:
@@ -375,21 +351,6 @@ def _totals(results: list[dict], elapsed: float) -> dict:
         "tokens": sum(r["tokens"] for r in results), "bytes": sum(r["bytes"] for r in results),
         "sampling_seconds": round(elapsed, 3), "links_per_second": round(links / elapsed, 1) if elapsed else 0.0,
         "worker_peak_rss_mb": round(max((r["peak_rss_mb"] for r in results), default=0.0), 1),
-    }
-
-
-def _manifest(config, dataset, fingerprint: str, key, protocols, sets, records, eval_info,
-              features: dict | None, graphs: dict) -> dict:
-    set_info = [{"split": cs.split, "protocol": cs.protocol, "view": cs.view, "graph": cs.graph, "links": len(cs.cands),
-                 "shards": sum(1 for r in records if r["split"] == cs.split and r["protocol"] == cs.protocol
-                               and r["view"] == cs.view)} for cs in sets]
-    return {
-        "dataset": dataset.name, "key": key, "num_nodes": dataset.num_nodes, "n_max": config.sampling.n_max,
-        "sampling": {"d": config.sampling.d, "n": config.sampling.n}, "protocols": protocols,
-        "views": config.candidates.views if "train" in config.candidates.splits else 0,
-        "features": features, "graphs": graphs, "fingerprint": fingerprint, "config": config.to_dict(),
-        "sets": set_info, "shards": records, "eval": eval_info,
-        "totals": {k: sum(r[k] for r in records) for k in ("links", "tokens", "bytes")},
     }
 
 

@@ -113,8 +113,9 @@ def test_cache_hit_catches_corrupt_and_truncated_shards_and_repairs_them(referen
     assert proc.returncode == 0, proc.stderr[-3000:]
     notes = [line for line in proc.stderr.splitlines() if "WARNING preprocess.job" in line]
     assert len(notes) == 4, proc.stderr[-3000:]
-    assert any(re.search(r"graph 'train' does not match the shards' fingerprint .*; writing it again$", n) for n in notes)
-    assert any(re.search(r"valid-original-queries\.npz: unreadable query file .*; writing it again$", n) for n in notes)
+    assert any(re.search(r"graph-train-indices\.npy: checksum mismatch .*; writing it again$", n) for n in notes)
+    assert any(re.search(r"valid-original-queries\.npz: size 7 bytes, the manifest says \d+ .*; writing it again$", n)
+               for n in notes)
     assert any(re.search(r"train-v000-00002\.tar: checksum mismatch \(manifest [0-9a-f]{12}…, file [0-9a-f]{12}…\); "
                          r"sampling it again$", n) for n in notes), notes
     assert any(re.search(r"train-v001-00004\.tar: size \d+ bytes, the manifest says \d+", n) for n in notes)
@@ -159,6 +160,86 @@ def test_trainer_fails_on_the_first_bad_block_in_one_line(reference, tmp_path):
     (line,) = [x for x in user_lines(proc.stderr)]
     assert re.match(rf"python -m trainer: error: {re.escape(str(shards))}/train-v00\d-\d{{5}}\.tar:\d{{6}}(\.arrow)?: "
                     "corrupt", line), line
+
+
+# ---------------------------------------------------------------------------- tampering (issue 18)
+def edit_manifest(shards: Path) -> str:
+    """A hand edit that keeps the manifest well formed: only its checksum can tell."""
+    body = json.loads((shards / "manifest.json").read_text())
+    body["shards"][0]["tokens"] += 1
+    body["totals"]["tokens"] += 1
+    (shards / "manifest.json").write_text(json.dumps(body, indent=1, sort_keys=True))
+    return "manifest.json"
+
+
+def swap_queries(shards: Path) -> str:
+    """The outside tester's edit: pos_cid[:k] swapped with neg_cid[:k]; same shapes, same file size."""
+    path = shards / "valid-original-queries.npz"
+    with np.load(path) as z:
+        pos, neg = z["pos_cid"].copy(), z["neg_cid"].copy()
+    k = min(len(pos), len(neg), 100)
+    pos[:k], neg[:k] = neg[:k].copy(), pos[:k].copy()
+    size = path.stat().st_size
+    np.savez(path.with_suffix(".tmp.npz"), pos_cid=pos, neg_cid=neg)
+    path.with_suffix(".tmp.npz").replace(path)
+    assert path.stat().st_size == size
+    return path.name
+
+
+def rename_shard(shards: Path) -> str:
+    (shards / "train-v000-00003.tar").rename(shards / "train-v000-00003-renamed.tar")
+    return "train-v000-00003.tar"
+
+
+def manifest_body(path: Path) -> dict:
+    body = json.loads((path / "manifest.json").read_text())
+    body.pop("config"), body.pop("checksum")  # config records where the set lives (and the checksum covers it)
+    return body
+
+
+def test_cache_hit_names_and_repairs_an_edited_manifest(reference, graph_csv, tmp_path):
+    shards = copy_set(reference, tmp_path)
+    edit_manifest(shards)
+    proc = preprocess(graph_csv, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    notes = [line for line in proc.stderr.splitlines() if "WARNING preprocess.job" in line]
+    assert len(notes) == 1 and re.search(rf"{re.escape(str(shards))}/manifest\.json: checksum mismatch .*: the manifest "
+                                         r"was edited or is corrupt; rebuilding the manifest$", notes[0]), notes
+    assert files(shards) == files(reference) and manifest_body(shards) == manifest_body(reference)
+
+
+def test_cache_hit_names_and_repairs_swapped_queries_and_a_renamed_shard(reference, graph_csv, tmp_path):
+    shards = copy_set(reference, tmp_path)
+    swap_queries(shards)
+    rename_shard(shards)
+    proc = preprocess(graph_csv, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    notes = sorted(line.split(" preprocess.job: ")[1] for line in proc.stderr.splitlines() if "WARNING preprocess.job" in line)
+    assert len(notes) == 3, notes
+    assert re.fullmatch(rf"{re.escape(str(shards))}/train-v000-00003-renamed\.tar: not a file of this set; removed",
+                        notes[0]), notes
+    assert re.fullmatch(rf"{re.escape(str(shards))}/train-v000-00003\.tar: missing; sampling it again", notes[1]), notes
+    assert re.fullmatch(rf"{re.escape(str(shards))}/valid-original-queries\.npz: checksum mismatch \(manifest "
+                        r"[0-9a-f]{12}…, file [0-9a-f]{12}…\); writing it again", notes[2]), notes
+    assert files(shards) == files(reference) and manifest_body(shards) == manifest_body(reference)
+
+
+@pytest.mark.parametrize("verify", [True, False], ids=["verify", "plain"])
+@pytest.mark.parametrize("tamper,text", [
+    (edit_manifest, r"manifest\.json: checksum mismatch \(recorded [0-9a-f]{12}…, contents [0-9a-f]{12}…\)"),
+    (swap_queries, r"valid-original-queries\.npz: checksum mismatch \(manifest [0-9a-f]{12}…, file [0-9a-f]{12}…\)"),
+    (rename_shard, r"train-v000-00003\.tar: missing"),
+], ids=["manifest", "queries", "renamed-shard"])
+def test_trainer_names_a_tampered_file_in_one_line(reference, tmp_path, tamper, text, verify):
+    shards = copy_set(reference, tmp_path)
+    tamper(shards)
+    cmd = [sys.executable, "-m", "trainer", "--shards", str(shards), "--preset", "tiny", "--out", str(tmp_path / "run"),
+           "--max-steps", "2", "--num-workers", "0", "--no-progress", "--device", "cpu", *(["--verify"] if verify else [])]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    (line,) = user_lines(proc.stderr)
+    flag = "--verify: " if verify and tamper is not edit_manifest else ""
+    assert re.match(rf"python -m trainer: error: {flag}{re.escape(str(shards))}/{text}", line), line
 
 
 # ---------------------------------------------------------------------------- full disk

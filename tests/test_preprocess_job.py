@@ -72,7 +72,7 @@ def test_citeseer_end_to_end_two_workers(ray_session, citeseer, tmp_path, capsys
     assert m["eval"]["test/heart"]["metric"] == "mrr" and m["eval"]["test/heart"]["ogb"] is False
     assert m["config"]["sampling"] == {"d": 1, "n": 5, "n_max": 12}
     # The graph ships with the set, and it is the graph the links were sampled on.
-    indptr, indices = load_graph(m, "train", verify=True)
+    indptr, indices = load_graph(m, "train")
     assert np.array_equal(indptr, citeseer.graph.indptr) and np.array_equal(indices, citeseer.graph.indices)
     inducer = Inducer(indptr, indices)
 

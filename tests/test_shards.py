@@ -1,11 +1,12 @@
 """The shard format (common/shards.py): exact round trips, reader refusals that name the file, manifest rules."""
 import io
 import json
+import re
 
 import numpy as np
 import pytest
 
-from common import shards
+from common import manifest_schema, shards
 from common.shards import Block, ShardError
 
 
@@ -97,23 +98,132 @@ def test_truncated_and_corrupt_shards_name_the_file(tmp_path):
         list(shards.read_shard(tmp_path / "missing.tar"))
 
 
+def _small_set(tmp_path):
+    from tests.test_trainer_data import make_shard_set
+    return make_shard_set(tmp_path / "set", shard_links=(8, 8), views=1, eval_links=6)
+
+
+def _edit(root, change, rehash=False) -> None:
+    path = root / shards.MANIFEST
+    body = json.loads(path.read_text())
+    change(body)
+    if rehash:  # a checksum recomputed after the edit must not hide a schema violation
+        body["checksum"] = manifest_schema.checksum(body)
+    path.write_text(json.dumps(body))
+
+
 def test_manifest_is_versioned_and_checked(tmp_path):
-    storage = shards.open_storage(tmp_path)
-    shards.write_manifest(storage, {"shards": [], "n_max": 42})
-    m = shards.read_manifest(tmp_path)
-    assert m["version"] == shards.FORMAT_VERSION and m["root"] == str(tmp_path)
-    assert not list(tmp_path.glob(".*.tmp"))  # written through a temporary name, then renamed
-    body = json.loads((tmp_path / shards.MANIFEST).read_text())
-    body["version"] = shards.FORMAT_VERSION + 1
-    (tmp_path / shards.MANIFEST).write_text(json.dumps(body))
+    root = _small_set(tmp_path)
+    m = shards.read_manifest(root)
+    assert m["version"] == shards.FORMAT_VERSION and m["root"] == str(root) and m["manifest_version"] == 2
+    assert m["checksum"] == manifest_schema.checksum(m)  # over the canonical JSON, `root` excluded
+    assert not list(root.glob(".*.tmp"))  # written through a temporary name, then renamed
+    _edit(root, lambda b: b.update(version=shards.FORMAT_VERSION + 1))
     with pytest.raises(ShardError, match="shard format version 3 is not supported"):
-        shards.read_manifest(tmp_path)
-    body["version"] = 1
-    (tmp_path / shards.MANIFEST).write_text(json.dumps(body))
+        shards.read_manifest(root)
+    _edit(root, lambda b: b.update(version=1))
     with pytest.raises(ShardError, match=r"version 1 \(stored edge lists\) is no longer read; rerun `python -m preprocess`"):
-        shards.read_manifest(tmp_path)
+        shards.read_manifest(root)
+    _edit(root, lambda b: (b.update(version=2), b.pop("manifest_version")))  # a set written before checksums
+    with pytest.raises(ShardError, match=r"manifest_version 1 is not 2 .*rerun `python -m preprocess` with the "
+                                         r"set's flags to upgrade it"):
+        shards.read_manifest(root)
     with pytest.raises(ShardError, match="no manifest"):
         shards.read_manifest(tmp_path / "elsewhere")
+
+
+def _dup(b):
+    b["shards"].append(dict(b["shards"][0]))
+
+
+# (id, edit, text naming the field): each must be refused in one line naming the file, the field and the fix
+SCHEMA_CASES = [
+    ("no-shards", lambda b: b.pop("shards"), "field shards: missing or not a list"),
+    ("empty-shards", lambda b: b.update(shards=[]), "field shards: the list is empty"),
+    ("duplicate", _dup, r"field shards\[\d+\]\.name: \S+\.tar is listed twice"),
+    ("dropped", lambda b: b["shards"].pop(), r"field shards: set test/original has 1 shard entries, sets\[\d\] says 2"),
+    ("links-abc", lambda b: b["shards"][0].update(links="abc"), r"field shards\[0\] \(\S+\)\.links: 'abc' is not an integer"),
+    ("links-huge", lambda b: b["shards"][0].update(links=10**12),
+     r"field shards\[0\] \(\S+\)\.links: 1000000000000 is outside \[1, 2147483648\]"),
+    ("evil-name", lambda b: b["shards"][0].update(name="../../evil.tar"),
+     r"field shards\[0\]\.name: '\.\./\.\./evil\.tar' is not a plain \.tar file name inside the set"),
+    ("absolute-name", lambda b: b["shards"][0].update(name="/etc/evil.tar"), r"'/etc/evil\.tar' is not a plain"),
+    ("no-queries-sha", lambda b: b["files"].pop("valid-original-queries.npz"),
+     "field files: no sha256 for valid-original-queries.npz"),
+    ("bad-sha", lambda b: b["shards"][0].update(sha256="x"), r"\.sha256: 'x' is not a sha256"),
+    ("views-missing-shards", lambda b: b.update(views=3), "no shard for training view 1"),
+    ("num-nodes", lambda b: b.update(num_nodes=-5), r"field num_nodes: -5 is outside \[1, "),
+]
+
+
+@pytest.mark.parametrize("rehash", [False, True], ids=["edited", "edited-and-rehashed"])
+@pytest.mark.parametrize("change,text", [c[1:] for c in SCHEMA_CASES], ids=[c[0] for c in SCHEMA_CASES])
+def test_manifest_schema_errors_name_file_field_and_fix(tmp_path, change, text, rehash):
+    root = _small_set(tmp_path)
+    _edit(root, change, rehash)
+    with pytest.raises(ShardError) as err:  # never a bare KeyError / TypeError
+        shards.read_manifest(root)
+    line = str(err.value)
+    assert "\n" not in line and line.startswith(f"{root / shards.MANIFEST}: "), line
+    assert re.search(text, line) and line.endswith(shards.REBUILD), line
+
+
+def test_manifest_checksum_catches_a_well_formed_edit(tmp_path):
+    root = _small_set(tmp_path)
+    _edit(root, lambda b: b["eval"]["valid/original"].update(metric="hits@50"))  # schema-valid, but not what was written
+    with pytest.raises(ShardError, match=r"manifest\.json: checksum mismatch \(recorded [0-9a-f]{12}…, contents "
+                                         r"[0-9a-f]{12}…\): the manifest was edited or is corrupt; rerun `python -m"):
+        shards.read_manifest(root)
+
+
+def test_writer_refuses_a_malformed_manifest(tmp_path):
+    with pytest.raises(ShardError, match=r"refusing to write a malformed manifest \(num_nodes: missing\)"):
+        shards.write_manifest(shards.open_storage(tmp_path), {"shards": [], "n_max": 42})
+    assert not (tmp_path / shards.MANIFEST).exists()
+
+
+def test_unexpected_tar_member_is_an_error_naming_shard_and_member(tmp_path):
+    import tarfile
+    data, _ = shards.pack_shard([_block()])
+    buf = io.BytesIO(data[:-1024])  # without the end-of-archive records: append one more member
+    path = tmp_path / "train-v000-00000.tar"
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as src, tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+        for m in src.getmembers():
+            tar.addfile(m, src.extractfile(m))
+        info = tarfile.TarInfo("notes.txt")
+        info.size = 4
+        tar.addfile(info, io.BytesIO(b"hi!\n"))
+    del buf
+    with pytest.raises(ShardError, match=rf"{path}: unexpected member 'notes\.txt' \(a shard holds only \*\.arrow blocks\)"):
+        list(shards.read_shard(path))
+
+
+@pytest.mark.parametrize("label,regression,text", [
+    (7.0, False, "label 7.0 is not 0 or 1"), (float("nan"), False, "label nan is not 0 or 1"),
+    (float("nan"), True, "label nan is not finite"), (float("inf"), True, "label inf is not finite")])
+def test_labels_are_range_checked_naming_the_shard(tmp_path, label, regression, text):
+    from trainer.blocks import read_blocks
+    from trainer.data import Unit
+    b = _block()
+    b.label[1] = label
+    data, stats = shards.pack_shard([b])
+    path = tmp_path / "train-v000-00000.tar"
+    path.write_bytes(data)
+    with pytest.raises(ShardError, match=rf"{path}:000000\.arrow: corrupt block \({text}\)"):
+        list(read_blocks([Unit(str(path), 0, 1, 2, stats["tokens"])], 100, 8, regression))
+    b.label[1] = 7.0 if regression else 1.0  # a regression target may be any finite value
+    path.write_bytes(shards.pack_shard([b])[0])
+    assert len(list(read_blocks([Unit(str(path), 0, 1, 2, stats["tokens"])], 100, 8, regression))) == 1
+
+
+def test_reader_catches_a_shard_holding_other_cids(tmp_path):
+    from trainer.blocks import read_blocks
+    from trainer.data import Unit
+    path = tmp_path / "train-v000-00001.tar"
+    path.write_bytes(shards.pack_shard([_block()])[0])  # cids 0, 1: the first shard's, under the second's name
+    with pytest.raises(ShardError, match=rf"{path}:000000\.arrow: holds candidate ids 0\.\., the manifest puts 2\.\. "
+                                         r"in this shard \(renamed or swapped shard file\)"):
+        list(read_blocks([Unit(str(path), 0, 1, 2, 9, first=2)], 100, 8))
 
 
 def test_cache_key_depends_on_every_part():
@@ -125,9 +235,15 @@ def test_cache_key_depends_on_every_part():
 
 
 def test_queries_round_trip(tmp_path):
-    (tmp_path / "q.npz").write_bytes(shards.encode_queries(np.arange(3), np.arange(6).reshape(3, 2)))
-    pos, neg = shards.load_queries(tmp_path / "q.npz")
+    data = shards.encode_queries(np.arange(3), np.arange(6).reshape(3, 2))
+    (tmp_path / "q.npz").write_bytes(data)
+    pos, neg = shards.load_queries(tmp_path / "q.npz", sha256=shards.file_record(data)["sha256"])
     assert pos.tolist() == [0, 1, 2] and neg.shape == (3, 2)
+    swapped = shards.encode_queries(np.array([0, 1, 3]), np.array([[2, 4], [5, 6], [7, 8]]))  # same size
+    (tmp_path / "q.npz").write_bytes(swapped)
+    assert len(swapped) == len(data)
+    with pytest.raises(ShardError, match=r"q\.npz: checksum mismatch \(manifest [0-9a-f]{12}…, file [0-9a-f]{12}…\)"):
+        shards.load_queries(tmp_path / "q.npz", sha256=shards.file_record(data)["sha256"])
 
 
 def test_graph_ships_with_the_set_and_is_checked(tmp_path):
@@ -137,15 +253,14 @@ def test_graph_ships_with_the_set_and_is_checked(tmp_path):
     for name, arr in zip(shards.graph_names("train"), (g.indptr, g.indices)):
         storage.write_atomic(name, shards.encode_array(arr))
     manifest = {"root": str(tmp_path), "graphs": {"train": shards.graph_entry("train", g.indptr, g.indices)}}
-    indptr, indices = shards.load_graph(manifest, "train", verify=True)
+    indptr, indices = shards.load_graph(manifest, "train")
     assert np.array_equal(indptr, g.indptr) and np.array_equal(indices, g.indices)
     with pytest.raises(ShardError, match="ships no 'test' graph"):
         shards.load_graph(manifest, "test")
-    other = Graph.from_edges(np.array([[0, 1], [1, 3], [2, 3]]), num_nodes=5)  # same shapes, other edges
+    other = Graph.from_edges(np.array([[0, 1], [1, 3]]), num_nodes=5)  # other shape (content: sha256, common.verify)
     storage.write_atomic(shards.graph_names("train")[1], shards.encode_array(other.indices))
-    shards.load_graph(manifest, "train")  # shapes agree: the cheap check passes
-    with pytest.raises(ShardError, match="does not match the shards' fingerprint"):
-        shards.load_graph(manifest, "train", verify=True)
+    with pytest.raises(ShardError, match="graph 'train' does not have the manifest's shape"):
+        shards.load_graph(manifest, "train")
 
 
 def test_shard_entries_filter_and_sort():

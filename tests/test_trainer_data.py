@@ -80,7 +80,8 @@ def make_shard_set(root: Path, shard_links=(40, 40, 13), views: int = 2, n_max: 
         payload, stats = pack_shard(blocks)
         storage.write_atomic(name, payload)
         records.append({"name": name, "split": split, "protocol": protocol, "view": view, "links": stats["links"],
-                        "tokens": stats["tokens"], "bytes": stats["bytes"], "sha256": stats["sha256"]})
+                        "tokens": stats["tokens"], "blocks": stats["blocks"], "bytes": stats["bytes"],
+                        "sha256": stats["sha256"]})
 
     for view in range(views):
         start = 0
@@ -101,8 +102,10 @@ def make_shard_set(root: Path, shard_links=(40, 40, 13), views: int = 2, n_max: 
     indptr, indices = csr(num_nodes, planted)
     for name, arr in zip(graph_names("train"), (indptr, indices)):
         storage.write_atomic(name, encode_array(arr))
-    sets = [{"split": s, "protocol": p, "view": v, "graph": "train"}
-            for s, p, v in {(r["split"], r["protocol"], r["view"]) for r in records}]
+    sets = [{"split": s, "protocol": p, "view": v, "graph": "train",
+             "links": sum(r["links"] for r in records if (r["split"], r["protocol"], r["view"]) == (s, p, v)),
+             "shards": sum(1 for r in records if (r["split"], r["protocol"], r["view"]) == (s, p, v))}
+            for s, p, v in sorted({(r["split"], r["protocol"], r["view"]) for r in records}, key=str)]
     write_manifest(storage, {"key": "synthetic", "dataset": "synthetic", "shards": records, "n_max": n_max,
                              "num_nodes": num_nodes, "views": views, "eval": evals, "sets": sets,
                              "graphs": {"train": graph_entry("train", indptr, indices)}})

@@ -38,21 +38,29 @@ def block_slice(block: Block, lo: int, hi: int) -> Block:
                  block.nodes[ptr[0]:ptr[-1]])
 
 
-def read_blocks(units: list, num_nodes: int, n_max: int) -> Iterator[Block]:
-    """The checked blocks of the given units (trainer.data.Unit: url, part, parts), each cut to its units'
-    links (i % parts in the parts held).
+def read_blocks(units: list, num_nodes: int, n_max: int, regression: bool = False) -> Iterator[Block]:
+    """The checked blocks of the given units (trainer.data.Unit: url, part, parts, first), each cut to its
+    units' links (i % parts in the parts held). Checked: ranges and labels (check_block), and that the
+    shard holds the cids the manifest gives it (first, first + 1, ...): a renamed shard file fails.
     Several units of one shard (a reader holding 2 of its 4 slices) are read in one pass over it, at the
     place of their first unit: decoding, not slicing, is what costs."""
     held: dict[str, np.ndarray] = {}  # url -> which of its `parts` slices these units include
+    first = {}
     for u in units:
         held.setdefault(u.url, np.zeros(u.parts, dtype=bool))[u.part] = True
+        first[u.url] = u.first
     for url, own in held.items():
         parts, seen = len(own), 0  # seen: link index within the shard, for the i % parts slicing
         f = open_url(url)
         try:
             for k, block in enumerate(iter_tar_blocks(f, url)):
-                check_block(block, num_nodes, n_max, f"{url}:{k:06d}.arrow")
+                where = f"{url}:{k:06d}.arrow"
+                check_block(block, num_nodes, n_max, where, regression)
                 n = len(block)
+                if n and not np.array_equal(block.cid, np.arange(first[url] + seen, first[url] + seen + n)):
+                    raise ShardError(f"{where}: holds candidate ids {int(block.cid[0])}.., the manifest puts "
+                                     f"{first[url] + seen}.. in this shard (renamed or swapped shard file); "
+                                     "rerun preprocess to repair the set")
                 if not own.all():
                     block = block.take(np.flatnonzero(own[(seen + np.arange(n)) % parts]))
                 seen += n

@@ -286,8 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--test-every-eval", action="store_true",
                    help="score the test split at every evaluation (default: only when validation improves)")
     d.add_argument("--verify", action="store_true",
-                   help="check the whole shard set against its manifest (sha256 of every shard, graphs, queries) "
-                        "before training")
+                   help="check the whole shard set against its manifest (sha256 of every shard, graph, queries and "
+                        "features file) before training")
     d.add_argument("--threads", type=int, default=0,
                    help="torch threads per rank on CPU (default 0: half the cores per rank, at least 1)")
     d.add_argument("--deterministic", action="store_true",

@@ -85,6 +85,7 @@ class Unit:
     parts: int
     links: int
     tokens: int
+    first: int = 0  # the shard's first candidate id: its links are cids first, first + 1, ... (checked on read)
 
 
 def shard_url(manifest: dict, name: str) -> str:
@@ -96,8 +97,11 @@ def make_units(manifest: dict, entries: list[dict], consumers: int) -> list[Unit
     if not entries:
         raise ShardError(f"{manifest['root']}: the manifest lists no shards for this split/view")
     parts = max(1, math.ceil(UNITS_PER_CONSUMER * consumers / len(entries)))
-    return [Unit(shard_url(manifest, e["name"]), p, parts, _share(e["links"], p, parts), _share(e["tokens"], p, parts))
-            for e in entries for p in range(parts)]
+    # The shards of one candidate set hold its cids in name order: a renamed or swapped shard file is caught
+    # by its first block, not trained on.
+    first = np.cumsum([0] + [e["links"] for e in entries])
+    return [Unit(shard_url(manifest, e["name"]), p, parts, _share(e["links"], p, parts), _share(e["tokens"], p, parts),
+                 int(first[i])) for i, e in enumerate(entries) for p in range(parts)]
 
 
 def _share(total: int, part: int, parts: int) -> int:
@@ -168,6 +172,7 @@ class _Stream(IterableDataset):
     def __init__(self, manifest: dict, rank: int, world_size: int, collate: Callable | None):
         self.manifest, self.rank, self.world_size = manifest, rank, world_size
         self.n_max, self.num_nodes = int(manifest["n_max"]), int(manifest["num_nodes"])
+        self.regression = bool(manifest.get("targets"))  # labels: heuristic targets, else 0/1
         self.collate = collate  # None = induce + pack (BatchPacker); tests pass their own
         self.copies = 1  # labeled subgraphs per link (LRP-k, DataConfig.orderings)
         self.job = torch.zeros(4, dtype=torch.int64).share_memory_()  # before the workers fork
@@ -231,7 +236,7 @@ class TrainStream(_Stream):
             order = units if cycle == 0 else [units[i] for i in _rng(self.seed, epoch, self.rank, lw, cycle, _CYCLE)
                                               .permutation(len(units))]
             empty = True
-            for block in shuffle_pool(read_blocks(order, self.num_nodes, self.n_max), self.pool_bytes, rng):
+            for block in shuffle_pool(read_blocks(order, self.num_nodes, self.n_max, self.regression), self.pool_bytes, rng):
                 empty = False
                 yield block
             if empty:
@@ -271,7 +276,7 @@ class EvalStream(_Stream):
         units = split_by_worker(split_by_node(self.units(split, protocol), self.rank, self.world_size, W), wid, W)
         graph = set_graph(self.manifest, split)
         # No cap from the micro-batch at eval beyond the budget: no activations are kept for backward.
-        for batch in token_batches(read_blocks(units, self.num_nodes, self.n_max), self.token_budget, 1 << 30,
+        for batch in token_batches(read_blocks(units, self.num_nodes, self.n_max, self.regression), self.token_budget, 1 << 30,
                                    self.copies):
             yield self.finish(seeded_orders(replicate(batch, self.copies), self.copies, self.seed), graph)
 

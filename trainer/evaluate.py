@@ -53,7 +53,8 @@ def scores_to_metrics(manifest: dict, split: str, protocol: str, cid: np.ndarray
             raise ShardError(f"{manifest['root']}: eval set {split}/{protocol}: {len(cid)} of {entry['candidates']} "
                              "candidates scored; the shard set is incomplete, rebuild it")
         return regression_metrics(score, label)
-    pos_cid, neg_cid = load_queries(f"{manifest['root']}/{entry['queries']}")  # root may be a URL
+    pos_cid, neg_cid = load_queries(f"{manifest['root']}/{entry['queries']}",  # root may be a URL
+                                    sha256=manifest["files"][entry["queries"]]["sha256"])
     size = int(max(cid.max(initial=-1), pos_cid.max(initial=-1), neg_cid.max(initial=-1))) + 1
     table = np.full(size, np.nan, dtype=score.dtype if score.dtype.kind == "f" else np.float64)
     scored = np.zeros(size, dtype=bool)

@@ -69,13 +69,17 @@ def check_run(config: TrainConfig, manifest: dict | None = None) -> dict:
         from trainer.model import compile_refusal
         if refusal := compile_refusal():
             raise ConfigError(refusal)
-    manifest = manifest or read_manifest(config.data.shards)
-    if config.verify:  # a bad set stops here, in one line, not at the epoch that reads the bad shard
-        if problems := set_problems(manifest):
-            kind, where, problem = problems[0]
-            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-            raise ShardError(f"--verify: {where}: {problem}{more}; rerun preprocess with the same flags to repair the set")
-        log.info("--verify: %d shards, graphs and query files match the manifest", len(manifest.get("shards", [])))
+    manifest = manifest or read_manifest(config.data.shards)  # schema and checksum: always
+    # Every file the loader reads must be there at its recorded size (a stat each); --verify also reads it
+    # whole for its sha256. A bad set stops here, in one line, not at the epoch that reads the bad file.
+    if problems := set_problems(manifest, checksums=config.verify):
+        kind, where, problem = problems[0]
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        flag = "--verify: " if config.verify else ""
+        raise ShardError(f"{flag}{where}: {problem}{more}; rerun preprocess with the same flags to repair the set")
+    if config.verify:
+        log.info("--verify: %d shards and %d other files match the manifest's sha256", len(manifest["shards"]),
+                 len(manifest["files"]))
     for split in config.eval_splits:
         try:
             eval_entry(manifest, split, config.protocol)

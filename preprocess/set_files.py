@@ -1,0 +1,71 @@
+"""What a shard set holds besides its shards, and its manifest, as pure functions of the plan.
+
+preprocess/job.py writes these files and the manifest on a build; on a cache hit it compares them (by
+sha256, field by field) with what is on storage (preprocess/integrity.py), so a set is trusted only if it
+is the one this plan would write.
+"""
+from __future__ import annotations
+
+import logging
+
+from common.shards import FEATURES, encode_array, encode_features, encode_queries, graph_entry, graph_names, queries_name
+from preprocess.targets import regression_eval_info
+
+log = logging.getLogger("preprocess.job")
+
+
+def set_files(config, dataset, sets: list, graphs: dict):
+    """(name, bytes) of every file of the set besides shards and manifest, one at a time: the eval sets'
+    queries, the features (--features) and the graphs the links were sampled on (readers induce each
+    link's edges from them). A pure function of the plan, so a cache hit can check them by sha256."""
+    for cs in sets:
+        if cs.split != "train":
+            yield queries_name(cs.split, cs.protocol), encode_queries(cs.cands.pos_cid, cs.cands.neg_cid)
+    if config.features:  # the trainer reads only the set: node features travel with it
+        yield FEATURES, encode_features(dataset.x)
+    for which, g in graphs.items():
+        for name, arr in zip(graph_names(which), (g.indptr, g.indices)):
+            yield name, encode_array(arr)
+
+
+def eval_info(dataset, sets: list, targets: dict | None) -> dict:
+    info = {f"{cs.split}/{cs.protocol}": {
+        "queries": queries_name(cs.split, cs.protocol), "kind": cs.cands.kind,
+        "metric": dataset.selection_metric(cs.protocol), "ogb": cs.protocol == "ogb",
+        "positives": int(len(cs.cands.pos_cid)), "candidates": len(cs.cands)} for cs in sets if cs.split != "train"}
+    return regression_eval_info(info) if targets else info
+
+
+def planned_records(sets: list, plans: list) -> list[dict]:
+    """What the plan fixes of each shard record (the rest is measured when it is sampled)."""
+    return [{"name": p.name, "split": sets[p.set_index].split, "protocol": sets[p.set_index].protocol,
+             "view": sets[p.set_index].view, "links": p.stop - p.start} for p in plans]
+
+
+# What a set folder may hold that is not in the plan: anything else is left alone.
+SET_FILE_SUFFIXES = (".tar", ".npz", ".npy")
+
+
+def remove_strays(storage, keep: set[str]) -> None:
+    """Remove set files that are no part of this plan (a renamed shard, a file copied in): the folder
+    belongs to this set, and a rebuilt set must be byte-identical to a fresh one."""
+    for name in storage.names():
+        if name.endswith(SET_FILE_SUFFIXES) and name not in keep:
+            log.warning("%s: not a file of this set; removed", storage.path(name))
+            storage.remove(name)
+
+
+def manifest_fields(config, dataset, fingerprint: str, key, protocols, sets, plans, graphs: dict,
+                    targets: dict | None) -> dict:
+    """Every manifest field but `shards`, `files` and `totals`: a pure function of the plan."""
+    set_info = [{"split": cs.split, "protocol": cs.protocol, "view": cs.view, "graph": cs.graph, "links": len(cs.cands),
+                 "shards": sum(1 for p in plans if p.set_index == i)} for i, cs in enumerate(sets)]
+    return {
+        "dataset": dataset.name, "key": key, "num_nodes": dataset.num_nodes, "n_max": config.sampling.n_max,
+        "sampling": {"d": config.sampling.d, "n": config.sampling.n}, "protocols": protocols,
+        "views": config.candidates.views if "train" in config.candidates.splits else 0,
+        "features": {"file": FEATURES, "dim": int(dataset.x.shape[1])} if config.features else None,
+        "graphs": {which: graph_entry(which, g.indptr, g.indices) for which, g in graphs.items()},
+        "fingerprint": fingerprint, "config": config.to_dict(), "sets": set_info,
+        "eval": eval_info(dataset, sets, targets), "targets": targets,
+    }
