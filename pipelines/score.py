@@ -22,8 +22,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from common import snapshot
 from common.cli import add_debug_flag, one_line_errors, run_cli
-from common.datasets import load_dataset
+from common.datasets import DatasetError, load_dataset
 from common.presets import get_preset
 from common.shards import Block, read_manifest
 from preprocess.sampler import Scratch, sample_subgraphs
@@ -46,8 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output Parquet file (written atomically)")
     p.add_argument("--orderings", type=int, default=1, help="random canonicalisations averaged per pair (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampled subgraphs and local orders (default 0)")
-    p.add_argument("--graph", default="test", choices=("train", "valid", "test"),
-                   help="whose graph to sample on: the split's graph as in evaluation (default test)")
+    p.add_argument("--graph", default="test",
+                   help="whose graph to sample on: train/valid/test, the split's graph as in evaluation (default "
+                        "test), or an edge-list file (.csv/.parquet, src,dst) of today's graph (common/snapshot.py)")
     p.add_argument("--batch-size", type=int, default=512, help="pairs per forward pass at most (default 512; "
                    "batches are also cut by the engine's token budget)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
@@ -150,9 +152,9 @@ def _main(argv: list[str] | None = None) -> int:
         dataset = load_dataset(args.dataset or pre["dataset"], data_dir=args.data_dir or pre.get("data_dir"),
                                ogb_root=args.ogb_root or pre.get("ogb_root"),
                                planetoid_dir=pre.get("planetoid_dir"), seed=pre.get("seed", 0))
-        graph = dataset.graph_for(args.graph)
+        graph = snapshot.graph_for(args.graph, dataset)
         pairs = read_pairs(args.pairs, graph.num_nodes)
-    except ScoreError as err:
+    except (ScoreError, DatasetError) as err:
         parser.error(str(err))
     device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
                           else "cpu")

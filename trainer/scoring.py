@@ -89,6 +89,28 @@ def pair_seeds(seed: int, ordering: int, src: np.ndarray, dst: np.ndarray) -> np
 Sampler = Callable[..., object]  # preprocess.sampler.sample_subgraphs's signature
 
 
+class PairSampler:
+    """The CPU half of pair scoring: every pair's subgraph, per ordering, as blocks of links (no model).
+    A Ray task runs this alone and ships the blocks to an actor that holds the model (pipelines.recommend)."""
+
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, sampling: tuple[int, int], sample: Sampler,
+                 seed: int = 0):
+        self.indptr, self.indices, self.sampling = indptr, indices, tuple(sampling)
+        self.sample, self.seed = sample, int(seed)
+
+    def blocks(self, pairs: np.ndarray, ordering: int) -> Iterator[Block]:
+        pairs = np.ascontiguousarray(pairs, dtype=np.int64).reshape(-1, 2)
+        d, n = self.sampling
+        for lo in range(0, len(pairs), SAMPLE_CHUNK):
+            chunk = pairs[lo:lo + SAMPLE_CHUNK]
+            src, dst = chunk[:, 0], chunk[:, 1]
+            sub = self.sample(self.indptr, self.indices, src, dst, d, n, self.seed, shuffle=True,
+                              link_seeds=pair_seeds(self.seed, ordering, src, dst))
+            # cid = the pair's position: it only places the outputs; LRP copies are keyed by the pair (PairScorer)
+            yield Block(np.arange(lo, lo + len(chunk), dtype=np.int64), src, dst, np.zeros(len(chunk), np.float32),
+                        sub.node_ptr, sub.nodes)
+
+
 class PairScorer:
     """Score (P, 2) candidate pairs on one graph with a trained model; `logits(pairs)` -> (orderings, P).
 
@@ -100,30 +122,18 @@ class PairScorer:
                  max_pairs: int = SAMPLE_CHUNK, device: torch.device | None = None):
         if orderings < 1 or max_pairs < 1:
             raise ValueError(f"orderings and max_pairs must be >= 1, got {orderings} and {max_pairs}")
-        self.model, self.sampling, self.n_max = model, tuple(sampling), int(n_max)
-        self.indptr, self.indices = indptr, indices
+        self.model, self.n_max = model, int(n_max)
+        self.sampler = PairSampler(indptr, indices, sampling, sample, seed)
         self.num_nodes = int(indptr.shape[0] - 1)
-        self.sample, self.seed, self.orderings = sample, int(seed), int(orderings)
+        self.seed, self.orderings = int(seed), int(orderings)
         self.device = device or next(model.parameters()).device
         self.copies = int(getattr(model.cfg, "lrp", 1))  # an LRP-k model reads k labeled subgraphs of every pair
         self.token_budget = max(int(token_budget or default_token_budget(self.device)), self.copies * (self.n_max + 2))
         self.max_pairs = int(max_pairs)
         self.packer = BatchPacker(indptr, indices, self.n_max)
-        self.scratch = None  # the sampler's graph-sized work arrays, built at the first call
 
-    def _blocks(self, pairs: np.ndarray, ordering: int) -> Iterator[Block]:
-        d, n = self.sampling
-        for lo in range(0, len(pairs), SAMPLE_CHUNK):
-            chunk = pairs[lo:lo + SAMPLE_CHUNK]
-            src, dst = chunk[:, 0], chunk[:, 1]
-            sub = self.sample(self.indptr, self.indices, src, dst, d, n, self.seed, shuffle=True,
-                              link_seeds=pair_seeds(self.seed, ordering, src, dst))
-            # cid = the pair's position: it only places the outputs; LRP copies are keyed by the pair (_packed)
-            yield Block(np.arange(lo, lo + len(chunk), dtype=np.int64), src, dst, np.zeros(len(chunk), np.float32),
-                        sub.node_ptr, sub.nodes)
-
-    def _packed(self, pairs: np.ndarray, ordering: int) -> Iterator:
-        for batch in token_batches(self._blocks(pairs, ordering), self.token_budget, self.max_pairs, self.copies):
+    def _packed(self, blocks: Iterable[Block], ordering: int) -> Iterator:
+        for batch in token_batches(iter(blocks), self.token_budget, self.max_pairs, self.copies):
             keyed = Block(batch.src * self.num_nodes + batch.dst, batch.src, batch.dst, batch.label, batch.node_ptr,
                           batch.nodes)
             packed = self.packer(seeded_orders(replicate(keyed, self.copies), self.copies, self.seed + ordering))
@@ -131,14 +141,18 @@ class PairScorer:
             packed.position = torch.from_numpy(np.ascontiguousarray(batch.cid))
             yield packed
 
-    def logits(self, pairs: np.ndarray) -> np.ndarray:
-        """(orderings, P) float32 logits of every pair."""
-        pairs = np.ascontiguousarray(pairs, dtype=np.int64).reshape(-1, 2)
-        out = torch.zeros((self.orderings, len(pairs)), dtype=torch.float32)
+    def score_blocks(self, per_ordering: list, num_pairs: int) -> np.ndarray:
+        """(orderings, P) float32 logits from sampled blocks: per_ordering[k] = the blocks of ordering k."""
+        out = torch.zeros((len(per_ordering), num_pairs), dtype=torch.float32)
         with fp32_inference(self.model):
-            for k in range(self.orderings):
-                done = list(forward_batches(self.model, self._packed(pairs, k), self.device))
+            for k, blocks in enumerate(per_ordering):
+                done = list(forward_batches(self.model, self._packed(blocks, k), self.device))
                 synchronize(self.device)  # the non-blocking copies have landed
                 for batch, logits in done:
                     out[k, batch.position] = logits
         return out.numpy()
+
+    def logits(self, pairs: np.ndarray) -> np.ndarray:
+        """(orderings, P) float32 logits of every pair."""
+        pairs = np.ascontiguousarray(pairs, dtype=np.int64).reshape(-1, 2)
+        return self.score_blocks([self.sampler.blocks(pairs, k) for k in range(self.orderings)], len(pairs))
