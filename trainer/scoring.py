@@ -138,7 +138,7 @@ class PairScorer:
                           batch.nodes)
             packed = self.packer(seeded_orders(replicate(keyed, self.copies), self.copies, self.seed + ordering))
             packed.copies = self.copies
-            packed.position = torch.from_numpy(np.ascontiguousarray(batch.cid))
+            packed.position = torch.from_numpy(np.array(batch.cid, dtype=np.int64))  # a copy: Ray blocks are read-only
             yield packed
 
     def score_blocks(self, per_ordering: list, num_pairs: int) -> np.ndarray:
