@@ -12,6 +12,7 @@ Output columns: src, dst, score (mean probability), logit (mean logit), score_st
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 from pathlib import Path
@@ -21,16 +22,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
+from common import snapshot
 from common.cli import add_debug_flag, one_line_errors, run_cli
-from common.datasets import load_dataset
+from common.datasets import DatasetError, load_dataset
 from common.presets import get_preset
 from common.shards import Block, read_manifest
-from preprocess.sampler import Scratch, derive_seed, sample_subgraphs
+from preprocess.sampler import Scratch, sample_subgraphs
 from trainer import checkpoint
-from trainer.blocks import replicate, seeded_orders
 from trainer.config import TrainConfig
 from trainer.model import Pencil, model_for_shards
-from trainer.packing import BatchPacker
+from trainer.scoring import PairScorer
 
 log = logging.getLogger("pipelines.score")
 
@@ -46,9 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output Parquet file (written atomically)")
     p.add_argument("--orderings", type=int, default=1, help="random canonicalisations averaged per pair (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampled subgraphs and local orders (default 0)")
-    p.add_argument("--graph", default="test", choices=("train", "valid", "test"),
-                   help="whose graph to sample on: the split's graph as in evaluation (default test)")
-    p.add_argument("--batch-size", type=int, default=512, help="pairs per forward pass (default 512)")
+    p.add_argument("--graph", default="test",
+                   help="whose graph to sample on: train/valid/test, the split's graph as in evaluation (default "
+                        "test), or an edge-list file (.csv/.parquet, src,dst) of today's graph (common/snapshot.py)")
+    p.add_argument("--batch-size", type=int, default=512, help="pairs per forward pass at most (default 512; "
+                   "batches are also cut by the engine's token budget)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     p.add_argument("--dataset", default=None, help="override the dataset recorded with the shards")
     p.add_argument("--data-dir", default=None, help="HeaRT-format folder (with --dataset)")
@@ -105,28 +108,18 @@ def load_model(ckpt: dict, manifest: dict, device: torch.device) -> Pencil:
     return model.to(device).eval()
 
 
+def pair_scorer(model: Pencil, graph, sampling: tuple[int, int], n_max: int, seed: int, orderings: int,
+                batch_size: int, device: torch.device, token_budget: int | None = None) -> PairScorer:
+    """The scoring engine (trainer/scoring.py) on `graph`, sampling with the evaluation sampler."""
+    sample = functools.partial(sample_subgraphs, scratch=Scratch(graph.indptr))  # work arrays allocated once
+    return PairScorer(model, graph.indptr, graph.indices, sampling, n_max, sample, seed=seed, orderings=orderings,
+                      token_budget=token_budget, max_pairs=batch_size, device=device)
+
+
 def score_pairs(model: Pencil, graph, pairs: np.ndarray, sampling: tuple[int, int], n_max: int, seed: int,
                 orderings: int, batch_size: int, device: torch.device) -> np.ndarray:
     """(orderings, P) logits: each ordering samples every pair's subgraph afresh with its own seed."""
-    d, n = sampling
-    logits = np.zeros((orderings, len(pairs)), dtype=np.float32)
-    scratch = Scratch(graph.indptr)  # graph-sized work arrays, allocated once (as the shard tasks do)
-    packer = BatchPacker(graph.indptr, graph.indices, n_max)
-    for k in range(orderings):
-        for lo in range(0, len(pairs), batch_size):
-            chunk = pairs[lo:lo + batch_size]
-            sub = sample_subgraphs(graph.indptr, graph.indices, chunk[:, 0], chunk[:, 1], d, n,
-                                   derive_seed(seed, "score", k, lo), shuffle=True, scratch=scratch)
-            # the same path as the loader: node sets -> induced edges (sparse or dense form) -> pack
-            block = Block(np.arange(lo, lo + len(chunk), dtype=np.int64), chunk[:, 0], chunk[:, 1],
-                          np.zeros(len(chunk), np.float32), sub.node_ptr, sub.nodes)
-            copies = model.cfg.lrp  # an LRP-k model reads k labeled subgraphs of every pair
-            packed = packer(seeded_orders(replicate(block, copies), copies, seed))
-            packed.copies = copies
-            with torch.no_grad():
-                out = model(packed.to(device))
-            logits[k, lo:lo + len(chunk)] = out.float().cpu().numpy()
-    return logits
+    return pair_scorer(model, graph, sampling, n_max, seed, orderings, batch_size, device).logits(pairs)
 
 
 def write_scores(path: str, pairs: np.ndarray, logits: np.ndarray) -> None:
@@ -160,9 +153,9 @@ def _main(argv: list[str] | None = None) -> int:
                                ogb_root=args.ogb_root or pre.get("ogb_root"),
                                planetoid_dir=pre.get("planetoid_dir"), seed=pre.get("seed", 0),
                                split=pre.get("split"))  # the set's own split: its training graph
-        graph = dataset.graph_for(args.graph)
+        graph = snapshot.graph_for(args.graph, dataset)
         pairs = read_pairs(args.pairs, graph.num_nodes)
-    except ScoreError as err:
+    except (ScoreError, DatasetError) as err:
         parser.error(str(err))
     device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
                           else "cpu")

@@ -62,8 +62,12 @@ class Scratch:
 
 
 def sample_subgraphs(indptr, indices, src, dst, d: int, n: int, seed: int, shuffle: bool = True,
-                     scratch: Scratch | None = None) -> Subgraphs:
-    """Sample the (d, n) link-centric subgraph of every link (src[i], dst[i]) on the CSR graph."""
+                     scratch: Scratch | None = None, link_seeds: np.ndarray | None = None) -> Subgraphs:
+    """Sample the (d, n) link-centric subgraph of every link (src[i], dst[i]) on the CSR graph.
+
+    link_seeds: optional (B,) uint64, one seed per link (the RNG restarts at every link), so a link's
+    subgraph does not depend on which other links share the call (scoring engine: trainer/scoring.py);
+    without it one stream from `seed` runs through the whole call, as the shard tasks use it."""
     indptr = np.ascontiguousarray(indptr, dtype=np.int64)
     indices = np.ascontiguousarray(indices)
     src = np.ascontiguousarray(src, dtype=np.int64)
@@ -77,9 +81,14 @@ def sample_subgraphs(indptr, indices, src, dst, d: int, n: int, seed: int, shuff
         raise ValueError(f"sampling (d, n) must be positive, got ({d}, {n})")
     if scratch is None:
         scratch = Scratch(indptr)
+    if link_seeds is None:
+        link_seeds = np.zeros(0, dtype=np.uint64)
+    elif np.shape(link_seeds) != src.shape:
+        raise ValueError(f"link_seeds must hold one seed per link ({src.shape[0]}), got shape {np.shape(link_seeds)}")
+    link_seeds = np.ascontiguousarray(link_seeds, dtype=np.uint64)
     node_ptr, nodes, scratch.tick = _sample_kernel(
         indptr, indices, src, dst, d, n, budget(d, n), np.uint64(seed & 0xFFFFFFFFFFFFFFFF), shuffle,
-        scratch.mark, scratch.stamp, scratch.tick)
+        scratch.mark, scratch.stamp, scratch.tick, link_seeds)
     return Subgraphs(node_ptr=node_ptr, nodes=nodes[:node_ptr[-1]])
 
 
@@ -167,7 +176,7 @@ def _expand_root(root, indptr, indices, d, n, n_max, ctx, k, mark, stamp, tick, 
 
 
 @njit(cache=True)
-def _sample_kernel(indptr, indices, src, dst, d, n, n_max, seed, shuffle, mark, stamp, tick):
+def _sample_kernel(indptr, indices, src, dst, d, n, n_max, seed, shuffle, mark, stamp, tick, link_seeds):
     rng = np.zeros(1, dtype=np.uint64)
     rng[0] = np.uint64(seed)
     _next64(rng)  # decorrelate neighbouring seeds
@@ -179,7 +188,11 @@ def _sample_kernel(indptr, indices, src, dst, d, n, n_max, seed, shuffle, mark, 
     frontier = np.empty(half, dtype=np.int64)
     nxt = np.empty(half, dtype=np.int64)
     nn = 0
+    per_link = link_seeds.shape[0] > 0
     for b in range(num_links):
+        if per_link:
+            rng[0] = link_seeds[b]
+            _next64(rng)
         u = src[b]
         v = dst[b]
         self_loop = u == v

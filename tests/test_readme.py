@@ -24,7 +24,8 @@ def test_exactly_two_setup_commands():
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
 
-@pytest.mark.parametrize("cli", ["preprocess", "trainer", "pipelines.run", "pipelines.score", "pipelines.report",
+@pytest.mark.parametrize("cli", ["preprocess", "trainer", "pipelines.run", "pipelines.score", "pipelines.recommend",
+                                 "pipelines.report",
                                  "pipelines.heuristics"])
 def test_cli_reference_matches_help(cli, monkeypatch):
     monkeypatch.setenv("COLUMNS", "100")

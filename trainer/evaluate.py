@@ -8,9 +8,9 @@ the pooled negatives). Every eval line of metrics.jsonl carries them all, for va
 summary's test metrics are those at the best validation epoch. Every rank computes the same
 metrics, so decisions that depend on them (best checkpoint) agree without another collective.
 The forward runs on the unwrapped module: DDP's forward may broadcast buffers, a collective that
-would hang when ranks hold different numbers of eval batches. Scores are computed in fp32, never under
-bf16 autocast: bf16 logits keep ~3 significant digits, so a positive would tie with some of its 500 hard
-negatives (HeaRT) and the rank would depend on rounding.
+would hang when ranks hold different numbers of eval batches. Scores come from the one scoring engine
+(trainer/scoring.py), in fp32, never under bf16 autocast: bf16 logits keep ~3 significant digits, so a
+positive would tie with some of its 500 hard negatives (HeaRT) and the rank would depend on rounding.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from common.metrics import regression_metrics
 from common.shards import ShardError, load_queries
 from trainer import distributed
 from trainer.data import eval_loader
+from trainer.scoring import forward_batches, fp32_inference, synchronize
 
 log = logging.getLogger(__name__)
 
@@ -68,26 +69,17 @@ def scores_to_metrics(manifest: dict, split: str, protocol: str, cid: np.ndarray
 
 
 def score_eval_set(model: torch.nn.Module, loader, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """(cid, score, label) of every candidate this rank's loader yields; fp32 forward, logits on the CPU."""
+    """(cid, score, label) of every candidate this rank's loader yields, through the scoring engine
+    (trainer/scoring.py: fp32 forward, logits on the CPU)."""
     cids, scores, labels = [], [], []
-    was_training = model.training
-    precision = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")  # no TF32 either: scores in true fp32
-    model.eval()
-    try:
-        with torch.no_grad():
-            for batch in loader:
-                logits = model(batch.to(device, non_blocking=True))
-                cids.append(batch.link_cid)  # one score per link (LRP-k pools its k copies)
-                labels.append(batch.link_label)
-                scores.append(logits.float().to("cpu", non_blocking=True))  # one sync at the cat below
-    finally:
-        model.train(was_training)
-        torch.set_float32_matmul_precision(precision)
+    with fp32_inference(model):
+        for batch, logits in forward_batches(model, loader, device):
+            cids.append(batch.link_cid)  # one score per link (LRP-k pools its k copies)
+            labels.append(batch.link_label)
+            scores.append(logits)
     if not cids:
         return torch.zeros(0, dtype=torch.int64), torch.zeros(0), torch.zeros(0)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)  # the non-blocking copies above have landed
+    synchronize(device)  # the non-blocking copies have landed
     return torch.cat(cids), torch.cat(scores), torch.cat(labels)
 
 

@@ -1,0 +1,236 @@
+"""Top-k link recommendations per node: retrieve a pool of candidates, re-rank it with PENCIL.
+
+    python -m pipelines.recommend --checkpoint RUN (--nodes FILE | --all-nodes) --k 20 --pool 100 \\
+        --retriever {ra,aa,ppr,mix} [--orderings k] [--graph EDGES] [--bipartite] --out recs.parquet
+    python -m pipelines.recommend --evaluate RUN --pool 100 --retriever ra [--out metrics.json]
+
+Per block of query nodes (--block-nodes): the top --pool non-neighbours by the retriever
+(common/retrieval.py), every (node, candidate) pair scored through the one scoring engine
+(trainer/scoring.py: evaluation sampler and seed policy, token-budget batches, GPU when present), the
+top --k kept. Output Parquet columns: node, candidate, rank (1 = best), score (PENCIL probability,
+mean over --orderings), retriever_score. A node gets fewer than k rows only when its pool is smaller
+(logged with the reason). Each finished block is a part file in OUT's `.NAME.parts/` folder; a rerun
+of a killed job keeps them and computes only the rest; the parts are merged into OUT atomically.
+Under `ray job submit` (RAY_ADDRESS set) or with --ray, blocks run as Ray tasks (retrieval and
+sampling on CPUs) feeding an actor pool that holds the model (a GPU per actor where the cluster has
+them): pipelines/recommend_ray.py. --evaluate: full-ranking evaluation (pipelines/full_ranking.py).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from common import snapshot
+from common.cli import add_debug_flag, one_line_errors, run_cli
+from common.datasets import DatasetError, load_dataset
+from common.retrieval import RETRIEVERS, RetrievalError
+from common.shards import read_manifest
+from pipelines.recommend_core import (COLUMNS, RecConfig, RecommendError, log_short_lists, read_nodes, run_block,
+                                      sampler_for, scorer_for)
+
+log = logging.getLogger("pipelines.recommend")
+FAIL_AFTER_ENV = "PENCIL_RECOMMEND_FAIL_AFTER"  # tests: die after this many new part files (a killed job)
+JOB_FILE = "job.json"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m pipelines.recommend", description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", help="a run folder (best.pt, else last.pt) or a .pt file")
+    p.add_argument("--evaluate", metavar="RUN", help="full-ranking evaluation of this run instead of recommending")
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--nodes", help="query nodes: one id per line, or a .csv/.parquet column 'node'")
+    who.add_argument("--all-nodes", action="store_true", help="recommend for every node of the graph")
+    p.add_argument("--k", type=int, default=20, help="recommendations per node (default 20)")
+    p.add_argument("--pool", type=int, default=100, help="candidates retrieved per node and re-ranked (default 100)")
+    p.add_argument("--retriever", default="ra", choices=RETRIEVERS, help="candidate retriever (default ra)")
+    p.add_argument("--orderings", type=int, default=1, help="subgraph draws averaged per pair (default 1)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampled subgraphs (default 0)")
+    p.add_argument("--graph", default="test", help="graph to recommend on: train/valid/test (the split's graph, "
+                   "default test) or an edge-list file (.csv/.parquet, src,dst) of today's graph")
+    p.add_argument("--bipartite", action="store_true", help="src and dst of the edge list are two kinds of nodes: "
+                   "candidates only of the other kind (needs --graph EDGES or an edge-list dataset)")
+    p.add_argument("--block-nodes", type=int, default=256, help="query nodes per block (bounds memory; default 256)")
+    p.add_argument("--batch-size", type=int, default=4096, help="pairs per forward pass at most (default 4096)")
+    p.add_argument("--token-budget", type=int, default=None, help="tokens per forward pass (default by device)")
+    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--ray", action="store_true", help="run on Ray (implied when RAY_ADDRESS is set)")
+    p.add_argument("--num-cpus", type=int, default=None, help="CPUs of an embedded Ray (default all)")
+    p.add_argument("--splits", default="valid,test", help="--evaluate: splits to rank (default valid,test)")
+    p.add_argument("--out", required=True, help="recs.parquet (recommend) or metrics .json (--evaluate)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_debug_flag(p)
+    return one_line_errors(p)
+
+
+def load_run(checkpoint_arg: str, device):
+    """(model, manifest, dataset, RecConfig fields) of a trained run."""
+    from pipelines.score import ScoreError, load_model, resolve_checkpoint
+    from trainer import checkpoint
+    try:
+        path = resolve_checkpoint(checkpoint_arg)
+    except ScoreError as err:
+        raise RecommendError(str(err)) from None
+    ckpt = checkpoint.load(path)
+    manifest = read_manifest(ckpt["config"]["data"]["shards"])
+    pre = manifest["config"]
+    dataset = load_dataset(pre["dataset"], data_dir=pre.get("data_dir"), ogb_root=pre.get("ogb_root"),
+                           planetoid_dir=pre.get("planetoid_dir"), seed=pre.get("seed", 0))
+    fields = {"sampling": (pre["sampling"]["d"], pre["sampling"]["n"]), "n_max": int(manifest["n_max"])}
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    return load_model(ckpt, manifest, device), dataset, fields, digest
+
+
+def side_flags(args, dataset, num_nodes: int):
+    if not args.bipartite:
+        return None
+    source = args.graph if args.graph not in snapshot.SPLIT_NAMES else dataset.name
+    if not Path(source).suffix.lower() in (".csv", ".parquet", ".pq", ".gz"):
+        raise RecommendError("--bipartite: the node kinds come from an edge list's src and dst columns; pass "
+                             "--graph EDGES (a .csv/.parquet edge list)")
+    return snapshot.node_sides(source, num_nodes)
+
+
+# ---------------------------------------------------------------------------- parts and merge
+def parts_dir(out: Path) -> Path:
+    return out.with_name(f".{out.name}.parts")
+
+
+def open_parts(out: Path, fingerprint: str) -> Path:
+    """The part folder of this job; a folder of another job (other flags, checkpoint or graph) is refused."""
+    folder = parts_dir(out)
+    job = folder / JOB_FILE
+    if job.exists():
+        have = json.loads(job.read_text()).get("fingerprint")
+        if have != fingerprint:
+            raise RecommendError(f"{folder}: holds the parts of another job (other flags, checkpoint, nodes or graph); "
+                                 "delete it or choose another --out")
+        return folder
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = job.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"fingerprint": fingerprint}))
+    os.replace(tmp, job)
+    return folder
+
+
+def part_path(folder: Path, block_id: int) -> Path:
+    return folder / f"part-{block_id:06d}.parquet"
+
+
+def write_atomic(table: pa.Table, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+def merge_parts(folder: Path, num_blocks: int, out: Path) -> pa.Table:
+    tables = [pq.read_table(part_path(folder, b)) for b in range(num_blocks)]
+    schema = pa.schema([("node", pa.int64()), ("candidate", pa.int64()), ("rank", pa.int32()),
+                        ("score", pa.float64()), ("retriever_score", pa.float64())])
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(table.select(list(COLUMNS)), out)
+    shutil.rmtree(folder)
+    return table
+
+
+class Progress:
+    """A progress bar over query nodes with nodes/s and pairs/s."""
+
+    def __init__(self, total: int, done: int, enabled: bool):
+        from tqdm import tqdm
+        self.bar = tqdm(total=total, initial=done, unit="node", desc="recommend", disable=not enabled,
+                        dynamic_ncols=True)
+        self.start, self.nodes, self.pairs = time.perf_counter(), 0, 0
+
+    def update(self, nodes: int, pairs: int) -> None:
+        self.nodes += nodes
+        self.pairs += pairs
+        dt = max(time.perf_counter() - self.start, 1e-9)
+        self.bar.set_postfix_str(f"{self.nodes / dt:.1f} nodes/s, {self.pairs / dt:.0f} pairs/s", refresh=False)
+        self.bar.update(nodes)
+
+    def close(self) -> tuple[float, float]:
+        self.bar.close()
+        dt = max(time.perf_counter() - self.start, 1e-9)
+        return self.nodes / dt, self.pairs / dt
+
+
+# ---------------------------------------------------------------------------- the job
+def recommend(args) -> int:
+    from trainer.scoring import default_device
+    device = default_device(args.device)
+    model, dataset, fields, digest = load_run(args.checkpoint, device)
+    graph = snapshot.graph_for(args.graph, dataset)
+    side = side_flags(args, dataset, graph.num_nodes)
+    queries = np.arange(graph.num_nodes, dtype=np.int64) if args.all_nodes else read_nodes(args.nodes, graph.num_nodes)
+    cfg = RecConfig(k=args.k, pool=args.pool, retriever=args.retriever, orderings=args.orderings, seed=args.seed,
+                    block_nodes=args.block_nodes, token_budget=args.token_budget, batch_size=args.batch_size, **fields)
+    blocks = [queries[i:i + cfg.block_nodes] for i in range(0, len(queries), cfg.block_nodes)]
+    nodes_key = hashlib.sha256(queries.tobytes()).hexdigest()[:16]
+    out = Path(args.out)
+    folder = open_parts(out, cfg.fingerprint(digest, graph.fingerprint(), nodes_key, str(args.bipartite)))
+    todo = [b for b in range(len(blocks)) if not part_path(folder, b).exists()]
+    log.info("recommending top-%d of a %s pool of %d for %d nodes of %s (%d blocks, %d already done) on %s",
+             cfg.k, cfg.retriever, cfg.pool, len(queries), args.graph, len(blocks), len(blocks) - len(todo), device)
+    progress = Progress(len(queries), sum(len(blocks[b]) for b in range(len(blocks)) if b not in set(todo)),
+                        not args.no_progress)
+    fail_after = int(os.environ.get(FAIL_AFTER_ENV, "0") or 0)
+    written = 0
+
+    def done(block_id: int, table: pa.Table, pairs: int) -> None:
+        nonlocal written
+        write_atomic(table, part_path(folder, block_id))
+        progress.update(len(blocks[block_id]), pairs)
+        written += 1
+        if fail_after and written >= fail_after:
+            raise RuntimeError(f"{FAIL_AFTER_ENV}={fail_after}: stopping after {written} part file(s) (a test)")
+
+    if args.ray or os.environ.get("RAY_ADDRESS"):
+        from pipelines.recommend_ray import run_on_ray
+        run_on_ray(args.checkpoint, graph, side, cfg, blocks, todo, done, args.num_cpus, device.type)
+    else:
+        sampler, scorer = sampler_for(graph, cfg), scorer_for(model, graph, cfg, device)
+        for b in todo:
+            table, pairs = run_block(b, blocks[b], graph, side, cfg, sampler, scorer)
+            done(b, table, pairs)
+    nodes_s, pairs_s = progress.close()
+    table = merge_parts(folder, len(blocks), out)
+    log_short_lists(table, queries, cfg.k)
+    log.info("wrote %s: %d recommendations for %d nodes (%.1f nodes/s, %.0f pairs/s)", out, table.num_rows,
+             len(queries), nodes_s, pairs_s)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv, prog="python -m pipelines.recommend")
+
+
+def _main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.evaluate:
+            from pipelines.full_ranking import evaluate_run
+            return evaluate_run(args)
+        if not args.checkpoint:
+            raise RecommendError("--checkpoint: required (a run folder), or pass --evaluate RUN")
+        if not (args.nodes or args.all_nodes):
+            raise RecommendError("pass --nodes FILE or --all-nodes: which nodes to recommend for")
+        return recommend(args)
+    except (RecommendError, RetrievalError, DatasetError) as err:
+        parser.error(str(err))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

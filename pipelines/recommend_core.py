@@ -1,0 +1,162 @@
+"""The steps of a recommendation job shared by the single-process and the Ray paths (pipelines.recommend).
+
+Per block of query nodes: retrieve each node's pool (common.retrieval), sample every (node, candidate)
+pair's subgraph (scoring engine's CPU half), score them (scoring engine), keep the top k per node. A
+finished block becomes one Parquet part file; the job merges the parts at the end.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import torch
+
+from common.retrieval import RETRIEVERS, retrieve
+from preprocess.sampler import Scratch, sample_subgraphs
+from trainer.scoring import PairSampler, PairScorer
+
+log = logging.getLogger("pipelines.recommend")
+COLUMNS = ("node", "candidate", "rank", "score", "retriever_score")
+
+
+class RecommendError(ValueError):
+    """Bad recommendation input; the message names the flag or file and the fix."""
+
+
+@dataclass(frozen=True)
+class RecConfig:
+    k: int = 20
+    pool: int = 100
+    retriever: str = "ra"
+    orderings: int = 1
+    seed: int = 0
+    block_nodes: int = 256  # query nodes per block: bounds a worker's memory (pool x block pairs at a time)
+    sampling: tuple = (1, 20)
+    n_max: int = 42
+    token_budget: int | None = None
+    batch_size: int = 4096
+
+    def __post_init__(self):
+        for flag, value in (("--k", self.k), ("--pool", self.pool), ("--orderings", self.orderings),
+                            ("--block-nodes", self.block_nodes), ("--batch-size", self.batch_size)):
+            if value < 1:
+                raise RecommendError(f"{flag}: must be >= 1, got {value}")
+        if self.retriever not in RETRIEVERS:
+            raise RecommendError(f"--retriever: unknown '{self.retriever}'; use one of {', '.join(RETRIEVERS)}")
+        if self.pool < self.k:
+            raise RecommendError(f"--pool {self.pool} is smaller than --k {self.k}; the pool must hold at least k "
+                                 "candidates to re-rank")
+
+    def fingerprint(self, *parts: str) -> str:
+        """What a part file's content depends on (resuming with anything else changed is refused)."""
+        h = hashlib.sha256(json.dumps(asdict(self), sort_keys=True, default=list).encode())
+        for p in parts:
+            h.update(p.encode())
+        return h.hexdigest()[:16]
+
+
+def sampler_for(graph, cfg: RecConfig) -> PairSampler:
+    sample = functools.partial(sample_subgraphs, scratch=Scratch(graph.indptr))
+    return PairSampler(graph.indptr, graph.indices, cfg.sampling, sample, cfg.seed)
+
+
+def scorer_for(model, graph, cfg: RecConfig, device: torch.device) -> PairScorer:
+    sample = functools.partial(sample_subgraphs, scratch=Scratch(graph.indptr))
+    return PairScorer(model, graph.indptr, graph.indices, cfg.sampling, cfg.n_max, sample, seed=cfg.seed,
+                      orderings=cfg.orderings, token_budget=cfg.token_budget, max_pairs=cfg.batch_size, device=device)
+
+
+@dataclass
+class Prepared:
+    """A block after the CPU stages: its pools as flat pairs and each ordering's sampled blocks."""
+
+    block_id: int
+    queries: np.ndarray
+    node: np.ndarray  # (P,) query of each pair
+    cand: np.ndarray  # (P,)
+    retr: np.ndarray  # (P,) retriever score
+    sampled: list  # per ordering: list of common.shards.Block
+
+
+def prepare_block(block_id: int, queries: np.ndarray, graph, side, cfg: RecConfig, sampler: PairSampler) -> Prepared:
+    pool = retrieve(graph, queries, cfg.retriever, cfg.pool, side=side)
+    node, cand, retr = pool.pairs()
+    pairs = np.stack([node, cand], axis=1)
+    sampled = [list(sampler.blocks(pairs, k)) for k in range(cfg.orderings)]
+    return Prepared(block_id, queries, node, cand, retr, sampled)
+
+
+def probabilities(logits: np.ndarray) -> np.ndarray:
+    """Mean probability over orderings, in float64."""
+    return (1.0 / (1.0 + np.exp(-logits.astype(np.float64)))).mean(0)
+
+
+def top_k(queries: np.ndarray, node, cand, score, retr, k: int) -> pa.Table:
+    """The k best candidates of every query by PENCIL score (ties: higher retriever score, then smaller id)."""
+    row = np.searchsorted(queries, node) if len(node) else node
+    order = np.lexsort((cand, -retr, -score, row))
+    row_s = row[order]
+    start = np.searchsorted(row_s, np.arange(len(queries)))
+    rank = np.arange(len(order)) - start[row_s] if len(order) else np.zeros(0, np.int64)
+    keep = order[rank < k]
+    return pa.table({"node": node[keep].astype(np.int64), "candidate": cand[keep].astype(np.int64),
+                     "rank": (rank[rank < k] + 1).astype(np.int32), "score": score[keep].astype(np.float64),
+                     "retriever_score": retr[keep].astype(np.float64)})
+
+
+def finish_block(prep: Prepared, logits: np.ndarray, k: int) -> pa.Table:
+    return top_k(prep.queries, prep.node, prep.cand, probabilities(logits), prep.retr, k)
+
+
+def run_block(block_id, queries, graph, side, cfg, sampler, scorer) -> tuple[pa.Table, int]:
+    """Single-process path: one block end to end; returns (top-k table, pairs scored)."""
+    prep = prepare_block(block_id, np.sort(queries), graph, side, cfg, sampler)
+    logits = scorer.score_blocks(prep.sampled, len(prep.node))
+    return finish_block(prep, logits, cfg.k), len(prep.node)
+
+
+def log_short_lists(table: pa.Table, queries: np.ndarray, k: int) -> int:
+    """Log the nodes that got fewer than k recommendations and why; returns how many."""
+    counts = np.bincount(np.searchsorted(queries, table.column("node").to_numpy()), minlength=len(queries))
+    short = np.flatnonzero(counts < k)
+    if short.size:
+        ex = short[:5]
+        log.warning("%d of %d nodes got fewer than k=%d recommendations: their retriever pool held fewer "
+                    "non-neighbours with a positive score (an isolated node, a small component, or a 2-hop "
+                    "neighbourhood smaller than k for ra/aa; try --retriever ppr or mix); e.g. %s", short.size,
+                    len(queries), k, ", ".join(f"node {int(queries[i])}: {int(counts[i])}" for i in ex))
+    return int(short.size)
+
+
+def read_nodes(path: str, num_nodes: int) -> np.ndarray:
+    """--nodes FILE: one id per line (text), or a column 'node' (.csv/.parquet); distinct, sorted."""
+    p = Path(path)
+    if not p.is_file():
+        raise RecommendError(f"--nodes {p}: file not found; pass one node id per line or a column 'node'")
+    if p.suffix.lower() in (".parquet", ".pq", ".csv"):
+        from common.datasets.edgelist import _read_table
+        df = _read_table(p)
+        if "node" not in df.columns:
+            raise RecommendError(f"--nodes {p}: no column 'node' (found: {', '.join(map(str, df.columns))})")
+        raw = df["node"].to_numpy()
+    else:
+        try:
+            raw = np.loadtxt(p, dtype=np.int64, ndmin=1)
+        except ValueError as err:
+            raise RecommendError(f"--nodes {p}: not one integer node id per line ({err})") from None
+    if raw.size and not np.issubdtype(raw.dtype, np.integer):
+        raise RecommendError(f"--nodes {p}: node ids must be integers, got {raw.dtype}")
+    nodes = np.unique(raw.astype(np.int64))
+    bad = nodes[(nodes < 0) | (nodes >= num_nodes)]
+    if bad.size:
+        raise RecommendError(f"--nodes {p}: {bad.size} unknown node id(s) (first: {int(bad[0])}); the graph has "
+                             f"nodes 0..{num_nodes - 1}")
+    if not nodes.size:
+        raise RecommendError(f"--nodes {p}: no node ids in the file")
+    return nodes

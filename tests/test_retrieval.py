@@ -1,0 +1,143 @@
+"""Candidate retrieval (common/retrieval.py): exact values on hand-built graphs, a slow reference, and the
+rules every pool obeys (never the query, never a neighbour, only across sides on a bipartite graph)."""
+import math
+
+import numpy as np
+import pytest
+
+from common.graph import Graph
+from common.retrieval import RRF_K, RetrievalError, ppr_scores, retrieve
+
+# 0-1, 1-2, 2-3, 1-4, 0-2: degrees 2, 3, 3, 1, 1
+TINY = Graph.from_edges([(0, 1), (1, 2), (2, 3), (1, 4), (0, 2)], num_nodes=5)
+
+
+def rows(pool):
+    return [pool.cand[i, :pool.count[i]].tolist() for i in range(len(pool.queries))]
+
+
+def test_ra_exact_values_on_a_tiny_graph():
+    p = retrieve(TINY, [0, 3, 4], "ra", 5)
+    # 0's neighbours 1 and 2 (1/3 each) lead to 4 and 3; 1 and 2 reach each other but are 0's neighbours.
+    assert rows(p) == [[3, 4], [0, 1], [0, 2]]
+    np.testing.assert_allclose(p.score[0, :2], [1 / 3, 1 / 3])
+    assert p.count.tolist() == [2, 2, 2] and p.cand[0, 2:].tolist() == [-1, -1, -1]
+    assert np.all(np.isneginf(p.score[0, 2:]))
+    one = retrieve(TINY, [0], "ra", 1)  # a tie is broken by the smaller node id
+    assert one.cand.tolist() == [[3]]
+
+
+def test_aa_skips_degree_one_middles():
+    # 3's only path of 2 hops goes through 2 (degree 3): AA = 1/log 3 to 0 and 1.
+    p = retrieve(TINY, [3, 4], "aa", 3)
+    assert rows(p) == [[0, 1], [0, 2]]
+    np.testing.assert_allclose(p.score[0, :2], [1 / math.log(3)] * 2)
+    # a star's leaves meet only through the centre; a path of length 2 through a degree-1 node is impossible
+    path = Graph.from_edges([(0, 1), (1, 2)], num_nodes=3)
+    assert rows(retrieve(path, [0], "aa", 2)) == [[2]]
+    assert retrieve(path, [0], "aa", 2).score[0, 0] == pytest.approx(1 / math.log(2))
+
+
+def test_ppr_matches_the_linear_solve():
+    g = Graph.from_edges([(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (1, 4)], num_nodes=7)  # node 6 isolated
+    alpha = 0.2
+    a = np.zeros((7, 7))
+    e = g.edge_array()
+    a[e[:, 0], e[:, 1]] = a[e[:, 1], e[:, 0]] = 1
+    walk = a / np.maximum(a.sum(0), 1)  # A D^-1
+    exact = np.linalg.solve(np.eye(7) - (1 - alpha) * walk, alpha * np.eye(7))  # column u = PPR of u
+    got = ppr_scores(g, np.arange(6), alpha=alpha, tol=1e-13)
+    np.testing.assert_allclose(got, exact[:, :6].T, atol=1e-12)
+    p = retrieve(g, [0], "ppr", 10, alpha=alpha, tol=1e-13)
+    want = [v for v in np.argsort(-exact[:, 0], kind="stable") if v not in (0, 1) and exact[v, 0] > 0]
+    assert rows(p) == [want]  # 2..5 reached (3 hops away too), never 6 (unreachable), 1 (neighbour) or 0
+    iso = retrieve(g, [6], "ppr", 3)
+    assert iso.count.tolist() == [0]
+
+
+def test_mix_is_reciprocal_rank_fusion():
+    ra, ppr = retrieve(TINY, [3], "ra", 4), retrieve(TINY, [3], "ppr", 4)
+    fused = {}
+    for pool in (ra, ppr):
+        for k, v in enumerate(pool.cand[0, :pool.count[0]]):
+            fused[int(v)] = fused.get(int(v), 0.0) + 1 / (RRF_K + k + 1)
+    want = sorted(fused, key=lambda v: (-round(fused[v], 12), v))
+    mix = retrieve(TINY, [3], "mix", 4)
+    assert rows(mix) == [want]
+    np.testing.assert_allclose(mix.score[0, :len(want)], [fused[v] for v in want])
+
+
+def test_bipartite_pools_cross_sides_by_three_hop_paths():
+    # users 0, 1, 2; items 3, 4, 5
+    g = Graph.from_edges([(0, 3), (0, 4), (1, 4), (1, 5), (2, 5)], num_nodes=6)
+    side = np.array([1, 1, 1, 0, 0, 0], bool)
+    p = retrieve(g, [0, 2, 3], "ra", 5, side=side)
+    assert rows(p) == [[5], [4], [1]]  # 0-4-1-5: (1/2)(1/2)
+    np.testing.assert_allclose(p.score[:, 0], [0.25, 0.25, 0.25])
+    for method in ("ppr", "mix", "aa"):
+        q = retrieve(g, np.arange(6), method, 6, side=side)
+        r, c, _ = q.pairs()
+        assert np.all(side[r] != side[c]), method
+        assert not g.has_edge(r, c).any()
+
+
+# ---------------------------------------------------------------------------- slow reference
+def reference(g: Graph, u: int, method: str, pool: int, alpha=0.15, tol=1e-6) -> list[int]:
+    nbrs = set(g.neighbors(u).tolist())
+    deg = g.degree
+    if method == "ppr":
+        p = ppr_scores(g, np.array([u]), alpha, tol)[0]
+        score = {v: p[v] for v in range(g.num_nodes) if p[v] > 0}
+    else:
+        score = {}
+        for w in g.neighbors(u):
+            wt = 1 / deg[w] if method == "ra" else (1 / math.log(deg[w]) if deg[w] > 1 else 0.0)
+            for v in g.neighbors(w):
+                score[int(v)] = score.get(int(v), 0.0) + wt
+        score = {v: s for v, s in score.items() if s > 0}
+    cands = [v for v in score if v != u and v not in nbrs]
+    return sorted(cands, key=lambda v: (-float(f"{score[v]:.11e}"), v))[:pool]
+
+
+@pytest.mark.parametrize("method", ["ra", "aa", "ppr", "mix"])
+def test_blocks_match_a_slow_reference(method):
+    rng = np.random.default_rng(3)
+    g = Graph.from_edges(rng.integers(0, 60, size=(150, 2)), num_nodes=62)  # 60, 61 isolated
+    queries = np.arange(62)
+    whole = retrieve(g, queries, method, 8)
+    blocked = retrieve(g, queries, method, 8, block=7)
+    np.testing.assert_array_equal(whole.cand, blocked.cand)
+    np.testing.assert_allclose(whole.score, blocked.score, rtol=1e-12)
+    if method == "mix":
+        ra, ppr = (retrieve(g, queries, m, 8) for m in ("ra", "ppr"))
+        for i in queries:
+            fused = {}
+            for pool in (ra, ppr):
+                for k, v in enumerate(pool.cand[i, :pool.count[i]]):
+                    fused[int(v)] = fused.get(int(v), 0.0) + 1 / (RRF_K + k + 1)
+            want = sorted(fused, key=lambda v: (-round(fused[v], 12), v))[:8]
+            assert rows(whole)[i] == want
+        return
+    for u in queries:
+        assert rows(whole)[u] == reference(g, int(u), method, 8), u
+
+
+@pytest.mark.parametrize("method", ["ra", "aa", "ppr", "mix"])
+def test_never_proposes_the_query_or_a_neighbour_on_citeseer(method):
+    from common.datasets import load_dataset
+    g = load_dataset("citeseer").graph
+    q = np.arange(0, g.num_nodes, 37)
+    p = retrieve(g, q, method, 50)
+    r, c, s = p.pairs()
+    assert len(r) > 0 and np.all(r != c) and not g.has_edge(r, c).any()
+    assert np.all(c < g.num_nodes) and np.all(s > 0)
+    assert np.all(np.diff(np.where(p.cand >= 0, p.score, -1e300), axis=1) <= 0)  # best first, padding last
+
+
+def test_bad_input_names_the_flag():
+    with pytest.raises(RetrievalError, match="--retriever: unknown retriever 'cn'"):
+        retrieve(TINY, [0], "cn", 3)
+    with pytest.raises(RetrievalError, match="--pool: must be >= 1"):
+        retrieve(TINY, [0], "ra", 0)
+    with pytest.raises(RetrievalError, match="query node 9 is not in the graph"):
+        retrieve(TINY, [9], "ra", 3)
