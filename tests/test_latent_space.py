@@ -1,6 +1,7 @@
 """Latent-space graphs (paper appendix): the split and negative semantics on small generated graphs, the
 recipe's grid against the paper's tables, and a tiny end-to-end run of pipelines.latent_space."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -81,6 +82,11 @@ def test_markdown_puts_measured_beside_paper():
     assert "| PENCIL | – / 77.63 | – / 74.37 | 90.00 ± 2.00 / 93.59 | – / 36.01 |" in md
 
 
+def manifest_dir(shard_cache) -> Path:
+    (found,) = [m.parent for m in (shard_cache / "latent_space").rglob("manifest.json")]
+    return found
+
+
 def test_latent_space_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
     rc = ls.main(["--preset", "tiny", "--settings", "2:1", "--seeds", "0", "--num-nodes", "200", "--num-cpus", "1",
                   "--out", str(tmp_path / "res"), "--shards", str(cached_set(shard_cache, "latent_space")), "--device", "cpu",
@@ -90,7 +96,12 @@ def test_latent_space_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
     results = json.loads((out / "results.json").read_text())
     got = {r["model"] for r in results["table"]}
     assert got == {"CN", "AA", "GCN", "GAT", "PENCIL"}
-    assert all(r["setting"] == [2, 1] and 0 <= r["mrr"][0] <= 100 for r in results["table"])
+    # Every model beats what random scores get on this very test query set (99.9 % of random draws stay below
+    # it: ~9.7 % here, 154 positives against 154 shared negatives). Measured seed 0: CN 46.8, AA 52.5, GCN 25.6,
+    # GAT 12.9, PENCIL 16.8 (0.3 epochs).
+    from tests.chance import chance_mrr_of_set
+    chance = 100 * chance_mrr_of_set(manifest_dir(shard_cache))
+    assert all(r["setting"] == [2, 1] and chance < r["mrr"][0] <= 100 for r in results["table"]), (chance, results["table"])
     pencil = json.loads((out / "latent_s2_mu1" / "pencil" / "seed0" / "result.json").read_text())
     assert pencil["model"] == "PENCIL" and "mrr" in pencil["test"]
     # PENCIL trained with the node features that ride with the shard set
