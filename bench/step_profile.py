@@ -44,6 +44,10 @@ from trainer.packing import pack_samples as pack  # hand-built sample dicts
 MATMUL, ATTENTION, GATHER, NORM, ACTIVATION, ELEMENTWISE, COPY, REDUCTION, VIEW = (
     "matmul", "attention", "gather/scatter", "layernorm", "gelu/dropout", "other elementwise", "copy/fill/cast",
     "reduction", "view (no kernel)")
+# One device (or one CPU thread) cannot be busy for longer than the step lasts: a profiled busy time above
+# the unprofiled wall time (beyond the profiler's own overhead and timing noise) means events are counted twice
+# or belong to other work; the summary marks such a row "(!)". (A threshold of the bench, not of the tests.)
+BUSY_OVER_WALL = 2.0
 OPTIMIZER, HOST, UNATTRIBUTED = "optimizer", "outside operators", "kernels of no operator"
 KINDS = (MATMUL, ATTENTION, GATHER, NORM, ACTIVATION, ELEMENTWISE, COPY, REDUCTION, VIEW, OPTIMIZER, HOST,
          UNATTRIBUTED)
@@ -172,7 +176,7 @@ def budget_rows(model: Pencil, samples: list[dict], n_max: int, budget: int, dev
     att = float(np.mean([attention_flops(model, l) for l in per_step]))
     flops = mm + att
     summary = [budget, f"{tokens:.0f}", f"{links:.0f}", f"{m['wall_ms']:.1f}", f"{m['busy_ms']:.1f}",
-               f"{m['busy_ms'] / m['wall_ms']:.0%}", f"{m['count']:.0f}", f"{tokens / m['wall_ms'] * 1e3:.3g}"]
+               f"{m['busy_ms'] / m['wall_ms']:.0%}" + ("  (!)" if m["busy_ms"] > BUSY_OVER_WALL * m["wall_ms"] else ""), f"{m['count']:.0f}", f"{tokens / m['wall_ms'] * 1e3:.3g}"]
     if m["peak_gb"] is not None:  # CUDA
         summary += [f"{flops / (m['wall_ms'] / 1e3) / peak:.1%}" if peak else "n/a",
                     f"{flops / (m['busy_ms'] / 1e3) / peak:.1%}" if peak else "n/a", f"{m['peak_gb']:.1f}"]
@@ -241,6 +245,9 @@ def main(argv=None) -> None:
             "tokens/s"] + (["MFU", "MFU if busy", "peak GB"] if cuda else [])
     print_table(f"profile: one step (forward+backward+AdamW), {what}; busy = device time in kernels "
                 "(CPU: in operators)", cols, summaries)
+    if any(str(s[5]).endswith("(!)") for s in summaries if len(s) > 5):
+        print(f"(!) busy time above {BUSY_OVER_WALL:g} x the step's wall time: the attribution counts something twice "
+              "or another process's work; do not trust that row's kinds")
     print_table("profile by kind of operator (ms per step, share of busy time; TFLOP/s of the model's useful "
                 "FLOPs of that kind)", ["budget", "kind", "ms", "share", "kernels" if cuda else "calls", "TFLOP/s"],
                 kinds)

@@ -7,6 +7,11 @@ separates the tests *of* the Ray job from the tests that only *read* shard sets:
 - the latter build their sets under the `shard_cache` folder. By default it is a fresh temporary folder
   (the Ray job runs). With PENCIL_TEST_SHARD_CACHE=<dir> it is that folder: the first run fills it, and a
   rerun finds every set there, a cache hit that never imports Ray. `bench/gpu_bundle.sh` fills one to carry.
+
+Real data (Planetoid raw files, HeaRT folders) comes from `../shared/data`, beside the clone, and from nowhere
+else (`shared_data`): absent, its tests skip on a laptop but FAIL under CI (CI=true), so a CI machine without
+it cannot go green by skipping. PENCIL_SHARED=<dir> names another shared folder (a git worktree's ../ is not
+the clone's).
 """
 from __future__ import annotations
 
@@ -22,6 +27,37 @@ except ImportError:
     HAS_RAY = False
 
 needs_ray = pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (CI installs it; the GPU image lacks it)")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def shared_root() -> Path:
+    """The shared folder: PENCIL_SHARED if set, else ../shared relative to the repository (never absolute)."""
+    env = os.environ.get("PENCIL_SHARED")
+    return Path(env).resolve() if env else REPO.parent / "shared"
+
+
+def require_shared(*parts: str) -> Path:
+    """shared_root()/data/<parts>, which must exist: missing, the test skips, or fails under CI (CI=true), with
+    the path it looked at and how to provide it."""
+    path = shared_root().joinpath("data", *parts)
+    if path.exists():
+        return path
+    msg = (f"{path}: shared test data not found; put the shared folder beside the clone (../shared) "
+           "or set PENCIL_SHARED=<dir>")
+    if in_ci():
+        pytest.fail(f"{msg} (CI=true: missing data fails instead of skipping)", pytrace=False)
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data with its Planetoid raw files (see require_shared)."""
+    return require_shared("planetoid").parent
 
 
 @pytest.fixture(scope="session")

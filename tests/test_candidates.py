@@ -42,7 +42,28 @@ def test_training_view_counts_labels_and_self_loops():
     assert not np.any(view.src[is_pos] == view.dst[is_pos])
     assert np.all(g.has_edge(view.src[is_pos], view.dst[is_pos]))
     assert not np.any(g.has_edge(view.src[~is_pos], view.dst[~is_pos]))
-    assert not np.all(np.diff(view.label) == 0)  # shuffled: positives and negatives interleave
+    # Shuffled: the runs of equal labels are as many as in a random order (Wald-Wolfowitz runs test; a
+    # [pos..., neg...] view has 2 runs, an alternating one far too many), and the positives left their input order.
+    n_pos, n_neg = p, 2 * p
+    runs = 1 + int(np.count_nonzero(np.diff(view.label)))
+    mean = 1 + 2 * n_pos * n_neg / (n_pos + n_neg)
+    var = (mean - 1) * (mean - 2) / (n_pos + n_neg - 1)
+    assert abs(runs - mean) < 4 * np.sqrt(var), (runs, mean)
+    in_order = training_positives(pos)
+    assert not np.array_equal(np.stack([view.src[is_pos], view.dst[is_pos]], 1), in_order)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_training_view_order_is_random_for_every_seed(seed):
+    """The runs test above, over seeds: where the positives land is uniform (each third of the view holds about
+    a third of them), so a view that keeps positives first, or last, fails."""
+    g, pos = graph_and_pos(seed=seed)
+    view = training_view(pos, g, 100.0, 2, np.random.default_rng(seed))
+    where = np.flatnonzero(view.label == 1) / len(view)
+    counts = np.histogram(where, bins=3, range=(0, 1))[0]
+    expected = len(where) / 3
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 18.4, counts  # chi-square, 2 degrees of freedom: p < 1e-4
 
 
 def test_percent_is_a_seeded_subset_per_view():

@@ -17,9 +17,8 @@ from common.datasets.edgelist import load_edge_list, sample_non_edges
 from common.datasets.heart import load_heart_dir
 from common.graph import Graph
 
-_CANDIDATES = [Path(__file__).resolve().parents[1].parent / "shared" / "data", Path("/work/shared/data")]
-SHARED = next((p for p in _CANDIDATES if (p / "planetoid").is_dir()), None)
-needs_shared = pytest.mark.skipif(SHARED is None, reason="shared/data (real Planetoid/HeaRT files) not present")
+# Real Planetoid/HeaRT files come from the `shared_data` fixture (tests/conftest.py): ../shared/data only,
+# and a CI machine without it fails rather than skipping.
 
 
 def keys(pairs, n):
@@ -61,9 +60,10 @@ def test_shipped_citeseer_counts(citeseer):
     assert ds.protocols == ["original", "heart"] and ds.x is None and ds.test_graph is None
 
 
-@needs_shared
 def test_heart_dir_matches_shipped_copy(citeseer):
-    ds = load_heart_dir(SHARED / "citeseer")
+    from tests.conftest import require_shared
+
+    ds = load_heart_dir(require_shared("citeseer"))
     assert ds.fingerprint() == citeseer.fingerprint()
     assert ds.graph.fingerprint() == citeseer.graph.fingerprint()
 
@@ -88,16 +88,15 @@ def test_tiny_heart_dir(tmp_path):
 
 
 # ------------------------------------------------------------------------------ Planetoid
-@needs_shared
-def test_citeseer_features_match_pyg(tmp_path):
+def test_citeseer_features_match_pyg(tmp_path, shared_data):
     from torch_geometric.datasets import Planetoid
 
     raw = tmp_path / "CiteSeer" / "raw"
     raw.mkdir(parents=True)
-    for f in (SHARED / "planetoid").glob("ind.citeseer.*"):
+    for f in (shared_data / "planetoid").glob("ind.citeseer.*"):
         shutil.copy(f, raw / f.name)
     pyg = Planetoid(str(tmp_path), "CiteSeer")[0]  # processes the raw copy, offline
-    ds = load_dataset("citeseer", planetoid_dir=str(SHARED / "planetoid"), features=True)
+    ds = load_dataset("citeseer", planetoid_dir=str(shared_data / "planetoid"), features=True)
     assert ds.x.shape == (3327, 3703) and ds.x.dtype == np.float32
     ref = pyg.x.numpy()
     zero_rows = np.flatnonzero(ref.sum(1) == 0)
@@ -113,23 +112,21 @@ def test_citeseer_features_match_pyg(tmp_path):
         assert pyg_graph.has_edge(pos[:, 0], pos[:, 1]).all()
 
 
-@needs_shared
 @pytest.mark.parametrize("name, shape, edges", [("cora", (2708, 1433), 5278), ("citeseer", (3327, 3703), 4552)])
-def test_numpy_reader_equals_pyg_reader(name, shape, edges):
+def test_numpy_reader_equals_pyg_reader(name, shape, edges, shared_data):
     from common.datasets.planetoid import read_planetoid
 
-    x_pyg, e_pyg = read_planetoid(name, SHARED / "planetoid", use_pyg=True)
-    x_np, e_np = read_planetoid(name, SHARED / "planetoid", use_pyg=False)
+    x_pyg, e_pyg = read_planetoid(name, shared_data / "planetoid", use_pyg=True)
+    x_np, e_np = read_planetoid(name, shared_data / "planetoid", use_pyg=False)
     assert x_pyg.shape == shape and np.array_equal(x_pyg, x_np)
     g_pyg, g_np = (Graph.from_edges(e, num_nodes=shape[0]) for e in (e_pyg, e_np))
     assert g_pyg.num_edges == edges and g_pyg.fingerprint() == g_np.fingerprint()
 
 
-@needs_shared
-def test_cora_random_split():
+def test_cora_random_split(shared_data):
     from common.datasets.planetoid import load_planetoid_random_split, read_planetoid
 
-    pdir = str(SHARED / "planetoid")
+    pdir = str(shared_data / "planetoid")
     ds = load_dataset("cora", planetoid_dir=pdir, seed=0)
     assert ds.num_nodes == 2708 and ds.x is None
     sizes = [len(ds.splits[s].pos) for s in ("train", "valid", "test")]
@@ -425,14 +422,11 @@ def test_sample_non_edges_refuses_impossible_requests():
 
 
 # ------------------------------------------------------------------------------ synthetic latent space
-def test_latent_space_graph_degree_speed_and_determinism():
-    import time
-
+def test_latent_space_graph_degree_and_determinism():
+    """Its speed is bench/sampler.py's to report (it times the generation of this very graph)."""
     from common.datasets.synthetic import latent_space_graph
 
-    t = time.perf_counter()
     g = latent_space_graph(10_000, 15.0, seed=0)
-    assert time.perf_counter() - t < 30  # ~2-4 s on a shared 2-core box; the benchmark needs it fast
     assert g.num_nodes == 10_000 and abs(2 * g.num_edges / g.num_nodes - 15.0) < 1.5
     small = latent_space_graph(1200, 8.0, seed=1, s=2.0)
     assert abs(2 * small.num_edges / 1200 - 8.0) < 0.8

@@ -11,12 +11,7 @@ from preprocess.job import run
 from trainer.config import config_for
 from trainer.model import model_for_shards
 from trainer.train import run as train
-from tests.conftest import cached_set
-
-ROOT = Path(__file__).resolve().parents[1]
-# CI (and every session) has shared/ beside the clone; resolved relative to the repository, never absolute.
-PLANETOID = next((p for p in (ROOT.parent / "shared" / "data" / "planetoid",) if (p / "ind.citeseer.x").exists()), None)
-needs_planetoid = pytest.mark.skipif(PLANETOID is None, reason="Planetoid raw files (shared/data/planetoid) not found")
+from tests.conftest import cached_set, require_shared
 
 
 def _config(tmp_path, **kw):
@@ -26,13 +21,12 @@ def _config(tmp_path, **kw):
 
 @pytest.fixture(scope="module")
 def feature_shards(shard_cache):
-    if PLANETOID is None:
-        pytest.skip("Planetoid raw files not found")
+    # ../shared/data/planetoid only: skips without it, fails under CI
+    planetoid = require_shared("planetoid", "ind.citeseer.x").parent
     # bench/gpu_bundle.sh leaves this set out (49 MB): without Ray it skips there
-    return run(_config(cached_set(shard_cache, "features"), features=True, planetoid_dir=str(PLANETOID)))
+    return run(_config(cached_set(shard_cache, "features"), features=True, planetoid_dir=str(planetoid)))
 
 
-@needs_planetoid
 def test_preprocess_writes_feature_table(feature_shards):
     manifest = read_manifest(feature_shards)
     assert manifest["features"] == {"file": FEATURES, "dim": 3703}
@@ -41,18 +35,23 @@ def test_preprocess_writes_feature_table(feature_shards):
     assert np.all(x.sum(1)[:10] > 0)  # rows are real (binary bag-of-words) features
 
 
-@needs_planetoid
 def test_trainer_attaches_features_and_checkpoints_without_them(feature_shards, tmp_path):
-    cfg = config_for("tiny", str(feature_shards), str(tmp_path / "run"), max_steps=3, progress=False,
-                     eval_splits=("valid",), data={"num_workers": 0})
-    summary = train(cfg)
-    assert summary["steps"] == 3
-    state = torch.load(tmp_path / "run" / "last.pt", weights_only=True)["model"]
-    assert state["features.0.weight"].shape == (32, 3703)  # G = Linear(f, d) was trained
-    assert "node_table" not in state  # the table is data: it ships with the shards, not the checkpoint
+    """G = Linear(f, d) is trained: the same seed after 1 and after 3 steps holds different weights, and not
+    merely rescaled ones (weight decay alone would only shrink a weight that gets no gradient)."""
+    weights = []
+    for steps in (1, 3):
+        cfg = config_for("tiny", str(feature_shards), str(tmp_path / f"run{steps}"), max_steps=steps, progress=False,
+                         eval_splits=("valid",), data={"num_workers": 0})
+        assert train(cfg)["steps"] == steps
+        state = torch.load(tmp_path / f"run{steps}" / "last.pt", weights_only=True)["model"]
+        assert "node_table" not in state  # the table is data: it ships with the shards, not the checkpoint
+        weights.append(state["features.0.weight"].double())
+    w1, w3 = weights
+    assert w1.shape == (32, 3703)
+    scaled = w1 * (w1 * w3).sum() / (w1 * w1).sum()  # the closest multiple of w1 to w3
+    assert (w3 - scaled).abs().max() > 1e-6
 
 
-@needs_planetoid
 def test_feature_table_changes_the_output(feature_shards):
     manifest = read_manifest(feature_shards)
     torch.manual_seed(0)

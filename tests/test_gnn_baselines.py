@@ -113,10 +113,23 @@ def test_recipe_end_to_end_tiny(tmp_path, capsys):
     assert gnn_baselines.main(["--preset", "tiny", "--inputs", "constant", "--models", "gcn", "--seeds", "0",
                                "--out", str(tmp_path), "--device", "cpu"]) == 0
     out = tmp_path / "gnn_baselines" / "tiny"
+    recs = {}
     for proto in ("original", "heart"):
-        rec = json.loads((out / proto / "gcn-constant" / "seed0" / "result.json").read_text())
-        assert rec["model"] == "GCN (constant)" and rec["protocol"] == proto and 0 <= rec["test"]["mrr"] <= 1
+        rec = recs[proto] = json.loads((out / proto / "gcn-constant" / "seed0" / "result.json").read_text())
+        assert rec["model"] == "GCN (constant)" and rec["protocol"] == proto
         assert rec["config"]["use_features"] is False and rec["best_epoch"] in (1, 2)
+    # Original protocol: 455 test positives against 455 shared random negatives. Random scores stay below ~0.03
+    # (99.9 %), a constant score ties everywhere (2 / 457); the run gets ~0.07 (seeds 0-2).
+    from common.datasets import load_dataset
+    from tests.chance import chance_mrr
+    test = load_dataset("citeseer").splits["test"]
+    p, q = len(test.pos), len(test.neg["original"])
+    assert recs["original"]["test"]["mrr"] > chance_mrr(np.arange(p), p + np.arange(q))
+    # HeaRT's negatives are hard by construction (the pairs structure-only heuristics rank high): a 2-epoch
+    # constant-input GCN lands *below* random there (~0.009 vs 0.0136), so only "it ranked, with real scores"
+    # (a constant score would give every positive the tie rank 251) is checked; learning itself is
+    # test_fit_learns_and_reports_test_at_the_best_validation_epoch's (above chance by far on communities).
+    assert recs["heart"]["test"]["mrr"] > 1.5 / 251
     report = (out / "report.md").read_text()
     assert "GCN (paper, from HeaRT) | – | 50.01 ± 6.04" in report and "21.09 ± 0.88" in report
     assert "below the paper's" in report  # a 2-epoch constant-input GCN gets an honest note
