@@ -11,6 +11,9 @@ from functools import cached_property
 
 import numpy as np
 
+from common.memory import check_allocation
+from common.unique import unique_sorted_inplace
+
 
 class GraphError(ValueError):
     """Bad graph input; the message names the problem and the fix."""
@@ -32,6 +35,18 @@ def as_edge_array(edges, what: str = "edges") -> np.ndarray:
     if arr.size and arr.min() < 0:
         raise GraphError(f"{what}: negative node id {int(arr.min())}; node ids must be 0-based non-negative integers")
     return arr
+
+
+def _sorted_keys(e: np.ndarray, num_nodes: int) -> np.ndarray:
+    """Distinct row * N + col keys of both directions of `e`, ascending. One key buffer, sorted in
+    place (np.unique would hash and copy: 40 s on 30 M keys under numpy 2.x, see common/unique.py)."""
+    m = e.shape[0]
+    key = np.empty(2 * m, dtype=np.int64)
+    np.multiply(e[:, 0], num_nodes, out=key[:m])
+    key[:m] += e[:, 1]
+    np.multiply(e[:, 1], num_nodes, out=key[m:])
+    key[m:] += e[:, 0]
+    return unique_sorted_inplace(key)
 
 
 @dataclass(frozen=True, eq=False)
@@ -61,13 +76,19 @@ class Graph:
             raise GraphError(f"empty graph: num_nodes={num_nodes}; a graph needs at least one node")
         if e.size and e.max() >= num_nodes:
             raise GraphError(f"edges: node id {int(e.max())} is out of range for num_nodes={num_nodes}")
-        e = e[e[:, 0] != e[:, 1]]  # self-loops carry no link information
-        both = np.concatenate([e, e[:, ::-1]], axis=0)
-        # One sort on a combined key both orders rows and dedups duplicates.
-        key = np.unique(both[:, 0] * num_nodes + both[:, 1])
-        src, dst = key // num_nodes, key % num_nodes
-        indptr = np.zeros(num_nodes + 1, dtype=np.int64)
-        np.cumsum(np.bincount(src, minlength=num_nodes), out=indptr[1:])
+        # Bound first: CSR arrays per node plus the sort keys per edge (issue 18: an id of 2^31 in a
+        # 0-based file once allocated 24 GB and died without a word).
+        check_allocation(16.0 * num_nodes + 40.0 * len(e), f"a graph of {num_nodes:,} nodes and {len(e):,} edges",
+                         "node ids must be 0-based and dense here; an edge-list file (.csv/.parquet) maps ids "
+                         "of any size to 0..N-1")
+        loops = e[:, 0] == e[:, 1]
+        if loops.any():
+            e = e[~loops]  # self-loops carry no link information
+        del loops
+        key = _sorted_keys(e, num_nodes)  # both directions, sorted, deduplicated: row * N + col
+        # CSR straight from the sorted keys: row r starts where keys reach r * N (sorted needles: cheap).
+        indptr = np.searchsorted(key, np.arange(num_nodes + 1, dtype=np.int64) * num_nodes).astype(np.int64)
+        np.remainder(key, num_nodes, out=key)  # in place: keys become column ids
         idx_dtype = np.int32 if num_nodes < 2**31 else np.int64
         feats = None
         if x is not None:
@@ -76,7 +97,7 @@ class Graph:
                 raise GraphError(
                     f"node features: expected {num_nodes} rows (one per node), got shape {feats.shape}"
                 )
-        return cls(indptr=indptr, indices=dst.astype(idx_dtype), x=feats)
+        return cls(indptr=indptr, indices=key.astype(idx_dtype), x=feats)
 
     # ------------------------------------------------------------------ basic facts
     @property

@@ -5,7 +5,8 @@
   cora                      Planetoid raw files + seeded 85/5/10 split with random negatives
   ogbl-collab|ppa|citation2|ddi   an already-downloaded OGB root, offline
   a directory               HeaRT format ({train,valid,test}_{pos,neg}.txt [+ heart_*_samples.npy])
-  a .csv / .parquet file    a user's edge list (src,dst[,split])
+  an edge-list file         .csv, .csv.gz, .tsv, .tsv.gz, .parquet or .pq with columns src,dst[,split];
+                            node ids of any kind (big, negative, strings) are mapped to 0..N-1
   synthetic                 the latent-space graph of the paper's Appendix D.4
 """
 from __future__ import annotations
@@ -18,8 +19,17 @@ OGB_NAMES = ("ogbl-collab", "ogbl-ppa", "ogbl-citation2", "ogbl-ddi")
 
 
 def load_dataset(name: str, *, data_dir: str | None = None, ogb_root: str | None = None,
-                 planetoid_dir: str | None = None, features: bool = False, seed: int = 0) -> LinkDataset:
-    """Resolve a dataset by name or path. Errors name the missing file/flag and the fix."""
+                 planetoid_dir: str | None = None, features: bool = False, seed: int = 0,
+                 nodes: str | None = None) -> LinkDataset:
+    """Resolve a dataset by name or path. Errors name the missing file/flag and the fix.
+    nodes: a node-list file (edge lists only) declaring nodes, isolated ones included."""
+    from common.datasets.ids import EDGE_LIST_SUFFIXES, suffix_of
+    if suffix_of(name) is not None and data_dir is None:
+        from common.datasets.edgelist import load_edge_list
+        return load_edge_list(Path(name), seed=seed, nodes=nodes)
+    if nodes is not None:
+        raise DatasetError(f"--nodes {nodes}: a node list applies to edge-list files only "
+                           f"({', '.join(EDGE_LIST_SUFFIXES)}), not to '{name}'")
     if data_dir is not None:
         from common.datasets.heart import load_heart_dir
         x = _planetoid_features(name, planetoid_dir) if features else None
@@ -41,15 +51,12 @@ def load_dataset(name: str, *, data_dir: str | None = None, ogb_root: str | None
         from common.datasets.synthetic import load_latent_space
         return load_latent_space(seed=seed)
     path = Path(name)
-    if path.suffix.lower() in (".csv", ".parquet", ".pq"):
-        from common.datasets.edgelist import load_edge_list
-        return load_edge_list(path, seed=seed)
     if path.is_dir():
         from common.datasets.heart import load_heart_dir
         return load_heart_dir(path)
     raise DatasetError(
         f"unknown dataset '{name}': use citeseer, cora, {', '.join(OGB_NAMES)}, synthetic, "
-        "a HeaRT-format directory, or a .csv/.parquet edge list")
+        f"a HeaRT-format directory, or an edge-list file ({', '.join(EDGE_LIST_SUFFIXES)})")
 
 
 def _planetoid_features(name: str, planetoid_dir: str | None):

@@ -1,10 +1,10 @@
-"""A user's own edge list (CSV or Parquet with columns src, dst[, split]) -> LinkDataset.
+"""A user's own edge list (CSV/TSV, gzipped or not, or Parquet; columns src, dst[, split]) -> LinkDataset.
 
 Also home of the two helpers every randomly split dataset shares (cora, edge lists, synthetic):
 `sample_non_edges` (vectorised rejection sampling of negatives) and `random_split_dataset`
 (HeaRT's recipe: seeded split of the undirected edges + as many random negatives as positives).
 
-Conventions: node ids are 0-based integers and num_nodes = max id + 1; edges are undirected, so
+Conventions: node ids of any kind are mapped to 0..N-1 (common/datasets/ids.py); edges are undirected, so
 (u, v) and (v, u) are one edge and pairs are stored as (min, max); self-loops carry no link
 information and are dropped. With a split column, the user's assignment is kept as given (an edge
 repeated across splits stays in both, as in ogbl-collab); without one, the deduplicated edges are
@@ -12,16 +12,19 @@ split at random with a seed.
 """
 from __future__ import annotations
 
+import logging
+import time
 from pathlib import Path
 
 import numpy as np
 
 from common.datasets.base import DatasetError, LinkDataset, Split, training_graph
+from common.datasets.ids import NODE_COLUMNS, map_node_ids, read_columns, stem_of
 from common.graph import Graph
+from common.unique import unique_first, unique_sorted
 
+log = logging.getLogger(__name__)
 SPLIT_VALUES = ("train", "valid", "test")
-CSV_SUFFIXES = (".csv", ".csv.gz")
-PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
 # ---------------------------------------------------------------------------------- shared helpers
@@ -43,7 +46,7 @@ def sample_non_edges(graph: Graph, count: int, rng: np.random.Generator, accept=
     taken = None
     if exclude is not None and len(exclude):
         ex = np.sort(np.asarray(exclude, dtype=np.int64).reshape(-1, 2), axis=1)
-        taken = np.unique(ex[:, 0] * n + ex[:, 1])
+        taken = unique_sorted(ex[:, 0] * n + ex[:, 1])
     keys = np.zeros(0, dtype=np.int64)
     for _ in range(200):
         need = count - len(keys)
@@ -57,8 +60,7 @@ def sample_non_edges(graph: Graph, count: int, rng: np.random.Generator, accept=
         if taken is not None:
             new = new[~np.isin(new, taken)]
         keys = np.concatenate([keys, new])
-        _, first = np.unique(keys, return_index=True)
-        keys = keys[np.sort(first)]  # dedup, keeping the random draw order
+        keys = keys[unique_first(keys)]  # dedup, keeping the random draw order
         if len(keys) >= count:
             keys = keys[:count]
             return np.stack([keys // n, keys % n], axis=1)
@@ -95,90 +97,75 @@ def random_split_dataset(name: str, edges: np.ndarray, num_nodes: int, seed: int
 
 
 # ---------------------------------------------------------------------------------- edge-list files
-def _read_table(path: Path):
-    import pandas as pd
-
-    lower = path.name.lower()
-    try:
-        if lower.endswith(CSV_SUFFIXES):
-            return pd.read_csv(path, skipinitialspace=True)
-        if lower.endswith(PARQUET_SUFFIXES):
-            return pd.read_parquet(path)
-    except pd.errors.EmptyDataError:
-        raise DatasetError(f"{path}: empty file; write a header 'src,dst[,split]' and one edge per row") from None
-    except Exception as err:  # pyarrow / parser errors: one line naming the file
-        raise DatasetError(f"{path}: could not read ({type(err).__name__}: {err})") from None
-    raise DatasetError(f"{path}: unknown extension; use .csv, .csv.gz, .parquet or .pq")
-
-
-def _id_column(df, col: str, path: Path) -> np.ndarray:
-    import pandas as pd
-
-    s = df[col]
-    if pd.api.types.is_integer_dtype(s) and not pd.api.types.is_bool_dtype(s):
-        vals = s.to_numpy(dtype=np.int64)
-    elif pd.api.types.is_float_dtype(s):
-        f = s.to_numpy(dtype=np.float64)
-        if not (np.all(np.isfinite(f)) and np.all(f == np.round(f))):
-            bad = f[~(np.isfinite(f) & (f == np.round(f)))][0]
-            raise DatasetError(f"{path}: column '{col}' holds non-integer node id {bad}; ids must be integers")
-        vals = f.astype(np.int64)
-    else:
-        raise DatasetError(f"{path}: column '{col}' must hold integer node ids, got dtype {s.dtype} "
-                           f"(e.g. {s.iloc[0]!r}); map names to 0-based ids first")
-    if vals.size and vals.min() < 0:
-        raise DatasetError(f"{path}: column '{col}' holds negative node id {int(vals.min())}; ids must be >= 0")
-    return vals
-
-
 def _canonical_unique(pairs: np.ndarray, num_nodes: int) -> np.ndarray:
     """(min, max) pairs, self-loops dropped, duplicates merged (first occurrence order kept)."""
     pairs = np.sort(pairs, axis=1)
     pairs = pairs[pairs[:, 0] != pairs[:, 1]]
-    _, first = np.unique(pairs[:, 0] * num_nodes + pairs[:, 1], return_index=True)
-    return pairs[np.sort(first)]
+    return pairs[unique_first(pairs[:, 0] * num_nodes + pairs[:, 1])]
 
 
-def load_edge_list(path, seed: int = 0, val_frac: float = 0.05, test_frac: float = 0.10) -> LinkDataset:
-    """CSV/Parquet edge list with columns src, dst[, split] -> LinkDataset (protocol "original").
+def _split_masks(path: Path, col) -> dict[str, np.ndarray]:
+    """Row masks of train/valid/test from the split column (whitespace and case forgiven), vectorised."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
 
-    split values must be train/valid/test; without a split column the edges are split at random
-    (val_frac / test_frac, seeded). Negatives: seeded random non-edges of the whole graph, as many as
-    each eval split's positives.
+    if col.null_count:
+        raise DatasetError(f"{path}: column 'split' has empty values; use train, valid or test in every row")
+    labels = pc.utf8_lower(pc.utf8_trim_whitespace(col.cast(pa.string())))
+    masks = {s: pc.equal(labels, s).to_numpy(zero_copy_only=False) for s in SPLIT_VALUES}
+    other = ~(masks["train"] | masks["valid"] | masks["test"])
+    if other.any():
+        unknown = sorted(set(labels.filter(pa.array(other)).to_pylist()[:10_000]))
+        raise DatasetError(f"{path}: unknown split value(s) {', '.join(map(repr, unknown[:10]))} in column 'split'; "
+                           "use train, valid or test")
+    return masks
+
+
+def load_edge_list(path, seed: int = 0, val_frac: float = 0.05, test_frac: float = 0.10,
+                   nodes=None) -> LinkDataset:
+    """Edge-list file with columns src, dst[, split] -> LinkDataset (protocol "original").
+
+    Files and node ids: see common/datasets/ids.py (ids of any kind are mapped to 0..N-1; the dataset's
+    `node_ids` holds the user's ids). nodes: an optional file listing node ids (column `node` or `id`), so
+    isolated nodes exist and can be scored. split values must be train/valid/test, and valid and test
+    must both have rows; without a split column the edges are split at random (val_frac / test_frac,
+    seeded). Negatives: seeded random non-edges of the whole graph, as many as each eval split's positives.
     """
     path = Path(path)
-    if not path.is_file():
-        raise DatasetError(f"{path}: file not found; pass a .csv or .parquet edge list with columns src,dst[,split]")
-    df = _read_table(path)
-    df.columns = [str(c).strip().lower() for c in df.columns]
-    missing = [c for c in ("src", "dst") if c not in df.columns]
-    if missing:
-        raise DatasetError(f"{path}: missing column(s) {', '.join(missing)} (found: {', '.join(df.columns) or 'none'}); "
-                           "name the endpoint columns src and dst")
-    if len(df) == 0:
-        raise DatasetError(f"{path}: empty file (header only); add one edge per row")
-    src, dst = _id_column(df, "src", path), _id_column(df, "dst", path)
-    pairs = np.stack([src, dst], axis=1)
-    num_nodes = int(pairs.max()) + 1
-    name = next(path.name[: -len(suf)] for suf in CSV_SUFFIXES + PARQUET_SUFFIXES
-                if path.name.lower().endswith(suf))
+    table = read_columns(path, ("src", "dst"), optional=("split",))
+    cols, sources = {"src": table.cols["src"], "dst": table.cols["dst"]}, {}
+    if nodes is not None:
+        listed = read_columns(Path(nodes), NODE_COLUMNS, any_of=True, hint="node")
+        cols["node"], sources["node"] = listed.cols[NODE_COLUMNS[0]], Path(nodes)
+    masks = _split_masks(path, table.cols["split"]) if "split" in table.cols else None
+    mapped, node_ids = map_node_ids(path, cols, sources)
+    del table, cols
+    pairs = np.empty((len(mapped["src"]), 2), dtype=np.int64)
+    pairs[:, 0], pairs[:, 1] = mapped.pop("src"), mapped.pop("dst")
+    num_nodes, name = len(node_ids), stem_of(path)
 
-    if "split" not in df.columns:
+    if masks is None:
+        t0 = time.perf_counter()
         full = Graph.from_edges(pairs, num_nodes=num_nodes)
+        del pairs
+        log.info("%s: graph of %s nodes, %s edges built in %.1f s", path.name, f"{num_nodes:,}",
+                 f"{full.num_edges:,}", time.perf_counter() - t0)
         if full.num_edges == 0:
             raise DatasetError(f"{path}: no train edges (every row is a self-loop); add edges between distinct nodes")
-        return random_split_dataset(name, full.edge_array(), num_nodes, seed=seed, val_frac=val_frac,
-                                    test_frac=test_frac, full_graph=full, where=str(path))
+        ds = random_split_dataset(name, full.edge_array(), num_nodes, seed=seed, val_frac=val_frac,
+                                  test_frac=test_frac, full_graph=full, where=str(path))
+        ds.node_ids = node_ids
+        return ds
 
-    labels = df["split"].astype(str).str.strip().str.lower().to_numpy()
-    unknown = sorted(set(labels.tolist()) - set(SPLIT_VALUES))
-    if unknown:
-        raise DatasetError(f"{path}: unknown split value(s) {', '.join(map(repr, unknown))} in column 'split'; "
-                           "use train, valid or test")
-    pos = {s: _canonical_unique(pairs[labels == s], num_nodes) for s in SPLIT_VALUES}
+    pos = {s: _canonical_unique(pairs[masks[s]], num_nodes) for s in SPLIT_VALUES}
     if len(pos["train"]) == 0:
         raise DatasetError(f"{path}: no train edges (split column has no 'train' rows between distinct nodes); "
                            "mark some edges as train")
+    empty = [s for s in ("valid", "test") if len(pos[s]) == 0]
+    if empty:  # the trainer selects on valid and reports test: refuse now, not after sampling
+        counts = ", ".join(f"{s} {len(pos[s])}" for s in SPLIT_VALUES)
+        raise DatasetError(f"{path}: the split column has no {' and no '.join(empty)} edges ({counts}); "
+                           "mark some rows valid and test, or drop the split column for a seeded random split")
     full = Graph.from_edges(np.concatenate(list(pos.values())), num_nodes=num_nodes)
     rng = np.random.default_rng(seed)
     n_valid, n_test = len(pos["valid"]), len(pos["test"])
@@ -187,4 +174,4 @@ def load_edge_list(path, seed: int = 0, val_frac: float = 0.05, test_frac: float
               "valid": Split(pos=pos["valid"], neg={"original": negs[:n_valid]}),
               "test": Split(pos=pos["test"], neg={"original": negs[n_valid:]})}
     return LinkDataset(name=name, graph=training_graph(pos["train"], num_nodes), splits=splits,
-                       metric={"original": "mrr"})
+                       metric={"original": "mrr"}, node_ids=node_ids)
