@@ -91,6 +91,7 @@ class PreprocessConfig:
     ogb_root: str | None = None
     planetoid_dir: str | None = None
     features: bool = False
+    nodes: str | None = None  # node-list file of an edge list (isolated nodes); its ids reach the cache key via the dataset
     targets: str | None = None  # heuristic-estimation labels (preprocess/targets.py); None = link labels 1 / 0
     num_cpus: int | None = None  # embedded Ray only; ignored when attaching to a cluster
     links_per_shard: int = 8192

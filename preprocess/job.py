@@ -30,9 +30,11 @@ from pathlib import Path
 import numpy as np
 
 from common.memory import peak_rss_mb
-from common.shards import (FEATURES, MANIFEST, Block, ShardError, ShardWriter, cache_key, encode_array,
+from common.node_ids import encode_node_ids, node_ids_entry
+from common.shards import (FEATURES, MANIFEST, NODE_IDS, Block, ShardError, ShardWriter, cache_key, encode_array,
                            encode_features, encode_queries, eval_shard_name, graph_entry, graph_names, open_storage,
                            queries_name, train_shard_name, write_manifest)
+from preprocess.cluster import init_ray, probe_address
 from preprocess.candidates import (Candidates, check_view_size, protocol_candidates, training_positives,
                                    training_view)
 from preprocess.config import ConfigError, PreprocessConfig
@@ -184,10 +186,13 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobR
     """Build or find the set. On a cache hit every shard is checked against the manifest (size always,
     sha256 unless verify=False); bad shards are named, removed and sampled again."""
     t0 = time.perf_counter()
+    if os.environ.get("RAY_ADDRESS"):
+        probe_address(os.environ["RAY_ADDRESS"])  # a dead cluster fails in one line, before anything is loaded
     if dataset is None:
         from common.datasets import load_dataset
         dataset = load_dataset(config.dataset, data_dir=config.data_dir, ogb_root=config.ogb_root,
-                               planetoid_dir=config.planetoid_dir, features=config.features, seed=config.seed)
+                               planetoid_dir=config.planetoid_dir, features=config.features, seed=config.seed,
+                               nodes=config.nodes)
     if config.features and dataset.x is None:  # before anything is written
         raise ConfigError(f"--features: dataset {dataset.name} has no node features "
                           "(Planetoid datasets need --planetoid-dir; OGB ones need node-feat in the root)")
@@ -218,6 +223,8 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobR
     eval_info = regression_eval_info(eval_info) if targets else eval_info
     features = _write_features(storage, config, dataset)
     graph_info = _write_graphs(storage, graphs)
+    if dataset.node_ids is not None:  # the user's ids travel with the set: outputs translate back through them
+        storage.write_atomic(NODE_IDS, encode_node_ids(dataset.node_ids))
     try:
         records, summary = _execute(config, graphs, sets, plans, out)
     except BaseException:
@@ -340,26 +347,6 @@ def _execute(config: PreprocessConfig, graphs: dict, sets, plans, out: str) -> t
     return _records(results), _totals(results, elapsed)
 
 
-def init_ray(num_cpus: int | None = None) -> bool:
-    """Start (embedded) or attach to Ray (RAY_ADDRESS set) unless this process already did.
-
-    Returns True when this call started it, i.e. the caller should ray.shutdown() when done."""
-    import ray
-    if ray.is_initialized():
-        return False
-    if os.environ.get("RAY_ADDRESS"):
-        log.info("RAY_ADDRESS=%s: attaching to the cluster%s", os.environ["RAY_ADDRESS"],
-                 "; --num-cpus is ignored" if num_cpus is not None else "")
-        ray.init(log_to_driver=True)
-    else:
-        # Workers import preprocess/ and common/ from the repository, wherever the driver was started.
-        root = str(Path(__file__).resolve().parent.parent)
-        path = os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
-                 runtime_env={"env_vars": {"PYTHONPATH": path}})
-    return True
-
-
 def _records(results: list[dict]) -> list[dict]:
     keep = ("name", "split", "protocol", "view", "links", "tokens", "blocks", "bytes", "sha256")  # not "note"
     return sorted(({k: r[k] for k in keep} for r in results), key=lambda r: r["name"])
@@ -388,6 +375,7 @@ def _manifest(config, dataset, fingerprint: str, key, protocols, sets, records, 
         "views": config.candidates.views if "train" in config.candidates.splits else 0,
         "features": features, "graphs": graphs, "fingerprint": fingerprint, "config": config.to_dict(),
         "sets": set_info, "shards": records, "eval": eval_info,
+        "node_ids": None if dataset.node_ids is None else node_ids_entry(dataset.node_ids),
         "totals": {k: sum(r[k] for r in records) for k in ("links", "tokens", "bytes")},
     }
 
