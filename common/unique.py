@@ -24,10 +24,23 @@ def unique_sorted(a: np.ndarray) -> np.ndarray:
     return s[_starts(s)]
 
 
+COMPACT_CHUNK = 1 << 23
+
+
 def unique_sorted_inplace(s: np.ndarray) -> np.ndarray:
-    """Sort `s` in place (it is clobbered) and return its distinct values: no second full-size copy."""
+    """Sort 1-D `s` in place and return its distinct values as a view of its head: no second
+    full-size array (the driver's peak on a 30 M-edge graph is these keys)."""
     s.sort()
-    return s[_starts(s)]
+    n = 0
+    for lo in range(0, s.shape[0], COMPACT_CHUNK):
+        hi = min(lo + COMPACT_CHUNK, s.shape[0])
+        keep = np.empty(hi - lo, dtype=bool)
+        keep[0] = lo == 0 or s[lo] != s[lo - 1]  # s[lo - 1] is still unwritten: writes stay at or left of n <= lo
+        np.not_equal(s[lo + 1:hi], s[lo:hi - 1], out=keep[1:])
+        part = s[lo:hi][keep]  # a copy of at most one chunk, then moved left
+        s[n:n + part.shape[0]] = part
+        n += part.shape[0]
+    return s[:n]
 
 
 def unique_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -20,7 +20,8 @@ import pytest
 
 from common.datasets import DatasetError, load_dataset
 from common.datasets.ids import node_index
-from common.unique import unique_first, unique_inverse, unique_sorted
+from common import unique as unique_mod
+from common.unique import unique_first, unique_inverse, unique_sorted, unique_sorted_inplace
 from tests.conftest import needs_ray
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +72,15 @@ def test_fast_unique_equals_numpy(kind):
     got_uniq, got_inverse = unique_inverse(a)
     assert np.array_equal(got_uniq, uniq) and np.array_equal(got_inverse, inverse.ravel())
     assert np.array_equal(unique_first(a), np.sort(first))
+    assert np.array_equal(unique_sorted_inplace(a.copy()), uniq)
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 7, 1000])
+def test_inplace_unique_across_chunk_edges(monkeypatch, chunk):
+    """Runs of equal keys that straddle the in-place compaction's chunk boundaries."""
+    monkeypatch.setattr(unique_mod, "COMPACT_CHUNK", chunk)
+    a = np.repeat(np.random.default_rng(1).integers(0, 40, 60), np.random.default_rng(2).integers(1, 9, 60))
+    assert np.array_equal(unique_sorted_inplace(a.copy()), np.unique(a))
 
 
 # ---------------------------------------------------------------------------- ids round-trip

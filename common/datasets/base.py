@@ -85,10 +85,10 @@ class LinkDataset:
         for name in sorted(self.splits):
             split = self.splits[name]
             h.update(name.encode())
-            h.update(np.ascontiguousarray(split.pos, dtype=np.int64).tobytes())
+            h.update(np.ascontiguousarray(split.pos, dtype=np.int64))  # the buffer itself: no bytes copy
             for proto in sorted(split.neg):
                 h.update(proto.encode())
-                h.update(np.ascontiguousarray(split.neg[proto], dtype=np.int64).tobytes())
+                h.update(np.ascontiguousarray(split.neg[proto], dtype=np.int64))
         if self.node_ids is not None:  # only then, so datasets without a mapping keep their cache keys
             h.update(b"node_ids")
             h.update(node_ids_digest(self.node_ids).encode())

@@ -68,32 +68,41 @@ def sample_non_edges(graph: Graph, count: int, rng: np.random.Generator, accept=
                        "the graph is too dense or the filter too strict")
 
 
-def random_split_dataset(name: str, edges: np.ndarray, num_nodes: int, seed: int = 0, val_frac: float = 0.05,
+def random_split_dataset(name: str, edges: np.ndarray | None, num_nodes: int, seed: int = 0, val_frac: float = 0.05,
                          test_frac: float = 0.10, x=None, full_graph: Graph | None = None,
                          where: str = "") -> LinkDataset:
     """Seeded random train/valid/test split of undirected edges (E, 2) with random non-edge negatives.
 
-    valid/test get floor(frac * E) edges each, train the rest; negatives are distinct non-edges of
+    edges may be None when full_graph (the graph of all edges) is given. valid/test get floor(frac * E)
+    edges each, train the rest; negatives are distinct non-edges of
     the full graph, disjoint between valid and test, as many as each split's positives ("original").
     """
     where = where or name
     if not (0 <= val_frac < 1 and 0 <= test_frac < 1 and val_frac + test_frac < 1):
         raise DatasetError(f"{where}: val_frac={val_frac}, test_frac={test_frac} must be >= 0 and sum below 1")
+    t0 = time.perf_counter()
     full = full_graph if full_graph is not None else Graph.from_edges(edges, num_nodes=num_nodes)
     edges = full.edge_array()  # undirected, deduplicated, no self-loops, (min, max)
     rng = np.random.default_rng(seed)
     perm = rng.permutation(len(edges))
     n_valid, n_test = int(val_frac * len(edges)), int(test_frac * len(edges))
-    test, valid, train = np.split(edges[perm], [n_test, n_test + n_valid])
+    edges = edges[perm]
+    del perm
+    test, valid, train = np.split(edges, [n_test, n_test + n_valid])
     if len(train) == 0:
         raise DatasetError(f"{where}: no train edges left after the split ({len(edges)} edges in all); "
                            "add edges or lower val_frac/test_frac")
     negs = sample_non_edges(full, n_valid + n_test, rng, what=f"{where} negatives")
+    full.release_edge_keys()  # the full graph is queried no more: its key array goes before the train graph's
     splits = {"train": Split(pos=train),
               "valid": Split(pos=valid, neg={"original": negs[:n_valid]}),
               "test": Split(pos=test, neg={"original": negs[n_valid:]})}
-    return LinkDataset(name=name, graph=training_graph(train, num_nodes, x=x), splits=splits,
-                       metric={"original": "mrr"})
+    log.info("%s: split %s edges into %d train / %d valid / %d test, %d negatives in %.1f s", where,
+             f"{len(edges):,}", len(train), len(valid), len(test), len(negs), time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    graph = training_graph(train, num_nodes, x=x)
+    log.info("%s: training graph built in %.1f s", where, time.perf_counter() - t0)
+    return LinkDataset(name=name, graph=graph, splits=splits, metric={"original": "mrr"})
 
 
 # ---------------------------------------------------------------------------------- edge-list files
@@ -152,8 +161,8 @@ def load_edge_list(path, seed: int = 0, val_frac: float = 0.05, test_frac: float
                  f"{full.num_edges:,}", time.perf_counter() - t0)
         if full.num_edges == 0:
             raise DatasetError(f"{path}: no train edges (every row is a self-loop); add edges between distinct nodes")
-        ds = random_split_dataset(name, full.edge_array(), num_nodes, seed=seed, val_frac=val_frac,
-                                  test_frac=test_frac, full_graph=full, where=str(path))
+        ds = random_split_dataset(name, None, num_nodes, seed=seed, val_frac=val_frac, test_frac=test_frac,
+                                  full_graph=full, where=str(path))
         ds.node_ids = node_ids
         return ds
 
