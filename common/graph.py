@@ -41,15 +41,20 @@ def as_edge_array(edges, what: str = "edges") -> np.ndarray:
 
 
 def _sorted_keys(e: np.ndarray, num_nodes: int) -> np.ndarray:
-    """Distinct row * N + col keys of both directions of `e`, ascending. One key buffer, sorted in
-    place (np.unique would hash and copy: 40 s on 30 M keys under numpy 2.x, see common/unique.py)."""
+    """Distinct row * N + col keys of both directions of `e`, self-loops dropped, ascending. One key
+    buffer, sorted in place (np.unique would hash and copy: 40 s on 30 M keys under numpy 2.x, see
+    common/unique.py); self-loops (no link information) become -1, sort first and are cut off, so
+    `e` is never copied."""
     m = e.shape[0]
     key = np.empty(2 * m, dtype=np.int64)
     np.multiply(e[:, 0], num_nodes, out=key[:m])
     key[:m] += e[:, 1]
     np.multiply(e[:, 1], num_nodes, out=key[m:])
     key[m:] += e[:, 0]
-    return unique_sorted_inplace(key)
+    loops = np.flatnonzero(e[:, 0] == e[:, 1])
+    key[loops] = key[m + loops] = -1
+    key = unique_sorted_inplace(key)
+    return key[1:] if loops.size else key
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,11 +89,7 @@ class Graph:
         check_allocation(16.0 * num_nodes + 40.0 * len(e), f"a graph of {num_nodes:,} nodes and {len(e):,} edges",
                          "node ids must be 0-based and dense here; an edge-list file (.csv/.parquet) maps ids "
                          "of any size to 0..N-1")
-        loops = e[:, 0] == e[:, 1]
-        if loops.any():
-            e = e[~loops]  # self-loops carry no link information
-        del loops
-        key = _sorted_keys(e, num_nodes)  # both directions, sorted, deduplicated: row * N + col
+        key = _sorted_keys(e, num_nodes)  # both directions, sorted, deduplicated, no self-loops: row * N + col
         # CSR straight from the sorted keys: row r starts where keys reach r * N (sorted needles: cheap).
         indptr = np.searchsorted(key, np.arange(num_nodes + 1, dtype=np.int64) * num_nodes).astype(np.int64)
         np.remainder(key, num_nodes, out=key)  # in place: keys become column ids

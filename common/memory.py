@@ -22,6 +22,18 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux reports KiB
 
 
+def rss_gb() -> float:
+    """Current resident set size of this process in GiB (VmRSS), for progress lines."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return 0.0
+
+
 class MemoryBudgetError(ValueError):
     """An input would need more memory than this process can get; the message names the value and the fix."""
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from common.datasets.base import DatasetError, LinkDataset, Split, training_graph
-from common.datasets.ids import NODE_COLUMNS, map_node_ids, read_columns, stem_of
+from common.datasets.ids import NODE_COLUMNS, map_node_ids, read_columns, release_arrow_memory, stem_of
+from common.memory import rss_gb
 from common.graph import Graph
 from common.unique import unique_first, unique_sorted
 
@@ -97,8 +98,9 @@ def random_split_dataset(name: str, edges: np.ndarray | None, num_nodes: int, se
     splits = {"train": Split(pos=train),
               "valid": Split(pos=valid, neg={"original": negs[:n_valid]}),
               "test": Split(pos=test, neg={"original": negs[n_valid:]})}
-    log.info("%s: split %s edges into %d train / %d valid / %d test, %d negatives in %.1f s", where,
-             f"{len(edges):,}", len(train), len(valid), len(test), len(negs), time.perf_counter() - t0)
+    log.info("%s: split %s edges into %s train / %s valid / %s test, %s negatives in %.1f s (driver %.1f GiB)",
+             where, f"{len(edges):,}", f"{len(train):,}", f"{len(valid):,}", f"{len(test):,}", f"{len(negs):,}",
+             time.perf_counter() - t0, rss_gb())
     t0 = time.perf_counter()
     graph = training_graph(train, num_nodes, x=x)
     log.info("%s: training graph built in %.1f s", where, time.perf_counter() - t0)
@@ -149,6 +151,7 @@ def load_edge_list(path, seed: int = 0, val_frac: float = 0.05, test_frac: float
     masks = _split_masks(path, table.cols["split"]) if "split" in table.cols else None
     mapped, node_ids = map_node_ids(path, cols, sources)
     del table, cols
+    release_arrow_memory()
     pairs = np.empty((len(mapped["src"]), 2), dtype=np.int64)
     pairs[:, 0], pairs[:, 1] = mapped.pop("src"), mapped.pop("dst")
     num_nodes, name = len(node_ids), stem_of(path)
@@ -157,8 +160,8 @@ def load_edge_list(path, seed: int = 0, val_frac: float = 0.05, test_frac: float
         t0 = time.perf_counter()
         full = Graph.from_edges(pairs, num_nodes=num_nodes)
         del pairs
-        log.info("%s: graph of %s nodes, %s edges built in %.1f s", path.name, f"{num_nodes:,}",
-                 f"{full.num_edges:,}", time.perf_counter() - t0)
+        log.info("%s: graph of %s nodes, %s edges built in %.1f s (driver %.1f GiB)", path.name, f"{num_nodes:,}",
+                 f"{full.num_edges:,}", time.perf_counter() - t0, rss_gb())
         if full.num_edges == 0:
             raise DatasetError(f"{path}: no train edges (every row is a self-loop); add edges between distinct nodes")
         ds = random_split_dataset(name, None, num_nodes, seed=seed, val_frac=val_frac, test_frac=test_frac,
