@@ -29,6 +29,14 @@ SPLIT_VALUES = ("train", "valid", "test")
 
 
 # ---------------------------------------------------------------------------------- shared helpers
+def _min_max(pairs: np.ndarray) -> np.ndarray:
+    """(min, max) of every row of (M, 2) pairs: == np.sort(pairs, axis=1), without a sort per row."""
+    out = np.empty(pairs.shape, dtype=pairs.dtype)
+    np.minimum(pairs[:, 0], pairs[:, 1], out=out[:, 0])
+    np.maximum(pairs[:, 0], pairs[:, 1], out=out[:, 1])
+    return out
+
+
 def sample_non_edges(graph: Graph, count: int, rng: np.random.Generator, accept=None,
                      exclude: np.ndarray | None = None, what: str = "negatives") -> np.ndarray:
     """`count` distinct uniform node pairs (min, max) that are not edges of `graph` nor self-loops.
@@ -46,13 +54,13 @@ def sample_non_edges(graph: Graph, count: int, rng: np.random.Generator, accept=
                            "use fewer evaluation edges or a sparser graph")
     taken = None
     if exclude is not None and len(exclude):
-        ex = np.sort(np.asarray(exclude, dtype=np.int64).reshape(-1, 2), axis=1)
+        ex = _min_max(np.asarray(exclude, dtype=np.int64).reshape(-1, 2))
         taken = unique_sorted(ex[:, 0] * n + ex[:, 1])
     keys = np.zeros(0, dtype=np.int64)
     for _ in range(200):
         need = count - len(keys)
         draw = rng.integers(0, n, size=(2 * need + 64, 2), dtype=np.int64)
-        draw = np.sort(draw, axis=1)
+        draw = _min_max(draw)
         ok = (draw[:, 0] != draw[:, 1])
         ok[ok] = ~graph.has_edge(draw[ok, 0], draw[ok, 1])
         if accept is not None and ok.any():
@@ -87,7 +95,7 @@ def random_split_dataset(name: str, edges: np.ndarray | None, num_nodes: int, se
     rng = np.random.default_rng(seed)
     perm = rng.permutation(len(edges))
     n_valid, n_test = int(val_frac * len(edges)), int(test_frac * len(edges))
-    edges = edges[perm]
+    edges = np.take(edges, perm, axis=0)  # row gather: 2x faster than edges[perm] on 30 M rows
     del perm
     test, valid, train = np.split(edges, [n_test, n_test + n_valid])
     if len(train) == 0:
@@ -110,7 +118,7 @@ def random_split_dataset(name: str, edges: np.ndarray | None, num_nodes: int, se
 # ---------------------------------------------------------------------------------- edge-list files
 def _canonical_unique(pairs: np.ndarray, num_nodes: int) -> np.ndarray:
     """(min, max) pairs, self-loops dropped, duplicates merged (first occurrence order kept)."""
-    pairs = np.sort(pairs, axis=1)
+    pairs = _min_max(pairs)
     pairs = pairs[pairs[:, 0] != pairs[:, 1]]
     return pairs[unique_first(pairs[:, 0] * num_nodes + pairs[:, 1])]
 
