@@ -48,10 +48,15 @@ def unique_inverse(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     a = np.asarray(a).ravel()
     order = np.argsort(a)
     s = a[order]
+    del a  # freed here when the caller passed a temporary
     keep = _starts(s)
-    inverse = np.empty(a.shape[0], dtype=np.int64)
-    inverse[order] = np.cumsum(keep) - 1
-    return s[keep], inverse
+    uniq = s[keep]
+    rank = s.view(np.int64) if s.dtype.itemsize == 8 and s.dtype.kind in "iu" else np.empty(len(s), np.int64)
+    np.cumsum(keep, out=rank)  # the sorted copy's buffer is reused: one full-size array less at the peak
+    rank -= 1
+    inverse = np.empty(order.shape[0], dtype=np.int64)
+    inverse[order] = rank
+    return uniq, inverse
 
 
 def unique_first(a: np.ndarray) -> np.ndarray:

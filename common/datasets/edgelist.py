@@ -152,11 +152,11 @@ def load_edge_list(path, seed: int = 0, val_frac: float = 0.05, test_frac: float
     """
     path = Path(path)
     table = read_columns(path, ("src", "dst"), optional=("split",))
-    cols, sources = {"src": table.cols["src"], "dst": table.cols["dst"]}, {}
+    masks = _split_masks(path, table.cols.pop("split")) if "split" in table.cols else None
+    cols, sources = table.cols, {}  # one dict: map_node_ids drops the Arrow columns from it once converted
     if nodes is not None:
-        listed = read_columns(Path(nodes), NODE_COLUMNS, any_of=True, hint="node")
-        cols["node"], sources["node"] = listed.cols[NODE_COLUMNS[0]], Path(nodes)
-    masks = _split_masks(path, table.cols["split"]) if "split" in table.cols else None
+        cols["node"] = read_columns(Path(nodes), NODE_COLUMNS, any_of=True, hint="node").cols[NODE_COLUMNS[0]]
+        sources["node"] = Path(nodes)
     mapped, node_ids = map_node_ids(path, cols, sources)
     del table, cols
     release_arrow_memory()

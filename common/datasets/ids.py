@@ -216,14 +216,18 @@ def map_node_ids(path: Path, cols: dict[str, pa.ChunkedArray], sources: dict[str
     sources: the file a column came from when not `path` (a node list), for error messages."""
     t0 = time.perf_counter()
     nums = {k: _numeric(c, k, (sources or {}).get(k, path)) for k, c in cols.items()}
-    big = [a for a in nums.values() if a is not None and a.dtype == np.uint64 and a.size and a.max() >= 2**63]
-    neg = [a for a in nums.values() if a is not None and a.dtype == np.int64 and a.size and a.min() < 0]
+    big = any(a is not None and a.dtype == np.uint64 and a.size and a.max() >= 2**63 for a in nums.values())
+    neg = any(a is not None and a.dtype == np.int64 and a.size and a.min() < 0 for a in nums.values())
     if any(a is None for a in nums.values()) or (big and neg):
+        del nums
         out, node_ids, how = _map_strings(cols)  # names, or numbers no 64-bit type holds together
     else:
+        cols.clear()  # the caller's dict too: the Arrow columns go, the numbers (or views holding them) stay
+        release_arrow_memory()
         dtype = np.uint64 if big else np.int64
-        arrays = {k: a.astype(dtype, copy=False) for k, a in nums.items()}
-        out, node_ids, how = _map_numbers(arrays)
+        for k in nums:
+            nums[k] = nums[k].astype(dtype, copy=False)
+        out, node_ids, how = _map_numbers(nums)
     log.info("%s: %s distinct node ids (%s) mapped to 0..%d in %.1f s (driver %.1f GiB)", path.name,
              f"{len(node_ids):,}", how, len(node_ids) - 1, time.perf_counter() - t0, rss_gb())
     return out, node_ids
@@ -250,9 +254,21 @@ def _map_numbers(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], 
         rank -= 1
         del present
         return {k: rank[offset(a)] for k, a in arrays.items()}, node_ids, "integers, table"
-    keys = list(arrays)
-    node_ids, inverse = unique_inverse(np.concatenate([arrays[k] for k in keys]))
-    return _split_back(keys, arrays, inverse), node_ids, "integers, sorted"
+    sizes = {k: a.size for k, a in arrays.items()}
+    node_ids, inverse = unique_inverse(_concat_popping(arrays))  # the concatenation is its only reference
+    return _split_back(list(sizes), sizes, inverse), node_ids, "integers, sorted"
+
+
+def _concat_popping(arrays: dict[str, np.ndarray]) -> np.ndarray:
+    """One array of all `arrays`, each dropped from the dict once copied (peak: one column over the result)."""
+    whole = np.empty(sum(a.size for a in arrays.values()), dtype=next(iter(arrays.values())).dtype)
+    at = 0
+    for k in list(arrays):
+        a = arrays.pop(k)
+        whole[at:at + a.size] = a
+        at += a.size
+        del a
+    return whole
 
 
 def _map_strings(cols: dict[str, pa.ChunkedArray]) -> tuple[dict[str, np.ndarray], np.ndarray, str]:
