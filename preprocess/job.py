@@ -375,7 +375,8 @@ def _manifest(config, dataset, fingerprint: str, key, protocols, sets, records, 
         "views": config.candidates.views if "train" in config.candidates.splits else 0,
         "features": features, "graphs": graphs, "fingerprint": fingerprint, "config": config.to_dict(),
         "sets": set_info, "shards": records, "eval": eval_info,
-        "node_ids": None if dataset.node_ids is None else node_ids_entry(dataset.node_ids),
+        # only for edge-list files, so the manifests of other sets stay as they were
+        **({} if dataset.node_ids is None else {"node_ids": node_ids_entry(dataset.node_ids)}),
         "totals": {k: sum(r[k] for r in records) for k in ("links", "tokens", "bytes")},
     }
 
