@@ -48,6 +48,8 @@ def set_files(m: dict) -> list[str]:
     names |= {e["queries"] for e in (m.get("eval") or {}).values()}
     if m.get("features"):
         names.add(m["features"]["file"])
+    if m.get("node_ids"):
+        names.add(m["node_ids"]["file"])
     return sorted(names)
 
 
@@ -129,7 +131,7 @@ def _check(m: dict) -> None:
     files = _files(m)
     shards = _shards(m)
     _sets(m, shards, graphs)
-    referenced = _eval(m) | {f for g in graphs.values() for f in (g["indptr"], g["indices"])} | _features(m)
+    referenced = _eval(m) | {f for g in graphs.values() for f in (g["indptr"], g["indices"])} | _features(m) | _node_ids(m)
     if missing := sorted(referenced - set(files)):
         raise Invalid(f"files: no sha256 for {missing[0]}")
     if extra := sorted(set(files) - referenced):
@@ -256,6 +258,19 @@ def _features(m: dict) -> set[str]:
     _dict(f, "features")
     _int(f.get("dim"), "features.dim", 1, 2**20)
     return {_name(f.get("file"), "features.file", ".npy")}
+
+
+def _node_ids(m: dict) -> set[str]:
+    """An edge list's user ids (common/node_ids.py): one per node."""
+    e = m.get("node_ids")
+    if e is None:
+        return set()
+    _dict(e, "node_ids")
+    if _int(e.get("count"), "node_ids.count", 1, MAX_COUNT) != m["num_nodes"]:
+        raise Invalid(f"node_ids.count: {e['count']}, the set has num_nodes {m['num_nodes']}")
+    if e.get("dtype") not in ("string", "int64", "uint64"):
+        raise Invalid(f"node_ids.dtype: {e.get('dtype')!r} is not one of string, int64, uint64")
+    return {_name(e.get("file"), "node_ids.file", ".parquet")}
 
 
 def _totals(m: dict, shards: list[dict]) -> None:

@@ -8,6 +8,7 @@ Layout of one dataset build, `<out>/<dataset>/<cache key>/`:
     graph-train-indptr.npy          the CSR graph the links were sampled on (and whose induced edges the
     graph-train-indices.npy         reader recovers); graph-test-* too when test links use another graph
     features.npy                    node features (N, F) float32, only when built with --features
+    node_ids.parquet                the user's node ids (row i = node i), only for edge-list files
     manifest.json                   written last, atomically; its presence means "complete"
 
 The manifest (schema and checksum: common/manifest.py) records every file the readers use with its
@@ -359,3 +360,9 @@ def load_features(manifest: dict) -> np.ndarray | None:
         raise ShardError(f"{path}: feature table has shape {x.shape}, the manifest says "
                          f"({manifest['num_nodes']}, {entry['dim']}); rebuild the shard set with --force")
     return x
+
+
+# ---------------------------------------------------------------------------- node ids (edge lists: user ids)
+# The set file holding an edge list's user ids (row i = node i); read and written by common/node_ids.py.
+# Manifest entry "node_ids": {"file", "count", "dtype"}, like "features"; absent without a mapping.
+NODE_IDS = "node_ids.parquet"

@@ -8,6 +8,8 @@ fixed, seeded local order per pair), on the graph the run's test candidates used
 and the probabilities are averaged: the paper's remark in Sec. 4.1 that PENCIL is permutation
 invariant in distribution, so averaging canonicalisations reduces variance.
 Output columns: src, dst, score (mean probability), logit (mean logit), score_std (over orderings).
+Node ids are the user's: for a set built from an edge-list file, the ids of that file (the set ships the
+mapping, node_ids.parquet); pairs of a node with itself are refused.
 """
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ import torch
 from common import snapshot
 from common.cli import add_debug_flag, one_line_errors, run_cli
 from common.datasets import DatasetError, load_dataset
+from common.datasets.ids import EDGE_LIST_SUFFIXES, node_index, read_columns, suffix_of
+from common.node_ids import load_node_ids
 from common.presets import get_preset
 from common.shards import Block, read_manifest
 from preprocess.sampler import Scratch, sample_subgraphs
@@ -43,7 +47,8 @@ class ScoreError(ValueError):
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m pipelines.score", description=__doc__.splitlines()[0])
     p.add_argument("--checkpoint", required=True, help="a run folder (uses best.pt, else last.pt) or a .pt file")
-    p.add_argument("--pairs", required=True, help="Parquet or CSV file with integer columns src, dst")
+    p.add_argument("--pairs", required=True,
+                   help="Parquet, CSV or TSV file (optionally .gz) with columns src, dst: node ids as in the edge list")
     p.add_argument("--out", required=True, help="output Parquet file (written atomically)")
     p.add_argument("--orderings", type=int, default=1, help="random canonicalisations averaged per pair (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampled subgraphs and local orders (default 0)")
@@ -72,33 +77,50 @@ def resolve_checkpoint(path: str) -> Path:
     return p
 
 
-def read_pairs(path: str, num_nodes: int) -> np.ndarray:
+def read_pairs(path: str, num_nodes: int, node_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The pairs file -> (P, 2) node indices and (P, 2) user ids (what the output shows).
+
+    node_ids: the set's mapping of an edge list (index = node); the pairs then name the user's ids, of
+    the same kind as in the edge list. Without one, ids are the dataset's own 0..num_nodes-1."""
     p = Path(path)
     if not p.exists():
         raise ScoreError(f"--pairs {p}: no such file")
-    if p.suffix.lower() in (".parquet", ".pq"):
-        table = pq.read_table(p)
-    elif p.suffix.lower() == ".csv":
-        import pyarrow.csv as pacsv
-        table = pacsv.read_csv(p)
-    else:
-        raise ScoreError(f"--pairs {p}: unknown extension '{p.suffix}'; use .parquet or .csv")
-    missing = [c for c in ("src", "dst") if c not in table.column_names]
-    if missing:
-        raise ScoreError(f"--pairs {p}: missing column(s) {', '.join(missing)} (found: {', '.join(table.column_names)})")
-    cols = []
+    if suffix_of(p.name) is None:
+        raise ScoreError(f"--pairs {p}: unknown extension '{p.suffix}'; use {', '.join(EDGE_LIST_SUFFIXES)}")
+    try:
+        cols = read_columns(p, ("src", "dst")).cols
+    except DatasetError as err:
+        raise ScoreError(f"--pairs {err}") from None
+    idx, found = [], []
     for c in ("src", "dst"):
-        arr = table.column(c).to_numpy(zero_copy_only=False)
-        if not np.issubdtype(arr.dtype, np.integer):
-            raise ScoreError(f"--pairs {p}: column '{c}' must hold integer node ids, got {arr.dtype}")
-        cols.append(arr.astype(np.int64))
-    pairs = np.stack(cols, axis=1)
-    bad = np.flatnonzero((pairs < 0).any(1) | (pairs >= num_nodes).any(1))
+        if node_ids is None:
+            i, ok = _own_ids(cols[c], c, p, num_nodes)
+        else:
+            i, ok = node_index(node_ids, cols[c])
+        idx.append(i)
+        found.append(ok)
+    pairs = np.stack(idx, axis=1)
+    shown = lambda r: f"({cols['src'][r].as_py()}, {cols['dst'][r].as_py()})"  # noqa: E731  the user's own text
+    bad = np.flatnonzero(~(found[0] & found[1]))
     if bad.size:
-        row = int(bad[0])
-        raise ScoreError(f"--pairs {p}: {bad.size} row(s) name unknown node ids (first: row {row}, "
-                         f"({pairs[row, 0]}, {pairs[row, 1]})); the graph has nodes 0..{num_nodes - 1}")
-    return pairs
+        where = ("the graph has nodes 0..%d" % (num_nodes - 1) if node_ids is None
+                 else "ids must be ones of the edge list (or of its --nodes file)")
+        raise ScoreError(f"--pairs {p}: {bad.size} row(s) name unknown node ids (first: row {int(bad[0])}, "
+                         f"{shown(int(bad[0]))}); {where}")
+    loops = np.flatnonzero(pairs[:, 0] == pairs[:, 1])
+    if loops.size:  # a node and itself: no link to predict, and the model was never shown one
+        raise ScoreError(f"--pairs {p}: {loops.size} row(s) pair a node with itself (first: row {int(loops[0])}, "
+                         f"{shown(int(loops[0]))}); self-loops are not scored, drop those rows")
+    user = pairs if node_ids is None else node_ids[pairs]
+    return pairs, user
+
+
+def _own_ids(col, name: str, p: Path, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        vals = col.cast(pa.int64()).to_numpy(zero_copy_only=False)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        raise ScoreError(f"--pairs {p}: column '{name}' must hold integer node ids, got {col.type}") from None
+    return vals, (vals >= 0) & (vals < num_nodes)
 
 
 def load_model(ckpt: dict, manifest: dict, device: torch.device) -> Pencil:
@@ -122,9 +144,11 @@ def score_pairs(model: Pencil, graph, pairs: np.ndarray, sampling: tuple[int, in
     return pair_scorer(model, graph, sampling, n_max, seed, orderings, batch_size, device).logits(pairs)
 
 
-def write_scores(path: str, pairs: np.ndarray, logits: np.ndarray) -> None:
+def write_scores(path: str, user: np.ndarray, logits: np.ndarray) -> None:
+    """user: (P, 2) the pairs as the user names them (ints, or str objects)."""
     probs = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
-    table = pa.table({"src": pairs[:, 0], "dst": pairs[:, 1], "score": probs.mean(0),
+    kind = pa.string() if user.dtype == object else None
+    table = pa.table({"src": pa.array(user[:, 0], kind), "dst": pa.array(user[:, 1], kind), "score": probs.mean(0),
                       "logit": logits.mean(0).astype(np.float64), "score_std": probs.std(0)})
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -152,9 +176,9 @@ def _main(argv: list[str] | None = None) -> int:
         dataset = load_dataset(args.dataset or pre["dataset"], data_dir=args.data_dir or pre.get("data_dir"),
                                ogb_root=args.ogb_root or pre.get("ogb_root"),
                                planetoid_dir=pre.get("planetoid_dir"), seed=pre.get("seed", 0),
-                               split=pre.get("split"))  # the set's own split: its training graph
+                               split=pre.get("split"), nodes=pre.get("nodes"))  # the set's own split
         graph = snapshot.graph_for(args.graph, dataset)
-        pairs = read_pairs(args.pairs, graph.num_nodes)
+        pairs, user = read_pairs(args.pairs, graph.num_nodes, load_node_ids(manifest))
     except (ScoreError, DatasetError) as err:
         parser.error(str(err))
     device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
@@ -165,7 +189,7 @@ def _main(argv: list[str] | None = None) -> int:
     log.info("scoring %d pairs of %s with sampling %s, %d ordering(s), on %s", len(pairs), dataset.name,
              sampling, args.orderings, device)
     logits = score_pairs(model, graph, pairs, sampling, n_max, args.seed, args.orderings, args.batch_size, device)
-    write_scores(args.out, pairs, logits)
+    write_scores(args.out, user, logits)
     log.info("wrote %s", args.out)
     return 0
 

@@ -21,7 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "started unless RAY_ADDRESS is set (as under `ray job submit`).")
     p.add_argument("--dataset", required=True,
                    help="citeseer, cora, ogbl-collab|ppa|citation2|ddi, synthetic, a HeaRT-format folder, "
-                        "or a .csv/.parquet edge list")
+                        "or an edge list (.csv, .csv.gz, .tsv, .tsv.gz, .parquet) with node ids of any kind")
     p.add_argument("--sampling", default=None, metavar="D,N",
                    help="hops d and neighbours n per frontier entry (default: the paper's preset for the dataset)")
     p.add_argument("--views", type=int, default=2, help="independent training draws (negatives + subgraphs) (default 2)")
@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=None, help="HeaRT-format folder to load the dataset from")
     p.add_argument("--ogb-root", default=None, help="folder holding an already-downloaded OGB dataset")
     p.add_argument("--planetoid-dir", default=None, help="folder with the Planetoid raw files (ind.<name>.*)")
+    p.add_argument("--nodes", default=None, metavar="FILE",
+                   help="edge lists only: a file of node ids (column node or id; .csv/.tsv[.gz]/.parquet) declaring "
+                        "every node, isolated ones included, so they can be scored")
     p.add_argument("--features", action="store_true", help="load node features (part of the cache key)")
     p.add_argument("--targets", default=None, metavar="HEURISTIC",
                    help="heuristic estimation: label every link with its normalised cn, aa, ra, katz, spd or pr "
@@ -77,7 +80,7 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
     return PreprocessConfig(
         dataset=args.dataset, sampling=sampling, candidates=candidates, out=args.out, seed=args.seed,
         data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir, features=args.features,
-        targets=args.targets, split=split,
+        nodes=args.nodes, targets=args.targets, split=split,
         num_cpus=args.num_cpus, links_per_shard=args.links_per_shard, links_per_block=args.block_size,
         shard_mb=args.shard_mb, worker_memory_mb=args.worker_memory_mb, force=args.force)
 

@@ -93,6 +93,7 @@ class PreprocessConfig:
     ogb_root: str | None = None
     planetoid_dir: str | None = None
     features: bool = False
+    nodes: str | None = None  # node-list file of an edge list (isolated nodes); its ids reach the cache key via the dataset
     targets: str | None = None  # heuristic-estimation labels (preprocess/targets.py); None = link labels 1 / 0
     # --split train,valid,test percentages of a randomly split dataset (edge list, cora); None = 85,5,10
     split: tuple[float, float, float] | None = None

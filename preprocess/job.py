@@ -32,6 +32,7 @@ import numpy as np
 from common.memory import peak_rss_mb
 from common.shards import (MANIFEST, Block, ShardError, ShardWriter, cache_key, eval_shard_name, file_record,
                            open_storage, train_shard_name, write_manifest)
+from preprocess.cluster import init_ray, probe_address
 from preprocess.candidates import (Candidates, check_view_size, protocol_candidates, training_positives,
                                    training_view)
 from preprocess.config import ConfigError, PreprocessConfig
@@ -185,11 +186,13 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobR
     and every file against it (size always, sha256 unless verify=False); whatever is bad is named and
     rebuilt: bad shards sampled again, other files rewritten, the manifest written anew."""
     t0 = time.perf_counter()
+    if os.environ.get("RAY_ADDRESS"):
+        probe_address(os.environ["RAY_ADDRESS"])  # a dead cluster fails in one line, before anything is loaded
     if dataset is None:
         from common.datasets import load_dataset
         dataset = load_dataset(config.dataset, data_dir=config.data_dir, ogb_root=config.ogb_root,
                                planetoid_dir=config.planetoid_dir, features=config.features, seed=config.seed,
-                               split=config.split)
+                               split=config.split, nodes=config.nodes)
     if config.features and dataset.x is None:  # before anything is written
         raise ConfigError(f"--features: dataset {dataset.name} has no node features "
                           "(Planetoid datasets need --planetoid-dir; OGB ones need node-feat in the root)")
@@ -315,26 +318,6 @@ def _execute(config: PreprocessConfig, graphs: dict, sets, plans, out: str) -> t
         if started:
             ray.shutdown()
     return _records(results), _totals(results, elapsed)
-
-
-def init_ray(num_cpus: int | None = None) -> bool:
-    """Start (embedded) or attach to Ray (RAY_ADDRESS set) unless this process already did.
-
-    Returns True when this call started it, i.e. the caller should ray.shutdown() when done."""
-    import ray
-    if ray.is_initialized():
-        return False
-    if os.environ.get("RAY_ADDRESS"):
-        log.info("RAY_ADDRESS=%s: attaching to the cluster%s", os.environ["RAY_ADDRESS"],
-                 "; --num-cpus is ignored" if num_cpus is not None else "")
-        ray.init(log_to_driver=True)
-    else:
-        # Workers import preprocess/ and common/ from the repository, wherever the driver was started.
-        root = str(Path(__file__).resolve().parent.parent)
-        path = os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
-                 runtime_env={"env_vars": {"PYTHONPATH": path}})
-    return True
 
 
 def _records(results: list[dict]) -> list[dict]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from common.node_ids import encode_node_ids, node_ids_entry
 from common.shards import FEATURES, encode_array, encode_features, encode_queries, graph_entry, graph_names, queries_name
 from preprocess.targets import regression_eval_info
 
@@ -26,6 +27,8 @@ def set_files(config, dataset, sets: list, graphs: dict):
     for which, g in graphs.items():
         for name, arr in zip(graph_names(which), (g.indptr, g.indices)):
             yield name, encode_array(arr)
+    if dataset.node_ids is not None:  # the user's ids travel with the set: outputs translate back through them
+        yield node_ids_entry(dataset.node_ids)["file"], encode_node_ids(dataset.node_ids)
 
 
 def eval_info(dataset, sets: list, targets: dict | None) -> dict:
@@ -43,7 +46,7 @@ def planned_records(sets: list, plans: list) -> list[dict]:
 
 
 # What a set folder may hold that is not in the plan: anything else is left alone.
-SET_FILE_SUFFIXES = (".tar", ".npz", ".npy")
+SET_FILE_SUFFIXES = (".tar", ".npz", ".npy", ".parquet")
 
 
 def remove_strays(storage, keep: set[str]) -> None:
@@ -68,4 +71,6 @@ def manifest_fields(config, dataset, fingerprint: str, key, protocols, sets, pla
         "graphs": {which: graph_entry(which, g.indptr, g.indices) for which, g in graphs.items()},
         "fingerprint": fingerprint, "config": config.to_dict(), "sets": set_info,
         "eval": eval_info(dataset, sets, targets), "targets": targets,
+        # only for edge-list files, so the manifests of other sets stay as they were
+        **({} if dataset.node_ids is None else {"node_ids": node_ids_entry(dataset.node_ids)}),
     }

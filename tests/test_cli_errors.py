@@ -40,8 +40,7 @@ def run(module: str, args: list[str], tmp: Path, env: dict | None = None) -> sub
 def assert_one_line_error(proc: subprocess.CompletedProcess, module: str, expect: str) -> str:
     assert proc.returncode != 0, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-    lines = [line for line in proc.stderr.splitlines() if line.strip() and not LOG_LINE.match(line)
-             and "Token authentication" not in line]
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and not LOG_LINE.match(line)]
     assert len(lines) == 1, proc.stderr[-3000:]
     assert lines[0].startswith(f"python -m {module}: error: "), lines[0]
     assert re.search(expect, lines[0]), (expect, lines[0])

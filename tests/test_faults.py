@@ -59,8 +59,7 @@ def user_lines(stderr: str) -> list[str]:
     """What the user reads besides log lines and the progress bar."""
     out = []
     for line in stderr.replace("\r", "\n").splitlines():
-        if line.strip() and not LOG_LINE.match(line) and not line.startswith("sampling:") \
-                and "Token authentication" not in line:
+        if line.strip() and not LOG_LINE.match(line) and not line.startswith("sampling:"):
             out.append(line)
     return out
 

@@ -139,12 +139,12 @@ def _score(tmp, pairs_file, out, *extra):
 def test_score_parquet_pairs_with_orderings(pipeline_run, tmp_path):
     tmp, _ = pipeline_run
     pairs = tmp_path / "pairs.parquet"
-    pq.write_table(pa.table({"src": [137, 460, 0, 12], "dst": [1034, 1751, 1, 12]}), pairs)
+    pq.write_table(pa.table({"src": [137, 460, 0, 12], "dst": [1034, 1751, 1, 13]}), pairs)
     proc = _score(tmp, pairs, tmp_path / "scores.parquet", "--orderings", "3")
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = pq.read_table(tmp_path / "scores.parquet").to_pandas()
     assert list(table.columns) == ["src", "dst", "score", "logit", "score_std"]
-    assert table[["src", "dst"]].values.tolist() == [[137, 1034], [460, 1751], [0, 1], [12, 12]]
+    assert table[["src", "dst"]].values.tolist() == [[137, 1034], [460, 1751], [0, 1], [12, 13]]
     assert np.all((table.score > 0) & (table.score < 1)) and np.all(table.score_std >= 0)
     # Same seed, same subgraphs: scoring is deterministic.
     again = _score(tmp, pairs, tmp_path / "again.parquet", "--orderings", "3")
@@ -160,6 +160,17 @@ def test_score_rejects_unknown_node_ids(pipeline_run, tmp_path):
     proc = _score(tmp, pairs, tmp_path / "never.parquet")
     assert proc.returncode == 2
     assert "unknown node ids (first: row 1, (99999, 3))" in proc.stderr
+    assert not (tmp_path / "never.parquet").exists()
+
+
+def test_score_refuses_self_loops(pipeline_run, tmp_path):
+    """Issue 18: (5, 5) was scored 0.966; a node paired with itself is no link to predict."""
+    tmp, _ = pipeline_run
+    pairs = tmp_path / "loops.csv"
+    pairs.write_text("src,dst\n1,2\n5,5\n7,7\n")
+    proc = _score(tmp, pairs, tmp_path / "never.parquet")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "2 row(s) pair a node with itself (first: row 1, (5, 5)); self-loops are not scored" in proc.stderr
     assert not (tmp_path / "never.parquet").exists()
 
 

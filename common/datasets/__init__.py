@@ -5,7 +5,8 @@
   cora                      Planetoid raw files + seeded 85/5/10 split with random negatives
   ogbl-collab|ppa|citation2|ddi   an already-downloaded OGB root, offline
   a directory               HeaRT format ({train,valid,test}_{pos,neg}.txt [+ heart_*_samples.npy])
-  a .csv / .parquet file    a user's edge list (src,dst[,split])
+  an edge-list file         .csv, .csv.gz, .tsv, .tsv.gz, .parquet or .pq with columns src,dst[,split];
+                            node ids of any kind (big, negative, strings) are mapped to 0..N-1
   synthetic                 the latent-space graph of the paper's Appendix D.4
 """
 from __future__ import annotations
@@ -20,13 +21,21 @@ OGB_NAMES = ("ogbl-collab", "ogbl-ppa", "ogbl-citation2", "ogbl-ddi")
 
 def load_dataset(name: str, *, data_dir: str | None = None, ogb_root: str | None = None,
                  planetoid_dir: str | None = None, features: bool = False, seed: int = 0,
-                 split: tuple[float, float, float] | None = None) -> LinkDataset:
+                 split: tuple[float, float, float] | None = None, nodes: str | None = None) -> LinkDataset:
     """Resolve a dataset by name or path. Errors name the missing file/flag and the fix.
 
     split: (train, valid, test) percentages of the seeded random split (--split) for the datasets split
     here (edge lists without a split column, cora); None = 85/5/10. A dataset with its own split refuses it.
+    nodes: a node-list file (edge lists only) declaring nodes, isolated ones included.
     """
+    from common.datasets.ids import EDGE_LIST_SUFFIXES, suffix_of
     fracs = None if split is None else split_fractions(split)
+    if suffix_of(name) is not None and data_dir is None:
+        from common.datasets.edgelist import load_edge_list
+        return load_edge_list(Path(name), seed=seed, nodes=nodes, **_frac_kwargs(fracs))
+    if nodes is not None:
+        raise DatasetError(f"--nodes {nodes}: a node list applies to edge-list files only "
+                           f"({', '.join(EDGE_LIST_SUFFIXES)}), not to '{name}'")
     if data_dir is not None:
         _own_split(name, fracs)
         from common.datasets.heart import load_heart_dir
@@ -53,16 +62,13 @@ def load_dataset(name: str, *, data_dir: str | None = None, ogb_root: str | None
         from common.datasets.synthetic import load_latent_space
         return load_latent_space(seed=seed)
     path = Path(name)
-    if path.suffix.lower() in (".csv", ".parquet", ".pq"):
-        from common.datasets.edgelist import load_edge_list
-        return load_edge_list(path, seed=seed, **_frac_kwargs(fracs))
     if path.is_dir():
         _own_split(name, fracs)
         from common.datasets.heart import load_heart_dir
         return load_heart_dir(path)
     raise DatasetError(
         f"unknown dataset '{name}': use citeseer, cora, {', '.join(OGB_NAMES)}, synthetic, "
-        "a HeaRT-format directory, or a .csv/.parquet edge list")
+        f"a HeaRT-format directory, or an edge-list file ({', '.join(EDGE_LIST_SUFFIXES)})")
 
 
 def _own_split(name: str, fracs) -> None:

@@ -40,6 +40,8 @@ class LinkDataset:
     test_graph: the graph test candidates are sampled/scored on (ogbl-collab: train + valid);
            None means `graph`.
     metric: model-selection metric per protocol, e.g. {"original": "mrr", "ogb": "hits@50"}.
+    node_ids: the user's id of every node (sorted; int64, uint64 or str objects) when the file's ids were
+           mapped to 0..N-1 (edge lists); None where the ids are the dataset's own 0-based ones.
     """
 
     name: str
@@ -47,6 +49,7 @@ class LinkDataset:
     splits: dict[str, Split]
     test_graph: Graph | None = None
     metric: dict[str, str] = field(default_factory=dict)
+    node_ids: np.ndarray | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -82,10 +85,13 @@ class LinkDataset:
         for name in sorted(self.splits):
             split = self.splits[name]
             h.update(name.encode())
-            h.update(np.ascontiguousarray(split.pos, dtype=np.int64).tobytes())
+            h.update(np.ascontiguousarray(split.pos, dtype=np.int64))  # the buffer itself: no bytes copy
             for proto in sorted(split.neg):
                 h.update(proto.encode())
-                h.update(np.ascontiguousarray(split.neg[proto], dtype=np.int64).tobytes())
+                h.update(np.ascontiguousarray(split.neg[proto], dtype=np.int64))
+        if self.node_ids is not None:  # only then, so datasets without a mapping keep their cache keys
+            h.update(b"node_ids")
+            h.update(node_ids_digest(self.node_ids).encode())
         return h.hexdigest()[:16]
 
     def summary(self) -> str:
@@ -96,6 +102,17 @@ class LinkDataset:
                 negs = ", ".join(f"{p} {tuple(a.shape)}" for p, a in s.neg.items())
                 parts.append(f"{name}: {len(s.pos)} pos" + (f" (neg: {negs})" if negs else ""))
         return "; ".join(parts)
+
+
+def node_ids_digest(node_ids: np.ndarray) -> str:
+    """Content hash of a node-id mapping (numbers by their bytes, names by their UTF-8 text)."""
+    h = hashlib.sha256(str(node_ids.dtype).encode())
+    if node_ids.dtype == object:
+        for chunk in range(0, len(node_ids), 1 << 16):
+            h.update("\0".join(node_ids[chunk:chunk + (1 << 16)]).encode() + b"\0")
+    else:
+        h.update(np.ascontiguousarray(node_ids).tobytes())
+    return h.hexdigest()
 
 
 def check_pairs(arr, num_nodes: int, where: str) -> np.ndarray:

@@ -47,12 +47,25 @@ def _arrays_from_dir(root: Path) -> dict[str, np.ndarray]:
     return out
 
 
+# 0-based ids in this format mean num_nodes = max id + 1: refuse an id space this much wider than the ids
+# that exist (issue 18: one id of 2,147,483,653 among 1,500 edges made preprocess allocate 24 GB and die).
+MAX_SPARSITY = 100
+
+
+def _check_dense(where: str, num_nodes: int, num_ids: int) -> None:
+    if num_nodes > max(MAX_SPARSITY * num_ids, 1 << 20):
+        raise DatasetError(f"{where}: node id {num_nodes - 1:,} makes {num_nodes:,} nodes for {num_ids:,} ids in "
+                           "the files; HeaRT-format ids must be 0-based and dense, so give the edges as an "
+                           "edge-list file (src,dst[,split] .csv/.parquet), whose ids of any size are mapped")
+
+
 def dataset_from_arrays(name: str, arrays: dict[str, np.ndarray], num_nodes: int | None = None, x=None,
                         source: str = "") -> LinkDataset:
     """Build a LinkDataset from HeaRT-style arrays (keys as the file stems)."""
     where = source or name
     if num_nodes is None:
         num_nodes = x.shape[0] if x is not None else 1 + max(int(a.max()) for a in arrays.values() if a.size)
+        _check_dense(where, num_nodes, sum(a.size for a in arrays.values()))
     splits = {}
     for split in ("train", "valid", "test"):
         pos = check_pairs(arrays[f"{split}_pos"], num_nodes, f"{where}/{split}_pos")

@@ -1,0 +1,342 @@
+"""A user's edge-list file -> endpoint columns, and their node ids -> 0..N-1, once.
+
+Files: CSV (.csv, .csv.gz), TSV (.tsv, .tsv.gz) and Parquet (.parquet, .pq), columns src, dst[, split].
+Node ids may be integers of any size (negative, or up to 2^64 - 1) or strings (anything else in a text
+file: user names, hashes, gene symbols; an integer wider than 64 bits is kept as its text). They are
+mapped to 0..N-1 in sorted order (numbers numerically, strings by their UTF-8 bytes), so the mapping
+depends only on the set of ids, not on row order. `node_ids[i]` is the user's id of node i; it ships
+with the shard set and every output translates back through it. A file whose ids already are 0..N-1
+maps to itself.
+
+Memory is bounded before anything big is allocated: the row count (Parquet metadata, or a text file's
+size over the length of its first lines, re-checked while it streams in) times BYTES_PER_ROW must fit
+in the memory available to this process. The mapping itself is sort-based (common/unique.py), or a
+direct table when the ids span a range no wider than a few times the row count.
+"""
+from __future__ import annotations
+
+import gzip
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from common.datasets.base import DatasetError
+from common.memory import check_allocation, rss_gb
+from common.unique import unique_inverse
+
+log = logging.getLogger(__name__)
+
+TEXT_SUFFIXES = {".csv": ",", ".csv.gz": ",", ".tsv": "\t", ".tsv.gz": "\t"}
+PARQUET_SUFFIXES = (".parquet", ".pq")
+EDGE_LIST_SUFFIXES = tuple(TEXT_SUFFIXES) + PARQUET_SUFFIXES
+# Driver bytes per edge row from reading through the split (measured by bench/big_load.py: the peak
+# there is about 75 B/row on 30 M rows; the bound keeps a margin over it).
+BYTES_PER_ROW = 100
+TEXT_BLOCK = 32 << 20  # bytes per streamed CSV block: the unit of progress and of the running bound
+NODE_COLUMNS = ("node", "id")
+
+
+def suffix_of(name: str) -> str | None:
+    """The edge-list suffix `name` ends with (case-insensitive, multi-part like .csv.gz), or None."""
+    lower = str(name).lower()
+    return next((s for s in sorted(EDGE_LIST_SUFFIXES, key=len, reverse=True) if lower.endswith(s)), None)
+
+
+def stem_of(path: Path) -> str:
+    suf = suffix_of(path.name)
+    return path.name[: -len(suf)] if suf else path.stem
+
+
+@dataclass
+class Columns:
+    """Named columns of one file, each a pyarrow ChunkedArray; `rows` their length."""
+
+    cols: dict[str, pa.ChunkedArray]
+    rows: int
+
+
+# ---------------------------------------------------------------------------------- reading
+def read_columns(path: Path, wanted: tuple[str, ...], optional: tuple[str, ...] = (), any_of: bool = False,
+                 hint: str = "src,dst[,split]") -> Columns:
+    """Read the `wanted` (and present `optional`) columns, matched case- and space-insensitively.
+    any_of: the first of `wanted` that exists is enough (a node list's `node` or `id`)."""
+    suf = suffix_of(path.name)
+    if suf is None:
+        raise DatasetError(f"{path}: unknown extension; use {', '.join(EDGE_LIST_SUFFIXES)}")
+    if not path.is_file():
+        raise DatasetError(f"{path}: file not found; pass a {'/'.join(EDGE_LIST_SUFFIXES)} file with columns {hint}")
+    header = _parquet_header(path) if suf in PARQUET_SUFFIXES else _text_header(path, TEXT_SUFFIXES[suf], hint)
+    by_name = {h.strip().lower(): h for h in header}
+    if any_of:
+        found = next((c for c in wanted if c in by_name), header[0] if len(header) == 1 else None)
+        if found is None:
+            raise DatasetError(f"{path}: no column named {' or '.join(wanted)} (found: {_names(header)}); "
+                               f"name the column of node ids '{wanted[0]}'")
+        pick = {wanted[0]: by_name.get(found, found)}
+    else:
+        missing = [c for c in wanted if c not in by_name]
+        if missing:
+            raise DatasetError(f"{path}: missing column(s) {', '.join(missing)} (found: {_names(header)}); "
+                               "name the endpoint columns src and dst")
+        pick = {c: by_name[c] for c in wanted + optional if c in by_name}
+    t0 = time.perf_counter()
+    if suf in PARQUET_SUFFIXES:
+        out = _read_parquet(path, pick)
+    else:
+        out = _read_text(path, TEXT_SUFFIXES[suf], pick)
+    log.info("%s: read %s rows in %.1f s (driver %.1f GiB)", path.name, f"{out.rows:,}", time.perf_counter() - t0,
+             rss_gb())
+    return out
+
+
+def _names(header: list[str]) -> str:
+    text = ", ".join(h.strip() for h in header) or "none"
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _check_rows(path: Path, rows: float, how: str) -> None:
+    check_allocation(rows * BYTES_PER_ROW, f"{path}: {rows:,.0f} rows{how}",
+                     "split the edge list or run on a machine with more memory")
+
+
+def _text_header(path: Path, delimiter: str, hint: str) -> list[str]:
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    try:
+        with opener(path, "rb") as f:
+            head = f.read(1 << 20)
+    except (OSError, EOFError) as err:  # a bad gzip stream
+        raise DatasetError(f"{path}: could not read ({type(err).__name__}: {' '.join(str(err).split())})") from None
+    if not head.strip():
+        raise DatasetError(f"{path}: empty file; write a header '{hint}' and one edge per row")
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if err.start < len(head) - 4:  # not merely a character cut at the 1 MB boundary
+            raise DatasetError(f"{path}: not a text edge list (byte {head[err.start]:#04x} at offset {err.start} "
+                               f"is not UTF-8); write a header '{hint}' and one edge per row") from None
+        text = head[: err.start].decode("utf-8")
+    lines = text.splitlines()
+    if not path.name.lower().endswith(".gz") and len(lines) > 2:
+        # Rows of the whole file estimated from the mean length of the lines read: bound before reading.
+        per_line = len(head[: head.rfind(b"\n") + 1]) / max(1, len(lines) - 1)
+        _check_rows(path, path.stat().st_size / max(per_line, 1.0), " (estimated from its size)")
+    return [h.strip().strip('"') for h in lines[0].split(delimiter)]
+
+
+def _read_text(path: Path, delimiter: str, pick: dict[str, str]) -> Columns:
+    import pyarrow.csv as pacsv
+    try:
+        reader = pacsv.open_csv(
+            path, read_options=pacsv.ReadOptions(block_size=TEXT_BLOCK),
+            parse_options=pacsv.ParseOptions(delimiter=delimiter),
+            convert_options=pacsv.ConvertOptions(include_columns=list(pick.values()),
+                                                 column_types={c: pa.string() for c in pick.values()}))
+        chunks = {k: [] for k in pick}
+        rows, last = 0, time.perf_counter()
+        for batch in reader:
+            rows += batch.num_rows
+            _check_rows(path, rows, " read so far")  # a gzip's size is unknown up front: bound as it streams
+            for k, c in pick.items():
+                chunks[k].append(pc.utf8_trim_whitespace(batch.column(c)))
+            if time.perf_counter() - last > 5:
+                log.info("%s: %s rows read", path.name, f"{rows:,}")
+                last = time.perf_counter()
+    except (pa.ArrowException, OSError, EOFError, UnicodeDecodeError) as err:
+        raise DatasetError(f"{path}: could not read as a {'TSV' if delimiter == chr(9) else 'CSV'} edge list "
+                           f"({' '.join(str(err).split())[:200]})") from None
+    if rows == 0:
+        raise DatasetError(f"{path}: empty file (header only); add one edge per row")
+    return Columns({k: pa.chunked_array(v, pa.string()) for k, v in chunks.items()}, rows)
+
+
+def _parquet_header(path: Path) -> list[str]:
+    import pyarrow.parquet as pq
+    try:
+        meta = pq.ParquetFile(path).metadata
+    except (pa.ArrowException, OSError) as err:
+        raise DatasetError(f"{path}: could not read ({type(err).__name__}: {' '.join(str(err).split())})") from None
+    _check_rows(path, meta.num_rows, " (Parquet metadata)")
+    return list(meta.schema.to_arrow_schema().names)
+
+
+def _read_parquet(path: Path, pick: dict[str, str]) -> Columns:
+    import pyarrow.parquet as pq
+    try:
+        table = pq.read_table(path, columns=list(pick.values()))
+    except (pa.ArrowException, OSError) as err:
+        raise DatasetError(f"{path}: could not read ({type(err).__name__}: {' '.join(str(err).split())})") from None
+    if table.num_rows == 0:
+        raise DatasetError(f"{path}: empty file (no rows); add one edge per row")
+    return Columns({k: table.column(c) for k, c in pick.items()}, table.num_rows)
+
+
+# ---------------------------------------------------------------------------------- ids -> 0..N-1
+def _numeric(col: pa.ChunkedArray, name: str, path: Path) -> np.ndarray | None:
+    """An id column as int64 or uint64 numbers, or None when its ids are names (strings)."""
+    if col.null_count:
+        row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+        raise DatasetError(f"{path}: column '{name}' has an empty node id in data row {row + 1}; fill it or drop the row")
+    t = col.type
+    if pa.types.is_dictionary(t):
+        col, t = col.cast(t.value_type), t.value_type
+    if pa.types.is_integer(t):
+        if pa.types.is_unsigned_integer(t) and t.bit_width == 64:
+            return col.to_numpy()
+        return col.cast(pa.int64()).to_numpy()
+    if pa.types.is_floating(t):
+        f = col.to_numpy()
+        bad = ~(np.isfinite(f) & (f == np.round(f)))
+        if bad.any():
+            raise DatasetError(f"{path}: column '{name}' holds non-integer node id {f[bad][0]}; "
+                               "ids must be integers or strings")
+        return f.astype(np.int64)
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        empty = pc.equal(pc.utf8_length(col), 0).to_numpy(zero_copy_only=False)
+        if empty.any():
+            raise DatasetError(f"{path}: column '{name}' has an empty node id in data row "
+                               f"{int(np.flatnonzero(empty)[0]) + 1}; fill it or drop the row")
+        for target in (pa.int64(), pa.uint64()):
+            try:
+                return col.cast(target).to_numpy()
+            except pa.ArrowInvalid:
+                continue
+        return None
+    raise DatasetError(f"{path}: column '{name}' must hold integer or string node ids, got type {t}")
+
+
+def map_node_ids(path: Path, cols: dict[str, pa.ChunkedArray], sources: dict[str, Path] | None = None
+                 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Every id column -> integer node indices 0..N-1 over the union of their ids, plus `node_ids` (N,):
+    sorted int64, uint64 or str (object) values, node_ids[i] the user's id of node i.
+    sources: the file a column came from when not `path` (a node list), for error messages."""
+    t0 = time.perf_counter()
+    nums = {k: _numeric(c, k, (sources or {}).get(k, path)) for k, c in cols.items()}
+    big = any(a is not None and a.dtype == np.uint64 and a.size and a.max() >= 2**63 for a in nums.values())
+    neg = any(a is not None and a.dtype == np.int64 and a.size and a.min() < 0 for a in nums.values())
+    if any(a is None for a in nums.values()) or (big and neg):
+        del nums
+        out, node_ids, how = _map_strings(cols)  # names, or numbers no 64-bit type holds together
+    else:
+        cols.clear()  # the caller's dict too: the Arrow columns go, the numbers (or views holding them) stay
+        release_arrow_memory()
+        dtype = np.uint64 if big else np.int64
+        for k in nums:
+            nums[k] = nums[k].astype(dtype, copy=False)
+        out, node_ids, how = _map_numbers(nums)
+    log.info("%s: %s distinct node ids (%s) mapped to 0..%d in %.1f s (driver %.1f GiB)", path.name,
+             f"{len(node_ids):,}", how, len(node_ids) - 1, time.perf_counter() - t0, rss_gb())
+    return out, node_ids
+
+
+def _map_numbers(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray, str]:
+    total = sum(a.size for a in arrays.values())
+    lo = min(int(a.min()) for a in arrays.values())
+    hi = max(int(a.max()) for a in arrays.values())
+    span = hi - lo + 1
+    if span <= max(4 * total, 1 << 20):
+        # Ids in a range a few times the row count: a presence table and a rank table replace the sort.
+        def offset(a):
+            return a if lo == 0 else a - a.dtype.type(lo)
+
+        present = np.zeros(span, dtype=bool)
+        for a in arrays.values():
+            present[offset(a)] = True
+        node_ids = (np.flatnonzero(present) + lo).astype(next(iter(arrays.values())).dtype)
+        if lo == 0 and len(node_ids) == span:
+            return {k: a.astype(np.int64, copy=False) for k, a in arrays.items()}, node_ids, "already 0..N-1"
+        # int32 ranks where they fit: half the table, so more of the random gathers below hit the cache
+        rank = np.cumsum(present, dtype=np.int32 if span < 2**31 else np.int64)
+        rank -= 1
+        del present
+        return {k: rank[offset(a)] for k, a in arrays.items()}, node_ids, "integers, table"
+    sizes = {k: a.size for k, a in arrays.items()}
+    node_ids, inverse = unique_inverse(_concat_popping(arrays))  # the concatenation is its only reference
+    return _split_back(list(sizes), sizes, inverse), node_ids, "integers, sorted"
+
+
+def _concat_popping(arrays: dict[str, np.ndarray]) -> np.ndarray:
+    """One array of all `arrays`, each dropped from the dict once copied (peak: one column over the result)."""
+    whole = np.empty(sum(a.size for a in arrays.values()), dtype=next(iter(arrays.values())).dtype)
+    at = 0
+    for k in list(arrays):
+        a = arrays.pop(k)
+        whole[at:at + a.size] = a
+        at += a.size
+        del a
+    return whole
+
+
+def _map_strings(cols: dict[str, pa.ChunkedArray]) -> tuple[dict[str, np.ndarray], np.ndarray, str]:
+    keys = list(cols)
+    text = [cols[k].cast(pa.large_string()) for k in keys]
+    whole = pa.chunked_array([ch for c in text for ch in c.chunks], pa.large_string()).combine_chunks()
+    order = pc.sort_indices(whole).to_numpy()  # byte order of UTF-8 = code point order
+    s = whole.take(order)
+    keep = np.empty(len(s), dtype=bool)
+    keep[:1] = True
+    if len(s) > 1:
+        keep[1:] = pc.not_equal(s.slice(1), s.slice(0, len(s) - 1)).to_numpy(zero_copy_only=False)
+    inverse = np.empty(len(s), dtype=np.int64)
+    inverse[order] = np.cumsum(keep) - 1
+    node_ids = s.filter(pa.array(keep)).to_numpy(zero_copy_only=False).astype(object)
+    sizes = {k: len(c) for k, c in zip(keys, text)}
+    return _split_back(keys, sizes, inverse), node_ids, "strings, sorted"
+
+
+def release_arrow_memory() -> None:
+    """Hand the Arrow pool's freed pages (the file's columns, once mapped) back to the OS: the pool keeps
+    them otherwise, and the graph built next would sit on top of them."""
+    pa.default_memory_pool().release_unused()
+
+
+def _split_back(keys, sizes, inverse: np.ndarray) -> dict[str, np.ndarray]:
+    out, at = {}, 0
+    for k in keys:
+        n = sizes[k] if isinstance(sizes[k], int) else sizes[k].size
+        out[k] = inverse[at:at + n]
+        at += n
+    return out
+
+
+# ---------------------------------------------------------------------------------- user ids -> node index
+def node_index(node_ids: np.ndarray, values) -> tuple[np.ndarray, np.ndarray]:
+    """(index, found) of the user's ids `values` in sorted `node_ids`; values of another type (text
+    digits against integer ids, or the reverse) are compared after converting them."""
+    vals = _like(node_ids, values)
+    if vals is None:
+        return np.zeros(len(values), np.int64), np.zeros(len(values), bool)
+    found = np.zeros(len(vals), dtype=bool)
+    idx = np.zeros(len(vals), dtype=np.int64)
+    ok = np.ones(len(vals), dtype=bool) if vals.dtype != object else np.array([v is not None for v in vals], bool)
+    if len(node_ids) and ok.any():
+        q = vals[ok] if node_ids.dtype == object else vals[ok].astype(node_ids.dtype)
+        pos_c = np.minimum(np.searchsorted(node_ids, q), len(node_ids) - 1)
+        found[ok] = node_ids[pos_c] == q
+        idx[ok] = pos_c
+    return idx, found
+
+
+def _like(node_ids: np.ndarray, values) -> np.ndarray | None:
+    arr = pa.array(values) if not isinstance(values, (pa.Array, pa.ChunkedArray)) else values
+    if node_ids.dtype == object:  # names: compare as text (an integer column's ids as their decimal text)
+        return np.asarray(arr.cast(pa.string()).to_numpy(zero_copy_only=False), dtype=object)
+    target = pa.int64() if node_ids.dtype == np.int64 else pa.uint64()
+    if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
+        arr = pc.utf8_trim_whitespace(arr)
+    try:
+        return arr.cast(target).to_numpy(zero_copy_only=False)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        # not all convertible: look them up one by one (a handful of pairs, not the graph)
+        out = []
+        for v in arr.to_pylist():
+            try:
+                iv = int(v)
+                out.append(iv if (0 <= iv < 2**64 if target == pa.uint64() else -2**63 <= iv < 2**63) else None)
+            except (TypeError, ValueError):
+                out.append(None)
+        return np.asarray(out, dtype=object) if any(v is None for v in out) else np.asarray(out, node_ids.dtype)
