@@ -7,6 +7,7 @@ An edge list's node ids (integers of any size, or strings) are mapped to 0..N-1 
 """
 from __future__ import annotations
 
+import hashlib
 import io
 
 import numpy as np
@@ -14,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from common.shards import NODE_IDS, ShardError
-from common.storage import join, local_file
+from common.storage import is_remote, join, read_url
 
 
 def encode_node_ids(node_ids: np.ndarray) -> bytes:
@@ -37,8 +38,13 @@ def load_node_ids(manifest: dict) -> np.ndarray | None:
     if not entry:
         return None
     path = join(manifest["root"], entry["file"])
-    try:
-        ids = pq.read_table(local_file(path)).column("id").to_numpy(zero_copy_only=False)
+    want = manifest.get("files", {}).get(entry["file"], {}).get("sha256")
+    try:  # read whole (it is small beside the graph) so the manifest's sha256 is always checked
+        data = read_url(path) if is_remote(path) else open(path, "rb").read()
+        if want is not None and (digest := hashlib.sha256(data).hexdigest()) != want:
+            raise ShardError(f"{path}: checksum mismatch (manifest {want[:12]}…, file {digest[:12]}…); "
+                             "rerun preprocess to rewrite it")
+        ids = pq.read_table(io.BytesIO(data)).column("id").to_numpy(zero_copy_only=False)
     except (OSError, KeyError, pa.ArrowException) as err:
         raise ShardError(f"{path}: unreadable node-id file ({err}); rebuild the shard set with --force") from None
     if entry["dtype"] == "string":

@@ -223,6 +223,28 @@ def test_cache_hit_names_and_repairs_swapped_queries_and_a_renamed_shard(referen
     assert files(shards) == files(reference) and manifest_body(shards) == manifest_body(reference)
 
 
+def swap_node_ids(shards: Path) -> str:
+    """The user's ids of nodes 0 and 1 exchanged: every output would name the wrong nodes."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    path = shards / "node_ids.parquet"
+    ids = pq.read_table(path).column("id").to_numpy(zero_copy_only=False).copy()
+    ids[[0, 1]] = ids[[1, 0]]
+    pq.write_table(pa.table({"id": pa.array(ids)}), path)
+    return path.name
+
+
+def test_cache_hit_names_and_repairs_swapped_node_ids(reference, graph_csv, tmp_path):
+    shards = copy_set(reference, tmp_path)
+    swap_node_ids(shards)
+    proc = preprocess(graph_csv, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    notes = [line.split(" preprocess.job: ")[1] for line in proc.stderr.splitlines() if "WARNING preprocess.job" in line]
+    assert len(notes) == 1 and re.fullmatch(rf"{re.escape(str(shards))}/node_ids\.parquet: (checksum|size) mismatch "
+                                            r"\(manifest .*\); writing it again", notes[0]), notes
+    assert files(shards) == files(reference) and manifest_body(shards) == manifest_body(reference)
+
+
 @pytest.mark.parametrize("verify", [True, False], ids=["verify", "plain"])
 @pytest.mark.parametrize("tamper,text", [
     (edit_manifest, r"manifest\.json: checksum mismatch \(recorded [0-9a-f]{12}…, contents [0-9a-f]{12}…\)"),

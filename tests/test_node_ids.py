@@ -304,3 +304,19 @@ def test_score_under_user_ids_equals_score_under_mapped_ids(tmp_path):
                               capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
         assert proc.returncode == 2 and expect_text in proc.stderr, proc.stderr[-2000:]
         assert not (tmp_path / "never.parquet").exists()
+
+
+def test_node_id_file_is_checked_against_the_manifest(tmp_path):
+    from common.manifest import file_record
+    from common.node_ids import encode_node_ids, load_node_ids, node_ids_entry
+    from common.shards import ShardError
+
+    ids = np.array(["gene-b", "gene-a", "gene-c"], dtype=object)
+    data = encode_node_ids(ids)
+    (tmp_path / "node_ids.parquet").write_bytes(data)
+    manifest = {"root": str(tmp_path), "num_nodes": 3, "node_ids": node_ids_entry(ids),
+                "files": {"node_ids.parquet": file_record(data)}}
+    assert load_node_ids(manifest).tolist() == ["gene-b", "gene-a", "gene-c"]
+    (tmp_path / "node_ids.parquet").write_bytes(encode_node_ids(ids[[1, 0, 2]]))  # same size, nodes 0 and 1 swapped
+    with pytest.raises(ShardError, match=r"node_ids\.parquet: checksum mismatch \(manifest [0-9a-f]{12}…, file "):
+        load_node_ids(manifest)
