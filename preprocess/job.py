@@ -235,6 +235,8 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobR
         # Ray killed in-flight tasks before their writers could remove their temporary files.
         storage.cleanup_tmp()
         raise
+    # A worker killed mid-write leaves its temporary file even when Ray's retry then finished the shard.
+    storage.cleanup_tmp()
     summary["seconds"] = round(time.perf_counter() - t0, 3)
     summary["worker_memory_mb"] = config.worker_memory_mb
     write_manifest(storage, {**meta, "shards": records, "files": files,

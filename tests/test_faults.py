@@ -334,7 +334,52 @@ def test_injected_enospc_in_a_shard_task_is_reported_not_retried(tmp_path, monke
         f"{tmp_path}/train-v000-00000.tar: no space left on device; free space or write somewhere else"
 
 
-# ---------------------------------------------------------------------------- kill -9 (slow)
+# ---------------------------------------------------------------------------- kill -9
+# tests/fault_hook/sitecustomize.py, on the job's PYTHONPATH, pins the moment of the kill: every attempt at a
+# shard leaves FAULT_DIR/<shard>.attempt<k> (the worker's pid), and the first attempt at the HOLD shard
+# writes part of it, flushes, marks <shard>.held and waits there for the SIGKILL. --num-cpus 1: one task
+# at a time, so the shards planned before HOLD are finished and the ones after it are not started.
+FAULT_HOOK = ROOT / "tests" / "fault_hook"
+HOLD = "train-v000-00003.tar"
+
+
+def hooked_env(fault_dir: Path, hold: str = HOLD) -> dict:
+    path = [str(FAULT_HOOK), str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), "PENCIL_TEST_FAULT_DIR": str(fault_dir),
+            "PENCIL_TEST_FAULT_HOLD": hold}
+
+
+def attempts(fault_dir: Path) -> dict[str, list[int]]:
+    """{shard: [pid of attempt 1, pid of attempt 2, ...]} from the hook's markers."""
+    found: dict[str, dict[int, int]] = {}
+    for p in fault_dir.iterdir():
+        m = re.fullmatch(r"(.+\.tar)\.attempt(\d+)", p.name)
+        if m:
+            found.setdefault(m.group(1), {})[int(m.group(2))] = int(p.read_text())
+    return {name: [by[k] for k in sorted(by)] for name, by in sorted(found.items())}
+
+
+def session_processes(sid: int) -> list:
+    """Live processes of the session a Popen(start_new_session=True) child leads: it and what it started."""
+    import psutil
+    out = []
+    for p in psutil.process_iter():
+        try:
+            if os.getsid(p.pid) == sid and p.status() != psutil.STATUS_ZOMBIE:
+                out.append(p)
+        except (ProcessLookupError, psutil.Error):
+            continue
+    return out
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 def _wait_for(predicate, timeout: float, what: str):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -353,8 +398,61 @@ def _kill_tree_leftovers(proc: subprocess.Popen) -> None:
         pass
 
 
+def _held(fault_dir: Path, proc: subprocess.Popen) -> int:
+    """Wait until the HOLD shard's first attempt is parked mid-write; its worker's pid."""
+    def ready():
+        if proc.poll() is not None:
+            pytest.fail(f"preprocess exited ({proc.returncode}) before the hook held {HOLD}")
+        return (fault_dir / f"{HOLD}.held").exists()
+    _wait_for(ready, 300, f"the first attempt at {HOLD} to be held mid-write")
+    return int((fault_dir / f"{HOLD}.held").read_text())
+
+
+def test_driver_sigkill_mid_job_then_rerun_is_byte_identical(reference, graph_csv, tmp_path):
+    """kill -9 of `python -m preprocess` (the driver, embedded Ray) while one shard is half written, some are
+    finished and the rest not started; whatever Ray processes survive it must not touch the set; the same
+    command again gives the uninterrupted set, byte for byte."""
+    import psutil
+    out, faults = tmp_path / "out", tmp_path / "faults"
+    faults.mkdir()
+    proc = subprocess.Popen(preprocess_cmd(graph_csv, out, "--num-cpus", "1"), cwd=ROOT, env=hooked_env(faults),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        writer = _held(faults, proc)
+        os.kill(proc.pid, signal.SIGKILL)  # the driver only: Ray's processes are left to react on their own
+        proc.wait(30)
+        # The processes that did the job (GCS, raylet, the worker parked mid-write) die with the driver; what
+        # Ray leaves running (its agents) must hold no file of the set. Then the group goes, as a user's would.
+        shards = set_dir(out)
+        _wait_for(lambda: not _alive(writer), 60, f"the worker writing {HOLD} (pid {writer}) to die with the driver")
+        survivors = [p.name() for p in session_processes(proc.pid) if _alive(p.pid)]
+        assert not [n for n in survivors if n in ("raylet", "gcs_server") or "build_shard" in n], survivors
+        for p in session_processes(proc.pid):
+            try:
+                assert not [f.path for f in p.open_files() if f.path.startswith(str(out))], p.name()
+            except psutil.Error:
+                continue
+    finally:
+        _kill_tree_leftovers(proc)
+    # The interrupted set: exactly the shards finished before HOLD, HOLD half written, no manifest.
+    started = attempts(faults)
+    finished = sorted(n for n in started if n != HOLD)
+    assert started[HOLD] == [writer] and finished, started
+    assert not (shards / "manifest.json").exists()
+    assert sorted(shards.glob("*.tar")) == [shards / n for n in finished]
+    assert [p.name for p in shards.glob(".*.tmp")] == [f".{HOLD}.{writer}.tmp"]
+    assert len(finished) < sum(n.endswith(".tar") for n in files(reference))
+
+    rerun = preprocess(graph_csv, out, "--num-cpus", "1")
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert re.search(rf"\(\d+ sampled, {len(finished)} shards reused of \d+\)", rerun.stderr), rerun.stderr[-3000:]
+    assert files(shards) == files(reference) and manifest_shards(shards) == manifest_shards(reference)
+    assert manifest_body(shards) == manifest_body(reference)  # files (every other file's sha256) and totals too
+
+
 @pytest.mark.slow
 def test_driver_kill_then_rerun_is_byte_identical(reference, graph_csv, tmp_path):
+    """Unpinned twin of the test above: 2 CPUs, several tasks in flight, the kill wherever it lands."""
     out = tmp_path / "out"
     proc = subprocess.Popen(preprocess_cmd(graph_csv, out), cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
@@ -366,38 +464,35 @@ def test_driver_kill_then_rerun_is_byte_identical(reference, graph_csv, tmp_path
         _kill_tree_leftovers(proc)
     shards = set_dir(out)
     assert not (shards / "manifest.json").exists()
-    done = proc_files = files(shards)
+    done = files(shards)
     assert 3 <= sum(n.endswith(".tar") for n in done) < sum(n.endswith(".tar") for n in files(reference))
     rerun = preprocess(graph_csv, out)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert re.search(r"\d+ shards reused", rerun.stderr) and proc_files
+    assert re.search(r"\d+ shards reused", rerun.stderr)
     assert files(shards) == files(reference) and manifest_shards(shards) == manifest_shards(reference)
     assert not list(shards.glob(".*.tmp"))
 
 
 @pytest.mark.slow
 def test_worker_kill_is_retried_and_byte_identical(reference, graph_csv, tmp_path):
-    import psutil
-    out = tmp_path / "out"
-    proc = subprocess.Popen(preprocess_cmd(graph_csv, out, "--views", "6"), cwd=ROOT, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    """kill -9 of the Ray worker half way through writing a shard: Ray runs the task again (a second attempt,
+    in another worker, is observed: with max_retries=0 the job fails instead) and the set is the
+    uninterrupted one, byte for byte, with no temporary file of the dead worker left in it."""
+    out, faults = tmp_path / "out", tmp_path / "faults"
+    faults.mkdir()
+    proc = subprocess.Popen(preprocess_cmd(graph_csv, out, "--num-cpus", "1"), cwd=ROOT, env=hooked_env(faults),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        def shard_worker():
-            for p in psutil.Process(proc.pid).children(recursive=True):
-                try:
-                    if "build_shard" in " ".join(p.cmdline()) or p.name().startswith("ray::build_shard"):
-                        return p
-                except psutil.Error:
-                    continue
-            return None
-        victim = _wait_for(shard_worker, 120, "a Ray worker running build_shard")
-        victim.kill()  # kill -9 of one worker mid-task
+        victim = _held(faults, proc)
+        os.kill(victim, signal.SIGKILL)  # one worker, mid-write; the driver lives on
         stdout, stderr = proc.communicate(timeout=600)
     finally:
         _kill_tree_leftovers(proc)
     assert proc.returncode == 0, stderr[-3000:]
     assert stdout.strip().splitlines()[-1].startswith("shards written: ")
-    ref6 = tmp_path / "ref6"
-    again = preprocess(graph_csv, ref6, "--views", "6")
-    assert again.returncode == 0
-    assert files(set_dir(out)) == files(set_dir(ref6))
+    tries = attempts(faults)
+    assert len(tries[HOLD]) == 2 and tries[HOLD][0] == victim != tries[HOLD][1], tries
+    assert all(len(pids) == 1 for name, pids in tries.items() if name != HOLD), tries  # nothing else ran twice
+    assert sorted(tries) == sorted(n for n in files(reference) if n.endswith(".tar"))
+    shards = set_dir(out)
+    assert files(shards) == files(reference) and manifest_shards(shards) == manifest_shards(reference)

@@ -1,5 +1,6 @@
 """End to end on a tiny preset: pipelines.run (preprocess → train → evaluate → report), then scoring."""
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -8,6 +9,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from tests.conftest import cached_set
 
@@ -198,3 +200,67 @@ def test_results_folder_is_named_after_the_dataset(tmp_path):
     assert results_dir("r", load_dataset(str(tmp_path / "graph.v2.parquet")).name, "p") == Path("r/graph.v2/p")
     assert results_dir("r", "citeseer", "citeseer-small") == Path("r/citeseer/citeseer-small")
     assert results_dir("r", "my graph/../x", "p") == Path("r/my_graph_.._x/p")  # one path component, always
+
+
+# ---------------------------------------------------------------------------- one process or torchrun
+def _run_args(tmp_path, *argv):
+    from pipelines.run import build_parser, validate_args
+    args = build_parser().parse_args(["--dataset", "citeseer", "--out", str(tmp_path / "results"),
+                                      "--shards", str(tmp_path / "shards"), *argv])
+    validate_args(args)
+    return args
+
+
+@pytest.mark.parametrize("gpus, device, launcher", [
+    (2, "auto", "torchrun"), (4, "cuda", "torchrun"), (2, "cpu", "in-process"), (1, "auto", "in-process"),
+    (0, "auto", "in-process"),
+])
+def test_train_seed_launches_torchrun_when_several_gpus_are_visible(tmp_path, monkeypatch, gpus, device, launcher):
+    """The launcher decision of pipelines.run.train_seed with the visible-GPU count injected: more than one GPU
+    (and not --device cpu) runs `torchrun --nproc-per-node <gpus>` over the trainer, this exact command line;
+    otherwise the trainer runs in this process with the same flags."""
+    import pipelines.run as pr
+    import trainer.train
+
+    launched, in_process = [], []
+    run_dir = tmp_path / "results" / "seed3"
+
+    def fake_subprocess_run(cmd, **kw):
+        launched.append((cmd, kw))
+        run_dir.mkdir(parents=True)
+        (run_dir / "summary.json").write_text('{"steps": 5, "world_size": %d}' % gpus)
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(pr, "cuda_devices", lambda: gpus)
+    monkeypatch.setattr(pr.subprocess, "run", fake_subprocess_run)
+    monkeypatch.setattr(trainer.train, "run", lambda config: in_process.append(config) or {"steps": 5})
+    args = _run_args(tmp_path, "--device", device, "--epochs", "2", "--train-arg=--max-steps=5",
+                     "--train-arg=--num-workers=0")
+    summary = pr.train_seed(args, "tiny", "/data/set", "original", 3, run_dir)
+    flags = ["--shards", "/data/set", "--preset", "tiny", "--out", str(run_dir), "--seed", "3", "--protocol", "original",
+             "--device", device, "--resume", "--epochs", "2.0", "--max-steps", "5", "--num-workers", "0"]
+    if launcher == "torchrun":
+        assert launched == [([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
+                              "-m", "trainer", *flags, "--no-progress"], {"check": True})]
+        assert in_process == [] and summary == {"steps": 5, "world_size": gpus}
+    else:
+        from trainer.config import config_from_args
+        assert launched == [] and summary == {"steps": 5}
+        assert [c.to_dict() for c in in_process] == [config_from_args(flags).to_dict()]
+    # GPU runs train seeds one after another (each fills the GPUs); CPU runs one process per core
+    assert (pr.cpu_seed_slots(_run_args(tmp_path, "--device", device, "--seeds", "0,1")) == 1) == (gpus > 0 and device != "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 or more GPUs")
+def test_pipeline_trains_with_torchrun_on_every_visible_gpu(tmp_path, shard_cache):
+    gpus = torch.cuda.device_count()
+    cmd = [sys.executable, "-m", "pipelines.run", "--dataset", "citeseer", "--preset", "tiny", "--seeds", "0",
+           "--out", str(tmp_path / "results"), "--shards", str(cached_set(shard_cache, "citeseer-tiny")),
+           "--num-cpus", "2", "--views", "1", "--train-arg=--max-steps=20", "--train-arg=--num-workers=0"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert re.search(rf"training seed 0 on {gpus} GPUs: \S+ -m torch\.distributed\.run --standalone "
+                     rf"--nproc-per-node={gpus} -m trainer ", proc.stderr), proc.stderr[-4000:]
+    summary = json.loads((tmp_path / "results" / "citeseer" / "tiny" / "original" / "seed0" / "summary.json").read_text())
+    assert summary["world_size"] == gpus and summary["steps"] == 20 and summary["device"].startswith("cuda"), summary

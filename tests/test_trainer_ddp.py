@@ -199,3 +199,35 @@ def test_killed_torchrun_resumes_exactly(citeseer_shards, tmp_path):
     assert [a[s] for s in range(killed_at + 1, 61)] == [b[s] for s in range(killed_at + 1, 61)]
     sa, sb = (json.loads((d / "summary.json").read_text()) for d in (tmp_path / "full", cut))
     assert sa["last_eval"] == sb["last_eval"]
+
+
+# ---------------------------------------------------------------------------- CUDA: NCCL
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_one_nccl_rank_trains_like_a_single_process(tmp_path):
+    """torchrun with one rank on CUDA: a real NCCL process group (world size 1) and DDP around the model, through
+    the trainer CLI. One rank's DDP all-reduce averages one gradient, so the run must follow the plain CUDA
+    process's trajectory: the same losses to bf16-autocast / atomic-add rounding (1e-3 relative, as the CUDA
+    resume test) and the same final weights."""
+    shards = make_shard_set(tmp_path / "shards", shard_links=(128, 128, 40), eval_links=60)
+    flags = ["-m", "trainer", "--shards", str(shards), "--preset", "tiny", "--max-steps", "8", "--num-workers", "0",
+             "--no-progress", "--log-every", "1", "--device", "cuda", "--deterministic", "--eval-splits", "valid"]
+    runs = {"single": [sys.executable, *flags, "--out", str(tmp_path / "single")],
+            "nccl": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1", *flags,
+                     "--out", str(tmp_path / "nccl")]}
+    res = {}
+    for name, cmd in runs.items():
+        res[name] = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert res[name].returncode == 0, res[name].stdout[-3000:] + res[name].stderr[-3000:]
+    assert "world size 1 (nccl)" in res["nccl"].stderr, res["nccl"].stderr[-3000:]
+    assert "world size 1 (single process)" in res["single"].stderr
+    summaries = {name: json.loads((tmp_path / name / "summary.json").read_text()) for name in runs}
+    assert summaries["nccl"]["world_size"] == 1 and summaries["nccl"]["steps"] == summaries["single"]["steps"] == 8
+    a, b = losses(tmp_path / "single"), losses(tmp_path / "nccl")
+    assert sorted(a) == sorted(b) == list(range(1, 9))
+    np.testing.assert_allclose([b[s] for s in sorted(b)], [a[s] for s in sorted(a)], rtol=1e-3)
+    from trainer import checkpoint
+    nccl, single = (checkpoint.load(tmp_path / name / "last.pt")["model"] for name in ("nccl", "single"))
+    assert list(nccl) == list(single)  # DDP's "module." prefix never reaches the checkpoint
+    for key in single:
+        torch.testing.assert_close(nccl[key], single[key], rtol=1e-3, atol=1e-4)

@@ -1,0 +1,84 @@
+"""Fault hook for the preprocess kill tests (tests/test_faults.py), loaded by Python at start-up when this
+folder is on PYTHONPATH; the embedded Ray hands the driver's PYTHONPATH to its workers (preprocess.job.init_ray).
+
+In a Ray worker, and only when PENCIL_TEST_FAULT_DIR is set, it wraps preprocess.job._sample_into (build_shard
+looks it up at call time) so that every attempt at a shard leaves a marker, FAULT_DIR/<shard>.attempt<k> holding
+the worker's pid: a retry is then seen, not assumed. The first attempt at the shard PENCIL_TEST_FAULT_HOLD
+writes part of the shard, flushes it to its temporary file, marks FAULT_DIR/<shard>.held and then waits for
+the test to kill it (the worker or the driver) with SIGKILL: the kill lands mid-write, every time.
+Without the variables, or outside a Ray worker, it does nothing."""
+import os
+import sys
+
+FAULT_DIR = os.environ.get("PENCIL_TEST_FAULT_DIR")
+
+
+def _mark(path: str, text: str) -> bool:
+    """Create `path` holding `text`, whole (a hard link of a finished file); False if it exists already."""
+    tmp = f"{path}.{os.getpid()}.part"
+    with open(tmp, "w") as f:
+        f.write(text)
+    try:
+        os.link(tmp, path)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(tmp)
+
+
+class _HoldingFile:
+    """A shard file that takes its first write, flushes it to disk and then never returns."""
+
+    def __init__(self, f, held: str):
+        self._f, self._held = f, held
+
+    def write(self, data):
+        self._f.write(data)
+        self._f.flush()
+        os.fsync(self._f.fileno())
+        _mark(self._held, str(os.getpid()))
+        import time
+        while True:  # until the test's SIGKILL
+            time.sleep(60)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+
+class _HoldingStorage:
+    def __init__(self, storage, held: str):
+        self._storage, self._held = storage, held
+
+    def writer(self, name):
+        import contextlib
+
+        @contextlib.contextmanager
+        def hold():
+            with self._storage.writer(name) as f:
+                yield _HoldingFile(f, self._held)
+        return hold()
+
+    def __getattr__(self, name):
+        return getattr(self._storage, name)
+
+
+def _install() -> None:
+    import preprocess.job as job
+
+    original = job._sample_into
+    hold = os.environ.get("PENCIL_TEST_FAULT_HOLD", "")
+
+    def _sample_into(storage, name, *args):
+        attempt = 1
+        while not _mark(os.path.join(FAULT_DIR, f"{name}.attempt{attempt}"), str(os.getpid())):
+            attempt += 1
+        if name == hold and attempt == 1:
+            storage = _HoldingStorage(storage, os.path.join(FAULT_DIR, f"{name}.held"))
+        return original(storage, name, *args)
+
+    job._sample_into = _sample_into
+
+
+if FAULT_DIR and sys.argv and sys.argv[0].endswith("default_worker.py"):
+    _install()
