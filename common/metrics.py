@@ -124,8 +124,8 @@ def evaluate(protocol: str, pos_scores, neg_scores) -> dict[str, float]:
     what ogb's evaluator computes for MRR and hits@1/3/10.
     """
     neg = _as_scores(neg_scores, "neg_scores")
-    if protocol not in ("original", "heart", "ogb"):
-        raise MetricsError(f"unknown protocol '{protocol}'; use original, heart or ogb")
+    if protocol not in ("original", "heart", "ogb", "hard"):
+        raise MetricsError(f"unknown protocol '{protocol}'; use original, heart, ogb or hard")
     if neg.ndim == 2:
         return ranking_metrics(rank_against_own(pos_scores, neg))
     if neg.ndim != 1:
