@@ -147,3 +147,76 @@ def test_hard_negatives_subset_of_positives():
 def test_trainer_protocols_match_datasets():
     from trainer.config import PROTOCOLS as TRAINER_PROTOCOLS
     assert TRAINER_PROTOCOLS == PROTOCOLS
+
+
+# ---------------------------------------------------------------------------- end to end (real preprocess, real trainers)
+def _edge_csv(path: Path) -> Path:
+    ds = _split_graph(1)
+    edges = np.concatenate([ds.splits[s].pos for s in ("train", "valid", "test")])
+    path.write_text("src,dst\n" + "".join(f"{u},{v}\n" for u, v in edges.tolist()))
+    return path
+
+
+@pytest.mark.slow
+def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_path, monkeypatch):
+    from pipelines import auto_search
+    from pipelines.run import main
+
+    csv = _edge_csv(tmp_path / "geo_edges.csv")
+    real_search = auto_search.search
+    # two candidates on one sampling keep the run short; the search machinery is the real one
+    monkeypatch.setattr(auto_search, "propose", lambda stats, device: [
+        Candidate((1, 8), 32, 1, 2, 64, 1e-3, "constant", 64, 2),
+        Candidate((1, 8), 64, 2, 2, 128, 1e-3, "cosine", 64, 2)])
+    events = []
+
+    def instrumented_search(searcher, rung_epochs):
+        # Every test shard and test query file leaves the shard sets while the search runs: a trainer that
+        # opened one would fail (FileNotFoundError), and with it the run. They come back after the choice.
+        aside = tmp_path / "aside"
+        moved = []
+        for loc in searcher.shards.values():
+            for f in Path(loc).iterdir():
+                if f.name.startswith(("test-", "graph-test-")):
+                    dest = aside / Path(loc).name / f.name
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.move(f, dest)
+                    moved.append((dest, f))
+        assert any(f.name == "test-original-queries.npz" for _, f in moved)
+        try:
+            chosen = real_search(searcher, rung_epochs)
+        finally:
+            for dest, f in moved:
+                shutil.move(dest, f)
+        events.append(chosen)
+        return chosen
+
+    monkeypatch.setattr(auto_search, "search", instrumented_search)
+    argv = ["--dataset", str(csv), "--seeds", "0", "--out", str(tmp_path / "results"),
+            "--shards", str(tmp_path / "shards"), "--num-cpus", "1", "--parallel-seeds", "2"]
+    assert main(argv) == 0
+    out = tmp_path / "results" / "auto" / "original"
+    search = json.loads((out / "search.json").read_text())
+    assert search["selection"]["protocol"] == "hard" and search["stats"]["easy_validation"]
+    assert search["rungs"] == [2] and len(search["candidates"]) == 2
+    chosen = search["chosen"]
+    assert chosen == events[0] and chosen == json.loads((out / "chosen.json").read_text())
+    assert 1 <= chosen["epochs"] <= 2 and all(not c["rungs"]["2"]["reused"] for c in search["candidates"].values())
+    summary = json.loads((out / "seed0" / "summary.json").read_text())
+    assert summary["test"]["mrr"] > 0 and summary["epochs_completed"] == chosen["epochs"]
+    assert summary["config"]["model"]["hidden"] == chosen["config"]["hidden"]
+    result = json.loads((out / "seed0" / "result.json").read_text())
+    assert result["preset"] == "auto" and result["auto"]["cid"] == chosen["cid"]
+    # valid and test were each evaluated once, at the chosen epoch
+    evals = [json.loads(x) for x in (out / "seed0" / "metrics.jsonl").read_text().splitlines()]
+    assert [(e["split"], e["epoch"]) for e in evals if e["event"] == "eval"] == [
+        ("valid", chosen["epochs"] - 1), ("test", chosen["epochs"] - 1)]
+
+    # a rerun reuses the finished candidates and the final seed: no trainer starts
+    mtimes = {p: p.stat().st_mtime_ns for p in out.rglob("summary.json")}
+    events.clear()
+    assert main(argv) == 0
+    again = json.loads((out / "search.json").read_text())
+    assert all(c["rungs"]["2"]["reused"] for c in again["candidates"].values())
+    assert again["chosen"] == chosen
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("summary.json")} == mtimes
