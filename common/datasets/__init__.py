@@ -41,7 +41,7 @@ def load_dataset(name: str, *, data_dir: str | None = None, ogb_root: str | None
         from common.datasets.synthetic import load_latent_space
         return load_latent_space(seed=seed)
     path = Path(name)
-    if path.suffix.lower() in (".csv", ".parquet", ".pq"):
+    if path.name.lower().endswith((".csv", ".csv.gz", ".parquet", ".pq")):  # suffix alone misses .csv.gz
         from common.datasets.edgelist import load_edge_list
         return load_edge_list(path, seed=seed)
     if path.is_dir():
