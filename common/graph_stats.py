@@ -133,11 +133,11 @@ def hard_negatives(graph: Graph, pos: np.ndarray, k: int, exclude: list[np.ndarr
     rng = np.random.default_rng(seed)
     if max_positives is not None and len(pos) > max_positives:
         pos = pos[np.sort(rng.choice(len(pos), size=max_positives, replace=False))]
-    if n - 1 - int(graph.degree.max(initial=0)) < k:
-        raise ValueError(f"hard negatives: some node has fewer than {k} non-neighbours; the graph is too dense "
-                         "for {k} negatives per positive")
-    banned = np.unique(np.concatenate([_pair_keys(e, n) for e in exclude] + [_pair_keys(pos, n)]))
     half = (k + 1) // 2
+    if n - 1 - int(graph.degree.max(initial=0)) < half:
+        raise ValueError(f"hard negatives: some node has fewer than {half} non-neighbours; the graph is too dense "
+                         f"for {k} negatives per positive")
+    banned = np.unique(np.concatenate([_pair_keys(e, n) for e in exclude] + [_pair_keys(pos, n)]))
     sources = np.unique(pos)
     row, col = _top_two_hop(graph, sources, half, banned)
     row, col = _fill_random(graph, sources, row, col, half, banned, rng)

@@ -168,6 +168,7 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
     monkeypatch.setattr(auto_search, "propose", lambda stats, device: [
         Candidate((1, 8), 32, 1, 2, 64, 1e-3, "constant", 64, 2),
         Candidate((1, 8), 64, 2, 2, 128, 1e-3, "cosine", 64, 2)])
+    monkeypatch.setattr(auto_search, "FIRST_RUNG", {"cpu": 1, "cuda": 1})  # rungs 1, 2: the survivor resumes
     events = []
 
     def instrumented_search(searcher, rung_epochs):
@@ -198,10 +199,19 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
     out = tmp_path / "results" / "auto" / "original"
     search = json.loads((out / "search.json").read_text())
     assert search["selection"]["protocol"] == "hard" and search["stats"]["easy_validation"]
-    assert search["rungs"] == [2] and len(search["candidates"]) == 2
+    assert search["rungs"] == [1, 2] and len(search["candidates"]) == 2
     chosen = search["chosen"]
     assert chosen == events[0] and chosen == json.loads((out / "chosen.json").read_text())
-    assert 1 <= chosen["epochs"] <= 2 and all(not c["rungs"]["2"]["reused"] for c in search["candidates"].values())
+    cands = search["candidates"]
+    assert [sorted(c["rungs"]) for c in cands.values()].count(["1", "2"]) == 1  # one survivor of rung 1
+    assert sorted(cands[chosen["cid"]]["rungs"]) == ["1", "2"] and chosen["rung"] == 2
+    assert not any(r["reused"] for c in cands.values() for r in c["rungs"].values())
+    # the survivor resumed from its rung-1 checkpoint (--stop-epoch): one evaluation per epoch, 0 then 1
+    winner_dir = Path(cands[chosen["cid"]]["run_dir"])
+    evals = [json.loads(x) for x in (winner_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [e["epoch"] for e in evals if e["event"] == "eval"] == [0, 1]
+    assert "resuming from" in (winner_dir / "trainer.log").read_text()
+    assert 1 <= chosen["epochs"] <= 2
     summary = json.loads((out / "seed0" / "summary.json").read_text())
     assert summary["test"]["mrr"] > 0 and summary["epochs_completed"] == chosen["epochs"]
     assert summary["config"]["model"]["hidden"] == chosen["config"]["hidden"]
@@ -217,6 +227,6 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
     events.clear()
     assert main(argv) == 0
     again = json.loads((out / "search.json").read_text())
-    assert all(c["rungs"]["2"]["reused"] for c in again["candidates"].values())
+    assert all(r["reused"] for c in again["candidates"].values() for r in c["rungs"].values())
     assert again["chosen"] == chosen
     assert {p: p.stat().st_mtime_ns for p in out.rglob("summary.json")} == mtimes
