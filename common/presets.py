@@ -98,7 +98,11 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("latent-space", "synthetic", "original", (1, 20), hidden=256, layers=2, heads=4, ffn=512,
            effective_batch=256, epochs=10, lr=5e-4, features=True),
     Preset("latent-space-small", "synthetic", "original", (1, 10), hidden=64, layers=2, heads=2, ffn=128,
-           effective_batch=64, epochs=2, lr=1e-3, features=True),
+           effective_batch=64, epochs=2, lr=1e-3, features=True),    # The base of every `--preset auto` run (pipelines.auto_search): the search passes each candidate's
+    # shape, optimiser and epochs as trainer flags and the sampling comes with its shard set, so these
+    # values are only what a bare `python -m trainer --preset auto` would train.
+    Preset("auto", "any", "original", (1, 20), hidden=128, layers=2, heads=4, ffn=256,
+           effective_batch=64, epochs=12, lr=5e-4, lr_schedule="cosine"),
 ]}
 
 

@@ -33,6 +33,7 @@ from pipelines.heuristics import write_json_atomic
 from pipelines.report import METRICS, aggregate, fmt, markdown, publish_results, table_json
 
 log = logging.getLogger("pipelines.run")
+AUTO = "auto"  # the searched preset (pipelines.auto_search); the paper's presets keep their own rule
 
 
 class RunError(ValueError):
@@ -45,7 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--protocol", default="original", choices=("original", "heart", "ogb", "both"),
                    help="evaluation protocol; both = every protocol the dataset has (default original)")
     p.add_argument("--preset", default=None,
-                   help=f"model/optimiser preset (default: <dataset>-small on CPU, <dataset> on GPU): {', '.join(sorted(PRESETS))}")
+                   help="model/optimiser preset (default: <dataset>-small on CPU, <dataset> on GPU; auto for a dataset "
+                        f"without one: a configuration searched on validation): {', '.join(sorted(PRESETS))}")
+    p.add_argument("--budget-minutes", type=float, default=None,
+                   help="--preset auto: wall time for the search and the final seeds (default 30)")
     p.add_argument("--seeds", default="0", help="comma-separated training seeds (default 0)")
     p.add_argument("--split", default=None, metavar="TRAIN,VALID,TEST",
                    help="percentages of the seeded random edge split of an edge list (no split column) or cora "
@@ -89,6 +93,8 @@ def validate_args(args) -> None:
         raise RunError(str(err)) from None
     if args.views is not None and args.views < 1:
         raise RunError(f"--views: must be a positive integer, got {args.views}")
+    if args.budget_minutes is not None and not args.budget_minutes > 0:
+        raise RunError(f"--budget-minutes: must be positive, got {args.budget_minutes}")
     if args.epochs is not None and not args.epochs > 0:
         raise RunError(f"--epochs: must be positive, got {args.epochs}")
     if args.num_cpus is not None and args.num_cpus < 1:
@@ -158,11 +164,12 @@ def pick_preset(args, dataset: str) -> str:
             raise RunError(f"--preset: {err}") from None
         return args.preset
     small = f"{dataset}-small"
-    if cuda_devices() == 0 and args.device != "cuda" and small in PRESETS:
+    own = {name for name, p in PRESETS.items() if p.dataset == dataset}  # a file named tiny.csv is not 'tiny'
+    if cuda_devices() == 0 and args.device != "cuda" and small in own:
         return small
-    if dataset in PRESETS:
+    if dataset in own:
         return dataset
-    raise RunError(f"--preset: no preset for dataset '{dataset}'; pass --preset (one of {', '.join(sorted(PRESETS))})")
+    return AUTO  # no paper preset: search one on validation (pipelines.auto_search)
 
 
 def preprocess_shards(args, preset, protocols: list[str]) -> str:
@@ -269,15 +276,21 @@ def heuristic_rows(dataset_obj, protocol: str) -> list[dict]:
 
 
 def run_protocol(args, dataset_obj, preset_name: str, protocol: str, out: Path) -> list[dict]:
-    preset_name = preset_for_protocol(preset_name, protocol)  # e.g. the paper's HeaRT config
-    preset = get_preset(preset_name)
-    shards = preprocess_shards(args, preset, [protocol])
     runs = {seed: out / protocol / f"seed{seed}" for seed in args.seed_list}
-    summaries = train_seeds(args, preset_name, shards, protocol, runs)
+    chosen = None
+    if preset_name == AUTO:
+        from pipelines.auto_search import search_and_train
+        summaries, chosen = search_and_train(args, dataset_obj, protocol, out / protocol, runs)
+    else:
+        preset_name = preset_for_protocol(preset_name, protocol)  # e.g. the paper's HeaRT config
+        shards = preprocess_shards(args, get_preset(preset_name), [protocol])
+        summaries = train_seeds(args, preset_name, shards, protocol, runs)
     results = []
     for seed, run_dir in runs.items():
         summary = summaries[seed]
         record = result_record(dataset_obj.name, protocol, preset_name, seed, summary, args.features)
+        if chosen:
+            record["auto"] = {k: chosen[k] for k in ("cid", "config", "epochs")}  # the searched config, with the run
         write_json_atomic(run_dir / "result.json", record)
         results.append(record)
         log.info("seed %d: test %s = %.2f (best epoch %s)", seed, summary.get("selection_metric", "mrr"),

@@ -56,7 +56,7 @@ def test_protocol_twins():
 
 
 def test_errors_name_the_problem():
-    with pytest.raises(ValueError, match="unknown preset 'nope'; choose one of: citeseer"):
+    with pytest.raises(ValueError, match="unknown preset 'nope'; choose one of: auto, citeseer"):
         get_preset("nope")
     with pytest.raises(ValueError, match="not divisible by heads"):
         Preset("x", "citeseer", "original", (1, 5), hidden=30, layers=1, heads=4, ffn=8, effective_batch=8, epochs=1)

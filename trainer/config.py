@@ -16,11 +16,13 @@ from typing import Sequence
 from common.presets import LR_SCHEDULES, PRESETS, get_preset
 
 SPLITS = ("valid", "test")
+# common.datasets.PROTOCOLS, kept literal (config stays light); a test checks they agree.
+PROTOCOLS = ("original", "heart", "ogb", "hard")
 # --w0-init spellings -> trainer.model.W0_INITS (kept literal: config must not import the model / torch)
 W0_INIT_FLAGS = {"orthogonal": "orthogonal", "gaussian": "gaussian", "low-rank": "low_rank"}
 # Fields a resumed run may change without breaking "continue exactly where it stopped": they control
 # when the run stops, logs and saves, not the trajectory of parameters or data.
-RESUME_OVERRIDABLE = ("epochs", "max_steps", "eval_every", "checkpoint_every", "checkpoint_seconds", "log_every",
+RESUME_OVERRIDABLE = ("epochs", "stop_epoch", "max_steps", "eval_every", "checkpoint_every", "checkpoint_seconds", "log_every",
                       "progress", "resume", "out", "device", "test_every_eval", "deterministic", "threads",
                       "verify", "compile")
 # Default micro-batch size: on CUDA about this many tokens (trainer.config.resolve); on CPU at most this many links.
@@ -133,6 +135,9 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"  # auto | cpu | cuda
     max_steps: int | None = None  # stop after this many optimiser steps in all (tests, smoke runs)
+    # stop (evaluate, save last.pt) after this many epochs while the lr schedule still spans `epochs`: the
+    # auto search's rungs (pipelines.auto_search) resume a survivor with a later stop on the same trajectory
+    stop_epoch: int | None = None
     checkpoint_every: int = 0  # also write last.pt every N optimiser steps (0 = by wall time only)
     # last.pt at most once per this many seconds (checked at epoch ends and log steps), plus always when the
     # run ends or stops: a 230 MB checkpoint after every 1.5 s epoch was most of the run. 0 = every epoch.
@@ -157,8 +162,9 @@ class TrainConfig:
         self.eval_splits = tuple(self.eval_splits)
         for s in self.eval_splits:
             _check(s in SPLITS, "--eval-splits", f"unknown split '{s}'; use a subset of {','.join(SPLITS)}")
-        _check(self.protocol in ("original", "heart", "ogb"), "--protocol", f"unknown protocol '{self.protocol}'")
+        _check(self.protocol in PROTOCOLS, "--protocol", f"unknown protocol '{self.protocol}'")
         _check(self.device in ("auto", "cpu", "cuda"), "--device", f"must be auto, cpu or cuda, got '{self.device}'")
+        _check(self.stop_epoch is None or self.stop_epoch >= 1, "--stop-epoch", f"must be >= 1, got {self.stop_epoch}")
         _check(self.max_steps is None or self.max_steps >= 1, "--max-steps", f"must be >= 1, got {self.max_steps}")
         _check(self.checkpoint_every >= 0, "--checkpoint-every", f"must be >= 0, got {self.checkpoint_every}")
         _check(self.checkpoint_seconds >= 0, "--checkpoint-seconds", f"must be >= 0, got {self.checkpoint_seconds}")
@@ -265,7 +271,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--lrp", type=int, metavar="K",
                    help="LRP-k: K labeled subgraphs (independent local orders) per link, DeepSets-pooled (default 1)")
     g.add_argument("--eval-every", type=int, help="evaluate every k epochs")
-    g.add_argument("--protocol", choices=("original", "heart", "ogb"), help="evaluation protocol")
+    g.add_argument("--protocol", choices=PROTOCOLS, help="evaluation protocol (hard: the auto search's validation negatives)")
     d = p.add_argument_group("data and run control")
     d.add_argument("--micro-batch", type=int, help="max links per micro-batch (default: sized by --micro-tokens on a GPU, "
                                                     "else effective batch / world, <= 256)")
@@ -280,6 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--num-workers", type=int, default=2, help="DataLoader workers per rank (0 = in process)")
     d.add_argument("--eval-splits", default="valid,test", help="comma-separated subset of valid,test")
     d.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
+    d.add_argument("--stop-epoch", type=int, metavar="E",
+                   help="stop after E epochs; the lr schedule still spans --epochs (resume later with a larger E)")
     d.add_argument("--checkpoint-every", type=int, default=0, help="also save last.pt every N optimiser steps")
     d.add_argument("--checkpoint-seconds", type=float, default=60.0,
                    help="save last.pt at most once per this many seconds (and at the end); 0 = every epoch")
@@ -332,7 +340,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> TrainConfig:
                              wpe=args.wpe, lrp=args.lrp),
         epochs=pick(args.epochs, preset.epochs), eval_every=pick(args.eval_every, preset.eval_every),
         eval_splits=tuple(s for s in args.eval_splits.split(",") if s), protocol=pick(args.protocol, preset.protocol),
-        seed=args.seed, device=args.device, max_steps=args.max_steps, checkpoint_every=args.checkpoint_every,
+        seed=args.seed, device=args.device, max_steps=args.max_steps, stop_epoch=args.stop_epoch, checkpoint_every=args.checkpoint_every,
         checkpoint_seconds=args.checkpoint_seconds, test_every_eval=args.test_every_eval, verify=args.verify,
         deterministic=args.deterministic, compile=args.compile, threads=args.threads, log_every=args.log_every,
         progress=not args.no_progress)

@@ -167,7 +167,7 @@ class Trainer:
                  f"; LRP-{cfg.data.orderings}: {cfg.data.orderings} labeled subgraphs per link, DeepSets-pooled"
                  if cfg.data.orderings > 1 else "")
         self._clock = self._saved_at = time.time()
-        n_epochs = math.ceil(cfg.epochs)
+        n_epochs = min(math.ceil(cfg.epochs), cfg.stop_epoch or math.ceil(cfg.epochs))
         stopped = False
         while st.epoch < n_epochs and not stopped:
             stopped = self.train_epoch(n_epochs)

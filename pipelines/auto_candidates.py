@@ -1,0 +1,123 @@
+"""What `--preset auto` searches: candidate configurations proposed from graph statistics, and the
+successive-halving schedule that prunes them (pure logic; pipelines.auto_search runs it on trainers).
+
+Proposal rules (from common.graph_stats.GraphStats; exact, tested on hand-built graphs):
+- sampling (d, n): a very sparse graph (mean degree < 4) has too few common neighbours for one hop to
+  show anything, so 3 and 2 hops with a small fan-out; a mid-density graph (4-12) one 2-hop and one
+  1-hop candidate; a dense graph (>= 12) 1 hop only, with n near the 90th-percentile degree (so most
+  neighbourhoods fit whole) and a cheaper n near the median degree. n is clipped to what the device
+  can afford per link (CPU: 1-hop n <= 60).
+- model: on CPU three shapes that train in minutes (128 x 2 at lr 5e-4 cosine, 64 x 2 at lr 1e-3
+  constant, 128 x 3 at lr 3e-4 cosine); on a GPU wider ones.
+- epochs: every candidate's lr schedule spans max_epochs; rungs stop it early.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+SPARSE_MEAN_DEGREE = 4.0
+DENSE_MEAN_DEGREE = 12.0
+MAX_ONE_HOP_N = {"cpu": 60, "cuda": 150}
+# (hidden, layers, heads, ffn, lr, lr_schedule, effective_batch)
+MODELS = {
+    "cpu": [(128, 2, 4, 256, 5e-4, "cosine", 64), (64, 2, 2, 128, 1e-3, "constant", 64),
+            (128, 3, 4, 256, 3e-4, "cosine", 64)],
+    "cuda": [(256, 2, 8, 512, 5e-4, "cosine", 256), (512, 4, 8, 1024, 2e-4, "cosine", 512),
+             (256, 4, 8, 512, 1e-3, "constant", 256)],
+}
+MAX_EPOCHS = {"cpu": 16, "cuda": 40}
+FIRST_RUNG = {"cpu": 2, "cuda": 4}
+ETA = 2  # keep the best 1/ETA at each rung, ETA x the epochs at the next
+
+
+@dataclass(frozen=True)
+class Candidate:
+    sampling: tuple[int, int]
+    hidden: int
+    layers: int
+    heads: int
+    ffn: int
+    lr: float
+    lr_schedule: str
+    effective_batch: int
+    max_epochs: int
+
+    @property
+    def cid(self) -> str:
+        d, n = self.sampling
+        return f"d{d}n{n}-h{self.hidden}l{self.layers}-lr{self.lr:g}-{self.lr_schedule}"
+
+    def trainer_flags(self) -> list[str]:
+        """The candidate as `python -m trainer --preset auto` overrides (sampling comes with its shards)."""
+        return ["--hidden", str(self.hidden), "--layers", str(self.layers), "--heads", str(self.heads),
+                "--ffn", str(self.ffn), "--lr", f"{self.lr:g}", "--lr-schedule", self.lr_schedule,
+                "--effective-batch", str(self.effective_batch), "--epochs", str(self.max_epochs)]
+
+    def to_dict(self) -> dict:
+        return {"cid": self.cid, **asdict(self), "sampling": list(self.sampling)}
+
+
+def _clip(x: float, lo: int, hi: int) -> int:
+    return int(min(hi, max(lo, round(x))))
+
+
+def propose_samplings(mean_degree: float, median_degree: float, p90_degree: float, device: str = "cpu") -> list:
+    cap = MAX_ONE_HOP_N[device]
+    if mean_degree < SPARSE_MEAN_DEGREE:
+        out = [(3, 3), (2, _clip(p90_degree, 3, 8))]
+    elif mean_degree < DENSE_MEAN_DEGREE:
+        out = [(2, _clip(median_degree, 3, 8)), (1, _clip(p90_degree, 10, cap))]
+    else:
+        out = [(1, _clip(p90_degree, 10, cap)), (1, _clip(median_degree, 10, cap))]
+    return list(dict.fromkeys(out))  # a (1, n) pair twice when median and p90 clip alike
+
+
+def propose(stats, device: str = "cpu") -> list[Candidate]:
+    """Every sampling x every model shape of the device, in a fixed order (ties keep it)."""
+    device = "cuda" if device == "cuda" else "cpu"
+    samplings = propose_samplings(stats.mean_degree, stats.median_degree, stats.p90_degree, device)
+    return [Candidate(s, *m, max_epochs=MAX_EPOCHS[device]) for s in samplings for m in MODELS[device]]
+
+
+def rungs(first: int, max_epochs: int, eta: int = ETA) -> list[int]:
+    """Epoch counts at which candidates are compared: first, first*eta, ..., max_epochs."""
+    out, e = [], first
+    while e < max_epochs:
+        out.append(e)
+        e *= eta
+    return out + [max_epochs]
+
+
+# ---------------------------------------------------------------------------- successive halving
+@dataclass
+class RungResult:
+    rung: int  # epochs trained so far
+    scores: dict  # cid -> validation score (higher is better)
+    survivors: list  # cids promoted to the next rung
+
+
+def successive_halving(cids: list[str], rung_epochs: list[int], train: Callable[[list[str], int], dict],
+                       can_afford: Callable[[list[str], int, int], bool] = lambda c, e, done: True,
+                       eta: int = ETA) -> tuple[str, list[RungResult]]:
+    """Synchronous successive halving. `train(cids, epochs)` brings every listed candidate to `epochs`
+    (resuming it) and returns {cid: score}; after each rung the best ceil(n / eta) move on (ties: the
+    earlier in `cids`). Before a rung, `can_afford(cids, epochs, done_epochs)` may stop the search; the
+    first rung always runs. Returns the winner (best at the last rung run) and every rung's result."""
+    alive, history, done = list(cids), [], 0
+    for i, epochs in enumerate(rung_epochs):
+        if i and not can_afford(alive, epochs, done):
+            break
+        scores = train(alive, epochs)
+        order = sorted(alive, key=lambda c: (-_finite(scores[c]), cids.index(c)))
+        keep = order[: max(1, math.ceil(len(alive) / eta))]
+        history.append(RungResult(epochs, {c: scores[c] for c in alive}, keep))
+        # a lone survivor still climbs the rungs: its best validation epoch within them is the pick
+        alive, done = keep, epochs
+    winner = max(history[-1].scores, key=lambda c: (_finite(history[-1].scores[c]), -cids.index(c)))
+    return winner, history
+
+
+def _finite(x) -> float:
+    return x if x is not None and math.isfinite(x) else -math.inf

@@ -1,0 +1,317 @@
+"""`--preset auto`: search a configuration for a graph on validation, then train the final seeds with it.
+
+    python -m pipelines.run --dataset edges.csv --seeds 0,1,2 [--budget-minutes 30]
+
+Steps (each logged; the whole search lands in OUT/<protocol>/search.json):
+1. Statistics of the training graph and of the validation negatives (common.graph_stats). When the
+   split's validation negatives are too easy (fewer than EASY_CN_FRACTION share a common neighbour
+   with their pair), selection ranks each validation positive against HARD_K hard negatives drawn from
+   the training graph (protocol "hard", valid only, written into the shard set by preprocess like
+   HeaRT's); otherwise it uses the protocol's own validation set.
+2. Candidates from the statistics and the device (pipelines.auto_candidates); one shard set per
+   sampling (d, n), cached as any preprocess run.
+3. Successive halving: every candidate trains seed 0 to the first rung (validation only: the trainer
+   runs with --eval-splits valid, so no test shard or test query file is opened), the best half resume
+   to twice the epochs, and so on while the budget lasts (time measured per candidate, the final seeds'
+   time reserved). The winner is the best at the last rung; its epoch count is its best validation
+   epoch there.
+4. The final seeds train the winner for exactly that many epochs (same lr schedule span) and are
+   evaluated once, at that epoch, on valid and test.
+
+Why successive halving by hand rather than Ray Tune's ASHA: a candidate is a `python -m trainer` process
+over a shard set, and the trainer already checkpoints and resumes (--resume, and --stop-epoch keeps the
+lr schedule of the full run), so promoting a survivor is one more trainer call; Tune would need the
+trainer wrapped as a Tune trainable reporting through a Ray session, which the trainer must never import.
+The synchronous rule is also deterministic (CPU training is deterministic per seed), so a rerun reuses
+every finished candidate from its summary.json and reaches the same choice, where ASHA's asynchronous
+promotions depend on which trial happened to report first.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from common.graph_stats import GraphStats, graph_stats, hard_negatives
+from pipelines.auto_candidates import FIRST_RUNG, Candidate, propose, rungs, successive_halving
+from pipelines.heuristics import write_json_atomic
+
+log = logging.getLogger("pipelines.auto")
+
+HARD = "hard"
+HARD_K = 20  # hard negatives per validation positive (HeaRT uses 500; 20 keep CPU evaluation in seconds)
+HARD_POSITIVES = 1000  # validation positives ranked against them (a seeded subset on large splits)
+DEFAULT_BUDGET_MINUTES = 30.0
+# CPU: a training view holds at most this many positives (a seeded subset per view, different per view),
+# so an epoch of a 200k-edge graph stays around a minute on one core.
+MAX_VIEW_POSITIVES = {"cpu": 8000, "cuda": None}
+VIEWS = 8
+SEARCH_SEED = 0
+
+
+class AutoError(ValueError):
+    """A failed search step; the message names it and where its log is."""
+
+
+def device_kind(args) -> str:
+    from pipelines.run import cuda_devices
+    return "cuda" if args.device != "cpu" and cuda_devices() else "cpu"
+
+
+def trainer_slots(args, device: str) -> int:
+    """Trainer processes at once: one per CPU core (each takes one thread), one at a time on a GPU."""
+    if device == "cuda":
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, args.parallel_seeds or cores)
+
+
+def selection_protocol(dataset, protocol: str) -> tuple[str, GraphStats]:
+    """The validation protocol selection ranks on, and the statistics that decided it."""
+    stats = graph_stats(dataset, protocol)
+    return (HARD if stats.easy_validation else protocol), stats
+
+
+def attach_hard_negatives(dataset, seed: int = SEARCH_SEED) -> dict:
+    """Add valid/hard: hard negatives for the validation positives, from the training graph only; never a
+    training, validation or test edge, nor any test negative (pairs known to the split are excluded)."""
+    valid, test = dataset.splits["valid"], dataset.splits.get("test")
+    exclude = [valid.pos] + ([test.pos, *test.neg.values()] if test is not None else [])
+    pos, neg = hard_negatives(dataset.graph, valid.pos, HARD_K, exclude, seed=seed, max_positives=HARD_POSITIVES)
+    valid.protocol_pos[HARD], valid.neg[HARD] = pos, neg  # a seeded subset of the positives on large splits
+    dataset.metric.setdefault(HARD, "mrr")
+    return {"k": HARD_K, "positives": int(len(pos)), "source": "top resource-allocation non-neighbours of each "
+            "endpoint in the training graph, topped up with seeded random non-edges"}
+
+
+def shard_set(args, dataset, sampling: tuple[int, int], protocols: list[str], device: str) -> str:
+    from pipelines.run import shutdown_embedded_ray
+    from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
+    from preprocess.job import run_job
+
+    train = len(dataset.splits["train"].pos)
+    cap = MAX_VIEW_POSITIVES[device]
+    percent = 100.0 if not cap or train <= cap else round(100.0 * cap / train, 3)
+    cfg = PreprocessConfig(
+        dataset=args.dataset, sampling=SamplingConfig(*sampling),
+        candidates=CandidateConfig(views=args.views or VIEWS, percent=percent, protocols=tuple(protocols)),
+        out=args.shards, data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir,
+        features=args.features, split=args.split_pct, num_cpus=args.num_cpus)
+    result = run_job(cfg, dataset)
+    shutdown_embedded_ray()
+    location = result.location or str(result.path)
+    log.info("shards (%d,%d) %s: %s", *sampling, "reused" if result.cached else "written", location)
+    return location
+
+
+# ---------------------------------------------------------------------------- trainer processes
+def run_trainers(jobs: dict[str, tuple[list[str], Path]], slots: int) -> dict[str, float]:
+    """Run `python -m trainer FLAGS` per job, `slots` at a time, each logging to RUN_DIR/trainer.log;
+    returns each job's wall seconds. A failed job stops the others and raises naming its log."""
+    pending, running, wall = list(jobs), {}, {}
+    while pending or running:
+        while pending and len(running) < slots:
+            key = pending.pop(0)
+            flags, run_dir = jobs[key]
+            run_dir.mkdir(parents=True, exist_ok=True)
+            with open(run_dir / "trainer.log", "a") as f:
+                proc = subprocess.Popen([sys.executable, "-m", "trainer", *flags, "--no-progress"], stdout=f, stderr=f)
+            running[key] = (proc, time.perf_counter())
+        time.sleep(0.2)
+        for key, (proc, t) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            del running[key]
+            wall[key] = time.perf_counter() - t
+            if proc.returncode != 0:
+                for other, _ in running.values():
+                    other.terminate()
+                logfile = jobs[key][1] / "trainer.log"
+                tail = logfile.read_text().strip().splitlines()[-1:] or ["(no output)"]
+                raise AutoError(f"{key}: the trainer failed ({tail[0]}); full log: {logfile}")
+    return wall
+
+
+def _summary(run_dir: Path) -> dict | None:
+    path = run_dir / "summary.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def best_within(run_dir: Path, protocol: str, metric: str, epochs: int) -> tuple[float, int | None]:
+    """Best validation score (higher is better) and its epoch among the evaluations of the first `epochs`
+    epochs, from metrics.jsonl: a candidate that already trained further (an earlier run's later rung) is
+    judged at this rung on exactly what it had then, so a rerun makes the same decisions."""
+    best, at = -math.inf, None
+    path = run_dir / "metrics.jsonl"
+    for line in path.read_text().splitlines() if path.exists() else []:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a torn last line of a killed run
+        if (rec.get("event") == "eval" and rec.get("split") == "valid" and rec.get("protocol") == protocol
+                and rec.get("epoch", epochs) < epochs and rec.get(metric) is not None and rec[metric] > best):
+            best, at = float(rec[metric]), int(rec["epoch"])
+    return best, at
+
+
+def candidate_dir(root: Path, cand: Candidate, shards: str, protocol: str) -> Path:
+    """One folder per (candidate, shard set, selection protocol): a rerun finds its finished rungs there."""
+    key = hashlib.sha256(json.dumps([cand.to_dict(), shards, protocol], sort_keys=True).encode()).hexdigest()[:8]
+    return root / f"{cand.cid}-{key}"
+
+
+# ---------------------------------------------------------------------------- the search
+class Search:
+    """Successive halving over trainer runs of seed 0 (validation only), within a wall-time budget."""
+
+    def __init__(self, args, cands: list[Candidate], shards: dict, protocol: str, root: Path, slots: int,
+                 deadline: float, final_seeds: int):
+        self.args, self.protocol, self.root, self.slots = args, protocol, root, slots
+        self.cands = {c.cid: c for c in cands}
+        self.shards = shards  # sampling -> shard location
+        self.deadline, self.final_seeds = deadline, final_seeds
+        self.dirs = {c.cid: candidate_dir(root, c, shards[c.sampling], protocol) for c in cands}
+        self.records = {c.cid: {"config": c.to_dict(), "shards": shards[c.sampling], "run_dir": str(self.dirs[c.cid]),
+                                "rungs": {}} for c in cands}
+        self.sec_per_epoch: dict[str, float] = {}
+        self.save = lambda: None  # writes search.json after every rung (set by the recipe)
+
+    def flags(self, cid: str, epochs: int) -> list[str]:
+        c = self.cands[cid]
+        return ["--shards", self.shards[c.sampling], "--preset", "auto", "--out", str(self.dirs[cid]),
+                "--seed", str(SEARCH_SEED), "--protocol", self.protocol, "--device", self.args.device,
+                "--resume", "--eval-splits", "valid", "--stop-epoch", str(epochs), *c.trainer_flags(),
+                *[a for arg in self.args.train_arg for a in arg.split("=", 1)]]
+
+    def train(self, cids: list[str], epochs: int) -> dict[str, float]:
+        """Bring each candidate to `epochs` (a finished run is reused); {cid: best validation score so far}."""
+        todo = {}
+        for cid in cids:
+            s = _summary(self.dirs[cid])
+            if not (s and s.get("epochs_completed", 0) >= epochs):
+                todo[cid] = (self.flags(cid, epochs), self.dirs[cid])
+        log.info("rung %d epochs: %d candidate(s), %d to train, %d reused", epochs, len(cids), len(todo),
+                 len(cids) - len(todo))
+        wall = run_trainers(todo, self.slots)
+        scores = {}
+        for cid in cids:
+            s = _summary(self.dirs[cid])
+            times = self._times(cid, epochs, wall.get(cid))
+            metric = s.get("selection_metric") or "mrr"
+            scores[cid], best_epoch = best_within(self.dirs[cid], self.protocol, metric, epochs)
+            self.records[cid]["rungs"][str(epochs)] = {
+                "score": scores[cid], "metric": metric, "best_epoch": best_epoch,
+                "wall_s": round(times[str(epochs)], 2), "reused": cid not in todo}
+            total = sum(times.values())
+            self.sec_per_epoch[cid] = total / max(1, s.get("epochs_completed", epochs))
+            log.info("  %s: valid/%s %s %.4f (best epoch %s)", cid, self.protocol, metric, scores[cid], best_epoch)
+        self.save()
+        return scores
+
+    def _times(self, cid: str, epochs: int, wall: float | None) -> dict:
+        """Wall seconds per rung of a candidate, kept in its run folder so a rerun reports the first run's."""
+        path = self.dirs[cid] / "auto_times.json"
+        times = json.loads(path.read_text()) if path.exists() else {}
+        if wall is not None:
+            times[str(epochs)] = wall
+            write_json_atomic(path, times)
+        times.setdefault(str(epochs), 0.0)
+        return times
+
+    def can_afford(self, cids: list[str], epochs: int, done: int) -> bool:
+        """Time of the next rung plus the final seeds at `epochs`, against what is left of the budget."""
+        rung = sum(self.sec_per_epoch[c] * (epochs - done) for c in cids) / self.slots
+        final = math.ceil(self.final_seeds / self.slots) * max(self.sec_per_epoch[c] for c in cids) * epochs
+        left = self.deadline - time.time()
+        if rung + final > left:
+            log.info("budget: the %d-epoch rung (~%.0f s) and the final seeds (~%.0f s) need more than the %.0f s "
+                     "left; the search stops here", epochs, rung, final, left)
+            return False
+        return True
+
+
+# ---------------------------------------------------------------------------- the recipe
+def search(searcher: Search, rung_epochs: list[int]) -> dict:
+    """Run the successive halving; the chosen candidate with its honest epoch count (best validation epoch
+    at the last rung it reached, 1-based)."""
+    cids = list(searcher.cands)
+    winner, history = successive_halving(cids, rung_epochs, searcher.train, searcher.can_afford)
+    last = history[-1]
+    best_epoch = searcher.records[winner]["rungs"][str(last.rung)]["best_epoch"]
+    return {"cid": winner, "config": searcher.cands[winner].to_dict(), "epochs": int(best_epoch) + 1,
+            "rung": last.rung, "score": last.scores[winner], "shards": searcher.shards[searcher.cands[winner].sampling],
+            "history": [{"epochs": h.rung, "scores": h.scores, "survivors": h.survivors} for h in history]}
+
+
+def final_flags(args, chosen: dict, protocol: str, seed: int, run_dir: Path) -> list[str]:
+    """The winner's config for a final seed: same lr schedule span, stopped and evaluated once (valid and
+    test) at the chosen epoch."""
+    c = Candidate(**{**{k: v for k, v in chosen["config"].items() if k != "cid"},
+                     "sampling": tuple(chosen["config"]["sampling"])})
+    e = str(chosen["epochs"])
+    return ["--shards", chosen["shards"], "--preset", "auto", "--out", str(run_dir), "--seed", str(seed),
+            "--protocol", protocol, "--device", args.device, "--resume", "--eval-splits", "valid,test",
+            "--stop-epoch", e, "--eval-every", e, *c.trainer_flags(),
+            *[a for arg in args.train_arg for a in arg.split("=", 1)]]
+
+
+def prepare(args, dataset, protocol: str, device: str) -> tuple[dict, GraphStats, str, list[Candidate], dict]:
+    """Statistics, selection protocol, candidates and their shard sets (cached)."""
+    if args.features and dataset.x is None:
+        from common.datasets import load_dataset
+        dataset = load_dataset(args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root,
+                               planetoid_dir=args.planetoid_dir, features=True, split=args.split_pct)
+    select, stats = selection_protocol(dataset, protocol)
+    info = {"stats": stats.to_dict(), "device": device, "selection": {"protocol": select}}
+    log.info("graph: %d nodes, %d training edges, degree mean %.1f / median %.0f / p90 %.0f; %.1f%% of the "
+             "validation negatives share a neighbour with their pair", stats.nodes, stats.edges, stats.mean_degree,
+             stats.median_degree, stats.p90_degree, 100 * stats.valid_neg_cn_fraction)
+    protocols = [protocol]
+    if select == HARD:
+        info["selection"]["hard_negatives"] = attach_hard_negatives(dataset)
+        protocols.append(HARD)
+        log.info("selection ranks %d validation positives against %d hard negatives each (training graph only)",
+                 info["selection"]["hard_negatives"]["positives"], HARD_K)
+    cands = propose(stats, device)
+    if args.epochs:
+        cands = [Candidate(**{**c.__dict__, "max_epochs": max(1, math.ceil(args.epochs))}) for c in cands]
+    shards = {s: shard_set(args, dataset, s, protocols, device) for s in dict.fromkeys(c.sampling for c in cands)}
+    return info, stats, select, cands, shards
+
+
+def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Path]) -> tuple[dict, dict]:
+    """The whole `--preset auto` recipe for one protocol: ({seed: summary}, chosen config).
+    Writes OUT/search.json (after every rung and at the end) and OUT/chosen.json."""
+    t0 = time.time()
+    budget = 60.0 * (args.budget_minutes or DEFAULT_BUDGET_MINUTES)
+    device = device_kind(args)
+    slots = trainer_slots(args, device)
+    info, stats, select, cands, shards = prepare(args, dataset, protocol, device)
+    log.info("%d candidates over %d shard set(s); budget %.0f min (%.1f min used so far)", len(cands), len(shards),
+             budget / 60, (time.time() - t0) / 60)
+    searcher = Search(args, cands, shards, select, out / "search", slots, t0 + budget, len(runs))
+    max_epochs = max(c.max_epochs for c in cands)
+    rung_epochs = rungs(min(FIRST_RUNG[device], max_epochs), max_epochs)
+    record = {**info, "budget_minutes": budget / 60, "rungs": rung_epochs, "candidates": searcher.records}
+    searcher.save = lambda: write_json_atomic(out / "search.json", record)
+    searcher.save()
+    chosen = search(searcher, rung_epochs)
+    record.update(chosen=chosen, search_seconds=round(time.time() - t0, 1))
+    write_json_atomic(out / "search.json", record)
+    write_json_atomic(out / "chosen.json", chosen)
+    log.info("chosen: %s, %d epochs (valid/%s %.4f at rung %d); training the final seeds", chosen["cid"],
+             chosen["epochs"], select, chosen["score"], chosen["rung"])
+    run_trainers({f"seed {s}": (final_flags(args, chosen, protocol, s, d), d) for s, d in runs.items()
+                  if not ((_summary(d) or {}).get("epochs_completed", 0) >= chosen["epochs"])}, slots)
+    summaries = {s: _summary(d) for s, d in runs.items()}
+    record["total_seconds"] = round(time.time() - t0, 1)
+    write_json_atomic(out / "search.json", record)
+    return summaries, chosen
