@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import signal
 import sys
 from typing import Callable, Sequence
 
@@ -27,6 +28,35 @@ _ERRNO_HINTS = {
     errno.ENOENT: "no such file or directory",
     errno.EROFS: "read-only file system; write somewhere else",
 }
+
+
+_sigint_seen = False
+
+
+def latch_sigint() -> None:
+    """Remember every SIGINT, so a Ctrl-C that some library swallows still stops the program.
+
+    Python turns SIGINT into KeyboardInterrupt in whatever code runs at that moment, and a handler that
+    catches everything (a bare `except:` in an import fallback, an exception raised inside a `__getattr__`
+    that C code probes and clears) drops it: the trainer then trained to the end with exit status 0.
+    This handler raises the same KeyboardInterrupt and also sets a flag that raise_if_interrupted() checks
+    at points the program passes often. A SIGINT the parent set to be ignored (`cmd &` in a script) stays
+    ignored."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+
+    def on_sigint(signum, frame):
+        global _sigint_seen
+        _sigint_seen = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+
+
+def raise_if_interrupted() -> None:
+    """KeyboardInterrupt if a SIGINT arrived since latch_sigint() (its own KeyboardInterrupt was lost)."""
+    if _sigint_seen:
+        raise KeyboardInterrupt
 
 
 def add_debug_flag(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
