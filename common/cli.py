@@ -34,14 +34,16 @@ _sigint_seen = False
 
 
 def latch_sigint() -> None:
-    """Remember every SIGINT, so a Ctrl-C that some library swallows still stops the program.
+    """Remember every SIGINT, so a Ctrl-C that gets swallowed still stops the program.
 
-    Python turns SIGINT into KeyboardInterrupt in whatever code runs at that moment, and a handler that
-    catches everything (a bare `except:` in an import fallback, an exception raised inside a `__getattr__`
-    that C code probes and clears) drops it: the trainer then trained to the end with exit status 0.
-    This handler raises the same KeyboardInterrupt and also sets a flag that raise_if_interrupted() checks
-    at points the program passes often. A SIGINT the parent set to be ignored (`cmd &` in a script) stays
-    ignored."""
+    Python turns SIGINT into KeyboardInterrupt in whatever Python code runs next, and some places drop it.
+    The one found (issue 18): a Ctrl-C that lands while the trainer forks its DataLoader workers (a fork of
+    a process holding torch takes long enough under load) is raised inside an at-fork callback (logging's
+    _releaseLock), and CPython only prints "Exception ignored in ..." for an exception there; the run then
+    trained to the end with exit status 0. Bare `except:` clauses in optional-import fallbacks are others.
+    This handler raises the same KeyboardInterrupt and sets a flag that raise_if_interrupted() checks at
+    points the program passes often; such ignored KeyboardInterrupts are not printed (the flag re-raises
+    them). A SIGINT the parent set to be ignored (`cmd &` in a script) stays ignored."""
     if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
         return
 
@@ -50,7 +52,14 @@ def latch_sigint() -> None:
         _sigint_seen = True
         raise KeyboardInterrupt
 
+    default_hook = sys.unraisablehook
+
+    def unraisable(info) -> None:
+        if not (_sigint_seen and isinstance(info.exc_value, KeyboardInterrupt)):
+            default_hook(info)
+
     signal.signal(signal.SIGINT, on_sigint)
+    sys.unraisablehook = unraisable
 
 
 def raise_if_interrupted() -> None:
