@@ -254,6 +254,10 @@ def _die_with_parent(parent: int):
     prctl = _prctl()
 
     def preexec() -> None:
+        # Until exec this child has the parent's Python signal handlers: a SIGTERM landing after this function
+        # returns (no bytecode runs before exec) would only set their flag and be lost, and the trainer live.
+        with contextlib.suppress(ValueError):  # (ValueError: Popen from a thread other than the main one)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if prctl is not None:
             prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
         if os.getppid() != parent:
