@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import signal
 import sys
 from typing import Callable, Sequence
 
@@ -27,6 +28,44 @@ _ERRNO_HINTS = {
     errno.ENOENT: "no such file or directory",
     errno.EROFS: "read-only file system; write somewhere else",
 }
+
+
+_sigint_seen = False
+
+
+def latch_sigint() -> None:
+    """Remember every SIGINT, so a Ctrl-C that gets swallowed still stops the program.
+
+    Python turns SIGINT into KeyboardInterrupt in whatever Python code runs next, and some places drop it.
+    The one found (issue 18): a Ctrl-C that lands while the trainer forks its DataLoader workers (a fork of
+    a process holding torch takes long enough under load) is raised inside an at-fork callback (logging's
+    _releaseLock), and CPython only prints "Exception ignored in ..." for an exception there; the run then
+    trained to the end with exit status 0. Bare `except:` clauses in optional-import fallbacks are others.
+    This handler raises the same KeyboardInterrupt and sets a flag that raise_if_interrupted() checks at
+    points the program passes often; such ignored KeyboardInterrupts are not printed (the flag re-raises
+    them). A SIGINT the parent set to be ignored (`cmd &` in a script) stays ignored."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+
+    def on_sigint(signum, frame):
+        global _sigint_seen
+        _sigint_seen = True
+        raise KeyboardInterrupt
+
+    default_hook = sys.unraisablehook
+
+    def unraisable(info) -> None:
+        if not (_sigint_seen and isinstance(info.exc_value, KeyboardInterrupt)):
+            default_hook(info)
+
+    signal.signal(signal.SIGINT, on_sigint)
+    sys.unraisablehook = unraisable
+
+
+def raise_if_interrupted() -> None:
+    """KeyboardInterrupt if a SIGINT arrived since latch_sigint() (its own KeyboardInterrupt was lost)."""
+    if _sigint_seen:
+        raise KeyboardInterrupt
 
 
 def add_debug_flag(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:

@@ -17,12 +17,14 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
-from common.cli import add_debug_flag, one_line_errors, run_cli
+from common.cli import add_debug_flag, latch_sigint, one_line_errors, run_cli
 from common.datasets import DatasetError, load_dataset
 from common.datasets.fractions import parse_split
 from common.presets import PRESETS, get_preset, preset_for_protocol
@@ -124,8 +126,12 @@ def _check_folder(flag: str, path: Path) -> None:
 
 
 def trainer_flags(args, preset_name: str, shards: str, protocol: str, seed: int, run_dir: Path) -> list[str]:
+    """The seed's trainer flags. A seed folder with a last.pt resumes (a finished seed only re-reads it);
+    one without is the leftover of a run killed before its first checkpoint (or nothing), which is
+    cleared: the recipe owns its seed folders (trainer.run_folder refuses a run folder otherwise)."""
+    resume = (run_dir / "last.pt").is_file()
     flags = ["--shards", str(shards), "--preset", preset_name, "--out", str(run_dir), "--seed", str(seed),
-             "--protocol", protocol, "--device", args.device, "--resume"]
+             "--protocol", protocol, "--device", args.device, "--resume" if resume else "--overwrite"]
     if args.epochs:
         flags += ["--epochs", str(args.epochs)]
     return flags + [a for arg in args.train_arg for a in arg.split("=", 1)]
@@ -206,7 +212,12 @@ def train_seed(args, preset_name: str, shards: str, protocol: str, seed: int, ru
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
                "-m", "trainer", *flags, "--no-progress"]
         log.info("training seed %d on %d GPUs: %s", seed, gpus, " ".join(cmd))
-        subprocess.run(cmd, check=True)
+        proc = start_child(cmd)
+        try:
+            if proc.wait() != 0:
+                raise subprocess.CalledProcessError(proc.returncode, cmd)
+        finally:
+            stop_children([proc])
         return json.loads((run_dir / "summary.json").read_text())
     from trainer.config import config_from_args
     from trainer.train import run
@@ -226,29 +237,80 @@ def cpu_seed_slots(args) -> int:
 def train_seeds_concurrently(args, preset_name: str, shards: str, protocol: str, runs: dict[int, Path],
                              slots: int) -> dict[int, dict]:
     """Each seed as its own `python -m trainer` process, `slots` at a time; results from summary.json.
-    Same flags, so the same result as training in this process (and --resume continues a killed seed)."""
+    Same flags, so the same result as training in this process (and --resume continues a killed seed).
+    A failed seed, Ctrl-C or SIGTERM (see main) stops the other trainers: none outlives the recipe."""
     pending, running, done = list(runs), {}, {}
     logs = {seed: run_dir.parent / f"seed{seed}.log" for seed, run_dir in runs.items()}
-    while pending or running:
-        while pending and len(running) < slots:
-            seed = pending.pop(0)
-            flags = trainer_flags(args, preset_name, shards, protocol, seed, runs[seed]) + ["--no-progress"]
-            logs[seed].parent.mkdir(parents=True, exist_ok=True)
-            log.info("training seed %d in its own process (log: %s)", seed, logs[seed])
-            with open(logs[seed], "w") as f:
-                running[seed] = subprocess.Popen([sys.executable, "-m", "trainer", *flags], stdout=f, stderr=f)
-        time.sleep(0.5)
-        for seed, proc in list(running.items()):
-            if proc.poll() is None:
-                continue
-            del running[seed]
-            if proc.returncode != 0:
-                for other in running.values():
-                    other.terminate()
-                tail = logs[seed].read_text().strip().splitlines()[-1:] or ["(no output)"]
-                raise RunError(f"seed {seed}: the trainer failed ({tail[0]}); full log: {logs[seed]}")
-            done[seed] = json.loads((runs[seed] / "summary.json").read_text())
+    try:
+        while pending or running:
+            while pending and len(running) < slots:
+                seed = pending.pop(0)
+                flags = trainer_flags(args, preset_name, shards, protocol, seed, runs[seed]) + ["--no-progress"]
+                logs[seed].parent.mkdir(parents=True, exist_ok=True)
+                log.info("training seed %d in its own process (log: %s)", seed, logs[seed])
+                with open(logs[seed], "w") as f:
+                    running[seed] = start_child([sys.executable, "-m", "trainer", *flags], stdout=f, stderr=f)
+            time.sleep(0.5)
+            for seed, proc in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                del running[seed]
+                if proc.returncode != 0:
+                    tail = logs[seed].read_text().strip().splitlines()[-1:] or ["(no output)"]
+                    raise RunError(f"seed {seed}: the trainer failed ({tail[0]}); full log: {logs[seed]}")
+                done[seed] = json.loads((runs[seed] / "summary.json").read_text())
+    finally:
+        stop_children(list(running.values()))
     return done
+
+
+def _die_with_parent(parent: int):
+    """preexec_fn of a trainer child: the kernel sends it SIGTERM when this process dies, even by SIGKILL
+    (Linux PR_SET_PDEATHSIG); a parent already gone before the call means exit at once."""
+    prctl = _prctl()
+
+    def preexec() -> None:
+        # Until exec this child has the parent's Python signal handlers: a SIGTERM landing after this function
+        # returns (no bytecode runs before exec) would only set their flag and be lost, and the trainer live.
+        with contextlib.suppress(ValueError):  # (ValueError: Popen from a thread other than the main one)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if prctl is not None:
+            prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+        if os.getppid() != parent:
+            os._exit(1)
+    return preexec
+
+
+def _prctl():
+    # looked up in the parent: dlopen in a forked child of a threaded process can deadlock
+    try:
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # not Linux: SIGTERM and Ctrl-C are still handled (stop_children)
+        return None
+
+
+def start_child(cmd: list[str], **kwargs) -> subprocess.Popen:
+    """A trainer (or torchrun) child process that dies with this one."""
+    return subprocess.Popen(cmd, preexec_fn=_die_with_parent(os.getpid()), **kwargs)
+
+
+def stop_children(procs: list[subprocess.Popen], grace_s: float = 30.0) -> None:
+    """SIGTERM the children still running, then SIGKILL any that are not gone after `grace_s`."""
+    alive = [p for p in procs if p.poll() is None]
+    for p in alive:
+        p.terminate()
+    for p in alive:
+        try:
+            p.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def _exit_on_sigterm(signum, frame):
+    # SystemExit unwinds through the `finally` blocks that stop the trainer children (default SIGTERM would not)
+    raise SystemExit(128 + signum)
 
 
 def train_seeds(args, preset_name: str, shards: str, protocol: str, runs: dict[int, Path]) -> dict[int, dict]:
@@ -307,6 +369,8 @@ def results_dir(root: str, dataset: str, preset: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
     return run_cli(_main, argv, prog="python -m pipelines.run")
 
 
@@ -339,4 +403,5 @@ def _main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    latch_sigint()
     raise SystemExit(main())

@@ -9,8 +9,11 @@ moment leaves either the old or the new checkpoint, never half of one.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
+import pickle
 import random
 from pathlib import Path
 
@@ -21,19 +24,74 @@ log = logging.getLogger(__name__)
 LAST, BEST = "last.pt", "best.pt"
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be written or read; the message names the file and the fix."""
+
+
+class _Writes:
+    """The file torch.save writes to, remembering a failed write: torch reports one as a RuntimeError
+    ("unexpected pos ...") that has lost the OSError and its errno (ENOSPC)."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as err:
+            self.error = err
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
+
+
 def save_atomic(obj: dict, path: str | os.PathLike) -> None:
+    """Write `obj` to `path` through a temporary file (fsync, rename). On any failure, a full disk, an
+    exception or a KeyboardInterrupt, the temporary file is removed and `path` keeps its old content; the
+    error names `path`. (Only a SIGKILL mid-write can leave `.<name>.<pid>.tmp`; --overwrite removes it.)"""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    w = None
+    try:
+        with open(tmp, "wb") as f:
+            w = _Writes(f)
+            torch.save(obj, w)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as err:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        err = w.error if w is not None and w.error is not None else err
+        if isinstance(err, OSError) and err.errno is not None:  # ENOSPC, EDQUOT, EIO ...: the errno's hint
+            raise OSError(err.errno, err.strerror or os.strerror(err.errno), str(path)) from err
+        if isinstance(err, Exception):  # torch's writer reports a failed write as a RuntimeError
+            raise CheckpointError(f"{path}: writing the checkpoint failed ({' '.join(str(err).split())[:300]}); "
+                                  f"the previous {path.name}, if any, is kept; free space or write somewhere else") from err
+        raise  # KeyboardInterrupt, SystemExit: propagate unchanged
 
 
-def load(path: str | os.PathLike) -> dict:
-    return torch.load(path, map_location="cpu", weights_only=True)
+def load(path: str | os.PathLike, fix: str = "delete it or restore it from a copy") -> dict:
+    """The checkpoint at `path`. A damaged file (truncated, overwritten, not a checkpoint) is a
+    CheckpointError naming it and `fix`; a missing or unreadable (permissions) one stays an OSError."""
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except OSError as err:
+        if err.errno in (errno.ENOENT, errno.EACCES, errno.EPERM, errno.EISDIR):
+            raise
+        raise _damaged(path, err, fix) from None
+    except (EOFError, RuntimeError, ValueError, pickle.UnpicklingError) as err:
+        raise _damaged(path, err, fix) from None
+    if not isinstance(ckpt, dict) or not {"model", "state", "config"} <= ckpt.keys():
+        raise CheckpointError(f"{path}: not a trainer checkpoint (no model/state/config); {fix}")
+    return ckpt
+
+
+def _damaged(path, err: BaseException, fix: str) -> CheckpointError:
+    reason = " ".join(str(err).split())[:160] or type(err).__name__
+    return CheckpointError(f"{path}: not a readable checkpoint, damaged or truncated ({type(err).__name__}: {reason}); {fix}")
 
 
 # ---------------------------------------------------------------------------- RNG states

@@ -24,7 +24,7 @@ W0_INIT_FLAGS = {"orthogonal": "orthogonal", "gaussian": "gaussian", "low-rank":
 # when the run stops, logs and saves, not the trajectory of parameters or data.
 RESUME_OVERRIDABLE = ("epochs", "stop_epoch", "max_steps", "eval_every", "checkpoint_every", "checkpoint_seconds", "log_every",
                       "progress", "resume", "out", "device", "test_every_eval", "deterministic", "threads",
-                      "verify", "compile")
+                      "verify", "compile", "overwrite")
 # Default micro-batch size: on CUDA about this many tokens (trainer.config.resolve); on CPU at most this many links.
 GPU_MICRO_TOKENS = 65_536
 CPU_MICRO_LINKS = 256
@@ -153,6 +153,7 @@ class TrainConfig:
     log_every: int = 10  # optimiser steps between train-metric lines
     progress: bool = True
     resume: bool = False
+    overwrite: bool = False  # clear the run folder's files first (trainer.run_folder)
 
     def __post_init__(self):
         _check(self.preset in PRESETS, "--preset", f"unknown preset '{self.preset}'; choose one of: {', '.join(sorted(PRESETS))}")
@@ -170,6 +171,7 @@ class TrainConfig:
         _check(self.checkpoint_seconds >= 0, "--checkpoint-seconds", f"must be >= 0, got {self.checkpoint_seconds}")
         _check(self.threads >= 0, "--threads", f"must be >= 0, got {self.threads}")
         _check(self.log_every >= 1, "--log-every", f"must be >= 1, got {self.log_every}")
+        _check(not (self.resume and self.overwrite), "--overwrite", "cannot go with --resume; pass one of them")
 
     # ------------------------------------------------------------------ JSON round trip
     def to_dict(self) -> dict:
@@ -249,7 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
     req.add_argument("--shards", required=True, help="shard directory OUT/<dataset>/<key> (holds manifest.json)")
     req.add_argument("--preset", required=True, help=f"preset name: {', '.join(sorted(PRESETS))}")
     req.add_argument("--out", required=True, help="run directory: checkpoints, metrics.jsonl, summary.json")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt (starts fresh if there is none)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from OUT/last.pt (an empty or new OUT starts fresh)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="delete the run already in OUT (checkpoints, metrics, summary) and start afresh")
     g = p.add_argument_group("overrides (default: the preset's value)")
     g.add_argument("--epochs", type=float)
     g.add_argument("--lr", type=float)
@@ -325,7 +330,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> TrainConfig:
         return default if value is None else value
 
     return TrainConfig(
-        preset=args.preset, out=args.out, resume=args.resume,
+        preset=args.preset, out=args.out, resume=args.resume, overwrite=args.overwrite,
         data=DataConfig(shards=args.shards, max_samples=args.micro_batch, token_budget=args.token_budget,
                         micro_tokens=args.micro_tokens,
                         eval_token_budget=args.eval_token_budget, shuffle_buffer_mb=args.shuffle_buffer_mb,

@@ -85,6 +85,24 @@ class MetricsLog:
             self._tb = None
 
 
+class Window:
+    """Global loss / throughput over the steps since the last log line (device tensors until flushed)."""
+
+    def __init__(self):
+        self.loss = self.samples = self.tokens = 0.0
+        self.t = time.time()
+
+    def add(self, loss, samples, tokens) -> None:
+        self.loss, self.samples, self.tokens = self.loss + loss, self.samples + samples, self.tokens + tokens
+
+    def flush(self) -> tuple[float, float, float]:
+        dt = max(time.time() - self.t, 1e-9)
+        samples = float(self.samples)
+        out = (float(self.loss) / max(samples, 1.0), samples / dt, float(self.tokens) / dt)
+        self.__init__()
+        return out
+
+
 def read_metrics(path: str | Path, event: str | None = None) -> list[dict]:
     """Records of a metrics.jsonl (optionally one event type); for tests and reports."""
     out = []

@@ -32,10 +32,11 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.metrics import improves
 from common.presets import get_preset
-from trainer import checkpoint, data, distributed
+from common.cli import raise_if_interrupted
+from trainer import checkpoint, data, distributed, run_folder
 from trainer.config import ConfigError, TrainConfig, merge_for_resume, resolve
 from trainer.evaluate import evaluate_split, selection_metric
-from trainer.metrics_log import MetricsLog
+from trainer.metrics_log import MetricsLog, Window
 from trainer.setup import autocast_for, check_run, cpu_threads, seed_everything, setup_logging
 
 log = logging.getLogger("trainer")
@@ -91,7 +92,7 @@ class Trainer:
         if not path.exists():
             log.warning("--resume: no checkpoint at %s; starting a fresh run", path)
             return None
-        ckpt = checkpoint.load(path)
+        ckpt = checkpoint.load(path, fix="restore it from a copy, or pass --overwrite instead of --resume to start afresh")
         log.info("resuming from %s: step %d, epoch %d, batch %d", path, ckpt["state"]["step"],
                  ckpt["state"]["epoch"], ckpt["state"]["batch"])
         return ckpt
@@ -194,8 +195,9 @@ class Trainer:
         steps = math.ceil(plan.batches / self.accum)
         bar = self._progress(st.epoch, steps, st.batch // self.accum)
         it = iter(loader)
-        window = _Window()
+        window = Window()
         while st.batch < plan.batches and self._steps_left():
+            raise_if_interrupted()  # a Ctrl-C lost while the loader forked its workers still stops the run
             for group in self.optimizer.param_groups:  # by progress, so a resumed run follows the same curve
                 group["lr"] = cfg.optim.lr_at((st.epoch + fraction * st.batch / plan.batches) / cfg.epochs)
             micro = [_next(it, st, plan) for _ in range(min(self.accum, plan.batches - st.batch))]
@@ -282,6 +284,7 @@ class Trainer:
         cfg, st = self.config, self.state
         t = time.time()
         result = evaluate_split(self.core, self.manifest, split, cfg.protocol, cfg.data, self.info)
+        raise_if_interrupted()  # e.g. lost while the eval loader forked its workers (common.cli.latch_sigint)
         self.metrics.write("eval", step=st.step, epoch=epoch, split=split, protocol=cfg.protocol,
                            final=final, seconds=round(time.time() - t, 3), **result)
         log.info("eval epoch %d step %d %s/%s: %s", epoch, st.step, split, cfg.protocol,
@@ -311,7 +314,7 @@ class Trainer:
         return tqdm(total=total, initial=done, desc=f"epoch {epoch}", unit="step", dynamic_ncols=True,
                     disable=not (self.info.is_main and self.config.progress), leave=False)
 
-    def _log_train(self, window: "_Window", bar) -> None:
+    def _log_train(self, window: Window, bar) -> None:
         loss, sps, tps = window.flush()
         st = self.state
         self.metrics.write("train", step=st.step, epoch=st.epoch, batch=st.batch, loss=loss,
@@ -329,24 +332,6 @@ class Trainer:
                 "num_parameters": self.core.num_parameters(), "config": cfg.to_dict()}
 
 
-class _Window:
-    """Global loss / throughput over the steps since the last log line (device tensors until flushed)."""
-
-    def __init__(self):
-        self.loss = self.samples = self.tokens = 0.0
-        self.t = time.time()
-
-    def add(self, loss, samples, tokens) -> None:
-        self.loss, self.samples, self.tokens = self.loss + loss, self.samples + samples, self.tokens + tokens
-
-    def flush(self) -> tuple[float, float, float]:
-        dt = max(time.time() - self.t, 1e-9)
-        samples = float(self.samples)
-        out = (float(self.loss) / max(samples, 1.0), samples / dt, float(self.tokens) / dt)
-        self.__init__()
-        return out
-
-
 def _next(it, st: LoopState, plan) -> object:
     try:
         return next(it)
@@ -356,8 +341,15 @@ def _next(it, st: LoopState, plan) -> object:
 
 
 def run(config: TrainConfig) -> dict:
-    """Train and evaluate; returns the summary (also written to OUT/summary.json on rank 0)."""
-    check_run(config)  # bad --out / --shards / --protocol fail here, before a process group or a model exists
+    """Train and evaluate; returns the summary (also written to OUT/summary.json on rank 0).
+    Rank 0 holds the run folder (trainer.run_folder: lock, --resume / --overwrite) for the whole run."""
+    raise_if_interrupted()
+    check_run(config)  # bad --out / --shards / --protocol fail here, before a folder, a process group or a model exists
+    with run_folder.claim(config.out, config.resume, config.overwrite, owner=int(os.environ.get("RANK", 0)) == 0):
+        return _run(config)
+
+
+def _run(config: TrainConfig) -> dict:
     if config.deterministic:
         # cuBLAS reads this when its handle is created (the first CUDA matmul), so set it first
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
