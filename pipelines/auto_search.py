@@ -188,7 +188,7 @@ class Search:
         c = self.cands[cid]
         return ["--shards", self.shards[c.sampling], "--preset", "auto", "--out", str(self.dirs[cid]),
                 "--seed", str(SEARCH_SEED), "--protocol", self.protocol, "--device", self.args.device,
-                "--resume", "--eval-splits", "valid", "--stop-epoch", str(epochs), *c.trainer_flags(),
+                entry_flag(self.dirs[cid]), "--eval-splits", "valid", "--stop-epoch", str(epochs), *c.trainer_flags(),
                 *[a for arg in self.args.train_arg for a in arg.split("=", 1)]]
 
     def train(self, cids: list[str], epochs: int) -> dict[str, float]:
@@ -251,6 +251,12 @@ def search(searcher: Search, rung_epochs: list[int]) -> dict:
             "history": [{"epochs": h.rung, "scores": h.scores, "survivors": h.survivors} for h in history]}
 
 
+def entry_flag(run_dir: Path) -> str:
+    """A survivor resumes from its last.pt; a folder without one (new, or killed before its first
+    checkpoint) is cleared: the search owns its candidate and seed folders (trainer.run_folder)."""
+    return "--resume" if (Path(run_dir) / "last.pt").is_file() else "--overwrite"
+
+
 def final_flags(args, chosen: dict, protocol: str, seed: int, run_dir: Path) -> list[str]:
     """The winner's config for a final seed: same lr schedule span, stopped and evaluated once (valid and
     test) at the chosen epoch."""
@@ -258,7 +264,7 @@ def final_flags(args, chosen: dict, protocol: str, seed: int, run_dir: Path) -> 
                      "sampling": tuple(chosen["config"]["sampling"])})
     e = str(chosen["epochs"])
     return ["--shards", chosen["shards"], "--preset", "auto", "--out", str(run_dir), "--seed", str(seed),
-            "--protocol", protocol, "--device", args.device, "--resume", "--eval-splits", "valid,test",
+            "--protocol", protocol, "--device", args.device, entry_flag(run_dir), "--eval-splits", "valid,test",
             "--stop-epoch", e, "--eval-every", e, *c.trainer_flags(),
             *[a for arg in args.train_arg for a in arg.split("=", 1)]]
 

@@ -29,6 +29,7 @@ from common.datasets import DatasetError, load_dataset
 from common.datasets.fractions import parse_split
 from common.presets import PRESETS, get_preset, preset_for_protocol
 from common.storage import StorageError, is_remote, open_storage
+from pipelines import finished
 from pipelines import heuristics as heuristic_report
 from pipelines.plots import plot_runs
 from pipelines.heuristics import write_json_atomic
@@ -315,10 +316,21 @@ def _exit_on_sigterm(signum, frame):
 
 def train_seeds(args, preset_name: str, shards: str, protocol: str, runs: dict[int, Path]) -> dict[int, dict]:
     """{seed: summary} of every run: concurrent trainer processes on CPU, one seed at a time on GPU."""
+    flags = {seed: trainer_flags(args, preset_name, shards, protocol, seed, d) for seed, d in runs.items()}
+    done = {seed: s for seed in runs if (s := finished.finished_summary(runs[seed], flags[seed])) is not None}
+    for seed in done:
+        log.info("seed %d: finished with these flags in %s; reused", seed, runs[seed])
+    todo = {seed: d for seed, d in runs.items() if seed not in done}
+    for run_dir in todo.values():
+        finished.forget(run_dir)
     slots = cpu_seed_slots(args)
     if slots > 1:
-        return train_seeds_concurrently(args, preset_name, shards, protocol, runs, slots)
-    return {seed: train_seed(args, preset_name, shards, protocol, seed, run_dir) for seed, run_dir in runs.items()}
+        trained = train_seeds_concurrently(args, preset_name, shards, protocol, todo, slots)
+    else:
+        trained = {seed: train_seed(args, preset_name, shards, protocol, seed, d) for seed, d in todo.items()}
+    for seed in trained:
+        finished.mark_finished(runs[seed], flags[seed])
+    return {seed: done.get(seed) or trained[seed] for seed in runs}
 
 
 def result_record(dataset: str, protocol: str, preset: str, seed: int, summary: dict, features: bool) -> dict:
@@ -353,7 +365,7 @@ def run_protocol(args, dataset_obj, preset_name: str, protocol: str, out: Path) 
         record = result_record(dataset_obj.name, protocol, preset_name, seed, summary, args.features)
         if chosen:
             record["auto"] = {k: chosen[k] for k in ("cid", "config", "epochs")}  # the searched config, with the run
-        write_json_atomic(run_dir / "result.json", record)
+        finished.write_if_changed(run_dir / "result.json", record, write_json_atomic)
         results.append(record)
         log.info("seed %d: test %s = %.2f (best epoch %s)", seed, summary.get("selection_metric", "mrr"),
                  100 * record["test"].get(summary.get("selection_metric", "mrr"), float("nan")), record["best_epoch"])

@@ -94,7 +94,7 @@ def test_pipeline_writes_results_table_and_plots(pipeline_run):
 
 def test_rerun_reuses_shards_and_finished_runs(pipeline_run, shard_cache):
     tmp, _ = pipeline_run
-    seed_dir = tmp / "results" / "tiny" / "original" / "seed0"
+    seed_dir = tmp / "results" / "citeseer" / "tiny" / "original" / "seed0"
     before = _snapshot(seed_dir)
     assert {"best.pt", "last.pt", "summary.json", "metrics.jsonl"} <= set(before)
     cmd = [sys.executable, "-m", "pipelines.run", "--dataset", "citeseer", "--preset", "tiny", "--seeds", "0",
@@ -110,12 +110,11 @@ def test_rerun_reuses_shards_and_finished_runs(pipeline_run, shard_cache):
     assert {k: after[k] for k in ("best.pt", "metrics.jsonl")} == {k: before[k] for k in ("best.pt", "metrics.jsonl")}
 
 
-@pytest.mark.xfail(strict=True, reason="issue 18 (found by this test): pipelines.run relaunches a finished seed with "
-                   "--resume; the trainer trains no step but rewrites last.pt (train_time_s grows), summary.json and "
-                   "config.json. Strict: when finished seeds are skipped, this passes and the marker must go.")
 def test_rerun_leaves_a_finished_run_folder_untouched(pipeline_run, shard_cache):
+    """Issue 18: a finished seed is reused as it is (pipelines.finished), not relaunched with --resume, which
+    trained no step but rewrote last.pt, summary.json and config.json."""
     tmp, _ = pipeline_run
-    seed_dir = tmp / "results" / "tiny" / "original" / "seed1"
+    seed_dir = tmp / "results" / "citeseer" / "tiny" / "original" / "seed1"
     before = _snapshot(seed_dir)
     cmd = [sys.executable, "-m", "pipelines.run", "--dataset", "citeseer", "--preset", "tiny", "--seeds", "1",
            "--out", str(tmp / "results"), "--shards", str(cached_set(shard_cache, "citeseer-tiny")), "--num-cpus", "2",
@@ -225,23 +224,23 @@ def test_train_seed_launches_torchrun_when_several_gpus_are_visible(tmp_path, mo
     launched, in_process = [], []
     run_dir = tmp_path / "results" / "seed3"
 
-    def fake_subprocess_run(cmd, **kw):
+    def fake_start_child(cmd, **kw):  # the child that pipelines.run would start, finished at once
         launched.append((cmd, kw))
         run_dir.mkdir(parents=True)
         (run_dir / "summary.json").write_text('{"steps": 5, "world_size": %d}' % gpus)
-        return subprocess.CompletedProcess(cmd, 0)
+        return subprocess.Popen([sys.executable, "-c", "pass"])
 
     monkeypatch.setattr(pr, "cuda_devices", lambda: gpus)
-    monkeypatch.setattr(pr.subprocess, "run", fake_subprocess_run)
+    monkeypatch.setattr(pr, "start_child", fake_start_child)
     monkeypatch.setattr(trainer.train, "run", lambda config: in_process.append(config) or {"steps": 5})
     args = _run_args(tmp_path, "--device", device, "--epochs", "2", "--train-arg=--max-steps=5",
                      "--train-arg=--num-workers=0")
     summary = pr.train_seed(args, "tiny", "/data/set", "original", 3, run_dir)
     flags = ["--shards", "/data/set", "--preset", "tiny", "--out", str(run_dir), "--seed", "3", "--protocol", "original",
-             "--device", device, "--resume", "--epochs", "2.0", "--max-steps", "5", "--num-workers", "0"]
+             "--device", device, "--overwrite", "--epochs", "2.0", "--max-steps", "5", "--num-workers", "0"]
     if launcher == "torchrun":
         assert launched == [([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
-                              "-m", "trainer", *flags, "--no-progress"], {"check": True})]
+                              "-m", "trainer", *flags, "--no-progress"], {})]
         assert in_process == [] and summary == {"steps": 5, "world_size": gpus}
     else:
         from trainer.config import config_from_args

@@ -350,8 +350,14 @@ def test_killing_pipelines_run_stops_its_trainers(shards, tmp_path, sig):
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         parent = psutil.Process(driver.pid)
-        trainers = wait_for(lambda: kids if len(kids := parent.children()) == 2 else None, 120, "two trainers")
-        assert all("trainer" in " ".join(k.cmdline()) for k in trainers)
+        # both children forked *and* exec'd into the trainer (between the two, a child still shows the driver's
+        # command line; cmdline() of a child that is gone raises, hence the guard)
+        def exec_d(kids):
+            try:
+                return len(kids) == 2 and all("trainer" in " ".join(k.cmdline()) for k in kids)
+            except psutil.Error:
+                return False
+        trainers = wait_for(lambda: kids if exec_d(kids := parent.children()) else None, 120, "two trainers")
         driver.send_signal(sig)
         driver.wait(timeout=120)
         gone, alive = psutil.wait_procs(trainers, timeout=60)
