@@ -33,7 +33,6 @@ import json
 import logging
 import math
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -116,27 +115,30 @@ def shard_set(args, dataset, sampling: tuple[int, int], protocols: list[str], de
 def run_trainers(jobs: dict[str, tuple[list[str], Path]], slots: int) -> dict[str, float]:
     """Run `python -m trainer FLAGS` per job, `slots` at a time, each logging to RUN_DIR/trainer.log;
     returns each job's wall seconds. A failed job stops the others and raises naming its log."""
+    from pipelines.run import start_child, stop_children  # children that die with the recipe, as its seeds do
+
     pending, running, wall = list(jobs), {}, {}
-    while pending or running:
-        while pending and len(running) < slots:
-            key = pending.pop(0)
-            flags, run_dir = jobs[key]
-            run_dir.mkdir(parents=True, exist_ok=True)
-            with open(run_dir / "trainer.log", "a") as f:
-                proc = subprocess.Popen([sys.executable, "-m", "trainer", *flags, "--no-progress"], stdout=f, stderr=f)
-            running[key] = (proc, time.perf_counter())
-        time.sleep(0.2)
-        for key, (proc, t) in list(running.items()):
-            if proc.poll() is None:
-                continue
-            del running[key]
-            wall[key] = time.perf_counter() - t
-            if proc.returncode != 0:
-                for other, _ in running.values():
-                    other.terminate()
-                logfile = jobs[key][1] / "trainer.log"
-                tail = logfile.read_text().strip().splitlines()[-1:] or ["(no output)"]
-                raise AutoError(f"{key}: the trainer failed ({tail[0]}); full log: {logfile}")
+    try:
+        while pending or running:
+            while pending and len(running) < slots:
+                key = pending.pop(0)
+                flags, run_dir = jobs[key]
+                run_dir.mkdir(parents=True, exist_ok=True)
+                with open(run_dir / "trainer.log", "a") as f:
+                    proc = start_child([sys.executable, "-m", "trainer", *flags, "--no-progress"], stdout=f, stderr=f)
+                running[key] = (proc, time.perf_counter())
+            time.sleep(0.2)
+            for key, (proc, t) in list(running.items()):
+                if proc.poll() is None:
+                    continue
+                del running[key]
+                wall[key] = time.perf_counter() - t
+                if proc.returncode != 0:
+                    logfile = jobs[key][1] / "trainer.log"
+                    tail = logfile.read_text().strip().splitlines()[-1:] or ["(no output)"]
+                    raise AutoError(f"{key}: the trainer failed ({tail[0]}); full log: {logfile}")
+    finally:  # a failed job, Ctrl-C or SIGTERM stops the others
+        stop_children([proc for proc, _ in running.values()])
     return wall
 
 
