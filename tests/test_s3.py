@@ -117,9 +117,12 @@ def test_preprocess_writes_a_complete_set_to_s3(s3_set, small_graph):
     assert manifest["root"] == url and len(manifest["shards"]) >= 10
     objects = _objects(url)
     listed = {r["name"] for r in manifest["shards"]}
-    # Exactly the set's files: shards, queries, graph arrays, manifest; nothing temporary.
-    extra = set(objects) - listed - {MANIFEST}
-    assert all(n.endswith("-queries.npz") or n.startswith("graph-") for n in extra), extra
+    # Exactly the set's files: shards, the files the manifest lists with their sha256 (queries, graph arrays,
+    # the node-id mapping of an edge list), the manifest; nothing temporary.
+    assert set(objects) == listed | set(manifest["files"]) | {MANIFEST}, set(objects) ^ (listed | set(manifest["files"]))
+    assert any(n.endswith("-queries.npz") for n in manifest["files"]) and "node_ids.parquet" in manifest["files"]
+    for name, rec in manifest["files"].items():
+        assert len(objects[name]) == rec["bytes"] and hashlib.sha256(objects[name]).hexdigest() == rec["sha256"]
     for rec in manifest["shards"]:
         data = objects[rec["name"]]
         assert len(data) == rec["bytes"] and hashlib.sha256(data).hexdigest() == rec["sha256"]
