@@ -1,61 +1,80 @@
 """Today's graph: an edge-list snapshot to score and recommend on, other than the one trained on.
 
 PENCIL has no node embeddings, so a trained model transfers to a snapshot with new edges and new
-nodes. Ids are the training set's integer ids (0..N-1); nodes that appeared since training take the
-ids after them (the node-id mapping of common/datasets/edgelist.py applies where the training set
-came from named ids). `node_sides` reads the kinds of a bipartite edge list from its columns: every
-src is one kind (users), every dst the other (items).
+nodes. A snapshot names nodes as the training set did: the user's ids when the set was built from an
+edge-list file (its node-id mapping, common/node_ids.py), else the set's integer ids 0..N-1. Known
+nodes keep their training index; nodes that appeared since training take the indices after them
+(in sorted order of their ids), and the returned node ids (the training ones, then the new ones) turn
+indices back into the user's ids. `node_sides` reads the kinds of a bipartite edge list from its
+columns: every src is one kind (users), every dst the other (items).
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from common.datasets.base import DatasetError
+from common.datasets.ids import _numeric, node_index, read_columns
 from common.graph import Graph
 
 SPLIT_NAMES = ("train", "valid", "test")
 
 
-def read_edge_columns(path) -> tuple[np.ndarray, np.ndarray]:
-    """(src, dst) int64 columns of a .csv/.parquet edge list, or a one-line error naming the file."""
-    from common.datasets.edgelist import _id_column, _read_table
-
+def read_edge_indices(path, num_nodes: int, node_ids: np.ndarray | None
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """(src, dst) node indices of an edge list named in the training set's ids, and the node ids extended
+    by the snapshot's new nodes (None for a set without a mapping, whose new nodes are ids >= num_nodes)."""
     p = Path(path)
-    if not p.is_file():
-        raise DatasetError(f"--graph {p}: file not found; pass a .csv or .parquet edge list with columns src,dst")
-    df = _read_table(p)
-    df.columns = [str(c).strip().lower() for c in df.columns]
-    missing = [c for c in ("src", "dst") if c not in df.columns]
-    if missing:
-        raise DatasetError(f"--graph {p}: missing column(s) {', '.join(missing)} (found: {', '.join(df.columns)}); "
-                           "name the endpoint columns src and dst")
-    return _id_column(df, "src", p), _id_column(df, "dst", p)
+    cols = read_columns(p, ("src", "dst")).cols
+    if node_ids is None:  # integer ids 0..N-1 as the set has them
+        src, dst = (_numeric(cols[k], k, p) for k in ("src", "dst"))
+        if src is None or dst is None:
+            raise DatasetError(f"--graph {p}: node ids are names, but the training set has integer ids 0..N-1; "
+                               "name nodes by their integer ids")
+        src, dst = src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
+        if (src < 0).any() or (dst < 0).any():
+            raise DatasetError(f"--graph {p}: negative node id {int(min(src.min(), dst.min()))}; the training set's "
+                               "ids are 0..N-1 (new nodes take the ids after them)")
+        return src, dst, None
+    n = len(cols["src"])
+    values = pa.chunked_array(cols["src"].chunks + cols["dst"].cast(cols["src"].type).chunks)
+    idx, found = node_index(node_ids, values)
+    if not found.all():  # new since training: indices after the training nodes, in sorted id order
+        raw = np.asarray(values.to_numpy(zero_copy_only=False))
+        new_ids, inverse = np.unique(raw[~found].astype(node_ids.dtype if node_ids.dtype != object else object),
+                                     return_inverse=True)
+        idx[~found] = num_nodes + inverse
+        node_ids = np.concatenate([node_ids, new_ids.astype(node_ids.dtype)])
+    return idx[:n], idx[n:], node_ids
 
 
-def read_snapshot(path, min_nodes: int) -> Graph:
-    """The snapshot's undirected graph, with at least the training graph's nodes (ids kept)."""
-    src, dst = read_edge_columns(path)
+def read_snapshot(path, num_nodes: int, node_ids: np.ndarray | None = None) -> tuple[Graph, np.ndarray | None]:
+    """The snapshot's undirected graph, with at least the training graph's nodes (indices kept)."""
+    src, dst, ids = read_edge_indices(path, num_nodes, node_ids)
     top = int(max(src.max(initial=-1), dst.max(initial=-1))) + 1
-    return Graph.from_edges(np.stack([src, dst], axis=1), num_nodes=max(min_nodes, top))
+    size = max(num_nodes, top) if ids is None else len(ids)
+    return Graph.from_edges(np.stack([src, dst], axis=1), num_nodes=size), ids
 
 
-def graph_for(spec: str, dataset) -> Graph:
-    """`--graph`: a split name (the graph its candidates were scored on) or an edge-list file."""
+def graph_for(spec: str, dataset) -> tuple[Graph, np.ndarray | None]:
+    """`--graph`: a split name (the graph its candidates were scored on) or an edge-list file; with the
+    node ids that name its nodes (None: the set's integer ids)."""
     if spec in SPLIT_NAMES:
-        return dataset.graph_for(spec)
-    return read_snapshot(spec, dataset.num_nodes)
+        return dataset.graph_for(spec), dataset.node_ids
+    return read_snapshot(spec, dataset.num_nodes, dataset.node_ids)
 
 
-def node_sides(path, num_nodes: int) -> np.ndarray:
+def node_sides(path, num_nodes: int, node_ids: np.ndarray | None = None) -> np.ndarray:
     """(N,) bool: True for the src kind of a bipartite edge list; a node on both sides is an error.
     Nodes in no edge count as src kind (they have no edge to say otherwise)."""
-    src, dst = read_edge_columns(path)
+    src, dst, _ = read_edge_indices(path, num_nodes, node_ids)
     both = np.intersect1d(src, dst)
     if both.size:
-        raise DatasetError(f"--bipartite: {path}: node {int(both[0])} appears as both src and dst ({both.size} such "
+        name = both[0] if node_ids is None or both[0] >= len(node_ids) else node_ids[both[0]]
+        raise DatasetError(f"--bipartite: {path}: node {name} appears as both src and dst ({both.size} such "
                            "nodes); a bipartite edge list keeps one kind per column")
     side = np.ones(num_nodes, dtype=bool)
-    side[dst] = False
+    side[dst[dst < num_nodes]] = False
     return side

@@ -97,7 +97,7 @@ def side_flags(args, dataset, num_nodes: int):
     if not Path(source).suffix.lower() in (".csv", ".parquet", ".pq", ".gz"):
         raise RecommendError("--bipartite: the node kinds come from an edge list's src and dst columns; pass "
                              "--graph EDGES (a .csv/.parquet edge list)")
-    return snapshot.node_sides(source, num_nodes)
+    return snapshot.node_sides(source, num_nodes, dataset.node_ids)
 
 
 # ---------------------------------------------------------------------------- parts and merge
@@ -132,14 +132,26 @@ def write_atomic(table: pa.Table, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def merge_parts(folder: Path, num_blocks: int, out: Path) -> pa.Table:
+def merge_parts(folder: Path, num_blocks: int, out: Path, node_ids: np.ndarray | None = None) -> pa.Table:
+    """The part files as one table in node indices (returned), written to `out` in the user's ids."""
     tables = [pq.read_table(part_path(folder, b)) for b in range(num_blocks)]
     schema = pa.schema([("node", pa.int64()), ("candidate", pa.int64()), ("rank", pa.int32()),
                         ("score", pa.float64()), ("retriever_score", pa.float64())])
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(table.select(list(COLUMNS)), out)
+    write_atomic(in_user_ids(table.select(list(COLUMNS)), node_ids), out)
     shutil.rmtree(folder)
+    return table
+
+
+def in_user_ids(table: pa.Table, node_ids: np.ndarray | None) -> pa.Table:
+    """node and candidate as the edge list named them (a set without a mapping keeps 0..N-1)."""
+    if node_ids is None:
+        return table
+    kind = pa.string() if node_ids.dtype == object else None
+    for col in ("node", "candidate"):
+        user = pa.array(node_ids[table.column(col).to_numpy()], kind)
+        table = table.set_column(table.schema.get_field_index(col), col, user)
     return table
 
 
@@ -170,9 +182,10 @@ def recommend(args) -> int:
     from trainer.scoring import default_device
     device = default_device(args.device)
     model, dataset, fields, digest = load_run(args.checkpoint, device)
-    graph = snapshot.graph_for(args.graph, dataset)
+    graph, node_ids = snapshot.graph_for(args.graph, dataset)  # node_ids: the user's ids (None: 0..N-1)
     side = side_flags(args, dataset, graph.num_nodes)
-    queries = np.arange(graph.num_nodes, dtype=np.int64) if args.all_nodes else read_nodes(args.nodes, graph.num_nodes)
+    queries = (np.arange(graph.num_nodes, dtype=np.int64) if args.all_nodes
+               else read_nodes(args.nodes, graph.num_nodes, node_ids))
     cfg = RecConfig(k=args.k, pool=args.pool, retriever=args.retriever, orderings=args.orderings, seed=args.seed,
                     block_nodes=args.block_nodes, token_budget=args.token_budget, batch_size=args.batch_size, **fields)
     blocks = [queries[i:i + cfg.block_nodes] for i in range(0, len(queries), cfg.block_nodes)]
@@ -204,7 +217,7 @@ def recommend(args) -> int:
             table, pairs = run_block(b, blocks[b], graph, side, cfg, sampler, scorer)
             done(b, table, pairs)
     nodes_s, pairs_s = progress.close()
-    table = merge_parts(folder, len(blocks), out)
+    table = merge_parts(folder, len(blocks), out, node_ids)
     log_short_lists(table, queries, cfg.k)
     log.info("wrote %s: %d recommendations for %d nodes (%.1f nodes/s, %.0f pairs/s)", out, table.num_rows,
              len(queries), nodes_s, pairs_s)

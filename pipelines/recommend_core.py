@@ -134,29 +134,33 @@ def log_short_lists(table: pa.Table, queries: np.ndarray, k: int) -> int:
     return int(short.size)
 
 
-def read_nodes(path: str, num_nodes: int) -> np.ndarray:
-    """--nodes FILE: one id per line (text), or a column 'node' (.csv/.parquet); distinct, sorted."""
+def read_nodes(path: str, num_nodes: int, node_ids: np.ndarray | None = None) -> np.ndarray:
+    """--nodes FILE -> node indices, distinct and sorted: an edge-list-like file (.csv/.tsv/.parquet, plain
+    or gzipped) with a column 'node' (or 'id'), or plain text with one id per line. Ids are the user's
+    (the set's mapping of an edge list), or 0..N-1 for a set without one."""
+    from common.datasets import DatasetError
+    from common.datasets.ids import node_index, read_columns, suffix_of
     p = Path(path)
     if not p.is_file():
         raise RecommendError(f"--nodes {p}: file not found; pass one node id per line or a column 'node'")
-    if p.suffix.lower() in (".parquet", ".pq", ".csv"):
-        from common.datasets.edgelist import _read_table
-        df = _read_table(p)
-        if "node" not in df.columns:
-            raise RecommendError(f"--nodes {p}: no column 'node' (found: {', '.join(map(str, df.columns))})")
-        raw = df["node"].to_numpy()
+    try:
+        if suffix_of(p.name) is not None:
+            raw = read_columns(p, ("node", "id"), any_of=True, hint="node").cols["node"]
+        else:
+            raw = pa.array([line.strip() for line in p.read_text().splitlines() if line.strip()])
+    except (DatasetError, UnicodeDecodeError) as err:
+        raise RecommendError(f"--nodes {err}") from None
+    if node_ids is not None:
+        idx, found = node_index(node_ids, raw)
     else:
-        try:
-            raw = np.loadtxt(p, dtype=np.int64, ndmin=1)
-        except ValueError as err:
-            raise RecommendError(f"--nodes {p}: not one integer node id per line ({err})") from None
-    if raw.size and not np.issubdtype(raw.dtype, np.integer):
-        raise RecommendError(f"--nodes {p}: node ids must be integers, got {raw.dtype}")
-    nodes = np.unique(raw.astype(np.int64))
-    bad = nodes[(nodes < 0) | (nodes >= num_nodes)]
-    if bad.size:
-        raise RecommendError(f"--nodes {p}: {bad.size} unknown node id(s) (first: {int(bad[0])}); the graph has "
-                             f"nodes 0..{num_nodes - 1}")
+        idx, found = node_index(np.arange(num_nodes, dtype=np.int64), raw)
+    if not found.all():
+        first = raw[int(np.flatnonzero(~found)[0])]
+        first = first.as_py() if hasattr(first, "as_py") else first
+        where = (f"the graph has nodes 0..{num_nodes - 1}" if node_ids is None
+                 else "ids must be ones of the edge list (or of its --nodes file)")
+        raise RecommendError(f"--nodes {p}: {int((~found).sum())} unknown node id(s) (first: {first}); {where}")
+    nodes = np.unique(idx)
     if not nodes.size:
         raise RecommendError(f"--nodes {p}: no node ids in the file")
     return nodes

@@ -177,8 +177,9 @@ def _main(argv: list[str] | None = None) -> int:
                                ogb_root=args.ogb_root or pre.get("ogb_root"),
                                planetoid_dir=pre.get("planetoid_dir"), seed=pre.get("seed", 0),
                                split=pre.get("split"), nodes=pre.get("nodes"))  # the set's own split
-        graph = snapshot.graph_for(args.graph, dataset)
-        pairs, user = read_pairs(args.pairs, graph.num_nodes, load_node_ids(manifest))
+        graph, node_ids = snapshot.graph_for(args.graph, dataset)  # a snapshot's new nodes extend the ids
+        pairs, user = read_pairs(args.pairs, graph.num_nodes, node_ids if args.graph not in snapshot.SPLIT_NAMES
+                                 else load_node_ids(manifest))
     except (ScoreError, DatasetError) as err:
         parser.error(str(err))
     device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())

@@ -305,6 +305,34 @@ def test_score_under_user_ids_equals_score_under_mapped_ids(tmp_path):
         assert proc.returncode == 2 and expect_text in proc.stderr, proc.stderr[-2000:]
         assert not (tmp_path / "never.parquet").exists()
 
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def cli(module, *args):
+        proc = subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT, capture_output=True,
+                              text=True, timeout=300, env=env)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    # recommendations: --nodes names the user's nodes, and node / candidate come back as names
+    (tmp_path / "who.txt").write_text(f"{names[0]}\n{names[3]}\n")
+    cli("pipelines.recommend", "--checkpoint", run, "--nodes", tmp_path / "who.txt", "--k", 3, "--pool", 10,
+        "--out", tmp_path / "recs.parquet", "--device", "cpu", "--no-progress")
+    recs = pq.read_table(tmp_path / "recs.parquet").to_pandas()
+    assert sorted(set(recs.node)) == sorted({names[0], names[3]}) and len(recs) == 6
+    assert set(recs.candidate) <= set(names)
+    train_graph = load_dataset(str(edges)).graph_for("test")
+    for u, v in zip(recs.node, recs.candidate):  # never the node itself or an existing edge
+        assert u != v and not train_graph.has_edge(np.array([order.index(u)]), np.array([order.index(v)]))[0]
+
+    # today's graph: a node that joined since training is named by the user too, and scored
+    today = write_table(tmp_path / "today.csv", [(names[a], names[b]) for a, b in ring_with_chords(list(range(200)), 600)]
+                        + [("newcomer", names[0]), ("newcomer", names[3])])
+    write_table(tmp_path / "new_pairs.csv", [("newcomer", names[50]), (names[0], "newcomer")])
+    cli("pipelines.score", "--checkpoint", run, "--pairs", tmp_path / "new_pairs.csv", "--graph", today,
+        "--out", tmp_path / "today.parquet", "--device", "cpu")
+    scored = pq.read_table(tmp_path / "today.parquet").to_pandas()
+    assert scored[["src", "dst"]].values.tolist() == [["newcomer", names[50]], [names[0], "newcomer"]]
+    assert np.isfinite(scored.score.to_numpy()).all()
+
 
 def test_node_id_file_is_checked_against_the_manifest(tmp_path):
     from common.manifest import file_record

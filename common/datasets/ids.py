@@ -315,10 +315,17 @@ def node_index(node_ids: np.ndarray, values) -> tuple[np.ndarray, np.ndarray]:
     ok = np.ones(len(vals), dtype=bool) if vals.dtype != object else np.array([v is not None for v in vals], bool)
     if len(node_ids) and ok.any():
         q = vals[ok] if node_ids.dtype == object else vals[ok].astype(node_ids.dtype)
-        pos_c = np.minimum(np.searchsorted(node_ids, q), len(node_ids) - 1)
-        found[ok] = node_ids[pos_c] == q
-        idx[ok] = pos_c
+        # a set's mapping is sorted; a snapshot's (common/snapshot.py) is sorted in two runs: training ids, new ids
+        order = None if _is_sorted(node_ids) else np.argsort(node_ids, kind="stable")
+        keys = node_ids if order is None else node_ids[order]
+        pos_c = np.minimum(np.searchsorted(keys, q), len(keys) - 1)
+        found[ok] = keys[pos_c] == q
+        idx[ok] = pos_c if order is None else order[pos_c]
     return idx, found
+
+
+def _is_sorted(a: np.ndarray) -> bool:
+    return bool(len(a) < 2 or (a[1:] >= a[:-1]).all())
 
 
 def _like(node_ids: np.ndarray, values) -> np.ndarray | None:
