@@ -7,8 +7,9 @@
 Per block of query nodes (--block-nodes): the top --pool non-neighbours by the retriever
 (common/retrieval.py), every (node, candidate) pair scored through the one scoring engine
 (trainer/scoring.py: evaluation sampler and seed policy, token-budget batches, GPU when present), the
-top --k kept. Output Parquet columns: node, candidate, rank (1 = best), score (PENCIL probability,
-mean over --orderings), retriever_score. A node gets fewer than k rows only when its pool is smaller
+top --k kept. Output Parquet columns: node, candidate, rank (1 = best), score (the ranking score: mean
+over --orderings of sigmoid(PENCIL logit + W * -log(retriever rank)), W = --prior-weight; with W = 0
+exactly PENCIL's probability, as pipelines.score gives), retriever_score. A node gets fewer than k rows only when its pool is smaller
 (logged with the reason). Each finished block is a part file in OUT's `.NAME.parts/` folder; a rerun
 of a killed job keeps them and computes only the rest; the parts are merged into OUT atomically.
 Under `ray job submit` (RAY_ADDRESS set) or with --ray, blocks run as Ray tasks (retrieval and

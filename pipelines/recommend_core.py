@@ -24,8 +24,10 @@ from trainer.scoring import PairSampler, PairScorer
 log = logging.getLogger("pipelines.recommend")
 COLUMNS = ("node", "candidate", "rank", "score", "retriever_score")
 # --prior-weight's default: the weight w of the retriever's rank prior added to PENCIL's logit (see
-# `blended_probabilities`), chosen on VALIDATION full ranking only (BENCHMARKS.md, Recommendations).
-DEFAULT_PRIOR_WEIGHT = 0.0
+# `probabilities`), chosen on VALIDATION full ranking only: the valid sweep's mean over citeseer and cora,
+# retrievers ra/ppr/mix, 3 seeds each (BENCHMARKS.md, Recommendations) gives Hits@20 40.8 (w 0), 42.1 (0.5),
+# 42.2 (1), 41.7 (2), 40.8 (8) and MRR 18.9, 20.6, 20.7, 20.1, 19.5: w = 1 is best on both.
+DEFAULT_PRIOR_WEIGHT = 1.0
 
 
 class RecommendError(ValueError):
