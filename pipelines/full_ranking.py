@@ -74,7 +74,11 @@ def full_ranking(graph, positives: np.ndarray, known: np.ndarray, cfg: RecConfig
     hit = (cand == v[:, None]) & valid
     target = np.where(hit.any(1), hit.argmax(1), -1)
     # rankable non-neighbours of u: the nodes (of the other kind) minus u, its neighbours and its other positives
-    partners = np.bincount(known.ravel(), minlength=n)[u] - 1  # v is one of u's known positives
+    # u's known positives that are not already its neighbours on this graph (valid positives are edges of
+    # the test graph: counted once, as neighbours), less v itself
+    pk = np.unique(np.concatenate([known, known[:, ::-1]]).astype(np.int64), axis=0)
+    pk = pk[~graph.has_edge(pk[:, 0], pk[:, 1])]
+    partners = np.bincount(pk[:, 0], minlength=n)[u] - 1
     kind = n - 1 if side is None else np.where(side[u], (~side).sum(), side.sum())
     rankable = np.maximum(kind - graph.degree[u] - partners, 1)
     size = valid.sum(1)

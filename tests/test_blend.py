@@ -101,3 +101,11 @@ def test_choose_weight_prefers_hits_then_mrr_then_the_smaller_weight():
              "1.0": {"hits@20": 0.32, "mrr": 0.12}, "2.0": {"hits@20": 0.32, "mrr": 0.12}}
     assert choose_weight(sweep) == 1.0
     assert choose_weight({"0.0": {"hits@20": 0.3, "mrr": 0.1}, "4.0": {"hits@20": 0.3, "mrr": 0.1}}) == 0.0
+
+
+def test_a_known_positive_that_is_already_an_edge_is_not_removed_twice():
+    # 0's non-neighbours are 3..8; the known positive (0, 1) is already a neighbour (as valid edges are on
+    # a test graph that holds them). Target 7 lies outside the pool {3, 4, 5, 6}: rank 4 + (6 - 4 + 1) / 2.
+    pos = np.array([[0, 7]])
+    res = full_ranking(GRAPH, pos, np.array([[0, 7], [0, 1]]), RecConfig(k=1, pool=4, retriever="ra"))
+    assert res["retriever_alone"]["mrr"] == 1 / 5.5
