@@ -72,7 +72,7 @@ def check_queries(graph: Graph, queries) -> np.ndarray:
     return q
 
 
-def _rounded(v: np.ndarray) -> np.ndarray:
+def rounded(v: np.ndarray) -> np.ndarray:
     """Scores rounded to 12 significant digits (tie-breaking key only)."""
     out = np.zeros_like(v)
     nz = v != 0
@@ -84,7 +84,7 @@ def _rounded(v: np.ndarray) -> np.ndarray:
 
 def top_per_row(row: np.ndarray, col: np.ndarray, val: np.ndarray, num_rows: int, pool: int) -> tuple:
     """(cand, score, count) (num_rows, pool): the `pool` largest values of each row, ties by smaller col."""
-    order = np.lexsort((col, -_rounded(val), row))
+    order = np.lexsort((col, -rounded(val), row))
     row, col, val = row[order], col[order], val[order]
     start = np.searchsorted(row, np.arange(num_rows))
     rank = np.arange(len(row)) - start[row]
@@ -237,4 +237,4 @@ def retrieve(graph: Graph, queries, method: str, pool: int, *, side: np.ndarray 
 
 
 __all__ = ["RETRIEVERS", "RRF_K", "Pool", "RetrievalError", "retrieve", "overlap_scores", "ppr_scores", "ppr_steps",
-           "top_per_row", "check_queries", "block_rows"]
+           "top_per_row", "check_queries", "block_rows", "rounded"]

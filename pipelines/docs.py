@@ -12,14 +12,15 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def parsers() -> dict:
-    from pipelines import ablations, gnn_baselines, heuristic_estimation, heuristics, latent_space, recommend, report, run, score
+    from pipelines import ablations, gnn_baselines, gnn_full_ranking, heuristic_estimation, heuristics, latent_space, recommend, report, run, score
     from preprocess.__main__ import build_parser as preprocess_parser
     from trainer.config import build_parser as trainer_parser
     return {"preprocess": preprocess_parser(), "trainer": trainer_parser(), "pipelines.run": run.build_parser(),
             "pipelines.score": score.build_parser(), "pipelines.recommend": recommend.build_parser(),
             "pipelines.report": report.build_parser(),
             "pipelines.heuristics": heuristics.build_parser(), "pipelines.ablations": ablations.build_parser(),
-            "pipelines.gnn_baselines": gnn_baselines.build_parser(), "pipelines.latent_space": latent_space.build_parser(),
+            "pipelines.gnn_baselines": gnn_baselines.build_parser(),
+            "pipelines.gnn_full_ranking": gnn_full_ranking.build_parser(), "pipelines.latent_space": latent_space.build_parser(),
             "pipelines.heuristic_estimation": heuristic_estimation.build_parser()}
 
 

@@ -5,7 +5,12 @@ scored on (filtered: the split's other known positives of u, valid and test, are
 as OGB's full-ranking evaluations do). Two rankers share the retriever's pool of M candidates per u:
 
 - the retriever alone ranks the pool by its own score;
-- PENCIL re-ranks the same pool by its probability (the scoring engine, --orderings averaged).
+- PENCIL re-ranks the same pool by its probability (the scoring engine, --orderings averaged);
+- the blend re-ranks it by sigmoid(PENCIL logit + w * rank prior), the prior being -log of the
+  candidate's rank in the retriever's pool (pipelines/recommend_core.py), w = --prior-weight.
+
+On the valid split the blend is also reported for every w of PRIOR_GRID (`prior_sweep`): the default
+--prior-weight is chosen there, never on test. The test split gets w = 0 and w = --prior-weight only.
 
 A target inside the pool takes its place there (ties count half: rank = 1 + #higher + #tied / 2, the
 paper's rule). A target outside the pool ranks after the whole pool for both rankers, at the expected
@@ -18,15 +23,18 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from common.retrieval import retrieve
-from pipelines.recommend_core import RecConfig, RecommendError, probabilities, scorer_for
+from common.graph import Graph
+from common.retrieval import neighbour_entries, retrieve
+from pipelines.recommend_core import RecConfig, RecommendError, probabilities, rank_prior, scorer_for
 
 log = logging.getLogger("pipelines.recommend")
 HITS_AT = (1, 10, 20, 50, 100)
+PRIOR_GRID = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
 
 
 def pool_ranks(scores: np.ndarray, valid: np.ndarray, target: np.ndarray) -> np.ndarray:
@@ -49,7 +57,8 @@ def metrics(ranks: np.ndarray, pool: int) -> dict:
     return out
 
 
-def full_ranking(graph, positives: np.ndarray, known: np.ndarray, cfg: RecConfig, scorer=None, side=None) -> dict:
+def full_ranking(graph, positives: np.ndarray, known: np.ndarray, cfg: RecConfig, scorer=None, side=None,
+                 sweep: bool = False) -> dict:
     """Metrics of the retriever alone and (with a scorer) of PENCIL re-ranking its pool."""
     u, v = positives[:, 0].astype(np.int64), positives[:, 1].astype(np.int64)
     queries = np.unique(u)
@@ -65,7 +74,11 @@ def full_ranking(graph, positives: np.ndarray, known: np.ndarray, cfg: RecConfig
     hit = (cand == v[:, None]) & valid
     target = np.where(hit.any(1), hit.argmax(1), -1)
     # rankable non-neighbours of u: the nodes (of the other kind) minus u, its neighbours and its other positives
-    partners = np.bincount(known.ravel(), minlength=n)[u] - 1  # v is one of u's known positives
+    # u's known positives that are not already its neighbours on this graph (valid positives are edges of
+    # the test graph: counted once, as neighbours), less v itself
+    pk = np.unique(np.concatenate([known, known[:, ::-1]]).astype(np.int64), axis=0)
+    pk = pk[~graph.has_edge(pk[:, 0], pk[:, 1])]
+    partners = np.bincount(pk[:, 0], minlength=n)[u] - 1
     kind = n - 1 if side is None else np.where(side[u], (~side).sum(), side.sum())
     rankable = np.maximum(kind - graph.degree[u] - partners, 1)
     size = valid.sum(1)
@@ -77,13 +90,69 @@ def full_ranking(graph, positives: np.ndarray, known: np.ndarray, cfg: RecConfig
     result["retriever_alone"] = metrics(ranks, cfg.pool)
     if scorer is not None:
         node, cnd, _ = pool.pairs()
-        prob = probabilities(scorer.logits(np.stack([node, cnd], axis=1)))
-        table = np.full(pool.cand.shape, -np.inf)
-        table[pool.cand >= 0] = prob  # pairs() is row-major over the valid entries
-        pen = np.where(valid, table[row], -np.inf)
-        result["pencil_rerank"] = metrics(np.where(target >= 0, pool_ranks(pen, valid, target), outside), cfg.pool)
+        logits = scorer.logits(np.stack([node, cnd], axis=1))
+        prior = rank_prior(pool.score)[pool.cand >= 0]  # pairs() is row-major over the valid entries
+
+        def rerank(weight: float) -> dict:
+            table = np.full(pool.cand.shape, -np.inf)
+            table[pool.cand >= 0] = probabilities(logits, prior, weight)
+            pen = np.where(valid, table[row], -np.inf)
+            return metrics(np.where(target >= 0, pool_ranks(pen, valid, target), outside), cfg.pool)
+
+        result["pencil_rerank"] = rerank(0.0)
+        result["pencil_blend"] = {"prior_weight": cfg.prior_weight, **rerank(cfg.prior_weight)}
+        if sweep:
+            result["prior_sweep"] = {str(w): rerank(w) for w in PRIOR_GRID}
         result["pairs_scored"] = int(len(node))
+        result["probability"] = probability_summary(logits, pool, row, valid, target)
     return result
+
+
+def native_full_ranking(graph, positives: np.ndarray, known: np.ndarray, score_rows, side=None,
+                        block: int = 512) -> dict:
+    """A model that scores every node (a GNN's dot products): v's rank among ALL of u's rankable
+    non-neighbours, the same filter (not u, not a neighbour, not another known positive of u; the other
+    kind on a bipartite graph) and tie rule as the pooled rankers. score_rows(queries) -> (Q, N) scores."""
+    u, v = positives[:, 0].astype(np.int64), positives[:, 1].astype(np.int64)
+    n = graph.num_nodes
+    partners = Graph.from_edges(known.astype(np.int64), num_nodes=n)  # u's known positives as CSR rows
+    ranks = np.empty(len(u))
+    for lo in range(0, len(u), block):  # (block, N) scores at a time
+        uu, vv = u[lo:lo + block], v[lo:lo + block]
+        queries, inverse = np.unique(uu, return_inverse=True)
+        scores = np.asarray(score_rows(queries), dtype=np.float64)[inverse]
+        valid = np.ones(scores.shape, dtype=bool)
+        valid[neighbour_entries(graph, uu)] = False
+        valid[neighbour_entries(partners, uu)] = False
+        if side is not None:
+            valid &= side[None, :] != side[uu][:, None]
+        r = np.arange(len(uu))
+        valid[r, uu] = False
+        valid[r, vv] = True
+        ranks[lo:lo + block] = pool_ranks(scores, valid, vv)
+    return {"positives": int(len(u)), **metrics(ranks, n)}
+
+
+def probability_summary(logits: np.ndarray, pool, row: np.ndarray, valid: np.ndarray, target: np.ndarray) -> dict:
+    """Mean PENCIL probability of the in-pool targets and of the other pool candidates (a diagnosis: a model
+    that gives the pool's hard candidates the targets' probability cannot re-rank them)."""
+    table = np.full(pool.cand.shape, np.nan)
+    table[pool.cand >= 0] = probabilities(logits)
+    prob = table[row]
+    inside = np.flatnonzero(target >= 0)
+    is_target = np.zeros(valid.shape, dtype=bool)
+    is_target[inside, target[inside]] = True
+    others = prob[valid & ~is_target]
+    return {"targets": float(np.mean(prob[is_target])) if inside.size else float("nan"),
+            "other_candidates": float(np.mean(others)) if others.size else float("nan")}
+
+
+def choose_weight(sweep: dict, at: int = 20) -> float:
+    """The prior weight of a valid sweep with the best Hits@at, then the best MRR; a tie keeps the smaller weight."""
+    def key(w):
+        m = sweep[w]
+        return m.get(f"hits@{at}", 0.0), m["mrr"], -float(w)
+    return float(max(sweep, key=key))
 
 
 def evaluate_run(args) -> int:
@@ -93,22 +162,32 @@ def evaluate_run(args) -> int:
     device = default_device(args.device)
     model, dataset, fields, _ = load_run(args.evaluate, device)
     cfg = RecConfig(k=min(args.k, args.pool), pool=args.pool, retriever=args.retriever, orderings=args.orderings,
-                    seed=args.seed, token_budget=args.token_budget, batch_size=args.batch_size, **fields)
-    splits = [s.strip() for s in args.splits.split(",") if s.strip()]
-    bad = [s for s in splits if s not in ("valid", "test") or s not in dataset.splits]
+                    seed=args.seed, token_budget=args.token_budget, batch_size=args.batch_size,
+                    prior_weight=args.prior_weight, **fields)
+    requested = [s.strip() for s in args.splits.split(",") if s.strip()]
+    bad = [s for s in requested if s not in ("valid", "test") or s not in dataset.splits]
+    splits = [s for s in ("valid", "test") if s in requested]  # valid first: --choose-prior's weight serves test
     if bad:
         raise RecommendError(f"--splits: no split {', '.join(bad)} to rank; use valid and/or test")
+    if args.choose_prior and "valid" not in splits:
+        raise RecommendError("--choose-prior: picks --prior-weight on the valid split; add valid to --splits")
     known = np.concatenate([dataset.splits[s].pos for s in ("valid", "test") if s in dataset.splits])
     report = {"dataset": dataset.name, "run": args.evaluate, "splits": {}}
     for split in splits:
         graph = dataset.graph_for(split)
         scorer = scorer_for(model, graph, cfg, device)
-        res = full_ranking(graph, np.asarray(dataset.splits[split].pos, dtype=np.int64), known, cfg, scorer)
+        res = full_ranking(graph, np.asarray(dataset.splits[split].pos, dtype=np.int64), known, cfg, scorer,
+                           sweep=split == "valid")
+        if split == "valid" and args.choose_prior:  # valid is ranked first: test then uses the chosen weight
+            cfg = replace(cfg, prior_weight=choose_weight(res["prior_sweep"]))
+            res["pencil_blend"] = {"prior_weight": cfg.prior_weight, **res["prior_sweep"][str(cfg.prior_weight)]}
+            report["prior_weight_chosen_on_valid"] = cfg.prior_weight
         report["splits"][split] = res
-        log.info("%s %s pool %d: recall@%d %.4f | retriever Hits@20 %.4f MRR %.4f | PENCIL Hits@20 %.4f MRR %.4f",
-                 split, cfg.retriever, cfg.pool, cfg.pool, res[f"recall@{cfg.pool}"],
-                 res["retriever_alone"].get("hits@20", float("nan")), res["retriever_alone"]["mrr"],
-                 res["pencil_rerank"].get("hits@20", float("nan")), res["pencil_rerank"]["mrr"])
+        log.info("%s %s pool %d: recall@%d %.4f | retriever Hits@20 %.4f MRR %.4f | PENCIL Hits@20 %.4f MRR %.4f"
+                 " | blend w=%g Hits@20 %.4f MRR %.4f", split, cfg.retriever, cfg.pool, cfg.pool,
+                 res[f"recall@{cfg.pool}"], *(res[r].get("hits@20", float("nan")) if i % 2 == 0 else res[r]["mrr"]
+                                              for r in ("retriever_alone", "pencil_rerank") for i in (0, 1)),
+                 cfg.prior_weight, res["pencil_blend"].get("hits@20", float("nan")), res["pencil_blend"]["mrr"])
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")

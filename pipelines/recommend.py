@@ -7,8 +7,9 @@
 Per block of query nodes (--block-nodes): the top --pool non-neighbours by the retriever
 (common/retrieval.py), every (node, candidate) pair scored through the one scoring engine
 (trainer/scoring.py: evaluation sampler and seed policy, token-budget batches, GPU when present), the
-top --k kept. Output Parquet columns: node, candidate, rank (1 = best), score (PENCIL probability,
-mean over --orderings), retriever_score. A node gets fewer than k rows only when its pool is smaller
+top --k kept. Output Parquet columns: node, candidate, rank (1 = best), score (the ranking score: mean
+over --orderings of sigmoid(PENCIL logit + W * -log(retriever rank)), W = --prior-weight; with W = 0
+exactly PENCIL's probability, as pipelines.score gives), retriever_score. A node gets fewer than k rows only when its pool is smaller
 (logged with the reason). Each finished block is a part file in OUT's `.NAME.parts/` folder; a rerun
 of a killed job keeps them and computes only the rest; the parts are merged into OUT atomically.
 Under `ray job submit` (RAY_ADDRESS set) or with --ray, blocks run as Ray tasks (retrieval and
@@ -35,7 +36,7 @@ from common.cli import add_debug_flag, one_line_errors, run_cli
 from common.datasets import DatasetError, load_dataset
 from common.retrieval import RETRIEVERS, RetrievalError
 from common.shards import read_manifest
-from pipelines.recommend_core import (COLUMNS, RecConfig, RecommendError, log_short_lists, read_nodes, run_block,
+from pipelines.recommend_core import (COLUMNS, DEFAULT_PRIOR_WEIGHT, RecConfig, RecommendError, log_short_lists, read_nodes, run_block,
                                       sampler_for, scorer_for)
 
 log = logging.getLogger("pipelines.recommend")
@@ -55,6 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retriever", default="ra", choices=RETRIEVERS, help="candidate retriever (default ra)")
     p.add_argument("--orderings", type=int, default=1, help="subgraph draws averaged per pair (default 1)")
     p.add_argument("--seed", type=int, default=0, help="seed of the sampled subgraphs (default 0)")
+    p.add_argument("--prior-weight", type=float, default=DEFAULT_PRIOR_WEIGHT,
+                   help="rank by sigmoid(PENCIL logit + W * -log(retriever rank)); 0 = PENCIL alone "
+                        f"(default {DEFAULT_PRIOR_WEIGHT:g}, chosen on validation full ranking, BENCHMARKS.md)")
     p.add_argument("--graph", default="test", help="graph to recommend on: train/valid/test (the split's graph, "
                    "default test) or an edge-list file (.csv/.parquet, src,dst) of today's graph")
     p.add_argument("--bipartite", action="store_true", help="src and dst of the edge list are two kinds of nodes: "
@@ -66,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ray", action="store_true", help="run on Ray (implied when RAY_ADDRESS is set)")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of an embedded Ray (default all)")
     p.add_argument("--splits", default="valid,test", help="--evaluate: splits to rank (default valid,test)")
+    p.add_argument("--choose-prior", action="store_true", help="--evaluate: pick --prior-weight on the valid "
+                   "split (best Hits@20, then MRR, over pipelines.full_ranking.PRIOR_GRID); test uses it")
     p.add_argument("--out", required=True, help="recs.parquet (recommend) or metrics .json (--evaluate)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_debug_flag(p)
@@ -187,7 +193,8 @@ def recommend(args) -> int:
     queries = (np.arange(graph.num_nodes, dtype=np.int64) if args.all_nodes
                else read_nodes(args.nodes, graph.num_nodes, node_ids))
     cfg = RecConfig(k=args.k, pool=args.pool, retriever=args.retriever, orderings=args.orderings, seed=args.seed,
-                    block_nodes=args.block_nodes, token_budget=args.token_budget, batch_size=args.batch_size, **fields)
+                    block_nodes=args.block_nodes, token_budget=args.token_budget, batch_size=args.batch_size,
+                    prior_weight=args.prior_weight, **fields)
     blocks = [queries[i:i + cfg.block_nodes] for i in range(0, len(queries), cfg.block_nodes)]
     nodes_key = hashlib.sha256(queries.tobytes()).hexdigest()[:16]
     out = Path(args.out)

@@ -17,12 +17,17 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from common.retrieval import RETRIEVERS, retrieve
+from common.retrieval import RETRIEVERS, retrieve, rounded
 from preprocess.sampler import Scratch, sample_subgraphs
 from trainer.scoring import PairSampler, PairScorer
 
 log = logging.getLogger("pipelines.recommend")
 COLUMNS = ("node", "candidate", "rank", "score", "retriever_score")
+# --prior-weight's default: the weight w of the retriever's rank prior added to PENCIL's logit (see
+# `probabilities`), chosen on VALIDATION full ranking only: the valid sweep's mean over citeseer and cora,
+# retrievers ra/ppr/mix, 3 seeds each (BENCHMARKS.md, Recommendations) gives Hits@20 41.1 (w 0), 42.4 (0.5),
+# 42.5 (1), 42.0 (2), 41.1 (8) and MRR 19.0, 20.7, 20.8, 20.2, 19.6: w = 1 is best on both.
+DEFAULT_PRIOR_WEIGHT = 1.0
 
 
 class RecommendError(ValueError):
@@ -41,8 +46,11 @@ class RecConfig:
     n_max: int = 42
     token_budget: int | None = None
     batch_size: int = 4096
+    prior_weight: float = DEFAULT_PRIOR_WEIGHT
 
     def __post_init__(self):
+        if not (np.isfinite(self.prior_weight) and self.prior_weight >= 0):
+            raise RecommendError(f"--prior-weight: must be a finite number >= 0, got {self.prior_weight}")
         for flag, value in (("--k", self.k), ("--pool", self.pool), ("--orderings", self.orderings),
                             ("--block-nodes", self.block_nodes), ("--batch-size", self.batch_size)):
             if value < 1:
@@ -81,20 +89,46 @@ class Prepared:
     node: np.ndarray  # (P,) query of each pair
     cand: np.ndarray  # (P,)
     retr: np.ndarray  # (P,) retriever score
+    prior: np.ndarray  # (P,) the retriever's rank prior (rank_prior)
     sampled: list  # per ordering: list of common.shards.Block
 
 
 def prepare_block(block_id: int, queries: np.ndarray, graph, side, cfg: RecConfig, sampler: PairSampler) -> Prepared:
     pool = retrieve(graph, queries, cfg.retriever, cfg.pool, side=side)
     node, cand, retr = pool.pairs()
+    prior = rank_prior(pool.score)[pool.cand >= 0]  # row-major, as pairs()
     pairs = np.stack([node, cand], axis=1)
     sampled = [list(sampler.blocks(pairs, k)) for k in range(cfg.orderings)]
-    return Prepared(block_id, queries, node, cand, retr, sampled)
+    return Prepared(block_id, queries, node, cand, retr, prior, sampled)
 
 
-def probabilities(logits: np.ndarray) -> np.ndarray:
-    """Mean probability over orderings, in float64."""
-    return (1.0 / (1.0 + np.exp(-logits.astype(np.float64)))).mean(0)
+def rank_prior(score: np.ndarray) -> np.ndarray:
+    """(Q, M) -log(rank) of each pool entry by its retriever score, rank = 1 + #entries of the row with a
+    strictly higher score (tied candidates share a rank, so ties the retriever cannot break stay PENCIL's
+    to break). Rows are best first (common.retrieval.Pool); padding (-inf) gets -inf.
+
+    Why a log-rank: the retrievers' scores have no common scale (RA sums, PPR mass, fused reciprocal
+    ranks), their ranks do; a hit rate falling as rank^-w across the pool is log-odds -w log(rank)."""
+    score = np.asarray(score, dtype=np.float64)
+    if score.size == 0:
+        return np.zeros(score.shape)
+    ok = np.isfinite(score)
+    key = np.where(ok, 0.0, -np.inf)
+    key[ok] = rounded(score[ok])  # the retriever's own tie rule: equal to 12 significant digits
+    pos = np.broadcast_to(np.arange(score.shape[1]), score.shape)
+    first = np.ones(score.shape, dtype=bool)
+    first[:, 1:] = key[:, 1:] != key[:, :-1]  # a new score value starts a new rank
+    rank = np.maximum.accumulate(np.where(first, pos, 0), axis=1) + 1.0
+    return np.where(ok, -np.log(rank), -np.inf)
+
+
+def probabilities(logits: np.ndarray, prior: np.ndarray | None = None, weight: float = 0.0) -> np.ndarray:
+    """Mean over orderings of sigmoid(logit + weight * prior), in float64: PENCIL's probability when the
+    weight is 0 (or no prior), else PENCIL's log-odds shifted by the retriever's rank prior."""
+    z = logits.astype(np.float64)
+    if prior is not None and weight:
+        z = z + weight * np.asarray(prior, dtype=np.float64)[None, :]
+    return (1.0 / (1.0 + np.exp(-z))).mean(0)
 
 
 def top_k(queries: np.ndarray, node, cand, score, retr, k: int) -> pa.Table:
@@ -110,15 +144,16 @@ def top_k(queries: np.ndarray, node, cand, score, retr, k: int) -> pa.Table:
                      "retriever_score": retr[keep].astype(np.float64)})
 
 
-def finish_block(prep: Prepared, logits: np.ndarray, k: int) -> pa.Table:
-    return top_k(prep.queries, prep.node, prep.cand, probabilities(logits), prep.retr, k)
+def finish_block(prep: Prepared, logits: np.ndarray, cfg: RecConfig) -> pa.Table:
+    score = probabilities(logits, prep.prior, cfg.prior_weight)
+    return top_k(prep.queries, prep.node, prep.cand, score, prep.retr, cfg.k)
 
 
 def run_block(block_id, queries, graph, side, cfg, sampler, scorer) -> tuple[pa.Table, int]:
     """Single-process path: one block end to end; returns (top-k table, pairs scored)."""
     prep = prepare_block(block_id, np.sort(queries), graph, side, cfg, sampler)
     logits = scorer.score_blocks(prep.sampled, len(prep.node))
-    return finish_block(prep, logits, cfg.k), len(prep.node)
+    return finish_block(prep, logits, cfg), len(prep.node)
 
 
 def log_short_lists(table: pa.Table, queries: np.ndarray, k: int) -> int:

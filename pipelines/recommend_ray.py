@@ -36,7 +36,7 @@ class BlockScorer:
 
     def score(self, prep):
         logits = self.scorer.score_blocks(prep.sampled, len(prep.node))
-        return prep.block_id, finish_block(prep, logits, self.cfg.k), len(prep.node)
+        return prep.block_id, finish_block(prep, logits, self.cfg), len(prep.node)
 
 
 def init_ray(num_cpus: int | None) -> bool:

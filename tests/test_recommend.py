@@ -122,7 +122,8 @@ def test_todays_graph_scores_equal_pipelines_score(run_dir, graph, tmp_path):
     pacsv.write_csv(pa.table({"src": np.r_[edges[:, 0], new[:, 0]], "dst": np.r_[edges[:, 1], new[:, 1]]}), snap)
     queries = [5, 71, n, n + 1]
     proc = recommend(run_dir, tmp_path / "recs.parquet", "--nodes", str(nodes_file(tmp_path / "n.txt", queries)),
-                     "--k", "6", "--pool", "10", "--retriever", "ppr", "--graph", str(snap), "--orderings", "2")
+                     "--k", "6", "--pool", "10", "--retriever", "ppr", "--graph", str(snap), "--orderings", "2",
+                     "--prior-weight", "0")  # no rank prior: score = PENCIL's probability, as pipelines.score
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs = pq.read_table(tmp_path / "recs.parquet").to_pandas()
     assert set(recs.node) == set(queries)

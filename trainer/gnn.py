@@ -150,11 +150,13 @@ def evaluate_split(model: GNNLinkPredictor, dataset: LinkDataset, x: torch.Tenso
     return evaluate(protocol, flat[: len(pos)], flat[len(pos):].reshape(neg.shape[:-1]))
 
 
-def fit(dataset: LinkDataset, cfg: GNNConfig, protocols: list[str], seed: int, device: str | None = None) -> dict:
+def fit(dataset: LinkDataset, cfg: GNNConfig, protocols: list[str], seed: int, device: str | None = None,
+        keep_model: bool = False) -> dict:
     """Train one seed, evaluating every protocol on the same training run (they share the training set).
 
     Returns {protocol: {best_epoch, valid, test (at that protocol's best validation epoch), ...}} plus
-    "history" and run facts; model selection is per protocol, on its own validation metric.
+    "history" and run facts; model selection is per protocol, on its own validation metric. keep_model:
+    also "model" (at the first protocol's best validation epoch, eval mode) and "inputs_tensor" (its x).
     """
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(seed)
@@ -166,7 +168,7 @@ def fit(dataset: LinkDataset, cfg: GNNConfig, protocols: list[str], seed: int, d
     pos_all = train_positives(dataset)
     best = {p: {"best_epoch": None, "valid": None, "test": None, "selection_metric": dataset.selection_metric(p)}
             for p in protocols}
-    history, t0 = [], time.perf_counter()
+    history, t0, kept = [], time.perf_counter(), None
     for epoch in range(1, cfg.epochs + 1):
         loss = _train_epoch(model, opt, x, ei, pos_all, dataset.num_nodes, cfg.batch_size, rng)
         if epoch % cfg.eval_every and epoch != cfg.epochs:
@@ -180,12 +182,18 @@ def fit(dataset: LinkDataset, cfg: GNNConfig, protocols: list[str], seed: int, d
                 test = evaluate_split(model, dataset, x, "test", p)  # test only where it can be reported
                 best[p].update(best_epoch=epoch, valid=valid, test=test)
                 record[p]["test"] = test
+                if keep_model and p == protocols[0]:
+                    kept = {k: t.detach().clone() for k, t in model.state_dict().items()}
             log.info("%s seed %d epoch %d: loss %.4f %s valid %s %.2f", cfg.encoder, seed, epoch, loss, p, metric,
                      100 * valid[metric])
         history.append(record)
-    return {"protocols": best, "history": history, "train_time_s": time.perf_counter() - t0,
-            "num_parameters": sum(q.numel() for q in model.parameters()), "config": cfg.to_dict(),
-            "inputs": "features" if x.shape[1] > 1 else "constant"}
+    out = {"protocols": best, "history": history, "train_time_s": time.perf_counter() - t0,
+           "num_parameters": sum(q.numel() for q in model.parameters()), "config": cfg.to_dict(),
+           "inputs": "features" if x.shape[1] > 1 else "constant"}
+    if keep_model:
+        model.load_state_dict(kept)
+        out.update(model=model.eval(), inputs_tensor=x)
+    return out
 
 
 def _train_epoch(model, opt, x, ei, pos_all: np.ndarray, num_nodes: int, batch_size: int, rng) -> float:
