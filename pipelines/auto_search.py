@@ -266,7 +266,7 @@ class Search:
                                             first, left, self.slots, self.final_seeds)
         need = round_cost(self.sec_per_epoch, kept, epochs, epochs, self.slots, self.final_seeds)
         for cut in cuts:
-            log.info("budget: cut %s", ", ".join(f"{k} {v}" for k, v in cut.items()))
+            log.info("budget: cut %s: %s", cut["cut"], ", ".join(f"{k} {v}" for k, v in cut.items() if k != "cut"))
         log.info("budget: first rung %d epoch(s) over %d of %d candidates, ~%.0f s with the final seeds, %.0f s "
                  "left", epochs, len(kept), len(cids), need, left)
         plan = {"candidates": cids, "left_s": round(left, 1), "first_rung_epochs": epochs, "kept": kept,
