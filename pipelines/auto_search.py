@@ -62,6 +62,7 @@ VIEWS = 8
 SEARCH_SEED = 0
 PROBE_STEPS = 20  # optimiser steps of the speed probe (logged every PROBE_LOG_EVERY; the first window is warm-up)
 PROBE_LOG_EVERY = 5
+TRAINER = [sys.executable, "-m", "trainer"]
 
 
 class AutoError(ValueError):
@@ -125,20 +126,29 @@ def shard_set(args, dataset, sampling: tuple[int, int], protocols: list[str], de
 
 
 # ---------------------------------------------------------------------------- trainer processes
-def run_trainers(jobs: dict[str, tuple[list[str], Path]], slots: int) -> dict[str, float]:
+def run_trainers(jobs: dict[str, tuple[list[str], Path]], slots: int, stop_at: float | None = None,
+                 clock=time.time) -> tuple[dict[str, float], list[str]]:
     """Run `python -m trainer FLAGS` per job, `slots` at a time, each logging to RUN_DIR/trainer.log;
-    returns each job's wall seconds. A failed job stops the others and raises naming its log."""
+    returns (each job's wall seconds, the jobs stopped at `stop_at` by `clock`: the running ones are ended,
+    the pending ones never start). A failed job stops the others and raises naming its log."""
     from pipelines.run import start_child, stop_children  # children that die with the recipe, as its seeds do
 
-    pending, running, wall = list(jobs), {}, {}
+    pending, running, wall, stopped = list(jobs), {}, {}, []
     try:
         while pending or running:
+            if stop_at is not None and clock() >= stop_at:  # the budget: a slower machine than the probe saw
+                stop_children([proc for proc, _ in running.values()])
+                for key, (_, t) in running.items():
+                    wall[key] = time.perf_counter() - t
+                stopped += [*running, *pending]
+                running, pending = {}, []
+                break
             while pending and len(running) < slots:
                 key = pending.pop(0)
                 flags, run_dir = jobs[key]
                 run_dir.mkdir(parents=True, exist_ok=True)
                 with open(run_dir / "trainer.log", "a") as f:
-                    proc = start_child([sys.executable, "-m", "trainer", *flags, "--no-progress"], stdout=f, stderr=f)
+                    proc = start_child([*TRAINER, *flags, "--no-progress"], stdout=f, stderr=f)
                 running[key] = (proc, time.perf_counter())
             time.sleep(0.2)
             for key, (proc, t) in list(running.items()):
@@ -152,7 +162,7 @@ def run_trainers(jobs: dict[str, tuple[list[str], Path]], slots: int) -> dict[st
                     raise AutoError(f"{key}: the trainer failed ({tail[0]}); full log: {logfile}")
     finally:  # a failed job, Ctrl-C or SIGTERM stops the others
         stop_children([proc for proc, _ in running.values()])
-    return wall
+    return wall, stopped
 
 
 def _summary(run_dir: Path) -> dict | None:
@@ -243,7 +253,7 @@ class Search:
                 todo[cid] = (self.probe_flags(cid, run_dir), run_dir)
         log.info("speed probe: %d candidate(s), %d steps each (%d reused)", len(self.cands), PROBE_STEPS,
                  len(self.cands) - len(todo))
-        for cid, wall in run_trainers(todo, self.slots).items():
+        for cid, wall in run_trainers(todo, self.slots)[0].items():
             out[cid] = probe_timing(todo[cid][1], self.train_links, wall)
             write_json_atomic(todo[cid][1] / "probe.json", out[cid])
         for cid in self.cands:
@@ -291,18 +301,24 @@ class Search:
                 todo[cid] = (self.flags(cid, epochs), self.dirs[cid])
         log.info("rung %d epochs: %d candidate(s), %d to train, %d reused", epochs, len(cids), len(todo),
                  len(cids) - len(todo))
-        wall = run_trainers(todo, self.slots)
+        # the rung ends where the final seeds' time begins, whatever the probe predicted
+        stop_at = self.deadline - math.ceil(self.final_seeds / self.slots) * epochs * max(
+            self.sec_per_epoch[c] for c in cids)
+        wall, stopped = run_trainers(todo, self.slots, stop_at, self.clock)
+        if stopped:
+            log.info("budget: the %d-epoch rung stopped (the final seeds' time begins): %s", epochs, ", ".join(stopped))
         scores = {}
         for cid in cids:
-            s = _summary(self.dirs[cid])
+            s = _summary(self.dirs[cid]) or {}  # none for a candidate stopped before its run ended
             times = self._times(cid, epochs, wall.get(cid))
             metric = s.get("selection_metric") or "mrr"
             scores[cid], best_epoch = best_within(self.dirs[cid], self.protocol, metric, epochs)
             self.records[cid]["rungs"][str(epochs)] = {
                 "score": scores[cid], "metric": metric, "best_epoch": best_epoch,
-                "wall_s": round(times[str(epochs)], 2), "reused": cid not in todo}
+                "wall_s": round(times[str(epochs)], 2), "reused": cid not in todo, "stopped": cid in stopped}
+            done = s.get("epochs_completed") or (best_epoch is not None and best_epoch + 1) or 0
             total = sum(times.values())
-            self.sec_per_epoch[cid] = total / max(1, s.get("epochs_completed", epochs))
+            self.sec_per_epoch[cid] = total / done if done else max(self.sec_per_epoch[cid], total)
             log.info("  %s: valid/%s %s %.4f (best epoch %s)", cid, self.protocol, metric, scores[cid], best_epoch)
         self.save()
         return scores
@@ -335,6 +351,9 @@ def search(searcher: Search, rung_epochs: list[int], cids: list[str]) -> dict:
     winner, history = successive_halving(cids, rung_epochs, searcher.train, searcher.can_afford)
     last = history[-1]
     best_epoch = searcher.records[winner]["rungs"][str(last.rung)]["best_epoch"]
+    if best_epoch is None:
+        raise AutoError(f"the budget ran out before any candidate finished an epoch (search.json: "
+                        f"{searcher.root.parent / 'search.json'}); raise --budget-minutes")
     return {"cid": winner, "config": searcher.cands[winner].to_dict(), "epochs": int(best_epoch) + 1,
             "rung": last.rung, "score": last.scores[winner], "shards": searcher.shards[searcher.cands[winner].sampling],
             "history": [{"epochs": h.rung, "scores": h.scores, "survivors": h.survivors} for h in history]}

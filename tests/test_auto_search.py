@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -178,6 +179,27 @@ def test_search_budget_with_a_fake_clock_and_objective(tmp_path):
     assert searcher2.can_afford([cid["b"]], 16, 8) is False  # 790 s left
     now2[0] = 480.0
     assert searcher2.can_afford([cid["b"]], 16, 8) is True  # 800 s left: fits exactly
+
+
+def test_run_trainers_stops_at_the_deadline(tmp_path, monkeypatch):
+    """Real child processes (each writes its pid, then sleeps 60 s as a trainer would train) and a fake clock
+    that reaches stop_at once both running children have started: they are ended, the pending one never
+    starts."""
+    import psutil
+
+    from pipelines import auto_search
+    code = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
+    monkeypatch.setattr(auto_search, "TRAINER", [sys.executable, "-c", code])
+    pids = {k: tmp_path / f"{k}.pid" for k in "abc"}
+    now = lambda: 100.0 if pids["a"].exists() and pids["b"].exists() else 0.0  # noqa: E731
+    jobs = {k: ([str(pids[k])], tmp_path / k) for k in "abc"}
+    wall, stopped = auto_search.run_trainers(jobs, 2, stop_at=10.0, clock=now)
+    assert stopped == ["a", "b", "c"] and sorted(wall) == ["a", "b"]  # c never started
+    for k in "ab":
+        pid = int(pids[k].read_text())
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not pids["c"].exists() and not (tmp_path / "c").exists()
+    assert auto_search.run_trainers({}, 2, stop_at=10.0, clock=now) == ({}, [])
 
 
 # ---------------------------------------------------------------------------- hard validation negatives
