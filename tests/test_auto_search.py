@@ -187,19 +187,19 @@ def test_run_trainers_stops_at_the_deadline(tmp_path, monkeypatch):
     starts."""
     import psutil
 
-    from pipelines import auto_search
+    from pipelines import auto_runs
     code = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
-    monkeypatch.setattr(auto_search, "TRAINER", [sys.executable, "-c", code])
+    monkeypatch.setattr(auto_runs, "TRAINER", [sys.executable, "-c", code])
     pids = {k: tmp_path / f"{k}.pid" for k in "abc"}
     now = lambda: 100.0 if pids["a"].exists() and pids["b"].exists() else 0.0  # noqa: E731
     jobs = {k: ([str(pids[k])], tmp_path / k) for k in "abc"}
-    wall, stopped = auto_search.run_trainers(jobs, 2, stop_at=10.0, clock=now)
+    wall, stopped = auto_runs.run_trainers(jobs, 2, stop_at=10.0, clock=now)
     assert stopped == ["a", "b", "c"] and sorted(wall) == ["a", "b"]  # c never started
     for k in "ab":
         pid = int(pids[k].read_text())
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert not pids["c"].exists() and not (tmp_path / "c").exists()
-    assert auto_search.run_trainers({}, 2, stop_at=10.0, clock=now) == ({}, [])
+    assert auto_runs.run_trainers({}, 2, stop_at=10.0, clock=now) == ({}, [])
 
 
 # ---------------------------------------------------------------------------- hard validation negatives
