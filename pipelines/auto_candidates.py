@@ -111,7 +111,8 @@ def fit_first_rung(cids: list[str], sec_per_epoch: dict, samplings: dict, first:
     (kept cids in their order, epochs, cuts). Cuts, in this order, until it fits: the most expensive
     candidate (of a sampling that keeps another while one has two, so every sampling stays tried) down to
     `min_candidates`; then one epoch less, down to 1; then candidates down to one. If even that does not
-    fit, the cheapest candidate runs one epoch and the last cut says by how much the budget is exceeded."""
+    fit, the plan keeps the cheapest candidate at one epoch and its last cut says by how much it is over;
+    the rung's deadline then stops it (pipelines.auto_search), with a one-line error if no epoch finished."""
     kept, epochs, cuts = list(cids), first, []
 
     def cost() -> float:
