@@ -5,21 +5,25 @@ Proposal rules (from common.graph_stats.GraphStats; exact, tested on hand-built 
 - sampling (d, n): a very sparse graph (mean degree < 4) has too few common neighbours for one hop to
   show anything, so 3 and 2 hops with a small fan-out; a mid-density graph (4-12) one 2-hop and one
   1-hop candidate; a dense graph (>= 12) 1 hop only, with n near the 90th-percentile degree (so most
-  neighbourhoods fit whole) and a cheaper n near the median degree. n is clipped to what the device
-  can afford per link (CPU: 1-hop n <= 60).
+  neighbourhoods fit whole: common neighbours are only seen where both ego nets are) and a cheaper n near
+  the median degree. n is clipped to what the device can afford per link (CPU: 1-hop n <= 100); a
+  candidate the budget cannot afford is cut before it starts (fit_first_rung).
 - model: on CPU three shapes that train in minutes (128 x 2 at lr 5e-4 cosine, 64 x 2 at lr 1e-3
   constant, 128 x 3 at lr 3e-4 cosine); on a GPU wider ones.
 - epochs: every candidate's lr schedule spans max_epochs; rungs stop it early.
+- budget (fit_first_rung): from each candidate's measured seconds per epoch, the first rung keeps the
+  candidates (and epochs) that fit, with the final seeds' time reserved.
 """
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Callable
 
 SPARSE_MEAN_DEGREE = 4.0
 DENSE_MEAN_DEGREE = 12.0
-MAX_ONE_HOP_N = {"cpu": 60, "cuda": 150}
+MAX_ONE_HOP_N = {"cpu": 100, "cuda": 150}
 # (hidden, layers, heads, ffn, lr, lr_schedule, effective_batch)
 MODELS = {
     "cpu": [(128, 2, 4, 256, 5e-4, "cosine", 64), (64, 2, 2, 128, 1e-3, "constant", 64),
@@ -88,6 +92,54 @@ def rungs(first: int, max_epochs: int, eta: int = ETA) -> list[int]:
         out.append(e)
         e *= eta
     return out + [max_epochs]
+
+
+# ---------------------------------------------------------------------------- the budget
+def round_cost(sec_per_epoch: dict, cids: list[str], epochs: float, final_epochs: float, slots: int,
+               final_seeds: int) -> float:
+    """Seconds of a rung of `epochs` more epochs over `cids` (`slots` trainers at once, one trainer per
+    candidate) plus the final seeds trained for `final_epochs` with the most expensive of them (whichever
+    wins)."""
+    worst = max(sec_per_epoch[c] for c in cids)
+    rung = max(sum(sec_per_epoch[c] for c in cids) / slots, worst) * epochs
+    return rung + math.ceil(final_seeds / slots) * worst * final_epochs
+
+
+def fit_first_rung(cids: list[str], sec_per_epoch: dict, samplings: dict, first: int, left_s: float, slots: int,
+                   final_seeds: int, min_candidates: int = ETA) -> tuple[list[str], int, list[dict]]:
+    """The candidates and epochs of the first rung that fit `left_s` seconds with the final seeds reserved:
+    (kept cids in their order, epochs, cuts). Cuts, in this order, until it fits: the most expensive
+    candidate (of a sampling that keeps another while one has two, so every sampling stays tried) down to
+    `min_candidates`; then one epoch less, down to 1; then candidates down to one. If even that does not
+    fit, the plan keeps the cheapest candidate at one epoch and its last cut says by how much it is over;
+    the rung's deadline then stops it (pipelines.auto_search), with a one-line error if no epoch finished."""
+    kept, epochs, cuts = list(cids), first, []
+
+    def cost() -> float:
+        return round_cost(sec_per_epoch, kept, epochs, epochs, slots, final_seeds)
+
+    def drop(floor: int) -> bool:
+        if len(kept) <= floor:
+            return False
+        count = Counter(samplings[k] for k in kept)
+        pool = [c for c in kept if count[samplings[c]] > 1] or kept
+        worst = max(pool, key=lambda c: (sec_per_epoch[c], kept.index(c)))  # ties: the later one
+        kept.remove(worst)
+        cuts.append({"cut": "candidate", "cid": worst, "sec_per_epoch": round(sec_per_epoch[worst], 2)})
+        return True
+
+    while cost() > left_s:
+        if drop(max(1, min_candidates)):
+            continue
+        if epochs > 1:
+            epochs -= 1
+            cuts.append({"cut": "first rung epochs", "epochs": epochs})
+            continue
+        if drop(1):
+            continue
+        cuts.append({"cut": "over budget", "need_s": round(cost(), 1), "left_s": round(left_s, 1)})
+        break
+    return kept, epochs, cuts
 
 
 # ---------------------------------------------------------------------------- successive halving

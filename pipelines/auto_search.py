@@ -4,18 +4,23 @@
 
 Steps (each logged; the whole search lands in OUT/<protocol>/search.json):
 1. Statistics of the training graph and of the validation negatives (common.graph_stats). When the
-   split's validation negatives are too easy (fewer than EASY_CN_FRACTION share a common neighbour
-   with their pair), selection ranks each validation positive against HARD_K hard negatives drawn from
-   the training graph (protocol "hard", valid only, written into the shard set by preprocess like
-   HeaRT's); otherwise it uses the protocol's own validation set.
+   split's validation is saturated (a positive is ranked against fewer than EASY_CN_NEGATIVES negatives
+   that share a common neighbour with their pair), selection ranks each validation positive against
+   HARD_K hard negatives drawn from the training graph (protocol "hard", valid only, written into the
+   shard set by preprocess like HeaRT's); otherwise it uses the protocol's own validation set, which
+   is then also what the test measures.
 2. Candidates from the statistics and the device (pipelines.auto_candidates); one shard set per
    sampling (d, n), cached as any preprocess run.
-3. Successive halving: every candidate trains seed 0 to the first rung (validation only: the trainer
+3. Budget: every candidate trains PROBE_STEPS optimiser steps and one validation pass (a throw-away run
+   under search/probe/); from its training speed and evaluation time, seconds per epoch. The first rung
+   keeps the candidates and epochs that fit the budget with the final seeds reserved
+   (auto_candidates.fit_first_rung); what was cut is in search.json's "budget_plan".
+4. Successive halving: every kept candidate trains seed 0 to the first rung (validation only: the trainer
    runs with --eval-splits valid, so no test shard or test query file is opened), the best half resume
    to twice the epochs, and so on while the budget lasts (time measured per candidate, the final seeds'
    time reserved). The winner is the best at the last rung; its epoch count is its best validation
    epoch there.
-4. The final seeds train the winner for exactly that many epochs (same lr schedule span) and are
+5. The final seeds train the winner for exactly that many epochs (same lr schedule span) and are
    evaluated once, at that epoch, on valid and test.
 
 Why successive halving by hand rather than Ray Tune's ASHA: a candidate is a `python -m trainer` process
@@ -33,14 +38,14 @@ import json
 import logging
 import math
 import os
-import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 from common.graph_stats import GraphStats, graph_stats, hard_negatives
-from pipelines.auto_candidates import FIRST_RUNG, Candidate, propose, rungs, successive_halving
+from pipelines.auto_candidates import (FIRST_RUNG, Candidate, fit_first_rung, propose, round_cost, rungs,
+                                       successive_halving)
+from pipelines.auto_runs import (PROBE_LOG_EVERY, PROBE_STEPS, AutoError, _summary, best_within, probe_timing,
+                                 run_trainers)
 from pipelines.heuristics import write_json_atomic
 
 log = logging.getLogger("pipelines.auto")
@@ -54,10 +59,6 @@ DEFAULT_BUDGET_MINUTES = 30.0
 MAX_VIEW_POSITIVES = {"cpu": 8000, "cuda": None}
 VIEWS = 8
 SEARCH_SEED = 0
-
-
-class AutoError(ValueError):
-    """A failed search step; the message names it and where its log is."""
 
 
 def device_kind(args) -> str:
@@ -91,6 +92,11 @@ def attach_hard_negatives(dataset, seed: int = SEARCH_SEED) -> dict:
             "endpoint in the training graph, topped up with seeded random non-edges"}
 
 
+def view_positives(train_positives: int, device: str) -> int:
+    cap = MAX_VIEW_POSITIVES[device]
+    return train_positives if not cap else min(cap, train_positives)
+
+
 def shard_set(args, dataset, sampling: tuple[int, int], protocols: list[str], device: str) -> str:
     from pipelines.run import shutdown_embedded_ray
     from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
@@ -98,7 +104,7 @@ def shard_set(args, dataset, sampling: tuple[int, int], protocols: list[str], de
 
     train = len(dataset.splits["train"].pos)
     cap = MAX_VIEW_POSITIVES[device]
-    percent = 100.0 if not cap or train <= cap else round(100.0 * cap / train, 3)
+    percent = 100.0 if view_positives(train, device) == train else round(100.0 * cap / train, 3)
     cfg = PreprocessConfig(
         dataset=args.dataset, sampling=SamplingConfig(*sampling),
         candidates=CandidateConfig(views=args.views or VIEWS, percent=percent, protocols=tuple(protocols)),
@@ -109,59 +115,6 @@ def shard_set(args, dataset, sampling: tuple[int, int], protocols: list[str], de
     location = result.location or str(result.path)
     log.info("shards (%d,%d) %s: %s", *sampling, "reused" if result.cached else "written", location)
     return location
-
-
-# ---------------------------------------------------------------------------- trainer processes
-def run_trainers(jobs: dict[str, tuple[list[str], Path]], slots: int) -> dict[str, float]:
-    """Run `python -m trainer FLAGS` per job, `slots` at a time, each logging to RUN_DIR/trainer.log;
-    returns each job's wall seconds. A failed job stops the others and raises naming its log."""
-    from pipelines.run import start_child, stop_children  # children that die with the recipe, as its seeds do
-
-    pending, running, wall = list(jobs), {}, {}
-    try:
-        while pending or running:
-            while pending and len(running) < slots:
-                key = pending.pop(0)
-                flags, run_dir = jobs[key]
-                run_dir.mkdir(parents=True, exist_ok=True)
-                with open(run_dir / "trainer.log", "a") as f:
-                    proc = start_child([sys.executable, "-m", "trainer", *flags, "--no-progress"], stdout=f, stderr=f)
-                running[key] = (proc, time.perf_counter())
-            time.sleep(0.2)
-            for key, (proc, t) in list(running.items()):
-                if proc.poll() is None:
-                    continue
-                del running[key]
-                wall[key] = time.perf_counter() - t
-                if proc.returncode != 0:
-                    logfile = jobs[key][1] / "trainer.log"
-                    tail = logfile.read_text().strip().splitlines()[-1:] or ["(no output)"]
-                    raise AutoError(f"{key}: the trainer failed ({tail[0]}); full log: {logfile}")
-    finally:  # a failed job, Ctrl-C or SIGTERM stops the others
-        stop_children([proc for proc, _ in running.values()])
-    return wall
-
-
-def _summary(run_dir: Path) -> dict | None:
-    path = run_dir / "summary.json"
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def best_within(run_dir: Path, protocol: str, metric: str, epochs: int) -> tuple[float, int | None]:
-    """Best validation score (higher is better) and its epoch among the evaluations of the first `epochs`
-    epochs, from metrics.jsonl: a candidate that already trained further (an earlier run's later rung) is
-    judged at this rung on exactly what it had then, so a rerun makes the same decisions."""
-    best, at = -math.inf, None
-    path = run_dir / "metrics.jsonl"
-    for line in path.read_text().splitlines() if path.exists() else []:
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # a torn last line of a killed run
-        if (rec.get("event") == "eval" and rec.get("split") == "valid" and rec.get("protocol") == protocol
-                and rec.get("epoch", epochs) < epochs and rec.get(metric) is not None and rec[metric] > best):
-            best, at = float(rec[metric]), int(rec["epoch"])
-    return best, at
 
 
 def candidate_dir(root: Path, cand: Candidate, shards: str, protocol: str) -> Path:
@@ -185,6 +138,57 @@ class Search:
                                 "rungs": {}} for c in cands}
         self.sec_per_epoch: dict[str, float] = {}
         self.save = lambda: None  # writes search.json after every rung (set by the recipe)
+        self.clock = time.time  # the budget's clock (tests pass a fake one)
+        self.train_links = 0  # links per training epoch (a view: positives and as many negatives)
+
+    def probe_flags(self, cid: str, run_dir: Path) -> list[str]:
+        flags = self.flags(cid, 1)
+        flags[flags.index("--out") + 1] = str(run_dir)
+        flags[flags.index(entry_flag(self.dirs[cid]))] = "--overwrite"  # a throw-away run, always fresh
+        return [*flags, "--max-steps", str(PROBE_STEPS), "--log-every", str(PROBE_LOG_EVERY)]
+
+    def probe(self) -> dict[str, dict]:
+        """Each candidate's timing from a short run under search/probe/ (a rerun reuses its probe.json)."""
+        out, todo = {}, {}
+        for cid in self.cands:
+            run_dir = self.root / "probe" / self.dirs[cid].name
+            if (run_dir / "probe.json").exists():
+                out[cid] = json.loads((run_dir / "probe.json").read_text())
+            else:
+                todo[cid] = (self.probe_flags(cid, run_dir), run_dir)
+        log.info("speed probe: %d candidate(s), %d steps each (%d reused)", len(self.cands), PROBE_STEPS,
+                 len(self.cands) - len(todo))
+        for cid, wall in run_trainers(todo, self.slots)[0].items():
+            out[cid] = probe_timing(todo[cid][1], self.train_links, wall)
+            write_json_atomic(todo[cid][1] / "probe.json", out[cid])
+        for cid in self.cands:
+            log.info("  %s: ~%.0f s per epoch (%.0f links/s, validation %.0f s)", cid, out[cid]["sec_per_epoch"],
+                     out[cid]["links_per_s"], out[cid]["eval_s"])
+        return out
+
+    def plan_first_rung(self, first: int, probes: dict[str, dict]) -> dict:
+        """The first rung's candidates and epochs within the budget left (auto_candidates.fit_first_rung).
+        A rerun over the same candidates keeps the first run's plan (search/plan.json), so it reaches the
+        same choice from the candidates it finished."""
+        cids = list(self.cands)
+        self.sec_per_epoch = {c: float(probes[c]["sec_per_epoch"]) for c in cids}
+        saved = self.root / "plan.json"
+        if saved.exists() and json.loads(saved.read_text()).get("candidates") == cids:
+            log.info("budget: the first run's plan is kept (%s)", saved)
+            return json.loads(saved.read_text())
+        left = self.deadline - self.clock()
+        kept, epochs, cuts = fit_first_rung(cids, self.sec_per_epoch, {c: self.cands[c].sampling for c in cids},
+                                            first, left, self.slots, self.final_seeds)
+        need = round_cost(self.sec_per_epoch, kept, epochs, epochs, self.slots, self.final_seeds)
+        for cut in cuts:
+            log.info("budget: cut %s: %s", cut["cut"], ", ".join(f"{k} {v}" for k, v in cut.items() if k != "cut"))
+        log.info("budget: first rung %d epoch(s) over %d of %d candidates, ~%.0f s with the final seeds, %.0f s "
+                 "left", epochs, len(kept), len(cids), need, left)
+        plan = {"candidates": cids, "left_s": round(left, 1), "first_rung_epochs": epochs, "kept": kept,
+                "cuts": cuts, "estimated_s": round(need, 1), "probe": probes}
+        self.root.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(saved, plan)
+        return plan
 
     def flags(self, cid: str, epochs: int) -> list[str]:
         c = self.cands[cid]
@@ -202,18 +206,24 @@ class Search:
                 todo[cid] = (self.flags(cid, epochs), self.dirs[cid])
         log.info("rung %d epochs: %d candidate(s), %d to train, %d reused", epochs, len(cids), len(todo),
                  len(cids) - len(todo))
-        wall = run_trainers(todo, self.slots)
+        # the rung ends where the final seeds' time begins, whatever the probe predicted
+        stop_at = self.deadline - math.ceil(self.final_seeds / self.slots) * epochs * max(
+            self.sec_per_epoch[c] for c in cids)
+        wall, stopped = run_trainers(todo, self.slots, stop_at, self.clock)
+        if stopped:
+            log.info("budget: the %d-epoch rung stopped (the final seeds' time begins): %s", epochs, ", ".join(stopped))
         scores = {}
         for cid in cids:
-            s = _summary(self.dirs[cid])
+            s = _summary(self.dirs[cid]) or {}  # none for a candidate stopped before its run ended
             times = self._times(cid, epochs, wall.get(cid))
             metric = s.get("selection_metric") or "mrr"
             scores[cid], best_epoch = best_within(self.dirs[cid], self.protocol, metric, epochs)
             self.records[cid]["rungs"][str(epochs)] = {
                 "score": scores[cid], "metric": metric, "best_epoch": best_epoch,
-                "wall_s": round(times[str(epochs)], 2), "reused": cid not in todo}
+                "wall_s": round(times[str(epochs)], 2), "reused": cid not in todo, "stopped": cid in stopped}
+            done = s.get("epochs_completed") or (best_epoch is not None and best_epoch + 1) or 0
             total = sum(times.values())
-            self.sec_per_epoch[cid] = total / max(1, s.get("epochs_completed", epochs))
+            self.sec_per_epoch[cid] = total / done if done else max(self.sec_per_epoch[cid], total)
             log.info("  %s: valid/%s %s %.4f (best epoch %s)", cid, self.protocol, metric, scores[cid], best_epoch)
         self.save()
         return scores
@@ -230,24 +240,25 @@ class Search:
 
     def can_afford(self, cids: list[str], epochs: int, done: int) -> bool:
         """Time of the next rung plus the final seeds at `epochs`, against what is left of the budget."""
-        rung = sum(self.sec_per_epoch[c] * (epochs - done) for c in cids) / self.slots
-        final = math.ceil(self.final_seeds / self.slots) * max(self.sec_per_epoch[c] for c in cids) * epochs
-        left = self.deadline - time.time()
-        if rung + final > left:
-            log.info("budget: the %d-epoch rung (~%.0f s) and the final seeds (~%.0f s) need more than the %.0f s "
-                     "left; the search stops here", epochs, rung, final, left)
+        cost = round_cost(self.sec_per_epoch, cids, epochs - done, epochs, self.slots, self.final_seeds)
+        left = self.deadline - self.clock()
+        if cost > left:
+            log.info("budget: the %d-epoch rung and the final seeds (~%.0f s) need more than the %.0f s left; the "
+                     "search stops here", epochs, cost, left)
             return False
         return True
 
 
 # ---------------------------------------------------------------------------- the recipe
-def search(searcher: Search, rung_epochs: list[int]) -> dict:
-    """Run the successive halving; the chosen candidate with its honest epoch count (best validation epoch
-    at the last rung it reached, 1-based)."""
-    cids = list(searcher.cands)
+def search(searcher: Search, rung_epochs: list[int], cids: list[str]) -> dict:
+    """Run the successive halving over `cids`; the chosen candidate with its honest epoch count (best
+    validation epoch at the last rung it reached, 1-based)."""
     winner, history = successive_halving(cids, rung_epochs, searcher.train, searcher.can_afford)
     last = history[-1]
     best_epoch = searcher.records[winner]["rungs"][str(last.rung)]["best_epoch"]
+    if best_epoch is None:
+        raise AutoError(f"the budget ran out before any candidate finished an epoch (search.json: "
+                        f"{searcher.root.parent / 'search.json'}); raise --budget-minutes")
     return {"cid": winner, "config": searcher.cands[winner].to_dict(), "epochs": int(best_epoch) + 1,
             "rung": last.rung, "score": last.scores[winner], "shards": searcher.shards[searcher.cands[winner].sampling],
             "history": [{"epochs": h.rung, "scores": h.scores, "survivors": h.survivors} for h in history]}
@@ -280,8 +291,9 @@ def prepare(args, dataset, protocol: str, device: str) -> tuple[dict, GraphStats
     select, stats = selection_protocol(dataset, protocol)
     info = {"stats": stats.to_dict(), "device": device, "selection": {"protocol": select}}
     log.info("graph: %d nodes, %d training edges, degree mean %.1f / median %.0f / p90 %.0f; %.1f%% of the "
-             "validation negatives share a neighbour with their pair", stats.nodes, stats.edges, stats.mean_degree,
-             stats.median_degree, stats.p90_degree, 100 * stats.valid_neg_cn_fraction)
+             "validation negatives share a neighbour with their pair (~%.1f per ranking); selection on valid/%s",
+             stats.nodes, stats.edges, stats.mean_degree, stats.median_degree, stats.p90_degree,
+             100 * stats.valid_neg_cn_fraction, stats.valid_cn_negatives_per_ranking, select)
     protocols = [protocol]
     if select == HARD:
         info["selection"]["hard_negatives"] = attach_hard_negatives(dataset)
@@ -306,12 +318,15 @@ def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Pa
     log.info("%d candidates over %d shard set(s); budget %.0f min (%.1f min used so far)", len(cands), len(shards),
              budget / 60, (time.time() - t0) / 60)
     searcher = Search(args, cands, shards, select, out / "search", slots, t0 + budget, len(runs))
+    searcher.train_links = 2 * view_positives(len(dataset.splits["train"].pos), device)
     max_epochs = max(c.max_epochs for c in cands)
-    rung_epochs = rungs(min(FIRST_RUNG[device], max_epochs), max_epochs)
-    record = {**info, "budget_minutes": budget / 60, "rungs": rung_epochs, "candidates": searcher.records}
+    plan = searcher.plan_first_rung(min(FIRST_RUNG[device], max_epochs), searcher.probe())
+    rung_epochs = rungs(plan["first_rung_epochs"], max_epochs)
+    record = {**info, "budget_minutes": budget / 60, "budget_plan": plan, "rungs": rung_epochs,
+              "candidates": searcher.records}
     searcher.save = lambda: write_json_atomic(out / "search.json", record)
     searcher.save()
-    chosen = search(searcher, rung_epochs)
+    chosen = search(searcher, rung_epochs, plan["kept"])
     record.update(chosen=chosen, search_seconds=round(time.time() - t0, 1))
     write_json_atomic(out / "search.json", record)
     write_json_atomic(out / "chosen.json", chosen)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +16,8 @@ from common.datasets.edgelist import random_split_dataset
 from common.graph import Graph
 from common.graph_stats import graph_stats, hard_negatives
 from common.heuristics import resource_allocation
-from pipelines.auto_candidates import Candidate, propose, propose_samplings, rungs, successive_halving
+from pipelines.auto_candidates import (Candidate, fit_first_rung, propose, propose_samplings, round_cost, rungs,
+                                       successive_halving)
 
 
 def _dataset(edges, n, valid_pos, valid_neg) -> LinkDataset:
@@ -37,8 +38,15 @@ def test_graph_stats_exact_on_a_path():
     s = graph_stats(ds)
     assert (s.nodes, s.edges, s.mean_degree, s.median_degree) == (6, 5, 10 / 6, 2.0)
     assert s.p90_degree == 2.0 and s.density == 5 / 15
-    assert s.valid_neg_cn_fraction == pytest.approx(1 / 3) and s.easy_validation is False  # 1/3 >= 0.25
+    assert s.valid_neg_cn_fraction == pytest.approx(1 / 3) and s.valid_negatives_per_ranking == 3
+    assert s.valid_cn_negatives_per_ranking == pytest.approx(1.0) and s.easy_validation is False  # 1 per ranking
     assert s.valid_negatives == 3 and s.valid_positives == 1
+    # the same path ranked against own lists of 2 (one with a common neighbour in three): 2/3 per ranking, easy
+    own = _dataset([(i, i + 1) for i in range(5)], 6, [(0, 1), (2, 3), (3, 4)],
+                   [[(0, 2), (0, 5)], [(1, 4), (0, 5)], [(1, 5), (0, 4)]])
+    s = graph_stats(own)
+    assert (s.valid_negatives, s.valid_negatives_per_ranking) == (6, 2) and s.valid_neg_cn_fraction == pytest.approx(1 / 6)
+    assert s.valid_cn_negatives_per_ranking == pytest.approx(1 / 3) and s.easy_validation is True
 
 
 def test_proposal_sparse_medium_dense_exact():
@@ -53,7 +61,7 @@ def test_proposal_sparse_medium_dense_exact():
     assert [c.sampling for c in cands] == [(1, 29)] * 3  # dense: one hop; median and p90 agree, deduplicated
     assert [(c.hidden, c.layers, c.lr, c.lr_schedule) for c in cands] == [
         (128, 2, 5e-4, "cosine"), (64, 2, 1e-3, "constant"), (128, 3, 3e-4, "cosine")]
-    assert propose_samplings(40.0, 30.0, 200.0, "cpu") == [(1, 60), (1, 30)]  # n capped at the CPU's 60
+    assert propose_samplings(40.0, 30.0, 200.0, "cpu") == [(1, 100), (1, 30)]  # n capped at the CPU's 100
     assert propose_samplings(40.0, 30.0, 200.0, "cuda") == [(1, 150), (1, 30)]
     assert len(propose(ring, "cpu")) == 6 and {c.max_epochs for c in propose(ring, "cpu")} == {16}
 
@@ -95,6 +103,103 @@ def test_successive_halving_ties_and_nan_and_budget():
     assert [h.survivors for h in history] == [["a", "b"], ["a"]]  # tie: earlier first; NaN never survives
     assert seen == [(("a", "b"), 2, 1), (("a",), 4, 2)]
     assert winner == "a" and history[-1].rung == 2 and math.isnan(history[0].scores["c"])
+
+
+# ---------------------------------------------------------------------------- the budget (fake clock)
+SPE = {"a": 10.0, "b": 20.0, "c": 60.0, "d": 120.0}  # seconds per epoch, as a speed probe would measure
+SAMPLING = {"a": (1, 10), "b": (1, 10), "c": (1, 40), "d": (1, 40)}
+
+
+def test_round_cost_exact():
+    # 2 slots: the rung takes the longer of the packed (10 + 60) / 2 = 35 s and c's own 60 s per epoch; the
+    # final 3 seeds take 2 rounds of the worst (60)
+    assert round_cost(SPE, ["a", "c"], 2, 4, 2, 3) == 60 * 2 + 2 * 60 * 4
+    assert round_cost(SPE, ["a", "b", "c"], 1, 1, 1, 3) == 90 + 3 * 60  # one slot: the candidates in turn
+    # one candidate cannot use two slots: its rung takes its own time
+    assert round_cost(SPE, ["b"], 3, 3, 2, 3) == 20 * 3 + 2 * 20 * 3
+
+
+@pytest.mark.parametrize("left, kept, epochs, cuts", [
+    (720.0, ["a", "b", "c", "d"], 2, []),  # 120 x 2 + 2 x 120 x 2 = 720: fits exactly
+    (719.0, ["a", "b", "c"], 2, [("candidate", "d")]),  # 60 x 2 + 2 x 60 x 2 = 360
+    # then b, not c: (1, 40) keeps one candidate while (1, 10) has two; then one epoch less (60 + 120 = 180)
+    (200.0, ["a", "c"], 1, [("candidate", "d"), ("candidate", "b"), ("first rung epochs", 1)]),
+    (100.0, ["a"], 1, [("candidate", "d"), ("candidate", "b"), ("first rung epochs", 1), ("candidate", "c")]),  # 30
+    (20.0, ["a"], 1, [("candidate", "d"), ("candidate", "b"), ("first rung epochs", 1), ("candidate", "c"),
+                      ("over budget", None)]),
+])
+def test_fit_first_rung_exact(left, kept, epochs, cuts):
+    got_kept, got_epochs, got_cuts = fit_first_rung(list(SPE), SPE, SAMPLING, 2, left, 2, 3)
+    assert (got_kept, got_epochs) == (kept, epochs)
+    assert [(c["cut"], c.get("cid", c.get("epochs") if c["cut"] != "over budget" else None)) for c in got_cuts] == cuts
+    if cuts and cuts[-1][0] == "over budget":
+        assert got_cuts[-1] == {"cut": "over budget", "need_s": 30.0, "left_s": 20.0}
+
+
+def _searcher(tmp_path, deadline: float, now: list):
+    from argparse import Namespace
+
+    from pipelines.auto_search import Search
+    q = {"a": 0.5, "b": 0.9, "c": 0.7, "d": 0.1}
+    cands = [Candidate(SAMPLING[k], 32 * (i + 1), 2, 2, 64, 1e-3, "constant", 64, 16) for i, k in enumerate(q)]
+    searcher = Search(Namespace(device="cpu", train_arg=[]), cands, {(1, 10): "s10", (1, 40): "s40"}, "original",
+                      tmp_path, 2, deadline, 3)
+    searcher.clock = lambda: now[0]
+    names = dict(zip((c.cid for c in cands), q))  # cid -> a, b, c, d
+    return searcher, names, q
+
+
+def test_search_budget_with_a_fake_clock_and_objective(tmp_path):
+    """The first rung is planned from probe timings against the clock; each later rung, and the final seeds,
+    fit what is left; a fake objective trains by advancing the fake clock. Exact times throughout."""
+    now = [50.0]
+    searcher, names, q = _searcher(tmp_path, 50.0 + 1300.0, now)
+    cid = {v: k for k, v in names.items()}
+    plan = searcher.plan_first_rung(2, {cid[k]: {"sec_per_epoch": v} for k, v in SPE.items()})
+    assert plan["left_s"] == 1300.0 and plan["first_rung_epochs"] == 2 and plan["cuts"] == []
+    assert plan["kept"] == list(cid.values()) and plan["estimated_s"] == 720.0
+    done = {}
+
+    def train(cids, epochs):  # concurrent trainers on 2 slots, as round_cost packs them
+        secs = [SPE[names[c]] * (epochs - done.get(c, 0)) for c in cids]
+        now[0] += max(sum(secs) / 2, max(secs))
+        done.update({c: epochs for c in cids})
+        return {c: q[names[c]] * epochs for c in cids}
+    winner, history = successive_halving(plan["kept"], rungs(2, 16), train, searcher.can_afford)
+    # rung 2: d's 240 s (t=290); rung 4 over b, c: c's 120 + final 480 <= 1060 (t=410); rung 8 over b:
+    # 80 + 320 <= 940 (t=490); rung 16 over b: 160 + 640 = 800 <= 860 (t=650); final: 2 rounds x 20 x 16
+    assert [h.rung for h in history] == [2, 4, 8, 16] and names[winner] == "b"
+    assert now[0] == 650.0
+    now[0] += 2 * SPE["b"] * 16
+    assert now[0] == 1290.0 <= 50.0 + 1300.0  # search and final seeds within the budget
+    # 70 s less budget: after rung 8 (t=490) the 16-epoch rung and the final seeds (800 s) no longer fit
+    now2 = [490.0]
+    searcher2, names2, _ = _searcher(tmp_path, 1280.0, now2)
+    searcher2.sec_per_epoch = {c: SPE[names2[c]] for c in names2}
+    assert searcher2.can_afford([cid["b"]], 16, 8) is False  # 790 s left
+    now2[0] = 480.0
+    assert searcher2.can_afford([cid["b"]], 16, 8) is True  # 800 s left: fits exactly
+
+
+def test_run_trainers_stops_at_the_deadline(tmp_path, monkeypatch):
+    """Real child processes (each writes its pid, then sleeps 60 s as a trainer would train) and a fake clock
+    that reaches stop_at once both running children have started: they are ended, the pending one never
+    starts."""
+    import psutil
+
+    from pipelines import auto_runs
+    code = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
+    monkeypatch.setattr(auto_runs, "TRAINER", [sys.executable, "-c", code])
+    pids = {k: tmp_path / f"{k}.pid" for k in "abc"}
+    now = lambda: 100.0 if pids["a"].exists() and pids["b"].exists() else 0.0  # noqa: E731
+    jobs = {k: ([str(pids[k])], tmp_path / k) for k in "abc"}
+    wall, stopped = auto_runs.run_trainers(jobs, 2, stop_at=10.0, clock=now)
+    assert stopped == ["a", "b", "c"] and sorted(wall) == ["a", "b"]  # c never started
+    for k in "ab":
+        pid = int(pids[k].read_text())
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not pids["c"].exists() and not (tmp_path / "c").exists()
+    assert auto_runs.run_trainers({}, 2, stop_at=10.0, clock=now) == ({}, [])
 
 
 # ---------------------------------------------------------------------------- hard validation negatives
@@ -151,7 +256,7 @@ def test_trainer_protocols_match_datasets():
 
 # ---------------------------------------------------------------------------- end to end (real preprocess, real trainers)
 def _edge_csv(path: Path) -> Path:
-    ds = _split_graph(1)
+    ds = _split_graph(2)  # none of its validation negatives shares a neighbour with its pair: saturated
     edges = np.concatenate([ds.splits[s].pos for s in ("train", "valid", "test")])
     path.write_text("src,dst\n" + "".join(f"{u},{v}\n" for u, v in edges.tolist()))
     return path
@@ -163,43 +268,52 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
     from pipelines.run import main
 
     csv = _edge_csv(tmp_path / "geo_edges.csv")
-    real_search = auto_search.search
+    real_search, real_prepare = auto_search.search, auto_search.prepare
     # two candidates on one sampling keep the run short; the search machinery is the real one
     monkeypatch.setattr(auto_search, "propose", lambda stats, device: [
         Candidate((1, 8), 32, 1, 2, 64, 1e-3, "constant", 64, 2),
         Candidate((1, 8), 64, 2, 2, 128, 1e-3, "cosine", 64, 2)])
     monkeypatch.setattr(auto_search, "FIRST_RUNG", {"cpu": 1, "cuda": 1})  # rungs 1, 2: the survivor resumes
-    events = []
+    events, moved = [], []
 
-    def instrumented_search(searcher, rung_epochs):
-        # Every test shard and test query file leaves the shard sets while the search runs: a trainer that
-        # opened one would fail (FileNotFoundError), and with it the run. They come back after the choice.
-        aside = tmp_path / "aside"
-        moved = []
-        for loc in searcher.shards.values():
+    def instrumented_prepare(*a, **k):
+        # Every test shard and test query file is overwritten with seeded random bytes of its own size once
+        # the shard sets are written, before the speed probe and the search: the trainer's start-up check
+        # (a stat of every file) still passes, but a trainer that read one would fail on it (a tar header or
+        # an npz that does not parse), and with it the run. The real files come back after the choice.
+        out = real_prepare(*a, **k)
+        rng = np.random.default_rng(0)
+        for loc in out[-1].values():
             for f in Path(loc).iterdir():
                 if f.name.startswith(("test-", "graph-test-")):
-                    dest = aside / Path(loc).name / f.name
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.move(f, dest)
-                    moved.append((dest, f))
+                    data = f.read_bytes()
+                    f.write_bytes(rng.integers(0, 256, size=len(data), dtype=np.uint8).tobytes())
+                    moved.append((data, f))
         assert any(f.name == "test-original-queries.npz" for _, f in moved)
+        return out
+
+    def instrumented_search(searcher, rung_epochs, cids):
         try:
-            chosen = real_search(searcher, rung_epochs)
+            chosen = real_search(searcher, rung_epochs, cids)
         finally:
-            for dest, f in moved:
-                shutil.move(dest, f)
+            for data, f in moved:
+                f.write_bytes(data)
+            moved.clear()
         events.append(chosen)
         return chosen
 
+    monkeypatch.setattr(auto_search, "prepare", instrumented_prepare)
     monkeypatch.setattr(auto_search, "search", instrumented_search)
     argv = ["--dataset", str(csv), "--seeds", "0", "--out", str(tmp_path / "results"),
             "--shards", str(tmp_path / "shards"), "--num-cpus", "1", "--parallel-seeds", "2"]
     assert main(argv) == 0
-    out = tmp_path / "results" / "auto" / "original"
+    out = tmp_path / "results" / "geo_edges" / "auto" / "original"
     search = json.loads((out / "search.json").read_text())
     assert search["selection"]["protocol"] == "hard" and search["stats"]["easy_validation"]
     assert search["rungs"] == [1, 2] and len(search["candidates"]) == 2
+    plan = search["budget_plan"]  # the default 30 minutes fit both candidates; each was timed by a probe
+    assert plan["cuts"] == [] and plan["first_rung_epochs"] == 1 and len(plan["kept"]) == 2
+    assert all(p["sec_per_epoch"] > 0 and p["links_per_s"] > 0 for p in plan["probe"].values())
     chosen = search["chosen"]
     assert chosen == events[0] and chosen == json.loads((out / "chosen.json").read_text())
     cands = search["candidates"]
@@ -228,5 +342,6 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
     assert main(argv) == 0
     again = json.loads((out / "search.json").read_text())
     assert all(r["reused"] for c in again["candidates"].values() for r in c["rungs"].values())
+    assert again["budget_plan"]["probe"] == plan["probe"]  # the probes too
     assert again["chosen"] == chosen
     assert {p: p.stat().st_mtime_ns for p in out.rglob("summary.json")} == mtimes
