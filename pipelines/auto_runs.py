@@ -22,7 +22,7 @@ def run_trainers(jobs: dict[str, tuple[list[str], Path]], slots: int, stop_at: f
     """Run `python -m trainer FLAGS` per job, `slots` at a time, each logging to RUN_DIR/trainer.log;
     returns (each job's wall seconds, the jobs stopped at `stop_at` by `clock`: the running ones are ended,
     the pending ones never start). A failed job stops the others and raises naming its log."""
-    from pipelines.run import start_child, stop_children  # children that die with the recipe, as its seeds do
+    from pipelines.children import start_child, stop_children  # children that die with the recipe, as its seeds do
 
     pending, running, wall, stopped = list(jobs), {}, {}, []
     try:

@@ -30,6 +30,7 @@ from common.datasets.fractions import parse_split
 from common.presets import PRESETS, get_preset, preset_for_protocol
 from common.storage import StorageError, is_remote, open_storage
 from pipelines import finished
+from pipelines.children import exit_on_sigterm, start_child, stop_children
 from pipelines import heuristics as heuristic_report
 from pipelines.plots import plot_runs
 from pipelines.heuristics import write_json_atomic
@@ -265,55 +266,6 @@ def train_seeds_concurrently(args, preset_name: str, shards: str, protocol: str,
     return done
 
 
-def _die_with_parent(parent: int):
-    """preexec_fn of a trainer child: the kernel sends it SIGTERM when this process dies, even by SIGKILL
-    (Linux PR_SET_PDEATHSIG); a parent already gone before the call means exit at once."""
-    prctl = _prctl()
-
-    def preexec() -> None:
-        # Until exec this child has the parent's Python signal handlers: a SIGTERM landing after this function
-        # returns (no bytecode runs before exec) would only set their flag and be lost, and the trainer live.
-        with contextlib.suppress(ValueError):  # (ValueError: Popen from a thread other than the main one)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        if prctl is not None:
-            prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-        if os.getppid() != parent:
-            os._exit(1)
-    return preexec
-
-
-def _prctl():
-    # looked up in the parent: dlopen in a forked child of a threaded process can deadlock
-    try:
-        import ctypes
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # not Linux: SIGTERM and Ctrl-C are still handled (stop_children)
-        return None
-
-
-def start_child(cmd: list[str], **kwargs) -> subprocess.Popen:
-    """A trainer (or torchrun) child process that dies with this one."""
-    return subprocess.Popen(cmd, preexec_fn=_die_with_parent(os.getpid()), **kwargs)
-
-
-def stop_children(procs: list[subprocess.Popen], grace_s: float = 30.0) -> None:
-    """SIGTERM the children still running, then SIGKILL any that are not gone after `grace_s`."""
-    alive = [p for p in procs if p.poll() is None]
-    for p in alive:
-        p.terminate()
-    for p in alive:
-        try:
-            p.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-
-
-def _exit_on_sigterm(signum, frame):
-    # SystemExit unwinds through the `finally` blocks that stop the trainer children (default SIGTERM would not)
-    raise SystemExit(128 + signum)
-
-
 def train_seeds(args, preset_name: str, shards: str, protocol: str, runs: dict[int, Path]) -> dict[int, dict]:
     """{seed: summary} of every run: concurrent trainer processes on CPU, one seed at a time on GPU."""
     flags = {seed: trainer_flags(args, preset_name, shards, protocol, seed, d) for seed, d in runs.items()}
@@ -382,7 +334,7 @@ def results_dir(root: str, dataset: str, preset: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _exit_on_sigterm)
+        signal.signal(signal.SIGTERM, exit_on_sigterm)
     return run_cli(_main, argv, prog="python -m pipelines.run")
 
 

@@ -335,8 +335,8 @@ def test_pipelines_resume_a_seed_with_a_last_pt_and_clear_one_without(tmp_path):
 DRIVER = textwrap.dedent("""
     import argparse, signal, sys
     from pathlib import Path
-    from pipelines import run
-    signal.signal(signal.SIGTERM, run._exit_on_sigterm)  # as run.main installs it
+    from pipelines import children, run
+    signal.signal(signal.SIGTERM, children.exit_on_sigterm)  # as run.main installs it
     args = argparse.Namespace(device="cpu", epochs=1000.0, train_arg=["--num-workers=0", "--threads=1"])
     out = Path(sys.argv[2])
     run.train_seeds_concurrently(args, "tiny", sys.argv[1], "original", {0: out / "seed0", 1: out / "seed1"}, 2)
