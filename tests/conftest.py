@@ -16,6 +16,8 @@ the clone's).
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,13 @@ def cached_set(shard_cache: Path, name: str) -> Path:
         pytest.skip(f"shard set '{name}' is not in the test shard cache ({shard_cache}) and building it needs ray; "
                     "refill the cache with bench/gpu_bundle.sh")
     return folder
+
+
+def mount_tmpfs(path: Path, size: str) -> bool:
+    """A real small disk at `path` (a tmpfs of `size`) for the full-disk tests; False where it cannot be
+    mounted (not root, no mount), and those tests skip."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    path.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True).returncode == 0

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.conftest import needs_ray
+from tests.conftest import mount_tmpfs, needs_ray
 
 pytestmark = needs_ray  # every test here runs the Ray job (the trainer's one reads a set it wrote)
 
@@ -264,17 +264,9 @@ def test_trainer_names_a_tampered_file_in_one_line(reference, tmp_path, tamper, 
 
 
 # ---------------------------------------------------------------------------- full disk
-def _mount_tmpfs(path: Path, size: str) -> bool:
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        return False
-    path.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                          capture_output=True).returncode == 0
-
-
 def test_full_disk_leaves_no_temp_files_and_one_line(graph_csv, tmp_path):
     disk = tmp_path / "disk"
-    if not _mount_tmpfs(disk, "160k"):
+    if not mount_tmpfs(disk, "160k"):
         pytest.skip("cannot mount a tmpfs here (not root or no mount); the injected ENOSPC test covers the writer")
     try:
         proc = preprocess(graph_csv, disk)

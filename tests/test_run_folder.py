@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import mount_tmpfs
 from tests.test_trainer_data import make_shard_set
 from trainer import checkpoint
 from trainer.config import ConfigError, config_for
@@ -163,14 +163,6 @@ def test_resume_still_resumes_and_needs_a_last_pt(shards, tmp_path):
 
 
 # ---------------------------------------------------------------------------- checkpoint writes and reads
-def _mount_tmpfs(path: Path, size: str) -> bool:
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        return False
-    path.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                          capture_output=True).returncode == 0
-
-
 @pytest.mark.parametrize("failure", ["enospc", "exception", "keyboard-interrupt"])
 def test_save_atomic_leaves_no_temp_file_and_names_the_file(tmp_path, monkeypatch, failure):
     target = tmp_path / "last.pt"
@@ -221,7 +213,7 @@ def test_save_atomic_leaves_no_temp_file_and_names_the_file(tmp_path, monkeypatc
 
 def test_save_atomic_on_a_really_full_disk(tmp_path):
     disk = tmp_path / "disk"
-    if not _mount_tmpfs(disk, "64k"):
+    if not mount_tmpfs(disk, "64k"):
         pytest.skip("cannot mount a tmpfs here (not root or no mount); the injected ENOSPC case covers the writer")
     try:
         with pytest.raises(OSError) as err:
