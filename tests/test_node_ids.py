@@ -2,8 +2,9 @@
 
 Ids of any kind (strings, 64-bit, negative) map to 0..N-1 and back; CSV/TSV (gzipped or not) and
 Parquet load the same graph; a node list adds isolated nodes; the memory bound refuses before it
-allocates (checked in a child process whose address space is capped); the sort-based unique equals
-numpy's; a dead RAY_ADDRESS fails in one line; embedded Ray starts without the token notice.
+allocates (checked in a child process whose address space is capped); the sort-based unique and the
+hashed id mapping equal numpy's; a dead RAY_ADDRESS fails in one line; embedded Ray starts without
+the token notice.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import pandas as pd
 import pytest
 
 from common.datasets import DatasetError, load_dataset
+from common.datasets import ids as ids_mod
 from common.datasets.ids import node_index
 from common import unique as unique_mod
 from common.unique import unique_first, unique_inverse, unique_sorted, unique_sorted_inplace
@@ -81,6 +83,67 @@ def test_inplace_unique_across_chunk_edges(monkeypatch, chunk):
     monkeypatch.setattr(unique_mod, "COMPACT_CHUNK", chunk)
     a = np.repeat(np.random.default_rng(1).integers(0, 40, 60), np.random.default_rng(2).integers(1, 9, 60))
     assert np.array_equal(unique_sorted_inplace(a.copy()), np.unique(a))
+
+
+def _reference_map(arrays: dict) -> tuple[dict, np.ndarray]:
+    """The slow, obvious mapping: np.unique over all columns, inverse split back."""
+    whole = np.concatenate(list(arrays.values()))
+    uniq, inverse = np.unique(whole, return_inverse=True)
+    out, at = {}, 0
+    for k, a in arrays.items():
+        out[k] = inverse.ravel()[at:at + a.size]
+        at += a.size
+    return out, uniq
+
+
+@pytest.mark.parametrize("kind", ["spread", "negative", "extremes", "uint64", "duplicates", "two"])
+def test_hashed_id_mapping_equals_numpy(kind):
+    """Ids spread too wide for the table take the hash path; node i is still the i-th smallest id."""
+    rng = np.random.default_rng(11)
+    top = np.iinfo(np.int64)
+    pool = {"spread": lambda: rng.integers(0, top.max, 700, dtype=np.int64),
+            "negative": lambda: rng.integers(top.min, top.max, 700, dtype=np.int64),
+            "extremes": lambda: np.array([top.min, top.min + 1, -1, 0, 1, top.max - 1, top.max], np.int64),
+            "uint64": lambda: rng.integers(0, 2**64 - 1, 700, dtype=np.uint64, endpoint=True),
+            "duplicates": lambda: rng.integers(-2**62, 2**62, 5, dtype=np.int64),
+            "two": lambda: np.array([-(2**40), 2**61], np.int64)}[kind]()
+    arrays = {c: pool[rng.integers(0, len(pool), n)] for c, n in (("src", 3000), ("dst", 2500), ("node", 40))}
+    want, want_ids = _reference_map(arrays)
+    got, got_ids, how = ids_mod._map_numbers({k: v.copy() for k, v in arrays.items()})
+    assert how == "integers, hashed" and got_ids.dtype == arrays["src"].dtype
+    assert np.array_equal(got_ids, want_ids)
+    for k in arrays:
+        assert np.array_equal(got[k], want[k]), k
+        assert np.array_equal(got_ids[got[k]], arrays[k]), k  # back to the user's ids
+
+
+def test_hashed_id_mapping_by_hand():
+    """Exact values: 5 distinct ids over 64 bits, first seen out of order."""
+    src = np.array([2**62, -7, 2**62, 123456789012, -(2**63)], np.int64)
+    dst = np.array([-7, 0, 123456789012, 2**62, 0], np.int64)
+    got, node_ids, how = ids_mod._map_numbers({"src": src, "dst": dst})
+    assert how == "integers, hashed"
+    assert node_ids.tolist() == [-(2**63), -7, 0, 123456789012, 2**62]
+    assert got["src"].tolist() == [4, 1, 4, 3, 0] and got["dst"].tolist() == [1, 2, 3, 4, 2]
+
+
+def test_hashed_id_mapping_with_a_dictionary_per_column(monkeypatch):
+    """Arrow shares one dictionary across the chunks; were each column encoded on its own, the ranks
+    still come out right (every dictionary gets its own rank table into the sorted union)."""
+    real = ids_mod.pc.dictionary_encode
+
+    def per_chunk(arr):
+        return ids_mod.pa.chunked_array([real(c) for c in arr.chunks])
+
+    monkeypatch.setattr(ids_mod.pc, "dictionary_encode", per_chunk)
+    rng = np.random.default_rng(3)
+    arrays = {"src": rng.integers(-2**63, 2**63 - 1, 900, dtype=np.int64) // 7,
+              "dst": rng.integers(0, 2**63 - 1, 800, dtype=np.int64)}
+    arrays["dst"][:300] = arrays["src"][:300]  # shared ids, in another first-seen order
+    want, want_ids = _reference_map(arrays)
+    got, got_ids, _ = ids_mod._map_numbers({k: v.copy() for k, v in arrays.items()})
+    assert np.array_equal(got_ids, want_ids)
+    assert all(np.array_equal(got[k], want[k]) for k in arrays)
 
 
 # ---------------------------------------------------------------------------- ids round-trip

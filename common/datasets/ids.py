@@ -10,8 +10,9 @@ maps to itself.
 
 Memory is bounded before anything big is allocated: the row count (Parquet metadata, or a text file's
 size over the length of its first lines, re-checked while it streams in) times BYTES_PER_ROW must fit
-in the memory available to this process. The mapping itself is sort-based (common/unique.py), or a
-direct table when the ids span a range no wider than a few times the row count.
+in the memory available to this process. Integer ids are mapped by a direct table when they span a
+range no wider than a few times the row count, else by one hash pass whose small dictionary of
+distinct ids is then sorted; string ids by a sort.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ import pyarrow.compute as pc
 
 from common.datasets.base import DatasetError
 from common.memory import check_allocation, rss_gb
-from common.unique import unique_inverse
+from common.unique import unique_sorted
 
 log = logging.getLogger(__name__)
 
@@ -254,21 +255,40 @@ def _map_numbers(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], 
         rank -= 1
         del present
         return {k: rank[offset(a)] for k, a in arrays.items()}, node_ids, "integers, table"
-    sizes = {k: a.size for k, a in arrays.items()}
-    node_ids, inverse = unique_inverse(_concat_popping(arrays))  # the concatenation is its only reference
-    return _split_back(list(sizes), sizes, inverse), node_ids, "integers, sorted"
+    out, node_ids = _map_hashed(arrays)
+    return out, node_ids, "integers, hashed"
 
 
-def _concat_popping(arrays: dict[str, np.ndarray]) -> np.ndarray:
-    """One array of all `arrays`, each dropped from the dict once copied (peak: one column over the result)."""
-    whole = np.empty(sum(a.size for a in arrays.values()), dtype=next(iter(arrays.values())).dtype)
-    at = 0
-    for k in list(arrays):
-        a = arrays.pop(k)
-        whole[at:at + a.size] = a
-        at += a.size
-        del a
-    return whole
+def _map_hashed(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Ids anywhere in 64 bits -> ranks among the distinct ids, without sorting the rows.
+
+    One hash pass over all rows (Arrow's dictionary_encode, one memo table across the columns) gives
+    the N distinct ids in first-seen order and each row's index into them; only those N ids are
+    sorted, and a rank table turns a first-seen index into the sorted rank. On 60 M ids over 2.9 M
+    nodes this is 4.8 s against 16.6 s for an argsort of all rows (issue 21), and it holds int32
+    indices instead of int64 argsort temporaries. The result equals np.unique(..., return_inverse).
+    """
+    keys = list(arrays)
+    enc = pc.dictionary_encode(pa.chunked_array([pa.array(arrays.pop(k)) for k in keys]))  # inputs go with it
+    # Arrow gives every chunk the final, shared dictionary; were they ever different, each gets its own table
+    dicts: list[pa.Array] = []
+    which = []
+    for c in enc.chunks:
+        j = next((i for i, d in enumerate(dicts) if d.equals(c.dictionary)), None)
+        if j is None:
+            dicts.append(c.dictionary)
+            j = len(dicts) - 1
+        which.append(j)
+    values = [d.to_numpy() for d in dicts]
+    node_ids = unique_sorted(np.concatenate(values))
+    rank_dtype = np.int32 if len(node_ids) < 2**31 else np.int64
+    ranks = []
+    for v in values:
+        order = np.argsort(v)
+        ranks.append(np.empty(len(v), dtype=rank_dtype))
+        ranks[-1][order] = np.searchsorted(node_ids, v[order])  # sorted queries: a cache-friendly walk
+    out = {k: ranks[w][c.indices.to_numpy()] for k, w, c in zip(keys, which, enc.chunks)}
+    return out, node_ids
 
 
 def _map_strings(cols: dict[str, pa.ChunkedArray]) -> tuple[dict[str, np.ndarray], np.ndarray, str]:
