@@ -3,7 +3,7 @@ ogbl-citation2-sized Parquet edge list, timed, with the driver's peak memory.
 
     python -m bench.big_load                          # 30 M edges, 2.9 M nodes (the shape)
     python -m bench.big_load --edges 3000000 --nodes 290000
-    python -m bench.big_load --ids sparse             # ids spread over 63 bits (the sorted mapping path)
+    python -m bench.big_load --ids sparse             # ids spread over 63 bits (the hashed mapping path)
     python -m bench.big_load --ids string             # ids as strings ("n<k>")
 
 1. A heavy-tailed edge list is generated, vectorised: endpoint k drawn with P(k) ~ k^(-2/3) (inverse
