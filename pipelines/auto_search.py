@@ -98,18 +98,13 @@ def view_positives(train_positives: int, device: str) -> int:
 
 
 def shard_set(args, dataset, sampling: tuple[int, int], protocols: list[str], device: str) -> str:
-    from pipelines.run import shutdown_embedded_ray
-    from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
+    from pipelines.run import preprocess_config, shutdown_embedded_ray
     from preprocess.job import run_job
 
     train = len(dataset.splits["train"].pos)
     cap = MAX_VIEW_POSITIVES[device]
     percent = 100.0 if view_positives(train, device) == train else round(100.0 * cap / train, 3)
-    cfg = PreprocessConfig(
-        dataset=args.dataset, sampling=SamplingConfig(*sampling),
-        candidates=CandidateConfig(views=args.views or VIEWS, percent=percent, protocols=tuple(protocols)),
-        out=args.shards, data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir,
-        features=args.features, split=args.split_pct, num_cpus=args.num_cpus)
+    cfg = preprocess_config(args, sampling, args.views or VIEWS, percent, protocols)
     result = run_job(cfg, dataset)
     shutdown_embedded_ray()
     location = result.location or str(result.path)
@@ -285,9 +280,8 @@ def final_flags(args, chosen: dict, protocol: str, seed: int, run_dir: Path) -> 
 def prepare(args, dataset, protocol: str, device: str) -> tuple[dict, GraphStats, str, list[Candidate], dict]:
     """Statistics, selection protocol, candidates and their shard sets (cached)."""
     if args.features and dataset.x is None:
-        from common.datasets import load_dataset
-        dataset = load_dataset(args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root,
-                               planetoid_dir=args.planetoid_dir, features=True, split=args.split_pct)
+        from pipelines.run import load_run_dataset
+        dataset = load_run_dataset(args, features=True)
     select, stats = selection_protocol(dataset, protocol)
     info = {"stats": stats.to_dict(), "device": device, "selection": {"protocol": select}}
     log.info("graph: %d nodes, %d training edges, degree mean %.1f / median %.0f / p90 %.0f; %.1f%% of the "

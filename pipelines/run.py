@@ -70,6 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data-dir", default=None, help="HeaRT-format folder (as preprocess --data-dir)")
     p.add_argument("--ogb-root", default=None, help="already-downloaded OGB root (as preprocess --ogb-root)")
     p.add_argument("--planetoid-dir", default=None, help="Planetoid raw files (cora; features of citeseer/cora)")
+    p.add_argument("--nodes", default=None, metavar="FILE",
+                   help="edge lists only: a file of node ids (column node or id) declaring every node, isolated ones "
+                        "included, so they can be scored (as preprocess --nodes)")
     p.add_argument("--features", action="store_true",
                    help="train with node features (the paper's 'PENCIL' rows; default: without, 'PENCIL w/o features')")
     p.add_argument("--train-arg", action="append", default=[], metavar="FLAG=VALUE",
@@ -180,18 +183,31 @@ def pick_preset(args, dataset: str) -> str:
     return AUTO  # no paper preset: search one on validation (pipelines.auto_search)
 
 
+def load_run_dataset(args, features: bool = False):
+    """The dataset as every step of the run sees it: the same flags reach preprocess_config below."""
+    return load_dataset(args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir,
+                        features=features, split=args.split_pct, nodes=args.nodes)
+
+
+def preprocess_config(args, sampling: tuple[int, int], views: int, percent: float, protocols: list[str]):
+    """The preprocess job of one shard set (this run's, or one of the auto search's): the dataset flags
+    exactly as load_run_dataset passes them, so the shards hold the graph the run loaded."""
+    from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
+
+    return PreprocessConfig(
+        dataset=args.dataset, sampling=SamplingConfig(*sampling),
+        candidates=CandidateConfig(views=views, percent=percent, protocols=tuple(protocols)),
+        out=args.shards, data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir,
+        features=args.features, split=args.split_pct, nodes=args.nodes, num_cpus=args.num_cpus)
+
+
 def preprocess_shards(args, preset, protocols: list[str]) -> str:
     """Build or reuse the shard set (a complete cache returns at once)."""
-    from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
     from preprocess.job import run_job
 
     epochs = args.epochs or preset.epochs
     views = args.views or max(1, min(20, int(round(epochs))))
-    cfg = PreprocessConfig(
-        dataset=args.dataset, sampling=SamplingConfig(*preset.sampling),
-        candidates=CandidateConfig(views=views, percent=preset.train_percent, protocols=tuple(protocols)),
-        out=args.shards, data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir,
-        features=args.features, split=args.split_pct, num_cpus=args.num_cpus)
+    cfg = preprocess_config(args, preset.sampling, views, preset.train_percent, protocols)
     result = run_job(cfg)
     shutdown_embedded_ray()
     location = result.location or str(result.path)  # a URL stays a URL (s3://...)
@@ -342,8 +358,7 @@ def _main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     validate_args(args)
-    dataset_obj = load_dataset(args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root,
-                               planetoid_dir=args.planetoid_dir, split=args.split_pct)
+    dataset_obj = load_run_dataset(args)
     available = dataset_obj.protocols
     protocols = available if args.protocol == "both" else [args.protocol]
     missing = [p for p in protocols if p not in available]

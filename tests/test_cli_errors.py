@@ -129,6 +129,9 @@ RUN = [
     pytest.param(["--dataset", "citeseer", "--train-arg=--micro-batch=0"], r"--micro-batch", marks=pytest.mark.slow),
     (["--dataset", "citeseer", "--train-arg=micro-batch"], r"--train-arg 'micro-batch': expected a trainer flag"),
     (["--dataset", "cora"], r"cora needs --planetoid-dir"),
+    (["--dataset", "{tmp}/g100.csv", "--nodes", "{tmp}/nowhere.csv"], r"nowhere\.csv: file not found"),
+    (["--dataset", "{tmp}/g100.csv", "--nodes", "{tmp}/cols.csv"], r"cols\.csv: no column named node or id"),
+    (["--dataset", "citeseer", "--nodes", "{tmp}/g100.csv"], r"a node list applies to edge-list files only"),
     (["--dataset", "citeseer", "--bogus"], r"unrecognized arguments: --bogus"),
 ]
 
