@@ -473,3 +473,23 @@ def test_cuda_evaluation_is_fp32_and_matches_the_cpu(shards, tmp_path):
     else:  # a near-tie may swap one pair's order: one rank in ~60 candidates
         for k, v in metrics["cpu"].items():
             assert abs(metrics["cuda"][k] - v) <= 0.05, (k, metrics)
+
+
+def test_save_scores_writes_the_summary_evaluation_exactly(shards, tmp_path):
+    """--save-scores: one file per evaluated (split, protocol), of the evaluation the summary reports (the best
+    validation epoch), whose logits give back the summary's metrics bit for bit; --overwrite clears them."""
+    from common.eval_scores import read_scores, scores_path
+
+    out = tmp_path / "r"
+    summary = run(tiny(shards, out, epochs=4, optim={"lr": 3e-3}, save_scores=True))
+    manifest = read_manifest(shards)
+    assert sorted(p.name for p in (out / "scores").iterdir()) == ["test-original.npz", "valid-original.npz"]
+    for split in ("valid", "test"):
+        cid, score, epoch = read_scores(scores_path(out, split, "original"))
+        assert score.dtype == np.float32 and cid.dtype == np.int64 and sorted(cid.tolist()) == list(range(60))
+        assert epoch == summary["best_epoch"]
+        assert scores_to_metrics(manifest, split, "original", cid, score) == summary[split]
+    run(tiny(shards, out, epochs=1, max_steps=1, eval_splits=("valid",), overwrite=True))
+    assert not (out / "scores").exists()
+    with pytest.raises(ConfigError, match="--score-protocols"):
+        config_from_args(["--shards", "s", "--preset", "tiny", "--out", "o", "--score-protocols", "hard"])
