@@ -21,7 +21,10 @@ Steps (each logged; the whole search lands in OUT/<protocol>/search.json):
    time reserved). The winner is the best at the last rung; its epoch count is its best validation
    epoch there.
 5. The final seeds train the winner for exactly that many epochs (same lr schedule span) and are
-   evaluated once, at that epoch, on valid and test.
+   evaluated once, at that epoch, on valid and test, saving every candidate's logit (--save-scores).
+6. Heuristic prior (pipelines.auto_prior): per final seed, on its validation logits of the selection
+   protocol only, the blend logit + w * log1p(CN|AA|RA) (or none) with the best validation score; then
+   applied to its test logits. The model alone and the blend are both reported.
 
 Why successive halving by hand rather than Ray Tune's ASHA: a candidate is a `python -m trainer` process
 over a shard set, and the trainer already checkpoints and resumes (--resume, and --stop-epoch keeps the
@@ -41,9 +44,12 @@ import os
 import time
 from pathlib import Path
 
+from common.eval_scores import scores_path
 from common.graph_stats import GraphStats, graph_stats, hard_negatives
+from common.manifest import read_manifest
 from pipelines.auto_candidates import (FIRST_RUNG, Candidate, fit_first_rung, propose, round_cost, rungs,
                                        successive_halving)
+from pipelines.auto_prior import PriorStage
 from pipelines.auto_runs import (PROBE_LOG_EVERY, PROBE_STEPS, AutoError, _summary, best_within, probe_timing,
                                  run_trainers)
 from pipelines.heuristics import write_json_atomic
@@ -270,20 +276,32 @@ def entry_flag(run_dir: Path) -> str:
     return "--resume" if (Path(run_dir) / "last.pt").is_file() else "--overwrite"
 
 
-def final_flags(args, chosen: dict, protocol: str, seed: int, run_dir: Path) -> list[str]:
+def final_flags(args, chosen: dict, protocol: str, select: str, seed: int, run_dir: Path) -> list[str]:
     """The winner's config for a final seed: same lr schedule span, stopped and evaluated once (valid and
-    test) at the chosen epoch."""
+    test) at the chosen epoch, its logits saved for the prior (valid/<select> too when selection ranks on
+    another protocol). A folder whose run finished without them (an older recipe) is trained afresh."""
     c = Candidate(**{**{k: v for k, v in chosen["config"].items() if k != "cid"},
                      "sampling": tuple(chosen["config"]["sampling"])})
     e = str(chosen["epochs"])
+    entry = "--overwrite" if final_done(run_dir, chosen, protocol, select) is False else entry_flag(run_dir)
+    extra = ["--score-protocols", select] if select != protocol else []
     return ["--shards", chosen["shards"], "--preset", "auto", "--out", str(run_dir), "--seed", str(seed),
-            "--protocol", protocol, "--device", args.device, entry_flag(run_dir), "--eval-splits", "valid,test",
-            "--stop-epoch", e, "--eval-every", e, *c.trainer_flags(),
+            "--protocol", protocol, "--device", args.device, entry, "--eval-splits", "valid,test",
+            "--stop-epoch", e, "--eval-every", e, "--save-scores", *extra, *c.trainer_flags(),
             *[a for arg in args.train_arg for a in arg.split("=", 1)]]
 
 
-def prepare(args, dataset, protocol: str, device: str) -> tuple[dict, GraphStats, str, list[Candidate], dict]:
-    """Statistics, selection protocol, candidates and their shard sets (cached)."""
+def final_done(run_dir: Path, chosen: dict, protocol: str, select: str) -> bool | None:
+    """True: the seed finished at the chosen epoch with its scores; False: finished without them; None: not
+    finished (a new folder, or a run to resume)."""
+    if not (_summary(run_dir) or {}).get("epochs_completed", 0) >= chosen["epochs"]:
+        return None
+    return all(scores_path(run_dir, s, p).is_file() for s, p in (("valid", select), ("test", protocol)))
+
+
+def prepare(args, dataset, protocol: str, device: str) -> tuple[dict, GraphStats, str, list[Candidate], object, dict]:
+    """Statistics, selection protocol, candidates, the dataset the shard sets are built from (with valid/hard
+    attached when selection uses it) and the shard sets (cached)."""
     if args.features and dataset.x is None:
         from common.datasets import load_dataset
         dataset = load_dataset(args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root,
@@ -304,17 +322,17 @@ def prepare(args, dataset, protocol: str, device: str) -> tuple[dict, GraphStats
     if args.epochs:
         cands = [Candidate(**{**c.__dict__, "max_epochs": max(1, math.ceil(args.epochs))}) for c in cands]
     shards = {s: shard_set(args, dataset, s, protocols, device) for s in dict.fromkeys(c.sampling for c in cands)}
-    return info, stats, select, cands, shards
+    return info, stats, select, cands, dataset, shards
 
 
-def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Path]) -> tuple[dict, dict]:
-    """The whole `--preset auto` recipe for one protocol: ({seed: summary}, chosen config).
+def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Path]) -> tuple[dict, dict, dict]:
+    """The whole `--preset auto` recipe for one protocol: ({seed: summary}, chosen config, {seed: prior}).
     Writes OUT/search.json (after every rung and at the end) and OUT/chosen.json."""
     t0 = time.time()
     budget = 60.0 * (args.budget_minutes or DEFAULT_BUDGET_MINUTES)
     device = device_kind(args)
     slots = trainer_slots(args, device)
-    info, stats, select, cands, shards = prepare(args, dataset, protocol, device)
+    info, stats, select, cands, dataset, shards = prepare(args, dataset, protocol, device)
     log.info("%d candidates over %d shard set(s); budget %.0f min (%.1f min used so far)", len(cands), len(shards),
              budget / 60, (time.time() - t0) / 60)
     searcher = Search(args, cands, shards, select, out / "search", slots, t0 + budget, len(runs))
@@ -332,9 +350,12 @@ def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Pa
     write_json_atomic(out / "chosen.json", chosen)
     log.info("chosen: %s, %d epochs (valid/%s %.4f at rung %d); training the final seeds", chosen["cid"],
              chosen["epochs"], select, chosen["score"], chosen["rung"])
-    run_trainers({f"seed {s}": (final_flags(args, chosen, protocol, s, d), d) for s, d in runs.items()
-                  if not ((_summary(d) or {}).get("epochs_completed", 0) >= chosen["epochs"])}, slots)
+    run_trainers({f"seed {s}": (final_flags(args, chosen, protocol, select, s, d), d) for s, d in runs.items()
+                  if not final_done(d, chosen, protocol, select)}, slots)
     summaries = {s: _summary(d) for s, d in runs.items()}
+    stage = PriorStage(dataset, read_manifest(chosen["shards"]), select, protocol)
+    priors = {s: stage.run(d) for s, d in runs.items()}
+    record["prior"] = {str(s): p for s, p in priors.items()}
     record["total_seconds"] = round(time.time() - t0, 1)
     write_json_atomic(out / "search.json", record)
-    return summaries, chosen
+    return summaries, chosen, priors
