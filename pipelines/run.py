@@ -380,8 +380,8 @@ def _main(argv: list[str] | None = None) -> int:
     publish_results(out, {"runs": results, "table": table_json(rows)}, table)
     for r in rows:
         if r["model"].startswith("PENCIL"):
-            log.info("%s/%s PENCIL test MRR %s, AUC %s over %d seed(s); results in %s", r["dataset"],
-                     r["protocol"], fmt(*r["mrr"]), fmt(*r["auc"]) if "auc" in r else "–", len(r["seeds"]), out)
+            log.info("%s/%s %s: test MRR %s, AUC %s over %d seed(s); results in %s", r["dataset"], r["protocol"],
+                     r["model"], fmt(*r["mrr"]), fmt(*r["auc"]) if "auc" in r else "–", len(r["seeds"]), out)
     return 0
 
 

@@ -329,6 +329,9 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
     summary = json.loads((out / "seed0" / "summary.json").read_text())
     assert summary["test"]["mrr"] > 0 and summary["epochs_completed"] == chosen["epochs"]
     assert summary["config"]["model"]["hidden"] == chosen["config"]["hidden"]
+    # seed 0 is the search seed: it evaluated the winner's best.pt (the same weights) instead of training
+    assert summary["weights_from"] == str((winner_dir / "best.pt").resolve()) == str(Path(search["reused_weights"]).resolve())
+    assert not (out / "seed0" / "last.pt").exists()
     result = json.loads((out / "seed0" / "result.json").read_text())
     assert result["preset"] == "auto" and result["auto"]["cid"] == chosen["cid"]
     # valid and test were each evaluated once, at the chosen epoch, and valid/hard for the prior

@@ -493,3 +493,25 @@ def test_save_scores_writes_the_summary_evaluation_exactly(shards, tmp_path):
     assert not (out / "scores").exists()
     with pytest.raises(ConfigError, match="--score-protocols"):
         config_from_args(["--shards", "s", "--preset", "tiny", "--out", "o", "--score-protocols", "hard"])
+
+
+def test_eval_weights_equals_retraining_to_the_best_epoch(shards, tmp_path):
+    """--eval-weights: the best.pt of a valid-only run (an auto-search candidate) evaluated once gives exactly
+    what a fresh run stopped at that epoch reports (same summary metrics, same saved scores), and no last.pt."""
+    from common.eval_scores import read_scores, scores_path
+
+    kw = dict(epochs=4, optim={"lr": 3e-3}, model={"dropout": 0.1})
+    cand = run(tiny(shards, tmp_path / "cand", stop_epoch=3, eval_splits=("valid",), **kw))
+    e = cand["best_epoch"] + 1
+    assert e >= 2  # the candidate evaluated between its epochs; the retrained run does not
+    final = dict(stop_epoch=e, eval_every=e, save_scores=True, **kw)
+    again = run(tiny(shards, tmp_path / "again", **final))
+    reused = run(tiny(shards, tmp_path / "reused", eval_weights=str(tmp_path / "cand" / "best.pt"), **final))
+    assert again["best_epoch"] == reused["best_epoch"] == e - 1 and reused["epochs_completed"] == e
+    assert again["valid"] == reused["valid"] == cand["valid"] and again["test"] == reused["test"]
+    for split in ("valid", "test"):
+        a, b = read_scores(scores_path(tmp_path / "again", split, "original")), read_scores(
+            scores_path(tmp_path / "reused", split, "original"))
+        order_a, order_b = np.argsort(a[0]), np.argsort(b[0])
+        assert np.array_equal(a[1][order_a], b[1][order_b]) and a[2] == b[2] == e - 1
+    assert not (tmp_path / "reused" / "last.pt").exists()

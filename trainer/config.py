@@ -24,7 +24,8 @@ W0_INIT_FLAGS = {"orthogonal": "orthogonal", "gaussian": "gaussian", "low-rank":
 # when the run stops, logs and saves, not the trajectory of parameters or data.
 RESUME_OVERRIDABLE = ("epochs", "stop_epoch", "max_steps", "eval_every", "checkpoint_every", "checkpoint_seconds", "log_every",
                       "progress", "resume", "out", "device", "test_every_eval", "deterministic", "threads",
-                      "verify", "compile", "overwrite", "save_scores", "score_protocols")
+                      "verify", "compile", "overwrite", "save_scores", "score_protocols",
+                      "eval_weights")
 # Default micro-batch size: on CUDA about this many tokens (trainer.config.resolve); on CPU at most this many links.
 GPU_MICRO_TOKENS = 65_536
 CPU_MICRO_LINKS = 256
@@ -158,6 +159,7 @@ class TrainConfig:
     # and also scores these extra validation protocols then (the auto recipe's heuristic prior: valid/hard)
     save_scores: bool = False
     score_protocols: tuple[str, ...] = ()
+    eval_weights: str | None = None  # evaluate these saved weights (a best.pt) once instead of training (eval_only)
 
     def __post_init__(self):
         _check(self.preset in PRESETS, "--preset", f"unknown preset '{self.preset}'; choose one of: {', '.join(sorted(PRESETS))}")
@@ -300,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--save-scores", action="store_true", help="write each eval set's per-candidate logits at the "
                    "summary's evaluation to OUT/scores/<split>-<protocol>.npz")
     d.add_argument("--score-protocols", default="", help="with --save-scores: extra validation protocols scored then")
+    d.add_argument("--eval-weights", metavar="BEST_PT", help="no training: evaluate these weights once, at their epoch")
     d.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
     d.add_argument("--stop-epoch", type=int, metavar="E",
                    help="stop after E epochs; the lr schedule still spans --epochs (resume later with a larger E)")
@@ -359,7 +362,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> TrainConfig:
         checkpoint_seconds=args.checkpoint_seconds, test_every_eval=args.test_every_eval, verify=args.verify,
         deterministic=args.deterministic, compile=args.compile, threads=args.threads, log_every=args.log_every,
         progress=not args.no_progress, save_scores=args.save_scores,
-        score_protocols=tuple(s for s in args.score_protocols.split(",") if s))
+        score_protocols=tuple(s for s in args.score_protocols.split(",") if s), eval_weights=args.eval_weights)
 
 
 def config_for(preset: str, shards: str, out: str, **overrides) -> TrainConfig:

@@ -36,6 +36,7 @@ from common.presets import get_preset
 from common.cli import raise_if_interrupted
 from trainer import checkpoint, data, distributed, run_folder
 from trainer.config import ConfigError, TrainConfig, merge_for_resume, resolve
+from trainer.eval_only import evaluate_weights
 from trainer.evaluate import evaluate_split, selection_metric
 from trainer.metrics_log import MetricsLog, Window, progress_bar
 from trainer.setup import autocast_for, check_run, cpu_threads, seed_everything, setup_logging
@@ -372,7 +373,8 @@ def _run(config: TrainConfig) -> dict:
         torch.set_float32_matmul_precision("high")  # TF32 matmuls in training (evaluation switches to fp32)
         torch.backends.cudnn.allow_tf32 = True
     try:
-        return Trainer(config, info).fit()
+        trainer = Trainer(config, info)
+        return evaluate_weights(trainer, config.eval_weights) if config.eval_weights else trainer.fit()
     finally:
         if created:
             distributed.cleanup()
