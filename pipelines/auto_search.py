@@ -21,7 +21,13 @@ Steps (each logged; the whole search lands in OUT/<protocol>/search.json):
    time reserved). The winner is the best at the last rung; its epoch count is its best validation
    epoch there.
 5. The final seeds train the winner for exactly that many epochs (same lr schedule span) and are
-   evaluated once, at that epoch, on valid and test.
+   evaluated once, at that epoch, on valid and test, saving every candidate's logit (--save-scores).
+   Seed 0 is the search's own seed: the winner's best.pt already holds its weights at that epoch, so it
+   evaluates them (trainer --eval-weights) instead of training again, and the budget reserves time only
+   for the other seeds.
+6. Heuristic prior (pipelines.auto_prior): per final seed, on its validation logits of the selection
+   protocol only, the blend logit + w * log1p(CN|AA|RA) (or none) with the best validation score; then
+   applied to its test logits. The model alone and the blend are both reported.
 
 Why successive halving by hand rather than Ray Tune's ASHA: a candidate is a `python -m trainer` process
 over a shard set, and the trainer already checkpoints and resumes (--resume, and --stop-epoch keeps the
@@ -41,9 +47,12 @@ import os
 import time
 from pathlib import Path
 
+from common.eval_scores import scores_path
 from common.graph_stats import GraphStats, graph_stats, hard_negatives
+from common.manifest import read_manifest
 from pipelines.auto_candidates import (FIRST_RUNG, Candidate, fit_first_rung, propose, round_cost, rungs,
                                        successive_halving)
+from pipelines.auto_prior import PriorStage
 from pipelines.auto_runs import (PROBE_LOG_EVERY, PROBE_STEPS, AutoError, _summary, best_within, probe_timing,
                                  run_trainers)
 from pipelines.heuristics import write_json_atomic
@@ -265,20 +274,43 @@ def entry_flag(run_dir: Path) -> str:
     return "--resume" if (Path(run_dir) / "last.pt").is_file() else "--overwrite"
 
 
-def final_flags(args, chosen: dict, protocol: str, seed: int, run_dir: Path) -> list[str]:
+def final_flags(args, chosen: dict, protocol: str, select: str, seed: int, run_dir: Path,
+                reuse: Path | None = None) -> list[str]:
     """The winner's config for a final seed: same lr schedule span, stopped and evaluated once (valid and
-    test) at the chosen epoch."""
+    test) at the chosen epoch, its logits saved for the prior (valid/<select> too when selection ranks on
+    another protocol). A folder whose run finished without them (an older recipe) is trained afresh.
+    `reuse`: evaluate these weights instead of training (--eval-weights, in a cleared folder)."""
     c = Candidate(**{**{k: v for k, v in chosen["config"].items() if k != "cid"},
                      "sampling": tuple(chosen["config"]["sampling"])})
     e = str(chosen["epochs"])
+    entry = "--overwrite" if reuse or final_done(run_dir, chosen, protocol, select) is False else entry_flag(run_dir)
+    extra = (["--score-protocols", select] if select != protocol else []) + (["--eval-weights", str(reuse)] if reuse else [])
     return ["--shards", chosen["shards"], "--preset", "auto", "--out", str(run_dir), "--seed", str(seed),
-            "--protocol", protocol, "--device", args.device, entry_flag(run_dir), "--eval-splits", "valid,test",
-            "--stop-epoch", e, "--eval-every", e, *c.trainer_flags(),
+            "--protocol", protocol, "--device", args.device, entry, "--eval-splits", "valid,test",
+            "--stop-epoch", e, "--eval-every", e, "--save-scores", *extra, *c.trainer_flags(),
             *[a for arg in args.train_arg for a in arg.split("=", 1)]]
 
 
-def prepare(args, dataset, protocol: str, device: str) -> tuple[dict, GraphStats, str, list[Candidate], dict]:
-    """Statistics, selection protocol, candidates and their shard sets (cached)."""
+def reusable_weights(searcher: Search, chosen: dict) -> Path | None:
+    """The winner's best.pt when it holds the weights at the chosen epoch: the final seed 0, trained with the
+    same flags to that epoch, would reach exactly these (trainer.eval_only), so it evaluates them instead."""
+    run_dir = searcher.dirs[chosen["cid"]]
+    summary = _summary(run_dir) or {}
+    ok = summary.get("best_epoch") == chosen["epochs"] - 1 and (run_dir / "best.pt").is_file()
+    return run_dir / "best.pt" if ok else None
+
+
+def final_done(run_dir: Path, chosen: dict, protocol: str, select: str) -> bool | None:
+    """True: the seed finished at the chosen epoch with its scores; False: finished without them; None: not
+    finished (a new folder, or a run to resume)."""
+    if not (_summary(run_dir) or {}).get("epochs_completed", 0) >= chosen["epochs"]:
+        return None
+    return all(scores_path(run_dir, s, p).is_file() for s, p in (("valid", select), ("test", protocol)))
+
+
+def prepare(args, dataset, protocol: str, device: str) -> tuple[dict, GraphStats, str, list[Candidate], object, dict]:
+    """Statistics, selection protocol, candidates, the dataset the shard sets are built from (with valid/hard
+    attached when selection uses it) and the shard sets (cached)."""
     if args.features and dataset.x is None:
         from pipelines.run import load_run_dataset
         dataset = load_run_dataset(args, features=True)
@@ -298,20 +330,22 @@ def prepare(args, dataset, protocol: str, device: str) -> tuple[dict, GraphStats
     if args.epochs:
         cands = [Candidate(**{**c.__dict__, "max_epochs": max(1, math.ceil(args.epochs))}) for c in cands]
     shards = {s: shard_set(args, dataset, s, protocols, device) for s in dict.fromkeys(c.sampling for c in cands)}
-    return info, stats, select, cands, shards
+    return info, stats, select, cands, dataset, shards
 
 
-def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Path]) -> tuple[dict, dict]:
-    """The whole `--preset auto` recipe for one protocol: ({seed: summary}, chosen config).
+def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Path]) -> tuple[dict, dict, dict]:
+    """The whole `--preset auto` recipe for one protocol: ({seed: summary}, chosen config, {seed: prior}).
     Writes OUT/search.json (after every rung and at the end) and OUT/chosen.json."""
     t0 = time.time()
     budget = 60.0 * (args.budget_minutes or DEFAULT_BUDGET_MINUTES)
     device = device_kind(args)
     slots = trainer_slots(args, device)
-    info, stats, select, cands, shards = prepare(args, dataset, protocol, device)
+    info, stats, select, cands, dataset, shards = prepare(args, dataset, protocol, device)
     log.info("%d candidates over %d shard set(s); budget %.0f min (%.1f min used so far)", len(cands), len(shards),
              budget / 60, (time.time() - t0) / 60)
-    searcher = Search(args, cands, shards, select, out / "search", slots, t0 + budget, len(runs))
+    # the budget reserves time for the seeds that train: seed 0 reuses the winner's weights (reusable_weights)
+    searcher = Search(args, cands, shards, select, out / "search", slots, t0 + budget,
+                      sum(s != SEARCH_SEED for s in runs))
     searcher.train_links = 2 * view_positives(len(dataset.splits["train"].pos), device)
     max_epochs = max(c.max_epochs for c in cands)
     plan = searcher.plan_first_rung(min(FIRST_RUNG[device], max_epochs), searcher.probe())
@@ -326,9 +360,23 @@ def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Pa
     write_json_atomic(out / "chosen.json", chosen)
     log.info("chosen: %s, %d epochs (valid/%s %.4f at rung %d); training the final seeds", chosen["cid"],
              chosen["epochs"], select, chosen["score"], chosen["rung"])
-    run_trainers({f"seed {s}": (final_flags(args, chosen, protocol, s, d), d) for s, d in runs.items()
-                  if not ((_summary(d) or {}).get("epochs_completed", 0) >= chosen["epochs"])}, slots)
+    weights = reusable_weights(searcher, chosen)
+    jobs = {}
+    for s, d in runs.items():
+        if final_done(d, chosen, protocol, select):
+            continue
+        reuse = weights if s == SEARCH_SEED else None  # the winner's own seed-0 run already holds these weights
+        flags = final_flags(args, chosen, protocol, select, s, d, reuse)
+        if reuse:
+            log.info("seed %d: evaluating the winner's seed-%d weights at epoch %d (%s) instead of training them "
+                     "again", s, SEARCH_SEED, chosen["epochs"], weights)
+        jobs[f"seed {s}"] = (flags, d)
+    run_trainers(jobs, slots)
+    record["reused_weights"] = str(weights) if weights and SEARCH_SEED in runs else None
     summaries = {s: _summary(d) for s, d in runs.items()}
+    stage = PriorStage(dataset, read_manifest(chosen["shards"]), select, protocol)
+    priors = {s: stage.run(d) for s, d in runs.items()}
+    record["prior"] = {str(s): p for s, p in priors.items()}
     record["total_seconds"] = round(time.time() - t0, 1)
     write_json_atomic(out / "search.json", record)
-    return summaries, chosen
+    return summaries, chosen, priors

@@ -319,10 +319,10 @@ def heuristic_rows(dataset_obj, protocol: str) -> list[dict]:
 
 def run_protocol(args, dataset_obj, preset_name: str, protocol: str, out: Path) -> list[dict]:
     runs = {seed: out / protocol / f"seed{seed}" for seed in args.seed_list}
-    chosen = None
+    chosen, priors = None, {}
     if preset_name == AUTO:
         from pipelines.auto_search import search_and_train
-        summaries, chosen = search_and_train(args, dataset_obj, protocol, out / protocol, runs)
+        summaries, chosen, priors = search_and_train(args, dataset_obj, protocol, out / protocol, runs)
     else:
         preset_name = preset_for_protocol(preset_name, protocol)  # e.g. the paper's HeaRT config
         shards = preprocess_shards(args, get_preset(preset_name), [protocol])
@@ -333,12 +333,31 @@ def run_protocol(args, dataset_obj, preset_name: str, protocol: str, out: Path) 
         record = result_record(dataset_obj.name, protocol, preset_name, seed, summary, args.features)
         if chosen:
             record["auto"] = {k: chosen[k] for k in ("cid", "config", "epochs")}  # the searched config, with the run
+            record["auto"]["prior"] = {k: v for k, v in priors[seed].items() if k not in ("grid", "test")}
         finished.write_if_changed(run_dir / "result.json", record, write_json_atomic)
         results.append(record)
         log.info("seed %d: test %s = %.2f (best epoch %s)", seed, summary.get("selection_metric", "mrr"),
                  100 * record["test"].get(summary.get("selection_metric", "mrr"), float("nan")), record["best_epoch"])
-    plot_runs([out / protocol / f"seed{r['seed']}" for r in results], out / protocol)
+    results += prior_records(results, priors, runs)
+    plot_runs([out / protocol / f"seed{r['seed']}" for r in results if "prior" not in r], out / protocol)
     return results
+
+
+def prior_records(results: list[dict], priors: dict[int, dict], runs: dict[int, Path]) -> list[dict]:
+    """The `--preset auto` blend rows (pipelines.auto_prior), one per seed, in seed<k>/prior/result.json so
+    `python -m pipelines.report` over the folder shows them too; none for the paper presets."""
+    if not priors:
+        return []
+    from pipelines.auto_prior import prior_model_name
+    name = prior_model_name(results[0]["model"], list(priors.values()))
+    out = []
+    for record in results:
+        prior = priors[record["seed"]]
+        blend = {**record, "model": name, "test": prior["test"], "prior": record["auto"]["prior"],
+                 "valid": {prior["metric"]: prior["valid"]}}
+        finished.write_if_changed(runs[record["seed"]] / "prior" / "result.json", blend, write_json_atomic)
+        out.append(blend)
+    return out
 
 
 def results_dir(root: str, dataset: str, preset: str) -> Path:
@@ -376,8 +395,8 @@ def _main(argv: list[str] | None = None) -> int:
     publish_results(out, {"runs": results, "table": table_json(rows)}, table)
     for r in rows:
         if r["model"].startswith("PENCIL"):
-            log.info("%s/%s PENCIL test MRR %s, AUC %s over %d seed(s); results in %s", r["dataset"],
-                     r["protocol"], fmt(*r["mrr"]), fmt(*r["auc"]) if "auc" in r else "–", len(r["seeds"]), out)
+            log.info("%s/%s %s: test MRR %s, AUC %s over %d seed(s); results in %s", r["dataset"], r["protocol"],
+                     r["model"], fmt(*r["mrr"]), fmt(*r["auc"]) if "auc" in r else "–", len(r["seeds"]), out)
     return 0
 
 

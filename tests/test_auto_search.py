@@ -329,12 +329,26 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
     summary = json.loads((out / "seed0" / "summary.json").read_text())
     assert summary["test"]["mrr"] > 0 and summary["epochs_completed"] == chosen["epochs"]
     assert summary["config"]["model"]["hidden"] == chosen["config"]["hidden"]
+    # seed 0 is the search seed: it evaluated the winner's best.pt (the same weights) instead of training
+    assert summary["weights_from"] == str((winner_dir / "best.pt").resolve()) == str(Path(search["reused_weights"]).resolve())
+    assert not (out / "seed0" / "last.pt").exists()
     result = json.loads((out / "seed0" / "result.json").read_text())
     assert result["preset"] == "auto" and result["auto"]["cid"] == chosen["cid"]
-    # valid and test were each evaluated once, at the chosen epoch
+    # valid and test were each evaluated once, at the chosen epoch, and valid/hard for the prior
     evals = [json.loads(x) for x in (out / "seed0" / "metrics.jsonl").read_text().splitlines()]
-    assert [(e["split"], e["epoch"]) for e in evals if e["event"] == "eval"] == [
-        ("valid", chosen["epochs"] - 1), ("test", chosen["epochs"] - 1)]
+    e = chosen["epochs"] - 1
+    assert [(r["split"], r["protocol"], r["epoch"]) for r in evals if r["event"] == "eval"] == [
+        ("valid", "original", e), ("test", "original", e), ("valid", "hard", e)]
+    # the heuristic prior: chosen on valid/hard, both rows reported, the blend's row beside the model's
+    prior = search["prior"]["0"]
+    assert prior["protocol"] == "valid/hard" and prior["epoch"] == e and len(prior["grid"]) == 28
+    assert result["auto"]["prior"]["heuristic"] == prior["heuristic"] and result["auto"]["prior"]["valid"] == prior["valid"]
+    blend = json.loads((out / "seed0" / "prior" / "result.json").read_text())
+    assert blend["test"] == prior["test"] and blend["model"].startswith("PENCIL w/o features + ")
+    models = [r["model"] for r in json.loads((out.parent / "results.json").read_text())["table"]]
+    assert models == ["PENCIL w/o features", blend["model"], "CN", "AA", "RA"]
+    if prior["weight"] == 0:
+        assert prior["test"] == summary["test"]
 
     # a rerun reuses the finished candidates and the final seed: no trainer starts
     mtimes = {p: p.stat().st_mtime_ns for p in out.rglob("summary.json")}

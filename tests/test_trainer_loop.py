@@ -473,3 +473,45 @@ def test_cuda_evaluation_is_fp32_and_matches_the_cpu(shards, tmp_path):
     else:  # a near-tie may swap one pair's order: one rank in ~60 candidates
         for k, v in metrics["cpu"].items():
             assert abs(metrics["cuda"][k] - v) <= 0.05, (k, metrics)
+
+
+def test_save_scores_writes_the_summary_evaluation_exactly(shards, tmp_path):
+    """--save-scores: one file per evaluated (split, protocol), of the evaluation the summary reports (the best
+    validation epoch), whose logits give back the summary's metrics bit for bit; --overwrite clears them."""
+    from common.eval_scores import read_scores, scores_path
+
+    out = tmp_path / "r"
+    summary = run(tiny(shards, out, epochs=4, optim={"lr": 3e-3}, save_scores=True))
+    manifest = read_manifest(shards)
+    assert sorted(p.name for p in (out / "scores").iterdir()) == ["test-original.npz", "valid-original.npz"]
+    for split in ("valid", "test"):
+        cid, score, epoch = read_scores(scores_path(out, split, "original"))
+        assert score.dtype == np.float32 and cid.dtype == np.int64 and sorted(cid.tolist()) == list(range(60))
+        assert epoch == summary["best_epoch"]
+        assert scores_to_metrics(manifest, split, "original", cid, score) == summary[split]
+    run(tiny(shards, out, epochs=1, max_steps=1, eval_splits=("valid",), overwrite=True))
+    assert not (out / "scores").exists()
+    with pytest.raises(ConfigError, match="--score-protocols"):
+        config_from_args(["--shards", "s", "--preset", "tiny", "--out", "o", "--score-protocols", "hard"])
+
+
+def test_eval_weights_equals_retraining_to_the_best_epoch(shards, tmp_path):
+    """--eval-weights: the best.pt of a valid-only run (an auto-search candidate) evaluated once gives exactly
+    what a fresh run stopped at that epoch reports (same summary metrics, same saved scores), and no last.pt."""
+    from common.eval_scores import read_scores, scores_path
+
+    kw = dict(epochs=4, optim={"lr": 3e-3}, model={"dropout": 0.1})
+    cand = run(tiny(shards, tmp_path / "cand", stop_epoch=3, eval_splits=("valid",), **kw))
+    e = cand["best_epoch"] + 1
+    assert e >= 2  # the candidate evaluated between its epochs; the retrained run does not
+    final = dict(stop_epoch=e, eval_every=e, save_scores=True, **kw)
+    again = run(tiny(shards, tmp_path / "again", **final))
+    reused = run(tiny(shards, tmp_path / "reused", eval_weights=str(tmp_path / "cand" / "best.pt"), **final))
+    assert again["best_epoch"] == reused["best_epoch"] == e - 1 and reused["epochs_completed"] == e
+    assert again["valid"] == reused["valid"] == cand["valid"] and again["test"] == reused["test"]
+    for split in ("valid", "test"):
+        a, b = read_scores(scores_path(tmp_path / "again", split, "original")), read_scores(
+            scores_path(tmp_path / "reused", split, "original"))
+        order_a, order_b = np.argsort(a[0]), np.argsort(b[0])
+        assert np.array_equal(a[1][order_a], b[1][order_b]) and a[2] == b[2] == e - 1
+    assert not (tmp_path / "reused" / "last.pt").exists()

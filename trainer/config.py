@@ -24,7 +24,8 @@ W0_INIT_FLAGS = {"orthogonal": "orthogonal", "gaussian": "gaussian", "low-rank":
 # when the run stops, logs and saves, not the trajectory of parameters or data.
 RESUME_OVERRIDABLE = ("epochs", "stop_epoch", "max_steps", "eval_every", "checkpoint_every", "checkpoint_seconds", "log_every",
                       "progress", "resume", "out", "device", "test_every_eval", "deterministic", "threads",
-                      "verify", "compile", "overwrite")
+                      "verify", "compile", "overwrite", "save_scores", "score_protocols",
+                      "eval_weights")
 # Default micro-batch size: on CUDA about this many tokens (trainer.config.resolve); on CPU at most this many links.
 GPU_MICRO_TOKENS = 65_536
 CPU_MICRO_LINKS = 256
@@ -154,6 +155,11 @@ class TrainConfig:
     progress: bool = True
     resume: bool = False
     overwrite: bool = False  # clear the run folder's files first (trainer.run_folder)
+    # rank 0 writes every eval set's per-candidate logits of the summary's evaluation (common.eval_scores),
+    # and also scores these extra validation protocols then (the auto recipe's heuristic prior: valid/hard)
+    save_scores: bool = False
+    score_protocols: tuple[str, ...] = ()
+    eval_weights: str | None = None  # evaluate these saved weights (a best.pt) once instead of training (eval_only)
 
     def __post_init__(self):
         _check(self.preset in PRESETS, "--preset", f"unknown preset '{self.preset}'; choose one of: {', '.join(sorted(PRESETS))}")
@@ -164,6 +170,9 @@ class TrainConfig:
         for s in self.eval_splits:
             _check(s in SPLITS, "--eval-splits", f"unknown split '{s}'; use a subset of {','.join(SPLITS)}")
         _check(self.protocol in PROTOCOLS, "--protocol", f"unknown protocol '{self.protocol}'")
+        self.score_protocols = tuple(self.score_protocols)
+        _check(set(self.score_protocols) <= set(PROTOCOLS) and (self.save_scores or not self.score_protocols),
+               "--score-protocols", f"needs --save-scores and a subset of {','.join(PROTOCOLS)}, got {self.score_protocols}")
         _check(self.device in ("auto", "cpu", "cuda"), "--device", f"must be auto, cpu or cuda, got '{self.device}'")
         _check(self.stop_epoch is None or self.stop_epoch >= 1, "--stop-epoch", f"must be >= 1, got {self.stop_epoch}")
         _check(self.max_steps is None or self.max_steps >= 1, "--max-steps", f"must be >= 1, got {self.max_steps}")
@@ -176,7 +185,7 @@ class TrainConfig:
     # ------------------------------------------------------------------ JSON round trip
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["eval_splits"] = list(self.eval_splits)
+        d["eval_splits"], d["score_protocols"] = list(self.eval_splits), list(self.score_protocols)
         return d
 
     @classmethod
@@ -290,6 +299,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="memory budget per loader worker: 3 x the shuffle pool + batches in flight (default 1024)")
     d.add_argument("--num-workers", type=int, default=2, help="DataLoader workers per rank (0 = in process)")
     d.add_argument("--eval-splits", default="valid,test", help="comma-separated subset of valid,test")
+    d.add_argument("--save-scores", action="store_true", help="write each eval set's per-candidate logits at the "
+                   "summary's evaluation to OUT/scores/<split>-<protocol>.npz")
+    d.add_argument("--score-protocols", default="", help="with --save-scores: extra validation protocols scored then")
+    d.add_argument("--eval-weights", metavar="BEST_PT", help="no training: evaluate these weights once, at their epoch")
     d.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
     d.add_argument("--stop-epoch", type=int, metavar="E",
                    help="stop after E epochs; the lr schedule still spans --epochs (resume later with a larger E)")
@@ -348,7 +361,8 @@ def config_from_args(argv: Sequence[str] | None = None) -> TrainConfig:
         seed=args.seed, device=args.device, max_steps=args.max_steps, stop_epoch=args.stop_epoch, checkpoint_every=args.checkpoint_every,
         checkpoint_seconds=args.checkpoint_seconds, test_every_eval=args.test_every_eval, verify=args.verify,
         deterministic=args.deterministic, compile=args.compile, threads=args.threads, log_every=args.log_every,
-        progress=not args.no_progress)
+        progress=not args.no_progress, save_scores=args.save_scores,
+        score_protocols=tuple(s for s in args.score_protocols.split(",") if s), eval_weights=args.eval_weights)
 
 
 def config_for(preset: str, shards: str, out: str, **overrides) -> TrainConfig:

@@ -84,9 +84,12 @@ def score_eval_set(model: torch.nn.Module, loader, device: torch.device) -> tupl
 
 
 def evaluate_split(model: torch.nn.Module, manifest: dict, split: str, protocol: str, data_cfg,
-                   info: distributed.DistInfo) -> dict:
-    """Metrics of one (split, protocol) eval set; every rank must call it (it all-gathers)."""
+                   info: distributed.DistInfo, keep: dict | None = None) -> dict:
+    """Metrics of one (split, protocol) eval set; every rank must call it (it all-gathers). With `keep`,
+    the gathered (cid, score) arrays also go to keep[(split, protocol)] (trainer --save-scores)."""
     loader = eval_loader(manifest, split, protocol, info.rank, info.world_size, data_cfg,
                          pin=info.device.type == "cuda")
     cid, score, label = (distributed.all_gather_cat(t, info) for t in score_eval_set(model, loader, info.device))
+    if keep is not None:
+        keep[(split, protocol)] = (cid.numpy(), score.numpy())
     return scores_to_metrics(manifest, split, protocol, cid.numpy(), score.numpy(), label.numpy())

@@ -16,6 +16,14 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
+def progress_bar(epoch: int, total: int, done: int, enabled: bool):
+    """The epoch's tqdm bar (steps), shown on rank 0 with --progress only."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=done, desc=f"epoch {epoch}", unit="step", dynamic_ncols=True,
+                disable=not enabled, leave=False)
+
+
 def _tensorboard(run_dir: Path, purge_step: int | None = None):
     try:
         import tensorboard  # noqa: F401  (SummaryWriter imports but fails late without it)

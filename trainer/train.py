@@ -30,13 +30,15 @@ from pathlib import Path
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from common.eval_scores import scores_path, write_scores
 from common.metrics import improves
 from common.presets import get_preset
 from common.cli import raise_if_interrupted
 from trainer import checkpoint, data, distributed, run_folder
 from trainer.config import ConfigError, TrainConfig, merge_for_resume, resolve
+from trainer.eval_only import evaluate_weights
 from trainer.evaluate import evaluate_split, selection_metric
-from trainer.metrics_log import MetricsLog, Window
+from trainer.metrics_log import MetricsLog, Window, progress_bar
 from trainer.setup import autocast_for, check_run, cpu_threads, seed_everything, setup_logging
 
 log = logging.getLogger("trainer")
@@ -193,7 +195,7 @@ class Trainer:
         loader, plan = data.train_loader(self.manifest, st.epoch, self.info.rank, self.info.world_size, cfg.data,
                                          start=st.batch, fraction=fraction, pin=self.info.device.type == "cuda")
         steps = math.ceil(plan.batches / self.accum)
-        bar = self._progress(st.epoch, steps, st.batch // self.accum)
+        bar = progress_bar(st.epoch, steps, st.batch // self.accum, self.info.is_main and cfg.progress)
         it = iter(loader)
         window = Window()
         while st.batch < plan.batches and self._steps_left():
@@ -261,17 +263,20 @@ class Trainer:
     # ------------------------------------------------------------------ eval, checkpoints, reporting
     def run_eval(self, final: bool = False) -> None:
         """Validation, then test only if validation improved (the only test number reported is the one at
-        the best validation epoch), or always with --test-every-eval / when there is no validation."""
+        the best validation epoch), or always with --test-every-eval / when there is no validation.
+        --save-scores: the logits of the evaluation the summary reports (it improved) go to OUT/scores/."""
         cfg, st = self.config, self.state
         epoch = st.epoch - 1 if st.batch == 0 and st.epoch > 0 else st.epoch  # the epoch just trained
-        results = {}
+        results, keep = {}, ({} if cfg.save_scores else None)
         if "valid" in cfg.eval_splits:
-            results["valid"] = self._eval_split("valid", epoch, final)
+            results["valid"] = self._eval_split("valid", epoch, final, keep)
         improved = bool(self.metric and self.metric in results.get("valid", {})
                         and improves(self.metric, results["valid"][self.metric], st.best_metric))
         if "test" in cfg.eval_splits and (improved or cfg.test_every_eval or not self.metric):
-            results["test"] = self._eval_split("test", epoch, final)
+            results["test"] = self._eval_split("test", epoch, final, keep)
         st.last_eval, st.last_eval_step = results, st.step
+        if keep is not None and (improved or not self.metric):
+            self._save_scores(keep, epoch, final)
         if improved:
             st.best_metric, st.best_epoch, st.best_step, st.best = results["valid"][self.metric], epoch, st.step, results
             if self.info.is_main:
@@ -280,14 +285,23 @@ class Trainer:
                                        self.out / checkpoint.BEST)
             log.info("new best valid %s %.4f at epoch %d", self.metric, st.best_metric, st.best_epoch)
 
-    def _eval_split(self, split: str, epoch: int, final: bool) -> dict:
-        cfg, st = self.config, self.state
+    def _save_scores(self, keep: dict, epoch: int, final: bool) -> None:
+        """Score the extra validation protocols too (every rank: it gathers), then rank 0 writes each file."""
+        for protocol in self.config.score_protocols:
+            if ("valid", protocol) not in keep:
+                self._eval_split("valid", epoch, final, keep, protocol)
+        for (split, protocol), (cid, score) in keep.items() if self.info.is_main else ():
+            write_scores(scores_path(self.out, split, protocol), cid, score, epoch)
+
+    def _eval_split(self, split: str, epoch: int, final: bool, keep: dict | None = None,
+                    protocol: str | None = None) -> dict:
+        cfg, st, protocol = self.config, self.state, protocol or self.config.protocol
         t = time.time()
-        result = evaluate_split(self.core, self.manifest, split, cfg.protocol, cfg.data, self.info)
+        result = evaluate_split(self.core, self.manifest, split, protocol, cfg.data, self.info, keep)
         raise_if_interrupted()  # e.g. lost while the eval loader forked its workers (common.cli.latch_sigint)
-        self.metrics.write("eval", step=st.step, epoch=epoch, split=split, protocol=cfg.protocol,
+        self.metrics.write("eval", step=st.step, epoch=epoch, split=split, protocol=protocol,
                            final=final, seconds=round(time.time() - t, 3), **result)
-        log.info("eval epoch %d step %d %s/%s: %s", epoch, st.step, split, cfg.protocol,
+        log.info("eval epoch %d step %d %s/%s: %s", epoch, st.step, split, protocol,
                  " ".join(f"{k} {v:.4f}" for k, v in result.items()))
         return result
 
@@ -307,12 +321,6 @@ class Trainer:
                                               rng, self.info.world_size)
             checkpoint.save_atomic(payload, self.out / checkpoint.LAST)
         self._saved_at = time.time()
-
-    def _progress(self, epoch: int, total: int, done: int):
-        from tqdm.auto import tqdm
-
-        return tqdm(total=total, initial=done, desc=f"epoch {epoch}", unit="step", dynamic_ncols=True,
-                    disable=not (self.info.is_main and self.config.progress), leave=False)
 
     def _log_train(self, window: Window, bar) -> None:
         loss, sps, tps = window.flush()
@@ -365,7 +373,8 @@ def _run(config: TrainConfig) -> dict:
         torch.set_float32_matmul_precision("high")  # TF32 matmuls in training (evaluation switches to fp32)
         torch.backends.cudnn.allow_tf32 = True
     try:
-        return Trainer(config, info).fit()
+        trainer = Trainer(config, info)
+        return evaluate_weights(trainer, config.eval_weights) if config.eval_weights else trainer.fit()
     finally:
         if created:
             distributed.cleanup()
