@@ -163,49 +163,17 @@ def test_bad_flags_are_one_line_errors(run_dir, tmp_path):
 
 
 @needs_ray
-def test_ray_job_submit_against_local_cluster(run_dir, tmp_path):
-    """`ray job submit -- python -m pipelines.recommend ...` runs unchanged on a `ray start --head` cluster (tasks
-    retrieve and sample, an actor scores) and writes what the single-process path writes."""
-    import shutil
-    import tempfile
-    import time
-    from tests.test_preprocess_job import _free_ports, _stop_group
-
+def test_ray_job_submit_against_local_cluster(run_dir, ray_head, tmp_path):
+    """`ray job submit -- python -m pipelines.recommend ...` runs unchanged on a `ray start --head` cluster (the
+    ray_head fixture; tasks retrieve and sample, an actor scores) and writes what the single-process path writes."""
     nodes = str(nodes_file(tmp_path / "n.txt", QUERIES[:12]))
     flags = ["--nodes", nodes, "--k", "4", "--pool", "10", "--retriever", "ra", "--block-nodes", "4"]
     local = recommend(run_dir, tmp_path / "local.parquet", *flags)
     assert local.returncode == 0, local.stderr[-3000:]
-    ray_bin = Path(sys.executable).with_name("ray")
-    ray_cmd = str(ray_bin) if ray_bin.exists() else "ray"
-    gcs, dash, client, agent = _free_ports(4)
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RAY_AUTH_MODE"] = "disabled"
-    env["PYTHONPATH"] = str(ROOT)
-    head_log = open(tmp_path / "head.log", "w")
-    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
-    head = subprocess.Popen(
-        [ray_cmd, "start", "--head", "--block", f"--port={gcs}", f"--dashboard-port={dash}", "--num-cpus=2",
-         f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent}",
-         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--temp-dir={ray_tmp}", "--disable-usage-stats"],
-        env=env, stdout=head_log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        address = f"http://127.0.0.1:{dash}"
-        deadline = time.time() + 120
-        while subprocess.run([ray_cmd, "job", "list", "--address", address], env=env,
-                             capture_output=True).returncode != 0:
-            if time.time() > deadline or head.poll() is not None:
-                pytest.fail(f"ray head did not come up: {(tmp_path / 'head.log').read_text()[-3000:]}")
-            time.sleep(2)
-        cmd = [ray_cmd, "job", "submit", "--address", address, "--working-dir", ".", "--",
-               "python", "-m", "pipelines.recommend", "--checkpoint", str(run_dir), "--out",
-               str(tmp_path / "ray.parquet"), "--no-progress", *flags]
-        job = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-        assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
-        assert "attaching to the cluster" in job.stdout + job.stderr and "scoring actor" in job.stdout + job.stderr
-    finally:
-        _stop_group(head)
-        head_log.close()
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+    job = ray_head.submit("python", "-m", "pipelines.recommend", "--checkpoint", str(run_dir), "--out",
+                          str(tmp_path / "ray.parquet"), "--no-progress", *flags)
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    assert "attaching to the cluster" in job.stdout + job.stderr and "scoring actor" in job.stdout + job.stderr
     a, b = (pq.read_table(tmp_path / f).to_pandas() for f in ("local.parquet", "ray.parquet"))
     assert a[["node", "candidate", "rank"]].equals(b[["node", "candidate", "rank"]])
     np.testing.assert_allclose(a.score.to_numpy(), b.score.to_numpy(), atol=1e-6)
