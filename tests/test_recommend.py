@@ -152,6 +152,45 @@ def test_full_ranking_evaluation(run_dir, tmp_path):
         assert 0 < res[ranker]["hits@20"] <= res["recall@30"] and 0 < res[ranker]["mrr"] < 1
 
 
+def test_an_auto_seed_folder_with_only_last_pt(run_dir, tmp_path):
+    """A `--preset auto` seed folder (results/<dataset>/auto/original/seedS: the trainer with preset auto and
+    the winner's flags, stopped by --stop-epoch) may hold last.pt and no best.pt (stopped before a validation:
+    here no valid evaluation at all, --eval-splits test): --checkpoint and --evaluate take the folder; its
+    protocol folder is refused with the seed folders it holds."""
+    shards = json.loads((run_dir / "config.json").read_text())["data"]["shards"]
+    protocol_dir = tmp_path / "results" / "citeseer" / "auto" / "original"
+    seed = protocol_dir / "seed0"
+    train = subprocess.run([sys.executable, "-m", "trainer", "--shards", shards, "--preset", "auto", "--out", str(seed),
+                            "--seed", "0", "--protocol", "original", "--device", "cpu", "--eval-splits", "test",
+                            "--max-steps", "8", "--hidden", "32", "--layers", "1", "--heads", "2", "--ffn", "64",
+                            "--effective-batch", "32", "--threads", "1", "--num-workers", "0", "--no-progress"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert train.returncode == 0, train.stderr[-3000:]
+    assert (seed / "last.pt").exists() and not (seed / "best.pt").exists()
+    assert json.loads((seed / "config.json").read_text())["preset"] == "auto"
+    nodes = str(nodes_file(tmp_path / "n.txt", QUERIES[:10]))
+    flags = ["--nodes", nodes, "--k", "5", "--pool", "20", "--retriever", "ppr"]
+    by_folder = recommend(seed, tmp_path / "a.parquet", *flags)
+    assert by_folder.returncode == 0, by_folder.stderr[-3000:]
+    assert recommend(seed / "last.pt", tmp_path / "b.parquet", *flags).returncode == 0
+    a, b = (pq.read_table(tmp_path / f).to_pandas() for f in ("a.parquet", "b.parquet"))
+    assert len(a) > 0 and a.equals(b)
+    ev = subprocess.run([sys.executable, "-m", "pipelines.recommend", "--evaluate", str(seed), "--pool", "20",
+                         "--retriever", "ra", "--splits", "valid", "--out", str(tmp_path / "m.json")],
+                        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    res = json.loads((tmp_path / "m.json").read_text())["splits"]["valid"]
+    from common.datasets import load_dataset
+    assert res["positives"] == len(load_dataset("citeseer").splits["valid"].pos) > 0
+    assert 0 < res["pencil_rerank"]["mrr"] < 1
+    for flag, extra in (("--checkpoint", ["--all-nodes"]), ("--evaluate", [])):
+        cmd = [sys.executable, "-m", "pipelines.recommend", flag, str(protocol_dir), *extra, "--out", str(tmp_path / "x")]
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2 and f"{flag} {protocol_dir}: no best.pt or last.pt in this run folder; it holds " \
+            f"the runs seed0: pass one, e.g. {seed}" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
 def test_bad_flags_are_one_line_errors(run_dir, tmp_path):
     proc = recommend(run_dir, tmp_path / "r.parquet", "--all-nodes", "--k", "30", "--pool", "10")
     assert proc.returncode == 2 and "--pool 10 is smaller than --k 30" in proc.stderr
