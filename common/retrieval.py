@@ -1,8 +1,8 @@
 """Candidate retrieval: the top-M non-neighbours of each query node by a cheap graph score.
 
 `retrieve(graph, queries, method, pool)` works on a block of query nodes at once (sparse products
-for RA/AA, a dense (b, N) power iteration for PPR), so a recommendation job holds one block's
-temporaries at a time. It never proposes the query itself, an existing neighbour, or (with `side`)
+for RA/AA, a sparse (b, N) push for PPR), so a recommendation job holds one block's temporaries at a
+time. It never proposes the query itself, an existing neighbour, or (with `side`)
 a node of the query's own kind.
 
 - ra / aa: resource allocation (sum of 1/deg w) / Adamic-Adar (sum of 1/log deg w) over the common
@@ -10,9 +10,14 @@ a node of the query's own kind.
   2-hop nodes are of u's own kind, so paths of 3 hops u-i-u'-v are used, with the weight 1/deg (or
   1/log deg) of both middle nodes: row u of A W A W A (the mass-diffusion recommender).
 - ppr: personalized PageRank from u, p = alpha e_u + (1 - alpha) A D^-1 p (alpha = teleport
-  probability), by power iteration for a fixed number of steps T = ceil(log(tol) / log(1 - alpha)),
-  so every remaining term is below tol and a node's pool never depends on its block. It reaches past
-  2 hops: on citeseer most test positives share no neighbour with their source.
+  probability), approximated by a local forward push (Andersen, Chung & Lang 2006) run on a whole block
+  of queries at once: a sparse (b, N) residual r starts at e_u; each round, every entry with r(v) >
+  eps * deg(v) is pushed at once (p(v) += alpha r(v), each neighbour of v gets (1 - alpha) r(v) / deg(v),
+  r(v) = 0) by one sparse product with D^-1 A, until no entry exceeds its threshold. Then
+  0 <= exact(v) - p(v) <= eps * deg(v) for every v, and the work per query is below 1 / (alpha eps)
+  neighbour updates whatever the graph's size (power iteration touched every edge each step). Rows
+  never interact, so a node's pool never depends on its block. It reaches past 2 hops: on citeseer
+  most test positives share no neighbour with their source.
 - mix: reciprocal-rank fusion of the RA and PPR pools (each of size M):
   score(v) = 1 / (RRF_K + rank_ra(v)) + 1 / (RRF_K + rank_ppr(v)), a missing rank adding 0 (RRF_K = 60,
   Cormack et al. 2009); the top M of the union. RA's 2-hop candidates and PPR's farther ones then
@@ -37,8 +42,8 @@ from common.heuristics import adjacency
 RETRIEVERS = ("ra", "aa", "ppr", "mix")
 RRF_K = 60
 PPR_ALPHA = 0.15
-PPR_TOL = 1e-6
-BLOCK_BYTES = 256 << 20  # the dense (b, N) PPR block is capped at this many bytes
+PPR_EPS = 1e-6  # push threshold per unit degree: see BENCHMARKS.md (Recommendations) for the choice
+BLOCK_BYTES = 256 << 20  # a PPR block's sparse arrays are capped at this many bytes
 
 
 class RetrievalError(ValueError):
@@ -135,28 +140,42 @@ def _overlap_pool(graph, queries, method, pool, side, a):
     return top_per_row(row[ok], col[ok], val[ok], len(queries), pool)
 
 
-def ppr_steps(alpha: float, tol: float) -> int:
-    return max(1, math.ceil(math.log(tol) / math.log(1.0 - alpha)))
+def _rows_where(m: sp.csr_matrix, keep: np.ndarray, scale: np.ndarray | None = None) -> sp.csr_matrix:
+    """The entries of CSR `m` where `keep` (a mask over m.data) holds, times scale (over m.indices), same order."""
+    at = np.flatnonzero(keep)
+    data = m.data[at] if scale is None else m.data[at] * scale[m.indices[at]]
+    return sp.csr_matrix((data, m.indices[at], np.searchsorted(at, m.indptr)), shape=m.shape)
 
 
-def ppr_scores(graph: Graph, queries: np.ndarray, alpha: float = PPR_ALPHA, tol: float = PPR_TOL,
-               a: sp.csr_matrix | None = None) -> np.ndarray:
-    """(Q, N) dense personalized PageRank of each query (rows), a fixed number of power steps.
-    An isolated seed keeps all its mass at itself (nothing else is reachable)."""
-    a = adjacency(graph) if a is None else a
+def transition(graph: Graph) -> sp.csr_matrix:
+    """D^-1 A as CSR: row v gives 1 / deg(v) to each neighbour of v (a row vector times it is one walk step)."""
     deg = graph.degree.astype(np.float64)
     inv = np.zeros_like(deg)
     inv[deg > 0] = 1.0 / deg[deg > 0]
+    n = graph.num_nodes
+    return sp.csr_matrix((np.repeat(inv, graph.degree), graph.indices, graph.indptr), shape=(n, n))
+
+
+def ppr_push(graph: Graph, queries: np.ndarray, alpha: float = PPR_ALPHA, eps: float = PPR_EPS,
+             walk: sp.csr_matrix | None = None) -> sp.csr_matrix:
+    """(Q, N) sparse approximate personalized PageRank of each query (rows) by synchronous forward push:
+    every round pushes all entries with residual > eps * deg at once (module docstring). An isolated seed
+    keeps all its mass at itself (nothing else is reachable). `walk`: transition(graph), built once per job."""
+    walk = transition(graph) if walk is None else walk
     n, q = graph.num_nodes, len(queries)
-    e = np.zeros((n, q))
-    e[queries, np.arange(q)] = 1.0
-    p = e.copy()
-    for _ in range(ppr_steps(alpha, tol)):
-        # p_{t+1} = alpha e + (1 - alpha) A D^-1 p_t; a dangling seed's mass stays where it is
-        spread = a @ (p * inv[:, None])
-        spread[queries, np.arange(q)] += (deg[queries] == 0) * p[queries, np.arange(q)]
-        p = alpha * e + (1.0 - alpha) * spread
-    return p.T
+    deg = graph.degree.astype(np.float64)
+    absorb = np.where(deg > 0, alpha, 1.0)  # share of a pushed residual that stays in p (all of it at a dangling seed)
+    thr = eps * deg  # 0 at a dangling node: pushed as soon as it holds mass
+    r = sp.csr_matrix((np.ones(q), queries, np.arange(q + 1)), shape=(q, n))
+    p = sp.csr_matrix((q, n))
+    while True:
+        hot = r.data > thr[r.indices]
+        if not hot.any():
+            return p
+        spread = _rows_where(r, hot) @ walk
+        spread.sort_indices()  # canonical rows (sorted, unique), as r's: the sums below are linear merges
+        p = p + _rows_where(r, hot, absorb)
+        r = _rows_where(r, ~hot) + (1.0 - alpha) * spread
 
 
 def neighbour_entries(graph: Graph, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -167,19 +186,11 @@ def neighbour_entries(graph: Graph, queries: np.ndarray) -> tuple[np.ndarray, np
     return row, graph.indices[np.repeat(starts, lens) + offset].astype(np.int64)
 
 
-def _ppr_pool(graph, queries, pool, side, a, alpha, tol):
-    s = ppr_scores(graph, queries, alpha, tol, a)
-    r = np.arange(len(queries))
-    s[r, queries] = 0.0  # zero = never proposed: the query, its neighbours, its own side
-    s[neighbour_entries(graph, queries)] = 0.0
-    if side is not None:
-        s[side[None, :] == side[queries][:, None]] = 0.0
-    # Only each row's top `pool` values (and ties at the threshold) go to the exact sort; the small margin
-    # keeps values that round to the threshold's 12 digits.
-    k = min(pool, graph.num_nodes)
-    thr = np.partition(s, graph.num_nodes - k, axis=1)[:, graph.num_nodes - k]
-    row, col = np.nonzero((s > 0) & (s >= thr[:, None] * (1 - 1e-10)))
-    return top_per_row(row, col, s[row, col], len(queries), pool)
+def _ppr_pool(graph, queries, pool, side, walk, alpha, eps):
+    p = ppr_push(graph, queries, alpha, eps, walk).tocoo()
+    row, col, val = p.row.astype(np.int64), p.col.astype(np.int64), p.data
+    ok = (val > 0) & _allowed(graph, queries, row, col, side)
+    return top_per_row(row[ok], col[ok], val[ok], len(queries), pool)
 
 
 def _fuse(pools: list[tuple], num_rows: int, pool: int) -> tuple:
@@ -197,15 +208,17 @@ def _fuse(pools: list[tuple], num_rows: int, pool: int) -> tuple:
     return top_per_row(key // n, key % n, fused, num_rows, pool)
 
 
-def block_rows(num_nodes: int, method: str) -> int:
-    """Query nodes per block: PPR holds (b, N) float64 twice; RA/AA rows are sparse."""
+def block_rows(num_nodes: int, method: str, alpha: float = PPR_ALPHA, eps: float = PPR_EPS) -> int:
+    """Query nodes per block. A PPR row holds at most min(N, 1 / (alpha eps)) entries in each of p, r and
+    the pushed part (module docstring), ~16 bytes each with its column; RA/AA rows are 2-hop sparse."""
     if method in ("ppr", "mix"):
-        return max(1, min(1024, BLOCK_BYTES // (16 * max(1, num_nodes))))
+        width = min(max(1, num_nodes), math.ceil(1.0 / (alpha * eps)))
+        return max(1, min(1024, BLOCK_BYTES // (4 * 16 * width)))
     return 1024
 
 
 def retrieve(graph: Graph, queries, method: str, pool: int, *, side: np.ndarray | None = None,
-             alpha: float = PPR_ALPHA, tol: float = PPR_TOL, block: int | None = None) -> Pool:
+             alpha: float = PPR_ALPHA, eps: float = PPR_EPS, block: int | None = None) -> Pool:
     """Top-`pool` candidates of every query node by `method` (see the module docstring)."""
     if method not in RETRIEVERS:
         raise RetrievalError(f"--retriever: unknown retriever '{method}'; use one of {', '.join(RETRIEVERS)}")
@@ -213,28 +226,31 @@ def retrieve(graph: Graph, queries, method: str, pool: int, *, side: np.ndarray 
         raise RetrievalError(f"--pool: must be >= 1, got {pool}")
     if not 0 < alpha < 1:
         raise RetrievalError(f"PPR alpha must lie in (0, 1), got {alpha}")
+    if not 0 < eps < 1:
+        raise RetrievalError(f"PPR push threshold eps must lie in (0, 1), got {eps}")
     q = check_queries(graph, queries)
     if side is not None:
         side = np.asarray(side, dtype=bool)
         if side.shape != (graph.num_nodes,):
             raise RetrievalError(f"side: expected one flag per node ({graph.num_nodes}), got shape {side.shape}")
-    a = adjacency(graph)
-    step = block or block_rows(graph.num_nodes, method)
+    a = adjacency(graph) if method != "ppr" else None
+    walk = transition(graph) if method in ("ppr", "mix") else None
+    step = block or block_rows(graph.num_nodes, method, alpha, eps)
     parts = []
     for lo in range(0, len(q), step):
         b = q[lo:lo + step]
         if method in ("ra", "aa"):
             parts.append(_overlap_pool(graph, b, method, pool, side, a))
         elif method == "ppr":
-            parts.append(_ppr_pool(graph, b, pool, side, a, alpha, tol))
+            parts.append(_ppr_pool(graph, b, pool, side, walk, alpha, eps))
         else:
             parts.append(_fuse([_overlap_pool(graph, b, "ra", pool, side, a),
-                                _ppr_pool(graph, b, pool, side, a, alpha, tol)], len(b), pool))
+                                _ppr_pool(graph, b, pool, side, walk, alpha, eps)], len(b), pool))
     if not parts:
         return Pool(q, np.zeros((0, pool), np.int64), np.zeros((0, pool)), np.zeros(0, np.int64))
     cand, score, count = (np.concatenate(x) for x in zip(*parts))
     return Pool(q, cand, score, count)
 
 
-__all__ = ["RETRIEVERS", "RRF_K", "Pool", "RetrievalError", "retrieve", "overlap_scores", "ppr_scores", "ppr_steps",
+__all__ = ["RETRIEVERS", "RRF_K", "Pool", "RetrievalError", "retrieve", "overlap_scores", "ppr_push", "transition",
            "top_per_row", "check_queries", "block_rows", "rounded"]

@@ -160,7 +160,7 @@ def evaluate_run(args) -> int:
     from pipelines.recommend import load_run
     from trainer.scoring import default_device
     device = default_device(args.device)
-    model, dataset, fields, _ = load_run(args.evaluate, device)
+    model, dataset, fields, _ = load_run(args.evaluate, device, "--evaluate")
     cfg = RecConfig(k=min(args.k, args.pool), pool=args.pool, retriever=args.retriever, orderings=args.orderings,
                     seed=args.seed, token_budget=args.token_budget, batch_size=args.batch_size,
                     prior_weight=args.prior_weight, **fields)

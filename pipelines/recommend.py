@@ -78,12 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     return one_line_errors(p)
 
 
-def load_run(checkpoint_arg: str, device):
-    """(model, manifest, dataset, RecConfig fields) of a trained run."""
+def load_run(checkpoint_arg: str, device, flag: str = "--checkpoint"):
+    """(model, manifest, dataset, RecConfig fields) of a trained run; `flag` names it in errors."""
     from pipelines.score import ScoreError, load_model, resolve_checkpoint
     from trainer import checkpoint
     try:
-        path = resolve_checkpoint(checkpoint_arg)
+        path = resolve_checkpoint(checkpoint_arg, flag)
     except ScoreError as err:
         raise RecommendError(str(err)) from None
     ckpt = checkpoint.load(path)

@@ -65,15 +65,21 @@ def build_parser() -> argparse.ArgumentParser:
     return one_line_errors(p)
 
 
-def resolve_checkpoint(path: str) -> Path:
+def resolve_checkpoint(path: str, flag: str = "--checkpoint") -> Path:
+    """A run folder's best.pt, else its last.pt (a run stopped early, e.g. a `--preset auto` final seed
+    stopped by --stop-epoch, may have only that), or the .pt file given. A protocol folder
+    (results/<dataset>/<preset>/<protocol>) is refused with the seed folders it holds."""
     p = Path(path)
     if p.is_dir():
         for name in (checkpoint.BEST, checkpoint.LAST):
             if (p / name).exists():
                 return p / name
-        raise ScoreError(f"--checkpoint {p}: no {checkpoint.BEST} or {checkpoint.LAST} in this run folder")
+        seeds = sorted(d.name for d in p.glob("seed*")
+                       if (d / checkpoint.BEST).exists() or (d / checkpoint.LAST).exists())
+        hint = f"; it holds the runs {', '.join(seeds)}: pass one, e.g. {p / seeds[0]}" if seeds else ""
+        raise ScoreError(f"{flag} {p}: no {checkpoint.BEST} or {checkpoint.LAST} in this run folder{hint}")
     if not p.exists():
-        raise ScoreError(f"--checkpoint {p}: no such file")
+        raise ScoreError(f"{flag} {p}: no such file")
     return p
 
 

@@ -1,4 +1,4 @@
-"""What many test modules share: the Ray marker and the shard-set cache.
+"""What many test modules share: the Ray marker, the shard-set cache and a local Ray head (`ray_head`).
 
 The GPU machines' image has no Ray, and its wheel is larger than what can be carried there, so the suite
 separates the tests *of* the Ray job from the tests that only *read* shard sets:
@@ -85,6 +85,17 @@ def cached_set(shard_cache: Path, name: str) -> Path:
         pytest.skip(f"shard set '{name}' is not in the test shard cache ({shard_cache}) and building it needs ray; "
                     "refill the cache with bench/gpu_bundle.sh")
     return folder
+
+
+@pytest.fixture
+def ray_head(tmp_path):
+    """A local `ray start --head` cluster of 2 CPUs for one test's `ray job submit` (tests/ray_head.py),
+    stopped after it; its log is tmp_path/head.log."""
+    if not HAS_RAY:
+        pytest.skip("ray is not installed (CI installs it; the GPU image lacks it)")
+    from tests.ray_head import local_head
+    with local_head(tmp_path / "head.log") as head:
+        yield head
 
 
 def mount_tmpfs(path: Path, size: str) -> bool:

@@ -1,15 +1,8 @@
 """The Ray preprocessing job: end to end on citeseer, cache, resume after a kill, corrupt shards."""
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import shutil
-import socket
-import subprocess
-import sys
-import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,8 +16,6 @@ from preprocess.__main__ import main
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
 from preprocess.job import FAIL_AFTER_ENV, candidate_sets, run_job
 from tests.conftest import HAS_RAY, needs_ray
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
@@ -261,76 +252,20 @@ def test_cli_help_lists_the_flags(capsys):
 
 
 # ---------------------------------------------------------------------------- ray job submit (slow)
-def _free_ports(n: int) -> list[int]:
-    """n distinct free ports: every socket stays bound until all are picked (one at a time, the OS may hand
-    the same port out twice; a Ray head then refuses to start: "port ... used by other components")."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-
-
 @pytest.mark.slow
 @needs_ray
-def test_ray_job_submit_against_local_cluster(tmp_path):
-    """`ray job submit --working-dir . -- python -m preprocess ...` attaches to a `ray start --head` cluster.
-
-    The head runs with --block as our child and is stopped by signalling that process, not with
-    `ray stop` (which would kill every Ray instance on the machine, other users' included)."""
-    ray_bin = Path(sys.executable).with_name("ray")
-    ray_cmd = str(ray_bin) if ray_bin.exists() else "ray"
-    # Every fixed default port gets a free one, so this cluster never collides with another on the machine.
-    gcs, dash, client, agent = _free_ports(4)
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RAY_AUTH_MODE"] = "disabled"  # a throwaway localhost cluster; head and clients must agree
-    head_log = open(tmp_path / "head.log", "w")
-    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's unix socket paths must fit 107 bytes
-    head = subprocess.Popen(
-        [ray_cmd, "start", "--head", "--block", f"--port={gcs}", f"--dashboard-port={dash}", "--num-cpus=2",
-         f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent}",
-         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--temp-dir={ray_tmp}", "--disable-usage-stats"],
-        env=env, stdout=head_log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        address = f"http://127.0.0.1:{dash}"
-        deadline = time.time() + 120
-        while True:  # wait for the job server to answer
-            probe = subprocess.run([ray_cmd, "job", "list", "--address", address], env=env,
-                                   capture_output=True, text=True)
-            if probe.returncode == 0:
-                break
-            if time.time() > deadline or head.poll() is not None:
-                pytest.fail(f"ray head did not come up: {probe.stderr[-1000:]}\n"
-                            f"head log: {(tmp_path / 'head.log').read_text()[-3000:]}")
-            time.sleep(2)
-        out = tmp_path / "shards"
-        cmd = [ray_cmd, "job", "submit", "--address", address, "--working-dir", ".", "--",
-               "python", "-m", "preprocess", "--dataset", "citeseer", "--sampling", "1,5",
-               "--protocol", "original", "--out", str(out)]
-        first = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-        assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
-        assert "attaching to the cluster" in first.stdout + first.stderr
-        (shard_dir,) = list((out / "citeseer").iterdir())
-        m = read_manifest(shard_dir)
-        assert len(shard_entries(m, "train")) >= 2
-        assert f"shards written: {shard_dir}" in first.stdout
-        second = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-        assert second.returncode == 0 and f"shards cached (nothing sampled): {shard_dir}" in second.stdout
-    finally:
-        _stop_group(head)
-        head_log.close()
-        shutil.rmtree(ray_tmp, ignore_errors=True)
-
-
-def _stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM then SIGKILL to the process group of a child we started in its own session."""
-    for sig, wait in ((15, 60), (9, 30)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=wait)
-            break
-        except subprocess.TimeoutExpired:
-            continue
+def test_ray_job_submit_against_local_cluster(ray_head, tmp_path):
+    """`ray job submit --working-dir . -- python -m preprocess ...` attaches to a `ray start --head` cluster
+    (the ray_head fixture, tests/ray_head.py)."""
+    out = tmp_path / "shards"
+    job = ("python", "-m", "preprocess", "--dataset", "citeseer", "--sampling", "1,5", "--protocol", "original",
+           "--out", str(out))
+    first = ray_head.submit(*job)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "attaching to the cluster" in first.stdout + first.stderr
+    (shard_dir,) = list((out / "citeseer").iterdir())
+    m = read_manifest(shard_dir)
+    assert len(shard_entries(m, "train")) >= 2
+    assert f"shards written: {shard_dir}" in first.stdout
+    second = ray_head.submit(*job)
+    assert second.returncode == 0 and f"shards cached (nothing sampled): {shard_dir}" in second.stdout

@@ -152,6 +152,45 @@ def test_full_ranking_evaluation(run_dir, tmp_path):
         assert 0 < res[ranker]["hits@20"] <= res["recall@30"] and 0 < res[ranker]["mrr"] < 1
 
 
+def test_an_auto_seed_folder_with_only_last_pt(run_dir, tmp_path):
+    """A `--preset auto` seed folder (results/<dataset>/auto/original/seedS: the trainer with preset auto and
+    the winner's flags, stopped by --stop-epoch) may hold last.pt and no best.pt (stopped before a validation:
+    here no valid evaluation at all, --eval-splits test): --checkpoint and --evaluate take the folder; its
+    protocol folder is refused with the seed folders it holds."""
+    shards = json.loads((run_dir / "config.json").read_text())["data"]["shards"]
+    protocol_dir = tmp_path / "results" / "citeseer" / "auto" / "original"
+    seed = protocol_dir / "seed0"
+    train = subprocess.run([sys.executable, "-m", "trainer", "--shards", shards, "--preset", "auto", "--out", str(seed),
+                            "--seed", "0", "--protocol", "original", "--device", "cpu", "--eval-splits", "test",
+                            "--max-steps", "8", "--hidden", "32", "--layers", "1", "--heads", "2", "--ffn", "64",
+                            "--effective-batch", "32", "--threads", "1", "--num-workers", "0", "--no-progress"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert train.returncode == 0, train.stderr[-3000:]
+    assert (seed / "last.pt").exists() and not (seed / "best.pt").exists()
+    assert json.loads((seed / "config.json").read_text())["preset"] == "auto"
+    nodes = str(nodes_file(tmp_path / "n.txt", QUERIES[:10]))
+    flags = ["--nodes", nodes, "--k", "5", "--pool", "20", "--retriever", "ppr"]
+    by_folder = recommend(seed, tmp_path / "a.parquet", *flags)
+    assert by_folder.returncode == 0, by_folder.stderr[-3000:]
+    assert recommend(seed / "last.pt", tmp_path / "b.parquet", *flags).returncode == 0
+    a, b = (pq.read_table(tmp_path / f).to_pandas() for f in ("a.parquet", "b.parquet"))
+    assert len(a) > 0 and a.equals(b)
+    ev = subprocess.run([sys.executable, "-m", "pipelines.recommend", "--evaluate", str(seed), "--pool", "20",
+                         "--retriever", "ra", "--splits", "valid", "--out", str(tmp_path / "m.json")],
+                        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert ev.returncode == 0, ev.stderr[-3000:]
+    res = json.loads((tmp_path / "m.json").read_text())["splits"]["valid"]
+    from common.datasets import load_dataset
+    assert res["positives"] == len(load_dataset("citeseer").splits["valid"].pos) > 0
+    assert 0 < res["pencil_rerank"]["mrr"] < 1
+    for flag, extra in (("--checkpoint", ["--all-nodes"]), ("--evaluate", [])):
+        cmd = [sys.executable, "-m", "pipelines.recommend", flag, str(protocol_dir), *extra, "--out", str(tmp_path / "x")]
+        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 2 and f"{flag} {protocol_dir}: no best.pt or last.pt in this run folder; it holds " \
+            f"the runs seed0: pass one, e.g. {seed}" in proc.stderr, proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
 def test_bad_flags_are_one_line_errors(run_dir, tmp_path):
     proc = recommend(run_dir, tmp_path / "r.parquet", "--all-nodes", "--k", "30", "--pool", "10")
     assert proc.returncode == 2 and "--pool 10 is smaller than --k 30" in proc.stderr
@@ -163,49 +202,17 @@ def test_bad_flags_are_one_line_errors(run_dir, tmp_path):
 
 
 @needs_ray
-def test_ray_job_submit_against_local_cluster(run_dir, tmp_path):
-    """`ray job submit -- python -m pipelines.recommend ...` runs unchanged on a `ray start --head` cluster (tasks
-    retrieve and sample, an actor scores) and writes what the single-process path writes."""
-    import shutil
-    import tempfile
-    import time
-    from tests.test_preprocess_job import _free_ports, _stop_group
-
+def test_ray_job_submit_against_local_cluster(run_dir, ray_head, tmp_path):
+    """`ray job submit -- python -m pipelines.recommend ...` runs unchanged on a `ray start --head` cluster (the
+    ray_head fixture; tasks retrieve and sample, an actor scores) and writes what the single-process path writes."""
     nodes = str(nodes_file(tmp_path / "n.txt", QUERIES[:12]))
     flags = ["--nodes", nodes, "--k", "4", "--pool", "10", "--retriever", "ra", "--block-nodes", "4"]
     local = recommend(run_dir, tmp_path / "local.parquet", *flags)
     assert local.returncode == 0, local.stderr[-3000:]
-    ray_bin = Path(sys.executable).with_name("ray")
-    ray_cmd = str(ray_bin) if ray_bin.exists() else "ray"
-    gcs, dash, client, agent = _free_ports(4)
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env["RAY_AUTH_MODE"] = "disabled"
-    env["PYTHONPATH"] = str(ROOT)
-    head_log = open(tmp_path / "head.log", "w")
-    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
-    head = subprocess.Popen(
-        [ray_cmd, "start", "--head", "--block", f"--port={gcs}", f"--dashboard-port={dash}", "--num-cpus=2",
-         f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent}",
-         "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--temp-dir={ray_tmp}", "--disable-usage-stats"],
-        env=env, stdout=head_log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        address = f"http://127.0.0.1:{dash}"
-        deadline = time.time() + 120
-        while subprocess.run([ray_cmd, "job", "list", "--address", address], env=env,
-                             capture_output=True).returncode != 0:
-            if time.time() > deadline or head.poll() is not None:
-                pytest.fail(f"ray head did not come up: {(tmp_path / 'head.log').read_text()[-3000:]}")
-            time.sleep(2)
-        cmd = [ray_cmd, "job", "submit", "--address", address, "--working-dir", ".", "--",
-               "python", "-m", "pipelines.recommend", "--checkpoint", str(run_dir), "--out",
-               str(tmp_path / "ray.parquet"), "--no-progress", *flags]
-        job = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-        assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
-        assert "attaching to the cluster" in job.stdout + job.stderr and "scoring actor" in job.stdout + job.stderr
-    finally:
-        _stop_group(head)
-        head_log.close()
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+    job = ray_head.submit("python", "-m", "pipelines.recommend", "--checkpoint", str(run_dir), "--out",
+                          str(tmp_path / "ray.parquet"), "--no-progress", *flags)
+    assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+    assert "attaching to the cluster" in job.stdout + job.stderr and "scoring actor" in job.stdout + job.stderr
     a, b = (pq.read_table(tmp_path / f).to_pandas() for f in ("local.parquet", "ray.parquet"))
     assert a[["node", "candidate", "rank"]].equals(b[["node", "candidate", "rank"]])
     np.testing.assert_allclose(a.score.to_numpy(), b.score.to_numpy(), atol=1e-6)

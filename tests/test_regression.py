@@ -16,8 +16,8 @@ from common.metrics import SMALLER_IS_BETTER, improves, regression_metrics
 from common.shards import read_manifest, read_shard, shard_entries
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
 from preprocess.job import candidate_sets, run_job
-from tests.conftest import cached_set
-from tests.test_preprocess_job import REPO, citeseer  # noqa: F401  (fixture)
+from tests.conftest import REPO, cached_set
+from tests.test_preprocess_job import citeseer  # noqa: F401  (fixture)
 
 
 def target_config(out, targets: str | None, **kw) -> PreprocessConfig:

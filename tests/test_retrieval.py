@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from common.graph import Graph
-from common.retrieval import RRF_K, RetrievalError, ppr_scores, retrieve
+from common.retrieval import RRF_K, RetrievalError, ppr_push, retrieve
 
 # 0-1, 1-2, 2-3, 1-4, 0-2: degrees 2, 3, 3, 1, 1
 TINY = Graph.from_edges([(0, 1), (1, 2), (2, 3), (1, 4), (0, 2)], num_nodes=5)
@@ -38,21 +38,64 @@ def test_aa_skips_degree_one_middles():
     assert retrieve(path, [0], "aa", 2).score[0, 0] == pytest.approx(1 / math.log(2))
 
 
-def test_ppr_matches_the_linear_solve():
-    g = Graph.from_edges([(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (1, 4)], num_nodes=7)  # node 6 isolated
-    alpha = 0.2
-    a = np.zeros((7, 7))
+def exact_ppr(g: Graph, alpha: float) -> np.ndarray:
+    """Dense exact PPR by a linear solve: row u = PPR of u (p = alpha e_u + (1 - alpha) A D^-1 p)."""
+    n = g.num_nodes
+    a = np.zeros((n, n))
     e = g.edge_array()
     a[e[:, 0], e[:, 1]] = a[e[:, 1], e[:, 0]] = 1
     walk = a / np.maximum(a.sum(0), 1)  # A D^-1
-    exact = np.linalg.solve(np.eye(7) - (1 - alpha) * walk, alpha * np.eye(7))  # column u = PPR of u
-    got = ppr_scores(g, np.arange(6), alpha=alpha, tol=1e-13)
-    np.testing.assert_allclose(got, exact[:, :6].T, atol=1e-12)
-    p = retrieve(g, [0], "ppr", 10, alpha=alpha, tol=1e-13)
-    want = [v for v in np.argsort(-exact[:, 0], kind="stable") if v not in (0, 1) and exact[v, 0] > 0]
+    return np.linalg.solve(np.eye(n) - (1 - alpha) * walk, alpha * np.eye(n)).T
+
+
+def test_ppr_push_exact_values_on_a_path():
+    # path 0-1-2-3, alpha 1/2, from 0 (solved by hand): p = (26, 14, 4, 1) / 45
+    path = Graph.from_edges([(0, 1), (1, 2), (2, 3)], num_nodes=4)
+    got = ppr_push(path, np.array([0]), alpha=0.5, eps=1e-14).toarray()
+    np.testing.assert_allclose(got, [[26 / 45, 14 / 45, 4 / 45, 1 / 45]], atol=1e-13)
+    p = retrieve(path, [0], "ppr", 5, alpha=0.5, eps=1e-14)
+    assert rows(p) == [[2, 3]]  # never 0 itself or its neighbour 1
+    np.testing.assert_allclose(p.score[0, :2], [4 / 45, 1 / 45], atol=1e-13)
+
+
+def test_ppr_push_is_within_its_bound_of_the_linear_solve():
+    g = Graph.from_edges([(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (1, 4)], num_nodes=7)  # node 6 isolated
+    alpha = 0.2
+    exact = exact_ppr(g, alpha)[:6]
+    np.testing.assert_allclose(ppr_push(g, np.arange(6), alpha=alpha, eps=1e-14).toarray()[:, :7], exact, atol=1e-12)
+    for eps in (1e-2, 1e-3):  # a coarse push: 0 <= exact - p <= eps * deg, and p is not already exact
+        gap = exact - ppr_push(g, np.arange(6), alpha=alpha, eps=eps).toarray()
+        assert np.all(gap >= -1e-15) and np.all(gap <= eps * g.degree[None, :]) and gap.max() > eps / 100
+    p = retrieve(g, [0], "ppr", 10, alpha=alpha, eps=1e-14)
+    want = [v for v in np.argsort(-exact[0], kind="stable") if v not in (0, 1) and exact[0, v] > 0]
     assert rows(p) == [want]  # 2..5 reached (3 hops away too), never 6 (unreachable), 1 (neighbour) or 0
-    iso = retrieve(g, [6], "ppr", 3)
+    iso = retrieve(g, [6], "ppr", 3)  # an isolated seed keeps its mass: nothing to propose
     assert iso.count.tolist() == [0]
+    np.testing.assert_array_equal(ppr_push(g, np.array([6])).toarray(), [[0, 0, 0, 0, 0, 0, 1]])
+
+
+# Recall of the push's top-M (default eps) against the exact top-M on a random graph: at least this fraction.
+PPR_RECALL_FLOOR = 0.99
+
+
+def test_ppr_push_top_m_recalls_the_exact_top_m_on_a_random_graph():
+    rng = np.random.default_rng(7)
+    g = Graph.from_edges(rng.integers(0, 400, size=(1600, 2)), num_nodes=400)
+    exact = exact_ppr(g, 0.15)
+    queries = np.flatnonzero(g.degree > 0)
+    p = retrieve(g, queries, "ppr", 20)
+    r, c, _ = p.pairs()
+    assert np.all(r != c) and not g.has_edge(r, c).any()
+    hits = total = 0
+    for i, u in enumerate(queries):
+        s = exact[u].copy()
+        s[u] = 0.0
+        s[g.neighbors(u)] = 0.0
+        want = np.argsort(-s, kind="stable")[:20]
+        want = want[s[want] > 0]
+        hits += len(set(want.tolist()) & set(p.cand[i, :p.count[i]].tolist()))
+        total += len(want)
+    assert total > 0 and hits / total >= PPR_RECALL_FLOOR, hits / total
 
 
 def test_mix_is_reciprocal_rank_fusion():
@@ -82,20 +125,15 @@ def test_bipartite_pools_cross_sides_by_three_hop_paths():
 
 
 # ---------------------------------------------------------------------------- slow reference
-def reference(g: Graph, u: int, method: str, pool: int, alpha=0.15, tol=1e-6) -> list[int]:
+def reference(g: Graph, u: int, method: str, pool: int) -> list[int]:
     nbrs = set(g.neighbors(u).tolist())
     deg = g.degree
-    if method == "ppr":
-        p = ppr_scores(g, np.array([u]), alpha, tol)[0]
-        score = {v: p[v] for v in range(g.num_nodes) if p[v] > 0}
-    else:
-        score = {}
-        for w in g.neighbors(u):
-            wt = 1 / deg[w] if method == "ra" else (1 / math.log(deg[w]) if deg[w] > 1 else 0.0)
-            for v in g.neighbors(w):
-                score[int(v)] = score.get(int(v), 0.0) + wt
-        score = {v: s for v, s in score.items() if s > 0}
-    cands = [v for v in score if v != u and v not in nbrs]
+    score = {}
+    for w in g.neighbors(u):
+        wt = 1 / deg[w] if method == "ra" else (1 / math.log(deg[w]) if deg[w] > 1 else 0.0)
+        for v in g.neighbors(w):
+            score[int(v)] = score.get(int(v), 0.0) + wt
+    cands = [v for v, s in score.items() if s > 0 and v != u and v not in nbrs]
     return sorted(cands, key=lambda v: (-float(f"{score[v]:.11e}"), v))[:pool]
 
 
@@ -105,9 +143,19 @@ def test_blocks_match_a_slow_reference(method):
     g = Graph.from_edges(rng.integers(0, 60, size=(150, 2)), num_nodes=62)  # 60, 61 isolated
     queries = np.arange(62)
     whole = retrieve(g, queries, method, 8)
-    blocked = retrieve(g, queries, method, 8, block=7)
+    blocked = retrieve(g, queries, method, 8, block=7)  # rows never interact: the same pools, bit for bit
     np.testing.assert_array_equal(whole.cand, blocked.cand)
-    np.testing.assert_allclose(whole.score, blocked.score, rtol=1e-12)
+    np.testing.assert_array_equal(whole.score, blocked.score)
+    if method == "ppr":  # against the exact solve: the top-8 of exact PPR, up to near-ties the push may swap
+        exact = exact_ppr(g, 0.15)
+        for u in queries:
+            s = np.where(np.isin(np.arange(62), [u, *g.neighbors(u)]), 0.0, exact[u])
+            got = whole.cand[u, :whole.count[u]]
+            np.testing.assert_allclose(s[got], whole.score[u, :len(got)], atol=1e-6 * g.degree.max())
+            want = [v for v in np.argsort(-s, kind="stable")[:8] if s[v] > 0]
+            assert len(got) == len(want) and np.all(s[got] >= s[want[-1]] - 1e-6 * g.degree.max()) if want else \
+                len(got) == 0, u
+        return
     if method == "mix":
         ra, ppr = (retrieve(g, queries, m, 8) for m in ("ra", "ppr"))
         for i in queries:
@@ -139,5 +187,7 @@ def test_bad_input_names_the_flag():
         retrieve(TINY, [0], "cn", 3)
     with pytest.raises(RetrievalError, match="--pool: must be >= 1"):
         retrieve(TINY, [0], "ra", 0)
+    with pytest.raises(RetrievalError, match="PPR push threshold eps must lie in"):
+        retrieve(TINY, [0], "ppr", 3, eps=0)
     with pytest.raises(RetrievalError, match="query node 9 is not in the graph"):
         retrieve(TINY, [9], "ra", 3)

@@ -1,0 +1,97 @@
+"""A throwaway local Ray head for the `ray job submit` tests (the `ray_head` fixture in tests/conftest.py).
+
+The head runs with --block as our child, in its own session, and is stopped by signalling that process
+group, never with `ray stop` (which would kill every Ray instance on the machine, other users' included).
+Every default port gets a free one, so it never collides with another cluster on the machine.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+START_TIMEOUT_S = 120
+
+
+@dataclass
+class RayHead:
+    """What a test needs to submit jobs: the `ray` command, the job server's address and the env to run it in."""
+
+    cmd: str
+    address: str
+    env: dict = field(repr=False)
+
+    def submit(self, *job: str, timeout: int = 600) -> subprocess.CompletedProcess:
+        """`ray job submit --working-dir . -- JOB...` from the repository root."""
+        return subprocess.run([self.cmd, "job", "submit", "--address", self.address, "--working-dir", ".", "--", *job],
+                              cwd=REPO, env=self.env, capture_output=True, text=True, timeout=timeout)
+
+
+def free_ports(n: int) -> list[int]:
+    """n distinct free ports: every socket stays bound until all are picked (one at a time, the OS may hand
+    the same port out twice; a Ray head then refuses to start: "port ... used by other components")."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """SIGTERM then SIGKILL to the process group of a child we started in its own session."""
+    for sig, wait in ((15, 60), (9, 30)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
+@contextlib.contextmanager
+def local_head(log_path: Path, num_cpus: int = 2):
+    """Start `ray start --head --block`, wait for its job server to answer, yield a RayHead, stop it.
+    Raises RuntimeError with the head's log when it does not come up in START_TIMEOUT_S."""
+    ray_bin = Path(sys.executable).with_name("ray")
+    ray_cmd = str(ray_bin) if ray_bin.exists() else "ray"
+    gcs, dash, client, agent = free_ports(4)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_AUTH_MODE"] = "disabled"  # a throwaway localhost cluster; head and clients must agree
+    # this checkout's code first: a git worktree's package may be installed (editable) from another clone
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's unix socket paths must fit 107 bytes
+    with open(log_path, "w") as log:
+        head = subprocess.Popen(
+            [ray_cmd, "start", "--head", "--block", f"--port={gcs}", f"--dashboard-port={dash}",
+             f"--num-cpus={num_cpus}", f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent}",
+             "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--temp-dir={ray_tmp}",
+             "--disable-usage-stats"],
+            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            address = f"http://127.0.0.1:{dash}"
+            deadline = time.time() + START_TIMEOUT_S
+            while True:  # wait for the job server to answer
+                probe = subprocess.run([ray_cmd, "job", "list", "--address", address], env=env,
+                                       capture_output=True, text=True)
+                if probe.returncode == 0:
+                    break
+                if time.time() > deadline or head.poll() is not None:
+                    log.flush()
+                    raise RuntimeError(f"ray head did not come up: {probe.stderr[-1000:]}\n"
+                                       f"head log: {log_path.read_text()[-3000:]}")
+                time.sleep(2)
+            yield RayHead(ray_cmd, address, env)
+        finally:
+            stop_group(head)
+            shutil.rmtree(ray_tmp, ignore_errors=True)
