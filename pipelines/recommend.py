@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 
 from common import snapshot
 from common.cli import add_debug_flag, one_line_errors, run_cli
-from common.datasets import DatasetError, load_dataset
+from common.datasets import DatasetError, load_set_dataset
 from common.retrieval import RETRIEVERS, RetrievalError
 from common.shards import read_manifest
 from pipelines.recommend_core import (COLUMNS, DEFAULT_PRIOR_WEIGHT, RecConfig, RecommendError, log_short_lists, read_nodes, run_block,
@@ -89,8 +89,7 @@ def load_run(checkpoint_arg: str, device, flag: str = "--checkpoint"):
     ckpt = checkpoint.load(path)
     manifest = read_manifest(ckpt["config"]["data"]["shards"])
     pre = manifest["config"]
-    dataset = load_dataset(pre["dataset"], data_dir=pre.get("data_dir"), ogb_root=pre.get("ogb_root"),
-                           planetoid_dir=pre.get("planetoid_dir"), seed=pre.get("seed", 0))
+    dataset = load_set_dataset(pre)  # the set's own split and node list
     fields = {"sampling": (pre["sampling"]["d"], pre["sampling"]["n"]), "n_max": int(manifest["n_max"])}
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
     return load_model(ckpt, manifest, device), dataset, fields, digest

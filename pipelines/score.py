@@ -26,7 +26,7 @@ import torch
 
 from common import snapshot
 from common.cli import add_debug_flag, one_line_errors, run_cli
-from common.datasets import DatasetError, load_dataset
+from common.datasets import DatasetError, load_set_dataset
 from common.datasets.ids import EDGE_LIST_SUFFIXES, node_index, read_columns, suffix_of
 from common.node_ids import load_node_ids
 from common.presets import get_preset
@@ -179,10 +179,7 @@ def _main(argv: list[str] | None = None) -> int:
         ckpt = checkpoint.load(resolve_checkpoint(args.checkpoint))
         manifest = read_manifest(ckpt["config"]["data"]["shards"])
         pre = manifest["config"]
-        dataset = load_dataset(args.dataset or pre["dataset"], data_dir=args.data_dir or pre.get("data_dir"),
-                               ogb_root=args.ogb_root or pre.get("ogb_root"),
-                               planetoid_dir=pre.get("planetoid_dir"), seed=pre.get("seed", 0),
-                               split=pre.get("split"), nodes=pre.get("nodes"))  # the set's own split
+        dataset = load_set_dataset(pre, name=args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root)
         graph, node_ids = snapshot.graph_for(args.graph, dataset)  # a snapshot's new nodes extend the ids
         pairs, user = read_pairs(args.pairs, graph.num_nodes, node_ids if args.graph not in snapshot.SPLIT_NAMES
                                  else load_node_ids(manifest))

@@ -336,6 +336,33 @@ def test_split_flag_sets_the_fractions(tmp_path):
     assert load_dataset(str(path), split=(50, 25, 25)).splits["valid"].neg["original"].shape == (5, 2)
 
 
+def test_a_shard_sets_dataset_has_the_sets_split_and_nodes(tmp_path):
+    """pipelines.score and pipelines.recommend load a run's dataset from its shard set's manifest config
+    (load_set_dataset): a set built with --split 50,25,25 --nodes FILE --seed 3 gets that split and node list
+    back, not the default 85,5,10 split without the isolated nodes."""
+    import json
+
+    from common.datasets import load_set_dataset
+    from preprocess.config import PreprocessConfig, SamplingConfig
+    path, nodes = tmp_path / "mine.csv", tmp_path / "nodes.csv"
+    pd.DataFrame(EDGE_ROWS, columns=["src", "dst"]).to_csv(path, index=False)
+    pd.DataFrame({"node": [*range(10), 10, 11]}).to_csv(nodes, index=False)  # 10 and 11: isolated
+    config = PreprocessConfig(dataset=str(path), sampling=SamplingConfig(1, 5), split=(50, 25, 25), nodes=str(nodes),
+                              seed=3).to_dict()
+    config = json.loads(json.dumps(config))  # as the manifest stores it: the split is a list
+    ds = load_set_dataset(config)
+    want = load_dataset(str(path), split=(50, 25, 25), nodes=str(nodes), seed=3)
+    assert ds.num_nodes == 12 and [len(ds.splits[s].pos) for s in ("train", "valid", "test")] == [10, 5, 5]
+    for s in ("train", "valid", "test"):
+        np.testing.assert_array_equal(ds.splits[s].pos, want.splits[s].pos)
+    assert ds.fingerprint() == want.fingerprint() != load_dataset(str(path), seed=3).fingerprint()
+    # the flags pipelines.score takes to find the data elsewhere override the recorded ones
+    other = tmp_path / "other.csv"
+    pd.DataFrame(EDGE_ROWS[:12], columns=["src", "dst"]).to_csv(other, index=False)
+    assert load_set_dataset({**config, "nodes": None}, name=str(other)).fingerprint() == \
+        load_dataset(str(other), split=(50, 25, 25), seed=3).fingerprint()
+
+
 @pytest.mark.parametrize("text, match", [
     ("85,5", "expected three non-negative percentages"), ("a,b,c", "expected three"), ("85,5,10,0", "expected three"),
     ("-5,55,50", "expected three"), ("nan,50,50", "expected three"), ("80,10,20", "sum to 110, not 100"),

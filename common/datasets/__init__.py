@@ -71,6 +71,19 @@ def load_dataset(name: str, *, data_dir: str | None = None, ogb_root: str | None
         f"a HeaRT-format directory, or an edge-list file ({', '.join(EDGE_LIST_SUFFIXES)})")
 
 
+def load_set_dataset(config: dict, *, name: str | None = None, data_dir: str | None = None,
+                     ogb_root: str | None = None) -> LinkDataset:
+    """The dataset a shard set was built from, as its manifest's `config` (preprocess's flags) records it:
+    the same seed, --split and --nodes, so a run is scored, recommended and evaluated on the positives and
+    graphs it was trained on, not on a default split or without its isolated nodes. name, data_dir and
+    ogb_root override where the data is found (pipelines.score --dataset/--data-dir/--ogb-root)."""
+    split = config.get("split")
+    return load_dataset(name or config["dataset"], data_dir=data_dir or config.get("data_dir"),
+                        ogb_root=ogb_root or config.get("ogb_root"), planetoid_dir=config.get("planetoid_dir"),
+                        seed=config.get("seed", 0), split=None if split is None else tuple(split),
+                        nodes=config.get("nodes"))
+
+
 def _own_split(name: str, fracs) -> None:
     """A dataset that ships its split refuses --split rather than ignore it."""
     if fracs is not None:
@@ -89,4 +102,4 @@ def _planetoid_features(name: str, planetoid_dir: str | None):
     return load_planetoid_features(name, planetoid_dir)
 
 
-__all__ = ["load_dataset", "LinkDataset", "Split", "DatasetError", "PROTOCOLS", "SPLITS", "OGB_NAMES"]
+__all__ = ["load_dataset", "load_set_dataset", "LinkDataset", "Split", "DatasetError", "PROTOCOLS", "SPLITS", "OGB_NAMES"]
