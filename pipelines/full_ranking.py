@@ -18,6 +18,8 @@ place of a uniformly random order of the rest: rank = M_u + (R_u - M_u + 1) / 2,
 size and R_u the number of u's rankable non-neighbours. Neither ranker can do better than the pool,
 so Hits@K <= recall@M for both, and the comparison is at the same pool.
 Reported per split: recall@M (target in the pool), Hits@K and MRR of each ranker.
+--sample-positives N ranks a seeded uniform sample of N positives per split (sample_positives: the same
+for every retriever and for the valid prior choice); the filter still leaves out every known positive.
 """
 from __future__ import annotations
 
@@ -155,10 +157,32 @@ def choose_weight(sweep: dict, at: int = 20) -> float:
     return float(max(sweep, key=key))
 
 
+def sample_positives(positives: np.ndarray, n: int | None, seed: int) -> np.ndarray:
+    """A uniform sample of n positives without replacement (all of them when n is None or >= their count),
+    in their original order. A function of (positives, n, seed) only: every retriever, pool and prior
+    weight ranked with the same n and seed sees the same positives."""
+    if n is None or n >= len(positives):
+        return positives
+    rows = np.random.default_rng(seed).choice(len(positives), size=n, replace=False)
+    return positives[np.sort(rows)]
+
+
+def log_split(split: str, res: dict, cfg: RecConfig, total: int) -> None:
+    hits = {r: res[r].get("hits@20", float("nan")) for r in ("retriever_alone", "pencil_rerank", "pencil_blend")}
+    log.info("%s (%d of %d positives) %s pool %d: recall@%d %.4f | retriever Hits@20 %.4f MRR %.4f | PENCIL Hits@20 "
+             "%.4f MRR %.4f | blend w=%g Hits@20 %.4f MRR %.4f", split, res["positives"], total, cfg.retriever,
+             cfg.pool, cfg.pool, res[f"recall@{cfg.pool}"], hits["retriever_alone"], res["retriever_alone"]["mrr"],
+             hits["pencil_rerank"], res["pencil_rerank"]["mrr"], cfg.prior_weight, hits["pencil_blend"],
+             res["pencil_blend"]["mrr"])
+
+
 def evaluate_run(args) -> int:
     """--evaluate RUN: the full-ranking table of a trained run on its valid and test splits."""
     from pipelines.recommend import load_run
     from trainer.scoring import default_device
+    if args.sample_positives is not None and args.sample_positives < 1:
+        raise RecommendError(f"--sample-positives: must be >= 1, got {args.sample_positives} "
+                             "(leave it out to rank every positive)")
     device = default_device(args.device)
     model, dataset, fields, _ = load_run(args.evaluate, device, "--evaluate")
     cfg = RecConfig(k=min(args.k, args.pool), pool=args.pool, retriever=args.retriever, orderings=args.orderings,
@@ -176,18 +200,18 @@ def evaluate_run(args) -> int:
     for split in splits:
         graph = dataset.graph_for(split)
         scorer = scorer_for(model, graph, cfg, device)
-        res = full_ranking(graph, np.asarray(dataset.splits[split].pos, dtype=np.int64), known, cfg, scorer,
-                           sweep=split == "valid")
+        every = np.asarray(dataset.splits[split].pos, dtype=np.int64)
+        positives = sample_positives(every, args.sample_positives, args.sample_seed)  # known stays whole: the filter
+        res = full_ranking(graph, positives, known, cfg, scorer, sweep=split == "valid")
+        if args.sample_positives is not None:
+            res["sample"] = {"sample_positives": args.sample_positives, "sample_seed": args.sample_seed,
+                             "sampled": int(len(positives)), "of": int(len(every))}
         if split == "valid" and args.choose_prior:  # valid is ranked first: test then uses the chosen weight
             cfg = replace(cfg, prior_weight=choose_weight(res["prior_sweep"]))
             res["pencil_blend"] = {"prior_weight": cfg.prior_weight, **res["prior_sweep"][str(cfg.prior_weight)]}
             report["prior_weight_chosen_on_valid"] = cfg.prior_weight
         report["splits"][split] = res
-        log.info("%s %s pool %d: recall@%d %.4f | retriever Hits@20 %.4f MRR %.4f | PENCIL Hits@20 %.4f MRR %.4f"
-                 " | blend w=%g Hits@20 %.4f MRR %.4f", split, cfg.retriever, cfg.pool, cfg.pool,
-                 res[f"recall@{cfg.pool}"], *(res[r].get("hits@20", float("nan")) if i % 2 == 0 else res[r]["mrr"]
-                                              for r in ("retriever_alone", "pencil_rerank") for i in (0, 1)),
-                 cfg.prior_weight, res["pencil_blend"].get("hits@20", float("nan")), res["pencil_blend"]["mrr"])
+        log_split(split, res, cfg, len(every))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")

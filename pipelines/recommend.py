@@ -2,7 +2,7 @@
 
     python -m pipelines.recommend --checkpoint RUN (--nodes FILE | --all-nodes) --k 20 --pool 100 \\
         --retriever {ra,aa,ppr,mix} [--orderings k] [--graph EDGES] [--bipartite] --out recs.parquet
-    python -m pipelines.recommend --evaluate RUN --pool 100 --retriever ra [--out metrics.json]
+    python -m pipelines.recommend --evaluate RUN --pool 100 --retriever ra [--sample-positives N] [--out metrics.json]
 
 Per block of query nodes (--block-nodes): the top --pool non-neighbours by the retriever
 (common/retrieval.py), every (node, candidate) pair scored through the one scoring engine
@@ -72,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--splits", default="valid,test", help="--evaluate: splits to rank (default valid,test)")
     p.add_argument("--choose-prior", action="store_true", help="--evaluate: pick --prior-weight on the valid "
                    "split (best Hits@20, then MRR, over pipelines.full_ranking.PRIOR_GRID); test uses it")
+    p.add_argument("--sample-positives", type=int, default=None, metavar="N",
+                   help="--evaluate: rank a seeded uniform sample of N positives per split (all when N >= their "
+                        "count); the same sample for every retriever and for --choose-prior (default: all)")
+    p.add_argument("--sample-seed", type=int, default=0, metavar="S", help="--evaluate: seed of --sample-positives (default 0)")
     p.add_argument("--out", required=True, help="recs.parquet (recommend) or metrics .json (--evaluate)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_debug_flag(p)
@@ -242,6 +246,9 @@ def _main(argv: list[str] | None = None) -> int:
         if args.evaluate:
             from pipelines.full_ranking import evaluate_run
             return evaluate_run(args)
+        if args.sample_positives is not None:
+            raise RecommendError("--sample-positives: samples the positives of --evaluate RUN; recommending ranks "
+                                 "every query node")
         if not args.checkpoint:
             raise RecommendError("--checkpoint: required (a run folder), or pass --evaluate RUN")
         if not (args.nodes or args.all_nodes):
