@@ -25,9 +25,9 @@ Steps (each logged; the whole search lands in OUT/<protocol>/search.json):
    Seed 0 is the search's own seed: the winner's best.pt already holds its weights at that epoch, so it
    evaluates them (trainer --eval-weights) instead of training again, and the budget reserves time only
    for the other seeds.
-6. Heuristic prior (pipelines.auto_prior): per final seed, on its validation logits of the selection
-   protocol only, the blend logit + w * log1p(CN|AA|RA) (or none) with the best validation score; then
-   applied to its test logits. The model alone and the blend are both reported.
+6. Heuristic prior (pipelines.auto_prior): on the final seeds' validation logits of the selection
+   protocol only, the blend logit + w * log1p(CN|AA|RA) (or none) with the best mean validation score
+   over the seeds; then applied to each seed's test logits. The model alone and the blend are both reported.
 
 Why successive halving by hand rather than Ray Tune's ASHA: a candidate is a `python -m trainer` process
 over a shard set, and the trainer already checkpoints and resumes (--resume, and --stop-epoch keeps the
@@ -375,7 +375,7 @@ def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Pa
     record["reused_weights"] = str(weights) if weights and SEARCH_SEED in runs else None
     summaries = {s: _summary(d) for s, d in runs.items()}
     stage = PriorStage(dataset, read_manifest(chosen["shards"]), select, protocol)
-    priors = {s: stage.run(d) for s, d in runs.items()}
+    priors = stage.run(runs)
     record["prior"] = {str(s): p for s, p in priors.items()}
     record["total_seconds"] = round(time.time() - t0, 1)
     write_json_atomic(out / "search.json", record)

@@ -17,7 +17,7 @@ from common.manifest import read_manifest, shard_entries
 from common.metrics import evaluate
 from common.shards import read_shard
 from pipelines import auto_prior
-from pipelines.auto_prior import GRID, PriorStage, blend, choose, eval_pairs, prior_model_name
+from pipelines.auto_prior import GRID, PriorStage, blend, choose, eval_pairs, grid_values, prior_model_name
 from tests.test_auto_search import _split_graph
 
 
@@ -36,17 +36,33 @@ def test_blend_and_choice_exact_on_a_hand_built_example():
     # none: ranks 3 and 2 -> 5/12. CN at w <= 1 moves nothing useful (ranks {3, 2} or {2, 3}); at w = 2 the
     # first positive (2 log 4 = 2.77) passes 2.0 while the second stays third -> (1 + 1/3) / 2. RA needs
     # w = 8 for the same ranks: a tie, and the earlier grid entry (CN, 2) keeps it; AA (all 0) ties none.
-    chosen = choose(mrr, logit, {"cn": cn, "aa": aa, "ra": ra})
+    grid = grid_values(mrr, logit, {"cn": cn, "aa": aa, "ra": ra})
+    chosen = choose([grid])
     assert (chosen["heuristic"], chosen["weight"]) == ("cn", 2.0)
-    assert chosen["valid"] == pytest.approx(2 / 3, abs=1e-15)
-    table = {(h, w): v for h, w, v in chosen["grid"]}
-    assert len(chosen["grid"]) == len(GRID) and table[("none", 0.0)] == pytest.approx(5 / 12, abs=1e-15)
+    assert chosen["valid_mean"] == pytest.approx(2 / 3, abs=1e-15)
+    table = {(h, w): v for h, w, v in grid}
+    assert len(grid) == len(GRID) and table[("none", 0.0)] == pytest.approx(5 / 12, abs=1e-15)
     assert table[("cn", 1.0)] == pytest.approx(5 / 12, abs=1e-15) and table[("ra", 8.0)] == pytest.approx(2 / 3)
     # RA at w = 4: 4 log 1.3 = 1.05 passes only the 0.5 + 4 log 1.1 = 0.88 negative: ranks 2 and 2
     assert table[("ra", 4.0)] == pytest.approx(1 / 2) and all(table[("aa", w)] == table[("none", 0.0)] for w in
                                                                auto_prior.WEIGHTS)
     # a prior that helps nowhere leaves the model alone
-    assert choose(mrr, logit, {"cn": aa, "aa": aa, "ra": aa})["heuristic"] == "none"
+    assert choose([grid_values(mrr, logit, {"cn": aa, "aa": aa, "ra": aa})])["heuristic"] == "none"
+
+
+def test_one_choice_for_the_run_by_the_mean_over_seeds():
+    # seed A alone would pick (cn, 0.25) (0.9), seed B alone none (0.5); the means are none 0.5, cn 0.25: 0.5
+    # (a tie, kept by the earlier entry: none), cn 0.5: 0.6, the best
+    def grid(values):  # every other entry scores 0
+        table = dict.fromkeys(GRID, 0.0)
+        table.update(values)
+        return [[h, w, table[(h, w)]] for h, w in GRID]
+    a = grid({("none", 0.0): 0.5, ("cn", 0.25): 0.9, ("cn", 0.5): 0.7})
+    b = grid({("none", 0.0): 0.5, ("cn", 0.25): 0.1, ("cn", 0.5): 0.5})
+    chosen = choose([a, b])
+    assert (chosen["heuristic"], chosen["weight"]) == ("cn", 0.5) and chosen["valid_mean"] == pytest.approx(0.6)
+    assert (choose([a])["heuristic"], choose([a])["weight"]) == ("cn", 0.25)
+    assert choose([b])["heuristic"] == "none"
 
 
 def test_row_name_names_the_heuristic_only_when_every_seed_agrees():
@@ -124,7 +140,7 @@ def test_choice_reads_validation_of_the_selection_protocol_only(scored, tmp_path
     real = auto_prior.read_scores
     monkeypatch.setattr(auto_prior, "read_scores", lambda p: (opened.append(Path(p).name), real(p))[1])
     stage = PriorStage(ds, manifest, "hard", "original")
-    first = stage.choose_for(seed)
+    first = stage.choose_for([seed])
     assert opened == ["valid-hard.npz"] and first["protocol"] == "valid/hard"
     # perturbed test scores never change the choice; unreadable ones are never opened by it
     test_file = scores_path(seed, "test", "original")
@@ -132,13 +148,14 @@ def test_choice_reads_validation_of_the_selection_protocol_only(scored, tmp_path
     rng = np.random.default_rng(0)
     for _ in range(3):
         write_scores(test_file, cid, rng.normal(size=len(logit)).astype(np.float32) * 10, epoch)
-        again = stage.choose_for(seed)
-        assert (again["heuristic"], again["weight"], again["valid"]) == (first["heuristic"], first["weight"], first["valid"])
+        again = stage.choose_for([seed])
+        assert (again["heuristic"], again["weight"], again["valid_mean"]) == (first["heuristic"], first["weight"],
+                                                                              first["valid_mean"])
     test_file.write_bytes(b"not an npz")
-    assert PriorStage(ds, manifest, "hard", "original").choose_for(seed)["grid"] == first["grid"]
+    assert PriorStage(ds, manifest, "hard", "original").choose_for([seed])["grid_mean"] == first["grid_mean"]
     # the whole stage reads the test file only after the choice
     write_scores(test_file, cid, logit, epoch)
     opened.clear()
-    result = stage.run(seed)
+    result = stage.run({0: seed})[0]
     assert opened == ["valid-hard.npz", "test-original.npz"]
     assert result["test"] == stage.apply(seed, first)
