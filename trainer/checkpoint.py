@@ -13,7 +13,6 @@ import contextlib
 import errno
 import logging
 import os
-import pickle
 import random
 from pathlib import Path
 
@@ -82,7 +81,8 @@ def load(path: str | os.PathLike, fix: str = "delete it or restore it from a cop
         if err.errno in (errno.ENOENT, errno.EACCES, errno.EPERM, errno.EISDIR):
             raise
         raise _damaged(path, err, fix) from None
-    except (EOFError, RuntimeError, ValueError, pickle.UnpicklingError) as err:
+    except Exception as err:  # noqa: BLE001 - garbage reaches the unpickler, which raises whatever it trips
+        # on (EOFError, UnpicklingError, RuntimeError, but also IndexError, KeyError, TypeError, ...)
         raise _damaged(path, err, fix) from None
     if not isinstance(ckpt, dict) or not {"model", "state", "config"} <= ckpt.keys():
         raise CheckpointError(f"{path}: not a trainer checkpoint (no model/state/config); {fix}")
