@@ -16,6 +16,7 @@ from common.datasets.edgelist import random_split_dataset
 from common.graph import Graph
 from common.graph_stats import graph_stats, hard_negatives
 from common.heuristics import resource_allocation
+from pipelines.auto_prior import GRID
 from pipelines.auto_candidates import (Candidate, fit_first_rung, propose, propose_samplings, round_cost, rungs,
                                        successive_halving)
 
@@ -341,7 +342,7 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
         ("valid", "original", e), ("test", "original", e), ("valid", "hard", e)]
     # the heuristic prior: chosen on valid/hard, both rows reported, the blend's row beside the model's
     prior = search["prior"]["0"]
-    assert prior["protocol"] == "valid/hard" and prior["epoch"] == e and len(prior["grid"]) == 28
+    assert prior["protocol"] == "valid/hard" and prior["epoch"] == e and len(prior["grid"]) == len(GRID)
     assert result["auto"]["prior"]["heuristic"] == prior["heuristic"] and result["auto"]["prior"]["valid"] == prior["valid"]
     blend = json.loads((out / "seed0" / "prior" / "result.json").read_text())
     assert blend["test"] == prior["test"] and blend["model"].startswith("PENCIL w/o features + ")
