@@ -243,7 +243,11 @@ class Search:
         return times
 
     def can_afford(self, cids: list[str], epochs: int, done: int) -> bool:
-        """Time of the next rung plus the final seeds at `epochs`, against what is left of the budget."""
+        """Time of the next rung plus the final seeds at `epochs`, against what is left of the budget. A rung
+        every candidate already finished costs nothing: a rerun (a new budget, maybe a smaller one) climbs the
+        rungs the first run reached, so it picks the same winner and the finished seeds stay that winner's."""
+        if all((_summary(self.dirs[c]) or {}).get("epochs_completed", 0) >= epochs for c in cids):
+            return True
         cost = round_cost(self.sec_per_epoch, cids, epochs - done, epochs, self.slots, self.final_seeds)
         left = self.deadline - self.clock()
         if cost > left:
@@ -275,15 +279,16 @@ def entry_flag(run_dir: Path) -> str:
 
 
 def final_flags(args, chosen: dict, protocol: str, select: str, seed: int, run_dir: Path,
-                reuse: Path | None = None) -> list[str]:
+                reuse: Path | None = None, fresh: bool = False) -> list[str]:
     """The winner's config for a final seed: same lr schedule span, stopped and evaluated once (valid and
     test) at the chosen epoch, its logits saved for the prior (valid/<select> too when selection ranks on
     another protocol). A folder whose run finished without them (an older recipe) is trained afresh.
-    `reuse`: evaluate these weights instead of training (--eval-weights, in a cleared folder)."""
+    `reuse`: evaluate these weights instead of training (--eval-weights, in a cleared folder); `fresh`: the
+    folder holds another choice's run, cleared too."""
     c = Candidate(**{**{k: v for k, v in chosen["config"].items() if k != "cid"},
                      "sampling": tuple(chosen["config"]["sampling"])})
     e = str(chosen["epochs"])
-    entry = "--overwrite" if reuse or final_done(run_dir, chosen, protocol, select) is False else entry_flag(run_dir)
+    entry = "--overwrite" if fresh or reuse or final_done(run_dir, chosen, protocol, select) is False else entry_flag(run_dir)
     extra = (["--score-protocols", select] if select != protocol else []) + (["--eval-weights", str(reuse)] if reuse else [])
     return ["--shards", chosen["shards"], "--preset", "auto", "--out", str(run_dir), "--seed", str(seed),
             "--protocol", protocol, "--device", args.device, entry, "--eval-splits", "valid,test",
@@ -300,12 +305,28 @@ def reusable_weights(searcher: Search, chosen: dict) -> Path | None:
     return run_dir / "best.pt" if ok else None
 
 
+FINAL_MARK = "auto_final.json"  # in a final seed's folder: the choice it was trained for
+
+
+def final_key(chosen: dict) -> dict:
+    """What a seed folder's run is a run of. Not the epochs: a rerun that climbs a rung further resumes the
+    same candidate's seeds to the later best epoch (the lr schedule spans the candidate's max epochs)."""
+    return {"cid": chosen["cid"], "shards": chosen["shards"]}
+
+
 def final_done(run_dir: Path, chosen: dict, protocol: str, select: str) -> bool | None:
     """True: the seed finished at the chosen epoch with its scores; False: finished without them; None: not
     finished (a new folder, or a run to resume)."""
     if not (_summary(run_dir) or {}).get("epochs_completed", 0) >= chosen["epochs"]:
         return None
     return all(scores_path(run_dir, s, p).is_file() for s, p in (("valid", select), ("test", protocol)))
+
+
+def trained_for_another_choice(run_dir: Path, chosen: dict) -> bool:
+    """The seed folder holds a run of another choice (the mark differs): it must be trained afresh, never
+    reused or resumed."""
+    mark = Path(run_dir) / FINAL_MARK
+    return mark.is_file() and json.loads(mark.read_text()) != final_key(chosen)
 
 
 def prepare(args, dataset, protocol: str, device: str) -> tuple[dict, GraphStats, str, list[Candidate], object, dict]:
@@ -363,15 +384,20 @@ def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Pa
     weights = reusable_weights(searcher, chosen)
     jobs = {}
     for s, d in runs.items():
-        if final_done(d, chosen, protocol, select):
+        other = trained_for_another_choice(d, chosen)
+        if other:
+            log.info("seed %d: its folder holds a run of another choice (%s); training it afresh", s, d / FINAL_MARK)
+        elif final_done(d, chosen, protocol, select):
             continue
         reuse = weights if s == SEARCH_SEED else None  # the winner's own seed-0 run already holds these weights
-        flags = final_flags(args, chosen, protocol, select, s, d, reuse)
+        flags = final_flags(args, chosen, protocol, select, s, d, reuse, fresh=other)
         if reuse:
             log.info("seed %d: evaluating the winner's seed-%d weights at epoch %d (%s) instead of training them "
                      "again", s, SEARCH_SEED, chosen["epochs"], weights)
         jobs[f"seed {s}"] = (flags, d)
     run_trainers(jobs, slots)
+    for d in runs.values():
+        write_json_atomic(Path(d) / FINAL_MARK, final_key(chosen))
     record["reused_weights"] = str(weights) if weights and SEARCH_SEED in runs else None
     summaries = {s: _summary(d) for s, d in runs.items()}
     stage = PriorStage(dataset, read_manifest(chosen["shards"]), select, protocol)

@@ -180,6 +180,25 @@ def test_search_budget_with_a_fake_clock_and_objective(tmp_path):
     assert searcher2.can_afford([cid["b"]], 16, 8) is False  # 790 s left
     now2[0] = 480.0
     assert searcher2.can_afford([cid["b"]], 16, 8) is True  # 800 s left: fits exactly
+    # a rerun with no time left climbs every rung its candidates already finished, and no further
+    now2[0] = 5000.0
+    (searcher2.dirs[cid["b"]]).mkdir(parents=True, exist_ok=True)
+    (searcher2.dirs[cid["b"]] / "summary.json").write_text(json.dumps({"epochs_completed": 16}))
+    assert searcher2.can_afford([cid["b"]], 16, 8) is True
+    assert searcher2.can_afford([cid["b"], cid["c"]], 16, 8) is False  # c has not: its rung costs time
+
+
+def test_a_final_seed_of_another_choice_is_trained_afresh(tmp_path):
+    from pipelines.auto_search import FINAL_MARK, final_key, trained_for_another_choice
+    chosen = {"cid": "d1n10-h64l2", "epochs": 2, "shards": "/s/a"}
+    seed = tmp_path / "seed1"
+    seed.mkdir()
+    assert not trained_for_another_choice(seed, chosen)  # no mark: an older folder, judged by its summary
+    (seed / FINAL_MARK).write_text(json.dumps(final_key(chosen)))
+    assert not trained_for_another_choice(seed, chosen)
+    assert not trained_for_another_choice(seed, {**chosen, "epochs": 4})  # same candidate, resumed further
+    assert trained_for_another_choice(seed, {**chosen, "cid": "d1n10-h128l2"})
+    assert trained_for_another_choice(seed, {**chosen, "shards": "/s/b"})
 
 
 def test_run_trainers_stops_at_the_deadline(tmp_path, monkeypatch):
