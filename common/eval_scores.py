@@ -8,10 +8,11 @@ folder and renamed, so a reader never sees half a file and a killed write leaves
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
+
+from common.atomic import atomic_file
 
 SCORES_DIR = "scores"
 
@@ -21,18 +22,9 @@ def scores_path(run_dir: str | os.PathLike, split: str, protocol: str) -> Path:
 
 
 def write_scores(path: Path, cid: np.ndarray, score: np.ndarray, epoch: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, cid=np.asarray(cid, dtype=np.int64), score=np.asarray(score, dtype=np.float32),
-                     epoch=np.int64(epoch))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as f:
+        np.savez(f, cid=np.asarray(cid, dtype=np.int64), score=np.asarray(score, dtype=np.float32),
+                 epoch=np.int64(epoch))
 
 
 def read_scores(path: Path) -> tuple[np.ndarray, np.ndarray, int]:

@@ -17,15 +17,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import re
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from common.atomic import atomic_file
 from common.cli import add_debug_flag, one_line_errors, run_cli
 from common.datasets import PROTOCOLS, DatasetError, LinkDataset, load_dataset
 from common.heuristics import HEURISTICS, ranking_scores
@@ -119,19 +118,10 @@ def results_table(results: dict) -> str:
 
 
 def write_json_atomic(path: Path, payload: dict) -> None:
-    """Write to a temp file in the target folder, then rename: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2, sort_keys=False)
-            f.write("\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Readers never see half a file (common.atomic)."""
+    with atomic_file(path, "w") as f:
+        json.dump(payload, f, indent=2, sort_keys=False)
+        f.write("\n")
 
 
 # ---------------------------------------------------------------------------- entry point
