@@ -66,8 +66,9 @@ def grid_values(metric_of: Callable[[np.ndarray], float], logit: np.ndarray,
 def choose(grids: list[list[list]]) -> dict:
     """The one (h, w) of the run: the best MEAN validation metric over the seeds' grids, ties to the earlier
     entry. One choice for all seeds, not one per seed: a single seed's validation ranking is noisy at the top
-    (facebook, 3 seeds at 10 min: per-seed picks RA x 2, x 128, x 1024, and the x 2 seed lost 9 test MRR
-    points to RA alone), and seed 0's validation already chose the search's winner, so it is optimistic."""
+    (facebook, 3 seeds at 10 min, validation only: per-seed picks RA x 2, x 128, x 1024), and seed 0's
+    validation already chose the search's winner, so it is optimistic (facebook: 0.396 validation MRR for
+    the model alone against 0.328 and 0.262 for seeds 1 and 2)."""
     values = np.array([[v for _, _, v in grid] for grid in grids], dtype=np.float64).mean(axis=0)
     best = int(np.argmax(values))  # the first maximum: none first, then the smaller w
     h, w = GRID[best]
