@@ -336,7 +336,8 @@ def prepare(args, dataset, protocol: str, device: str) -> tuple[dict, GraphStats
         from pipelines.run import load_run_dataset
         dataset = load_run_dataset(args, features=True)
     select, stats = selection_protocol(dataset, protocol)
-    info = {"stats": stats.to_dict(), "device": device, "selection": {"protocol": select}}
+    info = {"stats": stats.to_dict(), "device": device, "selection": {"protocol": select},
+            "training_negatives": {"hard_neg_fraction": args.hard_neg_fraction}}  # as every candidate's shards hold
     log.info("graph: %d nodes, %d training edges, degree mean %.1f / median %.0f / p90 %.0f; %.1f%% of the "
              "validation negatives share a neighbour with their pair (~%.1f per ranking); selection on valid/%s",
              stats.nodes, stats.edges, stats.mean_degree, stats.median_degree, stats.p90_degree,

@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results", help="results root; this writes OUT/<dataset>/<preset>/ (default results)")
     p.add_argument("--shards", default="shards", help="shard root for preprocess --out (default shards)")
     p.add_argument("--views", type=int, default=None, help="training views to preprocess (default min(epochs, 20))")
+    p.add_argument("--hard-neg-fraction", type=float, default=0.0, metavar="F",
+                   help="fraction of each training view's negatives drawn as 2-hop non-edges of the training graph; "
+                        "the rest uniform (as preprocess --hard-neg-fraction; default 0)")
     p.add_argument("--epochs", type=float, default=None, help="override the preset's epochs")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the embedded Ray (default: all)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
@@ -100,6 +103,9 @@ def validate_args(args) -> None:
         raise RunError(str(err)) from None
     if args.views is not None and args.views < 1:
         raise RunError(f"--views: must be a positive integer, got {args.views}")
+    if not 0 <= args.hard_neg_fraction <= 1:
+        raise RunError(f"--hard-neg-fraction: must be in [0, 1] (0 = uniform negatives only), "
+                       f"got {args.hard_neg_fraction}")
     if args.budget_minutes is not None and not args.budget_minutes > 0:
         raise RunError(f"--budget-minutes: must be positive, got {args.budget_minutes}")
     if args.epochs is not None and not args.epochs > 0:
@@ -196,7 +202,8 @@ def preprocess_config(args, sampling: tuple[int, int], views: int, percent: floa
 
     return PreprocessConfig(
         dataset=args.dataset, sampling=SamplingConfig(*sampling),
-        candidates=CandidateConfig(views=views, percent=percent, protocols=tuple(protocols)),
+        candidates=CandidateConfig(views=views, percent=percent, protocols=tuple(protocols),
+                                   hard_neg_fraction=args.hard_neg_fraction),
         out=args.shards, data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir,
         features=args.features, split=args.split_pct, nodes=args.nodes, num_cpus=args.num_cpus)
 
@@ -331,6 +338,8 @@ def run_protocol(args, dataset_obj, preset_name: str, protocol: str, out: Path) 
     for seed, run_dir in runs.items():
         summary = summaries[seed]
         record = result_record(dataset_obj.name, protocol, preset_name, seed, summary, args.features)
+        if args.hard_neg_fraction:  # only when set, so the records of uniform-negative runs stay as they were
+            record["hard_neg_fraction"] = args.hard_neg_fraction
         if chosen:
             record["auto"] = {k: chosen[k] for k in ("cid", "config", "epochs")}  # the searched config, with the run
             record["auto"]["prior"] = {k: v for k, v in priors[seed].items() if k not in ("grid", "test")}

@@ -35,6 +35,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--percent", type=float, default=100.0,
                    help="%% of training positives per view, a seeded subset (default 100)")
     p.add_argument("--neg-ratio", type=int, default=1, help="training negatives per positive (default 1)")
+    p.add_argument("--hard-neg-fraction", type=float, default=0.0, metavar="F",
+                   help="fraction of each training view's negatives drawn as 2-hop non-edges of the training graph "
+                        "(hard negatives that share a neighbour with their pair); the rest uniform (default 0; part "
+                        "of the cache key when not 0)")
     p.add_argument("--out", default="shards", help="output root, shards go to OUT/<dataset>/<key> (default shards)")
     p.add_argument("--seed", type=int, default=0, help="seed of candidates, sampling and local orders (default 0)")
     p.add_argument("--num-cpus", type=int, default=None,
@@ -76,7 +80,8 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
     except DatasetError as err:
         raise ConfigError(str(err)) from None
     candidates = CandidateConfig(views=args.views, percent=args.percent, neg_ratio=args.neg_ratio,
-                                 splits=_split_list(args.splits), protocols=protocols)
+                                 splits=_split_list(args.splits), protocols=protocols,
+                                 hard_neg_fraction=args.hard_neg_fraction)
     return PreprocessConfig(
         dataset=args.dataset, sampling=sampling, candidates=candidates, out=args.out, seed=args.seed,
         data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir, features=args.features,

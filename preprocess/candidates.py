@@ -1,9 +1,14 @@
 """Which links get sampled: training views and evaluation sets with their ranking queries.
 
 Training (DESIGN.md §3): positives are the train edges (self-loops dropped: the training graph has
-none), optionally a seeded `percent` subset per view; negatives are uniform node pairs that are
-neither self-loops nor training edges, `neg_ratio` per positive; each view is an independent draw,
-shuffled so every shard mixes positives and negatives.
+none), optionally a seeded `percent` subset per view; `neg_ratio` negatives per positive, never a
+self-loop nor a training edge. Of those, round(count * hard_neg_fraction) are hard: 2-hop non-edges of
+the training graph, reached by a random walk u -> x -> w from a random positive's endpoint u, so they
+share at least the neighbour x with their pair and their endpoint degrees follow the positives'
+(HeaRT-style: uniform pairs rarely share a neighbour, so a model trained on them alone learns
+"common neighbours => link" and cannot separate positives from 2-hop non-edges). The rest are uniform
+node pairs. The default fraction 0 draws uniform negatives only, bit for bit as before the option.
+Each view is an independent draw, shuffled so every shard mixes positives and negatives.
 
 Evaluation (DESIGN.md §5): a candidate list plus queries (pos_cid, neg_cid) that index into it.
   shared negatives (Q, 2)          candidates = positives ++ negatives; neg_cid (Q,)
@@ -70,6 +75,55 @@ def sample_negatives(graph: Graph, count: int, rng: np.random.Generator) -> np.n
     return out
 
 
+# Rejection rounds of sample_hard_negatives before the rest is filled uniformly; each round draws for
+# what is missing at the last round's acceptance rate (floored, so one round's arrays stay a few times
+# the count), so a graph with any reasonable share of 2-hop non-edges finishes in two or three.
+HARD_ROUNDS = 16
+HARD_MIN_ACCEPT = 0.2
+
+
+def _two_hop_walks(graph: Graph, pos: np.ndarray, m: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """`m` walks u -> x -> w: u a random endpoint of a random positive (walks from degree-0 nodes dropped),
+    x a random neighbour of u, w a random neighbour of x (CSR row slices, no per-walk Python)."""
+    u = pos[rng.integers(0, len(pos), size=m), rng.integers(0, 2, size=m)]
+    deg = graph.degree
+    u = u[deg[u] > 0]
+    x = graph.indices[graph.indptr[u] + rng.integers(0, deg[u])].astype(np.int64)
+    w = graph.indices[graph.indptr[x] + rng.integers(0, deg[x])].astype(np.int64)
+    return u, w
+
+
+def sample_hard_negatives(graph: Graph, pos: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+    """`count` 2-hop non-edges (u, w) of `graph`, each oriented at random: w != u, not an edge, and sharing a
+    neighbour with u, which is an endpoint of one of the positives `pos` (E, 2). Rejection rounds; when a
+    round accepts nothing (no 2-hop non-edge is reachable, e.g. every component is a clique) or after
+    HARD_ROUNDS, the rest are uniform non-edges (sample_negatives) and one warning gives the numbers.
+    Draws nothing from `rng` when count is 0."""
+    out = np.empty((0, 2), dtype=np.int64)
+    pos = np.asarray(pos, dtype=np.int64).reshape(-1, 2)
+    if count <= 0:
+        return out
+    accept, rounds, walks = 1.0, 0, 0
+    while len(out) < count and rounds < HARD_ROUNDS and len(pos):
+        need = count - len(out)
+        u, w = _two_hop_walks(graph, pos, int(need / max(accept, HARD_MIN_ACCEPT) * 1.1) + 16, rng)
+        ok = w != u
+        ok[ok] = ~graph.has_edge(u[ok], w[ok])
+        flip = rng.integers(0, 2, size=len(u)).astype(bool)  # the walk's start is not always the source
+        pairs = np.stack([np.where(flip, w, u), np.where(flip, u, w)], axis=1)[ok]
+        rounds, walks, accept = rounds + 1, walks + len(u), len(pairs) / max(len(u), 1)
+        if not len(pairs):
+            break
+        out = np.concatenate([out, pairs[:need]])
+    if len(out) < count:
+        rest = count - len(out)
+        log.warning("hard negatives: only %s of %s drawn as 2-hop non-edges (%s walks in %d round(s), last acceptance "
+                    "%.1f%%); the other %s are uniform non-edges", f"{len(out):,}", f"{count:,}", f"{walks:,}", rounds,
+                    100 * accept, f"{rest:,}")
+        out = np.concatenate([out, sample_negatives(graph, rest, rng)])
+    return out
+
+
 # Below this many positives per view a training view is too small to learn from: say so.
 MIN_VIEW_POSITIVES = 100
 # Drawing more than this fraction of all distinct non-edges repeats many of them: say so.
@@ -113,14 +167,21 @@ def check_view_size(num_pos: int, percent: float, neg_ratio: int, graph: Graph) 
 
 
 def training_view(train_pos: np.ndarray, graph: Graph, percent: float, neg_ratio: int,
-                  rng: np.random.Generator) -> Candidates:
-    """One view: (a seeded subset of) the positives plus fresh negatives, in a seeded random order."""
+                  rng: np.random.Generator, hard_neg_fraction: float = 0.0) -> Candidates:
+    """One view: (a seeded subset of) the positives plus fresh negatives, round(count * hard_neg_fraction)
+    of them 2-hop non-edges of `graph` (the training graph) and the rest uniform, in a seeded random order.
+    All from `rng`; fraction 0 draws exactly what the uniform-only view always drew."""
     pos = training_positives(train_pos)
     if percent < 100:
         keep = max(1, int(round(len(pos) * percent / 100)))
         pos = pos[np.sort(rng.choice(len(pos), size=keep, replace=False))]
-    neg = sample_negatives(graph, len(pos) * neg_ratio, rng)
-    log.info("training view: %s positives, %s negatives", f"{len(pos):,}", f"{len(neg):,}")
+    count = len(pos) * neg_ratio
+    hard = int(round(count * hard_neg_fraction))
+    neg = sample_negatives(graph, count - hard, rng)
+    if hard:  # after the uniform draw, so a fraction of 0 leaves the rng stream (and the bytes) unchanged
+        neg = np.concatenate([sample_hard_negatives(graph, pos, hard, rng), neg])
+    log.info("training view: %s positives, %s negatives (%s of them 2-hop non-edges)", f"{len(pos):,}",
+             f"{len(neg):,}", f"{hard:,}")
     pairs = np.concatenate([pos, neg])
     label = np.concatenate([np.ones(len(pos), np.float32), np.zeros(len(neg), np.float32)])
     order = rng.permutation(len(pairs))

@@ -61,6 +61,9 @@ class CandidateConfig:
     neg_ratio: int = 1  # training negatives per positive
     splits: tuple[str, ...] = SPLIT_NAMES
     protocols: tuple[str, ...] | None = None  # None = every protocol the dataset has
+    # share of each training view's negatives drawn as 2-hop non-edges of the training graph (HeaRT-style
+    # hard negatives, preprocess/candidates.py); the rest stay uniform. 0 = the uniform draw of every older set.
+    hard_neg_fraction: float = 0.0
 
     def __post_init__(self):
         object.__setattr__(self, "splits", tuple(self.splits))
@@ -72,6 +75,11 @@ class CandidateConfig:
             raise ConfigError(f"--percent: must be in (0, 100], got {self.percent!r}")
         if not isinstance(self.neg_ratio, int) or self.neg_ratio < 0:
             raise ConfigError(f"--neg-ratio: must be a non-negative integer, got {self.neg_ratio!r}")
+        f = self.hard_neg_fraction
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 1:  # NaN fails the range too
+            raise ConfigError(f"--hard-neg-fraction: must be a number in [0, 1] (0 = uniform negatives only, "
+                              f"1 = only 2-hop non-edges), got {f!r}")
+        object.__setattr__(self, "hard_neg_fraction", float(f))
         bad = [s for s in self.splits if s not in SPLIT_NAMES]
         if bad or not self.splits or len(set(self.splits)) != len(self.splits):
             raise ConfigError(f"--splits: expected distinct names from {','.join(SPLIT_NAMES)}, got {','.join(self.splits)}")
@@ -143,6 +151,8 @@ class PreprocessConfig:
         cand["protocols"] = list(protocols)
         cand["splits"] = list(self.candidates.splits)
         cand["percent"] = float(self.candidates.percent)
+        if not cand["hard_neg_fraction"]:
+            del cand["hard_neg_fraction"]  # uniform negatives: the sets built before the option keep their keys
         return {
             "dataset": self.dataset, "fingerprint": dataset_fingerprint, "features": self.features,
             "sampling": [self.sampling.d, self.sampling.n], "candidates": cand, "seed": self.seed,

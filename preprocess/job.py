@@ -142,7 +142,8 @@ def candidate_sets(config: PreprocessConfig, dataset, protocols: list[str]) -> l
         if split == "train":
             for view in range(cfg.views):
                 rng = np.random.default_rng(derive_seed(config.seed, "train", view))
-                cands = training_view(dataset.splits["train"].pos, dataset.graph, cfg.percent, cfg.neg_ratio, rng)
+                cands = training_view(dataset.splits["train"].pos, dataset.graph, cfg.percent, cfg.neg_ratio, rng,
+                                      cfg.hard_neg_fraction)
                 sets.append(CandidateSet("train", None, view, "train", cands))
             continue
         if split not in dataset.splits:
