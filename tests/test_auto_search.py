@@ -330,6 +330,7 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
     out = tmp_path / "results" / "geo_edges" / "auto" / "original"
     search = json.loads((out / "search.json").read_text())
     assert search["selection"]["protocol"] == "hard" and search["stats"]["easy_validation"]
+    assert search["training_negatives"] == {"hard_neg_fraction": 0.0}  # uniform unless --hard-neg-fraction
     assert search["rungs"] == [1, 2] and len(search["candidates"]) == 2
     plan = search["budget_plan"]  # the default 30 minutes fit both candidates; each was timed by a probe
     assert plan["cuts"] == [] and plan["first_rung_epochs"] == 1 and len(plan["kept"]) == 2
