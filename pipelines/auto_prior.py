@@ -109,12 +109,13 @@ class PriorStage:
             self._heuristics[key] = {h: ranking_scores(h, graph, pairs) for h in HEURISTICS}
         return self._heuristics[key]
 
-    def validation_grid(self, run_dir: Path) -> dict:
-        """One seed's grid, from its validation scores of the selection protocol only."""
+    def validation_grid(self, run_dir: Path, rows: np.ndarray | None = None) -> dict:
+        """One seed's grid, from its validation scores of the selection protocol only; `rows`: ranking only
+        these validation queries (bench.prior_rule chooses on one half and scores on the other)."""
         cid, logit, epoch = read_scores(scores_path(run_dir, "valid", self.select))
         heur = {h: s[cid] for h, s in self.heuristics("valid", self.select).items()}
-        grid = grid_values(lambda s: scores_to_metrics(self.manifest, "valid", self.select, cid, s)[self.metric],
-                           logit, heur)
+        grid = grid_values(lambda s: scores_to_metrics(self.manifest, "valid", self.select, cid, s,
+                                                       rows=rows)[self.metric], logit, heur)
         return {"grid": grid, "epoch": epoch}
 
     def choose_for(self, run_dirs: list[Path]) -> dict:
