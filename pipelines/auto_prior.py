@@ -150,7 +150,10 @@ class PriorStage:
 
 
 def prior_model_name(base: str, priors: list[dict]) -> str:
-    """The blend's row name: the heuristic when every seed chose the same one, else 'heuristic prior'."""
+    """The blend's row name: '<base> + RA prior' for the chosen heuristic; '<base> + prior (none chosen)'
+    when validation kept the model alone (the row is then the model's own metrics, and says so); 'heuristic
+    prior' only if seeds were to differ."""
     chosen = {p["heuristic"] for p in priors}
-    return f"{base} + {chosen.pop().upper()} prior" if len(chosen) == 1 and NONE not in chosen else \
-        f"{base} + heuristic prior"
+    if chosen == {NONE}:
+        return f"{base} + prior (none chosen)"
+    return f"{base} + {chosen.pop().upper()} prior" if len(chosen) == 1 else f"{base} + heuristic prior"
