@@ -28,10 +28,10 @@ def _mrr(rows):
     return lambda s: evaluate("original", np.asarray(s)[rows], np.asarray(s)[[4]])["mrr"]
 
 
-def _halving(a, b):
+def _halving(a, b, scored=None):
     grids = {k: [grid_values(_mrr(r), logit, HEUR) for logit in SEEDS] for k, r in (("a", a), ("b", b))}
     heur = {k: {h: _mrr(r)(HEUR[h]) for h in HEUR} for k, r in (("a", a), ("b", b))}
-    return score_rules(grids["a"], grids["b"], heur["a"], heur["b"])
+    return score_rules(grids["a"], grids["b"], heur["a"], heur["b"], scored)
 
 
 def test_per_seed_and_run_wide_exact_on_a_hand_built_two_seed_example():
@@ -52,6 +52,14 @@ def test_per_seed_and_run_wide_exact_on_a_hand_built_two_seed_example():
     assert s["per-seed"][:2] == pytest.approx((0.8125, 0.125 / np.sqrt(2)), abs=1e-15)
     assert s["run-wide"] == (0.9375, pytest.approx(0.125 / np.sqrt(2), abs=1e-15), "CN x 4 (2/2)")
     assert s["per-seed"][2] == "none (2/4)" and s["run_wide_ge"] == 2 and s["halvings"] == 2
+
+
+def test_scoring_a_subset_of_seeds_keeps_every_seed_in_the_run_wide_pick():
+    # --skip-search-seed: only seed 1 is scored on B = {2, 3}, where it ranks 0.75 with or without CN x 4; the
+    # run-wide pick is still CN x 4 (seed 0's half A counts), and per-seed lists seed 1's own pick only
+    got = _halving([0, 1], [2, 3], scored=[1])
+    assert got["picks"]["per-seed"] == ["CN x 4"] and got["picks"]["run-wide"] == ["CN x 4"]
+    assert (got["none"], got["per-seed"], got["run-wide"]) == (0.75, 0.75, 0.75)
 
 
 def test_halvings_are_seeded_disjoint_halves():
