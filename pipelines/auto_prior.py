@@ -109,12 +109,13 @@ class PriorStage:
             self._heuristics[key] = {h: ranking_scores(h, graph, pairs) for h in HEURISTICS}
         return self._heuristics[key]
 
-    def validation_grid(self, run_dir: Path) -> dict:
-        """One seed's grid, from its validation scores of the selection protocol only."""
+    def validation_grid(self, run_dir: Path, rows: np.ndarray | None = None) -> dict:
+        """One seed's grid, from its validation scores of the selection protocol only; `rows`: ranking only
+        these validation queries (bench.prior_rule chooses on one half and scores on the other)."""
         cid, logit, epoch = read_scores(scores_path(run_dir, "valid", self.select))
         heur = {h: s[cid] for h, s in self.heuristics("valid", self.select).items()}
-        grid = grid_values(lambda s: scores_to_metrics(self.manifest, "valid", self.select, cid, s)[self.metric],
-                           logit, heur)
+        grid = grid_values(lambda s: scores_to_metrics(self.manifest, "valid", self.select, cid, s,
+                                                       rows=rows)[self.metric], logit, heur)
         return {"grid": grid, "epoch": epoch}
 
     def choose_for(self, run_dirs: list[Path]) -> dict:
@@ -149,7 +150,10 @@ class PriorStage:
 
 
 def prior_model_name(base: str, priors: list[dict]) -> str:
-    """The blend's row name: the heuristic when every seed chose the same one, else 'heuristic prior'."""
+    """The blend's row name: '<base> + RA prior' for the chosen heuristic; '<base> + prior (none chosen)'
+    when validation kept the model alone (the row is then the model's own metrics, and says so); 'heuristic
+    prior' only if seeds were to differ."""
     chosen = {p["heuristic"] for p in priors}
-    return f"{base} + {chosen.pop().upper()} prior" if len(chosen) == 1 and NONE not in chosen else \
-        f"{base} + heuristic prior"
+    if chosen == {NONE}:
+        return f"{base} + prior (none chosen)"
+    return f"{base} + {chosen.pop().upper()} prior" if len(chosen) == 1 else f"{base} + heuristic prior"

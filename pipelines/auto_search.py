@@ -17,9 +17,9 @@ Steps (each logged; the whole search lands in OUT/<protocol>/search.json):
    (auto_candidates.fit_first_rung); what was cut is in search.json's "budget_plan".
 4. Successive halving: every kept candidate trains seed 0 to the first rung (validation only: the trainer
    runs with --eval-splits valid, so no test shard or test query file is opened), the best half resume
-   to twice the epochs, and so on while the budget lasts (time measured per candidate, the final seeds'
-   time reserved). The winner is the best at the last rung; its epoch count is its best validation
-   epoch there.
+   to twice the epochs, and so on while the budget lasts (the final seeds' time reserved; a rung slower
+   than the probe predicted inflates every later estimate by measured / predicted, Search.timing). The
+   winner is the best at the last rung; its epoch count is its best validation epoch there.
 5. The final seeds train the winner for exactly that many epochs (same lr schedule span) and are
    evaluated once, at that epoch, on valid and test, saving every candidate's logit (--save-scores).
    Seed 0 is the search's own seed: the winner's best.pt already holds its weights at that epoch, so it
@@ -140,7 +140,12 @@ class Search:
         self.dirs = {c.cid: candidate_dir(root, c, shards[c.sampling], protocol) for c in cands}
         self.records = {c.cid: {"config": c.to_dict(), "shards": shards[c.sampling], "run_dir": str(self.dirs[c.cid]),
                                 "rungs": {}} for c in cands}
-        self.sec_per_epoch: dict[str, float] = {}
+        self.sec_per_epoch: dict[str, float] = {}  # the estimates: the probe's, times the slowdown
+        self.predicted: dict[str, float] = {}  # the probe's seconds per epoch
+        # measured / predicted seconds per epoch of the rungs trained, its max (>= 1) inflating every later
+        # estimate, the final seeds' included (search.json "timing"): a machine that got slower than the probe
+        # saw (wikipedia: 151 s per epoch against the probe's 100) would otherwise overrun the budget
+        self.timing = {"slowdown": 1.0, "measured": {}}
         self.save = lambda: None  # writes search.json after every rung (set by the recipe)
         self.clock = time.time  # the budget's clock (tests pass a fake one)
         self.train_links = 0  # links per training epoch (a view: positives and as many negatives)
@@ -175,7 +180,8 @@ class Search:
         A rerun over the same candidates keeps the first run's plan (search/plan.json), so it reaches the
         same choice from the candidates it finished."""
         cids = list(self.cands)
-        self.sec_per_epoch = {c: float(probes[c]["sec_per_epoch"]) for c in cids}
+        self.predicted = {c: float(probes[c]["sec_per_epoch"]) for c in cids}
+        self.sec_per_epoch = dict(self.predicted)
         saved = self.root / "plan.json"
         if saved.exists() and json.loads(saved.read_text()).get("candidates") == cids:
             log.info("budget: the first run's plan is kept (%s)", saved)
@@ -203,11 +209,12 @@ class Search:
 
     def train(self, cids: list[str], epochs: int) -> dict[str, float]:
         """Bring each candidate to `epochs` (a finished run is reused); {cid: best validation score so far}."""
-        todo = {}
+        todo, before = {}, {}
         for cid in cids:
             s = _summary(self.dirs[cid])
             if not (s and s.get("epochs_completed", 0) >= epochs):
                 todo[cid] = (self.flags(cid, epochs), self.dirs[cid])
+                before[cid] = (s or {}).get("epochs_completed", 0)
         log.info("rung %d epochs: %d candidate(s), %d to train, %d reused", epochs, len(cids), len(todo),
                  len(cids) - len(todo))
         # the rung ends where the final seeds' time begins, whatever the probe predicted
@@ -225,12 +232,26 @@ class Search:
             self.records[cid]["rungs"][str(epochs)] = {
                 "score": scores[cid], "metric": metric, "best_epoch": best_epoch,
                 "wall_s": round(times[str(epochs)], 2), "reused": cid not in todo, "stopped": cid in stopped}
-            done = s.get("epochs_completed") or (best_epoch is not None and best_epoch + 1) or 0
-            total = sum(times.values())
-            self.sec_per_epoch[cid] = total / done if done else max(self.sec_per_epoch[cid], total)
+            if cid in todo and cid not in stopped and s.get("epochs_completed", 0) > before[cid]:
+                self._measured(cid, epochs, wall[cid] / (s["epochs_completed"] - before[cid]))
             log.info("  %s: valid/%s %s %.4f (best epoch %s)", cid, self.protocol, metric, scores[cid], best_epoch)
+        self.sec_per_epoch = {c: p * self.timing["slowdown"] for c, p in self.predicted.items()}
         self.save()
         return scores
+
+    def _measured(self, cid: str, epochs: int, sec: float) -> None:
+        """A rung's measured seconds per epoch of a candidate trained in this run (not reused, not stopped)."""
+        ratio = sec / self.predicted[cid]
+        self.timing["measured"].setdefault(cid, {})[str(epochs)] = {"sec_per_epoch": round(sec, 2),
+                                                                   "ratio": round(ratio, 3)}
+        if ratio > self.timing["slowdown"]:
+            self.timing["slowdown"] = ratio
+        log.info("  %s: %.1f s per epoch measured at the %d-epoch rung, %.1f predicted (x %.2f); every later "
+                 "estimate x %.2f", cid, sec, epochs, self.predicted[cid], ratio, self.timing["slowdown"])
+
+    def final_cost(self, cid: str, epochs: int) -> float:
+        """Estimated seconds of the final seeds training `cid` for `epochs` (the slowdown included)."""
+        return round_cost(self.sec_per_epoch, [cid], 0, epochs, self.slots, self.final_seeds)
 
     def _times(self, cid: str, epochs: int, wall: float | None) -> dict:
         """Wall seconds per rung of a candidate, kept in its run folder so a rerun reports the first run's."""
@@ -373,7 +394,7 @@ def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Pa
     plan = searcher.plan_first_rung(min(FIRST_RUNG[device], max_epochs), searcher.probe())
     rung_epochs = rungs(plan["first_rung_epochs"], max_epochs)
     record = {**info, "budget_minutes": budget / 60, "budget_plan": plan, "rungs": rung_epochs,
-              "candidates": searcher.records}
+              "candidates": searcher.records, "timing": searcher.timing}
     searcher.save = lambda: write_json_atomic(out / "search.json", record)
     searcher.save()
     chosen = search(searcher, rung_epochs, plan["kept"])
@@ -382,6 +403,9 @@ def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Pa
     write_json_atomic(out / "chosen.json", chosen)
     log.info("chosen: %s, %d epochs (valid/%s %.4f at rung %d); training the final seeds", chosen["cid"],
              chosen["epochs"], select, chosen["score"], chosen["rung"])
+    searcher.timing["final_estimate_s"] = round(searcher.final_cost(chosen["cid"], chosen["epochs"]), 1)
+    log.info("budget: the final seeds ~%.0f s (slowdown x %.2f), %.0f s left", searcher.timing["final_estimate_s"],
+             searcher.timing["slowdown"], t0 + budget - time.time())
     weights = reusable_weights(searcher, chosen)
     jobs = {}
     for s, d in runs.items():

@@ -65,11 +65,11 @@ def test_one_choice_for_the_run_by_the_mean_over_seeds():
     assert choose([b])["heuristic"] == "none"
 
 
-def test_row_name_names_the_heuristic_only_when_every_seed_agrees():
+def test_row_name_names_the_heuristic_or_says_none_was_chosen():
     base = "PENCIL w/o features"
     assert prior_model_name(base, [{"heuristic": "ra"}, {"heuristic": "ra"}]) == base + " + RA prior"
     assert prior_model_name(base, [{"heuristic": "ra"}, {"heuristic": "aa"}]) == base + " + heuristic prior"
-    assert prior_model_name(base, [{"heuristic": "none"}]) == base + " + heuristic prior"
+    assert prior_model_name(base, [{"heuristic": "none"}, {"heuristic": "none"}]) == base + " + prior (none chosen)"
 
 
 # ---------------------------------------------------------------------------- a real shard set and trainer run

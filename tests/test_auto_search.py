@@ -380,3 +380,47 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
     assert again["budget_plan"]["probe"] == plan["probe"]  # the probes too
     assert again["chosen"] == chosen
     assert {p: p.stat().st_mtime_ns for p in out.rglob("summary.json")} == mtimes
+
+
+def _fake_trainers(searcher, names, now, slow):
+    """run_trainers stand-in: every job trains `slow` x its probe's seconds per epoch, 2 slots packed as
+    round_cost packs them, advancing the fake clock; it writes what the trainer would (summary, evaluations)."""
+    def run(jobs, slots, stop_at=None, clock=None):
+        wall = {}
+        for cid, (_, run_dir) in jobs.items():
+            done = (json.loads((run_dir / "summary.json").read_text())["epochs_completed"]
+                    if (run_dir / "summary.json").exists() else 0)
+            epochs = int(jobs[cid][0][jobs[cid][0].index("--stop-epoch") + 1])
+            wall[cid] = slow * SPE[names[cid]] * (epochs - done)
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "summary.json").write_text(json.dumps({"epochs_completed": epochs, "selection_metric": "mrr"}))
+            with open(run_dir / "metrics.jsonl", "a") as f:
+                for e in range(done, epochs):
+                    f.write(json.dumps({"event": "eval", "split": "valid", "protocol": "original", "epoch": e,
+                                        "mrr": 0.1 * (e + 1)}) + "\n")
+        now[0] += max(sum(wall.values()) / slots, max(wall.values()))
+        return wall, []
+    return run
+
+
+@pytest.mark.parametrize("slow, afford", [(2.0, False), (1.0, True), (0.5, True)])
+def test_a_rung_slower_than_predicted_inflates_every_later_estimate(tmp_path, monkeypatch, slow, afford):
+    """Rung 2 over a, b runs `slow` x the probe's time (fake clock, fake trainers): at 2 x, measured / predicted
+    = 2 inflates the estimates, and the 4-epoch rung over b with the final seeds (40 x 2 + 2 rounds x 40 x 4 =
+    400 s) no longer fits the 300 s left, where the probe's estimate (20 x 2 + 2 x 20 x 4 = 200 s) would have
+    allowed it. Faster than predicted never deflates them."""
+    from pipelines import auto_search
+    now = [0.0]
+    searcher, names, _ = _searcher(tmp_path, 40.0 * slow + 300.0, now)
+    cid = {v: k for k, v in names.items()}
+    searcher.plan_first_rung(2, {cid[k]: {"sec_per_epoch": v} for k, v in SPE.items()})
+    monkeypatch.setattr(auto_search, "run_trainers", _fake_trainers(searcher, names, now, slow))
+    searcher.train([cid["a"], cid["b"]], 2)
+    assert now[0] == 40.0 * slow and searcher.deadline - now[0] == 300.0  # b: 2 epochs x 20 s x slow
+    ratio = max(slow, 1.0)
+    assert searcher.timing["slowdown"] == ratio
+    assert searcher.timing["measured"][cid["b"]] == {"2": {"sec_per_epoch": 20.0 * slow, "ratio": slow}}
+    assert searcher.sec_per_epoch == {c: SPE[names[c]] * ratio for c in names}  # every candidate, untrained too
+    assert round_cost(SPE, ["b"], 2, 4, 2, 3) == 200.0  # the probe alone: fits the 300 s left
+    assert searcher.can_afford([cid["b"]], 4, 2) is afford
+    assert searcher.final_cost(cid["b"], 4) == 2 * 20.0 * ratio * 4  # the final seeds: 2 rounds at the slowdown
