@@ -12,7 +12,7 @@ Memory is bounded before anything big is allocated: the row count (Parquet metad
 size over the length of its first lines, re-checked while it streams in) times BYTES_PER_ROW must fit
 in the memory available to this process. Integer ids are mapped by a direct table when they span a
 range no wider than a few times the row count, else by one hash pass whose small dictionary of
-distinct ids is then sorted; string ids by a sort.
+distinct ids is then sorted; string ids likewise (a hash pass, then a sort of the distinct strings).
 """
 from __future__ import annotations
 
@@ -292,20 +292,23 @@ def _map_hashed(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], n
 
 
 def _map_strings(cols: dict[str, pa.ChunkedArray]) -> tuple[dict[str, np.ndarray], np.ndarray, str]:
+    """String ids -> ranks among the distinct strings in UTF-8 byte order (= code point order). As for
+    hashed integers, one hash pass over the rows (dictionary_encode) finds the N distinct strings and each
+    row's index into them, and only those N are sorted: a sort of every row compared 60 M strings where
+    2.9 M distinct ones suffice."""
     keys = list(cols)
     text = [cols[k].cast(pa.large_string()) for k in keys]
     whole = pa.chunked_array([ch for c in text for ch in c.chunks], pa.large_string()).combine_chunks()
-    order = pc.sort_indices(whole).to_numpy()  # byte order of UTF-8 = code point order
-    s = whole.take(order)
-    keep = np.empty(len(s), dtype=bool)
-    keep[:1] = True
-    if len(s) > 1:
-        keep[1:] = pc.not_equal(s.slice(1), s.slice(0, len(s) - 1)).to_numpy(zero_copy_only=False)
-    inverse = np.empty(len(s), dtype=np.int64)
-    inverse[order] = np.cumsum(keep) - 1
-    node_ids = s.filter(pa.array(keep)).to_numpy(zero_copy_only=False).astype(object)
     sizes = {k: len(c) for k, c in zip(keys, text)}
-    return _split_back(keys, sizes, inverse), node_ids, "strings, sorted"
+    del text
+    enc = pc.dictionary_encode(whole)
+    del whole
+    order = pc.sort_indices(enc.dictionary).to_numpy()
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    inverse = rank[enc.indices.to_numpy()]
+    node_ids = enc.dictionary.take(pa.array(order)).to_numpy(zero_copy_only=False).astype(object)
+    return _split_back(keys, sizes, inverse), node_ids, "strings, hashed"
 
 
 def release_arrow_memory() -> None:
