@@ -32,7 +32,7 @@ if __package__ in (None, ""):
 import numpy as np
 
 from pipelines.auto_prior import GRID, HEURISTICS, NONE, choose
-from pipelines.auto_search import SEARCH_SEED
+from pipelines.auto_runs import SEARCH_SEED
 
 RULES = ("none", "best heuristic", "per-seed", "run-wide")
 _guard = {"on": False}

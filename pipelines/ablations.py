@@ -28,6 +28,7 @@ from pipelines import run as run_pipeline
 from pipelines.heuristics import write_json_atomic
 from pipelines.plots import read_metrics, save_figure
 from pipelines.report import aggregate, fmt, publish_results, table_json
+from pipelines.run_args import build_parser as run_parser, validate_args as validate_run_args
 
 log = logging.getLogger("pipelines.ablations")
 SUITES = ("mr", "w0", "wpe", "depth", "lrp")
@@ -131,8 +132,8 @@ def run_args(args, preset, seeds: list[int]) -> argparse.Namespace:
                         ("--ogb-root", args.ogb_root), ("--planetoid-dir", args.planetoid_dir)):
         if value is not None:
             argv += [flag, str(value)]
-    rargs = run_pipeline.build_parser().parse_args(argv + [f"--train-arg={a}" for a in args.train_arg])
-    run_pipeline.validate_args(rargs)
+    rargs = run_parser().parse_args(argv + [f"--train-arg={a}" for a in args.train_arg])
+    validate_run_args(rargs)
     return rargs
 
 

@@ -1,5 +1,6 @@
-"""The trainer processes of `--preset auto` (pipelines.auto_search): running them against a deadline, and
-reading what they wrote (validation scores per epoch, the speed probe's timing)."""
+"""The trainer processes of `--preset auto` (pipelines.auto_search, pipelines.auto_final): running them
+against a deadline, whether a run folder resumes, and reading what they wrote (validation scores per epoch,
+the speed probe's timing)."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ from pathlib import Path
 TRAINER = [sys.executable, "-m", "trainer"]
 PROBE_STEPS = 20  # optimiser steps of the speed probe (logged every PROBE_LOG_EVERY; the first window is warm-up)
 PROBE_LOG_EVERY = 5
+SEARCH_SEED = 0  # the seed the candidates train; the final seed of that number reuses the winner's weights
 
 
 class AutoError(ValueError):
@@ -54,6 +56,12 @@ def run_trainers(jobs: dict[str, tuple[list[str], Path]], slots: int, stop_at: f
     finally:  # a failed job, Ctrl-C or SIGTERM stops the others
         stop_children([proc for proc, _ in running.values()])
     return wall, stopped
+
+
+def entry_flag(run_dir: Path) -> str:
+    """A survivor resumes from its last.pt; a folder without one (new, or killed before its first
+    checkpoint) is cleared: the search owns its candidate and seed folders (trainer.run_folder)."""
+    return "--resume" if (Path(run_dir) / "last.pt").is_file() else "--overwrite"
 
 
 def _summary(run_dir: Path) -> dict | None:

@@ -24,7 +24,7 @@ Steps (each logged; the whole search lands in OUT/<protocol>/search.json):
    evaluated once, at that epoch, on valid and test, saving every candidate's logit (--save-scores).
    Seed 0 is the search's own seed: the winner's best.pt already holds its weights at that epoch, so it
    evaluates them (trainer --eval-weights) instead of training again, and the budget reserves time only
-   for the other seeds.
+   for the other seeds (pipelines.auto_final: the final seeds' flags and folders).
 6. Heuristic prior (pipelines.auto_prior): on the final seeds' validation logits of the selection
    protocol only, the blend logit + w * log1p(CN|AA|RA) (or none) with the best mean validation score
    over the seeds; then applied to each seed's test logits. The model alone and the blend are both reported.
@@ -47,14 +47,14 @@ import os
 import time
 from pathlib import Path
 
-from common.eval_scores import scores_path
 from common.graph_stats import GraphStats, graph_stats, hard_negatives
 from common.manifest import read_manifest
 from pipelines.auto_candidates import (FIRST_RUNG, Candidate, fit_first_rung, propose, round_cost, rungs,
                                        successive_halving)
+from pipelines.auto_final import train_final_seeds
 from pipelines.auto_prior import PriorStage
-from pipelines.auto_runs import (PROBE_LOG_EVERY, PROBE_STEPS, AutoError, _summary, best_within, probe_timing,
-                                 run_trainers)
+from pipelines.auto_runs import (PROBE_LOG_EVERY, PROBE_STEPS, SEARCH_SEED, AutoError, _summary, best_within,
+                                 entry_flag, probe_timing, run_trainers)
 from pipelines.heuristics import write_json_atomic
 
 log = logging.getLogger("pipelines.auto")
@@ -67,7 +67,6 @@ DEFAULT_BUDGET_MINUTES = 30.0
 # so an epoch of a 200k-edge graph stays around a minute on one core.
 MAX_VIEW_POSITIVES = {"cpu": 8000, "cuda": None}
 VIEWS = 8
-SEARCH_SEED = 0
 
 
 def device_kind(args) -> str:
@@ -293,63 +292,6 @@ def search(searcher: Search, rung_epochs: list[int], cids: list[str]) -> dict:
             "history": [{"epochs": h.rung, "scores": h.scores, "survivors": h.survivors} for h in history]}
 
 
-def entry_flag(run_dir: Path) -> str:
-    """A survivor resumes from its last.pt; a folder without one (new, or killed before its first
-    checkpoint) is cleared: the search owns its candidate and seed folders (trainer.run_folder)."""
-    return "--resume" if (Path(run_dir) / "last.pt").is_file() else "--overwrite"
-
-
-def final_flags(args, chosen: dict, protocol: str, select: str, seed: int, run_dir: Path,
-                reuse: Path | None = None, fresh: bool = False) -> list[str]:
-    """The winner's config for a final seed: same lr schedule span, stopped and evaluated once (valid and
-    test) at the chosen epoch, its logits saved for the prior (valid/<select> too when selection ranks on
-    another protocol). A folder whose run finished without them (an older recipe) is trained afresh.
-    `reuse`: evaluate these weights instead of training (--eval-weights, in a cleared folder); `fresh`: the
-    folder holds another choice's run, cleared too."""
-    c = Candidate(**{**{k: v for k, v in chosen["config"].items() if k != "cid"},
-                     "sampling": tuple(chosen["config"]["sampling"])})
-    e = str(chosen["epochs"])
-    entry = "--overwrite" if fresh or reuse or final_done(run_dir, chosen, protocol, select) is False else entry_flag(run_dir)
-    extra = (["--score-protocols", select] if select != protocol else []) + (["--eval-weights", str(reuse)] if reuse else [])
-    return ["--shards", chosen["shards"], "--preset", "auto", "--out", str(run_dir), "--seed", str(seed),
-            "--protocol", protocol, "--device", args.device, entry, "--eval-splits", "valid,test",
-            "--stop-epoch", e, "--eval-every", e, "--save-scores", *extra, *c.trainer_flags(),
-            *[a for arg in args.train_arg for a in arg.split("=", 1)]]
-
-
-def reusable_weights(searcher: Search, chosen: dict) -> Path | None:
-    """The winner's best.pt when it holds the weights at the chosen epoch: the final seed 0, trained with the
-    same flags to that epoch, would reach exactly these (trainer.eval_only), so it evaluates them instead."""
-    run_dir = searcher.dirs[chosen["cid"]]
-    summary = _summary(run_dir) or {}
-    ok = summary.get("best_epoch") == chosen["epochs"] - 1 and (run_dir / "best.pt").is_file()
-    return run_dir / "best.pt" if ok else None
-
-
-FINAL_MARK = "auto_final.json"  # in a final seed's folder: the choice it was trained for
-
-
-def final_key(chosen: dict) -> dict:
-    """What a seed folder's run is a run of. Not the epochs: a rerun that climbs a rung further resumes the
-    same candidate's seeds to the later best epoch (the lr schedule spans the candidate's max epochs)."""
-    return {"cid": chosen["cid"], "shards": chosen["shards"]}
-
-
-def final_done(run_dir: Path, chosen: dict, protocol: str, select: str) -> bool | None:
-    """True: the seed finished at the chosen epoch with its scores; False: finished without them; None: not
-    finished (a new folder, or a run to resume)."""
-    if not (_summary(run_dir) or {}).get("epochs_completed", 0) >= chosen["epochs"]:
-        return None
-    return all(scores_path(run_dir, s, p).is_file() for s, p in (("valid", select), ("test", protocol)))
-
-
-def trained_for_another_choice(run_dir: Path, chosen: dict) -> bool:
-    """The seed folder holds a run of another choice (the mark differs): it must be trained afresh, never
-    reused or resumed."""
-    mark = Path(run_dir) / FINAL_MARK
-    return mark.is_file() and json.loads(mark.read_text()) != final_key(chosen)
-
-
 def prepare(args, dataset, protocol: str, device: str) -> tuple[dict, GraphStats, str, list[Candidate], object, dict]:
     """Statistics, selection protocol, candidates, the dataset the shard sets are built from (with valid/hard
     attached when selection uses it) and the shard sets (cached)."""
@@ -406,23 +348,7 @@ def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Pa
     searcher.timing["final_estimate_s"] = round(searcher.final_cost(chosen["cid"], chosen["epochs"]), 1)
     log.info("budget: the final seeds ~%.0f s (slowdown x %.2f), %.0f s left", searcher.timing["final_estimate_s"],
              searcher.timing["slowdown"], t0 + budget - time.time())
-    weights = reusable_weights(searcher, chosen)
-    jobs = {}
-    for s, d in runs.items():
-        other = trained_for_another_choice(d, chosen)
-        if other:
-            log.info("seed %d: its folder holds a run of another choice (%s); training it afresh", s, d / FINAL_MARK)
-        elif final_done(d, chosen, protocol, select):
-            continue
-        reuse = weights if s == SEARCH_SEED else None  # the winner's own seed-0 run already holds these weights
-        flags = final_flags(args, chosen, protocol, select, s, d, reuse, fresh=other)
-        if reuse:
-            log.info("seed %d: evaluating the winner's seed-%d weights at epoch %d (%s) instead of training them "
-                     "again", s, SEARCH_SEED, chosen["epochs"], weights)
-        jobs[f"seed {s}"] = (flags, d)
-    run_trainers(jobs, slots)
-    for d in runs.values():
-        write_json_atomic(Path(d) / FINAL_MARK, final_key(chosen))
+    weights = train_final_seeds(args, chosen, protocol, select, runs, searcher.dirs[chosen["cid"]], slots)
     record["reused_weights"] = str(weights) if weights and SEARCH_SEED in runs else None
     summaries = {s: _summary(d) for s, d in runs.items()}
     stage = PriorStage(dataset, read_manifest(chosen["shards"]), select, protocol)

@@ -12,10 +12,10 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def parsers() -> dict:
-    from pipelines import ablations, gnn_baselines, gnn_full_ranking, heuristic_estimation, heuristics, latent_space, recommend, report, run, score
+    from pipelines import ablations, gnn_baselines, gnn_full_ranking, heuristic_estimation, heuristics, latent_space, recommend, report, run_args, score
     from preprocess.__main__ import build_parser as preprocess_parser
     from trainer.config import build_parser as trainer_parser
-    return {"preprocess": preprocess_parser(), "trainer": trainer_parser(), "pipelines.run": run.build_parser(),
+    return {"preprocess": preprocess_parser(), "trainer": trainer_parser(), "pipelines.run": run_args.build_parser(),
             "pipelines.score": score.build_parser(), "pipelines.recommend": recommend.build_parser(),
             "pipelines.report": report.build_parser(),
             "pipelines.heuristics": heuristics.build_parser(), "pipelines.ablations": ablations.build_parser(),

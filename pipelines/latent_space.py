@@ -28,6 +28,7 @@ from pipelines import run as run_pipeline
 from pipelines.heuristics import score_split, write_json_atomic
 from pipelines.plots import save_figure
 from pipelines.report import mean_std, publish_results
+from pipelines.run_args import build_parser as run_parser, validate_args as validate_run_args
 
 log = logging.getLogger("pipelines.latent_space")
 MODELS = ("CN", "AA", "GCN", "GAT", "PENCIL")
@@ -232,10 +233,10 @@ def _main(argv: list[str] | None = None) -> int:
     if num_nodes < 50:
         raise LatentError(f"--num-nodes: need at least 50 nodes for a 90/10 split with average degree 15, got {num_nodes}")
     preset = get_preset(spec["pencil"])
-    rargs = run_pipeline.build_parser().parse_args(
+    rargs = run_parser().parse_args(
         ["--dataset", "synthetic", "--preset", preset.name, "--shards", args.shards, "--out", args.out,
          "--device", args.device, "--seeds", ",".join(map(str, seeds)), *[f"--train-arg={a}" for a in args.train_arg]])
-    run_pipeline.validate_args(rargs)
+    validate_run_args(rargs)
     if "PENCIL" in models:
         run_pipeline.check_trainer_flags(rargs, preset.name, ["original"])
     out = Path(args.out) / "latent_space" / args.preset

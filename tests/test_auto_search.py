@@ -189,7 +189,7 @@ def test_search_budget_with_a_fake_clock_and_objective(tmp_path):
 
 
 def test_a_final_seed_of_another_choice_is_trained_afresh(tmp_path):
-    from pipelines.auto_search import FINAL_MARK, final_key, trained_for_another_choice
+    from pipelines.auto_final import FINAL_MARK, final_key, trained_for_another_choice
     chosen = {"cid": "d1n10-h64l2", "epochs": 2, "shards": "/s/a"}
     seed = tmp_path / "seed1"
     seed.mkdir()

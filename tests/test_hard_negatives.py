@@ -142,7 +142,8 @@ def test_default_cache_key_is_unchanged_and_a_fraction_changes_it():
 
 
 def test_pipelines_run_passes_the_fraction_to_every_shard_set(tmp_path):
-    from pipelines.run import RunError, build_parser, preprocess_config, validate_args
+    from pipelines.run import preprocess_config
+    from pipelines.run_args import RunError, build_parser, validate_args
 
     base = ["--dataset", "citeseer", "--out", str(tmp_path / "r"), "--shards", str(tmp_path / "s")]
     args = build_parser().parse_args(base + ["--hard-neg-fraction", "0.25"])

@@ -203,7 +203,7 @@ def test_results_folder_is_named_after_the_dataset(tmp_path):
 
 # ---------------------------------------------------------------------------- one process or torchrun
 def _run_args(tmp_path, *argv):
-    from pipelines.run import build_parser, validate_args
+    from pipelines.run_args import build_parser, validate_args
     args = build_parser().parse_args(["--dataset", "citeseer", "--out", str(tmp_path / "results"),
                                       "--shards", str(tmp_path / "shards"), *argv])
     validate_args(args)

@@ -1,0 +1,93 @@
+"""`--preset auto`'s final seeds: once the search (pipelines.auto_search) has chosen a candidate and its
+epoch count, train each seed with it and evaluate it once, at that epoch, on valid and test.
+
+This module owns the seed folders' side of the recipe: the trainer flags of a final seed, whether a seed
+folder already holds this choice's finished run (reused), a run to resume, or another choice's run (its
+FINAL_MARK differs: trained afresh), and seed SEARCH_SEED, which evaluates the winner's own best.pt
+(trainer --eval-weights) instead of training the same weights again.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from common.eval_scores import scores_path
+from pipelines.auto_candidates import Candidate
+from pipelines.auto_runs import SEARCH_SEED, _summary, entry_flag, run_trainers
+from pipelines.heuristics import write_json_atomic
+
+log = logging.getLogger("pipelines.auto")  # one logger for the whole auto recipe
+
+FINAL_MARK = "auto_final.json"  # in a final seed's folder: the choice it was trained for
+
+
+def final_flags(args, chosen: dict, protocol: str, select: str, seed: int, run_dir: Path,
+                reuse: Path | None = None, fresh: bool = False) -> list[str]:
+    """The winner's config for a final seed: same lr schedule span, stopped and evaluated once (valid and
+    test) at the chosen epoch, its logits saved for the prior (valid/<select> too when selection ranks on
+    another protocol). A folder whose run finished without them (an older recipe) is trained afresh.
+    `reuse`: evaluate these weights instead of training (--eval-weights, in a cleared folder); `fresh`: the
+    folder holds another choice's run, cleared too."""
+    c = Candidate(**{**{k: v for k, v in chosen["config"].items() if k != "cid"},
+                     "sampling": tuple(chosen["config"]["sampling"])})
+    e = str(chosen["epochs"])
+    entry = "--overwrite" if fresh or reuse or final_done(run_dir, chosen, protocol, select) is False else entry_flag(run_dir)
+    extra = (["--score-protocols", select] if select != protocol else []) + (["--eval-weights", str(reuse)] if reuse else [])
+    return ["--shards", chosen["shards"], "--preset", "auto", "--out", str(run_dir), "--seed", str(seed),
+            "--protocol", protocol, "--device", args.device, entry, "--eval-splits", "valid,test",
+            "--stop-epoch", e, "--eval-every", e, "--save-scores", *extra, *c.trainer_flags(),
+            *[a for arg in args.train_arg for a in arg.split("=", 1)]]
+
+
+def reusable_weights(winner_dir: Path, chosen: dict) -> Path | None:
+    """The winner's best.pt when it holds the weights at the chosen epoch: the final seed 0, trained with the
+    same flags to that epoch, would reach exactly these (trainer.eval_only), so it evaluates them instead."""
+    summary = _summary(winner_dir) or {}
+    ok = summary.get("best_epoch") == chosen["epochs"] - 1 and (winner_dir / "best.pt").is_file()
+    return winner_dir / "best.pt" if ok else None
+
+
+def final_key(chosen: dict) -> dict:
+    """What a seed folder's run is a run of. Not the epochs: a rerun that climbs a rung further resumes the
+    same candidate's seeds to the later best epoch (the lr schedule spans the candidate's max epochs)."""
+    return {"cid": chosen["cid"], "shards": chosen["shards"]}
+
+
+def final_done(run_dir: Path, chosen: dict, protocol: str, select: str) -> bool | None:
+    """True: the seed finished at the chosen epoch with its scores; False: finished without them; None: not
+    finished (a new folder, or a run to resume)."""
+    if not (_summary(run_dir) or {}).get("epochs_completed", 0) >= chosen["epochs"]:
+        return None
+    return all(scores_path(run_dir, s, p).is_file() for s, p in (("valid", select), ("test", protocol)))
+
+
+def trained_for_another_choice(run_dir: Path, chosen: dict) -> bool:
+    """The seed folder holds a run of another choice (the mark differs): it must be trained afresh, never
+    reused or resumed."""
+    mark = Path(run_dir) / FINAL_MARK
+    return mark.is_file() and json.loads(mark.read_text()) != final_key(chosen)
+
+
+def train_final_seeds(args, chosen: dict, protocol: str, select: str, runs: dict[int, Path], winner_dir: Path,
+                      slots: int) -> Path | None:
+    """Bring every seed folder in `runs` to the chosen run (a finished one is reused), `slots` trainers at
+    once, then mark each with the choice; returns the winner's weights seed SEARCH_SEED evaluates, if any."""
+    weights = reusable_weights(winner_dir, chosen)
+    jobs = {}
+    for s, d in runs.items():
+        other = trained_for_another_choice(d, chosen)
+        if other:
+            log.info("seed %d: its folder holds a run of another choice (%s); training it afresh", s, d / FINAL_MARK)
+        elif final_done(d, chosen, protocol, select):
+            continue
+        reuse = weights if s == SEARCH_SEED else None  # the winner's own seed-0 run already holds these weights
+        flags = final_flags(args, chosen, protocol, select, s, d, reuse, fresh=other)
+        if reuse:
+            log.info("seed %d: evaluating the winner's seed-%d weights at epoch %d (%s) instead of training them "
+                     "again", s, SEARCH_SEED, chosen["epochs"], weights)
+        jobs[f"seed {s}"] = (flags, d)
+    run_trainers(jobs, slots)
+    for d in runs.values():
+        write_json_atomic(Path(d) / FINAL_MARK, final_key(chosen))
+    return weights
