@@ -50,9 +50,9 @@ def test_blend_and_choice_exact_on_a_hand_built_example():
     assert choose([grid_values(mrr, logit, {"cn": aa, "aa": aa, "ra": aa})])["heuristic"] == "none"
 
 
-def test_one_choice_for_the_run_by_the_mean_over_seeds():
-    # seed A alone would pick (cn, 0.25) (0.9), seed B alone none (0.5); the means are none 0.5, cn 0.25: 0.5
-    # (a tie, kept by the earlier entry: none), cn 0.5: 0.6, the best
+def test_choose_over_several_grids_takes_the_best_mean():
+    # bench.prior_rule's run-wide rule: seed A alone would pick (cn, 0.25) (0.9), seed B alone none (0.5); the
+    # means are none 0.5, cn 0.25: 0.5 (a tie, kept by the earlier entry: none), cn 0.5: 0.6, the best
     def grid(values):  # every other entry scores 0
         table = dict.fromkeys(GRID, 0.0)
         table.update(values)
@@ -159,3 +159,25 @@ def test_choice_reads_validation_of_the_selection_protocol_only(scored, tmp_path
     result = stage.run({0: seed})[0]
     assert opened == ["valid-hard.npz", "test-original.npz"]
     assert result["test"] == stage.apply(seed, first)
+
+
+def test_each_seed_picks_its_own_prior(scored, tmp_path):
+    # seed 1's validation logits are the RA heuristic's negation: any RA weight that undoes it helps, so its
+    # pick differs from seed 0's (the trained model), and each record carries its own pick and value
+    ds, manifest, run_dir, _ = scored
+    seeds = {s: tmp_path / f"seed{s}" for s in (0, 1)}
+    for d in seeds.values():
+        shutil.copytree(run_dir / "scores", d / "scores")
+    stage = PriorStage(ds, manifest, "hard", "original")
+    valid = scores_path(seeds[1], "valid", "hard")
+    cid, logit, epoch = read_scores(valid)
+    ra = stage.heuristics("valid", "hard")["ra"][cid]
+    write_scores(valid, cid, (-np.log1p(ra)).astype(np.float32), epoch)
+    out = stage.run(seeds)
+    for s, d in seeds.items():
+        own = stage.choose_for([d])
+        assert (out[s]["heuristic"], out[s]["weight"], out[s]["valid"]) == (own["heuristic"], own["weight"],
+                                                                            own["valid_mean"])
+        assert out[s]["test"] == stage.apply(d, own)
+    assert out[1]["heuristic"] != "none" and (out[0]["heuristic"], out[0]["weight"]) != (out[1]["heuristic"],
+                                                                                         out[1]["weight"])
