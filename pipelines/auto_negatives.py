@@ -14,8 +14,9 @@ What it does, once the search has chosen its winner (pipelines.auto_search) and 
 3. evaluates the uniform winner's own weights (the search's best.pt at the chosen epoch) the same way, on
    validation only (trained like 2. on the uniform shards when no such weights exist);
 4. keeps F = 0.5 only when its best blended validation value is strictly higher (a tie keeps uniform).
-When 0.5 wins, the final seeds train on the hard shard set, and seed SEARCH_SEED evaluates the stage's own
-best.pt. No trainer here opens a test file: test is read only after this choice, by the final seeds.
+When 0.5 wins, the final seeds train on the hard shard set. Seed SEARCH_SEED evaluates the best.pt of the
+chosen views' run (the stage's hard run; for uniform, the search winner's, or the stage's uniform run when
+it had to train) instead of training the same weights again. No trainer here opens a test file: test is read only after this choice, by the final seeds.
 
 An explicit --hard-neg-fraction (0 included) skips the stage; so does a budget that cannot fit it (its cost,
 one training run of the winner plus two validation passes, is reserved by the search as one more final seed).
@@ -106,7 +107,7 @@ def decide(args, searcher, chosen: dict, build_shards: Callable[[float], str], m
               "protocol": f"valid/{select}", "runs": {f"{f:g}": str(d) for f, d in runs.items()}}
     log.info("training negatives: %s (best blended valid/%s: uniform %.4f, %g-hard %.4f)",
              "hard" if fraction else "uniform", select, values[UNIFORM], HARD_NEG_FRACTION, values[HARD_NEG_FRACTION])
-    if fraction == UNIFORM:
-        return record, winner_dir
+    if fraction == UNIFORM:  # the stage's own uniform run, when it trained (no reusable weights), is seed 0's
+        return record, winner_dir if weights[UNIFORM] else runs[UNIFORM]
     chosen.update(shards=shards[fraction], hard_neg_fraction=fraction)
     return record, runs[fraction]

@@ -96,18 +96,21 @@ def test_the_stage_is_skipped_when_the_budget_cannot_fit_it(tmp_path, monkeypatc
 
 @pytest.mark.parametrize("select", ["original", "hard"])
 @pytest.mark.parametrize("uniform, hard", [(0.30, 0.35), (0.30, 0.30)])
+@pytest.mark.parametrize("reusable", [True, False])
 def test_the_stage_runs_validation_only_and_switches_shards_when_hard_wins(tmp_path, monkeypatch, select, uniform,
-                                                                           hard):
-    """Fake trainers: the stage's two jobs (the uniform winner's weights evaluated, the hard views trained),
-    both validation only with their scores saved; then hard wins only when strictly higher. A rerun reuses
-    both finished runs."""
+                                                                           hard, reusable):
+    """Fake trainers: the stage's two jobs (the uniform winner's weights evaluated, or trained when the search
+    kept none at the chosen epoch; the hard views trained), both validation only with their scores saved; then
+    hard wins only when strictly higher. Seed 0 then evaluates the best.pt of the run of the chosen views. A
+    rerun reuses both finished runs."""
     searcher, names, _ = _searcher(tmp_path, 1e9, [0.0])
     searcher.sec_per_epoch = {c: SPE[names[c]] for c in names}
     chosen = _chosen(searcher, names, epochs=2)
     winner = tmp_path / "winner"
     winner.mkdir()
     (winner / "summary.json").write_text(json.dumps({"best_epoch": 1, "epochs_completed": 2}))
-    (winner / "best.pt").write_bytes(b"w")
+    if reusable:
+        (winner / "best.pt").write_bytes(b"w")
     seen = []
 
     def trainers(jobs, slots, stop_at=None, clock=None):
@@ -130,14 +133,18 @@ def test_the_stage_runs_validation_only_and_switches_shards_when_hard_wins(tmp_p
         assert f[f.index("--shards") + 1] == shards and f[f.index("--eval-splits") + 1] == "valid"
         assert f[f.index("--seed") + 1] == "0" and f[f.index("--stop-epoch") + 1] == "2" and "--save-scores" in f
         assert ("--score-protocols" in f) == (select == "hard")
-    assert flags["negatives f0"][flags["negatives f0"].index("--eval-weights") + 1] == str(winner / "best.pt")
+    if reusable:
+        assert flags["negatives f0"][flags["negatives f0"].index("--eval-weights") + 1] == str(winner / "best.pt")
+    else:
+        assert "--eval-weights" not in flags["negatives f0"]
     assert "--eval-weights" not in flags["negatives f0.5"]  # the hard views are trained
     won = hard > uniform
     assert record["fractions"] == {"0": uniform, "0.5": hard} and record["by"] == "validation"
     assert record["chosen"] == (HARD_NEG_FRACTION if won else 0.0) and record["protocol"] == f"valid/{select}"
     runs = {k: Path(v) for k, v in record["runs"].items()}
     assert runs["0"].parent == runs["0.5"].parent == searcher.root and runs["0.5"].name.startswith("negatives-f0.5-")
-    assert chosen["shards"] == ("hard-s10" if won else "s10") and weights_dir == (runs["0.5"] if won else winner)
+    assert chosen["shards"] == ("hard-s10" if won else "s10")
+    assert weights_dir == (runs["0.5"] if won else winner if reusable else runs["0"])
     # a rerun reuses both finished runs (no trainer job)
     seen.clear()
     again = dict(chosen, shards="s10", hard_neg_fraction=0.0)

@@ -283,8 +283,11 @@ def _edge_csv(path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_path, monkeypatch):
-    from pipelines import auto_search
+@pytest.mark.parametrize("force_hard", [False, True])
+def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_path, monkeypatch, force_hard):
+    """force_hard: the stage's choice is forced to the hard views (this tiny graph's validation keeps uniform),
+    so the final seeds' switch to the hard shard set and seed 0's reuse of the stage's best.pt run for real."""
+    from pipelines import auto_negatives, auto_search
     from pipelines.run import main
 
     csv = _edge_csv(tmp_path / "geo_edges.csv")
@@ -327,6 +330,8 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
             moved.clear()
 
     shard_sets = []
+    if force_hard:
+        monkeypatch.setattr(auto_negatives, "choose_fraction", lambda values: auto_negatives.HARD_NEG_FRACTION)
     monkeypatch.setattr(auto_search, "shard_set", instrumented_shard_set)
     monkeypatch.setattr(auto_search, "search", instrumented_search)
     monkeypatch.setattr(auto_search, "decide", instrumented_decide)
@@ -341,7 +346,7 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
     negatives = search["training_negatives"]
     assert sorted(negatives["fractions"]) == ["0", "0.5"] and negatives["by"] == "validation"
     assert negatives["protocol"] == "valid/hard"
-    hard_won = negatives["fractions"]["0.5"] > negatives["fractions"]["0"]
+    hard_won = force_hard or negatives["fractions"]["0.5"] > negatives["fractions"]["0"]
     assert negatives["chosen"] == (0.5 if hard_won else 0.0)
     assert len(shard_sets) == 2 and shard_sets[0] != shard_sets[1]  # the search's, then the stage's hard one
     for fraction, run_dir in negatives["runs"].items():  # both validation only: no test evaluation
