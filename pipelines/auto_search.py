@@ -20,6 +20,9 @@ Steps (each logged; the whole search lands in OUT/<protocol>/search.json):
    to twice the epochs, and so on while the budget lasts (the final seeds' time reserved; a rung slower
    than the probe predicted inflates every later estimate by measured / predicted, Search.timing). The
    winner is the best at the last rung; its epoch count is its best validation epoch there.
+4b. Training negatives (pipelines.auto_negatives): unless --hard-neg-fraction was given, seed 0 of the
+   winner is retrained on views with half their negatives hard (2-hop non-edges), validation only, and
+   those views are kept only if their best prior blend (step 6's grid) is strictly better on validation.
 5. The final seeds train the winner for exactly that many epochs (same lr schedule span) and are
    evaluated once, at that epoch, on valid and test, saving every candidate's logit (--save-scores).
    Seed 0 is the search's own seed: the winner's best.pt already holds its weights at that epoch, so it
@@ -52,6 +55,7 @@ from common.manifest import read_manifest
 from pipelines.auto_candidates import (FIRST_RUNG, Candidate, fit_first_rung, propose, round_cost, rungs,
                                        successive_halving)
 from pipelines.auto_final import train_final_seeds
+from pipelines.auto_negatives import decide, stage_runs
 from pipelines.auto_prior import PriorStage
 from pipelines.auto_runs import (PROBE_LOG_EVERY, PROBE_STEPS, SEARCH_SEED, AutoError, _summary, best_within,
                                  entry_flag, probe_timing, run_trainers)
@@ -105,18 +109,23 @@ def view_positives(train_positives: int, device: str) -> int:
     return train_positives if not cap else min(cap, train_positives)
 
 
-def shard_set(args, dataset, sampling: tuple[int, int], protocols: list[str], device: str) -> str:
+def shard_set(args, dataset, sampling: tuple[int, int], protocols: list[str], device: str,
+              hard_neg_fraction: float | None = None) -> str:
+    """One sampling's shard set (cached); `hard_neg_fraction`: its training views' (default: the flag's, 0
+    when the flag was left to the recipe: the search compares candidates on uniform negatives)."""
     from pipelines.run import preprocess_config, shutdown_embedded_ray
     from preprocess.job import run_job
 
     train = len(dataset.splits["train"].pos)
     cap = MAX_VIEW_POSITIVES[device]
     percent = 100.0 if view_positives(train, device) == train else round(100.0 * cap / train, 3)
-    cfg = preprocess_config(args, sampling, args.views or VIEWS, percent, protocols)
+    fraction = (args.hard_neg_fraction or 0.0) if hard_neg_fraction is None else hard_neg_fraction
+    cfg = preprocess_config(args, sampling, args.views or VIEWS, percent, protocols, fraction)
     result = run_job(cfg, dataset)
     shutdown_embedded_ray()
     location = result.location or str(result.path)
-    log.info("shards (%d,%d) %s: %s", *sampling, "reused" if result.cached else "written", location)
+    log.info("shards (%d,%d)%s %s: %s", *sampling, f" hard negatives {fraction:g}" if fraction else "",
+             "reused" if result.cached else "written", location)
     return location
 
 
@@ -299,8 +308,7 @@ def prepare(args, dataset, protocol: str, device: str) -> tuple[dict, GraphStats
         from pipelines.run import load_run_dataset
         dataset = load_run_dataset(args, features=True)
     select, stats = selection_protocol(dataset, protocol)
-    info = {"stats": stats.to_dict(), "device": device, "selection": {"protocol": select},
-            "training_negatives": {"hard_neg_fraction": args.hard_neg_fraction}}  # as every candidate's shards hold
+    info = {"stats": stats.to_dict(), "device": device, "selection": {"protocol": select}}
     log.info("graph: %d nodes, %d training edges, degree mean %.1f / median %.0f / p90 %.0f; %.1f%% of the "
              "validation negatives share a neighbour with their pair (~%.1f per ranking); selection on valid/%s",
              stats.nodes, stats.edges, stats.mean_degree, stats.median_degree, stats.p90_degree,
@@ -328,9 +336,10 @@ def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Pa
     info, stats, select, cands, dataset, shards = prepare(args, dataset, protocol, device)
     log.info("%d candidates over %d shard set(s); budget %.0f min (%.1f min used so far)", len(cands), len(shards),
              budget / 60, (time.time() - t0) / 60)
-    # the budget reserves time for the seeds that train: seed 0 reuses the winner's weights (reusable_weights)
+    # the budget reserves time for the seeds that train: seed 0 reuses the winner's weights (reusable_weights);
+    # the training-negatives stage (one more run of the winner) counts as one more seed
     searcher = Search(args, cands, shards, select, out / "search", slots, t0 + budget,
-                      sum(s != SEARCH_SEED for s in runs))
+                      sum(s != SEARCH_SEED for s in runs) + stage_runs(args))
     searcher.train_links = 2 * view_positives(len(dataset.splits["train"].pos), device)
     max_epochs = max(c.max_epochs for c in cands)
     plan = searcher.plan_first_rung(min(FIRST_RUNG[device], max_epochs), searcher.probe())
@@ -342,13 +351,21 @@ def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Pa
     chosen = search(searcher, rung_epochs, plan["kept"])
     record.update(chosen=chosen, search_seconds=round(time.time() - t0, 1))
     write_json_atomic(out / "search.json", record)
+    log.info("chosen: %s, %d epochs (valid/%s %.4f at rung %d)", chosen["cid"], chosen["epochs"], select,
+             chosen["score"], chosen["rung"])
+    sampling = tuple(chosen["config"]["sampling"])
+    protocols = [protocol] + ([HARD] if select == HARD else [])
+    record["training_negatives"], winner_dir = decide(
+        args, searcher, chosen, lambda f: shard_set(args, dataset, sampling, protocols, device, f),
+        lambda loc: PriorStage(dataset, read_manifest(loc), select, protocol), protocol, select,
+        searcher.dirs[chosen["cid"]])
+    searcher.final_seeds -= stage_runs(args)  # the stage's reservation is spent (or given up)
+    write_json_atomic(out / "search.json", record)
     write_json_atomic(out / "chosen.json", chosen)
-    log.info("chosen: %s, %d epochs (valid/%s %.4f at rung %d); training the final seeds", chosen["cid"],
-             chosen["epochs"], select, chosen["score"], chosen["rung"])
     searcher.timing["final_estimate_s"] = round(searcher.final_cost(chosen["cid"], chosen["epochs"]), 1)
     log.info("budget: the final seeds ~%.0f s (slowdown x %.2f), %.0f s left", searcher.timing["final_estimate_s"],
              searcher.timing["slowdown"], t0 + budget - time.time())
-    weights = train_final_seeds(args, chosen, protocol, select, runs, searcher.dirs[chosen["cid"]], slots)
+    weights = train_final_seeds(args, chosen, protocol, select, runs, winner_dir, slots)
     record["reused_weights"] = str(weights) if weights and SEARCH_SEED in runs else None
     summaries = {s: _summary(d) for s, d in runs.items()}
     stage = PriorStage(dataset, read_manifest(chosen["shards"]), select, protocol)

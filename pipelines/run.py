@@ -97,15 +97,18 @@ def load_run_dataset(args, features: bool = False):
                         features=features, split=args.split_pct, nodes=args.nodes)
 
 
-def preprocess_config(args, sampling: tuple[int, int], views: int, percent: float, protocols: list[str]):
+def preprocess_config(args, sampling: tuple[int, int], views: int, percent: float, protocols: list[str],
+                      hard_neg_fraction: float | None = None):
     """The preprocess job of one shard set (this run's, or one of the auto search's): the dataset flags
-    exactly as load_run_dataset passes them, so the shards hold the graph the run loaded."""
+    exactly as load_run_dataset passes them, so the shards hold the graph the run loaded. The training
+    negatives: `hard_neg_fraction` when given (the auto recipe's stage), else the flag's (None: 0)."""
     from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
 
     return PreprocessConfig(
         dataset=args.dataset, sampling=SamplingConfig(*sampling),
         candidates=CandidateConfig(views=views, percent=percent, protocols=tuple(protocols),
-                                   hard_neg_fraction=args.hard_neg_fraction),
+                                   hard_neg_fraction=(args.hard_neg_fraction or 0.0) if hard_neg_fraction is None
+                                   else hard_neg_fraction),
         out=args.shards, data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir,
         features=args.features, split=args.split_pct, nodes=args.nodes, num_cpus=args.num_cpus)
 
@@ -243,7 +246,8 @@ def run_protocol(args, dataset_obj, preset_name: str, protocol: str, out: Path) 
         if args.hard_neg_fraction:  # only when set, so the records of uniform-negative runs stay as they were
             record["hard_neg_fraction"] = args.hard_neg_fraction
         if chosen:
-            record["auto"] = {k: chosen[k] for k in ("cid", "config", "epochs")}  # the searched config, with the run
+            # the searched config, with the run, and its training negatives (pipelines.auto_negatives)
+            record["auto"] = {k: chosen[k] for k in ("cid", "config", "epochs", "hard_neg_fraction")}
             record["auto"]["prior"] = {k: v for k, v in priors[seed].items() if k not in ("grid", "test")}
         finished.write_if_changed(run_dir / "result.json", record, write_json_atomic)
         results.append(record)

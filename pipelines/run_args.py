@@ -38,9 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="results", help="results root; this writes OUT/<dataset>/<preset>/ (default results)")
     p.add_argument("--shards", default="shards", help="shard root for preprocess --out (default shards)")
     p.add_argument("--views", type=int, default=None, help="training views to preprocess (default min(epochs, 20))")
-    p.add_argument("--hard-neg-fraction", type=float, default=0.0, metavar="F",
+    p.add_argument("--hard-neg-fraction", type=float, default=None, metavar="F",
                    help="fraction of each training view's negatives drawn as 2-hop non-edges of the training graph; "
-                        "the rest uniform (as preprocess --hard-neg-fraction; default 0)")
+                        "the rest uniform (as preprocess --hard-neg-fraction; default 0, and with --preset auto "
+                        "0 or 0.5, chosen on validation)")
     p.add_argument("--epochs", type=float, default=None, help="override the preset's epochs")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the embedded Ray (default: all)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
@@ -80,7 +81,7 @@ def validate_args(args) -> None:
         raise RunError(str(err)) from None
     if args.views is not None and args.views < 1:
         raise RunError(f"--views: must be a positive integer, got {args.views}")
-    if not 0 <= args.hard_neg_fraction <= 1:
+    if args.hard_neg_fraction is not None and not 0 <= args.hard_neg_fraction <= 1:
         raise RunError(f"--hard-neg-fraction: must be in [0, 1] (0 = uniform negatives only), "
                        f"got {args.hard_neg_fraction}")
     if args.budget_minutes is not None and not args.budget_minutes > 0:

@@ -283,12 +283,15 @@ def _edge_csv(path: Path) -> Path:
 
 
 @pytest.mark.slow
-def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_path, monkeypatch):
-    from pipelines import auto_search
+@pytest.mark.parametrize("force_hard", [False, True])
+def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_path, monkeypatch, force_hard):
+    """force_hard: the stage's choice is forced to the hard views (this tiny graph's validation keeps uniform),
+    so the final seeds' switch to the hard shard set and seed 0's reuse of the stage's best.pt run for real."""
+    from pipelines import auto_negatives, auto_search
     from pipelines.run import main
 
     csv = _edge_csv(tmp_path / "geo_edges.csv")
-    real_search, real_prepare = auto_search.search, auto_search.prepare
+    real_search, real_shard_set, real_decide = auto_search.search, auto_search.shard_set, auto_search.decide
     # two candidates on one sampling keep the run short; the search machinery is the real one
     monkeypatch.setattr(auto_search, "propose", lambda stats, device: [
         Candidate((1, 8), 32, 1, 2, 64, 1e-3, "constant", 64, 2),
@@ -296,47 +299,68 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
     monkeypatch.setattr(auto_search, "FIRST_RUNG", {"cpu": 1, "cuda": 1})  # rungs 1, 2: the survivor resumes
     events, moved = [], []
 
-    def instrumented_prepare(*a, **k):
-        # Every test shard and test query file is overwritten with seeded random bytes of its own size once
-        # the shard sets are written, before the speed probe and the search: the trainer's start-up check
-        # (a stat of every file) still passes, but a trainer that read one would fail on it (a tar header or
-        # an npz that does not parse), and with it the run. The real files come back after the choice.
-        out = real_prepare(*a, **k)
+    def instrumented_shard_set(*a, **k):
+        # Every test shard and test query file is overwritten with seeded random bytes of its own size once a
+        # shard set is written (the search's, then the training-negatives stage's hard one), before any trainer
+        # runs on it: the trainer's start-up check (a stat of every file) still passes, but a trainer that read
+        # one would fail on it (a tar header or an npz that does not parse), and with it the run. The real
+        # files come back after the choice: the search's and then the stage's.
+        loc = real_shard_set(*a, **k)
         rng = np.random.default_rng(0)
-        for loc in out[-1].values():
-            for f in Path(loc).iterdir():
-                if f.name.startswith(("test-", "graph-test-")):
-                    data = f.read_bytes()
-                    f.write_bytes(rng.integers(0, 256, size=len(data), dtype=np.uint8).tobytes())
-                    moved.append((data, f))
+        for f in Path(loc).iterdir():
+            if f.name.startswith(("test-", "graph-test-")):
+                data = f.read_bytes()
+                f.write_bytes(rng.integers(0, 256, size=len(data), dtype=np.uint8).tobytes())
+                moved.append((data, f))
         assert any(f.name == "test-original-queries.npz" for _, f in moved)
-        return out
+        shard_sets.append(loc)
+        return loc
 
     def instrumented_search(searcher, rung_epochs, cids):
+        chosen = real_search(searcher, rung_epochs, cids)
+        events.append(dict(chosen))  # as the search chose it, before the stage
+        return chosen
+
+    def instrumented_decide(*a, **k):
         try:
-            chosen = real_search(searcher, rung_epochs, cids)
+            return real_decide(*a, **k)
         finally:
             for data, f in moved:
                 f.write_bytes(data)
             moved.clear()
-        events.append(chosen)
-        return chosen
 
-    monkeypatch.setattr(auto_search, "prepare", instrumented_prepare)
+    shard_sets = []
+    if force_hard:
+        monkeypatch.setattr(auto_negatives, "choose_fraction", lambda values: auto_negatives.HARD_NEG_FRACTION)
+    monkeypatch.setattr(auto_search, "shard_set", instrumented_shard_set)
     monkeypatch.setattr(auto_search, "search", instrumented_search)
+    monkeypatch.setattr(auto_search, "decide", instrumented_decide)
     argv = ["--dataset", str(csv), "--seeds", "0", "--out", str(tmp_path / "results"),
             "--shards", str(tmp_path / "shards"), "--num-cpus", "1", "--parallel-seeds", "2"]
     assert main(argv) == 0
     out = tmp_path / "results" / "geo_edges" / "auto" / "original"
     search = json.loads((out / "search.json").read_text())
     assert search["selection"]["protocol"] == "hard" and search["stats"]["easy_validation"]
-    assert search["training_negatives"] == {"hard_neg_fraction": 0.0}  # uniform unless --hard-neg-fraction
+    # the training-negatives stage: seed 0 of the winner on uniform and 0.5-hard views, validation only,
+    # decided on the best blended valid/hard value (strictly higher to switch)
+    negatives = search["training_negatives"]
+    assert sorted(negatives["fractions"]) == ["0", "0.5"] and negatives["by"] == "validation"
+    assert negatives["protocol"] == "valid/hard"
+    hard_won = force_hard or negatives["fractions"]["0.5"] > negatives["fractions"]["0"]
+    assert negatives["chosen"] == (0.5 if hard_won else 0.0)
+    assert len(shard_sets) == 2 and shard_sets[0] != shard_sets[1]  # the search's, then the stage's hard one
+    for fraction, run_dir in negatives["runs"].items():  # both validation only: no test evaluation
+        evals = [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+        assert {r["split"] for r in evals if r["event"] == "eval"} == {"valid"}
+        stage_shards = json.loads((Path(run_dir) / "config.json").read_text())["data"]["shards"]
+        assert stage_shards == shard_sets[fraction == "0.5"]
     assert search["rungs"] == [1, 2] and len(search["candidates"]) == 2
     plan = search["budget_plan"]  # the default 30 minutes fit both candidates; each was timed by a probe
     assert plan["cuts"] == [] and plan["first_rung_epochs"] == 1 and len(plan["kept"]) == 2
     assert all(p["sec_per_epoch"] > 0 and p["links_per_s"] > 0 for p in plan["probe"].values())
     chosen = search["chosen"]
-    assert chosen == events[0] and chosen == json.loads((out / "chosen.json").read_text())
+    assert chosen == {**events[0], "shards": shard_sets[hard_won], "hard_neg_fraction": negatives["chosen"]}
+    assert chosen == json.loads((out / "chosen.json").read_text())
     cands = search["candidates"]
     assert [sorted(c["rungs"]) for c in cands.values()].count(["1", "2"]) == 1  # one survivor of rung 1
     assert sorted(cands[chosen["cid"]]["rungs"]) == ["1", "2"] and chosen["rung"] == 2
@@ -350,11 +374,15 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
     summary = json.loads((out / "seed0" / "summary.json").read_text())
     assert summary["test"]["mrr"] > 0 and summary["epochs_completed"] == chosen["epochs"]
     assert summary["config"]["model"]["hidden"] == chosen["config"]["hidden"]
-    # seed 0 is the search seed: it evaluated the winner's best.pt (the same weights) instead of training
-    assert summary["weights_from"] == str((winner_dir / "best.pt").resolve()) == str(Path(search["reused_weights"]).resolve())
+    assert summary["config"]["data"]["shards"] == chosen["shards"]  # the final seed trains on the chosen views
+    # seed 0 is the search seed: it evaluated the best.pt of the winner (or of the stage's hard run, when hard
+    # negatives won: the same flags on those views) instead of training the same weights again
+    weights_dir = Path(negatives["runs"]["0.5"]) if hard_won else winner_dir
+    assert summary["weights_from"] == str((weights_dir / "best.pt").resolve()) == str(Path(search["reused_weights"]).resolve())
     assert not (out / "seed0" / "last.pt").exists()
     result = json.loads((out / "seed0" / "result.json").read_text())
     assert result["preset"] == "auto" and result["auto"]["cid"] == chosen["cid"]
+    assert result["auto"]["hard_neg_fraction"] == negatives["chosen"]
     # valid and test were each evaluated once, at the chosen epoch, and valid/hard for the prior
     evals = [json.loads(x) for x in (out / "seed0" / "metrics.jsonl").read_text().splitlines()]
     e = chosen["epochs"] - 1

@@ -152,6 +152,8 @@ def test_pipelines_run_passes_the_fraction_to_every_shard_set(tmp_path):
     plain = build_parser().parse_args(base)
     validate_args(plain)
     assert preprocess_config(plain, (1, 3), 1, 100.0, ["original"]).candidates.hard_neg_fraction == 0.0
+    assert plain.hard_neg_fraction is None  # left to the recipe: 0 here, the auto recipe's stage may pick 0.5
+    assert preprocess_config(plain, (1, 3), 1, 100.0, ["original"], 0.5).candidates.hard_neg_fraction == 0.5
     with pytest.raises(RunError, match=r"^--hard-neg-fraction: must be in \[0, 1\]"):
         validate_args(build_parser().parse_args(base + ["--hard-neg-fraction", "1.5"]))
 
