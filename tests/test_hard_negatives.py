@@ -2,6 +2,7 @@
 (preprocess/candidates.py sample_hard_negatives / training_view), their config, cache key and CLI."""
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import replace
@@ -204,3 +205,21 @@ def test_preprocess_cli_writes_a_set_with_hard_negatives(ray_session, tmp_path, 
     with_cn = int(np.count_nonzero(common_neighbours(citeseer.graph, neg) >= 1))
     hard = round(len(neg) * 0.5)
     assert hard <= with_cn <= hard + len(neg) // 100  # uniform pairs on citeseer almost never share a neighbour
+
+
+def test_bench_rebuilds_a_manifest_config_with_only_the_fraction_changed():
+    # bench.hard_negatives retrains a finished run's winner on hard views: the rebuilt config must be the
+    # recorded one (same cache key at fraction 0, so the same eval sets) but for the training views
+    from bench.hard_negatives import rebuilt_config
+
+    cfg = PreprocessConfig(dataset="edges.csv.gz", sampling=SamplingConfig(1, 52), out="shards", seed=3,
+                           candidates=CandidateConfig(views=8, percent=10.197, protocols=("original", "hard")),
+                           split=(80.0, 10.0, 10.0), nodes="nodes.csv")
+    manifest = {"config": json.loads(json.dumps(cfg.to_dict()))}  # as the manifest stores it (lists, not tuples)
+    same = rebuilt_config(manifest, 0.0, "elsewhere")
+    assert same.out == "elsewhere" and same.sampling == cfg.sampling and same.split == cfg.split
+    protocols = ["original", "hard"]
+    assert cache_key(same.key_parts("fp", protocols)) == cache_key(cfg.key_parts("fp", protocols))
+    hard = rebuilt_config(manifest, 0.5, "elsewhere")
+    assert hard.candidates == replace(cfg.candidates, hard_neg_fraction=0.5)
+    assert cache_key(hard.key_parts("fp", protocols)) != cache_key(cfg.key_parts("fp", protocols))
