@@ -98,6 +98,21 @@ def ray_head(tmp_path):
         yield head
 
 
+@pytest.fixture(scope="module")
+def ray_session():
+    """One embedded 2-CPU Ray for a whole test module (starting Ray costs seconds)."""
+    if not HAS_RAY:
+        pytest.skip("ray is not installed (CI installs it; the GPU image lacks it)")
+    if os.environ.get("RAY_ADDRESS"):
+        pytest.skip("RAY_ADDRESS is set; these tests start their own embedded Ray")
+    import ray
+    from preprocess.job import init_ray
+    started = init_ray(num_cpus=2)
+    yield
+    if started:
+        ray.shutdown()
+
+
 def mount_tmpfs(path: Path, size: str) -> bool:
     """A real small disk at `path` (a tmpfs of `size`) for the full-disk tests; False where it cannot be
     mounted (not root, no mount), and those tests skip."""

@@ -14,7 +14,6 @@ from common.graph import Graph
 from common.shards import cache_key, read_manifest, read_shard, shard_entries
 from preprocess.candidates import sample_hard_negatives, sample_negatives, training_view
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
-from tests.conftest import HAS_RAY
 
 
 def common_neighbours(graph: Graph, pairs: np.ndarray) -> np.ndarray:
@@ -160,18 +159,6 @@ def test_pipelines_run_passes_the_fraction_to_every_shard_set(tmp_path):
 
 
 # ---------------------------------------------------------------------------- end to end on citeseer
-@pytest.fixture(scope="module")
-def ray_session():
-    if not HAS_RAY:
-        pytest.skip("ray is not installed (CI installs it; the GPU image lacks it)")
-    if os.environ.get("RAY_ADDRESS"):
-        pytest.skip("RAY_ADDRESS is set; these tests start their own embedded Ray")
-    import ray
-    from preprocess.job import init_ray
-    started = init_ray(num_cpus=2)
-    yield
-    if started:
-        ray.shutdown()
 
 
 def test_preprocess_cli_writes_a_set_with_hard_negatives(ray_session, tmp_path, capsys):

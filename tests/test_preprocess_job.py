@@ -1,7 +1,6 @@
 """The Ray preprocessing job: end to end on citeseer, cache, resume after a kill, corrupt shards."""
 from __future__ import annotations
 
-import os
 import shutil
 from dataclasses import replace
 from pathlib import Path
@@ -15,22 +14,7 @@ from common.shards import (MANIFEST, ShardError, cache_key, iter_tar_blocks, loa
 from preprocess.__main__ import main
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
 from preprocess.job import FAIL_AFTER_ENV, candidate_sets, run_job
-from tests.conftest import HAS_RAY, needs_ray
-
-
-@pytest.fixture(scope="module")
-def ray_session():
-    """One embedded 2-CPU Ray for the whole module (starting Ray costs seconds)."""
-    if not HAS_RAY:
-        pytest.skip("ray is not installed (CI installs it; the GPU image lacks it)")
-    import ray
-    from preprocess.job import init_ray
-    if os.environ.get("RAY_ADDRESS"):
-        pytest.skip("RAY_ADDRESS is set; these tests start their own embedded Ray")
-    started = init_ray(num_cpus=2)
-    yield
-    if started:
-        ray.shutdown()
+from tests.conftest import needs_ray
 
 
 @pytest.fixture(scope="module")
