@@ -3,7 +3,8 @@ epoch count, train each seed with it and evaluate it once, at that epoch, on val
 
 This module owns the seed folders' side of the recipe: the trainer flags of a final seed, whether a seed
 folder already holds this choice's finished run (reused), a run to resume, or another choice's run (its
-FINAL_MARK differs: trained afresh), and seed SEARCH_SEED, which evaluates the winner's own best.pt
+FINAL_MARK differs: trained afresh), and the seeds whose weights already exist (the search winner's seed
+SEARCH_SEED, the training-negatives stage's seed: pipelines.auto_negatives), which evaluate that best.pt
 (trainer --eval-weights) instead of training the same weights again.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from common.eval_scores import scores_path
 from pipelines.auto_candidates import Candidate
-from pipelines.auto_runs import SEARCH_SEED, _summary, entry_flag, run_trainers
+from pipelines.auto_runs import _summary, entry_flag, run_trainers
 from pipelines.heuristics import write_json_atomic
 
 log = logging.getLogger("pipelines.auto")  # one logger for the whole auto recipe
@@ -41,8 +42,9 @@ def final_flags(args, chosen: dict, protocol: str, select: str, seed: int, run_d
 
 
 def reusable_weights(winner_dir: Path, chosen: dict) -> Path | None:
-    """The winner's best.pt when it holds the weights at the chosen epoch: the final seed 0, trained with the
-    same flags to that epoch, would reach exactly these (trainer.eval_only), so it evaluates them instead."""
+    """The best.pt of a run (the search winner's, or a training-negatives stage run) when it holds the weights
+    at the chosen epoch: the final seed of that run's seed, trained with the same flags on the same views to
+    that epoch, would reach exactly these (trainer.eval_only), so it evaluates them instead."""
     summary = _summary(winner_dir) or {}
     ok = summary.get("best_epoch") == chosen["epochs"] - 1 and (winner_dir / "best.pt").is_file()
     return winner_dir / "best.pt" if ok else None
@@ -69,11 +71,13 @@ def trained_for_another_choice(run_dir: Path, chosen: dict) -> bool:
     return mark.is_file() and json.loads(mark.read_text()) != final_key(chosen)
 
 
-def train_final_seeds(args, chosen: dict, protocol: str, select: str, runs: dict[int, Path], winner_dir: Path,
-                      slots: int) -> Path | None:
+def train_final_seeds(args, chosen: dict, protocol: str, select: str, runs: dict[int, Path],
+                      weights: dict[int, Path], slots: int) -> dict[int, Path]:
     """Bring every seed folder in `runs` to the chosen run (a finished one is reused), `slots` trainers at
-    once, then mark each with the choice; returns the winner's weights seed SEARCH_SEED evaluates, if any."""
-    weights = reusable_weights(winner_dir, chosen)
+    once, then mark each with the choice. `weights`: {seed: a best.pt of that seed trained with the same flags
+    on the chosen views to the chosen epoch}, evaluated instead of training (the search winner's for seed
+    SEARCH_SEED, the training-negatives stage's for its seed); returns those the seeds in `runs` evaluated."""
+    used = {s: w for s, w in weights.items() if s in runs}
     jobs = {}
     for s, d in runs.items():
         other = trained_for_another_choice(d, chosen)
@@ -81,13 +85,12 @@ def train_final_seeds(args, chosen: dict, protocol: str, select: str, runs: dict
             log.info("seed %d: its folder holds a run of another choice (%s); training it afresh", s, d / FINAL_MARK)
         elif final_done(d, chosen, protocol, select):
             continue
-        reuse = weights if s == SEARCH_SEED else None  # the winner's own seed-0 run already holds these weights
-        flags = final_flags(args, chosen, protocol, select, s, d, reuse, fresh=other)
-        if reuse:
-            log.info("seed %d: evaluating the winner's seed-%d weights at epoch %d (%s) instead of training them "
-                     "again", s, SEARCH_SEED, chosen["epochs"], weights)
+        flags = final_flags(args, chosen, protocol, select, s, d, used.get(s), fresh=other)
+        if s in used:
+            log.info("seed %d: evaluating its weights at epoch %d (%s) instead of training them again", s,
+                     chosen["epochs"], used[s])
         jobs[f"seed {s}"] = (flags, d)
     run_trainers(jobs, slots)
     for d in runs.values():
         write_json_atomic(Path(d) / FINAL_MARK, final_key(chosen))
-    return weights
+    return used

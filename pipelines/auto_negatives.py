@@ -6,26 +6,37 @@ prior blend) went 17.86 -> 18.58 MRR on wikipedia (dense) and 29.55 -> 27.32 on 
 alone was worse on both. So the choice depends on the graph, and is made on the metric the product ships:
 the best heuristic-prior blend (pipelines.auto_prior) on the selection protocol's validation set.
 
+Why seed STAGE_SEED and not the search's seed: seed SEARCH_SEED's uniform run is the one the search picked,
+as the best of its candidates, on this same validation set, so its validation value is flattered by that
+pick and the comparison leans towards uniform (wikipedia: the stage kept uniform by 0.002 on seed 0 while
+3 seeds of the same config favoured hard by 0.8 points on validation). Seed STAGE_SEED trains both views
+afresh: neither side has been selected on validation.
+
 What it does, once the search has chosen its winner (pipelines.auto_search) and before the final seeds:
 1. builds the winner's shard set again with hard_neg_fraction HARD_NEG_FRACTION (same dataset, views,
    percent and protocols: only the training views differ, so the validation candidates are the same);
-2. trains seed SEARCH_SEED of the winner on it for exactly the chosen epochs, VALIDATION ONLY (the final
-   seeds' flags with --eval-splits valid), its validation logits saved;
-3. evaluates the uniform winner's own weights (the search's best.pt at the chosen epoch) the same way, on
-   validation only (trained like 2. on the uniform shards when no such weights exist);
-4. keeps F = 0.5 only when its best blended validation value is strictly higher (a tie keeps uniform).
-When 0.5 wins, the final seeds train on the hard shard set. Seed SEARCH_SEED evaluates the best.pt of the
-chosen views' run (the stage's hard run; for uniform, the search winner's, or the stage's uniform run when
-it had to train) instead of training the same weights again. No trainer here opens a test file: test is read only after this choice, by the final seeds.
+2. trains seed STAGE_SEED of the winner on the uniform and on the hard shard set (two trainers at once when
+   the slots allow), each for exactly the chosen epochs, VALIDATION ONLY (the final seeds' flags with
+   --eval-splits valid), their validation logits saved;
+3. keeps F = 0.5 only when its best blended validation value is strictly higher (a tie keeps uniform).
+When 0.5 wins, the final seeds train on the hard shard set. Final seed STAGE_SEED evaluates the best.pt of
+the stage's run of the chosen views (trainer --eval-weights) instead of training the same weights again;
+seed SEARCH_SEED evaluates the search winner's best.pt when uniform is kept, and is trained on the hard
+views when hard is kept (its uniform weights do not apply). When the run's seeds do not include STAGE_SEED
+(the default --seeds 0), the stage's runs serve the decision only. No trainer here opens a test file: test
+is read only after this choice, by the final seeds.
 
-An explicit --hard-neg-fraction (0 included) skips the stage; so does a budget that cannot fit it (its cost,
-one training run of the winner plus two validation passes, is reserved by the search as one more final seed).
+Budget (reserved_trainings, used by the search's reservation and by the skip check here): the stage's two
+runs take a round of trainer slots of their own, then in the worst case (hard kept) every final seed but
+STAGE_SEED trains. An explicit --hard-neg-fraction (0 included) skips the stage; so does a budget that
+cannot fit it, with the final seeds, when the search ends.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Callable
 
@@ -38,11 +49,23 @@ log = logging.getLogger("pipelines.auto")
 
 HARD_NEG_FRACTION = 0.5
 UNIFORM = 0.0
+STAGE_SEED = SEARCH_SEED + 1  # a seed the search never selected on (the module docstring says why)
+STAGE_RUNS = 2  # seed STAGE_SEED on uniform views and on hard views
 
 
 def stage_runs(args) -> bool:
     """The stage runs only when the user left the fraction to the recipe (--hard-neg-fraction not given)."""
     return args.hard_neg_fraction is None
+
+
+def reserved_trainings(args, seeds, slots: int) -> int:
+    """Trainer runs the search reserves after its last rung, in round_cost's unit (ceil(n / slots) rounds).
+    Without the stage: every final seed but SEARCH_SEED (it evaluates the winner's best.pt). With it: its two
+    runs padded to whole rounds (they run before the final seeds), then the worst case, hard kept: every
+    final seed but STAGE_SEED trains (SEARCH_SEED's uniform weights do not apply to hard views)."""
+    if not stage_runs(args):
+        return sum(s != SEARCH_SEED for s in seeds)
+    return math.ceil(STAGE_RUNS / slots) * slots + sum(s != STAGE_SEED for s in seeds)
 
 
 def choose_fraction(values: dict[float, float]) -> float:
@@ -56,17 +79,16 @@ def best_blend(prior, run_dir: Path) -> float:
 
 
 def stage_dir(root: Path, fraction: float, chosen: dict, shards: str) -> Path:
-    """One folder per (fraction, choice, shard set): a rerun finds its finished run there."""
-    key = hashlib.sha256(json.dumps([chosen["cid"], chosen["config"], chosen["epochs"], shards],
+    """One folder per (fraction, choice, shard set, seed): a rerun finds its finished run there."""
+    key = hashlib.sha256(json.dumps([chosen["cid"], chosen["config"], chosen["epochs"], shards, STAGE_SEED],
                                     sort_keys=True).encode()).hexdigest()[:8]
     return root / f"negatives-f{fraction:g}-{key}"
 
 
-def stage_flags(args, chosen: dict, shards: str, protocol: str, select: str, run_dir: Path,
-                weights: Path | None) -> list[str]:
-    """The final seeds' flags of seed SEARCH_SEED on `shards`, validation only (no test file opened); when
+def stage_flags(args, chosen: dict, shards: str, protocol: str, select: str, run_dir: Path) -> list[str]:
+    """The final seeds' flags of seed STAGE_SEED on `shards`, validation only (no test file opened); when
     selection ranks on another protocol, final_flags already adds --score-protocols <select>."""
-    flags = final_flags(args, {**chosen, "shards": shards}, protocol, select, SEARCH_SEED, run_dir, weights, fresh=True)
+    flags = final_flags(args, {**chosen, "shards": shards}, protocol, select, STAGE_SEED, run_dir, fresh=True)
     flags[flags.index("--eval-splits") + 1] = "valid"
     return flags
 
@@ -76,38 +98,46 @@ def finished(run_dir: Path, epochs: int, select: str) -> bool:
             and scores_path(run_dir, "valid", select).is_file())
 
 
-def decide(args, searcher, chosen: dict, build_shards: Callable[[float], str], make_prior: Callable[[str], object],
-           protocol: str, select: str, winner_dir: Path) -> tuple[dict, Path]:
-    """The stage: (its search.json record, the run folder whose best.pt final seed SEARCH_SEED may evaluate).
+def _weights(pairs: dict[int, Path | None]) -> dict[int, Path]:
+    return {s: w for s, w in pairs.items() if w is not None}
+
+
+def decide(args, searcher, seeds, chosen: dict, build_shards: Callable[[float], str],
+           make_prior: Callable[[str], object], protocol: str, select: str,
+           winner_dir: Path) -> tuple[dict, dict[int, Path]]:
+    """The stage: (its search.json record, {final seed: the best.pt it evaluates instead of training}).
     When HARD_NEG_FRACTION wins, chosen["shards"] becomes the hard shard set (in place)."""
     chosen.setdefault("hard_neg_fraction", args.hard_neg_fraction or UNIFORM)
+    search_weights = _weights({SEARCH_SEED: reusable_weights(winner_dir, chosen)})  # the search ran these views
     if not stage_runs(args):
         log.info("training negatives: --hard-neg-fraction %g (the flag; no stage)", args.hard_neg_fraction)
-        return {"chosen": args.hard_neg_fraction, "by": "flag"}, winner_dir
+        return {"chosen": args.hard_neg_fraction, "by": "flag"}, search_weights
     cid, epochs = chosen["cid"], chosen["epochs"]
     left = searcher.deadline - searcher.clock()
-    stage_s = searcher.sec_per_epoch[cid] * epochs
-    final_s = round_cost(searcher.sec_per_epoch, [cid], 0, epochs, searcher.slots, searcher.final_seeds - 1)
-    if left < stage_s + final_s:
-        log.info("training negatives: uniform, the stage skipped: it (~%.0f s) and the final seeds (~%.0f s) need "
-                 "more than the %.0f s left", stage_s, final_s, left)
-        return {"chosen": UNIFORM, "by": "skipped: budget", "need_s": round(stage_s + final_s, 1),
-                "left_s": round(left, 1)}, winner_dir
+    # the stage's two runs in the trainer slots, then the final seeds in the worst case (reserved_trainings)
+    need = round_cost(searcher.sec_per_epoch, [cid] * STAGE_RUNS, epochs, epochs, searcher.slots,
+                      sum(s != STAGE_SEED for s in seeds))
+    if left < need:
+        log.info("training negatives: uniform, the stage skipped: its two runs and the final seeds (~%.0f s) "
+                 "need more than the %.0f s left", need, left)
+        return {"chosen": UNIFORM, "by": "skipped: budget", "need_s": round(need, 1),
+                "left_s": round(left, 1)}, search_weights
     shards = {UNIFORM: chosen["shards"], HARD_NEG_FRACTION: build_shards(HARD_NEG_FRACTION)}
     runs = {f: stage_dir(searcher.root, f, chosen, s) for f, s in shards.items()}
-    weights = {UNIFORM: reusable_weights(winner_dir, chosen), HARD_NEG_FRACTION: None}
-    jobs = {f"negatives f{f:g}": (stage_flags(args, chosen, shards[f], protocol, select, runs[f], weights[f]), runs[f])
+    jobs = {f"negatives f{f:g}": (stage_flags(args, chosen, shards[f], protocol, select, runs[f]), runs[f])
             for f in shards if not finished(runs[f], epochs, select)}
     log.info("training negatives: seed %d of %s on uniform and %g-hard views, %d epoch(s), validation only (%d to "
-             "run, %d reused)", SEARCH_SEED, cid, HARD_NEG_FRACTION, epochs, len(jobs), len(shards) - len(jobs))
+             "run, %d reused)", STAGE_SEED, cid, HARD_NEG_FRACTION, epochs, len(jobs), len(shards) - len(jobs))
     run_trainers(jobs, searcher.slots)
     values = {f: best_blend(make_prior(shards[f]), runs[f]) for f in shards}
     fraction = choose_fraction(values)
-    record = {"fractions": {f"{f:g}": v for f, v in values.items()}, "chosen": fraction, "by": "validation",
-              "protocol": f"valid/{select}", "runs": {f"{f:g}": str(d) for f, d in runs.items()}}
-    log.info("training negatives: %s (best blended valid/%s: uniform %.4f, %g-hard %.4f)",
-             "hard" if fraction else "uniform", select, values[UNIFORM], HARD_NEG_FRACTION, values[HARD_NEG_FRACTION])
-    if fraction == UNIFORM:  # the stage's own uniform run, when it trained (no reusable weights), is seed 0's
-        return record, winner_dir if weights[UNIFORM] else runs[UNIFORM]
+    record = {"seed": STAGE_SEED, "fractions": {f"{f:g}": v for f, v in values.items()}, "chosen": fraction,
+              "by": "validation", "protocol": f"valid/{select}", "runs": {f"{f:g}": str(d) for f, d in runs.items()}}
+    log.info("training negatives: %s (best blended valid/%s of seed %d: uniform %.4f, %g-hard %.4f)",
+             "hard" if fraction else "uniform", select, STAGE_SEED, values[UNIFORM], HARD_NEG_FRACTION,
+             values[HARD_NEG_FRACTION])
+    stage_weights = reusable_weights(runs[fraction], chosen)
+    if fraction == UNIFORM:
+        return record, _weights({**search_weights, STAGE_SEED: stage_weights})
     chosen.update(shards=shards[fraction], hard_neg_fraction=fraction)
-    return record, runs[fraction]
+    return record, _weights({STAGE_SEED: stage_weights})  # seed SEARCH_SEED trains on the hard views

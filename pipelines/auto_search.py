@@ -20,14 +20,16 @@ Steps (each logged; the whole search lands in OUT/<protocol>/search.json):
    to twice the epochs, and so on while the budget lasts (the final seeds' time reserved; a rung slower
    than the probe predicted inflates every later estimate by measured / predicted, Search.timing). The
    winner is the best at the last rung; its epoch count is its best validation epoch there.
-4b. Training negatives (pipelines.auto_negatives): unless --hard-neg-fraction was given, seed 0 of the
-   winner is retrained on views with half their negatives hard (2-hop non-edges), validation only, and
-   those views are kept only if their best prior blend (step 6's grid) is strictly better on validation.
+4b. Training negatives (pipelines.auto_negatives): unless --hard-neg-fraction was given, seed 1 of the
+   winner (a seed the search never selected on) is trained on the uniform views and on views with half
+   their negatives hard (2-hop non-edges), validation only, and the hard views are kept only if their best
+   prior blend (step 6's grid) is strictly better on validation.
 5. The final seeds train the winner for exactly that many epochs (same lr schedule span) and are
    evaluated once, at that epoch, on valid and test, saving every candidate's logit (--save-scores).
    Seed 0 is the search's own seed: the winner's best.pt already holds its weights at that epoch, so it
-   evaluates them (trainer --eval-weights) instead of training again, and the budget reserves time only
-   for the other seeds (pipelines.auto_final: the final seeds' flags and folders).
+   evaluates them (trainer --eval-weights) instead of training again (not when hard negatives were kept:
+   then it trains); seed 1 likewise evaluates the stage's run of the chosen views (pipelines.auto_final:
+   the final seeds' flags and folders).
 6. Heuristic prior (pipelines.auto_prior): on the final seeds' validation logits of the selection
    protocol only, the blend logit + w * log1p(CN|AA|RA) (or none) with the best mean validation score
    over the seeds; then applied to each seed's test logits. The model alone and the blend are both reported.
@@ -55,7 +57,7 @@ from common.manifest import read_manifest
 from pipelines.auto_candidates import (FIRST_RUNG, Candidate, fit_first_rung, propose, round_cost, rungs,
                                        successive_halving)
 from pipelines.auto_final import train_final_seeds
-from pipelines.auto_negatives import decide, stage_runs
+from pipelines.auto_negatives import decide, reserved_trainings
 from pipelines.auto_prior import PriorStage
 from pipelines.auto_runs import (PROBE_LOG_EVERY, PROBE_STEPS, SEARCH_SEED, AutoError, _summary, best_within,
                                  entry_flag, probe_timing, run_trainers)
@@ -144,6 +146,8 @@ class Search:
         self.args, self.protocol, self.root, self.slots = args, protocol, root, slots
         self.cands = {c.cid: c for c in cands}
         self.shards = shards  # sampling -> shard location
+        # trainer runs reserved after the search (the final seeds and the training-negatives stage), counted
+        # as round_cost counts final seeds: ceil(final_seeds / slots) rounds
         self.deadline, self.final_seeds = deadline, final_seeds
         self.dirs = {c.cid: candidate_dir(root, c, shards[c.sampling], protocol) for c in cands}
         self.records = {c.cid: {"config": c.to_dict(), "shards": shards[c.sampling], "run_dir": str(self.dirs[c.cid]),
@@ -336,10 +340,10 @@ def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Pa
     info, stats, select, cands, dataset, shards = prepare(args, dataset, protocol, device)
     log.info("%d candidates over %d shard set(s); budget %.0f min (%.1f min used so far)", len(cands), len(shards),
              budget / 60, (time.time() - t0) / 60)
-    # the budget reserves time for the seeds that train: seed 0 reuses the winner's weights (reusable_weights);
-    # the training-negatives stage (one more run of the winner) counts as one more seed
+    # the budget reserves time for the runs after the search: the final seeds that train (seed 0 reuses the
+    # winner's weights) and the training-negatives stage's two runs, its worst case (reserved_trainings)
     searcher = Search(args, cands, shards, select, out / "search", slots, t0 + budget,
-                      sum(s != SEARCH_SEED for s in runs) + stage_runs(args))
+                      reserved_trainings(args, runs, slots))
     searcher.train_links = 2 * view_positives(len(dataset.splits["train"].pos), device)
     max_epochs = max(c.max_epochs for c in cands)
     plan = searcher.plan_first_rung(min(FIRST_RUNG[device], max_epochs), searcher.probe())
@@ -355,18 +359,18 @@ def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Pa
              chosen["score"], chosen["rung"])
     sampling = tuple(chosen["config"]["sampling"])
     protocols = [protocol] + ([HARD] if select == HARD else [])
-    record["training_negatives"], winner_dir = decide(
-        args, searcher, chosen, lambda f: shard_set(args, dataset, sampling, protocols, device, f),
+    record["training_negatives"], weights = decide(
+        args, searcher, list(runs), chosen, lambda f: shard_set(args, dataset, sampling, protocols, device, f),
         lambda loc: PriorStage(dataset, read_manifest(loc), select, protocol), protocol, select,
         searcher.dirs[chosen["cid"]])
-    searcher.final_seeds -= stage_runs(args)  # the stage's reservation is spent (or given up)
+    searcher.final_seeds = sum(s not in weights for s in runs)  # the seeds left to train (the stage is done)
     write_json_atomic(out / "search.json", record)
     write_json_atomic(out / "chosen.json", chosen)
     searcher.timing["final_estimate_s"] = round(searcher.final_cost(chosen["cid"], chosen["epochs"]), 1)
     log.info("budget: the final seeds ~%.0f s (slowdown x %.2f), %.0f s left", searcher.timing["final_estimate_s"],
              searcher.timing["slowdown"], t0 + budget - time.time())
-    weights = train_final_seeds(args, chosen, protocol, select, runs, winner_dir, slots)
-    record["reused_weights"] = str(weights) if weights and SEARCH_SEED in runs else None
+    used = train_final_seeds(args, chosen, protocol, select, runs, weights, slots)
+    record["reused_weights"] = {str(s): str(w) for s, w in sorted(used.items())}
     summaries = {s: _summary(d) for s, d in runs.items()}
     stage = PriorStage(dataset, read_manifest(chosen["shards"]), select, protocol)
     priors = stage.run(runs)

@@ -286,7 +286,8 @@ def _edge_csv(path: Path) -> Path:
 @pytest.mark.parametrize("force_hard", [False, True])
 def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_path, monkeypatch, force_hard):
     """force_hard: the stage's choice is forced to the hard views (this tiny graph's validation keeps uniform),
-    so the final seeds' switch to the hard shard set and seed 0's reuse of the stage's best.pt run for real."""
+    so the final seeds' switch to the hard shard set, seed 1's reuse of the stage's hard best.pt and seed 0's
+    training on the hard views run for real."""
     from pipelines import auto_negatives, auto_search
     from pipelines.run import main
 
@@ -335,16 +336,17 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
     monkeypatch.setattr(auto_search, "shard_set", instrumented_shard_set)
     monkeypatch.setattr(auto_search, "search", instrumented_search)
     monkeypatch.setattr(auto_search, "decide", instrumented_decide)
-    argv = ["--dataset", str(csv), "--seeds", "0", "--out", str(tmp_path / "results"),
+    argv = ["--dataset", str(csv), "--seeds", "0,1", "--out", str(tmp_path / "results"),
             "--shards", str(tmp_path / "shards"), "--num-cpus", "1", "--parallel-seeds", "2"]
     assert main(argv) == 0
     out = tmp_path / "results" / "geo_edges" / "auto" / "original"
     search = json.loads((out / "search.json").read_text())
     assert search["selection"]["protocol"] == "hard" and search["stats"]["easy_validation"]
-    # the training-negatives stage: seed 0 of the winner on uniform and 0.5-hard views, validation only,
-    # decided on the best blended valid/hard value (strictly higher to switch)
+    # the training-negatives stage: seed 1 of the winner (not the search's seed 0) trained on uniform and
+    # 0.5-hard views, validation only, decided on the best blended valid/hard value (strictly higher to switch)
     negatives = search["training_negatives"]
     assert sorted(negatives["fractions"]) == ["0", "0.5"] and negatives["by"] == "validation"
+    assert negatives["seed"] == 1
     assert negatives["protocol"] == "valid/hard"
     hard_won = force_hard or negatives["fractions"]["0.5"] > negatives["fractions"]["0"]
     assert negatives["chosen"] == (0.5 if hard_won else 0.0)
@@ -352,8 +354,9 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
     for fraction, run_dir in negatives["runs"].items():  # both validation only: no test evaluation
         evals = [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
         assert {r["split"] for r in evals if r["event"] == "eval"} == {"valid"}
-        stage_shards = json.loads((Path(run_dir) / "config.json").read_text())["data"]["shards"]
-        assert stage_shards == shard_sets[fraction == "0.5"]
+        stage_config = json.loads((Path(run_dir) / "config.json").read_text())
+        assert stage_config["data"]["shards"] == shard_sets[fraction == "0.5"] and stage_config["seed"] == 1
+        assert "weights_from" not in json.loads((Path(run_dir) / "summary.json").read_text())  # trained
     assert search["rungs"] == [1, 2] and len(search["candidates"]) == 2
     plan = search["budget_plan"]  # the default 30 minutes fit both candidates; each was timed by a probe
     assert plan["cuts"] == [] and plan["first_rung_epochs"] == 1 and len(plan["kept"]) == 2
@@ -375,11 +378,21 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
     assert summary["test"]["mrr"] > 0 and summary["epochs_completed"] == chosen["epochs"]
     assert summary["config"]["model"]["hidden"] == chosen["config"]["hidden"]
     assert summary["config"]["data"]["shards"] == chosen["shards"]  # the final seed trains on the chosen views
-    # seed 0 is the search seed: it evaluated the best.pt of the winner (or of the stage's hard run, when hard
-    # negatives won: the same flags on those views) instead of training the same weights again
-    weights_dir = Path(negatives["runs"]["0.5"]) if hard_won else winner_dir
-    assert summary["weights_from"] == str((weights_dir / "best.pt").resolve()) == str(Path(search["reused_weights"]).resolve())
-    assert not (out / "seed0" / "last.pt").exists()
+    # seed 1 is the stage's seed: it evaluated the best.pt of the stage's run of the chosen views instead of
+    # training the same weights again; seed 0, the search seed, the winner's best.pt when uniform was kept,
+    # and it trained on the hard views when they were kept (its uniform weights do not apply)
+    seed1 = json.loads((out / "seed1" / "summary.json").read_text())
+    stage_weights = (Path(negatives["runs"][f"{negatives['chosen']:g}"]) / "best.pt").resolve()
+    assert seed1["weights_from"] == str(stage_weights) and seed1["epochs_completed"] == chosen["epochs"]
+    assert seed1["config"]["data"]["shards"] == chosen["shards"] and seed1["test"]["mrr"] > 0
+    reused = {"1": str(stage_weights)}
+    if hard_won:
+        assert "weights_from" not in summary and (out / "seed0" / "last.pt").exists()
+    else:
+        assert summary["weights_from"] == str((winner_dir / "best.pt").resolve())
+        assert not (out / "seed0" / "last.pt").exists()
+        reused["0"] = summary["weights_from"]
+    assert {s: str(Path(w).resolve()) for s, w in search["reused_weights"].items()} == reused
     result = json.loads((out / "seed0" / "result.json").read_text())
     assert result["preset"] == "auto" and result["auto"]["cid"] == chosen["cid"]
     assert result["auto"]["hard_neg_fraction"] == negatives["chosen"]
