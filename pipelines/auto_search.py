@@ -359,10 +359,16 @@ def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Pa
              chosen["score"], chosen["rung"])
     sampling = tuple(chosen["config"]["sampling"])
     protocols = [protocol] + ([HARD] if select == HARD else [])
+    stages: dict[str, PriorStage] = {}  # one per shard set: the stage's and the final prior share the chosen one
+
+    def prior_stage(location: str) -> PriorStage:
+        if location not in stages:
+            stages[location] = PriorStage(dataset, read_manifest(location), select, protocol)
+        return stages[location]
+
     record["training_negatives"], weights = decide(
         args, searcher, list(runs), chosen, lambda f: shard_set(args, dataset, sampling, protocols, device, f),
-        lambda loc: PriorStage(dataset, read_manifest(loc), select, protocol), protocol, select,
-        searcher.dirs[chosen["cid"]])
+        prior_stage, protocol, select, searcher.dirs[chosen["cid"]])
     searcher.final_seeds = sum(s not in weights for s in runs)  # the seeds left to train (the stage is done)
     write_json_atomic(out / "search.json", record)
     write_json_atomic(out / "chosen.json", chosen)
@@ -372,8 +378,7 @@ def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Pa
     used = train_final_seeds(args, chosen, protocol, select, runs, weights, slots)
     record["reused_weights"] = {str(s): str(w) for s, w in sorted(used.items())}
     summaries = {s: _summary(d) for s, d in runs.items()}
-    stage = PriorStage(dataset, read_manifest(chosen["shards"]), select, protocol)
-    priors = stage.run(runs)
+    priors = prior_stage(chosen["shards"]).run(runs)
     record["prior"] = {str(s): p for s, p in priors.items()}
     record["total_seconds"] = round(time.time() - t0, 1)
     write_json_atomic(out / "search.json", record)
