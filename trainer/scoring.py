@@ -132,7 +132,9 @@ class PairScorer:
         self.max_pairs = int(max_pairs)
         self.packer = BatchPacker(indptr, indices, self.n_max)
 
-    def _packed(self, blocks: Iterable[Block], ordering: int) -> Iterator:
+    def packed(self, blocks: Iterable[Block], ordering: int) -> Iterator:
+        """Token-budget batches of one ordering's sampled blocks, packed for the model (CPU work); each batch's
+        `position` places its logits among the pairs."""
         for batch in token_batches(iter(blocks), self.token_budget, self.max_pairs, self.copies):
             keyed = Block(batch.src * self.num_nodes + batch.dst, batch.src, batch.dst, batch.label, batch.node_ptr,
                           batch.nodes)
@@ -146,7 +148,7 @@ class PairScorer:
         out = torch.zeros((len(per_ordering), num_pairs), dtype=torch.float32)
         with fp32_inference(self.model):
             for k, blocks in enumerate(per_ordering):
-                done = list(forward_batches(self.model, self._packed(blocks, k), self.device))
+                done = list(forward_batches(self.model, self.packed(blocks, k), self.device))
                 synchronize(self.device)  # the non-blocking copies have landed
                 for batch, logits in done:
                     out[k, batch.position] = logits
