@@ -99,6 +99,7 @@ class PriorStage:
     def __init__(self, dataset, manifest: dict, select: str, protocol: str):
         self.dataset, self.manifest, self.select, self.protocol = dataset, manifest, select, protocol
         self.metric = selection_metric(manifest, select)
+        self.reported_metric = selection_metric(manifest, protocol)  # the reported protocol's headline metric
         self._heuristics: dict[tuple[str, str], dict[str, np.ndarray]] = {}
 
     def heuristics(self, split: str, protocol: str) -> dict[str, np.ndarray]:
@@ -126,12 +127,16 @@ class PriorStage:
         chosen = choose([g["grid"] for g in grids.values()])
         return {**chosen, "protocol": f"valid/{self.select}", "metric": self.metric, "seeds": grids}
 
+    def blended(self, run_dir: Path, split: str, chosen: dict) -> dict:
+        """All metrics of the chosen blend on `split` of the reported protocol."""
+        cid, logit, _ = read_scores(scores_path(run_dir, split, self.protocol))
+        h = chosen["heuristic"]
+        heur = self.heuristics(split, self.protocol)[h][cid] if h != NONE else None
+        return scores_to_metrics(self.manifest, split, self.protocol, cid, blend(logit, heur, chosen["weight"]))
+
     def apply(self, run_dir: Path, chosen: dict) -> dict:
         """Test metrics of the chosen blend (the test file is opened here, after the choice)."""
-        cid, logit, _ = read_scores(scores_path(run_dir, "test", self.protocol))
-        h = chosen["heuristic"]
-        heur = self.heuristics("test", self.protocol)[h][cid] if h != NONE else None
-        return scores_to_metrics(self.manifest, "test", self.protocol, cid, blend(logit, heur, chosen["weight"]))
+        return self.blended(run_dir, "test", chosen)
 
     def run(self, runs: dict[int, Path]) -> dict[int, dict]:
         """{seed: its own choice from its validation grid, the value there, and its test metrics}."""

@@ -23,7 +23,8 @@ Steps (each logged; the whole search lands in OUT/<protocol>/search.json):
 4b. Training negatives (pipelines.auto_negatives): unless --hard-neg-fraction was given, seed 1 of the
    winner (a seed the search never selected on) is trained on the uniform views and on views with half
    their negatives hard (2-hop non-edges), validation only, and the hard views are kept only if their best
-   prior blend (step 6's grid) is strictly better on validation.
+   prior blend (step 6's grid) is strictly better on validation and no worse on the reported protocol's
+   validation metric and AUC.
 5. The final seeds train the winner for exactly that many epochs (same lr schedule span) and are
    evaluated once, at that epoch, on valid and test, saving every candidate's logit (--save-scores).
    Seed 0 is the search's own seed: the winner's best.pt already holds its weights at that epoch, so it

@@ -14,37 +14,55 @@ from common.eval_scores import scores_path
 from pipelines import auto_final, auto_negatives
 from pipelines.auto_candidates import round_cost
 from pipelines.auto_final import FINAL_MARK, train_final_seeds
-from pipelines.auto_negatives import (HARD_NEG_FRACTION, STAGE_SEED, best_blend, choose_fraction, decide,
+from pipelines.auto_negatives import (HARD_NEG_FRACTION, STAGE_SEED, arm_values, choose_fraction, decide,
                                       reserved_trainings, stage_runs)
 from pipelines.auto_prior import GRID
 from pipelines.run_args import build_parser, validate_args
 from tests.test_auto_search import SPE, _searcher
 
 
+def _arm(selection: float, reported: float = 0.5, auc: float = 0.9) -> dict:
+    return {"selection": selection, "reported": reported, "auc": auc}
+
+
 @pytest.mark.parametrize("uniform, hard, chosen", [
-    (0.30, 0.31, HARD_NEG_FRACTION),  # strictly higher: hard
-    (0.30, 0.30, 0.0),  # a tie keeps uniform
-    (0.31, 0.30, 0.0),
+    (_arm(0.30), _arm(0.31), HARD_NEG_FRACTION),  # strictly higher, the reported protocol no worse: hard
+    (_arm(0.30), _arm(0.30), 0.0),  # a tie keeps uniform
+    (_arm(0.31), _arm(0.30), 0.0),
+    (_arm(0.30, 0.63, 0.894), _arm(0.47, 0.36, 0.860), 0.0),  # citeseer's trade: selection up, reported down
+    (_arm(0.20, 0.20, 0.930), _arm(0.22, 0.22, 0.919), 0.0),  # wikipedia's: MRR up, AUC down
+    (_arm(0.20, 0.20, 0.930), _arm(0.22, 0.22, 0.930), HARD_NEG_FRACTION),  # AUC equal: no loss
 ])
-def test_choice_rule_strictly_higher(uniform, hard, chosen):
+def test_choice_rule_strictly_higher_and_no_loss_on_the_reported_protocol(uniform, hard, chosen):
     assert choose_fraction({0.0: uniform, HARD_NEG_FRACTION: hard}) == chosen
 
 
 class _Prior:
-    """A PriorStage stand-in: a hand-built validation grid per shard set."""
+    """A PriorStage stand-in: a hand-built selection grid per shard set, and the blend's reported-protocol
+    validation metrics."""
 
-    def __init__(self, values: list[float]):
-        self.values = values
+    reported_metric = "mrr"
 
-    def validation_grid(self, run_dir):
-        return {"grid": [[h, w, v] for (h, w), v in zip(GRID, self.values)], "epoch": 0}
+    def __init__(self, values: list[float], reported: float = 0.5, auc: float = 0.9):
+        self.values, self.reported, self.auc = values, reported, auc
+        self.blended_calls = []
+
+    def choose_for(self, run_dirs):
+        best = max(range(len(GRID)), key=lambda i: self.values[i])
+        return {"heuristic": GRID[best][0], "weight": GRID[best][1], "valid_mean": self.values[best]}
+
+    def blended(self, run_dir, split, chosen):
+        self.blended_calls.append((split, chosen["heuristic"], chosen["weight"]))
+        return {"mrr": self.reported, "auc": self.auc, "hits@20": 0.0}
 
 
-def test_best_blend_is_the_grid_maximum():
+def test_an_arm_is_its_best_selection_blend_and_that_blend_on_the_reported_protocol():
     values = [0.2] * len(GRID)
     values[5] = 0.4  # a blend beats the model alone (the first entry, none)
-    assert best_blend(_Prior(values), Path("x")) == 0.4
-    assert best_blend(_Prior([0.3] + [0.1] * (len(GRID) - 1)), Path("x")) == 0.3
+    prior = _Prior(values, reported=0.33, auc=0.81)
+    assert arm_values(prior, Path("x")) == {"selection": 0.4, "reported": 0.33, "auc": 0.81}
+    assert prior.blended_calls == [("valid", *GRID[5])]  # validation of the reported protocol, that blend
+    assert arm_values(_Prior([0.3] + [0.1] * (len(GRID) - 1)), Path("x"))["selection"] == 0.3
 
 
 def _args(flag: list[str]) -> Namespace:
@@ -141,9 +159,10 @@ def _fake_trainers(seen: list, select: str, epochs: int):
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "summary.json").write_text(json.dumps({"epochs_completed": epochs, "best_epoch": epochs - 1}))
             (run_dir / "best.pt").write_bytes(b"w")
-            path = scores_path(run_dir, "valid", select)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(b"")
+            for protocol in {"original", select}:  # the reported protocol's and the selection's
+                path = scores_path(run_dir, "valid", protocol)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(b"")
         return {k: 1.0 for k in jobs}, []
     return trainers
 
@@ -181,7 +200,8 @@ def test_the_stage_trains_seed_1_on_both_views_and_the_final_seeds_reuse_the_cho
         assert "--save-scores" in f and "--eval-weights" not in f and "--overwrite" in f
         assert ("--score-protocols" in f) == (select == "hard")
     won = hard > uniform
-    assert record["fractions"] == {"0": uniform, "0.5": hard} and record["by"] == "validation"
+    assert record["fractions"] == {"0": _arm(uniform), "0.5": _arm(hard)} and record["by"] == "validation"
+    assert record["reported"] == "valid/original"
     assert record["seed"] == 1 and record["protocol"] == f"valid/{select}"
     assert record["chosen"] == (HARD_NEG_FRACTION if won else 0.0)
     runs = {k: Path(v) for k, v in record["runs"].items()}
@@ -221,3 +241,19 @@ def test_the_stage_trains_seed_1_on_both_views_and_the_final_seeds_reuse_the_cho
     assert decide(_args([]), searcher, [0, 1, 2], again, lambda f: "hard-s10", priors.__getitem__, "original",
                   select, winner) == (record, weights)
     assert seen == []
+
+
+def test_a_stage_run_is_finished_only_with_the_validation_scores_of_both_protocols(tmp_path):
+    """The choice reads the selection protocol's and the reported protocol's validation scores: a run from
+    before the reported-protocol check (selection scores only) is trained again, not reused."""
+    run = tmp_path / "negatives-f0-x"
+    run.mkdir()
+    (run / "summary.json").write_text(json.dumps({"epochs_completed": 2}))
+    for protocol in ("hard", "original"):
+        assert not auto_negatives.finished(run, 2, "original", "hard")
+        path = scores_path(run, "valid", protocol)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    assert auto_negatives.finished(run, 2, "original", "hard")
+    assert not auto_negatives.finished(run, 3, "original", "hard")  # fewer epochs than the choice's
+    assert auto_negatives.finished(run, 2, "original", "original")
