@@ -344,11 +344,15 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
     assert search["selection"]["protocol"] == "hard" and search["stats"]["easy_validation"]
     # the training-negatives stage: seed 1 of the winner (not the search's seed 0) trained on uniform and
     # 0.5-hard views, validation only, decided on the best blended valid/hard value (strictly higher to switch)
+    # and that blend's valid/original MRR and AUC (no lower to switch)
     negatives = search["training_negatives"]
     assert sorted(negatives["fractions"]) == ["0", "0.5"] and negatives["by"] == "validation"
     assert negatives["seed"] == 1
-    assert negatives["protocol"] == "valid/hard"
-    hard_won = force_hard or negatives["fractions"]["0.5"] > negatives["fractions"]["0"]
+    assert negatives["protocol"] == "valid/hard" and negatives["reported"] == "valid/original"
+    arms = {float(f): v for f, v in negatives["fractions"].items()}
+    assert all(sorted(v) == ["auc", "reported", "selection"] and all(0 <= x <= 1 for x in v.values())
+               for v in arms.values())
+    hard_won = force_hard or auto_negatives.choose_fraction(arms) == auto_negatives.HARD_NEG_FRACTION
     assert negatives["chosen"] == (0.5 if hard_won else 0.0)
     assert len(shard_sets) == 2 and shard_sets[0] != shard_sets[1]  # the search's, then the stage's hard one
     for fraction, run_dir in negatives["runs"].items():  # both validation only: no test evaluation
