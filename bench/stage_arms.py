@@ -30,13 +30,14 @@ def stage_row(run_root: Path) -> dict:
     select, stage = search["selection"]["protocol"], search.get("training_negatives", {})
     if "runs" not in stage:
         raise SystemExit(f"{run_root}: its search.json records no training-negatives stage runs")
-    arms = {}
+    arms, dataset = {}, None
     for fraction, run_dir in stage["runs"].items():
         run_dir = Path(run_dir)
         manifest = read_manifest(json.loads((run_dir / "config.json").read_text())["data"]["shards"])
-        dataset = load_set_dataset(manifest["config"])
-        if select == HARD:
-            attach_hard_negatives(dataset)
+        if dataset is None:  # both arms' shard sets hold the same dataset (only the training views differ)
+            dataset = load_set_dataset(manifest["config"])
+            if select == HARD:
+                attach_hard_negatives(dataset)
         arms[float(fraction)] = arm_values(PriorStage(dataset, manifest, select, run_root.name), run_dir)
     return {"graph": run_root.parents[1].name, "selection": f"valid/{select}", "arms": arms,
             "rule": choose_fraction(arms), "recorded": stage.get("chosen")}
