@@ -19,7 +19,9 @@ What it does, once the search has chosen its winner (pipelines.auto_search) and 
    the slots allow), each for exactly the chosen epochs, VALIDATION ONLY (the final seeds' flags with
    --eval-splits valid), their validation logits saved;
 3. keeps F = 0.5 only when its best blended validation value is strictly higher (a tie keeps uniform) AND
-   that blend is no worse on the reported protocol's validation, by its metric and by AUC. Why: hard views
+   that blend is no worse on the reported protocol's validation, by its metric and by AUC (under
+   --objective recommend: only when it ranks better on validation full ranking, pipelines.auto_ranking_judge;
+   the link-prediction values are still recorded). Why: hard views
    teach the model 2-hop non-edges, a different distribution from the reported protocol's random negatives.
    On citeseer (selection on valid/hard, the default 30-minute budget) they won the selection metric 0.350 ->
    0.469 while the reported protocol's validation fell 63.3 -> 35.5 MRR and 89.4 -> 86.0 AUC; on wikipedia
@@ -92,6 +94,21 @@ def arm_values(prior, run_dir: Path) -> dict:
     return {"selection": chosen["valid_mean"], "reported": valid[prior.reported_metric], "auc": valid["auc"]}
 
 
+def judge_by_ranking(judge: Callable[[Path], dict], runs: dict[float, Path], record: dict) -> float:
+    """--objective recommend: the arms ranked on validation full ranking decide (the record's link-prediction
+    choice is kept beside it, as `link_prediction_choice`)."""
+    from pipelines.auto_ranking_judge import better, describe
+    ranking = {f: judge(d) for f, d in runs.items()}
+    fraction = HARD_NEG_FRACTION if better(ranking[HARD_NEG_FRACTION], ranking[UNIFORM]) else UNIFORM
+    u, h = ranking[UNIFORM], ranking[HARD_NEG_FRACTION]
+    log.info("training negatives, --objective recommend: %s (%s; uniform / %g-hard: Hits@20 %.4f / %.4f, MRR %.4f / "
+             "%.4f; RA alone %.4f)", "hard" if fraction else "uniform", describe(), HARD_NEG_FRACTION,
+             u["selection"], h["selection"], u["mrr"], h["mrr"], u["retriever_alone"])
+    record.update(link_prediction_choice=record["chosen"], chosen=fraction, objective="recommend",
+                  ranking_protocol=describe(), ranking={f"{f:g}": v for f, v in ranking.items()})
+    return fraction
+
+
 def stage_dir(root: Path, fraction: float, chosen: dict, shards: str) -> Path:
     """One folder per (fraction, choice, shard set, seed): a rerun finds its finished run there."""
     key = hashlib.sha256(json.dumps([chosen["cid"], chosen["config"], chosen["epochs"], shards, STAGE_SEED],
@@ -118,9 +135,10 @@ def _weights(pairs: dict[int, Path | None]) -> dict[int, Path]:
 
 def decide(args, searcher, seeds, chosen: dict, build_shards: Callable[[float], str],
            make_prior: Callable[[str], object], protocol: str, select: str,
-           winner_dir: Path) -> tuple[dict, dict[int, Path]]:
+           winner_dir: Path, judge: Callable[[Path], dict] | None = None) -> tuple[dict, dict[int, Path]]:
     """The stage: (its search.json record, {final seed: the best.pt it evaluates instead of training}).
-    When HARD_NEG_FRACTION wins, chosen["shards"] becomes the hard shard set (in place)."""
+    When HARD_NEG_FRACTION wins, chosen["shards"] becomes the hard shard set (in place). `judge` (--objective
+    recommend): run folder -> its validation full-ranking values; the arms are then chosen on those."""
     chosen.setdefault("hard_neg_fraction", args.hard_neg_fraction or UNIFORM)
     search_weights = _weights({SEARCH_SEED: reusable_weights(winner_dir, chosen)})  # the search ran these views
     if not stage_runs(args):
@@ -149,10 +167,12 @@ def decide(args, searcher, seeds, chosen: dict, build_shards: Callable[[float], 
               "by": "validation", "protocol": f"valid/{select}", "reported": f"valid/{protocol}",
               "runs": {f"{f:g}": str(d) for f, d in runs.items()}}
     u, h = values[UNIFORM], values[HARD_NEG_FRACTION]
-    log.info("training negatives: %s (seed %d, uniform / %g-hard: best blend on valid/%s %.4f / %.4f; that blend "
-             "on valid/%s %.4f / %.4f, AUC %.4f / %.4f)", "hard" if fraction else "uniform", STAGE_SEED,
-             HARD_NEG_FRACTION, select, u["selection"], h["selection"], protocol, u["reported"], h["reported"],
-             u["auc"], h["auc"])
+    log.info("training negatives%s: %s (seed %d, uniform / %g-hard: best blend on valid/%s %.4f / %.4f; that blend "
+             "on valid/%s %.4f / %.4f, AUC %.4f / %.4f)", " by link prediction" if judge else "",
+             "hard" if fraction else "uniform", STAGE_SEED, HARD_NEG_FRACTION, select, u["selection"],
+             h["selection"], protocol, u["reported"], h["reported"], u["auc"], h["auc"])
+    if judge is not None:
+        fraction = judge_by_ranking(judge, runs, record)
     stage_weights = reusable_weights(runs[fraction], chosen)
     if fraction == UNIFORM:
         return record, _weights({**search_weights, STAGE_SEED: stage_weights})

@@ -367,9 +367,15 @@ def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Pa
             stages[location] = PriorStage(dataset, read_manifest(location), select, protocol)
         return stages[location]
 
+    judge = None
+    if args.objective == "recommend":  # the stage's arms are judged by validation full ranking
+        from pipelines.auto_ranking_judge import judge
+        from trainer.scoring import default_device
+        judge = judge(dataset, default_device(device))
+    record["objective"] = args.objective
     record["training_negatives"], weights = decide(
         args, searcher, list(runs), chosen, lambda f: shard_set(args, dataset, sampling, protocols, device, f),
-        prior_stage, protocol, select, searcher.dirs[chosen["cid"]])
+        prior_stage, protocol, select, searcher.dirs[chosen["cid"]], judge)
     searcher.final_seeds = sum(s not in weights for s in runs)  # the seeds left to train (the stage is done)
     write_json_atomic(out / "search.json", record)
     write_json_atomic(out / "chosen.json", chosen)

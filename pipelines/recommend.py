@@ -83,7 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_run(checkpoint_arg: str, device, flag: str = "--checkpoint"):
-    """(model, manifest, dataset, RecConfig fields) of a trained run; `flag` names it in errors."""
+    """(model, dataset, RecConfig fields, checkpoint digest) of a trained run; `flag` names it in errors."""
+    model, manifest, fields, digest = load_run_model(checkpoint_arg, device, flag)
+    return model, load_set_dataset(manifest["config"]), fields, digest  # the set's own split and node list
+
+
+def load_run_model(checkpoint_arg: str, device, flag: str = "--checkpoint"):
+    """(model, its shard set's manifest, RecConfig fields, checkpoint digest): a run's model without its
+    dataset, for a caller that holds the dataset already (pipelines.auto_ranking_judge)."""
     from pipelines.score import ScoreError, load_model, resolve_checkpoint
     from trainer import checkpoint
     try:
@@ -93,10 +100,9 @@ def load_run(checkpoint_arg: str, device, flag: str = "--checkpoint"):
     ckpt = checkpoint.load(path)
     manifest = read_manifest(ckpt["config"]["data"]["shards"])
     pre = manifest["config"]
-    dataset = load_set_dataset(pre)  # the set's own split and node list
     fields = {"sampling": (pre["sampling"]["d"], pre["sampling"]["n"]), "n_max": int(manifest["n_max"])}
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
-    return load_model(ckpt, manifest, device), dataset, fields, digest
+    return load_model(ckpt, manifest, device), manifest, fields, digest
 
 
 def side_flags(args, dataset, num_nodes: int):

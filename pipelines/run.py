@@ -91,6 +91,19 @@ def pick_preset(args, dataset: str) -> str:
     return AUTO  # no paper preset: search one on validation (pipelines.auto_search)
 
 
+def check_objective(args, preset_name: str) -> None:
+    """--objective recommend acts through --preset auto's training-negatives stage: without the stage it
+    would change nothing, so say so before any work."""
+    if args.objective == "link-prediction":
+        return
+    if preset_name != AUTO:
+        raise RunError(f"--objective {args.objective}: chooses --preset auto's training negatives on validation; "
+                       f"preset {preset_name} has no such choice: add --preset auto, or drop --objective")
+    if args.hard_neg_fraction is not None:
+        raise RunError(f"--objective {args.objective}: chooses the training negatives, which --hard-neg-fraction "
+                       f"{args.hard_neg_fraction:g} fixes: pass one of the two")
+
+
 def load_run_dataset(args, features: bool = False):
     """The dataset as every step of the run sees it: the same flags reach preprocess_config below."""
     return load_dataset(args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir,
@@ -299,6 +312,7 @@ def _main(argv: list[str] | None = None) -> int:
     if missing:
         raise RunError(f"--protocol {','.join(missing)}: {dataset_obj.name} has only {', '.join(available)}")
     preset_name = pick_preset(args, dataset_obj.name)
+    check_objective(args, preset_name)
     check_trainer_flags(args, preset_name, protocols)
     out = results_dir(args.out, dataset_obj.name, preset_name)
     results, rows = [], []

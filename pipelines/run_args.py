@@ -42,6 +42,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fraction of each training view's negatives drawn as 2-hop non-edges of the training graph; "
                         "the rest uniform (as preprocess --hard-neg-fraction; default 0, and with --preset auto "
                         "0 or 0.5, chosen on validation)")
+    p.add_argument("--objective", default="link-prediction", choices=("link-prediction", "recommend"),
+                   help="--preset auto: what the checkpoints are for; it decides the training negatives stage "
+                        "on the link-prediction protocols' validation, or (recommend) on validation full ranking "
+                        "of RA pools, as pipelines.recommend uses them (default link-prediction)")
     p.add_argument("--epochs", type=float, default=None, help="override the preset's epochs")
     p.add_argument("--num-cpus", type=int, default=None, help="CPUs of the embedded Ray (default: all)")
     p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))

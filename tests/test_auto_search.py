@@ -285,10 +285,11 @@ def _edge_csv(path: Path) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize("force_hard", [False, True])
 def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_path, monkeypatch, force_hard):
-    """force_hard: the stage's choice is forced to the hard views (this tiny graph's validation keeps uniform),
-    so the final seeds' switch to the hard shard set, seed 1's reuse of the stage's hard best.pt and seed 0's
+    """force_hard: the stage runs with --objective recommend, its real judge (validation full ranking of both
+    arms' best.pt) and a choice forced to the hard views (this tiny graph's validation keeps uniform), so the
+    final seeds' switch to the hard shard set, seed 1's reuse of the stage's hard best.pt and seed 0's
     training on the hard views run for real."""
-    from pipelines import auto_negatives, auto_search
+    from pipelines import auto_negatives, auto_ranking_judge, auto_search
     from pipelines.run import main
 
     csv = _edge_csv(tmp_path / "geo_edges.csv")
@@ -332,12 +333,13 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
 
     shard_sets = []
     if force_hard:
-        monkeypatch.setattr(auto_negatives, "choose_fraction", lambda values: auto_negatives.HARD_NEG_FRACTION)
+        monkeypatch.setattr(auto_ranking_judge, "better", lambda hard, uniform: True)
     monkeypatch.setattr(auto_search, "shard_set", instrumented_shard_set)
     monkeypatch.setattr(auto_search, "search", instrumented_search)
     monkeypatch.setattr(auto_search, "decide", instrumented_decide)
     argv = ["--dataset", str(csv), "--seeds", "0,1", "--out", str(tmp_path / "results"),
-            "--shards", str(tmp_path / "shards"), "--num-cpus", "1", "--parallel-seeds", "2"]
+            "--shards", str(tmp_path / "shards"), "--num-cpus", "1", "--parallel-seeds", "2",
+            *(["--objective", "recommend"] if force_hard else [])]
     assert main(argv) == 0
     out = tmp_path / "results" / "geo_edges" / "auto" / "original"
     search = json.loads((out / "search.json").read_text())
@@ -354,6 +356,15 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
                for v in arms.values())
     hard_won = force_hard or auto_negatives.choose_fraction(arms) == auto_negatives.HARD_NEG_FRACTION
     assert negatives["chosen"] == (0.5 if hard_won else 0.0)
+    assert search["objective"] == ("recommend" if force_hard else "link-prediction")
+    if force_hard:  # both arms ranked on validation full ranking by their real best.pt
+        assert negatives["objective"] == "recommend" and sorted(negatives["ranking"]) == ["0", "0.5"]
+        assert negatives["ranking_protocol"] == auto_ranking_judge.describe()
+        assert negatives["link_prediction_choice"] == auto_negatives.choose_fraction(arms)
+        for v in negatives["ranking"].values():
+            assert 0 <= v["selection"] <= v[f"recall@{auto_ranking_judge.JUDGE_POOL}"] <= 1 and v["positives"] > 0
+    else:
+        assert "ranking" not in negatives
     assert len(shard_sets) == 2 and shard_sets[0] != shard_sets[1]  # the search's, then the stage's hard one
     for fraction, run_dir in negatives["runs"].items():  # both validation only: no test evaluation
         evals = [json.loads(x) for x in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
