@@ -482,3 +482,18 @@ def test_load_latent_space_dataset():
         load_latent_space(num_nodes=100, avg_degree=3000)
     with pytest.raises(DatasetError, match="num_nodes=1"):
         load_latent_space(num_nodes=1)
+
+
+@pytest.mark.parametrize("column, row", [("src", 0), ("dst", 4), ("dst", 7)])
+def test_an_empty_string_id_names_its_column_and_row(tmp_path, column, row):
+    """Names in a Parquet file of several row groups (chunks, as read): an empty id is found among the
+    distinct ids and reported with its column and first data row (1-based), in whichever chunk it is."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    names = {k: [f"{k}{i}" for i in range(8)] for k in ("src", "dst")}
+    names[column][row] = ""
+    path = tmp_path / "names.parquet"
+    pq.write_table(pa.table(names), path, row_group_size=3)
+    with pytest.raises(DatasetError, match=f"column '{column}' has an empty node id in data row {row + 1};") as err:
+        load_edge_list(path)
+    assert "\n" not in str(err.value) and str(path) in str(err.value)
