@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 
@@ -58,9 +59,11 @@ def train_preset(args, select: str) -> tuple[dict, object, dict]:
 
 
 def values(stage, run_dir: Path, chosen: tuple[str, float] | None = None) -> dict:
-    """The model alone's (and a given blend's) selection-protocol validation value, from the saved logits."""
+    """The model alone's (and a given blend's) selection-protocol validation value, from the saved logits; and
+    the model alone's reported-protocol validation MRR and AUC at the same epoch (the run's summary)."""
     grid = {(h, w): v for h, w, v in stage.validation_grid(run_dir)["grid"]}
-    out = {"model": grid[("none", 0.0)]}
+    valid = json.loads((run_dir / "summary.json").read_text())["valid"]
+    out = {"model": grid[("none", 0.0)], "reported": valid["mrr"], "auc": valid["auc"]}
     if chosen is not None:
         out["blend"] = grid[chosen]
     return out
@@ -80,6 +83,7 @@ def main(argv=None) -> int:
     p.add_argument("--work", default="bench-work/preset_vs_auto", help="shards and the preset's runs")
     p.add_argument("--out", default=None, help="also write the table here")
     args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from common.shards import read_manifest
     from pipelines.auto_prior import PriorStage
 
@@ -95,11 +99,14 @@ def main(argv=None) -> int:
             rows["preset"].append(values(preset_stage, run_dir))
             prior = search["prior"][str(s)]
             rows["auto"].append(values(auto_stage, auto / f"seed{s}", (prior["heuristic"], prior["weight"])))
-    lines = [f"| {args.dataset} valid/{select} MRR, seeds {args.seeds} | model alone | with its prior |",
-             "|---|---|---|",
-             f"| {args.preset} (make demo) | {fmt([r['model'] for r in rows['preset']])} | – |",
-             f"| auto ({search['chosen']['cid']}, {search['chosen']['epochs']} ep) | "
-             f"{fmt([r['model'] for r in rows['auto']])} | {fmt([r['blend'] for r in rows['auto']])} |"]
+    lines = [f"| {args.dataset}, seeds {args.seeds} | valid/{select} MRR, model alone | with its prior | "
+             "valid/original MRR, model alone | valid/original AUC |", "|---|---|---|---|---|"]
+    for name, key in ((f"{args.preset} (make demo)", "preset"),
+                      (f"auto ({search['chosen']['cid']}, {search['chosen']['epochs']} ep)", "auto")):
+        r = rows[key]
+        blend = fmt([x["blend"] for x in r]) if "blend" in r[0] else "–"
+        lines.append(f"| {name} | {fmt([x['model'] for x in r])} | {blend} | {fmt([x['reported'] for x in r])} | "
+                     f"{fmt([x['auc'] for x in r])} |")
     table = "\n".join(lines)
     print(table)
     if args.out:
