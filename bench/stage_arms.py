@@ -18,11 +18,12 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def stage_row(run_root: Path) -> dict:
-    """{graph, selection, arms: {fraction: arm_values}, kept by the rule now, kept by the run}."""
+def load_arms(run_root: Path) -> tuple[dict, dict]:
+    """(search.json, {fraction: (PriorStage of that arm's shard set, the arm's stage run folder)}) of a finished
+    auto run; the dataset is loaded once (both arms' shard sets hold the same one: only the training views
+    differ), with valid/hard attached when selection ranks on it, as the search did."""
     from common.datasets import load_set_dataset
     from common.manifest import read_manifest
-    from pipelines.auto_negatives import arm_values, choose_fraction
     from pipelines.auto_prior import PriorStage
     from pipelines.auto_search import HARD, attach_hard_negatives
 
@@ -34,13 +35,22 @@ def stage_row(run_root: Path) -> dict:
     for fraction, run_dir in stage["runs"].items():
         run_dir = Path(run_dir)
         manifest = read_manifest(json.loads((run_dir / "config.json").read_text())["data"]["shards"])
-        if dataset is None:  # both arms' shard sets hold the same dataset (only the training views differ)
+        if dataset is None:
             dataset = load_set_dataset(manifest["config"])
             if select == HARD:
                 attach_hard_negatives(dataset)
-        arms[float(fraction)] = arm_values(PriorStage(dataset, manifest, select, run_root.name), run_dir)
-    return {"graph": run_root.parents[1].name, "selection": f"valid/{select}", "arms": arms,
-            "rule": choose_fraction(arms), "recorded": stage.get("chosen")}
+        arms[float(fraction)] = (PriorStage(dataset, manifest, select, run_root.name), run_dir)
+    return search, arms
+
+
+def stage_row(run_root: Path) -> dict:
+    """{graph, selection, arms: {fraction: arm_values}, kept by the rule now, kept by the run}."""
+    from pipelines.auto_negatives import arm_values, choose_fraction
+
+    search, loaded = load_arms(run_root)
+    arms = {f: arm_values(stage, run_dir) for f, (stage, run_dir) in loaded.items()}
+    return {"graph": run_root.parents[1].name, "selection": f"valid/{search['selection']['protocol']}", "arms": arms,
+            "rule": choose_fraction(arms), "recorded": search["training_negatives"].get("chosen")}
 
 
 def main(argv=None) -> int:
