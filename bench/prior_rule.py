@@ -181,18 +181,34 @@ def verdict(checks: list[dict]) -> str:
             f"and on {halves[0]} of {halves[1]} halvings")
 
 
-def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.prior_rule", description=__doc__.split("\n\n")[0])
+def halving_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The flags every validation-halves bench shares (this one and bench.stage_rule)."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("runs", nargs="+", type=Path, help="finished auto run folders (RESULTS/<graph>/auto/<protocol>)")
     p.add_argument("--halvings", type=int, default=20, help="random halvings of the validation queries")
     p.add_argument("--seed", type=int, default=0, help="seed of the halvings")
     p.add_argument("--out", type=Path, help="also write the table (markdown) here")
+    return p
+
+
+def parse_halving_args(p: argparse.ArgumentParser, argv) -> argparse.Namespace:
+    args = parse_halving_args(p, argv)
+    return args
+
+
+def publish(text: str, out: Path | None) -> int:
+    print(text)
+    if out:
+        out.write_text(text)
+    return 0
+
+
+def main(argv=None) -> int:
+    p = halving_parser("python -m bench.prior_rule", __doc__.split("\n\n")[0])
     p.add_argument("--skip-search-seed", action="store_true",
                    help="score half B on the seeds other than the search's seed 0 (whose validation also chose the "
                         "search winner); the picks still see every seed's half A")
-    args = p.parse_args(argv)
-    if args.halvings < 1:
-        p.error(f"--halvings: {args.halvings}; pass at least 1")
+    args = parse_halving_args(p, argv)
     checks = []
     with no_test_scores():
         for run_root in args.runs:
@@ -206,11 +222,7 @@ def main(argv=None) -> int:
             print(f"{c['graph']}: {c['seeds']} seeds, {c['positives']} validation queries, grids reproduce "
                   f"search.json's within {c['grid_drift']:.1e}", file=sys.stderr, flush=True)
             checks.append(c)
-    text = table(checks) + "\n\n" + verdict(checks) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return publish(table(checks) + "\n\n" + verdict(checks) + "\n", args.out)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ per run and rule, the mean over the halvings and how often the rule picked hard.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -29,7 +28,7 @@ if __package__ in (None, ""):
 
 import numpy as np
 
-from bench.prior_rule import halvings, no_test_scores
+from bench.prior_rule import halving_parser, halvings, no_test_scores, parse_halving_args, publish
 
 TOLERANCES = (1.0, 2.0)
 
@@ -162,14 +161,8 @@ def verdict(checks: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.stage_rule", description=__doc__.split("\n\n")[0])
-    p.add_argument("runs", nargs="+", type=Path, help="finished auto run folders (RESULTS/<graph>/auto/<protocol>)")
-    p.add_argument("--halvings", type=int, default=20, help="random halvings of the validation positives")
-    p.add_argument("--seed", type=int, default=0, help="seed of the halvings and the bootstrap")
-    p.add_argument("--out", type=Path, help="also write the tables (markdown) here")
-    args = p.parse_args(argv)
-    if args.halvings < 1:
-        p.error(f"--halvings: {args.halvings}; pass at least 1")
+    p = halving_parser("python -m bench.stage_rule", __doc__.split("\n\n")[0])
+    args = parse_halving_args(p, argv)
     checks = []
     with no_test_scores():
         for run_root in args.runs:
@@ -180,11 +173,7 @@ def main(argv=None) -> int:
                   f"means reproduce the reported MRR and AUC within {c['drift']:.1e}",
                   file=sys.stderr, flush=True)
             checks.append(c)
-    text = table(checks) + "\n\n" + verdict(checks) + "\n"
-    print(text)
-    if args.out:
-        args.out.write_text(text)
-    return 0
+    return publish(table(checks) + "\n\n" + verdict(checks) + "\n", args.out)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
@@ -18,7 +17,7 @@ from pipelines.auto_prior import GRID
 from pipelines.auto_ranking_judge import JUDGE_POOL, JUDGE_POSITIVES, JUDGE_RETRIEVER, JUDGE_SAMPLE_SEED, better
 from tests.test_auto_negatives import _args, _chosen, _fake_trainers, _Prior, _winner
 from tests.test_auto_search import SPE, _searcher
-from tests.test_sample_positives import FIELDS
+from tests.test_sample_positives import FIELDS, citeseer, model  # noqa: F401 - the fixtures: citeseer, a small untrained model
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,19 +34,6 @@ def _value(hits: float, mrr: float) -> dict:
 ])
 def test_hard_views_only_when_they_rank_strictly_better(uniform, hard, won):
     assert better(hard, uniform) is won
-
-
-@pytest.fixture(scope="module")
-def citeseer():
-    from common.datasets import load_dataset
-    return load_dataset("citeseer")
-
-
-@pytest.fixture(scope="module")
-def model():
-    torch.manual_seed(0)
-    from trainer.model import ModelConfig, Pencil
-    return Pencil(ModelConfig(n_max=12, hidden=16, layers=1, heads=2, ffn=32, dropout=0.0)).eval()
 
 
 def _without_test(dataset):
