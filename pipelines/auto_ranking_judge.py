@@ -15,11 +15,11 @@ prior; the prior weight is the best of pipelines.full_ranking.PRIOR_GRID on this
 --choose-prior picks it). The arm's value is that blend's Hits@20, then its MRR.
 
 Test is never read: the filter leaves out only u's other VALIDATION positives (a test positive is, at
-selection time, a non-edge like any other), and nothing here opens a shard or a query file.
+selection time, a non-edge like any other), and nothing here opens a test shard or a query file (only the
+run's checkpoint and its shard set's manifest, for the model's shape).
 """
 from __future__ import annotations
 
-import logging
 import time
 from pathlib import Path
 
@@ -29,8 +29,6 @@ import torch
 from pipelines.full_ranking import choose_weight, full_ranking, sample_positives
 from pipelines.recommend import load_run_model
 from pipelines.recommend_core import RecConfig, scorer_for
-
-log = logging.getLogger("pipelines.auto")
 
 JUDGE_POOL = 100  # pipelines.recommend's default --pool
 JUDGE_RETRIEVER = "ra"  # its default --retriever
@@ -56,7 +54,7 @@ def ranking_values(run_dir: Path, dataset, device: torch.device) -> dict:
             "positives": res["positives"], "seconds": round(time.time() - t0, 1)}
 
 
-def judge(dataset, device: torch.device):
+def ranking_judge(dataset, device: torch.device):
     """The stage's judge for --objective recommend: run folder -> ranking_values."""
     return lambda run_dir: ranking_values(Path(run_dir), dataset, device)
 

@@ -369,9 +369,9 @@ def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Pa
 
     judge = None
     if args.objective == "recommend":  # the stage's arms are judged by validation full ranking
-        from pipelines.auto_ranking_judge import judge
+        from pipelines.auto_ranking_judge import ranking_judge
         from trainer.scoring import default_device
-        judge = judge(dataset, default_device(device))
+        judge = ranking_judge(dataset, default_device(device))
     record["objective"] = args.objective
     record["training_negatives"], weights = decide(
         args, searcher, list(runs), chosen, lambda f: shard_set(args, dataset, sampling, protocols, device, f),
