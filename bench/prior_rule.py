@@ -192,7 +192,9 @@ def halving_parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 
 def parse_halving_args(p: argparse.ArgumentParser, argv) -> argparse.Namespace:
-    args = parse_halving_args(p, argv)
+    args = p.parse_args(argv)
+    if args.halvings < 1:
+        p.error(f"--halvings: {args.halvings}; pass at least 1")
     return args
 
 

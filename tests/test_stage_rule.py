@@ -32,3 +32,11 @@ SE = {"reported": 0.01, "auc": 0.002}
 def test_each_rule_picks_on_half_a(arms, expected):
     assert list(expected) == list(rules())
     assert {r: pick(r, arms, SE) for r in rules()} == expected
+
+
+@pytest.mark.parametrize("bench", ["prior_rule", "stage_rule"])
+def test_the_halving_benches_refuse_fewer_than_one_halving(bench, tmp_path, capsys):
+    import importlib
+    with pytest.raises(SystemExit):
+        importlib.import_module(f"bench.{bench}").main([str(tmp_path), "--halvings", "0"])
+    assert "--halvings: 0; pass at least 1" in capsys.readouterr().err
