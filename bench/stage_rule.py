@@ -37,16 +37,21 @@ def rules() -> tuple[str, ...]:
     return ("uniform", "hard", "selection only", "current", *(f"tolerance {k:g} SE" for k in TOLERANCES))
 
 
-def reported_on(stage, run_dir: Path, chosen: dict, rows: np.ndarray | None) -> dict:
-    """Metrics of a blend on the reported protocol's validation queries `rows` (all when None)."""
+def blended(stage, run_dir: Path, chosen: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(cid, score) of a blend on the reported protocol's validation candidates."""
     from common.eval_scores import read_scores, scores_path
     from pipelines.auto_prior import NONE, blend
-    from trainer.evaluate import scores_to_metrics
 
     cid, logit, _ = read_scores(scores_path(run_dir, "valid", stage.protocol))
     h = chosen["heuristic"]
     heur = stage.heuristics("valid", stage.protocol)[h][cid] if h != NONE else None
-    return scores_to_metrics(stage.manifest, "valid", stage.protocol, cid, blend(logit, heur, chosen["weight"]), rows=rows)
+    return cid, blend(logit, heur, chosen["weight"])
+
+
+def reported_on(stage, run_dir: Path, chosen: dict, rows: np.ndarray | None) -> dict:
+    """Metrics of a blend on the reported protocol's validation queries `rows` (all when None)."""
+    from trainer.evaluate import scores_to_metrics
+    return scores_to_metrics(stage.manifest, "valid", stage.protocol, *blended(stage, run_dir, chosen), rows=rows)
 
 
 def arm_on(stage, run_dir: Path, sel_rows, rep_rows) -> tuple[dict, dict]:
@@ -60,19 +65,15 @@ def arm_on(stage, run_dir: Path, sel_rows, rep_rows) -> tuple[dict, dict]:
 def per_positive(stage, run_dir: Path, chosen: dict) -> tuple[np.ndarray, np.ndarray]:
     """Each reported-protocol validation positive's reciprocal rank and its share of the negatives it beats (ties
     half): their means are the MRR and, with shared negatives, the AUC (common.metrics' rank rule)."""
-    from common.eval_scores import read_scores, scores_path
     from common.metrics import rank_against_own, rank_against_shared
     from common.shards import load_queries
-    from pipelines.auto_prior import NONE, blend
     from trainer.evaluate import eval_entry
 
-    cid, logit, _ = read_scores(scores_path(run_dir, "valid", stage.protocol))
-    h = chosen["heuristic"]
-    heur = stage.heuristics("valid", stage.protocol)[h][cid] if h != NONE else None
+    cid, score = blended(stage, run_dir, chosen)
     entry = eval_entry(stage.manifest, "valid", stage.protocol)
     pos_cid, neg_cid = load_queries(f"{stage.manifest['root']}/{entry['queries']}")
     table = np.empty(int(max(cid.max(), pos_cid.max(), neg_cid.max())) + 1)
-    table[cid] = blend(logit, heur, chosen["weight"])
+    table[cid] = score
     pos, neg = table[pos_cid], table[neg_cid]
     rank = rank_against_shared(pos, neg) if neg.ndim == 1 else rank_against_own(pos, neg)
     return 1.0 / rank, 1.0 - (rank - 1.0) / neg.shape[-1]
