@@ -35,7 +35,7 @@ def train_preset(args, select: str) -> tuple[dict, object, dict]:
     from common.presets import get_preset
     from common.shards import read_manifest
     from pipelines.auto_search import HARD, attach_hard_negatives
-    from pipelines.run import load_run_dataset, preprocess_config, shutdown_embedded_ray, train_seeds
+    from pipelines.run import load_run_dataset, preprocess_config, preset_views, shutdown_embedded_ray, train_seeds
     from pipelines.run_args import build_parser, validate_args
     from preprocess.job import run_job
 
@@ -49,8 +49,8 @@ def train_preset(args, select: str) -> tuple[dict, object, dict]:
     if select == HARD:
         attach_hard_negatives(dataset)
     preset = get_preset(args.preset)
-    views = max(1, min(20, int(round(preset.epochs))))  # as pipelines.run.preprocess_shards
-    cfg = preprocess_config(run_args, preset.sampling, views, preset.train_percent, ["original", select])
+    protocols = list(dict.fromkeys(["original", select]))  # select may be original itself
+    cfg = preprocess_config(run_args, preset.sampling, preset_views(run_args, preset), preset.train_percent, protocols)
     shards = str(run_job(cfg, dataset).path)
     shutdown_embedded_ray()
     runs = {s: work / "results" / args.preset / f"seed{s}" for s in run_args.seed_list}

@@ -126,12 +126,16 @@ def preprocess_config(args, sampling: tuple[int, int], views: int, percent: floa
         features=args.features, split=args.split_pct, nodes=args.nodes, num_cpus=args.num_cpus)
 
 
+def preset_views(args, preset) -> int:
+    """Training views of a preset's shard set: --views, else one per epoch, at most 20."""
+    return args.views or max(1, min(20, int(round(args.epochs or preset.epochs))))
+
+
 def preprocess_shards(args, preset, protocols: list[str]) -> str:
     """Build or reuse the shard set (a complete cache returns at once)."""
     from preprocess.job import run_job
 
-    epochs = args.epochs or preset.epochs
-    views = args.views or max(1, min(20, int(round(epochs))))
+    views = preset_views(args, preset)
     cfg = preprocess_config(args, preset.sampling, views, preset.train_percent, protocols)
     result = run_job(cfg)
     shutdown_embedded_ray()
