@@ -85,7 +85,7 @@ STATUS=()
 
 left() { echo $(( BUDGET - ($(date +%s) - START) )); }
 HOLD=0  # seconds `run` leaves unspent: during the timings, what the concurrent phase is promised
-report() { $PY bench/gpu_report.py "$OUT" "$SEEDS" "$BUDGET" "${STATUS[@]}" || echo "gpu_check.sh: writing the report failed" >&2; }
+report() { $PY -m bench.gpu_report "$OUT" "$SEEDS" "$BUDGET" "${STATUS[@]}" || echo "gpu_check.sh: writing the report failed" >&2; }
 status_of() {  # rc -> ok / timed out / failed
   case $1 in 0) echo ok ;; 124|137) echo "timed out" ;; *) echo "failed (rc $1)" ;; esac
 }

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 from pathlib import Path
+
+from common.atomic import write_text_atomic
+from common.cli import Parser, run_cli
 
 TABLE_STARTS = ("step time", "profile", "host cost", "loader vs model", "reads", "form", "#", "|")
 RUNS = (("citeseer", "Citeseer, paper preset, seeds in parallel on one GPU"),
@@ -163,14 +165,27 @@ def report(out: Path, seeds: int, budget: int, status: list[str]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str]) -> None:
-    out, seeds, budget, *status = argv
-    out = Path(out)
-    text = report(out, int(seeds), int(budget), status)
-    tmp = out / ".gpu_check.md.tmp"
-    tmp.write_text(text)
-    tmp.replace(out / "gpu_check.md")  # atomic: a reader never sees half a report
+def build_parser() -> Parser:
+    p = Parser(prog="python -m bench.gpu_report",
+               description="Write OUT/gpu_check.md from what bench/gpu_check.sh left in OUT (it calls this after every step).")
+    p.add_argument("out", type=Path, help="the GPU check's output folder")
+    p.add_argument("seeds", type=int, help="how many citeseer seeds the check trains")
+    p.add_argument("budget", type=int, help="the check's budget in seconds")
+    p.add_argument("status", nargs="*", help="the status table's rows so far, one Markdown row each")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_cli(_main, argv, prog="python -m bench.gpu_report")
+
+
+def _main(argv: list[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.out.is_dir():
+        raise SystemExit(f"python -m bench.gpu_report: error: {args.out}: no such folder; pass the GPU check's --out")
+    write_text_atomic(args.out / "gpu_check.md", report(args.out, args.seeds, args.budget, args.status))
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    raise SystemExit(main())

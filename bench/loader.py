@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -41,6 +40,7 @@ if __package__ in (None, ""):  # `python bench/loader.py` as well as `python -m 
 import numpy as np
 
 from bench.child import run_child
+from common.atomic import atomic_file
 from common.memory import peak_rss_mb
 
 DDI_NODES, DDI_EDGES = 4_267, 1_067_911
@@ -151,15 +151,13 @@ def _write_shard(path: Path, g, cand: np.ndarray, label: np.ndarray, d: int, n: 
     from common.shards import Block, ShardWriter
     from preprocess.sampler import sample_subgraphs
 
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
+    with atomic_file(path) as f:
         writer = ShardWriter(f)
         for lo in range(0, len(cand), block):
             c = cand[lo:lo + block]
             sub = sample_subgraphs(g.indptr, g.indices, c[:, 0], c[:, 1], d, n, seed + lo)
             writer.add(Block(np.arange(lo, lo + len(c)), c[:, 0], c[:, 1], label[lo:lo + block], sub.node_ptr, sub.nodes))
         stats = writer.close()
-    os.replace(tmp, path)
     return stats
 
 

@@ -68,17 +68,65 @@ def raise_if_interrupted() -> None:
         raise KeyboardInterrupt
 
 
-def add_debug_flag(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    parser.add_argument(DEBUG_FLAG, action="store_true", help="show the full traceback of an error")
-    return parser
+def summary(doc: str) -> str:
+    """A module docstring's first paragraph as one line: what a command's --help says it does."""
+    return " ".join(doc.strip().split("\n\n")[0].split())
 
 
-def one_line_errors(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Usage errors as one line (argparse prints the whole usage block first); exit status 2 as argparse."""
-    def error(message: str):
-        parser.exit(2, f"{parser.prog}: error: {message} (see --help)\n")
-    parser.error = error
-    return parser
+class _HelpAll(argparse.Action):
+    def __init__(self, option_strings, dest, **kw):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="every flag: the research and performance knobs too")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.print_help(show_all=True)
+        parser.exit()
+
+
+class _AdvancedFlags:
+    """add_argument(..., advanced=True): a research or performance knob, listed by --help-all only."""
+
+    def add_argument(self, *args, advanced: bool = False, **kwargs):
+        action = super().add_argument(*args, **kwargs)
+        action.advanced = advanced
+        return action
+
+
+class _Group(_AdvancedFlags, argparse._ArgumentGroup):
+    pass
+
+
+class Parser(_AdvancedFlags, argparse.ArgumentParser):
+    """Every entry point's parser: a short --help (advanced flags under --help-all), --debug for the
+    traceback, and usage errors as one line that names the flag (exit status 2, as argparse)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.add_argument("--help-all", action=_HelpAll)
+        self.add_argument(DEBUG_FLAG, action="store_true", help="show the full traceback of an error",
+                          advanced=True)
+
+    def add_argument_group(self, *args, **kwargs):
+        group = _Group(self, *args, **kwargs)
+        self._action_groups.append(group)
+        return group
+
+    def format_help(self, show_all: bool = False) -> str:
+        hidden = [a for a in self._actions if getattr(a, "advanced", False) and not show_all]
+        saved = [a.help for a in hidden]
+        for a in hidden:
+            a.help = argparse.SUPPRESS
+        try:
+            return super().format_help()
+        finally:
+            for a, h in zip(hidden, saved):
+                a.help = h
+
+    def print_help(self, file=None, show_all: bool = False) -> None:
+        self._print_message(self.format_help(show_all), file or sys.stdout)
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
 def unwrap(err: BaseException) -> BaseException:

@@ -20,12 +20,13 @@ import tempfile
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
+from common.atomic import TMP_SUFFIX, atomic_file
+
 
 class StorageError(RuntimeError):
     """A storage location that cannot be used; the message names it and the fix."""
 
 
-TMP_SUFFIX = ".tmp"
 SPOOL_PREFIX = "pencil-spool-"  # local spool files of remote writes (in the system temp folder)
 
 
@@ -98,20 +99,8 @@ class LocalStorage:
     def writer(self, name: str) -> Iterator[BinaryIO]:
         """A file to stream `name` into; it appears under its name only if the block exits cleanly."""
         self._mkdir()
-        tmp = self.root / f".{name}.{os.getpid()}{TMP_SUFFIX}"
-        try:
-            with open(tmp, "wb") as f:
-                yield f
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.root / name)
-        except OSError as err:
-            if err.errno is None or err.filename not in (None, str(tmp)):
-                raise
-            # write()/fsync() errors carry no file name (open() names the hidden temp file): name the output.
-            raise OSError(err.errno, err.strerror, str(self.root / name)) from None
-        finally:
-            tmp.unlink(missing_ok=True)  # no-op after the rename; removes the partial file on failure
+        with atomic_file(self.root / name, "wb") as f:
+            yield f
 
     def write_atomic(self, name: str, data: bytes) -> None:
         """Write under a temporary name, fsync, then rename: readers never see half a file."""

@@ -1,50 +1,66 @@
-"""Regenerate the README's CLI reference from the parsers themselves, so it always matches `--help`.
+"""Write docs/cli.md, every command's flags (--help-all), from the parsers themselves, so it always matches.
 
-    python -m pipelines.docs            # rewrites the block between the CLI-reference markers
+    python -m pipelines.docs            # rewrite docs/cli.md
+    python -m pipelines.docs --check    # exit 1 when docs/cli.md is stale
 """
 from __future__ import annotations
 
+import importlib
 import os
 from pathlib import Path
 
-BEGIN, END = "<!-- CLI reference -->", "<!-- /CLI reference -->"
-README = Path(__file__).resolve().parents[1] / "README.md"
+from common.atomic import write_text_atomic
+from common.cli import Parser, run_cli, summary
+from pipelines.cli import COMMANDS, PAPER
+
+CLI_MD = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
+# the module a command runs as under `python -m`, where it is not the one holding main()
+RUN_AS = {"trainer.train": "trainer", "preprocess.__main__": "preprocess", "pipelines.recommend.job": "pipelines.recommend"}
 
 
 def parsers() -> dict:
-    from pipelines import ablations, gnn_baselines, gnn_full_ranking, heuristic_estimation, heuristics, latent_space, recommend, report, run_args, score
-    from preprocess.__main__ import build_parser as preprocess_parser
-    from trainer.config import build_parser as trainer_parser
-    return {"preprocess": preprocess_parser(), "trainer": trainer_parser(), "pipelines.run": run_args.build_parser(),
-            "pipelines.score": score.build_parser(), "pipelines.recommend": recommend.build_parser(),
-            "pipelines.report": report.build_parser(),
-            "pipelines.heuristics": heuristics.build_parser(), "pipelines.ablations": ablations.build_parser(),
-            "pipelines.gnn_baselines": gnn_baselines.build_parser(),
-            "pipelines.gnn_full_ranking": gnn_full_ranking.build_parser(), "pipelines.latent_space": latent_space.build_parser(),
-            "pipelines.heuristic_estimation": heuristic_estimation.build_parser()}
+    """{"pencil NAME": parser} for every command of the front door (paper experiments included)."""
+    out = {}
+    for prefix, table in (("pencil", COMMANDS), ("pencil paper", PAPER)):
+        for name, (module, _) in table.items():
+            if module is not None:
+                prog = f"{prefix} {name}"
+                out[prog] = importlib.import_module(module).build_parser(prog)
+    return out
 
 
 def reference() -> str:
     os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal; fix the width for a stable file
-    parts = [BEGIN, "## CLI reference", "", "Generated from the parsers (`python -m pipelines.docs`); identical to `--help`.", ""]
-    for name, parser in parsers().items():
-        parts += [f"### `python -m {name}`", "", "```text", parser.format_help().rstrip(), "```", ""]
-    return "\n".join(parts + [END])
+    parts = ["# Command reference", "",
+             "Every flag of every command, generated from the parsers (`python -m pipelines.docs`); each command's",
+             "`--help` shows the common ones, `--help-all` all of them. `pencil X` is also `python -m MODULE`:", ""]
+    parts += [f"- `pencil {name}`: `python -m {RUN_AS.get(module, module)}`"
+              for name, (module, _) in {**COMMANDS, **{f"paper {k}": v for k, v in PAPER.items()}}.items() if module]
+    parts.append("")
+    for prog, parser in parsers().items():
+        parts += [f"## `{prog}`", "", "```text", parser.format_help(show_all=True).rstrip(), "```", ""]
+    return "\n".join(parts)
+
+
+def build_parser(prog: str = "python -m pipelines.docs") -> Parser:
+    p = Parser(prog=prog, description=summary(__doc__))
+    p.add_argument("--check", action="store_true", help="only check that docs/cli.md is current (exit 1 if not)")
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    from common.cli import run_cli
-    return run_cli(lambda _: _main(), argv, prog="python -m pipelines.docs")
+    return run_cli(_main, argv, prog="python -m pipelines.docs")
 
 
-def _main() -> int:
-    text = README.read_text()
-    if BEGIN not in text:
-        raise SystemExit(f"{README}: no '{BEGIN}' marker to write the CLI reference at")
-    head, _, rest = text.partition(BEGIN)
-    tail = rest.partition(END)[2] if END in rest else ""
-    README.write_text(head + reference() + tail)
-    print(f"updated {README}")
+def _main(argv: list[str] | None) -> int:
+    args = build_parser().parse_args(argv)
+    text = reference()
+    if args.check:
+        if not CLI_MD.exists() or CLI_MD.read_text() != text:
+            raise SystemExit(f"{CLI_MD} is stale: run `python -m pipelines.docs`")
+        return 0
+    write_text_atomic(CLI_MD, text)
+    print(f"wrote {CLI_MD}")
     return 0
 
 

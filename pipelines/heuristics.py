@@ -15,20 +15,17 @@ The table (percentages) goes to stdout, progress to logging, and a JSON file (fr
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import re
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
-
-from common.atomic import atomic_file
-from common.cli import add_debug_flag, one_line_errors, run_cli
+from common.atomic import write_json_atomic
+from common.cli import Parser, run_cli, summary
 from common.datasets import PROTOCOLS, DatasetError, LinkDataset, load_dataset
-from common.heuristics import HEURISTICS, ranking_scores
-from common.metrics import METRIC_KEYS, as_percent, evaluate, format_table, unique_pairs
+from common.flags import add_dataset_flags
+from common.heuristics import HEURISTICS, score_split
+from common.metrics import METRIC_KEYS, as_percent, format_table
 
 log = logging.getLogger("pipelines.heuristics")
 
@@ -36,22 +33,21 @@ DEFAULT_HEURISTICS = ("cn", "aa", "ra")
 ALL_PROTOCOLS = ("both", "all")  # aliases: every protocol the dataset has
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipelines.heuristics", description=__doc__.split("\n\n")[0])
-    p.add_argument("--dataset", required=True,
-                   help="citeseer, cora, ogbl-*, a HeaRT-format directory or a .csv/.parquet edge list")
+PROG = "python -m pipelines.heuristics"
+
+
+def build_parser(prog: str = PROG) -> Parser:
+    p = Parser(prog=prog, description=summary(__doc__))
+    add_dataset_flags(p, split=False, nodes=False)
     p.add_argument("--protocol", default="both", choices=list(PROTOCOLS) + list(ALL_PROTOCOLS),
                    help="evaluation protocol; 'both'/'all' = every protocol the dataset provides (default)")
-    p.add_argument("--data-dir", default=None, help="HeaRT-format directory to load the dataset from")
-    p.add_argument("--ogb-root", default=None, help="folder holding an already-downloaded OGB dataset")
-    p.add_argument("--planetoid-dir", default=None, help="Planetoid raw files (needed for cora)")
     p.add_argument("--heuristics", default=",".join(DEFAULT_HEURISTICS),
                    help=f"comma-separated subset of {','.join(HEURISTICS)}, or 'all' (default: cn,aa,ra)")
     p.add_argument("--split", default="test", choices=["valid", "test"], help="split to evaluate (default test)")
-    p.add_argument("--seed", type=int, default=0, help="seed for datasets that split randomly (cora, csv)")
+    p.add_argument("--seed", type=int, default=0, advanced=True,
+                   help="seed for datasets that split randomly (cora, csv)")
     p.add_argument("--out", default=None, help="JSON output (default results/heuristics-<dataset>.json)")
-    add_debug_flag(p)
-    return one_line_errors(p)
+    return p
 
 
 # ---------------------------------------------------------------------------- argument checks
@@ -83,30 +79,6 @@ def default_out(ds: LinkDataset) -> Path:
     return Path("results") / f"heuristics-{safe}.json"
 
 
-# ---------------------------------------------------------------------------- scoring
-def score_split(ds: LinkDataset, split: str, protocols: list[str], heuristics: list[str]) -> dict:
-    """{protocol: {heuristic: metrics (fractions)}} for one split."""
-    graph = ds.graph_for(split)
-    sp = ds.splits[split]
-    parts = [sp.pos] + [sp.negatives(p) for p in protocols]
-    flat = [a.reshape(-1, 2) for a in parts]
-    # One dedup over every candidate of every protocol: each distinct pair is scored once.
-    uniq, inverse = unique_pairs(np.concatenate(flat))
-    bounds = np.cumsum([0] + [len(f) for f in flat])
-    log.info("%s/%s: %d candidate pairs, %d distinct, graph %r",
-             ds.name, split, bounds[-1], len(uniq), graph)
-    results: dict[str, dict] = {p: {} for p in protocols}
-    for name in heuristics:
-        t0 = time.perf_counter()
-        scores = ranking_scores(name, graph, uniq)
-        per_part = [scores[inverse[bounds[i] : bounds[i + 1]]] for i in range(len(parts))]
-        for i, proto in enumerate(protocols, start=1):
-            neg = per_part[i].reshape(parts[i].shape[:-1])
-            results[proto][name] = evaluate(proto, per_part[0], neg)
-        log.info("%s scored in %.2fs", name, time.perf_counter() - t0)
-    return results
-
-
 def results_table(results: dict) -> str:
     rows = []
     for proto, by_h in results.items():
@@ -117,21 +89,14 @@ def results_table(results: dict) -> str:
     return format_table(rows, ["protocol", "heuristic", *METRIC_KEYS], headers=headers)
 
 
-def write_json_atomic(path: Path, payload: dict) -> None:
-    """Readers never see half a file (common.atomic)."""
-    with atomic_file(path, "w") as f:
-        json.dump(payload, f, indent=2, sort_keys=False)
-        f.write("\n")
-
-
 # ---------------------------------------------------------------------------- entry point
-def main(argv: list[str] | None = None) -> int:
-    return run_cli(_main, argv, prog="python -m pipelines.heuristics")
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    return run_cli(lambda a: _main(a, prog), argv, prog=prog)
 
 
-def _main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str] | None, prog: str) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = build_parser()
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     heuristics = parse_heuristics(parser, args.heuristics)
     try:

@@ -13,29 +13,27 @@ mapping, node_ids.parquet); pairs of a node with itself are refused.
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 
 from common import snapshot
-from common.cli import add_debug_flag, one_line_errors, run_cli
+from common.atomic import write_parquet_atomic
+from common.cli import Parser, run_cli, summary
 from common.datasets import DatasetError, load_set_dataset
 from common.datasets.ids import EDGE_LIST_SUFFIXES, node_index, read_columns, suffix_of
+from common.flags import add_dataset_flags, add_device_flag
 from common.node_ids import load_node_ids
-from common.presets import get_preset
-from common.shards import Block, read_manifest
+from common.shards import read_manifest
+from pipelines.core.runs import RunFolderError, load_model, resolve_checkpoint
 from preprocess.sampler import Scratch, sample_subgraphs
 from trainer import checkpoint
-from trainer.config import TrainConfig
-from trainer.model import Pencil, model_for_shards
-from trainer.scoring import PairScorer
+from trainer.model import Pencil
+from trainer.scoring import PairScorer, default_device
 
 log = logging.getLogger("pipelines.score")
 
@@ -44,42 +42,25 @@ class ScoreError(ValueError):
     """Bad scoring input; the message names the file, column or flag."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m pipelines.score", description=__doc__.splitlines()[0])
+PROG = "python -m pipelines.score"
+
+
+def build_parser(prog: str = PROG) -> Parser:
+    p = Parser(prog=prog, description=summary(__doc__))
     p.add_argument("--checkpoint", required=True, help="a run folder (uses best.pt, else last.pt) or a .pt file")
     p.add_argument("--pairs", required=True,
                    help="Parquet, CSV or TSV file (optionally .gz) with columns src, dst: node ids as in the edge list")
     p.add_argument("--out", required=True, help="output Parquet file (written atomically)")
     p.add_argument("--orderings", type=int, default=1, help="random canonicalisations averaged per pair (default 1)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the sampled subgraphs and local orders (default 0)")
     p.add_argument("--graph", default="test",
                    help="whose graph to sample on: train/valid/test, the split's graph as in evaluation (default "
-                        "test), or an edge-list file (.csv/.parquet, src,dst) of today's graph (common/snapshot.py)")
-    p.add_argument("--batch-size", type=int, default=512, help="pairs per forward pass at most (default 512; "
-                   "batches are also cut by the engine's token budget)")
-    p.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    p.add_argument("--dataset", default=None, help="override the dataset recorded with the shards")
-    p.add_argument("--data-dir", default=None, help="HeaRT-format folder (with --dataset)")
-    p.add_argument("--ogb-root", default=None, help="OGB root (with --dataset)")
-    add_debug_flag(p)
-    return one_line_errors(p)
-
-
-def resolve_checkpoint(path: str, flag: str = "--checkpoint") -> Path:
-    """A run folder's best.pt, else its last.pt (a run stopped early, e.g. a `--preset auto` final seed
-    stopped by --stop-epoch, may have only that), or the .pt file given. A protocol folder
-    (results/<dataset>/<preset>/<protocol>) is refused with the seed folders it holds."""
-    p = Path(path)
-    if p.is_dir():
-        for name in (checkpoint.BEST, checkpoint.LAST):
-            if (p / name).exists():
-                return p / name
-        seeds = sorted(d.name for d in p.glob("seed*")
-                       if (d / checkpoint.BEST).exists() or (d / checkpoint.LAST).exists())
-        hint = f"; it holds the runs {', '.join(seeds)}: pass one, e.g. {p / seeds[0]}" if seeds else ""
-        raise ScoreError(f"{flag} {p}: no {checkpoint.BEST} or {checkpoint.LAST} in this run folder{hint}")
-    if not p.exists():
-        raise ScoreError(f"{flag} {p}: no such file")
+                        "test), or an edge-list file (.csv/.parquet, src,dst) of today's graph")
+    add_device_flag(p)
+    p.add_argument("--seed", type=int, default=0, advanced=True,
+                   help="seed of the sampled subgraphs and local orders (default 0)")
+    p.add_argument("--batch-size", type=int, default=512, advanced=True,
+                   help="pairs per forward pass at most (default 512; batches are also cut by the token budget)")
+    add_dataset_flags(p, required=False, split=False, nodes=False)
     return p
 
 
@@ -129,13 +110,6 @@ def _own_ids(col, name: str, p: Path, num_nodes: int) -> tuple[np.ndarray, np.nd
     return vals, (vals >= 0) & (vals < num_nodes)
 
 
-def load_model(ckpt: dict, manifest: dict, device: torch.device) -> Pencil:
-    config = TrainConfig.from_dict(ckpt["config"])
-    model = model_for_shards(get_preset(config.preset), config.model.as_overrides(), manifest)
-    model.load_state_dict(ckpt["model"])
-    return model.to(device).eval()
-
-
 def pair_scorer(model: Pencil, graph, sampling: tuple[int, int], n_max: int, seed: int, orderings: int,
                 batch_size: int, device: torch.device, token_budget: int | None = None) -> PairScorer:
     """The scoring engine (trainer/scoring.py) on `graph`, sampling with the evaluation sampler."""
@@ -156,19 +130,15 @@ def write_scores(path: str, user: np.ndarray, logits: np.ndarray) -> None:
     kind = pa.string() if user.dtype == object else None
     table = pa.table({"src": pa.array(user[:, 0], kind), "dst": pa.array(user[:, 1], kind), "score": probs.mean(0),
                       "logit": logits.mean(0).astype(np.float64), "score_std": probs.std(0)})
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    pq.write_table(table, tmp)
-    os.replace(tmp, out)
+    write_parquet_atomic(table, path)
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run_cli(_main, argv, prog="python -m pipelines.score")
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    return run_cli(lambda a: _main(a, prog), argv, prog=prog)
 
 
-def _main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def _main(argv: list[str] | None, prog: str) -> int:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.orderings < 1:
@@ -183,10 +153,9 @@ def _main(argv: list[str] | None = None) -> int:
         graph, node_ids = snapshot.graph_for(args.graph, dataset)  # a snapshot's new nodes extend the ids
         pairs, user = read_pairs(args.pairs, graph.num_nodes, node_ids if args.graph not in snapshot.SPLIT_NAMES
                                  else load_node_ids(manifest))
-    except (ScoreError, DatasetError) as err:
+    except (ScoreError, RunFolderError, DatasetError) as err:
         parser.error(str(err))
-    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-                          else "cpu")
+    device = default_device(args.device)
     n_max = int(manifest["n_max"])
     model = load_model(ckpt, manifest, device)
     sampling = (pre["sampling"]["d"], pre["sampling"]["n"])

@@ -5,66 +5,62 @@ import argparse
 import logging
 import sys
 
-from common.cli import add_debug_flag, one_line_errors, run_cli
+from common.cli import Parser, run_cli
 from common.datasets.base import DatasetError
 from common.datasets.fractions import parse_split
+from common.flags import add_dataset_flags, add_num_cpus_flag
 from common.presets import default_sampling
 from common.storage import open_storage
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m preprocess",
-        description="Sample link-centric subgraphs (ShaDowKHop) into WebDataset shards with Ray. "
-                    "Writes OUT/<dataset>/<cache key>/ and prints that path last. An embedded Ray is "
-                    "started unless RAY_ADDRESS is set (as under `ray job submit`).")
-    p.add_argument("--dataset", required=True,
-                   help="citeseer, cora, ogbl-collab|ppa|citation2|ddi, synthetic, a HeaRT-format folder, "
-                        "or an edge list (.csv, .csv.gz, .tsv, .tsv.gz, .parquet) with node ids of any kind")
+PROG = "python -m preprocess"
+
+
+def build_parser(prog: str = PROG) -> Parser:
+    p = Parser(
+        prog=prog,
+        description="Sample link-centric subgraphs (ShaDowKHop) into WebDataset shards with Ray. Writes\n"
+                    "OUT/<dataset>/<cache key>/ and prints that path last. An embedded Ray starts unless RAY_ADDRESS\n"
+                    "is set (as under `ray job submit`).")
+    add_dataset_flags(p)
     p.add_argument("--sampling", default=None, metavar="D,N",
                    help="hops d and neighbours n per frontier entry (default: the paper's preset for the dataset)")
     p.add_argument("--views", type=int, default=2, help="independent training draws (negatives + subgraphs) (default 2)")
-    p.add_argument("--splits", default="train,valid,test", help="comma-separated splits to build (default train,valid,test)")
     p.add_argument("--protocol", default="both",
                    help="eval protocol(s): both/all (= every protocol the dataset has), or a comma list of "
                         "original,heart,ogb (default both)")
-    p.add_argument("--split", default=None, metavar="TRAIN,VALID,TEST",
-                   help="percentages of the seeded random edge split of an edge list without a split column "
-                        "or cora (default 85,5,10; part of the cache key)")
-    p.add_argument("--percent", type=float, default=100.0,
+    p.add_argument("--out", default="shards", help="output root, local or s3://; shards go to OUT/<dataset>/<key> "
+                   "(default shards)")
+    p.add_argument("--features", action="store_true", help="load node features (part of the cache key)")
+    p.add_argument("--force", action="store_true", help="rebuild even if a complete shard set exists")
+    p.add_argument("-q", "--quiet", action="store_true", help="only warnings and the final path")
+    add_num_cpus_flag(p)
+    p.add_argument("--splits", default="train,valid,test", advanced=True,
+                   help="comma-separated splits to build (default train,valid,test)")
+    p.add_argument("--percent", type=float, default=100.0, advanced=True,
                    help="%% of training positives per view, a seeded subset (default 100)")
-    p.add_argument("--neg-ratio", type=int, default=1, help="training negatives per positive (default 1)")
-    p.add_argument("--hard-neg-fraction", type=float, default=0.0, metavar="F",
+    p.add_argument("--neg-ratio", type=int, default=1, advanced=True, help="training negatives per positive (default 1)")
+    p.add_argument("--hard-neg-fraction", type=float, default=0.0, metavar="F", advanced=True,
                    help="fraction of each training view's negatives drawn as 2-hop non-edges of the training graph "
                         "(hard negatives that share a neighbour with their pair); the rest uniform (default 0; part "
                         "of the cache key when not 0)")
-    p.add_argument("--out", default="shards", help="output root, shards go to OUT/<dataset>/<key> (default shards)")
-    p.add_argument("--seed", type=int, default=0, help="seed of candidates, sampling and local orders (default 0)")
-    p.add_argument("--num-cpus", type=int, default=None,
-                   help="CPUs of the embedded Ray (default: all); ignored when attaching to a cluster")
-    p.add_argument("--links-per-shard", type=int, default=8192, help="links per shard tar (default 8192)")
-    p.add_argument("--block-size", type=int, default=256, help="links per Arrow block inside a shard (default 256)")
-    p.add_argument("--shard-mb", type=float, default=64.0,
+    p.add_argument("--seed", type=int, default=0, advanced=True,
+                   help="seed of candidates, sampling and local orders (default 0)")
+    p.add_argument("--links-per-shard", type=int, default=8192, advanced=True,
+                   help="links per shard tar (default 8192)")
+    p.add_argument("--block-size", type=int, default=256, advanced=True,
+                   help="links per Arrow block inside a shard (default 256)")
+    p.add_argument("--shard-mb", type=float, default=64.0, advanced=True,
                    help="a shard also closes before its worst-case size passes this many MB (default 64)")
-    p.add_argument("--worker-memory-mb", type=int, default=1500,
+    p.add_argument("--worker-memory-mb", type=int, default=1500, advanced=True,
                    help="memory budget of one shard task; checked up front, and Ray schedules by it (default 1500)")
-    p.add_argument("--data-dir", default=None, help="HeaRT-format folder to load the dataset from")
-    p.add_argument("--ogb-root", default=None, help="folder holding an already-downloaded OGB dataset")
-    p.add_argument("--planetoid-dir", default=None, help="folder with the Planetoid raw files (ind.<name>.*)")
-    p.add_argument("--nodes", default=None, metavar="FILE",
-                   help="edge lists only: a file of node ids (column node or id; .csv/.tsv[.gz]/.parquet) declaring "
-                        "every node, isolated ones included, so they can be scored")
-    p.add_argument("--features", action="store_true", help="load node features (part of the cache key)")
-    p.add_argument("--targets", default=None, metavar="HEURISTIC",
+    p.add_argument("--targets", default=None, metavar="HEURISTIC", advanced=True,
                    help="heuristic estimation: label every link with its normalised cn, aa, ra, katz, spd or pr "
                         "on the full graph (a regression set; part of the cache key)")
-    p.add_argument("--force", action="store_true", help="rebuild even if a complete shard set exists")
-    p.add_argument("--no-verify", action="store_true",
+    p.add_argument("--no-verify", action="store_true", advanced=True,
                    help="on a cache hit check shard sizes only, not their sha256 (for huge sets)")
-    p.add_argument("-q", "--quiet", action="store_true", help="only warnings and the final path")
-    add_debug_flag(p)
-    return one_line_errors(p)
+    return p
 
 
 def _split_list(text: str) -> tuple[str, ...]:
@@ -90,12 +86,12 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
         shard_mb=args.shard_mb, worker_memory_mb=args.worker_memory_mb, force=args.force)
 
 
-def main(argv: list[str] | None = None) -> int:
-    return run_cli(_main, argv, prog="python -m preprocess")
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    return run_cli(lambda a: _main(a, prog), argv, prog=prog)
 
 
-def _main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def _main(argv: list[str] | None, prog: str) -> int:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -43,8 +43,6 @@ from preprocess.targets import label_with_targets
 
 log = logging.getLogger(__name__)
 
-# Test hook: the driver raises after this many finished shards, as if the run had been killed.
-FAIL_AFTER_ENV = "PENCIL_PREPROCESS_FAIL_AFTER"
 TASK_RETRIES = 3
 
 
@@ -286,7 +284,6 @@ def _execute(config: PreprocessConfig, graphs: dict, sets, plans, out: str) -> t
         graph_refs = {k: (ray.put(g.indptr), ray.put(g.indices)) for k, g in graphs.items()}
         set_refs = [(ray.put(cs.cands.src), ray.put(cs.cands.dst), ray.put(cs.cands.label)) for cs in sets]
         max_in_flight = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
-        fail_after = int(os.environ.get(FAIL_AFTER_ENV, "0") or 0)
         d, n = config.sampling.d, config.sampling.n
         pending, results, t0 = {}, [], time.perf_counter()
         todo = list(plans)
@@ -314,8 +311,6 @@ def _execute(config: PreprocessConfig, graphs: dict, sets, plans, out: str) -> t
                 cs = sets[p.set_index]
                 results.append({**stats, "split": cs.split, "protocol": cs.protocol, "view": cs.view})
                 bar.update(stats["links"])
-                if fail_after and len(results) >= fail_after:
-                    raise RuntimeError(f"{FAIL_AFTER_ENV}={fail_after}: simulated kill after {len(results)} shards")
         elapsed = time.perf_counter() - t0
     finally:
         if "bar" in locals():

@@ -121,3 +121,19 @@ def mount_tmpfs(path: Path, size: str) -> bool:
     path.mkdir(parents=True, exist_ok=True)
     return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
                           capture_output=True).returncode == 0
+
+
+def kill_driver_after(monkeypatch, shards: int) -> None:
+    """Make an in-process `run_job` die as a killed driver would once `shards` shards have finished: the next
+    result it collects (ray.get) raises. The shards already written stay, as after a real kill."""
+    import ray
+
+    real_get, seen = ray.get, []
+
+    def get(*args, **kwargs):
+        if len(seen) >= shards:
+            raise RuntimeError(f"simulated kill after {len(seen)} shards")
+        seen.append(1)
+        return real_get(*args, **kwargs)
+
+    monkeypatch.setattr(ray, "get", get)

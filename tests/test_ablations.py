@@ -128,19 +128,19 @@ def test_bad_values_name_the_flag_or_field():
 
 # ---------------------------------------------------------------------------- the recipe
 def test_variants_per_suite_share_the_plain_run():
-    from pipelines.ablations import variants
+    from pipelines.paper.ablations import variants
     names = [v.slug for v in variants(["mr", "w0", "wpe", "depth", "lrp"], 2, [1, 2, 4])]
     assert names == ["pencil", "no-mr", "w0-gaussian", "w0-low-rank", "w0-learnable", "wpe", "lrp3", "layers1", "layers4"]
     assert variants(["lrp"], 2, [2])[1].flags == ("--lrp", "3")
     depth = {v.slug: (v.flags, v.layers) for v in variants(["depth"], 2, [1, 2, 4])}
     assert depth == {"pencil": ((), 2), "layers1": (("--layers", "1"), 1), "layers4": (("--layers", "4"), 4)}
-    from pipelines.ablations import Variant, variant_train_args
+    from pipelines.paper.ablations import Variant, variant_train_args
     v = Variant("x", "x", ("--w0-init", "low-rank", "--wpe"), 2)
     assert variant_train_args(["--num-workers=0"], v) == ["--num-workers=0", "--w0-init=low-rank", "--wpe"]
 
 
 def test_table_prints_measured_rows_beside_the_paper():
-    from pipelines.ablations import table
+    from pipelines.paper.ablations import table
     runs = [{"dataset": "cora", "protocol": "original", "model": m, "seed": s, "variant": m, "layers": 2, "flags": [],
              "test": {"mrr": v, "hits@3": v, "hits@20": v}}
             for m, vals in (("PENCIL", (0.40, 0.42)), ("PENCIL \\ MR", (0.30, 0.36))) for s, v in enumerate(vals)]
@@ -155,7 +155,7 @@ def test_ablation_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
     """Preprocess once, train PENCIL, PENCIL \\ MR and LRP-3 on a fifth of an epoch, and write all three outputs."""
     import json
 
-    from pipelines import ablations
+    from pipelines.paper import ablations
     rc = ablations.main(["--preset", "tiny", "--suite", "mr,lrp", "--seeds", "0", "--epochs", "0.2", "--num-cpus", "1",
                          "--out", str(tmp_path / "res"), "--shards", str(cached_set(shard_cache, "citeseer-tiny")), "--device", "cpu",
                          "--train-arg=--num-workers=0", "--train-arg=--no-progress"])
@@ -178,7 +178,7 @@ def test_ablation_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
 
 
 def test_ablation_bad_flags_fail_before_any_work(tmp_path, capsys):
-    from pipelines import ablations
+    from pipelines.paper import ablations
     for argv, needle in ((["--preset", "nope"], "--preset"), (["--preset", "tiny", "--suite", "mr,lrp4"], "--suite"),
                          (["--preset", "tiny", "--train-arg=--w0-init=uniform"], "--w0-init")):
         assert ablations.main(argv + ["--out", str(tmp_path / "o"), "--shards", str(tmp_path / "s")]) != 0

@@ -1,4 +1,4 @@
-"""--preset auto's training-negatives stage (pipelines.auto_negatives): the choice rule, the flag path, the
+"""--preset auto's training-negatives stage (pipelines.auto.negatives): the choice rule, the flag path, the
 budget (the search's reservation and the skip, fake clock), the stage's trainer jobs (seed 1, validation
 only) and which weights each final seed then evaluates, with fake trainers. The real run, end to end, is
 tests/test_auto_search.py's slow test."""
@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from common.eval_scores import scores_path
-from pipelines import auto_final, auto_negatives
-from pipelines.auto_candidates import round_cost
-from pipelines.auto_final import FINAL_MARK, train_final_seeds
-from pipelines.auto_negatives import (HARD_NEG_FRACTION, STAGE_SEED, arm_values, choose_fraction, decide,
+from pipelines.auto import final as auto_final, negatives as auto_negatives
+from pipelines.auto.candidates import round_cost
+from pipelines.auto.final import FINAL_MARK, train_final_seeds
+from pipelines.auto.negatives import (HARD_NEG_FRACTION, STAGE_SEED, arm_values, choose_fraction, decide,
                                       reserved_trainings, stage_runs)
-from pipelines.auto_prior import GRID
-from pipelines.run_args import build_parser, validate_args
+from pipelines.auto.blend import GRID
+from pipelines.core.run_args import build_parser, validate_args
 from tests.test_auto_search import SPE, _searcher
 
 
@@ -153,8 +153,8 @@ def test_reserved_trainings():
 def _fake_trainers(seen: list, select: str, epochs: int):
     """run_trainers stand-in: records each job's flags and writes a finished run (summary, best.pt at the last
     epoch, the validation scores the prior reads)."""
-    def trainers(jobs, slots, stop_at=None, clock=None):
-        for key, (flags, run_dir) in jobs.items():
+    def trainers(jobs, slots, stop_at=None, clock=None, device_flag="cpu"):
+        for key, (flags, run_dir) in ((k, (j.flags, j.run_dir)) for k, j in jobs.items()):
             seen.append((key, flags))
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "summary.json").write_text(json.dumps({"epochs_completed": epochs, "best_epoch": epochs - 1}))

@@ -1,4 +1,4 @@
-"""`--preset auto`'s heuristic prior (pipelines.auto_prior): exact blends and choice on a hand-built example,
+"""`--preset auto`'s heuristic prior (pipelines.auto.blend): exact blends and choice on a hand-built example,
 the cid -> pair mapping against a real shard set's blocks, w = 0 giving back the trainer's own metrics,
 and a choice that sees validation only (test scores perturbed or unreadable change nothing)."""
 from __future__ import annotations
@@ -16,8 +16,8 @@ from common.heuristics import ranking_scores
 from common.manifest import read_manifest, shard_entries
 from common.metrics import evaluate
 from common.shards import read_shard
-from pipelines import auto_prior
-from pipelines.auto_prior import GRID, PriorStage, blend, choose, eval_pairs, grid_values, prior_model_name
+from pipelines.auto import blend as auto_prior
+from pipelines.auto.blend import GRID, PriorStage, blend, choose, eval_pairs, grid_values, prior_model_name
 from tests.test_auto_search import _split_graph
 
 
@@ -78,7 +78,7 @@ def scored(tmp_path_factory):
     """A small geometric graph with valid/hard attached (as the auto search does), its real shard set, and one
     tiny trainer run evaluated once with --save-scores (valid/original, valid/hard, test/original)."""
     pytest.importorskip("ray")
-    from pipelines.auto_search import attach_hard_negatives
+    from pipelines.auto.search import attach_hard_negatives
     from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
     from preprocess.job import run_job
     from trainer.config import config_for

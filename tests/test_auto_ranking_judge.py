@@ -1,4 +1,4 @@
-"""--objective recommend (pipelines.auto_ranking_judge): an arm's value is exactly the valid split's best prior
+"""--objective recommend (pipelines.auto.ranking_judge): an arm's value is exactly the valid split's best prior
 blend that `pipelines.recommend --evaluate RUN --choose-prior` reports with the judge's pool, retriever and
 sample; it never reads test; the rule (Hits@20, then MRR, strictly); the stage decides on it while keeping the
 link-prediction choice in its record; and the flag's documented errors."""
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from pipelines import auto_negatives, auto_ranking_judge
-from pipelines.auto_negatives import HARD_NEG_FRACTION, decide
-from pipelines.auto_prior import GRID
-from pipelines.auto_ranking_judge import JUDGE_POOL, JUDGE_POSITIVES, JUDGE_RETRIEVER, JUDGE_SAMPLE_SEED, better
+from pipelines.auto import negatives as auto_negatives, ranking_judge as auto_ranking_judge
+from pipelines.auto.negatives import HARD_NEG_FRACTION, decide
+from pipelines.auto.blend import GRID
+from pipelines.auto.ranking_judge import JUDGE_POOL, JUDGE_POSITIVES, JUDGE_RETRIEVER, JUDGE_SAMPLE_SEED, better
 from tests.test_auto_negatives import _args, _chosen, _fake_trainers, _Prior, _winner
 from tests.test_auto_search import SPE, _searcher
 from tests.test_sample_positives import FIELDS, citeseer, model  # noqa: F401 - the fixtures: citeseer, a small untrained model
@@ -48,8 +48,8 @@ def test_an_arm_is_the_evaluate_commands_valid_blend_and_test_is_never_read(monk
     to read) the judge gives the same values as with it; and those are the valid split's chosen blend of
     `pipelines.recommend --evaluate --choose-prior` on that test-less dataset (whose filter then also holds
     only validation positives) with the judge's pool, retriever and sample."""
-    import pipelines.recommend as rec
-    from pipelines.full_ranking import evaluate_run
+    import pipelines.recommend.evaluation as rec
+    from pipelines.recommend.evaluation import evaluate_run
     monkeypatch.setattr(auto_ranking_judge, "load_run_model", lambda *a, **k: (model, {}, FIELDS, "digest"))
     cpu = torch.device("cpu")
     got = auto_ranking_judge.ranking_values(tmp_path, citeseer, cpu)
@@ -59,7 +59,7 @@ def test_an_arm_is_the_evaluate_commands_valid_blend_and_test_is_never_read(monk
 
     monkeypatch.setattr(rec, "load_run", lambda *a, **k: (model, blind, FIELDS, "digest"))
     args = rec.build_parser().parse_args([
-        "--evaluate", "RUN", "--device", "cpu", "--out", str(tmp_path / "m.json"), "--splits", "valid",
+        "RUN", "--device", "cpu", "--out", str(tmp_path / "m.json"), "--splits", "valid",
         "--pool", str(JUDGE_POOL), "--retriever", JUDGE_RETRIEVER, "--sample-positives", str(JUDGE_POSITIVES),
         "--sample-seed", str(JUDGE_SAMPLE_SEED), "--choose-prior"])
     assert evaluate_run(args) == 0

@@ -16,8 +16,8 @@ from common.datasets.edgelist import random_split_dataset
 from common.graph import Graph
 from common.graph_stats import graph_stats, hard_negatives
 from common.heuristics import resource_allocation
-from pipelines.auto_prior import GRID
-from pipelines.auto_candidates import (Candidate, fit_first_rung, propose, propose_samplings, round_cost, rungs,
+from pipelines.auto.blend import GRID
+from pipelines.auto.candidates import (Candidate, fit_first_rung, propose, propose_samplings, round_cost, rungs,
                                        successive_halving)
 
 
@@ -140,7 +140,7 @@ def test_fit_first_rung_exact(left, kept, epochs, cuts):
 def _searcher(tmp_path, deadline: float, now: list):
     from argparse import Namespace
 
-    from pipelines.auto_search import Search
+    from pipelines.auto.search import Search
     q = {"a": 0.5, "b": 0.9, "c": 0.7, "d": 0.1}
     cands = [Candidate(SAMPLING[k], 32 * (i + 1), 2, 2, 64, 1e-3, "constant", 64, 16) for i, k in enumerate(q)]
     searcher = Search(Namespace(device="cpu", train_arg=[]), cands, {(1, 10): "s10", (1, 40): "s40"}, "original",
@@ -189,7 +189,7 @@ def test_search_budget_with_a_fake_clock_and_objective(tmp_path):
 
 
 def test_a_final_seed_of_another_choice_is_trained_afresh(tmp_path):
-    from pipelines.auto_final import FINAL_MARK, final_key, trained_for_another_choice
+    from pipelines.auto.final import FINAL_MARK, final_key, trained_for_another_choice
     chosen = {"cid": "d1n10-h64l2", "epochs": 2, "shards": "/s/a"}
     seed = tmp_path / "seed1"
     seed.mkdir()
@@ -207,12 +207,12 @@ def test_run_trainers_stops_at_the_deadline(tmp_path, monkeypatch):
     starts."""
     import psutil
 
-    from pipelines import auto_runs
+    from pipelines.core import trainers as auto_runs
     code = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)"
     monkeypatch.setattr(auto_runs, "TRAINER", [sys.executable, "-c", code])
     pids = {k: tmp_path / f"{k}.pid" for k in "abc"}
     now = lambda: 100.0 if pids["a"].exists() and pids["b"].exists() else 0.0  # noqa: E731
-    jobs = {k: ([str(pids[k])], tmp_path / k) for k in "abc"}
+    jobs = {k: auto_runs.Job([str(pids[k])], tmp_path / k) for k in "abc"}
     wall, stopped = auto_runs.run_trainers(jobs, 2, stop_at=10.0, clock=now)
     assert stopped == ["a", "b", "c"] and sorted(wall) == ["a", "b"]  # c never started
     for k in "ab":
@@ -289,7 +289,7 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
     arms' best.pt) and a choice forced to the hard views (this tiny graph's validation keeps uniform), so the
     final seeds' switch to the hard shard set, seed 1's reuse of the stage's hard best.pt and seed 0's
     training on the hard views run for real."""
-    from pipelines import auto_negatives, auto_ranking_judge, auto_search
+    from pipelines.auto import negatives as auto_negatives, ranking_judge as auto_ranking_judge, search as auto_search
     from pipelines.run import main
 
     csv = _edge_csv(tmp_path / "geo_edges.csv")
@@ -441,12 +441,12 @@ def test_auto_run_never_opens_test_before_the_choice_and_a_rerun_reuses_it(tmp_p
 def _fake_trainers(searcher, names, now, slow):
     """run_trainers stand-in: every job trains `slow` x its probe's seconds per epoch, 2 slots packed as
     round_cost packs them, advancing the fake clock; it writes what the trainer would (summary, evaluations)."""
-    def run(jobs, slots, stop_at=None, clock=None):
+    def run(jobs, slots, stop_at=None, clock=None, device_flag="cpu"):
         wall = {}
-        for cid, (_, run_dir) in jobs.items():
+        for cid, run_dir in ((c, j.run_dir) for c, j in jobs.items()):
             done = (json.loads((run_dir / "summary.json").read_text())["epochs_completed"]
                     if (run_dir / "summary.json").exists() else 0)
-            epochs = int(jobs[cid][0][jobs[cid][0].index("--stop-epoch") + 1])
+            epochs = int(jobs[cid].flags[jobs[cid].flags.index("--stop-epoch") + 1])
             wall[cid] = slow * SPE[names[cid]] * (epochs - done)
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "summary.json").write_text(json.dumps({"epochs_completed": epochs, "selection_metric": "mrr"}))
@@ -465,7 +465,7 @@ def test_a_rung_slower_than_predicted_inflates_every_later_estimate(tmp_path, mo
     = 2 inflates the estimates, and the 4-epoch rung over b with the final seeds (40 x 2 + 2 rounds x 40 x 4 =
     400 s) no longer fits the 300 s left, where the probe's estimate (20 x 2 + 2 x 20 x 4 = 200 s) would have
     allowed it. Faster than predicted never deflates them."""
-    from pipelines import auto_search
+    from pipelines.auto import search as auto_search
     now = [0.0]
     searcher, names, _ = _searcher(tmp_path, 40.0 * slow + 300.0, now)
     cid = {v: k for k, v in names.items()}

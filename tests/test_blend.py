@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from common.graph import Graph
-from pipelines.full_ranking import PRIOR_GRID, full_ranking
-from pipelines.recommend_core import (Prepared, RecConfig, RecommendError, finish_block, probabilities,
+from pipelines.recommend.evaluation import PRIOR_GRID, full_ranking
+from pipelines.recommend.engine import (Prepared, RecConfig, RecommendError, finish_block, probabilities,
                                       rank_prior)
 
 INF = float("inf")
@@ -84,7 +84,7 @@ def test_recommendations_follow_the_blend():
 
 
 def test_native_full_ranking_filters_and_ties_exactly():
-    from pipelines.full_ranking import native_full_ranking
+    from pipelines.recommend.evaluation import native_full_ranking
     row = np.array([9.0, 9.0, 9.0, 1.0, 2.0, 3.0, 0.5, 2.0, -1.0])  # 0 itself, its neighbours 1, 2: not ranked
     pos = np.array([[0, 4], [0, 7]])
     for block in (1, 512):
@@ -96,7 +96,7 @@ def test_native_full_ranking_filters_and_ties_exactly():
 
 
 def test_choose_weight_prefers_hits_then_mrr_then_the_smaller_weight():
-    from pipelines.full_ranking import choose_weight
+    from pipelines.recommend.evaluation import choose_weight
     sweep = {"0.0": {"hits@20": 0.30, "mrr": 0.10}, "0.5": {"hits@20": 0.32, "mrr": 0.11},
              "1.0": {"hits@20": 0.32, "mrr": 0.12}, "2.0": {"hits@20": 0.32, "mrr": 0.12}}
     assert choose_weight(sweep) == 1.0

@@ -10,7 +10,7 @@ import torch
 from common.datasets.base import LinkDataset, Split, training_graph
 from common.graph import Graph
 from common.metrics import evaluate
-from pipelines import gnn_baselines
+from pipelines.paper import gnn_baselines
 from trainer.gnn import GNNConfig, GNNConfigError, GNNLinkPredictor, edge_index, evaluate_split, fit, node_inputs
 
 

@@ -142,8 +142,8 @@ def test_default_cache_key_is_unchanged_and_a_fraction_changes_it():
 
 
 def test_pipelines_run_passes_the_fraction_to_every_shard_set(tmp_path):
-    from pipelines.run import preprocess_config
-    from pipelines.run_args import RunError, build_parser, validate_args
+    from pipelines.core.shard_sets import preprocess_config
+    from pipelines.core.run_args import RunError, build_parser, validate_args
 
     base = ["--dataset", "citeseer", "--out", str(tmp_path / "r"), "--shards", str(tmp_path / "s")]
     args = build_parser().parse_args(base + ["--hard-neg-fraction", "0.25"])
@@ -194,19 +194,3 @@ def test_preprocess_cli_writes_a_set_with_hard_negatives(ray_session, tmp_path, 
     assert hard <= with_cn <= hard + len(neg) // 100  # uniform pairs on citeseer almost never share a neighbour
 
 
-def test_bench_rebuilds_a_manifest_config_with_only_the_fraction_changed():
-    # bench.hard_negatives retrains a finished run's winner on hard views: the rebuilt config must be the
-    # recorded one (same cache key at fraction 0, so the same eval sets) but for the training views
-    from bench.hard_negatives import rebuilt_config
-
-    cfg = PreprocessConfig(dataset="edges.csv.gz", sampling=SamplingConfig(1, 52), out="shards", seed=3,
-                           candidates=CandidateConfig(views=8, percent=10.197, protocols=("original", "hard")),
-                           split=(80.0, 10.0, 10.0), nodes="nodes.csv")
-    manifest = {"config": json.loads(json.dumps(cfg.to_dict()))}  # as the manifest stores it (lists, not tuples)
-    same = rebuilt_config(manifest, 0.0, "elsewhere")
-    assert same.out == "elsewhere" and same.sampling == cfg.sampling and same.split == cfg.split
-    protocols = ["original", "hard"]
-    assert cache_key(same.key_parts("fp", protocols)) == cache_key(cfg.key_parts("fp", protocols))
-    hard = rebuilt_config(manifest, 0.5, "elsewhere")
-    assert hard.candidates == replace(cfg.candidates, hard_neg_fraction=0.5)
-    assert cache_key(hard.key_parts("fp", protocols)) != cache_key(cfg.key_parts("fp", protocols))

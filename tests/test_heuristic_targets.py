@@ -158,7 +158,7 @@ def test_estimation_reads_the_same_subgraphs_and_targets_as_pencil(shard_cache):
     from types import SimpleNamespace
 
     from common.shards import read_manifest, read_shard, shard_entries
-    from pipelines.heuristic_estimation import HE_PRESETS, shard_subgraphs, target_shards
+    from pipelines.paper.heuristic_estimation import HE_PRESETS, shard_subgraphs, target_shards
 
     args = SimpleNamespace(shards=str(cached_set(shard_cache, "heuristic_estimation")), planetoid_dir=None, num_cpus=2)
     manifest = read_manifest(target_shards(args, HE_PRESETS["tiny"], "cn"))
@@ -191,7 +191,7 @@ def constant_rmse(shard_cache, heuristic: str, split: str) -> float:
 def test_estimation_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
     import json
 
-    from pipelines import heuristic_estimation as he
+    from pipelines.paper import heuristic_estimation as he
     assert he.main(["--preset", "tiny", "--heuristics", "cn,pr", "--models", "gcn-id,pencil", "--depths", "1",
                     "--seeds", "0", "--epochs", "6", "--out", str(tmp_path), "--shards", str(cached_set(shard_cache, "heuristic_estimation")), "--device", "cpu"]) == 0
     out = tmp_path / "heuristic_estimation" / "tiny"

@@ -82,7 +82,7 @@ def test_ogb_protocol_scores_on_the_test_graph():
     from common.datasets import LinkDataset, Split
     from common.graph import Graph
     from common.metrics import METRIC_KEYS
-    from pipelines.heuristics import score_split
+    from common.heuristics import score_split
 
     train = Graph.from_edges([[0, 1], [1, 2], [3, 4]], num_nodes=6)
     test_graph = train.with_edges([[2, 3]])  # a valid edge joins the two components

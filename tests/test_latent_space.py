@@ -1,5 +1,5 @@
 """Latent-space graphs (paper appendix): the split and negative semantics on small generated graphs, the
-recipe's grid against the paper's tables, and a tiny end-to-end run of pipelines.latent_space."""
+recipe's grid against the paper's tables, and a tiny end-to-end run of pipelines.paper.latent_space."""
 import json
 from pathlib import Path
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from common.datasets.synthetic import load_latent_space, sample_latent_space
-from pipelines import latent_space as ls
+from pipelines.paper import latent_space as ls
 from tests.conftest import cached_set
 
 KW = dict(num_nodes=400, s=1.0, mu=2.0)

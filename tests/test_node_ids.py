@@ -215,8 +215,8 @@ def test_node_list_declares_isolated_nodes(tmp_path):
 
 def test_run_nodes_flag_declares_isolated_nodes(tmp_path):
     """pipelines.run --nodes: its dataset, and the preprocess job of its (and the auto search's) shard sets."""
-    from pipelines.run import load_run_dataset, preprocess_config
-    from pipelines.run_args import build_parser, validate_args
+    from pipelines.core.shard_sets import load_run_dataset, preprocess_config
+    from pipelines.core.run_args import build_parser, validate_args
 
     rows = ring_with_chords([2**40 + 3 * i for i in range(40)])
     edges = write_table(tmp_path / "e.csv", rows)

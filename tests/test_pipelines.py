@@ -66,7 +66,7 @@ def test_pipeline_writes_results_table_and_plots(pipeline_run):
     assert round(aa["mrr"][0], 2) == 29.37
     # ... and their AUC / AP beside it: the same numbers `python -m pipelines.heuristics` reports
     from common.datasets import load_dataset
-    from pipelines.heuristics import score_split
+    from common.heuristics import score_split
     want = score_split(load_dataset("citeseer"), "test", ["original"], ["aa"])["original"]["aa"]
     assert aa["auc"] == pytest.approx([100 * want["auc"], 0.0]) and aa["ap"] == pytest.approx([100 * want["ap"], 0.0])
     assert 60 < aa["auc"][0] < 75  # ~35 % of the positives share a neighbour, almost no negative does
@@ -88,8 +88,8 @@ def test_pipeline_writes_results_table_and_plots(pipeline_run):
     import torch
     if not torch.cuda.is_available() and len(os.sched_getaffinity(0)) >= 2:
         for seed in (0, 1):
-            assert "training seed %d in its own process" % seed in proc_log(tmp)
-            assert (out / "original" / f"seed{seed}.log").exists()
+            assert "training seed %d (log: " % seed in proc_log(tmp)
+            assert (out / "original" / f"seed{seed}" / "trainer.log").exists()
 
 
 def test_rerun_reuses_shards_and_finished_runs(pipeline_run, shard_cache):
@@ -111,7 +111,7 @@ def test_rerun_reuses_shards_and_finished_runs(pipeline_run, shard_cache):
 
 
 def test_rerun_leaves_a_finished_run_folder_untouched(pipeline_run, shard_cache):
-    """Issue 18: a finished seed is reused as it is (pipelines.finished), not relaunched with --resume, which
+    """Issue 18: a finished seed is reused as it is (pipelines.core.finished), not relaunched with --resume, which
     trained no step but rewrote last.pt, summary.json and config.json."""
     tmp, _ = pipeline_run
     seed_dir = tmp / "results" / "citeseer" / "tiny" / "original" / "seed1"
@@ -203,7 +203,7 @@ def test_results_folder_is_named_after_the_dataset(tmp_path):
 
 # ---------------------------------------------------------------------------- one process or torchrun
 def _run_args(tmp_path, *argv):
-    from pipelines.run_args import build_parser, validate_args
+    from pipelines.core.run_args import build_parser, validate_args
     args = build_parser().parse_args(["--dataset", "citeseer", "--out", str(tmp_path / "results"),
                                       "--shards", str(tmp_path / "shards"), *argv])
     validate_args(args)
@@ -211,43 +211,38 @@ def _run_args(tmp_path, *argv):
 
 
 @pytest.mark.parametrize("gpus, device, launcher", [
-    (2, "auto", "torchrun"), (4, "cuda", "torchrun"), (2, "cpu", "in-process"), (1, "auto", "in-process"),
-    (0, "auto", "in-process"),
+    (2, "auto", "torchrun"), (4, "cuda", "torchrun"), (2, "cpu", "trainer"), (1, "auto", "trainer"),
+    (0, "auto", "trainer"),
 ])
-def test_train_seed_launches_torchrun_when_several_gpus_are_visible(tmp_path, monkeypatch, gpus, device, launcher):
-    """The launcher decision of pipelines.run.train_seed with the visible-GPU count injected: more than one GPU
-    (and not --device cpu) runs `torchrun --nproc-per-node <gpus>` over the trainer, this exact command line;
-    otherwise the trainer runs in this process with the same flags."""
-    import pipelines.run as pr
-    import trainer.train
+def test_a_seed_runs_under_torchrun_when_several_gpus_are_visible(tmp_path, monkeypatch, gpus, device, launcher):
+    """The seed's child process with the visible-GPU count injected: more than one GPU (and not --device cpu)
+    runs `torchrun --nproc-per-node <gpus>` over the trainer, this exact command line; otherwise one trainer
+    with the same flags. GPU runs train one seed at a time (it fills the GPUs); CPU runs one per core."""
+    from pipelines.core import seeds, trainers
 
-    launched, in_process = [], []
+    launched = []
     run_dir = tmp_path / "results" / "seed3"
 
-    def fake_start_child(cmd, **kw):  # the child that pipelines.run would start, finished at once
-        launched.append((cmd, kw))
-        run_dir.mkdir(parents=True)
+    def fake_start_child(cmd, **kw):  # the child the pool would start, finished at once
+        launched.append(cmd)
         (run_dir / "summary.json").write_text('{"steps": 5, "world_size": %d}' % gpus)
         return subprocess.Popen([sys.executable, "-c", "pass"])
 
-    monkeypatch.setattr(pr, "cuda_devices", lambda: gpus)
-    monkeypatch.setattr(pr, "start_child", fake_start_child)
-    monkeypatch.setattr(trainer.train, "run", lambda config: in_process.append(config) or {"steps": 5})
+    monkeypatch.setattr(trainers, "cuda_devices", lambda: gpus)
+    monkeypatch.setattr(trainers, "start_child", fake_start_child)
     args = _run_args(tmp_path, "--device", device, "--epochs", "2", "--train-arg=--max-steps=5",
                      "--train-arg=--num-workers=0")
-    summary = pr.train_seed(args, "tiny", "/data/set", "original", 3, run_dir)
+    summaries = seeds.train_seeds(args, "tiny", "/data/set", "original", {3: run_dir})
     flags = ["--shards", "/data/set", "--preset", "tiny", "--out", str(run_dir), "--seed", "3", "--protocol", "original",
              "--device", device, "--overwrite", "--epochs", "2.0", "--max-steps", "5", "--num-workers", "0"]
     if launcher == "torchrun":
-        assert launched == [([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
-                              "-m", "trainer", *flags, "--no-progress"], {})]
-        assert in_process == [] and summary == {"steps": 5, "world_size": gpus}
+        assert launched == [[sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
+                             "-m", "trainer", *flags, "--no-progress"]]
     else:
-        from trainer.config import config_from_args
-        assert launched == [] and summary == {"steps": 5}
-        assert [c.to_dict() for c in in_process] == [config_from_args(flags).to_dict()]
-    # GPU runs train seeds one after another (each fills the GPUs); CPU runs one process per core
-    assert (pr.cpu_seed_slots(_run_args(tmp_path, "--device", device, "--seeds", "0,1")) == 1) == (gpus > 0 and device != "cpu")
+        assert launched == [[sys.executable, "-m", "trainer", *flags, "--no-progress"]]
+    assert summaries == {3: {"steps": 5, "world_size": gpus}}
+    assert (trainers.trainer_slots(device) == 1) == (gpus > 0 and device != "cpu")
+    assert trainers.trainer_slots("cpu", 5) == 5
 
 
 @pytest.mark.gpu

@@ -13,8 +13,8 @@ from common.shards import (MANIFEST, ShardError, cache_key, iter_tar_blocks, loa
                            read_shard, shard_entries, verify_shard)
 from preprocess.__main__ import main
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
-from preprocess.job import FAIL_AFTER_ENV, candidate_sets, run_job
-from tests.conftest import needs_ray
+from preprocess.job import candidate_sets, run_job
+from tests.conftest import kill_driver_after, needs_ray
 
 
 @pytest.fixture(scope="module")
@@ -104,10 +104,10 @@ def test_resume_after_killed_run(reference_set, citeseer, tmp_path, monkeypatch)
     config = resume_config(tmp_path)
     total = reference_set.summary["shards"]
     assert total >= 10
-    monkeypatch.setenv(FAIL_AFTER_ENV, "4")
-    with pytest.raises(RuntimeError, match="simulated kill"):
-        run_job(config, citeseer)
-    monkeypatch.delenv(FAIL_AFTER_ENV)
+    with monkeypatch.context() as m:
+        kill_driver_after(m, 4)
+        with pytest.raises(RuntimeError, match="simulated kill"):
+            run_job(config, citeseer)
     out = tmp_path / "citeseer" / reference_set.path.name
     assert not (out / MANIFEST).exists()
     finished = len(list(out.glob("*.tar")))

@@ -71,3 +71,11 @@ def test_paper_presets_train_without_a_schedule():
     """DESIGN.md: the reference training is AdamW at a fixed lr; only CPU presets of ours may decay it."""
     for name in ("citeseer", "cora", "pubmed", "citeseer-heart", "ogbl-collab", "ogbl-ppa", "ogbl-ddi"):
         assert get_preset(name).lr_schedule == "constant"
+
+
+def test_the_estimation_presets_name_the_heuristic_targets_there_are():
+    from common.heuristic_targets import TARGETS
+    from common.presets import EXPERIMENT_PRESETS, HEURISTIC_TARGETS
+    assert HEURISTIC_TARGETS == TARGETS
+    for spec in EXPERIMENT_PRESETS["heuristic_estimation"].values():
+        assert set(spec["heuristics"]) <= set(TARGETS)

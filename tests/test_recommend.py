@@ -98,7 +98,9 @@ def test_a_resumed_job_gives_the_uninterrupted_output(run_dir, tmp_path):
              "--orderings", "2"]
     whole = recommend(run_dir, tmp_path / "whole.parquet", *flags)
     assert whole.returncode == 0, whole.stderr[-3000:]
-    env = {**os.environ, "PENCIL_RECOMMEND_FAIL_AFTER": "2"}
+    hook = str(Path(__file__).parent / "fault_hook")  # its sitecustomize kills the job after 2 part files
+    env = {**os.environ, "PENCIL_TEST_RECOMMEND_FAIL_AFTER": "2",
+           "PYTHONPATH": os.pathsep.join(filter(None, [hook, str(ROOT), os.environ.get("PYTHONPATH")]))}
     killed = recommend(run_dir, tmp_path / "resumed.parquet", *flags, env=env)
     assert killed.returncode != 0 and not (tmp_path / "resumed.parquet").exists()
     parts = sorted(p.name for p in (tmp_path / ".resumed.parquet.parts").iterdir())
@@ -139,7 +141,7 @@ def test_todays_graph_scores_equal_pipelines_score(run_dir, graph, tmp_path):
 
 
 def test_full_ranking_evaluation(run_dir, tmp_path):
-    cmd = [sys.executable, "-m", "pipelines.recommend", "--evaluate", str(run_dir), "--pool", "30",
+    cmd = [sys.executable, "-m", "pipelines", "evaluate", str(run_dir), "--pool", "30",
            "--retriever", "ra", "--splits", "test", "--out", str(tmp_path / "m.json")]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -155,7 +157,7 @@ def test_full_ranking_evaluation(run_dir, tmp_path):
 def test_an_auto_seed_folder_with_only_last_pt(run_dir, tmp_path):
     """A `--preset auto` seed folder (results/<dataset>/auto/original/seedS: the trainer with preset auto and
     the winner's flags, stopped by --stop-epoch) may hold last.pt and no best.pt (stopped before a validation:
-    here no valid evaluation at all, --eval-splits test): --checkpoint and --evaluate take the folder; its
+    here no valid evaluation at all, --eval-splits test): recommend and evaluate take the folder; its
     protocol folder is refused with the seed folders it holds."""
     shards = json.loads((run_dir / "config.json").read_text())["data"]["shards"]
     protocol_dir = tmp_path / "results" / "citeseer" / "auto" / "original"
@@ -175,7 +177,7 @@ def test_an_auto_seed_folder_with_only_last_pt(run_dir, tmp_path):
     assert recommend(seed / "last.pt", tmp_path / "b.parquet", *flags).returncode == 0
     a, b = (pq.read_table(tmp_path / f).to_pandas() for f in ("a.parquet", "b.parquet"))
     assert len(a) > 0 and a.equals(b)
-    ev = subprocess.run([sys.executable, "-m", "pipelines.recommend", "--evaluate", str(seed), "--pool", "20",
+    ev = subprocess.run([sys.executable, "-m", "pipelines", "evaluate", str(seed), "--pool", "20",
                          "--retriever", "ra", "--splits", "valid", "--out", str(tmp_path / "m.json")],
                         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert ev.returncode == 0, ev.stderr[-3000:]
@@ -183,8 +185,9 @@ def test_an_auto_seed_folder_with_only_last_pt(run_dir, tmp_path):
     from common.datasets import load_dataset
     assert res["positives"] == len(load_dataset("citeseer").splits["valid"].pos) > 0
     assert 0 < res["pencil_rerank"]["mrr"] < 1
-    for flag, extra in (("--checkpoint", ["--all-nodes"]), ("--evaluate", [])):
-        cmd = [sys.executable, "-m", "pipelines.recommend", flag, str(protocol_dir), *extra, "--out", str(tmp_path / "x")]
+    for command, flag, extra in (("recommend", "--checkpoint", ["--checkpoint", str(protocol_dir), "--all-nodes"]),
+                                 ("evaluate", "RUN", [str(protocol_dir)])):
+        cmd = [sys.executable, "-m", "pipelines", command, *extra, "--out", str(tmp_path / "x")]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 2 and f"{flag} {protocol_dir}: no best.pt or last.pt in this run folder; it holds " \
             f"the runs seed0: pass one, e.g. {seed}" in proc.stderr, proc.stderr

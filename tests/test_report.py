@@ -4,6 +4,7 @@ import json
 import pytest
 
 from pipelines import report
+from pipelines.core import results
 
 
 def _result(tmp_path, seed, mrr, hits10, dataset="citeseer", protocol="original", **more):
@@ -15,10 +16,10 @@ def _result(tmp_path, seed, mrr, hits10, dataset="citeseer", protocol="original"
 
 
 def test_mean_std_matches_hand_values():
-    mean, std = report.mean_std([0.40, 0.44, 0.48])
+    mean, std = results.mean_std([0.40, 0.44, 0.48])
     assert mean == pytest.approx(0.44)
     assert std == pytest.approx(0.04)  # sqrt(((-.04)^2 + 0 + .04^2) / 2)
-    assert report.mean_std([5.0]) == (5.0, 0.0)
+    assert results.mean_std([5.0]) == (5.0, 0.0)
 
 
 def test_markdown_table_from_three_seeds(tmp_path):
@@ -38,7 +39,7 @@ def test_markdown_table_from_three_seeds(tmp_path):
 def test_groups_by_protocol(tmp_path):
     _result(tmp_path, 0, 0.1, 0.2, protocol="heart")
     _result(tmp_path, 1, 0.5, 0.6)
-    rows = report.aggregate(report.load_results([tmp_path]))
+    rows = results.aggregate(results.load_results([tmp_path]))
     assert [(r["protocol"], r["mrr"][0]) for r in rows] == [("heart", pytest.approx(10.0)),
                                                             ("original", pytest.approx(50.0))]
 

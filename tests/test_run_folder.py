@@ -336,7 +336,7 @@ def test_the_training_loop_stops_on_a_latched_ctrl_c(shards, tmp_path, monkeypat
 # ---------------------------------------------------------------------------- pipelines.run and its trainers
 def test_pipelines_resume_a_seed_with_a_last_pt_and_clear_one_without(tmp_path):
     import argparse
-    from pipelines.run import trainer_flags
+    from pipelines.core.seeds import trainer_flags
     args = argparse.Namespace(device="cpu", epochs=None, train_arg=[])
     seed = tmp_path / "seed0"
     seed.mkdir()
@@ -350,11 +350,12 @@ def test_pipelines_resume_a_seed_with_a_last_pt_and_clear_one_without(tmp_path):
 DRIVER = textwrap.dedent("""
     import argparse, signal, sys
     from pathlib import Path
-    from pipelines import children, run
+    from pipelines.core import children, seeds
     signal.signal(signal.SIGTERM, children.exit_on_sigterm)  # as run.main installs it
-    args = argparse.Namespace(device="cpu", epochs=1000.0, train_arg=["--num-workers=0", "--threads=1"])
+    args = argparse.Namespace(device="cpu", epochs=1000.0, parallel_seeds=2,
+                              train_arg=["--num-workers=0", "--threads=1"])
     out = Path(sys.argv[2])
-    run.train_seeds_concurrently(args, "tiny", sys.argv[1], "original", {0: out / "seed0", 1: out / "seed1"}, 2)
+    seeds.train_seeds(args, "tiny", sys.argv[1], "original", {0: out / "seed0", 1: out / "seed1"})
 """)
 
 

@@ -7,6 +7,7 @@ import pytest
 from pathlib import Path
 
 from common.storage import FsspecStorage, StorageError, open_storage
+from tests.conftest import kill_driver_after
 from tests.s3_server import s3_server  # noqa: F401  (fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +68,7 @@ import numpy as np  # noqa: E402
 
 from common.shards import MANIFEST, read_manifest  # noqa: E402
 from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig  # noqa: E402
-from preprocess.job import FAIL_AFTER_ENV, run_job  # noqa: E402
+from preprocess.job import run_job  # noqa: E402
 
 BUCKET = "pencil-e2e"
 
@@ -132,10 +133,10 @@ def test_preprocess_writes_a_complete_set_to_s3(s3_set, small_graph):
 @pytest.mark.slow  # the repair test below already runs the resume path through S3; this adds a kill
 def test_resume_after_a_killed_run_on_s3(s3_set, small_graph, monkeypatch):
     config = _config(f"s3://{BUCKET}/killed")
-    monkeypatch.setenv(FAIL_AFTER_ENV, "3")
-    with pytest.raises(RuntimeError, match="simulated kill"):
-        run_job(config, small_graph)
-    monkeypatch.delenv(FAIL_AFTER_ENV)
+    with monkeypatch.context() as m:
+        kill_driver_after(m, 3)
+        with pytest.raises(RuntimeError, match="simulated kill"):
+            run_job(config, small_graph)
     url = s3_set.location.replace("/ref/", "/killed/")
     partial = _objects(url)
     assert MANIFEST not in partial and 3 <= sum(n.endswith(".tar") for n in partial) < len(read_manifest(s3_set.location)["shards"])

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipelines.full_ranking import choose_weight, full_ranking, sample_positives
-from pipelines.recommend_core import RecConfig, scorer_for
+from pipelines.recommend.evaluation import choose_weight, full_ranking, sample_positives
+from pipelines.recommend.engine import RecConfig, scorer_for
 from trainer.model import ModelConfig, Pencil
 
 
@@ -44,10 +44,10 @@ FIELDS = {"sampling": (1, 5), "n_max": 12}
 
 def evaluate(monkeypatch, tmp_path, citeseer, model, *flags):
     """The CLI's --evaluate path on citeseer with a small untrained model standing in for a run's checkpoint."""
-    import pipelines.recommend as rec
-    from pipelines.full_ranking import evaluate_run
+    import pipelines.recommend.evaluation as rec
+    from pipelines.recommend.evaluation import evaluate_run
     monkeypatch.setattr(rec, "load_run", lambda *a, **k: (model, citeseer, FIELDS, "digest"))
-    args = rec.build_parser().parse_args(["--evaluate", "RUN", "--device", "cpu", "--out", str(tmp_path / "m.json"),
+    args = rec.build_parser().parse_args(["RUN", "--device", "cpu", "--out", str(tmp_path / "m.json"),
                                           *flags])
     assert evaluate_run(args) == 0
     return json.loads((tmp_path / "m.json").read_text())
@@ -87,13 +87,14 @@ def test_n_at_least_the_count_ranks_every_positive(monkeypatch, tmp_path, citese
     assert json.dumps(sampled, sort_keys=True) == json.dumps(whole, sort_keys=True)
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--evaluate", "RUN", "--sample-positives", "0"], "--sample-positives: must be >= 1, got 0"),
-    (["--checkpoint", "RUN", "--all-nodes", "--sample-positives", "5"], "--sample-positives: samples the positives "
-                                                                        "of --evaluate RUN"),
+@pytest.mark.parametrize("main_module, flags, message", [
+    ("pipelines.recommend.evaluation", ["RUN", "--sample-positives", "0"], "--sample-positives: must be >= 1, got 0"),
+    ("pipelines.recommend.job", ["--checkpoint", "RUN", "--all-nodes", "--sample-positives", "5"],
+     "unrecognized arguments: --sample-positives 5"),
 ])
-def test_bad_sample_flags_are_one_line_errors(flags, message, tmp_path, capsys):
-    from pipelines.recommend import main
+def test_bad_sample_flags_are_one_line_errors(main_module, flags, message, tmp_path, capsys):
+    import importlib
+    main = importlib.import_module(main_module).main
     with pytest.raises(SystemExit) as exit_:
         main([*flags, "--out", str(tmp_path / "m.json")])
     err = capsys.readouterr().err

@@ -1,5 +1,5 @@
 """The scoring engine (trainer/scoring.py): a pair's score does not depend on its batch, orderings differ,
-and the full-ranking metrics built on it (pipelines/full_ranking.py) are exact on a hand-built case."""
+and the full-ranking metrics built on it (pipelines/recommend/evaluation.py) are exact on a hand-built case."""
 import functools
 
 import numpy as np
@@ -52,8 +52,8 @@ class FixedScorer:
 
 
 def test_full_ranking_exact_on_a_tiny_graph():
-    from pipelines.full_ranking import full_ranking
-    from pipelines.recommend_core import RecConfig
+    from pipelines.recommend.evaluation import full_ranking
+    from pipelines.recommend.engine import RecConfig
 
     # 0-1, 1-2, 1-3, 1-4, 5-6: RA pool of 0 = {2, 3, 4} all tied at 1/4; 5 and 6 unreachable from 0
     g = Graph.from_edges([(0, 1), (1, 2), (1, 3), (1, 4), (5, 6)], num_nodes=7)

@@ -9,7 +9,6 @@ moment leaves either the old or the new checkpoint, never half of one.
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from common.atomic import atomic_file
 
 log = logging.getLogger(__name__)
 LAST, BEST = "last.pt", "best.pt"
@@ -46,23 +47,16 @@ class _Writes:
 
 
 def save_atomic(obj: dict, path: str | os.PathLike) -> None:
-    """Write `obj` to `path` through a temporary file (fsync, rename). On any failure, a full disk, an
-    exception or a KeyboardInterrupt, the temporary file is removed and `path` keeps its old content; the
-    error names `path`. (Only a SIGKILL mid-write can leave `.<name>.<pid>.tmp`; --overwrite removes it.)"""
+    """Write `obj` to `path` through common.atomic. On any failure, a full disk, an exception or a
+    KeyboardInterrupt, `path` keeps its old content and the error names `path`. (Only a SIGKILL mid-write can
+    leave `.<name>.<pid>.*.tmp`; --overwrite removes it.)"""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     w = None
     try:
-        with open(tmp, "wb") as f:
+        with atomic_file(path) as f:
             w = _Writes(f)
             torch.save(obj, w)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
     except BaseException as err:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
         err = w.error if w is not None and w.error is not None else err
         if isinstance(err, OSError) and err.errno is not None:  # ENOSPC, EDQUOT, EIO ...: the errno's hint
             raise OSError(err.errno, err.strerror or os.strerror(err.errno), str(path)) from err

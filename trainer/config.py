@@ -137,7 +137,7 @@ class TrainConfig:
     device: str = "auto"  # auto | cpu | cuda
     max_steps: int | None = None  # stop after this many optimiser steps in all (tests, smoke runs)
     # stop (evaluate, save last.pt) after this many epochs while the lr schedule still spans `epochs`: the
-    # auto search's rungs (pipelines.auto_search) resume a survivor with a later stop on the same trajectory
+    # auto search's rungs (pipelines.auto.search) resume a survivor with a later stop on the same trajectory
     stop_epoch: int | None = None
     checkpoint_every: int = 0  # also write last.pt every N optimiser steps (0 = by wall time only)
     # last.pt at most once per this many seconds (checked at epoch ends and log steps), plus always when the
@@ -248,92 +248,101 @@ def resolve(config: TrainConfig, n_max: int, world_size: int, device_type: str =
 
 
 # ---------------------------------------------------------------------------- CLI
-def build_parser() -> argparse.ArgumentParser:
-    from common.cli import add_debug_flag, one_line_errors
+PROG = "python -m trainer"
 
-    p = argparse.ArgumentParser(
-        prog="python -m trainer",
-        description="Train PENCIL on a shard set written by `python -m preprocess`. Run under "
-                    "`torchrun --nproc-per-node N` for DDP (gloo on CPU, NCCL on GPU); without torchrun it "
-                    "runs a single process.")
+
+def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+    from common.cli import Parser
+    from common.flags import add_device_flag
+
+    p = Parser(
+        prog=prog,
+        description="Train PENCIL on a shard set written by `python -m preprocess`. Under `torchrun --nproc-per-node N`\n"
+                    "it trains with DDP (gloo on CPU, NCCL on GPU); without torchrun, in one process.")
     req = p.add_argument_group("required")
-    req.add_argument("--shards", required=True, help="shard directory OUT/<dataset>/<key> (holds manifest.json)")
-    req.add_argument("--preset", required=True, help=f"preset name: {', '.join(sorted(PRESETS))}")
+    req.add_argument("--shards", required=True, help="a shard set: the folder holding manifest.json")
+    req.add_argument("--preset", required=True, help="a preset of common/presets.py: citeseer, ogbl-collab, tiny, ...")
     req.add_argument("--out", required=True, help="run directory: checkpoints, metrics.jsonl, summary.json")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from OUT/last.pt (an empty or new OUT starts fresh)")
-    p.add_argument("--overwrite", action="store_true",
-                   help="delete the run already in OUT (checkpoints, metrics, summary) and start afresh")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
+    p.add_argument("--overwrite", action="store_true", help="delete the run already in OUT and start afresh")
+    p.add_argument("--seed", type=int, default=0)
+    add_device_flag(p)
     g = p.add_argument_group("overrides (default: the preset's value)")
     g.add_argument("--epochs", type=float)
     g.add_argument("--lr", type=float)
-    g.add_argument("--lr-schedule", choices=LR_SCHEDULES, help="constant (the paper's) or cosine decay to 0 over the run")
-    g.add_argument("--weight-decay", type=float)
-    g.add_argument("--effective-batch", type=int, help="links per optimiser step summed over ranks")
     g.add_argument("--hidden", type=int)
     g.add_argument("--layers", type=int)
-    g.add_argument("--heads", type=int)
-    g.add_argument("--ffn", type=int)
-    g.add_argument("--dropout", type=float)
+    g.add_argument("--protocol", choices=PROTOCOLS, metavar="PROTOCOL",
+                   help="evaluation protocol: original, heart, ogb (hard: the search's validation negatives)")
+    g.add_argument("--lr-schedule", choices=LR_SCHEDULES, advanced=True,
+                   help="constant (the paper's) or cosine decay to 0 over the run")
+    g.add_argument("--weight-decay", type=float, advanced=True)
+    g.add_argument("--effective-batch", type=int, advanced=True, help="links per optimiser step summed over ranks")
+    g.add_argument("--heads", type=int, advanced=True)
+    g.add_argument("--ffn", type=int, advanced=True)
+    g.add_argument("--dropout", type=float, advanced=True)
+    g.add_argument("--eval-every", type=int, advanced=True, help="evaluate every k epochs")
     a = p.add_argument_group("ablations (paper appendix; default: PENCIL as published)")
-    a.add_argument("--no-residual", dest="residual", action="store_const", const=False,
+    a.add_argument("--no-residual", dest="residual", action="store_const", const=False, advanced=True,
                    help="drop the multiplicative residual: every block is the plain BertLayer")
-    a.add_argument("--w0-init", choices=tuple(W0_INIT_FLAGS),
+    a.add_argument("--w0-init", choices=tuple(W0_INIT_FLAGS), advanced=True,
                    help="input projection init: orthogonal (default), gaussian (mean 0.1), low-rank (rank 5)")
-    a.add_argument("--w0-learnable", action="store_const", const=True, help="train W0 (default: frozen)")
-    a.add_argument("--wpe", action="store_const", const=True, help="add learnable word position embeddings")
-    a.add_argument("--lrp", type=int, metavar="K",
+    a.add_argument("--w0-learnable", action="store_const", const=True, advanced=True, help="train W0 (default: frozen)")
+    a.add_argument("--wpe", action="store_const", const=True, advanced=True,
+                   help="add learnable word position embeddings")
+    a.add_argument("--lrp", type=int, metavar="K", advanced=True,
                    help="LRP-k: K labeled subgraphs (independent local orders) per link, DeepSets-pooled (default 1)")
-    g.add_argument("--eval-every", type=int, help="evaluate every k epochs")
-    g.add_argument("--protocol", choices=PROTOCOLS, help="evaluation protocol (hard: the auto search's validation negatives)")
     d = p.add_argument_group("data and run control")
-    d.add_argument("--micro-batch", type=int, help="max links per micro-batch (default: sized by --micro-tokens on a GPU, "
-                                                    "else effective batch / world, <= 256)")
-    d.add_argument("--micro-tokens", type=int, metavar="TOKENS",
-                   help=f"tokens a default micro-batch aims at (default {GPU_MICRO_TOKENS} on CUDA, 0 = off on CPU)")
-    d.add_argument("--token-budget", type=int, help="max tokens (sum of N_b + 2) per micro-batch")
-    d.add_argument("--eval-token-budget", type=int, help="max tokens per evaluation batch (default 4 x token budget)")
-    d.add_argument("--shuffle-buffer-mb", type=int, default=64,
-                   help="MB of decoded links in each loader worker's shuffle pool (default 64)")
-    d.add_argument("--loader-memory-mb", type=int, default=1024,
-                   help="memory budget per loader worker: 3 x the shuffle pool + batches in flight (default 1024)")
-    d.add_argument("--num-workers", type=int, default=2, help="DataLoader workers per rank (0 = in process)")
-    d.add_argument("--eval-splits", default="valid,test", help="comma-separated subset of valid,test")
-    d.add_argument("--save-scores", action="store_true", help="write each eval set's per-candidate logits at the "
-                   "summary's evaluation to OUT/scores/<split>-<protocol>.npz")
-    d.add_argument("--score-protocols", default="", help="with --save-scores: extra validation protocols scored then")
-    d.add_argument("--eval-weights", metavar="BEST_PT", help="no training: evaluate these weights once, at their epoch")
-    d.add_argument("--max-steps", type=int, help="stop after this many optimiser steps")
-    d.add_argument("--stop-epoch", type=int, metavar="E",
-                   help="stop after E epochs; the lr schedule still spans --epochs (resume later with a larger E)")
-    d.add_argument("--checkpoint-every", type=int, default=0, help="also save last.pt every N optimiser steps")
-    d.add_argument("--checkpoint-seconds", type=float, default=60.0,
-                   help="save last.pt at most once per this many seconds (and at the end); 0 = every epoch")
-    d.add_argument("--test-every-eval", action="store_true",
-                   help="score the test split at every evaluation (default: only when validation improves)")
-    d.add_argument("--verify", action="store_true",
+    d.add_argument("--verify", action="store_true", advanced=True,
                    help="check the whole shard set against its manifest (sha256 of every shard, graph, queries and "
                         "features file) before training")
-    d.add_argument("--threads", type=int, default=0,
+    d.add_argument("--compile", action="store_true", advanced=True,
+                   help="torch.compile the blocks' dense part (LayerNorm, GELU, dropout chains); needs a C compiler")
+    d.add_argument("--no-progress", action="store_true", advanced=True, help="no progress bar")
+    d.add_argument("--micro-batch", type=int, advanced=True,
+                   help="max links per micro-batch (default: sized by --micro-tokens on a GPU, else effective batch / "
+                        "world, <= 256)")
+    d.add_argument("--micro-tokens", type=int, metavar="TOKENS", advanced=True,
+                   help=f"tokens a default micro-batch aims at (default {GPU_MICRO_TOKENS} on CUDA, 0 = off on CPU)")
+    d.add_argument("--token-budget", type=int, advanced=True, help="max tokens (sum of N_b + 2) per micro-batch")
+    d.add_argument("--eval-token-budget", type=int, advanced=True,
+                   help="max tokens per evaluation batch (default 4 x token budget)")
+    d.add_argument("--shuffle-buffer-mb", type=int, default=64, advanced=True,
+                   help="MB of decoded links in each loader worker's shuffle pool (default 64)")
+    d.add_argument("--loader-memory-mb", type=int, default=1024, advanced=True,
+                   help="memory budget per loader worker: 3 x the shuffle pool + batches in flight (default 1024)")
+    d.add_argument("--num-workers", type=int, default=2, advanced=True,
+                   help="DataLoader workers per rank (0 = in process)")
+    d.add_argument("--eval-splits", default="valid,test", advanced=True, help="comma-separated subset of valid,test")
+    d.add_argument("--save-scores", action="store_true", advanced=True,
+                   help="write each eval set's per-candidate logits at the summary's evaluation to "
+                        "OUT/scores/<split>-<protocol>.npz")
+    d.add_argument("--score-protocols", default="", advanced=True,
+                   help="with --save-scores: extra validation protocols scored then")
+    d.add_argument("--eval-weights", metavar="BEST_PT", advanced=True,
+                   help="no training: evaluate these weights once, at their epoch")
+    d.add_argument("--max-steps", type=int, advanced=True, help="stop after this many optimiser steps")
+    d.add_argument("--stop-epoch", type=int, metavar="E", advanced=True,
+                   help="stop after E epochs; the lr schedule still spans --epochs (resume later with a larger E)")
+    d.add_argument("--checkpoint-every", type=int, default=0, advanced=True,
+                   help="also save last.pt every N optimiser steps")
+    d.add_argument("--checkpoint-seconds", type=float, default=60.0, advanced=True,
+                   help="save last.pt at most once per this many seconds (and at the end); 0 = every epoch")
+    d.add_argument("--test-every-eval", action="store_true", advanced=True,
+                   help="score the test split at every evaluation (default: only when validation improves)")
+    d.add_argument("--threads", type=int, default=0, advanced=True,
                    help="torch threads per rank on CPU (default 0: half the cores per rank, at least 1)")
-    d.add_argument("--deterministic", action="store_true",
+    d.add_argument("--deterministic", action="store_true", advanced=True,
                    help="deterministic kernels (torch.use_deterministic_algorithms): bit-identical CUDA reruns")
-    d.add_argument("--compile", action="store_true",
-                   help="torch.compile(dynamic=True) the blocks' dense part (LayerNorm, GELU, dropout chains); needs "
-                        "a C compiler; a one-off compile of tens of seconds; on CPU it does not pay (BENCHMARKS.md)")
-    d.add_argument("--log-every", type=int, default=10, help="optimiser steps between metric lines")
-    d.add_argument("--seed", type=int, default=0)
-    d.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    d.add_argument("--attention", default="auto", metavar="BACKEND",
+    d.add_argument("--log-every", type=int, default=10, advanced=True, help="optimiser steps between metric lines")
+    d.add_argument("--attention", default="auto", metavar="BACKEND", advanced=True,
                    help=f"attention kernel: {', '.join(ATTENTION_BACKENDS)} (auto: the fastest that applies the "
                         "model's attention dropout; varlen is faster on CUDA but has none)")
-    d.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_debug_flag(p)
-    return one_line_errors(p)
+    return p
 
 
-def config_from_args(argv: Sequence[str] | None = None) -> TrainConfig:
-    args = build_parser().parse_args(argv)
+def config_from_args(argv: Sequence[str] | None = None, prog: str = PROG) -> TrainConfig:
+    args = build_parser(prog).parse_args(argv)
     try:
         preset = get_preset(args.preset)
     except ValueError as err:

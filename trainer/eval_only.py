@@ -1,6 +1,6 @@
 """`--eval-weights PATH`: evaluate saved weights once, as the run that trained them would have at that epoch.
 
-The auto search (pipelines.auto_search) trains seed 0 of the winner as a candidate: its best.pt holds the
+The auto search (pipelines.auto.search) trains seed 0 of the winner as a candidate: its best.pt holds the
 weights at its best validation epoch, and a final seed 0 trained with the same flags up to that epoch reaches
 the same weights (CPU training is deterministic per seed; evaluation consumes no training randomness). So
 instead of training seed 0 again, the final seed evaluates those weights: valid and test once (with

@@ -158,7 +158,7 @@ def fit(dataset: LinkDataset, cfg: GNNConfig, protocols: list[str], seed: int, d
     "history" and run facts; model selection is per protocol, on its own validation metric. keep_model:
     also "model" (at the first protocol's best validation epoch, eval mode) and "inputs_tensor" (its x).
     """
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = torch.device("cuda" if device == "cuda" or (device in (None, "auto") and torch.cuda.is_available()) else "cpu")
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     x = node_inputs(dataset, cfg.use_features, device)

@@ -13,6 +13,8 @@ import math
 import time
 from pathlib import Path
 
+from common.atomic import write_text_atomic
+
 log = logging.getLogger(__name__)
 
 
@@ -50,9 +52,7 @@ def truncate_after(path: Path, step: int) -> int:
         if not isinstance(rec, dict) or rec.get("step", -1) <= step:
             keep.append(line)
     if len(keep) < len(lines):
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text("".join(f"{line}\n" for line in keep))
-        tmp.replace(path)
+        write_text_atomic(path, "".join(f"{line}\n" for line in keep))
     return len(lines) - len(keep)
 
 

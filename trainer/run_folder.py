@@ -35,7 +35,7 @@ RUN_MARKERS = ("last.pt", "best.pt", "summary.json", "metrics.jsonl")
 # pipelines.run writes beside a seed's run; tensorboard/ is MetricsLog's event folder.
 RUN_FILES = ("last.pt", "summary.json", "result.json", "best.pt", "metrics.jsonl", "config.json")
 RUN_DIRS = ("tensorboard", "scores")  # scores/: --save-scores (common.eval_scores)
-TEMP_GLOBS = (".last.pt.*.tmp", ".best.pt.*.tmp", ".metrics.jsonl.tmp")
+TEMP_GLOBS = (".last.pt.*.tmp", ".best.pt.*.tmp", ".metrics.jsonl.*.tmp")
 
 _held: set[int] = set()  # lock descriptors of this process, closed in forked children
 

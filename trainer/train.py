@@ -35,7 +35,7 @@ from common.metrics import improves
 from common.presets import get_preset
 from common.cli import raise_if_interrupted
 from trainer import checkpoint, data, distributed, run_folder
-from trainer.config import ConfigError, TrainConfig, merge_for_resume, resolve
+from trainer.config import ConfigError, TrainConfig, build_parser, config_from_args, merge_for_resume, resolve
 from trainer.eval_only import evaluate_weights
 from trainer.evaluate import evaluate_split, selection_metric
 from trainer.metrics_log import MetricsLog, Window, progress_bar
@@ -386,20 +386,18 @@ def _run(config: TrainConfig) -> dict:
             torch.use_deterministic_algorithms(False)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "python -m trainer") -> int:
     """`python -m trainer`: errors are one line on stderr (exit 2 for flags, 1 otherwise); --debug: traceback."""
     from common.cli import run_cli
 
-    return run_cli(_main, argv, prog="python -m trainer")
+    return run_cli(lambda a: _main(a, prog), argv, prog=prog)
 
 
-def _main(argv: list[str] | None = None) -> int:
-    from trainer.config import build_parser, config_from_args
-
+def _main(argv: list[str] | None, prog: str) -> int:
     try:
-        config = config_from_args(argv)
+        config = config_from_args(argv, prog)
     except ConfigError as err:
-        build_parser().error(str(err))
+        build_parser(prog).error(str(err))
     summary = run(config)
     if int(os.environ.get("RANK", 0)) == 0:  # the CLI's one print: the summary, for shells and pipelines
         print(json.dumps({k: v for k, v in summary.items() if k != "config"}, indent=1, default=float))

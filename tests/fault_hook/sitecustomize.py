@@ -1,6 +1,10 @@
-"""Fault hook for the preprocess kill tests (tests/test_faults.py), loaded by Python at start-up when this
-folder is on PYTHONPATH; the embedded Ray hands the driver's PYTHONPATH to its workers (preprocess.job.init_ray).
+"""Fault hooks for the kill tests, loaded by Python at start-up when this folder is on PYTHONPATH; the embedded
+Ray hands the driver's PYTHONPATH to its workers (preprocess.job.init_ray).
 
+With PENCIL_TEST_RECOMMEND_FAIL_AFTER=N, a `pipelines.recommend` process dies (an error, as a killed job would
+stop) once it has written N part files (tests/test_recommend.py).
+
+Preprocess (tests/test_faults.py):
 In a Ray worker, and only when PENCIL_TEST_FAULT_DIR is set, it wraps preprocess.job._sample_into (build_shard
 looks it up at call time) so that every attempt at a shard leaves a marker, FAULT_DIR/<shard>.attempt<k> holding
 the worker's pid: a retry is then seen, not assumed. The first attempt at the shard PENCIL_TEST_FAULT_HOLD
@@ -80,5 +84,21 @@ def _install() -> None:
     job._sample_into = _sample_into
 
 
+def _install_recommend_kill(after: int) -> None:
+    import pipelines.recommend.job as job
+
+    original, written = job.write_part, []
+
+    def write_part(table, path):
+        original(table, path)
+        written.append(path)
+        if len(written) >= after:
+            raise RuntimeError(f"PENCIL_TEST_RECOMMEND_FAIL_AFTER={after}: stopping after {len(written)} part file(s)")
+
+    job.write_part = write_part
+
+
 if FAULT_DIR and sys.argv and sys.argv[0].endswith("default_worker.py"):
     _install()
+if os.environ.get("PENCIL_TEST_RECOMMEND_FAIL_AFTER"):
+    _install_recommend_kill(int(os.environ["PENCIL_TEST_RECOMMEND_FAIL_AFTER"]))

@@ -1,0 +1,43 @@
+"""The command-line flags several entry points share, each defined once with one default and one help text."""
+from __future__ import annotations
+
+DATASET_HELP = ("your edge list (.csv, .tsv, .parquet, optionally .gz; columns src,dst[,split]), a paper dataset "
+                "(citeseer, cora, ogbl-*) or a HeaRT-format folder")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def add_dataset_flags(p, required: bool = True, split: bool = True, nodes: bool = True) -> None:
+    """--dataset and where its files are; --split and --nodes for edge lists."""
+    p.add_argument("--dataset", required=required, help=DATASET_HELP)
+    p.add_argument("--data-dir", default=None, advanced=True, help="a HeaRT-format folder to load the dataset from")
+    p.add_argument("--ogb-root", default=None, advanced=True, help="a folder holding an already-downloaded OGB dataset")
+    p.add_argument("--planetoid-dir", default=None, advanced=True,
+                   help="the Planetoid raw files (ind.<name>.*): cora, and citeseer's node features")
+    if split:
+        p.add_argument("--split", default=None, metavar="TRAIN,VALID,TEST",
+                       help="percentages of the seeded random edge split (default 85,5,10)")
+    if nodes:
+        p.add_argument("--nodes", default=None, metavar="FILE",
+                       help="a file of node ids (column node or id) declaring every node, isolated ones too")
+
+
+def add_device_flag(p) -> None:
+    p.add_argument("--device", default="auto", choices=DEVICES, help="auto: a GPU when one is visible (default)")
+
+
+def add_num_cpus_flag(p) -> None:
+    p.add_argument("--num-cpus", type=int, default=None, advanced=True,
+                   help="CPUs of the embedded Ray (default: all; ignored on a cluster, RAY_ADDRESS set)")
+
+
+def add_seeds_flag(p, default: str = "0") -> None:
+    p.add_argument("--seeds", default=default, help=f"comma-separated training seeds (default {default})")
+
+
+def add_shards_flag(p) -> None:
+    p.add_argument("--shards", default="shards", help="shard root, local or s3:// (default shards)")
+
+
+def add_train_arg_flag(p) -> None:
+    p.add_argument("--train-arg", action="append", default=[], metavar="FLAG=VALUE", advanced=True,
+                   help="an extra trainer flag for every run, repeatable, e.g. --train-arg=--num-workers=0")

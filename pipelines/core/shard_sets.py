@@ -1,0 +1,66 @@
+"""The one shard-set builder of every recipe: the dataset as the run loads it, the preprocess config of a set,
+and the job that builds it (or finds it cached) on an embedded Ray or the cluster of RAY_ADDRESS.
+
+`args` is the namespace of pipelines.run's parser (pipelines.run_args): the dataset flags reach both
+`load_run_dataset` and `preprocess_config` unchanged, so the shards hold the graph the run loaded.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+
+from common.datasets import load_dataset
+
+log = logging.getLogger("pipelines")
+
+
+def load_run_dataset(args, features: bool = False):
+    return load_dataset(args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir,
+                        features=features, split=args.split_pct, nodes=args.nodes)
+
+
+def preprocess_config(args, sampling: tuple[int, int], views: int, percent: float, protocols: list[str],
+                      hard_neg_fraction: float | None = None):
+    """One set's job. The training negatives: `hard_neg_fraction` when given, else the flag's (None: 0)."""
+    from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
+
+    fraction = (args.hard_neg_fraction or 0.0) if hard_neg_fraction is None else hard_neg_fraction
+    return PreprocessConfig(
+        dataset=args.dataset, sampling=SamplingConfig(*sampling),
+        candidates=CandidateConfig(views=views, percent=percent, protocols=tuple(protocols),
+                                   hard_neg_fraction=fraction),
+        out=args.shards, data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir,
+        features=args.features, split=args.split_pct, nodes=args.nodes, num_cpus=args.num_cpus)
+
+
+def preset_views(args, preset) -> int:
+    """Training views of a preset's shard set: --views, else one per epoch, at most 20."""
+    return args.views or max(1, min(20, int(round(args.epochs or preset.epochs))))
+
+
+def preset_shard_set(args, preset, protocols: list[str]) -> str:
+    """Build or reuse a preset's shard set (its sampling, views and training percent)."""
+    return build_shard_set(preprocess_config(args, preset.sampling, preset_views(args, preset), preset.train_percent,
+                                             protocols))
+
+
+def build_shard_set(cfg, dataset=None, keep_ray: bool = False) -> str:
+    """Build or reuse the set of `cfg` (a complete cache returns at once); its location, a URL staying a URL.
+    `dataset`: the loaded dataset, when the caller holds it (else the job loads it from cfg). `keep_ray`:
+    more sets follow, so the embedded Ray stays up (the caller shuts it down before training)."""
+    from preprocess.job import run_job
+
+    result = run_job(cfg, dataset)
+    if not keep_ray:
+        shutdown_embedded_ray()
+    location = result.location or str(result.path)
+    log.info("shards %s: %s", "reused" if result.cached else "written", location)
+    return location
+
+
+def shutdown_embedded_ray() -> None:
+    # Free the embedded Ray's CPUs before training in this process. A cache hit never imports Ray, so a
+    # node without it (a trainer image) can run the recipes on prebuilt shards.
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()

@@ -1,0 +1,256 @@
+"""Ablations of the paper's appendix and depth table, one command: every variant x seed through the same
+preprocess -> shards -> trainer path as `pipelines.run`, then one table beside the paper's numbers.
+
+    python -m pipelines.paper.ablations --preset citeseer-ablate-small --seeds 0,1,2     # CPU size (~8 min, 2 cores)
+    python -m pipelines.paper.ablations --preset cora --suite mr,w0,wpe,depth --seeds 0,1,2,3,4 --planetoid-dir …
+
+Suites (variants share one shard set; the plain PENCIL run is shared by all suites):
+  mr     PENCIL vs PENCIL \\ MR (no multiplicative residual)          appendix "Ablation Study on MR"
+  w0     W0 orthogonal vs mean-shifted Gaussian vs low-rank (5), frozen; and a learnable W0
+  wpe    + learnable word position embeddings                          appendix "Effects of ... Initialization"
+  depth  --layers over --depths                                        main text "Effects of Model Depth"
+  lrp    PENCIL + LRP-3: three labeled subgraphs per link, DeepSets-pooled   appendix "Effect of Multiple
+                                                                       Labeled Subgraphs"
+
+Writes OUT/ablations/<preset>/: <variant>/seed<k>/ (trainer runs, result.json), results.json,
+report.md and ablations.png (test metric per variant; validation metric per epoch; metric vs depth).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.atomic import write_json_atomic
+from common.cli import Parser, run_cli, summary
+from common.flags import (add_dataset_flags, add_device_flag, add_num_cpus_flag, add_seeds_flag, add_shards_flag,
+                          add_train_arg_flag)
+from common.presets import get_preset
+from pipelines.core.paper_numbers import PAPER_ABLATIONS, PAPER_CLAIMS
+from pipelines.core.plots import read_metrics, save_figure
+from pipelines.core.results import aggregate, fmt, publish_results, table_json
+from pipelines.core.run_args import build_parser as run_parser, validate_args as validate_run_args
+from pipelines.core.seeds import SeedFlagsError, check_trainer_flags, result_record, train_seeds
+from pipelines.core.shard_sets import preset_shard_set
+
+log = logging.getLogger("pipelines.paper.ablations")
+SUITES = ("mr", "w0", "wpe", "depth", "lrp")
+LRP_K = 3  # the paper's "PENCIL + LRP-3"
+COLUMNS = ("mrr", "hits@3", "hits@20", "hits@50", "hits@100")
+BASE = "PENCIL"
+
+
+
+class AblationError(ValueError):
+    """A bad pipelines.paper.ablations flag; the message names it and the fix."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str  # row label, also used for the paper lookup
+    slug: str  # run folder name
+    flags: tuple[str, ...]  # trainer flags that make this variant
+    layers: int  # depth of this variant (for the depth plot)
+
+
+def variants(suites: list[str], preset_layers: int, depths: list[int]) -> list[Variant]:
+    """The runs a suite list needs, the shared PENCIL run once and first."""
+    out = [Variant(BASE, "pencil", (), preset_layers)]
+    if "mr" in suites:
+        out.append(Variant("PENCIL \\ MR", "no-mr", ("--no-residual",), preset_layers))
+    if "w0" in suites:
+        out += [Variant("W0 mean-shifted Gaussian", "w0-gaussian", ("--w0-init", "gaussian"), preset_layers),
+                Variant("W0 low-rank (5)", "w0-low-rank", ("--w0-init", "low-rank"), preset_layers),
+                Variant("W0 learnable", "w0-learnable", ("--w0-learnable",), preset_layers)]
+    if "wpe" in suites:
+        out.append(Variant("PENCIL + WPE", "wpe", ("--wpe",), preset_layers))
+    if "lrp" in suites:
+        out.append(Variant(f"PENCIL + LRP-{LRP_K}", f"lrp{LRP_K}", ("--lrp", str(LRP_K)), preset_layers))
+    if "depth" in suites:
+        out += [Variant(f"PENCIL, {k} layer" + ("s" if k > 1 else ""), f"layers{k}", ("--layers", str(k)), k)
+                for k in depths if k != preset_layers]  # the preset's own depth is the PENCIL run
+    return out
+
+
+# ---------------------------------------------------------------------------- running
+PROG = "python -m pipelines.paper.ablations"
+
+
+def build_parser(prog: str = PROG) -> Parser:
+    p = Parser(prog=prog, description=summary(__doc__))
+    p.add_argument("--preset", required=True, help="base configuration: a preset of common/presets.py")
+    p.add_argument("--suite", default=",".join(SUITES), help=f"comma-separated subset of {','.join(SUITES)} (default all)")
+    p.add_argument("--depths", default=None, help="layers for the depth suite (default: 1,2,4 around the preset's)")
+    add_seeds_flag(p, "0,1,2")
+    p.add_argument("--out", default="results", help="results root; this writes OUT/ablations/<preset>/")
+    add_shards_flag(p)
+    p.add_argument("--epochs", type=float, default=None, help="override the preset's epochs")
+    add_device_flag(p)
+    add_num_cpus_flag(p)
+    add_dataset_flags(p, required=False, split=False, nodes=False)
+    add_train_arg_flag(p)
+    return p
+
+
+def parse_list(text: str, flag: str, cast=int) -> list:
+    try:
+        values = list(dict.fromkeys(cast(x.strip()) for x in text.split(",") if x.strip()))
+    except ValueError:
+        values = []
+    if not values:
+        raise AblationError(f"{flag}: expected a comma-separated list, got '{text}'")
+    return values
+
+
+def run_args(args, preset, seeds: list[int]):
+    """pipelines.run's own argument namespace for this preset, checked by pipelines.run itself, so its
+    preprocess / train helpers apply unchanged."""
+    if args.dataset and args.dataset != preset.dataset:
+        raise AblationError(f"--dataset {args.dataset}: preset {preset.name} runs on {preset.dataset}; leave --dataset out")
+    argv = ["--dataset", preset.dataset, "--preset", preset.name, "--shards", args.shards, "--device", args.device,
+            "--out", args.out, "--seeds", ",".join(map(str, seeds))]
+    for flag, value in (("--epochs", args.epochs), ("--num-cpus", args.num_cpus), ("--data-dir", args.data_dir),
+                        ("--ogb-root", args.ogb_root), ("--planetoid-dir", args.planetoid_dir)):
+        if value is not None:
+            argv += [flag, str(value)]
+    rargs = run_parser().parse_args(argv + [f"--train-arg={a}" for a in args.train_arg])
+    validate_run_args(rargs)
+    return rargs
+
+
+def variant_train_args(extra: list[str], variant: Variant) -> list[str]:
+    return [*extra, *(f"{a}={b}" if b is not None else a for a, b in _pairs(variant.flags))]
+
+
+def run_variant(rargs, extra: list[str], preset, variant: Variant, shards: Path, seeds: list[int], out: Path) -> list[dict]:
+    rargs.train_arg = variant_train_args(extra, variant)
+    runs = {seed: out / variant.slug / f"seed{seed}" for seed in seeds}
+    summaries = train_seeds(rargs, preset.name, shards, preset.protocol, runs)  # seeds in parallel on CPU
+    results = []
+    for seed, run_dir in runs.items():
+        summary = summaries[seed]
+        record = result_record(preset.dataset, preset.protocol, preset.name, seed, summary, False)
+        record.update(model=variant.name, variant=variant.slug, layers=variant.layers, flags=list(variant.flags),
+                      selection_metric=summary.get("selection_metric", "mrr"))
+        write_json_atomic(run_dir / "result.json", record)
+        results.append(record)
+        log.info("%s seed %d: test %s", variant.name, seed,
+                 {k: round(100 * v, 2) for k, v in record["test"].items() if k in COLUMNS})
+    return results
+
+
+def _pairs(flags: tuple[str, ...]):
+    """('--w0-init', 'gaussian', '--wpe') -> [('--w0-init', 'gaussian'), ('--wpe', None)] for FLAG=VALUE."""
+    out, i = [], 0
+    while i < len(flags):
+        has_value = i + 1 < len(flags) and not flags[i + 1].startswith("--")
+        out.append((flags[i], flags[i + 1] if has_value else None))
+        i += 2 if has_value else 1
+    return out
+
+
+# ---------------------------------------------------------------------------- reporting
+def table(results: list[dict], dataset: str, suites: list[str]) -> tuple[list[dict], str]:
+    """Rows (mean ± std over seeds per variant, in run order) and the Markdown beside the paper."""
+    order = list(dict.fromkeys(r["model"] for r in results))
+    rows = sorted(aggregate(results), key=lambda r: order.index(r["model"]))
+    paper = PAPER_ABLATIONS.get(dataset, {})
+    header = ["variant", "seeds", *COLUMNS, "paper"]
+    lines = [f"Ablations on {dataset} (test at the best validation epoch, %, mean ± std over seeds)", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+
+    def paper_cell(name: str) -> str:
+        ref = paper.get(name, {})
+        return "; ".join(f"{m.upper()} {mean:.2f}" + (f" ± {std:.2f}" if std is not None else "")
+                         for m, (mean, std) in ref.items()) or "–"
+
+    for row in rows:
+        cells = [row["model"], str(len(row["seeds"]))] + [fmt(*row[m]) if m in row else "–" for m in COLUMNS]
+        lines.append("| " + " | ".join(cells + [paper_cell(row["model"])]) + " |")
+    for name in paper:
+        if name not in order:  # paper rows with no measured twin (e.g. LRP-3)
+            lines.append("| " + " | ".join([f"{name} (paper only)", "–", *["–"] * len(COLUMNS), paper_cell(name)]) + " |")
+    lines += ["", "The paper's claims for what it shows only as figures:"]
+    lines += [f"- {s}: {PAPER_CLAIMS[s]}" for s in suites]
+    return rows, "\n".join(lines) + "\n"
+
+
+def plot(results: list[dict], rows: list[dict], run_root: Path, path: Path, metric: str) -> Path:
+    """Test metric per variant (bars), validation metric per epoch (mean over seeds), metric vs depth."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    depth = sorted({r["layers"] for r in results})
+    fig, axes = plt.subplots(1, 3 if len(depth) > 1 else 2, figsize=(15 if len(depth) > 1 else 10, 4))
+    names = [r["model"] for r in rows]
+    means = [r.get(metric, (np.nan, 0))[0] for r in rows]
+    stds = [r.get(metric, (np.nan, 0))[1] for r in rows]
+    axes[0].barh(names, means, xerr=stds, color="tab:blue")
+    axes[0].invert_yaxis()
+    axes[0].set(xlabel=f"test {metric.upper()} (%)", title="Variants (mean ± std over seeds)")
+    for row in rows:
+        slug = next(r["variant"] for r in results if r["model"] == row["model"])
+        curves = [[(e["epoch"], 100 * e[metric]) for e in read_metrics(d)
+                   if e.get("event") == "eval" and e.get("split") == "valid" and metric in e]
+                  for d in sorted((run_root / slug).glob("seed*"))]
+        curves = [c for c in curves if c]
+        if curves:
+            n = min(len(c) for c in curves)
+            axes[1].plot([e for e, _ in curves[0][:n]], np.mean([[v for _, v in c[:n]] for c in curves], axis=0),
+                         marker="o", markersize=3, label=row["model"])
+    axes[1].set(xlabel="epoch", ylabel=f"valid {metric.upper()} (%)", title="Validation per epoch (mean over seeds)")
+    axes[1].legend(fontsize=7)
+    if len(depth) > 1:
+        # depth points: the plain run and the --layers variants (other ablations keep the preset's depth)
+        layers_of = {x["model"]: x["layers"] for x in results if not x["flags"] or x["flags"][0] == "--layers"}
+        pts = sorted((layers_of[r["model"]], r[metric]) for r in rows if r["model"] in layers_of and metric in r)
+        axes[2].errorbar([k for k, _ in pts], [m for _, (m, _) in pts], yerr=[s for _, (_, s) in pts],
+                         marker="o", capsize=3)
+        axes[2].set(xlabel="layers", ylabel=f"test {metric.upper()} (%)", title="Depth")
+    return save_figure(fig, path)
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    return run_cli(lambda a: _main(a, prog), argv, prog=prog)
+
+
+def _main(argv: list[str] | None, prog: str) -> int:
+    args = build_parser(prog).parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        preset = get_preset(args.preset)
+    except ValueError as err:
+        raise AblationError(f"--preset: {err}") from None
+    suites = parse_list(args.suite, "--suite", str)
+    if bad := [s for s in suites if s not in SUITES]:
+        raise AblationError(f"--suite: unknown suite(s) {', '.join(bad)}; use a subset of {','.join(SUITES)}")
+    depths = parse_list(args.depths, "--depths") if args.depths else sorted({1, 2, 4, preset.layers})
+    if min(depths) < 1:
+        raise AblationError(f"--depths: layers must be >= 1, got {args.depths}")
+    seeds = parse_list(args.seeds, "--seeds")
+    out = Path(args.out) / "ablations" / preset.name
+    rargs = run_args(args, preset, seeds)
+    extra = list(rargs.train_arg)
+    todo = variants(suites, preset.layers, depths)
+    for variant in todo:  # every variant's trainer flags parse before any preprocessing
+        rargs.train_arg = variant_train_args(extra, variant)
+        try:
+            check_trainer_flags(rargs, preset.name, [preset.protocol], out)
+        except SeedFlagsError as err:
+            raise AblationError(str(err)) from None
+    shards = preset_shard_set(rargs, preset, [preset.protocol])  # one shard set for every variant
+    results = []
+    for variant in todo:
+        results += run_variant(rargs, extra, preset, variant, shards, seeds, out)
+    rows, md = table(results, preset.dataset, suites)
+    metric = results[0]["selection_metric"]
+    png = plot(results, rows, out, out / "ablations.png", metric)
+    publish_results(out, {"preset": preset.name, "suites": suites, "runs": results, "table": table_json(rows),
+                          "paper": PAPER_ABLATIONS.get(preset.dataset, {})}, md, png)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

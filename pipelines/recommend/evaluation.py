@@ -1,0 +1,260 @@
+"""Full-ranking evaluation of a run's recommendations, on its validation and test positives.
+
+    pencil evaluate RUN [--pool 100] [--retriever ra] [--choose-prior] [--sample-positives N] --out metrics.json
+
+For every positive (u, v) of a split, v's rank among ALL non-neighbours of u on the graph the split is
+scored on (filtered: the split's other known positives of u, valid and test, are left out of u's list,
+as OGB's full-ranking evaluations do). Two rankers share the retriever's pool of M candidates per u:
+
+- the retriever alone ranks the pool by its own score;
+- PENCIL re-ranks the same pool by its probability (the scoring engine, --orderings averaged);
+- the blend re-ranks it by sigmoid(PENCIL logit + w * rank prior), the prior being -log of the
+  candidate's rank in the retriever's pool (pipelines/recommend/engine.py), w = --prior-weight.
+
+On the valid split the blend is also reported for every w of PRIOR_GRID (`prior_sweep`): the default
+--prior-weight is chosen there, never on test. The test split gets w = 0 and w = --prior-weight only.
+
+A target inside the pool takes its place there (ties count half: rank = 1 + #higher + #tied / 2, the
+paper's rule). A target outside the pool ranks after the whole pool for both rankers, at the expected
+place of a uniformly random order of the rest: rank = M_u + (R_u - M_u + 1) / 2, with M_u the pool's
+size and R_u the number of u's rankable non-neighbours. Neither ranker can do better than the pool,
+so Hits@K <= recall@M for both, and the comparison is at the same pool.
+Reported per split: recall@M (target in the pool), Hits@K and MRR of each ranker.
+--sample-positives N ranks a seeded uniform sample of N positives per split (sample_positives: the same
+for every retriever and for the valid prior choice); the filter still leaves out every known positive.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from common.atomic import write_json_atomic
+from common.cli import Parser, run_cli, summary
+from common.datasets import DatasetError
+from common.graph import Graph
+from common.retrieval import RetrievalError, neighbour_entries, retrieve
+from pipelines.core.runs import RunFolderError, load_run
+from pipelines.recommend.engine import (RecConfig, RecommendError, add_engine_flags, probabilities, rank_prior,
+                                        scorer_for)
+from trainer.scoring import default_device
+
+log = logging.getLogger("pipelines.recommend")
+HITS_AT = (1, 10, 20, 50, 100)
+PRIOR_GRID = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+def pool_ranks(scores: np.ndarray, valid: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Rank of column target[i] within row i's valid entries (ties count half); target[i] < 0 -> nan."""
+    rows = np.flatnonzero(target >= 0)
+    out = np.full(len(target), np.nan)
+    s_t = scores[rows, target[rows]]
+    s, ok = scores[rows], valid[rows]
+    higher = ((s > s_t[:, None]) & ok).sum(1)
+    tied = ((s == s_t[:, None]) & ok).sum(1) - 1
+    out[rows] = 1.0 + higher + tied / 2.0
+    return out
+
+
+def metrics(ranks: np.ndarray, pool: int) -> dict:
+    out = {"mrr": float(np.mean(1.0 / ranks)) if len(ranks) else 0.0}
+    for k in HITS_AT:
+        if k <= pool:
+            out[f"hits@{k}"] = float(np.mean(ranks <= k)) if len(ranks) else 0.0
+    return out
+
+
+def full_ranking(graph, positives: np.ndarray, known: np.ndarray, cfg: RecConfig, scorer=None, side=None,
+                 sweep: bool = False) -> dict:
+    """Metrics of the retriever alone and (with a scorer) of PENCIL re-ranking its pool."""
+    u, v = positives[:, 0].astype(np.int64), positives[:, 1].astype(np.int64)
+    queries = np.unique(u)
+    pool = retrieve(graph, queries, cfg.retriever, cfg.pool, side=side)
+    row = np.searchsorted(queries, u)
+    cand = pool.cand[row]  # (P, M)
+    n = graph.num_nodes
+    # filtered: u's other known positives are not competitors
+    known_keys = np.unique(np.concatenate([known[:, 0] * n + known[:, 1], known[:, 1] * n + known[:, 0]]))
+    keys = u[:, None] * n + np.maximum(cand, 0)
+    other = np.isin(keys, known_keys) & (cand != v[:, None])
+    valid = (cand >= 0) & ~other
+    hit = (cand == v[:, None]) & valid
+    target = np.where(hit.any(1), hit.argmax(1), -1)
+    # rankable non-neighbours of u: the nodes (of the other kind) minus u, its neighbours and its other positives
+    # u's known positives that are not already its neighbours on this graph (valid positives are edges of
+    # the test graph: counted once, as neighbours), less v itself
+    pk = np.unique(np.concatenate([known, known[:, ::-1]]).astype(np.int64), axis=0)
+    pk = pk[~graph.has_edge(pk[:, 0], pk[:, 1])]
+    partners = np.bincount(pk[:, 0], minlength=n)[u] - 1
+    kind = n - 1 if side is None else np.where(side[u], (~side).sum(), side.sum())
+    rankable = np.maximum(kind - graph.degree[u] - partners, 1)
+    size = valid.sum(1)
+    outside = size + (rankable - size + 1) / 2.0
+    result = {"positives": int(len(u)), "pool": cfg.pool, "retriever": cfg.retriever,
+              f"recall@{cfg.pool}": float(np.mean(target >= 0))}
+    retr = np.where(valid, pool.score[row], -np.inf)
+    ranks = np.where(target >= 0, pool_ranks(retr, valid, target), outside)
+    result["retriever_alone"] = metrics(ranks, cfg.pool)
+    if scorer is not None:
+        node, cnd, _ = pool.pairs()
+        logits = scorer.logits(np.stack([node, cnd], axis=1))
+        prior = rank_prior(pool.score)[pool.cand >= 0]  # pairs() is row-major over the valid entries
+
+        def rerank(weight: float) -> dict:
+            table = np.full(pool.cand.shape, -np.inf)
+            table[pool.cand >= 0] = probabilities(logits, prior, weight)
+            pen = np.where(valid, table[row], -np.inf)
+            return metrics(np.where(target >= 0, pool_ranks(pen, valid, target), outside), cfg.pool)
+
+        result["pencil_rerank"] = rerank(0.0)
+        result["pencil_blend"] = {"prior_weight": cfg.prior_weight, **rerank(cfg.prior_weight)}
+        if sweep:
+            result["prior_sweep"] = {str(w): rerank(w) for w in PRIOR_GRID}
+        result["pairs_scored"] = int(len(node))
+        result["probability"] = probability_summary(logits, pool, row, valid, target)
+    return result
+
+
+def native_full_ranking(graph, positives: np.ndarray, known: np.ndarray, score_rows, side=None,
+                        block: int = 512) -> dict:
+    """A model that scores every node (a GNN's dot products): v's rank among ALL of u's rankable
+    non-neighbours, the same filter (not u, not a neighbour, not another known positive of u; the other
+    kind on a bipartite graph) and tie rule as the pooled rankers. score_rows(queries) -> (Q, N) scores."""
+    u, v = positives[:, 0].astype(np.int64), positives[:, 1].astype(np.int64)
+    n = graph.num_nodes
+    partners = Graph.from_edges(known.astype(np.int64), num_nodes=n)  # u's known positives as CSR rows
+    ranks = np.empty(len(u))
+    for lo in range(0, len(u), block):  # (block, N) scores at a time
+        uu, vv = u[lo:lo + block], v[lo:lo + block]
+        queries, inverse = np.unique(uu, return_inverse=True)
+        scores = np.asarray(score_rows(queries), dtype=np.float64)[inverse]
+        valid = np.ones(scores.shape, dtype=bool)
+        valid[neighbour_entries(graph, uu)] = False
+        valid[neighbour_entries(partners, uu)] = False
+        if side is not None:
+            valid &= side[None, :] != side[uu][:, None]
+        r = np.arange(len(uu))
+        valid[r, uu] = False
+        valid[r, vv] = True
+        ranks[lo:lo + block] = pool_ranks(scores, valid, vv)
+    return {"positives": int(len(u)), **metrics(ranks, n)}
+
+
+def probability_summary(logits: np.ndarray, pool, row: np.ndarray, valid: np.ndarray, target: np.ndarray) -> dict:
+    """Mean PENCIL probability of the in-pool targets and of the other pool candidates (a diagnosis: a model
+    that gives the pool's hard candidates the targets' probability cannot re-rank them)."""
+    table = np.full(pool.cand.shape, np.nan)
+    table[pool.cand >= 0] = probabilities(logits)
+    prob = table[row]
+    inside = np.flatnonzero(target >= 0)
+    is_target = np.zeros(valid.shape, dtype=bool)
+    is_target[inside, target[inside]] = True
+    others = prob[valid & ~is_target]
+    return {"targets": float(np.mean(prob[is_target])) if inside.size else float("nan"),
+            "other_candidates": float(np.mean(others)) if others.size else float("nan")}
+
+
+def choose_weight(sweep: dict, at: int = 20) -> float:
+    """The prior weight of a valid sweep with the best Hits@at, then the best MRR; a tie keeps the smaller weight."""
+    def key(w):
+        m = sweep[w]
+        return m.get(f"hits@{at}", 0.0), m["mrr"], -float(w)
+    return float(max(sweep, key=key))
+
+
+def sample_positives(positives: np.ndarray, n: int | None, seed: int) -> np.ndarray:
+    """A uniform sample of n positives without replacement (all of them when n is None or >= their count),
+    in their original order. A function of (positives, n, seed) only: every retriever, pool and prior
+    weight ranked with the same n and seed sees the same positives."""
+    if n is None or n >= len(positives):
+        return positives
+    rows = np.random.default_rng(seed).choice(len(positives), size=n, replace=False)
+    return positives[np.sort(rows)]
+
+
+def log_split(split: str, res: dict, cfg: RecConfig, total: int) -> None:
+    hits = {r: res[r].get("hits@20", float("nan")) for r in ("retriever_alone", "pencil_rerank", "pencil_blend")}
+    log.info("%s (%d of %d positives) %s pool %d: recall@%d %.4f | retriever Hits@20 %.4f MRR %.4f | PENCIL Hits@20 "
+             "%.4f MRR %.4f | blend w=%g Hits@20 %.4f MRR %.4f", split, res["positives"], total, cfg.retriever,
+             cfg.pool, cfg.pool, res[f"recall@{cfg.pool}"], hits["retriever_alone"], res["retriever_alone"]["mrr"],
+             hits["pencil_rerank"], res["pencil_rerank"]["mrr"], cfg.prior_weight, hits["pencil_blend"],
+             res["pencil_blend"]["mrr"])
+
+
+PROG = "python -m pipelines.recommend.evaluation"
+
+
+def build_parser(prog: str = PROG) -> Parser:
+    p = Parser(prog=prog, description=summary(__doc__))
+    p.add_argument("run", metavar="RUN", help="a run folder (best.pt, else last.pt) or a .pt file")
+    p.add_argument("--out", required=True, help="metrics .json (written atomically)")
+    add_engine_flags(p)
+    p.add_argument("--splits", default="valid,test", help="splits to rank (default valid,test)")
+    p.add_argument("--choose-prior", action="store_true", help="pick --prior-weight on the valid split (best "
+                   "Hits@20, then MRR, over PRIOR_GRID); test uses it")
+    p.add_argument("--sample-positives", type=int, default=None, metavar="N",
+                   help="rank a seeded uniform sample of N positives per split (all when N >= their count; "
+                        "default: all)")
+    p.add_argument("--sample-seed", type=int, default=0, metavar="S", advanced=True,
+                   help="seed of --sample-positives (default 0)")
+    return p
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    return run_cli(lambda a: _main(a, prog), argv, prog=prog)
+
+
+def _main(argv: list[str] | None, prog: str) -> int:
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return evaluate_run(args)
+    except (RecommendError, RunFolderError, RetrievalError, DatasetError) as err:
+        parser.error(str(err))
+
+
+def evaluate_run(args) -> int:
+    """The full-ranking table of a trained run on its valid and test splits."""
+    if args.sample_positives is not None and args.sample_positives < 1:
+        raise RecommendError(f"--sample-positives: must be >= 1, got {args.sample_positives} "
+                             "(leave it out to rank every positive)")
+    device = default_device(args.device)
+    model, dataset, fields, _ = load_run(args.run, device, "RUN")
+    cfg = RecConfig(k=min(args.k, args.pool), pool=args.pool, retriever=args.retriever, orderings=args.orderings,
+                    seed=args.seed, token_budget=args.token_budget, batch_size=args.batch_size,
+                    prior_weight=args.prior_weight, **fields)
+    requested = [s.strip() for s in args.splits.split(",") if s.strip()]
+    bad = [s for s in requested if s not in ("valid", "test") or s not in dataset.splits]
+    splits = [s for s in ("valid", "test") if s in requested]  # valid first: --choose-prior's weight serves test
+    if bad:
+        raise RecommendError(f"--splits: no split {', '.join(bad)} to rank; use valid and/or test")
+    if args.choose_prior and "valid" not in splits:
+        raise RecommendError("--choose-prior: picks --prior-weight on the valid split; add valid to --splits")
+    known = np.concatenate([dataset.splits[s].pos for s in ("valid", "test") if s in dataset.splits])
+    report = {"dataset": dataset.name, "run": args.run, "splits": {}}
+    for split in splits:
+        graph = dataset.graph_for(split)
+        scorer = scorer_for(model, graph, cfg, device)
+        every = np.asarray(dataset.splits[split].pos, dtype=np.int64)
+        positives = sample_positives(every, args.sample_positives, args.sample_seed)  # known stays whole: the filter
+        res = full_ranking(graph, positives, known, cfg, scorer, sweep=split == "valid")
+        if args.sample_positives is not None:
+            res["sample"] = {"sample_positives": args.sample_positives, "sample_seed": args.sample_seed,
+                             "sampled": int(len(positives)), "of": int(len(every))}
+        if split == "valid" and args.choose_prior:  # valid is ranked first: test then uses the chosen weight
+            cfg = replace(cfg, prior_weight=choose_weight(res["prior_sweep"]))
+            res["pencil_blend"] = {"prior_weight": cfg.prior_weight, **res["prior_sweep"][str(cfg.prior_weight)]}
+            report["prior_weight_chosen_on_valid"] = cfg.prior_weight
+        report["splits"][split] = res
+        log_split(split, res, cfg, len(every))
+    write_json_atomic(args.out, report)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,202 @@
+"""Top-k link recommendations per node: retrieve a pool of candidates, re-rank it with PENCIL.
+
+    python -m pipelines.recommend --checkpoint RUN (--nodes FILE | --all-nodes) --k 20 --pool 100 \\
+        --retriever {ra,aa,ppr,mix} [--orderings k] [--graph EDGES] [--bipartite] --out recs.parquet
+
+Per block of query nodes (--block-nodes): the top --pool non-neighbours by the retriever
+(common/retrieval.py), every (node, candidate) pair scored through the one scoring engine
+(trainer/scoring.py), the top --k kept (pipelines/recommend/engine.py). Output Parquet columns: node,
+candidate, rank (1 = best), score (sigmoid(PENCIL logit + W * -log(retriever rank)), W = --prior-weight; with
+W = 0 exactly PENCIL's probability, as pipelines.score gives), retriever_score. Each finished block is a part
+file in OUT's `.NAME.parts/` folder; a rerun of a killed job keeps them and computes only the rest; the parts
+are merged into OUT atomically. Under `ray job submit` (RAY_ADDRESS set) or with --ray, blocks run as Ray
+tasks feeding an actor pool that holds the model (pipelines/recommend/on_ray.py).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from common import snapshot
+from common.atomic import write_json_atomic, write_parquet_atomic
+from common.cli import Parser, run_cli, summary
+from common.datasets import DatasetError
+from common.flags import add_num_cpus_flag
+from common.retrieval import RetrievalError
+from pipelines.core.runs import RunFolderError, load_run
+from pipelines.recommend.engine import (COLUMNS, RecConfig, RecommendError, add_engine_flags, log_short_lists, read_nodes,
+                                        run_block, sampler_for, scorer_for)
+
+log = logging.getLogger("pipelines.recommend")
+JOB_FILE = "job.json"
+
+
+PROG = "python -m pipelines.recommend"
+
+
+def build_parser(prog: str = PROG) -> Parser:
+    p = Parser(prog=prog, description=summary(__doc__))
+    p.add_argument("--checkpoint", required=True, help="a run folder (best.pt, else last.pt) or a .pt file")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--nodes", help="query nodes: one id per line, or a .csv/.parquet column 'node'")
+    who.add_argument("--all-nodes", action="store_true", help="recommend for every node of the graph")
+    p.add_argument("--out", required=True, help="recommendations .parquet (written atomically)")
+    add_engine_flags(p)
+    p.add_argument("--graph", default="test", help="graph to recommend on: train/valid/test (the split's graph, "
+                   "default test) or an edge-list file (.csv/.parquet, src,dst) of today's graph")
+    p.add_argument("--bipartite", action="store_true", help="src and dst of the edge list are two kinds of nodes: "
+                   "candidates only of the other kind (needs --graph EDGES or an edge-list dataset)")
+    p.add_argument("--ray", action="store_true", help="run on Ray (implied when RAY_ADDRESS is set)")
+    add_num_cpus_flag(p)
+    p.add_argument("--block-nodes", type=int, default=256, advanced=True,
+                   help="query nodes per block (bounds memory; default 256)")
+    p.add_argument("--no-progress", action="store_true", advanced=True, help="no progress bar")
+    return p
+
+
+def side_flags(args, dataset, num_nodes: int):
+    if not args.bipartite:
+        return None
+    source = args.graph if args.graph not in snapshot.SPLIT_NAMES else dataset.name
+    if not Path(source).suffix.lower() in (".csv", ".parquet", ".pq", ".gz"):
+        raise RecommendError("--bipartite: the node kinds come from an edge list's src and dst columns; pass "
+                             "--graph EDGES (a .csv/.parquet edge list)")
+    return snapshot.node_sides(source, num_nodes, dataset.node_ids)
+
+
+# ---------------------------------------------------------------------------- parts and merge
+def parts_dir(out: Path) -> Path:
+    return out.with_name(f".{out.name}.parts")
+
+
+def open_parts(out: Path, fingerprint: str) -> Path:
+    """The part folder of this job; a folder of another job (other flags, checkpoint or graph) is refused."""
+    folder = parts_dir(out)
+    job = folder / JOB_FILE
+    if job.exists():
+        have = json.loads(job.read_text()).get("fingerprint")
+        if have != fingerprint:
+            raise RecommendError(f"{folder}: holds the parts of another job (other flags, checkpoint, nodes or graph); "
+                                 "delete it or choose another --out")
+        return folder
+    write_json_atomic(job, {"fingerprint": fingerprint})
+    return folder
+
+
+def part_path(folder: Path, block_id: int) -> Path:
+    return folder / f"part-{block_id:06d}.parquet"
+
+
+def write_part(table: pa.Table, path: Path) -> None:
+    """One finished block (a test's fault hook wraps this to kill a job between parts)."""
+    write_parquet_atomic(table, path)
+
+
+def merge_parts(folder: Path, num_blocks: int, out: Path, node_ids: np.ndarray | None = None) -> pa.Table:
+    """The part files as one table in node indices (returned), written to `out` in the user's ids."""
+    tables = [pq.read_table(part_path(folder, b)) for b in range(num_blocks)]
+    schema = pa.schema([("node", pa.int64()), ("candidate", pa.int64()), ("rank", pa.int32()),
+                        ("score", pa.float64()), ("retriever_score", pa.float64())])
+    table = pa.concat_tables(tables) if tables else schema.empty_table()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_parquet_atomic(in_user_ids(table.select(list(COLUMNS)), node_ids), out)
+    shutil.rmtree(folder)
+    return table
+
+
+def in_user_ids(table: pa.Table, node_ids: np.ndarray | None) -> pa.Table:
+    """node and candidate as the edge list named them (a set without a mapping keeps 0..N-1)."""
+    if node_ids is None:
+        return table
+    kind = pa.string() if node_ids.dtype == object else None
+    for col in ("node", "candidate"):
+        user = pa.array(node_ids[table.column(col).to_numpy()], kind)
+        table = table.set_column(table.schema.get_field_index(col), col, user)
+    return table
+
+
+class Progress:
+    """A progress bar over query nodes with nodes/s and pairs/s."""
+
+    def __init__(self, total: int, done: int, enabled: bool):
+        from tqdm import tqdm
+        self.bar = tqdm(total=total, initial=done, unit="node", desc="recommend", disable=not enabled,
+                        dynamic_ncols=True)
+        self.start, self.nodes, self.pairs = time.perf_counter(), 0, 0
+
+    def update(self, nodes: int, pairs: int) -> None:
+        self.nodes += nodes
+        self.pairs += pairs
+        dt = max(time.perf_counter() - self.start, 1e-9)
+        self.bar.set_postfix_str(f"{self.nodes / dt:.1f} nodes/s, {self.pairs / dt:.0f} pairs/s", refresh=False)
+        self.bar.update(nodes)
+
+    def close(self) -> tuple[float, float]:
+        self.bar.close()
+        dt = max(time.perf_counter() - self.start, 1e-9)
+        return self.nodes / dt, self.pairs / dt
+
+
+# ---------------------------------------------------------------------------- the job
+def recommend(args) -> int:
+    from trainer.scoring import default_device
+    device = default_device(args.device)
+    model, dataset, fields, digest = load_run(args.checkpoint, device)
+    graph, node_ids = snapshot.graph_for(args.graph, dataset)  # node_ids: the user's ids (None: 0..N-1)
+    side = side_flags(args, dataset, graph.num_nodes)
+    queries = (np.arange(graph.num_nodes, dtype=np.int64) if args.all_nodes
+               else read_nodes(args.nodes, graph.num_nodes, node_ids))
+    cfg = RecConfig(k=args.k, pool=args.pool, retriever=args.retriever, orderings=args.orderings, seed=args.seed,
+                    block_nodes=args.block_nodes, token_budget=args.token_budget, batch_size=args.batch_size,
+                    prior_weight=args.prior_weight, **fields)
+    blocks = [queries[i:i + cfg.block_nodes] for i in range(0, len(queries), cfg.block_nodes)]
+    nodes_key = hashlib.sha256(queries.tobytes()).hexdigest()[:16]
+    out = Path(args.out)
+    folder = open_parts(out, cfg.fingerprint(digest, graph.fingerprint(), nodes_key, str(args.bipartite)))
+    todo = [b for b in range(len(blocks)) if not part_path(folder, b).exists()]
+    log.info("recommending top-%d of a %s pool of %d for %d nodes of %s (%d blocks, %d already done) on %s",
+             cfg.k, cfg.retriever, cfg.pool, len(queries), args.graph, len(blocks), len(blocks) - len(todo), device)
+    progress = Progress(len(queries), sum(len(blocks[b]) for b in range(len(blocks)) if b not in set(todo)),
+                        not args.no_progress)
+
+    def done(block_id: int, table: pa.Table, pairs: int) -> None:
+        write_part(table, part_path(folder, block_id))
+        progress.update(len(blocks[block_id]), pairs)
+
+    if args.ray or os.environ.get("RAY_ADDRESS"):
+        from pipelines.recommend.on_ray import run_on_ray
+        run_on_ray(args.checkpoint, graph, side, cfg, blocks, todo, done, args.num_cpus, device.type)
+    else:
+        sampler, scorer = sampler_for(graph, cfg), scorer_for(model, graph, cfg, device)
+        for b in todo:
+            table, pairs = run_block(b, blocks[b], graph, side, cfg, sampler, scorer)
+            done(b, table, pairs)
+    nodes_s, pairs_s = progress.close()
+    table = merge_parts(folder, len(blocks), out, node_ids)
+    log_short_lists(table, queries, cfg.k)
+    log.info("wrote %s: %d recommendations for %d nodes (%.1f nodes/s, %.0f pairs/s)", out, table.num_rows,
+             len(queries), nodes_s, pairs_s)
+    return 0
+
+
+def main(argv: list[str] | None = None, prog: str = PROG) -> int:
+    return run_cli(lambda a: _main(a, prog), argv, prog=prog)
+
+
+def _main(argv: list[str] | None, prog: str) -> int:
+    parser = build_parser(prog)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        return recommend(args)
+    except (RecommendError, RunFolderError, RetrievalError, DatasetError) as err:
+        parser.error(str(err))
