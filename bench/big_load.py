@@ -1,7 +1,7 @@
-"""A big edge list before sampling starts (issue 21 item 6): load, split and candidates of an
+"""A big edge list before sampling starts : load, split and candidates of an
 ogbl-citation2-sized Parquet edge list, timed, with the driver's peak memory.
 
-    python -m bench.big_load                          # 30 M edges, 2.9 M nodes (the issue's shape)
+    python -m bench.big_load                          # 30 M edges, 2.9 M nodes (an OGB-scale shape)
     python -m bench.big_load --edges 3000000 --nodes 290000
     python -m bench.big_load --ids sparse             # ids spread over 63 bits (the hashed mapping path)
     python -m bench.big_load --ids string             # ids as strings ("n<k>")
@@ -12,7 +12,7 @@ ogbl-citation2-sized Parquet edge list, timed, with the driver's peak memory.
    issue ran it (--sampling 1,40 --views 1 --percent 2) up to the moment Ray would start sampling:
    load + id mapping + graph + split + negatives + fingerprint + candidate sets + the queries, graph
    and node-id files written. The child's log lines are the progress a user sees.
-Targets (issue 21): <= 30 s and <= 3 GB driver peak on 2 cores. On a shared machine, wall time
+Targets: <= 30 s and <= 3 GB driver peak on 2 cores. On a shared machine, wall time
 follows the load average (printed); the child's CPU seconds (all its threads, imports included) do not.
 """
 from __future__ import annotations

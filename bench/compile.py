@@ -1,5 +1,4 @@
-"""Does torch.compile pay for PENCIL's dense per-token work? (issue 9: "torch.compile where it pays, with
-dynamic token counts").
+"""Does torch.compile pay for PENCIL's dense per-token work? (with dynamic token counts)
 
     python -m bench.compile                                   # CPU: hidden 128, FFN 256
     python -m bench.compile --hidden 512 --ffn 2048 --tokens 16384,24576,65536   # GPU (bf16 autocast)

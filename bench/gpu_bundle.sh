@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepare what bench/gpu_check.sh needs on a GPU machine that has no network and no Ray (issue 9).
+# Prepare what bench/gpu_check.sh needs on a GPU machine that has no network and no Ray.
 #
 #   bench/gpu_bundle.sh [OUT]      (default OUT: .gpu-bundle, git-ignored; about 15 MB)
 #

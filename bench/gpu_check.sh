@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU acceptance check (issue 9): one command on a GPU machine with no network, one report.
+# GPU acceptance check: one command on a GPU machine with no network, one report.
 #
 #   bench/gpu_check.sh SHARDS [--bundle DIR] [--out DIR] [--seeds N] [--epochs E] [--budget-s S] [--concurrent-s S] [--ab-dropout] [--no-compile] [--skip-suite] [--with-slow] [--smoke]
 #   --bundle: a folder made by bench/gpu_bundle.sh: installs its wheels offline first, and the tests read its
@@ -7,7 +7,7 @@
 #   --out: where the logs, runs and gpu_check.md go (default ./gpu_check-<time>; on a lent device, under $OUT)
 #   --concurrent-s: seconds of the budget the timings leave to the concurrent phase (seeds, tests); default 240
 #   --ab-dropout: the same citeseer seeds with --attention varlen (no attention dropout, the fastest kernel),
-#     run alongside the default ones (same contention, so their times compare): issue 9 item 2's A/B
+#     run alongside the default ones (same contention, so their times compare): the dropout A/B
 #   --no-compile: the step benches skip their torch.compile rows (X+compile: the trainer's --compile)
 #   --smoke: tiny sizes and any device, to rehearse the script's plumbing on a CPU box (numbers meaningless)
 #
@@ -25,7 +25,7 @@
 #   4. loader vs model                    python -m bench.loader (loader tokens/s per process, graph-part form)
 #   5. the training loop                  python -m trainer, default batching (~65,536-token micro-batches on a
 #                                         GPU, the bench's budget), 40 steps: its tokens/s
-#                                         against step 1's for the same kernel (issue 9: >= 80 %)
+#                                         against step 1's for the same kernel (goal >= 80 %)
 # then, concurrently, the rest:
 #   6. citeseer paper preset, N seeds in parallel on the one GPU (test MRR at the best validation epoch),
 #      and with --ab-dropout the same seeds with --attention varlen

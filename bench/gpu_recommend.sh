@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 19's device check: recommendation scoring on a GPU against a CPU core, then the GPU tests.
+# The recommendation device check: recommendation scoring on a GPU against a CPU core, then the GPU tests.
 #
 #   bash bench/gpu_recommend.sh OUT [--bundle DIR] [--nodes N] [--budget-s S]
 #

@@ -78,7 +78,7 @@ def records(metrics: Path) -> list[dict]:
 
 def loop_vs_bench(out: Path) -> list[str]:
     """The training loop's tokens/s (python -m trainer, alone on the GPU, the bench's token budget) against the
-    step bench's for the same attention kernel: issue 9 asks for >= 80 %."""
+    step bench's for the same attention kernel: the goal is >= 80 %."""
     metrics, summary = out / "loop" / "metrics.jsonl", out / "loop" / "summary.json"
     if not metrics.exists():
         return []

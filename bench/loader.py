@@ -1,4 +1,4 @@
-"""Loader benchmark (issue 8 item 3/4): training-read throughput of one loader process, and the
+"""Loader benchmark : training-read throughput of one loader process, and the
 sparse/dense crossover of the graph part of the model.
 
     python -m bench.loader                                   # both shard sets, then the form sweep
@@ -24,7 +24,7 @@ Sections:
   densities, with the packer's density estimate (Inducer.entry_bound / (B Lc^2)) next to each: what
   trainer.packing.DENSE_MIN_DENSITY is set from. On CPU (process time, packing included) and, where there is
   one, on the GPU (--form-device; the GPU part alone, at the GPU's 65,536-token micro-batch).
-Targets (issue 8): >= 2 M tokens/s per loader process on citeseer (2,20), >= 1 M on ddi-shaped.
+Targets: >= 2 M tokens/s per loader process on citeseer (2,20), >= 1 M on ddi-shaped.
 """
 from __future__ import annotations
 

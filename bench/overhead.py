@@ -1,5 +1,5 @@
 """What a micro-step costs the host, whatever its size: operator calls and host time of PENCIL's forward +
-backward at a width where the arithmetic is negligible (issue 9: why GPU micro-batches are sized by tokens).
+backward at a width where the arithmetic is negligible (why GPU micro-batches are sized by tokens).
 
     python -m bench.overhead                    # the device's default attention path, eager and --compile
 

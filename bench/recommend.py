@@ -1,4 +1,4 @@
-"""Cost of top-k recommendations for every node (issue 19), measured on a sample, projected to the whole graph.
+"""Cost of top-k recommendations for every node, measured on a sample, projected to the whole graph.
 
     python -m bench.recommend --nodes 4 --pool 50 --presets tiny,ogbl-collab
     python -m bench.recommend --nodes 256 --pool 50 --presets tiny,ogbl-collab --device cuda --retrievers ra

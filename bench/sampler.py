@@ -15,7 +15,7 @@
 3. End-to-end Ray job throughput (links/s) with 1 and 2 workers, and a worker's peak RSS.
 First, the CPU time to generate the graph itself (target < 30 s; flagged above it).
 
-Links are training edges of the graph (the target edge is removed, as for positives). DESIGN.md §7:
+Links are training edges of the graph (the target edge is removed, as for positives). docs/design.md:
 the machines are shared and noisy, so compare ratios measured within one run.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Scale models of the paper's OGB presets (issue 8 item 5): synthetic graphs of each dataset's shape,
+"""Scale models of the paper's OGB presets : synthetic graphs of each dataset's shape,
 the preset's (d, n), measured per core, then projected to the whole preset.
 
     python -m bench.scale                          # all four shapes at full size (~10 min on 2 cores)
@@ -18,7 +18,7 @@ Per dataset:
    through bench.loader's measurement: tokens/s per loader process (CPU time) and its peak RSS.
 4. Projection of the whole paper preset (every view plus every eval candidate of the OGB protocol;
    split sizes below are OGB's): disk, core-hours of preprocessing, and loader processes per GPU at the
-   1.85 M tokens/s an H200 consumed with the paper's citeseer model (issue 8).
+   1.85 M tokens/s an H200 consumed with the paper's citeseer model.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from common.graph import Graph
 from common.memory import peak_rss_mb
 from common.presets import get_preset
 
-GPU_TOKENS_PER_S = 1.85e6  # the paper's citeseer model's step on an H200 (issue 8)
+GPU_TOKENS_PER_S = 1.85e6  # the paper's citeseer model's step on an H200
 
 
 @dataclass(frozen=True)

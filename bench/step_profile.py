@@ -1,5 +1,5 @@
-"""Where a training step's time goes, by kind of operator: the profile behind an MFU number (issue 9: "MFU
->= 35 %, or the measured gap with the profile that explains it").
+"""Where a training step's time goes, by kind of operator: the profile behind an MFU number
+(an MFU below target is explained by the measured gap and this profile).
 
     python -m bench.step_profile             # collab-like lengths, 512 x 8 (on a GPU)
     python -m bench.step_profile --shards SET --hidden 1024 --layers 2 --heads 8 --ffn 2048   # citeseer's paper model

@@ -6,7 +6,7 @@
 
 Each section is a function `section(args) -> (title, columns, rows)` registered in SECTIONS; main() runs
 the requested ones and prints a table per section. Within a table every path is timed on the same
-batches, interleaved (A B A B ...), and compared as ratios (DESIGN.md §7: these machines are shared and
+batches, interleaved (A B A B ...), and compared as ratios (docs/design.md: these machines are shared and
 noisy; quote ratios, absolute times only from a GPU).
 
 The step section compares the padded path (HF BertLayer + SDPA over (B, L) with a key padding mask, the

@@ -37,7 +37,7 @@ def latch_sigint() -> None:
     """Remember every SIGINT, so a Ctrl-C that gets swallowed still stops the program.
 
     Python turns SIGINT into KeyboardInterrupt in whatever Python code runs next, and some places drop it.
-    The one found (issue 18): a Ctrl-C that lands while the trainer forks its DataLoader workers (a fork of
+    The one found: a Ctrl-C that lands while the trainer forks its DataLoader workers (a fork of
     a process holding torch takes long enough under load) is raised inside an at-fork callback (logging's
     _releaseLock), and CPython only prints "Exception ignored in ..." for an exception there; the run then
     trained to the end with exit status 0. Bare `except:` clauses in optional-import fallbacks are others.

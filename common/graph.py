@@ -84,7 +84,7 @@ class Graph:
             raise GraphError(f"empty graph: num_nodes={num_nodes}; a graph needs at least one node")
         if e.size and e.max() >= num_nodes:
             raise GraphError(f"edges: node id {int(e.max())} is out of range for num_nodes={num_nodes}")
-        # Bound first: CSR arrays per node plus the sort keys per edge (issue 18: an id of 2^31 in a
+        # Bound first: CSR arrays per node plus the sort keys per edge (an id of 2^31 in a
         # 0-based file once allocated 24 GB and died without a word).
         check_allocation(16.0 * num_nodes + 40.0 * len(e), f"a graph of {num_nodes:,} nodes and {len(e):,} edges",
                          "node ids must be 0-based and dense here; an edge-list file (.csv/.parquet) maps ids "

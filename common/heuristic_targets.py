@@ -7,7 +7,7 @@ Estimation"): raw heuristic scores on the FULL graph, then the paper's three-sta
     spd         t = log(1 + d); disconnected pairs get log(1 + 1.5 d_max), d_max = largest component diameter
     pr          x = log(p_u p_v + 1e-20); t = min((x - mean) / std, z at P99)          (α = 0.85)
 
-Katz: the issue asks for a *robust* z-score (median / MAD) and the paper's text for a z-score clipped at
+Katz: a *robust* z-score (median / MAD) and the paper's text a z-score clipped at
 the upper 99th percentile; we do both (robust centre and scale, then the paper's clip). Without the robust
 scale, the pairs with no walk at all (log 1e-20 = -46 against about -10 for two-hop pairs) would dominate
 the standard deviation. `KATZ_SCALING = "standard"` gives the paper's plain mean / std instead.

@@ -1,4 +1,4 @@
-"""Recover the induced subgraph of sampled node sets from the CSR graph (shard format v2, DESIGN.md §3).
+"""Recover the induced subgraph of sampled node sets from the CSR graph (shard format v2, docs/design.md).
 
 A shard stores, per link, only its context nodes in local-id order (u = 0, v = 1). The edges a model
 sees are a pure function of that node set and the graph it was sampled on: every graph edge between two

@@ -1,4 +1,4 @@
-"""Ranking metrics for the three evaluation protocols (DESIGN.md §5), vectorised.
+"""Ranking metrics for the three evaluation protocols, vectorised.
 
 - original (Planetoid): every positive against ALL of the split's negatives (shared, 1-D scores);
 - heart: every positive against its own hard negatives (per-positive, 2-D scores (P, K));

@@ -79,14 +79,11 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     _paper("ogbl-citation2", "ogbl-citation2", "ogb", (1, 40), 512, 3, 65536, 1, train_percent=50.0),
     _paper("ogbl-ddi", "ogbl-ddi", "ogb", (1, 350), 512, 8, 4096, 8),
     # Small presets that train on 2 CPU cores in minutes.
-    # citeseer-small was chosen on validation MRR only (mean of seeds 0-2, BENCHMARKS.md, 8 candidates within
-    # 5 min of CPU training): (1, 20) with cosine decay 65.11, (1, 20) constant 65.08, the (2, 5) and (2, 10)
-    # variants 64.11-64.79. The spread is within one seed-to-seed std (the split's validation MRR saturates
-    # near 65 for every candidate), so the pick follows the rule, not the test numbers.
+    # citeseer-small: the best validation MRR of 8 candidates that train within 5 CPU minutes (the study is in
+    # docs/benchmarks/).
     Preset("citeseer-small", "citeseer", "original", (1, 20), hidden=128, layers=2, heads=4, ffn=256,
            effective_batch=64, epochs=12, lr=5e-4, lr_schedule="cosine"),
-    # Chosen on HeaRT validation MRR only (mean of seeds 0-2, evaluated every 6 epochs, BENCHMARKS.md):
-    # (1, 20) constant 13.85, (1, 20) cosine 13.72, (2, 5) constant 12.74.
+    # citeseer-heart-small: the best HeaRT validation MRR of 3 candidates (docs/benchmarks/).
     Preset("citeseer-heart-small", "citeseer", "heart", (1, 20), hidden=128, layers=2, heads=4, ffn=256,
            effective_batch=64, epochs=12, lr=5e-4),
     Preset("tiny", "citeseer", "original", (1, 5), hidden=32, layers=1, heads=2, ffn=64,

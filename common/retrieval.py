@@ -42,7 +42,7 @@ from common.heuristics import adjacency
 RETRIEVERS = ("ra", "aa", "ppr", "mix")
 RRF_K = 60
 PPR_ALPHA = 0.15
-PPR_EPS = 1e-6  # push threshold per unit degree: see BENCHMARKS.md (Recommendations) for the choice
+PPR_EPS = 1e-6  # push threshold per unit degree (the choice is measured in docs/benchmarks/)
 BLOCK_BYTES = 256 << 20  # a PPR block's sparse arrays are capped at this many bytes
 
 

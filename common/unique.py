@@ -1,7 +1,7 @@
 """Sort-based unique for large 1-D arrays.
 
 numpy 2.x's `np.unique` hashes: on 30 M distinct int64 keys it takes about 40 s where one sort plus
-a neighbour-difference mask takes well under a second (issue 21). Every large unique on the load,
+a neighbour-difference mask takes well under a second. Every large unique on the load,
 split and candidate path goes through these helpers; results equal `np.unique`'s.
 """
 from __future__ import annotations

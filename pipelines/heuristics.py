@@ -115,7 +115,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
         "graph": {"nodes": graph.num_nodes, "edges": graph.num_edges},
         "num_positives": int(len(ds.splits[args.split].pos)),
         "negatives": {p: list(ds.splits[args.split].neg[p].shape[:-1]) for p in protocols},
-        "units": "fractions in [0, 1]; ranks tie-averaged (DESIGN.md §5)",
+        "units": "fractions in [0, 1]; ranks tie-averaged",
         "results": results,
     }
     write_json_atomic(out, payload)

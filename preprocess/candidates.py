@@ -1,6 +1,6 @@
 """Which links get sampled: training views and evaluation sets with their ranking queries.
 
-Training (DESIGN.md §3): positives are the train edges (self-loops dropped: the training graph has
+Training: positives are the train edges (self-loops dropped: the training graph has
 none), optionally a seeded `percent` subset per view; `neg_ratio` negatives per positive, never a
 self-loop nor a training edge. Of those, round(count * hard_neg_fraction) are hard: 2-hop non-edges of
 the training graph, reached by a random walk u -> x -> w from a random positive's endpoint u, so they
@@ -10,7 +10,7 @@ share at least the neighbour x with their pair and their endpoint degrees follow
 node pairs. The default fraction 0 draws uniform negatives only, bit for bit as before the option.
 Each view is an independent draw, shuffled so every shard mixes positives and negatives.
 
-Evaluation (DESIGN.md §5): a candidate list plus queries (pos_cid, neg_cid) that index into it.
+Evaluation: a candidate list plus queries (pos_cid, neg_cid) that index into it.
   shared negatives (Q, 2)          candidates = positives ++ negatives; neg_cid (Q,)
   per-positive negatives (P, K, 2) every distinct pair once (HeaRT canonicalises to (min, max));
                                    neg_cid (P, K) via the inverse index

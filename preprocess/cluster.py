@@ -1,12 +1,12 @@
 """Start an embedded Ray, or attach to the cluster RAY_ADDRESS names, quietly and with bounded waits.
 
 Embedded (RAY_ADDRESS unset): Ray >= 2.5x turns token authentication on for a new local cluster and
-warns about it on every start (issue 21), although no other cluster is involved. Ray's default (token
+warns about it on every start, although no other cluster is involved. Ray's default (token
 auth on) is kept; only that start-up notice of Ray's token-setup logger is dropped. Setting
 RAY_AUTH_MODE instead would not do: Ray reads it when it is imported, and callers import it earlier.
 
 Attached (RAY_ADDRESS set): `ray.init` retries a dead address for minutes, printing a warning per try
-(issue 18: still retrying after 400 s, 33 lines). The address is probed with one TCP connect first
+(once still retrying after 400 s and 33 lines). The address is probed with one TCP connect first
 (PROBE_SECONDS), so a dead or mistyped one fails in one line, within seconds.
 """
 from __future__ import annotations

@@ -28,7 +28,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """Link-centric ShaDowKHop: d hops, n neighbours per frontier entry (DESIGN.md §3)."""
+    """Link-centric ShaDowKHop: d hops, n neighbours per frontier entry."""
 
     d: int
     n: int

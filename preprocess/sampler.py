@@ -1,4 +1,4 @@
-"""Link-centric ShaDowKHop sampler (DESIGN.md §3) as one numba kernel over CSR arrays.
+"""Link-centric ShaDowKHop sampler as one numba kernel over CSR arrays.
 
 For a batch of links (u, v) the kernel, per link:
   1. grows a d-hop frontier from u and from v *separately*; every frontier entry (duplicates kept)

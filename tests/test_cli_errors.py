@@ -1,4 +1,4 @@
-"""Every bad input of the issue-11 list (and the other flags of each CLI) ends in ONE line on stderr and a
+"""Every bad input (and the other flags of each CLI) ends in ONE line on stderr and a
 non-zero exit, before any work is done; `--debug` brings the traceback back. Run as a user would:
 subprocesses of `python -m ...`."""
 from __future__ import annotations
@@ -48,7 +48,7 @@ def assert_one_line_error(proc: subprocess.CompletedProcess, module: str, expect
 
 
 PREPROCESS = [
-    # the issue's list
+    # the known bad inputs
     (["--dataset", "nosuch"], r"unknown dataset 'nosuch'"),
     (["--dataset", "citeseer", "--out", "{tmp}/afile"], r"afile: is a file, not a directory"),
     (["--dataset", "citeseer", "--out", "{tmp}/afile/sub"], r"is below .*afile, which is a file"),

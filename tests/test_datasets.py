@@ -413,7 +413,7 @@ def test_edge_list_with_split_column(tmp_path, ext):
     ("src,dst,split\n1,2,test\n2,3,valid\n", "no train edges"),
     ("src,dst,split\n1,1,train\n2,3,valid\n", "no train edges"),
     ("src,dst\n1,1\n2,2\n", "no train edges"),
-    # issue 18: a set with no valid/test links used to be written, and only the trainer failed, later
+    # a set with no valid/test links used to be written, and only the trainer failed, later
     ("src,dst,split\n1,2,train\n2,3,train\n3,4,train\n", r"no valid and no test edges \(train 3, valid 0, test 0\)"),
     ("src,dst,split\n1,2,train\n2,3,test\n", r"no valid edges \(train 1, valid 0, test 1\)"),
 ])

@@ -161,7 +161,7 @@ def test_trainer_fails_on_the_first_bad_block_in_one_line(reference, tmp_path):
                     "corrupt", line), line
 
 
-# ---------------------------------------------------------------------------- tampering (issue 18)
+# ---------------------------------------------------------------------------- tampering
 def edit_manifest(shards: Path) -> str:
     """A hand edit that keeps the manifest well formed: only its checksum can tell."""
     body = json.loads((shards / "manifest.json").read_text())

@@ -1,4 +1,4 @@
-"""A user's own node ids and files (issue 21 item 3, issue 18 findings 4 and 5).
+"""A user's own node ids and files.
 
 Ids of any kind (strings, 64-bit, negative) map to 0..N-1 and back; CSV/TSV (gzipped or not) and
 Parquet load the same graph; a node list adds isolated nodes; the memory bound refuses before it

@@ -111,7 +111,7 @@ def test_rerun_reuses_shards_and_finished_runs(pipeline_run, shard_cache):
 
 
 def test_rerun_leaves_a_finished_run_folder_untouched(pipeline_run, shard_cache):
-    """Issue 18: a finished seed is reused as it is (pipelines.core.finished), not relaunched with --resume, which
+    """A finished seed is reused as it is (pipelines.core.finished), not relaunched with --resume, which
     trained no step but rewrote last.pt, summary.json and config.json."""
     tmp, _ = pipeline_run
     seed_dir = tmp / "results" / "citeseer" / "tiny" / "original" / "seed1"
@@ -165,7 +165,7 @@ def test_score_rejects_unknown_node_ids(pipeline_run, tmp_path):
 
 
 def test_score_refuses_self_loops(pipeline_run, tmp_path):
-    """Issue 18: (5, 5) was scored 0.966; a node paired with itself is no link to predict."""
+    """(5, 5) was once scored 0.966; a node paired with itself is no link to predict."""
     tmp, _ = pipeline_run
     pairs = tmp_path / "loops.csv"
     pairs.write_text("src,dst\n1,2\n5,5\n7,7\n")

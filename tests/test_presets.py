@@ -8,7 +8,7 @@ def test_node_budget_matches_design():
     assert (n_max(1, 20), n_max(2, 20), n_max(1, 75), n_max(2, 5)) == (42, 842, 152, 62)
 
 
-# DESIGN.md §8 (the paper's Tables 3 and 4), transcribed row by row: name -> (dataset, protocol, (d, n), hidden,
+# docs/design.md (the paper's Tables 3 and 4), transcribed row by row: name -> (dataset, protocol, (d, n), hidden,
 # layers, heads, FFN, effective batch, epochs in full passes over the positives). A preset's `epochs` counts
 # passes over its views, each of train_percent % of the positives: collab's 10 epochs are 20 half-passes.
 PAPER_TABLE = {
@@ -23,7 +23,7 @@ PAPER_TABLE = {
     "ogbl-citation2": ("ogbl-citation2", "ogb", (1, 40), 512, 3, 8, 2048, 65536, 0.5),
     "ogbl-ddi": ("ogbl-ddi", "ogb", (1, 350), 512, 8, 8, 2048, 4096, 8),
 }
-HALF_OF_THE_POSITIVES = {"ogbl-collab", "ogbl-citation2"}  # DESIGN.md: "each over a seeded half of the positives"
+HALF_OF_THE_POSITIVES = {"ogbl-collab", "ogbl-citation2"}  # docs/design.md: "each over a seeded half of the positives"
 
 
 @pytest.mark.parametrize("name", sorted(PAPER_TABLE))
@@ -68,7 +68,7 @@ def test_errors_name_the_problem():
 
 
 def test_paper_presets_train_without_a_schedule():
-    """DESIGN.md: the reference training is AdamW at a fixed lr; only CPU presets of ours may decay it."""
+    """docs/design.md: the reference training is AdamW at a fixed lr; only CPU presets of ours may decay it."""
     for name in ("citeseer", "cora", "pubmed", "citeseer-heart", "ogbl-collab", "ogbl-ppa", "ogbl-ddi"):
         assert get_preset(name).lr_schedule == "constant"
 

@@ -147,7 +147,7 @@ def test_full_ranking_evaluation(run_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads((tmp_path / "m.json").read_text())["splits"]["test"]
     assert res["positives"] == 455
-    # citeseer: 295 of 455 test positives share no neighbour with their source (the count), so a
+    # citeseer: 295 of 455 test positives share no neighbour with their source, so a
     # 2-hop RA pool can hold at most the other 160
     assert 0 < res["recall@30"] <= 160 / 455
     for ranker in ("retriever_alone", "pencil_rerank"):

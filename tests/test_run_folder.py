@@ -1,4 +1,4 @@
-"""The run folder (issue 18, finding 1 and the start-up / checkpoint parts of 6): one trainer per --out (a real
+"""The run folder: one trainer per --out (a real
 second process is refused while the first runs; a SIGKILLed holder blocks nothing), a folder holding a run is
 refused without --resume / --overwrite, --overwrite clears only the run's files, --resume still resumes; the
 checkpoint writer leaves no temp file on any failure and names the file; a damaged last.pt is one line; a
@@ -301,7 +301,7 @@ def test_ctrl_c_while_importing_is_one_line_and_exit_130(shards, tmp_path):
 
 
 def test_a_ctrl_c_lost_in_a_fork_is_latched_and_raised_again():
-    """The swallow found in issue 18: a SIGINT handled inside an at-fork callback (logging registers one; the
+    """A swallowed Ctrl-C: a SIGINT handled inside an at-fork callback (logging registers one; the
     DataLoader forks its workers) is only printed by CPython as "Exception ignored", and the program goes
     on. Here the SIGINT arrives in the parent's at-fork callback, deterministically; the latch raises it at
     the next check, and the ignored exception is not printed."""

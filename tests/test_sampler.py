@@ -1,4 +1,4 @@
-"""Semantics of the link-centric ShaDowKHop sampler (DESIGN.md §3) on hand-built graphs.
+"""Semantics of the link-centric ShaDowKHop sampler on hand-built graphs.
 
 The sampler emits node sets; the edges a model sees are induced from them by common.induce (shard
 format v2). `sample()` below composes the two, so these tests pin the semantics of the whole

@@ -385,7 +385,7 @@ def test_missing_shard_names_the_file(tmp_path):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_corrupt_block_names_shard_and_member(tmp_path, workers):
     """A block whose node ids leave the graph fails on first read with one line naming shard and member
-    (issue 11), also when a loader worker process hits it."""
+   , also when a loader worker process hits it."""
     root = make_shard_set(tmp_path, shard_links=(16,), views=1, block=8)
     manifest = read_manifest(root)
     good = list(read_shard(root / "train-v000-00000.tar"))

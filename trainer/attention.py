@@ -141,7 +141,7 @@ def describe_backend(requested: str, resolved: str, attn_dropout: float) -> str:
 
 
 def bert_config(hidden: int, heads: int, ffn: int, dropout: float) -> BertConfig:
-    """The reference's BertLayer configuration (DESIGN.md §4), with HF's SDPA attention for the padded path."""
+    """The reference's BertLayer configuration, with HF's SDPA attention for the padded path."""
     cfg = BertConfig(hidden_size=hidden, num_attention_heads=heads, intermediate_size=ffn, hidden_act="gelu",
                      hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, layer_norm_eps=1e-12,
                      num_hidden_layers=1, vocab_size=1, max_position_embeddings=1, type_vocab_size=1,

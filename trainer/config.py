@@ -140,14 +140,14 @@ class TrainConfig:
     # auto search's rungs (pipelines.auto.search) resume a survivor with a later stop on the same trajectory
     stop_epoch: int | None = None
     checkpoint_every: int = 0  # also write last.pt every N optimiser steps (0 = by wall time only)
-    # last.pt at most once per this many seconds (checked at epoch ends and log steps), plus always when the
-    # run ends or stops: a 230 MB checkpoint after every 1.5 s epoch was most of the run. 0 = every epoch.
+    # last.pt at most once per this many seconds (checked at epoch ends and log steps), plus always when the run
+    # ends or stops: a big checkpoint after every short epoch would dominate the run. 0 = every epoch.
     checkpoint_seconds: float = 60.0
     test_every_eval: bool = False  # score test at every eval, not only when validation improves
     verify: bool = False  # check every shard's sha256, the graphs and query files before training
     deterministic: bool = False  # torch.use_deterministic_algorithms (CUDA: bit-identical reruns, slower)
-    # torch.compile the blocks' dense per-token work (trainer.model.Pencil.compile_blocks). Off by default: on
-    # CPU a whole step runs at 0.96x of eager (BENCHMARKS.md); bench/gpu_check.sh times it on the GPU.
+    # torch.compile the blocks' dense per-token work (trainer.model.Pencil.compile_blocks). Off by default: it
+    # does not pay on CPU (docs/benchmarks/); bench/gpu_check.sh times it on the GPU.
     # Like --deterministic, a resumed run may switch it (same model and data; only rounding and dropout masks).
     compile: bool = False
     threads: int = 0  # torch intra-op threads on CPU; 0 = half the cores per rank (see trainer.setup.cpu_threads)

@@ -1,4 +1,4 @@
-"""Streaming shards into token-budget micro-batches, a block of links at a time (issue 8; DESIGN.md §3, §6, §7).
+"""Streaming shards into token-budget micro-batches, a block of links at a time.
 
 One rank's training epoch, per loader worker, all array operations over blocks (never a Python object
 per link):
@@ -315,7 +315,7 @@ def close_loaders(*roles: str) -> None:
 def worker_error(err: Exception) -> Exception | None:
     """A worker's exception as DataLoader re-raises it ("Caught ShardError in DataLoader worker process 0.
     Original Traceback ...", many lines) -> the same type with the worker's own one-line message, so a
-    corrupt shard still reads as one line naming shard and member (issue 11). None if not such a wrapper."""
+    corrupt shard still reads as one line naming shard and member. None if not such a wrapper."""
     text = str(err)
     if not text.startswith("Caught ") or "DataLoader worker" not in text.split("\n", 1)[0]:
         return None

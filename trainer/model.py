@@ -7,7 +7,7 @@ Shapes: T tokens in the packed batch (PackedBatch), B samples, d hidden, n = n_m
                     H = Z + P_k(Â Z)      Â = D^-1 (A + I) over context tokens: scatter or bmm, by batch
     logit = Linear(2d, 1)(concat(H[u-task], H[v-task]))
 
-See DESIGN.md §4 and the paper's Section 3 / Appendix A.
+See docs/design.md and the paper's Section 3 / Appendix A.
 """
 from __future__ import annotations
 

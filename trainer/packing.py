@@ -2,7 +2,7 @@
 
 A sample b with N_b context nodes becomes N_b + 2 tokens: its context tokens in local-id order, then the
 u-task and v-task tokens (copies of local ids 0 and 1 with role "task"). Samples are concatenated; no
-padding anywhere, so a token budget buys real tokens (DESIGN.md §7).
+padding anywhere, so a token budget buys real tokens.
 
 The graph structure travels in one of two forms, picked per batch by edge density (BatchPacker):
 - sparse: a flat message list over token indices (adj_src -> adj_dst): both directions of every context

@@ -1,4 +1,4 @@
-"""The graph parts of PENCIL's forward pass, in the two forms a PackedBatch can carry (DESIGN.md §4).
+"""The graph parts of PENCIL's forward pass, in the two forms a PackedBatch can carry.
 
     embed:  H0 += X~_adj W0[n : 2n]        token i gets Σ_{j ∈ N(i)} W0[n + j] (task tokens: their endpoint's)
     prop:   Â Z = D^-1 (A + I) Z           over context tokens; task tokens aggregate what their endpoint does

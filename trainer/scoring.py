@@ -8,7 +8,7 @@ and seed policy, cuts token-budget batches and runs the model (GPU when the devi
 Seed policy: a pair's subgraph, local order and LRP copies depend only on (seed, ordering, src, dst),
 never on the other pairs of its batch or on the batch size, so the same pair scores the same in
 `pipelines.score` and in `pipelines.recommend` (up to float rounding of the padded attention).
-The sampler is passed in (`sample`): trainer never imports preprocess (DESIGN.md §1); the recipes
+The sampler is passed in (`sample`): trainer never imports preprocess; the recipes
 hand it `preprocess.sampler.sample_subgraphs`.
 """
 from __future__ import annotations

@@ -10,7 +10,7 @@ budget every micro-batch holds the cap, so the effective batch is exact.
 
 The step issues no host synchronisation on CUDA (no .item()/float() of device values, the counts go up
 through pinned memory): the host runs ahead and queues work. Loss and throughput reach the host only at
-log steps. Cadence (issue 9): last.pt at most once per --checkpoint-seconds (rank 0's clock, broadcast at
+log steps. Cadence: last.pt at most once per --checkpoint-seconds (rank 0's clock, broadcast at
 epoch ends and log steps so ranks agree) plus at the end / on a stop; best.pt holds weights only; test is
 scored only when validation improves (--test-every-eval for every time); evaluation runs in fp32.
 

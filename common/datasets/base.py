@@ -9,7 +9,7 @@ import numpy as np
 from common.graph import Graph
 
 SPLITS = ("train", "valid", "test")
-# Evaluation protocols (DESIGN.md §5). The negatives array shape says how they are used:
+# Evaluation protocols. The negatives array shape says how they are used:
 #   (Q, 2)    shared negatives, every positive is ranked against all of them;
 #   (P, K, 2) per-positive negatives, row i belongs to positive i.
 #   "hard": validation-only hard negatives (P, K, 2) the auto search draws from the training graph

@@ -48,7 +48,7 @@ def _arrays_from_dir(root: Path) -> dict[str, np.ndarray]:
 
 
 # 0-based ids in this format mean num_nodes = max id + 1: refuse an id space this much wider than the ids
-# that exist (issue 18: one id of 2,147,483,653 among 1,500 edges made preprocess allocate 24 GB and die).
+# that exist (one id of 2,147,483,653 among 1,500 edges once made preprocess allocate 24 GB and die).
 MAX_SPARSITY = 100
 
 

@@ -4,7 +4,7 @@
 
 Why: on a CPU budget the search trains the winner for 1-2 epochs, too few for the model to rank the top
 of a dense graph as sharply as exact low-degree common-neighbour counts do, while its AUC (the whole
-ranking) already wins (BENCHMARKS.md, issue 21). The heuristic, on log scale like the logit, adds the
+ranking) already wins. The heuristic, on log scale like the logit, adds the
 counts the model has not learnt yet; w = 0 leaves the model alone.
 
 What the choice sees: every final seed's validation logits of the selection protocol (valid/original,

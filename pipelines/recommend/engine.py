@@ -25,9 +25,8 @@ from trainer.scoring import PairSampler, PairScorer
 log = logging.getLogger("pipelines.recommend")
 COLUMNS = ("node", "candidate", "rank", "score", "retriever_score")
 # --prior-weight's default: the weight w of the retriever's rank prior added to PENCIL's logit (see
-# `probabilities`), chosen on VALIDATION full ranking only: the valid sweep's mean over citeseer and cora,
-# retrievers ra/ppr/mix, 3 seeds each (BENCHMARKS.md, Recommendations) gives Hits@20 41.1 (w 0), 42.4 (0.5),
-# 42.5 (1), 42.0 (2), 41.1 (8) and MRR 19.0, 20.7, 20.8, 20.2, 19.6: w = 1 is best on both.
+# `probabilities`), the best on VALIDATION full ranking over citeseer and cora, three retrievers, 3 seeds each
+# (the sweep is in docs/benchmarks/).
 DEFAULT_PRIOR_WEIGHT = 1.0
 
 
