@@ -158,10 +158,11 @@ def test_estimation_reads_the_same_subgraphs_and_targets_as_pencil(shard_cache):
     from types import SimpleNamespace
 
     from common.shards import read_manifest, read_shard, shard_entries
-    from pipelines.paper.heuristic_estimation import HE_PRESETS, shard_subgraphs, target_shards
+    from common.presets import EXPERIMENT_PRESETS
+    from pipelines.paper.heuristic_estimation import shard_subgraphs, target_shards
 
     args = SimpleNamespace(shards=str(cached_set(shard_cache, "heuristic_estimation")), planetoid_dir=None, num_cpus=2)
-    manifest = read_manifest(target_shards(args, HE_PRESETS["tiny"], "cn"))
+    manifest = read_manifest(target_shards(args, EXPERIMENT_PRESETS["heuristic_estimation"]["tiny"], "cn"))
     (node_ptr, edge_ptr, edges), target = shard_subgraphs(manifest, "test")
     blocks = [b for e in shard_entries(manifest, "test", "original") for b in read_shard(f"{manifest['root']}/{e['name']}")]
     assert np.array_equal(target, np.concatenate([b.label for b in blocks]))

@@ -77,6 +77,30 @@ def build_parser(prog: str = PROG) -> Parser:
     return p
 
 
+def _list(text: str, flag: str, allowed=None, cast=str) -> list:
+    try:
+        values = list(dict.fromkeys(cast(t.strip()) for t in text.split(",") if t.strip()))
+    except ValueError:
+        values = []
+    bad = [v for v in values if allowed is not None and v not in allowed]
+    if bad or not values:
+        raise LatentError(f"{flag}: expected a comma-separated subset of {','.join(map(str, allowed or ['integers']))}, got '{text}'")
+    return values
+
+
+def parse_settings(text: str, grid: list[tuple]) -> list[tuple]:
+    """'2:1,1:8' -> [(2, 1), (1, 8)], each one of the tables' settings."""
+    try:
+        chosen = [tuple(int(v) for v in item.split(":")) for item in text.split(",") if item.strip()]
+    except ValueError:
+        chosen = []
+    bad = [c for c in chosen if c not in grid]
+    if bad or not chosen:
+        raise LatentError(f"--settings: expected S:MU pairs among {','.join(f'{s}:{m}' for s, m in grid)}, got '{text}'")
+    return list(dict.fromkeys(chosen))
+
+
+# ---------------------------------------------------------------------------- the three kinds of model
 def heuristic_records(ds, sm, models: list[str]) -> list[dict]:
     names = [m.lower() for m in models if m in ("CN", "AA")]
     if not names:
