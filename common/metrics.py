@@ -169,8 +169,8 @@ def evaluate(protocol: str, pos_scores, neg_scores) -> dict[str, float]:
     Every protocol: AUC and AP of the positives against all negatives pooled (classification_metrics).
     """
     neg = _as_scores(neg_scores, "neg_scores")
-    if protocol not in ("original", "heart", "ogb", "hard"):
-        raise MetricsError(f"unknown protocol '{protocol}'; use original, heart, ogb or hard")
+    if protocol not in ("original", "heart", "ogb"):
+        raise MetricsError(f"unknown protocol '{protocol}'; use original, heart or ogb")
     pos = _as_scores(pos_scores, "pos_scores")
     if neg.ndim == 2:
         return {**ranking_metrics(rank_against_own(pos, neg)), **classification_metrics(pos, neg)}

@@ -19,14 +19,15 @@ from common.atomic import write_json_atomic
 from common.cli import latch_sigint, run_cli
 from common.heuristics import score_split
 from common.presets import PRESETS, get_preset, preset_for_protocol
-from pipelines.auto.search import search_and_train
+from pipelines.auto import blend
+from pipelines.auto.recipe import search_and_train
 from pipelines.core import finished
 from pipelines.core.children import exit_on_sigterm
 from pipelines.core.plots import plot_runs
 from pipelines.core.results import METRICS, aggregate, fmt, markdown, publish_results, table_json
 from pipelines.core.seeds import SeedFlagsError, check_trainer_flags, result_record, train_seeds
 from pipelines.core.shard_sets import load_run_dataset, preset_shard_set
-from pipelines.core.trainers import cuda_devices
+from pipelines.core.trainers import cuda_devices, device_kind
 from pipelines.core.run_args import PROG, RunError, build_parser, validate_args
 
 log = logging.getLogger("pipelines.run")
@@ -50,15 +51,15 @@ def pick_preset(args, dataset: str) -> str:
 
 
 def check_objective(args, preset_name: str) -> None:
-    """--objective recommend acts through --preset auto's training-negatives stage: without the stage it
-    would change nothing, so say so before any work."""
+    """--objective recommend acts through --preset auto's training views: with another preset it would change
+    nothing, so say so before any work."""
     if args.objective == "link-prediction":
         return
     if preset_name != AUTO:
-        raise RunError(f"--objective {args.objective}: chooses --preset auto's training negatives on validation; "
-                       f"preset {preset_name} has no such choice: add --preset auto, or drop --objective")
+        raise RunError(f"--objective {args.objective}: sets --preset auto's training negatives; preset {preset_name} "
+                       "has its own: add --preset auto, or drop --objective (--hard-neg-fraction sets them directly)")
     if args.hard_neg_fraction is not None:
-        raise RunError(f"--objective {args.objective}: chooses the training negatives, which --hard-neg-fraction "
+        raise RunError(f"--objective {args.objective}: sets the training negatives, which --hard-neg-fraction "
                        f"{args.hard_neg_fraction:g} fixes: pass one of the two")
 
 
@@ -72,12 +73,12 @@ def heuristic_rows(dataset_obj, protocol: str) -> list[dict]:
 
 def run_protocol(args, dataset_obj, preset_name: str, protocol: str, out: Path) -> list[dict]:
     runs = {seed: out / protocol / f"seed{seed}" for seed in args.seed_list}
-    chosen, priors = None, {}
+    chosen, blended = None, None
     if preset_name == AUTO:
-        summaries, chosen, priors = search_and_train(args, dataset_obj, protocol, out / protocol, runs)
+        summaries, chosen, blended = search_and_train(args, dataset_obj, protocol, out / protocol, runs)
     else:
         preset_name = preset_for_protocol(preset_name, protocol)  # e.g. the paper's HeaRT config
-        shards = preset_shard_set(args, get_preset(preset_name), [protocol])
+        shards = preset_shard_set(args, get_preset(preset_name), [protocol], dataset_obj, device_kind(args.device))
         summaries = train_seeds(args, preset_name, shards, protocol, runs)
     results = []
     for seed, run_dir in runs.items():
@@ -85,33 +86,29 @@ def run_protocol(args, dataset_obj, preset_name: str, protocol: str, out: Path) 
         record = result_record(dataset_obj.name, protocol, preset_name, seed, summary, args.features)
         if args.hard_neg_fraction:  # only when set, so the records of uniform-negative runs stay as they were
             record["hard_neg_fraction"] = args.hard_neg_fraction
-        if chosen:
-            # the searched config, with the run, and its training negatives (pipelines.auto.negatives)
-            record["auto"] = {k: chosen[k] for k in ("cid", "config", "epochs", "hard_neg_fraction")}
-            record["auto"]["prior"] = {k: v for k, v in priors[seed].items() if k not in ("grid", "test")}
+        if chosen:  # the searched config and its blend, with the run
+            record["auto"] = {"cid": chosen["cid"], "config": chosen["config"], "epochs": chosen["epochs"],
+                              "blend": {k: blended["choice"][k] for k in ("heuristic", "weight", "metric")}}
         finished.write_if_changed(run_dir / "result.json", record)
         results.append(record)
         log.info("seed %d: test %s = %.2f (best epoch %s)", seed, summary.get("selection_metric", "mrr"),
                  100 * record["test"].get(summary.get("selection_metric", "mrr"), float("nan")), record["best_epoch"])
-    results += prior_records(results, priors, runs)
-    plot_runs([out / protocol / f"seed{r['seed']}" for r in results if "prior" not in r], out / protocol)
+    if blended:
+        results += blend_records(results, blended, runs)
+    plot_runs([out / protocol / f"seed{r['seed']}" for r in results if "blend_of" not in r], out / protocol)
     return results
 
 
-def prior_records(results: list[dict], priors: dict[int, dict], runs: dict[int, Path]) -> list[dict]:
-    """The `--preset auto` blend rows (pipelines.auto.blend), one per seed, in seed<k>/prior/result.json so
-    `python -m pipelines.report` over the folder shows them too; none for the paper presets."""
-    if not priors:
-        return []
-    from pipelines.auto.blend import prior_model_name
-    name = prior_model_name(results[0]["model"], list(priors.values()))
+def blend_records(results: list[dict], blended: dict, runs: dict[int, Path]) -> list[dict]:
+    """The `--preset auto` blend row, one record per seed in seed<k>/blend/result.json, so `pencil report` over
+    the folder shows it too; the model alone keeps its own row."""
+    name = blend.row_name(results[0]["model"], blended["choice"])
     out = []
     for record in results:
-        prior = priors[record["seed"]]
-        blend = {**record, "model": name, "test": prior["test"], "prior": record["auto"]["prior"],
-                 "valid": {prior["metric"]: prior["valid"]}}
-        finished.write_if_changed(runs[record["seed"]] / "prior" / "result.json", blend)
-        out.append(blend)
+        seed = record["seed"]
+        row = {**record, "model": name, "test": blended["test"][seed], "blend_of": record["model"]}
+        finished.write_if_changed(runs[seed] / "blend" / "result.json", row)
+        out.append(row)
     return out
 
 

@@ -222,4 +222,4 @@ def eval_candidates(pos: np.ndarray, neg: np.ndarray, canonical: bool) -> Candid
 def protocol_candidates(dataset, split: str, protocol: str) -> Candidates:
     """Eval candidates of `split` under `protocol` (original, heart or ogb)."""
     s = dataset.splits[split]
-    return eval_candidates(s.positives(protocol), s.negatives(protocol), canonical=(protocol in ("heart", "hard")))
+    return eval_candidates(s.pos, s.negatives(protocol), canonical=(protocol == "heart"))

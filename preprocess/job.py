@@ -148,8 +148,6 @@ def candidate_sets(config: PreprocessConfig, dataset, protocols: list[str]) -> l
             raise ConfigError(f"--splits: {dataset.name} has no {split} split")
         for protocol in protocols:
             if protocol not in dataset.splits[split].neg:
-                if protocol == "hard":
-                    continue  # validation-only by design (common.graph_stats): test keeps its own protocols
                 log.warning("%s: split %s has no %s negatives; skipped", dataset.name, split, protocol)
                 continue
             graph = "test" if split == "test" and dataset.test_graph is not None else "train"

@@ -13,18 +13,18 @@ import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Sequence
 
-from common.presets import LR_SCHEDULES, PRESETS, get_preset
+from common.presets import ALIASES, LR_SCHEDULES, PRESETS, get_preset
 
 SPLITS = ("valid", "test")
 # common.datasets.PROTOCOLS, kept literal (config stays light); a test checks they agree.
-PROTOCOLS = ("original", "heart", "ogb", "hard")
+PROTOCOLS = ("original", "heart", "ogb")
 # --w0-init spellings -> trainer.model.W0_INITS (kept literal: config must not import the model / torch)
 W0_INIT_FLAGS = {"orthogonal": "orthogonal", "gaussian": "gaussian", "low-rank": "low_rank"}
 # Fields a resumed run may change without breaking "continue exactly where it stopped": they control
 # when the run stops, logs and saves, not the trajectory of parameters or data.
-RESUME_OVERRIDABLE = ("epochs", "stop_epoch", "max_steps", "eval_every", "checkpoint_every", "checkpoint_seconds", "log_every",
+RESUME_OVERRIDABLE = ("epochs", "stop_epoch", "patience", "max_steps", "eval_every", "checkpoint_every", "checkpoint_seconds", "log_every",
                       "progress", "resume", "out", "device", "test_every_eval", "deterministic", "threads",
-                      "verify", "compile", "overwrite", "save_scores", "score_protocols",
+                      "verify", "compile", "overwrite", "save_scores",
                       "eval_weights")
 # Default micro-batch size: on CUDA about this many tokens (trainer.config.resolve); on CPU at most this many links.
 GPU_MICRO_TOKENS = 65_536
@@ -139,6 +139,8 @@ class TrainConfig:
     # stop (evaluate, save last.pt) after this many epochs while the lr schedule still spans `epochs`: the
     # auto search's rungs (pipelines.auto.search) resume a survivor with a later stop on the same trajectory
     stop_epoch: int | None = None
+    # early stopping: stop once this many evaluations in a row have not improved validation (None: never)
+    patience: int | None = None
     checkpoint_every: int = 0  # also write last.pt every N optimiser steps (0 = by wall time only)
     # last.pt at most once per this many seconds (checked at epoch ends and log steps), plus always when the run
     # ends or stops: a big checkpoint after every short epoch would dominate the run. 0 = every epoch.
@@ -155,14 +157,12 @@ class TrainConfig:
     progress: bool = True
     resume: bool = False
     overwrite: bool = False  # clear the run folder's files first (trainer.run_folder)
-    # rank 0 writes every eval set's per-candidate logits of the summary's evaluation (common.eval_scores),
-    # and also scores these extra validation protocols then (the auto recipe's heuristic prior: valid/hard)
+    # rank 0 writes every eval set's per-candidate logits of the summary's evaluation (common.eval_scores)
     save_scores: bool = False
-    score_protocols: tuple[str, ...] = ()
     eval_weights: str | None = None  # evaluate these saved weights (a best.pt) once instead of training (eval_only)
 
     def __post_init__(self):
-        _check(self.preset in PRESETS, "--preset", f"unknown preset '{self.preset}'; choose one of: {', '.join(sorted(PRESETS))}")
+        _check(self.preset in PRESETS or self.preset in ALIASES, "--preset", f"unknown preset '{self.preset}'; choose one of: {', '.join(sorted(PRESETS))}")
         _check(bool(self.out), "--out", "a run directory is required")
         _check(self.epochs > 0, "--epochs", f"must be > 0, got {self.epochs}")
         _check(self.eval_every >= 1, "--eval-every", f"must be >= 1, got {self.eval_every}")
@@ -170,11 +170,9 @@ class TrainConfig:
         for s in self.eval_splits:
             _check(s in SPLITS, "--eval-splits", f"unknown split '{s}'; use a subset of {','.join(SPLITS)}")
         _check(self.protocol in PROTOCOLS, "--protocol", f"unknown protocol '{self.protocol}'")
-        self.score_protocols = tuple(self.score_protocols)
-        _check(set(self.score_protocols) <= set(PROTOCOLS) and (self.save_scores or not self.score_protocols),
-               "--score-protocols", f"needs --save-scores and a subset of {','.join(PROTOCOLS)}, got {self.score_protocols}")
         _check(self.device in ("auto", "cpu", "cuda"), "--device", f"must be auto, cpu or cuda, got '{self.device}'")
         _check(self.stop_epoch is None or self.stop_epoch >= 1, "--stop-epoch", f"must be >= 1, got {self.stop_epoch}")
+        _check(self.patience is None or self.patience >= 1, "--patience", f"must be >= 1, got {self.patience}")
         _check(self.max_steps is None or self.max_steps >= 1, "--max-steps", f"must be >= 1, got {self.max_steps}")
         _check(self.checkpoint_every >= 0, "--checkpoint-every", f"must be >= 0, got {self.checkpoint_every}")
         _check(self.checkpoint_seconds >= 0, "--checkpoint-seconds", f"must be >= 0, got {self.checkpoint_seconds}")
@@ -185,7 +183,7 @@ class TrainConfig:
     # ------------------------------------------------------------------ JSON round trip
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["eval_splits"], d["score_protocols"] = list(self.eval_splits), list(self.score_protocols)
+        d["eval_splits"] = list(self.eval_splits)
         return d
 
     @classmethod
@@ -273,7 +271,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g.add_argument("--hidden", type=int)
     g.add_argument("--layers", type=int)
     g.add_argument("--protocol", choices=PROTOCOLS, metavar="PROTOCOL",
-                   help="evaluation protocol: original, heart, ogb (hard: the search's validation negatives)")
+                   help="evaluation protocol: original, heart or ogb")
     g.add_argument("--lr-schedule", choices=LR_SCHEDULES, advanced=True,
                    help="constant (the paper's) or cosine decay to 0 over the run")
     g.add_argument("--weight-decay", type=float, advanced=True)
@@ -317,13 +315,13 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     d.add_argument("--save-scores", action="store_true", advanced=True,
                    help="write each eval set's per-candidate logits at the summary's evaluation to "
                         "OUT/scores/<split>-<protocol>.npz")
-    d.add_argument("--score-protocols", default="", advanced=True,
-                   help="with --save-scores: extra validation protocols scored then")
     d.add_argument("--eval-weights", metavar="BEST_PT", advanced=True,
                    help="no training: evaluate these weights once, at their epoch")
     d.add_argument("--max-steps", type=int, advanced=True, help="stop after this many optimiser steps")
     d.add_argument("--stop-epoch", type=int, metavar="E", advanced=True,
                    help="stop after E epochs; the lr schedule still spans --epochs (resume later with a larger E)")
+    d.add_argument("--patience", type=int, metavar="P", advanced=True,
+                   help="stop early once P evaluations in a row have not improved validation (default: never)")
     d.add_argument("--checkpoint-every", type=int, default=0, advanced=True,
                    help="also save last.pt every N optimiser steps")
     d.add_argument("--checkpoint-seconds", type=float, default=60.0, advanced=True,
@@ -367,11 +365,11 @@ def config_from_args(argv: Sequence[str] | None = None, prog: str = PROG) -> Tra
                              wpe=args.wpe, lrp=args.lrp),
         epochs=pick(args.epochs, preset.epochs), eval_every=pick(args.eval_every, preset.eval_every),
         eval_splits=tuple(s for s in args.eval_splits.split(",") if s), protocol=pick(args.protocol, preset.protocol),
-        seed=args.seed, device=args.device, max_steps=args.max_steps, stop_epoch=args.stop_epoch, checkpoint_every=args.checkpoint_every,
+        seed=args.seed, device=args.device, max_steps=args.max_steps, stop_epoch=args.stop_epoch, patience=args.patience, checkpoint_every=args.checkpoint_every,
         checkpoint_seconds=args.checkpoint_seconds, test_every_eval=args.test_every_eval, verify=args.verify,
         deterministic=args.deterministic, compile=args.compile, threads=args.threads, log_every=args.log_every,
         progress=not args.no_progress, save_scores=args.save_scores,
-        score_protocols=tuple(s for s in args.score_protocols.split(",") if s), eval_weights=args.eval_weights)
+        eval_weights=args.eval_weights)
 
 
 def config_for(preset: str, shards: str, out: str, **overrides) -> TrainConfig:

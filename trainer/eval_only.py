@@ -13,6 +13,7 @@ import json
 import logging
 from pathlib import Path
 
+from common.atomic import write_text_atomic
 from trainer import checkpoint, data, distributed
 
 log = logging.getLogger("trainer")
@@ -29,12 +30,12 @@ def evaluate_weights(trainer, path: str) -> dict:
     st.step, st.epoch, st.batch = int(saved["best_step"]), int(saved["best_epoch"]) + 1, 0
     if info.is_main:
         trainer.out.mkdir(parents=True, exist_ok=True)
-        (trainer.out / "config.json").write_text(json.dumps(trainer.config.to_dict(), indent=1))
+        write_text_atomic(trainer.out / "config.json", json.dumps(trainer.config.to_dict(), indent=1))
     log.info("--eval-weights: evaluating %s (epoch %d, step %d) without training", path, st.epoch - 1, st.step)
     trainer.run_eval(final=True)
     summary = {**trainer.summary(), "weights_from": str(Path(path).resolve())}
     if info.is_main:
-        (trainer.out / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
+        write_text_atomic(trainer.out / "summary.json", json.dumps(summary, indent=1, default=float))
     trainer.metrics.close()
     data.close_loaders()
     distributed.barrier(info)

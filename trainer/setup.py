@@ -85,9 +85,4 @@ def check_run(config: TrainConfig, manifest: dict | None = None) -> dict:
             eval_entry(manifest, split, config.protocol)
         except Exception as err:  # ShardError: re-raised naming the flag
             raise ConfigError(f"--protocol {config.protocol}: {err}") from None
-    for protocol in config.score_protocols:
-        try:
-            eval_entry(manifest, "valid", protocol)
-        except Exception as err:
-            raise ConfigError(f"--score-protocols {protocol}: {err}") from None
     return manifest

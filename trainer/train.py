@@ -34,6 +34,7 @@ from common.eval_scores import scores_path, write_scores
 from common.metrics import improves
 from common.presets import get_preset
 from common.cli import raise_if_interrupted
+from common.atomic import write_text_atomic
 from trainer import checkpoint, data, distributed, run_folder
 from trainer.config import ConfigError, TrainConfig, build_parser, config_from_args, merge_for_resume, resolve
 from trainer.eval_only import evaluate_weights
@@ -154,7 +155,7 @@ class Trainer:
         cfg, info, st = self.config, self.info, self.state
         if info.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
-            (self.out / "config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
+            write_text_atomic(self.out / "config.json", json.dumps(cfg.to_dict(), indent=1))
         from trainer.attention import describe_backend
 
         log.info("PENCIL trainer: attention backend %s | device %s | world size %d (%s) | %d trainable parameters",
@@ -171,19 +172,24 @@ class Trainer:
                  if cfg.data.orderings > 1 else "")
         self._clock = self._saved_at = time.time()
         n_epochs = min(math.ceil(cfg.epochs), cfg.stop_epoch or math.ceil(cfg.epochs))
-        stopped = False
+        stopped = self.converged()
         while st.epoch < n_epochs and not stopped:
-            stopped = self.train_epoch(n_epochs)
+            stopped = self.train_epoch(n_epochs) or self.converged()
         if st.last_eval_step != st.step:
             self.run_eval(final=True)
         self.save_last()
         summary = self.summary()
         if info.is_main:
-            (self.out / "summary.json").write_text(json.dumps(summary, indent=1, default=float))
+            write_text_atomic(self.out / "summary.json", json.dumps(summary, indent=1, default=float))
         self.metrics.close()
         data.close_loaders()  # the run's persistent loader workers end with it
         distributed.barrier(info)  # when run() returns on any rank, rank 0's files are complete
         return summary
+
+    def converged(self) -> bool:
+        """--patience P: the last P evaluations (P epochs at --eval-every 1) did not improve validation."""
+        p, st = self.config.patience, self.state
+        return bool(p and st.best_epoch is not None and st.epoch - 1 - st.best_epoch >= p * self.config.eval_every)
 
     def _steps_left(self) -> bool:
         return self.config.max_steps is None or self.state.step < self.config.max_steps
@@ -286,10 +292,7 @@ class Trainer:
             log.info("new best valid %s %.4f at epoch %d", self.metric, st.best_metric, st.best_epoch)
 
     def _save_scores(self, keep: dict, epoch: int, final: bool) -> None:
-        """Score the extra validation protocols too (every rank: it gathers), then rank 0 writes each file."""
-        for protocol in self.config.score_protocols:
-            if ("valid", protocol) not in keep:
-                self._eval_split("valid", epoch, final, keep, protocol)
+        """Rank 0 writes each evaluated set's scores."""
         for (split, protocol), (cid, score) in keep.items() if self.info.is_main else ():
             write_scores(scores_path(self.out, split, protocol), cid, score, epoch)
 
@@ -334,7 +337,8 @@ class Trainer:
         return {"preset": cfg.preset, "dataset": self.preset.dataset, "protocol": cfg.protocol,
                 "selection_metric": self.metric, "best_epoch": st.best_epoch, "best_step": st.best_step,
                 "valid": st.best.get("valid"), "test": st.best.get("test"), "last_eval": st.last_eval,
-                "steps": st.step, "epochs_completed": st.epoch, "train_time_s": round(st.train_time_s, 3),
+                "steps": st.step, "epochs_completed": st.epoch, "converged": self.converged(),
+                "train_time_s": round(st.train_time_s, 3),
                 "attention_backend": self.core.attention_backend, "world_size": self.info.world_size,
                 "device": str(self.info.device), "accumulation": self.accum,
                 "num_parameters": self.core.num_parameters(), "config": cfg.to_dict()}

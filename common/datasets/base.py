@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -12,9 +12,7 @@ SPLITS = ("train", "valid", "test")
 # Evaluation protocols. The negatives array shape says how they are used:
 #   (Q, 2)    shared negatives, every positive is ranked against all of them;
 #   (P, K, 2) per-positive negatives, row i belongs to positive i.
-#   "hard": validation-only hard negatives (P, K, 2) the auto search draws from the training graph
-#   (common.graph_stats.hard_negatives); ranked like heart.
-PROTOCOLS = ("original", "heart", "ogb", "hard")
+PROTOCOLS = ("original", "heart", "ogb")
 
 
 class DatasetError(ValueError):
@@ -25,12 +23,6 @@ class DatasetError(ValueError):
 class Split:
     pos: np.ndarray  # (P, 2) int64
     neg: dict[str, np.ndarray] = field(default_factory=dict)  # protocol -> negatives
-    # protocol -> the positives its per-positive negatives rank, where that is a subset of `pos`
-    # (the auto search's "hard" validation set ranks a seeded subset); absent: `pos`
-    protocol_pos: dict[str, np.ndarray] = field(default_factory=dict)
-
-    def positives(self, protocol: str) -> np.ndarray:
-        return self.protocol_pos.get(protocol, self.pos)
 
     def negatives(self, protocol: str) -> np.ndarray:
         if protocol not in self.neg:
@@ -81,6 +73,10 @@ class LinkDataset:
             return self.test_graph
         return self.graph
 
+    def without_test(self) -> "LinkDataset":
+        """The dataset as selection may see it: the training graph and validation, no test split nor test graph."""
+        return replace(self, splits={k: v for k, v in self.splits.items() if k != "test"}, test_graph=None)
+
     def selection_metric(self, protocol: str) -> str:
         return self.metric.get(protocol, "mrr")
 
@@ -97,9 +93,6 @@ class LinkDataset:
             for proto in sorted(split.neg):
                 h.update(proto.encode())
                 h.update(np.ascontiguousarray(split.neg[proto], dtype=np.int64))
-            for proto in sorted(split.protocol_pos):
-                h.update(f"pos/{proto}".encode())
-                h.update(np.ascontiguousarray(split.protocol_pos[proto], dtype=np.int64))
         if self.node_ids is not None:  # only then, so datasets without a mapping keep their cache keys
             h.update(b"node_ids")
             h.update(node_ids_digest(self.node_ids).encode())

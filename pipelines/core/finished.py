@@ -29,7 +29,8 @@ def finished_summary(run_dir: Path, flags: list[str]) -> dict | None:
         summary = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return None
-    return summary if recorded == canonical(flags) and (run_dir / "last.pt").is_file() else None
+    whole = (run_dir / "last.pt").is_file() or summary.get("weights_from")  # --eval-weights writes no last.pt
+    return summary if recorded == canonical(flags) and whole else None
 
 
 def forget(run_dir: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from common.presets import preset_for_protocol
 from pipelines.core import finished
-from pipelines.core.trainers import Job, run_trainers, trainer_slots
+from pipelines.core.trainers import Job, TrainerError, run_trainers, trainer_slots
 
 log = logging.getLogger("pipelines")
 
@@ -23,11 +23,12 @@ class SeedFlagsError(ValueError):
     """A bad --train-arg; the message names it."""
 
 
-def trainer_flags(args, preset_name: str, shards: str, protocol: str, seed: int, run_dir: Path) -> list[str]:
+def trainer_flags(args, preset_name: str, shards: str, protocol: str, seed: int, run_dir: Path,
+                  fresh: bool = False) -> list[str]:
     """The seed's trainer flags. A seed folder with a last.pt resumes (a finished seed only re-reads it);
     one without is the leftover of a run killed before its first checkpoint (or nothing), which is
     cleared: the recipe owns its seed folders (trainer.run_folder refuses a run folder otherwise)."""
-    resume = (run_dir / "last.pt").is_file()
+    resume = (run_dir / "last.pt").is_file() and not fresh
     flags = ["--shards", str(shards), "--preset", preset_name, "--out", str(run_dir), "--seed", str(seed),
              "--protocol", protocol, "--device", args.device, "--resume" if resume else "--overwrite"]
     if args.epochs:
@@ -55,9 +56,14 @@ def check_trainer_flags(args, preset_name: str, protocols: list[str], out: Path)
             raise SeedFlagsError(f"--train-arg {given}: {lines[-1].split('error: ', 1)[-1]}") from None
 
 
-def train_seeds(args, preset_name: str, shards: str, protocol: str, runs: dict[int, Path]) -> dict[int, dict]:
-    """{seed: summary} of every run: finished seeds reused untouched, the others trained in the pool."""
-    flags = {seed: trainer_flags(args, preset_name, shards, protocol, seed, d) for seed, d in runs.items()}
+def train_seeds(args, preset_name: str, shards: str, protocol: str, runs: dict[int, Path],
+                extra: dict[int, list[str]] | None = None, stop_at: float | None = None,
+                fresh: frozenset = frozenset()) -> dict[int, dict]:
+    """{seed: summary} of every run: finished seeds reused untouched, the others trained in the pool.
+    `extra`: more trainer flags per seed; `stop_at`: the pool's deadline (a stopped seed raises); `fresh`:
+    seeds whose folder is cleared rather than resumed."""
+    flags = {seed: trainer_flags(args, preset_name, shards, protocol, seed, d, seed in fresh)
+             + (extra or {}).get(seed, []) for seed, d in runs.items()}
     done = {seed: s for seed in runs if (s := finished.finished_summary(runs[seed], flags[seed])) is not None}
     for seed in done:
         log.info("seed %d: finished with these flags in %s; reused", seed, runs[seed])
@@ -66,8 +72,11 @@ def train_seeds(args, preset_name: str, shards: str, protocol: str, runs: dict[i
         finished.forget(run_dir)
         log.info("training seed %d (log: %s)", seed, run_dir / "trainer.log")
     jobs = {f"seed {seed}": Job(flags[seed], d) for seed, d in todo.items()}
-    run_trainers(jobs, min(len(jobs) or 1, trainer_slots(args.device, args.parallel_seeds or 0)),
-                 device_flag=args.device)
+    _, stopped = run_trainers(jobs, min(len(jobs) or 1, trainer_slots(args.device, args.parallel_seeds or 0)),
+                              stop_at, device_flag=args.device)
+    if stopped:
+        raise TrainerError(f"{', '.join(stopped)}: stopped by the time budget before finishing; rerun with a larger "
+                           "--budget-minutes (finished seeds are reused, stopped ones resume)")
     for seed in todo:
         finished.mark_finished(runs[seed], flags[seed])
         done[seed] = json.loads((runs[seed] / "summary.json").read_text())

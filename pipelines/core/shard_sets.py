@@ -38,10 +38,19 @@ def preset_views(args, preset) -> int:
     return args.views or max(1, min(20, int(round(args.epochs or preset.epochs))))
 
 
-def preset_shard_set(args, preset, protocols: list[str]) -> str:
-    """Build or reuse a preset's shard set (its sampling, views and training percent)."""
-    return build_shard_set(preprocess_config(args, preset.sampling, preset_views(args, preset), preset.train_percent,
-                                             protocols))
+def view_percent(preset, train_positives: int, device: str) -> float:
+    """% of the training positives in each view: the preset's, capped on CPU by its cpu_view_positives."""
+    cap = preset.cpu_view_positives if device == "cpu" else None
+    if not cap or train_positives <= cap:
+        return preset.train_percent
+    return min(preset.train_percent, round(100.0 * cap / train_positives, 3))
+
+
+def preset_shard_set(args, preset, protocols: list[str], dataset, device: str) -> str:
+    """Build or reuse a preset's shard set (its sampling, views and training percent) for the loaded dataset."""
+    percent = view_percent(preset, len(dataset.splits["train"].pos), device)
+    cfg = preprocess_config(args, preset.sampling, preset_views(args, preset), percent, protocols)
+    return build_shard_set(cfg, None if cfg.features else dataset)  # features: the job loads them itself
 
 
 def build_shard_set(cfg, dataset=None, keep_ray: bool = False) -> str:

@@ -31,7 +31,8 @@ from pipelines.core.plots import read_metrics, save_figure
 from pipelines.core.results import aggregate, fmt, publish_results, table_json
 from pipelines.core.run_args import build_parser as run_parser, validate_args as validate_run_args
 from pipelines.core.seeds import SeedFlagsError, check_trainer_flags, result_record, train_seeds
-from pipelines.core.shard_sets import preset_shard_set
+from pipelines.core.shard_sets import load_run_dataset, preset_shard_set
+from pipelines.core.trainers import device_kind
 
 log = logging.getLogger("pipelines.paper.ablations")
 SUITES = ("mr", "w0", "wpe", "depth", "lrp")
@@ -240,7 +241,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
             check_trainer_flags(rargs, preset.name, [preset.protocol], out)
         except SeedFlagsError as err:
             raise AblationError(str(err)) from None
-    shards = preset_shard_set(rargs, preset, [preset.protocol])  # one shard set for every variant
+    shards = preset_shard_set(rargs, preset, [preset.protocol], load_run_dataset(rargs), device_kind(rargs.device))  # one shard set for every variant
     results = []
     for variant in todo:
         results += run_variant(rargs, extra, preset, variant, shards, seeds, out)

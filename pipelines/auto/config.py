@@ -1,0 +1,82 @@
+"""What `--preset auto` searches and how: the candidates (the fixed general-purpose default and two
+alternatives) and the search's knobs, in one dataclass.
+
+The default is the `general` preset (common/presets.py): what a user would get with no search at all. The
+alternatives change one thing each, the sampling: two hops (sparse graphs, where one hop sees little) and a
+wider hop (dense graphs, where 20 neighbours cut the common ones). The model and optimiser stay the
+default's, so a choice never trades one knob against another.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+from common.presets import get_preset
+
+DEFAULT_PRESET = "general"
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    # A run's epochs: enough for min_steps optimiser steps, within [min_epochs, max_epochs] (the lr schedule
+    # spans them). A small graph's epoch is a few steps, so it gets more epochs; a large one the preset's 12.
+    min_steps: int = 1500
+    min_epochs: int = 12
+    max_epochs: int = 60
+    grace_period: float = 1 / 6  # of the run's epochs (at least 2) every candidate trains before any is cut
+    reduction_factor: int = 3  # after the grace period, 1 in reduction_factor alternatives goes on
+    patience: float = 1 / 4  # of the run's epochs (at least 2) without a better validation score: converged
+    margin_se: float = 2.0  # an alternative replaces the default only when better by more than this many SE
+    small_validation: int = 300  # fewer validation positives than this: select on AUC (lower variance)
+    budget_minutes: float = 30.0  # an upper bound on the whole run: the search gets half, the seeds the rest
+
+    def epochs(self, steps_per_epoch: int) -> int:
+        return min(self.max_epochs, max(self.min_epochs, math.ceil(self.min_steps / max(1, steps_per_epoch))))
+
+    def grace_epochs(self, epochs: int) -> int:
+        return max(2, int(epochs * self.grace_period))
+
+    def patience_epochs(self, epochs: int) -> int:
+        return max(2, int(epochs * self.patience))
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    sampling: tuple[int, int]
+    hidden: int
+    layers: int
+    heads: int
+    ffn: int
+    lr: float
+    lr_schedule: str
+    effective_batch: int
+
+    @property
+    def cid(self) -> str:
+        d, n = self.sampling
+        return f"{self.name}-d{d}n{n}"
+
+    def trainer_flags(self, max_epochs: int) -> list[str]:
+        """The candidate as `python -m trainer --preset general` overrides (its sampling comes with its shards)."""
+        return ["--hidden", str(self.hidden), "--layers", str(self.layers), "--heads", str(self.heads),
+                "--ffn", str(self.ffn), "--lr", f"{self.lr:g}", "--lr-schedule", self.lr_schedule,
+                "--effective-batch", str(self.effective_batch), "--epochs", str(max_epochs)]
+
+    def to_dict(self) -> dict:
+        return {"cid": self.cid, **asdict(self), "sampling": list(self.sampling)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Candidate":
+        return cls(**{**{k: v for k, v in d.items() if k != "cid"}, "sampling": tuple(d["sampling"])})
+
+
+def candidates() -> list[Candidate]:
+    """The default first (ties keep it), then the alternatives."""
+    p = get_preset(DEFAULT_PRESET)
+    default = Candidate("default", p.sampling, p.hidden, p.layers, p.heads, p.ffn, p.lr, p.lr_schedule,
+                        p.effective_batch)
+    return [default, replace(default, name="deep", sampling=(2, 8)), replace(default, name="wide", sampling=(1, 50))]
