@@ -1,0 +1,224 @@
+"""The own-graph yardstick: `pencil run` with no preset (the search) on a suite of graphs, 3 seeds, beside the
+fixed `general` preset, CN / AA / RA and SEAL given the same wall time, with wall time and peak memory.
+
+    python -m bench.own_graph_suite --out suite                      # every graph, every method (hours)
+    python -m bench.own_graph_suite --out suite --graphs er,grid     # some graphs
+    python -m bench.own_graph_suite --out suite --table              # the table of what has finished
+
+The graphs: the development edge lists in ../shared/data/graphs, cora and citeseer, and seeded synthetic
+families spanning the shapes users bring (written as edge lists under OUT/graphs): preferential attachment,
+random regular, Erdős–Rényi, a grid-like infrastructure network (mean degree below 3, long paths),
+latent-space graphs at mean degree 2.5, 10 and 40, a stochastic block model, and a bipartite user-item graph
+with string ids. Each (graph, method) lands in OUT/<graph>/<method>.json; a rerun skips what finished.
+Every method runs as its own process, so its peak memory is the peak RSS of its process tree.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from common.atomic import write_json_atomic, write_text_atomic
+from common.cli import Parser, run_cli, summary
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = Path(os.environ.get("PENCIL_SHARED", REPO.parent / "shared"))
+DEV = ("citeseer", "cora", "facebook", "ppi", "wikipedia", "arxiv-astroph", "blogcatalog")
+SYNTHETIC = ("pa", "regular", "er", "grid", "latent-2.5", "latent-10", "latent-40", "sbm", "bipartite")
+METHODS = ("auto", "general", "seal")
+SYNTHETIC_NODES = 2000
+
+
+# ---------------------------------------------------------------------------- the synthetic families
+def _pairs(rng, n: int, count: int) -> np.ndarray:
+    p = rng.integers(0, n, size=(count, 2))
+    return p[p[:, 0] != p[:, 1]]
+
+
+def synthetic_edges(name: str, seed: int = 0, n: int = SYNTHETIC_NODES) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if name == "pa":  # Barabási–Albert, 3 edges per new node: hubs and a heavy tail
+        targets, edges = list(range(3)), []
+        ends = []
+        for v in range(3, n):
+            for u in set(rng.choice(ends, 3).tolist() if ends else targets):
+                edges.append((u, v))
+            ends += [e for pair in edges[-3:] for e in pair]
+        return np.array(edges)
+    if name == "regular":  # 4-regular by matching shuffled stubs; the few self-loops and repeats dropped
+        stubs = rng.permutation(np.repeat(np.arange(n), 4)).reshape(-1, 2)
+        return stubs[stubs[:, 0] != stubs[:, 1]]
+    if name == "er":  # mean degree 8
+        return _pairs(rng, n, 4 * n)
+    if name == "grid":  # a 44 x 44 street grid, a quarter of its links missing, 20 long shortcuts: mean degree < 3
+        side = int(math.isqrt(n))
+        idx = np.arange(side * side).reshape(side, side)
+        edges = np.concatenate([np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()], 1),
+                                np.stack([idx[:-1].ravel(), idx[1:].ravel()], 1)])
+        edges = edges[rng.random(len(edges)) > 0.25]
+        return np.concatenate([edges, _pairs(rng, side * side, 20)])
+    if name.startswith("latent-"):
+        from common.datasets.synthetic import sample_latent_space
+        return sample_latent_space(n, float(name.split("-")[1]), seed)[2]
+    if name == "sbm":  # 4 communities, mean degree ~ 11
+        block = np.repeat(np.arange(4), n // 4)
+        p = _pairs(rng, n, 40 * n)
+        same = block[p[:, 0]] == block[p[:, 1]]
+        keep = np.where(same, rng.random(len(p)) < 0.36, rng.random(len(p)) < 0.012)
+        return p[keep]
+    if name == "bipartite":  # users x items, a few popular items
+        users, items = int(n * 0.75), n - int(n * 0.75)
+        pop = rng.pareto(1.5, items) + 1
+        item = rng.choice(items, size=4 * users, p=pop / pop.sum())
+        return np.stack([np.repeat(np.arange(users), 4), users + item], 1)
+    raise ValueError(f"unknown synthetic graph {name}")
+
+
+def graph_args(name: str, out: Path) -> list[str]:
+    """The `--dataset ...` flags of a suite graph (a synthetic one is written first, seeded)."""
+    if name == "citeseer":
+        return ["--dataset", "citeseer"]
+    if name == "cora":
+        return ["--dataset", "cora", "--planetoid-dir", str(SHARED / "data" / "planetoid")]
+    if name in DEV:
+        return ["--dataset", str(SHARED / "data" / "graphs" / f"{name}.csv.gz")]
+    path = out / "graphs" / f"{name}.csv"
+    if not path.exists():
+        users = int(SYNTHETIC_NODES * 0.75)  # bipartite: string ids, users u*, items i*
+        label = (lambda x: f"u{x}" if x < users else f"i{x - users}") if name == "bipartite" else str
+        e = synthetic_edges(name)
+        write_text_atomic(path, "src,dst\n" + "".join(f"{label(u)},{label(v)}\n" for u, v in e.tolist()))
+    return ["--dataset", str(path)]
+
+
+# ---------------------------------------------------------------------------- running one method
+def measured(cmd: list[str], log: Path) -> dict:
+    """Run `cmd`; its wall seconds, exit status and the peak RSS of its process tree (polled every 0.5 s)."""
+    import psutil
+    log.parent.mkdir(parents=True, exist_ok=True)
+    t0, peak = time.perf_counter(), 0
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=f, stderr=f)
+        root = psutil.Process(proc.pid)
+        while proc.poll() is None:
+            try:
+                tree = [root, *root.children(recursive=True)]
+                peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+            except psutil.Error:
+                pass
+            time.sleep(0.5)
+    return {"rc": proc.returncode, "wall_s": round(time.perf_counter() - t0, 1), "peak_rss_mb": round(peak / 2**20)}
+
+
+def table_rows(results_json: Path) -> dict:
+    rows = json.loads(results_json.read_text())["table"]
+    return {r["model"]: {m: r[m] for m in ("mrr", "auc") if m in r} for r in rows}
+
+
+def run_method(name: str, method: str, out: Path, seeds: str) -> dict:
+    gdir = out / name
+    data = graph_args(name, out)
+    if method in ("auto", "general"):
+        res = out / "runs" / method
+        cmd = [sys.executable, "-m", "pipelines", "run", *data, "--seeds", seeds, "--out", str(res),
+               "--shards", str(out / "shards"), "--device", "cpu", *(["--preset", "general"] if method == "general"
+                                                                     else ["--preset", "auto"])]
+        got = measured(cmd, gdir / f"{method}.log")
+        if got["rc"] == 0:
+            found = sorted((res).glob(f"*/{method}/results.json"), key=lambda p: p.stat().st_mtime)
+            got["rows"] = table_rows(found[-1])
+            if method == "auto":
+                got["search"] = json.loads((found[-1].parent / "original" / "search.json").read_text())
+                got["search"].pop("stats", None)
+    else:
+        auto = json.loads((gdir / "auto.json").read_text())
+        target = gdir / "seal-result.json"
+        got = measured([sys.executable, "-m", "bench.seal_baseline", *data, "--seconds", str(auto["wall_s"]),
+                        "--out", str(target)], gdir / "seal.log")
+        if got["rc"] == 0:
+            r = json.loads(target.read_text())
+            got["rows"] = {"SEAL": {m: [100 * r["test"][m], 0.0] for m in ("mrr", "auc")}}
+            got["epochs"] = r["epochs"]
+    return got
+
+
+# ---------------------------------------------------------------------------- the table
+def cell(v) -> str:
+    return "–" if v is None else f"{v[0]:.2f} ± {v[1]:.2f}"
+
+
+def table(out: Path, names: list[str]) -> str:
+    lines = ["| graph | default MRR | fixed preset MRR | best heuristic MRR | SEAL MRR | default AUC | fixed preset AUC | "
+             "best heuristic AUC | SEAL AUC | choice | wall: default / preset / SEAL | peak MB default |",
+             "|" + "---|" * 12]
+    for name in names:
+        got = {m: json.loads((out / name / f"{m}.json").read_text()) for m in METHODS
+               if (out / name / f"{m}.json").exists()}
+        auto = got.get("auto", {}).get("rows", {})
+        final = next((v for k, v in auto.items() if k.startswith("PENCIL") and "+" in k), None)
+        heur = {k: v for k, v in auto.items() if k in ("CN", "AA", "RA")}
+        gen = next((v for k, v in got.get("general", {}).get("rows", {}).items() if k.startswith("PENCIL")), None)
+        seal = got.get("seal", {}).get("rows", {}).get("SEAL")
+
+        def best(metric):
+            if not heur:
+                return "–"
+            k = max(heur, key=lambda h: heur[h][metric][0])
+            return f"{k} {heur[k][metric][0]:.2f}"
+
+        search = got.get("auto", {}).get("search", {})
+        choice = f"{search.get('chosen', {}).get('cid', '–')}, {search.get('blend', {}).get('choice', '–')}"
+        walls = " / ".join(f"{got[m]['wall_s'] / 60:.1f}" if m in got else "–" for m in METHODS)
+        lines.append(f"| {name} | {cell(final and final['mrr'])} | {cell(gen and gen['mrr'])} | {best('mrr')} | "
+                     f"{cell(seal and seal['mrr'])} | {cell(final and final['auc'])} | {cell(gen and gen['auc'])} | "
+                     f"{best('auc')} | {cell(seal and seal['auc'])} | {choice} | {walls} min | "
+                     f"{got.get('auto', {}).get('peak_rss_mb', '–')} |")
+    return "\n".join(lines) + "\n"
+
+
+def build_parser(prog: str = "python -m bench.own_graph_suite") -> Parser:
+    p = Parser(prog=prog, description=summary(__doc__))
+    p.add_argument("--out", required=True, help="the suite's folder (graphs, runs, one JSON per graph and method)")
+    p.add_argument("--graphs", default=",".join(DEV + SYNTHETIC), help="comma-separated suite graphs (default all)")
+    p.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of auto,general,seal")
+    p.add_argument("--seeds", default="0,1,2", help="seeds of the PENCIL runs (default 0,1,2)")
+    p.add_argument("--table", action="store_true", help="only print the table of what has finished")
+    return p
+
+
+def main(argv=None) -> int:
+    return run_cli(_main, argv, prog="python -m bench.own_graph_suite")
+
+
+def _main(argv) -> int:
+    args = build_parser().parse_args(argv)
+    out = Path(args.out).resolve()
+    names = [g for g in args.graphs.split(",") if g]
+    if bad := [g for g in names if g not in DEV + SYNTHETIC]:
+        raise SystemExit(f"--graphs: unknown {', '.join(bad)}; choose from {', '.join(DEV + SYNTHETIC)}")
+    for name in names if not args.table else []:
+        for method in [m for m in args.methods.split(",") if m]:
+            done = out / name / f"{method}.json"
+            if done.exists():
+                continue
+            print(f"== {name} / {method}", flush=True)
+            got = run_method(name, method, out, args.seeds)
+            print(f"   {got['wall_s']:.0f} s, peak {got['peak_rss_mb']} MB, rc {got['rc']}", flush=True)
+            if got["rc"] == 0:  # a failed method is retried by the next run; its log says why
+                write_json_atomic(done, got)
+            else:
+                print("   " + (out / name / f"{method}.log").read_text().strip().splitlines()[-1], flush=True)
+    text = table(out, names)
+    write_text_atomic(out / "table.md", text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
