@@ -77,6 +77,18 @@ def sample_non_edges(graph: Graph, count: int, rng: np.random.Generator, accept=
                        "the graph is too dense or the filter too strict")
 
 
+def eval_negatives(train: np.ndarray, valid: np.ndarray, full: Graph, num_nodes: int, n_test: int, seed: int,
+                   where: str) -> tuple[np.ndarray, np.ndarray]:
+    """(valid, test) random negatives, as many as each split's positives. Validation's come from the training
+    and validation edges alone, from their own seeded stream, so nothing about test reaches what selection
+    sees; test's are non-edges of the whole graph and never a validation negative."""
+    known = Graph.from_edges(np.concatenate([train, valid]), num_nodes=num_nodes)
+    valid_neg = sample_non_edges(known, len(valid), np.random.default_rng([seed, 1]), what=f"{where} valid negatives")
+    test_neg = sample_non_edges(full, n_test, np.random.default_rng([seed, 2]), exclude=valid_neg,
+                                what=f"{where} test negatives")
+    return valid_neg, test_neg
+
+
 def random_split_dataset(name: str, edges: np.ndarray | None, num_nodes: int, seed: int = 0, val_frac: float = 0.05,
                          test_frac: float = 0.10, x=None, full_graph: Graph | None = None,
                          where: str = "") -> LinkDataset:
@@ -101,13 +113,14 @@ def random_split_dataset(name: str, edges: np.ndarray | None, num_nodes: int, se
     if len(train) == 0:
         raise DatasetError(f"{where}: no train edges left after the split ({len(edges)} edges in all); "
                            "add edges or lower val_frac/test_frac")
-    negs = sample_non_edges(full, n_valid + n_test, rng, what=f"{where} negatives")
+    valid_neg, test_neg = eval_negatives(train, valid, full, num_nodes, n_test, seed, where)
     full.release_edge_keys()  # the full graph is queried no more: its key array goes before the train graph's
     splits = {"train": Split(pos=train),
-              "valid": Split(pos=valid, neg={"original": negs[:n_valid]}),
-              "test": Split(pos=test, neg={"original": negs[n_valid:]})}
+              "valid": Split(pos=valid, neg={"original": valid_neg}),
+              "test": Split(pos=test, neg={"original": test_neg})}
     log.info("%s: split %s edges into %s train / %s valid / %s test, %s negatives in %.1f s (driver %.1f GiB)",
-             where, f"{len(edges):,}", f"{len(train):,}", f"{len(valid):,}", f"{len(test):,}", f"{len(negs):,}",
+             where, f"{len(edges):,}", f"{len(train):,}", f"{len(valid):,}", f"{len(test):,}",
+             f"{len(valid_neg) + len(test_neg):,}",
              time.perf_counter() - t0, rss_gb())
     t0 = time.perf_counter()
     graph = training_graph(train, num_nodes, x=x)
@@ -192,11 +205,9 @@ def load_edge_list(path, seed: int = 0, val_frac: float | None = None, test_frac
         raise DatasetError(f"{path}: the split column has no {' and no '.join(empty)} edges ({counts}); "
                            "mark some rows valid and test, or drop the split column for a seeded random split")
     full = Graph.from_edges(np.concatenate(list(pos.values())), num_nodes=num_nodes)
-    rng = np.random.default_rng(seed)
-    n_valid, n_test = len(pos["valid"]), len(pos["test"])
-    negs = sample_non_edges(full, n_valid + n_test, rng, what=f"{path} negatives")
+    valid_neg, test_neg = eval_negatives(pos["train"], pos["valid"], full, num_nodes, len(pos["test"]), seed, str(path))
     splits = {"train": Split(pos=pos["train"]),
-              "valid": Split(pos=pos["valid"], neg={"original": negs[:n_valid]}),
-              "test": Split(pos=pos["test"], neg={"original": negs[n_valid:]})}
+              "valid": Split(pos=pos["valid"], neg={"original": valid_neg}),
+              "test": Split(pos=pos["test"], neg={"original": test_neg})}
     return LinkDataset(name=name, graph=training_graph(pos["train"], num_nodes), splits=splits,
                        metric={"original": "mrr"}, node_ids=node_ids)

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from common.eval_scores import read_scores, scores_path
 from common.heuristics import ranking_scores
 from common.shards import load_queries
-from pipelines.auto.signal import choose, per_positive
+from pipelines.auto.signal import choose
 from preprocess.candidates import protocol_candidates
 from trainer.evaluate import eval_entry, scores_to_metrics
 
@@ -62,19 +63,19 @@ def eval_heuristics(dataset, manifest: dict, split: str, protocol: str) -> dict[
     return {h: ranking_scores(h, dataset.graph_for(split), pairs) for h in HEURISTICS}
 
 
-def decide(valid: dict[str, tuple[np.ndarray, np.ndarray]], heuristics: dict[str, np.ndarray], manifest: dict,
-           protocol: str, metric: str, margin_se: float) -> dict:
-    """One (h, w) for the run from `valid` = {seed: (cid, logit)} of the validation set and its heuristics."""
+def decide(valid: dict[str, tuple[np.ndarray, np.ndarray]], heuristics: dict[str, np.ndarray],
+           values_of: Callable[[np.ndarray, np.ndarray], np.ndarray], metric: str, margin_se: float) -> dict:
+    """One (h, w) for the run from `valid` = {seed: (cid, logit)} of the validation set, its heuristics by cid,
+    and values_of(cid, scores) -> the per-positive values of the validation queries (pipelines.auto.signal)."""
     values = {}
     for h, w in GRID:
-        per_seed = [per_positive(manifest, "valid", protocol, cid,
-                                 blend(logit.astype(np.float64), heuristics[h][cid] if h != NONE else None, w))[metric]
+        per_seed = [values_of(cid, blend(logit.astype(np.float64), heuristics[h][cid] if h != NONE else None, w))
                     for cid, logit in valid.values()]
         values[key(h, w)] = np.mean(per_seed, axis=0)
     decision = choose(values, margin_se)
     h, w = next((h, w) for h, w in GRID if key(h, w) == decision["choice"])
     log.info("blend: %s (%s)", decision["choice"], decision["reason"])
-    return {"heuristic": h, "weight": w, "metric": metric, "protocol": f"valid/{protocol}", **decision,
+    return {"heuristic": h, "weight": w, "metric": metric, **decision,
             "means": {k: round(v, 6) for k, v in decision["means"].items()}}
 
 

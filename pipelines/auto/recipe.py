@@ -21,6 +21,7 @@ from pipelines.auto import blend
 from pipelines.auto.config import DEFAULT_PRESET, SearchConfig, candidates
 from pipelines.auto.final import train_final_seeds
 from pipelines.auto.search import Search
+from pipelines.auto.signal import per_positive
 from pipelines.core.shard_sets import (build_shard_set, preprocess_config, preset_views, shutdown_embedded_ray,
                                        view_percent)
 from pipelines.core.trainers import device_kind, trainer_slots
@@ -64,6 +65,17 @@ def shard_sets(args, dataset, protocol: str, epochs: int, percent: float) -> dic
     return out
 
 
+def blend_stage(runs: dict[int, Path], blind, dataset, manifest: dict, protocol: str, metric: str,
+                margin_se: float) -> tuple[dict, dict]:
+    """The blend's decision on the final seeds' validation (the test-less dataset), then its test metrics."""
+    values_of = lambda cid, s: per_positive(manifest, "valid", protocol, cid, s)[metric]  # noqa: E731
+    decision = blend.decide(blend.valid_logits(runs, protocol), blend.eval_heuristics(blind, manifest, "valid", protocol),
+                            values_of, metric, margin_se)
+    test_heuristics = blend.eval_heuristics(dataset, manifest, "test", protocol)  # test, after the decision
+    return decision, {"choice": decision,
+                      "test": {s: blend.apply(d, decision, test_heuristics, manifest, protocol) for s, d in runs.items()}}
+
+
 def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Path]) -> tuple[dict, dict, dict]:
     """({seed: summary}, the choice, the blend {"choice": ..., "test": {seed: metrics}}) of one protocol."""
     t0 = time.time()
@@ -90,11 +102,7 @@ def search_and_train(args, dataset, protocol: str, out: Path, runs: dict[int, Pa
     write_json_atomic(out / "chosen.json", {k: chosen[k] for k in ("cid", "config", "epochs", "shards")})
     summaries = train_final_seeds(args, chosen, protocol, runs, epochs, stop_at=deadline)
     manifest = manifests[tuple(chosen["config"]["sampling"])]
-    decision = blend.decide(blend.valid_logits(runs, protocol), blend.eval_heuristics(blind, manifest, "valid", protocol),
-                            manifest, protocol, chosen["metric"], cfg.margin_se)
-    test_heuristics = blend.eval_heuristics(dataset, manifest, "test", protocol)  # test, after the decision
-    blended = {"choice": decision,
-               "test": {s: blend.apply(d, decision, test_heuristics, manifest, protocol) for s, d in runs.items()}}
+    decision, blended = blend_stage(runs, blind, dataset, manifest, protocol, chosen["metric"], cfg.margin_se)
     record.update(blend=decision, total_seconds=round(time.time() - t0, 1),
                   budget_cut=bool(chosen["cut_short"]))
     write_json_atomic(out / "search.json", record)

@@ -21,6 +21,7 @@ import math
 import time
 from pathlib import Path
 
+from common.atomic import write_json_atomic
 from pipelines.auto.config import DEFAULT_PRESET, Candidate, SearchConfig
 from pipelines.auto.signal import choose, metric_for, run_values
 from pipelines.core.trainers import Job, run_trainers
@@ -100,6 +101,18 @@ class Search:
                      out[cid]["best_epoch"], out[cid]["epochs"])
         return out
 
+    def grace_rung(self, cids: list[str], grace: int, metric: str) -> dict:
+        """Every candidate at the end of its grace period; recorded (grace.json), so a rerun, whose runs have
+        trained further since, keeps the same survivors."""
+        saved = self.root / "grace.json"
+        if saved.exists() and sorted(json.loads(saved.read_text())) == sorted(cids):
+            log.info("search: the grace period's results are kept (%s)", saved)
+            return json.loads(saved.read_text())
+        self.train(cids, grace, None)
+        first = self.rung(cids, metric)
+        write_json_atomic(saved, first)
+        return first
+
     def run(self, valid_positives: int) -> dict:
         cfg, cids = self.cfg, list(self.cands)
         metric = metric_for(valid_positives, cfg.small_validation)
@@ -107,8 +120,7 @@ class Search:
         log.info("search: %d candidates, signal valid/%s %s (%d positives)", len(cids), self.protocol, metric,
                  valid_positives)
         grace, patience = cfg.grace_epochs(self.epochs), cfg.patience_epochs(self.epochs)
-        self.train(cids, grace, None)
-        first = self.rung(cids, metric)
+        first = self.grace_rung(cids, grace, metric)
         keep = sorted(others, key=lambda c: (-first[c]["valid"], others.index(c)))
         keep = keep[: math.ceil(len(others) / cfg.reduction_factor)]
         survivors = [default, *[c for c in others if c in keep]]

@@ -1,0 +1,67 @@
+"""`--preset auto`'s heuristic blend: exact blends, one decision per run on hand-built validation values, the
+margin that keeps the model alone, and a decision that reads validation files only."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from common.eval_scores import write_scores
+from pipelines.auto import blend
+from pipelines.auto.signal import rank_values
+
+POS, NEG = np.array([0, 1]), np.array([2, 3, 4])  # cids: two positives ranked against three shared negatives
+
+
+def values_of(cid, scores):
+    table = np.empty(cid.max() + 1)
+    table[cid] = scores
+    return rank_values(table[POS], table[NEG])["mrr"]
+
+
+def test_blend_is_the_logit_plus_the_weighted_log_heuristic():
+    logit, h = np.array([0.5, -1.0]), np.array([3.0, 0.0])
+    assert np.allclose(blend.blend(logit, h, 2.0), [0.5 + 2 * np.log(4), -1.0])
+    assert blend.blend(logit, None, 0.0) is logit  # the model alone, untouched
+
+
+def test_one_decision_for_the_run_from_every_seed_and_it_must_clear_the_margin():
+    cid = np.arange(5)
+    flat = (cid, np.zeros(5, dtype=np.float32))  # a model that cannot tell: every pair ties
+    ra = np.array([2.0, 3.0, 0.0, 1.0, 0.0])  # RA ranks both positives first
+    heur = {"cn": np.zeros(5), "aa": np.zeros(5), "ra": ra}
+    got = blend.decide({"0": flat, "1": flat}, heur, values_of, "mrr", 2.0)
+    # alone: each positive ties the 3 negatives, rank 2.5, RR 0.4; with RA at any weight: RR 1 for both, every
+    # seed alike, so the paired difference has no noise; the smallest weight of the ties wins
+    assert (got["heuristic"], got["weight"]) == ("ra", 0.25) and got["means"]["none"] == pytest.approx(0.4)
+    assert got["difference"] == pytest.approx(0.6) and got["se"] == 0.0
+    good = (cid, np.array([3.0, 2.0, 1.0, 0.0, -1.0], dtype=np.float32))  # the model alone is already perfect
+    kept = blend.decide({"0": good}, heur, values_of, "mrr", 2.0)
+    assert (kept["heuristic"], kept["weight"]) == ("none", 0.0)
+    assert blend.row_name("PENCIL w/o features", kept) == "PENCIL w/o features + prior (none chosen)"
+    assert blend.row_name("PENCIL w/o features", got) == "PENCIL w/o features + RA prior"
+
+
+def test_a_gain_within_the_noise_keeps_the_model_alone():
+    # RA lifts one positive of four from the bottom to the top: the mean gains 0.1875, its SE is as large
+    pos, neg = np.array([0, 1, 2, 3]), np.array([4, 5, 6])
+
+    def four(cid, scores):
+        table = np.empty(cid.max() + 1)
+        table[cid] = scores
+        return rank_values(table[pos], table[neg])["mrr"]
+
+    cid = np.arange(7)
+    heur = {"cn": np.zeros(7), "aa": np.zeros(7), "ra": np.array([3.0, 0, 0, 0, 0, 0, 0])}
+    seeds = {"0": (cid, np.array([0, 1, 1, 1, 0.5, 0.5, 0.5], dtype=np.float32))}
+    got = blend.decide(seeds, heur, four, "mrr", 2.0)
+    assert got["heuristic"] == "none" and got["difference"] == pytest.approx(0.1875) == pytest.approx(got["se"])
+    assert blend.decide(seeds, heur, four, "mrr", 0.0)["choice"] == "ra x 0.5"  # no margin: the mean decides
+
+
+def test_the_decision_reads_the_validation_files_only(tmp_path):
+    runs = {s: tmp_path / f"seed{s}" for s in (0, 1)}
+    for s, d in runs.items():
+        write_scores(d / "scores" / "valid-original.npz", np.arange(5), np.arange(5.0) + s, 3)
+        (d / "scores" / "test-original.npz").write_bytes(b"not scores: a reader of test would fail")
+    got = blend.valid_logits(runs, "original")
+    assert sorted(got) == ["0", "1"] and np.array_equal(got["1"][1], np.arange(5.0) + 1)
