@@ -24,13 +24,17 @@ a node of the query's own kind.
   share the pool, and the scores need no common scale.
 
 Only nodes with a positive score are candidates (a node the score cannot reach is no better than a
-random one), so a pool may hold fewer than M nodes; `Pool.count` says how many. Ties are broken by
+random one), so a pool may hold fewer than M nodes; `Pool.count` says how many. With `fill`, a short pool
+is topped up by popularity: the most connected nodes of the query's own connected component, then of the
+whole graph (never the query, a neighbour, a node already pooled, or one of its own kind), scored 0, so a
+node gets M candidates unless the graph has fewer. Ties are broken by
 the smaller node id, after rounding scores to 12 significant digits so that sums taken in another
 order (a slow reference, another block size) pick the same candidates.
 """
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -208,6 +212,55 @@ def _fuse(pools: list[tuple], num_rows: int, pool: int) -> tuple:
     return top_per_row(key // n, key % n, fused, num_rows, pool)
 
 
+_POPULARITY: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # per graph object: one job computes it once
+
+
+def popularity(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(component of each node, nodes ordered by (component, degree desc, id), each component's start)."""
+    if graph not in _POPULARITY:
+        from scipy.sparse.csgraph import connected_components
+        _, comp = connected_components(adjacency(graph), directed=False)
+        order = np.lexsort((np.arange(graph.num_nodes), -graph.degree, comp))
+        _POPULARITY[graph] = comp, order, np.searchsorted(comp[order], np.arange(comp.max(initial=-1) + 2))
+    return _POPULARITY[graph]
+
+
+def _fill_from(graph: Graph, pool: Pool, rows: np.ndarray, lists: np.ndarray, starts: np.ndarray,
+               ends: np.ndarray, side) -> None:
+    """Append to each row in `rows` the first allowed nodes of lists[starts[i]:ends[i]], up to the pool."""
+    need = pool.cand.shape[1] - pool.count[rows]
+    span = np.minimum(ends - starts, need + graph.degree[pool.queries[rows]] + pool.count[rows] + 1)
+    row = np.repeat(rows, span)
+    col = lists[np.repeat(starts, span) + np.arange(span.sum()) - np.repeat(np.cumsum(span) - span, span)]
+    ok = _allowed(graph, pool.queries, row, col, side)
+    n = graph.num_nodes
+    taken = np.flatnonzero(pool.cand.ravel() >= 0)
+    ok &= ~np.isin(row * n + col, (taken // pool.cand.shape[1]) * n + pool.cand.ravel()[taken])
+    row, col = row[ok], col[ok]
+    rank = np.arange(len(row)) - np.searchsorted(row, row)  # rows stay sorted by construction
+    keep = rank < (pool.cand.shape[1] - pool.count[row])
+    row, col, rank = row[keep], col[keep], rank[keep]
+    slot = pool.count[row] + rank
+    pool.cand[row, slot], pool.score[row, slot] = col, 0.0
+    pool.count += np.bincount(row, minlength=len(pool.count))
+
+
+def fill_by_popularity(graph: Graph, pool: Pool, side=None) -> Pool:
+    """Top up short rows of `pool` in place: the query's component by popularity, then the whole graph."""
+    comp, order, start = popularity(graph)
+    for local in (True, False):
+        rows = np.flatnonzero(pool.count < pool.cand.shape[1])
+        if not rows.size:
+            break
+        if local:
+            c = comp[pool.queries[rows]]
+            _fill_from(graph, pool, rows, order, start[c], start[c + 1], side)
+        else:
+            glob = np.argsort(-graph.degree, kind="stable")
+            _fill_from(graph, pool, rows, glob, np.zeros(len(rows), np.int64), np.full(len(rows), len(glob)), side)
+    return pool
+
+
 def block_rows(num_nodes: int, method: str, alpha: float = PPR_ALPHA, eps: float = PPR_EPS) -> int:
     """Query nodes per block. A PPR row holds at most min(N, 1 / (alpha eps)) entries in each of p, r and
     the pushed part (module docstring), ~16 bytes each with its column; RA/AA rows are 2-hop sparse."""
@@ -218,8 +271,9 @@ def block_rows(num_nodes: int, method: str, alpha: float = PPR_ALPHA, eps: float
 
 
 def retrieve(graph: Graph, queries, method: str, pool: int, *, side: np.ndarray | None = None,
-             alpha: float = PPR_ALPHA, eps: float = PPR_EPS, block: int | None = None) -> Pool:
-    """Top-`pool` candidates of every query node by `method` (see the module docstring)."""
+             alpha: float = PPR_ALPHA, eps: float = PPR_EPS, block: int | None = None, fill: bool = False) -> Pool:
+    """Top-`pool` candidates of every query node by `method` (see the module docstring); `fill`: short pools
+    topped up by popularity."""
     if method not in RETRIEVERS:
         raise RetrievalError(f"--retriever: unknown retriever '{method}'; use one of {', '.join(RETRIEVERS)}")
     if pool < 1:
@@ -249,8 +303,9 @@ def retrieve(graph: Graph, queries, method: str, pool: int, *, side: np.ndarray 
     if not parts:
         return Pool(q, np.zeros((0, pool), np.int64), np.zeros((0, pool)), np.zeros(0, np.int64))
     cand, score, count = (np.concatenate(x) for x in zip(*parts))
-    return Pool(q, cand, score, count)
+    out = Pool(q, cand, score, count)
+    return fill_by_popularity(graph, out, side) if fill else out
 
 
 __all__ = ["RETRIEVERS", "RRF_K", "Pool", "RetrievalError", "retrieve", "overlap_scores", "ppr_push", "transition",
-           "top_per_row", "check_queries", "block_rows", "rounded"]
+           "top_per_row", "check_queries", "block_rows", "rounded", "popularity", "fill_by_popularity"]

@@ -191,3 +191,18 @@ def test_bad_input_names_the_flag():
         retrieve(TINY, [0], "ppr", 3, eps=0)
     with pytest.raises(RetrievalError, match="query node 9 is not in the graph"):
         retrieve(TINY, [9], "ra", 3)
+
+
+def test_a_short_pool_is_topped_up_by_popularity_in_the_component_then_the_graph():
+    # a path 0-1-2-3, a star 4-(5, 6, 7), node 8 isolated
+    g = Graph.from_edges(np.array([[0, 1], [1, 2], [2, 3], [4, 5], [4, 6], [4, 7]]), num_nodes=9)
+    p = retrieve(g, [0, 5, 8], "ra", 4, fill=True)
+    # 0: RA finds 2; its component adds 3 (1 is a neighbour); the graph adds its hub 4, then 5 (degree 1, id 5
+    #    after 1 and 2 are taken or excluded); 5: RA finds 6, 7; its component has nothing left; the graph adds
+    #    1 and 2; 8: nothing in its component; the graph's most connected: 4, 1, 2, 0
+    assert p.cand.tolist() == [[2, 3, 4, 5], [6, 7, 1, 2], [4, 1, 2, 0]]
+    assert p.score[:, 1:].tolist() == [[0.0] * 3, [1 / 3, 0.0, 0.0], [0.0] * 3] and p.count.tolist() == [4, 4, 4]
+    assert retrieve(g, [0, 5, 8], "ra", 4).count.tolist() == [1, 2, 0]  # without fill: the retriever's own
+    side = np.array([0, 1, 0, 1, 0, 1, 1, 1, 0], dtype=bool)
+    both = retrieve(g, [0], "ra", 3, side=side, fill=True)
+    assert all(side[c] != side[0] for c in both.cand[0] if c >= 0)  # the fill keeps to the other kind

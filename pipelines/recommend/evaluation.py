@@ -72,7 +72,7 @@ def full_ranking(graph, positives: np.ndarray, known: np.ndarray, cfg: RecConfig
     """Metrics of the retriever alone and (with a scorer) of PENCIL re-ranking its pool."""
     u, v = positives[:, 0].astype(np.int64), positives[:, 1].astype(np.int64)
     queries = np.unique(u)
-    pool = retrieve(graph, queries, cfg.retriever, cfg.pool, side=side)
+    pool = retrieve(graph, queries, cfg.retriever, cfg.pool, side=side, fill=True)
     row = np.searchsorted(queries, u)
     cand = pool.cand[row]  # (P, M)
     n = graph.num_nodes
