@@ -10,7 +10,7 @@ families spanning the shapes users bring (written as edge lists under OUT/graphs
 random regular, Erdős–Rényi, a grid-like infrastructure network (mean degree below 3, long paths),
 latent-space graphs at mean degree 2.5, 10 and 40, a stochastic block model, and a bipartite user-item graph
 with string ids. Each (graph, method) lands in OUT/<graph>/<method>.json; a rerun skips what finished.
-Every method runs as its own process, so its peak memory is the peak RSS of its process tree.
+Every method runs as its own process, so its peak memory is the peak PSS of its process tree (shared pages once).
 """
 from __future__ import annotations
 
@@ -98,8 +98,21 @@ def graph_args(name: str, out: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- running one method
+def tree_pss(root) -> int:
+    """Bytes of the process tree's proportional set size: shared pages (torch's libraries, forked loader
+    workers) counted once across the processes that share them, not once per process as RSS sums would."""
+    import psutil
+    total = 0
+    for p in [root, *root.children(recursive=True)]:
+        try:
+            total += p.memory_full_info().pss
+        except psutil.Error:
+            continue
+    return total
+
+
 def measured(cmd: list[str], log: Path) -> dict:
-    """Run `cmd`; its wall seconds, exit status and the peak RSS of its process tree (polled every 0.5 s)."""
+    """Run `cmd`; its wall seconds, exit status and the peak memory (PSS) of its process tree, polled."""
     import psutil
     log.parent.mkdir(parents=True, exist_ok=True)
     t0, peak = time.perf_counter(), 0
@@ -108,12 +121,11 @@ def measured(cmd: list[str], log: Path) -> dict:
         root = psutil.Process(proc.pid)
         while proc.poll() is None:
             try:
-                tree = [root, *root.children(recursive=True)]
-                peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
+                peak = max(peak, tree_pss(root))
             except psutil.Error:
                 pass
-            time.sleep(0.5)
-    return {"rc": proc.returncode, "wall_s": round(time.perf_counter() - t0, 1), "peak_rss_mb": round(peak / 2**20)}
+            time.sleep(1.0)
+    return {"rc": proc.returncode, "wall_s": round(time.perf_counter() - t0, 1), "peak_pss_mb": round(peak / 2**20)}
 
 
 def table_rows(results_json: Path) -> dict:
@@ -178,7 +190,7 @@ def table(out: Path, names: list[str]) -> str:
         lines.append(f"| {name} | {cell(final and final['mrr'])} | {cell(gen and gen['mrr'])} | {best('mrr')} | "
                      f"{cell(seal and seal['mrr'])} | {cell(final and final['auc'])} | {cell(gen and gen['auc'])} | "
                      f"{best('auc')} | {cell(seal and seal['auc'])} | {choice} | {walls} min | "
-                     f"{got.get('auto', {}).get('peak_rss_mb', '–')} |")
+                     f"{got.get('auto', {}).get('peak_pss_mb', got.get('auto', {}).get('peak_rss_mb', '–'))} |")
     return "\n".join(lines) + "\n"
 
 
@@ -189,6 +201,9 @@ def build_parser(prog: str = "python -m bench.own_graph_suite") -> Parser:
     p.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of auto,general,seal")
     p.add_argument("--seeds", default="0,1,2", help="seeds of the PENCIL runs (default 0,1,2)")
     p.add_argument("--table", action="store_true", help="only print the table of what has finished")
+    p.add_argument("--timing", action="store_true",
+                   help="time the default again, alone (OUT/<graph>/auto-timing.json): wall time and peak memory "
+                        "on a quiet machine; its choice must equal the suite run's")
     return p
 
 
@@ -202,6 +217,14 @@ def _main(argv) -> int:
     names = [g for g in args.graphs.split(",") if g]
     if bad := [g for g in names if g not in DEV + SYNTHETIC]:
         raise SystemExit(f"--graphs: unknown {', '.join(bad)}; choose from {', '.join(DEV + SYNTHETIC)}")
+    if args.timing:
+        for name in names:
+            got = measured([sys.executable, "-m", "pipelines", "run", *graph_args(name, out), "--seeds", args.seeds,
+                            "--out", str(out / "timing" / name), "--shards", str(out / "timing-shards"),
+                            "--device", "cpu", "--preset", "auto"], out / name / "auto-timing.log")
+            write_json_atomic(out / name / "auto-timing.json", got)
+            print(f"== {name}: {got['wall_s']:.0f} s, peak {got['peak_pss_mb']} MB, rc {got['rc']}", flush=True)
+        return 0
     for name in names if not args.table else []:
         for method in [m for m in args.methods.split(",") if m]:
             done = out / name / f"{method}.json"
@@ -209,7 +232,7 @@ def _main(argv) -> int:
                 continue
             print(f"== {name} / {method}", flush=True)
             got = run_method(name, method, out, args.seeds)
-            print(f"   {got['wall_s']:.0f} s, peak {got['peak_rss_mb']} MB, rc {got['rc']}", flush=True)
+            print(f"   {got['wall_s']:.0f} s, peak {got['peak_pss_mb']} MB, rc {got['rc']}", flush=True)
             if got["rc"] == 0:  # a failed method is retried by the next run; its log says why
                 write_json_atomic(done, got)
             else:
