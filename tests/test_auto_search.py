@@ -178,3 +178,29 @@ def test_the_search_reads_validation_scores_only(tmp_path, monkeypatch):
                                 candidates()}, tmp_path / "s", SimpleNamespace(device="cpu", train_arg=[]), 2)
     search.run(1000)
     assert read and set(read) == {("valid", "original")}
+
+
+# ---------------------------------------------------------------------------- the recipe's flags
+@pytest.mark.parametrize("flags, message", [
+    (["--preset", "citeseer-small", "--objective", "recommend"],
+     "--objective recommend: sets --preset auto's training negatives; preset citeseer-small has its own"),
+    (["--preset", "auto", "--objective", "recommend", "--hard-neg-fraction", "0.5"],
+     "--objective recommend: sets the training negatives, which --hard-neg-fraction 0.5 fixes"),
+])
+def test_objective_errors_are_one_line_before_any_work(tmp_path, flags, message):
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "pipelines.run", "--dataset", "citeseer", *flags,
+                           "--out", str(tmp_path / "r"), "--shards", str(tmp_path / "s")],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "s").exists()
+
+
+def test_recommend_objective_trains_on_hard_views_and_a_fraction_overrides():
+    from pipelines.auto.recipe import RECOMMEND_HARD_NEG_FRACTION, training_negatives
+    def args(objective, fraction=None):
+        return SimpleNamespace(objective=objective, hard_neg_fraction=fraction)
+    assert training_negatives(args("link-prediction")) == 0.0
+    assert training_negatives(args("recommend")) == RECOMMEND_HARD_NEG_FRACTION == 0.5
+    assert training_negatives(args("link-prediction", 0.25)) == 0.25
