@@ -74,6 +74,26 @@ def check_contents(out: Path, resume: bool, overwrite: bool) -> None:
                           "to delete it and start afresh (or choose another --out)")
 
 
+def bound_data(manifest: dict) -> dict:
+    """The DataConfig fields that bind a run to its data: the dataset's fingerprint and the set's cache key."""
+    return {"dataset_fingerprint": manifest.get("fingerprint"), "shard_set": manifest.get("key")}
+
+
+def check_same_data(saved: dict, manifest: dict, shards: str, out) -> None:
+    """--resume continues a run only on the data it was trained on. `saved`: the checkpoint's data config.
+    A checkpoint from before runs recorded their data is judged by its shard-set path."""
+    have = bound_data(manifest)
+    if saved.get("dataset_fingerprint") is None and saved.get("shard_set") is None:
+        same = str(saved.get("shards", "")).rstrip("/") == str(shards).rstrip("/")
+    else:
+        same = all(saved.get(k) == have[k] for k in have)
+    if not same:
+        def label(d):
+            return f"dataset {d.get('dataset_fingerprint') or '?'}, shard set {d.get('shard_set') or d.get('shards')}"
+        raise ConfigError(f"--resume: {out} was trained on other data ({label(saved)}) than --shards {shards} "
+                          f"({label(have)}); pass --overwrite to start afresh on this data, or choose another --out")
+
+
 def clear(out: Path) -> list[str]:
     """Remove the run's files from `out` (see RUN_FILES); returns what was removed."""
     removed = []
