@@ -79,3 +79,72 @@ def test_the_same_set_copied_elsewhere_resumes_from_there(two_sets, tmp_path):
     moved = shutil.copytree(a, tmp_path / "moved")
     summary = run(tiny(moved, out, max_steps=4, resume=True))
     assert summary["steps"] == 4 and summary["config"]["data"]["shards"] == str(moved)
+
+
+# ---------------------------------------------------------------------------- a recipe's seed folders
+def run_args(tmp_path, *argv):
+    from pipelines.core.run_args import build_parser, validate_args
+    args = build_parser().parse_args(["--dataset", "citeseer", "--out", str(tmp_path / "results"),
+                                      "--shards", str(tmp_path / "shards"), "--device", "cpu",
+                                      "--train-arg=--num-workers=0", "--train-arg=--max-steps=2", *argv])
+    validate_args(args)
+    return args
+
+
+def test_a_seed_folder_on_other_data_is_refused_then_retrained_with_overwrite(two_sets, tmp_path):
+    from pipelines.core.seed_data import SeedDataError
+    from pipelines.core.seeds import train_seeds
+
+    a, b = two_sets
+    runs = {0: tmp_path / "results" / "seed0"}
+    first = train_seeds(run_args(tmp_path), "tiny", str(a), "original", runs)
+    assert first[0]["config"]["data"]["shard_set"] == "synthetic-0"
+    again = train_seeds(run_args(tmp_path), "tiny", str(a), "original", runs)  # same data: reused untouched
+    assert again == first
+    with pytest.raises(SeedDataError, match=r"seed0: holds a run trained on other data \(dataset synthetic-data-0, "
+                                            r"shard set synthetic-0; this run's: dataset synthetic-data-1, shard set "
+                                            r"synthetic-1\); pass --overwrite to retrain it on this data"):
+        train_seeds(run_args(tmp_path), "tiny", str(b), "original", runs)
+    redone = train_seeds(run_args(tmp_path, "--overwrite"), "tiny", str(b), "original", runs)
+    assert redone[0]["config"]["data"]["shard_set"] == "synthetic-1" and redone[0]["steps"] == 2
+
+
+def _edges(path: Path, n: int, chords: int, seed: int) -> Path:
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    rows = {(i, (i + 1) % n) for i in range(n)}
+    while len(rows) < n + chords:
+        u, v = (int(x) for x in rng.integers(0, n, 2))
+        if u != v and (v, u) not in rows:
+            rows.add((u, v))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("src,dst\n" + "".join(f"{u},{v}\n" for u, v in sorted(rows)))
+    return path
+
+
+@pytest.mark.slow  # two preprocessing jobs (embedded Ray) and two short trainings: about a minute
+def test_pipelines_run_on_a_changed_edge_list_refuses_the_old_seed(tmp_path):
+    """The same file name in two folders, two graphs: the second run once printed the first run's test numbers."""
+    from tests.conftest import HAS_RAY
+    if not HAS_RAY:
+        pytest.skip("ray is not installed")
+
+    def pipeline(dataset, *extra):
+        cmd = [sys.executable, "-m", "pipelines.run", "--dataset", str(dataset), "--preset", "tiny", "--seeds", "0",
+               "--out", str(tmp_path / "res"), "--shards", str(tmp_path / "shards"), "--num-cpus", "1",
+               "--device", "cpu", "--train-arg=--max-steps=3", "--train-arg=--num-workers=0", *extra]
+        return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+
+    y1 = _edges(tmp_path / "y1" / "edges.csv", 120, 200, seed=1)
+    y2 = _edges(tmp_path / "y2" / "edges.csv", 40, 40, seed=2)
+    assert (first := pipeline(y1)).returncode == 0, first.stderr[-3000:]
+    seed_dir = tmp_path / "res" / "edges" / "tiny" / "original" / "seed0"
+    before = {p.name: p.read_bytes() for p in seed_dir.iterdir() if p.is_file() and p.name != ".lock"}
+    second = pipeline(y2)
+    errors = [line for line in second.stderr.splitlines() if "error:" in line]
+    assert second.returncode == 1 and len(errors) == 1 and "Traceback" not in second.stderr, second.stderr[-3000:]
+    assert f"{seed_dir}: holds a run trained on other data" in errors[0] and "pass --overwrite" in errors[0]
+    assert {p.name: p.read_bytes() for p in seed_dir.iterdir() if p.is_file() and p.name != ".lock"} == before
+    assert (third := pipeline(y2, "--overwrite")).returncode == 0, third.stderr[-3000:]
+    old, new = json.loads(before["config.json"]), json.loads((seed_dir / "config.json").read_text())
+    assert new["data"]["dataset_fingerprint"] != old["data"]["dataset_fingerprint"]

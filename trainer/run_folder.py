@@ -79,19 +79,26 @@ def bound_data(manifest: dict) -> dict:
     return {"dataset_fingerprint": manifest.get("fingerprint"), "shard_set": manifest.get("key")}
 
 
-def check_same_data(saved: dict, manifest: dict, shards: str, out) -> None:
-    """--resume continues a run only on the data it was trained on. `saved`: the checkpoint's data config.
-    A checkpoint from before runs recorded their data is judged by its shard-set path."""
-    have = bound_data(manifest)
+def same_data(saved: dict, manifest: dict, shards: str) -> bool:
+    """Whether a run whose data config is `saved` was trained on the set of `manifest` (at `shards`). A run
+    from before runs recorded their data is judged by its shard-set path."""
     if saved.get("dataset_fingerprint") is None and saved.get("shard_set") is None:
-        same = str(saved.get("shards", "")).rstrip("/") == str(shards).rstrip("/")
-    else:
-        same = all(saved.get(k) == have[k] for k in have)
-    if not same:
-        def label(d):
-            return f"dataset {d.get('dataset_fingerprint') or '?'}, shard set {d.get('shard_set') or d.get('shards')}"
-        raise ConfigError(f"--resume: {out} was trained on other data ({label(saved)}) than --shards {shards} "
-                          f"({label(have)}); pass --overwrite to start afresh on this data, or choose another --out")
+        return str(saved.get("shards", "")).rstrip("/") == str(shards).rstrip("/")
+    have = bound_data(manifest)
+    return all(saved.get(k) == have[k] for k in have)
+
+
+def data_label(data: dict) -> str:
+    """A run's data (a data config or bound_data's fields) as the error messages name it."""
+    return f"dataset {data.get('dataset_fingerprint') or '?'}, shard set {data.get('shard_set') or data.get('shards')}"
+
+
+def check_same_data(saved: dict, manifest: dict, shards: str, out) -> None:
+    """--resume continues a run only on the data it was trained on. `saved`: the checkpoint's data config."""
+    if not same_data(saved, manifest, shards):
+        raise ConfigError(f"--resume: {out} was trained on other data ({data_label(saved)}) than --shards {shards} "
+                          f"({data_label(bound_data(manifest))}); pass --overwrite to start afresh on this data, "
+                          "or choose another --out")
 
 
 def clear(out: Path) -> list[str]:
