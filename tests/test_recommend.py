@@ -106,7 +106,7 @@ def test_a_resumed_job_gives_the_uninterrupted_output(run_dir, tmp_path):
     killed = recommend(run_dir, tmp_path / "resumed.parquet", *flags, env=env)
     assert killed.returncode != 0 and not (tmp_path / "resumed.parquet").exists()
     parts = sorted(p.name for p in (tmp_path / ".resumed.parquet.parts").iterdir())
-    assert parts == ["job.json", "part-000000.parquet", "part-000001.parquet"]
+    assert parts == [".lock", "job.json", "part-000000.parquet", "part-000001.parquet"]  # .lock: one job per --out
     resumed = recommend(run_dir, tmp_path / "resumed.parquet", *flags)
     assert resumed.returncode == 0 and "2 already done" in resumed.stderr
     assert pq.read_table(tmp_path / "resumed.parquet").equals(pq.read_table(tmp_path / "whole.parquet"))

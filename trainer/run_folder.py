@@ -120,8 +120,9 @@ def clear(out: Path) -> list[str]:
     return removed
 
 
-def _lock(out: Path) -> int:
-    """The exclusive lock on OUT/.lock, as an open descriptor holding our pid; ConfigError if another holds it."""
+def _lock(out: Path, what: str = "trainer", flag: str = "--out") -> int:
+    """The exclusive lock on OUT/.lock, as an open descriptor holding our pid; ConfigError if another holds it.
+    `what` and `flag` name the holder and the folder's flag in that error."""
     fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -131,11 +132,24 @@ def _lock(out: Path) -> int:
         if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise
         who = f"pid {holder}" if holder.isdigit() else "another process"
-        raise ConfigError(f"--out {out}: another trainer ({who}) is running in this folder; wait for it to end, "
-                          "or choose another --out") from None
+        raise ConfigError(f"{flag} {out}: another {what} ({who}) is running in this folder; wait for it to end, "
+                          f"or choose another {flag}") from None
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     return fd
+
+
+@contextlib.contextmanager
+def locked(folder: Path, what: str, flag: str) -> Iterator[None]:
+    """Hold `folder`'s lock for the block (one `what` at a time, as one trainer per run folder)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = _lock(folder, what, flag)
+    _held.add(fd)
+    try:
+        yield
+    finally:
+        _held.discard(fd)
+        os.close(fd)
 
 
 @contextlib.contextmanager
