@@ -54,7 +54,7 @@ def build_parser(prog: str = PROG) -> Parser:
     p.add_argument("--orderings", type=int, default=1, help="random canonicalisations averaged per pair (default 1)")
     p.add_argument("--graph", default="test",
                    help="whose graph to sample on: train/valid/test, the split's graph as in evaluation (default "
-                        "test), or an edge-list file (.csv/.parquet, src,dst) of today's graph")
+                        "test), or today's graph as an edge list (.csv, .tsv, .parquet; src,dst in the run's ids)")
     add_device_flag(p)
     p.add_argument("--seed", type=int, default=0, advanced=True,
                    help="seed of the sampled subgraphs and local orders (default 0)")

@@ -237,3 +237,31 @@ def test_recommend_with_a_dead_ray_address_fails_in_seconds(run, tmp_path):
                           timeout=120)
     assert "RAY_ADDRESS=127.0.0.1:1: no Ray cluster answers there" in one_error(proc.returncode, proc.stderr)
     assert time.monotonic() - start < 60 and not list(tmp_path.glob(".*"))
+
+
+def test_a_full_disk_names_the_output_and_leaves_no_temp_file(run, tmp_path, main_of):
+    """score, heuristics and recommend on a 64 KB disk: one line naming the file they were writing; no temp
+    file left; recommend keeps its part folder (what a rerun resumes from), nothing else."""
+    from tests.conftest import mount_tmpfs
+    disk = tmp_path / "disk"
+    if not mount_tmpfs(disk, "64k"):
+        pytest.skip("cannot mount a small tmpfs here (needs root and mount)")
+    try:
+        (disk / "fill").write_bytes(b"\0" * 65_000)  # every page of the disk taken
+        pairs = pairs_file(tmp_path / "p.csv", [("u001", f"i{i:03d}") for i in range(50)] * 40)
+        code, err = main_of("pipelines.score", ["--checkpoint", run["run"], "--pairs", pairs, "--out",
+                                                disk / "s.parquet", "--device", "cpu"])
+        assert f"{disk / 's.parquet'}: no space left on device" in one_error(code, err)
+        code, err = main_of("pipelines.heuristics", ["--dataset", run["edges"], "--out", disk / "h.json"])
+        assert f"{disk / 'h.json'}: no space left on device" in one_error(code, err)
+        (tmp_path / "q.txt").write_text("".join(f"u{u:03d}\n" for u in range(90)))
+        code, err = main_of("pipelines.recommend.job", ["--checkpoint", run["run"], "--nodes", tmp_path / "q.txt",
+                                                        "--k", "50", "--pool", "50", "--out", disk / "r.parquet",
+                                                        "--device", "cpu", "--no-progress"])
+        assert "no space left on device" in one_error(code, err) and str(disk) in one_error(code, err)
+        left = sorted(str(p.relative_to(disk)) for p in disk.rglob("*"))
+        assert not [name for name in left if name.endswith(".tmp")], left
+        assert set(left) <= {"fill", ".r.parquet.parts", ".r.parquet.parts/.lock", ".r.parquet.parts/job.json"} | {
+            f".r.parquet.parts/part-{b:06d}.parquet" for b in range(4)}, left
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)

@@ -134,8 +134,12 @@ def _lock(out: Path, what: str = "trainer", flag: str = "--out") -> int:
         who = f"pid {holder}" if holder.isdigit() else "another process"
         raise ConfigError(f"{flag} {out}: another {what} ({who}) is running in this folder; wait for it to end, "
                           f"or choose another {flag}") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as err:  # a full disk: name the lock file, not just the errno
+        os.close(fd)
+        raise OSError(err.errno, err.strerror, str(out / LOCK)) from None
     return fd
 
 

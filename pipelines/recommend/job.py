@@ -56,7 +56,7 @@ def build_parser(prog: str = PROG) -> Parser:
     p.add_argument("--out", required=True, help="recommendations .parquet (written atomically)")
     add_engine_flags(p)
     p.add_argument("--graph", default="test", help="graph to recommend on: train/valid/test (the split's graph, "
-                   "default test) or an edge-list file (.csv/.parquet, src,dst) of today's graph")
+                   "default test) or today's graph as an edge list (.csv, .tsv, .parquet; src,dst in the run's ids)")
     p.add_argument("--bipartite", action="store_true", help="src and dst of the edge list are two kinds of nodes: "
                    "candidates only of the other kind (needs --graph EDGES or an edge-list dataset)")
     p.add_argument("--ray", action="store_true", help="run on Ray (implied when RAY_ADDRESS is set)")
