@@ -219,7 +219,8 @@ def test_results_folder_is_named_after_the_dataset(tmp_path):
         f.write("src,dst\n" + "\n".join(f"{i},{(i + 1) % 30}" for i in range(30)) + "\n")
     from common.datasets.edgelist import load_edge_list
     assert results_dir("results", load_edge_list(path).name, "tiny") == Path("results/my_edges/tiny")
-    pq.write_table(pa.table({"src": [0, 1, 2], "dst": [1, 2, 3]}), tmp_path / "graph.v2.parquet")
+    pq.write_table(pa.table({"src": list(range(30)), "dst": [(i + 1) % 30 for i in range(30)]}),
+                   tmp_path / "graph.v2.parquet")  # 30 edges: enough for a validation and a test edge
     assert results_dir("r", load_dataset(str(tmp_path / "graph.v2.parquet")).name, "p") == Path("r/graph.v2/p")
     assert results_dir("r", "citeseer", "citeseer-small") == Path("r/citeseer/citeseer-small")
     assert results_dir("r", "my graph/../x", "p") == Path("r/my_graph_.._x/p")  # one path component, always

@@ -192,6 +192,14 @@ def test_recommend_out_never_overwrites_an_input_cli(run, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["q.txt"]
 
 
+def test_evaluate_out_never_overwrites_an_input(run, tmp_path, main_of):
+    before = files_of(run["run"])
+    for out, expect in ((run["run"] / "best.pt", "is RUN"), (run["run"] / "m.json", "is inside the run folder")):
+        code, err = main_of("pipelines.recommend.evaluation", [run["run"], "--out", out, "--device", "cpu"])
+        assert f"--out {out}: {expect}" in one_error(code, err)
+    assert files_of(run["run"]) == before
+
+
 def test_report_and_heuristics_refuse_an_input_as_out(run, tmp_path, main_of):
     code, err = main_of("pipelines.heuristics", ["--dataset", run["edges"], "--out", run["edges"]])
     assert f"--out {run['edges']}: is --dataset" in one_error(code, err)

@@ -56,8 +56,7 @@ class DataConfig:
     num_workers: int = 2  # DataLoader worker processes per rank (0 = load in the training process)
     seed: int = 0
     orderings: int = 1  # labeled subgraphs fed per link: the model's --lrp k, set by resolve() (not a flag)
-    # What the run is bound to (not flags; from the set's manifest when the run starts): the dataset's
-    # fingerprint and the shard set's cache key. A resume on other data is refused (trainer.run_folder).
+    # the data the run is bound to, from the set's manifest at start (not flags; trainer.run_folder.same_data)
     dataset_fingerprint: str | None = None
     shard_set: str | None = None
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from common.shards import read_manifest
 from trainer import checkpoint
 from trainer.run_folder import bound_data, data_label, same_data
 
@@ -31,11 +32,15 @@ def recorded_data(run_dir: Path) -> dict | None:
     return None
 
 
-def stale_seeds(args, runs: dict[int, Path], manifest: dict, shards: str) -> set[int]:
-    """Seeds whose folder holds a run on other data than `manifest`'s set: refused, or, when the recipe has
-    --overwrite and it is given, returned to be cleared and retrained."""
-    stale = {seed for seed, d in runs.items()
-             if (saved := recorded_data(d)) is not None and not same_data(saved, manifest, shards)}
+def stale_seeds(args, runs: dict[int, Path], shards: str) -> set[int]:
+    """Seeds whose folder holds a run on other data than the set at `shards`: refused, or, when the recipe
+    has --overwrite and it is given, returned to be cleared and retrained. The set's manifest is read only
+    when some folder holds a run."""
+    held = {seed: saved for seed, d in runs.items() if (saved := recorded_data(d)) is not None}
+    if not held:
+        return set()
+    manifest = read_manifest(shards)
+    stale = {seed for seed, saved in held.items() if not same_data(saved, manifest, shards)}
     if stale and not getattr(args, "overwrite", False):
         seed = min(stale)
         fix = ("pass --overwrite to retrain it on this data" if hasattr(args, "overwrite")

@@ -13,7 +13,6 @@ import logging
 from pathlib import Path
 
 from common.presets import preset_for_protocol
-from common.shards import read_manifest
 from pipelines.core import finished
 from pipelines.core.seed_data import stale_seeds
 from pipelines.core.trainers import Job, TrainerError, run_trainers, trainer_slots
@@ -65,7 +64,7 @@ def train_seeds(args, preset_name: str, shards: str, protocol: str, runs: dict[i
     `extra`: more trainer flags per seed; `stop_at`: the pool's deadline (a stopped seed raises); `fresh`:
     seeds whose folder is cleared rather than resumed. A folder trained on other data is refused
     (pipelines.core.seed_data), or cleared with the recipe's --overwrite."""
-    stale = stale_seeds(args, runs, read_manifest(shards), shards)  # on other data: refused, or --overwrite
+    stale = stale_seeds(args, runs, shards)  # folders trained on other data: refused, or --overwrite
     flags = {seed: trainer_flags(args, preset_name, shards, protocol, seed, d, seed in fresh or seed in stale)
              + (extra or {}).get(seed, []) for seed, d in runs.items()}
     done = {seed: s for seed in runs if seed not in stale
