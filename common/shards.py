@@ -297,18 +297,23 @@ def graph_entry(which: str, indptr: np.ndarray, indices: np.ndarray) -> dict:
     return {"indptr": ip, "indices": ix, "num_nodes": int(indptr.shape[0] - 1), "num_entries": int(indices.shape[0])}
 
 
-def load_graph(manifest: dict, which: str = "train") -> tuple[np.ndarray, np.ndarray]:
+def load_graph(manifest: dict, which: str = "train", verify: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(indptr int64, indices) of a shipped graph, memory-mapped: loader workers share the page cache.
 
-    Shapes are always checked against the manifest; content by sha256 under --verify (common.verify)."""
+    Shapes are always checked against the manifest, and content against its sha256 unless verify=False
+    (a caller that has just hashed the files): every subgraph of every split is induced from these arrays."""
     graphs = manifest.get("graphs") or {}
     if which not in graphs:
         raise ShardError(f"{manifest['root']}: the manifest ships no '{which}' graph (has: "
                          f"{', '.join(sorted(graphs)) or 'none'}); rerun preprocess to rebuild the set")
     entry, root = graphs[which], manifest["root"]
     try:  # a remote set's arrays are fetched once into the local cache, then memory-mapped
-        indptr = np.load(local_file(join(root, entry["indptr"])), mmap_mode="r")
-        indices = np.load(local_file(join(root, entry["indices"])), mmap_mode="r")
+        paths = [local_file(join(root, entry[part])) for part in ("indptr", "indices")]
+        records = manifest.get("files") or {}  # read_manifest's schema guarantees one per graph file
+        for path, part in zip(paths, ("indptr", "indices")) if verify else ():
+            if entry[part] in records:
+                verify_shard(path, records[entry[part]]["sha256"])
+        indptr, indices = (np.load(path, mmap_mode="r") for path in paths)
     except (OSError, ValueError) as err:
         raise ShardError(f"{root}: graph '{which}' is unreadable ({err}); rerun preprocess to rebuild the set") from None
     if indptr.shape != (entry["num_nodes"] + 1,) or indices.shape != (entry["num_entries"],):

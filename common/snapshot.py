@@ -16,10 +16,11 @@ import numpy as np
 import pyarrow as pa
 
 from common.datasets.base import DatasetError
-from common.datasets.ids import _numeric, node_index, read_columns
+from common.datasets.ids import EDGE_LIST_SUFFIXES, _numeric, node_index, read_columns, suffix_of
 from common.graph import Graph
 
 SPLIT_NAMES = ("train", "valid", "test")
+SHARED_SAMPLE = 10_000  # training edges looked up in a snapshot: a snapshot of the graph holds most of them
 
 
 def read_edge_indices(path, num_nodes: int, node_ids: np.ndarray | None
@@ -60,10 +61,27 @@ def read_snapshot(path, num_nodes: int, node_ids: np.ndarray | None = None) -> t
 
 def graph_for(spec: str, dataset) -> tuple[Graph, np.ndarray | None]:
     """`--graph`: a split name (the graph its candidates were scored on) or an edge-list file; with the
-    node ids that name its nodes (None: the set's integer ids)."""
+    node ids that name its nodes (None: the set's integer ids). A file that shares no edge with the
+    training graph is not a snapshot of it (another graph, or ids named otherwise): refused."""
     if spec in SPLIT_NAMES:
         return dataset.graph_for(spec), dataset.node_ids
-    return read_snapshot(spec, dataset.num_nodes, dataset.node_ids)
+    if suffix_of(spec) is None:
+        raise DatasetError(f"--graph {spec}: neither a split ({', '.join(SPLIT_NAMES)}) nor an edge-list file "
+                           f"({', '.join(EDGE_LIST_SUFFIXES)})")
+    if not Path(spec).is_file():
+        raise DatasetError(f"--graph {spec}: file not found; pass today's edge list, or a split "
+                           f"({', '.join(SPLIT_NAMES)})")
+    try:
+        graph, ids = read_snapshot(spec, dataset.num_nodes, dataset.node_ids)
+    except DatasetError as err:
+        raise DatasetError(str(err) if str(err).startswith("--graph") else f"--graph {err}") from None
+    train = dataset.graph.edge_array()
+    sample = train[np.random.default_rng(0).permutation(len(train))[:SHARED_SAMPLE]]
+    if len(sample) and not graph.has_edge(sample[:, 0], sample[:, 1]).any():
+        raise DatasetError(f"--graph {spec}: shares none of {len(sample)} edges of the graph the run was trained "
+                           "on: not a snapshot of it (another graph, or nodes named otherwise); name nodes as "
+                           "the training edge list did")
+    return graph, ids
 
 
 def node_sides(path, num_nodes: int, node_ids: np.ndarray | None = None) -> np.ndarray:

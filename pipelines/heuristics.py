@@ -26,6 +26,7 @@ from common.datasets import PROTOCOLS, DatasetError, LinkDataset, load_dataset
 from common.flags import add_dataset_flags
 from common.heuristics import HEURISTICS, score_split
 from common.metrics import METRIC_KEYS, as_percent, format_table
+from common.outputs import OutputError, check_output
 
 log = logging.getLogger("pipelines.heuristics")
 
@@ -100,10 +101,14 @@ def _main(argv: list[str] | None, prog: str) -> int:
     args = parser.parse_args(argv)
     heuristics = parse_heuristics(parser, args.heuristics)
     try:
+        if args.out:  # before any work: the JSON must not replace the edge list it scores
+            check_output(args.out, files={"--dataset": args.dataset, "--data-dir": args.data_dir})
         ds = load_dataset(args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root,
                           planetoid_dir=args.planetoid_dir, seed=args.seed)
     except (DatasetError, FileNotFoundError) as err:
         parser.error(f"--dataset {args.dataset}: {err}")
+    except OutputError as err:
+        parser.error(str(err))
     log.info("loaded %s", ds.summary())
     protocols = resolve_protocols(parser, ds, args.split, args.protocol)
     results = score_split(ds, args.split, protocols, heuristics)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from common.atomic import write_text_atomic
 from common.cli import Parser, run_cli, summary
-from pipelines.core.results import aggregate, load_results, markdown
+from common.outputs import OutputError, check_output
+from pipelines.core.results import ResultsError, aggregate, load_results, markdown
 
 log = logging.getLogger("pipelines.report")
 PROG = "python -m pipelines.report"
@@ -34,7 +35,12 @@ def _main(argv: list[str] | None, prog: str) -> int:
     missing = [str(p) for p in args.runs if not p.exists()]
     if missing:
         ap.error(f"no such run folder: {', '.join(missing)}")
-    results = load_results(args.runs)
+    try:
+        if args.out:  # a report written over one of the result.json files it reads would lose that seed
+            check_output(args.out, files={f"the run {p}": p for p in args.runs if p.is_file()})
+        results = load_results(args.runs)
+    except (ResultsError, OutputError) as err:
+        ap.error(str(err))
     if not results:
         ap.error("no result.json found under " + ", ".join(map(str, args.runs)))
     table = markdown(aggregate(results), with_paper=not args.no_paper)

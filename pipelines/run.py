@@ -29,25 +29,37 @@ from pipelines.core.seeds import SeedFlagsError, check_trainer_flags, result_rec
 from pipelines.core.shard_sets import load_run_dataset, preset_shard_set
 from pipelines.core.trainers import cuda_devices, device_kind
 from pipelines.core.run_args import PROG, RunError, build_parser, validate_args
+from trainer.run_folder import locked
 
 log = logging.getLogger("pipelines.run")
 AUTO = "auto"  # the searched preset (pipelines.auto.search); the paper's presets keep their own rule
 
 
-def pick_preset(args, dataset: str) -> str:
+def pick_preset(args, dataset) -> str:
+    """--preset, else the paper dataset's preset (a paper dataset is chosen by name: a user's file named
+    citeseer.csv is not citeseer), else auto."""
     if args.preset:
         try:
             get_preset(args.preset)  # unknown names fail here, before any work
         except ValueError as err:
             raise RunError(f"--preset: {err}") from None
         return args.preset
-    small = f"{dataset}-small"
-    own = {name for name, p in PRESETS.items() if p.dataset == dataset}  # a file named tiny.csv is not 'tiny'
-    if cuda_devices() == 0 and args.device != "cuda" and small in own:
+    if dataset.own:
+        return AUTO  # the user's graph: search a configuration on validation (pipelines.auto.search)
+    small = f"{dataset.name}-small"
+    paper = {name for name, p in PRESETS.items() if p.dataset == dataset.name}  # a file named tiny.csv is not 'tiny'
+    if cuda_devices() == 0 and args.device != "cuda" and small in paper:
         return small
-    if dataset in own:
-        return dataset
-    return AUTO  # no paper preset: search one on validation (pipelines.auto.search)
+    if dataset.name in paper:
+        return dataset.name
+    return AUTO
+
+
+def check_budget(args, preset_name: str) -> None:
+    """--budget-minutes bounds the auto search; under a fixed preset it would be ignored, so say so."""
+    if args.budget_minutes is not None and preset_name != AUTO:
+        raise RunError(f"--budget-minutes {args.budget_minutes:g}: bounds --preset auto's search; preset {preset_name} "
+                       "trains its fixed configuration: drop --budget-minutes, or pass --preset auto")
 
 
 def check_objective(args, preset_name: str) -> None:
@@ -66,7 +78,8 @@ def check_objective(args, preset_name: str) -> None:
 def heuristic_rows(dataset_obj, protocol: str) -> list[dict]:
     """CN / AA / RA on the same test split, as table rows (deterministic: std 0)."""
     scored = score_split(dataset_obj, "test", [protocol], ["cn", "aa", "ra"])[protocol]
-    return [{"dataset": dataset_obj.name, "protocol": protocol, "model": name.upper(), "seeds": [0],
+    own = {"own_graph": True} if dataset_obj.own else {}
+    return [{"dataset": dataset_obj.name, "protocol": protocol, "model": name.upper(), "seeds": [0], **own,
              **{m: (100.0 * metrics[m], 0.0) for m in METRICS if m in metrics}}
             for name, metrics in scored.items()]
 
@@ -84,6 +97,8 @@ def run_protocol(args, dataset_obj, preset_name: str, protocol: str, out: Path) 
     for seed, run_dir in runs.items():
         summary = summaries[seed]
         record = result_record(dataset_obj.name, protocol, preset_name, seed, summary, args.features)
+        if dataset_obj.own:  # only then, so the records of paper datasets stay as they were
+            record["own_graph"] = True
         if args.hard_neg_fraction:  # only when set, so the records of uniform-negative runs stay as they were
             record["hard_neg_fraction"] = args.hard_neg_fraction
         if chosen:  # the searched config and its blend, with the run
@@ -135,20 +150,22 @@ def _main(argv: list[str] | None, prog: str) -> int:
     missing = [p for p in protocols if p not in available]
     if missing:
         raise RunError(f"--protocol {','.join(missing)}: {dataset_obj.name} has only {', '.join(available)}")
-    preset_name = pick_preset(args, dataset_obj.name)
+    preset_name = pick_preset(args, dataset_obj)
     check_objective(args, preset_name)
+    check_budget(args, preset_name)
     out = results_dir(args.out, dataset_obj.name, preset_name)
     try:
         check_trainer_flags(args, preset_name, protocols, out)
     except SeedFlagsError as err:
         raise RunError(str(err)) from None
     results, rows = [], []
-    for protocol in protocols:
-        proto_results = run_protocol(args, dataset_obj, preset_name, protocol, out)
-        results += proto_results
-        rows += aggregate(proto_results) + heuristic_rows(dataset_obj, protocol)
-    table = markdown(rows)
-    publish_results(out, {"runs": results, "table": table_json(rows)}, table)
+    with locked(out, "pipelines.run", "--out"):  # a second run on this dataset and preset waits for none: refused
+        for protocol in protocols:
+            proto_results = run_protocol(args, dataset_obj, preset_name, protocol, out)
+            results += proto_results
+            rows += aggregate(proto_results) + heuristic_rows(dataset_obj, protocol)
+        table = markdown(rows)
+        publish_results(out, {"runs": results, "table": table_json(rows)}, table)
     for r in rows:
         if r["model"].startswith("PENCIL"):
             log.info("%s/%s %s: test MRR %s, AUC %s over %d seed(s); results in %s", r["dataset"], r["protocol"],

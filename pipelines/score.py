@@ -28,10 +28,10 @@ from common.datasets import DatasetError, load_set_dataset
 from common.datasets.ids import EDGE_LIST_SUFFIXES, node_index, read_columns, suffix_of
 from common.flags import add_dataset_flags, add_device_flag
 from common.node_ids import load_node_ids
-from common.shards import read_manifest
-from pipelines.core.runs import RunFolderError, load_model, resolve_checkpoint
+from common.outputs import OutputError, check_output
+from pipelines.core.runs import (RunFolderError, check_run_graph, load_checkpoint, load_model, resolve_checkpoint,
+                                 run_inputs, run_manifest)
 from preprocess.sampler import Scratch, sample_subgraphs
-from trainer import checkpoint
 from trainer.model import Pencil
 from trainer.scoring import PairScorer, default_device
 
@@ -54,7 +54,7 @@ def build_parser(prog: str = PROG) -> Parser:
     p.add_argument("--orderings", type=int, default=1, help="random canonicalisations averaged per pair (default 1)")
     p.add_argument("--graph", default="test",
                    help="whose graph to sample on: train/valid/test, the split's graph as in evaluation (default "
-                        "test), or an edge-list file (.csv/.parquet, src,dst) of today's graph")
+                        "test), or today's graph as an edge list (.csv, .tsv, .parquet; src,dst in the run's ids)")
     add_device_flag(p)
     p.add_argument("--seed", type=int, default=0, advanced=True,
                    help="seed of the sampled subgraphs and local orders (default 0)")
@@ -124,6 +124,18 @@ def score_pairs(model: Pencil, graph, pairs: np.ndarray, sampling: tuple[int, in
     return pair_scorer(model, graph, sampling, n_max, seed, orderings, batch_size, device).logits(pairs)
 
 
+def note_known_edges(graph, pairs: np.ndarray, user: np.ndarray) -> int:
+    """Say how many pairs are edges of the graph sampled on: the edge itself is hidden from the model, but
+    each endpoint sits in the other's sampled neighbourhood, so such a score is not that of a new link."""
+    known = np.flatnonzero(graph.has_edge(pairs[:, 0], pairs[:, 1])) if len(pairs) else np.zeros(0, np.int64)
+    if known.size:
+        log.warning("%d of %d pairs are already edges of the graph sampled on (first: %s, %s); each is scored with "
+                    "its endpoints in each other's sampled neighbourhood, not as a new link (to score them as new, "
+                    "pass --graph with a snapshot without them)", known.size, len(pairs), user[known[0], 0],
+                    user[known[0], 1])
+    return int(known.size)
+
+
 def write_scores(path: str, user: np.ndarray, logits: np.ndarray) -> None:
     """user: (P, 2) the pairs as the user names them (ints, or str objects)."""
     probs = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
@@ -146,14 +158,20 @@ def _main(argv: list[str] | None, prog: str) -> int:
     if args.batch_size < 1:
         parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
     try:
-        ckpt = checkpoint.load(resolve_checkpoint(args.checkpoint))
-        manifest = read_manifest(ckpt["config"]["data"]["shards"])
+        path = resolve_checkpoint(args.checkpoint)
+        ckpt = load_checkpoint(path)
+        manifest = run_manifest(ckpt, path)
         pre = manifest["config"]
+        files, folders = run_inputs(args.checkpoint, manifest)
+        check_output(args.out, files={**files, "--pairs": args.pairs, "--dataset": args.dataset,
+                                      "--graph": None if args.graph in snapshot.SPLIT_NAMES else args.graph},
+                     folders=folders)
         dataset = load_set_dataset(pre, name=args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root)
+        check_run_graph(manifest, dataset, f"--dataset {args.dataset}" if args.dataset else pre["dataset"])
         graph, node_ids = snapshot.graph_for(args.graph, dataset)  # a snapshot's new nodes extend the ids
         pairs, user = read_pairs(args.pairs, graph.num_nodes, node_ids if args.graph not in snapshot.SPLIT_NAMES
                                  else load_node_ids(manifest))
-    except (ScoreError, RunFolderError, DatasetError) as err:
+    except (ScoreError, RunFolderError, DatasetError, OutputError) as err:
         parser.error(str(err))
     device = default_device(args.device)
     n_max = int(manifest["n_max"])
@@ -161,6 +179,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
     sampling = (pre["sampling"]["d"], pre["sampling"]["n"])
     log.info("scoring %d pairs of %s with sampling %s, %d ordering(s), on %s", len(pairs), dataset.name,
              sampling, args.orderings, device)
+    note_known_edges(graph, pairs, user)
     logits = score_pairs(model, graph, pairs, sampling, n_max, args.seed, args.orderings, args.batch_size, device)
     write_scores(args.out, user, logits)
     log.info("wrote %s", args.out)

@@ -151,9 +151,11 @@ def check_view_size(num_pos: int, percent: float, neg_ratio: int, graph: Graph) 
                           "edges) has no non-edges, so no negatives can be drawn; use a larger graph")
     if count > available:
         top = available // keep
+        fix = (f"use --neg-ratio <= {top}" if top else
+               f"lower --percent to at most {100 * available / num_pos:.3g} (one negative per positive needs "
+               f"{keep:,}), or use a larger graph")
         raise ConfigError(f"--neg-ratio {neg_ratio}: {count:,} negatives per view but the graph has only "
-                          f"{available:,} distinct non-edges, so most would repeat; use --neg-ratio <= {max(top, 1)}"
-                          + ("" if top else " with a lower --percent"))
+                          f"{available:,} distinct non-edges, so most would repeat; {fix}")
     if count > REPEAT_WARN_FRACTION * available:
         distinct = available * (1 - np.exp(-count / available))
         log.warning("--neg-ratio %d: %s negatives per view from %s distinct non-edges: about %.0f%% are repeats",

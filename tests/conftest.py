@@ -33,6 +33,19 @@ needs_ray = pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (CI ins
 REPO = Path(__file__).resolve().parents[1]
 
 
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests run by default wherever CUDA exists; without it each one is skipped, with the reason.
+    (torch is imported only when a gpu test was collected.)"""
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu:
+        return
+    import torch
+    if not torch.cuda.is_available():
+        skip = pytest.mark.skip(reason="gpu test: needs CUDA (no CUDA device visible)")
+        for item in gpu:
+            item.add_marker(skip)
+
+
 def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
 

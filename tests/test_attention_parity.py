@@ -83,6 +83,41 @@ def test_backend_resolution_on_cpu():
     assert m.attention_backend == "bucketed"
 
 
+def test_auto_on_cuda_picks_a_dropout_kernel_when_the_model_has_dropout(monkeypatch):
+    """resolve_backend's CUDA table with each kernel's availability set by hand (so it runs on any machine):
+    with attention dropout, never the dropout-free `varlen`; without, the fastest packed kernel."""
+    import trainer.attention as attention
+    kernels = {"varlen": lambda: object(), "flash-attn": lambda: None, "aten": lambda: None}
+    monkeypatch.setattr(attention, "torch_varlen_attn", lambda: kernels["varlen"]())
+    monkeypatch.setattr(attention, "flash_attn_varlen", lambda: kernels["flash-attn"]())
+    monkeypatch.setattr(attention, "aten_flash_error", lambda: kernels["aten"]())
+    assert resolve_backend("auto", "cuda", 0.1) == "flash_varlen"
+    assert resolve_backend("auto", "cuda", 0.0) == "varlen"
+    kernels["flash-attn"] = lambda: object()
+    assert resolve_backend("auto", "cuda", 0.1) == "flash_attn"
+    kernels["flash-attn"], kernels["aten"] = (lambda: None), (lambda: "probe failed")
+    assert resolve_backend("auto", "cuda", 0.1) == "bucketed"  # varlen is there, but drops no attention
+    assert resolve_backend("auto", "cuda", 0.0) == "varlen"
+
+
+@pytest.mark.parametrize("backend", ["varlen", "flash_varlen", "flash_attn"])
+def test_flash_backends_compute_fp32_attention_with_bucketed(monkeypatch, backend):
+    """In fp32 (evaluation) a flash backend must not call its bf16 kernel: the layer's output is bucketed
+    SDPA's exactly. The flash kernels are replaced by one that fails, so this runs without CUDA."""
+    import trainer.attention as attention
+
+    def bf16_only(*args, **kwargs):
+        raise AssertionError(f"{backend}'s bf16 kernel called on fp32 inputs")
+
+    monkeypatch.setitem(attention.KERNELS, backend, bf16_only)
+    model = small_model(hidden=32, heads=4, layers=1).eval()
+    layer = model.blocks[0].bert
+    batch = pack(random_samples(SIZES, seed=18), N_MAX)
+    h = torch.randn(batch.num_tokens, 32)
+    want = bert_layer(layer, h, AttentionContext.build("bucketed", batch))
+    torch.testing.assert_close(bert_layer(layer, h, AttentionContext.build(backend, batch)), want, atol=0, rtol=0)
+
+
 def test_describe_backend_says_whether_attention_dropout_applies():
     assert "NOT applied" in describe_backend("varlen", "varlen", 0.1)
     assert "0.1 applied" in describe_backend("auto", "bucketed", 0.1)

@@ -24,6 +24,9 @@ def inputs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("cli")
     (tmp / "afile").write_text("not a folder\n")
     (tmp / "one-edge.csv").write_text("src,dst\n0,1\n")
+    # 36 of the 45 pairs of 10 nodes: 32 training edges, only 13 training non-edges to draw negatives from
+    dense = [(a, b) for a in range(10) for b in range(a + 1, 10)][:36]
+    (tmp / "dense.csv").write_text("src,dst\n" + "".join(f"{a},{b}\n" for a, b in dense))
     rng = np.random.default_rng(0)
     edges = {(int(a), int(b)) for a, b in rng.integers(0, 100, (400, 2)) if a != b}
     (tmp / "g100.csv").write_text("src,dst\n" + "\n".join(f"{a},{b}" for a, b in sorted(edges)) + "\n")
@@ -52,7 +55,11 @@ PREPROCESS = [
     (["--dataset", "nosuch"], r"unknown dataset 'nosuch'"),
     (["--dataset", "citeseer", "--out", "{tmp}/afile"], r"afile: is a file, not a directory"),
     (["--dataset", "citeseer", "--out", "{tmp}/afile/sub"], r"is below .*afile, which is a file"),
-    (["--dataset", "{tmp}/one-edge.csv", "--out", "{tmp}/o"], r"--neg-ratio 1: .* no non-edges"),
+    (["--dataset", "{tmp}/one-edge.csv", "--out", "{tmp}/o"], r"1 edges leave no valid and no test edges.*--split"),
+    # --neg-ratio is 1 already: the fix is a lower --percent, not "--neg-ratio <= 1"
+    (["--dataset", "{tmp}/dense.csv", "--out", "{tmp}/o"],
+     r"--neg-ratio 1: 32 negatives per view but the graph has only 13 distinct non-edges, so most would repeat; "
+     r"lower --percent to at most 40.6 \(one negative per positive needs 32\), or use a larger graph$"),
     (["--dataset", "{tmp}/g100.csv", "--neg-ratio", "1000", "--out", "{tmp}/o"],
      r"--neg-ratio 1000: [\d,]+ negatives per view but the graph has only [\d,]+ distinct non-edges.*--neg-ratio <= \d+"),
     # the other flags

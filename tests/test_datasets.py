@@ -392,13 +392,18 @@ def test_edge_list_with_split_column(tmp_path, ext):
     df = pd.DataFrame(EDGE_ROWS, columns=["src", "dst"]).assign(split=split)
     df.loc[0, "split"] = " Train "  # whitespace and case are forgiven
     path = tmp_path / f"given{ext}"
-    df.to_csv(path, index=False) if ext == ".csv" else df.to_parquet(path)
+    write = lambda frame: frame.to_csv(path, index=False) if ext == ".csv" else frame.to_parquet(path)  # noqa: E731
+    write(df)
+    # (1, 0) is marked test while (0, 1) is a train edge: a test positive inside the training graph
+    with pytest.raises(DatasetError, match=r"1 edge\(s\) are marked both train and test .*first: 0,1"):
+        load_edge_list(path)
+    df = df.drop(index=20)
+    write(df)
     ds = load_edge_list(path)
     assert ds.splits["train"].pos.tolist()[:3] == [[0, 1], [1, 2], [0, 2]]
     assert len(ds.splits["train"].pos) == 14
     assert ds.splits["valid"].pos.tolist() == [[4, 8], [5, 9], [0, 6]]
-    # (4, 4) dropped; (1, 0) stays in test although (0, 1) is a train edge: the user's split is kept.
-    assert ds.splits["test"].pos.tolist() == [[1, 7], [2, 8], [3, 9], [0, 1]]
+    assert ds.splits["test"].pos.tolist() == [[1, 7], [2, 8], [3, 9]]  # (4, 4) dropped: a self-loop
     check_negatives(ds, Graph.from_edges(np.array(EDGE_ROWS), num_nodes=10))
     assert ds.fingerprint() == load_edge_list(path).fingerprint()
 

@@ -83,6 +83,14 @@ def test_ogb_hits_is_strict_and_handles_few_negatives():
     assert ogb_hits(np.array([0.0]), neg, 10) == 1.0  # fewer than K negatives: ogb returns 1.0
 
 
+def test_ogb_hits_with_exactly_k_negatives_ranks_against_the_worst():
+    """Q == K: the K-th best negative is the lowest one (1.0), not the "fewer than K" shortcut of 1.0.
+    By hand: 0.5 and 1.0 are not strictly above 1.0, 1.5 and 4.0 are: 2 of 4."""
+    neg = np.array([3.0, 1.0, 2.0])
+    assert ogb_hits(np.array([0.5, 1.0, 1.5, 4.0]), neg, 3) == 0.5
+    assert ogb_hits(np.array([0.5, 1.0, 1.5, 4.0]), neg, 4) == 1.0  # one fewer negative than K
+
+
 def test_evaluate_against_hand_computed_ranks():
     # Shared negatives, no ties except 0.7: ranks by hand (1 + #neg above + #neg tied / 2 ... tie-averaged):
     # 0.95 -> 1; 0.6 -> 3 (0.9, 0.7 above); 0.7 -> 1 + (1 + 2) / 2 = 2.5; 0.05 -> 6 (all five above)
@@ -256,6 +264,16 @@ def test_unique_pairs_canonicalises_and_inverts():
     assert uniq.tolist() == [[0, 5], [1, 3], [2, 2]]
     assert inv.shape == (2, 2)
     np.testing.assert_array_equal(uniq[inv], np.sort(pairs, axis=-1))
+
+
+def test_unique_pairs_beyond_three_billion_node_ids():
+    """Ids past 3e9: lo * n + hi would overflow int64 (2^32 * 2^33 = 2^65), so pairs are deduplicated as rows.
+    Expected by hand: three distinct pairs in sorted order, each input row pointing at its own."""
+    a, b = 2**32, 2**33
+    pairs = np.array([[b + 1, a], [a, b + 1], [5, b], [b, b], [b, 5]])
+    uniq, inv = unique_pairs(pairs)
+    assert uniq.tolist() == [[5, b], [a, b + 1], [b, b]]
+    assert inv.tolist() == [1, 1, 0, 2, 0]
 
 
 def test_unique_pairs_scatter_back_random():

@@ -56,8 +56,10 @@ def graph():
 
 
 def recommend(run_dir, out, *extra, env=None):
+    """On CPU: outputs are compared bit for bit (a resumed job) or to 1e-6 (pipelines.score), which CUDA's
+    scatter (index_add_) does not promise."""
     cmd = [sys.executable, "-m", "pipelines.recommend", "--checkpoint", str(run_dir), "--out", str(out),
-           "--no-progress", *extra]
+           "--no-progress", "--device", "cpu", *extra]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
 
 
@@ -103,7 +105,7 @@ def test_a_resumed_job_gives_the_uninterrupted_output(run_dir, tmp_path):
     killed = recommend(run_dir, tmp_path / "resumed.parquet", *flags, env=env)
     assert killed.returncode != 0 and not (tmp_path / "resumed.parquet").exists()
     parts = sorted(p.name for p in (tmp_path / ".resumed.parquet.parts").iterdir())
-    assert parts == ["job.json", "part-000000.parquet", "part-000001.parquet"]
+    assert parts == [".lock", "job.json", "part-000000.parquet", "part-000001.parquet"]  # .lock: one job per --out
     resumed = recommend(run_dir, tmp_path / "resumed.parquet", *flags)
     assert resumed.returncode == 0 and "2 already done" in resumed.stderr
     assert pq.read_table(tmp_path / "resumed.parquet").equals(pq.read_table(tmp_path / "whole.parquet"))
@@ -132,7 +134,7 @@ def test_todays_graph_scores_equal_pipelines_score(run_dir, graph, tmp_path):
     pairs = tmp_path / "pairs.parquet"
     pq.write_table(pa.table({"src": recs.node.to_numpy(), "dst": recs.candidate.to_numpy()}), pairs)
     cmd = [sys.executable, "-m", "pipelines.score", "--checkpoint", str(run_dir), "--pairs", str(pairs), "--out",
-           str(tmp_path / "scores.parquet"), "--graph", str(snap), "--orderings", "2"]
+           str(tmp_path / "scores.parquet"), "--graph", str(snap), "--orderings", "2", "--device", "cpu"]
     score = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert score.returncode == 0, score.stderr[-3000:]
     scores = pq.read_table(tmp_path / "scores.parquet").to_pandas()

@@ -106,7 +106,9 @@ def make_shard_set(root: Path, shard_links=(40, 40, 13), views: int = 2, n_max: 
              "links": sum(r["links"] for r in records if (r["split"], r["protocol"], r["view"]) == (s, p, v)),
              "shards": sum(1 for r in records if (r["split"], r["protocol"], r["view"]) == (s, p, v))}
             for s, p, v in sorted({(r["split"], r["protocol"], r["view"]) for r in records}, key=str)]
-    write_manifest(storage, {"key": "synthetic", "dataset": "synthetic", "shards": records, "n_max": n_max,
+    # key and fingerprint follow the seed, as a real set's follow its data (a run is bound to them)
+    write_manifest(storage, {"key": f"synthetic-{seed}", "fingerprint": f"synthetic-data-{seed}",
+                             "dataset": "synthetic", "shards": records, "n_max": n_max,
                              "num_nodes": num_nodes, "views": views, "eval": evals, "sets": sets,
                              "graphs": {"train": graph_entry("train", indptr, indices)}})
     return root

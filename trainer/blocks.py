@@ -6,6 +6,7 @@ links (common.shards.Block: columns plus node offsets), never on a Python object
 """
 from __future__ import annotations
 
+import hashlib
 from typing import Iterator
 
 import numpy as np
@@ -38,20 +39,45 @@ def block_slice(block: Block, lo: int, hi: int) -> Block:
                  block.nodes[ptr[0]:ptr[-1]])
 
 
+class HashingReader:
+    """A binary stream that hashes what is read from it: the shard's sha256, without a second read."""
+
+    def __init__(self, f):
+        self.f, self.sha = f, hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.f.read(n)
+        self.sha.update(data)
+        return data
+
+    def digest_to_end(self) -> str:
+        """Read what the tar reader left (end-of-archive padding) and return the whole stream's sha256."""
+        while self.read(1 << 20):
+            pass
+        return self.sha.hexdigest()
+
+    def close(self) -> None:
+        self.f.close()
+
+
 def read_blocks(units: list, num_nodes: int, n_max: int, regression: bool = False) -> Iterator[Block]:
-    """The checked blocks of the given units (trainer.data.Unit: url, part, parts, first), each cut to its
-    units' links (i % parts in the parts held). Checked: ranges and labels (check_block), and that the
-    shard holds the cids the manifest gives it (first, first + 1, ...): a renamed shard file fails.
+    """The checked blocks of the given units (trainer.data.Unit: url, part, parts, first, sha256), each cut to
+    its units' links (i % parts in the parts held). Checked: ranges and labels (check_block), that the shard
+    holds the cids the manifest gives it (first, first + 1, ...): a renamed shard file fails; and, for units
+    with a sha256, the whole file's digest when its last block has been read: an eval set's metrics are
+    computed only after every block is scored, so a swapped or edited eval shard fails before they exist.
     Several units of one shard (a reader holding 2 of its 4 slices) are read in one pass over it, at the
     place of their first unit: decoding, not slicing, is what costs."""
     held: dict[str, np.ndarray] = {}  # url -> which of its `parts` slices these units include
-    first = {}
+    first, digest = {}, {}
     for u in units:
         held.setdefault(u.url, np.zeros(u.parts, dtype=bool))[u.part] = True
-        first[u.url] = u.first
+        first[u.url], digest[u.url] = u.first, getattr(u, "sha256", None)
     for url, own in held.items():
         parts, seen = len(own), 0  # seen: link index within the shard, for the i % parts slicing
         f = open_url(url)
+        if digest[url] is not None:
+            f = HashingReader(f)
         try:
             for k, block in enumerate(iter_tar_blocks(f, url)):
                 where = f"{url}:{k:06d}.arrow"
@@ -66,6 +92,9 @@ def read_blocks(units: list, num_nodes: int, n_max: int, regression: bool = Fals
                 seen += n
                 if len(block):
                     yield block
+            if digest[url] is not None and (have := f.digest_to_end()) != digest[url]:
+                raise ShardError(f"{url}: checksum mismatch (manifest {digest[url][:12]}…, file {have[:12]}…): a "
+                                 "replaced, swapped or edited eval shard; rerun preprocess to repair the set")
         finally:
             f.close()
 

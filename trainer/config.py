@@ -56,6 +56,9 @@ class DataConfig:
     num_workers: int = 2  # DataLoader worker processes per rank (0 = load in the training process)
     seed: int = 0
     orderings: int = 1  # labeled subgraphs fed per link: the model's --lrp k, set by resolve() (not a flag)
+    # the data the run is bound to, from the set's manifest at start (not flags; trainer.run_folder.same_data)
+    dataset_fingerprint: str | None = None
+    shard_set: str | None = None
 
     def __post_init__(self):
         _check(bool(self.shards), "--shards", "a shard directory is required")

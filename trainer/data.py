@@ -86,6 +86,7 @@ class Unit:
     links: int
     tokens: int
     first: int = 0  # the shard's first candidate id: its links are cids first, first + 1, ... (checked on read)
+    sha256: str | None = None  # the manifest's digest, checked as the shard is read (eval shards: always)
 
 
 def shard_url(manifest: dict, name: str) -> str:
@@ -93,7 +94,9 @@ def shard_url(manifest: dict, name: str) -> str:
     return f"{root}/{name}"
 
 
-def make_units(manifest: dict, entries: list[dict], consumers: int) -> list[Unit]:
+def make_units(manifest: dict, entries: list[dict], consumers: int, checksums: bool = False) -> list[Unit]:
+    """Every shard of `entries` sliced for `consumers` readers; `checksums`: each reader checks the shard's sha256
+    (eval sets, whose numbers select the model: a swapped or edited shard must not be scored)."""
     if not entries:
         raise ShardError(f"{manifest['root']}: the manifest lists no shards for this split/view")
     parts = max(1, math.ceil(UNITS_PER_CONSUMER * consumers / len(entries)))
@@ -101,7 +104,7 @@ def make_units(manifest: dict, entries: list[dict], consumers: int) -> list[Unit
     # by its first block, not trained on.
     first = np.cumsum([0] + [e["links"] for e in entries])
     return [Unit(shard_url(manifest, e["name"]), p, parts, _share(e["links"], p, parts), _share(e["tokens"], p, parts),
-                 int(first[i])) for i, e in enumerate(entries) for p in range(parts)]
+                 int(first[i]), e["sha256"] if checksums else None) for i, e in enumerate(entries) for p in range(parts)]
 
 
 def _share(total: int, part: int, parts: int) -> int:
@@ -265,7 +268,7 @@ class EvalStream(_Stream):
 
     def units(self, split: str, protocol: str) -> list[Unit]:
         entries = shard_entries(self.manifest, split, protocol=protocol)
-        return make_units(self.manifest, entries, self.world_size * max(1, self.workers))
+        return make_units(self.manifest, entries, self.world_size * max(1, self.workers), checksums=True)
 
     def __iter__(self):
         split, protocol = self.sets[int(self.job[0])]

@@ -74,6 +74,33 @@ def check_contents(out: Path, resume: bool, overwrite: bool) -> None:
                           "to delete it and start afresh (or choose another --out)")
 
 
+def bound_data(manifest: dict) -> dict:
+    """The DataConfig fields that bind a run to its data: the dataset's fingerprint and the set's cache key."""
+    return {"dataset_fingerprint": manifest.get("fingerprint"), "shard_set": manifest.get("key")}
+
+
+def same_data(saved: dict, manifest: dict, shards: str) -> bool:
+    """Whether a run whose data config is `saved` was trained on the set of `manifest` (at `shards`). A run
+    from before runs recorded their data is judged by its shard-set path."""
+    if saved.get("dataset_fingerprint") is None and saved.get("shard_set") is None:
+        return str(saved.get("shards", "")).rstrip("/") == str(shards).rstrip("/")
+    have = bound_data(manifest)
+    return all(saved.get(k) == have[k] for k in have)
+
+
+def data_label(data: dict) -> str:
+    """A run's data (a data config or bound_data's fields) as the error messages name it."""
+    return f"dataset {data.get('dataset_fingerprint') or '?'}, shard set {data.get('shard_set') or data.get('shards')}"
+
+
+def check_same_data(saved: dict, manifest: dict, shards: str, out) -> None:
+    """--resume continues a run only on the data it was trained on. `saved`: the checkpoint's data config."""
+    if not same_data(saved, manifest, shards):
+        raise ConfigError(f"--resume: {out} was trained on other data ({data_label(saved)}) than --shards {shards} "
+                          f"({data_label(bound_data(manifest))}); pass --overwrite to start afresh on this data, "
+                          "or choose another --out")
+
+
 def clear(out: Path) -> list[str]:
     """Remove the run's files from `out` (see RUN_FILES); returns what was removed."""
     removed = []
@@ -93,8 +120,9 @@ def clear(out: Path) -> list[str]:
     return removed
 
 
-def _lock(out: Path) -> int:
-    """The exclusive lock on OUT/.lock, as an open descriptor holding our pid; ConfigError if another holds it."""
+def _lock(out: Path, what: str = "trainer", flag: str = "--out") -> int:
+    """The exclusive lock on OUT/.lock, as an open descriptor holding our pid; ConfigError if another holds it.
+    `what` and `flag` name the holder and the folder's flag in that error."""
     fd = os.open(out / LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -104,11 +132,28 @@ def _lock(out: Path) -> int:
         if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise
         who = f"pid {holder}" if holder.isdigit() else "another process"
-        raise ConfigError(f"--out {out}: another trainer ({who}) is running in this folder; wait for it to end, "
-                          "or choose another --out") from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        raise ConfigError(f"{flag} {out}: another {what} ({who}) is running in this folder; wait for it to end, "
+                          f"or choose another {flag}") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError as err:  # a full disk: name the lock file, not just the errno
+        os.close(fd)
+        raise OSError(err.errno, err.strerror, str(out / LOCK)) from None
     return fd
+
+
+@contextlib.contextmanager
+def locked(folder: Path, what: str, flag: str) -> Iterator[None]:
+    """Hold `folder`'s lock for the block (one `what` at a time, as one trainer per run folder)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = _lock(folder, what, flag)
+    _held.add(fd)
+    try:
+        yield
+    finally:
+        _held.discard(fd)
+        os.close(fd)
 
 
 @contextlib.contextmanager

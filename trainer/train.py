@@ -24,7 +24,7 @@ import logging
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -103,8 +103,14 @@ class Trainer:
     def _resolve_config(self, config: TrainConfig, ckpt: dict | None) -> TrainConfig:
         if ckpt is None:
             links, tokens = self.view_stats
+            config = replace(config, data=replace(config.data, **run_folder.bound_data(self.manifest)))
             return resolve(config, self.n_max, self.info.world_size, self.info.device.type, tokens / max(links, 1))
+        run_folder.check_same_data(ckpt["config"]["data"], self.manifest, config.data.shards, config.out)
         merged, ignored = merge_for_resume(ckpt["config"], config)
+        # the same data, perhaps at another path (a copied set): read it where it is now, recorded as bound
+        merged = replace(merged, data=replace(merged.data, shards=config.data.shards,
+                                              **run_folder.bound_data(self.manifest)))
+        ignored = [name for name in ignored if name != "data.shards"]
         if ignored:
             log.warning("--resume: keeping the checkpoint's %s (they fix the run's trajectory)", ", ".join(ignored))
         if ckpt["world_size"] != self.info.world_size:

@@ -32,7 +32,7 @@ def load_dataset(name: str, *, data_dir: str | None = None, ogb_root: str | None
     fracs = None if split is None else split_fractions(split)
     if suffix_of(name) is not None and data_dir is None:
         from common.datasets.edgelist import load_edge_list
-        return load_edge_list(Path(name), seed=seed, nodes=nodes, **_frac_kwargs(fracs))
+        return _own(load_edge_list(Path(name), seed=seed, nodes=nodes, **_frac_kwargs(fracs)))
     if nodes is not None:
         raise DatasetError(f"--nodes {nodes}: a node list applies to edge-list files only "
                            f"({', '.join(EDGE_LIST_SUFFIXES)}), not to '{name}'")
@@ -65,7 +65,7 @@ def load_dataset(name: str, *, data_dir: str | None = None, ogb_root: str | None
     if path.is_dir():
         _own_split(name, fracs)
         from common.datasets.heart import load_heart_dir
-        return load_heart_dir(path)
+        return _own(load_heart_dir(path))
     raise DatasetError(
         f"unknown dataset '{name}': use citeseer, cora, {', '.join(OGB_NAMES)}, synthetic, "
         f"a HeaRT-format directory, or an edge-list file ({', '.join(EDGE_LIST_SUFFIXES)})")
@@ -80,8 +80,14 @@ def load_set_dataset(config: dict, *, name: str | None = None, data_dir: str | N
     split = config.get("split")
     return load_dataset(name or config["dataset"], data_dir=data_dir or config.get("data_dir"),
                         ogb_root=ogb_root or config.get("ogb_root"), planetoid_dir=config.get("planetoid_dir"),
-                        seed=config.get("seed", 0), split=None if split is None else tuple(split),
-                        nodes=config.get("nodes"))
+                        features=bool(config.get("features")), seed=config.get("seed", 0),
+                        split=None if split is None else tuple(split), nodes=config.get("nodes"))
+
+
+def _own(dataset: LinkDataset) -> LinkDataset:
+    """A dataset given by path is the user's, even when its file or folder is named like a paper dataset."""
+    dataset.own = True
+    return dataset
 
 
 def _own_split(name: str, fracs) -> None:

@@ -42,6 +42,8 @@ class LinkDataset:
     metric: model-selection metric per protocol, e.g. {"original": "mrr", "ogb": "hits@50"}.
     node_ids: the user's id of every node (sorted; int64, uint64 or str objects) when the file's ids were
            mapped to 0..N-1 (edge lists); None where the ids are the dataset's own 0-based ones.
+    own:   given by path (an edge-list file, a HeaRT folder): the user's graph, never a paper dataset, whatever
+           its file is called (presets and the paper's numbers go by dataset name, so they check this first).
     """
 
     name: str
@@ -50,6 +52,7 @@ class LinkDataset:
     test_graph: Graph | None = None
     metric: dict[str, str] = field(default_factory=dict)
     node_ids: np.ndarray | None = None
+    own: bool = False
 
     @property
     def num_nodes(self) -> int:

@@ -6,9 +6,9 @@ Also home of the two helpers every randomly split dataset shares (cora, edge lis
 
 Conventions: node ids of any kind are mapped to 0..N-1 (common/datasets/ids.py); edges are undirected, so
 (u, v) and (v, u) are one edge and pairs are stored as (min, max); self-loops carry no link
-information and are dropped. With a split column, the user's assignment is kept as given (an edge
-repeated across splits stays in both, as in ogbl-collab); without one, the deduplicated edges are
-split at random with a seed.
+information and are dropped. With a split column, the user's assignment is kept as given, and an edge
+marked in two splits is refused (a test edge in the training graph leaks its label); without one, the
+deduplicated edges are split at random with a seed.
 """
 from __future__ import annotations
 
@@ -109,6 +109,12 @@ def random_split_dataset(name: str, edges: np.ndarray | None, num_nodes: int, se
     n_valid, n_test = int(val_frac * len(edges)), int(test_frac * len(edges))
     edges = np.take(edges, perm, axis=0)  # row gather: 2x faster than edges[perm] on 30 M rows
     del perm
+    empty = [s for s, n, frac in (("valid", n_valid, val_frac), ("test", n_test, test_frac)) if n == 0]
+    if empty:  # the trainer selects on valid and reports test: refuse now, not after sampling
+        raise DatasetError(f"{where}: {len(edges)} edges leave no {' and no '.join(empty)} edges at "
+                           f"{100 * val_frac:g}% valid / {100 * test_frac:g}% test; pass --split with larger "
+                           f"valid and test shares (each at least {100 / max(len(edges), 1):.3g}% here, e.g. "
+                           "--split 70,15,15), or add edges")
     test, valid, train = np.split(edges, [n_test, n_test + n_valid])
     if len(train) == 0:
         raise DatasetError(f"{where}: no train edges left after the split ({len(edges)} edges in all); "
@@ -151,6 +157,19 @@ def _split_masks(path: Path, col) -> dict[str, np.ndarray]:
         raise DatasetError(f"{path}: unknown split value(s) {', '.join(map(repr, unknown[:10]))} in column 'split'; "
                            "use train, valid or test")
     return masks
+
+
+def _refuse_shared_edges(path: Path, pos: dict[str, np.ndarray], num_nodes: int, node_ids: np.ndarray) -> None:
+    """An edge in two splits of the split column: a valid or test positive would sit in the training graph
+    (its label visible to the sampler and the heuristics), or be selected on and reported at once."""
+    keys = {s: pos[s][:, 0] * num_nodes + pos[s][:, 1] for s in SPLIT_VALUES}
+    for a, b in (("train", "test"), ("train", "valid"), ("valid", "test")):
+        both = np.flatnonzero(np.isin(keys[a], keys[b]))
+        if both.size:
+            u, v = pos[a][both[0]]
+            raise DatasetError(f"{path}: {both.size} edge(s) are marked both {a} and {b} in the split column (first: "
+                               f"{node_ids[u]},{node_ids[v]}); a held-out edge must not be in another split: "
+                               "keep each edge in one split")
 
 
 def load_edge_list(path, seed: int = 0, val_frac: float | None = None, test_frac: float | None = None,
@@ -196,6 +215,7 @@ def load_edge_list(path, seed: int = 0, val_frac: float | None = None, test_frac
         raise DatasetError(f"{path}: --split: the file's split column fixes the split; drop --split or the column")
 
     pos = {s: _canonical_unique(pairs[masks[s]], num_nodes) for s in SPLIT_VALUES}
+    _refuse_shared_edges(path, pos, num_nodes, node_ids)
     if len(pos["train"]) == 0:
         raise DatasetError(f"{path}: no train edges (split column has no 'train' rows between distinct nodes); "
                            "mark some edges as train")

@@ -42,6 +42,9 @@ EDGE_LIST_SUFFIXES = tuple(TEXT_SUFFIXES) + PARQUET_SUFFIXES
 BYTES_PER_ROW = 100
 TEXT_BLOCK = 32 << 20  # bytes per streamed CSV block: the unit of progress and of the running bound
 NODE_COLUMNS = ("node", "id")
+UTF8_BOM = b"\xef\xbb\xbf"
+# float64 holds every integer exactly only up to 2^53: above it, distinct ids may already be one float
+FLOAT_EXACT = 2**53
 
 
 def suffix_of(name: str) -> str | None:
@@ -67,7 +70,8 @@ class Columns:
 def read_columns(path: Path, wanted: tuple[str, ...], optional: tuple[str, ...] = (), any_of: bool = False,
                  hint: str = "src,dst[,split]") -> Columns:
     """Read the `wanted` (and present `optional`) columns, matched case- and space-insensitively.
-    any_of: the first of `wanted` that exists is enough (a node list's `node` or `id`)."""
+    any_of: the first of `wanted` that exists is enough (a node list's `node` or `id`). A one-column text
+    file whose first line is none of them has no header: its first line is an id like the others."""
     suf = suffix_of(path.name)
     if suf is None:
         raise DatasetError(f"{path}: unknown extension; use {', '.join(EDGE_LIST_SUFFIXES)}")
@@ -75,8 +79,12 @@ def read_columns(path: Path, wanted: tuple[str, ...], optional: tuple[str, ...] 
         raise DatasetError(f"{path}: file not found; pass a {'/'.join(EDGE_LIST_SUFFIXES)} file with columns {hint}")
     header = _parquet_header(path) if suf in PARQUET_SUFFIXES else _text_header(path, TEXT_SUFFIXES[suf], hint)
     by_name = {h.strip().lower(): h for h in header}
+    headerless = (any_of and len(header) == 1 and suf not in PARQUET_SUFFIXES
+                  and not any(c in by_name for c in wanted))
+    if headerless:
+        header = by_name = {wanted[0]: wanted[0]}
     if any_of:
-        found = next((c for c in wanted if c in by_name), header[0] if len(header) == 1 else None)
+        found = next((c for c in wanted if c in by_name), list(header)[0] if len(header) == 1 else None)
         if found is None:
             raise DatasetError(f"{path}: no column named {' or '.join(wanted)} (found: {_names(header)}); "
                                f"name the column of node ids '{wanted[0]}'")
@@ -91,7 +99,7 @@ def read_columns(path: Path, wanted: tuple[str, ...], optional: tuple[str, ...] 
     if suf in PARQUET_SUFFIXES:
         out = _read_parquet(path, pick)
     else:
-        out = _read_text(path, TEXT_SUFFIXES[suf], pick)
+        out = _read_text(path, TEXT_SUFFIXES[suf], pick, list(header) if headerless else None)
     log.info("%s: read %s rows in %.1f s (driver %.1f GiB)", path.name, f"{out.rows:,}", time.perf_counter() - t0,
              rss_gb())
     return out
@@ -114,6 +122,7 @@ def _text_header(path: Path, delimiter: str, hint: str) -> list[str]:
             head = f.read(1 << 20)
     except (OSError, EOFError) as err:  # a bad gzip stream
         raise DatasetError(f"{path}: could not read ({type(err).__name__}: {' '.join(str(err).split())})") from None
+    head = head.removeprefix(UTF8_BOM)  # Excel writes one; Arrow's reader skips it too
     if not head.strip():
         raise DatasetError(f"{path}: empty file; write a header '{hint}' and one edge per row")
     try:
@@ -131,11 +140,12 @@ def _text_header(path: Path, delimiter: str, hint: str) -> list[str]:
     return [h.strip().strip('"') for h in lines[0].split(delimiter)]
 
 
-def _read_text(path: Path, delimiter: str, pick: dict[str, str]) -> Columns:
+def _read_text(path: Path, delimiter: str, pick: dict[str, str], names: list[str] | None = None) -> Columns:
+    """names: the column names of a file without a header line."""
     import pyarrow.csv as pacsv
     try:
         reader = pacsv.open_csv(
-            path, read_options=pacsv.ReadOptions(block_size=TEXT_BLOCK),
+            path, read_options=pacsv.ReadOptions(block_size=TEXT_BLOCK, column_names=names),
             parse_options=pacsv.ParseOptions(delimiter=delimiter),
             convert_options=pacsv.ConvertOptions(include_columns=list(pick.values()),
                                                  column_types={c: pa.string() for c in pick.values()}))
@@ -197,6 +207,11 @@ def _numeric(col: pa.ChunkedArray, name: str, path: Path) -> np.ndarray | None:
         if bad.any():
             raise DatasetError(f"{path}: column '{name}' holds non-integer node id {f[bad][0]}; "
                                "ids must be integers or strings")
+        wide = np.abs(f) > FLOAT_EXACT
+        if wide.any():
+            raise DatasetError(f"{path}: column '{name}' holds node id {f[wide][0]:.17g} as a float, beyond 2^53 "
+                               "where floats no longer tell neighbouring integers apart; store the ids as "
+                               "integers or strings")
         return f.astype(np.int64)
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         # an empty id fails both casts: the strings path finds it in the few distinct ids (_check_empty)
@@ -247,7 +262,8 @@ def _map_numbers(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], 
         present = np.zeros(span, dtype=bool)
         for a in arrays.values():
             present[offset(a)] = True
-        node_ids = (np.flatnonzero(present) + lo).astype(next(iter(arrays.values())).dtype)
+        dtype = next(iter(arrays.values())).dtype
+        node_ids = np.flatnonzero(present).astype(dtype) + dtype.type(lo)  # in the ids' type: lo may pass 2^63
         if lo == 0 and len(node_ids) == span:
             return {k: a.astype(np.int64, copy=False) for k, a in arrays.items()}, node_ids, "already 0..N-1"
         # int32 ranks where they fit: half the table, so more of the random gathers below hit the cache
@@ -262,11 +278,8 @@ def _map_numbers(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], 
 def _map_hashed(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Ids anywhere in 64 bits -> ranks among the distinct ids, without sorting the rows.
 
-    One hash pass over all rows (Arrow's dictionary_encode, one memo table across the columns) gives
-    the N distinct ids in first-seen order and each row's index into them; only those N ids are
-    sorted, and a rank table turns a first-seen index into the sorted rank. On 60 M ids over 2.9 M
-    nodes this is 4.8 s against 16.6 s for an argsort of all rows, and it holds int32
-    indices instead of int64 argsort temporaries. The result equals np.unique(..., return_inverse).
+    One hash pass (Arrow's dictionary_encode) gives the N distinct ids and each row's index into them;
+    only those are sorted. 60 M ids over 2.9 M nodes: 4.8 s, against 16.6 s for an argsort of all rows.
     """
     keys = list(arrays)
     enc = pc.dictionary_encode(pa.chunked_array([pa.array(arrays.pop(k)) for k in keys]))  # inputs go with it
@@ -294,13 +307,9 @@ def _map_hashed(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], n
 def _map_strings(cols: dict[str, pa.ChunkedArray], files: dict[str, Path]
                  ) -> tuple[dict[str, np.ndarray], np.ndarray, str]:
     """String ids -> ranks among the distinct strings in UTF-8 byte order (= code point order). As for
-    hashed integers, a hash pass over the rows (dictionary_encode) finds the distinct strings and each
-    row's index into them, and only the distinct ones are sorted: a sort of every row compared 60 M strings
-    where 2.9 M distinct ones suffice. The hash pass is the cost (one thread: 30 M strings in ~4.6 s), so
-    each column is encoded on its own thread (Arrow's kernels release the GIL), chunk by chunk as read (one
-    memo table per column: every chunk's indices point into the column's final dictionary), and the
-    columns' dictionaries, a few million strings, are merged afterwards. `files`: each column's file, for
-    errors."""
+    hashed integers, a hash pass finds the distinct strings and only those are sorted. The hash pass is the
+    cost (30 M strings in ~4.6 s on one thread), so each column is encoded on its own thread (Arrow's
+    kernels release the GIL) and the columns' dictionaries are merged afterwards. `files`: for errors."""
     keys = list(cols)
 
     def encode(key: str) -> tuple[pa.Array, np.ndarray]:

@@ -30,16 +30,27 @@ def fmt(mean: float, std: float) -> str:
     return f"{mean:.2f} ± {std:.2f}"
 
 
+class ResultsError(ValueError):
+    """A file that is not a seed's result.json; the message names it and the fix."""
+
+
+FIX = "pass run folders, or the result.json files pipelines.run writes in each seed folder"
+
+
 def load_results(paths: list[Path]) -> list[dict]:
-    """Every result.json below the given files/folders."""
+    """Every result.json below the given files/folders, each checked to be a seed's record."""
     found = []
     for p in paths:
         files = [p] if p.is_file() else sorted(p.rglob("result.json"))
         for f in files:
             try:
-                found.append(json.loads(f.read_text()))
-            except json.JSONDecodeError as err:
-                raise SystemExit(f"{f}: not valid JSON ({err})")
+                record = json.loads(f.read_text())
+            except (json.JSONDecodeError, UnicodeDecodeError) as err:
+                raise ResultsError(f"{f}: not valid JSON ({' '.join(str(err).split())[:120]}); {FIX}") from None
+            missing = [k for k in ("dataset", "protocol", "test") if not isinstance(record, dict) or k not in record]
+            if missing or not isinstance(record["test"], dict):
+                raise ResultsError(f"{f}: not a seed's result (no {', '.join(missing) or 'test metrics'}); {FIX}")
+            found.append(record)
     return found
 
 
@@ -49,12 +60,12 @@ def aggregate(results: list[dict]) -> list[dict]:
     A result holds {"dataset", "protocol", "model", "seed", "test": {metric: fraction}}.
     """
     groups: dict[tuple, list[dict]] = defaultdict(list)
-    for r in results:
-        groups[(r["dataset"], r["protocol"], r.get("model", "PENCIL"))].append(r)
+    for r in results:  # a user's graph named like a paper dataset stays apart from it (own_graph)
+        groups[(r["dataset"], r["protocol"], r.get("model", "PENCIL"), bool(r.get("own_graph")))].append(r)
     rows = []
-    for (dataset, protocol, model), rs in sorted(groups.items()):
+    for (dataset, protocol, model, own), rs in sorted(groups.items()):
         row = {"dataset": dataset, "protocol": protocol, "model": model,
-               "seeds": sorted(r.get("seed", 0) for r in rs)}
+               "seeds": sorted(r.get("seed", 0) for r in rs), **({"own_graph": True} if own else {})}
         for m in METRICS:
             vals = [100.0 * r["test"][m] for r in rs if m in r.get("test", {})]
             if vals:
@@ -69,13 +80,13 @@ def markdown(rows: list[dict], with_paper: bool = True) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for row in rows:
-        groups[(row["dataset"], row["protocol"])].append(row)
-    for (dataset, protocol), group in groups.items():
+        groups[(row["dataset"], row["protocol"], bool(row.get("own_graph")))].append(row)
+    for (dataset, protocol, own), group in groups.items():
         for row in group:
             cells = [dataset, protocol, row["model"], str(len(row["seeds"]))]
             cells += [fmt(*row[m]) if m in row else "–" for m in METRICS]
             lines.append("| " + " | ".join(cells) + " |")
-        ref = paper_reference(dataset, protocol) if with_paper else None
+        ref = paper_reference(dataset, protocol) if with_paper and not own else None  # a user's graph: none
         if ref:
             metric, models = ref
             for name, (mean, std) in models.items():

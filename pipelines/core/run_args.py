@@ -27,10 +27,12 @@ def build_parser(prog: str = PROG) -> Parser:
     p = Parser(prog=prog, description=DESCRIPTION)
     add_dataset_flags(p)
     p.add_argument("--preset", default=None,
-                   help="a preset of common/presets.py (default: the dataset's; auto for your graph)")
+                   help="default: the dataset's; auto for your graph")
     add_seeds_flag(p)
-    p.add_argument("--out", default="results", help="results root: OUT/<dataset>/<preset>/ (default results)")
+    p.add_argument("--out", default="results", help="results root (default results)")
     add_shards_flag(p)
+    p.add_argument("--overwrite", action="store_true",
+                   help="retrain seed folders holding runs on other data")
     p.add_argument("--budget-minutes", type=float, default=None, metavar="MIN",
                    help="--preset auto: an upper bound on the whole run's wall time (default 30)")
     p.add_argument("--protocol", default="original", choices=("original", "heart", "ogb", "both"),

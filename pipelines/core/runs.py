@@ -5,16 +5,22 @@ The one loader `pipelines.score`, `pipelines.recommend` (and the evaluation of r
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from common.datasets import load_set_dataset
+from common.datasets.ids import suffix_of
+from common.node_ids import load_node_ids
+from common.outputs import check_output
 from common.presets import get_preset
 from common.shards import read_manifest
 from trainer import checkpoint
 from trainer.config import TrainConfig
 from trainer.model import Pencil, model_for_shards
+from trainer.run_folder import bound_data, data_label, same_data
 
 
 class RunFolderError(ValueError):
@@ -39,6 +45,14 @@ def resolve_checkpoint(path: str, flag: str = "--checkpoint") -> Path:
     return p
 
 
+# the fix a checkpoint that cannot be read names: the flag, never "delete it" (it may be the user's edge list)
+CHECKPOINT_FIX = "pass a run folder, or its best.pt or last.pt, as --checkpoint"
+
+
+def load_checkpoint(path: Path, flag: str = "--checkpoint") -> dict:
+    return checkpoint.load(path, fix=CHECKPOINT_FIX.replace("--checkpoint", flag))
+
+
 def load_model(ckpt: dict, manifest: dict, device: torch.device) -> Pencil:
     config = TrainConfig.from_dict(ckpt["config"])
     model = model_for_shards(get_preset(config.preset), config.model.as_overrides(), manifest)
@@ -52,17 +66,70 @@ def sampling_fields(manifest: dict) -> dict:
     return {"sampling": (pre["sampling"]["d"], pre["sampling"]["n"]), "n_max": int(manifest["n_max"])}
 
 
+def run_manifest(ckpt: dict, path) -> dict:
+    """The manifest of the shard set a checkpoint was trained on, checked to be that set still."""
+    data = ckpt["config"]["data"]
+    manifest = read_manifest(data["shards"])
+    if not same_data(data, manifest, data["shards"]):
+        raise RunFolderError(f"{path}: was trained on {data_label(data)}, but {data['shards']} now holds "
+                             f"{data_label(bound_data(manifest))}; score with the set it was trained on, or retrain")
+    return manifest
+
+
+def check_run_graph(manifest: dict, dataset, source: str) -> None:
+    """The dataset as loaded again must be the one the run's set was built from: same fingerprint (its name
+    aside: a moved or renamed file is the same data) or, for a set that records none, the same nodes and ids.
+    `source`: what the user would fix (the edge list, or --dataset)."""
+    fix = ("restore it as it was, or score on today's graph with --graph FILE (its ids are mapped through "
+           "the run's)")
+    want = manifest.get("fingerprint")
+    if want is not None:
+        have = replace(dataset, name=manifest.get("dataset", dataset.name)).fingerprint()
+        if have != want:
+            raise RunFolderError(f"{source}: not the graph this run was trained on (fingerprint {have}, the run's "
+                                 f"{want}: edited, or another graph); {fix}")
+        return
+    ids = load_node_ids(manifest)
+    if dataset.num_nodes != manifest["num_nodes"] or (ids is None) != (dataset.node_ids is None) or (
+            ids is not None and not np.array_equal(ids, dataset.node_ids)):
+        raise RunFolderError(f"{source}: not the graph this run was trained on ({dataset.num_nodes} nodes, the "
+                             f"run's {manifest['num_nodes']}, or other node ids); {fix}")
+
+
 def load_run_model(checkpoint_arg: str, device, flag: str = "--checkpoint"):
     """(model, its shard set's manifest, sampling fields, checkpoint digest): a run's model without its
     dataset, for a caller that holds the dataset already."""
     path = resolve_checkpoint(checkpoint_arg, flag)
-    ckpt = checkpoint.load(path)
-    manifest = read_manifest(ckpt["config"]["data"]["shards"])
+    ckpt = load_checkpoint(path, flag)
+    manifest = run_manifest(ckpt, path)
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
     return load_model(ckpt, manifest, device), manifest, sampling_fields(manifest), digest
 
 
-def load_run(checkpoint_arg: str, device, flag: str = "--checkpoint"):
-    """(model, dataset, sampling fields, checkpoint digest) of a trained run; `flag` names it in errors."""
+def run_dataset(manifest: dict):
+    """The dataset of a run's set (its split and node list), checked to be the graph the run was trained on."""
+    dataset = load_set_dataset(manifest["config"])
+    check_run_graph(manifest, dataset, manifest["config"]["dataset"])
+    return dataset
+
+
+def load_run(checkpoint_arg: str, device, flag: str = "--checkpoint", out: str | None = None):
+    """(model, dataset, sampling fields, checkpoint digest) of a trained run; `flag` names it in errors.
+    `out`: the command's output file, refused (common.outputs) when it is one of the run's inputs."""
     model, manifest, fields, digest = load_run_model(checkpoint_arg, device, flag)
-    return model, load_set_dataset(manifest["config"]), fields, digest  # the set's own split and node list
+    if out is not None:
+        files, folders = run_inputs(checkpoint_arg, manifest, flag)
+        check_output(out, files=files, folders=folders)
+    return model, run_dataset(manifest), fields, digest
+
+
+def run_inputs(checkpoint_arg: str, manifest: dict, flag: str = "--checkpoint") -> tuple[dict, dict]:
+    """What a command on a run reads, as common.outputs.check_output takes it: (files, folders). The run
+    folder is the checkpoint's folder when one was given, or holds the run's other files."""
+    path = resolve_checkpoint(checkpoint_arg, flag)
+    folder = path.parent if Path(checkpoint_arg).is_dir() or any(
+        (path.parent / name).exists() for name in ("config.json", "summary.json", "metrics.jsonl")) else None
+    pre = manifest["config"]
+    files = {flag: path, "the run's edge list": pre["dataset"] if suffix_of(pre["dataset"]) else None,
+             "the run's node list": pre.get("nodes")}
+    return files, {"the run folder": folder, "the run's shard set": manifest["root"]}

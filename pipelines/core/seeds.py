@@ -14,6 +14,7 @@ from pathlib import Path
 
 from common.presets import preset_for_protocol
 from pipelines.core import finished
+from pipelines.core.seed_data import stale_seeds
 from pipelines.core.trainers import Job, TrainerError, run_trainers, trainer_slots
 
 log = logging.getLogger("pipelines")
@@ -61,10 +62,13 @@ def train_seeds(args, preset_name: str, shards: str, protocol: str, runs: dict[i
                 fresh: frozenset = frozenset()) -> dict[int, dict]:
     """{seed: summary} of every run: finished seeds reused untouched, the others trained in the pool.
     `extra`: more trainer flags per seed; `stop_at`: the pool's deadline (a stopped seed raises); `fresh`:
-    seeds whose folder is cleared rather than resumed."""
-    flags = {seed: trainer_flags(args, preset_name, shards, protocol, seed, d, seed in fresh)
+    seeds whose folder is cleared rather than resumed. A folder trained on other data is refused
+    (pipelines.core.seed_data), or cleared with the recipe's --overwrite."""
+    stale = stale_seeds(args, runs, shards)  # folders trained on other data: refused, or --overwrite
+    flags = {seed: trainer_flags(args, preset_name, shards, protocol, seed, d, seed in fresh or seed in stale)
              + (extra or {}).get(seed, []) for seed, d in runs.items()}
-    done = {seed: s for seed in runs if (s := finished.finished_summary(runs[seed], flags[seed])) is not None}
+    done = {seed: s for seed in runs if seed not in stale
+            and (s := finished.finished_summary(runs[seed], flags[seed])) is not None}
     for seed in done:
         log.info("seed %d: finished with these flags in %s; reused", seed, runs[seed])
     todo = {seed: d for seed, d in runs.items() if seed not in done}

@@ -177,15 +177,17 @@ def run_block(block_id, queries, graph, side, cfg, sampler, scorer) -> tuple[pa.
     return finish_block(prep, logits, cfg), len(prep.node)
 
 
-def log_short_lists(table: pa.Table, queries: np.ndarray, k: int) -> int:
-    """Log the nodes that got fewer than k recommendations and why; returns how many."""
+def log_short_lists(table: pa.Table, queries: np.ndarray, k: int, node_ids: np.ndarray | None = None) -> int:
+    """Log the nodes that got fewer than k recommendations and why, named by the user's ids (`node_ids`, None:
+    the set's own 0..N-1); returns how many."""
     counts = np.bincount(np.searchsorted(queries, table.column("node").to_numpy()), minlength=len(queries))
     short = np.flatnonzero(counts < k)
     if short.size:
         ex = short[:5]
         log.warning("%d of %d nodes got fewer than k=%d recommendations: the graph has fewer nodes they are not "
                     "already linked to; e.g. %s", short.size, len(queries), k,
-                    ", ".join(f"node {int(queries[i])}: {int(counts[i])}" for i in ex))
+                    ", ".join(f"node {queries[i] if node_ids is None else node_ids[queries[i]]}: {int(counts[i])}"
+                              for i in ex))
     return int(short.size)
 
 

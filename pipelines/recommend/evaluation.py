@@ -36,6 +36,7 @@ from common.atomic import write_json_atomic
 from common.cli import Parser, run_cli, summary
 from common.datasets import DatasetError
 from common.graph import Graph
+from common.outputs import OutputError
 from common.retrieval import RetrievalError, neighbour_entries, retrieve
 from pipelines.core.runs import RunFolderError, load_run
 from pipelines.recommend.engine import (RecConfig, RecommendError, add_engine_flags, probabilities, rank_prior,
@@ -213,7 +214,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return evaluate_run(args)
-    except (RecommendError, RunFolderError, RetrievalError, DatasetError) as err:
+    except (RecommendError, RunFolderError, RetrievalError, DatasetError, OutputError) as err:
         parser.error(str(err))
 
 
@@ -223,7 +224,7 @@ def evaluate_run(args) -> int:
         raise RecommendError(f"--sample-positives: must be >= 1, got {args.sample_positives} "
                              "(leave it out to rank every positive)")
     device = default_device(args.device)
-    model, dataset, fields, _ = load_run(args.run, device, "RUN")
+    model, dataset, fields, _ = load_run(args.run, device, "RUN", out=args.out)
     cfg = RecConfig(k=min(args.k, args.pool), pool=args.pool, retriever=args.retriever, orderings=args.orderings,
                     seed=args.seed, token_budget=args.token_budget, batch_size=args.batch_size,
                     prior_weight=args.prior_weight, **fields)

@@ -30,9 +30,13 @@ from common import snapshot
 from common.atomic import write_json_atomic, write_parquet_atomic
 from common.cli import Parser, run_cli, summary
 from common.datasets import DatasetError
+from common.datasets.ids import EDGE_LIST_SUFFIXES, suffix_of
 from common.flags import add_num_cpus_flag
+from common.outputs import OutputError, check_output
 from common.retrieval import RetrievalError
-from pipelines.core.runs import RunFolderError, load_run
+from pipelines.core.runs import RunFolderError, load_run_model, run_dataset, run_inputs
+from preprocess.cluster import RayConnectError, probe_address
+from trainer.run_folder import locked
 from pipelines.recommend.engine import (COLUMNS, RecConfig, RecommendError, add_engine_flags, log_short_lists, read_nodes,
                                         run_block, sampler_for, scorer_for)
 
@@ -52,7 +56,7 @@ def build_parser(prog: str = PROG) -> Parser:
     p.add_argument("--out", required=True, help="recommendations .parquet (written atomically)")
     add_engine_flags(p)
     p.add_argument("--graph", default="test", help="graph to recommend on: train/valid/test (the split's graph, "
-                   "default test) or an edge-list file (.csv/.parquet, src,dst) of today's graph")
+                   "default test) or today's graph as an edge list (.csv, .tsv, .parquet; src,dst in the run's ids)")
     p.add_argument("--bipartite", action="store_true", help="src and dst of the edge list are two kinds of nodes: "
                    "candidates only of the other kind (needs --graph EDGES or an edge-list dataset)")
     p.add_argument("--ray", action="store_true", help="run on Ray (implied when RAY_ADDRESS is set)")
@@ -63,14 +67,17 @@ def build_parser(prog: str = PROG) -> Parser:
     return p
 
 
-def side_flags(args, dataset, num_nodes: int):
+def side_flags(args, dataset, num_nodes: int, trained_on: str, node_ids=None):
+    """--bipartite: each node's kind, from the src and dst columns of --graph's edge list, else of the edge
+    list the run was trained on (`trained_on`, its manifest's dataset)."""
     if not args.bipartite:
         return None
-    source = args.graph if args.graph not in snapshot.SPLIT_NAMES else dataset.name
-    if not Path(source).suffix.lower() in (".csv", ".parquet", ".pq", ".gz"):
-        raise RecommendError("--bipartite: the node kinds come from an edge list's src and dst columns; pass "
-                             "--graph EDGES (a .csv/.parquet edge list)")
-    return snapshot.node_sides(source, num_nodes, dataset.node_ids)
+    source = args.graph if args.graph not in snapshot.SPLIT_NAMES else trained_on
+    if suffix_of(source) is None:
+        raise RecommendError(f"--bipartite: the node kinds come from an edge list's src and dst columns, and the run's "
+                             f"dataset {source} is not an edge list; pass --graph EDGES "
+                             f"({', '.join(EDGE_LIST_SUFFIXES)})")
+    return snapshot.node_sides(source, num_nodes, dataset.node_ids if node_ids is None else node_ids)
 
 
 # ---------------------------------------------------------------------------- parts and merge
@@ -149,10 +156,17 @@ class Progress:
 # ---------------------------------------------------------------------------- the job
 def recommend(args) -> int:
     from trainer.scoring import default_device
+    if os.environ.get("RAY_ADDRESS"):  # a dead cluster fails here in one line, before the run is loaded
+        probe_address(os.environ["RAY_ADDRESS"])
     device = default_device(args.device)
-    model, dataset, fields, digest = load_run(args.checkpoint, device)
+    model, manifest, fields, digest = load_run_model(args.checkpoint, device)
+    files, folders = run_inputs(args.checkpoint, manifest)
+    out = check_output(args.out, files={**files, "--nodes": args.nodes,
+                                        "--graph": None if args.graph in snapshot.SPLIT_NAMES else args.graph},
+                       folders=folders)
+    dataset = run_dataset(manifest)
     graph, node_ids = snapshot.graph_for(args.graph, dataset)  # node_ids: the user's ids (None: 0..N-1)
-    side = side_flags(args, dataset, graph.num_nodes)
+    side = side_flags(args, dataset, graph.num_nodes, manifest["config"]["dataset"], node_ids)
     queries = (np.arange(graph.num_nodes, dtype=np.int64) if args.all_nodes
                else read_nodes(args.nodes, graph.num_nodes, node_ids))
     cfg = RecConfig(k=args.k, pool=args.pool, retriever=args.retriever, orderings=args.orderings, seed=args.seed,
@@ -160,8 +174,14 @@ def recommend(args) -> int:
                     prior_weight=args.prior_weight, **fields)
     blocks = [queries[i:i + cfg.block_nodes] for i in range(0, len(queries), cfg.block_nodes)]
     nodes_key = hashlib.sha256(queries.tobytes()).hexdigest()[:16]
-    out = Path(args.out)
-    folder = open_parts(out, cfg.fingerprint(digest, graph.fingerprint(), nodes_key, str(args.bipartite)))
+    with locked(parts_dir(out), "recommendation job", "--out"):  # one job per --out: parts are not shared
+        folder = open_parts(out, cfg.fingerprint(digest, graph.fingerprint(), nodes_key, str(args.bipartite)))
+        return _run_blocks(args, out, folder, cfg, blocks, queries, graph, side, node_ids, model, device)
+
+
+def _run_blocks(args, out: Path, folder: Path, cfg: RecConfig, blocks: list, queries: np.ndarray, graph, side,
+                node_ids, model, device) -> int:
+    """Score the blocks not in the part folder yet, then merge every part into --out."""
     todo = [b for b in range(len(blocks)) if not part_path(folder, b).exists()]
     log.info("recommending top-%d of a %s pool of %d for %d nodes of %s (%d blocks, %d already done) on %s",
              cfg.k, cfg.retriever, cfg.pool, len(queries), args.graph, len(blocks), len(blocks) - len(todo), device)
@@ -182,7 +202,7 @@ def recommend(args) -> int:
             done(b, table, pairs)
     nodes_s, pairs_s = progress.close()
     table = merge_parts(folder, len(blocks), out, node_ids)
-    log_short_lists(table, queries, cfg.k)
+    log_short_lists(table, queries, cfg.k, node_ids)
     log.info("wrote %s: %d recommendations for %d nodes (%.1f nodes/s, %.0f pairs/s)", out, table.num_rows,
              len(queries), nodes_s, pairs_s)
     return 0
@@ -198,5 +218,5 @@ def _main(argv: list[str] | None, prog: str) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return recommend(args)
-    except (RecommendError, RunFolderError, RetrievalError, DatasetError) as err:
+    except (RecommendError, RunFolderError, RetrievalError, DatasetError, OutputError, RayConnectError) as err:
         parser.error(str(err))

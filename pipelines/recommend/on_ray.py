@@ -44,6 +44,8 @@ def init_ray(num_cpus: int | None) -> bool:
     if ray.is_initialized():
         return False
     if os.environ.get("RAY_ADDRESS"):
+        from preprocess.cluster import probe_address
+        probe_address(os.environ["RAY_ADDRESS"])  # Ray itself retries a dead address for minutes
         log.info("RAY_ADDRESS=%s: attaching to the cluster", os.environ["RAY_ADDRESS"])
         ray.init(log_to_driver=True)
     else:
