@@ -56,7 +56,7 @@ def test_protocol_twins():
 
 
 def test_errors_name_the_problem():
-    with pytest.raises(ValueError, match="unknown preset 'nope'; choose one of: auto, citeseer"):
+    with pytest.raises(ValueError, match="unknown preset 'nope'; choose one of: citeseer, citeseer-ablate-small"):
         get_preset("nope")
     with pytest.raises(ValueError, match="not divisible by heads"):
         Preset("x", "citeseer", "original", (1, 5), hidden=30, layers=1, heads=4, ffn=8, effective_batch=8, epochs=1)
@@ -79,3 +79,9 @@ def test_the_estimation_presets_name_the_heuristic_targets_there_are():
     assert HEURISTIC_TARGETS == TARGETS
     for spec in EXPERIMENT_PRESETS["heuristic_estimation"].values():
         assert set(spec["heuristics"]) <= set(TARGETS)
+
+
+def test_runs_trained_under_the_old_name_of_general_still_load():
+    from common.presets import get_preset
+    assert get_preset("auto") == get_preset("general")
+    assert get_preset("general").cpu_view_positives == 4000 and get_preset("citeseer-small").cpu_view_positives is None

@@ -44,4 +44,5 @@ def train_final_seeds(args, chosen: dict, protocol: str, runs: dict[int, Path], 
 
 def _seed_args(args) -> SimpleNamespace:
     """The run's flags as core.seeds reads them; --epochs and --train-arg come with final_flags."""
-    return SimpleNamespace(device=args.device, epochs=None, train_arg=[], parallel_seeds=args.parallel_seeds)
+    return SimpleNamespace(device=args.device, epochs=None, train_arg=[], parallel_seeds=args.parallel_seeds,
+                           overwrite=getattr(args, "overwrite", False))
