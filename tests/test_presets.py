@@ -85,3 +85,12 @@ def test_runs_trained_under_the_old_name_of_general_still_load():
     from common.presets import get_preset
     assert get_preset("auto") == get_preset("general")
     assert get_preset("general").cpu_view_positives == 4000 and get_preset("citeseer-small").cpu_view_positives is None
+
+
+def test_the_general_preset_caps_a_cpu_view_at_4000_positives():
+    from common.presets import get_preset
+    from pipelines.core.shard_sets import view_percent
+    general = get_preset("general")
+    assert view_percent(general, 3000, "cpu") == 100.0 and view_percent(general, 3000, "cuda") == 100.0
+    assert view_percent(general, 8000, "cpu") == 50.0 and view_percent(general, 8000, "cuda") == 100.0
+    assert view_percent(get_preset("ogbl-collab"), 10**6, "cpu") == 50.0  # a preset's own share stays
