@@ -124,12 +124,17 @@ def score_pairs(model: Pencil, graph, pairs: np.ndarray, sampling: tuple[int, in
     return pair_scorer(model, graph, sampling, n_max, seed, orderings, batch_size, device).logits(pairs)
 
 
+def score_columns(logits: np.ndarray) -> dict[str, np.ndarray]:
+    """(orderings, P) logits -> the output's columns per pair: score (mean probability), logit (mean logit),
+    score_std (of the probability over orderings). `pencil serve`'s /score answers with the same columns."""
+    probs = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+    return {"score": probs.mean(0), "logit": logits.mean(0).astype(np.float64), "score_std": probs.std(0)}
+
+
 def write_scores(path: str, user: np.ndarray, logits: np.ndarray) -> None:
     """user: (P, 2) the pairs as the user names them (ints, or str objects)."""
-    probs = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
     kind = pa.string() if user.dtype == object else None
-    table = pa.table({"src": pa.array(user[:, 0], kind), "dst": pa.array(user[:, 1], kind), "score": probs.mean(0),
-                      "logit": logits.mean(0).astype(np.float64), "score_std": probs.std(0)})
+    table = pa.table({"src": pa.array(user[:, 0], kind), "dst": pa.array(user[:, 1], kind), **score_columns(logits)})
     write_parquet_atomic(table, path)
 
 
