@@ -81,7 +81,8 @@ class LiveIds:
 
     def index(self, value, where: str = "node") -> int:
         """The index of a JSON id; an unknown one is a 404 naming it."""
-        idx = self.find(self.normalise(value, where))
+        value = self.normalise(value, where)
+        idx = self.find(value)
         if idx is None:
             raise ServeError(404, f"unknown node {shown(value)}: not in the serving graph (add it with POST /edges)")
         return idx
