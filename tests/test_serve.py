@@ -1,7 +1,8 @@
 """`pencil serve` for real: the command on 127.0.0.1 and a free port, driven over HTTP. /score equals `pencil score`,
 /recommend equals `pencil recommend`, an edge added through /edges leaves the recommendations, every documented
 error is its status and one line, and kill -9 takes the service and its Ray down while a restart keeps every
-acknowledged edge. Slow: two service starts (~1 min each on 2 shared cores) and two CLI runs."""
+acknowledged edge; on a cluster, `serve deploy` rolls a new checkpoint out without dropping a request. Slow: about
+3 min per test on 2 shared cores."""
 import json
 import os
 import signal
@@ -161,3 +162,58 @@ def test_the_service_over_http(run_dir, tmp_path):
         for u, v in acked:
             assert v in neighbours[u], (u, v)
         assert top not in [r["candidate"] for r in recommended(port, node)]
+
+
+def test_a_new_checkpoint_rolls_out_without_dropping_requests(run_dir, ray_head, tmp_path):
+    """`serve deploy` of the configs `pencil serve --write-config` writes, on a cluster: the second one names
+    another checkpoint; Serve starts its replica before the old one drains, and the graph owner stays."""
+    port = free_ports(1)[0]
+    (tmp_path / "token").write_text(TOKEN)
+    for name, ckpt in (("old", run_dir / "best.pt"), ("new", run_dir / "last.pt")):
+        cli("serve", "--checkpoint", str(ckpt), "--state", str(tmp_path / "state"), "--port", str(port),
+            "--token-file", str(tmp_path / "token"), "--write-config", str(tmp_path / f"{name}.yaml"))
+    serve_cmd = str(Path(ray_head.cmd).with_name("serve")) if os.sep in ray_head.cmd else "serve"
+
+    def deploy(name):
+        proc = subprocess.run([serve_cmd, "deploy", str(tmp_path / f"{name}.yaml"), "--address", ray_head.address],
+                              cwd=ROOT, env=ray_head.env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+
+    def health() -> dict:
+        deadline = time.time() + 600
+        while time.time() < deadline:
+            try:
+                status, text = request(port, "GET", "/health", timeout=10)
+                if status == 200:
+                    return json.loads(text)
+            except OSError:
+                pass
+            time.sleep(1)
+        raise AssertionError("the service did not come up")
+
+    deploy("old")
+    before = health()
+    assert call(port, "POST", "/edges", {"add": [[1, 2]]}, AUTH)[0] == 200
+    statuses, stop = [], threading.Event()
+
+    def load():
+        while not stop.is_set():
+            try:
+                statuses.append(request(port, "GET", "/recommend/10?k=5", timeout=120)[0])
+            except OSError as err:
+                statuses.append(repr(err))
+
+    reader = threading.Thread(target=load)
+    reader.start()
+    try:
+        deploy("new")
+        deadline = time.time() + 600
+        while health()["checkpoint"] == before["checkpoint"] and time.time() < deadline:
+            time.sleep(1)
+        time.sleep(3)  # requests on the new replica too
+    finally:
+        stop.set()
+        reader.join()
+    after = health()
+    assert after["checkpoint"] != before["checkpoint"] and after["seq"] == 1
+    assert statuses and set(statuses) == {200}, sorted(set(map(str, statuses)))
