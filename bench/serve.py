@@ -6,14 +6,15 @@
 Per graph: the run's own graph ("citeseer": the run's test graph) and a collab-sized synthetic one
 ("collab": bench.scale's Chung-Lu power-law graph with ogbl-collab's 235,868 nodes and 967,632 edges,
 served with `--graph EDGES`: the same model on a bigger graph, as a snapshot).
-1. The offline cost of `pencil recommend` per node: its engine (run_block) on blocks of the sampled query
-   nodes, in this process, torch on one thread like a replica: wall ms per node and per pair.
+1. The offline cost of `pencil recommend` per node: its engine on blocks of 256 of the sampled query nodes (the
+   job's block), in this process, torch on one thread like a replica: wall ms per node, split into retrieval,
+   sampling, scoring and top-k. The same one node at a time: what a lone request costs a replica.
 2. The real service (`python -m pipelines serve`, one replica of one CPU, an embedded Ray), started as a
    child, waited for on /health, warmed up.
-3. Request loops that stop by themselves (--requests per cell, or --max-seconds): GET
-   /recommend/{node}?k=20&pool=100 over the sampled nodes, and POST /score with --score-pairs random pairs of
-   them, at each --concurrency (that many clients, each one request at a time). Client-side latency
-   percentiles p50/p95/p99 and throughput. Every answer must be 200.
+3. Request loops that stop by themselves (--requests per cell, or --max-seconds): GET /health (the HTTP path
+   without the model, at concurrency 1), GET /recommend/{node}?k=20&pool=100 over the sampled nodes, and POST
+   /score with --score-pairs random pairs of them, at each --concurrency (that many clients, each one request
+   at a time). Client-side latency percentiles p50/p95/p99 and throughput. Every answer must be 200.
 The client runs on the same machine (one asyncio process), so its CPU counts against the service's.
 """
 from __future__ import annotations
@@ -126,26 +127,44 @@ def drive(port: int, make, concurrency: int, total: int, max_seconds: float) -> 
 
 
 # ---------------------------------------------------------------------------- offline cost
-def offline_cost(checkpoint: str, spec: str, nodes: np.ndarray) -> dict:
-    """`pencil recommend`'s engine on `nodes` with its defaults (k=20, pool=100, ra), one thread: wall ms per node."""
+def offline_cost(checkpoint: str, spec: str, nodes: np.ndarray, block: int | None = None) -> dict:
+    """`pencil recommend`'s engine on `nodes` with its defaults (k=20, pool=100, ra), one thread, in blocks of
+    `block` nodes (default the job's 256; 1 is what a lone request costs a replica): wall ms per node, and where
+    it goes: retrieval, sampling, scoring (packing + forward), top-k."""
     import torch
     from common import snapshot
+    from common.retrieval import retrieve
     from pipelines.core.runs import load_run
-    from pipelines.recommend.engine import RecConfig, run_block, sampler_for, scorer_for
+    from pipelines.recommend.engine import RecConfig, finish_block, prepare_block, sampler_for, scorer_for
     torch.set_num_threads(1)
     device = torch.device("cpu")
     model, dataset, fields, _ = load_run(checkpoint, device)
     graph, _ = snapshot.graph_for(spec, dataset)
     cfg = RecConfig(**fields)
+    step = block or cfg.block_nodes
     sampler, scorer = sampler_for(graph, cfg), scorer_for(model, graph, cfg, device)
-    run_block(0, nodes[:2], graph, None, cfg, sampler, scorer)  # compile the sampler, first forward pass
-    start, pairs = time.perf_counter(), 0
-    for b in range(0, len(nodes), cfg.block_nodes):
-        _, n = run_block(b, nodes[b:b + cfg.block_nodes], graph, None, cfg, sampler, scorer)
-        pairs += n
-    dt = time.perf_counter() - start
-    return {"nodes": len(nodes), "pairs": pairs, "ms_per_node": dt / len(nodes) * 1000.0,
-            "pairs_per_node": pairs / len(nodes), "pairs_per_s": pairs / dt}
+    spent = dict.fromkeys(("retrieve", "sample", "score", "top_k"), 0.0)
+    pairs = 0
+    for first, b in ((True, 0), *((False, b) for b in range(0, len(nodes), step))):
+        queries = nodes[:2] if first else nodes[b:b + step]  # first: compile the sampler, warm up
+        prep = prepare_block(b, queries, graph, None, cfg, sampler)  # the job's step; its two parts timed alone:
+        t0 = time.perf_counter()
+        retrieve(graph, queries, cfg.retriever, cfg.pool)
+        t1 = time.perf_counter()
+        list(sampler.blocks(np.stack([prep.node, prep.cand], axis=1), 0))
+        t2 = time.perf_counter()
+        logits = scorer.score_blocks(prep.sampled, len(prep.node))
+        t3 = time.perf_counter()
+        finish_block(prep, logits, cfg)
+        t4 = time.perf_counter()
+        if not first:
+            pairs += len(prep.node)
+            for key, dt in zip(spent, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+                spent[key] += dt
+    total = sum(spent.values())
+    return {"block": step, "nodes": len(nodes), "pairs": pairs, "ms_per_node": total / len(nodes) * 1000.0,
+            "pairs_per_node": pairs / len(nodes), "pairs_per_s": pairs / spent["score"],
+            "share": {k: v / total for k, v in spent.items()}}
 
 
 def graph_spec(name: str, work: Path, seed: int) -> str:
@@ -175,18 +194,22 @@ def query_nodes(checkpoint: str, spec: str, count: int, seed: int) -> np.ndarray
 
 
 # ---------------------------------------------------------------------------- the benchmark
-def bench_graph(name: str, args, work: Path) -> list[dict]:
+def bench_graph(name: str, args, work: Path) -> tuple[list[dict], dict]:
     from pipelines.core.ray_head import free_ports
     spec = graph_spec(name, work, args.seed)
     nodes = query_nodes(args.checkpoint, spec, args.nodes, args.seed)
-    offline = offline_cost(args.checkpoint, spec, nodes)
-    print(f"{name}: offline pencil recommend {offline['ms_per_node']:.1f} ms/node "
-          f"({offline['pairs_per_node']:.0f} pairs/node, {offline['pairs_per_s']:.0f} pairs/s, one thread)", flush=True)
-    rows = [{"graph": name, "endpoint": "offline recommend", "concurrency": "-", "requests": offline["nodes"],
-             "p50_ms": offline["ms_per_node"], "p95_ms": None, "p99_ms": None,
-             "req_per_s": 1000.0 / offline["ms_per_node"], "errors": 0}]
+    offline = [offline_cost(args.checkpoint, spec, nodes), offline_cost(args.checkpoint, spec, nodes[:64], block=1)]
+    for o in offline:
+        shares = ", ".join(f"{k} {v:.1%}" for k, v in o["share"].items())
+        print(f"{name}: pencil recommend's engine, blocks of {o['block']}: {o['ms_per_node']:.1f} ms/node "
+              f"({o['pairs_per_node']:.0f} pairs/node, scoring {o['pairs_per_s']:.0f} pairs/s, one thread; {shares})",
+              flush=True)
+    rows = []
     rng = np.random.default_rng(args.seed + 1)
     partners = rng.integers(0, nodes.max() + 1, size=(len(nodes), args.score_pairs))
+
+    def health(i):
+        return "GET", "/health", None
 
     def recommend(i):
         return "GET", f"/recommend/{int(nodes[i % len(nodes)])}?k=20&pool=100", None
@@ -198,9 +221,9 @@ def bench_graph(name: str, args, work: Path) -> list[dict]:
     port = free_ports(1)[0]
     flags = ["--graph", spec] if spec != "test" else []
     with service(args.checkpoint, work / f"state-{name}", port, *flags, log_path=work / f"serve-{name}.log"):
-        for make in (recommend, score):
+        for make in (health, recommend, score):
             drive(port, make, 4, 40, 120)  # warm-up: every code path once, the batch queues created
-            for c in args.concurrency:
+            for c in ([1] if make is health else args.concurrency):  # health: the HTTP path alone, no model
                 load = os.getloadavg()[0]
                 r = drive(port, make, c, args.requests * (1 if c == 1 else 2), args.max_seconds)
                 row = {"graph": name, "endpoint": make.__name__, "concurrency": c, "load": load, **r}
@@ -208,16 +231,20 @@ def bench_graph(name: str, args, work: Path) -> list[dict]:
                 print(f"{name} {make.__name__} c={c}: p50 {r['p50_ms']:.1f} p95 {r['p95_ms']:.1f} p99 "
                       f"{r['p99_ms']:.1f} ms, {r['req_per_s']:.1f} req/s, {r['errors']} errors, load {load:.1f}",
                       flush=True)
-    return rows
+    return rows, [{"graph": name, **o} for o in offline]
 
 
-def table(rows: list[dict]) -> str:
-    fmt = lambda v: "-" if v is None else (f"{v:.1f}" if isinstance(v, float) else str(v))  # noqa: E731
-    lines = ["| graph | endpoint | concurrency | requests | p50 ms | p95 ms | p99 ms | req/s | errors |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append("| " + " | ".join(fmt(r[k]) for k in ("graph", "endpoint", "concurrency", "requests", "p50_ms",
-                                                             "p95_ms", "p99_ms", "req_per_s", "errors")) + " |")
+def table(rows: list[dict], offline: list[dict]) -> str:
+    fmt = lambda v: f"{v:.1f}" if isinstance(v, float) else str(v)  # noqa: E731
+    keys = ("graph", "endpoint", "concurrency", "requests", "p50_ms", "p95_ms", "p99_ms", "req_per_s", "errors", "load")
+    lines = ["| graph | endpoint | clients | requests | p50 ms | p95 ms | p99 ms | req/s | errors | load |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(fmt(r[k]) for k in keys) + " |" for r in rows]
+    lines += ["", "| graph | pencil recommend's engine, nodes per block | ms/node | pairs/node | scoring pairs/s | "
+              "retrieval | sampling | scoring (pack + forward) | top-k |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += [f"| {o['graph']} | {o['block']} | {o['ms_per_node']:.1f} | {o['pairs_per_node']:.0f} | {o['pairs_per_s']:.0f} | "
+              + " | ".join(f"{o['share'][k]:.1%}" for k in ("retrieve", "sample", "score", "top_k")) + " |"
+              for o in offline]
     return "\n".join(lines)
 
 
@@ -238,14 +265,16 @@ def main(argv=None) -> int:
     if bad := sorted(set(names) - set(GRAPHS)):
         p.error(f"--graphs: unknown {', '.join(bad)}; use some of {', '.join(GRAPHS)}")
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the start", flush=True)
-    rows = []
+    rows, offline = [], []
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
         for name in names:
-            rows += bench_graph(name, args, Path(tmp))
+            r, o = bench_graph(name, args, Path(tmp))
+            rows += r
+            offline += o
     print(f"load average {os.getloadavg()[0]:.1f} at the end\n")
-    print(table(rows))
+    print(table(rows, offline))
     if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=2))
+        Path(args.out).write_text(json.dumps({"rows": rows, "offline": offline}, indent=2))
     return 0
 
 

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.serve import request, service
-from pipelines.core.ray_head import free_ports, group_alive
+from pipelines.core.ray_head import free_ports, session_members
 from tests.conftest import tiny_citeseer_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,9 +148,9 @@ def test_the_service_over_http(run_dir, tmp_path):
         writer.join(timeout=60)
         stop.set()
         deadline = time.time() + 60
-        while any(group_alive(h) for h in heads) and time.time() < deadline:
+        while any(session_members(h) for h in heads) and time.time() < deadline:
             time.sleep(0.5)
-        assert heads and not any(group_alive(h) for h in heads), "the embedded Ray outlived the killed command"
+        assert heads and not any(session_members(h) for h in heads), "the embedded Ray outlived the killed command"
         with pytest.raises(OSError):
             request(port, "GET", "/health", timeout=5)
 

@@ -13,8 +13,8 @@ import signal
 import subprocess
 
 
-def _die_with_parent(parent: int, death_signal: int = signal.SIGTERM):
-    """preexec_fn of a trainer child: the kernel sends it `death_signal` when this process dies, even by SIGKILL
+def _die_with_parent(parent: int):
+    """preexec_fn of a trainer child: the kernel sends it SIGTERM when this process dies, even by SIGKILL
     (Linux PR_SET_PDEATHSIG); a parent already gone before the call means exit at once."""
     prctl = _prctl()
 
@@ -24,7 +24,7 @@ def _die_with_parent(parent: int, death_signal: int = signal.SIGTERM):
         with contextlib.suppress(ValueError):  # (ValueError: Popen from a thread other than the main one)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if prctl is not None:
-            prctl(1, death_signal)  # 1 = PR_SET_PDEATHSIG
+            prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
         if os.getppid() != parent:
             os._exit(1)
     return preexec
@@ -39,10 +39,9 @@ def _prctl():
         return None
 
 
-def start_child(cmd: list[str], death_signal: int = signal.SIGTERM, **kwargs) -> subprocess.Popen:
-    """A trainer (or torchrun) child process that dies with this one: the kernel sends it `death_signal`
-    (SIGKILL for a child that catches SIGTERM and keeps running, as `ray start --block` does)."""
-    return subprocess.Popen(cmd, preexec_fn=_die_with_parent(os.getpid(), death_signal), **kwargs)
+def start_child(cmd: list[str], **kwargs) -> subprocess.Popen:
+    """A trainer (or torchrun) child process that dies with this one."""
+    return subprocess.Popen(cmd, preexec_fn=_die_with_parent(os.getpid()), **kwargs)
 
 
 def stop_children(procs: list[subprocess.Popen], grace_s: float = 30.0) -> None:

@@ -1,12 +1,13 @@
 """A local Ray head as a child process that dies with the command that started it, even by SIGKILL.
 
 `ray.init()` starts Ray's processes as children of the driver, and a driver killed by SIGKILL leaves some
-of them running (the dashboard and runtime-env agents were still there a minute later). So a long-running
-command (`pencil serve`) starts `ray start --head --block` as its child instead: in a session of its own and
-with PR_SET_PDEATHSIG (pipelines/core/children.py). When the command dies, however it dies, the kernel
-sends that child SIGKILL (it catches SIGTERM); its death wakes the reaper Ray starts beside a blocking head,
-which kills the head's whole process group: every process of that cluster, and nothing else. A normal stop
-does the same (`stop_head`). Every port is a free one, so the head never collides with another cluster
+of them running (the dashboard and runtime-env agents were still there a minute later; they catch SIGTERM and
+outlive the raylet too). So a long-running command (`pencil serve`) starts a guard as its child: this module
+run as `python -m pipelines.core.ray_head ray start --head --block ...`, in a session of its own and with
+PR_SET_PDEATHSIG (pipelines/core/children.py). When the command dies, however it dies, the kernel sends the
+guard SIGTERM, and the guard SIGKILLs the head's process group and its own: every process of that cluster,
+and nothing else; so it does when the head exits by itself. A normal
+stop does the same (`stop_head`). Every port is a free one, so the head never collides with another cluster
 on the machine, and its temp folder is short: Ray's socket paths must fit in 107 bytes.
 """
 from __future__ import annotations
@@ -44,37 +45,35 @@ def free_ports(n: int) -> list[int]:
 
 
 def stop_head(proc: subprocess.Popen, wait_s: float = 15.0) -> None:
-    """SIGKILL the head: Ray's reaper then ends its process group (SIGTERM, SIGKILL a second later); wait for
-    the group to be gone, and SIGKILL what is left after `wait_s`. (`ray start --block` catches SIGTERM and
-    keeps running, so SIGTERM alone would not stop it.)"""
+    """Stop the guard (it SIGKILLs every process of its head), then wait until no process of its session runs
+    (at most `wait_s`), SIGKILLing any left."""
     with contextlib.suppress(ProcessLookupError):
-        os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+        os.kill(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
     deadline = time.time() + wait_s
-    while group_alive(proc.pid) and time.time() < deadline:
-        time.sleep(0.2)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
+    while session_members(proc.pid) and time.time() < deadline:
+        time.sleep(0.1)
+    for pid in session_members(proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
-def group_alive(pgid: int) -> bool:
-    """Whether a process of group `pgid` still runs. Zombies do not count: where PID 1 does not reap
-    orphans (some containers), a dead group's zombies stay for good."""
-    proc = Path("/proc")
-    if not proc.is_dir():  # not Linux: ask the kernel, zombies included
+def session_members(sid: int) -> list[int]:
+    """The running processes of session `sid` (Linux /proc; elsewhere, none known). Zombies do not count:
+    where PID 1 does not reap orphans (some containers), a dead session's zombies stay for good."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            os.killpg(pgid, 0)
-            return True
-        except ProcessLookupError:
-            return False
-    for stat in proc.glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # state, ppid, pgrp, session, ...
         except (OSError, IndexError):
             continue  # gone meanwhile
-        if int(fields[2]) == pgid and fields[0] != "Z":  # fields: state, ppid, pgrp, ...
-            return True
-    return False
+        if int(fields[3]) == sid and fields[0] != "Z":
+            out.append(int(stat.parent.name))
+    return out
 
 
 def ray_command() -> list[str]:
@@ -94,8 +93,8 @@ def head_env(token: str) -> dict:
 
 @contextlib.contextmanager
 def local_head(num_cpus: int | None = None, num_gpus: int | None = None):
-    """Start the head; yield its GCS address "127.0.0.1:PORT", the head process and the port of its Prometheus
-    metrics; stop it at the end. Meanwhile this process's environment holds the head's auth token, so that
+    """Start the head under its guard; yield its GCS address "127.0.0.1:PORT", the guard process and the port of
+    its Prometheus metrics; stop them at the end. Meanwhile this process's environment holds the head's auth token, so that
     ray.init(address=...) connects."""
     gcs, client, agent, agent_grpc, metrics = free_ports(5)
     tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")
@@ -110,7 +109,7 @@ def local_head(num_cpus: int | None = None, num_gpus: int | None = None):
     log_path = Path(tmp) / "head.log"
     token = secrets.token_hex(32)
     with open(log_path, "w") as log:
-        head = start_child(cmd, death_signal=signal.SIGKILL, env=head_env(token), stdout=log,
+        head = start_child([sys.executable, "-m", "pipelines.core.ray_head", *cmd], env=head_env(token), stdout=log,
                            stderr=subprocess.STDOUT, start_new_session=True)
     saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
     os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
@@ -131,3 +130,26 @@ def local_head(num_cpus: int | None = None, num_gpus: int | None = None):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def guard(cmd: list[str]) -> int:
+    """Run `cmd`; on SIGTERM or SIGINT (the kernel's signal when the command that started this guard dies), or
+    once `cmd` exits, SIGKILL `cmd`'s process group (`ray start --block` makes one of its own, which every
+    process of the head joins) and this guard's."""
+    child = None
+
+    def kill_all(*_):
+        for group in ([child.pid] if child else []) + [0]:  # 0: this guard's group, the guard last
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+
+    signal.signal(signal.SIGTERM, kill_all)
+    signal.signal(signal.SIGINT, kill_all)
+    child = subprocess.Popen(cmd)
+    child.wait()
+    kill_all()
+    return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(guard(sys.argv[1:]))

@@ -101,7 +101,8 @@ def check_state_free(folder: str) -> None:
 
 
 def check_port(host: str, port: int) -> None:
-    with socket.socket() as s:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server: old connections do not count
         try:
             s.bind((host, port))
         except OSError as err:
