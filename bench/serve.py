@@ -242,7 +242,8 @@ def table(rows: list[dict], offline: list[dict]) -> str:
     lines += ["| " + " | ".join(fmt(r[k]) for k in keys) + " |" for r in rows]
     lines += ["", "| graph | pencil recommend's engine, nodes per block | ms/node | pairs/node | scoring pairs/s | "
               "retrieval | sampling | scoring (pack + forward) | top-k |", "|---|---|---|---|---|---|---|---|---|"]
-    lines += [f"| {o['graph']} | {o['block']} | {o['ms_per_node']:.1f} | {o['pairs_per_node']:.0f} | {o['pairs_per_s']:.0f} | "
+    lines += [f"| {o['graph']} | {o['block']} | {o['ms_per_node']:.1f} | {o['pairs_per_node']:.0f} | "
+              f"{o['pairs_per_s']:.0f} | "
               + " | ".join(f"{o['share'][k]:.1%}" for k in ("retrieve", "sample", "score", "top_k")) + " |"
               for o in offline]
     return "\n".join(lines)
@@ -253,7 +254,8 @@ def main(argv=None) -> int:
     p.add_argument("--checkpoint", required=True, help="a trained run (e.g. citeseer-small's seed0 folder)")
     p.add_argument("--graphs", default=",".join(GRAPHS), help=f"comma list of {', '.join(GRAPHS)} (default both)")
     p.add_argument("--concurrency", default="1,8,32", help="client counts (default 1,8,32)")
-    p.add_argument("--requests", type=int, default=200, help="requests at concurrency 1, twice that above (default 200)")
+    p.add_argument("--requests", type=int, default=200,
+                   help="requests at concurrency 1, twice that above (default 200)")
     p.add_argument("--max-seconds", type=float, default=60.0, help="each loop stops after this long (default 60)")
     p.add_argument("--nodes", type=int, default=256, help="sampled query nodes (default 256)")
     p.add_argument("--score-pairs", type=int, default=100, help="pairs per /score request (default 100)")

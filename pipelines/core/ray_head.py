@@ -94,8 +94,8 @@ def head_env(token: str) -> dict:
 @contextlib.contextmanager
 def local_head(num_cpus: int | None = None, num_gpus: int | None = None):
     """Start the head under its guard; yield its GCS address "127.0.0.1:PORT", the guard process and the port of
-    its Prometheus metrics; stop them at the end. Meanwhile this process's environment holds the head's auth token, so that
-    ray.init(address=...) connects."""
+    its Prometheus metrics; stop them at the end. Meanwhile this process's environment holds the head's auth
+    token, so that ray.init(address=...) connects."""
     gcs, client, agent, agent_grpc, metrics = free_ports(5)
     tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")
     cmd = ray_command() + ["start", "--head", "--block", f"--port={gcs}", "--node-ip-address=127.0.0.1",

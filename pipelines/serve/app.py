@@ -5,11 +5,12 @@
   it is acknowledged. Not exposed over HTTP.
 - SERVICE_APP ("pencil"), deployment Pencil: N replicas behind the HTTP proxy at "/", each with the model
   (a GPU each where the cluster has them) and its own copy of the graph. Before every batch a replica asks
-  the owner for the edits it has not applied and applies them in order, so an acknowledged edit is seen
-  by every later request on every replica.
+  the owner for the edits it has not applied (on the owner's node, only once the log has grown) and applies
+  them in order, so an acknowledged edit is seen by every later request on every replica.
 
 Concurrent requests to one replica are batched (Serve's @serve.batch, a bounded wait) into one retrieval
-and one forward pass; the work runs on one thread beside the event loop, which keeps accepting requests.
+and one forward pass, and the batches that queue while the model works are merged (pipelines/serve/coalesce.py);
+the work runs on one thread beside the event loop, which keeps accepting requests.
 `graph_app` and `service_app` take the same settings as the command's flags, so `serve run` and `serve
 deploy` with a config file (`pencil serve --write-config`) build exactly what the command runs. A new
 checkpoint changes only the service application's settings: Serve starts the new replicas, and the old ones
@@ -152,9 +153,13 @@ class Pencil:
             with contextlib.suppress(OSError):
                 if os.stat(self.local_log).st_size == self.log_size:
                     return
-        if self.owner is None:
-            self.owner = serve.get_deployment_handle(OWNER, app_name=self.settings.graph_app)
-        reply = await self.owner.since.remote(self.engine.state.seq)
+        try:
+            if self.owner is None:
+                self.owner = serve.get_deployment_handle(OWNER, app_name=self.settings.graph_app)
+            reply = await self.owner.since.remote(self.engine.state.seq)
+        except Exception as err:  # noqa: BLE001 - without the owner, no answer can promise the latest graph
+            raise ServeError(503, f"the graph owner ({self.settings.graph_app}) is unavailable: "
+                             f"{describe(err)}") from None
         if reply["fingerprint"] != self.engine.state.base_fingerprint:
             raise ServeError(503, "the graph owner serves another graph than this replica's checkpoint; deploy "
                              "both applications with the same --graph and a checkpoint of the same shard set")
@@ -241,12 +246,11 @@ class Pencil:
             check_token(request.headers.get("authorization"), self.settings.token_sha256)
             body = await self._body(request)
             edit_size(body, self.limits)
-            if self.owner is None:
-                await self._sync()
+            await self._sync()  # also finds the owner
             reply = await self.owner.edit.remote(body)
             if "error" in reply:
                 raise ServeError(reply["status"], reply["error"])
-            await self._sync()  # this replica answers with the edit applied; the others apply it before their next batch
+            await self._sync()  # this replica answers with the edit applied; the others before their next batch
             return reply
         return await self._answer("edges", work())
 

@@ -156,7 +156,7 @@ class Engine:
             self._rebuild()
 
     def warm_up(self) -> None:
-        """One recommendation and one score on the graph: compiles the sampler, runs a first forward pass."""
+        """One recommendation for the busiest node: compiles the sampler, runs a first forward pass."""
         node = int(np.argmax(self.state.graph.degree))
         self.recommend([RecQuery(str(self.state.ids.user(node)), self.cfg)])
 
@@ -212,12 +212,13 @@ class Engine:
 
     def _pair_indices(self, pairs: list) -> np.ndarray:
         ids = self.state.ids
-        idx = np.array([[ids.index(u, f"'pairs'[{i}]"), ids.index(v, f"'pairs'[{i}]")] for i, (u, v) in enumerate(pairs)],
-                       dtype=np.int64).reshape(-1, 2)
+        idx = np.array([[ids.index(u, f"'pairs'[{i}]"), ids.index(v, f"'pairs'[{i}]")]
+                        for i, (u, v) in enumerate(pairs)], dtype=np.int64).reshape(-1, 2)
         loops = np.flatnonzero(idx[:, 0] == idx[:, 1])
         if loops.size:  # as `pencil score`: a node and itself is no link to predict
             r = int(loops[0])
-            raise ServeError(400, f"'pairs'[{r}]: pairs node {shown(pairs[r][0])} with itself; self-loops are not scored")
+            raise ServeError(400, f"'pairs'[{r}]: pairs node {shown(pairs[r][0])} with itself; self-loops are not "
+                             "scored")
         return idx
 
     def neighbors(self, node: str) -> dict:

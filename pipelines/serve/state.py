@@ -160,7 +160,8 @@ class GraphState:
                 raise ServeError(400, f"'{key}'[{i}]: expected a pair [u, v], got {shown(pair)}")
             u, v = (self.ids.normalise(x, f"'{key}'[{i}]") for x in pair)
             if u == v:
-                raise ServeError(400, f"'{key}'[{i}]: pairs node {shown(pair[0])} with itself; self-loops are not edges")
+                raise ServeError(400, f"'{key}'[{i}]: pairs node {shown(pair[0])} with itself; self-loops are not "
+                                 "edges")
             out.append([u, v])
         return out
 
