@@ -3,10 +3,10 @@
 `ray.init()` starts Ray's processes as children of the driver, and a driver killed by SIGKILL leaves some
 of them running (the dashboard and runtime-env agents were still there a minute later; they catch SIGTERM and
 outlive the raylet too). So a long-running command (`pencil serve`) starts a guard as its child: this module
-run as `python -m pipelines.core.ray_head ray start --head --block ...`, in a session of its own and with
+run as `python -m pipelines.core.ray_head TMP ray start --head --block ...`, in a session of its own and with
 PR_SET_PDEATHSIG (pipelines/core/children.py). When the command dies, however it dies, the kernel sends the
-guard SIGTERM, and the guard SIGKILLs the head's process group and its own: every process of that cluster,
-and nothing else; so it does when the head exits by itself. A normal
+guard SIGTERM, and the guard SIGKILLs every other process of its session: every process of that cluster, and
+nothing else; then it removes the head's temp folder. So it does when the head exits by itself. A normal
 stop does the same (`stop_head`). Every port is a free one, so the head never collides with another cluster
 on the machine, and its temp folder is short: Ray's socket paths must fit in 107 bytes.
 """
@@ -109,8 +109,8 @@ def local_head(num_cpus: int | None = None, num_gpus: int | None = None):
     log_path = Path(tmp) / "head.log"
     token = secrets.token_hex(32)
     with open(log_path, "w") as log:
-        head = start_child([sys.executable, "-m", "pipelines.core.ray_head", *cmd], env=head_env(token), stdout=log,
-                           stderr=subprocess.STDOUT, start_new_session=True)
+        head = start_child([sys.executable, "-m", "pipelines.core.ray_head", tmp, *cmd], env=head_env(token),
+                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
     os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
     try:
@@ -132,24 +132,34 @@ def local_head(num_cpus: int | None = None, num_gpus: int | None = None):
                 os.environ[k] = v
 
 
-def guard(cmd: list[str]) -> int:
-    """Run `cmd`; on SIGTERM or SIGINT (the kernel's signal when the command that started this guard dies), or
-    once `cmd` exits, SIGKILL `cmd`'s process group (`ray start --block` makes one of its own, which every
-    process of the head joins) and this guard's."""
+def guard(tmp: str, cmd: list[str]) -> int:
+    """Run `cmd` (the head); on SIGTERM or SIGINT (the kernel's signal when the command that started this guard
+    dies), or once `cmd` exits, SIGKILL every other process of this guard's session (`ray start --block` moves
+    the head to a process group of its own, not out of the session), then remove the head's folder `tmp`."""
     child = None
 
-    def kill_all(*_):
-        for group in ([child.pid] if child else []) + [0]:  # 0: this guard's group, the guard last
+    def stop(*_):
+        if child is not None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(group, signal.SIGKILL)
+                os.killpg(child.pid, signal.SIGKILL)  # where /proc is missing, this group at least
+        for _ in range(50):  # until none is left: a raylet may have forked a worker meanwhile
+            others = [pid for pid in session_members(os.getsid(0)) if pid != os.getpid()]
+            if not others:
+                break
+            for pid in others:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
+        shutil.rmtree(tmp, ignore_errors=True)
+        os._exit(1)
 
-    signal.signal(signal.SIGTERM, kill_all)
-    signal.signal(signal.SIGINT, kill_all)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     child = subprocess.Popen(cmd)
     child.wait()
-    kill_all()
+    stop()
     return 1
 
 
 if __name__ == "__main__":
-    raise SystemExit(guard(sys.argv[1:]))
+    raise SystemExit(guard(sys.argv[1], sys.argv[2:]))
