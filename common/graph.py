@@ -57,6 +57,14 @@ def _sorted_keys(e: np.ndarray, num_nodes: int) -> np.ndarray:
     return key[1:] if loops.size else key
 
 
+def _member(sorted_keys: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Mask of the entries of `q` found in the sorted array `sorted_keys`."""
+    if not sorted_keys.size:
+        return np.zeros(q.shape, dtype=bool)
+    pos = np.minimum(np.searchsorted(sorted_keys, q), sorted_keys.size - 1)
+    return sorted_keys[pos] == q
+
+
 @dataclass(frozen=True, eq=False)
 class Graph:
     """Undirected graph in CSR form.
@@ -90,10 +98,6 @@ class Graph:
                          "node ids must be 0-based and dense here; an edge-list file (.csv/.parquet) maps ids "
                          "of any size to 0..N-1")
         key = _sorted_keys(e, num_nodes)  # both directions, sorted, deduplicated, no self-loops: row * N + col
-        # CSR straight from the sorted keys: row r starts where keys reach r * N (sorted needles: cheap).
-        indptr = np.searchsorted(key, np.arange(num_nodes + 1, dtype=np.int64) * num_nodes).astype(np.int64)
-        np.remainder(key, num_nodes, out=key)  # in place: keys become column ids
-        idx_dtype = np.int32 if num_nodes < 2**31 else np.int64
         feats = None
         if x is not None:
             feats = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
@@ -101,7 +105,44 @@ class Graph:
                 raise GraphError(
                     f"node features: expected {num_nodes} rows (one per node), got shape {feats.shape}"
                 )
-        return cls(indptr=indptr, indices=key.astype(idx_dtype), x=feats)
+        return cls._from_keys(key, num_nodes, feats)
+
+    @classmethod
+    def _from_keys(cls, key: np.ndarray, num_nodes: int, x=None) -> "Graph":
+        """CSR straight from sorted distinct keys row * N + col (`key` is reused as the column ids)."""
+        # row r starts where keys reach r * N (sorted needles: cheap)
+        indptr = np.searchsorted(key, np.arange(num_nodes + 1, dtype=np.int64) * num_nodes).astype(np.int64)
+        np.remainder(key, num_nodes, out=key)  # in place: keys become column ids
+        idx_dtype = np.int32 if num_nodes < 2**31 else np.int64
+        return cls(indptr=indptr, indices=key.astype(idx_dtype), x=x)
+
+    def edited(self, add=(), remove=(), num_nodes: int | None = None) -> "Graph":
+        """This graph with edges added and removed (both directions; removing an absent edge does nothing),
+        on `num_nodes` >= num_nodes nodes (the new ones isolated unless an added edge names them). Equal to
+        `from_edges` of the edited edge list, in O(E) merges of sorted keys instead of a sort of all edges
+        (a live graph takes small edits often). An edge both added and removed is removed."""
+        n_old, n = self.num_nodes, self.num_nodes if num_nodes is None else int(num_nodes)
+        if n < n_old:
+            raise GraphError(f"edited: num_nodes={n} is below the graph's {n_old}; nodes are never removed")
+        if self.x is not None and n != n_old:
+            raise GraphError("edited: a graph with node features cannot take new nodes (they have no features)")
+        add, remove = as_edge_array(add, "added edges"), as_edge_array(remove, "removed edges")
+        top = int(max(add.max(initial=-1), remove.max(initial=-1)))
+        if top >= n:
+            raise GraphError(f"edited: node id {top} is out of range for num_nodes={n}")
+        key = self._edge_keys.copy()
+        if n != n_old:  # re-encode row * n_old + col as row * n + col: the order is unchanged (col < n_old <= n)
+            row = key // n_old
+            key -= row * n_old
+            key += row * n
+        new = _sorted_keys(add, n)
+        new = new[~_member(key, new)]
+        if new.size:  # two sorted runs: a stable sort merges them in linear time
+            key = np.sort(np.concatenate([key, new]), kind="stable")
+        gone = _sorted_keys(remove, n)
+        if gone.size and key.size:
+            key = key[~_member(gone, key)]
+        return Graph._from_keys(key, n, self.x)
 
     # ------------------------------------------------------------------ basic facts
     @property

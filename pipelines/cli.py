@@ -15,6 +15,7 @@ COMMANDS = {
     "score": ("pipelines.score", "score given pairs with a trained run"),
     "recommend": ("pipelines.recommend.job", "top-k new links per node with a trained run"),
     "evaluate": ("pipelines.recommend.evaluation", "full-ranking evaluation of a run's recommendations"),
+    "serve": ("pipelines.serve.command", "an online service: score, recommend and edit the graph over HTTP"),
     "preprocess": ("preprocess.__main__", "sample subgraphs into a shard set (Ray; `ray job submit` on a cluster)"),
     "train": ("trainer.train", "train on a shard set (`torchrun ... -m trainer` for several GPUs)"),
     "report": ("pipelines.report", "mean ± std over seeds of finished runs, as one table"),

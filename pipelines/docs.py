@@ -15,7 +15,8 @@ from pipelines.cli import COMMANDS, PAPER
 
 CLI_MD = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 # the module a command runs as under `python -m`, where it is not the one holding main()
-RUN_AS = {"trainer.train": "trainer", "preprocess.__main__": "preprocess", "pipelines.recommend.job": "pipelines.recommend"}
+RUN_AS = {"trainer.train": "trainer", "preprocess.__main__": "preprocess",
+          "pipelines.recommend.job": "pipelines.recommend", "pipelines.serve.command": "pipelines.serve"}
 
 
 def parsers() -> dict:

@@ -136,12 +136,17 @@ def note_known_edges(graph, pairs: np.ndarray, user: np.ndarray) -> int:
     return int(known.size)
 
 
+def score_columns(logits: np.ndarray) -> dict[str, np.ndarray]:
+    """(orderings, P) logits -> the output's columns per pair: score (mean probability), logit (mean logit),
+    score_std (of the probability over orderings). `pencil serve`'s /score answers with the same columns."""
+    probs = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+    return {"score": probs.mean(0), "logit": logits.mean(0).astype(np.float64), "score_std": probs.std(0)}
+
+
 def write_scores(path: str, user: np.ndarray, logits: np.ndarray) -> None:
     """user: (P, 2) the pairs as the user names them (ints, or str objects)."""
-    probs = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
     kind = pa.string() if user.dtype == object else None
-    table = pa.table({"src": pa.array(user[:, 0], kind), "dst": pa.array(user[:, 1], kind), "score": probs.mean(0),
-                      "logit": logits.mean(0).astype(np.float64), "score_std": probs.std(0)})
+    table = pa.table({"src": pa.array(user[:, 0], kind), "dst": pa.array(user[:, 1], kind), **score_columns(logits)})
     write_parquet_atomic(table, path)
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from pipelines.core.ray_head import free_ports
 
 REPO = Path(__file__).resolve().parents[1]
 START_TIMEOUT_S = 120
@@ -33,16 +34,6 @@ class RayHead:
         """`ray job submit --working-dir . -- JOB...` from the repository root."""
         return subprocess.run([self.cmd, "job", "submit", "--address", self.address, "--working-dir", ".", "--", *job],
                               cwd=REPO, env=self.env, capture_output=True, text=True, timeout=timeout)
-
-
-def free_ports(n: int) -> list[int]:
-    """n distinct free ports: every socket stays bound until all are picked (one at a time, the OS may hand
-    the same port out twice; a Ray head then refuses to start: "port ... used by other components")."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(socket.socket()) for _ in range(n)]
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
 
 
 def stop_group(proc: subprocess.Popen) -> None:

@@ -81,6 +81,31 @@ def test_with_edges_adds_and_keeps_features():
         g.with_edges([0, 1, 2])
 
 
+def test_edited_equals_a_rebuild_of_the_edited_edge_list():
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        n = int(rng.integers(2, 30))
+        edges = rng.integers(0, n, (int(rng.integers(0, 60)), 2))
+        g = Graph.from_edges(edges, num_nodes=n)
+        n2 = n + int(rng.integers(0, 5))
+        add = rng.integers(0, n2, (int(rng.integers(0, 10)), 2))
+        remove = np.concatenate([rng.integers(0, n2, (3, 2)), g.edge_array()[:2]])
+        kept = {tuple(e) for e in np.sort(np.concatenate([edges, add]), 1) if e[0] != e[1]}
+        kept -= {tuple(e) for e in np.sort(remove, 1)}
+        want = Graph.from_edges(np.array(sorted(kept), dtype=np.int64).reshape(-1, 2), num_nodes=n2)
+        got = g.edited(add, remove, n2)
+        assert np.array_equal(got.indptr, want.indptr) and np.array_equal(got.indices, want.indices)
+        assert got.indices.dtype == want.indices.dtype
+
+
+def test_edited_refuses_fewer_nodes_and_out_of_range_ids(g):
+    assert g.edited().fingerprint() == g.fingerprint()
+    with pytest.raises(GraphError, match="below the graph's 5"):
+        g.edited(num_nodes=4)
+    with pytest.raises(GraphError, match="node id 5 is out of range for num_nodes=5"):
+        g.edited(add=[[0, 5]])
+
+
 def test_fingerprint_stable_and_sensitive(g):
     same = Graph.from_edges([[0, 1], [2, 1], [2, 3]], num_nodes=5)
     assert g.fingerprint() == same.fingerprint() and len(g.fingerprint()) == 16

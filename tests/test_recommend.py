@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import cached_set, needs_ray
+from tests.conftest import needs_ray, tiny_citeseer_run
 
 ROOT = Path(__file__).resolve().parents[1]
 # Every test here runs the CLI in subprocesses against a run trained by the fixture (~2 min on 2 shared cores
@@ -22,31 +22,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory, shard_cache):
-    """A tiny-preset run on citeseer (1, 5), trained 20 steps; the shard set is the one test_pipelines reads."""
-    import torch
-    from common.presets import get_preset
-    from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
-    from preprocess.job import run_job
-    from trainer.config import config_for
-    from trainer.train import run
-
-    preset = get_preset("tiny")
-    cfg = PreprocessConfig(dataset="citeseer", sampling=SamplingConfig(*preset.sampling), num_cpus=2,
-                           candidates=CandidateConfig(views=1, percent=preset.train_percent, protocols=("original",)),
-                           out=str(cached_set(shard_cache, "citeseer-tiny")))
-    shards = run_job(cfg).path
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        ray.shutdown()
-    out = tmp_path_factory.mktemp("rec") / "run"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        run(config_for("tiny", str(shards), str(out), max_steps=20, device="cpu", progress=False,
-                       data=dict(num_workers=0)))
-    finally:
-        torch.set_num_threads(threads)
-    return out
+    return tiny_citeseer_run(shard_cache, tmp_path_factory.mktemp("rec") / "run")
 
 
 @pytest.fixture(scope="module")

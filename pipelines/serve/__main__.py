@@ -1,0 +1,3 @@
+from pipelines.serve.command import main
+
+raise SystemExit(main())

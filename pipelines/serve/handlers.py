@@ -1,0 +1,226 @@
+"""What the endpoints do, as plain Python: no HTTP, no Ray (pipelines/serve/app.py wraps it).
+
+`Engine` holds the model and a replica's copy of the serving graph and answers a whole batch of requests
+at once through the recommendation engine (pipelines/recommend/engine.py) and the scoring engine
+(trainer/scoring.py): the same steps, defaults and guarantees as `pencil recommend` and `pencil score`.
+The parsers turn a request into what the engine takes, or a ServeError with its status and one line.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections import defaultdict
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from common.retrieval import RETRIEVERS
+from pipelines.recommend.engine import RecConfig, finish_block, prepare_block, sampler_for, scorer_for
+from pipelines.score import score_columns
+from pipelines.serve.state import GraphState, ServeError, shown
+
+TOKEN_ENV = "PENCIL_SERVE_TOKEN"
+NO_TOKEN = (f"write endpoints are disabled: the service was started without a token (set {TOKEN_ENV} or pass "
+            "--token-file)")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on one request: what a client may ask of the service at once."""
+
+    max_pairs: int = 10_000  # pairs per POST /score
+    max_edges: int = 10_000  # pairs per POST /edges, add and remove together
+    max_k: int = 1_000
+    max_pool: int = 10_000
+    max_body_bytes: int = 16 << 20
+
+
+@dataclass(frozen=True)
+class RecQuery:
+    node: str  # as the path names it; looked up on the graph the batch runs on
+    cfg: RecConfig
+
+
+# ---------------------------------------------------------------------------- tokens
+def token_digest(token: str) -> str:
+    """What the replicas hold instead of the token: its sha256 (the secret never enters Ray's state)."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def read_token(token_file: str | None, environ) -> str | None:
+    """The token from --token-file, else from PENCIL_SERVE_TOKEN, else None; an empty one is refused."""
+    if token_file:
+        try:
+            with open(token_file) as f:
+                token = f.read().strip()
+        except OSError as err:
+            raise ValueError(f"--token-file {token_file}: cannot read it ({err.strerror})") from None
+        if not token:
+            raise ValueError(f"--token-file {token_file}: the file is empty; put the token in it")
+        return token
+    token = environ.get(TOKEN_ENV)
+    if token is not None and not token.strip():
+        raise ValueError(f"{TOKEN_ENV} is set but empty; set it to the token or unset it")
+    return token.strip() if token else None
+
+
+def check_token(authorization: str | None, digest: str | None) -> None:
+    """A 401 unless `Authorization: Bearer <token>` carries the token whose sha256 is `digest`."""
+    if digest is None:
+        raise ServeError(401, NO_TOKEN)
+    scheme, _, token = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ServeError(401, "missing bearer token: send the header 'Authorization: Bearer <token>'")
+    if not hmac.compare_digest(token_digest(token.strip()), digest):
+        raise ServeError(401, "wrong token")
+
+
+# ---------------------------------------------------------------------------- request parsing
+def parse_json(data: bytes):
+    try:
+        return json.loads(data)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise ServeError(400, f"malformed JSON body: {err}") from None
+
+
+def _int_param(params, name: str, default: int, top: int) -> int:
+    raw = params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ServeError(400, f"{name}={shown(raw)}: must be an integer from 1 to {top}") from None
+    if not 1 <= value <= top:
+        raise ServeError(400, f"{name}={value}: out of range; use 1 to {top}")
+    return value
+
+
+def recommend_query(node: str, params, defaults: RecConfig, limits: Limits) -> RecQuery:
+    """GET /recommend/{node}?k=&pool=&retriever= -> a query; the defaults are `pencil recommend`'s."""
+    extra = sorted(set(params) - {"k", "pool", "retriever"})
+    if extra:
+        raise ServeError(400, f"unknown query parameter {shown(extra[0])}; use k, pool and retriever")
+    k = _int_param(params, "k", defaults.k, limits.max_k)
+    pool = _int_param(params, "pool", defaults.pool, limits.max_pool)
+    retriever = params.get("retriever", defaults.retriever)
+    if retriever not in RETRIEVERS:
+        raise ServeError(400, f"retriever={shown(retriever)}: unknown; use one of {', '.join(RETRIEVERS)}")
+    if pool < k:
+        raise ServeError(400, f"pool={pool} is smaller than k={k}; the pool must hold at least k candidates")
+    return RecQuery(node, replace(defaults, k=k, pool=pool, retriever=retriever))
+
+
+def score_body(body, limits: Limits) -> list:
+    """POST /score's body {"pairs": [[u, v], ...]} -> its pairs (ids still unchecked)."""
+    if not isinstance(body, dict):
+        raise ServeError(400, 'the body must be a JSON object {"pairs": [[u, v], ...]}')
+    extra = sorted(set(body) - {"pairs"})
+    if extra:
+        raise ServeError(400, f"unknown field {shown(extra[0])}; the body has one field, 'pairs'")
+    pairs = body.get("pairs")
+    if not isinstance(pairs, list) or not pairs:
+        raise ServeError(400, "'pairs' must be a non-empty list of [u, v] pairs")
+    if len(pairs) > limits.max_pairs:
+        raise ServeError(413, f"too many pairs: {len(pairs)} in one request; the limit is {limits.max_pairs}")
+    for i, pair in enumerate(pairs):
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise ServeError(400, f"'pairs'[{i}]: expected a pair [u, v], got {shown(pair)}")
+    return pairs
+
+
+def edit_size(body, limits: Limits) -> None:
+    """A 413 for an edit over the limit, before it reaches the graph owner."""
+    if isinstance(body, dict):
+        size = sum(len(v) for v in (body.get("add"), body.get("remove")) if isinstance(v, list))
+        if size > limits.max_edges:
+            raise ServeError(413, f"too many edges: {size} in one edit; the limit is {limits.max_edges}")
+
+
+# ---------------------------------------------------------------------------- the engine
+class Engine:
+    """The model on one replica's copy of the serving graph; `apply` brings the graph up to the log."""
+
+    def __init__(self, model, state: GraphState, cfg: RecConfig, device):
+        self.model, self.state, self.cfg, self.device = model, state, cfg, device
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        graph = self.state.graph
+        self.sampler = sampler_for(graph, self.cfg)
+        self.scorer = scorer_for(self.model, graph, self.cfg, self.device)
+
+    def apply(self, records: list) -> None:
+        if self.state.apply(records):
+            self._rebuild()
+
+    def warm_up(self) -> None:
+        """One recommendation for the busiest node: compiles the sampler, runs a first forward pass."""
+        node = int(np.argmax(self.state.graph.degree))
+        self.recommend([RecQuery(str(self.state.ids.user(node)), self.cfg)])
+
+    def recommend(self, queries: list) -> tuple[list, int]:
+        """Each query's answer (a dict, or the ServeError it gets) and the pairs scored; queries with the same
+        settings share one retrieval and one scoring pass."""
+        out: list = [None] * len(queries)
+        groups = defaultdict(list)
+        for i, q in enumerate(queries):
+            try:
+                groups[q.cfg].append((i, self.state.ids.index(q.node)))
+            except ServeError as err:
+                out[i] = err
+        scored = 0
+        for cfg, items in groups.items():
+            nodes = np.unique([idx for _, idx in items])
+            prep = prepare_block(0, nodes, self.state.graph, None, cfg, self.sampler)
+            logits = self.scorer.score_blocks(prep.sampled, len(prep.node))
+            table = finish_block(prep, logits, cfg)
+            scored += len(prep.node)
+            node = table.column("node").to_numpy()
+            cols = {c: table.column(c).to_numpy() for c in ("candidate", "rank", "score", "retriever_score")}
+            cand_ids = self.state.ids.users(cols["candidate"])
+            for i, idx in items:
+                lo, hi = np.searchsorted(node, idx, "left"), np.searchsorted(node, idx, "right")
+                out[i] = {"node": self.state.ids.user(idx), "recommendations": [
+                    {"candidate": cand_ids[r], "rank": int(cols["rank"][r]), "score": float(cols["score"][r]),
+                     "retriever_score": float(cols["retriever_score"][r])} for r in range(lo, hi)]}
+        return out, scored
+
+    def score(self, requests: list) -> tuple[list, int]:
+        """Each request's (a list of [u, v]) scores, or its ServeError, and the pairs scored: one pass for all."""
+        out: list = [None] * len(requests)
+        parts, spans = [], []
+        for i, pairs in enumerate(requests):
+            try:
+                idx = self._pair_indices(pairs)
+            except ServeError as err:
+                out[i] = err
+                continue
+            spans.append((i, sum(len(p) for p in parts), len(idx)))
+            parts.append(idx)
+        if not parts:
+            return out, 0
+        pairs = np.concatenate(parts)
+        cols = score_columns(self.scorer.logits(pairs))
+        users = self.state.ids.users(pairs.ravel())
+        for i, lo, n in spans:
+            out[i] = {"scores": [{"src": users[2 * r], "dst": users[2 * r + 1], "score": float(cols["score"][r]),
+                                  "logit": float(cols["logit"][r]), "score_std": float(cols["score_std"][r])}
+                                 for r in range(lo, lo + n)]}
+        return out, len(pairs)
+
+    def _pair_indices(self, pairs: list) -> np.ndarray:
+        ids = self.state.ids
+        idx = np.array([[ids.index(u, f"'pairs'[{i}]"), ids.index(v, f"'pairs'[{i}]")]
+                        for i, (u, v) in enumerate(pairs)], dtype=np.int64).reshape(-1, 2)
+        loops = np.flatnonzero(idx[:, 0] == idx[:, 1])
+        if loops.size:  # as `pencil score`: a node and itself is no link to predict
+            r = int(loops[0])
+            raise ServeError(400, f"'pairs'[{r}]: pairs node {shown(pairs[r][0])} with itself; self-loops are not "
+                             "scored")
+        return idx
+
+    def neighbors(self, node: str) -> dict:
+        idx = self.state.ids.index(node)
+        return {"node": self.state.ids.user(idx), "neighbors": self.state.ids.users(self.state.graph.neighbors(idx))}

@@ -1,0 +1,201 @@
+"""The serving graph: the run's graph plus every acknowledged edit, named in the user's node ids.
+
+An edit is a record {"seq", "add", "remove"} of (u, v) pairs in the user's ids, normalised (integers for a
+graph named by integers, text for one named by text). Applying the same records in the same order gives
+the same graph everywhere: the graph owner, every model replica, a restarted service replaying the log.
+
+Node ids. A graph built from an edge-list file names its nodes as the file did (the set's mapping); a new id
+takes the next index, in the order edits first name it. A graph without a mapping names nodes by their index
+0..N-1, as `pencil score --graph EDGES` does; a new node's id is then its index and the graph grows to it
+(nodes in between are isolated). So a pair's score here equals `pencil score`'s on the same edge list,
+for new nodes too when they were first named in increasing order (the snapshot's order).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from common import snapshot
+from common.graph import Graph
+
+RECORD_KEYS = ("add", "remove")
+
+
+class ServeError(Exception):
+    """A request the service refuses: an HTTP status and a one-line message naming the culprit."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = int(status), " ".join(str(message).split())
+
+    def body(self) -> dict:
+        return {"error": self.message}
+
+
+def shown(value) -> str:
+    """A user's value as it appears in an error message (short)."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class LiveIds:
+    """The user's id <-> node index of a graph that gains nodes.
+
+    base: the set's mapping (sorted int64, uint64 or str objects), or None for a graph named 0..N-1."""
+
+    def __init__(self, base: np.ndarray | None, num_nodes: int):
+        self.base = base
+        self.text = base is not None and base.dtype == object
+        self.num_nodes = int(num_nodes)
+        self.new: dict = {}  # id -> index, for ids of a mapped graph that edits introduced
+        self.new_ids: list = []
+
+    @property
+    def mapped(self) -> bool:
+        return self.base is not None
+
+    def normalise(self, value, where: str):
+        """A JSON value as an id of this graph's kind (text digits and integers are interchangeable, as in
+        `pencil score`'s files); anything else is a 400 naming `where`."""
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            kind = "a text or integer" if self.text else "an integer"
+            raise ServeError(400, f"{where}: node id {shown(value)} must be {kind} id")
+        if self.text:
+            return value if isinstance(value, str) else str(value)
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                raise ServeError(400, f"{where}: node id {shown(value)} must be an integer id") from None
+        return value
+
+    def find(self, value) -> int | None:
+        """The index of a normalised id, or None."""
+        if self.base is None:
+            return value if 0 <= value < self.num_nodes else None
+        if value in self.new:
+            return self.new[value]
+        if not self.text and not (np.iinfo(self.base.dtype).min <= value <= np.iinfo(self.base.dtype).max):
+            return None
+        pos = int(np.searchsorted(self.base, np.asarray(value, dtype=self.base.dtype)))
+        return pos if pos < len(self.base) and self.base[pos] == value else None
+
+    def index(self, value, where: str = "node") -> int:
+        """The index of a JSON id; an unknown one is a 404 naming it."""
+        value = self.normalise(value, where)
+        idx = self.find(value)
+        if idx is None:
+            raise ServeError(404, f"unknown node {shown(value)}: not in the serving graph (add it with POST /edges)")
+        return idx
+
+    def assign(self, value) -> int:
+        """The index of a normalised id, giving a new id the next index (or, unmapped, its own id)."""
+        idx = self.find(value)
+        if idx is not None:
+            return idx
+        if self.base is None:
+            self.num_nodes = value + 1
+            return value
+        idx = self.num_nodes
+        self.new[value] = idx
+        self.new_ids.append(value)
+        self.num_nodes += 1
+        return idx
+
+    def user(self, idx) -> object:
+        """The user's id of node `idx` as a JSON value."""
+        idx = int(idx)
+        if self.base is None:
+            return idx
+        value = self.base[idx] if idx < len(self.base) else self.new_ids[idx - len(self.base)]
+        return value if self.text else int(value)
+
+    def users(self, idx: np.ndarray) -> list:
+        if self.base is None:
+            return np.asarray(idx, dtype=np.int64).tolist()
+        return [self.user(i) for i in np.asarray(idx).ravel()]
+
+
+class GraphState:
+    """A graph, its live ids and the sequence number of the last edit applied to it."""
+
+    def __init__(self, graph: Graph, base_ids: np.ndarray | None, max_new_nodes: int):
+        if graph.x is not None:  # structure only: a new node would have no features
+            graph = Graph(graph.indptr, graph.indices)
+        self.graph, self.ids, self.seq = graph, LiveIds(base_ids, graph.num_nodes), 0
+        self.base_fingerprint = graph.fingerprint()
+        self.max_new_nodes = int(max_new_nodes)
+
+    def edit_record(self, body) -> dict:
+        """A POST /edits body -> the record to log (without its seq), or a ServeError: a 400 for a wrong field,
+        a malformed pair, an id of the wrong kind or a node paired with itself; a 404 for removing an edge
+        of an unknown node; a 400 for a new node id that would grow a graph named 0..N-1 by more than
+        max_new_nodes."""
+        if not isinstance(body, dict):
+            raise ServeError(400, 'the body must be a JSON object {"add": [[u, v], ...], "remove": [[u, v], ...]}')
+        extra = sorted(set(body) - set(RECORD_KEYS))
+        if extra:
+            raise ServeError(400, f"unknown field {shown(extra[0])}; an edit has the fields 'add' and 'remove'")
+        record = {key: self._pairs(body.get(key, []), key) for key in RECORD_KEYS}
+        if not record["add"] and not record["remove"]:
+            raise ServeError(400, "an edit needs at least one pair in 'add' or 'remove'")
+        introduced = {v for pair in record["add"] for v in pair if self.ids.find(v) is None}
+        limit = self.ids.num_nodes + self.max_new_nodes
+        bad = sorted(v for v in introduced if not self.ids.mapped and not 0 <= v < limit)
+        if bad:
+            raise ServeError(400, f"'add': node id {bad[0]} is out of range: this graph names its nodes "
+                             f"0..{self.ids.num_nodes - 1} and a new node takes an id from {self.ids.num_nodes} "
+                             f"to {limit - 1}")
+        for u, v in record["remove"]:
+            for value in (u, v):
+                if self.ids.find(value) is None and value not in introduced:
+                    raise ServeError(404, f"'remove': unknown node {shown(value)}: not in the serving graph")
+        return record
+
+    def _pairs(self, value, key: str) -> list:
+        if not isinstance(value, list):
+            raise ServeError(400, f"'{key}' must be a list of [u, v] pairs")
+        out = []
+        for i, pair in enumerate(value):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise ServeError(400, f"'{key}'[{i}]: expected a pair [u, v], got {shown(pair)}")
+            u, v = (self.ids.normalise(x, f"'{key}'[{i}]") for x in pair)
+            if u == v:
+                raise ServeError(400, f"'{key}'[{i}]: pairs node {shown(pair[0])} with itself; self-loops are not "
+                                 "edges")
+            out.append([u, v])
+        return out
+
+    def apply(self, records: list) -> bool:
+        """Apply the records after self.seq, in order, with one rebuild of the graph; True if any was new.
+        An edge's final state is its last edit's (add: present, remove: absent), so one rebuild is exact."""
+        fresh = [r for r in records if r["seq"] > self.seq]
+        if not fresh:
+            return False
+        final: dict = {}
+        for r in fresh:
+            if r["seq"] != self.seq + 1:
+                raise RuntimeError(f"edit {r['seq']} follows edit {self.seq}: the edits must be applied in order")
+            for u, v in r["add"]:
+                a, b = self.ids.assign(u), self.ids.assign(v)
+                final[(min(a, b), max(a, b))] = True
+            for u, v in r["remove"]:
+                a, b = self.ids.assign(u), self.ids.assign(v)
+                final[(min(a, b), max(a, b))] = False
+            self.seq = r["seq"]
+        add = np.array([k for k, on in final.items() if on], dtype=np.int64).reshape(-1, 2)
+        remove = np.array([k for k, on in final.items() if not on], dtype=np.int64).reshape(-1, 2)
+        self.graph = self.graph.edited(add, remove, self.ids.num_nodes)
+        return True
+
+    def summary(self) -> dict:
+        return {"seq": self.seq, "nodes": self.graph.num_nodes, "edges": self.graph.num_edges}
+
+
+def serving_state(dataset, spec: str, max_new_nodes: int) -> tuple[GraphState, dict]:
+    """The graph a service starts from (`--graph`: a split's graph, default test, or an edge-list file, as in
+    `pencil score` and `pencil recommend`) and a description of it for the edit log's header."""
+    graph, node_ids = snapshot.graph_for(spec, dataset)
+    state = GraphState(graph, node_ids, max_new_nodes)
+    source = f"{dataset.name} {spec} graph" if spec in snapshot.SPLIT_NAMES else str(spec)
+    return state, {"fingerprint": state.base_fingerprint, "nodes": graph.num_nodes, "edges": graph.num_edges,
+                   "source": source}

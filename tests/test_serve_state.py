@@ -1,0 +1,147 @@
+"""pencil serve's graph state and edit log without HTTP: ids old and new, edits validated and applied in order,
+the log durable, replayed, cut after a torn append, refused when damaged, locked, or of another graph; and the
+coalescing of batches that wait for the model."""
+import asyncio
+import json
+
+import numpy as np
+import pytest
+
+from common.graph import Graph
+from pipelines.serve.coalesce import Coalescer
+from pipelines.serve.edit_log import LOG_NAME, EditLog, StateError
+from pipelines.serve.state import GraphState, ServeError
+
+# 0-1, 1-2, 2-3; node 4 isolated
+EDGES = [[0, 1], [1, 2], [2, 3]]
+
+
+def plain_state(max_new: int = 10) -> GraphState:
+    return GraphState(Graph.from_edges(EDGES, num_nodes=5), None, max_new)
+
+
+def named_state() -> GraphState:
+    return GraphState(Graph.from_edges(EDGES, num_nodes=5), np.array(["a", "b", "c", "d", "e"], dtype=object), 10)
+
+
+def edit(state: GraphState, body: dict) -> dict:
+    record = {"seq": state.seq + 1, **state.edit_record(body)}
+    state.apply([record])
+    return record
+
+
+def status_of(fn, *args) -> tuple[int, str]:
+    with pytest.raises(ServeError) as err:
+        fn(*args)
+    return err.value.status, err.value.message
+
+
+def test_plain_ids_are_indices_and_new_ones_grow_the_graph():
+    s = plain_state()
+    assert s.ids.index("3") == 3 and s.ids.index(4) == 4
+    assert status_of(s.ids.index, 5) == (404, "unknown node 5: not in the serving graph (add it with POST /edges)")
+    assert status_of(s.ids.index, "x")[0] == 400
+    edit(s, {"add": [[4, 7]]})
+    assert s.graph.num_nodes == 8 and s.graph.neighbors(7).tolist() == [4] and s.ids.user(7) == 7
+    code, message = status_of(s.edit_record, {"add": [[0, 100]]})
+    assert code == 400 and "a new node takes an id from 8 to 17" in message
+
+
+def test_named_ids_take_the_next_index_in_the_order_edits_name_them():
+    s = named_state()
+    edit(s, {"add": [["e", "zz"], ["zz", "aa"], [1, "b"]]})  # an integer names the text id "1"
+    assert s.ids.index("zz") == 5 and s.ids.index("aa") == 6 and s.ids.index(1) == 7
+    assert s.ids.users(s.graph.neighbors(s.ids.index("zz"))) == ["e", "aa"]
+    assert status_of(s.ids.index, "nope") == (404, "unknown node 'nope': not in the serving graph (add it with "
+                                                   "POST /edges)")
+
+
+def test_edits_are_validated_before_anything_changes():
+    s = plain_state()
+    cases = [([1], 400, 'the body must be a JSON object'),
+             ({"add": [[0, 1]], "nodes": []}, 400, "unknown field 'nodes'"),
+             ({"add": 3}, 400, "'add' must be a list of [u, v] pairs"),
+             ({"add": [[0, 1, 2]]}, 400, "'add'[0]: expected a pair [u, v], got [0, 1, 2]"),
+             ({"add": [[0, 1.5]]}, 400, "'add'[0]: node id 1.5 must be an integer id"),
+             ({"add": [[2, 2]]}, 400, "'add'[0]: pairs node 2 with itself"),
+             ({}, 400, "an edit needs at least one pair"),
+             ({"remove": [[0, 99]]}, 404, "'remove': unknown node 99")]
+    for body, code, text in cases:
+        got, message = status_of(s.edit_record, body)
+        assert got == code and text in message, (body, message)
+    assert s.seq == 0 and s.graph.num_edges == 3
+
+
+def test_records_apply_in_order_and_the_last_edit_of_an_edge_wins():
+    a, b = plain_state(), plain_state()
+    records = [edit(a, {"add": [[0, 3]]}), edit(a, {"remove": [[0, 3], [1, 2]]}), edit(a, {"add": [[1, 2], [4, 6]]})]
+    assert b.apply(records) and not b.apply(records)  # one rebuild for all; a second time changes nothing
+    assert a.graph.fingerprint() == b.graph.fingerprint() and a.seq == b.seq == 3
+    assert b.graph.edge_array().tolist() == [[0, 1], [1, 2], [2, 3], [4, 6]]
+    with pytest.raises(RuntimeError, match="must be applied in order"):
+        plain_state().apply(records[1:])
+
+
+GRAPH = {"fingerprint": "f00", "nodes": 5, "edges": 3, "source": "test graph"}
+
+
+def test_the_log_is_durable_replayed_and_cut_after_a_torn_append(tmp_path):
+    log = EditLog(tmp_path, GRAPH)
+    s = plain_state()
+    for body in ({"add": [[0, 3]]}, {"remove": [[1, 2]]}):
+        record = {"seq": s.seq + 1, **s.edit_record(body)}
+        log.append(record)
+        s.apply([record])
+    log.close()
+    with open(tmp_path / LOG_NAME, "ab") as f:  # a crash in the middle of the third append
+        f.write(b'{"seq":3,"add":[[0,')
+    again = EditLog(tmp_path, GRAPH)
+    assert [r["seq"] for r in again.records] == [1, 2]
+    assert (tmp_path / LOG_NAME).read_bytes().endswith(b"]]}\n")  # the torn line is gone
+    replayed = plain_state()
+    replayed.apply(again.records)
+    assert replayed.graph.fingerprint() == s.graph.fingerprint()
+    again.append({"seq": 3, "add": [[2, 4]], "remove": []})
+    assert again.size == (tmp_path / LOG_NAME).stat().st_size
+
+
+def test_the_log_refuses_a_second_owner_another_graph_and_damage(tmp_path):
+    log = EditLog(tmp_path, GRAPH)
+    with pytest.raises(StateError, match="in use by another running service"):
+        EditLog(tmp_path, GRAPH)
+    log.append({"seq": 1, "add": [[0, 3]], "remove": []})
+    log.close()
+    with pytest.raises(StateError, match="holds the edits of another graph"):
+        EditLog(tmp_path, {**GRAPH, "fingerprint": "bar"})
+    lines = (tmp_path / LOG_NAME).read_text().splitlines()
+    (tmp_path / LOG_NAME).write_text("\n".join([lines[0], json.dumps({"seq": 2, "add": [], "remove": []})]) + "\n")
+    with pytest.raises(StateError, match="line 2 is not edit 1"):
+        EditLog(tmp_path, GRAPH)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(StateError, match="is a file"):
+        EditLog(tmp_path / "file", GRAPH)
+
+
+def test_the_coalescer_merges_what_queued_while_the_model_worked():
+    calls = []
+
+    async def run(items):
+        calls.append(list(items))
+        await asyncio.sleep(0.01)
+        if "bad" in items:
+            raise ValueError("bad item")
+        return [x * 2 for x in items]
+
+    async def main():
+        q = Coalescer(run, max_items=4)
+        first = asyncio.create_task(q.submit([1]))
+        await asyncio.sleep(0)  # the first call starts alone ...
+        rest = [asyncio.create_task(q.submit(b)) for b in ([2], [3, 4], [5], [6, 7, 8])]
+        results = await asyncio.gather(first, *rest)  # ... the others wait, then go in as few calls as fit
+        with pytest.raises(ValueError, match="bad item"):
+            await q.submit(["bad"])
+        assert await q.submit([9]) == [18]  # an error does not stop the queue
+        return results
+
+    assert asyncio.run(main()) == [[2], [4], [6, 8], [10], [12, 14, 16]]
+    assert calls[:3] == [[1], [2, 3, 4, 5], [6, 7, 8]]
