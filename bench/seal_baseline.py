@@ -10,7 +10,6 @@ on large graphs caps the nodes per hop the same way), the target edge removed; f
 """
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import time

@@ -174,6 +174,26 @@ def _flat(err: BaseException) -> str:
     return " ".join(raw.split())[:500] or type(err).__name__
 
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def command(build_parser: Callable, work: Callable, argv: Sequence[str] | None, prog: str) -> int:
+    """Every command's body: parse the flags with build_parser(prog), log at INFO, return work(args, parser).
+    A FlagError (a bad flag value) or work's parser.error is a usage error (one line, exit 2); any other
+    failure is run_cli's one line (exit 1)."""
+    from common.flags import FlagError
+
+    def body(raw):
+        parser = build_parser(prog)
+        args = parser.parse_args(raw)
+        logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+        try:
+            return work(args, parser)
+        except FlagError as err:
+            parser.error(str(err))
+    return run_cli(body, argv, prog=prog)
+
+
 def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None,
             prog: str = "", strip_debug: bool = False) -> int:
     """Call `main(argv)`; any exception becomes one line on stderr and exit status 1 (130 on Ctrl-C).

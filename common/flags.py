@@ -41,3 +41,22 @@ def add_shards_flag(p) -> None:
 def add_train_arg_flag(p) -> None:
     p.add_argument("--train-arg", action="append", default=[], metavar="FLAG=VALUE", advanced=True,
                    help="an extra trainer flag for every run, repeatable, e.g. --train-arg=--num-workers=0")
+
+
+class FlagError(ValueError):
+    """A bad flag value; the message names the flag and what it takes."""
+
+
+def comma_list(text: str, flag: str, cast=str, allowed=None, minimum=None) -> list:
+    """'a,b,a' -> ['a', 'b']: the distinct values in order, each cast, among `allowed`, at least `minimum`."""
+    try:
+        values = list(dict.fromkeys(cast(t.strip()) for t in text.split(",") if t.strip()))
+    except ValueError:
+        values = []
+    bad = [v for v in values if (allowed is not None and v not in allowed) or (minimum is not None and v < minimum)]
+    if bad or not values:
+        what = (f"a subset of {','.join(map(str, allowed))}" if allowed is not None else
+                ("integers" if cast is int else "values") + (f" >= {minimum}" if minimum is not None else ""))
+        unknown = f" (unknown {','.join(map(str, bad))})" if bad else ""
+        raise FlagError(f"{flag}: expected a comma-separated list of {what}, got '{text}'{unknown}")
+    return values

@@ -21,9 +21,9 @@ import sys
 from pathlib import Path
 
 from common.atomic import write_json_atomic
-from common.cli import Parser, run_cli, summary
+from common.cli import Parser, command, summary
 from common.datasets import PROTOCOLS, DatasetError, LinkDataset, load_dataset
-from common.flags import add_dataset_flags
+from common.flags import FlagError, add_dataset_flags, comma_list
 from common.heuristics import HEURISTICS, score_split
 from common.metrics import METRIC_KEYS, as_percent, format_table
 from common.outputs import OutputError, check_output
@@ -53,12 +53,12 @@ def build_parser(prog: str = PROG) -> Parser:
 
 # ---------------------------------------------------------------------------- argument checks
 def parse_heuristics(parser: argparse.ArgumentParser, text: str) -> list[str]:
-    names = list(HEURISTICS) if text.strip() == "all" else [t.strip() for t in text.split(",") if t.strip()]
-    bad = [n for n in names if n not in HEURISTICS]
-    if bad or not names:
-        parser.error(f"--heuristics: unknown {', '.join(bad) or '(empty list)'}; "
-                     f"choose from {', '.join(HEURISTICS)} or 'all'")
-    return list(dict.fromkeys(names))  # keep order, drop repeats
+    if text.strip() == "all":
+        return list(HEURISTICS)
+    try:
+        return comma_list(text, "--heuristics", allowed=HEURISTICS)
+    except FlagError as err:
+        parser.error(f"{err} (or all)")
 
 
 def resolve_protocols(parser: argparse.ArgumentParser, ds: LinkDataset, split: str, requested: str) -> list[str]:
@@ -92,13 +92,10 @@ def results_table(results: dict) -> str:
 
 # ---------------------------------------------------------------------------- entry point
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return run_cli(lambda a: _main(a, prog), argv, prog=prog)
+    return command(build_parser, _main, argv, prog)
 
 
-def _main(argv: list[str] | None, prog: str) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = build_parser(prog)
-    args = parser.parse_args(argv)
+def _main(args, parser) -> int:
     heuristics = parse_heuristics(parser, args.heuristics)
     try:
         if args.out:  # before any work: the JSON must not replace the edge list it scores

@@ -15,7 +15,6 @@ import signal
 import threading
 from pathlib import Path
 
-from common.atomic import write_json_atomic
 from common.cli import latch_sigint, run_cli
 from common.heuristics import score_split
 from common.presets import PRESETS, get_preset, preset_for_protocol

@@ -23,7 +23,7 @@ import torch
 
 from common import snapshot
 from common.atomic import write_parquet_atomic
-from common.cli import Parser, run_cli, summary
+from common.cli import Parser, command, summary
 from common.datasets import DatasetError, load_set_dataset
 from common.datasets.ids import EDGE_LIST_SUFFIXES, node_index, read_columns, suffix_of
 from common.flags import add_dataset_flags, add_device_flag
@@ -151,13 +151,10 @@ def write_scores(path: str, user: np.ndarray, logits: np.ndarray) -> None:
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return run_cli(lambda a: _main(a, prog), argv, prog=prog)
+    return command(build_parser, _main, argv, prog)
 
 
-def _main(argv: list[str] | None, prog: str) -> int:
-    parser = build_parser(prog)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def _main(args, parser) -> int:
     if args.orderings < 1:
         parser.error(f"--orderings must be >= 1, got {args.orderings}")
     if args.batch_size < 1:

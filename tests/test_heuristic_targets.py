@@ -211,5 +211,6 @@ def test_estimation_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
     assert summary["selection_metric"] == "rmse" and summary["test"]["rmse"] == pencil["test_rmse"]
     report = (out / "report.md").read_text()
     assert "| ID-GCN |" in report and "| PENCIL |" in report and (out / "heuristic_rmse.png").stat().st_size > 0
-    assert he.main(["--preset", "tiny", "--heuristics", "jaccard", "--out", str(tmp_path)]) == 1
-    assert "--heuristics" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # a bad flag value is a usage error
+        he.main(["--preset", "tiny", "--heuristics", "jaccard", "--out", str(tmp_path)])
+    assert exc.value.code == 2 and "unknown jaccard" in capsys.readouterr().err

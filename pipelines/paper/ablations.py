@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.atomic import write_json_atomic
-from common.cli import Parser, run_cli, summary
+from common.cli import Parser, command, summary
 from common.flags import (add_dataset_flags, add_device_flag, add_num_cpus_flag, add_seeds_flag, add_shards_flag,
-                          add_train_arg_flag)
+                          add_train_arg_flag, comma_list)
 from common.presets import get_preset
 from pipelines.core.paper_numbers import PAPER_ABLATIONS, PAPER_CLAIMS
 from pipelines.core.plots import read_metrics, save_figure
@@ -91,16 +91,6 @@ def build_parser(prog: str = PROG) -> Parser:
     add_dataset_flags(p, required=False, split=False, nodes=False)
     add_train_arg_flag(p)
     return p
-
-
-def parse_list(text: str, flag: str, cast=int) -> list:
-    try:
-        values = list(dict.fromkeys(cast(x.strip()) for x in text.split(",") if x.strip()))
-    except ValueError:
-        values = []
-    if not values:
-        raise AblationError(f"{flag}: expected a comma-separated list, got '{text}'")
-    return values
 
 
 def run_args(args, preset, seeds: list[int]):
@@ -214,23 +204,21 @@ def plot(results: list[dict], rows: list[dict], run_root: Path, path: Path, metr
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return run_cli(lambda a: _main(a, prog), argv, prog=prog)
+    return command(build_parser, _main, argv, prog)
 
 
-def _main(argv: list[str] | None, prog: str) -> int:
-    args = build_parser(prog).parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def _main(args, parser) -> int:
     try:
         preset = get_preset(args.preset)
     except ValueError as err:
         raise AblationError(f"--preset: {err}") from None
-    suites = parse_list(args.suite, "--suite", str)
+    suites = comma_list(args.suite, "--suite", allowed=SUITES)
     if bad := [s for s in suites if s not in SUITES]:
         raise AblationError(f"--suite: unknown suite(s) {', '.join(bad)}; use a subset of {','.join(SUITES)}")
-    depths = parse_list(args.depths, "--depths") if args.depths else sorted({1, 2, 4, preset.layers})
+    depths = comma_list(args.depths, "--depths", int, minimum=1) if args.depths else sorted({1, 2, 4, preset.layers})
     if min(depths) < 1:
         raise AblationError(f"--depths: layers must be >= 1, got {args.depths}")
-    seeds = parse_list(args.seeds, "--seeds")
+    seeds = comma_list(args.seeds, "--seeds", int, minimum=0)
     out = Path(args.out) / "ablations" / preset.name
     rargs = run_args(args, preset, seeds)
     extra = list(rargs.train_arg)

@@ -17,9 +17,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from common.atomic import write_json_atomic
-from common.cli import Parser, run_cli, summary
+from common.cli import Parser, command, summary
 from common.datasets import DatasetError, load_dataset
-from common.flags import add_dataset_flags, add_device_flag, add_seeds_flag
+from common.flags import add_dataset_flags, add_device_flag, add_seeds_flag, comma_list
 from common.presets import EXPERIMENT_PRESETS, experiment_preset
 from pipelines.core.paper_numbers import PAPER_GNN
 from pipelines.core.plots import save_figure
@@ -51,17 +51,6 @@ def build_parser(prog: str = PROG) -> Parser:
     add_device_flag(p)
     add_dataset_flags(p, required=False, split=False, nodes=False)
     return p
-
-
-def _list(parser, text: str, flag: str, allowed=None, cast=str) -> list:
-    try:
-        values = list(dict.fromkeys(cast(t.strip()) for t in text.split(",") if t.strip()))
-    except ValueError:
-        parser.error(f"{flag}: expected a comma-separated list, got '{text}'")
-    bad = [v for v in values if allowed is not None and v not in allowed]
-    if bad or not values:
-        parser.error(f"{flag}: unknown {', '.join(map(str, bad)) or '(empty list)'}; choose from {', '.join(allowed or [])}")
-    return values
 
 
 def result_record(dataset: str, protocol: str, model: str, inputs: str, seed: int, best: dict, run: dict) -> dict:
@@ -126,23 +115,20 @@ def plot(rows: list[dict], path: Path) -> Path:
 
 # ---------------------------------------------------------------------------- entry point
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return run_cli(lambda a: _main(a, prog), argv, prog=prog)
+    return command(build_parser, _main, argv, prog)
 
 
-def _main(argv: list[str] | None, prog: str) -> int:
+def _main(args, parser) -> int:
     from trainer.gnn import GNNConfig, fit
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = build_parser(prog)
-    args = parser.parse_args(argv)
     try:
         preset = experiment_preset("gnn_baselines", args.preset)
     except ValueError as err:
         parser.error(f"--preset: {err}")
     if args.dataset and args.dataset != preset["dataset"]:
         parser.error(f"--dataset {args.dataset}: preset {args.preset} runs on {preset['dataset']}; leave --dataset out")
-    models = _list(parser, args.models, "--models", MODELS)
-    seeds = _list(parser, args.seeds, "--seeds", cast=int)
+    models = comma_list(args.models, "--models", allowed=MODELS)
+    seeds = comma_list(args.seeds, "--seeds", int, minimum=0)
     features = args.inputs == "features"
     try:
         ds = load_dataset(preset["dataset"], data_dir=args.data_dir, ogb_root=args.ogb_root,

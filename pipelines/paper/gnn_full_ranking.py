@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 
 from common.atomic import write_json_atomic
-from common.cli import Parser, run_cli, summary
+from common.cli import Parser, command, summary
 from common.datasets import DatasetError, load_dataset
-from common.flags import add_dataset_flags, add_device_flag, add_seeds_flag
+from common.flags import add_dataset_flags, add_device_flag, add_seeds_flag, comma_list
 from common.presets import EXPERIMENT_PRESETS, experiment_preset
 from pipelines.recommend.evaluation import native_full_ranking
 
@@ -48,17 +48,6 @@ def build_parser(prog: str = PROG) -> Parser:
     return p
 
 
-def _list(parser, text: str, flag: str, cast=str, allowed=None) -> list:
-    try:
-        values = list(dict.fromkeys(cast(t.strip()) for t in text.split(",") if t.strip()))
-    except ValueError:
-        values = []
-    if not values or (allowed and any(v not in allowed for v in values)):
-        parser.error(f"{flag}: expected a comma-separated list{' of ' + ', '.join(allowed) if allowed else ''}, "
-                     f"got '{text}'")
-    return values
-
-
 def rank_splits(run: dict, dataset) -> dict:
     """Full-ranking metrics of a trained model on valid and test (each on its own split's graph)."""
     import torch
@@ -81,20 +70,17 @@ def rank_splits(run: dict, dataset) -> dict:
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return run_cli(lambda a: _main(a, prog), argv, prog=prog)
+    return command(build_parser, _main, argv, prog)
 
 
-def _main(argv: list[str] | None, prog: str) -> int:
+def _main(args, parser) -> int:
     from trainer.gnn import GNNConfig, fit
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    parser = build_parser(prog)
-    args = parser.parse_args(argv)
     try:
         spec = experiment_preset("gnn_baselines", args.preset)
     except ValueError as err:
         parser.error(f"--preset: {err}")
-    models = _list(parser, args.models, "--models", allowed=MODELS)
-    seeds = _list(parser, args.seeds, "--seeds", cast=int)
+    models = comma_list(args.models, "--models", allowed=MODELS)
+    seeds = comma_list(args.seeds, "--seeds", int, minimum=0)
     features = args.inputs == "features"
     try:
         ds = load_dataset(args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root,

@@ -28,8 +28,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from common.cli import Parser, run_cli, summary
-from common.flags import add_dataset_flags, add_device_flag, add_num_cpus_flag, add_seeds_flag, add_shards_flag
+from common.cli import Parser, command, summary
+from common.flags import add_dataset_flags, add_device_flag, add_num_cpus_flag, add_seeds_flag, add_shards_flag, comma_list
 from common.heuristic_targets import TARGETS
 from common.presets import EXPERIMENT_PRESETS, experiment_preset
 from pipelines.core.plots import save_figure
@@ -64,20 +64,6 @@ def build_parser(prog: str = PROG) -> Parser:
     add_num_cpus_flag(p)
     add_dataset_flags(p, required=False, split=False, nodes=False)
     return p
-
-
-def _list(text: str | None, default, flag: str, allowed=None, cast=str, minimum: int = 0) -> list:
-    if text is None:
-        return list(default)
-    try:
-        values = list(dict.fromkeys(cast(t.strip()) for t in text.split(",") if t.strip()))
-    except ValueError:
-        values = []
-    bad = [v for v in values if allowed is not None and v not in allowed]
-    if bad or not values or (cast is int and min(values) < minimum):
-        raise EstimationError(f"--{flag}: expected a comma-separated subset of "
-                              f"{','.join(map(str, allowed)) if allowed else f'integers >= {minimum}'}, got '{text}'")
-    return values
 
 
 # ---------------------------------------------------------------------------- data
@@ -202,16 +188,14 @@ def plot(rows: list[dict], heuristics: list[str], path: Path) -> Path:
 
 # ---------------------------------------------------------------------------- entry point
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return run_cli(lambda a: _main(a, prog), argv, prog=prog)
+    return command(build_parser, _main, argv, prog)
 
 
-def _main(argv: list[str] | None, prog: str) -> int:
+def _main(args, parser) -> int:
     import torch
 
     from common.shards import read_manifest
 
-    args = build_parser(prog).parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         spec = experiment_preset("heuristic_estimation", args.preset)
     except ValueError as err:
@@ -219,10 +203,10 @@ def _main(argv: list[str] | None, prog: str) -> int:
     if args.dataset and args.dataset != spec["dataset"]:
         raise EstimationError(f"--dataset {args.dataset}: preset {args.preset} runs on {spec['dataset']}; "
                               "leave --dataset out")
-    heuristics = _list(args.heuristics, spec["heuristics"], "heuristics", TARGETS)
-    models = _list(args.models, spec["models"], "models", MODELS)
-    depths = _list(args.depths, spec["depths"], "depths", cast=int, minimum=1)
-    seeds = _list(args.seeds, [0], "seeds", cast=int)
+    heuristics = list(spec["heuristics"]) if args.heuristics is None else comma_list(args.heuristics, "--heuristics", allowed=TARGETS)
+    models = list(spec["models"]) if args.models is None else comma_list(args.models, "--models", allowed=MODELS)
+    depths = list(spec["depths"]) if args.depths is None else comma_list(args.depths, "--depths", int, minimum=1)
+    seeds = comma_list(args.seeds, "--seeds", int, minimum=0)
     device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
                           else "cpu")
     out = Path(args.out) / "heuristic_estimation" / args.preset

@@ -22,8 +22,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from common.atomic import write_json_atomic
-from common.cli import Parser, run_cli, summary
-from common.flags import add_device_flag, add_num_cpus_flag, add_seeds_flag, add_shards_flag, add_train_arg_flag
+from common.cli import Parser, command, summary
+from common.flags import add_device_flag, add_num_cpus_flag, add_seeds_flag, add_shards_flag, add_train_arg_flag, comma_list
 from common.heuristics import score_split
 from common.presets import EXPERIMENT_PRESETS, experiment_preset, get_preset
 from pipelines.core.paper_numbers import PAPER_LATENT
@@ -75,17 +75,6 @@ def build_parser(prog: str = PROG) -> Parser:
     add_num_cpus_flag(p)
     add_train_arg_flag(p)
     return p
-
-
-def _list(text: str, flag: str, allowed=None, cast=str) -> list:
-    try:
-        values = list(dict.fromkeys(cast(t.strip()) for t in text.split(",") if t.strip()))
-    except ValueError:
-        values = []
-    bad = [v for v in values if allowed is not None and v not in allowed]
-    if bad or not values:
-        raise LatentError(f"{flag}: expected a comma-separated subset of {','.join(map(str, allowed or ['integers']))}, got '{text}'")
-    return values
 
 
 def parse_settings(text: str, grid: list[tuple]) -> list[tuple]:
@@ -201,21 +190,19 @@ def plot(summary: dict, tables: list[str], models: list[str], path: Path) -> Pat
 
 # ---------------------------------------------------------------------------- entry point
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return run_cli(lambda a: _main(a, prog), argv, prog=prog)
+    return command(build_parser, _main, argv, prog)
 
 
-def _main(argv: list[str] | None, prog: str) -> int:
+def _main(args, parser) -> int:
     from common.datasets.synthetic import load_latent_space
 
-    args = build_parser(prog).parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         spec = experiment_preset("latent_space", args.preset)
     except ValueError as err:
         raise LatentError(f"--preset: {err}") from None
-    tables = _list(args.tables, "--tables", list(TABLES))
-    models = _list(args.models, "--models", list(MODELS))
-    seeds = _list(args.seeds, "--seeds", cast=int)
+    tables = comma_list(args.tables, "--tables", allowed=list(TABLES))
+    models = comma_list(args.models, "--models", allowed=list(MODELS))
+    seeds = comma_list(args.seeds, "--seeds", int, minimum=0)
     num_nodes = args.num_nodes or spec["num_nodes"]
     if num_nodes < 50:
         raise LatentError(f"--num-nodes: need at least 50 nodes for a 90/10 split with average degree 15, got {num_nodes}")

@@ -28,12 +28,11 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 
 from common.atomic import write_json_atomic
-from common.cli import Parser, run_cli, summary
+from common.cli import Parser, command, summary
 from common.datasets import DatasetError
 from common.graph import Graph
 from common.outputs import OutputError
@@ -205,13 +204,10 @@ def build_parser(prog: str = PROG) -> Parser:
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return run_cli(lambda a: _main(a, prog), argv, prog=prog)
+    return command(build_parser, _main, argv, prog)
 
 
-def _main(argv: list[str] | None, prog: str) -> int:
-    parser = build_parser(prog)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def _main(args, parser) -> int:
     try:
         return evaluate_run(args)
     except (RecommendError, RunFolderError, RetrievalError, DatasetError, OutputError) as err:

@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 
 from common import snapshot
 from common.atomic import write_json_atomic, write_parquet_atomic
-from common.cli import Parser, run_cli, summary
+from common.cli import Parser, command, summary
 from common.datasets import DatasetError
 from common.datasets.ids import EDGE_LIST_SUFFIXES, suffix_of
 from common.flags import add_num_cpus_flag
@@ -209,13 +209,10 @@ def _run_blocks(args, out: Path, folder: Path, cfg: RecConfig, blocks: list, que
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return run_cli(lambda a: _main(a, prog), argv, prog=prog)
+    return command(build_parser, _main, argv, prog)
 
 
-def _main(argv: list[str] | None, prog: str) -> int:
-    parser = build_parser(prog)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def _main(args, parser) -> int:
     try:
         return recommend(args)
     except (RecommendError, RunFolderError, RetrievalError, DatasetError, OutputError, RayConnectError) as err:

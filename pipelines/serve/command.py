@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from common import snapshot
-from common.cli import Parser, run_cli, summary
+from common.cli import Parser, command, summary
 from common.flags import add_num_cpus_flag
 from pipelines.core.children import exit_on_sigterm
 from pipelines.core.runs import RunFolderError, resolve_checkpoint
@@ -161,13 +161,10 @@ def run_service(s: Settings, host: str, port: int, num_cpus: int | None, prog: s
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return run_cli(lambda a: _main(a, prog), argv, prog=prog)
+    return command(build_parser, _main, argv, prog)
 
 
-def _main(argv: list[str] | None, prog: str) -> int:
-    parser = build_parser(prog)
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def _main(args, parser) -> int:
     try:
         s = settings_from_args(args)
         if args.write_config:
@@ -178,7 +175,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
         check_port(args.host, args.port)
     except (ValueError, RunFolderError, RecommendError) as err:
         parser.error(str(err))
-    return run_service(s, args.host, args.port, args.num_cpus, prog)
+    return run_service(s, args.host, args.port, args.num_cpus, parser.prog)
 
 
 if __name__ == "__main__":
