@@ -60,3 +60,18 @@ def comma_list(text: str, flag: str, cast=str, allowed=None, minimum=None) -> li
         unknown = f" (unknown {','.join(map(str, bad))})" if bad else ""
         raise FlagError(f"{flag}: expected a comma-separated list of {what}, got '{text}'{unknown}")
     return values
+
+
+def experiment_preset_flag(experiment: str, args, fixed_dataset: bool = True) -> dict:
+    """The `--preset` of one of the paper's experiments; with fixed_dataset, a `--dataset` other than the
+    preset's is a FlagError (each such preset is the paper's setting on one dataset)."""
+    from common.presets import experiment_preset
+
+    try:
+        spec = experiment_preset(experiment, args.preset)
+    except ValueError as err:
+        raise FlagError(f"--preset: {err}") from None
+    dataset = getattr(args, "dataset", None)
+    if fixed_dataset and dataset and dataset != spec["dataset"]:
+        raise FlagError(f"--dataset {dataset}: preset {args.preset} runs on {spec['dataset']}; leave --dataset out")
+    return spec

@@ -19,8 +19,8 @@ from pathlib import Path
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, summary
 from common.datasets import DatasetError, load_dataset
-from common.flags import add_dataset_flags, add_device_flag, add_seeds_flag, comma_list
-from common.presets import EXPERIMENT_PRESETS, experiment_preset
+from common.flags import add_dataset_flags, add_device_flag, add_seeds_flag, comma_list, experiment_preset_flag
+from common.presets import EXPERIMENT_PRESETS
 from pipelines.core.paper_numbers import PAPER_GNN
 from pipelines.core.plots import save_figure
 from pipelines.core.results import aggregate, fmt, publish_results, table_json
@@ -121,12 +121,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 def _main(args, parser) -> int:
     from trainer.gnn import GNNConfig, fit
 
-    try:
-        preset = experiment_preset("gnn_baselines", args.preset)
-    except ValueError as err:
-        parser.error(f"--preset: {err}")
-    if args.dataset and args.dataset != preset["dataset"]:
-        parser.error(f"--dataset {args.dataset}: preset {args.preset} runs on {preset['dataset']}; leave --dataset out")
+    preset = experiment_preset_flag("gnn_baselines", args)
     models = comma_list(args.models, "--models", allowed=MODELS)
     seeds = comma_list(args.seeds, "--seeds", int, minimum=0)
     features = args.inputs == "features"

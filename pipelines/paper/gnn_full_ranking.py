@@ -21,8 +21,8 @@ import numpy as np
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, summary
 from common.datasets import DatasetError, load_dataset
-from common.flags import add_dataset_flags, add_device_flag, add_seeds_flag, comma_list
-from common.presets import EXPERIMENT_PRESETS, experiment_preset
+from common.flags import add_dataset_flags, add_device_flag, add_seeds_flag, comma_list, experiment_preset_flag
+from common.presets import EXPERIMENT_PRESETS
 from pipelines.recommend.evaluation import native_full_ranking
 
 log = logging.getLogger("pipelines.paper.gnn_full_ranking")
@@ -75,10 +75,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
 def _main(args, parser) -> int:
     from trainer.gnn import GNNConfig, fit
-    try:
-        spec = experiment_preset("gnn_baselines", args.preset)
-    except ValueError as err:
-        parser.error(f"--preset: {err}")
+    spec = experiment_preset_flag("gnn_baselines", args, fixed_dataset=False)
     models = comma_list(args.models, "--models", allowed=MODELS)
     seeds = comma_list(args.seeds, "--seeds", int, minimum=0)
     features = args.inputs == "features"

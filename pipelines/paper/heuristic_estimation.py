@@ -29,9 +29,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from common.cli import Parser, command, summary
-from common.flags import add_dataset_flags, add_device_flag, add_num_cpus_flag, add_seeds_flag, add_shards_flag, comma_list
+from common.flags import add_dataset_flags, add_device_flag, add_num_cpus_flag, add_seeds_flag, add_shards_flag, comma_list, experiment_preset_flag
 from common.heuristic_targets import TARGETS
-from common.presets import EXPERIMENT_PRESETS, experiment_preset
+from common.presets import EXPERIMENT_PRESETS
 from pipelines.core.plots import save_figure
 from pipelines.core.results import mean_std, publish_results, table_json
 from pipelines.core.seeds import train_seeds
@@ -40,10 +40,6 @@ from pipelines.core.shard_sets import build_shard_set
 log = logging.getLogger("pipelines.paper.heuristic_estimation")
 MODELS = ("pencil", "gcn", "sage", "gat", "gcn-id", "sage-id", "gat-id")
 LABEL = {"pencil": "PENCIL", "gcn": "GCN", "sage": "GraphSAGE", "gat": "GAT"}
-
-
-class EstimationError(ValueError):
-    """A bad pipelines.paper.heuristic_estimation flag; the message names it and the fix."""
 
 
 PROG = "python -m pipelines.paper.heuristic_estimation"
@@ -196,13 +192,7 @@ def _main(args, parser) -> int:
 
     from common.shards import read_manifest
 
-    try:
-        spec = experiment_preset("heuristic_estimation", args.preset)
-    except ValueError as err:
-        raise EstimationError(f"--preset: {err}") from None
-    if args.dataset and args.dataset != spec["dataset"]:
-        raise EstimationError(f"--dataset {args.dataset}: preset {args.preset} runs on {spec['dataset']}; "
-                              "leave --dataset out")
+    spec = experiment_preset_flag("heuristic_estimation", args)
     heuristics = list(spec["heuristics"]) if args.heuristics is None else comma_list(args.heuristics, "--heuristics", allowed=TARGETS)
     models = list(spec["models"]) if args.models is None else comma_list(args.models, "--models", allowed=MODELS)
     depths = list(spec["depths"]) if args.depths is None else comma_list(args.depths, "--depths", int, minimum=1)

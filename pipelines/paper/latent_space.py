@@ -23,9 +23,9 @@ from pathlib import Path
 
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, summary
-from common.flags import add_device_flag, add_num_cpus_flag, add_seeds_flag, add_shards_flag, add_train_arg_flag, comma_list
+from common.flags import add_device_flag, add_num_cpus_flag, add_seeds_flag, add_shards_flag, add_train_arg_flag, comma_list, experiment_preset_flag
 from common.heuristics import score_split
-from common.presets import EXPERIMENT_PRESETS, experiment_preset, get_preset
+from common.presets import EXPERIMENT_PRESETS, get_preset
 from pipelines.core.paper_numbers import PAPER_LATENT
 from pipelines.core.plots import save_figure
 from pipelines.core.results import mean_std, publish_results
@@ -196,10 +196,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 def _main(args, parser) -> int:
     from common.datasets.synthetic import load_latent_space
 
-    try:
-        spec = experiment_preset("latent_space", args.preset)
-    except ValueError as err:
-        raise LatentError(f"--preset: {err}") from None
+    spec = experiment_preset_flag("latent_space", args, fixed_dataset=False)
     tables = comma_list(args.tables, "--tables", allowed=list(TABLES))
     models = comma_list(args.models, "--models", allowed=list(MODELS))
     seeds = comma_list(args.seeds, "--seeds", int, minimum=0)
