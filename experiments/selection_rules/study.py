@@ -6,8 +6,8 @@ validation positives and is scored on the other half, over many random halvings;
 For every finished `--preset auto` run folder under the root (its search/ candidates and seed<k>/ folders
 hold their validation logits at their best epoch, scores/valid-original.npz):
 - the search: among the default and the alternative that went on, "default" always keeps the default,
-  "best" takes the best mean on half A, "margin" (what `pipelines.auto.search` does) takes the best only when
-  it beats the default by more than 2 standard errors on half A;
+  "best" takes the best mean on half A, "margin 2 SE" (what `pipelines.auto.search` does) takes the best only
+  when it beats the default by more than 2 standard errors on half A ("margin 1 SE": by more than 1);
 - the blend: over the final seeds, "none" keeps the model alone, "per seed" lets each seed take its best
   (h, w) on half A, "per run" takes the best mean over the seeds, "per run + margin" (what
   `pipelines.auto.blend` does) keeps it only beyond 2 standard errors.
@@ -69,8 +69,9 @@ def mean_on(v: np.ndarray, rows: np.ndarray) -> float:
 def search_rules(opts: dict, a: np.ndarray, b: np.ndarray) -> dict:
     keys = list(opts)
     best = max(keys, key=lambda k: (mean_on(opts[k], a), -keys.index(k)))
-    margin = choose({k: opts[k][a] for k in keys}, 2.0)["choice"]
-    return {"default": mean_on(opts[keys[0]], b), "best": mean_on(opts[best], b), "margin": mean_on(opts[margin], b)}
+    margin = {se: choose({k: opts[k][a] for k in keys}, se)["choice"] for se in (1.0, 2.0)}
+    return {"default": mean_on(opts[keys[0]], b), "best": mean_on(opts[best], b),
+            "margin 1 SE": mean_on(opts[margin[1.0]], b), "margin 2 SE": mean_on(opts[margin[2.0]], b)}
 
 
 def blend_rules(seeds: dict, a: np.ndarray, b: np.ndarray) -> dict:
