@@ -73,7 +73,7 @@ def choose(values: dict[str, np.ndarray], margin_se: float) -> dict:
                 "reason": "the default is the best"}
     diff, se = paired(values[best], values[default])
     wins = diff > margin_se * se
-    reason = (f"{best} beats {default} by {diff:.4f} > {margin_se:g} SE ({se:.4f})" if wins else
-              f"{best} is ahead of {default} by {diff:.4f}, within {margin_se:g} SE ({se:.4f}): the default stays")
+    reason = (f"{best} beats {default} by {diff:.4f} > {margin_se:g} SE (SE {se:.4f})" if wins else
+              f"{best} is ahead of {default} by {diff:.4f}, within {margin_se:g} SE (SE {se:.4f}): the default stays")
     return {"choice": best if wins else default, "best": best, "means": means, "difference": diff, "se": se,
             "reason": reason}
