@@ -97,11 +97,14 @@ def study(root: Path, count: int) -> tuple[dict, dict]:
     for record_path in sorted(root.glob("*/auto/original/search.json")):
         out, record = record_path.parent, json.loads(record_path.read_text())
         name = out.parent.parent.name
-        opts, seeds = search_options(out, record), blend_options(out, record)
+        opts = search_options(out, record)
         n = len(next(iter(opts.values())))
-        runs = [(search_rules(opts, a, b), blend_rules(seeds, a, b)) for a, b in halvings(n, count, 0)]
-        search[name] = {k: float(np.mean([r[0][k] for r in runs])) for k in runs[0][0]}
-        blends[name] = {k: float(np.mean([r[1][k] for r in runs])) for k in runs[0][1]}
+        runs = [search_rules(opts, a, b) for a, b in halvings(n, count, 0)]
+        search[name] = {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
+        if "blend" in record:  # the final seeds finished (a run stopped after its search has no blend yet)
+            seeds = blend_options(out, record)
+            runs = [blend_rules(seeds, a, b) for a, b in halvings(n, count, 0)]
+            blends[name] = {k: float(np.mean([r[k] for r in runs])) for k in runs[0]}
     return search, blends
 
 
