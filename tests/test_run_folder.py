@@ -31,6 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 
 
+def sigint_default() -> None:
+    """For a child that must see Ctrl-C: a test run started in the background (`cmd &` in a script, as a CI
+    runner may) ignores SIGINT, and its children inherit that; the trainer rightly keeps it ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.fixture(scope="module")
 def shards(tmp_path_factory) -> Path:
     return make_shard_set(tmp_path_factory.mktemp("run-folder-shards"), shard_links=(32, 32, 16), eval_links=24)
@@ -276,7 +282,8 @@ def test_ctrl_c_while_importing_is_one_line_and_exit_130(shards, tmp_path):
     """-X importtime prints a line per finished import: a line naming torch means the trainer is in the
     middle of its imports (before common.cli.run_cli runs), where a Ctrl-C printed a traceback."""
     proc = subprocess.Popen([sys.executable, "-X", "importtime", *trainer_cmd(shards, tmp_path / "run")[1:]],
-                            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=sigint_default)
     lines: list[str] = []
     seen = threading.Event()
 
@@ -320,7 +327,8 @@ def test_a_ctrl_c_lost_in_a_fork_is_latched_and_raised_again():
             print("went on")
         sys.exit(run_cli(main, [], prog="demo"))
     """)
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60)
+    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60,
+                         preexec_fn=sigint_default)
     assert res.stdout == "the fork swallowed it\n", res
     assert res.returncode == 130 and res.stderr == "demo: interrupted\n", res
 
