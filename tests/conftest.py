@@ -100,32 +100,37 @@ def cached_set(shard_cache: Path, name: str) -> Path:
     return folder
 
 
+def train_tiny_on_cpu(shards, out, max_steps: int) -> None:
+    """Train the tiny preset in this process on one CPU thread, the shard job's embedded Ray shut down first
+    (its workers would take the cores)."""
+    import torch
+    from pipelines.core.shard_sets import shutdown_embedded_ray
+    from trainer.config import config_for
+    from trainer.train import run
+
+    shutdown_embedded_ray()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        run(config_for("tiny", str(shards), str(out), max_steps=max_steps, device="cpu", progress=False,
+                       data={"num_workers": 0}))
+    finally:
+        torch.set_num_threads(threads)
+
+
 def tiny_citeseer_run(shard_cache: Path, out: Path) -> Path:
     """A tiny-preset run on citeseer (1, 5), trained 20 steps into `out` (~2 min on 2 shared cores); its shard
     set is the one test_pipelines reads."""
-    import sys
-    import torch
     from common.presets import get_preset
     from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
     from preprocess.job import run_job
-    from trainer.config import config_for
-    from trainer.train import run
 
     preset = get_preset("tiny")
     cfg = PreprocessConfig(dataset="citeseer", sampling=SamplingConfig(*preset.sampling), num_cpus=2,
                            candidates=CandidateConfig(views=1, percent=preset.train_percent, protocols=("original",)),
                            out=str(cached_set(shard_cache, "citeseer-tiny")))
     shards = run_job(cfg).path
-    ray_module = sys.modules.get("ray")
-    if ray_module is not None and ray_module.is_initialized():
-        ray_module.shutdown()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        run(config_for("tiny", str(shards), str(out), max_steps=20, device="cpu", progress=False,
-                       data=dict(num_workers=0)))
-    finally:
-        torch.set_num_threads(threads)
+    train_tiny_on_cpu(shards, out, max_steps=20)
     return out
 
 

@@ -14,9 +14,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-import torch
 
-from tests.conftest import needs_ray
+from tests.conftest import needs_ray, train_tiny_on_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
@@ -41,23 +40,12 @@ def run(tmp_path_factory):
     """A run of the tiny preset, 2 steps, on the bipartite graph; returns its folder, edge list and set."""
     from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
     from preprocess.job import run_job
-    from trainer.config import config_for
-    from trainer.train import run as train
 
     root = tmp_path_factory.mktemp("inputs")
     edges = write_edges(root / "shop.csv", bipartite_rows())
     shards = run_job(PreprocessConfig(dataset=str(edges), sampling=SamplingConfig(1, 3), out=str(root / "shards"),
                                       candidates=CandidateConfig(views=1), num_cpus=1)).path
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        ray.shutdown()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        train(config_for("tiny", str(shards), str(root / "run"), max_steps=2, device="cpu", progress=False,
-                         data={"num_workers": 0}))
-    finally:
-        torch.set_num_threads(threads)
+    train_tiny_on_cpu(shards, root / "run", max_steps=2)
     return {"root": root, "run": root / "run", "edges": edges, "shards": Path(shards)}
 
 
