@@ -12,25 +12,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 if __package__ in (None, ""):  # `python bench/read_checks.py` as well as `python -m bench.read_checks`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.sampler import time_it  # noqa: E402
 from common.metrics import format_table  # noqa: E402
 from common.shards import load_graph, read_manifest, shard_entries  # noqa: E402
 from trainer.blocks import read_blocks  # noqa: E402
 from trainer.data import eval_sets, make_units  # noqa: E402
-
-
-def best_of(repeat: int, fn) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.process_time()
-        fn()
-        times.append(time.process_time() - t0)
-    return min(times)
 
 
 def read_all(manifest: dict, entries: list[dict], checksums: bool) -> int:
@@ -47,12 +38,12 @@ def main(argv=None) -> int:
     rows = []
     for split, protocol in eval_sets(manifest):
         entries = shard_entries(manifest, split, protocol=protocol)
-        plain = best_of(args.repeat, lambda: read_all(manifest, entries, False))
-        hashed = best_of(args.repeat, lambda: read_all(manifest, entries, True))
+        plain = time_it(lambda: read_all(manifest, entries, False), args.repeat)
+        hashed = time_it(lambda: read_all(manifest, entries, True), args.repeat)
         rows.append({"read": f"eval {split}/{protocol}", "MB": sum(e["bytes"] for e in entries) / 1e6,
                      "unchecked s": plain, "checked s": hashed, "overhead %": 100 * (hashed - plain) / plain})
     train = shard_entries(manifest, "train", view=0)
-    plain = best_of(args.repeat, lambda: read_all(manifest, train, False))
+    plain = time_it(lambda: read_all(manifest, train, False), args.repeat)
     rows.append({"read": "training view 0 (unchecked, for scale)", "MB": sum(e["bytes"] for e in train) / 1e6,
                  "unchecked s": plain})
     for which in manifest["graphs"]:
@@ -62,8 +53,8 @@ def main(argv=None) -> int:
             indptr, indices = load_graph(manifest, which, verify=verify)
             return int(indices[-1]) + int(indptr[-1])  # touch both maps
 
-        plain = best_of(args.repeat, lambda: load(False))
-        hashed = best_of(args.repeat, lambda: load(True))
+        plain = time_it(lambda: load(False), args.repeat)
+        hashed = time_it(lambda: load(True), args.repeat)
         rows.append({"read": f"graph {which} (once per loader worker)", "MB": size / 1e6, "unchecked s": plain,
                      "checked s": hashed, "added ms": 1000 * (hashed - plain)})
     print(format_table(rows, ["read", "MB", "unchecked s", "checked s", "overhead %", "added ms"], floatfmt="{:.3f}"))
