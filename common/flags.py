@@ -4,6 +4,7 @@ from __future__ import annotations
 DATASET_HELP = ("your edge list (.csv, .tsv, .parquet, optionally .gz; columns src,dst[,split]), a paper dataset "
                 "(citeseer, cora, ogbl-*) or a HeaRT-format folder")
 DEVICES = ("auto", "cpu", "cuda")
+DEVICE_HELP = "auto: a GPU when one is visible (default)"
 
 
 def add_dataset_flags(p, required: bool = True, split: bool = True, nodes: bool = True) -> None:
@@ -22,7 +23,7 @@ def add_dataset_flags(p, required: bool = True, split: bool = True, nodes: bool 
 
 
 def add_device_flag(p) -> None:
-    p.add_argument("--device", default="auto", choices=DEVICES, help="auto: a GPU when one is visible (default)")
+    p.add_argument("--device", default="auto", choices=DEVICES, help=DEVICE_HELP)
 
 
 def add_num_cpus_flag(p) -> None:

@@ -105,12 +105,8 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("general", "any", "original", (1, 20), hidden=128, layers=2, heads=4, ffn=256,
            effective_batch=64, epochs=12, lr=5e-4, lr_schedule="cosine", cpu_view_positives=4000),
 ]}
-# Runs trained before a preset was renamed still load under its old name.
-ALIASES = {"auto": "general"}
-
 
 def get_preset(name: str, **overrides) -> Preset:
-    name = ALIASES.get(name, name)
     if name not in PRESETS:
         raise ValueError(f"unknown preset '{name}'; choose one of: {', '.join(sorted(PRESETS))}")
     return replace(PRESETS[name], **overrides) if overrides else PRESETS[name]

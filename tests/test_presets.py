@@ -81,9 +81,15 @@ def test_the_estimation_presets_name_the_heuristic_targets_there_are():
         assert set(spec["heuristics"]) <= set(TARGETS)
 
 
-def test_runs_trained_under_the_old_name_of_general_still_load():
+def test_auto_is_not_a_preset_but_runs_saved_under_that_old_name_still_load():
+    """"auto" means one thing, the search of `pencil run --preset auto`; a run config saved when the general
+    preset was also called auto loads as general."""
     from common.presets import get_preset
-    assert get_preset("auto") == get_preset("general")
+    from trainer.config import TrainConfig, config_for
+    with pytest.raises(ValueError, match="unknown preset 'auto'"):
+        get_preset("auto")
+    saved = config_for("general", "S", "O").to_dict() | {"preset": "auto"}
+    assert TrainConfig.from_dict(saved) == config_for("general", "S", "O")
     assert get_preset("general").cpu_view_positives == 4000 and get_preset("citeseer-small").cpu_view_positives is None
 
 

@@ -1,19 +1,21 @@
-"""Trainer configuration: per-component dataclasses, the CLI that fills them, and the JSON round trip.
+"""Trainer configuration: per-component dataclasses whose fields declare their own flags, the CLI generated
+from them, and the JSON round trip.
 
-A run is described by a preset (common.presets: model shape, optimiser, epochs, protocol) plus CLI
-overrides. Values that need the shard set or the world size (micro-batch cap, token budget) stay None
-here and are resolved once in `resolve()`; the resolved config is what checkpoints, `config.json` and
-`summary.json` record, so a resumed or reported run never depends on defaults changing later.
-Every validation error names the CLI flag to change.
+A run is described by a preset (common.presets: model shape, optimiser, epochs, protocol) plus overrides:
+a field whose flag says `preset=` takes the preset's value unless given. Values that need the shard set or
+the world size (micro-batch cap, token budget) stay None here and are resolved once in `resolve()`; the
+resolved config is what checkpoints, `config.json` and `summary.json` record, so a resumed or reported run
+never depends on defaults changing later. Every validation error names the CLI flag to change.
 """
 from __future__ import annotations
 
-import argparse
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Sequence
 
-from common.presets import ALIASES, LR_SCHEDULES, PRESETS, get_preset
+from common.config_flags import add_flags, flag, given, preset_defaults
+from common.flags import DEVICE_HELP, DEVICES
+from common.presets import LR_SCHEDULES, PRESETS, get_preset
 
 SPLITS = ("valid", "test")
 # common.datasets.PROTOCOLS, kept literal (config stays light); a test checks they agree.
@@ -22,39 +24,61 @@ PROTOCOLS = ("original", "heart", "ogb")
 W0_INIT_FLAGS = {"orthogonal": "orthogonal", "gaussian": "gaussian", "low-rank": "low_rank"}
 # Fields a resumed run may change without breaking "continue exactly where it stopped": they control
 # when the run stops, logs and saves, not the trajectory of parameters or data.
-RESUME_OVERRIDABLE = ("epochs", "stop_epoch", "patience", "max_steps", "eval_every", "checkpoint_every", "checkpoint_seconds", "log_every",
-                      "progress", "resume", "out", "device", "test_every_eval", "deterministic", "threads",
-                      "verify", "compile", "overwrite", "save_scores",
-                      "eval_weights")
+RESUME_OVERRIDABLE = ("epochs", "stop_epoch", "patience", "max_steps", "eval_every", "checkpoint_every",
+                      "checkpoint_seconds", "log_every", "progress", "resume", "out", "device", "test_every_eval",
+                      "deterministic", "threads", "verify", "compile", "overwrite", "save_scores", "eval_weights")
 # Default micro-batch size: on CUDA about this many tokens (trainer.config.resolve); on CPU at most this many links.
 GPU_MICRO_TOKENS = 65_536
 CPU_MICRO_LINKS = 256
 # trainer.attention.BACKENDS, kept literal (config must not import torch); a test checks they agree.
 ATTENTION_BACKENDS = ("auto", "sdpa", "bucketed", "varlen", "flash_varlen", "flash_attn", "reference")
 
+# --help sections, in order (None: the parser's own options)
+REQUIRED = "required"
+OVERRIDES = "overrides (default: the preset's value)"
+ABLATIONS = "ablations (paper appendix; default: PENCIL as published)"
+CONTROL = "data and run control"
+GROUPS = (REQUIRED, None, OVERRIDES, ABLATIONS, CONTROL)
+
 
 class ConfigError(ValueError):
     """A bad flag value; the message names the flag."""
 
 
-def _check(ok: bool, flag: str, msg: str) -> None:
+def _check(ok: bool, flag_name: str, msg: str) -> None:
     if not ok:
-        raise ConfigError(f"{flag}: {msg}")
+        raise ConfigError(f"{flag_name}: {msg}")
+
+
+def _comma_splits(text: str) -> tuple[str, ...]:
+    return tuple(s for s in text.split(",") if s)
 
 
 @dataclass
 class DataConfig:
-    shards: str  # OUT/<dataset>/<cache key> as written by preprocess (the directory holding manifest.json)
-    max_samples: int | None = None  # samples cap per micro-batch (--micro-batch); None = resolved
-    token_budget: int | None = None  # sum over a micro-batch of (N_b + 2); None = resolved
-    # tokens a default-sized micro-batch aims at (--micro-tokens); None = the device's (GPU_MICRO_TOKENS on CUDA,
-    # 0 on CPU), 0 = no target (at most CPU_MICRO_LINKS links per micro-batch). An explicit --micro-batch wins.
-    micro_tokens: int | None = None
-    eval_token_budget: int | None = None  # None = 4 x token_budget (no activations kept at eval)
-    shuffle_buffer_mb: int = 64  # bytes of decoded links each loader worker's shuffle pool holds (trainer/data.py)
-    loader_memory_mb: int = 1024  # per loader worker: shuffle pool (3 x its size at peak) + batches in flight
-    num_workers: int = 2  # DataLoader worker processes per rank (0 = load in the training process)
-    seed: int = 0
+    # OUT/<dataset>/<cache key> as written by preprocess (the directory holding manifest.json)
+    shards: str = field(metadata=flag("a shard set: the folder holding manifest.json", group=REQUIRED, required=True))
+    max_samples: int | None = field(default=None, metadata=flag(  # None = resolved
+        "max links per micro-batch (default: sized by --micro-tokens on a GPU, else effective batch / world, <= 256)",
+        name="micro-batch", group=CONTROL, advanced=True))
+    token_budget: int | None = field(default=None, metadata=flag(  # sum over a micro-batch of (N_b + 2); None = resolved
+        "max tokens (sum of N_b + 2) per micro-batch", group=CONTROL, advanced=True))
+    # tokens a default-sized micro-batch aims at; None = the device's (GPU_MICRO_TOKENS on CUDA, 0 on CPU), 0 = no
+    # target (at most CPU_MICRO_LINKS links per micro-batch). An explicit --micro-batch wins.
+    micro_tokens: int | None = field(default=None, metadata=flag(
+        f"tokens a default micro-batch aims at (default {GPU_MICRO_TOKENS} on CUDA, 0 = off on CPU)",
+        metavar="TOKENS", group=CONTROL, advanced=True))
+    eval_token_budget: int | None = field(default=None, metadata=flag(  # None = 4 x token_budget (no activations)
+        "max tokens per evaluation batch (default 4 x token budget)", group=CONTROL, advanced=True))
+    # bytes of decoded links each loader worker's shuffle pool holds (trainer/data.py)
+    shuffle_buffer_mb: int = field(default=64, metadata=flag(
+        "MB of decoded links in each loader worker's shuffle pool (default 64)", group=CONTROL, advanced=True))
+    loader_memory_mb: int = field(default=1024, metadata=flag(  # shuffle pool (3 x its size at peak) + batches
+        "memory budget per loader worker: 3 x the shuffle pool + batches in flight (default 1024)",
+        group=CONTROL, advanced=True))
+    num_workers: int = field(default=2, metadata=flag(
+        "DataLoader workers per rank (0 = in process)", group=CONTROL, advanced=True))
+    seed: int = 0  # the run's --seed (set with it)
     orderings: int = 1  # labeled subgraphs fed per link: the model's --lrp k, set by resolve() (not a flag)
     # the data the run is bound to, from the set's manifest at start (not flags; trainer.run_folder.same_data)
     dataset_fingerprint: str | None = None
@@ -63,8 +87,10 @@ class DataConfig:
     def __post_init__(self):
         _check(bool(self.shards), "--shards", "a shard directory is required")
         _check(self.max_samples is None or self.max_samples >= 1, "--micro-batch", f"must be >= 1, got {self.max_samples}")
-        _check(self.token_budget is None or self.token_budget >= 4, "--token-budget", f"must be >= 4, got {self.token_budget}")
-        _check(self.micro_tokens is None or self.micro_tokens >= 0, "--micro-tokens", f"must be >= 0, got {self.micro_tokens}")
+        _check(self.token_budget is None or self.token_budget >= 4, "--token-budget",
+               f"must be >= 4, got {self.token_budget}")
+        _check(self.micro_tokens is None or self.micro_tokens >= 0, "--micro-tokens",
+               f"must be >= 0, got {self.micro_tokens}")
         _check(self.eval_token_budget is None or self.eval_token_budget >= 4, "--eval-token-budget",
                f"must be >= 4, got {self.eval_token_budget}")
         _check(self.shuffle_buffer_mb >= 1, "--shuffle-buffer-mb", f"must be >= 1, got {self.shuffle_buffer_mb}")
@@ -75,10 +101,15 @@ class DataConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = 1e-4
-    weight_decay: float = 0.01
-    effective_batch: int = 2048  # links per optimiser step, summed over ranks (micro x accumulation x world)
-    lr_schedule: str = "constant"
+    lr: float = field(default=1e-4, metadata=flag("", group=OVERRIDES, preset="lr"))
+    weight_decay: float = field(default=0.01, metadata=flag("", group=OVERRIDES, advanced=True,
+                                                            preset="weight_decay"))
+    # links per optimiser step, summed over ranks (micro x accumulation x world)
+    effective_batch: int = field(default=2048, metadata=flag(
+        "links per optimiser step summed over ranks", group=OVERRIDES, advanced=True, preset="effective_batch"))
+    lr_schedule: str = field(default="constant", metadata=flag(
+        "constant (the paper's) or cosine decay to 0 over the run", choices=LR_SCHEDULES, group=OVERRIDES,
+        advanced=True, preset="lr_schedule"))
 
     def __post_init__(self):
         _check(self.lr > 0, "--lr", f"must be > 0, got {self.lr}")
@@ -98,18 +129,30 @@ class OptimConfig:
 class ModelOverrides:
     """Model shape; None keeps the preset's value (trainer.model.ModelConfig.from_preset applies them)."""
 
-    hidden: int | None = None
-    layers: int | None = None
-    heads: int | None = None
-    ffn: int | None = None
-    dropout: float | None = None
-    attention: str = "auto"
+    hidden: int | None = field(default=None, metadata=flag("", group=OVERRIDES))
+    layers: int | None = field(default=None, metadata=flag("", group=OVERRIDES))
+    heads: int | None = field(default=None, metadata=flag("", group=OVERRIDES, advanced=True))
+    ffn: int | None = field(default=None, metadata=flag("", group=OVERRIDES, advanced=True))
+    dropout: float | None = field(default=None, metadata=flag("", group=OVERRIDES, advanced=True))
+    attention: str = field(default="auto", metadata=flag(
+        f"attention kernel: {', '.join(ATTENTION_BACKENDS)} (auto: the fastest that applies the model's attention "
+        "dropout; varlen is faster on CUDA but has none)", metavar="BACKEND", group=CONTROL, advanced=True))
     # Ablations (paper appendix); None keeps PENCIL's default (residual on, orthogonal frozen W0, no WPE).
-    residual: bool | None = None
-    w0_init: str | None = None
-    w0_learnable: bool | None = None
-    wpe: bool | None = None
-    lrp: int | None = None  # k labeled subgraphs per link with DeepSets pooling (None / 1: PENCIL as published)
+    residual: bool | None = field(default=None, metadata=flag(
+        "drop the multiplicative residual: every block is the plain BertLayer", name="no-residual", store=False,
+        group=ABLATIONS, advanced=True))
+    w0_init: str | None = field(default=None, metadata=flag(
+        "input projection init: orthogonal (default), gaussian (mean 0.1), low-rank (rank 5)",
+        choices=tuple(W0_INIT_FLAGS), parse=W0_INIT_FLAGS.get, group=ABLATIONS,
+        advanced=True))
+    w0_learnable: bool | None = field(default=None, metadata=flag(
+        "train W0 (default: frozen)", store=True, group=ABLATIONS, advanced=True))
+    wpe: bool | None = field(default=None, metadata=flag(
+        "add learnable word position embeddings", store=True, group=ABLATIONS, advanced=True))
+    # k labeled subgraphs per link with DeepSets pooling (None / 1: PENCIL as published)
+    lrp: int | None = field(default=None, metadata=flag(
+        "LRP-k: K labeled subgraphs (independent local orders) per link, DeepSets-pooled (default 1)",
+        metavar="K", group=ABLATIONS, advanced=True))
 
     def __post_init__(self):
         for name in ("hidden", "layers", "heads", "ffn", "lrp"):
@@ -127,45 +170,82 @@ class ModelOverrides:
 
 @dataclass
 class TrainConfig:
-    preset: str
-    out: str
+    preset: str = field(metadata=flag("a preset of common/presets.py: citeseer, ogbl-collab, tiny, ...",
+                                      group=REQUIRED, required=True))
+    out: str = field(metadata=flag("run directory: checkpoints, metrics.jsonl, summary.json", group=REQUIRED,
+                                   required=True))
     data: DataConfig
     optim: OptimConfig = field(default_factory=OptimConfig)
     model: ModelOverrides = field(default_factory=ModelOverrides)
-    epochs: float = 1.0  # may be fractional (citation2 runs half a pass): the last epoch is cut short
-    eval_every: int = 1  # evaluate every k epochs (and after the last)
-    eval_splits: tuple[str, ...] = SPLITS
-    protocol: str = "original"
-    seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda
-    max_steps: int | None = None  # stop after this many optimiser steps in all (tests, smoke runs)
-    # stop (evaluate, save last.pt) after this many epochs while the lr schedule still spans `epochs`: the
-    # auto search's rungs (pipelines.auto.search) resume a survivor with a later stop on the same trajectory
-    stop_epoch: int | None = None
-    # early stopping: stop once this many evaluations in a row have not improved validation (None: never)
-    patience: int | None = None
-    checkpoint_every: int = 0  # also write last.pt every N optimiser steps (0 = by wall time only)
-    # last.pt at most once per this many seconds (checked at epoch ends and log steps), plus always when the run
-    # ends or stops: a big checkpoint after every short epoch would dominate the run. 0 = every epoch.
-    checkpoint_seconds: float = 60.0
-    test_every_eval: bool = False  # score test at every eval, not only when validation improves
-    verify: bool = False  # check every shard's sha256, the graphs and query files before training
-    deterministic: bool = False  # torch.use_deterministic_algorithms (CUDA: bit-identical reruns, slower)
+    resume: bool = field(default=False, metadata=flag("continue from OUT/last.pt", store=True))
+    # clear the run folder's files first (trainer.run_folder)
+    overwrite: bool = field(default=False, metadata=flag("delete the run already in OUT and start afresh",
+                                                         store=True))
+    seed: int = field(default=0, metadata=flag(""))
+    device: str = field(default="auto", metadata=flag(DEVICE_HELP, choices=DEVICES))  # auto | cpu | cuda
+    # may be fractional (citation2 runs half a pass): the last epoch is cut short
+    epochs: float = field(default=1.0, metadata=flag("", group=OVERRIDES, preset="epochs"))
+    protocol: str = field(default="original", metadata=flag(
+        "evaluation protocol: original, heart or ogb", choices=PROTOCOLS, metavar="PROTOCOL", group=OVERRIDES,
+        preset="protocol"))
+    # evaluate every k epochs (and after the last)
+    eval_every: int = field(default=1, metadata=flag("evaluate every k epochs", group=OVERRIDES, advanced=True,
+                                                     preset="eval_every"))
+    eval_splits: tuple[str, ...] = field(default=SPLITS, metadata=flag(
+        "comma-separated subset of valid,test (default valid,test)", parse=_comma_splits, group=CONTROL,
+        advanced=True))
+    verify: bool = field(default=False, metadata=flag(  # check every shard's sha256, graphs and query files first
+        "check the whole shard set against its manifest (sha256 of every shard, graph, queries and features file) "
+        "before training", store=True, group=CONTROL, advanced=True))
     # torch.compile the blocks' dense per-token work (trainer.model.Pencil.compile_blocks). Off by default: it
     # does not pay on CPU (docs/benchmarks/); bench/gpu_check.sh times it on the GPU.
     # Like --deterministic, a resumed run may switch it (same model and data; only rounding and dropout masks).
-    compile: bool = False
-    threads: int = 0  # torch intra-op threads on CPU; 0 = half the cores per rank (see trainer.setup.cpu_threads)
-    log_every: int = 10  # optimiser steps between train-metric lines
-    progress: bool = True
-    resume: bool = False
-    overwrite: bool = False  # clear the run folder's files first (trainer.run_folder)
+    compile: bool = field(default=False, metadata=flag(
+        "torch.compile the blocks' dense part (LayerNorm, GELU, dropout chains); needs a C compiler", store=True,
+        group=CONTROL, advanced=True))
+    progress: bool = field(default=True, metadata=flag("no progress bar", name="no-progress", store=False,
+                                                       group=CONTROL, advanced=True))
     # rank 0 writes every eval set's per-candidate logits of the summary's evaluation (common.eval_scores)
-    save_scores: bool = False
-    eval_weights: str | None = None  # evaluate these saved weights (a best.pt) once instead of training (eval_only)
+    save_scores: bool = field(default=False, metadata=flag(
+        "write each eval set's per-candidate logits at the summary's evaluation to OUT/scores/<split>-<protocol>.npz",
+        store=True, group=CONTROL, advanced=True))
+    # evaluate these saved weights (a best.pt) once instead of training (trainer.eval_only)
+    eval_weights: str | None = field(default=None, metadata=flag(
+        "no training: evaluate these weights once, at their epoch", metavar="BEST_PT", group=CONTROL, advanced=True))
+    # stop after this many optimiser steps in all (tests, smoke runs)
+    max_steps: int | None = field(default=None, metadata=flag(
+        "stop after this many optimiser steps", group=CONTROL, advanced=True))
+    # stop (evaluate, save last.pt) after this many epochs while the lr schedule still spans `epochs`: the
+    # auto search's rungs (pipelines.auto.search) resume a survivor with a later stop on the same trajectory
+    stop_epoch: int | None = field(default=None, metadata=flag(
+        "stop after E epochs; the lr schedule still spans --epochs (resume later with a larger E)", metavar="E",
+        group=CONTROL, advanced=True))
+    # early stopping: stop once this many evaluations in a row have not improved validation (None: never)
+    patience: int | None = field(default=None, metadata=flag(
+        "stop early once P evaluations in a row have not improved validation (default: never)", metavar="P",
+        group=CONTROL, advanced=True))
+    checkpoint_every: int = field(default=0, metadata=flag(  # also write last.pt every N steps (0: by time only)
+        "also save last.pt every N optimiser steps", group=CONTROL, advanced=True))
+    # last.pt at most once per this many seconds (checked at epoch ends and log steps), plus always when the run
+    # ends or stops: a big checkpoint after every short epoch would dominate the run. 0 = every epoch.
+    checkpoint_seconds: float = field(default=60.0, metadata=flag(
+        "save last.pt at most once per this many seconds (and at the end); 0 = every epoch", group=CONTROL,
+        advanced=True))
+    test_every_eval: bool = field(default=False, metadata=flag(  # score test at every eval, not only on improvement
+        "score the test split at every evaluation (default: only when validation improves)", store=True,
+        group=CONTROL, advanced=True))
+    threads: int = field(default=0, metadata=flag(  # 0 = half the cores per rank (trainer.setup.cpu_threads)
+        "torch threads per rank on CPU (default 0: half the cores per rank, at least 1)", group=CONTROL,
+        advanced=True))
+    deterministic: bool = field(default=False, metadata=flag(  # CUDA: bit-identical reruns, slower
+        "deterministic kernels (torch.use_deterministic_algorithms): bit-identical CUDA reruns", store=True,
+        group=CONTROL, advanced=True))
+    log_every: int = field(default=10, metadata=flag("optimiser steps between metric lines", group=CONTROL,
+                                                     advanced=True))
 
     def __post_init__(self):
-        _check(self.preset in PRESETS or self.preset in ALIASES, "--preset", f"unknown preset '{self.preset}'; choose one of: {', '.join(sorted(PRESETS))}")
+        _check(self.preset in PRESETS, "--preset",
+               f"unknown preset '{self.preset}'; choose one of: {', '.join(sorted(PRESETS))}")
         _check(bool(self.out), "--out", "a run directory is required")
         _check(self.epochs > 0, "--epochs", f"must be > 0, got {self.epochs}")
         _check(self.eval_every >= 1, "--eval-every", f"must be >= 1, got {self.eval_every}")
@@ -173,7 +253,7 @@ class TrainConfig:
         for s in self.eval_splits:
             _check(s in SPLITS, "--eval-splits", f"unknown split '{s}'; use a subset of {','.join(SPLITS)}")
         _check(self.protocol in PROTOCOLS, "--protocol", f"unknown protocol '{self.protocol}'")
-        _check(self.device in ("auto", "cpu", "cuda"), "--device", f"must be auto, cpu or cuda, got '{self.device}'")
+        _check(self.device in DEVICES, "--device", f"must be auto, cpu or cuda, got '{self.device}'")
         _check(self.stop_epoch is None or self.stop_epoch >= 1, "--stop-epoch", f"must be >= 1, got {self.stop_epoch}")
         _check(self.patience is None or self.patience >= 1, "--patience", f"must be >= 1, got {self.patience}")
         _check(self.max_steps is None or self.max_steps >= 1, "--max-steps", f"must be >= 1, got {self.max_steps}")
@@ -194,6 +274,7 @@ class TrainConfig:
         d = dict(d)
         known = {f.name for f in fields(cls)}
         d = {k: v for k, v in d.items() if k in known}  # a field this build no longer has: ignore
+        d["preset"] = {"auto": "general"}.get(d["preset"], d["preset"])  # runs saved before the preset's rename
         return cls(data=DataConfig(**d.pop("data")), optim=OptimConfig(**d.pop("optim")),
                    model=ModelOverrides(**d.pop("model")), **d)
 
@@ -250,151 +331,43 @@ def resolve(config: TrainConfig, n_max: int, world_size: int, device_type: str =
 
 # ---------------------------------------------------------------------------- CLI
 PROG = "python -m trainer"
+# the config's sections, as add_flags and config_for name them ("" = TrainConfig's own fields)
+SECTIONS = {"": TrainConfig, "data": DataConfig, "optim": OptimConfig, "model": ModelOverrides}
 
 
-def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
+def build_parser(prog: str = PROG):
     from common.cli import Parser
-    from common.flags import add_device_flag
 
     p = Parser(
         prog=prog,
         description="Train PENCIL on a shard set written by `python -m preprocess`. Under `torchrun --nproc-per-node N`\n"
                     "it trains with DDP (gloo on CPU, NCCL on GPU); without torchrun, in one process.")
-    req = p.add_argument_group("required")
-    req.add_argument("--shards", required=True, help="a shard set: the folder holding manifest.json")
-    req.add_argument("--preset", required=True, help="a preset of common/presets.py: citeseer, ogbl-collab, tiny, ...")
-    req.add_argument("--out", required=True, help="run directory: checkpoints, metrics.jsonl, summary.json")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/last.pt")
-    p.add_argument("--overwrite", action="store_true", help="delete the run already in OUT and start afresh")
-    p.add_argument("--seed", type=int, default=0)
-    add_device_flag(p)
-    g = p.add_argument_group("overrides (default: the preset's value)")
-    g.add_argument("--epochs", type=float)
-    g.add_argument("--lr", type=float)
-    g.add_argument("--hidden", type=int)
-    g.add_argument("--layers", type=int)
-    g.add_argument("--protocol", choices=PROTOCOLS, metavar="PROTOCOL",
-                   help="evaluation protocol: original, heart or ogb")
-    g.add_argument("--lr-schedule", choices=LR_SCHEDULES, advanced=True,
-                   help="constant (the paper's) or cosine decay to 0 over the run")
-    g.add_argument("--weight-decay", type=float, advanced=True)
-    g.add_argument("--effective-batch", type=int, advanced=True, help="links per optimiser step summed over ranks")
-    g.add_argument("--heads", type=int, advanced=True)
-    g.add_argument("--ffn", type=int, advanced=True)
-    g.add_argument("--dropout", type=float, advanced=True)
-    g.add_argument("--eval-every", type=int, advanced=True, help="evaluate every k epochs")
-    a = p.add_argument_group("ablations (paper appendix; default: PENCIL as published)")
-    a.add_argument("--no-residual", dest="residual", action="store_const", const=False, advanced=True,
-                   help="drop the multiplicative residual: every block is the plain BertLayer")
-    a.add_argument("--w0-init", choices=tuple(W0_INIT_FLAGS), advanced=True,
-                   help="input projection init: orthogonal (default), gaussian (mean 0.1), low-rank (rank 5)")
-    a.add_argument("--w0-learnable", action="store_const", const=True, advanced=True, help="train W0 (default: frozen)")
-    a.add_argument("--wpe", action="store_const", const=True, advanced=True,
-                   help="add learnable word position embeddings")
-    a.add_argument("--lrp", type=int, metavar="K", advanced=True,
-                   help="LRP-k: K labeled subgraphs (independent local orders) per link, DeepSets-pooled (default 1)")
-    d = p.add_argument_group("data and run control")
-    d.add_argument("--verify", action="store_true", advanced=True,
-                   help="check the whole shard set against its manifest (sha256 of every shard, graph, queries and "
-                        "features file) before training")
-    d.add_argument("--compile", action="store_true", advanced=True,
-                   help="torch.compile the blocks' dense part (LayerNorm, GELU, dropout chains); needs a C compiler")
-    d.add_argument("--no-progress", action="store_true", advanced=True, help="no progress bar")
-    d.add_argument("--micro-batch", type=int, advanced=True,
-                   help="max links per micro-batch (default: sized by --micro-tokens on a GPU, else effective batch / "
-                        "world, <= 256)")
-    d.add_argument("--micro-tokens", type=int, metavar="TOKENS", advanced=True,
-                   help=f"tokens a default micro-batch aims at (default {GPU_MICRO_TOKENS} on CUDA, 0 = off on CPU)")
-    d.add_argument("--token-budget", type=int, advanced=True, help="max tokens (sum of N_b + 2) per micro-batch")
-    d.add_argument("--eval-token-budget", type=int, advanced=True,
-                   help="max tokens per evaluation batch (default 4 x token budget)")
-    d.add_argument("--shuffle-buffer-mb", type=int, default=64, advanced=True,
-                   help="MB of decoded links in each loader worker's shuffle pool (default 64)")
-    d.add_argument("--loader-memory-mb", type=int, default=1024, advanced=True,
-                   help="memory budget per loader worker: 3 x the shuffle pool + batches in flight (default 1024)")
-    d.add_argument("--num-workers", type=int, default=2, advanced=True,
-                   help="DataLoader workers per rank (0 = in process)")
-    d.add_argument("--eval-splits", default="valid,test", advanced=True, help="comma-separated subset of valid,test")
-    d.add_argument("--save-scores", action="store_true", advanced=True,
-                   help="write each eval set's per-candidate logits at the summary's evaluation to "
-                        "OUT/scores/<split>-<protocol>.npz")
-    d.add_argument("--eval-weights", metavar="BEST_PT", advanced=True,
-                   help="no training: evaluate these weights once, at their epoch")
-    d.add_argument("--max-steps", type=int, advanced=True, help="stop after this many optimiser steps")
-    d.add_argument("--stop-epoch", type=int, metavar="E", advanced=True,
-                   help="stop after E epochs; the lr schedule still spans --epochs (resume later with a larger E)")
-    d.add_argument("--patience", type=int, metavar="P", advanced=True,
-                   help="stop early once P evaluations in a row have not improved validation (default: never)")
-    d.add_argument("--checkpoint-every", type=int, default=0, advanced=True,
-                   help="also save last.pt every N optimiser steps")
-    d.add_argument("--checkpoint-seconds", type=float, default=60.0, advanced=True,
-                   help="save last.pt at most once per this many seconds (and at the end); 0 = every epoch")
-    d.add_argument("--test-every-eval", action="store_true", advanced=True,
-                   help="score the test split at every evaluation (default: only when validation improves)")
-    d.add_argument("--threads", type=int, default=0, advanced=True,
-                   help="torch threads per rank on CPU (default 0: half the cores per rank, at least 1)")
-    d.add_argument("--deterministic", action="store_true", advanced=True,
-                   help="deterministic kernels (torch.use_deterministic_algorithms): bit-identical CUDA reruns")
-    d.add_argument("--log-every", type=int, default=10, advanced=True, help="optimiser steps between metric lines")
-    d.add_argument("--attention", default="auto", metavar="BACKEND", advanced=True,
-                   help=f"attention kernel: {', '.join(ATTENTION_BACKENDS)} (auto: the fastest that applies the "
-                        "model's attention dropout; varlen is faster on CUDA but has none)")
+    add_flags(p, SECTIONS, GROUPS)
     return p
 
 
 def config_from_args(argv: Sequence[str] | None = None, prog: str = PROG) -> TrainConfig:
-    args = build_parser(prog).parse_args(argv)
-    try:
-        preset = get_preset(args.preset)
-    except ValueError as err:
-        raise ConfigError(f"--preset: {err}") from None
-
-    def pick(value, default):
-        return default if value is None else value
-
-    return TrainConfig(
-        preset=args.preset, out=args.out, resume=args.resume, overwrite=args.overwrite,
-        data=DataConfig(shards=args.shards, max_samples=args.micro_batch, token_budget=args.token_budget,
-                        micro_tokens=args.micro_tokens,
-                        eval_token_budget=args.eval_token_budget, shuffle_buffer_mb=args.shuffle_buffer_mb,
-                        loader_memory_mb=args.loader_memory_mb,
-                        num_workers=args.num_workers, seed=args.seed),
-        optim=OptimConfig(lr=pick(args.lr, preset.lr), weight_decay=pick(args.weight_decay, preset.weight_decay),
-                          effective_batch=pick(args.effective_batch, preset.effective_batch),
-                          lr_schedule=pick(args.lr_schedule, preset.lr_schedule)),
-        model=ModelOverrides(hidden=args.hidden, layers=args.layers, heads=args.heads, ffn=args.ffn,
-                             dropout=args.dropout, attention=args.attention, residual=args.residual,
-                             w0_init=W0_INIT_FLAGS.get(args.w0_init), w0_learnable=args.w0_learnable,
-                             wpe=args.wpe, lrp=args.lrp),
-        epochs=pick(args.epochs, preset.epochs), eval_every=pick(args.eval_every, preset.eval_every),
-        eval_splits=tuple(s for s in args.eval_splits.split(",") if s), protocol=pick(args.protocol, preset.protocol),
-        seed=args.seed, device=args.device, max_steps=args.max_steps, stop_epoch=args.stop_epoch, patience=args.patience, checkpoint_every=args.checkpoint_every,
-        checkpoint_seconds=args.checkpoint_seconds, test_every_eval=args.test_every_eval, verify=args.verify,
-        deterministic=args.deterministic, compile=args.compile, threads=args.threads, log_every=args.log_every,
-        progress=not args.no_progress, save_scores=args.save_scores,
-        eval_weights=args.eval_weights)
+    values = given(build_parser(prog).parse_args(argv), SECTIONS)
+    top = values.pop("")
+    return config_for(top.pop("preset"), values["data"].pop("shards"), top.pop("out"), **top, **values)
 
 
 def config_for(preset: str, shards: str, out: str, **overrides) -> TrainConfig:
-    """Python-API counterpart of the CLI: a preset's config with keyword overrides.
-
-    Top-level TrainConfig fields go as keywords; component fields as `data=dict(...)`, `optim=dict(...)`,
-    `model=dict(...)` (merged into the preset-derived defaults).
-    """
+    """A preset's config with overrides: the one place a preset's values and the overrides meet (the CLI comes
+    here too). Top-level TrainConfig fields go as keywords; component fields as `data=dict(...)`,
+    `optim=dict(...)`, `model=dict(...)`. A field not overridden takes the preset's value when its flag
+    declares one (`preset=`), else its default."""
     try:
         p = get_preset(preset)
     except ValueError as err:
         raise ConfigError(f"--preset: {err}") from None
     data = {"shards": shards, **overrides.pop("data", {})}
-    optim = {"lr": p.lr, "weight_decay": p.weight_decay, "effective_batch": p.effective_batch,
-             "lr_schedule": p.lr_schedule, **overrides.pop("optim", {})}
+    data.setdefault("seed", overrides.get("seed", 0))  # the loader's seed is the run's
+    optim = {**preset_defaults(OptimConfig, p), **overrides.pop("optim", {})}
     model = overrides.pop("model", {})
-    base = dict(epochs=p.epochs, eval_every=p.eval_every, protocol=p.protocol)
-    base.update(overrides)
-    if "seed" in base and "seed" not in data:
-        data["seed"] = base["seed"]
+    top = {**preset_defaults(TrainConfig, p), **overrides}
     return TrainConfig(preset=preset, out=out, data=DataConfig(**data), optim=OptimConfig(**optim),
-                       model=ModelOverrides(**model), **base)
+                       model=ModelOverrides(**model), **top)
 
 
 def merge_for_resume(saved: dict, current: TrainConfig) -> tuple[TrainConfig, list[str]]:
