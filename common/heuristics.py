@@ -256,14 +256,14 @@ def score_pairs(name: str, graph: Graph, pairs, **kwargs) -> np.ndarray:
     return HEURISTICS[name](graph, flat, **kwargs).reshape(arr.shape[:-1])
 
 
-def score_split(ds, split: str, protocols: list[str], heuristics: list[str]) -> dict:
-    """{protocol: {heuristic: metrics (fractions)}} of a dataset's split, each pair scored on the graph a model
-    sees for that split (what the heuristic rows of every report rank)."""
+def split_scores(ds, split: str, protocols: list[str], heuristics: list[str]) -> dict:
+    """{protocol: {heuristic: (positives' scores (P,), negatives' scores (Q,) or (P, K))}} of a dataset's split,
+    oriented so larger ranks higher, each pair scored on the graph a model sees for that split. Every distinct
+    pair of every protocol is scored once per heuristic (HeaRT repeats pairs heavily)."""
     graph = ds.graph_for(split)
     data = ds.splits[split]
     parts = [data.pos] + [data.negatives(p) for p in protocols]
     flat = [a.reshape(-1, 2) for a in parts]
-    # One dedup over every candidate of every protocol: each distinct pair is scored once.
     uniq, inverse = unique_pairs(np.concatenate(flat))
     bounds = np.cumsum([0] + [len(f) for f in flat])
     log.info("%s/%s: %d candidate pairs, %d distinct, graph %r",
@@ -274,13 +274,20 @@ def score_split(ds, split: str, protocols: list[str], heuristics: list[str]) -> 
         scores = ranking_scores(name, graph, uniq)
         per_part = [scores[inverse[bounds[i] : bounds[i + 1]]] for i in range(len(parts))]
         for i, proto in enumerate(protocols, start=1):
-            neg = per_part[i].reshape(parts[i].shape[:-1])
-            results[proto][name] = evaluate(proto, per_part[0], neg)
+            results[proto][name] = (per_part[0], per_part[i].reshape(parts[i].shape[:-1]))
         log.info("%s scored in %.2fs", name, time.perf_counter() - t0)
     return results
 
 
+def score_split(ds, split: str, protocols: list[str], heuristics: list[str]) -> dict:
+    """{protocol: {heuristic: metrics (fractions)}} of a dataset's split: what the heuristic rows of every
+    report rank."""
+    return {proto: {name: evaluate(proto, pos, neg) for name, (pos, neg) in by_h.items()}
+            for proto, by_h in split_scores(ds, split, protocols, heuristics).items()}
+
+
 __all__ = [
     "HEURISTICS", "HeuristicError", "adjacency", "common_neighbors", "adamic_adar", "resource_allocation",
-    "katz", "shortest_path", "pagerank", "pagerank_pair", "score_pairs", "ranking_scores", "score_split", "LOWER_IS_BETTER",
+    "katz", "shortest_path", "pagerank", "pagerank_pair", "score_pairs", "ranking_scores", "score_split",
+    "split_scores", "LOWER_IS_BETTER",
 ]

@@ -6,6 +6,7 @@ Per protocol it builds (or reuses) one shard set, trains one run per seed (pipel
 prints test MRR / Hits@K and AUC / AP (mean ± std over seeds, test at the best validation epoch) beside the
 heuristics and the paper. A dataset without a paper preset gets --preset auto (pipelines.auto). Everything
 lands in OUT/<dataset>/<preset>/: per-seed run folders with result.json, results.json, report.md, plots.
+The run is configured by a RunConfig (pipelines.core.run_config), built once from the flags.
 """
 from __future__ import annotations
 
@@ -15,115 +16,105 @@ import signal
 import threading
 from pathlib import Path
 
-from common.cli import latch_sigint, run_cli
-from common.heuristics import score_split
+from common.cli import command, latch_sigint
+from common.flags import FlagError
+from common.heuristics import split_scores
+from common.metrics import evaluate
 from common.presets import PRESETS, get_preset, preset_for_protocol
-from pipelines.auto import blend
+from pipelines.auto.blend import HEURISTICS
+from pipelines.auto.config import DEFAULT_PRESET
 from pipelines.auto.recipe import search_and_train
 from pipelines.core import finished
 from pipelines.core.children import exit_on_sigterm
 from pipelines.core.plots import plot_runs
-from pipelines.core.results import METRICS, aggregate, fmt, markdown, publish_results, table_json
-from pipelines.core.seeds import SeedFlagsError, check_trainer_flags, result_record, train_seeds
-from pipelines.core.shard_sets import load_run_dataset, preset_shard_set
+from pipelines.core.results import METRICS, SeedResult, aggregate, fmt, markdown, publish_results, table_json
+from pipelines.core.run_config import PROG, SEARCH, RunConfig, build_parser
+from pipelines.core.seeds import SeedFlagsError, check_trainer_flags, result_record, seed_run, train_seeds
+from pipelines.core.shard_sets import preset_shard_set
 from pipelines.core.trainers import cuda_devices, device_kind
-from pipelines.core.run_args import PROG, RunError, build_parser, validate_args
 from trainer.run_folder import locked
 
 log = logging.getLogger("pipelines.run")
-AUTO = "auto"  # the searched preset (pipelines.auto.search); the paper's presets keep their own rule
 
 
-def pick_preset(args, dataset) -> str:
+def pick_preset(run: RunConfig, dataset) -> str:
     """--preset, else the paper dataset's preset (a paper dataset is chosen by name: a user's file named
-    citeseer.csv is not citeseer), else auto."""
-    if args.preset:
-        try:
-            get_preset(args.preset)  # unknown names fail here, before any work
-        except ValueError as err:
-            raise RunError(f"--preset: {err}") from None
-        return args.preset
+    citeseer.csv is not citeseer), else the search (SEARCH)."""
+    if run.preset:
+        if run.preset != SEARCH:
+            try:
+                get_preset(run.preset)  # unknown names fail here, before any work
+            except ValueError as err:
+                raise FlagError(f"--preset: {err}, or auto (a configuration searched on validation)") from None
+        return run.preset
     if dataset.own:
-        return AUTO  # the user's graph: search a configuration on validation (pipelines.auto.search)
+        return SEARCH  # the user's graph: search a configuration on validation (pipelines.auto)
     small = f"{dataset.name}-small"
     paper = {name for name, p in PRESETS.items() if p.dataset == dataset.name}  # a file named tiny.csv is not 'tiny'
-    if cuda_devices() == 0 and args.device != "cuda" and small in paper:
+    if cuda_devices() == 0 and run.trainer.device != "cuda" and small in paper:
         return small
     if dataset.name in paper:
         return dataset.name
-    return AUTO
+    return SEARCH
 
 
-def check_budget(args, preset_name: str) -> None:
+def check_budget(run: RunConfig, preset_name: str) -> None:
     """--budget-minutes bounds the auto search; under a fixed preset it would be ignored, so say so."""
-    if args.budget_minutes is not None and preset_name != AUTO:
-        raise RunError(f"--budget-minutes {args.budget_minutes:g}: bounds --preset auto's search; preset {preset_name} "
-                       "trains its fixed configuration: drop --budget-minutes, or pass --preset auto")
+    if run.budget_minutes is not None and preset_name != SEARCH:
+        raise FlagError(f"--budget-minutes {run.budget_minutes:g}: bounds --preset auto's search; preset {preset_name} "
+                        "trains its fixed configuration: drop --budget-minutes, or pass --preset auto")
 
 
-def check_objective(args, preset_name: str) -> None:
+def check_objective(run: RunConfig, preset_name: str) -> None:
     """--objective recommend acts through --preset auto's training views: with another preset it would change
     nothing, so say so before any work."""
-    if args.objective == "link-prediction":
+    if run.objective == "link-prediction":
         return
-    if preset_name != AUTO:
-        raise RunError(f"--objective {args.objective}: sets --preset auto's training negatives; preset {preset_name} "
-                       "has its own: add --preset auto, or drop --objective (--hard-neg-fraction sets them directly)")
-    if args.hard_neg_fraction is not None:
-        raise RunError(f"--objective {args.objective}: sets the training negatives, which --hard-neg-fraction "
-                       f"{args.hard_neg_fraction:g} fixes: pass one of the two")
+    if preset_name != SEARCH:
+        raise FlagError(f"--objective {run.objective}: sets --preset auto's training negatives; preset {preset_name} "
+                        "has its own: add --preset auto, or drop --objective (--hard-neg-fraction sets them directly)")
+    if run.shards.hard_neg_fraction is not None:
+        raise FlagError(f"--objective {run.objective}: sets the training negatives, which --hard-neg-fraction "
+                        f"{run.shards.hard_neg_fraction:g} fixes: pass one of the two")
 
 
-def heuristic_rows(dataset_obj, protocol: str) -> list[dict]:
-    """CN / AA / RA on the same test split, as table rows (deterministic: std 0)."""
-    scored = score_split(dataset_obj, "test", [protocol], ["cn", "aa", "ra"])[protocol]
-    own = {"own_graph": True} if dataset_obj.own else {}
-    return [{"dataset": dataset_obj.name, "protocol": protocol, "model": name.upper(), "seeds": [0], **own,
-             **{m: (100.0 * metrics[m], 0.0) for m in METRICS if m in metrics}}
-            for name, metrics in scored.items()]
+def heuristic_rows(dataset, protocol: str, scores: dict) -> list[dict]:
+    """CN / AA / RA on the test split as table rows (deterministic: std 0), from their scores."""
+    own = {"own_graph": True} if dataset.own else {}
+    rows = []
+    for name, (pos, neg) in scores.items():
+        metrics = evaluate(protocol, pos, neg)
+        rows.append({"dataset": dataset.name, "protocol": protocol, "model": name.upper(), "seeds": [0], **own,
+                     **{m: (100.0 * metrics[m], 0.0) for m in METRICS if m in metrics}})
+    return rows
 
 
-def run_protocol(args, dataset_obj, preset_name: str, protocol: str, out: Path) -> list[dict]:
-    runs = {seed: out / protocol / f"seed{seed}" for seed in args.seed_list}
-    chosen, blended = None, None
-    if preset_name == AUTO:
-        summaries, chosen, blended = search_and_train(args, dataset_obj, protocol, out / protocol, runs)
+def fixed_preset(run: RunConfig, dataset, preset_name: str, protocol: str, runs: dict[int, Path]) -> list[SeedResult]:
+    """Every seed's record of one protocol under a fixed preset."""
+    preset_name = preset_for_protocol(preset_name, protocol)  # e.g. the paper's HeaRT config
+    shards = preset_shard_set(run.source, run.shards, run.trainer.epochs, get_preset(preset_name), [protocol],
+                              dataset, device_kind(run.trainer.device))
+    seeds = {seed: seed_run(run.trainer, preset_name, shards, protocol, seed, d) for seed, d in runs.items()}
+    summaries = train_seeds(run.trainer, seeds)
+    return [SeedResult(d / "result.json", result_record(dataset.name, protocol, preset_name, seed, summaries[seed],
+                                                        run.shards.features, dataset.own, run.shards.hard_neg_fraction))
+            for seed, d in runs.items()]
+
+
+def run_protocol(run: RunConfig, dataset, preset_name: str, protocol: str, out: Path, test_scores: dict) -> list[dict]:
+    """Train one protocol's seeds (the search's, or a fixed preset's) and write their records."""
+    runs = {seed: out / protocol / f"seed{seed}" for seed in run.seeds}
+    if preset_name == SEARCH:
+        results = search_and_train(run, dataset, protocol, out / protocol, runs, test_scores)
     else:
-        preset_name = preset_for_protocol(preset_name, protocol)  # e.g. the paper's HeaRT config
-        shards = preset_shard_set(args, get_preset(preset_name), [protocol], dataset_obj, device_kind(args.device))
-        summaries = train_seeds(args, preset_name, shards, protocol, runs)
-    results = []
-    for seed, run_dir in runs.items():
-        summary = summaries[seed]
-        record = result_record(dataset_obj.name, protocol, preset_name, seed, summary, args.features)
-        if dataset_obj.own:  # only then, so the records of paper datasets stay as they were
-            record["own_graph"] = True
-        if args.hard_neg_fraction:  # only when set, so the records of uniform-negative runs stay as they were
-            record["hard_neg_fraction"] = args.hard_neg_fraction
-        if chosen:  # the searched config and its blend, with the run
-            record["auto"] = {"cid": chosen["cid"], "config": chosen["config"], "epochs": chosen["epochs"],
-                              "blend": {k: blended["choice"][k] for k in ("heuristic", "weight", "metric")}}
-        finished.write_if_changed(run_dir / "result.json", record)
-        results.append(record)
-        log.info("seed %d: test %s = %.2f (best epoch %s)", seed, summary.get("selection_metric", "mrr"),
-                 100 * record["test"].get(summary.get("selection_metric", "mrr"), float("nan")), record["best_epoch"])
-    if blended:
-        results += blend_records(results, blended, runs)
-    plot_runs([out / protocol / f"seed{r['seed']}" for r in results if "blend_of" not in r], out / protocol)
-    return results
-
-
-def blend_records(results: list[dict], blended: dict, runs: dict[int, Path]) -> list[dict]:
-    """The `--preset auto` blend row, one record per seed in seed<k>/blend/result.json, so `pencil report` over
-    the folder shows it too; the model alone keeps its own row."""
-    name = blend.row_name(results[0]["model"], blended["choice"])
-    out = []
-    for record in results:
-        seed = record["seed"]
-        row = {**record, "model": name, "test": blended["test"][seed], "blend_of": record["model"]}
-        finished.write_if_changed(runs[seed] / "blend" / "result.json", row)
-        out.append(row)
-    return out
+        results = fixed_preset(run, dataset, preset_name, protocol, runs)
+    for result in results:
+        finished.write_if_changed(result.path, result.record)
+        r = result.record
+        shown = ", ".join(f"{m} {100 * r['test'][m]:.2f}" for m in ("mrr", "hits@50", "auc") if m in r["test"])
+        log.info("seed %d, %s: test %s (best epoch %s)", r["seed"], r["model"], shown or "–", r["best_epoch"])
+    plot_runs(list(runs.values()), out / protocol)
+    return [result.record for result in results]
 
 
 def results_dir(root: str, dataset: str, preset: str) -> Path:
@@ -136,33 +127,32 @@ def results_dir(root: str, dataset: str, preset: str) -> Path:
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, exit_on_sigterm)
-    return run_cli(lambda a: _main(a, prog), argv, prog=prog)
+    return command(build_parser, run_all, argv, prog, config=RunConfig.from_args)
 
 
-def _main(argv: list[str] | None, prog: str) -> int:
-    args = build_parser(prog).parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    validate_args(args)
-    dataset_obj = load_run_dataset(args)
-    available = dataset_obj.protocols
-    protocols = available if args.protocol == "both" else [args.protocol]
+def run_all(run: RunConfig) -> int:
+    """The whole run: every protocol's seeds, their heuristics on the same test split, one table."""
+    dataset = run.source.load()
+    available = dataset.protocols
+    protocols = available if run.protocol == "both" else [run.protocol]
     missing = [p for p in protocols if p not in available]
     if missing:
-        raise RunError(f"--protocol {','.join(missing)}: {dataset_obj.name} has only {', '.join(available)}")
-    preset_name = pick_preset(args, dataset_obj)
-    check_objective(args, preset_name)
-    check_budget(args, preset_name)
-    out = results_dir(args.out, dataset_obj.name, preset_name)
+        raise FlagError(f"--protocol {','.join(missing)}: {dataset.name} has only {', '.join(available)}")
+    preset_name = pick_preset(run, dataset)
+    check_objective(run, preset_name)
+    check_budget(run, preset_name)
+    out = results_dir(run.out, dataset.name, preset_name)
     try:
-        check_trainer_flags(args, preset_name, protocols, out)
+        check_trainer_flags(run.trainer, DEFAULT_PRESET if preset_name == SEARCH else preset_name, protocols, out)
     except SeedFlagsError as err:
-        raise RunError(str(err)) from None
+        raise FlagError(str(err)) from None
     results, rows = [], []
     with locked(out, "pipelines.run", "--out"):  # a second run on this dataset and preset waits for none: refused
         for protocol in protocols:
-            proto_results = run_protocol(args, dataset_obj, preset_name, protocol, out)
+            test_scores = split_scores(dataset, "test", [protocol], list(HEURISTICS))[protocol]  # once per run
+            proto_results = run_protocol(run, dataset, preset_name, protocol, out, test_scores)
             results += proto_results
-            rows += aggregate(proto_results) + heuristic_rows(dataset_obj, protocol)
+            rows += aggregate(proto_results) + heuristic_rows(dataset, protocol, test_scores)
         table = markdown(rows)
         publish_results(out, {"runs": results, "table": table_json(rows)}, table)
     for r in rows:

@@ -100,6 +100,12 @@ def cached_set(shard_cache: Path, name: str) -> Path:
     return folder
 
 
+def run_config(*argv):
+    """pencil run's configuration from its flags, as its command line builds it."""
+    from pipelines.core.run_config import RunConfig, build_parser
+    return RunConfig.from_args(build_parser().parse_args(list(map(str, argv))))
+
+
 def train_tiny_on_cpu(shards, out, max_steps: int) -> None:
     """Train the tiny preset in this process on one CPU thread, the shard job's embedded Ray shut down first
     (its workers would take the cores)."""

@@ -32,13 +32,13 @@ def test_one_decision_for_the_run_from_every_seed_and_it_must_clear_the_margin()
     got = blend.decide({"0": flat, "1": flat}, heur, values_of, "mrr", 2.0)
     # alone: each positive ties the 3 negatives, rank 2.5, RR 0.4; with RA at any weight: RR 1 for both, every
     # seed alike, so the paired difference has no noise; the smallest weight of the ties wins
-    assert (got["heuristic"], got["weight"]) == ("ra", 0.25) and got["means"]["none"] == pytest.approx(0.4)
-    assert got["difference"] == pytest.approx(0.6) and got["se"] == 0.0
+    assert (got.heuristic, got.weight) == ("ra", 0.25) and got.decision["means"]["none"] == pytest.approx(0.4)
+    assert got.decision["difference"] == pytest.approx(0.6) and got.decision["se"] == 0.0
     good = (cid, np.array([3.0, 2.0, 1.0, 0.0, -1.0], dtype=np.float32))  # the model alone is already perfect
     kept = blend.decide({"0": good}, heur, values_of, "mrr", 2.0)
-    assert (kept["heuristic"], kept["weight"]) == ("none", 0.0)
-    assert blend.row_name("PENCIL w/o features", kept) == "PENCIL w/o features + prior (none chosen)"
-    assert blend.row_name("PENCIL w/o features", got) == "PENCIL w/o features + RA prior"
+    assert (kept.heuristic, kept.weight) == ("none", 0.0)
+    assert kept.row_name("PENCIL w/o features") == "PENCIL w/o features + prior (none chosen)"
+    assert got.row_name("PENCIL w/o features") == "PENCIL w/o features + RA prior"
 
 
 def test_a_gain_within_the_noise_keeps_the_model_alone():
@@ -54,8 +54,9 @@ def test_a_gain_within_the_noise_keeps_the_model_alone():
     heur = {"cn": np.zeros(7), "aa": np.zeros(7), "ra": np.array([3.0, 0, 0, 0, 0, 0, 0])}
     seeds = {"0": (cid, np.array([0, 1, 1, 1, 0.5, 0.5, 0.5], dtype=np.float32))}
     got = blend.decide(seeds, heur, four, "mrr", 2.0)
-    assert got["heuristic"] == "none" and got["difference"] == pytest.approx(0.1875) == pytest.approx(got["se"])
-    assert blend.decide(seeds, heur, four, "mrr", 0.0)["choice"] == "ra x 0.5"  # no margin: the mean decides
+    assert got.heuristic == "none" and got.decision["difference"] == pytest.approx(0.1875) == pytest.approx(
+        got.decision["se"])
+    assert blend.decide(seeds, heur, four, "mrr", 0.0).key == "ra x 0.5"  # no margin: the mean decides
 
 
 def test_the_decision_reads_the_validation_files_only(tmp_path):

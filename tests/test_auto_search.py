@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from pipelines.auto import search as auto_search
 from pipelines.auto.config import SearchConfig, candidates
 from pipelines.auto.signal import choose, metric_for, paired, rank_values
+from pipelines.core.config import TrainerOptions
 
 
 # ---------------------------------------------------------------------------- the signal, exact
@@ -66,21 +66,22 @@ class FakeRuns:
     def name(self, run_dir: Path) -> str:
         return run_dir.name.split("-")[0]
 
-    def trainers(self, jobs, slots, stop_at=None, clock=None, device_flag="cpu"):
+    def trainers(self, jobs, slots, stop_at=None, clock=None):
         for key, job in jobs.items():
-            self.jobs.append(job.flags)
-            flags = job.flags
+            flags = job.flags()
+            self.jobs.append(flags)
             stop = int(flags[flags.index("--stop-epoch") + 1])
             patience = int(flags[flags.index("--patience") + 1]) if "--patience" in flags else None
-            curve, epoch = self.curves[self.name(job.run_dir)], 0
+            run_dir = Path(job.run_dir)
+            curve, epoch = self.curves[self.name(run_dir)], 0
             best = 0
             while epoch < stop:  # as trainer.train: evaluate every epoch, stop once `patience` passed the best
                 best = max(range(epoch + 1), key=lambda e: (curve[min(e, len(curve) - 1)], -e))
                 epoch += 1
                 if patience and epoch - 1 - best >= patience:
                     break
-            job.run_dir.mkdir(parents=True, exist_ok=True)
-            (job.run_dir / "summary.json").write_text(json.dumps(
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "summary.json").write_text(json.dumps(
                 {"epochs_completed": epoch, "best_epoch": best, "converged": bool(patience and epoch < stop)}))
         return {k: 1.0 for k in jobs}, [k for k in jobs if k in self.stopped]
 
@@ -97,9 +98,9 @@ def _search(tmp_path, monkeypatch, fake: FakeRuns, epochs: int = 12):
     monkeypatch.setattr(auto_search, "run_trainers", fake.trainers)
     monkeypatch.setattr(auto_search, "run_values", fake.values)
     shards = {c.sampling: f"/shards/{c.name}" for c in candidates()}
-    args = SimpleNamespace(device="cpu", train_arg=[])
     return auto_search.Search(SearchConfig(), epochs, candidates(), shards, "original",
-                              {c.sampling: {} for c in candidates()}, tmp_path / "search", args, slots=2)
+                              {c.sampling: {} for c in candidates()}, tmp_path / "search", TrainerOptions("cpu"),
+                              slots=2)
 
 
 def rising(top: float, peak: int, length: int = 60) -> list:
@@ -108,7 +109,7 @@ def rising(top: float, peak: int, length: int = 60) -> list:
 
 def test_a_better_alternative_wins_and_stops_where_it_converged(tmp_path, monkeypatch):
     fake = FakeRuns({"default": rising(0.5, 5), "deep": rising(0.7, 6), "wide": rising(0.4, 5)})
-    got = _search(tmp_path, monkeypatch, fake).run(1000)
+    got = _search(tmp_path, monkeypatch, fake).run(1000).to_dict()
     assert got["cid"] == "deep-d2n8" and got["metric"] == "mrr"
     assert got["best_epoch"] == 6 and got["epochs"] == 6 + 3 + 1  # 3 epochs after its best: patience 3 of 12
     grace = [f for f in fake.jobs if f[f.index("--stop-epoch") + 1] == "2"]
@@ -123,30 +124,30 @@ def test_a_better_alternative_wins_and_stops_where_it_converged(tmp_path, monkey
 
 def test_an_alternative_ahead_within_the_noise_leaves_the_default(tmp_path, monkeypatch):
     fake = FakeRuns({"default": rising(0.50, 5), "deep": rising(0.52, 5), "wide": rising(0.1, 5)}, spread=0.3)
-    got = _search(tmp_path, monkeypatch, fake).run(1000)
+    got = _search(tmp_path, monkeypatch, fake).run(1000).to_dict()
     assert got["cid"] == "default-d1n20" and "within 2 SE" in got["decision"]["reason"]
     assert got["epochs"] == 5 + 3 + 1  # its own converged run, not trained on
 
 
 def test_a_signal_that_peaks_at_the_first_epoch_keeps_the_default_for_its_whole_schedule(tmp_path, monkeypatch):
     fake = FakeRuns({"default": [0.5] + [0.4] * 59, "deep": [0.9] + [0.1] * 59, "wide": [0.3] + [0.1] * 59})
-    got = _search(tmp_path, monkeypatch, fake).run(1000)
+    got = _search(tmp_path, monkeypatch, fake).run(1000).to_dict()
     assert got["cid"] == "default-d1n20" and "peaked at its first epoch" in got["decision"]["reason"]
     assert got["epochs"] == 12 and "--patience" not in fake.jobs[-1]
 
 
 def test_a_rerun_reuses_every_run_and_makes_the_same_choice(tmp_path, monkeypatch):
     curves = {"default": rising(0.5, 5), "deep": rising(0.7, 6), "wide": rising(0.4, 5)}
-    first = _search(tmp_path, monkeypatch, FakeRuns(curves)).run(1000)
+    first = _search(tmp_path, monkeypatch, FakeRuns(curves)).run(1000).to_dict()
     again = FakeRuns(curves)
-    second = _search(tmp_path, monkeypatch, again).run(1000)
+    second = _search(tmp_path, monkeypatch, again).run(1000).to_dict()
     assert again.jobs == [] and second == first
 
 
 def test_a_budget_cut_is_recorded(tmp_path, monkeypatch):
     fake = FakeRuns({"default": rising(0.5, 3), "deep": rising(0.4, 3), "wide": rising(0.3, 3)},
                     stopped=("default-d1n20",))
-    got = _search(tmp_path, monkeypatch, fake).run(100)
+    got = _search(tmp_path, monkeypatch, fake).run(100).to_dict()
     assert "default-d1n20" in got["cut_short"] and got["metric"] == "auc"
 
 
@@ -169,13 +170,13 @@ def test_the_search_reads_validation_scores_only(tmp_path, monkeypatch):
     def trainers(jobs, *a, **k):
         out = real_trainers(jobs, *a, **k)
         for job in jobs.values():
-            write_scores(job.run_dir / "scores" / "valid-original.npz", np.arange(4), np.array([3, 1, 2, 0.]), 0)
+            write_scores(Path(job.run_dir) / "scores" / "valid-original.npz", np.arange(4), np.array([3, 1, 2, 0.]), 0)
         return out
 
     monkeypatch.setattr(auto_search, "run_trainers", trainers)
     shards = {c.sampling: f"/shards/{c.name}" for c in candidates()}
     search = auto_search.Search(SearchConfig(), 12, candidates(), shards, "original", {c.sampling: {} for c in
-                                candidates()}, tmp_path / "s", SimpleNamespace(device="cpu", train_arg=[]), 2)
+                                candidates()}, tmp_path / "s", TrainerOptions("cpu"), 2)
     search.run(1000)
     assert read and set(read) == {("valid", "original")}
 
@@ -193,14 +194,17 @@ def test_objective_errors_are_one_line_before_any_work(tmp_path, flags, message)
     proc = subprocess.run([sys.executable, "-m", "pipelines.run", "--dataset", "citeseer", *flags,
                            "--out", str(tmp_path / "r"), "--shards", str(tmp_path / "s")],
                           cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 1 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "s").exists()
 
 
 def test_recommend_objective_trains_on_hard_views_and_a_fraction_overrides():
     from pipelines.auto.recipe import RECOMMEND_HARD_NEG_FRACTION, training_negatives
+    from tests.conftest import run_config
+
     def args(objective, fraction=None):
-        return SimpleNamespace(objective=objective, hard_neg_fraction=fraction)
+        return run_config("--dataset", "citeseer", "--objective", objective,
+                          *(["--hard-neg-fraction", fraction] if fraction is not None else []))
     assert training_negatives(args("link-prediction")) == 0.0
     assert training_negatives(args("recommend")) == RECOMMEND_HARD_NEG_FRACTION == 0.5
     assert training_negatives(args("link-prediction", 0.25)) == 0.25

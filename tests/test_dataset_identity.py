@@ -25,11 +25,9 @@ def random_graph(path: Path, n: int = 120, m: int = 400, seed: int = 0) -> Path:
 
 
 def args_for(tmp_path, dataset, *extra):
-    from pipelines.core.run_args import build_parser, validate_args
-    args = build_parser().parse_args(["--dataset", str(dataset), "--out", str(tmp_path / "r"), "--shards",
-                                      str(tmp_path / "s"), "--device", "cpu", *extra])
-    validate_args(args)
-    return args
+    from tests.conftest import run_config
+    return run_config("--dataset", dataset, "--out", tmp_path / "r", "--shards", tmp_path / "s", "--device", "cpu",
+                      *extra)
 
 
 def test_a_file_named_like_a_paper_dataset_is_the_users_graph(tmp_path):

@@ -142,20 +142,20 @@ def test_default_cache_key_is_unchanged_and_a_fraction_changes_it():
 
 
 def test_pipelines_run_passes_the_fraction_to_every_shard_set(tmp_path):
+    from common.flags import FlagError
     from pipelines.core.shard_sets import preprocess_config
-    from pipelines.core.run_args import RunError, build_parser, validate_args
+    from tests.conftest import run_config
 
-    base = ["--dataset", "citeseer", "--out", str(tmp_path / "r"), "--shards", str(tmp_path / "s")]
-    args = build_parser().parse_args(base + ["--hard-neg-fraction", "0.25"])
-    validate_args(args)
-    assert preprocess_config(args, (1, 3), 1, 100.0, ["original"]).candidates.hard_neg_fraction == 0.25
-    plain = build_parser().parse_args(base)
-    validate_args(plain)
-    assert preprocess_config(plain, (1, 3), 1, 100.0, ["original"]).candidates.hard_neg_fraction == 0.0
-    assert plain.hard_neg_fraction is None  # left to the recipe: 0 here, the auto recipe's stage may pick 0.5
-    assert preprocess_config(plain, (1, 3), 1, 100.0, ["original"], 0.5).candidates.hard_neg_fraction == 0.5
-    with pytest.raises(RunError, match=r"^--hard-neg-fraction: must be in \[0, 1\]"):
-        validate_args(build_parser().parse_args(base + ["--hard-neg-fraction", "1.5"]))
+    base = ["--dataset", "citeseer", "--out", tmp_path / "r", "--shards", tmp_path / "s"]
+    run = run_config(*base, "--hard-neg-fraction", "0.25")
+    assert preprocess_config(run.source, run.shards, (1, 3), 1, 100.0, ["original"]).candidates.hard_neg_fraction == 0.25
+    plain = run_config(*base)
+    assert preprocess_config(plain.source, plain.shards, (1, 3), 1, 100.0, ["original"]).candidates.hard_neg_fraction == 0
+    assert plain.shards.hard_neg_fraction is None  # left to the recipe: 0 here, the auto recipe may pick 0.5
+    assert preprocess_config(plain.source, plain.shards, (1, 3), 1, 100.0, ["original"],
+                             0.5).candidates.hard_neg_fraction == 0.5
+    with pytest.raises(FlagError, match=r"^--hard-neg-fraction: must be in \[0, 1\]"):
+        run_config(*base, "--hard-neg-fraction", "1.5")
 
 
 # ---------------------------------------------------------------------------- end to end on citeseer

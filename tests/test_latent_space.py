@@ -72,7 +72,8 @@ def test_grid_is_the_papers_two_tables():
     assert PAPER_LATENT["vary_s"]["PENCIL"] == [77.63, 74.37, 93.59, 36.01]
     assert PAPER_LATENT["vary_mu"]["PENCIL"] == [17.21, 84.90, 92.05, 95.34]
     assert ls.parse_settings("2:1,1:8,2:1", ls.settings(["vary_s", "vary_mu"])) == [(2, 1), (1, 8)]
-    with pytest.raises(ls.LatentError, match="--settings"):
+    from common.flags import FlagError
+    with pytest.raises(FlagError, match="--settings"):
         ls.parse_settings("3:3", ls.settings(["vary_s"]))
 
 

@@ -215,24 +215,23 @@ def test_node_list_declares_isolated_nodes(tmp_path):
 
 def test_run_nodes_flag_declares_isolated_nodes(tmp_path):
     """pipelines.run --nodes: its dataset, and the preprocess job of its (and the auto search's) shard sets."""
-    from pipelines.core.shard_sets import load_run_dataset, preprocess_config
-    from pipelines.core.run_args import build_parser, validate_args
+    from pipelines.core.shard_sets import preprocess_config
+    from tests.conftest import run_config
 
     rows = ring_with_chords([2**40 + 3 * i for i in range(40)])
     edges = write_table(tmp_path / "e.csv", rows)
     nodes = write_table(tmp_path / "nodes.tsv", [(2**40 + 3 * i,) for i in range(40)] + [(-9,), (2**62,)],
                         columns=("id",))
     base = ["--dataset", str(edges), "--seeds", "0,1,2", "--out", str(tmp_path / "r"), "--shards", str(tmp_path / "s")]
-    args = build_parser().parse_args(base + ["--nodes", str(nodes)])
-    validate_args(args)
-    ds = load_run_dataset(args)
+    run = run_config(*base, "--nodes", nodes)
+    ds = run.source.load()
     assert ds.num_nodes == 42 and ds.node_ids[0] == -9 and ds.node_ids[-1] == 2**62
     assert ds.graph.degree[[0, 41]].tolist() == [0, 0] and user_edges(ds) == {frozenset(r) for r in rows}
-    cfg = preprocess_config(args, (1, 3), 1, 100.0, ["original"])
+    cfg = preprocess_config(run.source, run.shards, (1, 3), 1, 100.0, ["original"])
     assert cfg.nodes == str(nodes) and cfg.dataset == str(edges)
-    plain = build_parser().parse_args(base)
-    validate_args(plain)
-    assert load_run_dataset(plain).num_nodes == 40 and preprocess_config(plain, (1, 3), 1, 100.0, ["original"]).nodes is None
+    plain = run_config(*base)
+    assert plain.source.load().num_nodes == 40
+    assert preprocess_config(plain.source, plain.shards, (1, 3), 1, 100.0, ["original"]).nodes is None
 
 
 def test_random_bytes_file_is_one_line(tmp_path):

@@ -228,11 +228,8 @@ def test_results_folder_is_named_after_the_dataset(tmp_path):
 
 # ---------------------------------------------------------------------------- one process or torchrun
 def _run_args(tmp_path, *argv):
-    from pipelines.core.run_args import build_parser, validate_args
-    args = build_parser().parse_args(["--dataset", "citeseer", "--out", str(tmp_path / "results"),
-                                      "--shards", str(tmp_path / "shards"), *argv])
-    validate_args(args)
-    return args
+    from tests.conftest import run_config
+    return run_config("--dataset", "citeseer", "--out", tmp_path / "results", "--shards", tmp_path / "shards", *argv)
 
 
 @pytest.mark.parametrize("gpus, device, launcher", [
@@ -255,9 +252,9 @@ def test_a_seed_runs_under_torchrun_when_several_gpus_are_visible(tmp_path, monk
 
     monkeypatch.setattr(trainers, "cuda_devices", lambda: gpus)
     monkeypatch.setattr(trainers, "start_child", fake_start_child)
-    args = _run_args(tmp_path, "--device", device, "--epochs", "2", "--train-arg=--max-steps=5",
-                     "--train-arg=--num-workers=0")
-    summaries = seeds.train_seeds(args, "tiny", "/data/set", "original", {3: run_dir})
+    opts = _run_args(tmp_path, "--device", device, "--epochs", "2", "--train-arg=--max-steps=5",
+                     "--train-arg=--num-workers=0").trainer
+    summaries = seeds.train_seeds(opts, {3: seeds.seed_run(opts, "tiny", "/data/set", "original", 3, run_dir)})
     flags = ["--shards", "/data/set", "--preset", "tiny", "--out", str(run_dir), "--seed", "3", "--protocol", "original",
              "--device", device, "--overwrite", "--epochs", "2.0", "--max-steps", "5", "--num-workers", "0"]
     if launcher == "torchrun":

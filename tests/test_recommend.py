@@ -132,21 +132,21 @@ def test_full_ranking_evaluation(run_dir, tmp_path):
 
 
 def test_an_auto_seed_folder_with_only_last_pt(run_dir, tmp_path):
-    """A `--preset auto` seed folder (results/<dataset>/auto/original/seedS: the trainer with preset auto and
+    """A `--preset auto` seed folder (results/<dataset>/auto/original/seedS: the trainer with preset general and
     the winner's flags, stopped by --stop-epoch) may hold last.pt and no best.pt (stopped before a validation:
     here no valid evaluation at all, --eval-splits test): recommend and evaluate take the folder; its
     protocol folder is refused with the seed folders it holds."""
     shards = json.loads((run_dir / "config.json").read_text())["data"]["shards"]
     protocol_dir = tmp_path / "results" / "citeseer" / "auto" / "original"
     seed = protocol_dir / "seed0"
-    train = subprocess.run([sys.executable, "-m", "trainer", "--shards", shards, "--preset", "auto", "--out", str(seed),
+    train = subprocess.run([sys.executable, "-m", "trainer", "--shards", shards, "--preset", "general", "--out", str(seed),
                             "--seed", "0", "--protocol", "original", "--device", "cpu", "--eval-splits", "test",
                             "--max-steps", "8", "--hidden", "32", "--layers", "1", "--heads", "2", "--ffn", "64",
                             "--effective-batch", "32", "--threads", "1", "--num-workers", "0", "--no-progress"],
                            cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert train.returncode == 0, train.stderr[-3000:]
     assert (seed / "last.pt").exists() and not (seed / "best.pt").exists()
-    assert json.loads((seed / "config.json").read_text())["preset"] == "auto"
+    assert json.loads((seed / "config.json").read_text())["preset"] == "general"
     nodes = str(nodes_file(tmp_path / "n.txt", QUERIES[:10]))
     flags = ["--nodes", nodes, "--k", "5", "--pool", "20", "--retriever", "ppr"]
     by_folder = recommend(seed, tmp_path / "a.parquet", *flags)

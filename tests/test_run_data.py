@@ -82,30 +82,29 @@ def test_the_same_set_copied_elsewhere_resumes_from_there(two_sets, tmp_path):
 
 
 # ---------------------------------------------------------------------------- a recipe's seed folders
-def run_args(tmp_path, *argv):
-    from pipelines.core.run_args import build_parser, validate_args
-    args = build_parser().parse_args(["--dataset", "citeseer", "--out", str(tmp_path / "results"),
-                                      "--shards", str(tmp_path / "shards"), "--device", "cpu",
-                                      "--train-arg=--num-workers=0", "--train-arg=--max-steps=2", *argv])
-    validate_args(args)
-    return args
+def train_on(tmp_path, shards, runs, *argv):
+    """pencil run's seeds (its trainer options, as its flags give them) on the set at `shards`."""
+    from pipelines.core.seeds import seed_run, train_seeds
+    from tests.conftest import run_config
+    opts = run_config("--dataset", "citeseer", "--out", tmp_path / "results", "--shards", tmp_path / "shards",
+                      "--device", "cpu", "--train-arg=--num-workers=0", "--train-arg=--max-steps=2", *argv).trainer
+    return train_seeds(opts, {seed: seed_run(opts, "tiny", str(shards), "original", seed, d) for seed, d in runs.items()})
 
 
 def test_a_seed_folder_on_other_data_is_refused_then_retrained_with_overwrite(two_sets, tmp_path):
     from pipelines.core.seed_data import SeedDataError
-    from pipelines.core.seeds import train_seeds
 
     a, b = two_sets
     runs = {0: tmp_path / "results" / "seed0"}
-    first = train_seeds(run_args(tmp_path), "tiny", str(a), "original", runs)
+    first = train_on(tmp_path, a, runs)
     assert first[0]["config"]["data"]["shard_set"] == "synthetic-0"
-    again = train_seeds(run_args(tmp_path), "tiny", str(a), "original", runs)  # same data: reused untouched
+    again = train_on(tmp_path, a, runs)  # same data: reused untouched
     assert again == first
     with pytest.raises(SeedDataError, match=r"seed0: holds a run trained on other data \(dataset synthetic-data-0, "
                                             r"shard set synthetic-0; this run's: dataset synthetic-data-1, shard set "
                                             r"synthetic-1\); pass --overwrite to retrain it on this data"):
-        train_seeds(run_args(tmp_path), "tiny", str(b), "original", runs)
-    redone = train_seeds(run_args(tmp_path, "--overwrite"), "tiny", str(b), "original", runs)
+        train_on(tmp_path, b, runs)
+    redone = train_on(tmp_path, b, runs, "--overwrite")
     assert redone[0]["config"]["data"]["shard_set"] == "synthetic-1" and redone[0]["steps"] == 2
 
 

@@ -14,6 +14,7 @@ import sys
 import textwrap
 import random
 import threading
+from dataclasses import replace
 import time
 from pathlib import Path
 
@@ -343,27 +344,25 @@ def test_the_training_loop_stops_on_a_latched_ctrl_c(shards, tmp_path, monkeypat
 
 # ---------------------------------------------------------------------------- pipelines.run and its trainers
 def test_pipelines_resume_a_seed_with_a_last_pt_and_clear_one_without(tmp_path):
-    import argparse
-    from pipelines.core.seeds import trainer_flags
-    args = argparse.Namespace(device="cpu", epochs=None, train_arg=[])
+    from pipelines.core.trainers import TrainerRun
     seed = tmp_path / "seed0"
     seed.mkdir()
-    flags = trainer_flags(args, "tiny", "S", "original", 0, seed)
-    assert "--overwrite" in flags and "--resume" not in flags
+    run = TrainerRun(seed, "S", "tiny", 0, "original", "cpu")
+    assert "--overwrite" in run.flags() and "--resume" not in run.flags()
     (seed / "last.pt").write_bytes(b"")
-    flags = trainer_flags(args, "tiny", "S", "original", 0, seed)
-    assert "--resume" in flags and "--overwrite" not in flags
+    assert "--resume" in run.flags() and "--overwrite" not in run.flags()
+    assert "--overwrite" in replace(run, fresh=True).flags()  # a folder the recipe clears
 
 
 DRIVER = textwrap.dedent("""
-    import argparse, signal, sys
+    import signal, sys
     from pathlib import Path
     from pipelines.core import children, seeds
+    from pipelines.core.config import TrainerOptions
     signal.signal(signal.SIGTERM, children.exit_on_sigterm)  # as run.main installs it
-    args = argparse.Namespace(device="cpu", epochs=1000.0, parallel_seeds=2,
-                              train_arg=["--num-workers=0", "--threads=1"])
+    opts = TrainerOptions("cpu", 1000.0, ("--num-workers", "0", "--threads", "1"), parallel=2)
     out = Path(sys.argv[2])
-    seeds.train_seeds(args, "tiny", sys.argv[1], "original", {0: out / "seed0", 1: out / "seed1"})
+    seeds.train_seeds(opts, {s: seeds.seed_run(opts, "tiny", sys.argv[1], "original", s, out / f"seed{s}") for s in (0, 1)})
 """)
 
 

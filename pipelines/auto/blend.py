@@ -11,13 +11,13 @@ validation arrays only; test is read in `apply`, after it. The model alone is al
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from common.eval_scores import read_scores, scores_path
-from common.heuristics import ranking_scores
 from common.shards import load_queries
 from pipelines.auto.signal import choose
 from preprocess.candidates import protocol_candidates
@@ -48,9 +48,31 @@ def key(h: str, w: float) -> str:
     return NONE if h == NONE else f"{h} x {w:g}"
 
 
-def eval_heuristics(dataset, manifest: dict, split: str, protocol: str) -> dict[str, np.ndarray]:
-    """{h: (C,) scores by cid} of an eval set on the graph it is scored on; the set's queries must be the
-    dataset's candidates (the same split of the same data)."""
+@dataclass(frozen=True)
+class Blend:
+    """The run's blend: heuristic h (NONE: the model alone) at weight w, chosen on validation `metric`."""
+
+    heuristic: str
+    weight: float
+    metric: str
+    decision: dict  # pipelines.auto.signal.choose's record: choice, best, means, difference, se, reason
+
+    @property
+    def key(self) -> str:
+        return key(self.heuristic, self.weight)
+
+    def row_name(self, base: str) -> str:
+        """'<base> + RA prior'; '<base> + prior (none chosen)' when validation kept the model alone."""
+        return f"{base} + prior (none chosen)" if self.heuristic == NONE else f"{base} + {self.heuristic.upper()} prior"
+
+    def to_dict(self) -> dict:
+        return {"heuristic": self.heuristic, "weight": self.weight, "metric": self.metric, **self.decision}
+
+
+def by_cid(dataset, manifest: dict, split: str, protocol: str, scores: dict) -> dict[str, np.ndarray]:
+    """{h: (C,) scores by cid} of an eval set, from `scores` = {h: (positives', negatives' scores)} of the split
+    (common.heuristics.split_scores); the set's queries must be the dataset's candidates (the same split of the
+    same data)."""
     cands = protocol_candidates(dataset, split, protocol)
     entry = eval_entry(manifest, split, protocol)
     pos_cid, neg_cid = load_queries(f"{manifest['root']}/{entry['queries']}",
@@ -59,12 +81,17 @@ def eval_heuristics(dataset, manifest: dict, split: str, protocol: str) -> dict[
             or not np.array_equal(neg_cid, cands.neg_cid)):
         raise BlendError(f"{manifest['root']}: eval set {split}/{protocol} does not match dataset {dataset.name}; "
                          "rerun the recipe to rebuild the shard set")
-    pairs = np.stack([cands.src, cands.dst], axis=1)
-    return {h: ranking_scores(h, dataset.graph_for(split), pairs) for h in HEURISTICS}
+    out = {}
+    for h, (pos, neg) in scores.items():
+        table = np.empty(len(cands), dtype=np.float64)
+        table[cands.pos_cid] = pos
+        table[cands.neg_cid] = neg  # a pair several queries share has one score: the same pair
+        out[h] = table
+    return out
 
 
 def decide(valid: dict[str, tuple[np.ndarray, np.ndarray]], heuristics: dict[str, np.ndarray],
-           values_of: Callable[[np.ndarray, np.ndarray], np.ndarray], metric: str, margin_se: float) -> dict:
+           values_of: Callable[[np.ndarray, np.ndarray], np.ndarray], metric: str, margin_se: float) -> Blend:
     """One (h, w) for the run from `valid` = {seed: (cid, logit)} of the validation set, its heuristics by cid,
     and values_of(cid, scores) -> the per-positive values of the validation queries (pipelines.auto.signal)."""
     values = {}
@@ -75,23 +102,16 @@ def decide(valid: dict[str, tuple[np.ndarray, np.ndarray]], heuristics: dict[str
     decision = choose(values, margin_se)
     h, w = next((h, w) for h, w in GRID if key(h, w) == decision["choice"])
     log.info("blend: %s (%s)", decision["choice"], decision["reason"])
-    return {"heuristic": h, "weight": w, "metric": metric, **decision,
-            "means": {k: round(v, 6) for k, v in decision["means"].items()}}
+    return Blend(h, w, metric, {**decision, "means": {k: round(v, 6) for k, v in decision["means"].items()}})
 
 
 def valid_logits(runs: dict[int, Path], protocol: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return {str(seed): read_scores(scores_path(d, "valid", protocol))[:2] for seed, d in runs.items()}
 
 
-def apply(run_dir: Path, choice: dict, heuristics: dict[str, np.ndarray], manifest: dict, protocol: str) -> dict:
+def apply(run_dir: Path, choice: Blend, heuristics: dict[str, np.ndarray], manifest: dict, protocol: str) -> dict:
     """Test metrics of the chosen blend for one seed (its test file is opened here, after the decision)."""
     cid, logit, _ = read_scores(scores_path(run_dir, "test", protocol))
-    h = choice["heuristic"]
+    h = choice.heuristic
     return scores_to_metrics(manifest, "test", protocol, cid,
-                             blend(logit, heuristics[h][cid] if h != NONE else None, choice["weight"]))
-
-
-def row_name(base: str, choice: dict) -> str:
-    """'<base> + RA prior'; '<base> + prior (none chosen)' when validation kept the model alone."""
-    h = choice["heuristic"]
-    return f"{base} + prior (none chosen)" if h == NONE else f"{base} + {h.upper()} prior"
+                             blend(logit, heuristics[h][cid] if h != NONE else None, choice.weight))

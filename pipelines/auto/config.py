@@ -60,11 +60,11 @@ class Candidate:
         d, n = self.sampling
         return f"{self.name}-d{d}n{n}"
 
-    def trainer_flags(self, max_epochs: int) -> list[str]:
+    def overrides(self) -> tuple[str, ...]:
         """The candidate as `python -m trainer --preset general` overrides (its sampling comes with its shards)."""
-        return ["--hidden", str(self.hidden), "--layers", str(self.layers), "--heads", str(self.heads),
+        return ("--hidden", str(self.hidden), "--layers", str(self.layers), "--heads", str(self.heads),
                 "--ffn", str(self.ffn), "--lr", f"{self.lr:g}", "--lr-schedule", self.lr_schedule,
-                "--effective-batch", str(self.effective_batch), "--epochs", str(max_epochs)]
+                "--effective-batch", str(self.effective_batch))
 
     def to_dict(self) -> dict:
         return {"cid": self.cid, **asdict(self), "sampling": list(self.sampling)}

@@ -8,41 +8,26 @@ training randomness), so it evaluates that run's best.pt once (trainer --eval-we
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
-from pipelines.auto.config import DEFAULT_PRESET, Candidate
-from pipelines.auto.search import SEARCH_SEED
-from pipelines.core.seeds import train_seeds
+from pipelines.auto.config import DEFAULT_PRESET
+from pipelines.auto.search import SEARCH_SEED, Choice
+from pipelines.core.config import TrainerOptions
+from pipelines.core.seeds import seed_run, train_seeds
 
 log = logging.getLogger("pipelines.auto")
 
 
-def final_flags(chosen: dict, max_epochs: int, train_arg: list[str]) -> list[str]:
-    """The chosen candidate's trainer flags for a final seed (beyond the seed's own: pipelines.core.seeds),
-    the user's --train-arg last, as in the search (pipelines.auto.search.Search.flags)."""
-    c = Candidate.from_dict(chosen["config"])
-    return [*c.trainer_flags(max_epochs), "--stop-epoch", str(chosen["epochs"]), "--save-scores",
-            *[a for arg in train_arg for a in arg.split("=", 1)]]
-
-
-def train_final_seeds(args, chosen: dict, protocol: str, runs: dict[int, Path], max_epochs: int,
+def train_final_seeds(opts: TrainerOptions, choice: Choice, protocol: str, runs: dict[int, Path],
                       stop_at: float | None = None) -> dict[int, dict]:
     """{seed: summary} of every final seed; finished seeds are reused, the search's seed evaluates its run."""
-    flags = final_flags(chosen, max_epochs, args.train_arg)
-    extra = {seed: list(flags) for seed in runs}
-    fresh = frozenset()
-    weights = Path(chosen["run_dir"]) / "best.pt"
-    if SEARCH_SEED in runs and weights.is_file():
-        extra[SEARCH_SEED] += ["--eval-weights", str(weights)]
-        fresh = frozenset({SEARCH_SEED})
+    seeds = {seed: seed_run(opts, DEFAULT_PRESET, choice.shards, protocol, seed, run_dir, epochs=choice.run_epochs,
+                            overrides=choice.candidate.overrides(), stop_epoch=choice.epochs, save_scores=True)
+             for seed, run_dir in runs.items()}
+    weights = Path(choice.run_dir) / "best.pt"
+    if SEARCH_SEED in seeds and weights.is_file():
+        seeds[SEARCH_SEED] = replace(seeds[SEARCH_SEED], eval_weights=str(weights), fresh=True)
         log.info("seed %d: evaluating the search's run of %s (%s) instead of training it again", SEARCH_SEED,
-                 chosen["cid"], weights)
-    run_args = _seed_args(args)
-    return train_seeds(run_args, DEFAULT_PRESET, chosen["shards"], protocol, runs, extra, stop_at, fresh)
-
-
-def _seed_args(args) -> SimpleNamespace:
-    """The run's flags as core.seeds reads them; --epochs and --train-arg come with final_flags."""
-    return SimpleNamespace(device=args.device, epochs=None, train_arg=[], parallel_seeds=args.parallel_seeds,
-                           overwrite=getattr(args, "overwrite", False))
+                 choice.cid, weights)
+    return train_seeds(opts, seeds, stop_at)

@@ -19,12 +19,15 @@ import json
 import logging
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.atomic import write_json_atomic
 from pipelines.auto.config import DEFAULT_PRESET, Candidate, SearchConfig
 from pipelines.auto.signal import choose, metric_for, run_values
-from pipelines.core.trainers import Job, run_trainers
+from pipelines.core.config import TrainerOptions
+from pipelines.core.seeds import seed_run
+from pipelines.core.trainers import TrainerRun, run_trainers
 
 log = logging.getLogger("pipelines.auto")
 SEARCH_SEED = 0  # the seed the candidates train; the final seed of that number reuses the chosen run
@@ -39,33 +42,55 @@ def summary(run_dir: Path) -> dict:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-def entry_flag(run_dir: Path) -> str:
-    """A run goes on from its last.pt; a folder without one (new, or killed before its first checkpoint) is
-    cleared: the recipe owns its folders (trainer.run_folder)."""
-    return "--resume" if (Path(run_dir) / "last.pt").is_file() else "--overwrite"
+@dataclass(frozen=True)
+class Choice:
+    """What the search chose, and the record of how (search.json's "chosen")."""
+
+    candidate: Candidate
+    epochs: int  # epochs the chosen run trained: the final seeds stop there
+    best_epoch: int
+    shards: str  # the chosen candidate's shard set
+    run_dir: str  # its search run (seed SEARCH_SEED)
+    metric: str  # the validation signal it was chosen on
+    decision: dict  # pipelines.auto.signal.choose's record
+    run_epochs: int  # the lr schedule's span
+    grace_epochs: int
+    patience: int
+    rungs: dict = field(default_factory=dict)
+    cut_short: tuple[str, ...] = ()  # candidates the budget stopped
+
+    @property
+    def cid(self) -> str:
+        return self.candidate.cid
+
+    def to_dict(self) -> dict:
+        return {"cid": self.cid, "config": self.candidate.to_dict(), "epochs": self.epochs,
+                "best_epoch": self.best_epoch, "shards": self.shards, "run_dir": self.run_dir, "metric": self.metric,
+                "decision": self.decision, "run_epochs": self.run_epochs, "grace_epochs": self.grace_epochs,
+                "patience": self.patience, "rungs": self.rungs, "cut_short": list(self.cut_short)}
 
 
 class Search:
     def __init__(self, cfg: SearchConfig, epochs: int, cands: list[Candidate], shards: dict, protocol: str,
-                 manifests: dict, root: Path, args, slots: int, stop_at: float | None = None, clock=time.time):
+                 manifests: dict, root: Path, opts: TrainerOptions, slots: int, stop_at: float | None = None,
+                 clock=time.time):
         self.cfg, self.epochs, self.cands, self.shards = cfg, epochs, {c.cid: c for c in cands}, shards
         self.protocol = protocol
-        self.manifests, self.root, self.args, self.slots = manifests, root, args, slots
+        self.manifests, self.root, self.opts, self.slots = manifests, root, opts, slots
         self.stop_at, self.clock, self.cut_short = stop_at, clock, []
         self.dirs = {c.cid: root / f"{c.cid}-{self._key(c)}" for c in cands}
 
     def _key(self, c: Candidate) -> str:
         """A candidate's folder is keyed by all it depends on, so a rerun finds its own runs only."""
-        what = [c.to_dict(), self.shards[c.sampling], self.protocol, self.epochs, self.args.train_arg]
+        what = [c.to_dict(), self.shards[c.sampling], self.protocol, self.epochs, list(self.opts.train_args)]
         return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:8]
 
-    def flags(self, cid: str, stop_epoch: int, patience: int | None) -> list[str]:
-        c, run_dir = self.cands[cid], self.dirs[cid]
-        return ["--shards", self.shards[c.sampling], "--preset", DEFAULT_PRESET, "--out", str(run_dir),
-                "--seed", str(SEARCH_SEED), "--protocol", self.protocol, "--device", self.args.device,
-                entry_flag(run_dir), "--eval-splits", "valid", "--save-scores", "--stop-epoch", str(stop_epoch),
-                *(["--patience", str(patience)] if patience else []), *c.trainer_flags(self.epochs),
-                *[a for arg in self.args.train_arg for a in arg.split("=", 1)]]
+    def trainer_run(self, cid: str, stop_epoch: int, patience: int | None) -> TrainerRun:
+        """The candidate's search run, validation only, up to `stop_epoch` of its `epochs`-long schedule."""
+        c = self.cands[cid]
+        return seed_run(self.opts, DEFAULT_PRESET, self.shards[c.sampling], self.protocol, SEARCH_SEED,
+                        self.dirs[cid], epochs=self.epochs, overrides=c.overrides(), eval_splits=("valid",),
+                        save_scores=True, stop_epoch=stop_epoch, patience=patience or None)
 
     def done(self, cid: str, stop_epoch: int, patience: int | None) -> bool:
         """Trained to `stop_epoch`, or (when the rung stops at convergence) converged before it."""
@@ -74,11 +99,11 @@ class Search:
 
     def train(self, cids: list[str], stop_epoch: int, patience: int | None) -> None:
         """Bring each candidate to `stop_epoch` (or its convergence); a finished one is reused."""
-        todo = {cid: Job(self.flags(cid, stop_epoch, patience), self.dirs[cid]) for cid in cids
+        todo = {cid: self.trainer_run(cid, stop_epoch, patience) for cid in cids
                 if not self.done(cid, stop_epoch, patience)}
         log.info("search: %d candidate(s) to epoch %d%s, %d to train, %d reused", len(cids), stop_epoch,
                  f" or convergence (patience {patience})" if patience else "", len(todo), len(cids) - len(todo))
-        _, stopped = run_trainers(todo, self.slots, self.stop_at, self.clock, self.args.device)
+        _, stopped = run_trainers(todo, self.slots, self.stop_at, self.clock)
         if stopped:
             self.cut_short += stopped
             log.warning("search: --budget-minutes cut %s short; each is judged on the epochs it finished",
@@ -113,7 +138,7 @@ class Search:
         write_json_atomic(saved, first)
         return first
 
-    def run(self, valid_positives: int) -> dict:
+    def run(self, valid_positives: int) -> Choice:
         cfg, cids = self.cfg, list(self.cands)
         metric = metric_for(valid_positives, cfg.small_validation)
         default, others = cids[0], cids[1:]
@@ -134,9 +159,7 @@ class Search:
             self.train([default], self.epochs, None)
         chosen = decision["choice"]
         log.info("search: %s (%s)", chosen, decision["reason"])
-        s = summary(self.dirs[chosen])
-        return {"cid": chosen, "config": self.cands[chosen].to_dict(), "epochs": int(s["epochs_completed"]),
-                "best_epoch": s["best_epoch"], "shards": self.shards[self.cands[chosen].sampling],
-                "run_dir": str(self.dirs[chosen]), "metric": metric, "decision": decision,
-                "run_epochs": self.epochs, "grace_epochs": grace, "patience": patience,
-                "rungs": {"grace": first, "converged": second}, "cut_short": self.cut_short}
+        s, c = summary(self.dirs[chosen]), self.cands[chosen]
+        return Choice(c, int(s["epochs_completed"]), s["best_epoch"], self.shards[c.sampling], str(self.dirs[chosen]),
+                      metric, decision, self.epochs, grace, patience, {"grace": first, "converged": second},
+                      tuple(self.cut_short))

@@ -1,45 +1,41 @@
 """Finished seeds of a recipe: reused as they are, never relaunched.
 
-A seed folder whose trainer ended with exactly the flags this run would pass is finished: its
+A seed folder whose trainer ended training exactly the run this recipe would start there is finished: its
 summary.json is the result. Relaunching it with --resume would train no step, yet rewrite last.pt,
-summary.json and config.json, so a rerun of a finished recipe would not be a no-op. The
-flags of the run that wrote the folder are kept beside its files (FLAGS_FILE), written only after the
-trainer exited 0, and removed before any trainer starts there, so a killed run never looks finished.
+summary.json and config.json, so a rerun of a finished recipe would not be a no-op. The run's identity
+(pipelines.core.trainers.TrainerRun.identity: shards, preset, seed, epochs, overrides, ...) is kept beside
+its files (RUN_FILE), written only after the trainer exited 0, and removed before any trainer starts there,
+so a killed run never looks finished.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from common.atomic import write_json_atomic, write_text_atomic
+from common.atomic import write_json_atomic
 
-FLAGS_FILE = "trainer_flags.json"
-# Flags that say how to enter the folder or how to print, not what the run is.
-_ENTRY_FLAGS = ("--resume", "--overwrite", "--no-progress")
+RUN_FILE = "trainer_run.json"
 
 
-def canonical(flags: list[str]) -> list[str]:
-    return [f for f in flags if f not in _ENTRY_FLAGS]
-
-
-def finished_summary(run_dir: Path, flags: list[str]) -> dict | None:
-    """The seed's summary when its folder holds a run finished with these flags, else None."""
+def finished_summary(run) -> dict | None:
+    """The summary of `run` (a TrainerRun) when its folder holds that run, finished, else None."""
+    run_dir = Path(run.run_dir)
     try:
-        recorded = json.loads((run_dir / FLAGS_FILE).read_text())
+        recorded = json.loads((run_dir / RUN_FILE).read_text())
         summary = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
         return None
     whole = (run_dir / "last.pt").is_file() or summary.get("weights_from")  # --eval-weights writes no last.pt
-    return summary if recorded == canonical(flags) and whole else None
+    return summary if recorded == run.identity() and whole else None
 
 
 def forget(run_dir: Path) -> None:
     """Before a trainer starts in the folder: until it exits 0, the folder is not finished."""
-    (run_dir / FLAGS_FILE).unlink(missing_ok=True)
+    (run_dir / RUN_FILE).unlink(missing_ok=True)
 
 
-def mark_finished(run_dir: Path, flags: list[str]) -> None:
-    write_text_atomic(run_dir / FLAGS_FILE, json.dumps(canonical(flags)))
+def mark_finished(run) -> None:
+    write_json_atomic(Path(run.run_dir) / RUN_FILE, run.identity())
 
 
 def write_if_changed(path: Path, payload: dict) -> None:

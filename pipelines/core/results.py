@@ -7,6 +7,7 @@ import logging
 import math
 import sys
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 from common.atomic import write_json_atomic, write_text_atomic
@@ -15,6 +16,14 @@ from pipelines.core.paper_numbers import paper_reference
 
 log = logging.getLogger("pipelines")
 METRICS = METRIC_KEYS  # mrr, hits@1..100, auc, ap
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    """A seed's record (what `pencil report` reads) and the result.json it is written to."""
+
+    path: Path
+    record: dict
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:

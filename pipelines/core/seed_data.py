@@ -32,18 +32,18 @@ def recorded_data(run_dir: Path) -> dict | None:
     return None
 
 
-def stale_seeds(args, runs: dict[int, Path], shards: str) -> set[int]:
-    """Seeds whose folder holds a run on other data than the set at `shards`: refused, or, when the recipe
-    has --overwrite and it is given, returned to be cleared and retrained. The set's manifest is read only
-    when some folder holds a run."""
+def stale_seeds(opts, runs: dict[int, Path], shards: str) -> set[int]:
+    """Seeds whose folder holds a run on other data than the set at `shards`: refused, or, with the recipe's
+    --overwrite (opts: pipelines.core.config.TrainerOptions), returned to be cleared and retrained. The set's
+    manifest is read only when some folder holds a run."""
     held = {seed: saved for seed, d in runs.items() if (saved := recorded_data(d)) is not None}
     if not held:
         return set()
     manifest = read_manifest(shards)
     stale = {seed for seed, saved in held.items() if not same_data(saved, manifest, shards)}
-    if stale and not getattr(args, "overwrite", False):
+    if stale and not opts.overwrite:
         seed = min(stale)
-        fix = ("pass --overwrite to retrain it on this data" if hasattr(args, "overwrite")
+        fix = ("pass --overwrite to retrain it on this data" if opts.offers_overwrite
                else "delete it to retrain it on this data")
         raise SeedDataError(f"{runs[seed]}: holds a run trained on other data ({data_label(recorded_data(runs[seed]))}; "
                             f"this run's: {data_label(bound_data(manifest))}); {fix}, or choose another --out")

@@ -1,41 +1,35 @@
-"""The one shard-set builder of every recipe: the dataset as the run loads it, the preprocess config of a set,
-and the job that builds it (or finds it cached) on an embedded Ray or the cluster of RAY_ADDRESS.
+"""The one shard-set builder of every recipe: the preprocess config of a set, and the job that builds it (or
+finds it cached) on an embedded Ray or the cluster of RAY_ADDRESS.
 
-`args` is the namespace of pipelines.run's parser (pipelines.run_args): the dataset flags reach both
-`load_run_dataset` and `preprocess_config` unchanged, so the shards hold the graph the run loaded.
+The dataset's source (pipelines.core.config.DataSource) reaches both the recipe's loaded dataset and
+`preprocess_config` unchanged, so the shards hold the graph the recipe loaded.
 """
 from __future__ import annotations
 
 import logging
 import sys
 
-from common.datasets import load_dataset
+from pipelines.core.config import DataSource, ShardOptions
 
 log = logging.getLogger("pipelines")
 
 
-def load_run_dataset(args, features: bool = False):
-    return load_dataset(args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir,
-                        features=features, split=args.split_pct, nodes=args.nodes)
-
-
-def preprocess_config(args, sampling: tuple[int, int], views: int, percent: float, protocols: list[str],
-                      hard_neg_fraction: float | None = None):
-    """One set's job. The training negatives: `hard_neg_fraction` when given, else the flag's (None: 0)."""
+def preprocess_config(source: DataSource, opts: ShardOptions, sampling: tuple[int, int], views: int, percent: float,
+                      protocols: list[str], hard_neg_fraction: float | None = None):
+    """One set's job. The training negatives: `hard_neg_fraction` when given, else the options' (None: 0)."""
     from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
 
-    fraction = (args.hard_neg_fraction or 0.0) if hard_neg_fraction is None else hard_neg_fraction
+    fraction = (opts.hard_neg_fraction or 0.0) if hard_neg_fraction is None else hard_neg_fraction
     return PreprocessConfig(
-        dataset=args.dataset, sampling=SamplingConfig(*sampling),
+        sampling=SamplingConfig(*sampling),
         candidates=CandidateConfig(views=views, percent=percent, protocols=tuple(protocols),
                                    hard_neg_fraction=fraction),
-        out=args.shards, data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir,
-        features=args.features, split=args.split_pct, nodes=args.nodes, num_cpus=args.num_cpus)
+        out=opts.root, features=opts.features, num_cpus=opts.num_cpus, **source.preprocess_fields())
 
 
-def preset_views(args, preset) -> int:
-    """Training views of a preset's shard set: --views, else one per epoch, at most 20."""
-    return args.views or max(1, min(20, int(round(args.epochs or preset.epochs))))
+def preset_views(opts: ShardOptions, epochs: float) -> int:
+    """Training views of a shard set for `epochs`: --views, else one per epoch, at most 20."""
+    return opts.views or max(1, min(20, int(round(epochs))))
 
 
 def view_percent(preset, train_positives: int, device: str) -> float:
@@ -46,10 +40,13 @@ def view_percent(preset, train_positives: int, device: str) -> float:
     return min(preset.train_percent, round(100.0 * cap / train_positives, 3))
 
 
-def preset_shard_set(args, preset, protocols: list[str], dataset, device: str) -> str:
-    """Build or reuse a preset's shard set (its sampling, views and training percent) for the loaded dataset."""
+def preset_shard_set(source: DataSource, opts: ShardOptions, epochs: float | None, preset, protocols: list[str],
+                     dataset, device: str) -> str:
+    """Build or reuse a preset's shard set (its sampling, views and training percent) for the loaded dataset;
+    `epochs`: the run's, None for the preset's."""
     percent = view_percent(preset, len(dataset.splits["train"].pos), device)
-    cfg = preprocess_config(args, preset.sampling, preset_views(args, preset), percent, protocols)
+    cfg = preprocess_config(source, opts, preset.sampling, preset_views(opts, epochs or preset.epochs), percent,
+                            protocols)
     return build_shard_set(cfg, None if cfg.features else dataset)  # features: the job loads them itself
 
 

@@ -1,8 +1,13 @@
-"""The one trainer pool of every recipe: `python -m trainer` (or torchrun over it) child processes, a few at a
-time, that never outlive the recipe, each logging to RUN_DIR/trainer.log.
+"""The one trainer pool of every recipe, and the one builder of a trainer's command line.
 
-CPU runs take one process per core (each trainer takes one thread there, trainer.setup.cpu_threads); a
-GPU run takes one process at a time (one trainer fills the GPU, or torchrun spans several).
+A `TrainerRun` is one `python -m trainer` run as a record: what it trains and how. Every recipe (seeds, the
+search's candidates, the final seeds) describes its runs so, and only `TrainerRun.flags` turns one into
+flags; a finished run is recognised by its `identity()`, a record, not by a list of flags in some order.
+
+The pool runs them as child processes (torchrun over `python -m trainer` when several GPUs are visible), a
+few at a time, that never outlive the recipe, each logging to RUN_DIR/trainer.log. CPU runs take one process
+per core (each trainer takes one thread there, trainer.setup.cpu_threads); a GPU run takes one at a time
+(one trainer fills the GPU, or torchrun spans several).
 """
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pipelines.core.children import start_child, stop_children
@@ -25,13 +30,48 @@ class TrainerError(ValueError):
 
 
 @dataclass(frozen=True)
-class Job:
-    flags: list[str]  # the trainer's flags (its --out is run_dir)
-    run_dir: Path
+class TrainerRun:
+    run_dir: Path  # the trainer's --out
+    shards: str
+    preset: str
+    seed: int
+    protocol: str
+    device: str = "auto"
+    epochs: float | None = None  # None: the preset's
+    overrides: tuple[str, ...] = ()  # more trainer flags, one token each: a candidate's, then the user's --train-arg
+    eval_splits: tuple[str, ...] | None = None  # None: the trainer's (valid and test)
+    stop_epoch: int | None = None
+    patience: int | None = None
+    save_scores: bool = False
+    eval_weights: str | None = None  # evaluate these weights instead of training
+    fresh: bool = False  # clear the folder rather than resume its last.pt
 
     @property
     def log(self) -> Path:
-        return self.run_dir / LOG_NAME
+        return Path(self.run_dir) / LOG_NAME
+
+    def identity(self) -> dict:
+        """What the run trains: a folder finished with the same identity is that run (pipelines.core.finished).
+        Where it lives and how it enters its folder are not part of it."""
+        d = asdict(self)
+        for how in ("run_dir", "fresh"):
+            d.pop(how)
+        return {**d, "overrides": list(self.overrides),
+                "eval_splits": None if self.eval_splits is None else list(self.eval_splits)}
+
+    def flags(self) -> list[str]:
+        """The trainer's flags. A folder with a last.pt resumes (a finished run only re-reads it); one without
+        is new, or the leftover of a run killed before its first checkpoint, and is cleared: the recipe owns
+        its folders (trainer.run_folder refuses a run folder otherwise)."""
+        resume = (Path(self.run_dir) / "last.pt").is_file() and not self.fresh
+        out = ["--shards", str(self.shards), "--preset", self.preset, "--out", str(self.run_dir),
+               "--seed", str(self.seed), "--protocol", self.protocol, "--device", self.device,
+               "--resume" if resume else "--overwrite"]
+        optional = {"--epochs": self.epochs, "--stop-epoch": self.stop_epoch, "--patience": self.patience,
+                    "--eval-weights": self.eval_weights,
+                    "--eval-splits": self.eval_splits and ",".join(self.eval_splits)}
+        out += [t for name, value in optional.items() if value is not None for t in (name, str(value))]
+        return out + (["--save-scores"] if self.save_scores else []) + list(self.overrides)
 
 
 def cuda_devices() -> int:
@@ -53,18 +93,19 @@ def trainer_slots(device_flag: str, wanted: int = 0) -> int:
     return 1 if device_kind(device_flag) == "cuda" else max(1, wanted or cpu_cores())
 
 
-def trainer_command(flags: list[str], device_flag: str) -> list[str]:
+def trainer_command(run: TrainerRun) -> list[str]:
     """The child's command: torchrun over every visible GPU when there are several, else one trainer."""
-    gpus = cuda_devices() if device_flag != "cpu" else 0
+    gpus = cuda_devices() if run.device != "cpu" else 0
+    flags = [*run.flags(), "--no-progress"]
     if gpus > 1:
         return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
-                "-m", "trainer", *flags, "--no-progress"]
-    return [*TRAINER, *flags, "--no-progress"]
+                *TRAINER[1:], *flags]
+    return [*TRAINER, *flags]
 
 
-def run_trainers(jobs: dict, slots: int, stop_at: float | None = None, clock=time.time,
-                 device_flag: str = "cpu") -> tuple[dict, list]:
-    """Run every Job, `slots` at a time; returns (each job's wall seconds, the jobs stopped at `stop_at` by
+def run_trainers(jobs: dict[str, TrainerRun], slots: int, stop_at: float | None = None,
+                 clock=time.time) -> tuple[dict, list]:
+    """Run every TrainerRun, `slots` at a time; returns (each job's wall seconds, the jobs stopped at `stop_at` by
     `clock`: the running ones are ended, the pending ones never start). A failed job stops the others and
     raises naming its log; so do Ctrl-C and SIGTERM (pipelines.core.children.exit_on_sigterm)."""
     pending, running, wall, stopped = list(jobs), {}, {}, []
@@ -78,7 +119,7 @@ def run_trainers(jobs: dict, slots: int, stop_at: float | None = None, clock=tim
                 break
             while pending and len(running) < slots:
                 key = pending.pop(0)
-                running[key] = (_start(key, jobs[key], device_flag), time.perf_counter())
+                running[key] = (_start(key, jobs[key]), time.perf_counter())
             time.sleep(0.2)
             for key, (proc, t) in list(running.items()):
                 if proc.poll() is None:
@@ -93,9 +134,9 @@ def run_trainers(jobs: dict, slots: int, stop_at: float | None = None, clock=tim
     return wall, stopped
 
 
-def _start(key, job: Job, device_flag: str):
-    cmd = trainer_command(job.flags, device_flag)
-    job.run_dir.mkdir(parents=True, exist_ok=True)
+def _start(key, job: TrainerRun):
+    cmd = trainer_command(job)
+    Path(job.run_dir).mkdir(parents=True, exist_ok=True)
     if cmd[2] == "torch.distributed.run":
         log.info("training %s on %s GPUs: %s", key, cmd[4].split("=")[1], " ".join(cmd))
     with open(job.log, "a") as f:

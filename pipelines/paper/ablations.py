@@ -18,20 +18,20 @@ report.md and ablations.png (test metric per variant; validation metric per epoc
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, summary
-from common.flags import (add_dataset_flags, add_device_flag, add_num_cpus_flag, add_seeds_flag, add_shards_flag,
-                          add_train_arg_flag, comma_list)
-from common.presets import get_preset
+from common.flags import (FlagError, add_dataset_flags, add_device_flag, add_num_cpus_flag, add_seeds_flag,
+                          add_shards_flag, add_train_arg_flag, comma_list)
+from common.presets import Preset, get_preset
+from pipelines.core.config import DataSource, ShardOptions, TrainerOptions, parse_seeds
 from pipelines.core.paper_numbers import PAPER_ABLATIONS, PAPER_CLAIMS
 from pipelines.core.plots import read_metrics, save_figure
 from pipelines.core.results import aggregate, fmt, publish_results, table_json
-from pipelines.core.run_args import build_parser as run_parser, validate_args as validate_run_args
-from pipelines.core.seeds import SeedFlagsError, check_trainer_flags, result_record, train_seeds
-from pipelines.core.shard_sets import load_run_dataset, preset_shard_set
+from pipelines.core.seeds import SeedFlagsError, check_trainer_flags, result_record, seed_run, train_seeds
+from pipelines.core.shard_sets import preset_shard_set
 from pipelines.core.trainers import device_kind
 
 log = logging.getLogger("pipelines.paper.ablations")
@@ -40,10 +40,6 @@ LRP_K = 3  # the paper's "PENCIL + LRP-3"
 COLUMNS = ("mrr", "hits@3", "hits@20", "hits@50", "hits@100")
 BASE = "PENCIL"
 
-
-
-class AblationError(ValueError):
-    """A bad pipelines.paper.ablations flag; the message names it and the fix."""
 
 
 @dataclass(frozen=True)
@@ -93,51 +89,55 @@ def build_parser(prog: str = PROG) -> Parser:
     return p
 
 
-def run_args(args, preset, seeds: list[int]):
-    """pipelines.run's own argument namespace for this preset, checked by pipelines.run itself, so its
-    preprocess / train helpers apply unchanged."""
-    if args.dataset and args.dataset != preset.dataset:
-        raise AblationError(f"--dataset {args.dataset}: preset {preset.name} runs on {preset.dataset}; leave --dataset out")
-    argv = ["--dataset", preset.dataset, "--preset", preset.name, "--shards", args.shards, "--device", args.device,
-            "--out", args.out, "--seeds", ",".join(map(str, seeds))]
-    for flag, value in (("--epochs", args.epochs), ("--num-cpus", args.num_cpus), ("--data-dir", args.data_dir),
-                        ("--ogb-root", args.ogb_root), ("--planetoid-dir", args.planetoid_dir)):
-        if value is not None:
-            argv += [flag, str(value)]
-    rargs = run_parser().parse_args(argv + [f"--train-arg={a}" for a in args.train_arg])
-    validate_run_args(rargs)
-    return rargs
+@dataclass(frozen=True)
+class AblationConfig:
+    preset: Preset
+    suites: tuple[str, ...]
+    depths: tuple[int, ...]
+    seeds: tuple[int, ...]
+    out: Path  # OUT/ablations/<preset>
+    source: DataSource  # the preset's dataset
+    trainer: TrainerOptions
+    shards: ShardOptions
+
+    @classmethod
+    def from_args(cls, args) -> "AblationConfig":
+        try:
+            preset = get_preset(args.preset)
+        except ValueError as err:
+            raise FlagError(f"--preset: {err}") from None
+        if args.dataset and args.dataset != preset.dataset:
+            raise FlagError(f"--dataset {args.dataset}: preset {preset.name} runs on {preset.dataset}; "
+                            "leave --dataset out")
+        suites = comma_list(args.suite, "--suite", allowed=SUITES)
+        depths = comma_list(args.depths, "--depths", int, minimum=1) if args.depths else sorted({1, 2, 4, preset.layers})
+        source = DataSource(preset.dataset, args.data_dir, args.ogb_root, args.planetoid_dir)
+        trainer, shards = TrainerOptions.from_args(args), ShardOptions.from_args(args)
+        return cls(preset, tuple(suites), tuple(depths), parse_seeds(args.seeds),
+                   Path(args.out) / "ablations" / preset.name, source, trainer, shards)
 
 
-def variant_train_args(extra: list[str], variant: Variant) -> list[str]:
-    return [*extra, *(f"{a}={b}" if b is not None else a for a, b in _pairs(variant.flags))]
-
-
-def run_variant(rargs, extra: list[str], preset, variant: Variant, shards: Path, seeds: list[int], out: Path) -> list[dict]:
-    rargs.train_arg = variant_train_args(extra, variant)
-    runs = {seed: out / variant.slug / f"seed{seed}" for seed in seeds}
-    summaries = train_seeds(rargs, preset.name, shards, preset.protocol, runs)  # seeds in parallel on CPU
+def run_variant(cfg: AblationConfig, variant: Variant, shards: str) -> list[dict]:
+    opts = variant_options(cfg, variant)
+    runs = {seed: seed_run(opts, cfg.preset.name, shards, cfg.preset.protocol, seed,
+                           cfg.out / variant.slug / f"seed{seed}") for seed in cfg.seeds}
+    summaries = train_seeds(opts, runs)  # seeds in parallel on CPU
     results = []
-    for seed, run_dir in runs.items():
+    for seed, run in runs.items():
         summary = summaries[seed]
-        record = result_record(preset.dataset, preset.protocol, preset.name, seed, summary, False)
+        record = result_record(cfg.preset.dataset, cfg.preset.protocol, cfg.preset.name, seed, summary, False)
         record.update(model=variant.name, variant=variant.slug, layers=variant.layers, flags=list(variant.flags),
                       selection_metric=summary.get("selection_metric", "mrr"))
-        write_json_atomic(run_dir / "result.json", record)
+        write_json_atomic(Path(run.run_dir) / "result.json", record)
         results.append(record)
         log.info("%s seed %d: test %s", variant.name, seed,
                  {k: round(100 * v, 2) for k, v in record["test"].items() if k in COLUMNS})
     return results
 
 
-def _pairs(flags: tuple[str, ...]):
-    """('--w0-init', 'gaussian', '--wpe') -> [('--w0-init', 'gaussian'), ('--wpe', None)] for FLAG=VALUE."""
-    out, i = [], 0
-    while i < len(flags):
-        has_value = i + 1 < len(flags) and not flags[i + 1].startswith("--")
-        out.append((flags[i], flags[i + 1] if has_value else None))
-        i += 2 if has_value else 1
-    return out
+def variant_options(cfg: AblationConfig, variant: Variant) -> TrainerOptions:
+    """The user's trainer flags, then the variant's."""
+    return replace(cfg.trainer, train_args=(*cfg.trainer.train_args, *variant.flags))
 
 
 # ---------------------------------------------------------------------------- reporting
@@ -204,40 +204,27 @@ def plot(results: list[dict], rows: list[dict], run_root: Path, path: Path, metr
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return command(build_parser, _main, argv, prog)
+    return command(build_parser, run_ablations, argv, prog, config=AblationConfig.from_args)
 
 
-def _main(args, parser) -> int:
-    try:
-        preset = get_preset(args.preset)
-    except ValueError as err:
-        raise AblationError(f"--preset: {err}") from None
-    suites = comma_list(args.suite, "--suite", allowed=SUITES)
-    if bad := [s for s in suites if s not in SUITES]:
-        raise AblationError(f"--suite: unknown suite(s) {', '.join(bad)}; use a subset of {','.join(SUITES)}")
-    depths = comma_list(args.depths, "--depths", int, minimum=1) if args.depths else sorted({1, 2, 4, preset.layers})
-    if min(depths) < 1:
-        raise AblationError(f"--depths: layers must be >= 1, got {args.depths}")
-    seeds = comma_list(args.seeds, "--seeds", int, minimum=0)
-    out = Path(args.out) / "ablations" / preset.name
-    rargs = run_args(args, preset, seeds)
-    extra = list(rargs.train_arg)
-    todo = variants(suites, preset.layers, depths)
+def run_ablations(cfg: AblationConfig) -> int:
+    todo = variants(list(cfg.suites), cfg.preset.layers, list(cfg.depths))
     for variant in todo:  # every variant's trainer flags parse before any preprocessing
-        rargs.train_arg = variant_train_args(extra, variant)
         try:
-            check_trainer_flags(rargs, preset.name, [preset.protocol], out)
+            check_trainer_flags(variant_options(cfg, variant), cfg.preset.name, [cfg.preset.protocol], cfg.out)
         except SeedFlagsError as err:
-            raise AblationError(str(err)) from None
-    shards = preset_shard_set(rargs, preset, [preset.protocol], load_run_dataset(rargs), device_kind(rargs.device))  # one shard set for every variant
+            raise FlagError(str(err)) from None
+    dataset = cfg.source.load()  # one shard set for every variant
+    shards = preset_shard_set(cfg.source, cfg.shards, cfg.trainer.epochs, cfg.preset, [cfg.preset.protocol], dataset,
+                              device_kind(cfg.trainer.device))
     results = []
     for variant in todo:
-        results += run_variant(rargs, extra, preset, variant, shards, seeds, out)
-    rows, md = table(results, preset.dataset, suites)
+        results += run_variant(cfg, variant, shards)
+    rows, md = table(results, cfg.preset.dataset, list(cfg.suites))
     metric = results[0]["selection_metric"]
-    png = plot(results, rows, out, out / "ablations.png", metric)
-    publish_results(out, {"preset": preset.name, "suites": suites, "runs": results, "table": table_json(rows),
-                          "paper": PAPER_ABLATIONS.get(preset.dataset, {})}, md, png)
+    png = plot(results, rows, cfg.out, cfg.out / "ablations.png", metric)
+    publish_results(cfg.out, {"preset": cfg.preset.name, "suites": list(cfg.suites), "runs": results,
+                              "table": table_json(rows), "paper": PAPER_ABLATIONS.get(cfg.preset.dataset, {})}, md, png)
     return 0
 
 

@@ -13,14 +13,15 @@ results.json, report.md and gnn_baselines.png.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, summary
-from common.datasets import DatasetError, load_dataset
-from common.flags import add_dataset_flags, add_device_flag, add_seeds_flag, comma_list, experiment_preset_flag
+from common.datasets import DatasetError
+from common.flags import FlagError, add_dataset_flags, add_device_flag, add_seeds_flag, comma_list, experiment_preset_flag
 from common.presets import EXPERIMENT_PRESETS
+from pipelines.core.config import DataSource, parse_seeds
 from pipelines.core.paper_numbers import PAPER_GNN
 from pipelines.core.plots import save_figure
 from pipelines.core.results import aggregate, fmt, publish_results, table_json
@@ -114,47 +115,65 @@ def plot(rows: list[dict], path: Path) -> Path:
 
 
 # ---------------------------------------------------------------------------- entry point
+@dataclass(frozen=True)
+class BaselineConfig:
+    name: str  # the experiment preset
+    spec: dict  # its settings (common.presets.EXPERIMENT_PRESETS["gnn_baselines"])
+    models: tuple[str, ...]
+    decoder: str
+    inputs: str  # features or constant
+    protocol: str  # or both
+    seeds: tuple[int, ...]
+    epochs: int | None
+    out: Path  # OUT/gnn_baselines/<preset>
+    source: DataSource  # the preset's dataset
+    device: str
+
+    @classmethod
+    def from_args(cls, args) -> "BaselineConfig":
+        spec = experiment_preset_flag("gnn_baselines", args)
+        return cls(args.preset, spec, tuple(comma_list(args.models, "--models", allowed=MODELS)), args.decoder,
+                   args.inputs, args.protocol, parse_seeds(args.seeds), args.epochs,
+                   Path(args.out) / "gnn_baselines" / args.preset,
+                   DataSource(spec["dataset"], args.data_dir, args.ogb_root, args.planetoid_dir), args.device)
+
+
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return command(build_parser, _main, argv, prog)
+    return command(build_parser, run_baselines, argv, prog, config=BaselineConfig.from_args)
 
 
-def _main(args, parser) -> int:
+def run_baselines(cfg: BaselineConfig) -> int:
     from trainer.gnn import GNNConfig, fit
 
-    preset = experiment_preset_flag("gnn_baselines", args)
-    models = comma_list(args.models, "--models", allowed=MODELS)
-    seeds = comma_list(args.seeds, "--seeds", int, minimum=0)
-    features = args.inputs == "features"
+    features = cfg.inputs == "features"
     try:
-        ds = load_dataset(preset["dataset"], data_dir=args.data_dir, ogb_root=args.ogb_root,
-                          planetoid_dir=args.planetoid_dir, features=features)
+        ds = cfg.source.load(features=features)
     except DatasetError as err:
-        parser.error(f"--inputs {args.inputs} / --planetoid-dir: {err}")
-    protocols = ds.protocols if args.protocol == "both" else [args.protocol]
+        raise FlagError(f"--inputs {cfg.inputs} / --planetoid-dir: {err}") from None
+    protocols = ds.protocols if cfg.protocol == "both" else [cfg.protocol]
     if missing := [p for p in protocols if p not in ds.protocols]:
-        parser.error(f"--protocol {','.join(missing)}: {ds.name} has only {', '.join(ds.protocols)}")
-    cfg = GNNConfig(decoder=args.decoder, use_features=features, **preset["gnn"])
-    if args.epochs:
-        cfg = replace(cfg, epochs=args.epochs)
-    out = Path(args.out) / "gnn_baselines" / args.preset
+        raise FlagError(f"--protocol {','.join(missing)}: {ds.name} has only {', '.join(ds.protocols)}")
+    gnn = GNNConfig(decoder=cfg.decoder, use_features=features, **cfg.spec["gnn"])
+    if cfg.epochs:
+        gnn = replace(gnn, epochs=cfg.epochs)
     records = []
-    for model in models:
-        mcfg = replace(cfg, encoder=model)
-        for seed in seeds:
-            run = fit(ds, mcfg, protocols, seed, args.device)
+    for model in cfg.models:
+        mcfg = replace(gnn, encoder=model)
+        for seed in cfg.seeds:
+            run = fit(ds, mcfg, protocols, seed, cfg.device)
             for proto, best in run["protocols"].items():
-                rec = result_record(ds.name, proto, model, args.inputs, seed, best, run)
-                write_json_atomic(out / proto / f"{model}-{args.inputs}" / f"seed{seed}" / "result.json", rec)
+                rec = result_record(ds.name, proto, model, cfg.inputs, seed, best, run)
+                write_json_atomic(cfg.out / proto / f"{model}-{cfg.inputs}" / f"seed{seed}" / "result.json", rec)
                 records.append(rec)
                 log.info("%s seed %d %s: test %s %.2f (best epoch %d)", LABEL[model], seed, proto,
                          best["selection_metric"], 100 * best["test"][best["selection_metric"]], best["best_epoch"])
     encoder_of = {r["model"]: r["encoder"] for r in records}
     rows = [{**r, "encoder": encoder_of[r["model"]]} for r in aggregate(records)]
-    notes = honesty_notes(rows, cfg.to_dict(), args.inputs)
+    notes = honesty_notes(rows, gnn.to_dict(), cfg.inputs)
     md = markdown(rows, notes)
-    png = plot(rows, out / "gnn_baselines.png")
-    publish_results(out, {"preset": args.preset, "config": cfg.to_dict(), "runs": records, "table": table_json(rows),
-                          "notes": notes}, md, png)
+    png = plot(rows, cfg.out / "gnn_baselines.png")
+    publish_results(cfg.out, {"preset": cfg.name, "config": gnn.to_dict(), "runs": records, "table": table_json(rows),
+                              "notes": notes}, md, png)
     return 0
 
 

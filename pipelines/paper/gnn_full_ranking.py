@@ -13,16 +13,17 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, summary
-from common.datasets import DatasetError, load_dataset
-from common.flags import add_dataset_flags, add_device_flag, add_seeds_flag, comma_list, experiment_preset_flag
+from common.datasets import DatasetError
+from common.flags import FlagError, add_dataset_flags, add_device_flag, add_seeds_flag, comma_list, experiment_preset_flag
 from common.presets import EXPERIMENT_PRESETS
+from pipelines.core.config import DataSource, parse_seeds
 from pipelines.recommend.evaluation import native_full_ranking
 
 log = logging.getLogger("pipelines.paper.gnn_full_ranking")
@@ -69,35 +70,51 @@ def rank_splits(run: dict, dataset) -> dict:
     return out
 
 
+@dataclass(frozen=True)
+class FullRankingConfig:
+    name: str  # the GNN preset
+    spec: dict
+    source: DataSource
+    models: tuple[str, ...]
+    inputs: str  # features or constant
+    seeds: tuple[int, ...]
+    epochs: int | None
+    device: str
+    out: Path  # the metrics .json
+
+    @classmethod
+    def from_args(cls, args) -> "FullRankingConfig":
+        spec = experiment_preset_flag("gnn_baselines", args, fixed_dataset=False)
+        return cls(args.preset, spec, DataSource.from_args(args),
+                   tuple(comma_list(args.models, "--models", allowed=MODELS)), args.inputs, parse_seeds(args.seeds),
+                   args.epochs, args.device, Path(args.out))
+
+
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return command(build_parser, _main, argv, prog)
+    return command(build_parser, run_full_ranking, argv, prog, config=FullRankingConfig.from_args)
 
 
-def _main(args, parser) -> int:
+def run_full_ranking(cfg: FullRankingConfig) -> int:
     from trainer.gnn import GNNConfig, fit
-    spec = experiment_preset_flag("gnn_baselines", args, fixed_dataset=False)
-    models = comma_list(args.models, "--models", allowed=MODELS)
-    seeds = comma_list(args.seeds, "--seeds", int, minimum=0)
-    features = args.inputs == "features"
+    features = cfg.inputs == "features"
     try:
-        ds = load_dataset(args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root,
-                          planetoid_dir=args.planetoid_dir, features=features)
+        ds = cfg.source.load(features=features)
     except DatasetError as err:
-        parser.error(f"--dataset {args.dataset} / --planetoid-dir: {err}")
-    cfg = GNNConfig(decoder="dot", use_features=features, **spec["gnn"])
-    if args.epochs:
-        cfg = replace(cfg, epochs=args.epochs)
-    report = {"dataset": ds.name, "preset": args.preset, "config": cfg.to_dict(), "runs": []}
-    for model in models:
-        for seed in seeds:
-            run = fit(ds, replace(cfg, encoder=model), ds.protocols[:1], seed, args.device, keep_model=True)
+        raise FlagError(f"--dataset {cfg.source.dataset} / --planetoid-dir: {err}") from None
+    gnn = GNNConfig(decoder="dot", use_features=features, **cfg.spec["gnn"])
+    if cfg.epochs:
+        gnn = replace(gnn, epochs=cfg.epochs)
+    report = {"dataset": ds.name, "preset": cfg.name, "config": gnn.to_dict(), "runs": []}
+    for model in cfg.models:
+        for seed in cfg.seeds:
+            run = fit(ds, replace(gnn, encoder=model), ds.protocols[:1], seed, cfg.device, keep_model=True)
             ranked = rank_splits(run, ds)
             best = run["protocols"][ds.protocols[0]]["best_epoch"]
             report["runs"].append({"model": model, "seed": seed, "best_epoch": best,
                                    "train_time_s": run["train_time_s"], **ranked})
             log.info("%s seed %d (epoch %d): test full-ranking Hits@20 %.4f MRR %.4f", model, seed, best,
                      ranked["test"]["hits@20"], ranked["test"]["mrr"])
-    write_json_atomic(Path(args.out), report)
+    write_json_atomic(cfg.out, report)
     print(json.dumps(report, indent=2))
     return 0
 

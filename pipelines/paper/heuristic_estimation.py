@@ -22,19 +22,20 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 
 from common.cli import Parser, command, summary
-from common.flags import add_dataset_flags, add_device_flag, add_num_cpus_flag, add_seeds_flag, add_shards_flag, comma_list, experiment_preset_flag
+from common.flags import (add_dataset_flags, add_device_flag, add_num_cpus_flag, add_seeds_flag, add_shards_flag,
+                          comma_list, experiment_preset_flag)
 from common.heuristic_targets import TARGETS
 from common.presets import EXPERIMENT_PRESETS
+from pipelines.core.config import ShardOptions, TrainerOptions, parse_seeds
 from pipelines.core.plots import save_figure
 from pipelines.core.results import mean_std, publish_results, table_json
-from pipelines.core.seeds import train_seeds
+from pipelines.core.seeds import seed_run, train_seeds
 from pipelines.core.shard_sets import build_shard_set
 
 log = logging.getLogger("pipelines.paper.heuristic_estimation")
@@ -62,15 +63,42 @@ def build_parser(prog: str = PROG) -> Parser:
     return p
 
 
+@dataclass(frozen=True)
+class EstimationConfig:
+    name: str  # the experiment preset
+    spec: dict  # its settings (common.presets.EXPERIMENT_PRESETS["heuristic_estimation"])
+    heuristics: tuple[str, ...]
+    models: tuple[str, ...]
+    depths: tuple[int, ...]
+    seeds: tuple[int, ...]
+    epochs: int | None  # None: the preset's per heuristic
+    out: Path  # OUT/heuristic_estimation/<preset>
+    planetoid_dir: str | None
+    trainer: TrainerOptions
+    shards: ShardOptions
+
+    @classmethod
+    def from_args(cls, args) -> "EstimationConfig":
+        spec = experiment_preset_flag("heuristic_estimation", args)
+        pick = lambda text, flag, default, **kw: tuple(default if text is None else comma_list(text, flag, **kw))  # noqa: E731
+        return cls(args.preset, spec, pick(args.heuristics, "--heuristics", spec["heuristics"], allowed=TARGETS),
+                   pick(args.models, "--models", spec["models"], allowed=MODELS),
+                   pick(args.depths, "--depths", spec["depths"], cast=int, minimum=1), parse_seeds(args.seeds),
+                   args.epochs, Path(args.out) / "heuristic_estimation" / args.preset, args.planetoid_dir,
+                   TrainerOptions.from_args(args), ShardOptions.from_args(args))
+
+
 # ---------------------------------------------------------------------------- data
-def target_shards(args, spec: dict, heuristic: str) -> str:
+def target_shards(cfg: EstimationConfig, heuristic: str) -> str:
     """The shard set of one heuristic (built, or found in the cache): links labelled with its targets."""
     from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
 
-    cfg = PreprocessConfig(dataset=spec["dataset"], sampling=SamplingConfig(*spec["sampling"]),
+    spec = cfg.spec
+    job = PreprocessConfig(dataset=spec["dataset"], sampling=SamplingConfig(*spec["sampling"]),
                            candidates=CandidateConfig(views=spec["views"], protocols=("original",)),
-                           targets=heuristic, out=args.shards, planetoid_dir=args.planetoid_dir, num_cpus=args.num_cpus)
-    return build_shard_set(cfg)
+                           targets=heuristic, out=cfg.shards.root, planetoid_dir=cfg.planetoid_dir,
+                           num_cpus=cfg.shards.num_cpus)
+    return build_shard_set(job)
 
 
 def shard_subgraphs(manifest: dict, split: str) -> tuple[tuple, np.ndarray]:
@@ -121,18 +149,18 @@ def gnn_runs(spec: dict, models: list[str], depths: list[int], seeds: list[int],
     return runs
 
 
-def pencil_runs(args, spec: dict, depths: list[int], seeds: list[int], shards: str, epochs: int, out: Path) -> list[dict]:
-    """PENCIL through the ordinary trainer, seeds as concurrent processes on CPU (pipelines.run's helper)."""
-    pen = dict(spec["pencil"])
+def pencil_runs(cfg: EstimationConfig, shards: str, epochs: int, out: Path) -> list[dict]:
+    """PENCIL through the ordinary trainer, seeds as concurrent processes on CPU (pipelines.core.seeds)."""
+    pen = dict(cfg.spec["pencil"])
     preset = pen.pop("preset")
-    train_args = [f"--{k.replace('_', '-')}={v}" for k, v in pen.items()]
+    model = tuple(t for k, v in pen.items() for t in (f"--{k.replace('_', '-')}", str(v)))
     runs = []
-    for layers in depths:
-        targs = SimpleNamespace(device=args.device, epochs=epochs, seed_list=seeds, parallel_seeds=None,
-                                train_arg=[*train_args, f"--layers={layers}"])
-        dirs = {seed: out / f"layers{layers}" / f"seed{seed}" for seed in seeds}
-        summaries = train_seeds(targs, preset, shards, "original", dirs)
-        for seed in seeds:
+    for layers in cfg.depths:
+        dirs = {seed: out / f"layers{layers}" / f"seed{seed}" for seed in cfg.seeds}
+        summaries = train_seeds(cfg.trainer, {
+            seed: seed_run(cfg.trainer, preset, shards, "original", seed, d, epochs=epochs,
+                           overrides=(*model, "--layers", str(layers))) for seed, d in dirs.items()})
+        for seed in cfg.seeds:
             sm = summaries[seed]
             runs.append({"model": "pencil", "layers": layers, "seed": seed, "best_epoch": sm["best_epoch"],
                          "valid_rmse": sm["valid"]["rmse"], "test_rmse": sm["test"]["rmse"],
@@ -184,33 +212,28 @@ def plot(rows: list[dict], heuristics: list[str], path: Path) -> Path:
 
 # ---------------------------------------------------------------------------- entry point
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return command(build_parser, _main, argv, prog)
+    return command(build_parser, run_estimation, argv, prog, config=EstimationConfig.from_args)
 
 
-def _main(args, parser) -> int:
+def run_estimation(cfg: EstimationConfig) -> int:
     import torch
 
     from common.shards import read_manifest
 
-    spec = experiment_preset_flag("heuristic_estimation", args)
-    heuristics = list(spec["heuristics"]) if args.heuristics is None else comma_list(args.heuristics, "--heuristics", allowed=TARGETS)
-    models = list(spec["models"]) if args.models is None else comma_list(args.models, "--models", allowed=MODELS)
-    depths = list(spec["depths"]) if args.depths is None else comma_list(args.depths, "--depths", int, minimum=1)
-    seeds = comma_list(args.seeds, "--seeds", int, minimum=0)
-    device = torch.device("cuda" if args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
+    spec, device_flag = cfg.spec, cfg.trainer.device
+    device = torch.device("cuda" if device_flag == "cuda" or (device_flag == "auto" and torch.cuda.is_available())
                           else "cpu")
-    out = Path(args.out) / "heuristic_estimation" / args.preset
     t0 = time.perf_counter()
     runs = []
-    for h in heuristics:
-        shards = target_shards(args, spec, h)
+    for h in cfg.heuristics:
+        shards = target_shards(cfg, h)
         manifest = read_manifest(shards)
         stats = manifest["targets"]
-        epochs = args.epochs or (spec["long_epochs"] if h in ("katz", "spd") else spec["gnn"]["epochs"])
-        gnns = [m for m in models if m != "pencil"]
-        got = gnn_runs(spec, gnns, depths, seeds, manifest, epochs, device) if gnns else []
-        if "pencil" in models:
-            got += pencil_runs(args, spec, depths, seeds, shards, epochs, out / "pencil" / h)
+        epochs = cfg.epochs or (spec["long_epochs"] if h in ("katz", "spd") else spec["gnn"]["epochs"])
+        gnns = [m for m in cfg.models if m != "pencil"]
+        got = gnn_runs(spec, gnns, list(cfg.depths), list(cfg.seeds), manifest, epochs, device) if gnns else []
+        if "pencil" in cfg.models:
+            got += pencil_runs(cfg, shards, epochs, cfg.out / "pencil" / h)
         for r in got:
             runs.append({"heuristic": h, **r, "stats": stats})
             log.info("%s %s %d layer(s) seed %d: test RMSE %.4f (best epoch %s)", h, model_label(r["model"]),
@@ -219,10 +242,10 @@ def _main(args, parser) -> int:
     for key in dict.fromkeys((r["heuristic"], r["model"], r["layers"]) for r in runs):
         vals = [r["test_rmse"] for r in runs if (r["heuristic"], r["model"], r["layers"]) == key]
         rows.append({"heuristic": key[0], "model": key[1], "layers": key[2], "seeds": len(vals), "rmse": mean_std(vals)})
-    md = markdown(rows, heuristics, depths, spec["dataset"])
-    png = plot(rows, heuristics, out / "heuristic_rmse.png")
-    publish_results(out, {"preset": args.preset, "spec": {**spec, "sampling": list(spec["sampling"])}, "runs": runs,
-                          "table": table_json(rows)}, md, png)
+    md = markdown(rows, list(cfg.heuristics), list(cfg.depths), spec["dataset"])
+    png = plot(rows, list(cfg.heuristics), cfg.out / "heuristic_rmse.png")
+    publish_results(cfg.out, {"preset": cfg.name, "spec": {**spec, "sampling": list(spec["sampling"])}, "runs": runs,
+                              "table": table_json(rows)}, md, png)
     log.info("heuristic estimation took %.0f s", time.perf_counter() - t0)
     return 0
 

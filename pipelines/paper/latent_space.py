@@ -18,19 +18,20 @@ Writes OUT/latent_space/<preset>/: per-run result.json files, results.json, repo
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, summary
-from common.flags import add_device_flag, add_num_cpus_flag, add_seeds_flag, add_shards_flag, add_train_arg_flag, comma_list, experiment_preset_flag
+from common.flags import (FlagError, add_device_flag, add_num_cpus_flag, add_seeds_flag, add_shards_flag,
+                          add_train_arg_flag, comma_list, experiment_preset_flag)
 from common.heuristics import score_split
 from common.presets import EXPERIMENT_PRESETS, get_preset
+from pipelines.core.config import ShardOptions, TrainerOptions, parse_seeds
 from pipelines.core.paper_numbers import PAPER_LATENT
 from pipelines.core.plots import save_figure
 from pipelines.core.results import mean_std, publish_results
-from pipelines.core.run_args import build_parser as run_parser, validate_args as validate_run_args
-from pipelines.core.seeds import SeedFlagsError, check_trainer_flags, train_seeds
+from pipelines.core.seeds import SeedFlagsError, check_trainer_flags, seed_run, train_seeds
 from pipelines.core.shard_sets import build_shard_set, shutdown_embedded_ray
 
 log = logging.getLogger("pipelines.paper.latent_space")
@@ -40,10 +41,6 @@ TABLES = {
     "vary_s": [(0, 1), (1, 1), (2, 1), (2, 0)],
     "vary_mu": [(1, 0), (1, 2), (1, 8), (0, 8)],
 }
-
-
-class LatentError(ValueError):
-    """A bad pipelines.paper.latent_space flag; the message names it and the fix."""
 
 
 def settings(tables: list[str]) -> list[tuple[float, float]]:
@@ -77,6 +74,35 @@ def build_parser(prog: str = PROG) -> Parser:
     return p
 
 
+@dataclass(frozen=True)
+class LatentConfig:
+    name: str  # the experiment preset
+    spec: dict  # its settings (common.presets.EXPERIMENT_PRESETS["latent_space"])
+    tables: tuple[str, ...]
+    settings: tuple[tuple[int, int], ...]  # the (s, mu) graphs to run
+    models: tuple[str, ...]
+    seeds: tuple[int, ...]
+    graph_seed: int
+    num_nodes: int
+    out: Path  # OUT/latent_space/<preset>
+    trainer: TrainerOptions
+    shards: ShardOptions
+
+    @classmethod
+    def from_args(cls, args) -> "LatentConfig":
+        spec = experiment_preset_flag("latent_space", args, fixed_dataset=False)
+        tables = comma_list(args.tables, "--tables", allowed=list(TABLES))
+        num_nodes = args.num_nodes or spec["num_nodes"]
+        if num_nodes < 50:
+            raise FlagError(f"--num-nodes: need at least 50 nodes for a 90/10 split with average degree 15, "
+                            f"got {num_nodes}")
+        grid = settings(tables)
+        return cls(args.preset, spec, tuple(tables), tuple(parse_settings(args.settings, grid) if args.settings else grid),
+                   tuple(comma_list(args.models, "--models", allowed=list(MODELS))), parse_seeds(args.seeds),
+                   args.graph_seed, num_nodes, Path(args.out) / "latent_space" / args.preset,
+                   TrainerOptions.from_args(args), ShardOptions.from_args(args))
+
+
 def parse_settings(text: str, grid: list[tuple]) -> list[tuple]:
     """'2:1,1:8' -> [(2, 1), (1, 8)], each one of the tables' settings."""
     try:
@@ -85,7 +111,7 @@ def parse_settings(text: str, grid: list[tuple]) -> list[tuple]:
         chosen = []
     bad = [c for c in chosen if c not in grid]
     if bad or not chosen:
-        raise LatentError(f"--settings: expected S:MU pairs among {','.join(f'{s}:{m}' for s, m in grid)}, got '{text}'")
+        raise FlagError(f"--settings: expected S:MU pairs among {','.join(f'{s}:{m}' for s, m in grid)}, got '{text}'")
     return list(dict.fromkeys(chosen))
 
 
@@ -113,26 +139,27 @@ def gnn_records(ds, sm, models: list[str], gnn: dict, seeds: list[int], device: 
     return records
 
 
-def pencil_shards(args, preset, datasets: dict) -> dict:
+def pencil_shards(opts: ShardOptions, preset, datasets: dict) -> dict:
     """One shard set per setting, all built while one embedded Ray is up (the job takes the dataset
     object itself, node features included)."""
     from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
 
     shards = {}
     for sm, ds in datasets.items():
-        cfg = PreprocessConfig(dataset="synthetic", sampling=SamplingConfig(*preset.sampling), out=args.shards,
+        cfg = PreprocessConfig(dataset="synthetic", sampling=SamplingConfig(*preset.sampling), out=opts.root,
                                candidates=CandidateConfig(views=max(1, min(20, int(round(preset.epochs)))),
                                                           percent=preset.train_percent, protocols=("original",)),
-                               features=True, num_cpus=args.num_cpus)
+                               features=True, num_cpus=opts.num_cpus)
         shards[sm] = build_shard_set(cfg, ds, keep_ray=True)
     shutdown_embedded_ray()  # free the embedded Ray's CPUs before training
     return shards
 
 
-def pencil_records(rargs, preset, sm, shards: str, seeds: list[int], out: Path) -> list[dict]:
+def pencil_records(opts: TrainerOptions, preset, sm, shards: str, seeds: tuple[int, ...], out: Path) -> list[dict]:
     records = []
     runs = {seed: out / dataset_name(*sm) / "pencil" / f"seed{seed}" for seed in seeds}
-    summaries = train_seeds(rargs, preset.name, shards, "original", runs)  # seeds in parallel on CPU
+    summaries = train_seeds(opts, {seed: seed_run(opts, preset.name, shards, "original", seed, run_dir)
+                                   for seed, run_dir in runs.items()})  # seeds in parallel on CPU
     for seed, run_dir in runs.items():
         summary = summaries[seed]
         rec = {"setting": list(sm), "model": "PENCIL", "seed": seed, "best_epoch": summary.get("best_epoch"),
@@ -190,54 +217,39 @@ def plot(summary: dict, tables: list[str], models: list[str], path: Path) -> Pat
 
 # ---------------------------------------------------------------------------- entry point
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return command(build_parser, _main, argv, prog)
+    return command(build_parser, run_latent_space, argv, prog, config=LatentConfig.from_args)
 
 
-def _main(args, parser) -> int:
+def run_latent_space(cfg: LatentConfig) -> int:
     from common.datasets.synthetic import load_latent_space
 
-    spec = experiment_preset_flag("latent_space", args, fixed_dataset=False)
-    tables = comma_list(args.tables, "--tables", allowed=list(TABLES))
-    models = comma_list(args.models, "--models", allowed=list(MODELS))
-    seeds = comma_list(args.seeds, "--seeds", int, minimum=0)
-    num_nodes = args.num_nodes or spec["num_nodes"]
-    if num_nodes < 50:
-        raise LatentError(f"--num-nodes: need at least 50 nodes for a 90/10 split with average degree 15, got {num_nodes}")
-    preset = get_preset(spec["pencil"])
-    rargs = run_parser().parse_args(
-        ["--dataset", "synthetic", "--preset", preset.name, "--shards", args.shards, "--out", args.out,
-         "--device", args.device, "--seeds", ",".join(map(str, seeds)), *[f"--train-arg={a}" for a in args.train_arg]])
-    validate_run_args(rargs)
-    out = Path(args.out) / "latent_space" / args.preset
-    if "PENCIL" in models:
+    preset = get_preset(cfg.spec["pencil"])
+    if "PENCIL" in cfg.models:
         try:
-            check_trainer_flags(rargs, preset.name, ["original"], out)
+            check_trainer_flags(cfg.trainer, preset.name, ["original"], cfg.out)
         except SeedFlagsError as err:
-            raise LatentError(str(err)) from None
-    grid = settings(tables)
-    if args.settings:
-        grid = parse_settings(args.settings, grid)
+            raise FlagError(str(err)) from None
     datasets = {}
-    for s, mu in grid:
-        ds = load_latent_space(seed=args.graph_seed, num_nodes=num_nodes, s=float(s), mu=float(mu))
+    for s, mu in cfg.settings:
+        ds = load_latent_space(seed=cfg.graph_seed, num_nodes=cfg.num_nodes, s=float(s), mu=float(mu))
         datasets[(s, mu)] = replace(ds, name=dataset_name(s, mu))
         log.info("%s", datasets[(s, mu)].summary())
-    shards = pencil_shards(args, preset, datasets) if "PENCIL" in models else {}
-    records = []
+    shards = pencil_shards(cfg.shards, preset, datasets) if "PENCIL" in cfg.models else {}
+    records, models = [], list(cfg.models)
     for sm, ds in datasets.items():
         records += heuristic_records(ds, sm, models)
-        records += gnn_records(ds, sm, models, spec["gnn"], seeds, args.device, out)
-        if "PENCIL" in models:
-            records += pencil_records(rargs, preset, sm, shards[sm], seeds, out)
+        records += gnn_records(ds, sm, models, cfg.spec["gnn"], list(cfg.seeds), cfg.trainer.device, cfg.out)
+        if "PENCIL" in cfg.models:
+            records += pencil_records(cfg.trainer, preset, sm, shards[sm], cfg.seeds, cfg.out)
     summary = summarise(records)
-    md = markdown(summary, tables, models, num_nodes)
-    png = plot(summary, tables, models, out / "latent_space.png")
+    md = markdown(summary, list(cfg.tables), models, cfg.num_nodes)
+    png = plot(summary, list(cfg.tables), models, cfg.out / "latent_space.png")
     payload = {
-        "preset": args.preset, "num_nodes": num_nodes, "graph_seed": args.graph_seed, "seeds": seeds,
-        "gnn": spec["gnn"], "pencil_preset": preset.to_dict(), "runs": records,
+        "preset": cfg.name, "num_nodes": cfg.num_nodes, "graph_seed": cfg.graph_seed, "seeds": list(cfg.seeds),
+        "gnn": cfg.spec["gnn"], "pencil_preset": preset.to_dict(), "runs": records,
         "table": [{"setting": list(sm), "model": m, "mrr": list(v)} for sm, by in summary.items() for m, v in by.items()],
-        "paper": {t: {"settings": [list(x) for x in TABLES[t]], "mrr": PAPER_LATENT[t]} for t in tables}}
-    publish_results(out, payload, md, png)
+        "paper": {t: {"settings": [list(x) for x in TABLES[t]], "mrr": PAPER_LATENT[t]} for t in cfg.tables}}
+    publish_results(cfg.out, payload, md, png)
     return 0
 
 

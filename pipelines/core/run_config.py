@@ -1,0 +1,82 @@
+"""What `pencil run` is configured by: `RunConfig`, its parser, and every check of its flags before any work
+(a typo must not cost a preprocessing run). The paper's recipes that train like `pencil run` (ablations,
+latent space) build theirs here too. The trainer flags passed through (--train-arg) are checked against the
+trainer's own parser by pipelines.core.seeds.check_trainer_flags, once the preset is known.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from common.cli import Parser
+from common.flags import (FlagError, add_dataset_flags, add_device_flag, add_num_cpus_flag, add_seeds_flag,
+                          add_shards_flag, add_train_arg_flag)
+from common.storage import is_remote
+from pipelines.core.config import DataSource, ShardOptions, TrainerOptions, check_folder, parse_seeds
+
+PROG = "python -m pipelines.run"
+DESCRIPTION = """Train PENCIL on a dataset end to end: preprocess (embedded Ray, cached) -> train (per seed) -> evaluate ->
+report. A dataset without a paper preset (your edge list) gets --preset auto: a configuration searched on
+validation only. Results land in OUT/<dataset>/<preset>/."""
+SEARCH = "auto"  # --preset auto: search a configuration on validation (pipelines.auto), not a preset's name
+PROTOCOL_CHOICES = ("original", "heart", "ogb", "both")
+OBJECTIVES = ("link-prediction", "recommend")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    source: DataSource
+    preset: str | None = None  # None: the dataset's paper preset, else the search (SEARCH)
+    seeds: tuple[int, ...] = (0,)
+    out: str = "results"  # results root: OUT/<dataset>/<preset>/
+    protocol: str = "original"  # or "both": every protocol the dataset has
+    budget_minutes: float | None = None  # --preset auto: the whole run's wall-time bound; None: the search's default
+    objective: str = "link-prediction"  # --preset auto: what the checkpoints are for
+    trainer: TrainerOptions = field(default_factory=TrainerOptions)
+    shards: ShardOptions = field(default_factory=ShardOptions)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_args(cls, args) -> "RunConfig":
+        """The parsed flags of build_parser, checked; a bad one is a FlagError naming it."""
+        if args.budget_minutes is not None and not args.budget_minutes > 0:
+            raise FlagError(f"--budget-minutes: must be positive, got {args.budget_minutes}")
+        if not is_remote(args.out):
+            check_folder("--out", args.out)
+        return cls(source=DataSource.from_args(args), preset=args.preset, seeds=parse_seeds(args.seeds),
+                   out=args.out, protocol=args.protocol, budget_minutes=args.budget_minutes,
+                   objective=args.objective, trainer=TrainerOptions.from_args(args),
+                   shards=ShardOptions.from_args(args))
+
+
+def build_parser(prog: str = PROG) -> Parser:
+    p = Parser(prog=prog, description=DESCRIPTION)
+    add_dataset_flags(p)
+    p.add_argument("--preset", default=None, help="default: the dataset's; auto (a search) for your graph")
+    add_seeds_flag(p)
+    p.add_argument("--out", default="results", help="results root (default results)")
+    add_shards_flag(p)
+    p.add_argument("--overwrite", action="store_true",
+                   help="retrain seed folders holding runs on other data")
+    p.add_argument("--budget-minutes", type=float, default=None, metavar="MIN",
+                   help="--preset auto: an upper bound on the whole run's wall time (default 30)")
+    p.add_argument("--protocol", default="original", choices=PROTOCOL_CHOICES,
+                   help="evaluation protocol; both = every protocol the dataset has (default original)")
+    add_device_flag(p)
+    p.add_argument("--objective", default="link-prediction", choices=OBJECTIVES,
+                   help="--preset auto: what the checkpoints are for (default link-prediction)")
+    p.add_argument("--views", type=int, default=None, advanced=True,
+                   help="training views to preprocess (default min(epochs, 20))")
+    p.add_argument("--hard-neg-fraction", type=float, default=None, metavar="F", advanced=True,
+                   help="fraction of each training view's negatives drawn as 2-hop non-edges of the training graph; "
+                        "the rest uniform (as preprocess --hard-neg-fraction; default 0)")
+    p.add_argument("--epochs", type=float, default=None, advanced=True, help="override the preset's epochs")
+    add_num_cpus_flag(p)
+    p.add_argument("--parallel-seeds", type=int, default=0, advanced=True,
+                   help="seeds trained at once on CPU, each its own process (default 0 = one per CPU core; "
+                        "GPU runs train seeds one after another)")
+    p.add_argument("--features", action="store_true", advanced=True,
+                   help="train with node features (the paper's 'PENCIL' rows; default: without, 'PENCIL w/o features')")
+    add_train_arg_flag(p)
+    return p
