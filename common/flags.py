@@ -63,16 +63,15 @@ def comma_list(text: str, flag: str, cast=str, allowed=None, minimum=None) -> li
     return values
 
 
-def experiment_preset_flag(experiment: str, args, fixed_dataset: bool = True) -> dict:
-    """The `--preset` of one of the paper's experiments; with fixed_dataset, a `--dataset` other than the
-    preset's is a FlagError (each such preset is the paper's setting on one dataset)."""
+def experiment_preset_flag(experiment: str, preset: str, dataset: str | None = None) -> dict:
+    """The `--preset` of one of the paper's experiments; a `--dataset` other than the preset's is a FlagError
+    (each such preset is the paper's setting on one dataset: pass `dataset` only where that holds)."""
     from common.presets import experiment_preset
 
     try:
-        spec = experiment_preset(experiment, args.preset)
+        spec = experiment_preset(experiment, preset)
     except ValueError as err:
         raise FlagError(f"--preset: {err}") from None
-    dataset = getattr(args, "dataset", None)
-    if fixed_dataset and dataset and dataset != spec["dataset"]:
-        raise FlagError(f"--dataset {dataset}: preset {args.preset} runs on {spec['dataset']}; leave --dataset out")
+    if dataset and dataset != spec["dataset"]:
+        raise FlagError(f"--dataset {dataset}: preset {preset} runs on {spec['dataset']}; leave --dataset out")
     return spec

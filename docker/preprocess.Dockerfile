@@ -9,6 +9,6 @@ COPY pipelines ./pipelines
 COPY trainer ./trainer
 # The CPU wheel of torch keeps this image small; the preprocessing code never imports CUDA.
 RUN pip install --index-url https://download.pytorch.org/whl/cpu torch==2.13.0 \
- && pip install -c constraints.txt -e .
+ && pip install -c constraints.txt -e '.[cluster]'
 EXPOSE 6379 8265 10001
 CMD ["ray", "start", "--head", "--port=6379", "--dashboard-host=0.0.0.0", "--block"]

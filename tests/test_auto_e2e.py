@@ -107,3 +107,32 @@ def test_selection_is_blind_to_test_and_a_rerun_reuses_every_run(tmp_path, monke
     again = _run(tmp_path, tmp_path / "geo.csv", "real", monkeypatch)
     assert again["chosen"] == real["chosen"] and again["blend"] == real["blend"]
     assert {p: p.stat().st_size for p in out.rglob("trainer.log")} == logs
+
+
+@pytest.mark.slow
+@needs_ray
+def test_a_candidate_whose_trainer_dies_before_its_summary_leaves_a_run_that_completes(tmp_path):
+    """The `deep` candidate's trainer exits right after its first evaluation, every time it starts (a real
+    trainer, stopped by tests/fault_hook): the run still completes, with a choice, and search.json says what
+    happened to it."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    csv = _write(tmp_path / "geo.csv", _geo_split())
+    env = {**os.environ, "PENCIL_TEST_TRAINER_DIE": "deep-d2n8",
+           "PYTHONPATH": os.pathsep.join([str(root / "tests" / "fault_hook"), str(root),
+                                          os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-m", "pipelines.run", "--dataset", str(csv), "--nodes",
+                           str(csv.with_name("nodes.csv")), "--seeds", "0", "--epochs", "3", "--out",
+                           str(tmp_path / "r"), "--shards", str(tmp_path / "shards"), "--num-cpus", "1",
+                           "--train-arg=--hidden=32", "--train-arg=--ffn=64", "--train-arg=--heads=2"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = json.loads((tmp_path / "r" / "geo" / "auto" / "original" / "search.json").read_text())
+    deep = record["chosen"]["rungs"]["grace"]["deep-d2n8"]
+    assert "deep-d2n8" in record["chosen"]["failed"] and deep["best_epoch"] == 0 and deep["stopped"]
+    assert record["chosen"]["cid"] in ("default-d1n20", "deep-d2n8", "wide-d1n50")
+    assert "the trainer failed" in proc.stderr
+    assert (tmp_path / "r" / "geo" / "auto" / "report.md").exists()

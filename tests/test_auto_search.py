@@ -60,16 +60,22 @@ class FakeRuns:
     """Stands in for the trainer pool and the saved scores: each candidate's validation values per epoch come
     from `curves` ({name: [value at epoch 0, 1, ...]}); a job writes the summary a trainer would."""
 
-    def __init__(self, curves: dict, spread: float = 0.0, stopped: tuple = ()):
-        self.curves, self.spread, self.stopped, self.jobs = curves, spread, stopped, []
+    def __init__(self, curves: dict, spread: float = 0.0, stopped: tuple = (), dies: dict | None = None):
+        """stopped: candidates the budget stops before they start; dies: {name: epochs it evaluates, then its
+        trainer fails without a summary}."""
+        self.curves, self.spread, self.stopped, self.jobs, self.dies = curves, spread, stopped, [], dies or {}
 
     def name(self, run_dir: Path) -> str:
         return run_dir.name.split("-")[0]
 
-    def trainers(self, jobs, slots, stop_at=None, clock=None):
+    def trainers(self, jobs, slots, stop_at=None, clock=None, failed=None):
         for key, job in jobs.items():
             flags = job.flags()
             self.jobs.append(flags)
+            if self.name(Path(job.run_dir)) in self.dies:
+                self.die(Path(job.run_dir), self.dies[self.name(Path(job.run_dir))])
+                failed[key] = f"{key}: the trainer failed (killed); full log: {job.log}"
+                continue
             stop = int(flags[flags.index("--stop-epoch") + 1])
             patience = int(flags[flags.index("--patience") + 1]) if "--patience" in flags else None
             run_dir = Path(job.run_dir)
@@ -85,8 +91,25 @@ class FakeRuns:
                 {"epochs_completed": epoch, "best_epoch": best, "converged": bool(patience and epoch < stop)}))
         return {k: 1.0 for k in jobs}, [k for k in jobs if k in self.stopped]
 
+    def die(self, run_dir: Path, epochs: int) -> None:
+        """What a trainer killed after `epochs` evaluations leaves: its metrics and best validation scores."""
+        from common.eval_scores import write_scores
+        run_dir.mkdir(parents=True, exist_ok=True)
+        curve = self.curves[self.name(run_dir)][:epochs]
+        if curve:
+            best = max(range(len(curve)), key=lambda e: (curve[e], -e))
+            write_scores(run_dir / "scores" / "valid-original.npz", np.arange(2), np.zeros(2), best)
+        (run_dir / "metrics.jsonl").write_text("".join(
+            json.dumps({"event": "eval", "epoch": e, "split": "valid", "protocol": "original", "mrr": v}) + "\n"
+            for e, v in enumerate(curve)) + '{"event": "eval", "ep')  # and a torn last line
+
     def values(self, run_dir, manifest, protocol):
-        s = json.loads((Path(run_dir) / "summary.json").read_text())
+        path = Path(run_dir) / "summary.json"
+        if path.exists():
+            s = json.loads(path.read_text())
+        else:  # a trainer that died: its best epoch is its saved scores'
+            from common.eval_scores import read_scores, scores_path
+            s = {"best_epoch": read_scores(scores_path(Path(run_dir), "valid", protocol))[2]}
         curve = self.curves[self.name(Path(run_dir))]
         v = curve[min(s["best_epoch"], len(curve) - 1)]
         rng = np.random.default_rng(sum(map(ord, self.name(Path(run_dir)))))  # its own noise per candidate
@@ -142,6 +165,25 @@ def test_a_rerun_reuses_every_run_and_makes_the_same_choice(tmp_path, monkeypatc
     again = FakeRuns(curves)
     second = _search(tmp_path, monkeypatch, again).run(1000).to_dict()
     assert again.jobs == [] and second == first
+
+
+def test_a_candidate_whose_trainer_dies_after_its_first_evaluation_is_judged_on_it(tmp_path, monkeypatch):
+    """Its trainer failed before any summary; the search goes on, judging it on the epoch it evaluated."""
+    fake = FakeRuns({"default": rising(0.5, 5), "deep": rising(0.9, 1), "wide": rising(0.4, 5)}, dies={"deep": 1})
+    got = _search(tmp_path, monkeypatch, fake).run(1000).to_dict()
+    assert got["rungs"]["grace"]["deep-d2n8"]["best_epoch"] == 0 and got["rungs"]["grace"]["deep-d2n8"]["stopped"]
+    assert "deep-d2n8" in got["failed"] and got["cid"] in ("default-d1n20", "deep-d2n8")
+
+
+def test_a_candidate_that_evaluated_nothing_is_left_out_but_a_default_without_a_result_stops_the_run(
+        tmp_path, monkeypatch):
+    fake = FakeRuns({"default": rising(0.5, 5), "deep": rising(0.9, 5), "wide": rising(0.4, 5)}, dies={"deep": 0})
+    got = _search(tmp_path, monkeypatch, fake).run(1000).to_dict()
+    assert got["rungs"]["grace"]["deep-d2n8"]["valid"] is None and got["cid"] == "default-d1n20"
+    assert "deep-d2n8" not in got["rungs"]["converged"]  # never a survivor
+    fake = FakeRuns({"default": rising(0.5, 5), "deep": rising(0.9, 5), "wide": rising(0.4, 5)}, dies={"default": 0})
+    with pytest.raises(auto_search.AutoError, match="default-d1n20: the trainer failed"):
+        _search(tmp_path / "b", monkeypatch, fake).run(1000)
 
 
 def test_a_budget_cut_is_recorded(tmp_path, monkeypatch):

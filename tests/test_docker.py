@@ -116,6 +116,19 @@ def test_images_install_the_declared_versions_and_packages():
         assert all((ROOT / src).exists() for src in copied), (name, copied)
 
 
+def test_the_trainer_image_installs_the_projects_dependencies_but_no_ray(tmp_path):
+    """The trainer image's own requirement step, run by a real shell on the project's pyproject.toml: every
+    dependency but Ray, then the project itself without its dependencies."""
+    run = dict(steps(DOCKER / "trainer.Dockerfile"))["RUN"]
+    script = re.search(r'(python -c "import tomllib.*?") > /tmp/trainer-requirements.txt', run).group(1)
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    listed = subprocess.run(["sh", "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    deps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert listed.split() == [d for d in deps if not d.startswith("ray")] and any(d.startswith("ray") for d in deps)
+    assert "pip install --no-deps -e ." in run and "-r /tmp/trainer-requirements.txt" in run
+    assert "'.[cluster]'" in dict(steps(DOCKER / "preprocess.Dockerfile"))["RUN"]  # ray job submit, the dashboard
+
+
 def _engine() -> bool:
     if shutil.which("docker") is None:
         return False

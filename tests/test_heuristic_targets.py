@@ -155,14 +155,14 @@ def test_subgraph_batch_offsets_and_query_markers():
 def test_estimation_reads_the_same_subgraphs_and_targets_as_pencil(shard_cache):
     """The GNN side's inputs come from the --targets shard set PENCIL trains on: same links, same node
     sets, edges induced on the shipped graph without the target edge, labels = the set's targets."""
-    from types import SimpleNamespace
-
     from common.shards import read_manifest, read_shard, shard_entries
     from common.presets import EXPERIMENT_PRESETS
-    from pipelines.paper.heuristic_estimation import shard_subgraphs, target_shards
+    from pipelines.paper.heuristic_estimation import EstimationConfig, build_parser, shard_subgraphs, target_shards
 
-    args = SimpleNamespace(shards=str(cached_set(shard_cache, "heuristic_estimation")), planetoid_dir=None, num_cpus=2)
-    manifest = read_manifest(target_shards(args, EXPERIMENT_PRESETS["heuristic_estimation"]["tiny"], "cn"))
+    cfg = EstimationConfig.from_args(build_parser().parse_args(
+        ["--preset", "tiny", "--shards", str(cached_set(shard_cache, "heuristic_estimation")), "--num-cpus", "2"]))
+    assert cfg.spec == EXPERIMENT_PRESETS["heuristic_estimation"]["tiny"]
+    manifest = read_manifest(target_shards(cfg, "cn"))
     (node_ptr, edge_ptr, edges), target = shard_subgraphs(manifest, "test")
     blocks = [b for e in shard_entries(manifest, "test", "original") for b in read_shard(f"{manifest['root']}/{e['name']}")]
     assert np.array_equal(target, np.concatenate([b.label for b in blocks]))

@@ -45,11 +45,9 @@ def selection_metric(manifest: dict, protocol: str) -> str:
 
 
 def scores_to_metrics(manifest: dict, split: str, protocol: str, cid: np.ndarray, score: np.ndarray,
-                      label: np.ndarray | None = None, rows: np.ndarray | None = None) -> dict:
+                      label: np.ndarray | None = None) -> dict:
     """Look scores up by cid through the eval set's queries and compute the protocol's metrics; on a
-    regression set (preprocess --targets) RMSE / MAE of every candidate's score against its label.
-    `rows`: rank only these queries (indices into the positives; bench.prior_rule's halves of validation):
-    shared negatives all stay, per-positive ones go with their positive."""
+    regression set (preprocess --targets) RMSE / MAE of every candidate's score against its label."""
     entry = eval_entry(manifest, split, protocol)
     if manifest.get("targets"):
         if label is None or len(cid) != entry["candidates"]:
@@ -58,8 +56,6 @@ def scores_to_metrics(manifest: dict, split: str, protocol: str, cid: np.ndarray
         return regression_metrics(score, label)
     pos_cid, neg_cid = load_queries(f"{manifest['root']}/{entry['queries']}",  # root may be a URL
                                     sha256=manifest["files"][entry["queries"]]["sha256"])
-    if rows is not None:
-        pos_cid, neg_cid = pos_cid[rows], (neg_cid[rows] if neg_cid.ndim == 2 else neg_cid)
     size = int(max(cid.max(initial=-1), pos_cid.max(initial=-1), neg_cid.max(initial=-1))) + 1
     table = np.full(size, np.nan, dtype=score.dtype if score.dtype.kind == "f" else np.float64)
     scored = np.zeros(size, dtype=bool)

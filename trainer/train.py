@@ -1,4 +1,4 @@
-"""The training loop (issue #4 item 5): thin glue between data, model, optimiser, eval and checkpoints.
+"""The training loop: thin glue between data, model, optimiser, eval and checkpoints.
 
 Optimiser step = `accum` micro-batches per rank, the same count on every rank (so the DDP gradient
 all-reduce, done only on the last micro-step, never waits on a rank that has stopped). Micro-batches

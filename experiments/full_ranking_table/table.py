@@ -1,6 +1,6 @@
 """The recommendation quality table of BENCHMARKS.md from `pipelines.recommend --evaluate` outputs.
 
-    python -m bench.full_ranking_table --dir runs/fr --datasets citeseer,cora [--gnn citeseer=gnn.json]
+    python -m experiments.full_ranking_table.table --dir runs/fr --datasets citeseer,cora [--gnn citeseer=gnn.json]
 
 Reads DIR/<dataset>_s<seed>_<retriever>.json (one evaluation per seed and retriever, run with
 --splits valid,test --choose-prior) and prints, per dataset, split and retriever, mean ± std over seeds (%)
@@ -68,7 +68,7 @@ def gnn_rows(dataset: str, path: Path) -> list[str]:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.full_ranking_table", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.full_ranking_table.table", description=__doc__.splitlines()[0])
     p.add_argument("--dir", required=True)
     p.add_argument("--datasets", required=True)
     p.add_argument("--gnn", action="append", default=[], metavar="DATASET=FILE")

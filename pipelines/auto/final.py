@@ -21,7 +21,8 @@ log = logging.getLogger("pipelines.auto")
 
 def train_final_seeds(opts: TrainerOptions, choice: Choice, protocol: str, runs: dict[int, Path],
                       stop_at: float | None = None) -> dict[int, dict]:
-    """{seed: summary} of every final seed; finished seeds are reused, the search's seed evaluates its run."""
+    """{seed: summary} of every final seed; finished seeds are reused, the search's seed evaluates its run. A
+    seed the budget stops is judged on its evaluated epochs, or left out (pipelines.core.seeds.train_seeds)."""
     seeds = {seed: seed_run(opts, DEFAULT_PRESET, choice.shards, protocol, seed, run_dir, epochs=choice.run_epochs,
                             overrides=choice.candidate.overrides(), stop_epoch=choice.epochs, save_scores=True)
              for seed, run_dir in runs.items()}
@@ -30,4 +31,4 @@ def train_final_seeds(opts: TrainerOptions, choice: Choice, protocol: str, runs:
         seeds[SEARCH_SEED] = replace(seeds[SEARCH_SEED], eval_weights=str(weights), fresh=True)
         log.info("seed %d: evaluating the search's run of %s (%s) instead of training it again", SEARCH_SEED,
                  choice.cid, weights)
-    return train_seeds(opts, seeds, stop_at)
+    return train_seeds(opts, seeds, stop_at, partial=True)

@@ -22,7 +22,7 @@ from common.presets import get_preset
 from pipelines.auto import blend
 from pipelines.auto.config import DEFAULT_PRESET, SearchConfig, candidates
 from pipelines.auto.final import train_final_seeds
-from pipelines.auto.search import Choice, Search
+from pipelines.auto.search import AutoError, Choice, Search
 from pipelines.auto.signal import per_positive
 from pipelines.core.results import SeedResult
 from pipelines.core.run_config import SEARCH, RunConfig
@@ -109,11 +109,18 @@ def search_and_train(run: RunConfig, dataset, protocol: str, out: Path, runs: di
     write_json_atomic(out / "search.json", record)
     write_json_atomic(out / "chosen.json", {k: record["chosen"][k] for k in ("cid", "config", "epochs", "shards")})
     summaries = train_final_seeds(run.trainer, choice, protocol, runs, stop_at=deadline)
+    if not summaries:
+        raise AutoError(f"{out}: the budget stopped every final seed before its first evaluation; raise "
+                        "--budget-minutes (a rerun reuses the search and resumes the seeds)")
+    left_out = sorted(set(runs) - set(summaries))  # stopped before their first evaluation: logged
+    runs = {seed: d for seed, d in runs.items() if seed in summaries}
     manifest = manifests[choice.candidate.sampling]
     decision, blended = blend_stage(runs, blind, dataset, manifest, protocol, choice.metric, cfg.margin_se,
                                     test_scores)
+    stopped = sorted(seed for seed, s in summaries.items() if s.get("stopped"))
     record.update(blend=decision.to_dict(), total_seconds=round(time.time() - t0, 1),
-                  budget_cut=bool(choice.cut_short))
+                  budget_cut=bool(choice.cut_short or stopped or left_out),
+                  final_seeds={"reported": sorted(summaries), "stopped_by_budget": stopped, "left_out": left_out})
     write_json_atomic(out / "search.json", record)
     log.info("auto: %s for %d epochs, blend %s; %.0f s of the %.0f-minute budget", choice.cid, choice.epochs,
              decision.key, record["total_seconds"], cfg.budget_minutes)

@@ -8,6 +8,10 @@ and the validation signal (pipelines.auto.signal) decides.
    stopped where it converged. When every candidate peaked at its first epoch, validation says nothing: the
    default is kept and trains its whole schedule, as the fixed preset would.
 
+A candidate that `--budget-minutes` stopped, or whose trainer failed, is judged on the epochs it evaluated
+(pipelines.core.stopped); one without any is left out, with a log line and its place in search.json. Only a
+default without any validation result stops the run.
+
 The search holds no test split: its trainers evaluate validation only (--eval-splits valid), and it reads
 nothing but their validation scores. Training on CPU is deterministic per seed, so the same input gives the
 same choice whatever the machine's load; only `--budget-minutes` can cut it short, and search.json says so.
@@ -27,6 +31,7 @@ from pipelines.auto.config import DEFAULT_PRESET, Candidate, SearchConfig
 from pipelines.auto.signal import choose, metric_for, run_values
 from pipelines.core.config import TrainerOptions
 from pipelines.core.seeds import seed_run
+from pipelines.core.stopped import stopped_summary
 from pipelines.core.trainers import TrainerRun, run_trainers
 
 log = logging.getLogger("pipelines.auto")
@@ -58,6 +63,7 @@ class Choice:
     patience: int
     rungs: dict = field(default_factory=dict)
     cut_short: tuple[str, ...] = ()  # candidates the budget stopped
+    failed: dict = field(default_factory=dict)  # candidates whose trainer failed: {cid: its one line}
 
     @property
     def cid(self) -> str:
@@ -67,7 +73,8 @@ class Choice:
         return {"cid": self.cid, "config": self.candidate.to_dict(), "epochs": self.epochs,
                 "best_epoch": self.best_epoch, "shards": self.shards, "run_dir": self.run_dir, "metric": self.metric,
                 "decision": self.decision, "run_epochs": self.run_epochs, "grace_epochs": self.grace_epochs,
-                "patience": self.patience, "rungs": self.rungs, "cut_short": list(self.cut_short)}
+                "patience": self.patience, "rungs": self.rungs, "cut_short": list(self.cut_short),
+                "failed": self.failed}
 
 
 class Search:
@@ -77,7 +84,7 @@ class Search:
         self.cfg, self.epochs, self.cands, self.shards = cfg, epochs, {c.cid: c for c in cands}, shards
         self.protocol = protocol
         self.manifests, self.root, self.opts, self.slots = manifests, root, opts, slots
-        self.stop_at, self.clock, self.cut_short = stop_at, clock, []
+        self.stop_at, self.clock, self.cut_short, self.failed = stop_at, clock, [], {}
         self.dirs = {c.cid: root / f"{c.cid}-{self._key(c)}" for c in cands}
 
     def _key(self, c: Candidate) -> str:
@@ -103,27 +110,38 @@ class Search:
                 if not self.done(cid, stop_epoch, patience)}
         log.info("search: %d candidate(s) to epoch %d%s, %d to train, %d reused", len(cids), stop_epoch,
                  f" or convergence (patience {patience})" if patience else "", len(todo), len(cids) - len(todo))
-        _, stopped = run_trainers(todo, self.slots, self.stop_at, self.clock)
+        failed: dict[str, str] = {}
+        _, stopped = run_trainers(todo, self.slots, self.stop_at, self.clock, failed)
         if stopped:
             self.cut_short += stopped
             log.warning("search: --budget-minutes cut %s short; each is judged on the epochs it finished",
                         ", ".join(stopped))
+        for cid, message in failed.items():  # a candidate that failed is judged like one the budget stopped
+            self.failed[cid] = message
+            log.warning("search: %s; judged on the epochs it evaluated", message)
+
+    def state(self, cid: str) -> dict:
+        """The candidate's summary; for a run the budget stopped, its best evaluated epoch so far ({}: none)."""
+        return summary(self.dirs[cid]) or stopped_summary(self.dirs[cid], self.protocol) or {}
 
     def values(self, cid: str) -> dict:
-        if summary(self.dirs[cid]).get("best_epoch") is None:
-            raise AutoError(f"{cid}: no validation epoch finished (log: {self.dirs[cid] / 'trainer.log'}); "
-                            "raise --budget-minutes")
         return run_values(self.dirs[cid], self.manifests[self.cands[cid].sampling], self.protocol)
 
     def rung(self, cids: list[str], metric: str) -> dict:
+        """Each candidate's validation value at its best epoch; None for one that evaluated no epoch."""
         out = {}
         for cid in cids:
-            s = summary(self.dirs[cid])
+            s = self.state(cid)
+            if s.get("best_epoch") is None:
+                why = self.failed.get(cid) or "stopped by --budget-minutes before its first evaluation"
+                out[cid] = {"valid": None, "reason": why}
+                log.warning("  %s: no validation epoch (%s); left out (log: %s)", cid, why, self.dirs[cid] / "trainer.log")
+                continue
             out[cid] = {"valid": float(self.values(cid)[metric].mean()), "best_epoch": s.get("best_epoch"),
                         "epochs": s.get("epochs_completed"), "converged": bool(s.get("converged")),
-                        "train_time_s": s.get("train_time_s")}
-            log.info("  %s: valid %s %.4f (best epoch %s of %s)", cid, metric, out[cid]["valid"],
-                     out[cid]["best_epoch"], out[cid]["epochs"])
+                        "stopped": bool(s.get("stopped")), "train_time_s": s.get("train_time_s")}
+            log.info("  %s: valid %s %.4f (best epoch %s of %s%s)", cid, metric, out[cid]["valid"],
+                     out[cid]["best_epoch"], out[cid]["epochs"], ", stopped by the budget" if s.get("stopped") else "")
         return out
 
     def grace_rung(self, cids: list[str], grace: int, metric: str) -> dict:
@@ -138,6 +156,15 @@ class Search:
         write_json_atomic(saved, first)
         return first
 
+    def require_default(self, first: dict, default: str) -> None:
+        """The default is what a user gets without a search: without its validation result there is nothing to
+        fall back on, so the run stops here, naming the fix."""
+        if first[default]["valid"] is None:
+            if default in self.failed:
+                raise AutoError(self.failed[default])
+            raise AutoError(f"{default}: the budget stopped it before its first validation epoch (log: "
+                            f"{self.dirs[default] / 'trainer.log'}); raise --budget-minutes")
+
     def run(self, valid_positives: int) -> Choice:
         cfg, cids = self.cfg, list(self.cands)
         metric = metric_for(valid_positives, cfg.small_validation)
@@ -146,11 +173,14 @@ class Search:
                  valid_positives)
         grace, patience = cfg.grace_epochs(self.epochs), cfg.patience_epochs(self.epochs)
         first = self.grace_rung(cids, grace, metric)
+        self.require_default(first, default)
+        others = [c for c in others if first[c]["valid"] is not None]
         keep = sorted(others, key=lambda c: (-first[c]["valid"], others.index(c)))
         keep = keep[: math.ceil(len(others) / cfg.reduction_factor)]
         survivors = [default, *[c for c in others if c in keep]]
         self.train(survivors, self.epochs, patience)
         second = self.rung(survivors, metric)
+        survivors = [c for c in survivors if second[c]["valid"] is not None]
         decision = choose({c: self.values(c)[metric] for c in survivors}, cfg.margin_se)
         if all(second[c]["best_epoch"] == 0 for c in survivors):
             # validation says nothing: the default, trained through its whole schedule as the fixed preset is
@@ -159,7 +189,7 @@ class Search:
             self.train([default], self.epochs, None)
         chosen = decision["choice"]
         log.info("search: %s (%s)", chosen, decision["reason"])
-        s, c = summary(self.dirs[chosen]), self.cands[chosen]
+        s, c = self.state(chosen), self.cands[chosen]
         return Choice(c, int(s["epochs_completed"]), s["best_epoch"], self.shards[c.sampling], str(self.dirs[chosen]),
                       metric, decision, self.epochs, grace, patience, {"grace": first, "converged": second},
-                      tuple(self.cut_short))
+                      tuple(self.cut_short), dict(self.failed))

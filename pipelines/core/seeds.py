@@ -13,6 +13,7 @@ from common.presets import preset_for_protocol
 from pipelines.core import finished
 from pipelines.core.config import TrainerOptions
 from pipelines.core.seed_data import stale_seeds
+from pipelines.core.stopped import stopped_summary
 from pipelines.core.trainers import TrainerError, TrainerRun, run_trainers, trainer_slots
 
 log = logging.getLogger("pipelines")
@@ -50,9 +51,12 @@ def check_trainer_flags(opts: TrainerOptions, preset_name: str, protocols: list[
             raise SeedFlagsError(f"--train-arg {given}: {lines[-1].split('error: ', 1)[-1]}") from None
 
 
-def train_seeds(opts: TrainerOptions, runs: dict[int, TrainerRun], stop_at: float | None = None) -> dict[int, dict]:
+def train_seeds(opts: TrainerOptions, runs: dict[int, TrainerRun], stop_at: float | None = None,
+                partial: bool = False) -> dict[int, dict]:
     """{seed: summary} of every run: finished seeds reused untouched, the others trained in the pool.
-    `stop_at`: the pool's deadline (a stopped seed raises). A folder trained on other data is refused
+    `stop_at`: the pool's deadline. A seed it stops raises, or with `partial` is judged on the epochs it
+    evaluated (pipelines.core.stopped; its summary says `stopped`), or left out of the result when it
+    evaluated none; a rerun resumes it either way. A folder trained on other data is refused
     (pipelines.core.seed_data), or cleared with the recipe's --overwrite."""
     if not runs:
         return {}
@@ -68,13 +72,22 @@ def train_seeds(opts: TrainerOptions, runs: dict[int, TrainerRun], stop_at: floa
         log.info("training seed %d (log: %s)", seed, run.log)
     jobs = {f"seed {seed}": run for seed, run in todo.items()}
     _, stopped = run_trainers(jobs, min(len(jobs) or 1, trainer_slots(opts.device, opts.parallel)), stop_at)
-    if stopped:
+    if stopped and not partial:
         raise TrainerError(f"{', '.join(stopped)}: stopped by the time budget before finishing; rerun with a larger "
                            "--budget-minutes (finished seeds are reused, stopped ones resume)")
     for seed, run in todo.items():
-        finished.mark_finished(run)
-        done[seed] = json.loads((Path(run.run_dir) / "summary.json").read_text())
-    return {seed: done[seed] for seed in runs}
+        if f"seed {seed}" not in stopped:
+            finished.mark_finished(run)
+            done[seed] = json.loads((Path(run.run_dir) / "summary.json").read_text())
+        elif (partial_summary := stopped_summary(Path(run.run_dir), run.protocol)) is not None:
+            log.warning("seed %d: stopped by the time budget after %d epoch(s); judged on its best evaluated epoch, "
+                        "%d (a rerun with a larger --budget-minutes resumes it)", seed,
+                        partial_summary["epochs_completed"], partial_summary["best_epoch"])
+            done[seed] = partial_summary
+        else:
+            log.warning("seed %d: stopped by the time budget before its first evaluation; left out of the report "
+                        "(a rerun with a larger --budget-minutes resumes it)", seed)
+    return {seed: done[seed] for seed in runs if seed in done}
 
 
 def result_record(dataset: str, protocol: str, preset: str, seed: int, summary: dict, features: bool,
@@ -90,4 +103,6 @@ def result_record(dataset: str, protocol: str, preset: str, seed: int, summary: 
         record["own_graph"] = True
     if hard_neg_fraction:
         record["hard_neg_fraction"] = hard_neg_fraction
+    if summary.get("stopped"):  # a time budget ended it: its best evaluated epoch (pipelines.core.stopped)
+        record["stopped_by_budget"] = True
     return record

@@ -104,10 +104,11 @@ def trainer_command(run: TrainerRun) -> list[str]:
 
 
 def run_trainers(jobs: dict[str, TrainerRun], slots: int, stop_at: float | None = None,
-                 clock=time.time) -> tuple[dict, list]:
+                 clock=time.time, failed: dict | None = None) -> tuple[dict, list]:
     """Run every TrainerRun, `slots` at a time; returns (each job's wall seconds, the jobs stopped at `stop_at` by
     `clock`: the running ones are ended, the pending ones never start). A failed job stops the others and
-    raises naming its log; so do Ctrl-C and SIGTERM (pipelines.core.children.exit_on_sigterm)."""
+    raises naming its log, unless `failed` is given: then the failure's one line goes there ({key: line}) and
+    the others go on. Ctrl-C and SIGTERM stop them all (pipelines.core.children.exit_on_sigterm)."""
     pending, running, wall, stopped = list(jobs), {}, {}, []
     try:
         while pending or running:
@@ -128,7 +129,10 @@ def run_trainers(jobs: dict[str, TrainerRun], slots: int, stop_at: float | None 
                 wall[key] = time.perf_counter() - t
                 if proc.returncode != 0:
                     tail = jobs[key].log.read_text().strip().splitlines()[-1:] or ["(no output)"]
-                    raise TrainerError(f"{key}: the trainer failed ({tail[0]}); full log: {jobs[key].log}")
+                    message = f"{key}: the trainer failed ({tail[0]}); full log: {jobs[key].log}"
+                    if failed is None:
+                        raise TrainerError(message)
+                    failed[key] = message
     finally:
         stop_children([proc for proc, _ in running.values()])
     return wall, stopped

@@ -131,7 +131,7 @@ class BaselineConfig:
 
     @classmethod
     def from_args(cls, args) -> "BaselineConfig":
-        spec = experiment_preset_flag("gnn_baselines", args)
+        spec = experiment_preset_flag("gnn_baselines", args.preset, args.dataset)
         return cls(args.preset, spec, tuple(comma_list(args.models, "--models", allowed=MODELS)), args.decoder,
                    args.inputs, args.protocol, parse_seeds(args.seeds), args.epochs,
                    Path(args.out) / "gnn_baselines" / args.preset,

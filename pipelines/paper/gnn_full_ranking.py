@@ -84,7 +84,7 @@ class FullRankingConfig:
 
     @classmethod
     def from_args(cls, args) -> "FullRankingConfig":
-        spec = experiment_preset_flag("gnn_baselines", args, fixed_dataset=False)
+        spec = experiment_preset_flag("gnn_baselines", args.preset)
         return cls(args.preset, spec, DataSource.from_args(args),
                    tuple(comma_list(args.models, "--models", allowed=MODELS)), args.inputs, parse_seeds(args.seeds),
                    args.epochs, args.device, Path(args.out))

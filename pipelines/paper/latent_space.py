@@ -90,7 +90,7 @@ class LatentConfig:
 
     @classmethod
     def from_args(cls, args) -> "LatentConfig":
-        spec = experiment_preset_flag("latent_space", args, fixed_dataset=False)
+        spec = experiment_preset_flag("latent_space", args.preset)
         tables = comma_list(args.tables, "--tables", allowed=list(TABLES))
         num_nodes = args.num_nodes or spec["num_nodes"]
         if num_nodes < 50:

@@ -4,6 +4,10 @@ Ray hands the driver's PYTHONPATH to its workers (preprocess.job.init_ray).
 With PENCIL_TEST_RECOMMEND_FAIL_AFTER=N, a `pipelines.recommend` process dies (an error, as a killed job would
 stop) once it has written N part files (tests/test_recommend.py).
 
+With PENCIL_TEST_TRAINER_DIE=TEXT, a `python -m trainer` whose --out contains TEXT exits (status 3) right after
+its first evaluation: its metrics, best.pt and saved scores exist, its summary.json never does
+(tests/test_auto_e2e.py).
+
 Preprocess (tests/test_faults.py):
 In a Ray worker, and only when PENCIL_TEST_FAULT_DIR is set, it wraps preprocess.job._sample_into (build_shard
 looks it up at call time) so that every attempt at a shard leaves a marker, FAULT_DIR/<shard>.attempt<k> holding
@@ -98,7 +102,27 @@ def _install_recommend_kill(after: int) -> None:
     job.write_part = write_part
 
 
+def _install_trainer_death() -> None:
+    import trainer.train as train
+
+    original = train.Trainer.run_eval
+
+    def run_eval(self, final=False):
+        original(self, final)
+        sys.stdout.flush()
+        os._exit(3)
+
+    train.Trainer.run_eval = run_eval
+
+
+def _trainer_out() -> str:
+    argv = sys.argv
+    return argv[argv.index("--out") + 1] if "--out" in argv[:-1] else ""
+
+
 if FAULT_DIR and sys.argv and sys.argv[0].endswith("default_worker.py"):
     _install()
 if os.environ.get("PENCIL_TEST_RECOMMEND_FAIL_AFTER"):
     _install_recommend_kill(int(os.environ["PENCIL_TEST_RECOMMEND_FAIL_AFTER"]))
+if os.environ.get("PENCIL_TEST_TRAINER_DIE") and os.environ["PENCIL_TEST_TRAINER_DIE"] in _trainer_out():
+    _install_trainer_death()
