@@ -134,9 +134,11 @@ def test_variants_per_suite_share_the_plain_run():
     assert variants(["lrp"], 2, [2])[1].flags == ("--lrp", "3")
     depth = {v.slug: (v.flags, v.layers) for v in variants(["depth"], 2, [1, 2, 4])}
     assert depth == {"pencil": ((), 2), "layers1": (("--layers", "1"), 1), "layers4": (("--layers", "4"), 4)}
-    from pipelines.paper.ablations import Variant, variant_train_args
+    from pipelines.paper.ablations import AblationConfig, Variant, build_parser, variant_options
+    cfg = AblationConfig.from_args(build_parser().parse_args(["--preset", "tiny", "--train-arg=--num-workers=0"]))
     v = Variant("x", "x", ("--w0-init", "low-rank", "--wpe"), 2)
-    assert variant_train_args(["--num-workers=0"], v) == ["--num-workers=0", "--w0-init=low-rank", "--wpe"]
+    # the user's trainer flags, then the variant's, one token each
+    assert variant_options(cfg, v).train_args == ("--num-workers", "0", "--w0-init", "low-rank", "--wpe")
 
 
 def test_table_prints_measured_rows_beside_the_paper():
