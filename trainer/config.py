@@ -17,7 +17,7 @@ from common.presets import ALIASES, LR_SCHEDULES, PRESETS, get_preset
 
 SPLITS = ("valid", "test")
 # common.datasets.PROTOCOLS, kept literal (config stays light); a test checks they agree.
-PROTOCOLS = ("original", "heart", "ogb")
+PROTOCOLS = ("original", "heart", "ogb", "pairs")
 # --w0-init spellings -> trainer.model.W0_INITS (kept literal: config must not import the model / torch)
 W0_INIT_FLAGS = {"orthogonal": "orthogonal", "gaussian": "gaussian", "low-rank": "low_rank"}
 # Fields a resumed run may change without breaking "continue exactly where it stopped": they control
@@ -110,6 +110,9 @@ class ModelOverrides:
     w0_learnable: bool | None = None
     wpe: bool | None = None
     lrp: int | None = None  # k labeled subgraphs per link with DeepSets pooling (None / 1: PENCIL as published)
+    # None: the set's node features feed the model when it ships them (early fusion); False: structure only,
+    # "PENCIL w/o features" on a featured set, so one set serves both rows (trainer.model.model_for_shards)
+    features: bool | None = None
 
     def __post_init__(self):
         for name in ("hidden", "layers", "heads", "ffn", "lrp"):
@@ -274,7 +277,7 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     g.add_argument("--hidden", type=int)
     g.add_argument("--layers", type=int)
     g.add_argument("--protocol", choices=PROTOCOLS, metavar="PROTOCOL",
-                   help="evaluation protocol: original, heart or ogb")
+                   help="evaluation protocol: original, heart, ogb or pairs (the user's labelled pairs)")
     g.add_argument("--lr-schedule", choices=LR_SCHEDULES, advanced=True,
                    help="constant (the paper's) or cosine decay to 0 over the run")
     g.add_argument("--weight-decay", type=float, advanced=True)
@@ -291,6 +294,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     a.add_argument("--w0-learnable", action="store_const", const=True, advanced=True, help="train W0 (default: frozen)")
     a.add_argument("--wpe", action="store_const", const=True, advanced=True,
                    help="add learnable word position embeddings")
+    a.add_argument("--no-features", dest="features", action="store_const", const=False, advanced=True,
+                   help="ignore the shard set's node features: structure only ('PENCIL w/o features')")
     a.add_argument("--lrp", type=int, metavar="K", advanced=True,
                    help="LRP-k: K labeled subgraphs (independent local orders) per link, DeepSets-pooled (default 1)")
     d = p.add_argument_group("data and run control")
@@ -365,7 +370,7 @@ def config_from_args(argv: Sequence[str] | None = None, prog: str = PROG) -> Tra
         model=ModelOverrides(hidden=args.hidden, layers=args.layers, heads=args.heads, ffn=args.ffn,
                              dropout=args.dropout, attention=args.attention, residual=args.residual,
                              w0_init=W0_INIT_FLAGS.get(args.w0_init), w0_learnable=args.w0_learnable,
-                             wpe=args.wpe, lrp=args.lrp),
+                             wpe=args.wpe, lrp=args.lrp, features=args.features),
         epochs=pick(args.epochs, preset.epochs), eval_every=pick(args.eval_every, preset.eval_every),
         eval_splits=tuple(s for s in args.eval_splits.split(",") if s), protocol=pick(args.protocol, preset.protocol),
         seed=args.seed, device=args.device, max_steps=args.max_steps, stop_epoch=args.stop_epoch, patience=args.patience, checkpoint_every=args.checkpoint_every,
