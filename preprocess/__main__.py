@@ -33,7 +33,8 @@ def build_parser(prog: str = PROG) -> Parser:
                         "original,heart,ogb,pairs (default both; pairs: the --eval-pairs file's)")
     p.add_argument("--out", default="shards", help="output root, local or s3://; shards go to OUT/<dataset>/<key> "
                    "(default shards)")
-    p.add_argument("--features", action="store_true", help="load node features (part of the cache key)")
+    p.add_argument("--features", action="store_true",
+                   help="a paper dataset's node features (an edge list's: --node-features FILE)")
     p.add_argument("--force", action="store_true", help="rebuild even if a complete shard set exists")
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings and the final path")
     add_num_cpus_flag(p)
