@@ -110,7 +110,7 @@ class PreprocessConfig:
     # An edge list's other inputs (common/datasets/): node features (--node-features, --fill-features), the
     # columns it ignores on purpose (--ignore-columns), the user's labelled evaluation pairs (--eval-pairs) and
     # known training non-links (--train-negatives). Their content reaches the cache key via the dataset's
-    # fingerprint (features, time, weights and pairs are all hashed there), not their paths.
+    # fingerprint (features, time, weights and pairs are all hashed there), not their paths (key_parts).
     node_features: str | None = None
     fill_features: str | None = None
     ignore_columns: tuple[str, ...] = ()
@@ -197,8 +197,9 @@ class PreprocessConfig:
             **({"targets": self.targets} if self.targets else {}),
             # only when not the default: a --split of 85,5,10 finds the set built without the flag
             **({"split": list(self.split)} if self.split not in (None, DEFAULT_SPLIT) else {}),
-            # only when given, for the same reason (their content is in the fingerprint already)
-            **({"split_kind": self.split_kind} if self.split_kind else {}),
+            # The split kind and the graph's other inputs reach the key through the fingerprint (the pairs of each
+            # split, the times' boundaries, the feature table, the weights, the user's pairs are all hashed there);
+            # --node-features also decides whether the set ships the table, so it is named (only when given).
             **({"node_features": True} if self.node_features else {}),
         }
 

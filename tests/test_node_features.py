@@ -173,8 +173,8 @@ def cora_pair(tmp_path_factory):
     rows = [f"{u},{v},{s}" for s in ("train", "valid", "test") for u, v in paper.splits[s].pos]
     (folder / "cora-edges.csv").write_text("src,dst,split\n" + "\n".join(rows) + "\n")
     header = "node," + ",".join(f"w{j}" for j in range(paper.x.shape[1]))
-    body = "\n".join(f"{i}," + ",".join(map(str, row.astype(int))) for i, row in enumerate(paper.x))
-    (folder / "cora-features.csv").write_text(header + "\n" + body + "\n")
+    table = np.column_stack([np.arange(len(paper.x)), paper.x]).astype(np.int64)  # binary bag-of-words
+    np.savetxt(folder / "cora-features.csv", table, fmt="%d", delimiter=",", header=header, comments="")
     return paper, folder
 
 
@@ -217,6 +217,8 @@ def test_cora_feature_file_gives_the_same_shards_and_losses(cora_pair, shard_cac
                                    out=str(cached_set(shard_cache, "cora-edge-list-features")), **kw))
     m_paper, m_own = read_manifest(set_paper), read_manifest(set_own)
     assert np.array_equal(load_features(m_paper), load_features(m_own))
+    from common.datasets import load_set_dataset
+    assert load_set_dataset(m_own["config"]).fingerprint() == m_own["fingerprint"]  # features reload with the run
     assert [s["sha256"] for s in m_paper["shards"]] == [s["sha256"] for s in m_own["shards"]]
     for entry in m_own["shards"][:2]:
         a = list(read_shard(Path(set_paper) / entry["name"]))

@@ -192,7 +192,9 @@ def test_collegemsg_subgraphs_hold_no_edge_from_after_the_boundary(collegemsg, s
                            out=str(cached_set(shard_cache, "collegemsg-temporal")),
                            candidates=CandidateConfig(views=1, percent=10.0, protocols=("original",)))
     manifest = read_manifest(run(cfg, ds))
-    assert manifest["split"]["kind"] == "temporal" and set(manifest["graphs"]) == {"train", "test"}
+    assert manifest["split"] == ds.split_info and set(manifest["graphs"]) == {"train", "test"}
+    from common.datasets import load_set_dataset
+    assert load_set_dataset(manifest["config"]).fingerprint() == manifest["fingerprint"]
     seen = 0
     for entry in manifest["shards"]:
         split = entry["split"]

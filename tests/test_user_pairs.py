@@ -54,6 +54,18 @@ def test_eval_pairs_with_a_split_column(tmp_path, edges, caplog):
     assert np.array_equal(plain.splits["test"].neg["original"], test.neg["original"])
 
 
+def test_heuristics_rank_the_file_s_links_under_pairs(tmp_path, edges):
+    """On the training ring: (110, 112) has the common neighbour 111, (103, 113) none, the non-links none:
+    ranks 1 and 1 + (0 + 2) / 2 = 2, MRR 0.75."""
+    from common.heuristics import score_split
+    rows = [(103, 113, 1, "test"), (110, 112, 1, "test"), (105, 125, 0, "test"), (107, 127, 0, "test"),
+            (100, 120, 0, "valid")]
+    ds = load_dataset(edges, eval_pairs=write(tmp_path / "p.csv", "src,dst,label,split", rows))
+    scored = score_split(ds, "test", ["original", "pairs"], ["cn"])
+    assert scored["pairs"]["cn"]["mrr"] == 0.75 and scored["pairs"]["cn"]["hits@1"] == 0.5
+    assert scored["original"]["cn"] == score_split(load_dataset(edges), "test", ["original"], ["cn"])["original"]["cn"]
+
+
 def test_only_non_links_rank_against_the_split_s_own_positives(tmp_path, edges):
     rows = [(100, 120, 0, "valid"), (105, 125, 0, "test"), (107, 127, 0, "test")]
     ds = load_dataset(edges, eval_pairs=write(tmp_path / "p.csv", "src,dst,label,split", rows))
@@ -165,6 +177,9 @@ def test_preprocess_flags_build_pairs_sets_the_trainer_evaluates(tmp_path, edges
     entry = manifest["eval"]["test/pairs"]
     assert (entry["positives"], entry["candidates"], entry["links"]) == (2, 4, "eval-pairs")
     assert manifest["eval"]["test/original"]["positives"] == len(TEST)
+    from common.datasets import load_set_dataset
+    again = load_set_dataset(manifest["config"])  # what score / recommend / evaluate load: the same data
+    assert again.fingerprint() == manifest["fingerprint"] and again.train_negatives is not None
     pos_cid, neg_cid = load_queries(Path(manifest["root"]) / entry["queries"])
     assert len(pos_cid) == 2 and neg_cid.shape == (2,)
     from common.node_ids import load_node_ids
