@@ -107,5 +107,6 @@ def test_no_features_trains_structure_only_on_a_featured_set(feature_shards, tmp
     train(cfg)
     state = torch.load(tmp_path / "run" / "best.pt", weights_only=True)
     assert not any(k.startswith("features.") for k in state["model"])
-    again = model_for_shards("tiny", config_for("tiny", "s", "o", model={"features": False}).model.as_overrides(), manifest)
+    saved = config_for("tiny", "s", "o", model={"features": False}).model.as_overrides()
+    again = model_for_shards("tiny", saved, manifest)
     again.load_state_dict(state["model"])  # the same structure-only model, from the saved overrides

@@ -213,7 +213,8 @@ def test_cora_feature_file_gives_the_same_shards_and_losses(cora_pair, shard_cac
     planetoid = str(require_shared("planetoid", "ind.cora.x").parent)
     set_paper = run(PreprocessConfig(dataset="cora", features=True, planetoid_dir=planetoid,
                                      out=str(cached_set(shard_cache, "cora-features")), **kw))
-    set_own = run(PreprocessConfig(dataset=str(folder / "cora-edges.csv"), node_features=str(folder / "cora-features.csv"),
+    set_own = run(PreprocessConfig(dataset=str(folder / "cora-edges.csv"),
+                                   node_features=str(folder / "cora-features.csv"),
                                    out=str(cached_set(shard_cache, "cora-edge-list-features")), **kw))
     m_paper, m_own = read_manifest(set_paper), read_manifest(set_own)
     assert np.array_equal(load_features(m_paper), load_features(m_own))

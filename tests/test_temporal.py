@@ -70,8 +70,6 @@ def test_negatives_name_only_nodes_that_exist_by_the_boundary(tiny):
 def test_heuristics_see_only_edges_before_the_boundary(tiny):
     """CN from the rows before each boundary, by hand; a test edge in the graph would give (15, 5) the common
     neighbour 6."""
-    index = {int(u): i for i, u in enumerate(tiny.node_ids)}
-
     def hand_cn(pairs, before):
         nbrs = {}
         for u, v, t in ROWS:
@@ -86,9 +84,9 @@ def test_heuristics_see_only_edges_before_the_boundary(tiny):
     assert hand_cn([(15, 5)], 170).tolist() == [0.0] and hand_cn([(15, 5)], 1000).tolist() == [1.0]
     for split, before in (("valid", 130), ("test", 170)):
         s = tiny.splits[split]
-        want = evaluate("original", hand_cn(tiny.node_ids[s.pos], before), hand_cn(tiny.node_ids[s.neg["original"]], before))
+        want = evaluate("original", hand_cn(tiny.node_ids[s.pos], before),
+                        hand_cn(tiny.node_ids[s.neg["original"]], before))
         assert score_split(tiny, split, ["original"], ["cn"])["original"]["cn"] == want
-    assert index  # ids map one to one
 
 
 @pytest.mark.parametrize("times, kind, valid_from", [
