@@ -196,6 +196,11 @@ def test_preprocess_flags_build_pairs_sets_the_trainer_evaluates(tmp_path, edges
     from trainer.config import config_for
     from trainer.train import run as train
     shutdown_embedded_ray()  # its workers would take the cores
-    summary = train(config_for("tiny", str(manifest["root"]), str(tmp_path / "run"), protocol="pairs", max_steps=2,
-                               device="cpu", progress=False, data={"num_workers": 0}))
+    common = dict(max_steps=2, device="cpu", progress=False, data={"num_workers": 0})
+    summary = train(config_for("tiny", str(manifest["root"]), str(tmp_path / "run"), protocol="pairs", **common))
     assert summary["config"]["protocol"] == "pairs" and "mrr" in summary["test"]
+    # "beside": a run selected under original, its best weights then evaluated on the pairs
+    train(config_for("tiny", str(manifest["root"]), str(tmp_path / "orig"), protocol="original", **common))
+    beside = train(config_for("tiny", str(manifest["root"]), str(tmp_path / "beside"), protocol="pairs",
+                              eval_weights=str(tmp_path / "orig" / "best.pt"), **common))
+    assert beside["weights_from"] == str((tmp_path / "orig" / "best.pt").resolve()) and "mrr" in beside["test"]
