@@ -1,25 +1,48 @@
 """The command-line flags several entry points share, each defined once with one default and one help text."""
 from __future__ import annotations
 
+from common.datasets.base import FILL_CHOICES
+
 DATASET_HELP = ("your edge list (.csv, .tsv, .parquet, optionally .gz; columns src,dst[,split]), a paper dataset "
                 "(citeseer, cora, ogbl-*) or a HeaRT-format folder")
 DEVICES = ("auto", "cpu", "cuda")
 DEVICE_HELP = "auto: a GPU when one is visible (default)"
 
 
-def add_dataset_flags(p, required: bool = True, split: bool = True, nodes: bool = True) -> None:
-    """--dataset and where its files are; --split and --nodes for edge lists."""
+def add_dataset_flags(p, required: bool = True, split: bool = True, nodes: bool = True,
+                      split_kinds: bool = False) -> None:
+    """--dataset and where its files are; --split and --nodes for edge lists. split_kinds: --split also takes
+    random or temporal (common.datasets.fractions.parse_split_spec parses it)."""
     p.add_argument("--dataset", required=required, help=DATASET_HELP)
     p.add_argument("--data-dir", default=None, advanced=True, help="a HeaRT-format folder to load the dataset from")
     p.add_argument("--ogb-root", default=None, advanced=True, help="a folder holding an already-downloaded OGB dataset")
     p.add_argument("--planetoid-dir", default=None, advanced=True,
                    help="the Planetoid raw files (ind.<name>.*): cora, and citeseer's node features")
-    if split:
+    if split and split_kinds:
+        p.add_argument("--split", default=None, metavar="[random|temporal,]TRAIN,VALID,TEST",
+                       help="split kind and percentages (default 85,5,10, temporal with a time column, else random)")
+    elif split:
         p.add_argument("--split", default=None, metavar="TRAIN,VALID,TEST",
                        help="percentages of the seeded random edge split (default 85,5,10)")
     if nodes:
         p.add_argument("--nodes", default=None, metavar="FILE",
                        help="a file of node ids (column node or id) declaring every node, isolated ones too")
+
+
+def add_graph_input_flags(p) -> None:
+    """An edge list's inputs beyond its edges: node features, ignored columns, the user's own pairs."""
+    p.add_argument("--node-features", default=None, metavar="FILE",
+                   help="node features: a table with a column node, or .npy (row i = node i)")
+    p.add_argument("--fill-features", default=None, choices=FILL_CHOICES, advanced=True,
+                   help="fill the nodes the feature file has no row for with zeros or the column means (default: "
+                        "such a gap is refused)")
+    p.add_argument("--eval-pairs", default=None, metavar="FILE",
+                   help="your labelled pairs src,dst,label[,split] to evaluate on (protocol pairs)")
+    p.add_argument("--train-negatives", default=None, metavar="FILE", advanced=True,
+                   help="known non-links (src,dst): up to half of every training view's negatives")
+    p.add_argument("--ignore-columns", default=None, metavar="COLS", advanced=True,
+                   help="edge-list columns to ignore, comma-separated (e.g. weight,time); other unknown columns are "
+                        "ignored with a warning")
 
 
 def add_device_flag(p) -> None:

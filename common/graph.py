@@ -116,16 +116,28 @@ class Graph:
         idx_dtype = np.int32 if num_nodes < 2**31 else np.int64
         return cls(indptr=indptr, indices=key.astype(idx_dtype), x=x)
 
-    def edited(self, add=(), remove=(), num_nodes: int | None = None) -> "Graph":
+    def edited(self, add=(), remove=(), num_nodes: int | None = None, new_x=None) -> "Graph":
         """This graph with edges added and removed (both directions; removing an absent edge does nothing),
         on `num_nodes` >= num_nodes nodes (the new ones isolated unless an added edge names them). Equal to
         `from_edges` of the edited edge list, in O(E) merges of sorted keys instead of a sort of all edges
-        (a live graph takes small edits often). An edge both added and removed is removed."""
+        (a live graph takes small edits often). An edge both added and removed is removed. A graph with node
+        features takes new nodes only with their rows, `new_x` (num_nodes - self.num_nodes, F): a node's
+        features are never invented."""
         n_old, n = self.num_nodes, self.num_nodes if num_nodes is None else int(num_nodes)
         if n < n_old:
             raise GraphError(f"edited: num_nodes={n} is below the graph's {n_old}; nodes are never removed")
-        if self.x is not None and n != n_old:
-            raise GraphError("edited: a graph with node features cannot take new nodes (they have no features)")
+        x = self.x
+        if x is not None and n != n_old:
+            rows = None if new_x is None else np.asarray(new_x, dtype=np.float32)
+            if rows is None or rows.shape != (n - n_old, x.shape[1]):
+                got = "none" if rows is None else f"shape {rows.shape}"
+                raise GraphError(f"edited: {n - n_old} new node(s) need their features, ({n - n_old}, {x.shape[1]}) "
+                                 f"rows; got {got}")
+            if not np.isfinite(rows).all():
+                raise GraphError("edited: the new nodes' features hold NaN or infinite values")
+            x = np.concatenate([x, rows])
+        elif new_x is not None and len(new_x):
+            raise GraphError("edited: feature rows given for no new node (or for a graph without features)")
         add, remove = as_edge_array(add, "added edges"), as_edge_array(remove, "removed edges")
         top = int(max(add.max(initial=-1), remove.max(initial=-1)))
         if top >= n:
@@ -142,7 +154,7 @@ class Graph:
         gone = _sorted_keys(remove, n)
         if gone.size and key.size:
             key = key[~_member(gone, key)]
-        return Graph._from_keys(key, n, self.x)
+        return Graph._from_keys(key, n, x)
 
     # ------------------------------------------------------------------ basic facts
     @property
@@ -199,6 +211,18 @@ class Graph:
         pos = np.minimum(np.searchsorted(keys, q), len(keys) - 1)
         return (keys[pos] == q).reshape(u.shape)
 
+    def edge_positions(self, u, v) -> tuple[np.ndarray, np.ndarray]:
+        """(position in `indices` of the entry v in row u, found) for many pairs: where per-edge values that are
+        aligned with the CSR arrays (an edge list's weights) are read and written."""
+        u = np.asarray(u, dtype=np.int64).ravel()
+        v = np.asarray(v, dtype=np.int64).ravel()
+        keys = self._edge_keys
+        if not len(keys):
+            return np.zeros(u.shape, np.int64), np.zeros(u.shape, bool)
+        q = u * self.num_nodes + v
+        pos = np.minimum(np.searchsorted(keys, q), len(keys) - 1)
+        return pos, keys[pos] == q
+
     @cached_property
     def _edge_keys(self) -> np.ndarray:
         # Sorted rows with sorted neighbour lists make row * N + col a sorted flat array.
@@ -223,3 +247,17 @@ class Graph:
     def __repr__(self) -> str:
         feats = "none" if self.x is None else f"{self.x.shape[1]}"
         return f"Graph(nodes={self.num_nodes}, edges={self.num_edges}, features={feats})"
+
+
+def edge_weights(graph: Graph, pairs: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Per-row weights of (M, 2) pairs summed onto the edges of `graph`, aligned with `graph.indices` (both
+    directions of an edge carry its sum). Rows that are not an edge of `graph` (self-loops, pairs of another
+    split or after a temporal boundary) add nothing. One searchsorted and one bincount, no Python loop."""
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    weights = np.asarray(weights, dtype=np.float64).ravel()
+    out = np.zeros(graph.indices.shape[0], dtype=np.float64)
+    for a, b in ((0, 1), (1, 0)):
+        pos, found = graph.edge_positions(pairs[:, a], pairs[:, b])
+        found &= pairs[:, 0] != pairs[:, 1]
+        out += np.bincount(pos[found], weights=weights[found], minlength=out.shape[0])
+    return out

@@ -8,6 +8,8 @@ processed in batches so millions of candidates never build more than one batch o
 - katz: sum_{l>=1} beta^l (A^l)_{uv}, by power iteration from the distinct source nodes.
 - spd: unweighted shortest-path distance (np.inf when disconnected).
 - pr: PageRank product p_u * p_v.
+- wcn / waa / wra (WEIGHTED, an edge list's weight column): sum over common neighbours z of
+  (w(u, z) + w(v, z)) times 1, 1 / log(1 + s(z)) or 1 / s(z), s(z) the sum of z's edge weights.
 
 `score_pairs(name, graph, pairs)` accepts any (..., 2) array and returns scores of shape (...).
 Conventions for degenerate inputs: for u == v, N(u) ∩ N(u) = N(u), so CN(u, u) = deg(u) and
@@ -126,6 +128,51 @@ def resource_allocation(graph: Graph, pairs, batch: int = DEFAULT_BATCH) -> np.n
     return _weighted_overlap(graph, pairs, w, batch)
 
 
+# ---------------------------------------------------------------------------- weighted local overlap
+def strength(graph: Graph, weight: np.ndarray) -> np.ndarray:
+    """s(z): the sum of the weights of z's edges (`weight` aligned with graph.indices)."""
+    return np.bincount(np.repeat(np.arange(graph.num_nodes), graph.degree), weights=weight,
+                       minlength=graph.num_nodes)
+
+
+def _weighted_pair_overlap(graph: Graph, pairs, weight: np.ndarray, node_weight: np.ndarray, batch: int) -> np.ndarray:
+    """sum_{z in N(u) ∩ N(v)} (w(u, z) + w(v, z)) * node_weight[z], batched over pairs."""
+    p = _check(graph, pairs)
+    weight = np.asarray(weight, dtype=np.float64)
+    if weight.shape != graph.indices.shape:
+        raise HeuristicError(f"weights: expected one per CSR entry ({graph.indices.shape[0]}), got {weight.shape}")
+    n = graph.num_nodes
+    a = adjacency(graph)
+    wg = sp.csr_matrix((weight * node_weight[graph.indices], graph.indices, graph.indptr), shape=(n, n))
+    out = np.empty(p.shape[0], dtype=np.float64)
+    for s in range(0, p.shape[0], batch):
+        u, v = p[s : s + batch, 0], p[s : s + batch, 1]
+        both = wg[u].multiply(a[v]) + a[u].multiply(wg[v])  # only common neighbours survive either product
+        out[s : s + batch] = np.asarray(both.sum(axis=1)).ravel()
+    return out
+
+
+def weighted_common_neighbors(graph: Graph, pairs, weight: np.ndarray, batch: int = DEFAULT_BATCH) -> np.ndarray:
+    """WCN(u, v) = sum over common neighbours z of w(u, z) + w(v, z) (Murata and Moriyasu 2007)."""
+    return _weighted_pair_overlap(graph, pairs, weight, np.ones(graph.num_nodes), batch)
+
+
+def weighted_adamic_adar(graph: Graph, pairs, weight: np.ndarray, batch: int = DEFAULT_BATCH) -> np.ndarray:
+    """WAA(u, v) = sum over common neighbours z of (w(u, z) + w(v, z)) / log(1 + s(z)), s the strength."""
+    s = strength(graph, weight)
+    g = np.zeros_like(s)
+    g[s > 0] = 1.0 / np.log1p(s[s > 0])
+    return _weighted_pair_overlap(graph, pairs, weight, g, batch)
+
+
+def weighted_resource_allocation(graph: Graph, pairs, weight: np.ndarray, batch: int = DEFAULT_BATCH) -> np.ndarray:
+    """WRA(u, v) = sum over common neighbours z of (w(u, z) + w(v, z)) / s(z)."""
+    s = strength(graph, weight)
+    g = np.zeros_like(s)
+    g[s > 0] = 1.0 / s[s > 0]
+    return _weighted_pair_overlap(graph, pairs, weight, g, batch)
+
+
 # ---------------------------------------------------------------------------- global scores
 def _katz_terms(a: sp.csr_matrix, beta: float, max_iter: int, tol: float) -> int:
     """Number of terms L after which every new term is below tol, for every source at once.
@@ -233,6 +280,13 @@ HEURISTICS: dict[str, Callable[..., np.ndarray]] = {
 }
 
 
+# Heuristics of a weighted graph: they take `weight=` (LinkDataset.weight_for(split)) beside graph and pairs.
+WEIGHTED: dict[str, Callable[..., np.ndarray]] = {
+    "wcn": weighted_common_neighbors,
+    "waa": weighted_adamic_adar,
+    "wra": weighted_resource_allocation,
+}
+
 # Heuristics where a smaller value means "more likely a link"; negate them before ranking.
 LOWER_IS_BETTER = frozenset({"spd"})
 
@@ -244,25 +298,34 @@ def ranking_scores(name: str, graph: Graph, pairs, **kwargs) -> np.ndarray:
 
 
 def score_pairs(name: str, graph: Graph, pairs, **kwargs) -> np.ndarray:
-    """Score pairs of shape (..., 2) with heuristic `name`; returns float64 of shape (...)."""
-    if name not in HEURISTICS:
-        raise HeuristicError(f"unknown heuristic '{name}'; available: {', '.join(HEURISTICS)}")
+    """Score pairs of shape (..., 2) with heuristic `name`; returns float64 of shape (...). The weighted ones
+    (WEIGHTED) need `weight=`: the graph's edge weights aligned with its indices."""
+    fn = HEURISTICS.get(name) or WEIGHTED.get(name)
+    if fn is None:
+        raise HeuristicError(f"unknown heuristic '{name}'; available: {', '.join([*HEURISTICS, *WEIGHTED])}")
+    if name in WEIGHTED and kwargs.get("weight") is None:
+        raise HeuristicError(f"heuristic {name} needs edge weights (an edge list's weight column); use "
+                             f"{name[1:]} on an unweighted graph")
     arr = np.asarray(pairs)
     if arr.ndim < 1 or arr.shape[-1] != 2:
         raise HeuristicError(f"pairs: expected shape (..., 2), got {arr.shape}")
     flat = arr.reshape(-1, 2)
     if flat.shape[0] == 0:
         return np.zeros(arr.shape[:-1], dtype=np.float64)
-    return HEURISTICS[name](graph, flat, **kwargs).reshape(arr.shape[:-1])
+    return fn(graph, flat, **kwargs).reshape(arr.shape[:-1])
 
 
 def split_scores(ds, split: str, protocols: list[str], heuristics: list[str]) -> dict:
     """{protocol: {heuristic: (positives' scores (P,), negatives' scores (Q,) or (P, K))}} of a dataset's split,
-    oriented so larger ranks higher, each pair scored on the graph a model sees for that split. Every distinct
-    pair of every protocol is scored once per heuristic (HeaRT repeats pairs heavily)."""
+    oriented so larger ranks higher, each pair scored on the graph a model sees for that split; the weighted
+    heuristics (WEIGHTED) on that graph's weights. Each protocol ranks its own positives (the user's links
+    under "pairs"). Every distinct pair of every protocol is scored once per heuristic (HeaRT repeats pairs)."""
     graph = ds.graph_for(split)
     data = ds.splits[split]
-    parts = [data.pos] + [data.negatives(p) for p in protocols]
+    # one part per distinct positives array, then one per protocol's negatives
+    positives = {id(data.positives(p)): data.positives(p) for p in protocols} or {id(data.pos): data.pos}
+    pos_part = {p: list(positives).index(id(data.positives(p))) for p in protocols}
+    parts = list(positives.values()) + [data.negatives(p) for p in protocols]
     flat = [a.reshape(-1, 2) for a in parts]
     uniq, inverse = unique_pairs(np.concatenate(flat))
     bounds = np.cumsum([0] + [len(f) for f in flat])
@@ -271,10 +334,11 @@ def split_scores(ds, split: str, protocols: list[str], heuristics: list[str]) ->
     results: dict[str, dict] = {p: {} for p in protocols}
     for name in heuristics:
         t0 = time.perf_counter()
-        scores = ranking_scores(name, graph, uniq)
+        extra = {"weight": ds.weight_for(split)} if name in WEIGHTED else {}
+        scores = ranking_scores(name, graph, uniq, **extra)
         per_part = [scores[inverse[bounds[i] : bounds[i + 1]]] for i in range(len(parts))]
-        for i, proto in enumerate(protocols, start=1):
-            results[proto][name] = (per_part[0], per_part[i].reshape(parts[i].shape[:-1]))
+        for i, proto in enumerate(protocols, start=len(positives)):
+            results[proto][name] = (per_part[pos_part[proto]], per_part[i].reshape(parts[i].shape[:-1]))
         log.info("%s scored in %.2fs", name, time.perf_counter() - t0)
     return results
 
@@ -289,5 +353,6 @@ def score_split(ds, split: str, protocols: list[str], heuristics: list[str]) -> 
 __all__ = [
     "HEURISTICS", "HeuristicError", "adjacency", "common_neighbors", "adamic_adar", "resource_allocation",
     "katz", "shortest_path", "pagerank", "pagerank_pair", "score_pairs", "ranking_scores", "score_split",
-    "split_scores", "LOWER_IS_BETTER",
+    "split_scores", "LOWER_IS_BETTER", "WEIGHTED", "strength", "weighted_common_neighbors", "weighted_adamic_adar",
+    "weighted_resource_allocation",
 ]

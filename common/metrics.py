@@ -3,7 +3,8 @@
 - original (Planetoid): every positive against ALL of the split's negatives (shared, 1-D scores);
 - heart: every positive against its own hard negatives (per-positive, 2-D scores (P, K));
 - ogb: `ogb.linkproppred.Evaluator` semantics — shared negatives give Hits@K where a positive counts
-  only if strictly above the K-th best negative; per-positive negatives (citation2) give MRR.
+  only if strictly above the K-th best negative; per-positive negatives (citation2) give MRR;
+- pairs: the user's labelled pairs (--eval-pairs), ranked as original: every link against all non-links.
 
 Ranks are tie-averaged: rank = 1 + (#neg > pos + #neg >= pos) / 2. A constant scorer therefore
 gets the middle rank, not the best one (ogb 1.3.6's torch MRR path computes exactly this).
@@ -166,11 +167,12 @@ def evaluate(protocol: str, pos_scores, neg_scores) -> dict[str, float]:
     ogb, 1-D negatives (collab/ppa/ddi): Hits@K by the OGB evaluator's strict rule, MRR from ranks.
     ogb, 2-D negatives (citation2): MRR and Hits@K from per-positive tie-averaged ranks, which is
     what ogb's evaluator computes for MRR and hits@1/3/10.
+    pairs (the user's labelled pairs, --eval-pairs): as original, every link against the split's non-links.
     Every protocol: AUC and AP of the positives against all negatives pooled (classification_metrics).
     """
     neg = _as_scores(neg_scores, "neg_scores")
-    if protocol not in ("original", "heart", "ogb"):
-        raise MetricsError(f"unknown protocol '{protocol}'; use original, heart or ogb")
+    if protocol not in ("original", "heart", "ogb", "pairs"):
+        raise MetricsError(f"unknown protocol '{protocol}'; use original, heart, ogb or pairs")
     pos = _as_scores(pos_scores, "pos_scores")
     if neg.ndim == 2:
         return {**ranking_metrics(rank_against_own(pos, neg)), **classification_metrics(pos, neg)}

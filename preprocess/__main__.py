@@ -7,8 +7,8 @@ import sys
 
 from common.cli import Parser, run_cli
 from common.datasets.base import DatasetError
-from common.datasets.fractions import parse_split
-from common.flags import add_dataset_flags, add_num_cpus_flag
+from common.datasets.fractions import parse_split_spec
+from common.flags import add_dataset_flags, add_graph_input_flags, add_num_cpus_flag
 from common.presets import default_sampling
 from common.storage import open_storage
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
@@ -23,16 +23,18 @@ def build_parser(prog: str = PROG) -> Parser:
         description="Sample link-centric subgraphs (ShaDowKHop) into WebDataset shards with Ray. Writes\n"
                     "OUT/<dataset>/<cache key>/ and prints that path last. An embedded Ray starts unless RAY_ADDRESS\n"
                     "is set (as under `ray job submit`).")
-    add_dataset_flags(p)
+    add_dataset_flags(p, split_kinds=True)
+    add_graph_input_flags(p)
     p.add_argument("--sampling", default=None, metavar="D,N",
                    help="hops d and neighbours n per frontier entry (default: the paper's preset for the dataset)")
     p.add_argument("--views", type=int, default=2, help="independent training draws (negatives + subgraphs) (default 2)")
     p.add_argument("--protocol", default="both",
                    help="eval protocol(s): both/all (= every protocol the dataset has), or a comma list of "
-                        "original,heart,ogb (default both)")
+                        "original,heart,ogb,pairs (default both; pairs: the --eval-pairs file's)")
     p.add_argument("--out", default="shards", help="output root, local or s3://; shards go to OUT/<dataset>/<key> "
                    "(default shards)")
-    p.add_argument("--features", action="store_true", help="load node features (part of the cache key)")
+    p.add_argument("--features", action="store_true",
+                   help="a paper dataset's node features (an edge list's: --node-features FILE)")
     p.add_argument("--force", action="store_true", help="rebuild even if a complete shard set exists")
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings and the final path")
     add_num_cpus_flag(p)
@@ -72,7 +74,7 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
                 else SamplingConfig(*default_sampling(args.dataset)))
     protocols = None if args.protocol.strip().lower() in ("both", "all") else _split_list(args.protocol)
     try:
-        split = None if args.split is None else parse_split(args.split)
+        split_kind, split = (None, None) if args.split is None else parse_split_spec(args.split)
     except DatasetError as err:
         raise ConfigError(str(err)) from None
     candidates = CandidateConfig(views=args.views, percent=args.percent, neg_ratio=args.neg_ratio,
@@ -81,7 +83,10 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
     return PreprocessConfig(
         dataset=args.dataset, sampling=sampling, candidates=candidates, out=args.out, seed=args.seed,
         data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir, features=args.features,
-        nodes=args.nodes, targets=args.targets, split=split,
+        nodes=args.nodes, targets=args.targets, split=split, split_kind=split_kind,
+        node_features=args.node_features, fill_features=args.fill_features,
+        ignore_columns=_split_list(args.ignore_columns or ""), eval_pairs=args.eval_pairs,
+        train_negatives=args.train_negatives,
         num_cpus=args.num_cpus, links_per_shard=args.links_per_shard, links_per_block=args.block_size,
         shard_mb=args.shard_mb, worker_memory_mb=args.worker_memory_mb, force=args.force)
 

@@ -2,7 +2,8 @@
 
 Training: positives are the train edges (self-loops dropped: the training graph has
 none), optionally a seeded `percent` subset per view; `neg_ratio` negatives per positive, never a
-self-loop nor a training edge. Of those, round(count * hard_neg_fraction) are hard: 2-hop non-edges of
+self-loop nor a training edge. Up to half of them are the user's known non-links (--train-negatives),
+when given. Of the rest, round(rest * hard_neg_fraction) are hard: 2-hop non-edges of
 the training graph, reached by a random walk u -> x -> w from a random positive's endpoint u, so they
 share at least the neighbour x with their pair and their endpoint degrees follow the positives'
 (HeaRT-style: uniform pairs rarely share a neighbour, so a model trained on them alone learns
@@ -58,10 +59,17 @@ def training_positives(train_pos: np.ndarray) -> np.ndarray:
     return pos[~loops]
 
 
-def sample_negatives(graph: Graph, count: int, rng: np.random.Generator) -> np.ndarray:
-    """`count` uniform node pairs that are neither self-loops nor edges of `graph` (rejection)."""
-    n = graph.num_nodes
-    max_pairs = n * (n - 1) - 2 * graph.num_edges  # ordered non-edge pairs
+def sample_negatives(graph: Graph, count: int, rng: np.random.Generator, nodes: np.ndarray | None = None) -> np.ndarray:
+    """`count` uniform node pairs that are neither self-loops nor edges of `graph` (rejection); with `nodes`,
+    pairs among those nodes only (a temporal split's training nodes: no node from the future)."""
+    n = graph.num_nodes if nodes is None else len(nodes)
+    inside = graph.num_edges  # every edge of a temporal training graph joins two of its active nodes
+    if nodes is not None:
+        mask = np.zeros(graph.num_nodes, dtype=bool)
+        mask[nodes] = True
+        edges = graph.edge_array()
+        inside = int(np.count_nonzero(mask[edges[:, 0]] & mask[edges[:, 1]]))
+    max_pairs = n * (n - 1) - 2 * inside  # ordered non-edge pairs
     if count and max_pairs <= 0:
         raise ValueError(f"cannot draw negatives: the graph with {n} nodes has no non-edges")
     out = np.empty((0, 2), dtype=np.int64)
@@ -70,6 +78,8 @@ def sample_negatives(graph: Graph, count: int, rng: np.random.Generator) -> np.n
         need = count - len(out)
         accept = max(max_pairs / (n * n), 1e-3)
         draw = rng.integers(0, n, size=(int(need / accept * 1.1) + 16, 2), dtype=np.int64)
+        if nodes is not None:
+            draw = nodes[draw]
         ok = (draw[:, 0] != draw[:, 1]) & ~graph.has_edge(draw[:, 0], draw[:, 1])
         out = np.concatenate([out, draw[ok][:need]])
     return out
@@ -168,22 +178,35 @@ def check_view_size(num_pos: int, percent: float, neg_ratio: int, graph: Graph) 
                     "barely a training set", percent, keep, num_pos)
 
 
+# Known non-links (--train-negatives) make at most this share of a view's negatives: the rest stay random, so
+# the model still sees the pairs the random-negative evaluation ranks.
+KNOWN_NEG_SHARE = 0.5
+
+
 def training_view(train_pos: np.ndarray, graph: Graph, percent: float, neg_ratio: int,
-                  rng: np.random.Generator, hard_neg_fraction: float = 0.0) -> Candidates:
-    """One view: (a seeded subset of) the positives plus fresh negatives, round(count * hard_neg_fraction)
-    of them 2-hop non-edges of `graph` (the training graph) and the rest uniform, in a seeded random order.
-    All from `rng`; fraction 0 draws exactly what the uniform-only view always drew."""
+                  rng: np.random.Generator, hard_neg_fraction: float = 0.0, nodes: np.ndarray | None = None,
+                  known: np.ndarray | None = None) -> Candidates:
+    """One view: (a seeded subset of) the positives plus fresh negatives, in a seeded random order. Of the
+    negatives, up to KNOWN_NEG_SHARE are the user's known non-links `known` (a seeded subset per view, each
+    in a random direction); of the rest round(rest * hard_neg_fraction) are 2-hop non-edges of `graph` (the
+    training graph) and the others uniform, among `nodes` when given (LinkDataset.active_nodes). All from
+    `rng`; without known non-links and at fraction 0 it draws exactly what the uniform-only view always drew."""
     pos = training_positives(train_pos)
     if percent < 100:
         keep = max(1, int(round(len(pos) * percent / 100)))
         pos = pos[np.sort(rng.choice(len(pos), size=keep, replace=False))]
     count = len(pos) * neg_ratio
-    hard = int(round(count * hard_neg_fraction))
-    neg = sample_negatives(graph, count - hard, rng)
+    n_known = 0 if known is None else min(len(known), int(count * KNOWN_NEG_SHARE))
+    hard = int(round((count - n_known) * hard_neg_fraction))
+    neg = sample_negatives(graph, count - n_known - hard, rng, nodes)
     if hard:  # after the uniform draw, so a fraction of 0 leaves the rng stream (and the bytes) unchanged
         neg = np.concatenate([sample_hard_negatives(graph, pos, hard, rng), neg])
-    log.info("training view: %s positives, %s negatives (%s of them 2-hop non-edges)", f"{len(pos):,}",
-             f"{len(neg):,}", f"{hard:,}")
+    if n_known:  # last, for the same reason
+        pick = known if n_known == len(known) else known[np.sort(rng.choice(len(known), n_known, replace=False))]
+        flip = rng.integers(0, 2, size=n_known).astype(bool)  # no direction cue: the file's pairs are (min, max)
+        neg = np.concatenate([np.where(flip[:, None], pick[:, ::-1], pick), neg])
+    log.info("training view: %s positives, %s negatives (%s of them 2-hop non-edges, %s known non-links)",
+             f"{len(pos):,}", f"{len(neg):,}", f"{hard:,}", f"{n_known:,}")
     pairs = np.concatenate([pos, neg])
     label = np.concatenate([np.ones(len(pos), np.float32), np.zeros(len(neg), np.float32)])
     order = rng.permutation(len(pairs))
@@ -222,6 +245,7 @@ def eval_candidates(pos: np.ndarray, neg: np.ndarray, canonical: bool) -> Candid
 
 
 def protocol_candidates(dataset, split: str, protocol: str) -> Candidates:
-    """Eval candidates of `split` under `protocol` (original, heart or ogb)."""
+    """Eval candidates of `split` under `protocol` (original, heart, ogb or pairs: the user's labelled pairs,
+    whose positives may be the file's links rather than the split's)."""
     s = dataset.splits[split]
-    return eval_candidates(s.pos, s.negatives(protocol), canonical=(protocol == "heart"))
+    return eval_candidates(s.positives(protocol), s.negatives(protocol), canonical=(protocol == "heart"))

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from common.datasets.base import DatasetError
-from common.datasets.fractions import DEFAULT_SPLIT, check_split
+from common.datasets.base import FILL_CHOICES, DatasetError
+from common.datasets.fractions import DEFAULT_SPLIT, SPLIT_KINDS, check_split
 from common.heuristic_targets import TARGETS as HEURISTIC_TARGETS
 from common.presets import n_max as _n_max
 
@@ -19,7 +19,7 @@ SPLIT_NAMES = ("train", "valid", "test")
 # this holds at ogbl-ddi density (measured in bench/scale.py).
 WORKER_MEMORY_MB = 1500
 LINK_BYTES = 40  # cid, src, dst, label and a list offset per link in a block
-PROTOCOL_NAMES = ("original", "heart", "ogb")
+PROTOCOL_NAMES = ("original", "heart", "ogb", "pairs")
 
 
 class ConfigError(ValueError):
@@ -103,8 +103,19 @@ class PreprocessConfig:
     features: bool = False
     nodes: str | None = None  # node-list file of an edge list (isolated nodes); its ids reach the cache key via the dataset
     targets: str | None = None  # heuristic-estimation labels (preprocess/targets.py); None = link labels 1 / 0
-    # --split train,valid,test percentages of a randomly split dataset (edge list, cora); None = 85,5,10
+    # --split train,valid,test percentages of a dataset split here (edge list, cora); None = 85,5,10
     split: tuple[float, float, float] | None = None
+    # --split random|temporal: None = temporal for an edge list with a time column, else random
+    split_kind: str | None = None
+    # An edge list's other inputs (common/datasets/): node features (--node-features, --fill-features), the
+    # columns it ignores on purpose (--ignore-columns), the user's labelled evaluation pairs (--eval-pairs) and
+    # known training non-links (--train-negatives). Their content reaches the cache key via the dataset's
+    # fingerprint (features, time, weights and pairs are all hashed there), not their paths (key_parts).
+    node_features: str | None = None
+    fill_features: str | None = None
+    ignore_columns: tuple[str, ...] = ()
+    eval_pairs: str | None = None
+    train_negatives: str | None = None
     num_cpus: int | None = None  # embedded Ray only; ignored when attaching to a cluster
     links_per_shard: int = 8192
     links_per_block: int = 256
@@ -135,8 +146,32 @@ class PreprocessConfig:
                 object.__setattr__(self, "split", check_split(self.split))
             except DatasetError as err:
                 raise ConfigError(str(err)) from None
+        object.__setattr__(self, "ignore_columns", tuple(self.ignore_columns))
+        if self.split_kind is not None and self.split_kind not in SPLIT_KINDS:
+            raise ConfigError(f"--split {self.split_kind}: unknown kind; use {' or '.join(SPLIT_KINDS)}")
+        if self.fill_features is not None:
+            if self.fill_features not in FILL_CHOICES:
+                raise ConfigError(f"--fill-features {self.fill_features}: choose one of {', '.join(FILL_CHOICES)}")
+            if self.node_features is None:
+                raise ConfigError("--fill-features: fills the rows a --node-features file lacks; pass --node-features")
+        if self.features and self.node_features is not None:
+            raise ConfigError("--features loads a paper dataset's features, --node-features an edge list's; pass one")
         if self.targets is not None and self.targets not in HEURISTIC_TARGETS:
             raise ConfigError(f"--targets: unknown heuristic '{self.targets}'; choose one of {', '.join(HEURISTIC_TARGETS)}")
+
+    @property
+    def ships_features(self) -> bool:
+        """The set carries a node-feature table (--features or --node-features) and the model reads it."""
+        return self.features or self.node_features is not None
+
+    def load_dataset(self):
+        """The dataset this configuration names, with every input that shapes it."""
+        from common.datasets import load_dataset
+        return load_dataset(self.dataset, data_dir=self.data_dir, ogb_root=self.ogb_root,
+                            planetoid_dir=self.planetoid_dir, features=self.features, seed=self.seed, split=self.split,
+                            nodes=self.nodes, split_kind=self.split_kind, node_features=self.node_features,
+                            fill_features=self.fill_features, ignore_columns=self.ignore_columns,
+                            eval_pairs=self.eval_pairs, train_negatives=self.train_negatives)
 
     def shard_links(self, num_nodes: int) -> int:
         """Links per shard: --links-per-shard, cut so that a shard's worst case (every link at N_max
@@ -162,6 +197,10 @@ class PreprocessConfig:
             **({"targets": self.targets} if self.targets else {}),
             # only when not the default: a --split of 85,5,10 finds the set built without the flag
             **({"split": list(self.split)} if self.split not in (None, DEFAULT_SPLIT) else {}),
+            # The split kind and the graph's other inputs reach the key through the fingerprint (the pairs of each
+            # split, the times' boundaries, the feature table, the weights, the user's pairs are all hashed there);
+            # --node-features also decides whether the set ships the table, so it is named (only when given).
+            **({"node_features": True} if self.node_features else {}),
         }
 
     def to_dict(self) -> dict:

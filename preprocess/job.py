@@ -141,7 +141,8 @@ def candidate_sets(config: PreprocessConfig, dataset, protocols: list[str]) -> l
             for view in range(cfg.views):
                 rng = np.random.default_rng(derive_seed(config.seed, "train", view))
                 cands = training_view(dataset.splits["train"].pos, dataset.graph, cfg.percent, cfg.neg_ratio, rng,
-                                      cfg.hard_neg_fraction)
+                                      cfg.hard_neg_fraction, nodes=dataset.active_nodes("train"),
+                                      known=dataset.train_negatives)
                 sets.append(CandidateSet("train", None, view, "train", cands))
             continue
         if split not in dataset.splits:
@@ -188,13 +189,12 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobR
     if os.environ.get("RAY_ADDRESS"):
         probe_address(os.environ["RAY_ADDRESS"])  # a dead cluster fails in one line, before anything is loaded
     if dataset is None:
-        from common.datasets import load_dataset
-        dataset = load_dataset(config.dataset, data_dir=config.data_dir, ogb_root=config.ogb_root,
-                               planetoid_dir=config.planetoid_dir, features=config.features, seed=config.seed,
-                               split=config.split, nodes=config.nodes)
-    if config.features and dataset.x is None:  # before anything is written
-        raise ConfigError(f"--features: dataset {dataset.name} has no node features "
-                          "(Planetoid datasets need --planetoid-dir; OGB ones need node-feat in the root)")
+        dataset = config.load_dataset()
+    if config.ships_features and dataset.x is None:  # before anything is written
+        flag = "--features" if config.features else "--node-features"
+        raise ConfigError(f"{flag}: dataset {dataset.name} has no node features (Planetoid datasets need "
+                          "--planetoid-dir; OGB ones need node-feat in the root; an edge list's come with "
+                          "--node-features FILE)")
     protocols = resolve_protocols(config, dataset)
     fingerprint = dataset.fingerprint()  # hashes every split array: compute it once
     key = cache_key(config.key_parts(fingerprint, protocols))

@@ -22,7 +22,7 @@ def set_files(config, dataset, sets: list, graphs: dict):
     for cs in sets:
         if cs.split != "train":
             yield queries_name(cs.split, cs.protocol), encode_queries(cs.cands.pos_cid, cs.cands.neg_cid)
-    if config.features:  # the trainer reads only the set: node features travel with it
+    if config.ships_features:  # the trainer reads only the set: node features travel with it
         yield FEATURES, encode_features(dataset.x)
     for which, g in graphs.items():
         for name, arr in zip(graph_names(which), (g.indptr, g.indices)):
@@ -35,8 +35,17 @@ def eval_info(dataset, sets: list, targets: dict | None) -> dict:
     info = {f"{cs.split}/{cs.protocol}": {
         "queries": queries_name(cs.split, cs.protocol), "kind": cs.cands.kind,
         "metric": dataset.selection_metric(cs.protocol), "ogb": cs.protocol == "ogb",
-        "positives": int(len(cs.cands.pos_cid)), "candidates": len(cs.cands)} for cs in sets if cs.split != "train"}
+        "positives": int(len(cs.cands.pos_cid)), "candidates": len(cs.cands),
+        **_pairs_source(dataset, cs)} for cs in sets if cs.split != "train"}
     return regression_eval_info(info) if targets else info
+
+
+def _pairs_source(dataset, cs) -> dict:
+    """An eval set of the user's pairs says where its links come from: the --eval-pairs file or the split."""
+    if cs.protocol != "pairs":
+        return {}
+    own = "pairs" in dataset.splits[cs.split].protocol_pos
+    return {"links": "eval-pairs" if own else "split", "non_links": "eval-pairs"}
 
 
 def planned_records(sets: list, plans: list) -> list[dict]:
@@ -67,10 +76,12 @@ def manifest_fields(config, dataset, fingerprint: str, key, protocols, sets, pla
         "dataset": dataset.name, "key": key, "num_nodes": dataset.num_nodes, "n_max": config.sampling.n_max,
         "sampling": {"d": config.sampling.d, "n": config.sampling.n}, "protocols": protocols,
         "views": config.candidates.views if "train" in config.candidates.splits else 0,
-        "features": {"file": FEATURES, "dim": int(dataset.x.shape[1])} if config.features else None,
+        "features": {"file": FEATURES, "dim": int(dataset.x.shape[1])} if config.ships_features else None,
         "graphs": {which: graph_entry(which, g.indptr, g.indices) for which, g in graphs.items()},
         "fingerprint": fingerprint, "config": config.to_dict(), "sets": set_info,
         "eval": eval_info(dataset, sets, targets), "targets": targets,
         # only for edge-list files, so the manifests of other sets stay as they were
         **({} if dataset.node_ids is None else {"node_ids": node_ids_entry(dataset.node_ids)}),
+        # only for a temporal split: how the split was made, which the reports name
+        **({} if dataset.split_info is None else {"split": dataset.split_info}),
     }

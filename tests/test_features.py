@@ -90,3 +90,23 @@ def test_corrupt_feature_table_names_the_file(tmp_path):
     manifest = {"root": str(root), "num_nodes": 6, "features": {"file": FEATURES, "dim": 2}}
     with pytest.raises(ShardError, match=f"{FEATURES}: feature table has shape"):
         load_features(manifest)
+
+
+def test_no_features_trains_structure_only_on_a_featured_set(feature_shards, tmp_path):
+    """--no-features: the set's table is not attached and G is not built, so one featured set serves both the
+    'PENCIL' and the 'PENCIL w/o features' rows; the checkpoint records the choice and scoring rebuilds it."""
+    from trainer.config import config_from_args
+    manifest = read_manifest(feature_shards)
+    bare = model_for_shards("tiny", {"features": False}, manifest)
+    assert bare.features is None and bare.node_table is None and bare.cfg.num_features == 0
+    args = ["--shards", str(feature_shards), "--preset", "tiny", "--out", str(tmp_path / "run"), "--no-features",
+            "--max-steps", "1", "--device", "cpu", "--num-workers", "0", "--no-progress", "--eval-splits", "valid"]
+    cfg = config_from_args(args)
+    with_features = config_from_args([a for a in args if a != "--no-features"])
+    assert cfg.model.features is False and "features" not in with_features.model.as_overrides()
+    train(cfg)
+    state = torch.load(tmp_path / "run" / "best.pt", weights_only=True)
+    assert not any(k.startswith("features.") for k in state["model"])
+    saved = config_for("tiny", "s", "o", model={"features": False}).model.as_overrides()
+    again = model_for_shards("tiny", saved, manifest)
+    again.load_state_dict(state["model"])  # the same structure-only model, from the saved overrides

@@ -165,12 +165,17 @@ def test_cache_key_changes_with_every_input():
         parts(replace(base, candidates=CandidateConfig(neg_ratio=2))),
         parts(replace(base, candidates=CandidateConfig(splits=("train",)))),
         parts(replace(base, split=(70.0, 10.0, 20.0))), parts(replace(base, split=(80, 10, 10))),
+        parts(replace(base, node_features="x.csv")),  # decides whether the set ships a feature table
     ]
     assert key not in variants and len(set(variants)) == len(variants)
     # How the work runs does not change what it produces.
     assert parts(replace(base, num_cpus=7, force=True, out="elsewhere", worker_memory_mb=9000)) == key
     # --split 85,5,10 is the default split: it finds the set built without the flag
     assert parts(replace(base, split=(85, 5, 10))) == key
+    # The graph's other inputs act through the fingerprint (what they change in the data), not their paths.
+    assert parts(replace(base, split_kind="random", eval_pairs="p.csv", train_negatives="n.csv",
+                         ignore_columns=("weight",), node_features="elsewhere/x.csv")) == parts(
+        replace(base, node_features="x.csv"))
 
 
 def test_split_flag_gives_another_shard_set(tmp_path):

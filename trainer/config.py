@@ -19,7 +19,7 @@ from common.presets import LR_SCHEDULES, PRESETS, get_preset
 
 SPLITS = ("valid", "test")
 # common.datasets.PROTOCOLS, kept literal (config stays light); a test checks they agree.
-PROTOCOLS = ("original", "heart", "ogb")
+PROTOCOLS = ("original", "heart", "ogb", "pairs")
 # --w0-init spellings -> trainer.model.W0_INITS (kept literal: config must not import the model / torch)
 W0_INIT_FLAGS = {"orthogonal": "orthogonal", "gaussian": "gaussian", "low-rank": "low_rank"}
 # Fields a resumed run may change without breaking "continue exactly where it stopped": they control
@@ -153,6 +153,11 @@ class ModelOverrides:
     lrp: int | None = field(default=None, metadata=flag(
         "LRP-k: K labeled subgraphs (independent local orders) per link, DeepSets-pooled (default 1)",
         metavar="K", group=ABLATIONS, advanced=True))
+    # None: the set's node features feed the model when it ships them (early fusion); False: structure only,
+    # "PENCIL w/o features" on a featured set, so one set serves both rows (trainer.model.model_for_shards)
+    features: bool | None = field(default=None, metadata=flag(
+        "ignore the shard set's node features: structure only ('PENCIL w/o features')", name="no-features",
+        store=False, group=ABLATIONS, advanced=True))
 
     def __post_init__(self):
         for name in ("hidden", "layers", "heads", "ffn", "lrp"):
@@ -186,7 +191,7 @@ class TrainConfig:
     # may be fractional (citation2 runs half a pass): the last epoch is cut short
     epochs: float = field(default=1.0, metadata=flag("", group=OVERRIDES, preset="epochs"))
     protocol: str = field(default="original", metadata=flag(
-        "evaluation protocol: original, heart or ogb", choices=PROTOCOLS, metavar="PROTOCOL", group=OVERRIDES,
+        "evaluation protocol: original, heart, ogb or pairs (the user's labelled pairs)", choices=PROTOCOLS, metavar="PROTOCOL", group=OVERRIDES,
         preset="protocol"))
     # evaluate every k epochs (and after the last)
     eval_every: int = field(default=1, metadata=flag("evaluate every k epochs", group=OVERRIDES, advanced=True,

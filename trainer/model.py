@@ -283,11 +283,13 @@ class Pencil(nn.Module):
 
 def model_for_shards(preset, overrides: dict, manifest: dict) -> Pencil:
     """The model a shard set calls for: N_max from its manifest, its node features (if it was built
-    with --features) attached, and its task (regression on a --targets set), so training and scoring
-    build the same thing."""
+    with --features or --node-features, and unless overrides["features"] is False) attached, and its task
+    (regression on a --targets set), so training and scoring build the same thing."""
     from common.shards import load_features
 
-    table = load_features(manifest)
+    overrides = dict(overrides)
+    use_features = overrides.pop("features", None) is not False
+    table = load_features(manifest) if use_features else None
     num_features = 0 if table is None else int(table.shape[1])
     task = "regression" if manifest.get("targets") else "classification"
     cfg = ModelConfig.from_preset(preset, **{**overrides, "n_max": int(manifest["n_max"]), "num_features": num_features,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -12,7 +13,10 @@ SPLITS = ("train", "valid", "test")
 # Evaluation protocols. The negatives array shape says how they are used:
 #   (Q, 2)    shared negatives, every positive is ranked against all of them;
 #   (P, K, 2) per-positive negatives, row i belongs to positive i.
-PROTOCOLS = ("original", "heart", "ogb")
+# "pairs": the user's labelled pairs (--eval-pairs, common/datasets/pairs.py), shared negatives.
+PROTOCOLS = ("original", "heart", "ogb", "pairs")
+# --fill-features: how nodes without a row in a --node-features file are filled (common/datasets/node_features.py)
+FILL_CHOICES = ("zero", "mean")
 
 
 class DatasetError(ValueError):
@@ -23,12 +27,18 @@ class DatasetError(ValueError):
 class Split:
     pos: np.ndarray  # (P, 2) int64
     neg: dict[str, np.ndarray] = field(default_factory=dict)  # protocol -> negatives
+    # protocol -> its own positives where they are not `pos` (the user's labelled links under "pairs")
+    protocol_pos: dict[str, np.ndarray] = field(default_factory=dict)
 
     def negatives(self, protocol: str) -> np.ndarray:
         if protocol not in self.neg:
             have = ", ".join(sorted(self.neg)) or "none"
             raise DatasetError(f"protocol '{protocol}' has no negatives here (available: {have})")
         return self.neg[protocol]
+
+    def positives(self, protocol: str) -> np.ndarray:
+        """The positives ranked under `protocol`: the split's own, unless the protocol brings its own."""
+        return self.protocol_pos.get(protocol, self.pos)
 
 
 @dataclass
@@ -44,6 +54,12 @@ class LinkDataset:
            mapped to 0..N-1 (edge lists); None where the ids are the dataset's own 0-based ones.
     own:   given by path (an edge-list file, a HeaRT folder): the user's graph, never a paper dataset, whatever
            its file is called (presets and the paper's numbers go by dataset name, so they check this first).
+    split_info: how the split was made when it is not the usual one: {"kind": "temporal", ...} for a split by
+           an edge list's time column (common/datasets/temporal.py); None otherwise.
+    weights: an edge list's `weight` column summed per pair, aligned with the CSR `indices` of the graph each
+           split is scored on: {"train": (2E,), "test": (2E',)} ("test" only with a test_graph); None without one.
+    train_negatives: the user's known non-links (--train-negatives), (K, 2) (min, max), part of every training
+           view (preprocess/candidates.py); None without them.
     """
 
     name: str
@@ -53,6 +69,9 @@ class LinkDataset:
     metric: dict[str, str] = field(default_factory=dict)
     node_ids: np.ndarray | None = None
     own: bool = False
+    split_info: dict | None = None
+    weights: dict[str, np.ndarray] | None = None
+    train_negatives: np.ndarray | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -76,9 +95,29 @@ class LinkDataset:
             return self.test_graph
         return self.graph
 
+    @property
+    def temporal(self) -> bool:
+        return bool(self.split_info and self.split_info.get("kind") == "temporal")
+
+    def weight_for(self, split: str) -> np.ndarray | None:
+        """Edge weights aligned with graph_for(split).indices, or None for an unweighted graph."""
+        if self.weights is None:
+            return None
+        return self.weights["test" if split == "test" and self.test_graph is not None else "train"]
+
+    def active_nodes(self, split: str) -> np.ndarray | None:
+        """Nodes that exist when `split`'s pairs are asked (negatives are drawn among them), or None for every
+        node. Under a temporal split a node exists once it has appeared in an edge before the split's
+        boundary: a node of graph_for(split) with a neighbour (training views: split "train")."""
+        if not self.temporal:
+            return None
+        return np.flatnonzero(self.graph_for(split).degree > 0)
+
     def without_test(self) -> "LinkDataset":
         """The dataset as selection may see it: the training graph and validation, no test split nor test graph."""
-        return replace(self, splits={k: v for k, v in self.splits.items() if k != "test"}, test_graph=None)
+        weights = None if self.weights is None else {"train": self.weights["train"]}
+        return replace(self, splits={k: v for k, v in self.splits.items() if k != "test"}, test_graph=None,
+                       weights=weights)
 
     def selection_metric(self, protocol: str) -> str:
         return self.metric.get(protocol, "mrr")
@@ -96,13 +135,27 @@ class LinkDataset:
             for proto in sorted(split.neg):
                 h.update(proto.encode())
                 h.update(np.ascontiguousarray(split.neg[proto], dtype=np.int64))
+            for proto in sorted(split.protocol_pos):  # none for every dataset built before --eval-pairs
+                h.update(f"pos:{proto}".encode())
+                h.update(np.ascontiguousarray(split.protocol_pos[proto], dtype=np.int64))
         if self.node_ids is not None:  # only then, so datasets without a mapping keep their cache keys
             h.update(b"node_ids")
             h.update(node_ids_digest(self.node_ids).encode())
+        # Each of these only when present, for the same reason.
+        if self.split_info is not None:
+            h.update(json.dumps(self.split_info, sort_keys=True).encode())
+        for which in sorted(self.weights or {}):
+            h.update(f"weights:{which}".encode())
+            h.update(np.ascontiguousarray(self.weights[which], dtype=np.float64))
+        if self.train_negatives is not None:
+            h.update(b"train_negatives")
+            h.update(np.ascontiguousarray(self.train_negatives, dtype=np.int64))
         return h.hexdigest()[:16]
 
     def summary(self) -> str:
         parts = [f"{self.name}: {self.num_nodes} nodes, {self.graph.num_edges} training edges"]
+        if self.temporal:
+            parts.append(f"temporal split by column {self.split_info['column']}")
         for name in SPLITS:
             if name in self.splits:
                 s = self.splits[name]

@@ -19,9 +19,15 @@ from pathlib import Path
 import numpy as np
 
 from common.datasets.base import DatasetError, LinkDataset, Split, training_graph
-from common.datasets.ids import NODE_COLUMNS, map_node_ids, read_columns, release_arrow_memory, stem_of
+from common.datasets.ids import (
+    NODE_COLUMNS,
+    map_node_ids,
+    read_columns,
+    release_arrow_memory,
+    stem_of,
+)
+from common.graph import Graph, edge_weights
 from common.memory import rss_gb
-from common.graph import Graph
 from common.unique import unique_first, unique_sorted
 
 log = logging.getLogger(__name__)
@@ -38,19 +44,22 @@ def _min_max(pairs: np.ndarray) -> np.ndarray:
 
 
 def sample_non_edges(graph: Graph, count: int, rng: np.random.Generator, accept=None,
-                     exclude: np.ndarray | None = None, what: str = "negatives") -> np.ndarray:
+                     exclude: np.ndarray | None = None, what: str = "negatives",
+                     nodes: np.ndarray | None = None) -> np.ndarray:
     """`count` distinct uniform node pairs (min, max) that are not edges of `graph` nor self-loops.
 
     accept: optional vectorised filter pairs -> bool mask (e.g. "far apart in latent space").
     exclude: (M, 2) pairs that must not be returned either (keeps valid and test negatives disjoint).
+    nodes: draw only among these nodes (a temporal split's nodes that exist by the boundary); None = all.
     Rejection sampling in batches: sparse graphs accept almost every draw, so it is a few passes.
     """
     n = graph.num_nodes
     if count <= 0:
         return np.zeros((0, 2), dtype=np.int64)
-    free = n * (n - 1) // 2 - graph.num_edges - (0 if exclude is None else len(exclude))
+    free = _free_pairs(graph, nodes) - (0 if exclude is None else len(exclude))
     if count > free:
-        raise DatasetError(f"{what}: asked for {count} non-edges but the graph has only {free}; "
+        among = "" if nodes is None else f" among the {len(nodes):,} nodes that exist by then"
+        raise DatasetError(f"{what}: asked for {count} non-edges but the graph has only {free}{among}; "
                            "use fewer evaluation edges or a sparser graph")
     taken = None
     if exclude is not None and len(exclude):
@@ -59,8 +68,8 @@ def sample_non_edges(graph: Graph, count: int, rng: np.random.Generator, accept=
     keys = np.zeros(0, dtype=np.int64)
     for _ in range(200):
         need = count - len(keys)
-        draw = rng.integers(0, n, size=(2 * need + 64, 2), dtype=np.int64)
-        draw = _min_max(draw)
+        draw = rng.integers(0, n if nodes is None else len(nodes), size=(2 * need + 64, 2), dtype=np.int64)
+        draw = _min_max(draw if nodes is None else nodes[draw])
         ok = (draw[:, 0] != draw[:, 1])
         ok[ok] = ~graph.has_edge(draw[ok, 0], draw[ok, 1])
         if accept is not None and ok.any():
@@ -75,6 +84,17 @@ def sample_non_edges(graph: Graph, count: int, rng: np.random.Generator, accept=
             return np.stack([keys // n, keys % n], axis=1)
     raise DatasetError(f"{what}: found only {len(keys)} of {count} acceptable non-edges after 200 rounds; "
                        "the graph is too dense or the filter too strict")
+
+
+def _free_pairs(graph: Graph, nodes: np.ndarray | None) -> int:
+    """Distinct non-edge pairs of `graph` among `nodes` (None: every node)."""
+    if nodes is None:
+        return graph.num_nodes * (graph.num_nodes - 1) // 2 - graph.num_edges
+    inside = np.zeros(graph.num_nodes, dtype=bool)
+    inside[nodes] = True
+    edges = graph.edge_array()
+    k = int(inside.sum())
+    return k * (k - 1) // 2 - int(np.count_nonzero(inside[edges[:, 0]] & inside[edges[:, 1]]))
 
 
 def eval_negatives(train: np.ndarray, valid: np.ndarray, full: Graph, num_nodes: int, n_test: int, seed: int,
@@ -173,20 +193,30 @@ def _refuse_shared_edges(path: Path, pos: dict[str, np.ndarray], num_nodes: int,
 
 
 def load_edge_list(path, seed: int = 0, val_frac: float | None = None, test_frac: float | None = None,
-                   nodes=None) -> LinkDataset:
-    """Edge-list file with columns src, dst[, split] -> LinkDataset (protocol "original").
+                   nodes=None, *, split_kind: str | None = None, node_features=None, fill_features: str | None = None,
+                   ignore_columns: tuple[str, ...] = ()) -> LinkDataset:
+    """Edge-list file with columns src, dst[, split, time, weight] -> LinkDataset (protocol "original").
 
     Files and node ids: see common/datasets/ids.py (ids of any kind are mapped to 0..N-1; the dataset's
     `node_ids` holds the user's ids). nodes: an optional file listing node ids (column `node` or `id`), so
     isolated nodes exist and can be scored. split values must be train/valid/test, and valid and test
-    must both have rows; without a split column the edges are split at random (val_frac / test_frac,
-    seeded; None = 5% / 10%, --split 85,5,10). Given fractions with a split column are refused: the
-    column fixes the split. Negatives: seeded random non-edges of the whole graph, as many as each eval
-    split's positives.
+    must both have rows; without a split column the edges are split by their `time` column when the file has
+    one (common/datasets/temporal.py), else at random (val_frac / test_frac, seeded; None = 5% / 10%,
+    --split 85,5,10); split_kind "random" or "temporal" (--split random|temporal) chooses. Given fractions
+    with a split column are refused: the column fixes the split. Negatives: seeded random non-edges of the
+    whole graph, as many as each eval split's positives. weight: summed per pair onto each split's graph
+    (LinkDataset.weights) for the weighted heuristics. node_features / fill_features: --node-features and
+    --fill-features (common/datasets/node_features.py). Extra columns: common/datasets/columns.py.
     """
+    from common.datasets.columns import edge_columns, parse_time, parse_weight
+    from common.datasets.node_features import load_node_features
+
     path = Path(path)
-    table = read_columns(path, ("src", "dst"), optional=("split",))
+    table = read_columns(path, ("src", "dst"), optional=edge_columns(path, ignore_columns))
     masks = _split_masks(path, table.cols.pop("split")) if "split" in table.cols else None
+    times = parse_time(path, table.cols.pop("time")) if "time" in table.cols else None
+    weights = parse_weight(path, table.cols.pop("weight")) if "weight" in table.cols else None
+    kind = _split_kind(path, split_kind, masks is not None, times is not None, val_frac, test_frac)
     cols, sources = table.cols, {}  # one dict: map_node_ids drops the Arrow columns from it once converted
     if nodes is not None:
         cols["node"] = read_columns(Path(nodes), NODE_COLUMNS, any_of=True, hint="node").cols[NODE_COLUMNS[0]]
@@ -197,24 +227,68 @@ def load_edge_list(path, seed: int = 0, val_frac: float | None = None, test_frac
     pairs = np.empty((len(mapped["src"]), 2), dtype=np.int64)
     pairs[:, 0], pairs[:, 1] = mapped.pop("src"), mapped.pop("dst")
     num_nodes, name = len(node_ids), stem_of(path)
-
-    if masks is None:
-        t0 = time.perf_counter()
-        full = Graph.from_edges(pairs, num_nodes=num_nodes)
+    x = None if node_features is None else load_node_features(node_features, node_ids, num_nodes, fill_features)
+    if weights is not None:
+        log.info("%s: column 'weight' is summed per pair and read by the weighted heuristics (wcn, waa, wra); the "
+                 "model reads the unweighted graph", path.name)
+    fracs = {"val_frac": 0.05 if val_frac is None else val_frac, "test_frac": 0.10 if test_frac is None else test_frac}
+    if kind == "temporal":
+        from common.datasets.temporal import temporal_split
+        ds = temporal_split(name, pairs, times, num_nodes, seed=seed, weights=weights, x=x, where=str(path), **fracs)
+        _log_undirected(path, pairs, sum(ds.split_info["pairs"].values()))
+    elif masks is None:
+        full = _full_graph(path, pairs, num_nodes)
+        rows = pairs if weights is not None else None  # the rows are read again only for their weights
         del pairs
-        log.info("%s: graph of %s nodes, %s edges built in %.1f s (driver %.1f GiB)", path.name, f"{num_nodes:,}",
-                 f"{full.num_edges:,}", time.perf_counter() - t0, rss_gb())
-        if full.num_edges == 0:
-            raise DatasetError(f"{path}: no train edges (every row is a self-loop); add edges between distinct nodes")
-        ds = random_split_dataset(name, None, num_nodes, seed=seed,
-                                  val_frac=0.05 if val_frac is None else val_frac,
-                                  test_frac=0.10 if test_frac is None else test_frac, full_graph=full, where=str(path))
-        ds.node_ids = node_ids
-        return ds
-    if val_frac is not None or test_frac is not None:
-        raise DatasetError(f"{path}: --split: the file's split column fixes the split; drop --split or the column")
+        ds = random_split_dataset(name, None, num_nodes, seed=seed, full_graph=full, where=str(path), x=x, **fracs)
+        if weights is not None:
+            ds.weights = {"train": edge_weights(ds.graph, rows, weights)}
+    else:
+        ds = _given_split(path, name, pairs, masks, num_nodes, node_ids, seed, x)
+        if weights is not None:
+            ds.weights = {"train": edge_weights(ds.graph, pairs, weights)}
+    ds.node_ids = node_ids
+    return ds
 
+
+def _split_kind(path: Path, asked: str | None, has_column: bool, has_time: bool, val_frac, test_frac) -> str:
+    """"given" (the split column), "temporal" or "random"; a time column the split does not use is said so."""
+    if has_column:
+        if val_frac is not None or test_frac is not None or asked is not None:
+            raise DatasetError(f"{path}: --split: the file's split column fixes the split; drop --split or the column")
+        if has_time:
+            log.info("%s: column 'time' is not used: the split column fixes the split", path.name)
+        return "given"
+    if asked == "temporal" and not has_time:
+        raise DatasetError(f"{path}: --split temporal needs a column 'time' (integers, floats or ISO-8601 "
+                           "timestamps); add it, or drop 'temporal' from --split")
+    if asked == "random" and has_time:
+        log.info("%s: column 'time' is not used: the split is random (--split random)", path.name)
+    return "temporal" if has_time and asked != "random" else "random"
+
+
+def _log_undirected(path: Path, pairs: np.ndarray, distinct: int) -> None:
+    loops = int(np.count_nonzero(pairs[:, 0] == pairs[:, 1]))
+    log.info("%s: the graph is undirected: (u, v) and (v, u) are one pair and repeated pairs count once (%s rows%s%s)",
+             path.name, f"{len(pairs):,}", f", {distinct:,} distinct pairs",
+             f", {loops:,} self-loops dropped" if loops else "")
+
+
+def _full_graph(path: Path, pairs: np.ndarray, num_nodes: int) -> Graph:
+    t0 = time.perf_counter()
+    full = Graph.from_edges(pairs, num_nodes=num_nodes)
+    log.info("%s: graph of %s nodes, %s edges built in %.1f s (driver %.1f GiB)", path.name, f"{num_nodes:,}",
+             f"{full.num_edges:,}", time.perf_counter() - t0, rss_gb())
+    _log_undirected(path, pairs, full.num_edges)
+    if full.num_edges == 0:
+        raise DatasetError(f"{path}: no train edges (every row is a self-loop); add edges between distinct nodes")
+    return full
+
+
+def _given_split(path: Path, name: str, pairs: np.ndarray, masks: dict, num_nodes: int, node_ids: np.ndarray,
+                 seed: int, x) -> LinkDataset:
     pos = {s: _canonical_unique(pairs[masks[s]], num_nodes) for s in SPLIT_VALUES}
+    _log_undirected(path, pairs, sum(len(p) for p in pos.values()))
     _refuse_shared_edges(path, pos, num_nodes, node_ids)
     if len(pos["train"]) == 0:
         raise DatasetError(f"{path}: no train edges (split column has no 'train' rows between distinct nodes); "
@@ -229,5 +303,5 @@ def load_edge_list(path, seed: int = 0, val_frac: float | None = None, test_frac
     splits = {"train": Split(pos=pos["train"]),
               "valid": Split(pos=pos["valid"], neg={"original": valid_neg}),
               "test": Split(pos=pos["test"], neg={"original": test_neg})}
-    return LinkDataset(name=name, graph=training_graph(pos["train"], num_nodes), splits=splits,
+    return LinkDataset(name=name, graph=training_graph(pos["train"], num_nodes, x=x), splits=splits,
                        metric={"original": "mrr"}, node_ids=node_ids)

@@ -1,8 +1,10 @@
-"""`--split TRAIN,VALID,TEST`: the percentages of a seeded random edge split, parsed and checked once.
+"""`--split [random|temporal][,TRAIN,VALID,TEST]`: how an edge list is split and the percentages, parsed once.
 
 `python -m preprocess` and `python -m pipelines.run` share it. It applies to the datasets this project
 splits itself (edge lists without a split column, cora); a dataset that ships its own split refuses it
 (common.datasets.load_dataset), so a flag is never silently ignored. The default is HeaRT's 85/5/10.
+The kind: `temporal` orders pairs by an edge list's `time` column (common/datasets/temporal.py) and is the
+default when the file has one; `random` is the seeded random split, the default otherwise.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import math
 from common.datasets.base import DatasetError
 
 DEFAULT_SPLIT = (85.0, 5.0, 10.0)
+SPLIT_KINDS = ("random", "temporal")
 _USAGE = ("expected three non-negative percentages train,valid,test that sum to 100, "
           "with valid and test above 0 (e.g. 85,5,10)")
 
@@ -43,10 +46,25 @@ def parse_split(text: str) -> tuple[float, float, float]:
     return check_split(values)
 
 
+def parse_split_spec(text: str) -> tuple[str | None, tuple[float, float, float] | None]:
+    """'random' -> ('random', None); 'temporal,80,10,10' -> ('temporal', (80, 10, 10)); '85,5,10' -> (None, ...):
+    the kind (None = the data's default) and the percentages (None = 85,5,10), checked."""
+    parts = [p.strip() for p in str(text).split(",")]
+    kind = parts[0].lower() if parts and parts[0].lower() in SPLIT_KINDS else None
+    if kind is not None:
+        parts = parts[1:]
+        if not parts:
+            return kind, None
+    elif parts and parts[0] and not parts[0].lstrip("+-").replace(".", "", 1).isdigit():
+        raise DatasetError(f"--split: unknown kind {parts[0]!r}; use random or temporal, optionally followed by the "
+                           f"percentages (e.g. temporal,80,10,10), or only the percentages")
+    return kind, parse_split(",".join(parts))
+
+
 def split_fractions(split) -> tuple[float, float]:
     """(val_frac, test_frac) of a checked (train, valid, test) percentage triple."""
     _, valid, test = check_split(split)
     return valid / 100.0, test / 100.0
 
 
-__all__ = ["DEFAULT_SPLIT", "check_split", "parse_split", "split_fractions"]
+__all__ = ["DEFAULT_SPLIT", "SPLIT_KINDS", "check_split", "parse_split", "parse_split_spec", "split_fractions"]

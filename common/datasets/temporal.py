@@ -1,0 +1,114 @@
+"""The temporal split of an edge list with a `time` column: train on the past, evaluate on what came after.
+
+Rules (docs/preprocess.md#time):
+- a pair is undirected, (u, v) and (v, u) are one pair, and counts once, at its first appearance (its earliest
+  time); later repeats add nothing but weight;
+- the distinct pairs in order of first appearance: the earliest train, the next valid, the latest test, at the
+  --split shares (85/5/10: valid and test get floor(share x pairs) each, as in the random split);
+- a boundary is a time: valid holds the pairs first seen at or after the valid boundary, test those at or after
+  the test boundary, train everything before. Pairs that share a time go to one split, so a boundary never cuts
+  a tie, and the graph of every pair holds only edges strictly before its split's boundary;
+- valid pairs are sampled and scored on the training graph (edges before the valid boundary), test pairs on
+  train + valid (edges before the test boundary): the dataset's `test_graph`, which the heuristics use too;
+- evaluation negatives are non-edges drawn among the nodes that exist by the split's boundary (a node exists
+  once it appeared in an earlier edge), so a negative never names a node from the future; training views draw
+  theirs among the training graph's nodes (LinkDataset.active_nodes).
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from common.datasets.base import DatasetError, LinkDataset, Split, training_graph
+from common.datasets.columns import TimeColumn
+from common.datasets.edgelist import _min_max, sample_non_edges
+from common.graph import Graph, edge_weights
+from common.unique import unique_first
+
+log = logging.getLogger("common.datasets.edgelist")
+
+
+def first_appearances(pairs: np.ndarray, times: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct (min, max) pairs, their first time), in order of first appearance (ties: file order);
+    self-loops dropped."""
+    canon = _min_max(np.asarray(pairs, dtype=np.int64))
+    keep = canon[:, 0] != canon[:, 1]
+    keys = canon[keep, 0] * num_nodes + canon[keep, 1]
+    t = times[keep]
+    order = np.argsort(t, kind="stable")
+    keys, t = keys[order], t[order]
+    first = unique_first(keys)  # ascending positions in time order: the result stays sorted by time
+    keys = keys[first]
+    return np.stack([keys // num_nodes, keys % num_nodes], axis=1), t[first]
+
+
+def boundaries(first_time: np.ndarray, val_frac: float, test_frac: float, where: str, show) -> tuple:
+    """(valid boundary, test boundary): the first times of the first valid and the first test pair at the
+    shares; refused in one line when a split would be empty (too few pairs, or a tie spanning it)."""
+    total = len(first_time)
+    n_valid, n_test = int(val_frac * total), int(test_frac * total)
+    if n_valid == 0 or n_test == 0:
+        raise DatasetError(f"{where}: {total} distinct pairs leave no valid or no test pairs at {100 * val_frac:g}% "
+                           f"valid / {100 * test_frac:g}% test; pass --split with larger shares (e.g. 70,15,15), "
+                           "or add edges")
+    t_valid, t_test = first_time[total - n_valid - n_test], first_time[total - n_test]
+    if t_valid == t_test or not (first_time < t_valid).any():
+        empty = "valid" if t_valid == t_test else "train"
+        tied = int(np.count_nonzero(first_time == (t_test if empty == "valid" else t_valid)))
+        raise DatasetError(f"{where}: {tied} pairs first appear at time {show(t_valid)}, so a temporal split at these "
+                           f"shares leaves {empty} empty (pairs that share a time stay in one split); pass --split "
+                           "with other shares, or --split random")
+    return t_valid, t_test
+
+
+def temporal_split(name: str, pairs: np.ndarray, time: TimeColumn, num_nodes: int, seed: int = 0,
+                   val_frac: float = 0.05, test_frac: float = 0.10, weights: np.ndarray | None = None, x=None,
+                   where: str = "", column: str = "time") -> LinkDataset:
+    """Edge rows (M, 2) with their times -> LinkDataset split by time (module docstring). `weights`: per-row
+    weights; each graph's are the sums over the rows before its boundary."""
+    where = where or name
+    if not (0 <= val_frac < 1 and 0 <= test_frac < 1 and val_frac + test_frac < 1):
+        raise DatasetError(f"{where}: val_frac={val_frac}, test_frac={test_frac} must be >= 0 and sum below 1")
+    distinct, first_time = first_appearances(pairs, time.values, num_nodes)
+    t_valid, t_test = boundaries(first_time, val_frac, test_frac, where, time.show)
+    in_train, in_test = first_time < t_valid, first_time >= t_test
+    pos = {"train": distinct[in_train], "valid": distinct[~in_train & ~in_test], "test": distinct[in_test]}
+    graph = training_graph(pos["train"], num_nodes, x=x)
+    test_graph = training_graph(np.concatenate([pos["train"], pos["valid"]]), num_nodes, x=x)
+    full = Graph.from_edges(distinct, num_nodes=num_nodes)
+    exists = {"valid": np.flatnonzero(graph.degree > 0), "test": np.flatnonzero(test_graph.degree > 0)}
+    valid_neg = sample_non_edges(test_graph, len(pos["valid"]), np.random.default_rng([seed, 1]),
+                                 nodes=exists["valid"], what=f"{where} valid negatives")
+    test_neg = sample_non_edges(full, len(pos["test"]), np.random.default_rng([seed, 2]), exclude=valid_neg,
+                                nodes=exists["test"], what=f"{where} test negatives")
+    info = {"kind": "temporal", "column": column, "time_type": time.kind, "valid_from": time.show(t_valid),
+            "test_from": time.show(t_test), "pairs": {s: int(len(p)) for s, p in pos.items()}}
+    _log_split(where, info, pos, exists)
+    ds = LinkDataset(name=name, graph=graph, test_graph=test_graph, metric={"original": "mrr"}, split_info=info,
+                     splits={"train": Split(pos=pos["train"]),
+                             "valid": Split(pos=pos["valid"], neg={"original": valid_neg}),
+                             "test": Split(pos=pos["test"], neg={"original": test_neg})})
+    if weights is not None:
+        t = time.values
+        ds.weights = {"train": edge_weights(graph, pairs[t < t_valid], weights[t < t_valid]),
+                      "test": edge_weights(test_graph, pairs[t < t_test], weights[t < t_test])}
+    return ds
+
+
+def _log_split(where: str, info: dict, pos: dict, exists: dict) -> None:
+    total = sum(len(p) for p in pos.values())
+    log.info("%s: the split is temporal (column %s): each pair counts at its first appearance; train %s pairs before "
+             "%s, valid %s from %s, test %s from %s (%.1f/%.1f/%.1f %%); valid pairs are scored on the graph before "
+             "%s, test pairs on the graph before %s", where, info["column"], f"{len(pos['train']):,}",
+             info["valid_from"], f"{len(pos['valid']):,}", info["valid_from"], f"{len(pos['test']):,}",
+             info["test_from"], *(100 * len(pos[s]) / total for s in ("train", "valid", "test")), info["valid_from"],
+             info["test_from"])
+    for split in ("valid", "test"):
+        known = np.zeros(int(max(exists[split].max(initial=-1), pos[split].max(initial=-1))) + 1, dtype=bool)
+        known[exists[split]] = True
+        new = int(np.count_nonzero(~known[pos[split][:, 0]] | ~known[pos[split][:, 1]]))
+        if new:
+            log.info("%s: %s of %s %s pairs name a node first seen in them (no edge before the boundary); their "
+                     "negatives are drawn among the %s nodes that exist by then", where, f"{new:,}",
+                     f"{len(pos[split]):,}", split, f"{len(exists[split]):,}")
