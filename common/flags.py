@@ -4,11 +4,14 @@ from __future__ import annotations
 DATASET_HELP = ("your edge list (.csv, .tsv, .parquet, optionally .gz; columns src,dst[,split]), a paper dataset "
                 "(citeseer, cora, ogbl-*) or a HeaRT-format folder")
 DEVICES = ("auto", "cpu", "cuda")
+MOVED_DATASET_HELP = ("the run's edge list where it is now, when it was moved or renamed (checked against the "
+                      "run's fingerprint; default: where the run was trained on it)")
 
 
-def add_dataset_flags(p, required: bool = True, split: bool = True, nodes: bool = True) -> None:
+def add_dataset_flags(p, required: bool = True, split: bool = True, nodes: bool = True,
+                      help: str = DATASET_HELP) -> None:
     """--dataset and where its files are; --split and --nodes for edge lists."""
-    p.add_argument("--dataset", required=required, help=DATASET_HELP)
+    p.add_argument("--dataset", required=required, help=help)
     p.add_argument("--data-dir", default=None, advanced=True, help="a HeaRT-format folder to load the dataset from")
     p.add_argument("--ogb-root", default=None, advanced=True, help="a folder holding an already-downloaded OGB dataset")
     p.add_argument("--planetoid-dir", default=None, advanced=True,
@@ -19,6 +22,16 @@ def add_dataset_flags(p, required: bool = True, split: bool = True, nodes: bool 
     if nodes:
         p.add_argument("--nodes", default=None, metavar="FILE",
                        help="a file of node ids (column node or id) declaring every node, isolated ones too")
+
+
+def add_moved_dataset_flag(p) -> None:
+    """--dataset of a command on a trained run: its edge list, moved (pipelines.core.runs.run_dataset)."""
+    p.add_argument("--dataset", default=None, metavar="PATH", help=MOVED_DATASET_HELP)
+
+
+def add_overwrite_flag(p, what: str = "--out") -> None:
+    p.add_argument("--overwrite", action="store_true",
+                   help=f"replace an existing {what} that is not this command's result on the same data")
 
 
 def add_device_flag(p) -> None:

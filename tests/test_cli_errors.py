@@ -59,7 +59,7 @@ PREPROCESS = [
     # --neg-ratio is 1 already: the fix is a lower --percent, not "--neg-ratio <= 1"
     (["--dataset", "{tmp}/dense.csv", "--out", "{tmp}/o"],
      r"--neg-ratio 1: 32 negatives per view but the graph has only 13 distinct non-edges, so most would repeat; "
-     r"lower --percent to at most 40.6 \(one negative per positive needs 32\), or use a larger graph$"),
+     r"lower --percent to at most 40.62 \(one negative per positive needs 32\), or use a larger graph$"),
     (["--dataset", "{tmp}/g100.csv", "--neg-ratio", "1000", "--out", "{tmp}/o"],
      r"--neg-ratio 1000: [\d,]+ negatives per view but the graph has only [\d,]+ distinct non-edges.*--neg-ratio <= \d+"),
     # the other flags
@@ -86,7 +86,7 @@ PREPROCESS = [
     (["--dataset", "citeseer", "--data-dir", "{tmp}/nowhere", "--out", "{tmp}/o"], r"nowhere"),
     (["--dataset", "{tmp}/missing.csv", "--out", "{tmp}/o"], r"missing.csv"),
     (["--dataset", "citeseer", "--bogus"], r"unrecognized arguments: --bogus"),
-    (["--dataset", "{tmp}/g100.csv", "--split", "85,5"], r"--split: expected three non-negative percentages"),
+    (["--dataset", "{tmp}/g100.csv", "--split", "85,5"], r"--split: expected three percentages"),
     (["--dataset", "{tmp}/g100.csv", "--split", "90,10,0"], r"--split 90,10,0: valid and test must be above 0"),
     (["--dataset", "citeseer", "--split", "80,10,10", "--out", "{tmp}/o"], r"--split: citeseer comes with its own split"),
 ]

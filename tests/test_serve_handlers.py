@@ -150,7 +150,7 @@ def test_settings_and_the_serve_config_file(tmp_path):
     graph, service = config["applications"]
     assert config["http_options"] == {"host": "127.0.0.1", "port": 8000}
     assert graph["import_path"] == "pipelines.serve.app:graph_app" and graph["route_prefix"] is None
-    assert graph["args"] == {"shards": "/shards/set", "graph": "test", "state": "/srv/state", "max_edges": 10000}
+    assert graph["args"] == {"shards": "/shards/set", "graph": "all", "state": "/srv/state", "max_edges": 10000}
     assert service["args"] == {"checkpoint": "/runs/seed0/best.pt", "replicas": 2, "k": 10,
                                "token_file": str(tmp_path / "token")}
     assert graph_app(graph["args"]) is not None

@@ -48,10 +48,12 @@ def sample_non_edges(graph: Graph, count: int, rng: np.random.Generator, accept=
     n = graph.num_nodes
     if count <= 0:
         return np.zeros((0, 2), dtype=np.int64)
-    free = n * (n - 1) // 2 - graph.num_edges - (0 if exclude is None else len(exclude))
-    if count > free:
-        raise DatasetError(f"{what}: asked for {count} non-edges but the graph has only {free}; "
-                           "use fewer evaluation edges or a sparser graph")
+    taken = 0 if exclude is None else len(exclude)
+    free = max(0, n * (n - 1) // 2 - graph.num_edges - taken)
+    if count > free:  # one negative per held-out edge: a graph this dense has too few non-edges for its split
+        raise DatasetError(f"{what}: needs {count} node pairs that are not edges, but the graph ({n} nodes, "
+                           f"{graph.num_edges} edges{f', {taken} pairs already drawn' if taken else ''}) has only "
+                           f"{free} left; pass --split with smaller valid and test shares, or use a sparser graph")
     taken = None
     if exclude is not None and len(exclude):
         ex = _min_max(np.asarray(exclude, dtype=np.int64).reshape(-1, 2))
@@ -100,7 +102,9 @@ def random_split_dataset(name: str, edges: np.ndarray | None, num_nodes: int, se
     """
     where = where or name
     if not (0 <= val_frac < 1 and 0 <= test_frac < 1 and val_frac + test_frac < 1):
-        raise DatasetError(f"{where}: val_frac={val_frac}, test_frac={test_frac} must be >= 0 and sum below 1")
+        shown = ",".join(f"{100 * f:g}" for f in (1 - val_frac - test_frac, val_frac, test_frac))
+        raise DatasetError(f"{where}: --split {shown}: the shares must be at least 0 and leave train above 0; "
+                           "e.g. --split 85,5,10")
     t0 = time.perf_counter()
     full = full_graph if full_graph is not None else Graph.from_edges(edges, num_nodes=num_nodes)
     edges = full.edge_array()  # undirected, deduplicated, no self-loops, (min, max)
@@ -140,6 +144,16 @@ def _canonical_unique(pairs: np.ndarray, num_nodes: int) -> np.ndarray:
     pairs = _min_max(pairs)
     pairs = pairs[pairs[:, 0] != pairs[:, 1]]
     return pairs[unique_first(pairs[:, 0] * num_nodes + pairs[:, 1])]
+
+
+def log_folded(path: Path, rows: int, loops: int, edges: int) -> None:
+    """Say what became of the rows that are not edges of their own: self-loops are dropped, and a row that repeats
+    an edge (the same pair again, or reversed: edges are undirected) counts once."""
+    repeats = rows - loops - edges
+    if loops or repeats:
+        log.info("%s: %s rows -> %s undirected edges: %s self-loop row(s) dropped, %s row(s) repeating an edge "
+                 "(the same pair, or the pair reversed) counted once", path.name, f"{rows:,}", f"{edges:,}",
+                 f"{loops:,}", f"{repeats:,}")
 
 
 def _split_masks(path: Path, col) -> dict[str, np.ndarray]:
@@ -197,6 +211,7 @@ def load_edge_list(path, seed: int = 0, val_frac: float | None = None, test_frac
     pairs = np.empty((len(mapped["src"]), 2), dtype=np.int64)
     pairs[:, 0], pairs[:, 1] = mapped.pop("src"), mapped.pop("dst")
     num_nodes, name = len(node_ids), stem_of(path)
+    rows, loops = len(pairs), int(np.count_nonzero(pairs[:, 0] == pairs[:, 1]))
 
     if masks is None:
         t0 = time.perf_counter()
@@ -206,6 +221,7 @@ def load_edge_list(path, seed: int = 0, val_frac: float | None = None, test_frac
                  f"{full.num_edges:,}", time.perf_counter() - t0, rss_gb())
         if full.num_edges == 0:
             raise DatasetError(f"{path}: no train edges (every row is a self-loop); add edges between distinct nodes")
+        log_folded(path, rows, loops, full.num_edges)
         ds = random_split_dataset(name, None, num_nodes, seed=seed,
                                   val_frac=0.05 if val_frac is None else val_frac,
                                   test_frac=0.10 if test_frac is None else test_frac, full_graph=full, where=str(path))
@@ -215,6 +231,7 @@ def load_edge_list(path, seed: int = 0, val_frac: float | None = None, test_frac
         raise DatasetError(f"{path}: --split: the file's split column fixes the split; drop --split or the column")
 
     pos = {s: _canonical_unique(pairs[masks[s]], num_nodes) for s in SPLIT_VALUES}
+    log_folded(path, rows, loops, sum(len(v) for v in pos.values()))
     _refuse_shared_edges(path, pos, num_nodes, node_ids)
     if len(pos["train"]) == 0:
         raise DatasetError(f"{path}: no train edges (split column has no 'train' rows between distinct nodes); "

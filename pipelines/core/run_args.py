@@ -11,9 +11,13 @@ from common.datasets import DatasetError
 from common.datasets.fractions import parse_split
 from common.flags import (add_dataset_flags, add_device_flag, add_num_cpus_flag, add_seeds_flag, add_shards_flag,
                           add_train_arg_flag)
+from common.outputs import OutputError, check_output_folder
 from common.storage import StorageError, is_remote, open_storage
 
 PROG = "python -m pipelines.run"
+# below this, --preset auto cannot build its shard sets and finish one epoch of each candidate on a small graph
+# (the suite's smallest graphs took 2.3 minutes alone on 2 cores): refused before any work
+MIN_BUDGET_MINUTES = 2.0
 DESCRIPTION = """Train PENCIL on a dataset end to end: preprocess (embedded Ray, cached) -> train (per seed) -> evaluate ->
 report. A dataset without a paper preset (your edge list) gets --preset auto: a configuration searched on
 validation only. Results land in OUT/<dataset>/<preset>/."""
@@ -78,8 +82,10 @@ def validate_args(args) -> None:
     if args.hard_neg_fraction is not None and not 0 <= args.hard_neg_fraction <= 1:
         raise RunError(f"--hard-neg-fraction: must be in [0, 1] (0 = uniform negatives only), "
                        f"got {args.hard_neg_fraction}")
-    if args.budget_minutes is not None and not args.budget_minutes > 0:
-        raise RunError(f"--budget-minutes: must be positive, got {args.budget_minutes}")
+    if args.budget_minutes is not None and not args.budget_minutes >= MIN_BUDGET_MINUTES:
+        raise RunError(f"--budget-minutes {args.budget_minutes:g}: below the {MIN_BUDGET_MINUTES:g} minutes --preset "
+                       "auto needs at least (its shard sets and a first epoch of each candidate come first); pass "
+                       f"{MIN_BUDGET_MINUTES:g} or more")
     if args.epochs is not None and not args.epochs > 0:
         raise RunError(f"--epochs: must be positive, got {args.epochs}")
     if args.num_cpus is not None and args.num_cpus < 1:
@@ -92,6 +98,10 @@ def validate_args(args) -> None:
     for flag, path in (("--out", args.out), ("--shards", args.shards)):
         if not is_remote(path):
             _check_folder(flag, Path(str(path).removeprefix("file://")))
+            try:  # a results tree or shard set nested in a run folder, a results tree or a set mixes with it
+                check_output_folder(path, flag)
+            except OutputError as err:
+                raise RunError(str(err)) from None
     if is_remote(args.shards):
         try:
             open_storage(args.shards).check_writable()  # a missing bucket fails here, not after loading data

@@ -38,17 +38,26 @@ def preset_views(args, preset) -> int:
     return args.views or max(1, min(20, int(round(args.epochs or preset.epochs))))
 
 
-def view_percent(preset, train_positives: int, device: str) -> float:
-    """% of the training positives in each view: the preset's, capped on CPU by its cpu_view_positives."""
+def view_percent(preset, train_positives: int, device: str, graph=None) -> float:
+    """% of the training positives in each view: the preset's, capped on CPU by its cpu_view_positives, and on a
+    graph too dense for one distinct non-edge per positive (`graph`: the training graph) by its non-edges."""
     cap = preset.cpu_view_positives if device == "cpu" else None
-    if not cap or train_positives <= cap:
-        return preset.train_percent
-    return min(preset.train_percent, round(100.0 * cap / train_positives, 3))
+    percent = preset.train_percent
+    if cap and train_positives > cap:
+        percent = min(percent, round(100.0 * cap / train_positives, 3))
+    if graph is not None:
+        from preprocess.candidates import distinct_non_edges, max_percent
+        dense = max_percent(distinct_non_edges(graph), train_positives)
+        if 0 < dense < percent:
+            log.info("the training graph has %s non-edges for %s training positives: each view takes %g%% of them, "
+                     "one distinct negative each", f"{distinct_non_edges(graph):,}", f"{train_positives:,}", dense)
+            percent = dense
+    return percent
 
 
 def preset_shard_set(args, preset, protocols: list[str], dataset, device: str) -> str:
     """Build or reuse a preset's shard set (its sampling, views and training percent) for the loaded dataset."""
-    percent = view_percent(preset, len(dataset.splits["train"].pos), device)
+    percent = view_percent(preset, len(dataset.splits["train"].pos), device, dataset.graph)
     cfg = preprocess_config(args, preset.sampling, preset_views(args, preset), percent, protocols)
     return build_shard_set(cfg, None if cfg.features else dataset)  # features: the job loads them itself
 
