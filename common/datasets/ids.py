@@ -269,7 +269,7 @@ def as_run_ids(col: pa.ChunkedArray, name: str, path: Path, dtype) -> np.ndarray
                                f"{int(np.flatnonzero(empty)[0]) + 1}; fill it or drop the row")
         return np.asarray(text.to_numpy(zero_copy_only=False), dtype=object)
     nums, why = numeric_ids(col, name, path)
-    kind = f"integers ({np.dtype(dtype)})"
+    kind = f"{np.dtype(dtype)} integers"
     if nums is None:
         raise DatasetError(f"{path}: {why}; the run's node ids are {kind}: name nodes as its edge list did")
     info = np.iinfo(dtype)

@@ -42,7 +42,10 @@ def parse_log(data: bytes, path: Path, graph: dict) -> tuple[list, int]:
         if torn and not data.startswith(b'{"pencil_edit_log"'):
             raise StateError(f"{path}: not a PENCIL edit log (line 1); pass another --state")
         return [], torn
-    header = _parse(path, lines[0], 1)
+    try:
+        header = _parse(path, lines[0], 1)
+    except StateError:
+        header = {}
     if header.get("pencil_edit_log") != FORMAT:
         raise StateError(f"{path}: not a PENCIL edit log of format {FORMAT} (line 1); pass another --state")
     have = header.get("graph", {})
