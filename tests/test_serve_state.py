@@ -190,3 +190,16 @@ def test_the_coalescer_merges_what_queued_while_the_model_worked():
 
     assert asyncio.run(main()) == [[2], [4], [6, 8], [10], [12, 14, 16]]
     assert calls[:3] == [[1], [2, 3, 4, 5], [6, 7, 8]]
+
+
+def test_a_failed_replicas_traceback_becomes_its_own_line():
+    from pipelines.serve.start import deployment_error
+    message = ("A replica failed to start with exception. Retrying 2 more time(s). Error:\nTraceback (most recent "
+               "call last):\n  File \"/x/app.py\", line 60, in __init__\n    self.log = EditLog(s.state, described)\n"
+               "ray.exceptions.RayTaskError(StateError): ray::ServeReplica:pencil-graph:GraphOwner.initialize() "
+               "(pid=1, ip=127.0.0.1)\n  File \"/x/edit_log.py\", line 90, in _parse\n"
+               "pipelines.serve.edit_log.StateError: /s/edits.jsonl: line 3 is not a JSON object; the log is damaged")
+    assert deployment_error(message) == "/s/edits.jsonl: line 3 is not a JSON object; the log is damaged"
+    assert deployment_error("Error:\nTraceback ...\ntorch.OutOfMemoryError: CUDA out of memory") == \
+        "OutOfMemoryError: CUDA out of memory"
+    assert deployment_error("the node died") == "the node died"
