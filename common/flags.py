@@ -4,8 +4,7 @@ from __future__ import annotations
 DATASET_HELP = ("your edge list (.csv, .tsv, .parquet, optionally .gz; columns src,dst[,split]), a paper dataset "
                 "(citeseer, cora, ogbl-*) or a HeaRT-format folder")
 DEVICES = ("auto", "cpu", "cuda")
-MOVED_DATASET_HELP = ("the run's edge list where it is now, when it was moved or renamed (checked against the "
-                      "run's fingerprint; default: where the run was trained on it)")
+MOVED_DATASET_HELP = "the run's edge list where it is now, if it moved (checked against the run's fingerprint)"
 
 
 def add_dataset_flags(p, required: bool = True, split: bool = True, nodes: bool = True,
@@ -24,13 +23,13 @@ def add_dataset_flags(p, required: bool = True, split: bool = True, nodes: bool 
                        help="a file of node ids (column node or id) declaring every node, isolated ones too")
 
 
-def add_moved_dataset_flag(p) -> None:
+def add_moved_dataset_flag(p, advanced: bool = False) -> None:
     """--dataset of a command on a trained run: its edge list, moved (pipelines.core.runs.run_dataset)."""
-    p.add_argument("--dataset", default=None, metavar="PATH", help=MOVED_DATASET_HELP)
+    p.add_argument("--dataset", default=None, metavar="PATH", help=MOVED_DATASET_HELP, advanced=advanced)
 
 
-def add_overwrite_flag(p, what: str = "--out") -> None:
-    p.add_argument("--overwrite", action="store_true",
+def add_overwrite_flag(p, what: str = "--out", advanced: bool = False) -> None:
+    p.add_argument("--overwrite", action="store_true", advanced=advanced,
                    help=f"replace an existing {what} that is not this command's result on the same data")
 
 

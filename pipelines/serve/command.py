@@ -49,14 +49,13 @@ def build_parser(prog: str = PROG) -> Parser:
                    "cluster has GPUs)")
     p.add_argument("--token-file", default=None, help=f"file holding the bearer token of POST /edges (else "
                    f"${TOKEN_ENV}; with neither, edits are refused)")
-    p.add_argument("--graph", default=snapshot.WHOLE, help="graph to serve: all (every edge of every split, the "
-                   "default), train/valid/test (a split's graph) or an edge-list file (.csv/.parquet, src,dst) of "
-                   "today's graph")
-    add_moved_dataset_flag(p)
+    p.add_argument("--graph", default=snapshot.WHOLE, help="graph to serve: all (every split's edges, default), "
+                   "train/valid/test or today's edge list (.csv/.parquet)")
+    add_moved_dataset_flag(p, advanced=True)
     add_engine_flags(p)
     p.add_argument("--write-config", default=None, metavar="FILE",
                    help="write a Ray Serve config file for `serve run` / `serve deploy` and exit")
-    add_overwrite_flag(p, "--write-config")
+    add_overwrite_flag(p, "--write-config", advanced=True)
     for name, default, text in (("max-pairs", Limits.max_pairs, "pairs per /score request"),
                                 ("max-edges", Limits.max_edges, "pairs per /edges request"),
                                 ("max-k", Limits.max_k, "largest k of /recommend"),
