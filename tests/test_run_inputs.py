@@ -105,7 +105,7 @@ def test_score_dataset_flag_takes_the_same_graph_anywhere_but_no_other(run, tmp_
 
 
 @pytest.mark.parametrize("spec, expect", [
-    ("bogus", "--graph bogus: neither a split (train, valid, test) nor an edge-list file"),
+    ("bogus", "--graph bogus: neither a graph (train, valid, test, all) nor an edge-list file"),
     ("missing.csv", "--graph missing.csv: file not found"),
 ])
 def test_graph_flag_names_itself(run, tmp_path, main_of, spec, expect):
