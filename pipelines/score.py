@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -33,8 +34,10 @@ from common.outputs import OutputError, check_output, check_replacement, stamp_m
 from pipelines.core.runs import (RunFolderError, load_checkpoint, load_model, resolve_checkpoint, run_dataset,
                                  run_inputs, run_manifest)
 from preprocess.sampler import Scratch, sample_subgraphs
-from trainer.model import Pencil
 from trainer.scoring import PairScorer, default_device
+
+if TYPE_CHECKING:
+    from trainer.model import Pencil
 
 log = logging.getLogger("pipelines.score")
 

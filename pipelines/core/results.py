@@ -84,16 +84,16 @@ def check_mixing(results: list[dict]) -> None:
         groups[(r["dataset"], r["protocol"], r.get("model", "PENCIL"), bool(r.get("own_graph")))].append(r)
     for (dataset, protocol, model, _), rs in groups.items():
         row = f"{dataset}/{protocol}/{model}"
+        prints = {r["dataset_fingerprint"]: r for r in rs if r.get("dataset_fingerprint")}
+        if len(prints) > 1:  # first: two graphs also share seed numbers, and that is not the cause
+            (a, ra), (b, rb) = list(prints.items())[:2]
+            raise ResultsError(f"{row}: runs of different data in one row (dataset {a} in {_where(ra)}, {b} in "
+                               f"{_where(rb)}): two graphs named {dataset}; report them separately")
         by_seed: dict = {}
         for r in rs:
             if (other := by_seed.setdefault(r.get("seed", 0), r)) is not r:
                 raise ResultsError(f"{row}: seed {r.get('seed', 0)} twice ({_where(other)} and {_where(r)}): two runs "
                                    "of one seed in one row; report them separately")
-        prints = {r["dataset_fingerprint"]: r for r in rs if r.get("dataset_fingerprint")}
-        if len(prints) > 1:
-            (a, ra), (b, rb) = list(prints.items())[:2]
-            raise ResultsError(f"{row}: runs of different data in one row (dataset {a} in {_where(ra)}, {b} in "
-                               f"{_where(rb)}): two graphs named {dataset}; report them separately")
 
 
 def _where(record: dict) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -19,8 +20,10 @@ from common.presets import get_preset
 from common.shards import read_manifest
 from trainer import checkpoint
 from trainer.config import TrainConfig
-from trainer.model import Pencil, model_for_shards
 from trainer.run_folder import bound_data, data_label, same_data
+
+if TYPE_CHECKING:
+    from trainer.model import Pencil
 
 
 class RunFolderError(ValueError):
@@ -53,7 +56,8 @@ def load_checkpoint(path: Path, flag: str = "--checkpoint") -> dict:
     return checkpoint.load(path, fix=CHECKPOINT_FIX.replace("--checkpoint", flag))
 
 
-def load_model(ckpt: dict, manifest: dict, device: torch.device) -> Pencil:
+def load_model(ckpt: dict, manifest: dict, device: torch.device) -> "Pencil":
+    from trainer.model import model_for_shards  # the model (and transformers) only where one is built
     config = TrainConfig.from_dict(ckpt["config"])
     model = model_for_shards(get_preset(config.preset), config.model.as_overrides(), manifest)
     model.load_state_dict(ckpt["model"])

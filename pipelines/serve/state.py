@@ -217,6 +217,7 @@ def serving_state(dataset, spec: str, max_new_nodes: int) -> tuple[GraphState, d
     edge-list file, as in `pencil score` and `pencil recommend`) and a description of it for the edit log's header."""
     graph, node_ids = snapshot.graph_for(spec, dataset)
     state = GraphState(graph, node_ids, max_new_nodes)
-    source = f"{dataset.name} {spec} graph" if spec in snapshot.GRAPH_NAMES else str(spec)
+    source = (f"{dataset.name}, every split's edges" if spec == snapshot.WHOLE else
+              f"{dataset.name} {spec} graph" if spec in snapshot.SPLIT_NAMES else str(spec))
     return state, {"fingerprint": state.base_fingerprint, "nodes": graph.num_nodes, "edges": graph.num_edges,
                    "source": source}
