@@ -3,9 +3,9 @@
     python -m bench.serve --checkpoint RUN
     python -m bench.serve --checkpoint RUN --graphs citeseer --requests 100 --concurrency 1,8
 
-Per graph: the run's own graph ("citeseer": the run's test graph) and a collab-sized synthetic one
-("collab": bench.scale's Chung-Lu power-law graph with ogbl-collab's 235,868 nodes and 967,632 edges,
-served with `--graph EDGES`: the same model on a bigger graph, as a snapshot).
+Per graph: the run's own graph ("citeseer": the run's test graph, served with `--graph test`) and a
+collab-sized synthetic one ("collab": bench.scale's Chung-Lu power-law graph with ogbl-collab's 235,868 nodes
+and 967,632 edges, served with `--graph EDGES`: the same model on a bigger graph, as a snapshot).
 1. The offline cost of `pencil recommend` per node: its engine on blocks of 256 of the sampled query nodes (the
    job's block), in this process, torch on one thread like a replica: wall ms per node, split into retrieval,
    sampling, scoring and top-k. The same one node at a time: what a lone request costs a replica.
@@ -219,7 +219,7 @@ def bench_graph(name: str, args, work: Path) -> tuple[list[dict], dict]:
         return "POST", "/score", {"pairs": [[u, int(v)] for v in partners[i % len(nodes)] if v != u]}
 
     port = free_ports(1)[0]
-    flags = ["--graph", spec] if spec != "test" else []
+    flags = ["--graph", spec]  # the offline numbers above were taken on this graph too
     with service(args.checkpoint, work / f"state-{name}", port, *flags, log_path=work / f"serve-{name}.log"):
         for make in (health, recommend, score):
             drive(port, make, 4, 40, 120)  # warm-up: every code path once, the batch queues created

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import re
 import signal
 import sys
 from typing import Callable, Sequence
@@ -102,6 +103,9 @@ class Parser(_AdvancedFlags, argparse.ArgumentParser):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        # a value such as --split -10,55,55 reaches its flag's own check (one line in the user's terms), not
+        # argparse's "expected one argument": negative numbers and comma lists of numbers are values
+        self._negative_number_matcher = re.compile(r"^-\d*\.?\d+([,\s]+-?\d*\.?\d+)*$")
         self.add_argument("--help-all", action=_HelpAll)
         self.add_argument(DEBUG_FLAG, action="store_true", help="show the full traceback of an error",
                           advanced=True)

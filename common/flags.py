@@ -7,13 +7,14 @@ DATASET_HELP = ("your edge list (.csv, .tsv, .parquet, optionally .gz; columns s
                 "(citeseer, cora, ogbl-*) or a HeaRT-format folder")
 DEVICES = ("auto", "cpu", "cuda")
 DEVICE_HELP = "auto: a GPU when one is visible (default)"
+MOVED_DATASET_HELP = "the run's edge list where it is now, if it moved (checked against the run's fingerprint)"
 
 
 def add_dataset_flags(p, required: bool = True, split: bool = True, nodes: bool = True,
-                      split_kinds: bool = False) -> None:
+                      split_kinds: bool = False, help: str = DATASET_HELP) -> None:
     """--dataset and where its files are; --split and --nodes for edge lists. split_kinds: --split also takes
     random or temporal (common.datasets.fractions.parse_split_spec parses it)."""
-    p.add_argument("--dataset", required=required, help=DATASET_HELP)
+    p.add_argument("--dataset", required=required, help=help)
     p.add_argument("--data-dir", default=None, advanced=True, help="a HeaRT-format folder to load the dataset from")
     p.add_argument("--ogb-root", default=None, advanced=True, help="a folder holding an already-downloaded OGB dataset")
     p.add_argument("--planetoid-dir", default=None, advanced=True,
@@ -43,6 +44,16 @@ def add_graph_input_flags(p) -> None:
     p.add_argument("--ignore-columns", default=None, metavar="COLS", advanced=True,
                    help="edge-list columns to ignore, comma-separated (e.g. weight,time); other unknown columns are "
                         "ignored with a warning")
+
+
+def add_moved_dataset_flag(p, advanced: bool = False) -> None:
+    """--dataset of a command on a trained run: its edge list, moved (pipelines.core.runs.run_dataset)."""
+    p.add_argument("--dataset", default=None, metavar="PATH", help=MOVED_DATASET_HELP, advanced=advanced)
+
+
+def add_overwrite_flag(p, what: str = "--out", advanced: bool = False) -> None:
+    p.add_argument("--overwrite", action="store_true", advanced=advanced,
+                   help=f"replace an existing {what} that is not this command's result on the same data")
 
 
 def add_device_flag(p) -> None:

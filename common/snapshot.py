@@ -13,39 +13,35 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
 from common.datasets.base import DatasetError
-from common.datasets.ids import EDGE_LIST_SUFFIXES, _numeric, node_index, read_columns, suffix_of
+from common.datasets.ids import EDGE_LIST_SUFFIXES, as_run_ids, node_index, read_columns, suffix_of
 from common.graph import Graph
 
 SPLIT_NAMES = ("train", "valid", "test")
+WHOLE = "all"  # the whole graph: every edge the user has, in every split
+GRAPH_NAMES = (*SPLIT_NAMES, WHOLE)
 SHARED_SAMPLE = 10_000  # training edges looked up in a snapshot: a snapshot of the graph holds most of them
 
 
 def read_edge_indices(path, num_nodes: int, node_ids: np.ndarray | None
                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(src, dst) node indices of an edge list named in the training set's ids, and the node ids extended
-    by the snapshot's new nodes (None for a set without a mapping, whose new nodes are ids >= num_nodes)."""
+    by the snapshot's new nodes (None for a set without a mapping, whose new nodes are ids >= num_nodes).
+    Its ids are read by the rules of the run's edge list, in the run's id kind: one that does not fit is refused."""
     p = Path(path)
     cols = read_columns(p, ("src", "dst")).cols
     if node_ids is None:  # integer ids 0..N-1 as the set has them
-        src, dst = (_numeric(cols[k], k, p) for k in ("src", "dst"))
-        if src is None or dst is None:
-            raise DatasetError(f"--graph {p}: node ids are names, but the training set has integer ids 0..N-1; "
-                               "name nodes by their integer ids")
-        src, dst = src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False)
+        src, dst = (as_run_ids(cols[k], k, p, np.int64) for k in ("src", "dst"))
         if (src < 0).any() or (dst < 0).any():
             raise DatasetError(f"--graph {p}: negative node id {int(min(src.min(), dst.min()))}; the training set's "
                                "ids are 0..N-1 (new nodes take the ids after them)")
         return src, dst, None
     n = len(cols["src"])
-    values = pa.chunked_array(cols["src"].chunks + cols["dst"].cast(cols["src"].type).chunks)
+    values = np.concatenate([as_run_ids(cols[k], k, p, node_ids.dtype) for k in ("src", "dst")])
     idx, found = node_index(node_ids, values)
     if not found.all():  # new since training: indices after the training nodes, in sorted id order
-        raw = np.asarray(values.to_numpy(zero_copy_only=False))
-        new_ids, inverse = np.unique(raw[~found].astype(node_ids.dtype if node_ids.dtype != object else object),
-                                     return_inverse=True)
+        new_ids, inverse = np.unique(values[~found], return_inverse=True)
         idx[~found] = num_nodes + inverse
         node_ids = np.concatenate([node_ids, new_ids.astype(node_ids.dtype)])
     return idx[:n], idx[n:], node_ids
@@ -59,18 +55,30 @@ def read_snapshot(path, num_nodes: int, node_ids: np.ndarray | None = None) -> t
     return Graph.from_edges(np.stack([src, dst], axis=1), num_nodes=size), ids
 
 
+def whole_graph(dataset) -> Graph:
+    """Every edge the user has: the training graph with every split's positives (and the test graph's edges).
+    What recommendations start from: a held-out edge is an edge the user already has, never a new link."""
+    parts = [dataset.graph.edge_array(), *(s.pos.reshape(-1, 2) for s in dataset.splits.values())]
+    if dataset.test_graph is not None:
+        parts.append(dataset.test_graph.edge_array())
+    return Graph.from_edges(np.concatenate(parts).astype(np.int64, copy=False), num_nodes=dataset.num_nodes,
+                            x=dataset.x)
+
+
 def graph_for(spec: str, dataset) -> tuple[Graph, np.ndarray | None]:
-    """`--graph`: a split name (the graph its candidates were scored on) or an edge-list file; with the
-    node ids that name its nodes (None: the set's integer ids). A file that shares no edge with the
-    training graph is not a snapshot of it (another graph, or ids named otherwise): refused."""
+    """`--graph`: `all` (every split's edges), a split name (the graph its candidates were scored on) or an
+    edge-list file; with the node ids that name its nodes (None: the set's integer ids). A file that shares no
+    edge with the training graph is not a snapshot of it (another graph, or ids named otherwise): refused."""
+    if spec == WHOLE:
+        return whole_graph(dataset), dataset.node_ids
     if spec in SPLIT_NAMES:
         return dataset.graph_for(spec), dataset.node_ids
     if suffix_of(spec) is None:
-        raise DatasetError(f"--graph {spec}: neither a split ({', '.join(SPLIT_NAMES)}) nor an edge-list file "
+        raise DatasetError(f"--graph {spec}: neither a graph ({', '.join(GRAPH_NAMES)}) nor an edge-list file "
                            f"({', '.join(EDGE_LIST_SUFFIXES)})")
     if not Path(spec).is_file():
-        raise DatasetError(f"--graph {spec}: file not found; pass today's edge list, or a split "
-                           f"({', '.join(SPLIT_NAMES)})")
+        raise DatasetError(f"--graph {spec}: file not found; pass today's edge list, or a graph "
+                           f"({', '.join(GRAPH_NAMES)})")
     try:
         graph, ids = read_snapshot(spec, dataset.num_nodes, dataset.node_ids)
     except DatasetError as err:

@@ -40,7 +40,11 @@ def usage(prog: str, table: dict) -> str:
 
 
 def dispatch(argv: list[str], prog: str, table: dict) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv:  # no command: the usage, as an error (a script that forgot its command must not succeed)
+        print(usage(prog, table), file=sys.stderr)
+        print(f"{prog}: error: a command is required (see --help)", file=sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help"):
         print(usage(prog, table))
         return 0
     name, rest = argv[0], argv[1:]

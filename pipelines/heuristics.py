@@ -23,10 +23,10 @@ from pathlib import Path
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, summary
 from common.datasets import PROTOCOLS, DatasetError, LinkDataset, load_dataset
-from common.flags import FlagError, add_dataset_flags, comma_list
+from common.flags import FlagError, add_dataset_flags, add_overwrite_flag, comma_list
 from common.heuristics import HEURISTICS, score_split
 from common.metrics import METRIC_KEYS, as_percent, format_table
-from common.outputs import OutputError, check_output
+from common.outputs import OutputError, check_output, check_replacement, stamp
 
 log = logging.getLogger("pipelines.heuristics")
 
@@ -48,6 +48,7 @@ def build_parser(prog: str = PROG) -> Parser:
     p.add_argument("--seed", type=int, default=0, advanced=True,
                    help="seed for datasets that split randomly (cora, csv)")
     p.add_argument("--out", default=None, help="JSON output (default results/heuristics-<dataset>.json)")
+    add_overwrite_flag(p)
     return p
 
 
@@ -97,11 +98,16 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
 def _main(args, parser) -> int:
     heuristics = parse_heuristics(parser, args.heuristics)
+    inputs = {"--dataset": args.dataset, "--data-dir": args.data_dir}
     try:
-        if args.out:  # before any work: the JSON must not replace the edge list it scores
-            check_output(args.out, files={"--dataset": args.dataset, "--data-dir": args.data_dir})
+        if args.out:  # before any work: the JSON must not replace the edge list it scores, nor a run's files
+            check_output(args.out, files=inputs)
         ds = load_dataset(args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root,
                           planetoid_dir=args.planetoid_dir, seed=args.seed)
+        out = check_output(args.out or default_out(ds), files=inputs)
+        fingerprint = ds.fingerprint()
+        # two graphs of one name (the paper's citeseer, a user's citeseer.csv) share the default file: never replaced
+        check_replacement(out, "heuristics", fingerprint, args.overwrite, what="heuristics result")
     except (DatasetError, FileNotFoundError) as err:
         parser.error(f"--dataset {args.dataset}: {err}")
     except OutputError as err:
@@ -109,7 +115,6 @@ def _main(args, parser) -> int:
     log.info("loaded %s", ds.summary())
     protocols = resolve_protocols(parser, ds, args.split, args.protocol)
     results = score_split(ds, args.split, protocols, heuristics)
-    out = Path(args.out) if args.out else default_out(ds)
     graph = ds.graph_for(args.split)
     payload = {
         "dataset": ds.name,
@@ -119,6 +124,7 @@ def _main(args, parser) -> int:
         "negatives": {p: list(ds.splits[args.split].neg[p].shape[:-1]) for p in protocols},
         "units": "fractions in [0, 1]; ranks tie-averaged",
         "results": results,
+        **stamp("heuristics", fingerprint),
     }
     write_json_atomic(out, payload)
     print(results_table(results))

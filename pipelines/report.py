@@ -10,8 +10,9 @@ from pathlib import Path
 
 from common.atomic import write_text_atomic
 from common.cli import Parser, run_cli, summary
-from common.outputs import OutputError, check_output
-from pipelines.core.results import ResultsError, aggregate, load_results, markdown
+from common.flags import add_overwrite_flag
+from common.outputs import OutputError, check_output, check_replacement, stamp_line
+from pipelines.core.results import ResultsError, aggregate, check_mixing, data_of, load_results, markdown
 
 log = logging.getLogger("pipelines.report")
 PROG = "python -m pipelines.report"
@@ -21,6 +22,7 @@ def build_parser(prog: str = PROG) -> Parser:
     ap = Parser(prog=prog, description=summary(__doc__))
     ap.add_argument("runs", nargs="+", type=Path, help="run folders (or result.json files) to gather")
     ap.add_argument("--out", type=Path, help="also write the Markdown table here")
+    add_overwrite_flag(ap)
     ap.add_argument("--no-paper", action="store_true", help="leave out the paper's reference rows")
     return ap
 
@@ -36,17 +38,20 @@ def _main(argv: list[str] | None, prog: str) -> int:
     if missing:
         ap.error(f"no such run folder: {', '.join(missing)}")
     try:
-        if args.out:  # a report written over one of the result.json files it reads would lose that seed
+        if args.out:  # a report written over a result.json it reads, or into a run, would lose or mix a seed
             check_output(args.out, files={f"the run {p}": p for p in args.runs if p.is_file()})
         results = load_results(args.runs)
+        if not results:
+            ap.error("no result.json found under " + ", ".join(map(str, args.runs)))
+        check_mixing(results)
+        if args.out:
+            check_replacement(args.out, "report", data_of(results), args.overwrite, what="report")
     except (ResultsError, OutputError) as err:
         ap.error(str(err))
-    if not results:
-        ap.error("no result.json found under " + ", ".join(map(str, args.runs)))
     table = markdown(aggregate(results), with_paper=not args.no_paper)
     sys.stdout.write(table)
     if args.out:
-        write_text_atomic(args.out, table)
+        write_text_atomic(args.out, f"{table}\n<!-- {stamp_line('report', data_of(results))} -->\n")
         log.info("wrote %s", args.out)
     return 0
 

@@ -16,24 +16,28 @@ from __future__ import annotations
 import functools
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import torch
 
 from common import snapshot
 from common.atomic import write_parquet_atomic
 from common.cli import Parser, command, summary
-from common.datasets import DatasetError, load_set_dataset
+from common.datasets import DatasetError
 from common.datasets.ids import EDGE_LIST_SUFFIXES, node_index, read_columns, suffix_of
-from common.flags import add_dataset_flags, add_device_flag
+from common.flags import MOVED_DATASET_HELP, add_dataset_flags, add_device_flag, add_overwrite_flag
 from common.node_ids import load_node_ids
-from common.outputs import OutputError, check_output
-from pipelines.core.runs import (RunFolderError, check_run_graph, load_checkpoint, load_model, resolve_checkpoint,
+from common.outputs import OutputError, check_output, check_replacement, stamp_metadata
+from pipelines.core.runs import (RunFolderError, load_checkpoint, load_model, resolve_checkpoint, run_dataset,
                                  run_inputs, run_manifest)
 from preprocess.sampler import Scratch, sample_subgraphs
-from trainer.model import Pencil
 from trainer.scoring import PairScorer, default_device
+
+if TYPE_CHECKING:
+    from trainer.model import Pencil
 
 log = logging.getLogger("pipelines.score")
 
@@ -51,6 +55,7 @@ def build_parser(prog: str = PROG) -> Parser:
     p.add_argument("--pairs", required=True,
                    help="Parquet, CSV or TSV file (optionally .gz) with columns src, dst: node ids as in the edge list")
     p.add_argument("--out", required=True, help="output Parquet file (written atomically)")
+    add_overwrite_flag(p)
     p.add_argument("--orderings", type=int, default=1, help="random canonicalisations averaged per pair (default 1)")
     p.add_argument("--graph", default="test",
                    help="whose graph to sample on: train/valid/test, the split's graph as in evaluation (default "
@@ -60,7 +65,7 @@ def build_parser(prog: str = PROG) -> Parser:
                    help="seed of the sampled subgraphs and local orders (default 0)")
     p.add_argument("--batch-size", type=int, default=512, advanced=True,
                    help="pairs per forward pass at most (default 512; batches are also cut by the token budget)")
-    add_dataset_flags(p, required=False, split=False, nodes=False)
+    add_dataset_flags(p, required=False, split=False, nodes=False, help=MOVED_DATASET_HELP)
     return p
 
 
@@ -78,6 +83,14 @@ def read_pairs(path: str, num_nodes: int, node_ids: np.ndarray | None = None) ->
         cols = read_columns(p, ("src", "dst")).cols
     except DatasetError as err:
         raise ScoreError(f"--pairs {err}") from None
+    for c in ("src", "dst"):  # an empty cell names no node: said as the loader says it, by its data row
+        col = cols[c]
+        empty = col.is_null().to_numpy(zero_copy_only=False)
+        if pa.types.is_string(col.type):
+            empty |= pc.equal(col, "").to_numpy(zero_copy_only=False)
+        if empty.any():
+            raise ScoreError(f"--pairs {p}: column '{c}' has an empty node id in data row {int(empty.argmax()) + 1}; "
+                             "fill it or drop the row")
     idx, found = [], []
     for c in ("src", "dst"):
         if node_ids is None:
@@ -92,12 +105,12 @@ def read_pairs(path: str, num_nodes: int, node_ids: np.ndarray | None = None) ->
     if bad.size:
         where = ("the graph has nodes 0..%d" % (num_nodes - 1) if node_ids is None
                  else "ids must be ones of the edge list (or of its --nodes file)")
-        raise ScoreError(f"--pairs {p}: {bad.size} row(s) name unknown node ids (first: row {int(bad[0])}, "
+        raise ScoreError(f"--pairs {p}: {bad.size} row(s) name unknown node ids (first: data row {int(bad[0]) + 1}, "
                          f"{shown(int(bad[0]))}); {where}")
     loops = np.flatnonzero(pairs[:, 0] == pairs[:, 1])
     if loops.size:  # a node and itself: no link to predict, and the model was never shown one
-        raise ScoreError(f"--pairs {p}: {loops.size} row(s) pair a node with itself (first: row {int(loops[0])}, "
-                         f"{shown(int(loops[0]))}); self-loops are not scored, drop those rows")
+        raise ScoreError(f"--pairs {p}: {loops.size} row(s) pair a node with itself (first: data row "
+                         f"{int(loops[0]) + 1}, {shown(int(loops[0]))}); self-loops are not scored, drop those rows")
     user = pairs if node_ids is None else node_ids[pairs]
     return pairs, user
 
@@ -143,11 +156,11 @@ def score_columns(logits: np.ndarray) -> dict[str, np.ndarray]:
     return {"score": probs.mean(0), "logit": logits.mean(0).astype(np.float64), "score_std": probs.std(0)}
 
 
-def write_scores(path: str, user: np.ndarray, logits: np.ndarray) -> None:
-    """user: (P, 2) the pairs as the user names them (ints, or str objects)."""
+def write_scores(path: str, user: np.ndarray, logits: np.ndarray, metadata: dict | None = None) -> None:
+    """user: (P, 2) the pairs as the user names them (ints, or str objects); metadata: the output's stamp."""
     kind = pa.string() if user.dtype == object else None
     table = pa.table({"src": pa.array(user[:, 0], kind), "dst": pa.array(user[:, 1], kind), **score_columns(logits)})
-    write_parquet_atomic(table, path)
+    write_parquet_atomic(table.replace_schema_metadata(metadata), path)
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
@@ -165,14 +178,13 @@ def _main(args, parser) -> int:
         manifest = run_manifest(ckpt, path)
         pre = manifest["config"]
         files, folders = run_inputs(args.checkpoint, manifest)
+        on_file = args.graph not in snapshot.GRAPH_NAMES
         check_output(args.out, files={**files, "--pairs": args.pairs, "--dataset": args.dataset,
-                                      "--graph": None if args.graph in snapshot.SPLIT_NAMES else args.graph},
-                     folders=folders)
-        dataset = load_set_dataset(pre, name=args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root)
-        check_run_graph(manifest, dataset, f"--dataset {args.dataset}" if args.dataset else pre["dataset"])
+                                      "--graph": args.graph if on_file else None}, folders=folders)
+        check_replacement(args.out, "score", manifest["fingerprint"], args.overwrite, what="score file")
+        dataset = run_dataset(manifest, args.dataset, args.data_dir, args.ogb_root)
         graph, node_ids = snapshot.graph_for(args.graph, dataset)  # a snapshot's new nodes extend the ids
-        pairs, user = read_pairs(args.pairs, graph.num_nodes, node_ids if args.graph not in snapshot.SPLIT_NAMES
-                                 else load_node_ids(manifest))
+        pairs, user = read_pairs(args.pairs, graph.num_nodes, node_ids if on_file else load_node_ids(manifest))
     except (ScoreError, RunFolderError, DatasetError, OutputError) as err:
         parser.error(str(err))
     device = default_device(args.device)
@@ -183,7 +195,7 @@ def _main(args, parser) -> int:
              sampling, args.orderings, device)
     note_known_edges(graph, pairs, user)
     logits = score_pairs(model, graph, pairs, sampling, n_max, args.seed, args.orderings, args.batch_size, device)
-    write_scores(args.out, user, logits)
+    write_scores(args.out, user, logits, stamp_metadata("score", manifest["fingerprint"]))
     log.info("wrote %s", args.out)
     return 0
 

@@ -9,6 +9,7 @@ from common.cli import Parser, run_cli
 from common.datasets.base import DatasetError
 from common.datasets.fractions import parse_split_spec
 from common.flags import add_dataset_flags, add_graph_input_flags, add_num_cpus_flag
+from common.outputs import OutputError, check_output_folder
 from common.presets import default_sampling
 from common.storage import open_storage
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
@@ -102,7 +103,9 @@ def _main(argv: list[str] | None, prog: str) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = config_from_args(args)
-    except ConfigError as err:
+        # the sets go to OUT/<dataset>/<key>: never over an input, nor nested in a run or another shard set
+        check_output_folder(config.out, "--out", files={"--dataset": args.dataset, "--nodes": args.nodes})
+    except (ConfigError, OutputError) as err:
         parser.error(str(err))
     open_storage(config.out).check_writable()  # before loading anything: a bad --out costs nothing
     from common.datasets import DatasetError

@@ -19,6 +19,7 @@ Evaluation: a candidate list plus queries (pos_cid, neg_cid) that index into it.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -146,6 +147,12 @@ def distinct_non_edges(graph: Graph) -> int:
     return max(0, n * (n - 1) // 2 - graph.num_edges)
 
 
+def max_percent(non_edges: int, num_pos: int) -> float:
+    """The largest --percent (two decimals, rounded down) whose view of `num_pos` positives has one distinct
+    non-edge per positive among `non_edges`."""
+    return math.floor(10_000 * non_edges / max(num_pos, 1)) / 100
+
+
 def check_view_size(num_pos: int, percent: float, neg_ratio: int, graph: Graph) -> None:
     """Refuse views whose negatives cannot be drawn without repetition; warn on degenerate sizes.
 
@@ -162,7 +169,7 @@ def check_view_size(num_pos: int, percent: float, neg_ratio: int, graph: Graph) 
     if count > available:
         top = available // keep
         fix = (f"use --neg-ratio <= {top}" if top else
-               f"lower --percent to at most {100 * available / num_pos:.3g} (one negative per positive needs "
+               f"lower --percent to at most {max_percent(available, num_pos):g} (one negative per positive needs "
                f"{keep:,}), or use a larger graph")
         raise ConfigError(f"--neg-ratio {neg_ratio}: {count:,} negatives per view but the graph has only "
                           f"{available:,} distinct non-edges, so most would repeat; {fix}")

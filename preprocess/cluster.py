@@ -88,5 +88,6 @@ def init_ray(num_cpus: int | None = None) -> bool:
     root = str(Path(__file__).resolve().parent.parent)
     path = os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
     ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
-             runtime_env={"env_vars": {"PYTHONPATH": path}})
+             runtime_env={"env_vars": {"PYTHONPATH": path}},
+             logging_level=logging.INFO if log.isEnabledFor(logging.INFO) else logging.WARNING)  # quiet under -q
     return True

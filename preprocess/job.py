@@ -286,7 +286,7 @@ def _execute(config: PreprocessConfig, graphs: dict, sets, plans, out: str) -> t
         pending, results, t0 = {}, [], time.perf_counter()
         todo = list(plans)
         bar = tqdm(total=sum(p.stop - p.start for p in plans), unit="link", unit_scale=True, smoothing=0.1,
-                   desc="sampling", mininterval=1.0)
+                   desc="sampling", mininterval=1.0, disable=not log.isEnabledFor(logging.INFO))  # off under -q
         while todo or pending:
             while todo and len(pending) < max_in_flight:
                 p = todo.pop(0)

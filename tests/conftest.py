@@ -140,6 +140,54 @@ def tiny_citeseer_run(shard_cache: Path, out: Path) -> Path:
     return out
 
 
+def bipartite_rows(users: int = 90, items: int = 50, per_user: int = 4, seed: int = 0) -> list[tuple[str, str]]:
+    """A shop's purchases: users u000.., items i000.., each user with per_user items."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    rows = {(f"u{u:03d}", f"i{(u + k * 7) % items:03d}") for u in range(users) for k in range(2)}
+    while len(rows) < users * per_user:
+        rows.add((f"u{int(rng.integers(users)):03d}", f"i{int(rng.integers(items)):03d}"))
+    return sorted(rows)
+
+
+def write_edges(path: Path, rows) -> Path:
+    path.write_text("src,dst\n" + "".join(f"{a},{b}\n" for a, b in rows))
+    return path
+
+
+def tiny_edge_list_run(root: Path, rows) -> dict:
+    """A run of the tiny preset, 2 steps on CPU, on the edge list `rows` (root/shop.csv): its folder, edge list
+    and shard set."""
+    from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
+    from preprocess.job import run_job
+
+    edges = write_edges(root / "shop.csv", rows)
+    shards = run_job(PreprocessConfig(dataset=str(edges), sampling=SamplingConfig(1, 3), out=str(root / "shards"),
+                                      candidates=CandidateConfig(views=1), num_cpus=1)).path
+    train_tiny_on_cpu(shards, root / "run", max_steps=2)
+    return {"root": root, "run": root / "run", "edges": edges, "shards": Path(shards)}
+
+
+@pytest.fixture(scope="session")
+def shop_run(tmp_path_factory):
+    """A tiny run on a bipartite edge list of string ids (users u*, items i*), shared by the modules that
+    check the commands on a run (test_run_inputs, test_run_commands)."""
+    if not HAS_RAY:
+        pytest.skip("ray is not installed (CI installs it; the GPU image lacks it)")
+    return tiny_edge_list_run(tmp_path_factory.mktemp("shop"), bipartite_rows())
+
+
+@pytest.fixture(scope="session")
+def int_run(tmp_path_factory):
+    """A tiny run on an edge list of integer ids 1000..1299 (mapped, not 0..N-1)."""
+    if not HAS_RAY:
+        pytest.skip("ray is not installed (CI installs it; the GPU image lacks it)")
+    import numpy as np
+    rng = np.random.default_rng(1)
+    rows = sorted({(1000 + int(a), 1000 + int(b)) for a, b in rng.integers(0, 300, (900, 2)) if a != b})
+    return tiny_edge_list_run(tmp_path_factory.mktemp("ints"), rows)
+
+
 @pytest.fixture
 def ray_head(tmp_path):
     """A local `ray start --head` cluster of 2 CPUs for one test's `ray job submit` (tests/ray_head.py),

@@ -31,6 +31,9 @@ def inputs(tmp_path_factory):
     edges = {(int(a), int(b)) for a, b in rng.integers(0, 100, (400, 2)) if a != b}
     (tmp / "g100.csv").write_text("src,dst\n" + "\n".join(f"{a},{b}" for a, b in sorted(edges)) + "\n")
     (tmp / "cols.csv").write_text("a,b\n1,2\n")
+    # 64 of the 66 pairs of 12 nodes: the test split's negatives (one per test edge) cannot all be non-edges
+    full = [(a, b) for a in range(12) for b in range(a + 1, 12)][:64]
+    (tmp / "full.csv").write_text("src,dst\n" + "".join(f"{a},{b}\n" for a, b in full))
     return tmp
 
 
@@ -59,7 +62,7 @@ PREPROCESS = [
     # --neg-ratio is 1 already: the fix is a lower --percent, not "--neg-ratio <= 1"
     (["--dataset", "{tmp}/dense.csv", "--out", "{tmp}/o"],
      r"--neg-ratio 1: 32 negatives per view but the graph has only 13 distinct non-edges, so most would repeat; "
-     r"lower --percent to at most 40.6 \(one negative per positive needs 32\), or use a larger graph$"),
+     r"lower --percent to at most 40.62 \(one negative per positive needs 32\), or use a larger graph$"),
     (["--dataset", "{tmp}/g100.csv", "--neg-ratio", "1000", "--out", "{tmp}/o"],
      r"--neg-ratio 1000: [\d,]+ negatives per view but the graph has only [\d,]+ distinct non-edges.*--neg-ratio <= \d+"),
     # the other flags
@@ -86,8 +89,14 @@ PREPROCESS = [
     (["--dataset", "citeseer", "--data-dir", "{tmp}/nowhere", "--out", "{tmp}/o"], r"nowhere"),
     (["--dataset", "{tmp}/missing.csv", "--out", "{tmp}/o"], r"missing.csv"),
     (["--dataset", "citeseer", "--bogus"], r"unrecognized arguments: --bogus"),
-    (["--dataset", "{tmp}/g100.csv", "--split", "85,5"], r"--split: expected three non-negative percentages"),
+    (["--dataset", "{tmp}/g100.csv", "--split", "85,5"], r"--split: expected three percentages"),
     (["--dataset", "{tmp}/g100.csv", "--split", "90,10,0"], r"--split 90,10,0: valid and test must be above 0"),
+    (["--dataset", "{tmp}/g100.csv", "--split", "0,50,50"], r"--split 0,50,50: train must be above 0"),
+    (["--dataset", "{tmp}/g100.csv", "--split", "-10,55,55"], r"--split: expected three percentages .*got '-10,55,55'"),
+    # never a negative count, and the fix is a flag this command has
+    (["--dataset", "{tmp}/full.csv", "--out", "{tmp}/o"],
+     r"full.csv test negatives: needs 6 node pairs that are not edges, but the graph \(12 nodes, 64 edges, 3 pairs "
+     r"already drawn\) has only 0 left; pass --split with smaller valid and test shares"),
     (["--dataset", "citeseer", "--split", "80,10,10", "--out", "{tmp}/o"], r"--split: citeseer comes with its own split"),
 ]
 
@@ -143,6 +152,9 @@ RUN = [
     (["--dataset", "{tmp}/g100.csv", "--nodes", "{tmp}/cols.csv"], r"cols\.csv: no column named node or id"),
     (["--dataset", "citeseer", "--nodes", "{tmp}/g100.csv"], r"a node list applies to edge-list files only"),
     (["--dataset", "citeseer", "--bogus"], r"unrecognized arguments: --bogus"),
+    (["--dataset", "{tmp}/g100.csv", "--budget-minutes", "0.1"], r"--budget-minutes 0.1: below the 2 minutes"),
+    (["--dataset", "{tmp}/full.csv", "--split", "70,15,15"], r"full.csv test negatives: needs \d+ node pairs .* has "
+                                                              r"only 0 left; pass --split with smaller"),
 ]
 
 
@@ -181,6 +193,25 @@ OTHERS = [
 @pytest.mark.parametrize("module, args, expect", OTHERS, ids=_ids(OTHERS, start=0))
 def test_other_pipelines_fail_in_one_line(module, args, expect, inputs):
     assert_one_line_error(run(module, args, inputs), module, expect)
+
+
+def test_pencil_without_a_command_is_an_error_with_its_usage():
+    proc = subprocess.run([sys.executable, "-m", "pipelines"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "usage: pencil COMMAND" in proc.stderr and not proc.stdout
+    assert proc.stderr.strip().splitlines()[-1] == "pencil: error: a command is required (see --help)"
+    helped = subprocess.run([sys.executable, "-m", "pipelines", "--help"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)
+    assert helped.returncode == 0 and "usage: pencil COMMAND" in helped.stdout
+
+
+@needs_ray
+def test_preprocess_quiet_prints_no_progress_bar(inputs, tmp_path):
+    """-q: only warnings and the final path, also when stderr is no terminal (a pipe, a log file)."""
+    proc = run("preprocess", ["--dataset", "{tmp}/g100.csv", "--sampling", "1,3", "--views", "1", "--num-cpus", "1",
+                              "--out", str(tmp_path / "o"), "-q"], inputs)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "sampling:" not in proc.stderr and "link/s" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.stdout.startswith("shards written: ")
 
 
 # ---------------------------------------------------------------------------- common.cli itself

@@ -106,3 +106,35 @@ def test_a_checkpoint_that_is_not_one_names_the_flag_not_a_deletion(tmp_path):
     assert f"{edges}: not a readable checkpoint" in line and "pass a run folder, or its best.pt or last.pt, " \
            "as --checkpoint" in line and "delete" not in line, line
     assert edges.exists()
+
+
+def test_a_file_that_is_no_checkpoint_is_said_plainly(tmp_path):
+    """A file torch refuses under weights_only (a pickle of other objects): one plain line, no internal note of
+    PyTorch's, nothing cut mid-word."""
+    import pickle
+    bad = tmp_path / "best.pt"
+    bad.write_bytes(pickle.dumps({"model": object}))
+    (tmp_path / "p.csv").write_text("src,dst\n1,2\n")
+    proc = subprocess.run([sys.executable, "-m", "pipelines.score", "--checkpoint", str(bad), "--pairs",
+                           str(tmp_path / "p.csv"), "--out", str(tmp_path / "s.parquet")],
+                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    line = _error(proc)
+    assert f"{bad}: not a readable checkpoint: it holds objects other than tensors and plain data" in line, line
+    assert "PyTorch 2.6" not in line and "weights_only` argument" not in line
+    assert line.endswith("pass a run folder, or its best.pt or last.pt, as --checkpoint"), line
+
+
+def test_a_graph_too_dense_for_its_views_takes_fewer_positives_per_view():
+    """pencil run has no --percent: on a graph with fewer training non-edges than training positives, each view
+    takes as many positives as there are distinct non-edges to pair them with (check_view_size then passes)."""
+    from common.graph import Graph
+    from common.presets import get_preset
+    from pipelines.core.shard_sets import view_percent
+    from preprocess.candidates import check_view_size
+    train = np.array([(a, b) for a in range(10) for b in range(a + 1, 10)][:32])  # 13 non-edges left
+    graph = Graph.from_edges(train, num_nodes=10)
+    percent = view_percent(get_preset("general"), len(train), "cuda", graph)
+    assert percent == 40.62
+    check_view_size(len(train), percent, 1, graph)
+    sparse = Graph.from_edges(train[:5], num_nodes=10)
+    assert view_percent(get_preset("general"), 5, "cuda", sparse) == get_preset("general").train_percent

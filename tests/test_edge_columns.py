@@ -121,5 +121,5 @@ def test_the_undirected_graph_is_said_so(tmp_path, caplog):
     caplog.set_level("INFO")
     rows = [(i, (i + 1) % 30) for i in range(30)] + [(1, 0), (5, 5)]
     load_dataset(write(tmp_path / "u.csv", rows, "src,dst"))
-    assert ("u.csv: the graph is undirected: (u, v) and (v, u) are one pair and repeated pairs count once (32 rows, "
-            "30 distinct pairs, 1 self-loops dropped)") in caplog.text
+    assert ("u.csv: the graph is undirected: (u, v) and (v, u) are one pair and repeated pairs count once (32 rows -> "
+            "30 distinct pairs; 1 self-loop row(s) dropped, 1 row(s) repeating a pair)") in caplog.text

@@ -43,6 +43,41 @@ def error_line(proc: subprocess.CompletedProcess) -> str:
 
 
 # ---------------------------------------------------------------------------- ids
+def test_ids_with_leading_zeros_are_text_as_written(tmp_path, caplog):
+    """Codes 000..149 come back with their zeros, and 001 is not 1: the column is read as text, and the log
+    says which id made it so."""
+    codes = [f"{i:03d}" for i in range(150)]
+    ds = load_dataset(str(write_csv(tmp_path / "codes.csv", ring(150, codes))))
+    assert ds.node_ids.dtype == object and list(ds.node_ids[:3]) == ["000", "001", "002"]
+    assert "codes.csv: node ids read as text (sorted as text, written back as read): column 'src' holds '000' in " \
+           "data row 1, a leading zero an integer would drop" in caplog.text
+    both = load_dataset(str(write_csv(tmp_path / "both.csv", ring(150) + [("001", 7), ("1", 9)])))
+    assert {"001", "1"} <= set(both.node_ids) and both.num_nodes == 151
+
+
+def test_one_odd_id_says_why_every_id_is_text(tmp_path, caplog):
+    edges = write_csv(tmp_path / "big.csv", ring(150) + [(2**64, 3)])
+    ds = load_dataset(str(edges))
+    assert ds.node_ids.dtype == object and str(2**64) in set(ds.node_ids)
+    assert f"big.csv: node ids read as text (sorted as text, written back as read): column 'src' holds {2**64} in " \
+           "data row 151, beyond 64-bit integers; so the integer ids of column(s) dst are text too" in caplog.text
+    caplog.clear()
+    (tmp_path / "nodes.csv").write_text("node\n0\nabc\n")
+    load_dataset(str(write_csv(tmp_path / "ints.csv", ring(150))), nodes=str(tmp_path / "nodes.csv"))
+    assert "ints.csv: node ids read as text (sorted as text, written back as read): nodes.csv: column 'node' holds " \
+           "'abc' in data row 2, not an integer; so the integer ids of column(s) src, dst are text too" in caplog.text
+
+
+def test_dropped_and_merged_rows_are_logged(tmp_path, caplog):
+    """700 rows, 600 edges: the log says what became of the other 100 (self-loops, repeats, reversed pairs)."""
+    import logging
+    caplog.set_level(logging.INFO)
+    rows = ring(600) + [(i, i) for i in range(40)] + ring(600)[:30] + [(b, a) for a, b in ring(600)[100:130]]
+    load_dataset(str(write_csv(tmp_path / "e.csv", rows)))
+    assert "e.csv: the graph is undirected: (u, v) and (v, u) are one pair and repeated pairs count once (700 rows " \
+           "-> 600 distinct pairs; 40 self-loop row(s) dropped, 60 row(s) repeating a pair)" in caplog.text
+
+
 def test_uint64_ids_in_a_narrow_range_near_the_top(tmp_path):
     """2^64 - 1 - i: the direct-table path, whose offset once overflowed a C long."""
     top = 2**64 - 1

@@ -380,8 +380,9 @@ def test_score_under_user_ids_equals_score_under_mapped_ids(tmp_path):
     assert np.allclose(out.logit.to_numpy(), expect.mean(0), rtol=0, atol=1e-5)
 
     # a pair of a node with itself, or an unknown name: one line each, nothing written
-    for bad, expect_text in (([(names[4], names[4])], "pair a node with itself (first: row 0, (user-31676, user-31676))"),
-                             ([(names[4], "nobody")], "unknown node ids (first: row 0, (user-31676, nobody))")):
+    for bad, expect_text in (([(names[4], names[4])],
+                              "pair a node with itself (first: data row 1, (user-31676, user-31676))"),
+                             ([(names[4], "nobody")], "unknown node ids (first: data row 1, (user-31676, nobody))")):
         write_table(tmp_path / "bad.csv", bad)
         proc = subprocess.run([sys.executable, "-m", "pipelines.score", "--checkpoint", str(run), "--pairs",
                                str(tmp_path / "bad.csv"), "--out", str(tmp_path / "never.parquet")], cwd=ROOT,

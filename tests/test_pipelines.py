@@ -184,7 +184,7 @@ def test_score_rejects_unknown_node_ids(pipeline_run, tmp_path):
     pq.write_table(pa.table({"src": [1, 99999], "dst": [2, 3]}), pairs)
     proc = _score(tmp, pairs, tmp_path / "never.parquet")
     assert proc.returncode == 2
-    assert "unknown node ids (first: row 1, (99999, 3))" in proc.stderr
+    assert "unknown node ids (first: data row 2, (99999, 3))" in proc.stderr
     assert not (tmp_path / "never.parquet").exists()
 
 
@@ -195,7 +195,7 @@ def test_score_refuses_self_loops(pipeline_run, tmp_path):
     pairs.write_text("src,dst\n1,2\n5,5\n7,7\n")
     proc = _score(tmp, pairs, tmp_path / "never.parquet")
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "2 row(s) pair a node with itself (first: row 1, (5, 5)); self-loops are not scored" in proc.stderr
+    assert "2 row(s) pair a node with itself (first: data row 2, (5, 5)); self-loops are not scored" in proc.stderr
     assert not (tmp_path / "never.parquet").exists()
 
 

@@ -170,6 +170,24 @@ def test_resume_still_resumes_and_needs_a_last_pt(shards, tmp_path):
     run(tiny(shards, tmp_path / "new", max_steps=1, resume=True))  # --resume on a new folder starts fresh
 
 
+def test_resume_under_another_preset_or_schedule_is_refused_and_keeps_the_run(shards, tmp_path):
+    """A finished tiny run resumed with --preset citeseer-small (12 epochs, another lr): refused in one line
+    naming what differs, the run's files untouched; never retrained under the other schedule."""
+    out = tmp_path / "run"
+    run(tiny(shards, out, epochs=1))
+    before = folder_bytes(out)
+    cmd = [a if a != "tiny" else "citeseer-small" for a in trainer_cmd(shards, out, "--resume")]
+    proc = subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    lines = [line for line in proc.stderr.strip().splitlines() if " error: " in line]
+    assert proc.returncode == 1 and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert f"--resume: {out} was trained with preset 'tiny' (asked: 'citeseer-small')" in lines[0], lines[0]
+    assert "--overwrite" in lines[0] and "--preset tiny" in lines[0]
+    assert folder_bytes(out) == before
+    with pytest.raises(ConfigError, match=r"was trained with optim.lr 0.001 \(asked: 0.5\)"):
+        run(tiny(shards, out, epochs=1, resume=True, optim={"lr": 0.5}))
+    assert run(tiny(shards, out, epochs=1, resume=True))["steps"] == json.loads(before["summary.json"])["steps"]
+
+
 # ---------------------------------------------------------------------------- checkpoint writes and reads
 @pytest.mark.parametrize("failure", ["enospc", "exception", "keyboard-interrupt"])
 def test_save_atomic_leaves_no_temp_file_and_names_the_file(tmp_path, monkeypatch, failure):

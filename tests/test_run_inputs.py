@@ -15,38 +15,17 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import needs_ray, train_tiny_on_cpu
+from tests.conftest import bipartite_rows, needs_ray, write_edges
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 pytestmark = needs_ray
 
 
-def bipartite_rows(users: int = 90, items: int = 50, per_user: int = 4, seed: int = 0) -> list[tuple[str, str]]:
-    rng = np.random.default_rng(seed)
-    rows = {(f"u{u:03d}", f"i{(u + k * 7) % items:03d}") for u in range(users) for k in range(2)}
-    while len(rows) < users * per_user:
-        rows.add((f"u{int(rng.integers(users)):03d}", f"i{int(rng.integers(items)):03d}"))
-    return sorted(rows)
-
-
-def write_edges(path: Path, rows) -> Path:
-    path.write_text("src,dst\n" + "".join(f"{a},{b}\n" for a, b in rows))
-    return path
-
-
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """A run of the tiny preset, 2 steps, on the bipartite graph; returns its folder, edge list and set."""
-    from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
-    from preprocess.job import run_job
-
-    root = tmp_path_factory.mktemp("inputs")
-    edges = write_edges(root / "shop.csv", bipartite_rows())
-    shards = run_job(PreprocessConfig(dataset=str(edges), sampling=SamplingConfig(1, 3), out=str(root / "shards"),
-                                      candidates=CandidateConfig(views=1), num_cpus=1)).path
-    train_tiny_on_cpu(shards, root / "run", max_steps=2)
-    return {"root": root, "run": root / "run", "edges": edges, "shards": Path(shards)}
+def run(shop_run):
+    """A run of the tiny preset, 2 steps, on the bipartite graph; its folder, edge list and set (conftest)."""
+    return shop_run
 
 
 @pytest.fixture
@@ -126,7 +105,7 @@ def test_score_dataset_flag_takes_the_same_graph_anywhere_but_no_other(run, tmp_
 
 
 @pytest.mark.parametrize("spec, expect", [
-    ("bogus", "--graph bogus: neither a split (train, valid, test) nor an edge-list file"),
+    ("bogus", "--graph bogus: neither a graph (train, valid, test, all) nor an edge-list file"),
     ("missing.csv", "--graph missing.csv: file not found"),
 ])
 def test_graph_flag_names_itself(run, tmp_path, main_of, spec, expect):

@@ -46,7 +46,7 @@ def evaluate(monkeypatch, tmp_path, citeseer, model, *flags):
     """The CLI's --evaluate path on citeseer with a small untrained model standing in for a run's checkpoint."""
     import pipelines.recommend.evaluation as rec
     from pipelines.recommend.evaluation import evaluate_run
-    monkeypatch.setattr(rec, "load_run", lambda *a, **k: (model, citeseer, FIELDS, "digest"))
+    monkeypatch.setattr(rec, "load_evaluated_run", lambda *a, **k: (model, citeseer, FIELDS, "fingerprint"))
     args = rec.build_parser().parse_args(["RUN", "--device", "cpu", "--out", str(tmp_path / "m.json"),
                                           *flags])
     assert evaluate_run(args) == 0

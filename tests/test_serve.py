@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from pathlib import Path
@@ -64,7 +65,8 @@ def recommended(port, node) -> list:
 
 def test_the_service_over_http(run_dir, tmp_path):
     from common.datasets import load_dataset
-    graph = load_dataset("citeseer").graph_for("test")
+    from common.snapshot import whole_graph
+    graph = whole_graph(load_dataset("citeseer"))  # what it serves by default: every split's edges
     port, state = free_ports(1)[0], tmp_path / "state"
     env = {"PENCIL_SERVE_TOKEN": TOKEN}
     flags = ("--max-pairs", "50")
@@ -75,7 +77,7 @@ def test_the_service_over_http(run_dir, tmp_path):
         pairs = pairs[pairs[:, 0] != pairs[:, 1]]
         (tmp_path / "pairs.csv").write_text("src,dst\n" + "".join(f"{u},{v}\n" for u, v in pairs))
         cli("score", "--checkpoint", str(run_dir), "--pairs", str(tmp_path / "pairs.csv"), "--out",
-            str(tmp_path / "scores.parquet"))
+            str(tmp_path / "scores.parquet"), "--graph", "all")
         want = pq.read_table(tmp_path / "scores.parquet").to_pydict()
         status, body = call(port, "POST", "/score", {"pairs": pairs.tolist()})
         assert status == 200, body
@@ -118,10 +120,15 @@ def test_the_service_over_http(run_dir, tmp_path):
                                                                   "is 50"),
             ("POST", "/edges", {"add": [[1, 2]]}, None, 401, "missing bearer token"),
             ("POST", "/edges", {"add": [[1, 2]]}, {"Authorization": "Bearer nope"}, 401, "wrong token"),
+            ("GET", f"/recommend/{node}?k=3&k=4", None, None, 400, "query parameter 'k' given 2 times; give it once"),
+            ("POST", "/edges", {"add": [["", 1]]}, AUTH, 400, "'add'[0]: an empty node id"),
+            ("POST", "/edges", {"add": [[node, 2**64]]}, AUTH, 400, f"node id {2**64} does not fit this graph's ids"),
+            ("POST", "/edges", {"add": [[node, "0012"]]}, AUTH, 400, "node id '0012' has a leading zero"),
         ]
         for method, path, body, headers, want_status, line in errors:
             status, answer = call(port, method, path, body, headers)
             assert status == want_status and line in answer["error"] and set(answer) == {"error"}, (path, answer)
+        assert call(port, "GET", f"/neighbors/%20{node}%20")[1]["node"] == node  # spaces trimmed, as the loaders do
 
         # kill -9 while edits stream in: the service and its Ray go down, every acknowledged edit survives
         heads = children_of(proc.pid)
@@ -217,3 +224,30 @@ def test_a_new_checkpoint_rolls_out_without_dropping_requests(run_dir, ray_head,
     after = health()
     assert after["checkpoint"] != before["checkpoint"] and after["seq"] == 1
     assert statuses and set(statuses) == {200}, sorted(set(map(str, statuses)))
+
+
+def test_a_deployment_that_cannot_start_says_its_own_error(tmp_path):
+    """A cause only a deployment meets (its shard set gone after the command's checks): the command's start
+    (run_service, in a process of its own as `pencil serve` is) ends at the first failed replica with that
+    replica's own one-line error, not Serve's generic one after its retries; its Ray goes down with it."""
+    script = textwrap.dedent("""
+        import sys, time
+        from pipelines.serve.command import run_service
+        from pipelines.serve.settings import Settings
+        s = Settings.from_dict({"checkpoint": "unused.pt", "state": sys.argv[1], "shards": sys.argv[2],
+                                "device": "cpu"})
+        try:
+            run_service(s, "127.0.0.1", int(sys.argv[3]), 1, "pencil serve")
+        except Exception as err:
+            print(f"{type(err).__name__}|{err}", flush=True)
+    """)
+    gone = tmp_path / "gone"
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "state"), str(gone), str(free_ports(1)[0])],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    kind, _, message = proc.stdout.strip().splitlines()[-1].partition("|")
+    assert kind == "ServeStartError", proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert message.startswith(f"pencil-graph could not start: {gone}: no manifest; the shard set is incomplete"), \
+        message
+    assert "Failed to update the deployments" not in message
+    assert not (tmp_path / "state" / "edits.jsonl").exists()

@@ -96,6 +96,10 @@ def test_bad_requests_are_their_status_and_one_line(engine):
     assert status_of(recommend_query, "1", {"k": "9", "pool": "8"}, CFG, limits)[0] == 400
     assert status_of(recommend_query, "1", {"retriever": "bm25"}, CFG, limits)[0] == 400
     assert status_of(recommend_query, "1", {"kk": "1"}, CFG, limits)[0] == 400
+    from starlette.datastructures import QueryParams
+    assert status_of(recommend_query, "1", QueryParams("k=3&k=4"), CFG, limits) == (
+        400, "query parameter 'k' given 2 times; give it once")
+    assert recommend_query("1", QueryParams("k=3&pool=30"), CFG, limits).cfg.pool == 30
     assert recommend_query("7", {"k": "3"}, CFG, limits).cfg == RecConfig(k=3, pool=20, sampling=(1, 5), n_max=12)
     assert status_of(parse_json, b"{nope")[0] == 400
     assert status_of(score_body, {"pairs": [[1, 2]] * 4}, limits) == (413, "too many pairs: 4 in one request; the "
@@ -150,7 +154,7 @@ def test_settings_and_the_serve_config_file(tmp_path):
     graph, service = config["applications"]
     assert config["http_options"] == {"host": "127.0.0.1", "port": 8000}
     assert graph["import_path"] == "pipelines.serve.app:graph_app" and graph["route_prefix"] is None
-    assert graph["args"] == {"shards": "/shards/set", "graph": "test", "state": "/srv/state", "max_edges": 10000}
+    assert graph["args"] == {"shards": "/shards/set", "graph": "all", "state": "/srv/state", "max_edges": 10000}
     assert service["args"] == {"checkpoint": "/runs/seed0/best.pt", "replicas": 2, "k": 10,
                                "token_file": str(tmp_path / "token")}
     assert graph_app(graph["args"]) is not None

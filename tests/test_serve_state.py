@@ -122,6 +122,51 @@ def test_the_log_refuses_a_second_owner_another_graph_and_damage(tmp_path):
         EditLog(tmp_path / "file", GRAPH)
 
 
+def test_request_ids_follow_the_loaders_rules():
+    """As the edge-list loaders read a file: surrounding spaces trimmed, no empty id, an integer never written
+    with a leading zero, integers within the graph's id type."""
+    named = named_state()
+    assert named.ids.normalise("  b ", "node") == "b" and named.ids.index(" b ") == 1
+    assert status_of(named.ids.normalise, "", "'add'[0]") == (400, "'add'[0]: an empty node id; name a node")
+    assert status_of(named.ids.normalise, "   ", "node")[0] == 400
+    code, message = status_of(named.edit_record, {"add": [["user_3 ", "user_3"]]})  # one node, with itself
+    assert code == 400 and "with itself" in message
+    ints = GraphState(Graph.from_edges(EDGES, num_nodes=5), np.array([10, 11, 12, 13, 14], dtype=np.uint64), 10)
+    assert ints.ids.normalise(" 12 ", "node") == 12 and ints.ids.index("12") == 2
+    assert status_of(ints.ids.normalise, "012", "node") == (400, "node: node id '012' has a leading zero; this "
+                                                                 "graph's ids are integers, written without one")
+    assert status_of(ints.ids.normalise, 2**64, "'add'[0]") == (400, f"'add'[0]: node id {2**64} does not fit this "
+                                                                     f"graph's ids (integers from 0 to {2**64 - 1})")
+    assert status_of(ints.ids.normalise, -1, "node")[0] == 400
+    plain = plain_state()
+    assert status_of(plain.edit_record, {"add": [[0, 2**63]]})[0] == 400
+    assert status_of(plain.edit_record, {"add": [["", 1]]})[0] == 400
+
+
+def test_the_log_is_bound_by_its_first_edit_and_never_cuts_a_file_it_refuses(tmp_path):
+    """A service that opens a log but never acknowledges an edit leaves the folder free for another graph; a
+    file that is no edit log is refused whole, its torn-looking last line kept."""
+    EditLog(tmp_path / "a", GRAPH).close()
+    assert (tmp_path / "a" / LOG_NAME).read_bytes() == b""
+    log = EditLog(tmp_path / "a", {**GRAPH, "fingerprint": "other"})  # not bound: accepted
+    log.append({"seq": 1, "add": [[0, 3]], "remove": []})
+    log.close()
+    assert json.loads((tmp_path / "a" / LOG_NAME).read_text().splitlines()[0])["graph"]["fingerprint"] == "other"
+    (tmp_path / "b").mkdir()
+    mine = b"name,count\nmine,1\nno newline at the end"
+    (tmp_path / "b" / LOG_NAME).write_bytes(mine)
+    with pytest.raises(StateError, match="not a PENCIL edit log"):
+        EditLog(tmp_path / "b", GRAPH)
+    assert (tmp_path / "b" / LOG_NAME).read_bytes() == mine
+    lines = (tmp_path / "a" / LOG_NAME).read_bytes()
+    (tmp_path / "a" / LOG_NAME).write_bytes(lines + b'{"seq":2,"add"')
+    with pytest.raises(StateError, match="holds the edits of another graph"):  # refused before the tail is cut
+        EditLog(tmp_path / "a", GRAPH)
+    assert (tmp_path / "a" / LOG_NAME).read_bytes() == lines + b'{"seq":2,"add"'
+    again = EditLog(tmp_path / "a", {**GRAPH, "fingerprint": "other"})
+    assert again.torn == len(b'{"seq":2,"add"') and [r["seq"] for r in again.records] == [1]
+
+
 def test_the_coalescer_merges_what_queued_while_the_model_worked():
     calls = []
 
@@ -145,3 +190,16 @@ def test_the_coalescer_merges_what_queued_while_the_model_worked():
 
     assert asyncio.run(main()) == [[2], [4], [6, 8], [10], [12, 14, 16]]
     assert calls[:3] == [[1], [2, 3, 4, 5], [6, 7, 8]]
+
+
+def test_a_failed_replicas_traceback_becomes_its_own_line():
+    from pipelines.serve.start import deployment_error
+    message = ("A replica failed to start with exception. Retrying 2 more time(s). Error:\nTraceback (most recent "
+               "call last):\n  File \"/x/app.py\", line 60, in __init__\n    self.log = EditLog(s.state, described)\n"
+               "ray.exceptions.RayTaskError(StateError): ray::ServeReplica:pencil-graph:GraphOwner.initialize() "
+               "(pid=1, ip=127.0.0.1)\n  File \"/x/edit_log.py\", line 90, in _parse\n"
+               "pipelines.serve.edit_log.StateError: /s/edits.jsonl: line 3 is not a JSON object; the log is damaged")
+    assert deployment_error(message) == "/s/edits.jsonl: line 3 is not a JSON object; the log is damaged"
+    assert deployment_error("Error:\nTraceback ...\ntorch.OutOfMemoryError: CUDA out of memory") == \
+        "OutOfMemoryError: CUDA out of memory"
+    assert deployment_error("the node died") == "the node died"

@@ -84,8 +84,14 @@ def load(path: str | os.PathLike, fix: str = "delete it or restore it from a cop
 
 
 def _damaged(path, err: BaseException, fix: str) -> CheckpointError:
-    reason = " ".join(str(err).split())[:160] or type(err).__name__
-    return CheckpointError(f"{path}: not a readable checkpoint, damaged or truncated ({type(err).__name__}: {reason}); {fix}")
+    if "Weights only load failed" in str(err):  # torch's long note on weights_only, not the user's problem
+        return CheckpointError(f"{path}: not a readable checkpoint: it holds objects other than tensors and plain "
+                               f"data, which are never unpickled (another kind of file, or not this project's); {fix}")
+    reason = " ".join(str(err).split()).split(". ")[0]  # the first sentence, cut at a word
+    if len(reason) > 160:
+        reason = reason[:160].rsplit(" ", 1)[0] + " ..."
+    return CheckpointError(f"{path}: not a readable checkpoint, damaged, truncated or another kind of file "
+                           f"({type(err).__name__}{': ' + reason if reason else ''}); {fix}")
 
 
 # ---------------------------------------------------------------------------- RNG states

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from common.outputs import OutputError, check_output_folder
 from common.shards import ShardError, read_manifest
 from common.verify import set_problems
 from trainer import distributed
@@ -65,6 +66,10 @@ def check_run(config: TrainConfig, manifest: dict | None = None) -> dict:
         parent = next((p for p in out.parents if p.exists()), None)
         if parent is not None and not parent.is_dir():
             raise ConfigError(f"--out: {parent} is a file, so {out} cannot be created; choose another folder")
+        try:  # never the shard set itself, nor inside it or inside another run (a recipe's results tree holds runs)
+            check_output_folder(out, "--out", itself="run", within=("results",))
+        except OutputError as err:
+            raise ConfigError(str(err)) from None
     if config.compile:
         from trainer.model import compile_refusal
         if refusal := compile_refusal():

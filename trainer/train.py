@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from common.datasets import given_by_path
 from common.eval_scores import scores_path, write_scores
 from common.metrics import improves
 from common.presets import get_preset
@@ -111,8 +112,13 @@ class Trainer:
         merged = replace(merged, data=replace(merged.data, shards=config.data.shards,
                                               **run_folder.bound_data(self.manifest)))
         ignored = [name for name in ignored if name != "data.shards"]
-        if ignored:
-            log.warning("--resume: keeping the checkpoint's %s (they fix the run's trajectory)", ", ".join(ignored))
+        if ignored:  # resuming under other flags would continue, or retrain, the run under another schedule
+            saved = ckpt["config"]
+            shown = ", ".join(f"{name} {_field(saved, name)!r} (asked: {_field(config.to_dict(), name)!r})"
+                              for name in ignored[:3])
+            raise ConfigError(f"--resume: {config.out} was trained with {shown}{' ...' if len(ignored) > 3 else ''}; "
+                              f"resume with the flags it was trained with (--preset {saved['preset']}), or pass "
+                              "--overwrite to train afresh (or choose another --out)")
         if ckpt["world_size"] != self.info.world_size:
             log.warning("--resume: world size %d differs from the checkpoint's %d; the data order after "
                         "the resume point differs from the uninterrupted run's", self.info.world_size, ckpt["world_size"])
@@ -340,7 +346,11 @@ class Trainer:
 
     def summary(self) -> dict:
         st, cfg = self.state, self.config
-        return {"preset": cfg.preset, "dataset": self.preset.dataset, "protocol": cfg.protocol,
+        pre = self.manifest.get("config") or {}
+        # the data's name (a user's edges.csv is "edges", never the preset's paper dataset) and whether it is theirs
+        own = {"own_graph": True} if given_by_path(str(pre.get("dataset", "")), pre.get("data_dir")) else {}
+        return {"preset": cfg.preset, "dataset": self.manifest.get("dataset", self.preset.dataset), **own,
+                "protocol": cfg.protocol,
                 "selection_metric": self.metric, "best_epoch": st.best_epoch, "best_step": st.best_step,
                 "valid": st.best.get("valid"), "test": st.best.get("test"), "last_eval": st.last_eval,
                 "steps": st.step, "epochs_completed": st.epoch, "converged": self.converged(),
@@ -348,6 +358,13 @@ class Trainer:
                 "attention_backend": self.core.attention_backend, "world_size": self.info.world_size,
                 "device": str(self.info.device), "accumulation": self.accum,
                 "num_parameters": self.core.num_parameters(), "config": cfg.to_dict()}
+
+
+def _field(config: dict, name: str):
+    """A config field by its dotted name ("optim.lr")."""
+    for part in name.split("."):
+        config = config.get(part) if isinstance(config, dict) else None
+    return config
 
 
 def _next(it, st: LoopState, plan) -> object:

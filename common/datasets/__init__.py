@@ -120,6 +120,15 @@ def load_set_dataset(config: dict, *, name: str | None = None, data_dir: str | N
                         eval_pairs=config.get("eval_pairs"), train_negatives=config.get("train_negatives"))
 
 
+def given_by_path(name: str, data_dir: str | None = None) -> bool:
+    """Whether `load_dataset(name, data_dir=...)` loads a user's graph (`own`): an edge-list file or a folder given
+    by path, never a paper dataset named by its name (with --data-dir, a paper dataset's HeaRT folder)."""
+    from common.datasets.ids import suffix_of
+    if data_dir is not None:
+        return False
+    return suffix_of(name) is not None or name not in ("citeseer", "cora", "synthetic", *OGB_NAMES)
+
+
 def _own(dataset: LinkDataset) -> LinkDataset:
     """A dataset given by path is the user's, even when its file or folder is named like a paper dataset."""
     dataset.own = True
@@ -144,4 +153,5 @@ def _planetoid_features(name: str, planetoid_dir: str | None):
     return load_planetoid_features(name, planetoid_dir)
 
 
-__all__ = ["load_dataset", "load_set_dataset", "LinkDataset", "Split", "DatasetError", "PROTOCOLS", "SPLITS", "OGB_NAMES"]
+__all__ = ["load_dataset", "load_set_dataset", "given_by_path", "LinkDataset", "Split", "DatasetError", "PROTOCOLS",
+           "SPLITS", "OGB_NAMES"]

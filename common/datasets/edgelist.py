@@ -56,11 +56,13 @@ def sample_non_edges(graph: Graph, count: int, rng: np.random.Generator, accept=
     n = graph.num_nodes
     if count <= 0:
         return np.zeros((0, 2), dtype=np.int64)
-    free = _free_pairs(graph, nodes) - (0 if exclude is None else len(exclude))
-    if count > free:
-        among = "" if nodes is None else f" among the {len(nodes):,} nodes that exist by then"
-        raise DatasetError(f"{what}: asked for {count} non-edges but the graph has only {free}{among}; "
-                           "use fewer evaluation edges or a sparser graph")
+    taken = 0 if exclude is None else len(exclude)
+    free = max(0, _free_pairs(graph, nodes) - taken)
+    if count > free:  # one negative per held-out edge: a graph this dense has too few non-edges for its split
+        among = "" if nodes is None else f", among the {len(nodes):,} nodes that exist by then"
+        raise DatasetError(f"{what}: needs {count} node pairs that are not edges, but the graph ({n} nodes, "
+                           f"{graph.num_edges} edges{f', {taken} pairs already drawn' if taken else ''}{among}) has "
+                           f"only {free} left; pass --split with smaller valid and test shares, or use a sparser graph")
     taken = None
     if exclude is not None and len(exclude):
         ex = _min_max(np.asarray(exclude, dtype=np.int64).reshape(-1, 2))
@@ -120,7 +122,9 @@ def random_split_dataset(name: str, edges: np.ndarray | None, num_nodes: int, se
     """
     where = where or name
     if not (0 <= val_frac < 1 and 0 <= test_frac < 1 and val_frac + test_frac < 1):
-        raise DatasetError(f"{where}: val_frac={val_frac}, test_frac={test_frac} must be >= 0 and sum below 1")
+        shown = ",".join(f"{100 * f:g}" for f in (1 - val_frac - test_frac, val_frac, test_frac))
+        raise DatasetError(f"{where}: --split {shown}: the shares must be at least 0 and leave train above 0; "
+                           "e.g. --split 85,5,10")
     t0 = time.perf_counter()
     full = full_graph if full_graph is not None else Graph.from_edges(edges, num_nodes=num_nodes)
     edges = full.edge_array()  # undirected, deduplicated, no self-loops, (min, max)
@@ -235,7 +239,7 @@ def load_edge_list(path, seed: int = 0, val_frac: float | None = None, test_frac
     if kind == "temporal":
         from common.datasets.temporal import temporal_split
         ds = temporal_split(name, pairs, times, num_nodes, seed=seed, weights=weights, x=x, where=str(path), **fracs)
-        _log_undirected(path, pairs, sum(ds.split_info["pairs"].values()))
+        log_folded(path, pairs, sum(ds.split_info["pairs"].values()))
     elif masks is None:
         full = _full_graph(path, pairs, num_nodes)
         rows = pairs if weights is not None else None  # the rows are read again only for their weights
@@ -267,11 +271,14 @@ def _split_kind(path: Path, asked: str | None, has_column: bool, has_time: bool,
     return "temporal" if has_time and asked != "random" else "random"
 
 
-def _log_undirected(path: Path, pairs: np.ndarray, distinct: int) -> None:
+def log_folded(path: Path, pairs: np.ndarray, distinct: int) -> None:
+    """Say that the graph is undirected and what became of the rows that are not pairs of their own: self-loops
+    are dropped, and a row that repeats a pair (the same pair again, or reversed) counts once."""
     loops = int(np.count_nonzero(pairs[:, 0] == pairs[:, 1]))
-    log.info("%s: the graph is undirected: (u, v) and (v, u) are one pair and repeated pairs count once (%s rows%s%s)",
-             path.name, f"{len(pairs):,}", f", {distinct:,} distinct pairs",
-             f", {loops:,} self-loops dropped" if loops else "")
+    repeats = len(pairs) - loops - distinct
+    log.info("%s: the graph is undirected: (u, v) and (v, u) are one pair and repeated pairs count once (%s rows -> "
+             "%s distinct pairs; %s self-loop row(s) dropped, %s row(s) repeating a pair)", path.name,
+             f"{len(pairs):,}", f"{distinct:,}", f"{loops:,}", f"{repeats:,}")
 
 
 def _full_graph(path: Path, pairs: np.ndarray, num_nodes: int) -> Graph:
@@ -279,7 +286,7 @@ def _full_graph(path: Path, pairs: np.ndarray, num_nodes: int) -> Graph:
     full = Graph.from_edges(pairs, num_nodes=num_nodes)
     log.info("%s: graph of %s nodes, %s edges built in %.1f s (driver %.1f GiB)", path.name, f"{num_nodes:,}",
              f"{full.num_edges:,}", time.perf_counter() - t0, rss_gb())
-    _log_undirected(path, pairs, full.num_edges)
+    log_folded(path, pairs, full.num_edges)
     if full.num_edges == 0:
         raise DatasetError(f"{path}: no train edges (every row is a self-loop); add edges between distinct nodes")
     return full
@@ -288,7 +295,7 @@ def _full_graph(path: Path, pairs: np.ndarray, num_nodes: int) -> Graph:
 def _given_split(path: Path, name: str, pairs: np.ndarray, masks: dict, num_nodes: int, node_ids: np.ndarray,
                  seed: int, x) -> LinkDataset:
     pos = {s: _canonical_unique(pairs[masks[s]], num_nodes) for s in SPLIT_VALUES}
-    _log_undirected(path, pairs, sum(len(p) for p in pos.values()))
+    log_folded(path, pairs, sum(len(p) for p in pos.values()))
     _refuse_shared_edges(path, pos, num_nodes, node_ids)
     if len(pos["train"]) == 0:
         raise DatasetError(f"{path}: no train edges (split column has no 'train' rows between distinct nodes); "

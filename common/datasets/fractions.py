@@ -14,8 +14,7 @@ from common.datasets.base import DatasetError
 
 DEFAULT_SPLIT = (85.0, 5.0, 10.0)
 SPLIT_KINDS = ("random", "temporal")
-_USAGE = ("expected three non-negative percentages train,valid,test that sum to 100, "
-          "with valid and test above 0 (e.g. 85,5,10)")
+_USAGE = ("expected three percentages train,valid,test, each above 0, that sum to 100 (e.g. 85,5,10)")
 
 
 def check_split(values) -> tuple[float, float, float]:
@@ -31,6 +30,9 @@ def check_split(values) -> tuple[float, float, float]:
         raise DatasetError(f"--split {shown}: the percentages sum to {sum(split):g}, not 100; e.g. 85,5,10")
     if split[1] <= 0 or split[2] <= 0:
         raise DatasetError(f"--split {shown}: valid and test must be above 0 (selection and the report need both)")
+    if split[0] <= 0:
+        raise DatasetError(f"--split {shown}: train must be above 0 (the model and the heuristics learn from it); "
+                           "e.g. 85,5,10")
     return split
 
 

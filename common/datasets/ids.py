@@ -2,7 +2,8 @@
 
 Files: CSV (.csv, .csv.gz), TSV (.tsv, .tsv.gz) and Parquet (.parquet, .pq), columns src, dst[, split].
 Node ids may be integers of any size (negative, or up to 2^64 - 1) or strings (anything else in a text
-file: user names, hashes, gene symbols; an integer wider than 64 bits is kept as its text). They are
+file: user names, hashes, gene symbols, codes with a leading zero such as 007; an integer wider than 64 bits
+is kept as its text). One such id makes every id of the file text, and the log says which id and why. They are
 mapped to 0..N-1 in sorted order (numbers numerically, strings by their UTF-8 bytes), so the mapping
 depends only on the set of ids, not on row order. `node_ids[i]` is the user's id of node i; it ships
 with the shard set and every output translates back through it. A file whose ids already are 0..N-1
@@ -191,6 +192,12 @@ def _read_parquet(path: Path, pick: dict[str, str]) -> Columns:
 # ---------------------------------------------------------------------------------- ids -> 0..N-1
 def _numeric(col: pa.ChunkedArray, name: str, path: Path) -> np.ndarray | None:
     """An id column as int64 or uint64 numbers, or None when its ids are names (strings)."""
+    return numeric_ids(col, name, path)[0]
+
+
+def numeric_ids(col: pa.ChunkedArray, name: str, path: Path) -> tuple[np.ndarray | None, str | None]:
+    """An id column as int64 or uint64 numbers, or (None, why) when it must be read as text: the first id that
+    an integer would not keep as the user wrote it (a name, a leading zero, a number beyond 64 bits)."""
     if col.null_count:
         row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
         raise DatasetError(f"{path}: column '{name}' has an empty node id in data row {row + 1}; fill it or drop the row")
@@ -199,8 +206,8 @@ def _numeric(col: pa.ChunkedArray, name: str, path: Path) -> np.ndarray | None:
         col, t = col.cast(t.value_type), t.value_type
     if pa.types.is_integer(t):
         if pa.types.is_unsigned_integer(t) and t.bit_width == 64:
-            return col.to_numpy()
-        return col.cast(pa.int64()).to_numpy()
+            return col.to_numpy(), None
+        return col.cast(pa.int64()).to_numpy(), None
     if pa.types.is_floating(t):
         f = col.to_numpy()
         bad = ~(np.isfinite(f) & (f == np.round(f)))
@@ -212,16 +219,66 @@ def _numeric(col: pa.ChunkedArray, name: str, path: Path) -> np.ndarray | None:
             raise DatasetError(f"{path}: column '{name}' holds node id {f[wide][0]:.17g} as a float, beyond 2^53 "
                                "where floats no longer tell neighbouring integers apart; store the ids as "
                                "integers or strings")
-        return f.astype(np.int64)
+        return f.astype(np.int64), None
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         # an empty id fails both casts: the strings path finds it in the few distinct ids (_check_empty)
         for target in (pa.int64(), pa.uint64()):
             try:
-                return col.cast(target).to_numpy()
+                nums = col.cast(target).to_numpy()
             except pa.ArrowInvalid:
                 continue
-        return None
+            zero = leading_zeros(col)
+            if zero.any():  # 007 is not 7: a code, read as text so that it comes back as written
+                row = int(np.flatnonzero(zero)[0])
+                return None, f"column '{name}' holds {col[row].as_py()!r} in data row {row + 1}, a leading zero an " \
+                             "integer would drop"
+            return nums, None
+        return None, _why_text(col, name)
     raise DatasetError(f"{path}: column '{name}' must hold integer or string node ids, got type {t}")
+
+
+def leading_zeros(col) -> np.ndarray:
+    """bool per id (text that casts to an integer): written with a leading zero (007, -01, 00)."""
+    zero = pc.and_(pc.starts_with(col, "0"), pc.greater(pc.binary_length(col), 1))
+    return pc.or_(zero, pc.starts_with(col, "-0")).to_numpy(zero_copy_only=False)
+
+
+def _why_text(col: pa.ChunkedArray, name: str) -> str:
+    """Why a text column that is not all 64-bit integers is read as names: its first id that is not one."""
+    for part in (col.slice(0, 1000), col):  # names show in the first rows: the whole column only when they do not
+        digits = pc.match_substring_regex(part, r"^-?[0-9]+$").to_numpy(zero_copy_only=False)
+        if not digits.all():
+            row = int(np.flatnonzero(~digits)[0])
+            return f"column '{name}' holds {col[row].as_py()!r} in data row {row + 1}, not an integer"
+    for row in np.flatnonzero(pc.greater_equal(pc.binary_length(col), 19).to_numpy(zero_copy_only=False)):
+        value = int(col[int(row)].as_py())
+        if not -2**63 <= value < 2**64:
+            return f"column '{name}' holds {value} in data row {int(row) + 1}, beyond 64-bit integers"
+    return f"column '{name}' holds ids that no 64-bit integer type holds together"
+
+
+def as_run_ids(col: pa.ChunkedArray, name: str, path: Path, dtype) -> np.ndarray:
+    """A column of a file that names nodes in a run's ids (a --graph snapshot), read by the rules of the run's
+    edge list and in its id kind (`dtype`: int64, uint64, or object for text); an id that does not fit is a
+    DatasetError naming its row."""
+    if np.dtype(dtype) == object:
+        text = col.cast(pa.string()) if not pa.types.is_string(col.type) else col
+        if text.null_count or pc.any(pc.equal(text, "")).as_py():
+            empty = pc.or_(text.is_null(), pc.equal(text, "")).to_numpy(zero_copy_only=False)
+            raise DatasetError(f"{path}: column '{name}' has an empty node id in data row "
+                               f"{int(np.flatnonzero(empty)[0]) + 1}; fill it or drop the row")
+        return np.asarray(text.to_numpy(zero_copy_only=False), dtype=object)
+    nums, why = numeric_ids(col, name, path)
+    kind = f"{np.dtype(dtype)} integers"
+    if nums is None:
+        raise DatasetError(f"{path}: {why}; the run's node ids are {kind}: name nodes as its edge list did")
+    info = np.iinfo(dtype)
+    out = (nums < 0) if info.min == 0 else (nums > np.uint64(info.max)) if nums.dtype == np.uint64 else None
+    if out is not None and out.any():
+        row = int(np.flatnonzero(out)[0])
+        raise DatasetError(f"{path}: column '{name}' holds {int(nums[row])} in data row {row + 1}, which does not fit "
+                           f"the run's node ids ({kind}); name nodes as its edge list did")
+    return nums.astype(dtype, copy=False)
 
 
 def map_node_ids(path: Path, cols: dict[str, pa.ChunkedArray], sources: dict[str, Path] | None = None
@@ -230,13 +287,16 @@ def map_node_ids(path: Path, cols: dict[str, pa.ChunkedArray], sources: dict[str
     sorted int64, uint64 or str (object) values, node_ids[i] the user's id of node i.
     sources: the file a column came from when not `path` (a node list), for error messages."""
     t0 = time.perf_counter()
-    nums = {k: _numeric(c, k, (sources or {}).get(k, path)) for k, c in cols.items()}
-    big = any(a is not None and a.dtype == np.uint64 and a.size and a.max() >= 2**63 for a in nums.values())
-    neg = any(a is not None and a.dtype == np.int64 and a.size and a.min() < 0 for a in nums.values())
+    files = {k: (sources or {}).get(k, path) for k in cols}
+    read = {k: numeric_ids(c, k, files[k]) for k, c in cols.items()}
+    nums, why = {k: a for k, (a, _) in read.items()}, {k: r for k, (_, r) in read.items()}
+    del read
+    big = [k for k, a in nums.items() if a is not None and a.dtype == np.uint64 and a.size and a.max() >= 2**63]
+    neg = [k for k, a in nums.items() if a is not None and a.dtype == np.int64 and a.size and a.min() < 0]
     if any(a is None for a in nums.values()) or (big and neg):
+        _say_text(path, nums, why, files, big, neg)
         del nums
-        out, node_ids, how = _map_strings(cols, {k: (sources or {}).get(k, path) for k in cols})  # names, or
-        # numbers no 64-bit type holds together
+        out, node_ids, how = _map_strings(cols, files)  # names, or numbers no 64-bit type holds together
     else:
         cols.clear()  # the caller's dict too: the Arrow columns go, the numbers (or views holding them) stay
         release_arrow_memory()
@@ -247,6 +307,18 @@ def map_node_ids(path: Path, cols: dict[str, pa.ChunkedArray], sources: dict[str
     log.info("%s: %s distinct node ids (%s) mapped to 0..%d in %.1f s (driver %.1f GiB)", path.name,
              f"{len(node_ids):,}", how, len(node_ids) - 1, time.perf_counter() - t0, rss_gb())
     return out, node_ids
+
+
+def _say_text(path: Path, nums: dict, why: dict, files: dict, big: list, neg: list) -> None:
+    """One log line when ids are read as text, and why: one odd id turns every id of the file into text."""
+    reasons = [f"{files[k].name}: {r}" if files[k] != path else r for k, r in why.items() if nums[k] is None]
+    if not reasons:
+        reasons = [f"column '{big[0]}' holds ids of 2^63 or more and column '{neg[0]}' negative ones: no 64-bit "
+                   "integer type holds both"]
+    numbers = [k for k, a in nums.items() if a is not None]
+    level = logging.WARNING if numbers or "not an integer" not in reasons[0] else logging.INFO
+    log.log(level, "%s: node ids read as text (sorted as text, written back as read): %s%s", path.name, reasons[0],
+            f"; so the integer ids of column(s) {', '.join(numbers)} are text too" if numbers else "")
 
 
 def _map_numbers(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray, str]:
@@ -387,14 +459,21 @@ def _like(node_ids: np.ndarray, values) -> np.ndarray | None:
     if node_ids.dtype == object:  # names: compare as text (an integer column's ids as their decimal text)
         return np.asarray(arr.cast(pa.string()).to_numpy(zero_copy_only=False), dtype=object)
     target = pa.int64() if node_ids.dtype == np.int64 else pa.uint64()
+    padded = None
     if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
         arr = pc.utf8_trim_whitespace(arr)
+        padded = leading_zeros(pc.if_else(arr.is_null(), "", arr))  # 007 names no integer node, as in the loader
     try:
+        if padded is not None and padded.any():
+            raise pa.ArrowInvalid("leading zeros")
         return arr.cast(target).to_numpy(zero_copy_only=False)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         # not all convertible: look them up one by one (a handful of pairs, not the graph)
         out = []
-        for v in arr.to_pylist():
+        for i, v in enumerate(arr.to_pylist()):
+            if padded is not None and padded[i]:
+                out.append(None)
+                continue
             try:
                 iv = int(v)
                 out.append(iv if (0 <= iv < 2**64 if target == pa.uint64() else -2**63 <= iv < 2**63) else None)

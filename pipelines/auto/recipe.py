@@ -96,7 +96,7 @@ def search_and_train(run: RunConfig, dataset, protocol: str, out: Path, runs: di
              record["stats"]["edges"], record["stats"]["mean_degree"], record["stats"]["median_degree"],
              record["stats"]["p90_degree"])
     train = len(blind.splits["train"].pos)
-    percent = view_percent(get_preset(DEFAULT_PRESET), train, device)
+    percent = view_percent(get_preset(DEFAULT_PRESET), train, device, blind.graph)
     epochs = run_epochs(run, cfg, round(train * percent / 100))
     record["epochs"] = epochs
     shards = shard_sets(run, dataset, protocol, epochs, percent)

@@ -12,6 +12,7 @@ from pathlib import Path
 from common.datasets import DatasetError, load_dataset
 from common.datasets.fractions import parse_split
 from common.flags import FlagError
+from common.outputs import OutputError, check_output_folder
 from common.storage import StorageError, is_remote, open_storage
 
 
@@ -104,13 +105,18 @@ class ShardOptions:
 
 
 def check_folder(flag: str, path: str) -> None:
-    """A folder that exists as a file (or below one) fails here, not after preprocessing."""
+    """An output folder that exists as a file (or below one), or lies in a run folder, a results tree or a shard
+    set (its files would mix with theirs: common.outputs), fails here, not after preprocessing."""
     folder = Path(str(path).removeprefix("file://"))
     for p in (folder, *folder.parents):
         if p.exists():
             if not p.is_dir():
                 raise FlagError(f"{flag} {folder}: {p} is a file, not a directory; choose another folder")
-            return
+            break
+    try:
+        check_output_folder(path, flag)
+    except OutputError as err:
+        raise FlagError(str(err)) from None
 
 
 def parse_seeds(text: str) -> tuple[int, ...]:

@@ -47,11 +47,17 @@ FIX = "pass run folders, or the result.json files pipelines.run writes in each s
 
 
 def load_results(paths: list[Path]) -> list[dict]:
-    """Every result.json below the given files/folders, each checked to be a seed's record."""
-    found = []
+    """Every result.json below the given files/folders, each checked to be a seed's record, with its `source`
+    (the file) and its data's fingerprint (`dataset_fingerprint`, from the record or its run's config). A file
+    reached twice (a run folder and a seed folder inside it) is refused: it would count one seed twice."""
+    found, seen = [], {}
     for p in paths:
         files = [p] if p.is_file() else sorted(p.rglob("result.json"))
         for f in files:
+            if (key := f.resolve()) in seen:
+                raise ResultsError(f"{f}: reached twice (through {seen[key]} and {p}), so its seed would count "
+                                   "twice; pass each run once")
+            seen[key] = p
             try:
                 record = json.loads(f.read_text())
             except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -59,8 +65,54 @@ def load_results(paths: list[Path]) -> list[dict]:
             missing = [k for k in ("dataset", "protocol", "test") if not isinstance(record, dict) or k not in record]
             if missing or not isinstance(record["test"], dict):
                 raise ResultsError(f"{f}: not a seed's result (no {', '.join(missing) or 'test metrics'}); {FIX}")
-            found.append(record)
+            config = record.get("config") if isinstance(record.get("config"), dict) else {}
+            record.setdefault("seed", config.get("seed", 0))  # a trainer's summary.json names its seed there
+            record.setdefault("dataset_fingerprint", _fingerprint_of(f, config))
+            found.append({**record, "source": str(f)})
     return found
+
+
+def _fingerprint_of(f: Path, config: dict) -> str | None:
+    """The data fingerprint of a record without one: its trainer config's (a summary.json), else the config.json
+    of its run folder (the seed folder, or the one above a blend/ record)."""
+    if fp := (config.get("data") or {}).get("dataset_fingerprint"):
+        return fp
+    for folder in (f.parent, f.parent.parent):
+        try:
+            return json.loads((folder / "config.json").read_text())["data"]["dataset_fingerprint"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return None
+
+
+def check_mixing(results: list[dict]) -> None:
+    """A row is one experiment: the same seed twice, or runs of different data (another fingerprint under the
+    same dataset name), in one row is refused, naming both files."""
+    groups: dict[tuple, list[dict]] = defaultdict(list)
+    for r in results:
+        groups[(r["dataset"], r["protocol"], r.get("model", "PENCIL"), bool(r.get("own_graph")))].append(r)
+    for (dataset, protocol, model, _), rs in groups.items():
+        row = f"{dataset}/{protocol}/{model}"
+        prints = {r["dataset_fingerprint"]: r for r in rs if r.get("dataset_fingerprint")}
+        if len(prints) > 1:  # first: two graphs also share seed numbers, and that is not the cause
+            (a, ra), (b, rb) = list(prints.items())[:2]
+            raise ResultsError(f"{row}: runs of different data in one row (dataset {a} in {_where(ra)}, {b} in "
+                               f"{_where(rb)}): two graphs named {dataset}; report them separately")
+        by_seed: dict = {}
+        for r in rs:
+            if (other := by_seed.setdefault(r.get("seed", 0), r)) is not r:
+                raise ResultsError(f"{row}: seed {r.get('seed', 0)} twice ({_where(other)} and {_where(r)}): two runs "
+                                   "of one seed in one row; report them separately")
+
+
+def _where(record: dict) -> str:
+    return record.get("source") or f"seed {record.get('seed', 0)}"
+
+
+def data_of(results: list[dict]) -> str:
+    """What a report covers, for its stamp (common.outputs): the fingerprints of its runs' data, sorted."""
+    names = {r.get("dataset_fingerprint") or "_".join(str(r["dataset"]).split()) for r in results}
+    return ",".join(sorted(names))
 
 
 def aggregate(results: list[dict]) -> list[dict]:

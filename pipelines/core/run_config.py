@@ -18,6 +18,9 @@ DESCRIPTION = """Train PENCIL on a dataset end to end: preprocess (embedded Ray,
 report. A dataset without a paper preset (your edge list) gets --preset auto: a configuration searched on
 validation only. Results land in OUT/<dataset>/<preset>/."""
 SEARCH = "auto"  # --preset auto: search a configuration on validation (pipelines.auto), not a preset's name
+# below this, --preset auto cannot build its shard sets and finish one epoch of each candidate on a small graph
+# (the suite's smallest graphs took 2.3 minutes alone on 2 cores): refused before any work
+MIN_BUDGET_MINUTES = 2.0
 PROTOCOL_CHOICES = ("original", "heart", "ogb", "both")
 OBJECTIVES = ("link-prediction", "recommend")
 
@@ -40,8 +43,10 @@ class RunConfig:
     @classmethod
     def from_args(cls, args) -> "RunConfig":
         """The parsed flags of build_parser, checked; a bad one is a FlagError naming it."""
-        if args.budget_minutes is not None and not args.budget_minutes > 0:
-            raise FlagError(f"--budget-minutes: must be positive, got {args.budget_minutes}")
+        if args.budget_minutes is not None and not args.budget_minutes >= MIN_BUDGET_MINUTES:
+            raise FlagError(f"--budget-minutes {args.budget_minutes:g}: below the {MIN_BUDGET_MINUTES:g} minutes "
+                            "--preset auto needs at least (its shard sets and a first epoch of each candidate come "
+                            f"first); pass {MIN_BUDGET_MINUTES:g} or more")
         if not is_remote(args.out):
             check_folder("--out", args.out)
         return cls(source=DataSource.from_args(args), preset=args.preset, seeds=parse_seeds(args.seeds),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -19,8 +20,10 @@ from common.presets import get_preset
 from common.shards import read_manifest
 from trainer import checkpoint
 from trainer.config import TrainConfig
-from trainer.model import Pencil, model_for_shards
 from trainer.run_folder import bound_data, data_label, same_data
+
+if TYPE_CHECKING:
+    from trainer.model import Pencil
 
 
 class RunFolderError(ValueError):
@@ -53,7 +56,8 @@ def load_checkpoint(path: Path, flag: str = "--checkpoint") -> dict:
     return checkpoint.load(path, fix=CHECKPOINT_FIX.replace("--checkpoint", flag))
 
 
-def load_model(ckpt: dict, manifest: dict, device: torch.device) -> Pencil:
+def load_model(ckpt: dict, manifest: dict, device: torch.device) -> "Pencil":
+    from trainer.model import model_for_shards  # the model (and transformers) only where one is built
     config = TrainConfig.from_dict(ckpt["config"])
     model = model_for_shards(get_preset(config.preset), config.model.as_overrides(), manifest)
     model.load_state_dict(ckpt["model"])
@@ -106,21 +110,29 @@ def load_run_model(checkpoint_arg: str, device, flag: str = "--checkpoint"):
     return load_model(ckpt, manifest, device), manifest, sampling_fields(manifest), digest
 
 
-def run_dataset(manifest: dict):
-    """The dataset of a run's set (its split and node list), checked to be the graph the run was trained on."""
-    dataset = load_set_dataset(manifest["config"])
-    check_run_graph(manifest, dataset, manifest["config"]["dataset"])
-    return dataset
+def run_dataset(manifest: dict, dataset: str | None = None, data_dir: str | None = None, ogb_root: str | None = None):
+    """The dataset of a run's set (its split and node list), checked to be the graph the run was trained on.
+    dataset (--dataset): where the run's edge list is now, when it moved; data_dir / ogb_root likewise."""
+    pre = manifest["config"]
+    if dataset is None and suffix_of(pre["dataset"]) and not Path(pre["dataset"]).is_file():
+        raise RunFolderError(f"the run's edge list {pre['dataset']}: file not found (moved, renamed, or a path "
+                             "relative to another folder); pass --dataset PATH where it is now (checked against the "
+                             "run's fingerprint), or restore it")
+    loaded = load_set_dataset(pre, name=dataset, data_dir=data_dir, ogb_root=ogb_root)
+    check_run_graph(manifest, loaded, f"--dataset {dataset}" if dataset else pre["dataset"])
+    return loaded
 
 
-def load_run(checkpoint_arg: str, device, flag: str = "--checkpoint", out: str | None = None):
+def load_run(checkpoint_arg: str, device, flag: str = "--checkpoint", out: str | None = None,
+             dataset: str | None = None):
     """(model, dataset, sampling fields, checkpoint digest) of a trained run; `flag` names it in errors.
-    `out`: the command's output file, refused (common.outputs) when it is one of the run's inputs."""
+    `out`: the command's output file, refused (common.outputs) when it is one of the run's inputs.
+    `dataset`: --dataset, the run's edge list where it is now."""
     model, manifest, fields, digest = load_run_model(checkpoint_arg, device, flag)
     if out is not None:
         files, folders = run_inputs(checkpoint_arg, manifest, flag)
-        check_output(out, files=files, folders=folders)
-    return model, run_dataset(manifest), fields, digest
+        check_output(out, files={**files, "--dataset": dataset}, folders=folders)
+    return model, run_dataset(manifest, dataset), fields, digest
 
 
 def run_inputs(checkpoint_arg: str, manifest: dict, flag: str = "--checkpoint") -> tuple[dict, dict]:

@@ -32,19 +32,28 @@ def preset_views(opts: ShardOptions, epochs: float) -> int:
     return opts.views or max(1, min(20, int(round(epochs))))
 
 
-def view_percent(preset, train_positives: int, device: str) -> float:
-    """% of the training positives in each view: the preset's, capped on CPU by its cpu_view_positives."""
+def view_percent(preset, train_positives: int, device: str, graph=None) -> float:
+    """% of the training positives in each view: the preset's, capped on CPU by its cpu_view_positives, and on a
+    graph too dense for one distinct non-edge per positive (`graph`: the training graph) by its non-edges."""
     cap = preset.cpu_view_positives if device == "cpu" else None
-    if not cap or train_positives <= cap:
-        return preset.train_percent
-    return min(preset.train_percent, round(100.0 * cap / train_positives, 3))
+    percent = preset.train_percent
+    if cap and train_positives > cap:
+        percent = min(percent, round(100.0 * cap / train_positives, 3))
+    if graph is not None:
+        from preprocess.candidates import distinct_non_edges, max_percent
+        dense = max_percent(distinct_non_edges(graph), train_positives)
+        if 0 < dense < percent:
+            log.info("the training graph has %s non-edges for %s training positives: each view takes %g%% of them, "
+                     "one distinct negative each", f"{distinct_non_edges(graph):,}", f"{train_positives:,}", dense)
+            percent = dense
+    return percent
 
 
 def preset_shard_set(source: DataSource, opts: ShardOptions, epochs: float | None, preset, protocols: list[str],
                      dataset, device: str) -> str:
     """Build or reuse a preset's shard set (its sampling, views and training percent) for the loaded dataset;
     `epochs`: the run's, None for the preset's."""
-    percent = view_percent(preset, len(dataset.splits["train"].pos), device)
+    percent = view_percent(preset, len(dataset.splits["train"].pos), device, dataset.graph)
     cfg = preprocess_config(source, opts, preset.sampling, preset_views(opts, epochs or preset.epochs), percent,
                             protocols)
     return build_shard_set(cfg, None if cfg.features else dataset)  # features: the job loads them itself

@@ -35,9 +35,10 @@ from common.atomic import write_json_atomic
 from common.cli import Parser, command, summary
 from common.datasets import DatasetError
 from common.graph import Graph
-from common.outputs import OutputError
+from common.flags import add_moved_dataset_flag, add_overwrite_flag
+from common.outputs import OutputError, check_output, check_replacement, stamp
 from common.retrieval import RetrievalError, neighbour_entries, retrieve
-from pipelines.core.runs import RunFolderError, load_run
+from pipelines.core.runs import RunFolderError, load_run_model, run_dataset, run_inputs
 from pipelines.recommend.engine import (RecConfig, RecommendError, add_engine_flags, probabilities, rank_prior,
                                         scorer_for)
 from trainer.scoring import default_device
@@ -191,6 +192,8 @@ def build_parser(prog: str = PROG) -> Parser:
     p = Parser(prog=prog, description=summary(__doc__))
     p.add_argument("run", metavar="RUN", help="a run folder (best.pt, else last.pt) or a .pt file")
     p.add_argument("--out", required=True, help="metrics .json (written atomically)")
+    add_overwrite_flag(p)
+    add_moved_dataset_flag(p)
     add_engine_flags(p)
     p.add_argument("--splits", default="valid,test", help="splits to rank (default valid,test)")
     p.add_argument("--choose-prior", action="store_true", help="pick --prior-weight on the valid split (best "
@@ -214,13 +217,22 @@ def _main(args, parser) -> int:
         parser.error(str(err))
 
 
+def load_evaluated_run(args, device):
+    """(model, dataset, sampling fields, data fingerprint) of RUN, --out checked before the dataset is loaded."""
+    model, manifest, fields, _ = load_run_model(args.run, device, "RUN")
+    files, folders = run_inputs(args.run, manifest, "RUN")
+    check_output(args.out, files={**files, "--dataset": args.dataset}, folders=folders)
+    check_replacement(args.out, "evaluate", manifest["fingerprint"], args.overwrite, what="evaluation")
+    return model, run_dataset(manifest, args.dataset), fields, manifest["fingerprint"]
+
+
 def evaluate_run(args) -> int:
     """The full-ranking table of a trained run on its valid and test splits."""
     if args.sample_positives is not None and args.sample_positives < 1:
         raise RecommendError(f"--sample-positives: must be >= 1, got {args.sample_positives} "
                              "(leave it out to rank every positive)")
     device = default_device(args.device)
-    model, dataset, fields, _ = load_run(args.run, device, "RUN", out=args.out)
+    model, dataset, fields, fingerprint = load_evaluated_run(args, device)
     cfg = RecConfig(k=min(args.k, args.pool), pool=args.pool, retriever=args.retriever, orderings=args.orderings,
                     seed=args.seed, token_budget=args.token_budget, batch_size=args.batch_size,
                     prior_weight=args.prior_weight, **fields)
@@ -232,7 +244,7 @@ def evaluate_run(args) -> int:
     if args.choose_prior and "valid" not in splits:
         raise RecommendError("--choose-prior: picks --prior-weight on the valid split; add valid to --splits")
     known = np.concatenate([dataset.splits[s].pos for s in ("valid", "test") if s in dataset.splits])
-    report = {"dataset": dataset.name, "run": args.run, "splits": {}}
+    report = {"dataset": dataset.name, "run": args.run, "splits": {}, **stamp("evaluate", fingerprint)}
     for split in splits:
         graph = dataset.graph_for(split)
         scorer = scorer_for(model, graph, cfg, device)

@@ -31,8 +31,8 @@ from common.atomic import write_json_atomic, write_parquet_atomic
 from common.cli import Parser, command, summary
 from common.datasets import DatasetError
 from common.datasets.ids import EDGE_LIST_SUFFIXES, suffix_of
-from common.flags import add_num_cpus_flag
-from common.outputs import OutputError, check_output
+from common.flags import add_moved_dataset_flag, add_num_cpus_flag, add_overwrite_flag
+from common.outputs import OutputError, check_output, check_replacement, stamp_metadata
 from common.retrieval import RetrievalError
 from pipelines.core.runs import RunFolderError, load_run_model, run_dataset, run_inputs
 from preprocess.cluster import RayConnectError, probe_address
@@ -54,9 +54,12 @@ def build_parser(prog: str = PROG) -> Parser:
     who.add_argument("--nodes", help="query nodes: one id per line, or a .csv/.parquet column 'node'")
     who.add_argument("--all-nodes", action="store_true", help="recommend for every node of the graph")
     p.add_argument("--out", required=True, help="recommendations .parquet (written atomically)")
+    add_overwrite_flag(p)
     add_engine_flags(p)
-    p.add_argument("--graph", default="test", help="graph to recommend on: train/valid/test (the split's graph, "
-                   "default test) or today's graph as an edge list (.csv, .tsv, .parquet; src,dst in the run's ids)")
+    p.add_argument("--graph", default=snapshot.WHOLE, help="graph to recommend on: all (every edge of every split: "
+                   "the default, so no recommendation is an edge you have), train/valid/test (a split's graph) or "
+                   "today's graph as an edge list (.csv, .tsv, .parquet; src,dst in the run's ids)")
+    add_moved_dataset_flag(p)
     p.add_argument("--bipartite", action="store_true", help="src and dst of the edge list are two kinds of nodes: "
                    "candidates only of the other kind (needs --graph EDGES or an edge-list dataset)")
     p.add_argument("--ray", action="store_true", help="run on Ray (implied when RAY_ADDRESS is set)")
@@ -72,7 +75,7 @@ def side_flags(args, dataset, num_nodes: int, trained_on: str, node_ids=None):
     list the run was trained on (`trained_on`, its manifest's dataset)."""
     if not args.bipartite:
         return None
-    source = args.graph if args.graph not in snapshot.SPLIT_NAMES else trained_on
+    source = args.graph if args.graph not in snapshot.GRAPH_NAMES else (args.dataset or trained_on)
     if suffix_of(source) is None:
         raise RecommendError(f"--bipartite: the node kinds come from an edge list's src and dst columns, and the run's "
                              f"dataset {source} is not an edge list; pass --graph EDGES "
@@ -108,14 +111,16 @@ def write_part(table: pa.Table, path: Path) -> None:
     write_parquet_atomic(table, path)
 
 
-def merge_parts(folder: Path, num_blocks: int, out: Path, node_ids: np.ndarray | None = None) -> pa.Table:
-    """The part files as one table in node indices (returned), written to `out` in the user's ids."""
+def merge_parts(folder: Path, num_blocks: int, out: Path, node_ids: np.ndarray | None = None,
+                metadata: dict | None = None) -> pa.Table:
+    """The part files as one table in node indices (returned), written to `out` in the user's ids, with
+    `metadata` (the output's stamp, common.outputs)."""
     tables = [pq.read_table(part_path(folder, b)) for b in range(num_blocks)]
     schema = pa.schema([("node", pa.int64()), ("candidate", pa.int64()), ("rank", pa.int32()),
                         ("score", pa.float64()), ("retriever_score", pa.float64())])
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     out.parent.mkdir(parents=True, exist_ok=True)
-    write_parquet_atomic(in_user_ids(table.select(list(COLUMNS)), node_ids), out)
+    write_parquet_atomic(in_user_ids(table.select(list(COLUMNS)), node_ids).replace_schema_metadata(metadata), out)
     shutil.rmtree(folder)
     return table
 
@@ -161,10 +166,11 @@ def recommend(args) -> int:
     device = default_device(args.device)
     model, manifest, fields, digest = load_run_model(args.checkpoint, device)
     files, folders = run_inputs(args.checkpoint, manifest)
-    out = check_output(args.out, files={**files, "--nodes": args.nodes,
-                                        "--graph": None if args.graph in snapshot.SPLIT_NAMES else args.graph},
+    out = check_output(args.out, files={**files, "--nodes": args.nodes, "--dataset": args.dataset,
+                                        "--graph": None if args.graph in snapshot.GRAPH_NAMES else args.graph},
                        folders=folders)
-    dataset = run_dataset(manifest)
+    check_replacement(out, "recommend", manifest["fingerprint"], args.overwrite, what="recommendation file")
+    dataset = run_dataset(manifest, args.dataset)
     graph, node_ids = snapshot.graph_for(args.graph, dataset)  # node_ids: the user's ids (None: 0..N-1)
     side = side_flags(args, dataset, graph.num_nodes, manifest["config"]["dataset"], node_ids)
     queries = (np.arange(graph.num_nodes, dtype=np.int64) if args.all_nodes
@@ -176,11 +182,12 @@ def recommend(args) -> int:
     nodes_key = hashlib.sha256(queries.tobytes()).hexdigest()[:16]
     with locked(parts_dir(out), "recommendation job", "--out"):  # one job per --out: parts are not shared
         folder = open_parts(out, cfg.fingerprint(digest, graph.fingerprint(), nodes_key, str(args.bipartite)))
-        return _run_blocks(args, out, folder, cfg, blocks, queries, graph, side, node_ids, model, device)
+        return _run_blocks(args, out, folder, cfg, blocks, queries, graph, side, node_ids, model, device,
+                           stamp_metadata("recommend", manifest["fingerprint"]))
 
 
 def _run_blocks(args, out: Path, folder: Path, cfg: RecConfig, blocks: list, queries: np.ndarray, graph, side,
-                node_ids, model, device) -> int:
+                node_ids, model, device, metadata: dict) -> int:
     """Score the blocks not in the part folder yet, then merge every part into --out."""
     todo = [b for b in range(len(blocks)) if not part_path(folder, b).exists()]
     log.info("recommending top-%d of a %s pool of %d for %d nodes of %s (%d blocks, %d already done) on %s",
@@ -201,7 +208,7 @@ def _run_blocks(args, out: Path, folder: Path, cfg: RecConfig, blocks: list, que
             table, pairs = run_block(b, blocks[b], graph, side, cfg, sampler, scorer)
             done(b, table, pairs)
     nodes_s, pairs_s = progress.close()
-    table = merge_parts(folder, len(blocks), out, node_ids)
+    table = merge_parts(folder, len(blocks), out, node_ids, metadata)
     log_short_lists(table, queries, cfg.k, node_ids)
     log.info("wrote %s: %d recommendations for %d nodes (%.1f nodes/s, %.0f pairs/s)", out, table.num_rows,
              len(queries), nodes_s, pairs_s)

@@ -27,10 +27,10 @@ class BlockScorer:
 
     def __init__(self, checkpoint: str, graph, cfg: RecConfig, device: str):
         import torch
-        from pipelines.core.runs import load_run
+        from pipelines.core.runs import load_run_model
         torch.set_num_threads(1)  # one core per CPU actor; tasks take the others
         dev = torch.device(device if device != "cuda" or torch.cuda.is_available() else "cpu")
-        model, _, _, _ = load_run(checkpoint, dev)
+        model, _, _, _ = load_run_model(checkpoint, dev)  # the model only: the graph comes from the driver
         self.cfg = cfg
         self.scorer = scorer_for(model, graph, cfg, dev)
 

@@ -48,16 +48,18 @@ class GraphOwner:
     """The one writer of the edit log; replicas read the edits back with `since`."""
 
     def __init__(self, settings: dict):
-        from common.datasets import load_set_dataset
         from common.shards import read_manifest
+        from pipelines.core.runs import run_dataset
         from pipelines.serve.edit_log import EditLog
         s = Settings.from_dict(settings)
-        dataset = load_set_dataset(read_manifest(s.shards)["config"])
+        dataset = run_dataset(read_manifest(s.shards), s.dataset)  # checked to be the run's graph, as the replicas'
         self.state, described = serving_state(dataset, s.graph, s.max_new_nodes)
         self.log = EditLog(s.state, described)
         self.state.apply(self.log.records)
         self.lock = asyncio.Lock()
-        log.info("graph owner: %s, %d edits replayed from %s", described["source"], self.state.seq, self.log.path)
+        log.info("graph owner: %s, %d edits replayed from %s%s", described["source"], self.state.seq, self.log.path,
+                 f"; a torn last line of {self.log.torn} bytes (an edit never acknowledged) dropped"
+                 if self.log.torn else "")
 
     async def edit(self, body) -> dict:
         async with self.lock:  # one edit at a time: seq numbers and the log's order are the same
@@ -117,7 +119,7 @@ class Pencil:
         s = self.settings = Settings.from_dict(settings)
         torch.set_num_threads(max(1, int(s.replica_cpus)))  # the replica's cores; Ray sets OMP threads to them
         device = default_device(s.device)
-        model, dataset, fields, self.digest = load_run(s.checkpoint, device)
+        model, dataset, fields, self.digest = load_run(s.checkpoint, device, dataset=s.dataset)
         if model.cfg.num_features:
             raise ValueError(f"{s.checkpoint}: a model with node features is not served (a new node has none)")
         state, self.described = serving_state(dataset, s.graph, s.max_new_nodes)

@@ -12,24 +12,28 @@ config file for `serve run` / `serve deploy` instead. See docs/serve.md.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
 
 from common import snapshot
+from common.atomic import write_text_atomic
 from common.cli import Parser, command, summary
-from common.flags import add_num_cpus_flag
+from common.flags import add_moved_dataset_flag, add_num_cpus_flag, add_overwrite_flag
+from common.outputs import check_output, check_replacement, stamp_line
+from common.shards import ShardError
+from common.storage import is_remote
 from pipelines.core.children import exit_on_sigterm
-from pipelines.core.runs import RunFolderError, resolve_checkpoint
+from pipelines.core.runs import RunFolderError, load_checkpoint, resolve_checkpoint, run_inputs, run_manifest
 from pipelines.recommend.engine import RecommendError, add_engine_flags
+from preprocess.cluster import RayConnectError
 from pipelines.serve.edit_log import LOG_NAME
 from pipelines.serve.handlers import NO_TOKEN, TOKEN_ENV, Limits
 from pipelines.serve.settings import Settings
+from pipelines.serve.start import deploy, precheck
 
 log = logging.getLogger("pipelines.serve")
 PROG = "python -m pipelines.serve"
@@ -45,11 +49,13 @@ def build_parser(prog: str = PROG) -> Parser:
                    "cluster has GPUs)")
     p.add_argument("--token-file", default=None, help=f"file holding the bearer token of POST /edges (else "
                    f"${TOKEN_ENV}; with neither, edits are refused)")
-    p.add_argument("--graph", default="test", help="graph to serve: train/valid/test (the split's graph, default "
-                   "test) or an edge-list file (.csv/.parquet, src,dst) of today's graph")
+    p.add_argument("--graph", default=snapshot.WHOLE, help="graph to serve: all (every split's edges, default), "
+                   "train/valid/test or today's edge list (.csv/.parquet)")
+    add_moved_dataset_flag(p, advanced=True)
     add_engine_flags(p)
     p.add_argument("--write-config", default=None, metavar="FILE",
                    help="write a Ray Serve config file for `serve run` / `serve deploy` and exit")
+    add_overwrite_flag(p, "--write-config", advanced=True)
     for name, default, text in (("max-pairs", Limits.max_pairs, "pairs per /score request"),
                                 ("max-edges", Limits.max_edges, "pairs per /edges request"),
                                 ("max-k", Limits.max_k, "largest k of /recommend"),
@@ -67,16 +73,17 @@ def build_parser(prog: str = PROG) -> Parser:
 
 
 def settings_from_args(args) -> Settings:
-    """The flags as Settings, with absolute paths (replicas run elsewhere) and the run's shard set."""
-    from trainer import checkpoint
+    """The flags as Settings, with absolute paths (replicas run elsewhere, and a config file is read from another
+    folder) and the run's shard set."""
     ckpt = resolve_checkpoint(args.checkpoint).resolve()
-    shards = checkpoint.load(ckpt)["config"]["data"]["shards"]
-    graph = args.graph if args.graph in snapshot.SPLIT_NAMES else str(Path(args.graph).resolve())
-    if graph not in snapshot.SPLIT_NAMES and not Path(graph).is_file():
-        raise ValueError(f"--graph {args.graph}: no such file; pass train, valid, test or an edge-list file")
+    shards = load_checkpoint(ckpt)["config"]["data"]["shards"]
+    graph = args.graph if args.graph in snapshot.GRAPH_NAMES else str(Path(args.graph).resolve())
+    if graph not in snapshot.GRAPH_NAMES and not Path(graph).is_file():
+        raise ValueError(f"--graph {args.graph}: no such file; pass all, train, valid, test or an edge-list file")
     token_file = str(Path(args.token_file).resolve()) if args.token_file else None
     s = Settings.from_dict({
-        "checkpoint": str(ckpt), "state": str(Path(args.state).resolve()), "shards": str(shards), "graph": graph,
+        "checkpoint": str(ckpt), "state": str(Path(args.state).resolve()), "shards": absolute(shards), "graph": graph,
+        "dataset": absolute(args.dataset) if args.dataset else None,
         "replicas": args.replicas, "replica_cpus": args.replica_cpus, "device": args.device, "k": args.k,
         "pool": args.pool, "retriever": args.retriever, "orderings": args.orderings, "seed": args.seed,
         "prior_weight": args.prior_weight, "batch_size": args.batch_size, "token_budget": args.token_budget,
@@ -86,32 +93,27 @@ def settings_from_args(args) -> Settings:
     return s.with_token()  # a bad token file fails here, in one line
 
 
-def check_state_free(folder: str) -> None:
-    """Refuse at once a state folder whose log another running service holds (the owner would refuse it too,
-    after Serve's retries)."""
-    path = Path(folder) / LOG_NAME
-    if not path.exists():
-        return
-    with open(path, "rb") as f:
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ValueError(f"--state {folder}: its edit log is in use by another running service; stop that one "
-                             "or pass another --state") from None
+def absolute(path: str) -> str:
+    return path if is_remote(path) else str(Path(path).resolve())
 
 
-def check_port(host: str, port: int) -> None:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server: old connections do not count
-        try:
-            s.bind((host, port))
-        except OSError as err:
-            raise ValueError(f"--port {port}: cannot listen on {host}:{port} ({err.strerror}); choose another "
-                             "--port or --host") from None
+def config_data(path: str, s: Settings, overwrite: bool) -> str:
+    """--write-config FILE through the output guard: never over the checkpoint, the run's edge list, the token
+    file or anything of the run's, and never over a file other than a config of this run's data. Returns the
+    data's fingerprint, the file's stamp."""
+    manifest = run_manifest(load_checkpoint(Path(s.checkpoint)), s.checkpoint)
+    files, folders = run_inputs(s.checkpoint, manifest)
+    on_file = s.graph not in snapshot.GRAPH_NAMES
+    check_output(path, "--write-config", files={**files, "--graph": s.graph if on_file else None,
+                                                "--token-file": s.token_file, "--dataset": s.dataset},
+                 folders=folders)
+    check_replacement(path, "serve-config", manifest["fingerprint"], overwrite, "--write-config", "config file")
+    return manifest["fingerprint"]
 
 
-def write_config(path: str, s: Settings, host: str, port: int) -> None:
-    """A Serve config with the two applications, built by the same functions as the command's."""
+def write_config(path: str, s: Settings, host: str, port: int, data: str = "unknown") -> None:
+    """A Serve config with the two applications, built by the same functions as the command's; `data`: the run's
+    data fingerprint (its stamp, common.outputs). Says where the token comes from: it is never in the file."""
     import yaml
     from pipelines.serve.app import GRAPH_APP, SERVICE_APP
     defaults = Settings()
@@ -123,9 +125,18 @@ def write_config(path: str, s: Settings, host: str, port: int) -> None:
          "args": s.owner_dict()},
         {"name": SERVICE_APP, "route_prefix": "/", "import_path": "pipelines.serve.app:service_app",
          "args": service}]}
-    Path(path).write_text(f"# {PROG} --write-config: `serve run {Path(path).name}` or `serve deploy "
-                          f"{Path(path).name}` (RAY_ADDRESS: the cluster); the token comes from token_file\n"
-                          + yaml.safe_dump(config, sort_keys=False))
+    write_text_atomic(path, f"# {stamp_line('serve-config', data)}\n"
+                      f"# {PROG} --write-config: `serve run {Path(path).name}` or `serve deploy {Path(path).name}` "
+                      "(RAY_ADDRESS: the cluster); the token comes from token_file\n"
+                      + yaml.safe_dump(config, sort_keys=False))
+    if s.token_file:
+        log.info("the token is not in %s: the application reads it from token_file %s where it is built (the file "
+                 "must be there)", path, s.token_file)
+    elif s.token_sha256:
+        log.warning("the token (%s) is not in %s: set %s where `serve run` / `serve deploy` builds the application, "
+                    "or pass --token-file", TOKEN_ENV, path, TOKEN_ENV)
+    else:
+        log.warning("%s", NO_TOKEN)
 
 
 def run_service(s: Settings, host: str, port: int, num_cpus: int | None, prog: str) -> int:
@@ -146,9 +157,9 @@ def run_service(s: Settings, host: str, port: int, num_cpus: int | None, prog: s
         serve.start(http_options={"host": host, "port": port}, proxy_location="HeadOnly")
         if on_cluster:  # the cluster outlives the command; its applications do not
             stack.callback(lambda: [serve.delete(app) for app in (SERVICE_APP, GRAPH_APP)])
-        serve.run(graph_app(s.owner_dict()), name=GRAPH_APP, route_prefix=None)
+        deploy(graph_app(s.owner_dict()), GRAPH_APP, None)
         service = {**s.service_dict(), "token_file": s.token_file}
-        serve.run(service_app(service), name=SERVICE_APP, route_prefix="/")
+        deploy(service_app(service), SERVICE_APP, "/")
         print(f"{prog}: serving {s.checkpoint} on {s.graph} at http://{host}:{port} ({s.replicas} replica(s); "
               f"edit log {Path(s.state) / LOG_NAME})", file=sys.stderr, flush=True)
         if s.token_sha256 is None:
@@ -168,12 +179,11 @@ def _main(args, parser) -> int:
     try:
         s = settings_from_args(args)
         if args.write_config:
-            write_config(args.write_config, s, args.host, args.port)
+            write_config(args.write_config, s, args.host, args.port, config_data(args.write_config, s, args.overwrite))
             log.info("wrote %s", args.write_config)
             return 0
-        check_state_free(s.state)
-        check_port(args.host, args.port)
-    except (ValueError, RunFolderError, RecommendError) as err:
+        precheck(s, args.host, args.port)  # before Ray: every cause it can name, in one line
+    except (ValueError, RunFolderError, RecommendError, RayConnectError, ShardError) as err:
         parser.error(str(err))
     return run_service(s, args.host, args.port, args.num_cpus, parser.prog)
 

@@ -98,7 +98,12 @@ def _int_param(params, name: str, default: int, top: int) -> int:
 
 
 def recommend_query(node: str, params, defaults: RecConfig, limits: Limits) -> RecQuery:
-    """GET /recommend/{node}?k=&pool=&retriever= -> a query; the defaults are `pencil recommend`'s."""
+    """GET /recommend/{node}?k=&pool=&retriever= -> a query; the defaults are `pencil recommend`'s. A parameter
+    given twice is refused: which of its values counts would be a guess."""
+    names = [name for name, _ in (params.multi_items() if hasattr(params, "multi_items") else params.items())]
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:
+        raise ServeError(400, f"query parameter {shown(twice)} given {names.count(twice)} times; give it once")
     extra = sorted(set(params) - {"k", "pool", "retriever"})
     if extra:
         raise ServeError(400, f"unknown query parameter {shown(extra[0])}; use k, pool and retriever")

@@ -12,12 +12,16 @@ for new nodes too when they were first named in increasing order (the snapshot's
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from common import snapshot
 from common.graph import Graph
 
 RECORD_KEYS = ("add", "remove")
+INTEGER = re.compile(r"-?[0-9]+")
+LEADING_ZERO = re.compile(r"-?0[0-9]")
 
 
 class ServeError(Exception):
@@ -54,19 +58,36 @@ class LiveIds:
         return self.base is not None
 
     def normalise(self, value, where: str):
-        """A JSON value as an id of this graph's kind (text digits and integers are interchangeable, as in
-        `pencil score`'s files); anything else is a 400 naming `where`."""
+        """A JSON value as an id of this graph's kind, by the rules the edge-list loaders apply to a file's ids:
+        surrounding spaces trimmed, no empty id, text digits and integers interchangeable but an integer never
+        written with a leading zero (007 is a code, not 7), integers within the graph's id type. Anything
+        else is a 400 naming `where`."""
         if isinstance(value, bool) or not isinstance(value, (int, str)):
             kind = "a text or integer" if self.text else "an integer"
             raise ServeError(400, f"{where}: node id {shown(value)} must be {kind} id")
+        if isinstance(value, str):
+            value = value.strip()
+            if not value:
+                raise ServeError(400, f"{where}: an empty node id; name a node")
         if self.text:
             return value if isinstance(value, str) else str(value)
         if isinstance(value, str):
-            try:
-                return int(value.strip())
-            except ValueError:
-                raise ServeError(400, f"{where}: node id {shown(value)} must be an integer id") from None
+            if not INTEGER.fullmatch(value):
+                raise ServeError(400, f"{where}: node id {shown(value)} must be an integer id")
+            if LEADING_ZERO.match(value):
+                raise ServeError(400, f"{where}: node id {shown(value)} has a leading zero; this graph's ids are "
+                                 "integers, written without one")
+            value = int(value)
+        lo, hi = self.bounds
+        if not lo <= value <= hi:
+            raise ServeError(400, f"{where}: node id {value} does not fit this graph's ids (integers from {lo} to "
+                             f"{hi})")
         return value
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        info = np.iinfo(self.base.dtype if self.base is not None else np.int64)
+        return int(info.min), int(info.max)
 
     def find(self, value) -> int | None:
         """The index of a normalised id, or None."""
@@ -192,10 +213,11 @@ class GraphState:
 
 
 def serving_state(dataset, spec: str, max_new_nodes: int) -> tuple[GraphState, dict]:
-    """The graph a service starts from (`--graph`: a split's graph, default test, or an edge-list file, as in
-    `pencil score` and `pencil recommend`) and a description of it for the edit log's header."""
+    """The graph a service starts from (`--graph`: the whole graph `all`, the default, a split's graph, or an
+    edge-list file, as in `pencil score` and `pencil recommend`) and a description of it for the edit log's header."""
     graph, node_ids = snapshot.graph_for(spec, dataset)
     state = GraphState(graph, node_ids, max_new_nodes)
-    source = f"{dataset.name} {spec} graph" if spec in snapshot.SPLIT_NAMES else str(spec)
+    source = (f"{dataset.name}, every split's edges" if spec == snapshot.WHOLE else
+              f"{dataset.name} {spec} graph" if spec in snapshot.SPLIT_NAMES else str(spec))
     return state, {"fingerprint": state.base_fingerprint, "nodes": graph.num_nodes, "edges": graph.num_edges,
                    "source": source}
