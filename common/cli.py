@@ -181,12 +181,12 @@ def _flat(err: BaseException) -> str:
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-def command(build_parser: Callable, work: Callable, argv: Sequence[str] | None, prog: str,
-            config: Callable | None = None) -> int:
+def command(build_parser: Callable, work: Callable, argv: Sequence[str] | None, prog: str, *,
+            config: Callable) -> int:
     """Every command's body: parse the flags with build_parser(prog), log at INFO, then work(config(args)): the
-    flags become the command's typed configuration once, here, and nothing below reads them. Without
-    `config`, work(args, parser). A FlagError (a bad flag value) from either, or work's parser.error, is a
-    usage error (one line, exit 2); any other failure is run_cli's one line (exit 1)."""
+    flags become the command's typed configuration once, here (`config`, its `from_args`), and nothing below
+    reads them. A FlagError (a bad flag value) from either is a usage error (one line, exit 2); any other
+    failure is run_cli's one line (exit 1)."""
     from common.flags import FlagError
 
     def body(raw):
@@ -194,7 +194,7 @@ def command(build_parser: Callable, work: Callable, argv: Sequence[str] | None, 
         args = parser.parse_args(raw)
         logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
         try:
-            return work(config(args)) if config else work(args, parser)
+            return work(config(args))
         except FlagError as err:
             parser.error(str(err))
     return run_cli(body, argv, prog=prog)

@@ -14,10 +14,10 @@ The table (percentages) goes to stdout, progress to logging, and a JSON file (fr
 """
 from __future__ import annotations
 
-import argparse
 import logging
 import re
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from common.atomic import write_json_atomic
@@ -27,6 +27,7 @@ from common.flags import FlagError, add_dataset_flags, add_overwrite_flag, comma
 from common.heuristics import HEURISTICS, score_split
 from common.metrics import METRIC_KEYS, as_percent, format_table
 from common.outputs import OutputError, check_output, check_replacement, stamp
+from pipelines.core.config import DataSource
 
 log = logging.getLogger("pipelines.heuristics")
 
@@ -53,27 +54,43 @@ def build_parser(prog: str = PROG) -> Parser:
 
 
 # ---------------------------------------------------------------------------- argument checks
-def parse_heuristics(parser: argparse.ArgumentParser, text: str) -> list[str]:
+def parse_heuristics(text: str) -> tuple[str, ...]:
     if text.strip() == "all":
-        return list(HEURISTICS)
+        return tuple(HEURISTICS)
     try:
-        return comma_list(text, "--heuristics", allowed=HEURISTICS)
+        return tuple(comma_list(text, "--heuristics", allowed=HEURISTICS))
     except FlagError as err:
-        parser.error(f"{err} (or all)")
+        raise FlagError(f"{err} (or all)") from None
 
 
-def resolve_protocols(parser: argparse.ArgumentParser, ds: LinkDataset, split: str, requested: str) -> list[str]:
+def resolve_protocols(ds: LinkDataset, split: str, requested: str) -> list[str]:
     if split not in ds.splits:
-        parser.error(f"--split {split}: dataset {ds.name} has no such split (has {', '.join(ds.splits)})")
+        raise FlagError(f"--split {split}: dataset {ds.name} has no such split (has {', '.join(ds.splits)})")
     available = [p for p in PROTOCOLS if p in ds.splits[split].neg]
     if not available:
-        parser.error(f"dataset {ds.name} has no negatives for the {split} split, so nothing can be ranked")
+        raise FlagError(f"dataset {ds.name} has no negatives for the {split} split, so nothing can be ranked")
     if requested in ALL_PROTOCOLS:
         return available
     if requested not in available:
-        parser.error(f"--protocol {requested}: dataset {ds.name} ({split}) has no '{requested}' negatives; "
-                     f"available: {', '.join(available)} (or 'both' for all of them)")
+        raise FlagError(f"--protocol {requested}: dataset {ds.name} ({split}) has no '{requested}' negatives; "
+                        f"available: {', '.join(available)} (or 'both' for all of them)")
     return [requested]
+
+
+@dataclass(frozen=True)
+class HeuristicsConfig:
+    source: DataSource
+    heuristics: tuple[str, ...]
+    protocol: str = "both"
+    split: str = "test"
+    seed: int = 0
+    out: str | None = None  # None: results/heuristics-<dataset>.json
+    overwrite: bool = False
+
+    @classmethod
+    def from_args(cls, args) -> "HeuristicsConfig":
+        return cls(DataSource(args.dataset, args.data_dir, args.ogb_root, args.planetoid_dir),
+                   parse_heuristics(args.heuristics), args.protocol, args.split, args.seed, args.out, args.overwrite)
 
 
 def default_out(ds: LinkDataset) -> Path:
@@ -93,35 +110,35 @@ def results_table(results: dict) -> str:
 
 # ---------------------------------------------------------------------------- entry point
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return command(build_parser, _main, argv, prog)
+    return command(build_parser, score_heuristics, argv, prog, config=HeuristicsConfig.from_args)
 
 
-def _main(args, parser) -> int:
-    heuristics = parse_heuristics(parser, args.heuristics)
-    inputs = {"--dataset": args.dataset, "--data-dir": args.data_dir}
+def score_heuristics(cfg: HeuristicsConfig) -> int:
+    src = cfg.source
+    inputs = {"--dataset": src.dataset, "--data-dir": src.data_dir}
     try:
-        if args.out:  # before any work: the JSON must not replace the edge list it scores, nor a run's files
-            check_output(args.out, files=inputs)
-        ds = load_dataset(args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root,
-                          planetoid_dir=args.planetoid_dir, seed=args.seed)
-        out = check_output(args.out or default_out(ds), files=inputs)
+        if cfg.out:  # before any work: the JSON must not replace the edge list it scores, nor a run's files
+            check_output(cfg.out, files=inputs)
+        ds = load_dataset(src.dataset, data_dir=src.data_dir, ogb_root=src.ogb_root, planetoid_dir=src.planetoid_dir,
+                          seed=cfg.seed)
+        out = check_output(cfg.out or default_out(ds), files=inputs)
         fingerprint = ds.fingerprint()
         # two graphs of one name (the paper's citeseer, a user's citeseer.csv) share the default file: never replaced
-        check_replacement(out, "heuristics", fingerprint, args.overwrite, what="heuristics result")
+        check_replacement(out, "heuristics", fingerprint, cfg.overwrite, what="heuristics result")
     except (DatasetError, FileNotFoundError) as err:
-        parser.error(f"--dataset {args.dataset}: {err}")
+        raise FlagError(f"--dataset {src.dataset}: {err}") from None
     except OutputError as err:
-        parser.error(str(err))
+        raise FlagError(str(err)) from None
     log.info("loaded %s", ds.summary())
-    protocols = resolve_protocols(parser, ds, args.split, args.protocol)
-    results = score_split(ds, args.split, protocols, heuristics)
-    graph = ds.graph_for(args.split)
+    protocols = resolve_protocols(ds, cfg.split, cfg.protocol)
+    results = score_split(ds, cfg.split, protocols, list(cfg.heuristics))
+    graph = ds.graph_for(cfg.split)
     payload = {
         "dataset": ds.name,
-        "split": args.split,
+        "split": cfg.split,
         "graph": {"nodes": graph.num_nodes, "edges": graph.num_edges},
-        "num_positives": int(len(ds.splits[args.split].pos)),
-        "negatives": {p: list(ds.splits[args.split].neg[p].shape[:-1]) for p in protocols},
+        "num_positives": int(len(ds.splits[cfg.split].pos)),
+        "negatives": {p: list(ds.splits[cfg.split].neg[p].shape[:-1]) for p in protocols},
         "units": "fractions in [0, 1]; ranks tie-averaged",
         "results": results,
         **stamp("heuristics", fingerprint),

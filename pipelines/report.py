@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from common.atomic import write_text_atomic
-from common.cli import Parser, run_cli, summary
-from common.flags import add_overwrite_flag
+from common.cli import Parser, command, summary
+from common.flags import FlagError, add_overwrite_flag
 from common.outputs import OutputError, check_output, check_replacement, stamp_line
 from pipelines.core.results import ResultsError, aggregate, check_mixing, data_of, load_results, markdown
 
@@ -27,35 +28,44 @@ def build_parser(prog: str = PROG) -> Parser:
     return ap
 
 
+@dataclass(frozen=True)
+class ReportConfig:
+    runs: tuple[Path, ...]  # run folders or result.json files
+    out: Path | None = None
+    overwrite: bool = False
+    paper: bool = True  # the paper's reference rows
+
+    @classmethod
+    def from_args(cls, args) -> "ReportConfig":
+        missing = [str(p) for p in args.runs if not p.exists()]
+        if missing:
+            raise FlagError(f"no such run folder: {', '.join(missing)}")
+        return cls(tuple(args.runs), args.out, args.overwrite, not args.no_paper)
+
+
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return run_cli(lambda a: _main(a, prog), argv, prog=prog)
+    return command(build_parser, report, argv, prog, config=ReportConfig.from_args)
 
 
-def _main(argv: list[str] | None, prog: str) -> int:
-    ap = build_parser(prog)
-    args = ap.parse_args(argv)
-    missing = [str(p) for p in args.runs if not p.exists()]
-    if missing:
-        ap.error(f"no such run folder: {', '.join(missing)}")
+def report(cfg: ReportConfig) -> int:
     try:
-        if args.out:  # a report written over a result.json it reads, or into a run, would lose or mix a seed
-            check_output(args.out, files={f"the run {p}": p for p in args.runs if p.is_file()})
-        results = load_results(args.runs)
+        if cfg.out:  # a report written over a result.json it reads, or into a run, would lose or mix a seed
+            check_output(cfg.out, files={f"the run {p}": p for p in cfg.runs if p.is_file()})
+        results = load_results(list(cfg.runs))
         if not results:
-            ap.error("no result.json found under " + ", ".join(map(str, args.runs)))
+            raise FlagError("no result.json found under " + ", ".join(map(str, cfg.runs)))
         check_mixing(results)
-        if args.out:
-            check_replacement(args.out, "report", data_of(results), args.overwrite, what="report")
+        if cfg.out:
+            check_replacement(cfg.out, "report", data_of(results), cfg.overwrite, what="report")
     except (ResultsError, OutputError) as err:
-        ap.error(str(err))
-    table = markdown(aggregate(results), with_paper=not args.no_paper)
+        raise FlagError(str(err)) from None
+    table = markdown(aggregate(results), with_paper=cfg.paper)
     sys.stdout.write(table)
-    if args.out:
-        write_text_atomic(args.out, f"{table}\n<!-- {stamp_line('report', data_of(results))} -->\n")
-        log.info("wrote %s", args.out)
+    if cfg.out:
+        write_text_atomic(cfg.out, f"{table}\n<!-- {stamp_line('report', data_of(results))} -->\n")
+        log.info("wrote %s", cfg.out)
     return 0
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
     raise SystemExit(main())

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,13 +29,14 @@ from common.atomic import write_parquet_atomic
 from common.cli import Parser, command, summary
 from common.datasets import DatasetError
 from common.datasets.ids import EDGE_LIST_SUFFIXES, node_index, read_columns, suffix_of
-from common.flags import MOVED_DATASET_HELP, add_dataset_flags, add_device_flag, add_overwrite_flag
+from common.flags import MOVED_DATASET_HELP, FlagError, add_dataset_flags, add_device_flag, add_overwrite_flag
 from common.node_ids import load_node_ids
 from common.outputs import OutputError, check_output, check_replacement, stamp_metadata
+from pipelines.core.config import MovedDataset
 from pipelines.core.runs import (RunFolderError, load_checkpoint, load_model, resolve_checkpoint, run_dataset,
                                  run_inputs, run_manifest)
 from preprocess.sampler import Scratch, sample_subgraphs
-from trainer.scoring import PairScorer, default_device
+from trainer.scoring import PairScorer, default_device, score_columns
 
 if TYPE_CHECKING:
     from trainer.model import Pencil
@@ -149,13 +151,6 @@ def note_known_edges(graph, pairs: np.ndarray, user: np.ndarray) -> int:
     return int(known.size)
 
 
-def score_columns(logits: np.ndarray) -> dict[str, np.ndarray]:
-    """(orderings, P) logits -> the output's columns per pair: score (mean probability), logit (mean logit),
-    score_std (of the probability over orderings). `pencil serve`'s /score answers with the same columns."""
-    probs = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
-    return {"score": probs.mean(0), "logit": logits.mean(0).astype(np.float64), "score_std": probs.std(0)}
-
-
 def write_scores(path: str, user: np.ndarray, logits: np.ndarray, metadata: dict | None = None) -> None:
     """user: (P, 2) the pairs as the user names them (ints, or str objects); metadata: the output's stamp."""
     kind = pa.string() if user.dtype == object else None
@@ -163,40 +158,59 @@ def write_scores(path: str, user: np.ndarray, logits: np.ndarray, metadata: dict
     write_parquet_atomic(table.replace_schema_metadata(metadata), path)
 
 
+@dataclass(frozen=True)
+class ScoreConfig:
+    checkpoint: str  # a run folder or a .pt file
+    pairs: str
+    out: str
+    overwrite: bool = False
+    orderings: int = 1
+    graph: str = "test"  # a split's graph, or an edge-list file of today's graph
+    device: str = "auto"
+    seed: int = 0
+    batch_size: int = 512
+    moved: MovedDataset = field(default_factory=MovedDataset)  # the run's edge list where it is now
+
+    @classmethod
+    def from_args(cls, args) -> "ScoreConfig":
+        if args.orderings < 1:
+            raise FlagError(f"--orderings must be >= 1, got {args.orderings}")
+        if args.batch_size < 1:
+            raise FlagError(f"--batch-size must be >= 1, got {args.batch_size}")
+        return cls(args.checkpoint, args.pairs, args.out, args.overwrite, args.orderings, args.graph, args.device,
+                   args.seed, args.batch_size, MovedDataset.from_args(args))
+
+
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return command(build_parser, _main, argv, prog)
+    return command(build_parser, score_file, argv, prog, config=ScoreConfig.from_args)
 
 
-def _main(args, parser) -> int:
-    if args.orderings < 1:
-        parser.error(f"--orderings must be >= 1, got {args.orderings}")
-    if args.batch_size < 1:
-        parser.error(f"--batch-size must be >= 1, got {args.batch_size}")
+def score_file(cfg: ScoreConfig) -> int:
     try:
-        path = resolve_checkpoint(args.checkpoint)
+        path = resolve_checkpoint(cfg.checkpoint)
         ckpt = load_checkpoint(path)
         manifest = run_manifest(ckpt, path)
         pre = manifest["config"]
-        files, folders = run_inputs(args.checkpoint, manifest)
-        on_file = args.graph not in snapshot.GRAPH_NAMES
-        check_output(args.out, files={**files, "--pairs": args.pairs, "--dataset": args.dataset,
-                                      "--graph": args.graph if on_file else None}, folders=folders)
-        check_replacement(args.out, "score", manifest["fingerprint"], args.overwrite, what="score file")
-        dataset = run_dataset(manifest, args.dataset, args.data_dir, args.ogb_root)
-        graph, node_ids = snapshot.graph_for(args.graph, dataset)  # a snapshot's new nodes extend the ids
-        pairs, user = read_pairs(args.pairs, graph.num_nodes, node_ids if on_file else load_node_ids(manifest))
+        files, folders = run_inputs(cfg.checkpoint, manifest)
+        on_file = cfg.graph not in snapshot.GRAPH_NAMES
+        check_output(cfg.out, files={**files, "--pairs": cfg.pairs, "--dataset": cfg.moved.dataset,
+                                     "--graph": cfg.graph if on_file else None}, folders=folders)
+        check_replacement(cfg.out, "score", manifest["fingerprint"], cfg.overwrite, what="score file")
+        dataset = run_dataset(manifest, *cfg.moved.fields())
+        graph, node_ids = snapshot.graph_for(cfg.graph, dataset)  # a snapshot's new nodes extend the ids
+        pairs, user = read_pairs(cfg.pairs, graph.num_nodes, node_ids if on_file else load_node_ids(manifest))
     except (ScoreError, RunFolderError, DatasetError, OutputError) as err:
-        parser.error(str(err))
-    device = default_device(args.device)
+        raise FlagError(str(err)) from None
+    device = default_device(cfg.device)
     n_max = int(manifest["n_max"])
     model = load_model(ckpt, manifest, device)
     sampling = (pre["sampling"]["d"], pre["sampling"]["n"])
     log.info("scoring %d pairs of %s with sampling %s, %d ordering(s), on %s", len(pairs), dataset.name,
-             sampling, args.orderings, device)
+             sampling, cfg.orderings, device)
     note_known_edges(graph, pairs, user)
-    logits = score_pairs(model, graph, pairs, sampling, n_max, args.seed, args.orderings, args.batch_size, device)
-    write_scores(args.out, user, logits, stamp_metadata("score", manifest["fingerprint"]))
-    log.info("wrote %s", args.out)
+    logits = score_pairs(model, graph, pairs, sampling, n_max, cfg.seed, cfg.orderings, cfg.batch_size, device)
+    write_scores(cfg.out, user, logits, stamp_metadata("score", manifest["fingerprint"]))
+    log.info("wrote %s", cfg.out)
     return 0
 
 

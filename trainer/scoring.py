@@ -158,3 +158,11 @@ class PairScorer:
         """(orderings, P) float32 logits of every pair."""
         pairs = np.ascontiguousarray(pairs, dtype=np.int64).reshape(-1, 2)
         return self.score_blocks([self.sampler.blocks(pairs, k) for k in range(self.orderings)], len(pairs))
+
+
+def score_columns(logits: np.ndarray) -> dict[str, np.ndarray]:
+    """(orderings, P) logits -> the columns a user reads per pair: score (mean probability), logit (mean logit),
+    score_std (of the probability over orderings). `pencil score` writes them, `pencil serve`'s /score answers
+    with them."""
+    probs = 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+    return {"score": probs.mean(0), "logit": logits.mean(0).astype(np.float64), "score_std": probs.std(0)}

@@ -50,6 +50,19 @@ class RecConfig:
     batch_size: int = 4096
     prior_weight: float = DEFAULT_PRIOR_WEIGHT
 
+    @classmethod
+    def from_args(cls, args, k: int | None = None) -> "RecConfig":
+        """The engine's flags (add_engine_flags; --block-nodes where the command has it), before the run's
+        sampling is known; `k` in place of --k. A bad value is a FlagError."""
+        from common.flags import FlagError
+        try:
+            return cls(k=args.k if k is None else k, pool=args.pool, retriever=args.retriever,
+                       orderings=args.orderings, seed=args.seed,
+                       block_nodes=getattr(args, "block_nodes", cls.block_nodes), token_budget=args.token_budget,
+                       batch_size=args.batch_size, prior_weight=args.prior_weight)
+        except RecommendError as err:
+            raise FlagError(str(err)) from None
+
     def __post_init__(self):
         if not (np.isfinite(self.prior_weight) and self.prior_weight >= 0):
             raise RecommendError(f"--prior-weight: must be a finite number >= 0, got {self.prior_weight}")

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -35,12 +35,13 @@ from common.atomic import write_json_atomic
 from common.cli import Parser, command, summary
 from common.datasets import DatasetError
 from common.graph import Graph
-from common.flags import add_moved_dataset_flag, add_overwrite_flag
+from common.flags import FlagError, add_moved_dataset_flag, add_overwrite_flag
 from common.outputs import OutputError, check_output, check_replacement, stamp
 from common.retrieval import RetrievalError, neighbour_entries, retrieve
+from pipelines.core.config import MovedDataset
 from pipelines.core.runs import RunFolderError, load_run_model, run_dataset, run_inputs
-from pipelines.recommend.engine import (RecConfig, RecommendError, add_engine_flags, probabilities, rank_prior,
-                                        scorer_for)
+from pipelines.recommend.engine import (RecConfig, RecommendError, add_engine_flags, probabilities,
+                                        rank_prior, scorer_for)
 from trainer.scoring import default_device
 
 log = logging.getLogger("pipelines.recommend")
@@ -206,61 +207,80 @@ def build_parser(prog: str = PROG) -> Parser:
     return p
 
 
+@dataclass(frozen=True)
+class EvaluateConfig:
+    run: str  # a run folder or a .pt file
+    out: str
+    overwrite: bool = False
+    moved: MovedDataset = field(default_factory=MovedDataset)
+    engine: RecConfig = field(default_factory=RecConfig)  # k at most the pool; the run's sampling filled in later
+    device: str = "auto"
+    splits: tuple[str, ...] = ("valid", "test")  # valid first: --choose-prior's weight serves test
+    choose_prior: bool = False
+    sample_positives: int | None = None
+    sample_seed: int = 0
+
+    @classmethod
+    def from_args(cls, args) -> "EvaluateConfig":
+        if args.sample_positives is not None and args.sample_positives < 1:
+            raise FlagError(f"--sample-positives: must be >= 1, got {args.sample_positives} "
+                            "(leave it out to rank every positive)")
+        requested = [s.strip() for s in args.splits.split(",") if s.strip()]
+        if bad := [s for s in requested if s not in ("valid", "test")]:
+            raise FlagError(f"--splits: no split {', '.join(bad)} to rank; use valid and/or test")
+        splits = tuple(s for s in ("valid", "test") if s in requested)
+        if args.choose_prior and "valid" not in splits:
+            raise FlagError("--choose-prior: picks --prior-weight on the valid split; add valid to --splits")
+        return cls(args.run, args.out, args.overwrite, MovedDataset.from_args(args),
+                   RecConfig.from_args(args, k=min(args.k, args.pool)), args.device, splits, args.choose_prior,
+                   args.sample_positives, args.sample_seed)
+
+
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return command(build_parser, _main, argv, prog)
+    return command(build_parser, run_evaluation, argv, prog, config=EvaluateConfig.from_args)
 
 
-def _main(args, parser) -> int:
+def run_evaluation(cfg: EvaluateConfig) -> int:
     try:
-        return evaluate_run(args)
+        return evaluate_run(cfg)
     except (RecommendError, RunFolderError, RetrievalError, DatasetError, OutputError) as err:
-        parser.error(str(err))
+        raise FlagError(str(err)) from None
 
 
-def load_evaluated_run(args, device):
+def load_evaluated_run(run: EvaluateConfig, device):
     """(model, dataset, sampling fields, data fingerprint) of RUN, --out checked before the dataset is loaded."""
-    model, manifest, fields, _ = load_run_model(args.run, device, "RUN")
-    files, folders = run_inputs(args.run, manifest, "RUN")
-    check_output(args.out, files={**files, "--dataset": args.dataset}, folders=folders)
-    check_replacement(args.out, "evaluate", manifest["fingerprint"], args.overwrite, what="evaluation")
-    return model, run_dataset(manifest, args.dataset), fields, manifest["fingerprint"]
+    model, manifest, fields, _ = load_run_model(run.run, device, "RUN")
+    files, folders = run_inputs(run.run, manifest, "RUN")
+    check_output(run.out, files={**files, "--dataset": run.moved.dataset}, folders=folders)
+    check_replacement(run.out, "evaluate", manifest["fingerprint"], run.overwrite, what="evaluation")
+    return model, run_dataset(manifest, run.moved.dataset), fields, manifest["fingerprint"]
 
 
-def evaluate_run(args) -> int:
+def evaluate_run(run: EvaluateConfig) -> int:
     """The full-ranking table of a trained run on its valid and test splits."""
-    if args.sample_positives is not None and args.sample_positives < 1:
-        raise RecommendError(f"--sample-positives: must be >= 1, got {args.sample_positives} "
-                             "(leave it out to rank every positive)")
-    device = default_device(args.device)
-    model, dataset, fields, fingerprint = load_evaluated_run(args, device)
-    cfg = RecConfig(k=min(args.k, args.pool), pool=args.pool, retriever=args.retriever, orderings=args.orderings,
-                    seed=args.seed, token_budget=args.token_budget, batch_size=args.batch_size,
-                    prior_weight=args.prior_weight, **fields)
-    requested = [s.strip() for s in args.splits.split(",") if s.strip()]
-    bad = [s for s in requested if s not in ("valid", "test") or s not in dataset.splits]
-    splits = [s for s in ("valid", "test") if s in requested]  # valid first: --choose-prior's weight serves test
-    if bad:
+    device = default_device(run.device)
+    model, dataset, fields, fingerprint = load_evaluated_run(run, device)
+    cfg = replace(run.engine, **fields)  # the run's sampling
+    if bad := [s for s in run.splits if s not in dataset.splits]:
         raise RecommendError(f"--splits: no split {', '.join(bad)} to rank; use valid and/or test")
-    if args.choose_prior and "valid" not in splits:
-        raise RecommendError("--choose-prior: picks --prior-weight on the valid split; add valid to --splits")
     known = np.concatenate([dataset.splits[s].pos for s in ("valid", "test") if s in dataset.splits])
-    report = {"dataset": dataset.name, "run": args.run, "splits": {}, **stamp("evaluate", fingerprint)}
-    for split in splits:
+    report = {"dataset": dataset.name, "run": run.run, "splits": {}, **stamp("evaluate", fingerprint)}
+    for split in run.splits:
         graph = dataset.graph_for(split)
         scorer = scorer_for(model, graph, cfg, device)
         every = np.asarray(dataset.splits[split].pos, dtype=np.int64)
-        positives = sample_positives(every, args.sample_positives, args.sample_seed)  # known stays whole: the filter
+        positives = sample_positives(every, run.sample_positives, run.sample_seed)  # known stays whole: the filter
         res = full_ranking(graph, positives, known, cfg, scorer, sweep=split == "valid")
-        if args.sample_positives is not None:
-            res["sample"] = {"sample_positives": args.sample_positives, "sample_seed": args.sample_seed,
+        if run.sample_positives is not None:
+            res["sample"] = {"sample_positives": run.sample_positives, "sample_seed": run.sample_seed,
                              "sampled": int(len(positives)), "of": int(len(every))}
-        if split == "valid" and args.choose_prior:  # valid is ranked first: test then uses the chosen weight
+        if split == "valid" and run.choose_prior:  # valid is ranked first: test then uses the chosen weight
             cfg = replace(cfg, prior_weight=choose_weight(res["prior_sweep"]))
             res["pencil_blend"] = {"prior_weight": cfg.prior_weight, **res["prior_sweep"][str(cfg.prior_weight)]}
             report["prior_weight_chosen_on_valid"] = cfg.prior_weight
         report["splits"][split] = res
         log_split(split, res, cfg, len(every))
-    write_json_atomic(args.out, report)
+    write_json_atomic(run.out, report)
     print(json.dumps(report, indent=2))
     return 0
 

@@ -20,6 +20,7 @@ import logging
 import os
 import shutil
 import time
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -31,14 +32,15 @@ from common.atomic import write_json_atomic, write_parquet_atomic
 from common.cli import Parser, command, summary
 from common.datasets import DatasetError
 from common.datasets.ids import EDGE_LIST_SUFFIXES, suffix_of
-from common.flags import add_moved_dataset_flag, add_num_cpus_flag, add_overwrite_flag
+from common.flags import FlagError, add_moved_dataset_flag, add_num_cpus_flag, add_overwrite_flag
 from common.outputs import OutputError, check_output, check_replacement, stamp_metadata
 from common.retrieval import RetrievalError
+from pipelines.core.config import MovedDataset
 from pipelines.core.runs import RunFolderError, load_run_model, run_dataset, run_inputs
 from preprocess.cluster import RayConnectError, probe_address
 from trainer.run_folder import locked
-from pipelines.recommend.engine import (COLUMNS, RecConfig, RecommendError, add_engine_flags, log_short_lists, read_nodes,
-                                        run_block, sampler_for, scorer_for)
+from pipelines.recommend.engine import (COLUMNS, RecConfig, RecommendError, add_engine_flags,
+                                        log_short_lists, read_nodes, run_block, sampler_for, scorer_for)
 
 log = logging.getLogger("pipelines.recommend")
 JOB_FILE = "job.json"
@@ -70,12 +72,34 @@ def build_parser(prog: str = PROG) -> Parser:
     return p
 
 
-def side_flags(args, dataset, num_nodes: int, trained_on: str, node_ids=None):
+@dataclass(frozen=True)
+class RecommendConfig:
+    checkpoint: str  # a run folder or a .pt file
+    out: str
+    nodes: str | None = None  # query nodes' file; None: every node (--all-nodes)
+    overwrite: bool = False
+    engine: RecConfig = field(default_factory=RecConfig)  # the run's sampling is filled in when it is loaded
+    device: str = "auto"
+    graph: str = snapshot.WHOLE
+    moved: MovedDataset = field(default_factory=MovedDataset)
+    bipartite: bool = False
+    ray: bool = False
+    num_cpus: int | None = None
+    progress: bool = True
+
+    @classmethod
+    def from_args(cls, args) -> "RecommendConfig":
+        return cls(args.checkpoint, args.out, None if args.all_nodes else args.nodes, args.overwrite,
+                   RecConfig.from_args(args), args.device, args.graph, MovedDataset.from_args(args), args.bipartite,
+                   args.ray, args.num_cpus, not args.no_progress)
+
+
+def side_flags(cfg: RecommendConfig, dataset, num_nodes: int, trained_on: str, node_ids=None):
     """--bipartite: each node's kind, from the src and dst columns of --graph's edge list, else of the edge
     list the run was trained on (`trained_on`, its manifest's dataset)."""
-    if not args.bipartite:
+    if not cfg.bipartite:
         return None
-    source = args.graph if args.graph not in snapshot.GRAPH_NAMES else (args.dataset or trained_on)
+    source = cfg.graph if cfg.graph not in snapshot.GRAPH_NAMES else (cfg.moved.dataset or trained_on)
     if suffix_of(source) is None:
         raise RecommendError(f"--bipartite: the node kinds come from an edge list's src and dst columns, and the run's "
                              f"dataset {source} is not an edge list; pass --graph EDGES "
@@ -159,49 +183,47 @@ class Progress:
 
 
 # ---------------------------------------------------------------------------- the job
-def recommend(args) -> int:
+def recommend(job: RecommendConfig) -> int:
     from trainer.scoring import default_device
     if os.environ.get("RAY_ADDRESS"):  # a dead cluster fails here in one line, before the run is loaded
         probe_address(os.environ["RAY_ADDRESS"])
-    device = default_device(args.device)
-    model, manifest, fields, digest = load_run_model(args.checkpoint, device)
-    files, folders = run_inputs(args.checkpoint, manifest)
-    out = check_output(args.out, files={**files, "--nodes": args.nodes, "--dataset": args.dataset,
-                                        "--graph": None if args.graph in snapshot.GRAPH_NAMES else args.graph},
+    device = default_device(job.device)
+    model, manifest, fields, digest = load_run_model(job.checkpoint, device)
+    files, folders = run_inputs(job.checkpoint, manifest)
+    out = check_output(job.out, files={**files, "--nodes": job.nodes, "--dataset": job.moved.dataset,
+                                       "--graph": None if job.graph in snapshot.GRAPH_NAMES else job.graph},
                        folders=folders)
-    check_replacement(out, "recommend", manifest["fingerprint"], args.overwrite, what="recommendation file")
-    dataset = run_dataset(manifest, args.dataset)
-    graph, node_ids = snapshot.graph_for(args.graph, dataset)  # node_ids: the user's ids (None: 0..N-1)
-    side = side_flags(args, dataset, graph.num_nodes, manifest["config"]["dataset"], node_ids)
-    queries = (np.arange(graph.num_nodes, dtype=np.int64) if args.all_nodes
-               else read_nodes(args.nodes, graph.num_nodes, node_ids))
-    cfg = RecConfig(k=args.k, pool=args.pool, retriever=args.retriever, orderings=args.orderings, seed=args.seed,
-                    block_nodes=args.block_nodes, token_budget=args.token_budget, batch_size=args.batch_size,
-                    prior_weight=args.prior_weight, **fields)
+    check_replacement(out, "recommend", manifest["fingerprint"], job.overwrite, what="recommendation file")
+    dataset = run_dataset(manifest, job.moved.dataset)
+    graph, node_ids = snapshot.graph_for(job.graph, dataset)  # node_ids: the user's ids (None: 0..N-1)
+    side = side_flags(job, dataset, graph.num_nodes, manifest["config"]["dataset"], node_ids)
+    queries = (np.arange(graph.num_nodes, dtype=np.int64) if job.nodes is None
+               else read_nodes(job.nodes, graph.num_nodes, node_ids))
+    cfg = replace(job.engine, **fields)  # the run's sampling
     blocks = [queries[i:i + cfg.block_nodes] for i in range(0, len(queries), cfg.block_nodes)]
     nodes_key = hashlib.sha256(queries.tobytes()).hexdigest()[:16]
     with locked(parts_dir(out), "recommendation job", "--out"):  # one job per --out: parts are not shared
-        folder = open_parts(out, cfg.fingerprint(digest, graph.fingerprint(), nodes_key, str(args.bipartite)))
-        return _run_blocks(args, out, folder, cfg, blocks, queries, graph, side, node_ids, model, device,
+        folder = open_parts(out, cfg.fingerprint(digest, graph.fingerprint(), nodes_key, str(job.bipartite)))
+        return _run_blocks(job, out, folder, cfg, blocks, queries, graph, side, node_ids, model, device,
                            stamp_metadata("recommend", manifest["fingerprint"]))
 
 
-def _run_blocks(args, out: Path, folder: Path, cfg: RecConfig, blocks: list, queries: np.ndarray, graph, side,
-                node_ids, model, device, metadata: dict) -> int:
+def _run_blocks(job: RecommendConfig, out: Path, folder: Path, cfg: RecConfig, blocks: list, queries: np.ndarray,
+                graph, side, node_ids, model, device, metadata: dict) -> int:
     """Score the blocks not in the part folder yet, then merge every part into --out."""
     todo = [b for b in range(len(blocks)) if not part_path(folder, b).exists()]
     log.info("recommending top-%d of a %s pool of %d for %d nodes of %s (%d blocks, %d already done) on %s",
-             cfg.k, cfg.retriever, cfg.pool, len(queries), args.graph, len(blocks), len(blocks) - len(todo), device)
+             cfg.k, cfg.retriever, cfg.pool, len(queries), job.graph, len(blocks), len(blocks) - len(todo), device)
     progress = Progress(len(queries), sum(len(blocks[b]) for b in range(len(blocks)) if b not in set(todo)),
-                        not args.no_progress)
+                        job.progress)
 
     def done(block_id: int, table: pa.Table, pairs: int) -> None:
         write_part(table, part_path(folder, block_id))
         progress.update(len(blocks[block_id]), pairs)
 
-    if args.ray or os.environ.get("RAY_ADDRESS"):
+    if job.ray or os.environ.get("RAY_ADDRESS"):
         from pipelines.recommend.on_ray import run_on_ray
-        run_on_ray(args.checkpoint, graph, side, cfg, blocks, todo, done, args.num_cpus, device.type)
+        run_on_ray(job.checkpoint, graph, side, cfg, blocks, todo, done, job.num_cpus, device.type)
     else:
         sampler, scorer = sampler_for(graph, cfg), scorer_for(model, graph, cfg, device)
         for b in todo:
@@ -216,11 +238,11 @@ def _run_blocks(args, out: Path, folder: Path, cfg: RecConfig, blocks: list, que
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return command(build_parser, _main, argv, prog)
+    return command(build_parser, run_job, argv, prog, config=RecommendConfig.from_args)
 
 
-def _main(args, parser) -> int:
+def run_job(job: RecommendConfig) -> int:
     try:
-        return recommend(args)
+        return recommend(job)
     except (RecommendError, RunFolderError, RetrievalError, DatasetError, OutputError, RayConnectError) as err:
-        parser.error(str(err))
+        raise FlagError(str(err)) from None

@@ -272,15 +272,17 @@ class Pencil:
         return await self._answer("health", work())
 
 
-def graph_app(args: dict):
-    """`serve run` / `serve deploy` import path of the graph owner: pipelines.serve.app:graph_app."""
-    s = Settings.from_dict(args)
+def graph_app(config: dict):
+    """`serve run` / `serve deploy` import path of the graph owner: pipelines.serve.app:graph_app; `config`: the
+    config file's `args` of the application."""
+    s = Settings.from_dict(config)
     return GraphOwner.bind(s.owner_dict())
 
 
-def service_app(args: dict):
-    """`serve run` / `serve deploy` import path of the model replicas: pipelines.serve.app:service_app."""
-    s = Settings.from_dict(args).with_token()
+def service_app(config: dict):
+    """`serve run` / `serve deploy` import path of the model replicas: pipelines.serve.app:service_app; `config`:
+    the config file's `args` of the application."""
+    s = Settings.from_dict(config).with_token()
     if s.token_sha256 is None:
         log.warning(NO_TOKEN)
     options = {"num_cpus": s.replica_cpus}

@@ -17,12 +17,13 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from common import snapshot
 from common.atomic import write_text_atomic
 from common.cli import Parser, command, summary
-from common.flags import add_moved_dataset_flag, add_num_cpus_flag, add_overwrite_flag
+from common.flags import FlagError, add_moved_dataset_flag, add_num_cpus_flag, add_overwrite_flag
 from common.outputs import check_output, check_replacement, stamp_line
 from common.shards import ShardError
 from common.storage import is_remote
@@ -72,25 +73,42 @@ def build_parser(prog: str = PROG) -> Parser:
     return p
 
 
-def settings_from_args(args) -> Settings:
-    """The flags as Settings, with absolute paths (replicas run elsewhere, and a config file is read from another
-    folder) and the run's shard set."""
-    ckpt = resolve_checkpoint(args.checkpoint).resolve()
-    shards = load_checkpoint(ckpt)["config"]["data"]["shards"]
-    graph = args.graph if args.graph in snapshot.GRAPH_NAMES else str(Path(args.graph).resolve())
-    if graph not in snapshot.GRAPH_NAMES and not Path(graph).is_file():
-        raise ValueError(f"--graph {args.graph}: no such file; pass all, train, valid, test or an edge-list file")
-    token_file = str(Path(args.token_file).resolve()) if args.token_file else None
-    s = Settings.from_dict({
-        "checkpoint": str(ckpt), "state": str(Path(args.state).resolve()), "shards": absolute(shards), "graph": graph,
-        "dataset": absolute(args.dataset) if args.dataset else None,
-        "replicas": args.replicas, "replica_cpus": args.replica_cpus, "device": args.device, "k": args.k,
-        "pool": args.pool, "retriever": args.retriever, "orderings": args.orderings, "seed": args.seed,
-        "prior_weight": args.prior_weight, "batch_size": args.batch_size, "token_budget": args.token_budget,
-        "max_pairs": args.max_pairs, "max_edges": args.max_edges, "max_k": args.max_k, "max_pool": args.max_pool,
-        "max_body_bytes": args.max_body_bytes, "max_batch": args.max_batch, "batch_wait_ms": args.batch_wait_ms,
-        "token_file": token_file})
-    return s.with_token()  # a bad token file fails here, in one line
+@dataclass(frozen=True)
+class ServeCommand:
+    """What `pencil serve` is configured by: the service's Settings and how this command runs it."""
+
+    settings: Settings
+    host: str = "127.0.0.1"
+    port: int = 8000
+    write_config: str | None = None  # write a Serve config file here and exit
+    overwrite: bool = False
+    num_cpus: int | None = None
+
+    @classmethod
+    def from_args(cls, args) -> "ServeCommand":
+        """The flags, with absolute paths (replicas run elsewhere, and a config file is read from another folder)
+        and the run's shard set."""
+        try:
+            ckpt = resolve_checkpoint(args.checkpoint).resolve()
+            shards = load_checkpoint(ckpt)["config"]["data"]["shards"]
+            graph = args.graph if args.graph in snapshot.GRAPH_NAMES else str(Path(args.graph).resolve())
+            if graph not in snapshot.GRAPH_NAMES and not Path(graph).is_file():
+                raise ValueError(f"--graph {args.graph}: no such file; pass all, train, valid, test or an edge-list "
+                                 "file")
+            s = Settings.from_dict({
+                "checkpoint": str(ckpt), "state": str(Path(args.state).resolve()), "shards": absolute(shards),
+                "graph": graph, "dataset": absolute(args.dataset) if args.dataset else None,
+                "replicas": args.replicas, "replica_cpus": args.replica_cpus, "device": args.device, "k": args.k,
+                "pool": args.pool, "retriever": args.retriever, "orderings": args.orderings, "seed": args.seed,
+                "prior_weight": args.prior_weight, "batch_size": args.batch_size, "token_budget": args.token_budget,
+                "max_pairs": args.max_pairs, "max_edges": args.max_edges, "max_k": args.max_k,
+                "max_pool": args.max_pool, "max_body_bytes": args.max_body_bytes, "max_batch": args.max_batch,
+                "batch_wait_ms": args.batch_wait_ms,
+                "token_file": str(Path(args.token_file).resolve()) if args.token_file else None})
+            s = s.with_token()  # a bad token file fails here, in one line
+        except (ValueError, RunFolderError, RecommendError, ShardError) as err:
+            raise FlagError(str(err)) from None
+        return cls(s, args.host, args.port, args.write_config, args.overwrite, args.num_cpus)
 
 
 def absolute(path: str) -> str:
@@ -172,20 +190,20 @@ def run_service(s: Settings, host: str, port: int, num_cpus: int | None, prog: s
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
-    return command(build_parser, _main, argv, prog)
+    return command(build_parser, lambda cmd: serve(cmd, prog), argv, prog, config=ServeCommand.from_args)
 
 
-def _main(args, parser) -> int:
+def serve(cmd: ServeCommand, prog: str) -> int:
+    s = cmd.settings
     try:
-        s = settings_from_args(args)
-        if args.write_config:
-            write_config(args.write_config, s, args.host, args.port, config_data(args.write_config, s, args.overwrite))
-            log.info("wrote %s", args.write_config)
+        if cmd.write_config:
+            write_config(cmd.write_config, s, cmd.host, cmd.port, config_data(cmd.write_config, s, cmd.overwrite))
+            log.info("wrote %s", cmd.write_config)
             return 0
-        precheck(s, args.host, args.port)  # before Ray: every cause it can name, in one line
+        precheck(s, cmd.host, cmd.port)  # before Ray: every cause it can name, in one line
     except (ValueError, RunFolderError, RecommendError, RayConnectError, ShardError) as err:
-        parser.error(str(err))
-    return run_service(s, args.host, args.port, args.num_cpus, parser.prog)
+        raise FlagError(str(err)) from None
+    return run_service(s, cmd.host, cmd.port, cmd.num_cpus, prog)
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ import numpy as np
 
 from common.retrieval import RETRIEVERS
 from pipelines.recommend.engine import RecConfig, finish_block, prepare_block, sampler_for, scorer_for
-from pipelines.score import score_columns
 from pipelines.serve.state import GraphState, ServeError, shown
+from trainer.scoring import score_columns
 
 TOKEN_ENV = "PENCIL_SERVE_TOKEN"
 NO_TOKEN = (f"write endpoints are disabled: the service was started without a token (set {TOKEN_ENV} or pass "

@@ -46,14 +46,14 @@ class Settings:
         return 2 * self.max_edges
 
     @classmethod
-    def from_dict(cls, args: dict) -> "Settings":
+    def from_dict(cls, config: dict) -> "Settings":
         """Settings from a config file's `args` (or the command's flags); a bad one is a ValueError naming it."""
         known = {f.name: f for f in fields(cls)}
-        unknown = sorted(set(args) - set(known))
+        unknown = sorted(set(config) - set(known))
         if unknown:
             raise ValueError(f"unknown setting '{unknown[0]}'; the settings are {', '.join(known)}")
         values = {}
-        for name, value in args.items():
+        for name, value in config.items():
             default = getattr(cls, name)
             if value is None or default is None or isinstance(default, str):
                 values[name] = value
