@@ -51,7 +51,8 @@ def test_a_file_inside_a_run_a_results_tree_or_a_shard_set_is_refused(results, t
     (tmp_path / "set" / "manifest.json").write_text("{}")
     for out, what in ((results / "original" / "seed0" / "result.json", "the run folder"),
                       (results / "original" / "seed0" / "blend" / "new.json", "the run folder"),
-                      (results / "results.json", "the results of a run"), (results / "report.md", "the results of a run"),
+                      (results / "results.json", "the results of a run"),
+                      (results / "report.md", "the results of a run"),
                       (tmp_path / "set" / "x.parquet", "the shard set")):
         with pytest.raises(OutputError, match=f"--out {out}: is inside {what} "):
             check_output(out)
