@@ -142,11 +142,11 @@ def test_report_out_is_replaced_only_by_a_report_of_the_same_data(results, tmp_p
 
 # ---------------------------------------------------------------------------- the folder commands
 def test_run_preprocess_and_train_refuse_a_folder_inside_a_run_or_a_set(results, tmp_path, capsys):
-    from pipelines.core.run_args import RunError, build_parser, validate_args
+    from common.flags import FlagError
+    from tests.conftest import run_config
     seed0 = results / "original" / "seed0"
-    args = build_parser().parse_args(["--dataset", "citeseer", "--out", str(seed0), "--shards", str(tmp_path / "s")])
-    with pytest.raises(RunError, match=f"--out {seed0}: is the run folder"):
-        validate_args(args)  # before any work: no results tree nested in a seed folder
+    with pytest.raises(FlagError, match=f"--out {seed0}: is the run folder"):
+        run_config("--dataset", "citeseer", "--out", seed0, "--shards", tmp_path / "s")  # before any work
 
     import preprocess.__main__ as pre
     line = main_fails(pre.main, ["--dataset", "citeseer", "--out", seed0, "-q"], capsys)

@@ -145,10 +145,11 @@ def serve_args(run: dict, state: Path, *extra, port: int | None = None) -> list:
 
 def served_log(run: dict, state: Path, graph: str = "all", edits: int = 2) -> Path:
     """A state folder whose edit log holds `edits` edits of the graph `graph` of the run, as a service left it."""
-    from pipelines.serve.command import build_parser, settings_from_args
+    from pipelines.serve.command import ServeCommand, build_parser
     from pipelines.serve.edit_log import EditLog
     from pipelines.serve.start import served_graph
-    s = settings_from_args(build_parser().parse_args([str(a) for a in serve_args(run, state, "--graph", graph)]))
+    s = ServeCommand.from_args(build_parser().parse_args([str(a) for a in serve_args(run, state, "--graph",
+                                                                                     graph)])).settings
     log = EditLog(state, served_graph(s))
     for seq in range(1, edits + 1):
         log.append({"seq": seq, "add": [["u001", f"i{seq:03d}"]], "remove": []})

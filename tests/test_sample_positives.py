@@ -49,7 +49,7 @@ def evaluate(monkeypatch, tmp_path, citeseer, model, *flags):
     monkeypatch.setattr(rec, "load_evaluated_run", lambda *a, **k: (model, citeseer, FIELDS, "fingerprint"))
     args = rec.build_parser().parse_args(["RUN", "--device", "cpu", "--out", str(tmp_path / "m.json"),
                                           *flags])
-    assert evaluate_run(args) == 0
+    assert evaluate_run(rec.EvaluateConfig.from_args(args)) == 0
     return json.loads((tmp_path / "m.json").read_text())
 
 

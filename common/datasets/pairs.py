@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from common.datasets.base import DatasetError, LinkDataset
 from common.datasets.columns import header_names
-from common.datasets.ids import _numeric, node_index, read_columns
+from common.datasets.ids import node_index, numeric_ids, read_columns
 from common.unique import unique_first
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class _Pairs:
     def _index(self, col: str, ds: LinkDataset) -> np.ndarray:
         values = self.cols[col]
         if ds.node_ids is None:  # a dataset whose ids are 0..N-1 already
-            nums = _numeric(values, col, self.path)
+            nums, _ = numeric_ids(values, col, self.path)
             idx = np.full(len(values), -1, np.int64) if nums is None else nums.astype(np.int64)
             found = (idx >= 0) & (idx < self.n)
         else:
