@@ -49,6 +49,7 @@ Decisions, and why:
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from dataclasses import dataclass
@@ -194,6 +195,20 @@ class _Stream(IterableDataset):
     def __getstate__(self):  # spawned workers build their own packers
         return {**self.__dict__, "_packers": {}}
 
+    def warm(self) -> None:
+        """Run a two-link batch through this stream's own steps (decode, cut, order, induce, pack) here, before
+        the loader forks its workers: they then inherit pyarrow and the compiled numba kernels instead of each
+        loading them at its first batch (1-3 s a worker, waited for at the run's first step and first
+        evaluation). A throwaway RNG orders it; no job, position or training state is touched."""
+        units, graph = self.warm_set()
+        with contextlib.closing(read_blocks(units[:1], self.num_nodes, self.n_max, self.regression)) as blocks:
+            block = next(blocks, None)
+        if block is None or self.collate is not None:
+            return
+        for batch in token_batches(iter([block_slice(block, 0, min(2, len(block)))]), 1 << 30, 2, self.copies):
+            ordered = relabel(replicate(batch, self.copies), np.random.default_rng(0))
+            self.finish(seeded_orders(ordered, self.copies, self.seed), graph)
+
 
 class TrainStream(_Stream):
     """A rank's training batches; job = (epoch, start, batches C): batches [start, C) of that epoch."""
@@ -208,6 +223,9 @@ class TrainStream(_Stream):
 
     def set_job(self, epoch: int, start: int, batches: int) -> None:
         self.job.copy_(torch.tensor([epoch, start, batches, 0]))
+
+    def warm_set(self) -> tuple[list[Unit], str]:
+        return list(self.plan(int(self.job[0])).units), "train"
 
     def plan(self, epoch: int) -> EpochPlan:
         return plan_epoch(self.manifest, epoch, self.world_size, self.workers, self.token_budget,
@@ -265,6 +283,10 @@ class EvalStream(_Stream):
         if (split, protocol) not in self.sets:
             raise ShardError(f"{self.manifest['root']}: the manifest lists no shards for {split}/{protocol}")
         self.job.copy_(torch.tensor([self.sets.index((split, protocol)), 0, 0, 0]))
+
+    def warm_set(self) -> tuple[list[Unit], str]:
+        split, protocol = self.sets[int(self.job[0])]
+        return self.units(split, protocol), set_graph(self.manifest, split)
 
     def units(self, split: str, protocol: str) -> list[Unit]:
         entries = shard_entries(self.manifest, split, protocol=protocol)
@@ -360,6 +382,8 @@ class Loader:
 
 
 def _dataloader(dataset: IterableDataset, num_workers: int, pin: bool, prefetch: int) -> Loader:
+    if num_workers > 0:
+        dataset.warm()  # the workers fork with the loader's libraries and kernels loaded (_Stream.warm)
     # Own generator: creating a loader iterator must not consume the global torch RNG (dropout), or a
     # resumed run would draw different dropout masks than the uninterrupted one.
     return Loader(DataLoader(dataset, batch_size=None, num_workers=num_workers, pin_memory=pin,
@@ -375,8 +399,12 @@ def train_loader(manifest: dict, epoch: int, rank: int, world_size: int, data_cf
     prefetch = prefetch_depth(n_max, data_cfg.token_budget, data_cfg)
     plan = plan_epoch(manifest, epoch, world_size, workers, data_cfg.token_budget, data_cfg.max_samples,
                       data_cfg.seed, fraction, data_cfg.orderings)
-    loader = _persistent("train", _loader_key(manifest, rank, world_size, data_cfg, collate, pin), lambda: _dataloader(
-        TrainStream(manifest, rank, world_size, data_cfg, workers, collate), workers, pin, prefetch))
+    def make() -> Loader:
+        stream = TrainStream(manifest, rank, world_size, data_cfg, workers, collate)
+        stream.set_job(epoch, min(start, plan.batches), plan.batches)  # what warm() reads
+        return _dataloader(stream, workers, pin, prefetch)
+
+    loader = _persistent("train", _loader_key(manifest, rank, world_size, data_cfg, collate, pin), make)
     loader.dataset.set_job(epoch, min(start, plan.batches), plan.batches)
     return loader, plan
 
@@ -386,8 +414,12 @@ def eval_loader(manifest: dict, split: str, protocol: str, rank: int, world_size
     """This rank's persistent eval loader, set to the (split, protocol) eval set."""
     n_max, workers = int(manifest["n_max"]), data_cfg.num_workers
     budget, prefetch = eval_budget(n_max, data_cfg)
-    loader = _persistent("eval", _loader_key(manifest, rank, world_size, data_cfg, collate, pin), lambda: _dataloader(
-        EvalStream(manifest, rank, world_size, data_cfg, workers, collate, budget), workers, pin, prefetch))
+    def make() -> Loader:
+        stream = EvalStream(manifest, rank, world_size, data_cfg, workers, collate, budget)
+        stream.set_job(split, protocol)  # warm() reads this set, never another split
+        return _dataloader(stream, workers, pin, prefetch)
+
+    loader = _persistent("eval", _loader_key(manifest, rank, world_size, data_cfg, collate, pin), make)
     loader.dataset.set_job(split, protocol)
     return loader
 
