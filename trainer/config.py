@@ -24,7 +24,7 @@ W0_INIT_FLAGS = {"orthogonal": "orthogonal", "gaussian": "gaussian", "low-rank":
 # when the run stops, logs and saves, not the trajectory of parameters or data.
 RESUME_OVERRIDABLE = ("epochs", "stop_epoch", "patience", "max_steps", "eval_every", "checkpoint_every", "checkpoint_seconds", "log_every",
                       "progress", "resume", "out", "device", "test_every_eval", "deterministic", "threads",
-                      "verify", "compile", "overwrite", "save_scores",
+                      "verify", "compile", "overwrite", "save_scores", "save_epoch_scores",
                       "eval_weights")
 # Default micro-batch size: on CUDA about this many tokens (trainer.config.resolve); on CPU at most this many links.
 GPU_MICRO_TOKENS = 65_536
@@ -56,6 +56,7 @@ class DataConfig:
     num_workers: int = 2  # DataLoader worker processes per rank (0 = load in the training process)
     seed: int = 0
     orderings: int = 1  # labeled subgraphs fed per link: the model's --lrp k, set by resolve() (not a flag)
+    distances: bool = False  # batches carry hop distances to u and v: the model's --distance-features (resolve())
     # the data the run is bound to, from the set's manifest at start (not flags; trainer.run_folder.same_data)
     dataset_fingerprint: str | None = None
     shard_set: str | None = None
@@ -110,11 +111,14 @@ class ModelOverrides:
     w0_learnable: bool | None = None
     wpe: bool | None = None
     lrp: int | None = None  # k labeled subgraphs per link with DeepSets pooling (None / 1: PENCIL as published)
+    distances: int | None = None  # D > 0: embed each token's hop distances to u and v, clipped to D (None / 0: off)
 
     def __post_init__(self):
         for name in ("hidden", "layers", "heads", "ffn", "lrp"):
             v = getattr(self, name)
             _check(v is None or v >= 1, f"--{name}", f"must be >= 1, got {v}")
+        _check(self.distances is None or self.distances >= 0, "--distance-features",
+               f"must be >= 0, got {self.distances}")
         _check(self.dropout is None or 0 <= self.dropout < 1, "--dropout", f"must be in [0, 1), got {self.dropout}")
         _check(self.attention in ATTENTION_BACKENDS, "--attention",
                f"unknown backend '{self.attention}'; choose one of {', '.join(ATTENTION_BACKENDS)}")
@@ -162,6 +166,8 @@ class TrainConfig:
     overwrite: bool = False  # clear the run folder's files first (trainer.run_folder)
     # rank 0 writes every eval set's per-candidate logits of the summary's evaluation (common.eval_scores)
     save_scores: bool = False
+    # also keep every evaluation's scores (common.eval_scores.epoch_scores_path): studies of curves and selection
+    save_epoch_scores: bool = False
     eval_weights: str | None = None  # evaluate these saved weights (a best.pt) once instead of training (eval_only)
 
     def __post_init__(self):
@@ -244,7 +250,7 @@ def resolve(config: TrainConfig, n_max: int, world_size: int, device_type: str =
     eval_budget = data.eval_token_budget or 4 * budget
     _check(eval_budget >= one, "--eval-token-budget", f"{eval_budget} cannot hold {what}")
     data = replace(data, max_samples=max_samples, token_budget=budget, eval_token_budget=eval_budget, orderings=k,
-                   micro_tokens=target if sized else 0)  # what sized this run's micro-batches (0: not a target)
+                   micro_tokens=target if sized else 0, distances=bool(config.model.distances))  # what sized this run's micro-batches (0: not a target)
     return replace(config, data=data)
 
 
@@ -293,6 +299,9 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
                    help="add learnable word position embeddings")
     a.add_argument("--lrp", type=int, metavar="K", advanced=True,
                    help="LRP-k: K labeled subgraphs (independent local orders) per link, DeepSets-pooled (default 1)")
+    a.add_argument("--distance-features", dest="distances", type=int, metavar="D", advanced=True,
+                   help="add to every token an embedding of its node's hop distances to u and to v inside the "
+                        "subgraph (target edge removed), each clipped to D (default 0: off)")
     d = p.add_argument_group("data and run control")
     d.add_argument("--verify", action="store_true", advanced=True,
                    help="check the whole shard set against its manifest (sha256 of every shard, graph, queries and "
@@ -318,6 +327,8 @@ def build_parser(prog: str = PROG) -> argparse.ArgumentParser:
     d.add_argument("--save-scores", action="store_true", advanced=True,
                    help="write each eval set's per-candidate logits at the summary's evaluation to "
                         "OUT/scores/<split>-<protocol>.npz")
+    d.add_argument("--save-epoch-scores", action="store_true", advanced=True,
+                   help="also keep every evaluation's per-candidate logits, OUT/scores/epochs/ (selection studies)")
     d.add_argument("--eval-weights", metavar="BEST_PT", advanced=True,
                    help="no training: evaluate these weights once, at their epoch")
     d.add_argument("--max-steps", type=int, advanced=True, help="stop after this many optimiser steps")
@@ -365,13 +376,13 @@ def config_from_args(argv: Sequence[str] | None = None, prog: str = PROG) -> Tra
         model=ModelOverrides(hidden=args.hidden, layers=args.layers, heads=args.heads, ffn=args.ffn,
                              dropout=args.dropout, attention=args.attention, residual=args.residual,
                              w0_init=W0_INIT_FLAGS.get(args.w0_init), w0_learnable=args.w0_learnable,
-                             wpe=args.wpe, lrp=args.lrp),
+                             wpe=args.wpe, lrp=args.lrp, distances=args.distances),
         epochs=pick(args.epochs, preset.epochs), eval_every=pick(args.eval_every, preset.eval_every),
         eval_splits=tuple(s for s in args.eval_splits.split(",") if s), protocol=pick(args.protocol, preset.protocol),
         seed=args.seed, device=args.device, max_steps=args.max_steps, stop_epoch=args.stop_epoch, patience=args.patience, checkpoint_every=args.checkpoint_every,
         checkpoint_seconds=args.checkpoint_seconds, test_every_eval=args.test_every_eval, verify=args.verify,
         deterministic=args.deterministic, compile=args.compile, threads=args.threads, log_every=args.log_every,
-        progress=not args.no_progress, save_scores=args.save_scores,
+        progress=not args.no_progress, save_scores=args.save_scores, save_epoch_scores=args.save_epoch_scores,
         eval_weights=args.eval_weights)
 
 

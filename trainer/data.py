@@ -179,6 +179,7 @@ class _Stream(IterableDataset):
         self.regression = bool(manifest.get("targets"))  # labels: heuristic targets, else 0/1
         self.collate = collate  # None = induce + pack (BatchPacker); tests pass their own
         self.copies = 1  # labeled subgraphs per link (LRP-k, DataConfig.orderings)
+        self.distances = False  # batches carry hop distances to u and v (DataConfig.distances)
         self.job = torch.zeros(4, dtype=torch.int64).share_memory_()  # before the workers fork
         self._packers: dict = {}
 
@@ -187,7 +188,7 @@ class _Stream(IterableDataset):
             return self.collate(batch)
         if graph not in self._packers:  # once per worker process: the graph is memory-mapped, shared
             from trainer.packing import BatchPacker
-            self._packers[graph] = BatchPacker(*load_graph(self.manifest, graph), self.n_max)
+            self._packers[graph] = BatchPacker(*load_graph(self.manifest, graph), self.n_max, distances=self.distances)
         packed = self._packers[graph](batch)
         packed.copies = self.copies
         return packed
@@ -219,7 +220,7 @@ class TrainStream(_Stream):
         self.workers = workers
         self.token_budget, self.max_samples = data_cfg.token_budget, data_cfg.max_samples
         self.pool_bytes, self.seed = data_cfg.shuffle_buffer_mb * 2**20, data_cfg.seed
-        self.copies = data_cfg.orderings
+        self.copies, self.distances = data_cfg.orderings, data_cfg.distances
 
     def set_job(self, epoch: int, start: int, batches: int) -> None:
         self.job.copy_(torch.tensor([epoch, start, batches, 0]))
@@ -277,7 +278,7 @@ class EvalStream(_Stream):
         super().__init__(manifest, rank, world_size, collate)
         self.workers, self.token_budget = workers, token_budget or data_cfg.eval_token_budget
         self.sets = eval_sets(manifest)
-        self.copies, self.seed = data_cfg.orderings, data_cfg.seed
+        self.copies, self.seed, self.distances = data_cfg.orderings, data_cfg.seed, data_cfg.distances
 
     def set_job(self, split: str, protocol: str) -> None:
         if (split, protocol) not in self.sets:
@@ -314,7 +315,7 @@ _LOADERS: dict[str, tuple[tuple, "Loader"]] = {}
 
 def _loader_key(manifest: dict, rank: int, world_size: int, data_cfg, collate, pin: bool) -> tuple:
     fields = (data_cfg.token_budget, data_cfg.eval_token_budget, data_cfg.max_samples, data_cfg.shuffle_buffer_mb,
-              data_cfg.loader_memory_mb, data_cfg.num_workers, data_cfg.seed, data_cfg.orderings)
+              data_cfg.loader_memory_mb, data_cfg.num_workers, data_cfg.seed, data_cfg.orderings, data_cfg.distances)
     return (manifest["root"], manifest.get("key"), rank, world_size, fields, id(collate), pin)
 
 
