@@ -84,8 +84,9 @@ def fit(train_epoch, valid, test, seconds: float, seed: int = 0, lr: float = 1e-
     """Train for at most `seconds` (whole epochs; at least one), evaluating after each epoch.
 
     train_epoch(epoch) -> list of blocks (node_ptr, edge_ptr, edges, z, label); valid and test: (blocks,
-    protocol, n_pos, negatives shape) whose blocks hold the positives first, then the negatives. Returns the
-    test metrics at the best validation epoch (by the protocol's MRR), as every model of the project reports."""
+    protocol, n_pos, negatives shape) whose blocks hold the positives first, then the negatives; test None:
+    validation only. Returns the test metrics at the best validation epoch (by the protocol's MRR), as every model
+    of the project reports."""
     torch.manual_seed(seed)
     model = DGCNN(hidden, layers, k)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
@@ -101,7 +102,7 @@ def fit(train_epoch, valid, test, seconds: float, seed: int = 0, lr: float = 1e-
         v = score(model, *valid)
         history.append({"epoch": epoch, "valid": v, "seconds": round(time.perf_counter() - t0, 1)})
         if best is None or v["mrr"] > best["valid"]["mrr"]:
-            best = {"epoch": epoch, "valid": v, "test": score(model, *test)}
+            best = {"epoch": epoch, "valid": v, "test": score(model, *test) if test is not None else None}
         elapsed = time.perf_counter() - t0
         if elapsed * (epoch + 2) / (epoch + 1) > seconds:  # another epoch of the mean length would overrun
             break
