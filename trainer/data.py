@@ -63,6 +63,7 @@ from common.shards import Block, ShardError, load_graph, set_graph, shard_entrie
 from trainer.blocks import (block_slice, open_url, read_blocks, relabel, replicate, seeded_orders,  # noqa: F401
                             shuffle_pool, token_batches)
 from trainer.loader_budget import MAX_PREFETCH, batch_bytes, eval_budget, prefetch_depth  # noqa: F401
+from trainer.packing import BatchPacker, WireBatch, for_transfer
 
 log = logging.getLogger(__name__)
 # Salts that keep the independent random streams of one (seed, epoch) apart.
@@ -187,11 +188,10 @@ class _Stream(IterableDataset):
         if self.collate is not None:
             return self.collate(batch)
         if graph not in self._packers:  # once per worker process: the graph is memory-mapped, shared
-            from trainer.packing import BatchPacker
             self._packers[graph] = BatchPacker(*load_graph(self.manifest, graph), self.n_max, distances=self.distances)
         packed = self._packers[graph](batch)
         packed.copies = self.copies
-        return packed
+        return packed if get_worker_info() is None else for_transfer(packed)  # Loader._batches unwraps it
 
     def __getstate__(self):  # spawned workers build their own packers
         return {**self.__dict__, "_packers": {}}
@@ -379,7 +379,7 @@ class Loader:
                 if clean is None:
                     raise
                 raise clean from None
-            yield batch
+            yield batch.unwrap() if isinstance(batch, WireBatch) else batch
 
 
 def _dataloader(dataset: IterableDataset, num_workers: int, pin: bool, prefetch: int) -> Loader:

@@ -101,6 +101,35 @@ class PackedBatch:
         return self._map(lambda t: t.pin_memory())
 
 
+# A loader worker's batch reaches the training process pickled by value up to this size. As tensors it would go
+# as one shared-memory handle per tensor, and torch passes each handle over a fresh socket connection with an
+# authentication handshake (its file_descriptor strategy): ~4 ms for a PackedBatch's ten tensors on a loaded
+# 2-core machine, 7.6 % of a short-sequence CPU run (experiments/own_graph_research/profile_split.py). A copy
+# through the pipe costs less than that until batches are megabytes.
+BY_VALUE_MAX_BYTES = 8 << 20
+
+
+@dataclass
+class WireBatch:
+    """A PackedBatch with numpy arrays in place of its tensors, as a loader worker sends a small batch;
+    `unwrap` gives the PackedBatch back without copying."""
+
+    arrays: dict
+
+    def unwrap(self) -> PackedBatch:
+        return PackedBatch(**{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in self.arrays.items()})
+
+    def pin_memory(self) -> PackedBatch:  # DataLoader's pin-memory thread calls this (CUDA runs)
+        return self.unwrap().pin_memory()
+
+
+def for_transfer(batch: PackedBatch) -> "WireBatch | PackedBatch":
+    """What a loader worker sends: a small batch as numpy arrays (pickled by value), a large one as is."""
+    arrays = {f.name: (v.numpy() if isinstance(v := getattr(batch, f.name), torch.Tensor) else v) for f in fields(batch)}
+    size = sum(a.nbytes for a in arrays.values() if isinstance(a, np.ndarray))
+    return WireBatch(arrays) if size <= BY_VALUE_MAX_BYTES else batch
+
+
 def _fail(what: str, cid: np.ndarray, sample: int, detail: str):
     raise ValueError(f"pack: sample {sample} (cid {int(cid[sample])}): {what}: {detail}")
 
