@@ -78,3 +78,27 @@ def calibration(pairs: list[tuple[tuple, tuple]], metric: str, halvings: int = 1
         out[name] = {"n": len(zs), "z_std": float(zs.std()), "outside_1.96": float((np.abs(zs) > 1.96).mean())}
     out["negatives_share_of_variance"] = float(np.mean(neg_share)) if neg_share else math.nan
     return out
+
+
+def margin_rules(default: tuple, other: tuple, metric: str, halvings: int = 20, seed: int = 0,
+                 margins=(0.0, 1.0, 2.0)) -> dict:
+    """Half-B gain over the default of choosing `other` on half A when it is ahead by more than k SE (each SE
+    estimate), positives and negatives split into independent halves; mean over halvings, and how often it
+    switched."""
+    rng = np.random.default_rng(seed)
+    p, q = len(default[0]), len(default[1])
+    gain = {(name, k): [] for name in ("positives", "two-way") for k in margins}
+    switched = {key: 0 for key in gain}
+    for _ in range(halvings):
+        pp, qq = rng.permutation(p), rng.permutation(q)
+        ha, hb = (pp[: p // 2], qq[: q // 2]), (pp[p // 2:], qq[q // 2:])
+        da, xa = split(default, *ha), split(other, *ha)
+        b_gain = float(values(*split(other, *hb), metric).mean() - values(*split(default, *hb), metric).mean())
+        se = {"positives": diff_positives(xa, da, metric), "two-way": diff_two_way(xa, da, metric, rng, b=100)}
+        for (name, k) in gain:
+            d, s = se[name]
+            take = d > k * s
+            gain[(name, k)].append(b_gain if take else 0.0)
+            switched[(name, k)] += int(take)
+    return {f"{name} {k:g} SE": {"gain": float(np.mean(v)), "switched": switched[(name, k)] / halvings}
+            for (name, k), v in gain.items()}

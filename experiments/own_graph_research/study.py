@@ -137,16 +137,103 @@ def stopping_table(out: Path, variant: str = "base", seed: int = 0) -> str:
     return table(header, rows)
 
 
+def ensemble_table(out: Path, variant: str = "base", seeds=(0, 1, 2)) -> str:
+    """Per graph with every seed: half-B MRR / AUC of the seeds' mean logit (each seed at the epoch its own half-A
+    MRR picks) against the mean of the single seeds at those epochs."""
+    rows, gain = [], {"mrr": [], "auc": []}
+    for g, have in sorted(runs(out, variant).items()):
+        if not all(s in have for s in seeds):
+            continue
+        mats = [run_matrices(have[s]) for s in seeds]
+        vals = [per_positive(*m) for m in mats]
+        single, ens = {"mrr": [], "auc": []}, {"mrr": [], "auc": []}
+        for a, b in halves(mats[0][0].shape[1]):
+            picks = [chosen(v, a, "mrr") for v in vals]
+            for m in ("mrr", "auc"):
+                single[m].append(np.mean([v[m][e, b].mean() for v, e in zip(vals, picks)]))
+            pos = np.mean([mats[k][0][e] for k, e in enumerate(picks)], axis=0)
+            neg = np.mean([mats[k][1][e] for k, e in enumerate(picks)], axis=0)
+            both = per_positive(pos[None], neg[None])
+            for m in ("mrr", "auc"):
+                ens[m].append(both[m][0, b].mean())
+        row = [g]
+        for m in ("mrr", "auc"):
+            s_, e_ = 100 * np.mean(single[m]), 100 * np.mean(ens[m])
+            row += [f"{s_:.2f}", f"{e_:.2f}", f"{e_ - s_:+.2f}"]
+            gain[m].append(e_ - s_)
+        rows.append(row)
+    rows.append(["**mean**", "", "", f"**{np.mean(gain['mrr']):+.2f}**", "", "", f"**{np.mean(gain['auc']):+.2f}**"])
+    return table(["graph", "one seed MRR", "ensemble MRR", "diff", "one seed AUC", "ensemble AUC", "diff"], rows)
+
+
+def option_pairs(out: Path, others: list[str], seed: int = 0) -> dict[str, list[tuple]]:
+    """{graph: [(x, y), ...]} pairs of fixed options (pos, neg scores) to calibrate a difference's SE on: each
+    other variant against base at the run's middle and last epochs, and base's last epoch against two and five
+    epochs earlier (what a stopping rule weighs)."""
+    base = runs(out, "base")
+    got = {}
+    for g, seeds in sorted(base.items()):
+        if seed not in seeds:
+            continue
+        pb, nb = run_matrices(seeds[seed])
+        e = pb.shape[0] - 1
+        pairs = [((pb[e], nb[e]), (pb[e - k], nb[e - k])) for k in (2, 5) if e - k >= 0]
+        for v in others:
+            have = runs(out, v).get(g, {})
+            if seed in have:
+                px, nx = run_matrices(have[seed])
+                for k in {e // 2, min(e, px.shape[0] - 1)}:
+                    pairs.append(((px[k], nx[k]), (pb[min(k, e)], nb[min(k, e)])))
+        got[g] = pairs
+    return got
+
+
+def noise_tables(out: Path, others: list[str]) -> str:
+    from experiments.own_graph_research.noise import calibration, margin_rules
+    pairs = option_pairs(out, others)
+    lines = []
+    for metric in ("mrr", "auc"):
+        rows = []
+        for g, ps in pairs.items():
+            c = calibration(ps, metric, halvings=10)
+            rows.append([g, len(ps), f"{c['positives']['z_std']:.2f}", f"{100 * c['positives']['outside_1.96']:.0f} %",
+                         f"{c['two-way']['z_std']:.2f}", f"{100 * c['two-way']['outside_1.96']:.0f} %",
+                         f"{100 * c['negatives_share_of_variance']:.0f} %"])
+        allp = [p for ps in pairs.values() for p in ps]
+        c = calibration(allp, metric, halvings=10)
+        rows.append(["**all**", len(allp), f"**{c['positives']['z_std']:.2f}**",
+                     f"{100 * c['positives']['outside_1.96']:.0f} %", f"**{c['two-way']['z_std']:.2f}**",
+                     f"{100 * c['two-way']['outside_1.96']:.0f} %", f"{100 * c['negatives_share_of_variance']:.0f} %"])
+        lines += [f"\n**{metric.upper()}**: z = (d_A - d_B) / sqrt(SE_A^2 + SE_B^2) on independent halves\n",
+                  table(["graph", "pairs", "z std, positives SE", "|z| > 1.96", "z std, two-way SE", "|z| > 1.96",
+                         "negatives' share of the variance"], rows)]
+        rows, acc = [], {}
+        for g, ps in pairs.items():
+            x, y = ps[-1]  # the last pair: the other variant's last epoch against base's
+            r = margin_rules(y, x, metric)
+            rows.append([g] + [f"{100 * r[k]['gain']:+.2f} ({100 * r[k]['switched']:.0f} %)" for k in r])
+            for k in r:
+                acc.setdefault(k, []).append(r[k]["gain"])
+        rows.append(["**mean**"] + [f"**{100 * np.mean(v):+.2f}**" for v in acc.values()])
+        lines += [f"\n**{metric.upper()}**: half-B gain over base of switching on half A (how often it switched)\n",
+                  table(["graph", *acc], rows)]
+    return "\n".join(lines)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.own_graph_research.study")
     p.add_argument("--out", required=True)
-    p.add_argument("what", choices=("variants", "stopping"))
+    p.add_argument("what", choices=("variants", "stopping", "ensemble", "noise"))
     p.add_argument("--variants", default="dist")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     out = Path(args.out).resolve()
     if args.what == "variants":
         print(variants_table(out, args.variants.split(","), args.seed))
+    elif args.what == "noise":
+        print(noise_tables(out, args.variants.split(",")))
+    elif args.what == "ensemble":
+        print(ensemble_table(out, args.variants.split(",")[0]))
     elif args.what == "stopping":
         print(stopping_table(out, args.variants.split(",")[0], args.seed))
     return 0
