@@ -220,16 +220,49 @@ def noise_tables(out: Path, others: list[str]) -> str:
     return "\n".join(lines)
 
 
+def seal_table(out: Path, names: list[str], seed: int = 0) -> str:
+    """Per graph: each PENCIL variant's best validation MRR / AUC over its epochs and its wall time, beside SEAL's
+    best over the epochs it finished within that wall time (its preparation included), within 10 epochs, and
+    within its whole run. Best over epochs for both sides: the same optimism on each."""
+    rows = []
+    for g in sorted(p.parts[-3] for p in out.glob("*/seal/result.json")):
+        s = json.loads((out / g / "seal" / "result.json").read_text())
+        hist = s["history"]
+
+        def seal_best(cut):
+            got = [h["valid"] for h in hist if cut(h)]
+            return (f"{100 * max(x['mrr'] for x in got):.2f} / {100 * max(x['auc'] for x in got):.2f}" if got else "–")
+
+        row = [g, f"{seal_best(lambda h: h['epoch'] < 10)} ({s['prepare_seconds'] + hist[min(9, len(hist) - 1)]['seconds']:.0f} s)",
+               f"{seal_best(lambda h: True)} ({len(hist)} ep, {s['wall_seconds']:.0f} s)"]
+        for v in names:
+            done = out / g / v / f"s{seed}" / "result.json"
+            if not done.exists():
+                row += ["–", "–"]
+                continue
+            r = json.loads(done.read_text())
+            row.append(f"{100 * max(c['mrr'] for c in r['curve']):.2f} / {100 * max(c['auc'] for c in r['curve']):.2f}"
+                       f" ({r['wall_s']:.0f} s)")
+            row.append(seal_best(lambda h, w=r["wall_s"]: s["prepare_seconds"] + h["seconds"] <= w))
+        rows.append(row)
+    header = ["graph", "SEAL, 10 epochs (time)", "SEAL, whole run"]
+    for v in names:
+        header += [f"{v} (wall)", "SEAL within that wall"]
+    return table(header, rows)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.own_graph_research.study")
     p.add_argument("--out", required=True)
-    p.add_argument("what", choices=("variants", "stopping", "ensemble", "noise"))
+    p.add_argument("what", choices=("variants", "stopping", "ensemble", "noise", "seal"))
     p.add_argument("--variants", default="dist")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     out = Path(args.out).resolve()
     if args.what == "variants":
         print(variants_table(out, args.variants.split(","), args.seed))
+    elif args.what == "seal":
+        print(seal_table(out, ["base", *args.variants.split(",")]))
     elif args.what == "noise":
         print(noise_tables(out, args.variants.split(",")))
     elif args.what == "ensemble":
