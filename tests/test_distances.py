@@ -37,7 +37,7 @@ def test_distances_from_edges_by_hand():
 
 
 def test_distances_from_the_dense_form_equal_the_edge_form_and_ignore_the_target_entry():
-    node_ptr, _, _, sizes, edges = _links()
+    node_ptr, _, _, _, edges = _links()
     adj = np.zeros((3, 7, 7), np.uint8)
     for b, e in enumerate(edges):
         adj[b, e[:, 0], e[:, 1]] = adj[b, e[:, 1], e[:, 0]] = 1
@@ -66,8 +66,8 @@ def test_drnl_labels_by_hand():
 
 
 def test_pack_spreads_distances_to_tokens_task_tokens_copy_their_endpoint():
-    node_ptr, _, _, sizes, edges = _links()
-    samples = [dict(cid=i, label=1.0, nodes=np.arange(100 * i, 100 * i + n), edges=e)
+    _, _, _, sizes, edges = _links()
+    samples = [{"cid": i, "label": 1.0, "nodes": np.arange(100 * i, 100 * i + n), "edges": e}
                for i, (n, e) in enumerate(zip(sizes, edges))]
     for dense in (False, True):
         b = pack_samples(samples, n_max=8, dense=dense, distances=True)
@@ -99,8 +99,8 @@ def test_distance_rows_clip_and_give_no_path_its_own_row():
 
 
 def test_model_adds_one_learned_vector_per_distance_pair_to_h0():
-    node_ptr, _, _, sizes, edges = _links()
-    samples = [dict(cid=i, label=1.0, nodes=np.arange(100 * i, 100 * i + n), edges=e)
+    _, _, _, sizes, edges = _links()
+    samples = [{"cid": i, "label": 1.0, "nodes": np.arange(100 * i, 100 * i + n), "edges": e}
                for i, (n, e) in enumerate(zip(sizes, edges))]
     batch = pack_samples(samples, n_max=8, distances=True)
     torch.manual_seed(0)
@@ -142,7 +142,7 @@ def test_training_with_distance_features_end_to_end(tmp_path):
     torch.set_num_threads(1)
     shards = make_shard_set(tmp_path / "shards", shard_links=(64, 32), eval_links=150)
     summary = run(config_for("tiny", str(shards), str(tmp_path / "run"), epochs=3, device="cpu", progress=False,
-                             save_epoch_scores=True, data=dict(num_workers=1), model=dict(distances=3)))
+                             save_epoch_scores=True, data={"num_workers": 1}, model={"distances": 3}))
     assert summary["test"]["mrr"] > chance_mrr_of_set(shards)
     assert summary["config"]["data"]["distances"] is True and summary["config"]["model"]["distances"] == 3
     assert load(tmp_path / "run" / "best.pt")["model"]["distance.weight"].shape[0] == 25

@@ -25,8 +25,8 @@ def _same(a: PackedBatch, b: PackedBatch) -> None:
 
 
 def _batch() -> PackedBatch:
-    node_ptr, _, _, sizes, edges = _links()
-    samples = [dict(cid=i, label=0.5 * i, nodes=np.arange(10 * i, 10 * i + n), edges=e)
+    _, _, _, sizes, edges = _links()
+    samples = [{"cid": i, "label": 0.5 * i, "nodes": np.arange(10 * i, 10 * i + n), "edges": e}
                for i, (n, e) in enumerate(zip(sizes, edges))]
     batch = pack_samples(samples, n_max=8, distances=True)
     batch.copies = 1

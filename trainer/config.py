@@ -250,7 +250,8 @@ def resolve(config: TrainConfig, n_max: int, world_size: int, device_type: str =
     eval_budget = data.eval_token_budget or 4 * budget
     _check(eval_budget >= one, "--eval-token-budget", f"{eval_budget} cannot hold {what}")
     data = replace(data, max_samples=max_samples, token_budget=budget, eval_token_budget=eval_budget, orderings=k,
-                   micro_tokens=target if sized else 0, distances=bool(config.model.distances))  # what sized this run's micro-batches (0: not a target)
+                   micro_tokens=target if sized else 0,  # what sized this run's micro-batches (0: not a target)
+                   distances=bool(config.model.distances)) (0: not a target)
     return replace(config, data=data)
 
 

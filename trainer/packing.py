@@ -117,7 +117,8 @@ class WireBatch:
     arrays: dict
 
     def unwrap(self) -> PackedBatch:
-        return PackedBatch(**{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in self.arrays.items()})
+        return PackedBatch(**{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+                              for k, v in self.arrays.items()})
 
     def pin_memory(self) -> PackedBatch:  # DataLoader's pin-memory thread calls this (CUDA runs)
         return self.unwrap().pin_memory()
@@ -125,7 +126,8 @@ class WireBatch:
 
 def for_transfer(batch: PackedBatch) -> "WireBatch | PackedBatch":
     """What a loader worker sends: a small batch as numpy arrays (pickled by value), a large one as is."""
-    arrays = {f.name: (v.numpy() if isinstance(v := getattr(batch, f.name), torch.Tensor) else v) for f in fields(batch)}
+    arrays = {f.name: (v.numpy() if isinstance(v := getattr(batch, f.name), torch.Tensor) else v)
+              for f in fields(batch)}
     size = sum(a.nbytes for a in arrays.values() if isinstance(a, np.ndarray))
     return WireBatch(arrays) if size <= BY_VALUE_MAX_BYTES else batch
 
@@ -192,8 +194,7 @@ def pack(node_ptr: np.ndarray, nodes: np.ndarray, label: np.ndarray, cid: np.nda
         cu_seqlens=t(cu.astype(np.int32)), max_seqlen=int(seqlen.max()),
         adj_src=t(adj_src), adj_dst=t(adj_dst), task_index=t(task_index),
         label=t(np.asarray(label, dtype=np.float32).copy()), cid=t(cid.copy()), n_max=int(n_max),
-        adj_dense=adj_dense,
-        dist=None if dist is None else t(np.ascontiguousarray(np.asarray(dist, dtype=np.int64)[node_ptr[seg] + local_id])))
+        adj_dense=adj_dense, dist=None if dist is None else t(np.asarray(dist, dtype=np.int64)[node_ptr[seg] + local_id]))
 
 
 def _messages(edge_ptr, edges, n, cu, n_max, cid, strict) -> tuple[np.ndarray, np.ndarray]:

@@ -95,10 +95,10 @@ def margin_rules(default: tuple, other: tuple, metric: str, halvings: int = 20, 
         da, xa = split(default, *ha), split(other, *ha)
         b_gain = float(values(*split(other, *hb), metric).mean() - values(*split(default, *hb), metric).mean())
         se = {"positives": diff_positives(xa, da, metric), "two-way": diff_two_way(xa, da, metric, rng, b=100)}
-        for (name, k) in gain:
+        for (name, k), got in gain.items():
             d, s = se[name]
             take = d > k * s
-            gain[(name, k)].append(b_gain if take else 0.0)
+            got.append(b_gain if take else 0.0)
             switched[(name, k)] += int(take)
     return {f"{name} {k:g} SE": {"gain": float(np.mean(v)), "switched": switched[(name, k)] / halvings}
             for (name, k), v in gain.items()}

@@ -18,7 +18,8 @@ MAIN_RULES = [
     ("evaluation: waiting for the loader", ["score_eval_set", r"Loader\._batches|_next_data|Loader\.__iter__"], []),
     ("evaluation: forward", ["score_eval_set", "Pencil.forward"], []),
     ("evaluation: other", ["run_eval"], []),
-    ("training: waiting for the loader", ["train_epoch", r"Loader\._batches|_next_data|Loader\.__iter__|train_loader"], []),
+    ("training: waiting for the loader",
+     ["train_epoch", r"Loader\._batches|_next_data|Loader\.__iter__|train_loader"], []),
     ("training: forward, attention core (bucketed)", ["train_step", "_bucketed_kernel"], ["backward"]),
     ("training: forward, rest", ["train_step", "Pencil.forward"], ["backward"]),
     ("training: backward", ["train_step", "backward"], []),
@@ -32,7 +33,9 @@ WORKER_STEPS = ["BatchPacker.__call__", "relabel", "read_blocks", "shuffle_pool"
 
 def split(path: str, rate: float) -> tuple[dict, dict]:
     main, workers = collections.Counter(), collections.Counter()
-    for line in open(path):
+    with open(path) as f:
+        lines = f.read().splitlines()
+    for line in lines:
         stack, _, count = line.rstrip().rpartition(" ")
         frames = stack.split(";")
         n = int(count)

@@ -32,7 +32,8 @@ def run_matrices(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     manifest = read_manifest(json.loads((run_dir / "config.json").read_text())["data"]["shards"])
     pos_cid, neg_cid = queries(manifest)
     pos, neg = [], []
-    epochs = sorted(int(p.stem.rsplit("-e", 1)[1]) for p in (run_dir / "scores" / "epochs").glob("valid-original-e*.npz"))
+    files = (run_dir / "scores" / "epochs").glob("valid-original-e*.npz")
+    epochs = sorted(int(p.stem.rsplit("-e", 1)[1]) for p in files)
     for e in epochs:
         cid, score, _ = read_scores(epoch_scores_path(run_dir, "valid", "original", e))
         table = np.full(int(max(cid.max(), pos_cid.max(), neg_cid.max())) + 1, np.nan)

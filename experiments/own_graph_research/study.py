@@ -229,11 +229,14 @@ def seal_table(out: Path, names: list[str], seed: int = 0) -> str:
         s = json.loads((out / g / "seal" / "result.json").read_text())
         hist = s["history"]
 
-        def seal_best(cut):
+        def seal_best(cut, hist=hist):
             got = [h["valid"] for h in hist if cut(h)]
-            return (f"{100 * max(x['mrr'] for x in got):.2f} / {100 * max(x['auc'] for x in got):.2f}" if got else "–")
+            if not got:
+                return "–"
+            return f"{100 * max(x['mrr'] for x in got):.2f} / {100 * max(x['auc'] for x in got):.2f}"
 
-        row = [g, f"{seal_best(lambda h: h['epoch'] < 10)} ({s['prepare_seconds'] + hist[min(9, len(hist) - 1)]['seconds']:.0f} s)",
+        ten = s["prepare_seconds"] + hist[min(9, len(hist) - 1)]["seconds"]
+        row = [g, f"{seal_best(lambda h: h['epoch'] < 10)} ({ten:.0f} s)",
                f"{seal_best(lambda h: True)} ({len(hist)} ep, {s['wall_seconds']:.0f} s)"]
         for v in names:
             done = out / g / v / f"s{seed}" / "result.json"
@@ -243,7 +246,7 @@ def seal_table(out: Path, names: list[str], seed: int = 0) -> str:
             r = json.loads(done.read_text())
             row.append(f"{100 * max(c['mrr'] for c in r['curve']):.2f} / {100 * max(c['auc'] for c in r['curve']):.2f}"
                        f" ({r['wall_s']:.0f} s)")
-            row.append(seal_best(lambda h, w=r["wall_s"]: s["prepare_seconds"] + h["seconds"] <= w))
+            row.append(seal_best(lambda h, w=r["wall_s"], prep=s["prepare_seconds"]: prep + h["seconds"] <= w))
         rows.append(row)
     header = ["graph", "SEAL, 10 epochs (time)", "SEAL, whole run"]
     for v in names:
