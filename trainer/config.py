@@ -251,7 +251,7 @@ def resolve(config: TrainConfig, n_max: int, world_size: int, device_type: str =
     _check(eval_budget >= one, "--eval-token-budget", f"{eval_budget} cannot hold {what}")
     data = replace(data, max_samples=max_samples, token_budget=budget, eval_token_budget=eval_budget, orderings=k,
                    micro_tokens=target if sized else 0,  # what sized this run's micro-batches (0: not a target)
-                   distances=bool(config.model.distances)) (0: not a target)
+                   distances=bool(config.model.distances))
     return replace(config, data=data)
 
 
