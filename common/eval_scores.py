@@ -21,6 +21,11 @@ def scores_path(run_dir: str | os.PathLike, split: str, protocol: str) -> Path:
     return Path(run_dir) / SCORES_DIR / f"{split}-{protocol}.npz"
 
 
+def epoch_scores_path(run_dir: str | os.PathLike, split: str, protocol: str, epoch: int) -> Path:
+    """Where trainer --save-epoch-scores keeps every evaluation's scores (per-epoch curves, selection studies)."""
+    return Path(run_dir) / SCORES_DIR / "epochs" / f"{split}-{protocol}-e{epoch:03d}.npz"
+
+
 def write_scores(path: Path, cid: np.ndarray, score: np.ndarray, epoch: int) -> None:
     with atomic_file(path) as f:
         np.savez(f, cid=np.asarray(cid, dtype=np.int64), score=np.asarray(score, dtype=np.float32),

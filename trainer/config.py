@@ -26,7 +26,8 @@ W0_INIT_FLAGS = {"orthogonal": "orthogonal", "gaussian": "gaussian", "low-rank":
 # when the run stops, logs and saves, not the trajectory of parameters or data.
 RESUME_OVERRIDABLE = ("epochs", "stop_epoch", "patience", "max_steps", "eval_every", "checkpoint_every",
                       "checkpoint_seconds", "log_every", "progress", "resume", "out", "device", "test_every_eval",
-                      "deterministic", "threads", "verify", "compile", "overwrite", "save_scores", "eval_weights")
+                      "deterministic", "threads", "verify", "compile", "overwrite", "save_scores", "save_epoch_scores",
+                      "eval_weights")
 # Default micro-batch size: on CUDA about this many tokens (trainer.config.resolve); on CPU at most this many links.
 GPU_MICRO_TOKENS = 65_536
 CPU_MICRO_LINKS = 256
@@ -80,6 +81,7 @@ class DataConfig:
         "DataLoader workers per rank (0 = in process)", group=CONTROL, advanced=True))
     seed: int = 0  # the run's --seed (set with it)
     orderings: int = 1  # labeled subgraphs fed per link: the model's --lrp k, set by resolve() (not a flag)
+    distances: bool = False  # batches carry hop distances to u and v: the model's --distance-features (resolve())
     # the data the run is bound to, from the set's manifest at start (not flags; trainer.run_folder.same_data)
     dataset_fingerprint: str | None = None
     shard_set: str | None = None
@@ -153,6 +155,11 @@ class ModelOverrides:
     lrp: int | None = field(default=None, metadata=flag(
         "LRP-k: K labeled subgraphs (independent local orders) per link, DeepSets-pooled (default 1)",
         metavar="K", group=ABLATIONS, advanced=True))
+    # D > 0: embed each token's hop distances to u and v, clipped to D (None / 0: off)
+    distances: int | None = field(default=None, metadata=flag(
+        "add to every token an embedding of its node's hop distances to u and to v inside the subgraph (target edge "
+        "removed), each clipped to D (default 0: off)", name="distance-features", metavar="D", group=ABLATIONS,
+        advanced=True))
     # None: the set's node features feed the model when it ships them (early fusion); False: structure only,
     # "PENCIL w/o features" on a featured set, so one set serves both rows (trainer.model.model_for_shards)
     features: bool | None = field(default=None, metadata=flag(
@@ -163,6 +170,8 @@ class ModelOverrides:
         for name in ("hidden", "layers", "heads", "ffn", "lrp"):
             v = getattr(self, name)
             _check(v is None or v >= 1, f"--{name}", f"must be >= 1, got {v}")
+        _check(self.distances is None or self.distances >= 0, "--distance-features",
+               f"must be >= 0, got {self.distances}")
         _check(self.dropout is None or 0 <= self.dropout < 1, "--dropout", f"must be in [0, 1), got {self.dropout}")
         _check(self.attention in ATTENTION_BACKENDS, "--attention",
                f"unknown backend '{self.attention}'; choose one of {', '.join(ATTENTION_BACKENDS)}")
@@ -214,6 +223,10 @@ class TrainConfig:
     save_scores: bool = field(default=False, metadata=flag(
         "write each eval set's per-candidate logits at the summary's evaluation to OUT/scores/<split>-<protocol>.npz",
         store=True, group=CONTROL, advanced=True))
+    # also keep every evaluation's scores (common.eval_scores.epoch_scores_path): studies of curves and selection
+    save_epoch_scores: bool = field(default=False, metadata=flag(
+        "also keep every evaluation's per-candidate logits, OUT/scores/epochs/ (selection studies)", store=True,
+        group=CONTROL, advanced=True))
     # evaluate these saved weights (a best.pt) once instead of training (trainer.eval_only)
     eval_weights: str | None = field(default=None, metadata=flag(
         "no training: evaluate these weights once, at their epoch", metavar="BEST_PT", group=CONTROL, advanced=True))
@@ -330,7 +343,8 @@ def resolve(config: TrainConfig, n_max: int, world_size: int, device_type: str =
     eval_budget = data.eval_token_budget or 4 * budget
     _check(eval_budget >= one, "--eval-token-budget", f"{eval_budget} cannot hold {what}")
     data = replace(data, max_samples=max_samples, token_budget=budget, eval_token_budget=eval_budget, orderings=k,
-                   micro_tokens=target if sized else 0)  # what sized this run's micro-batches (0: not a target)
+                   micro_tokens=target if sized else 0,  # what sized this run's micro-batches (0: not a target)
+                   distances=bool(config.model.distances))
     return replace(config, data=data)
 
 

@@ -49,6 +49,7 @@ Decisions, and why:
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from dataclasses import dataclass
@@ -62,6 +63,7 @@ from common.shards import Block, ShardError, load_graph, set_graph, shard_entrie
 from trainer.blocks import (block_slice, open_url, read_blocks, relabel, replicate, seeded_orders,  # noqa: F401
                             shuffle_pool, token_batches)
 from trainer.loader_budget import MAX_PREFETCH, batch_bytes, eval_budget, prefetch_depth  # noqa: F401
+from trainer.packing import BatchPacker, WireBatch, for_transfer
 
 log = logging.getLogger(__name__)
 # Salts that keep the independent random streams of one (seed, epoch) apart.
@@ -178,6 +180,7 @@ class _Stream(IterableDataset):
         self.regression = bool(manifest.get("targets"))  # labels: heuristic targets, else 0/1
         self.collate = collate  # None = induce + pack (BatchPacker); tests pass their own
         self.copies = 1  # labeled subgraphs per link (LRP-k, DataConfig.orderings)
+        self.distances = False  # batches carry hop distances to u and v (DataConfig.distances)
         self.job = torch.zeros(4, dtype=torch.int64).share_memory_()  # before the workers fork
         self._packers: dict = {}
 
@@ -185,14 +188,27 @@ class _Stream(IterableDataset):
         if self.collate is not None:
             return self.collate(batch)
         if graph not in self._packers:  # once per worker process: the graph is memory-mapped, shared
-            from trainer.packing import BatchPacker
-            self._packers[graph] = BatchPacker(*load_graph(self.manifest, graph), self.n_max)
+            self._packers[graph] = BatchPacker(*load_graph(self.manifest, graph), self.n_max, distances=self.distances)
         packed = self._packers[graph](batch)
         packed.copies = self.copies
-        return packed
+        return packed if get_worker_info() is None else for_transfer(packed)  # Loader._batches unwraps it
 
     def __getstate__(self):  # spawned workers build their own packers
         return {**self.__dict__, "_packers": {}}
+
+    def warm(self) -> None:
+        """Run a two-link batch through this stream's own steps (decode, cut, order, induce, pack) here, before
+        the loader forks its workers: they then inherit pyarrow and the compiled numba kernels instead of each
+        loading them at its first batch (1-3 s a worker, waited for at the run's first step and first
+        evaluation). A throwaway RNG orders it; no job, position or training state is touched."""
+        units, graph = self.warm_set()
+        with contextlib.closing(read_blocks(units[:1], self.num_nodes, self.n_max, self.regression)) as blocks:
+            block = next(blocks, None)
+        if block is None or self.collate is not None:
+            return
+        for batch in token_batches(iter([block_slice(block, 0, min(2, len(block)))]), 1 << 30, 2, self.copies):
+            ordered = relabel(replicate(batch, self.copies), np.random.default_rng(0))
+            self.finish(seeded_orders(ordered, self.copies, self.seed), graph)
 
 
 class TrainStream(_Stream):
@@ -204,10 +220,13 @@ class TrainStream(_Stream):
         self.workers = workers
         self.token_budget, self.max_samples = data_cfg.token_budget, data_cfg.max_samples
         self.pool_bytes, self.seed = data_cfg.shuffle_buffer_mb * 2**20, data_cfg.seed
-        self.copies = data_cfg.orderings
+        self.copies, self.distances = data_cfg.orderings, data_cfg.distances
 
     def set_job(self, epoch: int, start: int, batches: int) -> None:
         self.job.copy_(torch.tensor([epoch, start, batches, 0]))
+
+    def warm_set(self) -> tuple[list[Unit], str]:
+        return list(self.plan(int(self.job[0])).units), "train"
 
     def plan(self, epoch: int) -> EpochPlan:
         return plan_epoch(self.manifest, epoch, self.world_size, self.workers, self.token_budget,
@@ -259,12 +278,16 @@ class EvalStream(_Stream):
         super().__init__(manifest, rank, world_size, collate)
         self.workers, self.token_budget = workers, token_budget or data_cfg.eval_token_budget
         self.sets = eval_sets(manifest)
-        self.copies, self.seed = data_cfg.orderings, data_cfg.seed
+        self.copies, self.seed, self.distances = data_cfg.orderings, data_cfg.seed, data_cfg.distances
 
     def set_job(self, split: str, protocol: str) -> None:
         if (split, protocol) not in self.sets:
             raise ShardError(f"{self.manifest['root']}: the manifest lists no shards for {split}/{protocol}")
         self.job.copy_(torch.tensor([self.sets.index((split, protocol)), 0, 0, 0]))
+
+    def warm_set(self) -> tuple[list[Unit], str]:
+        split, protocol = self.sets[int(self.job[0])]
+        return self.units(split, protocol), set_graph(self.manifest, split)
 
     def units(self, split: str, protocol: str) -> list[Unit]:
         entries = shard_entries(self.manifest, split, protocol=protocol)
@@ -292,7 +315,7 @@ _LOADERS: dict[str, tuple[tuple, "Loader"]] = {}
 
 def _loader_key(manifest: dict, rank: int, world_size: int, data_cfg, collate, pin: bool) -> tuple:
     fields = (data_cfg.token_budget, data_cfg.eval_token_budget, data_cfg.max_samples, data_cfg.shuffle_buffer_mb,
-              data_cfg.loader_memory_mb, data_cfg.num_workers, data_cfg.seed, data_cfg.orderings)
+              data_cfg.loader_memory_mb, data_cfg.num_workers, data_cfg.seed, data_cfg.orderings, data_cfg.distances)
     return (manifest["root"], manifest.get("key"), rank, world_size, fields, id(collate), pin)
 
 
@@ -356,10 +379,12 @@ class Loader:
                 if clean is None:
                     raise
                 raise clean from None
-            yield batch
+            yield batch.unwrap() if isinstance(batch, WireBatch) else batch
 
 
 def _dataloader(dataset: IterableDataset, num_workers: int, pin: bool, prefetch: int) -> Loader:
+    if num_workers > 0:
+        dataset.warm()  # the workers fork with the loader's libraries and kernels loaded (_Stream.warm)
     # Own generator: creating a loader iterator must not consume the global torch RNG (dropout), or a
     # resumed run would draw different dropout masks than the uninterrupted one.
     return Loader(DataLoader(dataset, batch_size=None, num_workers=num_workers, pin_memory=pin,
@@ -375,8 +400,12 @@ def train_loader(manifest: dict, epoch: int, rank: int, world_size: int, data_cf
     prefetch = prefetch_depth(n_max, data_cfg.token_budget, data_cfg)
     plan = plan_epoch(manifest, epoch, world_size, workers, data_cfg.token_budget, data_cfg.max_samples,
                       data_cfg.seed, fraction, data_cfg.orderings)
-    loader = _persistent("train", _loader_key(manifest, rank, world_size, data_cfg, collate, pin), lambda: _dataloader(
-        TrainStream(manifest, rank, world_size, data_cfg, workers, collate), workers, pin, prefetch))
+    def make() -> Loader:
+        stream = TrainStream(manifest, rank, world_size, data_cfg, workers, collate)
+        stream.set_job(epoch, min(start, plan.batches), plan.batches)  # what warm() reads
+        return _dataloader(stream, workers, pin, prefetch)
+
+    loader = _persistent("train", _loader_key(manifest, rank, world_size, data_cfg, collate, pin), make)
     loader.dataset.set_job(epoch, min(start, plan.batches), plan.batches)
     return loader, plan
 
@@ -386,8 +415,12 @@ def eval_loader(manifest: dict, split: str, protocol: str, rank: int, world_size
     """This rank's persistent eval loader, set to the (split, protocol) eval set."""
     n_max, workers = int(manifest["n_max"]), data_cfg.num_workers
     budget, prefetch = eval_budget(n_max, data_cfg)
-    loader = _persistent("eval", _loader_key(manifest, rank, world_size, data_cfg, collate, pin), lambda: _dataloader(
-        EvalStream(manifest, rank, world_size, data_cfg, workers, collate, budget), workers, pin, prefetch))
+    def make() -> Loader:
+        stream = EvalStream(manifest, rank, world_size, data_cfg, workers, collate, budget)
+        stream.set_job(split, protocol)  # warm() reads this set, never another split
+        return _dataloader(stream, workers, pin, prefetch)
+
+    loader = _persistent("eval", _loader_key(manifest, rank, world_size, data_cfg, collate, pin), make)
     loader.dataset.set_job(split, protocol)
     return loader
 

@@ -49,6 +49,9 @@ class ModelConfig:
     w0_learnable: bool = False  # the paper freezes W0; True trains it like any other weight
     wpe: bool = False  # learnable word position embeddings (BERT-style, by position in the sequence)
     lrp: int = 1  # LRP-k: k labeled subgraphs per link, pooled DeepSets-style (1 = one subgraph, as published)
+    # D > 0 adds to H0 a learned embedding of each token's hop distances to u and to v (trainer/distances.py),
+    # each clipped to D, "no path" its own value: the structure SEAL's DRNL labels give. 0: PENCIL as published.
+    distances: int = 0
 
     def __post_init__(self):
         for name in ("n_max", "hidden", "layers", "heads", "ffn"):
@@ -71,6 +74,8 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.w0_init must be one of {W0_INITS}, got {self.w0_init!r}")
         if not isinstance(self.lrp, int) or isinstance(self.lrp, bool) or self.lrp < 1:
             raise ValueError(f"ModelConfig.lrp must be an integer >= 1, got {self.lrp!r}")
+        if not isinstance(self.distances, int) or isinstance(self.distances, bool) or self.distances < 0:
+            raise ValueError(f"ModelConfig.distances must be an integer >= 0, got {self.distances!r}")
         for name in ("residual", "w0_learnable", "wpe"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"ModelConfig.{name} must be a bool, got {getattr(self, name)!r}")
@@ -147,6 +152,13 @@ def init_w0(w0: torch.Tensor, kind: str) -> torch.Tensor:
     return w0
 
 
+def distance_rows(dist: torch.Tensor, max_distance: int) -> torch.Tensor:
+    """(T,) row of the joint (du, dv) embedding for (T, 2) hop distances: each clipped to max_distance, "no
+    path" (-1) the value max_distance + 1, row = du' * (max_distance + 2) + dv'; (max_distance + 2)^2 rows."""
+    clipped = torch.where(dist < 0, max_distance + 1, dist.clamp(max=max_distance))
+    return clipped[:, 0] * (max_distance + 2) + clipped[:, 1]
+
+
 def token_positions(batch: PackedBatch) -> torch.Tensor:
     """(T,) position of every token within its own sequence: context tokens 0..N_b-1 (= local id),
     then the two task tokens N_b, N_b + 1; what BERT's word position embeddings index."""
@@ -173,6 +185,10 @@ class Pencil(nn.Module):
             nn.init.normal_(self.wpe.weight, std=0.02)
         self.features = (nn.Sequential(nn.Linear(cfg.num_features, d), nn.GELU())
                          if cfg.num_features else None)  # G
+        # Hop distances to u and v, one learned vector per clipped (du, dv) pair, at W0's row scale (norm ~1)
+        self.distance = nn.Embedding((cfg.distances + 2) ** 2, d) if cfg.distances else None
+        if self.distance is not None:
+            nn.init.normal_(self.distance.weight, std=d ** -0.5)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
         # LRP-k (paper appendix "Effect of Multiple Labeled Subgraphs"): DeepSets over the k labeled subgraphs
         # of a link, rho(mean_j phi(pair_j)) with phi = Linear + GELU and rho = the head. Absent for k = 1.
@@ -233,6 +249,11 @@ class Pencil(nn.Module):
             raise ValueError(f"batch was packed for n_max = {batch.n_max} > model n_max = {n}")
         h = F.embedding(batch.local_id, w0) + F.embedding(2 * n + batch.role, w0)  # one-hot id + role flag
         h = h + adjacency_embedding(batch, w0[n:2 * n])  # adjacency row (sparse or dense form, by batch)
+        if self.distance is not None:
+            if batch.dist is None:
+                raise ValueError("the model reads hop distances (distances > 0) but the batch carries none; "
+                                 "pack it with distances (BatchPacker(distances=True))")
+            h = h + self.distance(distance_rows(batch.dist, self.cfg.distances))
         if node_features is None:
             node_features = self.node_table
         if self.features is not None:

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from common.induce import BitMatrix, Inducer
+from trainer.distances import pair_distances
 
 CONTEXT, TASK = 0, 1  # values of `role`
 # Pick the dense form when the batch's bound on directed adjacency entries (Inducer.entry_bound, from
@@ -55,6 +56,9 @@ class PackedBatch:
     n_max: int = 0  # the budget pack() validated against (0 = unknown); lets the model check cheaply
     adj_dense: torch.Tensor | None = None  # (B, Lc, Lc) uint8 in the dense form (then adj_src/dst are empty)
     copies: int = 1  # labeled subgraphs per link (LRP-k): samples i*k .. i*k+k-1 are one link's k copies
+    # (T, 2) int64 hop distances (du, dv) of each token's node to u and v (trainer/distances.py; task tokens:
+    # their endpoint's), when the packer was asked for them (the model's --distance-features)
+    dist: torch.Tensor | None = None
 
     @property
     def num_tokens(self) -> int:
@@ -97,20 +101,52 @@ class PackedBatch:
         return self._map(lambda t: t.pin_memory())
 
 
+# A loader worker's batch reaches the training process pickled by value up to this size. As tensors it would go
+# as one shared-memory handle per tensor, and torch passes each handle over a fresh socket connection with an
+# authentication handshake (its file_descriptor strategy): ~4 ms for a PackedBatch's ten tensors on a loaded
+# 2-core machine, 7.6 % of a short-sequence CPU run (experiments/own_graph_research/profile_split.py). A copy
+# through the pipe costs less than that until batches are megabytes.
+BY_VALUE_MAX_BYTES = 8 << 20
+
+
+@dataclass
+class WireBatch:
+    """A PackedBatch with numpy arrays in place of its tensors, as a loader worker sends a small batch;
+    `unwrap` gives the PackedBatch back without copying."""
+
+    arrays: dict
+
+    def unwrap(self) -> PackedBatch:
+        return PackedBatch(**{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+                              for k, v in self.arrays.items()})
+
+    def pin_memory(self) -> PackedBatch:  # DataLoader's pin-memory thread calls this (CUDA runs)
+        return self.unwrap().pin_memory()
+
+
+def for_transfer(batch: PackedBatch) -> "WireBatch | PackedBatch":
+    """What a loader worker sends: a small batch as numpy arrays (pickled by value), a large one as is."""
+    arrays = {f.name: (v.numpy() if isinstance(v := getattr(batch, f.name), torch.Tensor) else v)
+              for f in fields(batch)}
+    size = sum(a.nbytes for a in arrays.values() if isinstance(a, np.ndarray))
+    return WireBatch(arrays) if size <= BY_VALUE_MAX_BYTES else batch
+
+
 def _fail(what: str, cid: np.ndarray, sample: int, detail: str):
     raise ValueError(f"pack: sample {sample} (cid {int(cid[sample])}): {what}: {detail}")
 
 
 def pack(node_ptr: np.ndarray, nodes: np.ndarray, label: np.ndarray, cid: np.ndarray, n_max: int, *,
          edge_ptr: np.ndarray | None = None, edges: np.ndarray | None = None, dense: np.ndarray | None = None,
-         strict: bool = False) -> PackedBatch:
+         strict: bool = False, dist: np.ndarray | None = None) -> PackedBatch:
     """Pack a batch given as arrays: node_ptr (B+1,) offsets into nodes (global ids, local-id order),
     label (B,), cid (B,), and its graph either as local edges (edge_ptr (B+1,), edges (E, 2), each
     undirected edge once, any orientation) or as dense (B, Lc, Lc) 0/1 adjacency (Lc >= max N_b).
 
     Validates what would otherwise silently corrupt the model input: N_b in [2, n_max], every local id
     of an edge in [0, N_b) (hence < n_max), no self-loops. strict=True also rejects duplicate edges
-    (an O(E log E) sort, so off by default; the inducer emits each edge once).
+    (an O(E log E) sort, so off by default; the inducer emits each edge once). `dist`: (sum N_b, 2) per-node
+    values (trainer.distances.pair_distances) spread to the tokens, task tokens taking their endpoint's.
     """
     node_ptr = np.asarray(node_ptr, dtype=np.int64)
     cid = np.asarray(cid, dtype=np.int64)
@@ -151,12 +187,14 @@ def pack(node_ptr: np.ndarray, nodes: np.ndarray, label: np.ndarray, cid: np.nda
     else:
         adj_src, adj_dst = _messages(np.asarray(edge_ptr, dtype=np.int64), edges, n, cu, n_max, cid, strict)
         adj_dense = None
+    if dist is not None and np.shape(dist) != (len(nodes), 2):
+        raise ValueError(f"pack: dist must be (sum N_b = {len(nodes)}, 2), got {np.shape(dist)}")
     return PackedBatch(
         local_id=t(local_id), role=t(is_task.astype(np.int64)), node=t(node),
         cu_seqlens=t(cu.astype(np.int32)), max_seqlen=int(seqlen.max()),
         adj_src=t(adj_src), adj_dst=t(adj_dst), task_index=t(task_index),
         label=t(np.asarray(label, dtype=np.float32).copy()), cid=t(cid.copy()), n_max=int(n_max),
-        adj_dense=adj_dense)
+        adj_dense=adj_dense, dist=None if dist is None else t(np.asarray(dist, dtype=np.int64)[node_ptr[seg] + local_id]))
 
 
 def _messages(edge_ptr, edges, n, cu, n_max, cid, strict) -> tuple[np.ndarray, np.ndarray]:
@@ -194,9 +232,11 @@ def _messages(edge_ptr, edges, n, cu, n_max, cid, strict) -> tuple[np.ndarray, n
     return adj_src, adj_dst
 
 
-def pack_samples(samples: list[dict], n_max: int, strict: bool = False, dense: bool = False) -> PackedBatch:
+def pack_samples(samples: list[dict], n_max: int, strict: bool = False, dense: bool = False,
+                 distances: bool = False) -> PackedBatch:
     """Convenience for hand-built samples ({cid, label, nodes (N,), edges (E, 2)}, tests and benches):
-    concatenates them into arrays and calls pack(); dense=True gives the dense form of the same graph."""
+    concatenates them into arrays and calls pack(); dense=True gives the dense form of the same graph;
+    distances=True adds each token's (du, dv) (trainer.distances)."""
     if not samples:
         raise ValueError("pack: empty batch")
     sizes = [len(s["nodes"]) for s in samples]
@@ -207,14 +247,15 @@ def pack_samples(samples: list[dict], n_max: int, strict: bool = False, dense: b
     edges = np.concatenate(edges_l)
     label = np.array([float(s["label"]) for s in samples], dtype=np.float32)
     cid = np.array([int(s.get("cid", -1)) for s in samples], dtype=np.int64)
+    dist = pair_distances(node_ptr, edge_ptr, edges) if distances else None
     if not dense:
-        return pack(node_ptr, nodes, label, cid, n_max, edge_ptr=edge_ptr, edges=edges, strict=strict)
+        return pack(node_ptr, nodes, label, cid, n_max, edge_ptr=edge_ptr, edges=edges, strict=strict, dist=dist)
     L = max(sizes)
     adj = np.zeros((len(samples), L, L), np.uint8)
     seg = np.repeat(np.arange(len(samples)), np.diff(edge_ptr))
     adj[seg, edges[:, 0], edges[:, 1]] = 1
     adj[seg, edges[:, 1], edges[:, 0]] = 1
-    return pack(node_ptr, nodes, label, cid, n_max, dense=adj)
+    return pack(node_ptr, nodes, label, cid, n_max, dense=adj, dist=dist)
 
 
 class BatchPacker:
@@ -222,8 +263,10 @@ class BatchPacker:
 
     One per process and graph: the Inducer's marker array is per-process scratch."""
 
-    def __init__(self, indptr: np.ndarray, indices: np.ndarray, n_max: int, min_density: float | None = None):
+    def __init__(self, indptr: np.ndarray, indices: np.ndarray, n_max: int, min_density: float | None = None,
+                 distances: bool = False):
         self.inducer = Inducer(indptr, indices)
+        self.distances = bool(distances)  # also each token's hop distances to u and v (trainer.distances)
         self.graph = (indptr, indices)
         self.bits: BitMatrix | None = None  # built at the first dense batch (sparse-only sets never pay for it)
         self.n_max = int(n_max)
@@ -245,9 +288,12 @@ class BatchPacker:
         """block: common.shards.Block (cid, label, node_ptr from 0, nodes)."""
         ptr, nodes = block.node_ptr, block.nodes
         if self.use_dense(ptr, nodes):
-            return pack(ptr, nodes, block.label, block.cid, self.n_max, dense=self.dense(ptr, nodes))
+            adj = self.dense(ptr, nodes)
+            dist = pair_distances(ptr, dense=adj) if self.distances else None
+            return pack(ptr, nodes, block.label, block.cid, self.n_max, dense=adj, dist=dist)
         edge_ptr, edges = self.inducer.edges(ptr, nodes)
-        return pack(ptr, nodes, block.label, block.cid, self.n_max, edge_ptr=edge_ptr, edges=edges)
+        dist = pair_distances(ptr, edge_ptr, edges) if self.distances else None
+        return pack(ptr, nodes, block.label, block.cid, self.n_max, edge_ptr=edge_ptr, edges=edges, dist=dist)
 
 
 # ---------------------------------------------------------------------------- padded view

@@ -130,7 +130,7 @@ class PairScorer:
         self.copies = int(getattr(model.cfg, "lrp", 1))  # an LRP-k model reads k labeled subgraphs of every pair
         self.token_budget = max(int(token_budget or default_token_budget(self.device)), self.copies * (self.n_max + 2))
         self.max_pairs = int(max_pairs)
-        self.packer = BatchPacker(indptr, indices, self.n_max)
+        self.packer = BatchPacker(indptr, indices, self.n_max, distances=bool(getattr(model.cfg, "distances", 0)))
 
     def packed(self, blocks: Iterable[Block], ordering: int) -> Iterator:
         """Token-budget batches of one ordering's sampled blocks, packed for the model (CPU work); each batch's

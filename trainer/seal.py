@@ -12,74 +12,25 @@ import time
 
 import numpy as np
 import torch
-from numba import njit
 from torch import nn
 
 from common.metrics import evaluate
+from trainer.distances import pair_distances
 
 MAX_LABEL = 200  # DRNL labels above this share one embedding (far nodes of large subgraphs)
 
 
-@njit(cache=True)
-def _bfs(start, skip, ptr, nbr, dist):
-    """Hop distances from `start` within one subgraph's local CSR, never entering node `skip`."""
-    dist[:] = -1
-    dist[start] = 0
-    queue = np.empty(len(dist), dtype=np.int64)
-    head, tail = 0, 1
-    queue[0] = start
-    while head < tail:
-        x = queue[head]
-        head += 1
-        for j in range(ptr[x], ptr[x + 1]):
-            y = nbr[j]
-            if y != skip and dist[y] < 0:
-                dist[y] = dist[x] + 1
-                queue[tail] = y
-                tail += 1
-
-
-@njit(cache=True)
-def _drnl_kernel(node_ptr, edge_ptr, edges, out):
-    for b in range(len(node_ptr) - 1):
-        n = node_ptr[b + 1] - node_ptr[b]
-        e0, e1 = edge_ptr[b], edge_ptr[b + 1]
-        deg = np.zeros(n + 1, dtype=np.int64)
-        for e in range(e0, e1):
-            deg[edges[e, 0] + 1] += 1
-            deg[edges[e, 1] + 1] += 1
-        ptr = np.cumsum(deg)
-        fill = ptr[:-1].copy()
-        nbr = np.empty(2 * (e1 - e0), dtype=np.int64)
-        for e in range(e0, e1):
-            a, c = edges[e, 0], edges[e, 1]
-            nbr[fill[a]] = c
-            fill[a] += 1
-            nbr[fill[c]] = a
-            fill[c] += 1
-        du = np.empty(n, dtype=np.int64)
-        dv = np.empty(n, dtype=np.int64)
-        _bfs(0, 1, ptr, nbr, du)
-        _bfs(1, 0, ptr, nbr, dv)
-        base = node_ptr[b]
-        for i in range(n):
-            if i < 2:
-                out[base + i] = 1
-            elif du[i] < 0 or dv[i] < 0:
-                out[base + i] = 0  # unreachable from one of the two ends
-            else:
-                d = du[i] + dv[i]
-                half = d // 2
-                out[base + i] = min(1 + min(du[i], dv[i]) + half * (half + d % 2 - 1), MAX_LABEL)
-
-
 def drnl_labels(node_ptr: np.ndarray, edge_ptr: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """(sum N_b,) DRNL label of every node of every subgraph: 1 for u and v, 1 + min(du, dv) + (d // 2) *
-    (d // 2 + d % 2 - 1) for the others (d = du + dv, each distance taken without the other end), 0 when
-    unreachable from u or from v."""
-    out = np.zeros(int(node_ptr[-1]), dtype=np.int64)
-    _drnl_kernel(np.asarray(node_ptr, np.int64), np.asarray(edge_ptr, np.int64), np.asarray(edges, np.int64), out)
-    return out
+    (d // 2 + d % 2 - 1) for the others (d = du + dv, each distance taken without the other end:
+    trainer.distances), 0 when unreachable from u or from v."""
+    dist = pair_distances(node_ptr, edge_ptr, edges)
+    du, dv = dist[:, 0], dist[:, 1]
+    d, half = du + dv, (du + dv) // 2
+    labels = np.where((du < 0) | (dv < 0), 0, np.minimum(1 + np.minimum(du, dv) + half * (half + d % 2 - 1), MAX_LABEL))
+    labels[np.asarray(node_ptr[:-1], dtype=np.int64)] = 1  # u
+    labels[np.asarray(node_ptr[:-1], dtype=np.int64) + 1] = 1  # v
+    return labels.astype(np.int64)
 
 
 class DGCNN(nn.Module):
@@ -133,8 +84,9 @@ def fit(train_epoch, valid, test, seconds: float, seed: int = 0, lr: float = 1e-
     """Train for at most `seconds` (whole epochs; at least one), evaluating after each epoch.
 
     train_epoch(epoch) -> list of blocks (node_ptr, edge_ptr, edges, z, label); valid and test: (blocks,
-    protocol, n_pos, negatives shape) whose blocks hold the positives first, then the negatives. Returns the
-    test metrics at the best validation epoch (by the protocol's MRR), as every model of the project reports."""
+    protocol, n_pos, negatives shape) whose blocks hold the positives first, then the negatives; test None:
+    validation only. Returns the test metrics at the best validation epoch (by the protocol's MRR), as every model
+    of the project reports."""
     torch.manual_seed(seed)
     model = DGCNN(hidden, layers, k)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
@@ -150,7 +102,7 @@ def fit(train_epoch, valid, test, seconds: float, seed: int = 0, lr: float = 1e-
         v = score(model, *valid)
         history.append({"epoch": epoch, "valid": v, "seconds": round(time.perf_counter() - t0, 1)})
         if best is None or v["mrr"] > best["valid"]["mrr"]:
-            best = {"epoch": epoch, "valid": v, "test": score(model, *test)}
+            best = {"epoch": epoch, "valid": v, "test": score(model, *test) if test is not None else None}
         elapsed = time.perf_counter() - t0
         if elapsed * (epoch + 2) / (epoch + 1) > seconds:  # another epoch of the mean length would overrun
             break

@@ -31,7 +31,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.datasets import given_by_path
-from common.eval_scores import scores_path, write_scores
+from common.eval_scores import epoch_scores_path, scores_path, write_scores
 from common.metrics import improves
 from common.presets import get_preset
 from common.cli import raise_if_interrupted
@@ -285,7 +285,7 @@ class Trainer:
         --save-scores: the logits of the evaluation the summary reports (it improved) go to OUT/scores/."""
         cfg, st = self.config, self.state
         epoch = st.epoch - 1 if st.batch == 0 and st.epoch > 0 else st.epoch  # the epoch just trained
-        results, keep = {}, ({} if cfg.save_scores else None)
+        results, keep = {}, ({} if cfg.save_scores or cfg.save_epoch_scores else None)
         if "valid" in cfg.eval_splits:
             results["valid"] = self._eval_split("valid", epoch, final, keep)
         improved = bool(self.metric and self.metric in results.get("valid", {})
@@ -293,8 +293,11 @@ class Trainer:
         if "test" in cfg.eval_splits and (improved or cfg.test_every_eval or not self.metric):
             results["test"] = self._eval_split("test", epoch, final, keep)
         st.last_eval, st.last_eval_step = results, st.step
-        if keep is not None and (improved or not self.metric):
+        if cfg.save_scores and (improved or not self.metric):
             self._save_scores(keep, epoch, final)
+        if cfg.save_epoch_scores and self.info.is_main:
+            for (split, protocol), (cid, score) in keep.items():
+                write_scores(epoch_scores_path(self.out, split, protocol, epoch), cid, score, epoch)
         if improved:
             st.best_metric, st.best_epoch, st.best_step, st.best = results["valid"][self.metric], epoch, st.step, results
             if self.info.is_main:

@@ -1,0 +1,161 @@
+"""Train the study's variants on the study's graphs, validation only, every evaluation's scores kept.
+
+    python -m experiments.own_graph_research.run --out runs/research --graphs all --variants base,dist --seeds 0
+    python -m experiments.own_graph_research.run --out runs/research --seal --graphs grid,sbm   # SEAL, validation
+
+A variant is the `general` preset as `--preset auto` trains it (its epochs from SearchConfig: enough for 1,500
+optimiser steps, 12 to 60; at most 4,000 training positives a view) plus trainer / sampling options (VARIANTS).
+Each run is `python -m trainer ... --eval-splits valid --save-epoch-scores`: test is never evaluated. A run lands
+in OUT/<graph>/<variant>/s<seed>/ with result.json (wall seconds, per-epoch validation MRR and AUC); a rerun skips
+what finished. Shard sets (one per sampling) are built first, one at a time (each starts an embedded Ray).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from common.atomic import write_json_atomic
+from common.presets import get_preset
+from experiments.own_graph_research.graphs import ALL, dataset_args
+from pipelines.auto.config import SearchConfig
+
+CPU_VIEW_POSITIVES = get_preset("general").cpu_view_positives
+# name -> (sampling (d, n), epochs multiplier of the default's schedule (at least 2 epochs), extra trainer flags)
+VARIANTS = {
+    "base": ((1, 20), 1, []),
+    "dist": ((1, 20), 1, ["--distance-features", "3"]),
+    "d2n5": ((2, 5), 1, []),
+    "d2n5-dist": ((2, 5), 1, ["--distance-features", "4"]),
+    "d2n10-dist": ((2, 10), 1, ["--distance-features", "4"]),  # SEAL's ball (2 hops of 10): what it costs
+    "long": ((1, 20), 3, []),
+    "long-dist": ((1, 20), 3, ["--distance-features", "3"]),
+    # the same epochs in 4x fewer, 4x larger steps: a CPU step of 4x the tokens costs ~2.5x (bench.step_profile)
+    "b256": ((1, 20), 1, ["--effective-batch", "256", "--lr", "1e-3"]),
+    "b256-dist": ((1, 20), 1, ["--effective-batch", "256", "--lr", "1e-3", "--distance-features", "3"]),
+    # shorter runs of the two-hop candidate: a third of the epochs, or the same epochs in 4x larger steps
+    "d2n5-dist-e3": ((2, 5), 1 / 3, ["--distance-features", "4"]),
+    "d2n5-dist-b256": ((2, 5), 1, ["--distance-features", "4", "--effective-batch", "256", "--lr", "1e-3"]),
+    "base-e3": ((1, 20), 1 / 3, []),
+}
+
+
+def train_positives(name: str, out: Path) -> int:
+    from common.datasets import load_dataset
+    a = dataset_args(name, out)
+    return len(load_dataset(a[1], planetoid_dir=a[3] if len(a) > 2 else None).splits["train"].pos)
+
+
+def schedule(train: int) -> tuple[float, int, int]:
+    """(view percent, views, epochs) as --preset auto sets them on CPU."""
+    percent = 100.0 if train <= CPU_VIEW_POSITIVES else min(100.0, round(100.0 * CPU_VIEW_POSITIVES / train, 3))
+    view = round(train * percent / 100)
+    epochs = SearchConfig().epochs(math.ceil(2 * view / get_preset("general").effective_batch))
+    return percent, max(1, min(20, epochs)), epochs
+
+
+PREPROCESS = threading.Lock()  # one embedded Ray at a time
+
+
+def shard_set(name: str, sampling: tuple[int, int], out: Path) -> str:
+    record = out / name / f"shards-d{sampling[0]}n{sampling[1]}.json"
+    with PREPROCESS:
+        if not record.exists():
+            build(name, sampling, out, record)
+    return json.loads(record.read_text())["shards"]
+
+
+def build(name: str, sampling: tuple[int, int], out: Path, record: Path) -> None:
+    percent, views, _ = schedule(train_positives(name, out))
+    cmd = [sys.executable, "-m", "preprocess", *dataset_args(name, out), "--sampling", f"{sampling[0]},{sampling[1]}",
+           "--views", str(views), "--percent", f"{percent:g}", "--protocol", "original", "--out", str(out / "shards"),
+           "--num-cpus", "1", "-q"]
+    t0 = time.perf_counter()
+    got = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if got.returncode:
+        raise SystemExit(f"preprocess {name} {sampling}: {got.stderr.strip().splitlines()[-1]}")
+    path = got.stdout.strip().splitlines()[-1].split()[-1]
+    write_json_atomic(record, {"shards": path, "seconds": round(time.perf_counter() - t0, 1)})
+
+
+def curves(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return [{"epoch": r["epoch"], "mrr": r["mrr"], "auc": r["auc"], "time": r["time"]} for r in rows
+            if r.get("event") == "eval" and r.get("split") == "valid"]
+
+
+def train(name: str, variant: str, seed: int, out: Path) -> dict | None:
+    run_dir = out / name / variant / f"s{seed}"
+    done = run_dir / "result.json"
+    if done.exists():
+        return json.loads(done.read_text())
+    sampling, mult, flags = VARIANTS[variant]
+    shards = shard_set(name, sampling, out)
+    epochs = schedule(train_positives(name, out))[2]
+    cmd = [sys.executable, "-m", "trainer", "--shards", shards, "--preset", "general", "--out", str(run_dir),
+           "--overwrite", "--seed", str(seed), "--device", "cpu", "--epochs", str(max(2, round(epochs * mult))),
+           "--eval-splits", "valid", "--save-scores", "--save-epoch-scores", "--no-progress", *flags]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    with open(run_dir.parent / f"s{seed}.log", "w") as log:
+        rc = subprocess.run(["nice", "-n", "5", *cmd], stdout=log, stderr=log, check=False).returncode
+    wall = round(time.perf_counter() - t0, 1)
+    if rc:
+        print(f"   {name}/{variant}/s{seed}: exit {rc}, see {run_dir.parent / f's{seed}.log'}", flush=True)
+        return None
+    result = {"graph": name, "variant": variant, "seed": seed, "epochs": max(2, round(epochs * mult)), "wall_s": wall,
+              "command": " ".join(cmd), "curve": curves(run_dir)}
+    write_json_atomic(done, result)
+    best = max(result["curve"], key=lambda r: r["mrr"])
+    print(f"   {name}/{variant}/s{seed}: {wall:.0f} s, best valid MRR {best['mrr']:.4f} (epoch {best['epoch']})",
+          flush=True)
+    return result
+
+
+def seal(name: str, seconds: float, epochs: int | None, out: Path) -> None:
+    """SEAL on validation for `seconds` (its per-epoch validation curve, with seconds, is kept: the study reads it
+    at any wall time or epoch count)."""
+    target = out / name / "seal" / "result.json"
+    if target.exists():
+        return
+    cmd = [sys.executable, "-m", "bench.seal_baseline", *dataset_args(name, out), "--seconds", str(seconds),
+           "--out", str(target), "--eval-splits", "valid", *(["--epochs", str(epochs)] if epochs else [])]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / "seal.log", "w") as log:
+        rc = subprocess.run(["nice", "-n", "5", *cmd], stdout=log, stderr=log, check=False).returncode
+    print(f"   {name}/seal: exit {rc}", flush=True)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments.own_graph_research.run", description=__doc__.split("\n")[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--graphs", default="all")
+    p.add_argument("--variants", default="base,dist")
+    p.add_argument("--seeds", default="0")
+    p.add_argument("--parallel", type=int, default=2, help="trainer processes at once (default 2)")
+    p.add_argument("--seal", action="store_true", help="SEAL on validation, one graph at a time")
+    p.add_argument("--seal-seconds", type=float, default=900.0, help="SEAL: its training time (default 900)")
+    p.add_argument("--seal-epochs", type=int, help="SEAL: stop after this many epochs")
+    args = p.parse_args(argv)
+    out = Path(args.out).resolve()
+    names = list(ALL) if args.graphs == "all" else args.graphs.split(",")
+    if args.seal:
+        for name in names:
+            seal(name, args.seal_seconds, args.seal_epochs, out)
+        return 0
+    variants, seeds = args.variants.split(","), [int(s) for s in args.seeds.split(",")]
+    jobs = [(name, v, s, out) for name in names for s in seeds for v in variants]
+    print(f"{len(jobs)} runs", flush=True)
+    with ThreadPoolExecutor(args.parallel) as pool:
+        list(pool.map(lambda j: train(*j), jobs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
