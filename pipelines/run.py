@@ -153,12 +153,15 @@ def run_all(run: RunConfig) -> int:
             proto_results = run_protocol(run, dataset, preset_name, protocol, out, test_scores)
             results += proto_results
             rows += aggregate(proto_results) + heuristic_rows(dataset, protocol, test_scores)
-        table = markdown(rows)
+        table = markdown(rows, lead=run.metric)
         publish_results(out, {"runs": results, "table": table_json(rows)}, table)
+    second = "auc" if run.metric != "auc" else "mrr"  # the metric the user reads leads (--metric)
+    shown = lambda r, m: fmt(*r[m]) if m in r else "–"  # noqa: E731
     for r in rows:
         if r["model"].startswith("PENCIL"):
-            log.info("%s/%s %s: test MRR %s, AUC %s over %d seed(s); results in %s", r["dataset"], r["protocol"],
-                     r["model"], fmt(*r["mrr"]), fmt(*r["auc"]) if "auc" in r else "–", len(r["seeds"]), out)
+            log.info("%s/%s %s: test %s %s, %s %s over %d seed(s); results in %s", r["dataset"], r["protocol"],
+                     r["model"], run.metric.upper(), shown(r, run.metric), second.upper(), shown(r, second),
+                     len(r["seeds"]), out)
     return 0
 
 

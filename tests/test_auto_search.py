@@ -11,7 +11,7 @@ import pytest
 
 from pipelines.auto import search as auto_search
 from pipelines.auto.config import SearchConfig, candidates
-from pipelines.auto.signal import choose, metric_for, paired, rank_values
+from pipelines.auto.signal import choose, paired, rank_values
 from pipelines.core.config import TrainerOptions
 
 
@@ -43,8 +43,11 @@ def test_an_alternative_replaces_the_default_only_beyond_the_margin(alt, margin,
     assert got["choice"] == chosen and got["means"]["default"] == 0.5
 
 
-def test_the_signal_is_auc_on_a_small_validation_set():
-    assert metric_for(299, 300) == "auc" and metric_for(300, 300) == "mrr"
+def test_hits_at_k_per_positive_count_a_tie_averaged_rank_at_most_k():
+    got = rank_values(np.array([3.0, 1.0, 0.5]), np.array([2.0, 1.0, 0.0]))
+    # ranks 1, 2.5 (one above, one tied), 3 (two above, 0.5 > 0): Hits@1 counts the first, Hits@3 all three
+    assert np.allclose(got["hits@1"], [1, 0, 0]) and np.allclose(got["hits@3"], [1, 1, 1])
+    assert np.allclose(got["mrr"], [1, 0.4, 1 / 3])
 
 
 def test_a_run_gets_the_steps_it_needs_within_bounds():
@@ -117,13 +120,13 @@ class FakeRuns:
         return {"mrr": v + noise, "auc": v + noise}
 
 
-def _search(tmp_path, monkeypatch, fake: FakeRuns, epochs: int = 12):
+def _search(tmp_path, monkeypatch, fake: FakeRuns, epochs: int = 12, metric: str = "mrr"):
     monkeypatch.setattr(auto_search, "run_trainers", fake.trainers)
     monkeypatch.setattr(auto_search, "run_values", fake.values)
     shards = {c.sampling: f"/shards/{c.name}" for c in candidates()}
     return auto_search.Search(SearchConfig(), epochs, candidates(), shards, "original",
                               {c.sampling: {} for c in candidates()}, tmp_path / "search", TrainerOptions("cpu"),
-                              slots=2)
+                              slots=2, metric=metric)
 
 
 def rising(top: float, peak: int, length: int = 60) -> list:
@@ -189,8 +192,9 @@ def test_a_candidate_that_evaluated_nothing_is_left_out_but_a_default_without_a_
 def test_a_budget_cut_is_recorded(tmp_path, monkeypatch):
     fake = FakeRuns({"default": rising(0.5, 3), "deep": rising(0.4, 3), "wide": rising(0.3, 3)},
                     stopped=("default-d1n20",))
-    got = _search(tmp_path, monkeypatch, fake).run(100).to_dict()
+    got = _search(tmp_path, monkeypatch, fake, metric="auc").run(100).to_dict()
     assert "default-d1n20" in got["cut_short"] and got["metric"] == "auc"
+    assert all(f[f.index("--select-on") + 1] == "auc" for f in fake.jobs)  # its runs stop and pick on it too
 
 
 def test_the_search_reads_validation_scores_only(tmp_path, monkeypatch):

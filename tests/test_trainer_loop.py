@@ -373,6 +373,14 @@ def test_config_attention_choices_match_the_kernels():
     assert ATTENTION_BACKENDS == BACKENDS
 
 
+def test_selection_metrics_are_the_evaluators_keys():
+    """--select-on's choices are the keys evaluation returns; pencil run's --metric is among them."""
+    from common.metrics import METRIC_KEYS
+    from pipelines.core.run_config import METRICS
+    from trainer.config import SELECTION_METRICS
+    assert tuple(SELECTION_METRICS) == tuple(METRIC_KEYS) and set(METRICS) <= set(METRIC_KEYS)
+
+
 # ---------------------------------------------------------------------------- CUDA
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

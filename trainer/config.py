@@ -31,6 +31,8 @@ RESUME_OVERRIDABLE = ("epochs", "stop_epoch", "patience", "max_steps", "eval_eve
 # Default micro-batch size: on CUDA about this many tokens (trainer.config.resolve); on CPU at most this many links.
 GPU_MICRO_TOKENS = 65_536
 CPU_MICRO_LINKS = 256
+# common.metrics.METRIC_KEYS, kept literal (config stays light); a test checks they agree.
+SELECTION_METRICS = ("mrr", "hits@1", "hits@3", "hits@10", "hits@20", "hits@50", "hits@100", "auc", "ap")
 # trainer.attention.BACKENDS, kept literal (config must not import torch); a test checks they agree.
 ATTENTION_BACKENDS = ("auto", "sdpa", "bucketed", "varlen", "flash_varlen", "flash_attn", "reference")
 
@@ -202,6 +204,10 @@ class TrainConfig:
     protocol: str = field(default="original", metadata=flag(
         "evaluation protocol: original, heart, ogb or pairs (the user's labelled pairs)", choices=PROTOCOLS, metavar="PROTOCOL", group=OVERRIDES,
         preset="protocol"))
+    # the validation metric that picks the best epoch and stops early (None: the dataset's, e.g. mrr or hits@50)
+    select_on: str | None = field(default=None, metadata=flag(
+        "validation metric that picks the best epoch and stops early (default: the dataset's)", metavar="METRIC",
+        choices=SELECTION_METRICS, group=OVERRIDES, advanced=True))
     # evaluate every k epochs (and after the last)
     eval_every: int = field(default=1, metadata=flag("evaluate every k epochs", group=OVERRIDES, advanced=True,
                                                      preset="eval_every"))

@@ -72,7 +72,8 @@ class Trainer:
         self.config = self._resolve_config(config, ckpt)
         self.preset = get_preset(self.config.preset)
         self.out = Path(self.config.out)
-        self.metric = selection_metric(self.manifest, self.config.protocol) if "valid" in self.config.eval_splits else None
+        self.metric = ((self.config.select_on or selection_metric(self.manifest, self.config.protocol))
+                       if "valid" in self.config.eval_splits else None)
         self.autocast = autocast_for(info.device)
         self.state = LoopState(**ckpt["state"]) if ckpt else LoopState()
         self.model, self.core = self._build_model(ckpt)

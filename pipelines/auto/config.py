@@ -27,7 +27,6 @@ class SearchConfig:
     reduction_factor: int = 3  # after the grace period, 1 in reduction_factor alternatives goes on
     patience: float = 1 / 4  # of the run's epochs (at least 2) without a better validation score: converged
     margin_se: float = 2.0  # an alternative replaces the default only when better by more than this many SE
-    small_validation: int = 300  # fewer validation positives than this: select on AUC (lower variance)
     budget_minutes: float = 30.0  # an upper bound on the whole run: the search gets half, the seeds the rest
 
     def epochs(self, steps_per_epoch: int) -> int:

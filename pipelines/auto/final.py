@@ -24,7 +24,8 @@ def train_final_seeds(opts: TrainerOptions, choice: Choice, protocol: str, runs:
     """{seed: summary} of every final seed; finished seeds are reused, the search's seed evaluates its run. A
     seed the budget stops is judged on its evaluated epochs, or left out (pipelines.core.seeds.train_seeds)."""
     seeds = {seed: seed_run(opts, DEFAULT_PRESET, choice.shards, protocol, seed, run_dir, epochs=choice.run_epochs,
-                            overrides=choice.candidate.overrides(), stop_epoch=choice.epochs, save_scores=True)
+                            overrides=choice.candidate.overrides(), stop_epoch=choice.epochs, save_scores=True,
+                            select_on=choice.metric)
              for seed, run_dir in runs.items()}
     weights = Path(choice.run_dir) / "best.pt"
     if SEARCH_SEED in seeds and weights.is_file():

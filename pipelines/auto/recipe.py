@@ -103,7 +103,7 @@ def search_and_train(run: RunConfig, dataset, protocol: str, out: Path, runs: di
     manifests = {s: read_manifest(loc) for s, loc in shards.items()}
     slots = trainer_slots(run.trainer.device, run.trainer.parallel)
     search = Search(cfg, epochs, candidates(), shards, protocol, manifests, out / "search", run.trainer, slots,
-                    stop_at=t0 + (deadline - t0) / 2)
+                    stop_at=t0 + (deadline - t0) / 2, metric=run.metric)
     choice = search.run(len(blind.splits["valid"].pos))
     record.update(chosen=choice.to_dict(), search_seconds=round(time.time() - t0, 1))
     write_json_atomic(out / "search.json", record)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from common.atomic import write_json_atomic
 from pipelines.auto.config import DEFAULT_PRESET, Candidate, SearchConfig
-from pipelines.auto.signal import choose, metric_for, run_values
+from pipelines.auto.signal import choose, run_values
 from pipelines.core.config import TrainerOptions
 from pipelines.core.seeds import seed_run
 from pipelines.core.stopped import stopped_summary
@@ -80,8 +80,9 @@ class Choice:
 class Search:
     def __init__(self, cfg: SearchConfig, epochs: int, cands: list[Candidate], shards: dict, protocol: str,
                  manifests: dict, root: Path, opts: TrainerOptions, slots: int, stop_at: float | None = None,
-                 clock=time.time):
+                 clock=time.time, metric: str = "mrr"):
         self.cfg, self.epochs, self.cands, self.shards = cfg, epochs, {c.cid: c for c in cands}, shards
+        self.metric = metric  # what the search chooses and its runs stop on (pencil run --metric)
         self.protocol = protocol
         self.manifests, self.root, self.opts, self.slots = manifests, root, opts, slots
         self.stop_at, self.clock, self.cut_short, self.failed = stop_at, clock, [], {}
@@ -89,7 +90,8 @@ class Search:
 
     def _key(self, c: Candidate) -> str:
         """A candidate's folder is keyed by all it depends on, so a rerun finds its own runs only."""
-        what = [c.to_dict(), self.shards[c.sampling], self.protocol, self.epochs, list(self.opts.train_args)]
+        what = [c.to_dict(), self.shards[c.sampling], self.protocol, self.epochs, list(self.opts.train_args),
+                self.metric]
         return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:8]
 
     def trainer_run(self, cid: str, stop_epoch: int, patience: int | None) -> TrainerRun:
@@ -97,7 +99,7 @@ class Search:
         c = self.cands[cid]
         return seed_run(self.opts, DEFAULT_PRESET, self.shards[c.sampling], self.protocol, SEARCH_SEED,
                         self.dirs[cid], epochs=self.epochs, overrides=c.overrides(), eval_splits=("valid",),
-                        save_scores=True, stop_epoch=stop_epoch, patience=patience or None)
+                        save_scores=True, stop_epoch=stop_epoch, patience=patience or None, select_on=self.metric)
 
     def done(self, cid: str, stop_epoch: int, patience: int | None) -> bool:
         """Trained to `stop_epoch`, or (when the rung stops at convergence) converged before it."""
@@ -166,8 +168,7 @@ class Search:
                             f"{self.dirs[default] / 'trainer.log'}); raise --budget-minutes")
 
     def run(self, valid_positives: int) -> Choice:
-        cfg, cids = self.cfg, list(self.cands)
-        metric = metric_for(valid_positives, cfg.small_validation)
+        cfg, cids, metric = self.cfg, list(self.cands), self.metric
         default, others = cids[0], cids[1:]
         log.info("search: %d candidates, signal valid/%s %s (%d positives)", len(cids), self.protocol, metric,
                  valid_positives)

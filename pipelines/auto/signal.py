@@ -1,13 +1,14 @@
 """The validation signal every choice of `--preset auto` is made on, with its noise measured.
 
-A run's saved validation logits give, per validation positive, its reciprocal rank and its AUC share (the
-fraction of its negatives ranked below it, ties half): their means are the run's MRR and AUC. Two runs
+A run's saved validation logits give, per validation positive, its reciprocal rank, its hits at each K (rank
+at most K) and its AUC share (the fraction of its negatives ranked below it, ties half): their means are the
+run's MRR, Hits@K and AUC. Two runs
 ranked the same positives, so a choice between them is judged on the per-positive differences: their mean
 and its standard error (that of a bootstrap over the positives, in closed form). One wins only by more than
 `margin_se` standard errors; otherwise the earlier (the default, the model alone) stays.
 
-On a small validation set MRR is a few positives' ranks, so the signal is AUC there (SearchConfig's
-`small_validation`); which metric was used is recorded with every choice.
+The signal is the metric the user reads (`pencil run --metric`, MRR by default); which metric was used is
+recorded with every choice.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from common.eval_scores import read_scores, scores_path
-from common.metrics import rank_against_own, rank_against_shared
+from common.metrics import HITS_KS, rank_against_own, rank_against_shared
 from common.shards import load_queries
 from trainer.evaluate import eval_entry
 
@@ -36,21 +37,19 @@ def per_positive(manifest: dict, split: str, protocol: str, cid: np.ndarray, sco
 
 
 def rank_values(pos: np.ndarray, neg: np.ndarray) -> dict:
-    """Per positive: 1 / its tie-averaged rank among its negatives (shared (Q,) or its own row of (P, K)),
-    and the share of them ranked below it (ties half): the means are MRR and AUC."""
+    """Per positive: 1 / its tie-averaged rank among its negatives (shared (Q,) or its own row of (P, K)), 1 where
+    that rank is at most K (Hits@K, as common.metrics ranks them), and the share of them ranked below it (ties
+    half): the means are MRR, Hits@K and AUC."""
     rank = rank_against_shared(pos, neg) if neg.ndim == 1 else rank_against_own(pos, neg)
     negatives = neg.shape[-1] if neg.ndim == 2 else len(neg)
-    return {"mrr": 1.0 / rank, "auc": 1.0 - (rank - 1.0) / max(negatives, 1)}
+    hits = {f"hits@{k}": (rank <= k).astype(np.float64) for k in HITS_KS}
+    return {"mrr": 1.0 / rank, **hits, "auc": 1.0 - (rank - 1.0) / max(negatives, 1)}
 
 
 def run_values(run_dir: Path, manifest: dict, protocol: str) -> dict:
     """Per-positive validation values of a run at the epoch its scores were saved (its best)."""
     cid, score, _ = read_scores(scores_path(run_dir, "valid", protocol))
     return per_positive(manifest, "valid", protocol, cid, score.astype(np.float64))
-
-
-def metric_for(positives: int, small_validation: int) -> str:
-    return "auc" if positives < small_validation else "mrr"
 
 
 def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:

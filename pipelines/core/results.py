@@ -135,9 +135,11 @@ def aggregate(results: list[dict]) -> list[dict]:
     return rows
 
 
-def markdown(rows: list[dict], with_paper: bool = True) -> str:
-    """One table; after each (dataset, protocol) group's measured rows, the paper's rows for it."""
-    header = ["dataset", "protocol", "model", "seeds", *METRICS]
+def markdown(rows: list[dict], with_paper: bool = True, lead: str = "mrr") -> str:
+    """One table; after each (dataset, protocol) group's measured rows, the paper's rows for it. `lead`: the
+    metric the user reads (pencil run --metric), the first metric column."""
+    metrics = [lead, *(m for m in METRICS if m != lead)]
+    header = ["dataset", "protocol", "model", "seeds", *metrics]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for row in rows:
@@ -145,14 +147,14 @@ def markdown(rows: list[dict], with_paper: bool = True) -> str:
     for (dataset, protocol, own), group in groups.items():
         for row in group:
             cells = [dataset, protocol, row["model"], str(len(row["seeds"]))]
-            cells += [fmt(*row[m]) if m in row else "–" for m in METRICS]
+            cells += [fmt(*row[m]) if m in row else "–" for m in metrics]
             lines.append("| " + " | ".join(cells) + " |")
         ref = paper_reference(dataset, protocol) if with_paper and not own else None  # a user's graph: none
         if ref:
             metric, models = ref
             for name, (mean, std) in models.items():
                 cells = [dataset, protocol, f"{name} (paper)", "–"]
-                cells += [fmt(mean, std) if m == metric else "–" for m in METRICS]
+                cells += [fmt(mean, std) if m == metric else "–" for m in metrics]
                 lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

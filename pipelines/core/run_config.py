@@ -22,6 +22,8 @@ SEARCH = "auto"  # --preset auto: search a configuration on validation (pipeline
 # (the suite's smallest graphs took 2.3 minutes alone on 2 cores): refused before any work
 MIN_BUDGET_MINUTES = 2.0
 PROTOCOL_CHOICES = ("original", "heart", "ogb", "both")
+# what --preset auto chooses, stops and blends on, and what the report leads with (common.metrics.METRIC_KEYS)
+METRICS = ("mrr", "hits@1", "hits@3", "hits@10", "hits@20", "hits@50", "hits@100", "auc")
 OBJECTIVES = ("link-prediction", "recommend")
 
 
@@ -34,6 +36,7 @@ class RunConfig:
     protocol: str = "original"  # or "both": every protocol the dataset has
     budget_minutes: float | None = None  # --preset auto: the whole run's wall-time bound; None: the search's default
     objective: str = "link-prediction"  # --preset auto: what the checkpoints are for
+    metric: str = "mrr"  # the metric the user reads: the search and the blend decide on it, the report leads with it
     trainer: TrainerOptions = field(default_factory=TrainerOptions)
     shards: ShardOptions = field(default_factory=ShardOptions)
 
@@ -51,7 +54,7 @@ class RunConfig:
             check_folder("--out", args.out)
         return cls(source=DataSource.from_args(args), preset=args.preset, seeds=parse_seeds(args.seeds),
                    out=args.out, protocol=args.protocol, budget_minutes=args.budget_minutes,
-                   objective=args.objective, trainer=TrainerOptions.from_args(args),
+                   objective=args.objective, metric=args.metric, trainer=TrainerOptions.from_args(args),
                    shards=ShardOptions.from_args(args))
 
 
@@ -69,6 +72,9 @@ def build_parser(prog: str = PROG) -> Parser:
     p.add_argument("--protocol", default="original", choices=PROTOCOL_CHOICES,
                    help="evaluation protocol; both = every protocol the dataset has (default original)")
     add_device_flag(p)
+    p.add_argument("--metric", default="mrr", choices=METRICS,
+                   help="the metric you read: --preset auto chooses and stops on it on validation, and the report "
+                        "leads with it (default mrr)")
     p.add_argument("--objective", default="link-prediction", choices=OBJECTIVES,
                    help="--preset auto: what the checkpoints are for (default link-prediction)")
     p.add_argument("--views", type=int, default=None, advanced=True,

@@ -42,6 +42,7 @@ class TrainerRun:
     eval_splits: tuple[str, ...] | None = None  # None: the trainer's (valid and test)
     stop_epoch: int | None = None
     patience: int | None = None
+    select_on: str | None = None  # the validation metric of the best epoch and of early stopping (None: the data's)
     save_scores: bool = False
     eval_weights: str | None = None  # evaluate these weights instead of training
     fresh: bool = False  # clear the folder rather than resume its last.pt
@@ -68,6 +69,7 @@ class TrainerRun:
                "--seed", str(self.seed), "--protocol", self.protocol, "--device", self.device,
                "--resume" if resume else "--overwrite"]
         optional = {"--epochs": self.epochs, "--stop-epoch": self.stop_epoch, "--patience": self.patience,
+                    "--select-on": self.select_on,
                     "--eval-weights": self.eval_weights,
                     "--eval-splits": self.eval_splits and ",".join(self.eval_splits)}
         out += [t for name, value in optional.items() if value is not None for t in (name, str(value))]
