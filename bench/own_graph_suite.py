@@ -80,6 +80,20 @@ def synthetic_edges(name: str, seed: int = 0, n: int = SYNTHETIC_NODES) -> np.nd
     raise ValueError(f"unknown synthetic graph {name}")
 
 
+def write_cora_edge_list(planetoid: Path, folder: Path) -> tuple[Path, Path]:
+    """cora as a user brings it: an edge list whose split column is the paper path's split (`--dataset cora`), and
+    its Planetoid features as a feature table (node, w0 .. w1432: binary bag-of-words). Returns both paths."""
+    from common.datasets import load_dataset
+    paper = load_dataset("cora", planetoid_dir=str(planetoid), features=True)
+    edges, features = folder / "cora-edges.csv", folder / "cora-features.csv"
+    rows = "".join(f"{u},{v},{s}\n" for s in ("train", "valid", "test") for u, v in paper.splits[s].pos.tolist())
+    write_text_atomic(edges, "src,dst,split\n" + rows)
+    header = "node," + ",".join(f"w{j}" for j in range(paper.x.shape[1]))
+    table = np.column_stack([np.arange(len(paper.x)), paper.x]).astype(np.int64)
+    write_text_atomic(features, header + "\n" + "".join(",".join(map(str, r)) + "\n" for r in table.tolist()))
+    return edges, features
+
+
 def graph_args(name: str, out: Path) -> list[str]:
     """The `--dataset ...` flags of a suite graph (a synthetic one is written first, seeded)."""
     if name == "citeseer":

@@ -252,9 +252,12 @@ def _fill_from(graph: Graph, pool: Pool, rows: np.ndarray, lists: np.ndarray, st
 
 
 def fill_by_popularity(graph: Graph, pool: Pool, side=None, candidates=None) -> Pool:
-    """Top up short rows of `pool` in place: the query's component by popularity, then the whole graph (among
-    `candidates` when given: isolated nodes, the usual ones it leaves out, come last in both)."""
+    """Top up short rows of `pool` in place: the query's component by popularity, then the whole graph; only
+    `candidates` (a node mask) when given."""
     comp, order, start = popularity(graph)
+    if candidates is not None:  # the lists hold only candidates, so each row's span stays as short as without
+        order = order[candidates[order]]
+        start = np.searchsorted(comp[order], np.arange(comp.max(initial=-1) + 2))
     for local in (True, False):
         rows = np.flatnonzero(pool.count < pool.cand.shape[1])
         if not rows.size:
@@ -264,6 +267,7 @@ def fill_by_popularity(graph: Graph, pool: Pool, side=None, candidates=None) -> 
             _fill_from(graph, pool, rows, order, start[c], start[c + 1], side, candidates)
         else:
             glob = np.argsort(-graph.degree, kind="stable")
+            glob = glob if candidates is None else glob[candidates[glob]]
             _fill_from(graph, pool, rows, glob, np.zeros(len(rows), np.int64), np.full(len(rows), len(glob)), side,
                        candidates)
     return pool

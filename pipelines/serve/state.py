@@ -206,7 +206,7 @@ class GraphState:
                 isinstance(x, (int, float)) and not isinstance(x, bool) for x in row)
             if not ok or not np.isfinite(np.asarray(row, dtype=np.float64)).all():
                 raise ServeError(400, f"'features'[{shown(key)}]: expected {width} finite numbers, got {shown(row)}")
-            if not np.isfinite(np.asarray(row, dtype=np.float32)).all():
+            if (np.abs(np.asarray(row, dtype=np.float64)) > np.finfo(np.float32).max).any():
                 raise ServeError(400, f"'features'[{shown(key)}]: a value beyond float32; scale the row")
             rows[node] = [float(x) for x in row]
         missing = [node for node in created if node not in rows]
