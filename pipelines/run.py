@@ -34,7 +34,7 @@ from pipelines.core.run_config import PROG, SEARCH, RunConfig, build_parser
 from pipelines.core.seeds import SeedFlagsError, check_trainer_flags, seed_run, train_seeds
 from pipelines.core.shard_sets import preset_shard_set, set_protocols
 from pipelines.core.trainers import cuda_devices, device_kind
-from pipelines.core.variants import PAIRS, featured_results, pairs_beside, seed_results, split_label
+from pipelines.core.variants import PAIRS, pairs_beside, seed_results, split_label, train_without_features
 from trainer.run_folder import locked
 
 log = logging.getLogger("pipelines.run")
@@ -106,9 +106,10 @@ def fixed_preset(run: RunConfig, dataset, preset_name: str, protocol: str, runs:
     shards = preset_shard_set(run.source, run.shards, run.trainer.epochs, get_preset(preset_name),
                               set_protocols(dataset, protocol), dataset, device_kind(run.trainer.device))
     seeds = {seed: seed_run(run.trainer, preset_name, shards, protocol, seed, d) for seed, d in runs.items()}
-    results = seed_results(run, dataset, protocol, preset_name, seeds, train_seeds(run.trainer, seeds),
-                           run.ships_features)
-    return results + featured_results(run, dataset, protocol, preset_name, seeds)
+    summaries = train_seeds(run.trainer, seeds)
+    bare, bare_summaries = train_without_features(run, seeds)
+    return (seed_results(run, dataset, protocol, preset_name, seeds, summaries, run.ships_features)
+            + seed_results(run, dataset, protocol, preset_name, bare, bare_summaries, False))
 
 
 def run_protocol(run: RunConfig, dataset, preset_name: str, protocol: str, out: Path, test_scores: dict) -> list[dict]:
@@ -122,7 +123,8 @@ def run_protocol(run: RunConfig, dataset, preset_name: str, protocol: str, out: 
         finished.write_if_changed(result.path, result.record)
         r = result.record
         shown = ", ".join(f"{m} {100 * r['test'][m]:.2f}" for m in ("mrr", "hits@50", "auc") if m in r["test"])
-        log.info("seed %d, %s: test %s (best epoch %s)", r["seed"], r["model"], shown or "–", r["best_epoch"])
+        log.info("seed %d, %s, %s: test %s (best epoch %s)", r["seed"], protocol_label(r), r["model"], shown or "–",
+                 r["best_epoch"])
     plot_runs(list(runs.values()), out / protocol)
     return [result.record for result in results]
 
@@ -202,7 +204,7 @@ def run_notes(run: RunConfig, dataset, protocols: list[str]) -> list[str]:
         notes.append("WCN / WAA / WRA: common neighbours, Adamic-Adar and resource allocation on the weight column "
                      "(summed per pair); PENCIL reads the unweighted graph")
     if run.ships_features:
-        what = run.source.node_features or "the paper dataset's"
+        what = run.source.node_features or "the dataset's own, --features"
         notes.append(f"PENCIL reads the node features ({what}); PENCIL w/o features: the same seeds trained "
                      "without them (trainer --no-features) on the same shard set")
     return notes

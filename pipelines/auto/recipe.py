@@ -29,7 +29,7 @@ from pipelines.core.run_config import SEARCH, RunConfig
 from pipelines.core.shard_sets import (build_shard_set, job_dataset, preprocess_config, preset_views, set_protocols,
                                        shutdown_embedded_ray, view_percent)
 from pipelines.core.trainers import TrainerRun, device_kind, trainer_slots
-from pipelines.core.variants import featured_results, seed_results
+from pipelines.core.variants import seed_results, train_without_features
 
 log = logging.getLogger("pipelines.auto")
 # --objective recommend: checkpoints that re-rank a retriever's pool of 2-hop candidates train on views whose
@@ -116,6 +116,8 @@ def search_and_train(run: RunConfig, dataset, protocol: str, out: Path, runs: di
                         "--budget-minutes (a rerun reuses the search and resumes the seeds)")
     left_out = sorted(set(runs) - set(summaries))  # stopped before their first evaluation: logged
     runs = {seed: d for seed, d in runs.items() if seed in summaries}
+    finals = final_runs(run.trainer, choice, protocol, runs)
+    bare = train_without_features(run, finals, stop_at=deadline, partial=True)  # in the budget, before the blend
     manifest = manifests[choice.candidate.sampling]
     decision, blended = blend_stage(runs, blind, dataset, manifest, protocol, choice.metric, cfg.margin_se,
                                     test_scores)
@@ -126,12 +128,12 @@ def search_and_train(run: RunConfig, dataset, protocol: str, out: Path, runs: di
     write_json_atomic(out / "search.json", record)
     log.info("auto: %s for %d epochs, blend %s; %.0f s of the %.0f-minute budget", choice.cid, choice.epochs,
              decision.key, record["total_seconds"], cfg.budget_minutes)
-    finals = {seed: r for seed, r in final_runs(run.trainer, choice, protocol, runs).items() if seed in runs}
-    return records(run, dataset, protocol, finals, summaries, choice, decision, blended, deadline)
+    return records(run, dataset, protocol, finals, summaries, choice, decision, blended, bare)
 
 
 def records(run: RunConfig, dataset, protocol: str, finals: dict[int, TrainerRun], summaries: dict[int, dict],
-            choice: Choice, decision: blend.Blend, blended: dict[int, dict], deadline: float) -> list[SeedResult]:
+            choice: Choice, decision: blend.Blend, blended: dict[int, dict],
+            bare: tuple[dict, dict] = ({}, {})) -> list[SeedResult]:
     """The model's record per seed, with the searched config and the blend, then the blend's row per seed
     (the model alone keeps its own row), then the seeds' rows without node features and on the user's pairs
     (pipelines.core.variants; the blend is the featured model's alone)."""
@@ -142,5 +144,5 @@ def records(run: RunConfig, dataset, protocol: str, finals: dict[int, TrainerRun
                        {**r, "model": decision.row_name(r["model"]), "test": blended[r["seed"]],
                         "blend_of": r["model"]})
             for result in model if (r := result.record)["protocol"] == protocol]
-    bare = featured_results(run, dataset, protocol, SEARCH, finals, stop_at=deadline, partial=True, auto=auto)
-    return model + rows + bare
+    without = {k: v for k, v in auto.items() if k != "blend"}  # the blend is the featured model's
+    return model + rows + seed_results(run, dataset, protocol, SEARCH, *bare, False, auto=without)

@@ -88,10 +88,10 @@ def build_parser(prog: str = PROG) -> Parser:
     p.add_argument("--overwrite", action="store_true",
                    help="retrain seed folders holding runs on other data")
     p.add_argument("--budget-minutes", type=float, default=None, metavar="MIN",
-                   help="--preset auto: an upper bound on the whole run's wall time (default 30)")
+                   help="--preset auto: a bound on its wall time (default 30)")
     p.add_argument("--protocol", default="original", choices=PROTOCOL_CHOICES,
-                   help="evaluation protocol; pairs = your --eval-pairs instead of random negatives (without it, "
-                        "they are evaluated beside); both = every protocol the dataset has (default original)")
+                   help="pairs: --eval-pairs instead of random negatives (else beside them); both: all "
+                        "(default original)")
     add_device_flag(p)
     p.add_argument("--objective", default="link-prediction", choices=OBJECTIVES,
                    help="--preset auto: what the checkpoints are for (default link-prediction)")

@@ -90,14 +90,13 @@ def seed_results(run: RunConfig, dataset, protocol: str, preset: str, runs: dict
     return out
 
 
-def featured_results(run: RunConfig, dataset, protocol: str, preset: str, runs: dict[int, TrainerRun],
-                     stop_at: float | None = None, partial: bool = False, **extra) -> list[SeedResult]:
-    """With node features, the 'PENCIL w/o features' seeds of `runs` (the featured ones), trained and recorded;
-    nothing without them."""
-    if not run.ships_features:
-        return []
+def train_without_features(run: RunConfig, runs: dict[int, TrainerRun], stop_at: float | None = None,
+                           partial: bool = False) -> tuple[dict[int, TrainerRun], dict[int, dict]]:
+    """With node features, the 'PENCIL w/o features' twins of `runs` (the featured seeds) and their summaries
+    (pipelines.core.seeds.train_seeds); nothing without them."""
+    if not run.ships_features or not runs:
+        return {}, {}
     bare = without_features(runs)
     log.info("training the same seeds without node features (trainer %s), in %s", NO_FEATURES,
              Path(next(iter(bare.values())).run_dir).parent)
-    summaries = train_seeds(run.trainer, bare, stop_at, partial=partial)
-    return seed_results(run, dataset, protocol, preset, bare, summaries, False, **extra)
+    return bare, train_seeds(run.trainer, bare, stop_at, partial=partial)
