@@ -218,3 +218,19 @@ def test_a_snapshot_with_new_nodes_is_refused_for_a_featured_model():
     with pytest.raises(RunFolderError, match=r"--graph x: 2 node\(s\) are new since training \(first: d\)"):
         check_node_features(True, 4, graph, np.array(["a", "b", "c", "x", "d", "e"], dtype=object), "--graph x")
 
+
+
+# ---------------------------------------------------------------------------- the own-graph suite's new graphs
+def test_the_suite_gives_its_new_graphs_their_inputs(tmp_path):
+    from bench.own_graph_suite import GRAPHS, graph_args, structure_only
+    from tests.conftest import require_shared
+    require_shared("planetoid", "ind.cora.x")
+    require_shared("graphs", "collegemsg.csv.gz")
+    assert {"cora-features", "collegemsg", "collegemsg-random"} <= set(GRAPHS)
+    cora = graph_args("cora-features", tmp_path)
+    assert cora == ["--dataset", str(tmp_path / "graphs" / "cora-edges.csv"), "--node-features",
+                    str(tmp_path / "graphs" / "cora-features.csv")]
+    assert (tmp_path / "graphs" / "cora-features.csv").read_text().count("\n") == 2708 + 1
+    assert structure_only(cora) == cora[:2]  # SEAL reads the structure only
+    temporal, random = graph_args("collegemsg", tmp_path), graph_args("collegemsg-random", tmp_path)
+    assert temporal[1].endswith("collegemsg.csv.gz") and random == [*temporal, "--split", "random"]
