@@ -9,7 +9,10 @@ The graphs: the development edge lists in ../shared/data/graphs, cora and citese
 families spanning the shapes users bring (written as edge lists under OUT/graphs): preferential attachment,
 random regular, Erdős–Rényi, a grid-like infrastructure network (mean degree below 3, long paths),
 latent-space graphs at mean degree 2.5, 10 and 40, a stochastic block model, and a bipartite user-item graph
-with string ids. Each (graph, method) lands in OUT/<graph>/<method>.json; a rerun skips what finished.
+with string ids. And graphs that carry more than edges: cora as an edge list (the paper path's split) with its
+Planetoid features as a feature file (PENCIL beside PENCIL w/o features; SEAL reads the structure only), and
+collegemsg's timestamped messages on their temporal split, the default, and on a random split beside it.
+Each (graph, method) lands in OUT/<graph>/<method>.json; a rerun skips what finished.
 Every method runs as its own process, so its peak memory is the peak PSS of its process tree (shared pages once).
 """
 from __future__ import annotations
@@ -31,6 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("PENCIL_SHARED", REPO.parent / "shared"))
 DEV = ("citeseer", "cora", "facebook", "ppi", "wikipedia", "arxiv-astroph", "blogcatalog")
 SYNTHETIC = ("pa", "regular", "er", "grid", "latent-2.5", "latent-10", "latent-40", "sbm", "bipartite")
+INPUTS = ("cora-features", "collegemsg", "collegemsg-random")
+GRAPHS = DEV + SYNTHETIC + INPUTS
 METHODS = ("auto", "general", "seal")
 SYNTHETIC_NODES = 2000
 
@@ -80,8 +85,30 @@ def synthetic_edges(name: str, seed: int = 0, n: int = SYNTHETIC_NODES) -> np.nd
     raise ValueError(f"unknown synthetic graph {name}")
 
 
+def write_cora_edge_list(planetoid: Path, folder: Path) -> tuple[Path, Path]:
+    """cora as a user brings it: an edge list whose split column is the paper path's split (`--dataset cora`), and
+    its Planetoid features as a feature table (node, w0 .. w1432: binary bag-of-words). Returns both paths."""
+    from common.datasets import load_dataset
+    paper = load_dataset("cora", planetoid_dir=str(planetoid), features=True)
+    edges, features = folder / "cora-edges.csv", folder / "cora-features.csv"
+    rows = "".join(f"{u},{v},{s}\n" for s in ("train", "valid", "test") for u, v in paper.splits[s].pos.tolist())
+    write_text_atomic(edges, "src,dst,split\n" + rows)
+    header = "node," + ",".join(f"w{j}" for j in range(paper.x.shape[1]))
+    table = np.column_stack([np.arange(len(paper.x)), paper.x]).astype(np.int64)
+    write_text_atomic(features, header + "\n" + "".join(",".join(map(str, r)) + "\n" for r in table.tolist()))
+    return edges, features
+
+
 def graph_args(name: str, out: Path) -> list[str]:
-    """The `--dataset ...` flags of a suite graph (a synthetic one is written first, seeded)."""
+    """The `--dataset ...` flags of a suite graph (a synthetic one, or cora's edge list, is written first)."""
+    if name == "cora-features":
+        edges, features = out / "graphs" / "cora-edges.csv", out / "graphs" / "cora-features.csv"
+        if not (edges.exists() and features.exists()):
+            write_cora_edge_list(SHARED / "data" / "planetoid", out / "graphs")
+        return ["--dataset", str(edges), "--node-features", str(features)]
+    if name.startswith("collegemsg"):  # its time column: a temporal split by default
+        random = ["--split", "random"] if name.endswith("-random") else []
+        return ["--dataset", str(SHARED / "data" / "graphs" / "collegemsg.csv.gz"), *random]
     if name == "citeseer":
         return ["--dataset", "citeseer"]
     if name == "cora":
@@ -133,11 +160,18 @@ def table_rows(results_json: Path) -> dict:
     return {r["model"]: {m: r[m] for m in ("mrr", "auc") if m in r} for r in rows}
 
 
+def structure_only(args: list[str]) -> list[str]:
+    """A suite graph's flags without its feature file: SEAL reads the structure only."""
+    at = args.index("--node-features") if "--node-features" in args else None
+    return args if at is None else args[:at] + args[at + 2:]
+
+
 def run_method(name: str, method: str, out: Path, seeds: str) -> dict:
     gdir = out / name
     data = graph_args(name, out)
     if method in ("auto", "general"):
-        res = out / "runs" / method
+        # collegemsg-random shares its dataset (so its results folder) with collegemsg: its runs live apart
+        res = out / "runs" / (f"{method}-{name}" if name.endswith("-random") else method)
         cmd = [sys.executable, "-m", "pipelines", "run", *data, "--seeds", seeds, "--out", str(res),
                "--shards", str(out / "shards"), "--device", "cpu", *(["--preset", "general"] if method == "general"
                                                                      else ["--preset", "auto"])]
@@ -151,8 +185,8 @@ def run_method(name: str, method: str, out: Path, seeds: str) -> dict:
     else:
         auto = json.loads((gdir / "auto.json").read_text())
         target = gdir / "seal-result.json"
-        got = measured([sys.executable, "-m", "bench.seal_baseline", *data, "--seconds", str(auto["wall_s"]),
-                        "--out", str(target)], gdir / "seal.log")
+        got = measured([sys.executable, "-m", "bench.seal_baseline", *structure_only(data), "--seconds",
+                        str(auto["wall_s"]), "--out", str(target)], gdir / "seal.log")
         if got["rc"] == 0:
             r = json.loads(target.read_text())
             got["rows"] = {"SEAL": {m: [100 * r["test"][m], 0.0] for m in ("mrr", "auc")}}
@@ -197,7 +231,7 @@ def table(out: Path, names: list[str]) -> str:
 def build_parser(prog: str = "python -m bench.own_graph_suite") -> Parser:
     p = Parser(prog=prog, description=summary(__doc__))
     p.add_argument("--out", required=True, help="the suite's folder (graphs, runs, one JSON per graph and method)")
-    p.add_argument("--graphs", default=",".join(DEV + SYNTHETIC), help="comma-separated suite graphs (default all)")
+    p.add_argument("--graphs", default=",".join(GRAPHS), help="comma-separated suite graphs (default all)")
     p.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of auto,general,seal")
     p.add_argument("--seeds", default="0,1,2", help="seeds of the PENCIL runs (default 0,1,2)")
     p.add_argument("--table", action="store_true", help="only print the table of what has finished")
@@ -215,8 +249,8 @@ def _main(argv) -> int:
     args = build_parser().parse_args(argv)
     out = Path(args.out).resolve()
     names = [g for g in args.graphs.split(",") if g]
-    if bad := [g for g in names if g not in DEV + SYNTHETIC]:
-        raise SystemExit(f"--graphs: unknown {', '.join(bad)}; choose from {', '.join(DEV + SYNTHETIC)}")
+    if bad := [g for g in names if g not in GRAPHS]:
+        raise SystemExit(f"--graphs: unknown {', '.join(bad)}; choose from {', '.join(GRAPHS)}")
     if args.timing:
         for name in names:
             got = measured([sys.executable, "-m", "pipelines", "run", *graph_args(name, out), "--seeds", args.seeds,

@@ -4,8 +4,9 @@ sets `--preset auto` against at equal time (bench/own_graph_suite.py).
     python -m bench.seal_baseline --dataset EDGES --seconds 300 --out seal.json [--hops 2 --per-hop 10]
     python -m bench.seal_baseline --dataset EDGES --seconds 3600 --epochs 10 --eval-splits valid --out seal.json
 
-The same split and the same original protocol as `pencil run` (the dataset loader's seeded 85/5/10 split, each
-positive ranked against the split's shared random negatives), test at the best validation MRR. Enclosing
+The same split and the same original protocol as `pencil run` (the dataset loader's seeded 85/5/10 split, or the
+temporal split of an edge list with a time column, --split random|temporal as there; each positive ranked against
+the split's shared random negatives), test at the best validation MRR. SEAL reads the structure only. Enclosing
 subgraphs come from the project's sampler: --hops hops of at most --per-hop neighbours per frontier node (SEAL
 on large graphs caps the nodes per hop the same way), the target edge removed; fresh negatives every epoch.
 """
@@ -21,6 +22,7 @@ import torch
 from common.atomic import write_json_atomic
 from common.cli import Parser, run_cli, summary
 from common.datasets import load_dataset
+from common.datasets.fractions import parse_split_spec
 from common.flags import add_dataset_flags
 from common.induce import Inducer
 from common.memory import peak_rss_mb
@@ -54,7 +56,7 @@ def eval_set(dataset, split: str, hops: int, per_hop: int, seed: int):
 
 def build_parser(prog: str = "python -m bench.seal_baseline") -> Parser:
     p = Parser(prog=prog, description=summary(__doc__))
-    add_dataset_flags(p)
+    add_dataset_flags(p, split_kinds=True)
     p.add_argument("--seconds", type=float, required=True, help="wall time for training (whole epochs, at least one)")
     p.add_argument("--out", required=True, help="result .json")
     p.add_argument("--seed", type=int, default=0)
@@ -77,16 +79,16 @@ def _main(argv) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(1)
     t0 = time.perf_counter()
+    kind, split = (None, None) if args.split is None else parse_split_spec(args.split)
     ds = load_dataset(args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir,
-                      split=None if args.split is None else tuple(float(x) for x in args.split.split(",")),
-                      nodes=args.nodes)
+                      split=split, split_kind=kind, nodes=args.nodes)
     inducer = Inducer(ds.graph.indptr, ds.graph.indices)
     train = ds.splits["train"].pos
     percent = min(100.0, 100.0 * args.train_positives / max(1, len(train)))
 
     def train_epoch(epoch: int) -> list:
         rng = np.random.default_rng(derive_seed(args.seed, "seal", epoch))
-        v = training_view(train, ds.graph, percent, 1, rng)
+        v = training_view(train, ds.graph, percent, 1, rng, nodes=ds.active_nodes("train"))
         return blocks(ds.graph, inducer, v.src, v.dst, v.label, args.hops, args.per_hop, derive_seed(args.seed, epoch))
 
     valid = eval_set(ds, "valid", args.hops, args.per_hop, args.seed)

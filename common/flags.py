@@ -21,24 +21,24 @@ def add_dataset_flags(p, required: bool = True, split: bool = True, nodes: bool 
                    help="the Planetoid raw files (ind.<name>.*): cora, and citeseer's node features")
     if split and split_kinds:
         p.add_argument("--split", default=None, metavar="[random|temporal,]TRAIN,VALID,TEST",
-                       help="split kind and percentages (default 85,5,10, temporal with a time column, else random)")
+                       help="85,5,10 by default; temporal with a time column, else random")
     elif split:
         p.add_argument("--split", default=None, metavar="TRAIN,VALID,TEST",
                        help="percentages of the seeded random edge split (default 85,5,10)")
     if nodes:
         p.add_argument("--nodes", default=None, metavar="FILE",
-                       help="a file of node ids (column node or id) declaring every node, isolated ones too")
+                       help="every node's id (column node or id), isolated ones too")
 
 
 def add_graph_input_flags(p) -> None:
     """An edge list's inputs beyond its edges: node features, ignored columns, the user's own pairs."""
     p.add_argument("--node-features", default=None, metavar="FILE",
-                   help="node features: a table with a column node, or .npy (row i = node i)")
+                   help="node features (a table with a column node, or .npy)")
     p.add_argument("--fill-features", default=None, choices=FILL_CHOICES, advanced=True,
                    help="fill the nodes the feature file has no row for with zeros or the column means (default: "
                         "such a gap is refused)")
     p.add_argument("--eval-pairs", default=None, metavar="FILE",
-                   help="your labelled pairs src,dst,label[,split] to evaluate on (protocol pairs)")
+                   help="your labelled pairs to test on (src,dst,label[,split])")
     p.add_argument("--train-negatives", default=None, metavar="FILE", advanced=True,
                    help="known non-links (src,dst): up to half of every training view's negatives")
     p.add_argument("--ignore-columns", default=None, metavar="COLS", advanced=True,

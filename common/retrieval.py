@@ -23,6 +23,9 @@ a node of the query's own kind.
   Cormack et al. 2009); the top M of the union. RA's 2-hop candidates and PPR's farther ones then
   share the pool, and the scores need no common scale.
 
+`candidates` (a mask over the nodes) restricts every pool, filled ones too, to some nodes: under a temporal split,
+the nodes that exist by the split's boundary (LinkDataset.active_nodes), so nothing from the future is proposed.
+
 Only nodes with a positive score are candidates (a node the score cannot reach is no better than a
 random one), so a pool may hold fewer than M nodes; `Pool.count` says how many. With `fill`, a short pool
 is topped up by popularity: the most connected nodes of the query's own connected component, then of the
@@ -105,13 +108,16 @@ def top_per_row(row: np.ndarray, col: np.ndarray, val: np.ndarray, num_rows: int
     return cand, score, np.bincount(row[keep], minlength=num_rows)
 
 
-def _allowed(graph: Graph, queries: np.ndarray, row: np.ndarray, col: np.ndarray, side) -> np.ndarray:
+def _allowed(graph: Graph, queries: np.ndarray, row: np.ndarray, col: np.ndarray, side, candidates=None) -> np.ndarray:
     """Mask of entries (queries[row], col) that may be proposed: not the query, not a neighbour,
-    across the sides on a bipartite graph, and a positive score (checked by the caller)."""
+    across the sides on a bipartite graph, among `candidates` when given, and a positive score (checked by the
+    caller)."""
     u = queries[row]
     ok = (col != u) & ~graph.has_edge(u, col)
     if side is not None:
         ok &= side[col] != side[u]
+    if candidates is not None:
+        ok &= candidates[col]
     return ok
 
 
@@ -137,10 +143,10 @@ def overlap_scores(graph: Graph, queries: np.ndarray, method: str, bipartite: bo
     return scores.tocoo()
 
 
-def _overlap_pool(graph, queries, method, pool, side, a):
+def _overlap_pool(graph, queries, method, pool, side, a, candidates=None):
     s = overlap_scores(graph, queries, method, bipartite=side is not None, a=a)
     row, col, val = s.row.astype(np.int64), s.col.astype(np.int64), s.data
-    ok = (val > 0) & _allowed(graph, queries, row, col, side)
+    ok = (val > 0) & _allowed(graph, queries, row, col, side, candidates)
     return top_per_row(row[ok], col[ok], val[ok], len(queries), pool)
 
 
@@ -190,10 +196,10 @@ def neighbour_entries(graph: Graph, queries: np.ndarray) -> tuple[np.ndarray, np
     return row, graph.indices[np.repeat(starts, lens) + offset].astype(np.int64)
 
 
-def _ppr_pool(graph, queries, pool, side, walk, alpha, eps):
+def _ppr_pool(graph, queries, pool, side, walk, alpha, eps, candidates=None):
     p = ppr_push(graph, queries, alpha, eps, walk).tocoo()
     row, col, val = p.row.astype(np.int64), p.col.astype(np.int64), p.data
-    ok = (val > 0) & _allowed(graph, queries, row, col, side)
+    ok = (val > 0) & _allowed(graph, queries, row, col, side, candidates)
     return top_per_row(row[ok], col[ok], val[ok], len(queries), pool)
 
 
@@ -226,13 +232,13 @@ def popularity(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _fill_from(graph: Graph, pool: Pool, rows: np.ndarray, lists: np.ndarray, starts: np.ndarray,
-               ends: np.ndarray, side) -> None:
+               ends: np.ndarray, side, candidates=None) -> None:
     """Append to each row in `rows` the first allowed nodes of lists[starts[i]:ends[i]], up to the pool."""
     need = pool.cand.shape[1] - pool.count[rows]
     span = np.minimum(ends - starts, need + graph.degree[pool.queries[rows]] + pool.count[rows] + 1)
     row = np.repeat(rows, span)
     col = lists[np.repeat(starts, span) + np.arange(span.sum()) - np.repeat(np.cumsum(span) - span, span)]
-    ok = _allowed(graph, pool.queries, row, col, side)
+    ok = _allowed(graph, pool.queries, row, col, side, candidates)
     n = graph.num_nodes
     taken = np.flatnonzero(pool.cand.ravel() >= 0)
     ok &= ~np.isin(row * n + col, (taken // pool.cand.shape[1]) * n + pool.cand.ravel()[taken])
@@ -245,19 +251,25 @@ def _fill_from(graph: Graph, pool: Pool, rows: np.ndarray, lists: np.ndarray, st
     pool.count += np.bincount(row, minlength=len(pool.count))
 
 
-def fill_by_popularity(graph: Graph, pool: Pool, side=None) -> Pool:
-    """Top up short rows of `pool` in place: the query's component by popularity, then the whole graph."""
+def fill_by_popularity(graph: Graph, pool: Pool, side=None, candidates=None) -> Pool:
+    """Top up short rows of `pool` in place: the query's component by popularity, then the whole graph; only
+    `candidates` (a node mask) when given."""
     comp, order, start = popularity(graph)
+    if candidates is not None:  # the lists hold only candidates, so each row's span stays as short as without
+        order = order[candidates[order]]
+        start = np.searchsorted(comp[order], np.arange(comp.max(initial=-1) + 2))
     for local in (True, False):
         rows = np.flatnonzero(pool.count < pool.cand.shape[1])
         if not rows.size:
             break
         if local:
             c = comp[pool.queries[rows]]
-            _fill_from(graph, pool, rows, order, start[c], start[c + 1], side)
+            _fill_from(graph, pool, rows, order, start[c], start[c + 1], side, candidates)
         else:
             glob = np.argsort(-graph.degree, kind="stable")
-            _fill_from(graph, pool, rows, glob, np.zeros(len(rows), np.int64), np.full(len(rows), len(glob)), side)
+            glob = glob if candidates is None else glob[candidates[glob]]
+            _fill_from(graph, pool, rows, glob, np.zeros(len(rows), np.int64), np.full(len(rows), len(glob)), side,
+                       candidates)
     return pool
 
 
@@ -271,9 +283,10 @@ def block_rows(num_nodes: int, method: str, alpha: float = PPR_ALPHA, eps: float
 
 
 def retrieve(graph: Graph, queries, method: str, pool: int, *, side: np.ndarray | None = None,
-             alpha: float = PPR_ALPHA, eps: float = PPR_EPS, block: int | None = None, fill: bool = False) -> Pool:
+             alpha: float = PPR_ALPHA, eps: float = PPR_EPS, block: int | None = None, fill: bool = False,
+             candidates: np.ndarray | None = None) -> Pool:
     """Top-`pool` candidates of every query node by `method` (see the module docstring); `fill`: short pools
-    topped up by popularity."""
+    topped up by popularity; `candidates`: the node ids that may be proposed (None: every node)."""
     if method not in RETRIEVERS:
         raise RetrievalError(f"--retriever: unknown retriever '{method}'; use one of {', '.join(RETRIEVERS)}")
     if pool < 1:
@@ -287,6 +300,10 @@ def retrieve(graph: Graph, queries, method: str, pool: int, *, side: np.ndarray 
         side = np.asarray(side, dtype=bool)
         if side.shape != (graph.num_nodes,):
             raise RetrievalError(f"side: expected one flag per node ({graph.num_nodes}), got shape {side.shape}")
+    if candidates is not None:
+        mask = np.zeros(graph.num_nodes, dtype=bool)
+        mask[np.asarray(candidates, dtype=np.int64)] = True
+        candidates = mask
     a = adjacency(graph) if method != "ppr" else None
     walk = transition(graph) if method in ("ppr", "mix") else None
     step = block or block_rows(graph.num_nodes, method, alpha, eps)
@@ -294,17 +311,17 @@ def retrieve(graph: Graph, queries, method: str, pool: int, *, side: np.ndarray 
     for lo in range(0, len(q), step):
         b = q[lo:lo + step]
         if method in ("ra", "aa"):
-            parts.append(_overlap_pool(graph, b, method, pool, side, a))
+            parts.append(_overlap_pool(graph, b, method, pool, side, a, candidates))
         elif method == "ppr":
-            parts.append(_ppr_pool(graph, b, pool, side, walk, alpha, eps))
+            parts.append(_ppr_pool(graph, b, pool, side, walk, alpha, eps, candidates))
         else:
-            parts.append(_fuse([_overlap_pool(graph, b, "ra", pool, side, a),
-                                _ppr_pool(graph, b, pool, side, walk, alpha, eps)], len(b), pool))
+            parts.append(_fuse([_overlap_pool(graph, b, "ra", pool, side, a, candidates),
+                                _ppr_pool(graph, b, pool, side, walk, alpha, eps, candidates)], len(b), pool))
     if not parts:
         return Pool(q, np.zeros((0, pool), np.int64), np.zeros((0, pool)), np.zeros(0, np.int64))
     cand, score, count = (np.concatenate(x) for x in zip(*parts))
     out = Pool(q, cand, score, count)
-    return fill_by_popularity(graph, out, side) if fill else out
+    return fill_by_popularity(graph, out, side, candidates) if fill else out
 
 
 __all__ = ["RETRIEVERS", "RRF_K", "Pool", "RetrievalError", "retrieve", "overlap_scores", "ppr_push", "transition",

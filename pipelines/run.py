@@ -17,8 +17,9 @@ import threading
 from pathlib import Path
 
 from common.cli import command, latch_sigint
+from common.datasets.fractions import DEFAULT_SPLIT
 from common.flags import FlagError
-from common.heuristics import split_scores
+from common.heuristics import WEIGHTED, split_scores
 from common.metrics import evaluate
 from common.presets import PRESETS, get_preset, preset_for_protocol
 from pipelines.auto.blend import HEURISTICS
@@ -27,11 +28,13 @@ from pipelines.auto.recipe import search_and_train
 from pipelines.core import finished
 from pipelines.core.children import exit_on_sigterm
 from pipelines.core.plots import plot_runs
-from pipelines.core.results import METRICS, SeedResult, aggregate, fmt, markdown, publish_results, table_json
+from pipelines.core.results import (METRICS, SeedResult, aggregate, fmt, markdown, protocol_label, publish_results,
+                                    table_json)
 from pipelines.core.run_config import PROG, SEARCH, RunConfig, build_parser
-from pipelines.core.seeds import SeedFlagsError, check_trainer_flags, result_record, seed_run, train_seeds
-from pipelines.core.shard_sets import preset_shard_set
+from pipelines.core.seeds import SeedFlagsError, check_trainer_flags, seed_run, train_seeds
+from pipelines.core.shard_sets import preset_shard_set, set_protocols
 from pipelines.core.trainers import cuda_devices, device_kind
+from pipelines.core.variants import PAIRS, pairs_beside, seed_results, split_label, train_without_features
 from trainer.run_folder import locked
 
 log = logging.getLogger("pipelines.run")
@@ -78,27 +81,35 @@ def check_objective(run: RunConfig, preset_name: str) -> None:
                         f"{run.shards.hard_neg_fraction:g} fixes: pass one of the two")
 
 
-def heuristic_rows(dataset, protocol: str, scores: dict) -> list[dict]:
-    """CN / AA / RA on the test split as table rows (deterministic: std 0), from their scores."""
+def heuristic_rows(run: RunConfig, dataset, protocol: str, scores: dict) -> list[dict]:
+    """CN / AA / RA (and WCN / WAA / WRA on a weighted graph) on the test split as table rows (deterministic:
+    std 0), from their scores."""
     own = {"own_graph": True} if dataset.own else {}
+    split = {"split": label} if (label := split_label(run, dataset)) else {}
     rows = []
     for name, (pos, neg) in scores.items():
         metrics = evaluate(protocol, pos, neg)
-        rows.append({"dataset": dataset.name, "protocol": protocol, "model": name.upper(), "seeds": [0], **own,
-                     **{m: (100.0 * metrics[m], 0.0) for m in METRICS if m in metrics}})
+        rows.append({"dataset": dataset.name, "protocol": protocol, **split, "model": name.upper(), "seeds": [0],
+                     **own, **{m: (100.0 * metrics[m], 0.0) for m in METRICS if m in metrics}})
     return rows
 
 
+def heuristic_names(dataset) -> list[str]:
+    """The heuristics of the report: CN / AA / RA, and their weighted twins when the graph has weights."""
+    return list(HEURISTICS) + (list(WEIGHTED) if dataset.weights is not None else [])
+
+
 def fixed_preset(run: RunConfig, dataset, preset_name: str, protocol: str, runs: dict[int, Path]) -> list[SeedResult]:
-    """Every seed's record of one protocol under a fixed preset."""
+    """Every seed's record of one protocol under a fixed preset (with node features, also without them; with
+    the user's pairs, also evaluated on them: pipelines.core.variants)."""
     preset_name = preset_for_protocol(preset_name, protocol)  # e.g. the paper's HeaRT config
-    shards = preset_shard_set(run.source, run.shards, run.trainer.epochs, get_preset(preset_name), [protocol],
-                              dataset, device_kind(run.trainer.device))
+    shards = preset_shard_set(run.source, run.shards, run.trainer.epochs, get_preset(preset_name),
+                              set_protocols(dataset, protocol), dataset, device_kind(run.trainer.device))
     seeds = {seed: seed_run(run.trainer, preset_name, shards, protocol, seed, d) for seed, d in runs.items()}
     summaries = train_seeds(run.trainer, seeds)
-    return [SeedResult(d / "result.json", result_record(dataset.name, protocol, preset_name, seed, summaries[seed],
-                                                        run.shards.features, dataset.own, run.shards.hard_neg_fraction))
-            for seed, d in runs.items()]
+    bare, bare_summaries = train_without_features(run, seeds)
+    return (seed_results(run, dataset, protocol, preset_name, seeds, summaries, run.ships_features)
+            + seed_results(run, dataset, protocol, preset_name, bare, bare_summaries, False))
 
 
 def run_protocol(run: RunConfig, dataset, preset_name: str, protocol: str, out: Path, test_scores: dict) -> list[dict]:
@@ -112,7 +123,8 @@ def run_protocol(run: RunConfig, dataset, preset_name: str, protocol: str, out: 
         finished.write_if_changed(result.path, result.record)
         r = result.record
         shown = ", ".join(f"{m} {100 * r['test'][m]:.2f}" for m in ("mrr", "hits@50", "auc") if m in r["test"])
-        log.info("seed %d, %s: test %s (best epoch %s)", r["seed"], r["model"], shown or "–", r["best_epoch"])
+        log.info("seed %d, %s, %s: test %s (best epoch %s)", r["seed"], protocol_label(r), r["model"], shown or "–",
+                 r["best_epoch"])
     plot_runs(list(runs.values()), out / protocol)
     return [result.record for result in results]
 
@@ -132,7 +144,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
 def run_all(run: RunConfig) -> int:
     """The whole run: every protocol's seeds, their heuristics on the same test split, one table."""
-    dataset = run.source.load()
+    dataset = run.source.load(features=run.shards.features)
     available = dataset.protocols
     protocols = available if run.protocol == "both" else [run.protocol]
     missing = [p for p in protocols if p not in available]
@@ -146,23 +158,60 @@ def run_all(run: RunConfig) -> int:
         check_trainer_flags(run.trainer, DEFAULT_PRESET if preset_name == SEARCH else preset_name, protocols, out)
     except SeedFlagsError as err:
         raise FlagError(str(err)) from None
+    notes = run_notes(run, dataset, protocols)
+    for line in notes:
+        log.info("%s", line)
     results, rows = [], []
     with locked(out, "pipelines.run", "--out"):  # a second run on this dataset and preset waits for none: refused
         for protocol in protocols:
-            test_scores = split_scores(dataset, "test", [protocol], list(HEURISTICS))[protocol]  # once per run
-            proto_results = run_protocol(run, dataset, preset_name, protocol, out, test_scores)
+            ranked = [protocol, PAIRS] if pairs_beside(dataset, protocol) and PAIRS not in protocols else [protocol]
+            test_scores = split_scores(dataset, "test", ranked, heuristic_names(dataset))  # once per run
+            searched = {h: v for h, v in test_scores[protocol].items() if h in HEURISTICS}  # what the blend reads
+            proto_results = run_protocol(run, dataset, preset_name, protocol, out, searched)
             results += proto_results
-            rows += aggregate(proto_results) + heuristic_rows(dataset, protocol, test_scores)
+            rows += aggregate(proto_results)
+            rows += [r for p in ranked for r in heuristic_rows(run, dataset, p, test_scores[p])]
         table = markdown(rows, lead=run.metric)
-        publish_results(out, {"runs": results, "table": table_json(rows)}, table)
+        table += ("\n" + "\n".join(f"- {line}" for line in notes) + "\n") if notes else ""
+        publish_results(out, {"runs": results, "table": table_json(rows), "notes": notes}, table)
     second = "auc" if run.metric != "auc" else "mrr"  # the metric the user reads leads (--metric)
     shown = lambda r, m: fmt(*r[m]) if m in r else "–"  # noqa: E731
     for r in rows:
         if r["model"].startswith("PENCIL"):
-            log.info("%s/%s %s: test %s %s, %s %s over %d seed(s); results in %s", r["dataset"], r["protocol"],
+            log.info("%s/%s %s: test %s %s, %s %s over %d seed(s); results in %s", r["dataset"], protocol_label(r),
                      r["model"], run.metric.upper(), shown(r, run.metric), second.upper(), shown(r, second),
                      len(r["seeds"]), out)
     return 0
+
+
+def run_notes(run: RunConfig, dataset, protocols: list[str]) -> list[str]:
+    """What the log says before any work and the report says under its table: the split the numbers come from,
+    what the user's pairs are evaluated as, what the weighted heuristics and the two PENCIL rows are."""
+    notes = []
+    info, shares = dataset.split_info or {}, "/".join(f"{v:g}" for v in (run.source.split or DEFAULT_SPLIT))
+    if dataset.temporal:
+        notes.append(f"split: temporal, by column '{info['column']}' ({shares}): train on the pairs first seen before "
+                     f"{info['valid_from']}, valid from {info['valid_from']}, test from {info['test_from']}; each "
+                     "split's pairs are scored, by PENCIL and the heuristics, on the graph before its boundary, "
+                     "against negatives among the nodes that exist by then")
+    elif split_label(run, dataset) == "random":
+        notes.append(f"split: random ({shares}, seeded); a time column, if any, is not used")
+    if PAIRS in dataset.protocols:
+        source = f"your pairs ({run.source.eval_pairs})"
+        if PAIRS in protocols:
+            notes.append(f"protocol pairs: PENCIL selected and tested on {source} instead of random negatives")
+        beside = [p for p in protocols if p != PAIRS]
+        if beside:
+            notes.append(f"protocol pairs, selected on {', '.join(beside)}: the checkpoints of that protocol, "
+                         f"tested on {source} beside it")
+    if dataset.weights is not None:
+        notes.append("WCN / WAA / WRA: common neighbours, Adamic-Adar and resource allocation on the weight column "
+                     "(summed per pair); PENCIL reads the unweighted graph")
+    if run.ships_features:
+        what = run.source.node_features or "the dataset's own, --features"
+        notes.append(f"PENCIL reads the node features ({what}); PENCIL w/o features: the same seeds trained "
+                     "without them (trainer --no-features) on the same shard set")
+    return notes
 
 
 if __name__ == "__main__":

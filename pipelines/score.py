@@ -33,8 +33,8 @@ from common.flags import MOVED_DATASET_HELP, FlagError, add_dataset_flags, add_d
 from common.node_ids import load_node_ids
 from common.outputs import OutputError, check_output, check_replacement, stamp_metadata
 from pipelines.core.config import MovedDataset
-from pipelines.core.runs import (RunFolderError, load_checkpoint, load_model, resolve_checkpoint, run_dataset,
-                                 run_inputs, run_manifest)
+from pipelines.core.runs import (RunFolderError, check_node_features, load_checkpoint, load_model, reads_features,
+                                 resolve_checkpoint, run_dataset, run_inputs, run_manifest)
 from preprocess.sampler import Scratch, sample_subgraphs
 from trainer.scoring import PairScorer, default_device, score_columns
 
@@ -198,6 +198,8 @@ def score_file(cfg: ScoreConfig) -> int:
         check_replacement(cfg.out, "score", manifest["fingerprint"], cfg.overwrite, what="score file")
         dataset = run_dataset(manifest, *cfg.moved.fields())
         graph, node_ids = snapshot.graph_for(cfg.graph, dataset)  # a snapshot's new nodes extend the ids
+        check_node_features(reads_features(ckpt, manifest), manifest["num_nodes"], graph, node_ids,
+                            f"--graph {cfg.graph}")
         pairs, user = read_pairs(cfg.pairs, graph.num_nodes, node_ids if on_file else load_node_ids(manifest))
     except (ScoreError, RunFolderError, DatasetError, OutputError) as err:
         raise FlagError(str(err)) from None

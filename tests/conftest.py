@@ -155,15 +155,16 @@ def write_edges(path: Path, rows) -> Path:
     return path
 
 
-def tiny_edge_list_run(root: Path, rows) -> dict:
-    """A run of the tiny preset, 2 steps on CPU, on the edge list `rows` (root/shop.csv): its folder, edge list
-    and shard set."""
+def tiny_edge_list_run(root: Path, rows, node_features: Path | None = None) -> dict:
+    """A run of the tiny preset, 2 steps on CPU, on the edge list `rows` (root/shop.csv), with the feature table
+    `node_features` when given: its folder, edge list and shard set."""
     from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
     from preprocess.job import run_job
 
     edges = write_edges(root / "shop.csv", rows)
     shards = run_job(PreprocessConfig(dataset=str(edges), sampling=SamplingConfig(1, 3), out=str(root / "shards"),
-                                      candidates=CandidateConfig(views=1), num_cpus=1)).path
+                                      candidates=CandidateConfig(views=1), num_cpus=1,
+                                      node_features=None if node_features is None else str(node_features))).path
     train_tiny_on_cpu(shards, root / "run", max_steps=2)
     return {"root": root, "run": root / "run", "edges": edges, "shards": Path(shards)}
 
@@ -175,6 +176,25 @@ def shop_run(tmp_path_factory):
     if not HAS_RAY:
         pytest.skip("ray is not installed (CI installs it; the GPU image lacks it)")
     return tiny_edge_list_run(tmp_path_factory.mktemp("shop"), bipartite_rows())
+
+
+def write_features(path: Path, nodes, width: int = 4, seed: int = 0) -> Path:
+    """A feature table node,f0..f{width-1} of seeded values, one row per node."""
+    import numpy as np
+    values = np.random.default_rng(seed).random((len(nodes), width)).round(4)
+    path.write_text("node," + ",".join(f"f{j}" for j in range(width)) + "\n"
+                    + "".join(f"{n}," + ",".join(map(str, row)) + "\n" for n, row in zip(nodes, values.tolist(), strict=True)))
+    return path
+
+
+@pytest.fixture(scope="session")
+def featured_shop_run(tmp_path_factory):
+    """The shop's tiny run (shop_run's graph) with a feature table of 4 columns: the model reads node features."""
+    if not HAS_RAY:
+        pytest.skip("ray is not installed (CI installs it; the GPU image lacks it)")
+    root, rows = tmp_path_factory.mktemp("featured-shop"), bipartite_rows()
+    features = write_features(root / "features.csv", sorted({n for row in rows for n in row}))
+    return {**tiny_edge_list_run(root, rows, node_features=features), "features": features}
 
 
 @pytest.fixture(scope="session")
@@ -238,3 +258,15 @@ def kill_driver_after(monkeypatch, shards: int) -> None:
         return real_get(*args, **kwargs)
 
     monkeypatch.setattr(ray, "get", get)
+
+
+@pytest.fixture(scope="session")
+def cora_pair(tmp_path_factory):
+    """(the paper path's cora with features, the folder of cora written as an edge list with the paper path's split
+    column, cora-edges.csv, and its feature table, cora-features.csv: bench.own_graph_suite.write_cora_edge_list)."""
+    from bench.own_graph_suite import write_cora_edge_list
+    from common.datasets import load_dataset
+    planetoid = require_shared("planetoid", "ind.cora.x").parent
+    folder = tmp_path_factory.mktemp("cora-edges")
+    write_cora_edge_list(planetoid, folder)
+    return load_dataset("cora", planetoid_dir=str(planetoid), features=True), folder

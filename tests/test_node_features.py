@@ -164,20 +164,6 @@ def test_a_featured_graph_takes_new_nodes_only_with_their_rows():
 
 
 # ---------------------------------------------------------------------------- cora: edge list + feature file
-@pytest.fixture(scope="module")
-def cora_pair(tmp_path_factory):
-    """(the paper path's dataset, cora written as an edge list with its split column plus a feature file)."""
-    planetoid = require_shared("planetoid", "ind.cora.x").parent
-    paper = load_dataset("cora", planetoid_dir=str(planetoid), features=True)
-    folder = tmp_path_factory.mktemp("cora-edges")
-    rows = [f"{u},{v},{s}" for s in ("train", "valid", "test") for u, v in paper.splits[s].pos]
-    (folder / "cora-edges.csv").write_text("src,dst,split\n" + "\n".join(rows) + "\n")
-    header = "node," + ",".join(f"w{j}" for j in range(paper.x.shape[1]))
-    table = np.column_stack([np.arange(len(paper.x)), paper.x]).astype(np.int64)  # binary bag-of-words
-    np.savetxt(folder / "cora-features.csv", table, fmt="%d", delimiter=",", header=header, comments="")
-    return paper, folder
-
-
 def test_cora_edge_list_with_feature_file_equals_the_paper_path(cora_pair):
     from preprocess.job import candidate_sets
     from preprocess.set_files import set_files

@@ -21,15 +21,15 @@ from common.manifest import read_manifest
 from common.presets import get_preset
 from pipelines.auto import blend
 from pipelines.auto.config import DEFAULT_PRESET, SearchConfig, candidates
-from pipelines.auto.final import train_final_seeds
+from pipelines.auto.final import final_runs, train_final_seeds
 from pipelines.auto.search import AutoError, Choice, Search
 from pipelines.auto.signal import per_positive
 from pipelines.core.results import SeedResult
 from pipelines.core.run_config import SEARCH, RunConfig
-from pipelines.core.seeds import result_record
-from pipelines.core.shard_sets import (build_shard_set, preprocess_config, preset_views, shutdown_embedded_ray,
-                                       view_percent)
-from pipelines.core.trainers import device_kind, trainer_slots
+from pipelines.core.shard_sets import (build_shard_set, job_dataset, preprocess_config, preset_views, set_protocols,
+                                       shutdown_embedded_ray, view_percent)
+from pipelines.core.trainers import TrainerRun, device_kind, trainer_slots
+from pipelines.core.variants import seed_results, train_without_features
 
 log = logging.getLogger("pipelines.auto")
 # --objective recommend: checkpoints that re-rank a retriever's pool of 2-hop candidates train on views whose
@@ -63,8 +63,9 @@ def shard_sets(run: RunConfig, dataset, protocol: str, epochs: int, percent: flo
     views = preset_views(run.shards, run.trainer.epochs or epochs)
     out = {}
     for sampling in dict.fromkeys(c.sampling for c in candidates()):
-        cfg = preprocess_config(run.source, run.shards, sampling, views, percent, [protocol], training_negatives(run))
-        out[sampling] = build_shard_set(cfg, dataset, keep_ray=True)
+        cfg = preprocess_config(run.source, run.shards, sampling, views, percent, set_protocols(dataset, protocol),
+                                training_negatives(run))
+        out[sampling] = build_shard_set(cfg, job_dataset(cfg, dataset), keep_ray=True)
     shutdown_embedded_ray()  # free the embedded Ray's CPUs before training
     return out
 
@@ -102,8 +103,9 @@ def search_and_train(run: RunConfig, dataset, protocol: str, out: Path, runs: di
     shards = shard_sets(run, dataset, protocol, epochs, percent)
     manifests = {s: read_manifest(loc) for s, loc in shards.items()}
     slots = trainer_slots(run.trainer.device, run.trainer.parallel)
+    # the search's share of the budget: half, a third with node features (the final seeds train twice then)
     search = Search(cfg, epochs, candidates(), shards, protocol, manifests, out / "search", run.trainer, slots,
-                    stop_at=t0 + (deadline - t0) / 2, metric=run.metric)
+                    stop_at=t0 + (deadline - t0) / (3 if run.ships_features else 2), metric=run.metric)
     choice = search.run(len(blind.splits["valid"].pos))
     record.update(chosen=choice.to_dict(), search_seconds=round(time.time() - t0, 1))
     write_json_atomic(out / "search.json", record)
@@ -114,6 +116,8 @@ def search_and_train(run: RunConfig, dataset, protocol: str, out: Path, runs: di
                         "--budget-minutes (a rerun reuses the search and resumes the seeds)")
     left_out = sorted(set(runs) - set(summaries))  # stopped before their first evaluation: logged
     runs = {seed: d for seed, d in runs.items() if seed in summaries}
+    finals = final_runs(run.trainer, choice, protocol, runs)
+    bare = train_without_features(run, finals, stop_at=deadline, partial=True)  # in the budget, before the blend
     manifest = manifests[choice.candidate.sampling]
     decision, blended = blend_stage(runs, blind, dataset, manifest, protocol, choice.metric, cfg.margin_se,
                                     test_scores)
@@ -124,22 +128,21 @@ def search_and_train(run: RunConfig, dataset, protocol: str, out: Path, runs: di
     write_json_atomic(out / "search.json", record)
     log.info("auto: %s for %d epochs, blend %s; %.0f s of the %.0f-minute budget", choice.cid, choice.epochs,
              decision.key, record["total_seconds"], cfg.budget_minutes)
-    return records(run, dataset, protocol, runs, summaries, choice, decision, blended)
+    return records(run, dataset, protocol, finals, summaries, choice, decision, blended, bare)
 
 
-def records(run: RunConfig, dataset, protocol: str, runs: dict[int, Path], summaries: dict[int, dict], choice: Choice,
-            decision: blend.Blend, blended: dict[int, dict]) -> list[SeedResult]:
+def records(run: RunConfig, dataset, protocol: str, finals: dict[int, TrainerRun], summaries: dict[int, dict],
+            choice: Choice, decision: blend.Blend, blended: dict[int, dict],
+            bare: tuple[dict, dict] = ({}, {})) -> list[SeedResult]:
     """The model's record per seed, with the searched config and the blend, then the blend's row per seed
-    (the model alone keeps its own row)."""
+    (the model alone keeps its own row), then the seeds' rows without node features and on the user's pairs
+    (pipelines.core.variants; the blend is the featured model's alone)."""
     auto = {"cid": choice.cid, "config": choice.candidate.to_dict(), "epochs": choice.epochs,
             "blend": {"heuristic": decision.heuristic, "weight": decision.weight, "metric": decision.metric}}
-    model, rows = [], []
-    for seed, run_dir in runs.items():
-        r = result_record(dataset.name, protocol, SEARCH, seed, summaries[seed], run.shards.features, dataset.own,
-                          run.shards.hard_neg_fraction)
-        r["auto"] = auto
-        model.append(SeedResult(run_dir / "result.json", r))
-        rows.append(SeedResult(run_dir / "blend" / "result.json",
-                               {**r, "model": decision.row_name(r["model"]), "test": blended[seed],
-                                "blend_of": r["model"]}))
-    return model + rows
+    model = seed_results(run, dataset, protocol, SEARCH, finals, summaries, run.ships_features, auto=auto)
+    rows = [SeedResult(result.path.parent / "blend" / "result.json",
+                       {**r, "model": decision.row_name(r["model"]), "test": blended[r["seed"]],
+                        "blend_of": r["model"]})
+            for result in model if (r := result.record)["protocol"] == protocol]
+    without = {k: v for k, v in auto.items() if k != "blend"}  # the blend is the featured model's
+    return model + rows + seed_results(run, dataset, protocol, SEARCH, *bare, False, auto=without)

@@ -85,12 +85,28 @@ def _fingerprint_of(f: Path, config: dict) -> str | None:
     return None
 
 
+def protocol_label(r: dict) -> str:
+    """A record's or row's protocol as the report shows it: with the split when a record names it (temporal, or
+    random on purpose: pipelines.core.variants), and the protocol that selected its checkpoints when that is
+    another (the user's pairs evaluated beside it). A label is a row of its own."""
+    label = r["protocol"]
+    if r.get("split"):
+        label += f", {r['split']} split"
+    if r.get("selected_on"):
+        label += f", selected on {r['selected_on']}"
+    return label
+
+
+def _row_key(r: dict) -> tuple:
+    return r["dataset"], protocol_label(r), r.get("model", "PENCIL"), bool(r.get("own_graph"))
+
+
 def check_mixing(results: list[dict]) -> None:
     """A row is one experiment: the same seed twice, or runs of different data (another fingerprint under the
     same dataset name), in one row is refused, naming both files."""
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in results:
-        groups[(r["dataset"], r["protocol"], r.get("model", "PENCIL"), bool(r.get("own_graph")))].append(r)
+        groups[_row_key(r)].append(r)
     for (dataset, protocol, model, _), rs in groups.items():
         row = f"{dataset}/{protocol}/{model}"
         prints = {r["dataset_fingerprint"]: r for r in rs if r.get("dataset_fingerprint")}
@@ -122,10 +138,11 @@ def aggregate(results: list[dict]) -> list[dict]:
     """
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for r in results:  # a user's graph named like a paper dataset stays apart from it (own_graph)
-        groups[(r["dataset"], r["protocol"], r.get("model", "PENCIL"), bool(r.get("own_graph")))].append(r)
+        groups[_row_key(r)].append(r)
     rows = []
-    for (dataset, protocol, model, own), rs in sorted(groups.items()):
-        row = {"dataset": dataset, "protocol": protocol, "model": model,
+    for (dataset, _, model, own), rs in sorted(groups.items()):
+        labels = {k: rs[0][k] for k in ("split", "selected_on") if rs[0].get(k)}
+        row = {"dataset": dataset, "protocol": rs[0]["protocol"], **labels, "model": model,
                "seeds": sorted(r.get("seed", 0) for r in rs), **({"own_graph": True} if own else {})}
         for m in METRICS:
             vals = [100.0 * r["test"][m] for r in rs if m in r.get("test", {})]
@@ -143,17 +160,20 @@ def markdown(rows: list[dict], with_paper: bool = True, lead: str = "mrr") -> st
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     groups: dict[tuple, list[dict]] = defaultdict(list)
     for row in rows:
-        groups[(row["dataset"], row["protocol"], bool(row.get("own_graph")))].append(row)
-    for (dataset, protocol, own), group in groups.items():
+        groups[(row["dataset"], protocol_label(row), bool(row.get("own_graph")))].append(row)
+    for (dataset, label, own), group in groups.items():
+        protocol = group[0]["protocol"]
         for row in group:
-            cells = [dataset, protocol, row["model"], str(len(row["seeds"]))]
+            cells = [dataset, label, row["model"], str(len(row["seeds"]))]
             cells += [fmt(*row[m]) if m in row else "–" for m in metrics]
             lines.append("| " + " | ".join(cells) + " |")
-        ref = paper_reference(dataset, protocol) if with_paper and not own else None  # a user's graph: none
+        # a user's graph has none, nor do checkpoints selected on another protocol than the row's
+        ref = (paper_reference(dataset, protocol) if with_paper and not own and not group[0].get("selected_on")
+               else None)
         if ref:
             metric, models = ref
             for name, (mean, std) in models.items():
-                cells = [dataset, protocol, f"{name} (paper)", "–"]
+                cells = [dataset, label, f"{name} (paper)", "–"]
                 cells += [fmt(mean, std) if m == metric else "–" for m in metrics]
                 lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from common.cli import Parser
-from common.flags import (FlagError, add_dataset_flags, add_device_flag, add_num_cpus_flag, add_seeds_flag,
-                          add_shards_flag, add_train_arg_flag)
+from common.flags import (FlagError, add_dataset_flags, add_device_flag, add_graph_input_flags, add_num_cpus_flag,
+                          add_seeds_flag, add_shards_flag, add_train_arg_flag)
 from common.storage import is_remote
 from pipelines.core.config import DataSource, ShardOptions, TrainerOptions, check_folder, parse_seeds
 
@@ -21,7 +21,8 @@ SEARCH = "auto"  # --preset auto: search a configuration on validation (pipeline
 # below this, --preset auto cannot build its shard sets and finish one epoch of each candidate on a small graph
 # (the suite's smallest graphs took 2.3 minutes alone on 2 cores): refused before any work
 MIN_BUDGET_MINUTES = 2.0
-PROTOCOL_CHOICES = ("original", "heart", "ogb", "both")
+PROTOCOL_CHOICES = ("original", "heart", "ogb", "pairs", "both")
+NO_FEATURES = "--no-features"  # the trainer's flag: structure only, the 'PENCIL w/o features' row
 # what --preset auto chooses, stops and blends on, and what the report leads with (common.metrics.METRIC_KEYS)
 METRICS = ("mrr", "hits@1", "hits@3", "hits@10", "hits@20", "hits@50", "hits@100", "auc")
 OBJECTIVES = ("link-prediction", "recommend")
@@ -33,7 +34,7 @@ class RunConfig:
     preset: str | None = None  # None: the dataset's paper preset, else the search (SEARCH)
     seeds: tuple[int, ...] = (0,)
     out: str = "results"  # results root: OUT/<dataset>/<preset>/
-    protocol: str = "original"  # or "both": every protocol the dataset has
+    protocol: str = "original"  # or "both": every protocol the dataset has; "pairs": the user's (--eval-pairs)
     budget_minutes: float | None = None  # --preset auto: the whole run's wall-time bound; None: the search's default
     objective: str = "link-prediction"  # --preset auto: what the checkpoints are for
     metric: str = "mrr"  # the metric the user reads: the search and the blend decide on it, the report leads with it
@@ -42,6 +43,12 @@ class RunConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def ships_features(self) -> bool:
+        """The shard sets carry node features (--features or --node-features): every seed trains twice, with
+        them ('PENCIL') and without them on the same set ('PENCIL w/o features')."""
+        return self.shards.features or self.source.node_features is not None
 
     @classmethod
     def from_args(cls, args) -> "RunConfig":
@@ -52,15 +59,31 @@ class RunConfig:
                             f"first); pass {MIN_BUDGET_MINUTES:g} or more")
         if not is_remote(args.out):
             check_folder("--out", args.out)
-        return cls(source=DataSource.from_args(args), preset=args.preset, seeds=parse_seeds(args.seeds),
+        source, shards = DataSource.from_args(args), ShardOptions.from_args(args)
+        trainer = TrainerOptions.from_args(args)
+        check_inputs(source, shards, trainer, args.protocol)
+        return cls(source=source, preset=args.preset, seeds=parse_seeds(args.seeds),
                    out=args.out, protocol=args.protocol, budget_minutes=args.budget_minutes,
-                   objective=args.objective, metric=args.metric, trainer=TrainerOptions.from_args(args),
-                   shards=ShardOptions.from_args(args))
+                   objective=args.objective, metric=args.metric, trainer=trainer, shards=shards)
+
+
+def check_inputs(source: DataSource, shards: ShardOptions, trainer: TrainerOptions, protocol: str) -> None:
+    """The graph's other inputs against the run's other flags, before any work."""
+    if shards.features and source.node_features is not None:
+        raise FlagError(f"--features loads a paper dataset's node features, --node-features {source.node_features} an "
+                        "edge list's; pass one")
+    if NO_FEATURES in trainer.train_args:
+        raise FlagError(f"--train-arg {NO_FEATURES}: a run with node features trains both rows itself, 'PENCIL' and "
+                        "'PENCIL w/o features' on the same shard set, and a run without them reads none; drop it")
+    if protocol == "pairs" and source.eval_pairs is None:
+        raise FlagError("--protocol pairs: evaluates on your labelled pairs; pass --eval-pairs FILE "
+                        "(columns src,dst,label[,split])")
 
 
 def build_parser(prog: str = PROG) -> Parser:
     p = Parser(prog=prog, description=DESCRIPTION)
-    add_dataset_flags(p)
+    add_dataset_flags(p, split_kinds=True)
+    add_graph_input_flags(p)
     p.add_argument("--preset", default=None, help="default: the dataset's; auto (a search) for your graph")
     add_seeds_flag(p)
     p.add_argument("--out", default="results", help="results root (default results)")
@@ -68,9 +91,10 @@ def build_parser(prog: str = PROG) -> Parser:
     p.add_argument("--overwrite", action="store_true",
                    help="retrain seed folders holding runs on other data")
     p.add_argument("--budget-minutes", type=float, default=None, metavar="MIN",
-                   help="--preset auto: an upper bound on the whole run's wall time (default 30)")
+                   help="--preset auto: a bound on its wall time (default 30)")
     p.add_argument("--protocol", default="original", choices=PROTOCOL_CHOICES,
-                   help="evaluation protocol; both = every protocol the dataset has (default original)")
+                   help="pairs: --eval-pairs instead of random negatives (else beside them); both: all "
+                        "(default original)")
     add_device_flag(p)
     p.add_argument("--metric", default="mrr", choices=METRICS,
                    help="the metric you read: --preset auto chooses and stops on it on validation, and the report "
@@ -88,6 +112,7 @@ def build_parser(prog: str = PROG) -> Parser:
                    help="seeds trained at once on CPU, each its own process (default 0 = one per CPU core; "
                         "GPU runs train seeds one after another)")
     p.add_argument("--features", action="store_true", advanced=True,
-                   help="train with node features (the paper's 'PENCIL' rows; default: without, 'PENCIL w/o features')")
+                   help="a paper dataset's node features: 'PENCIL' beside 'PENCIL w/o features' (an edge list's: "
+                        "--node-features FILE)")
     add_train_arg_flag(p)
     return p

@@ -100,6 +100,24 @@ def check_run_graph(manifest: dict, dataset, source: str) -> None:
                              f"run's {manifest['num_nodes']}, or other node ids); {fix}")
 
 
+def reads_features(ckpt: dict, manifest: dict) -> bool:
+    """Whether a run's model reads node features: its set ships them and it was not trained --no-features."""
+    return bool(manifest.get("features")) and (ckpt["config"].get("model") or {}).get("features") is not False
+
+
+def check_node_features(reads: bool, trained_nodes: int, graph, node_ids, source: str) -> None:
+    """A model that reads node features has them for the nodes it was trained on only (the set's table): a graph
+    with more nodes (a snapshot's new ones) is refused in one line, never scored with features made up."""
+    if not reads or graph.num_nodes <= trained_nodes:
+        return
+    first = trained_nodes if node_ids is None else node_ids[trained_nodes]
+    raise RunFolderError(f"{source}: {graph.num_nodes - trained_nodes} node(s) are new since training (first: "
+                         f"{first}), and this model reads node features, which the run has for its own "
+                         f"{trained_nodes} nodes only; use a graph of the run's nodes (--graph all, train, valid, "
+                         "test, or a snapshot without new nodes), or serve the run and add each new node with its "
+                         "features (POST /edges)")
+
+
 def load_run_model(checkpoint_arg: str, device, flag: str = "--checkpoint"):
     """(model, its shard set's manifest, sampling fields, checkpoint digest): a run's model without its
     dataset, for a caller that holds the dataset already."""

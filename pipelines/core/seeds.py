@@ -43,7 +43,9 @@ def check_trainer_flags(opts: TrainerOptions, preset_name: str, protocols: list[
         try:
             with contextlib.redirect_stderr(usage):  # argparse prints a usage block; keep only its error line
                 config = config_from_args(seed_run(opts, name, "<shards>", protocol, 0, out).flags())
-            ModelConfig.from_preset(name, **config.model.as_overrides())  # model flags (--attention ...) too
+            overrides = config.model.as_overrides()
+            overrides.pop("features", None)  # --no-features: whether the set's table is read, not a model field
+            ModelConfig.from_preset(name, **overrides)  # model flags (--attention ...) too
         except ValueError as err:
             raise SeedFlagsError(f"--train-arg {given}: {err}") from None
         except SystemExit:

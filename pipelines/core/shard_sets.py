@@ -56,7 +56,19 @@ def preset_shard_set(source: DataSource, opts: ShardOptions, epochs: float | Non
     percent = view_percent(preset, len(dataset.splits["train"].pos), device, dataset.graph)
     cfg = preprocess_config(source, opts, preset.sampling, preset_views(opts, epochs or preset.epochs), percent,
                             protocols)
-    return build_shard_set(cfg, None if cfg.features else dataset)  # features: the job loads them itself
+    return build_shard_set(cfg, job_dataset(cfg, dataset))
+
+
+def job_dataset(cfg, dataset):
+    """The loaded dataset for the job of `cfg`, unless the set ships node features the recipe loaded without
+    (a paper dataset's --features): the job then loads it with them itself."""
+    return None if cfg.ships_features and dataset.x is None else dataset
+
+
+def set_protocols(dataset, protocol: str) -> list[str]:
+    """The protocols a set of `protocol` evaluates: `protocol`, and the user's pairs beside it when the dataset
+    has them (--eval-pairs), so the same checkpoints are also evaluated on them (trainer --eval-weights)."""
+    return [protocol, "pairs"] if "pairs" in dataset.protocols and protocol != "pairs" else [protocol]
 
 
 def build_shard_set(cfg, dataset=None, keep_ray: bool = False) -> str:

@@ -127,8 +127,10 @@ class Prepared:
     sampled: list  # per ordering: list of common.shards.Block
 
 
-def prepare_block(block_id: int, queries: np.ndarray, graph, side, cfg: RecConfig, sampler: PairSampler) -> Prepared:
-    pool = retrieve(graph, queries, cfg.retriever, cfg.pool, side=side, fill=True)
+def prepare_block(block_id: int, queries: np.ndarray, graph, side, cfg: RecConfig, sampler: PairSampler,
+                  candidates: np.ndarray | None = None) -> Prepared:
+    """`candidates`: the nodes that may be proposed (None: every node; common.retrieval.retrieve)."""
+    pool = retrieve(graph, queries, cfg.retriever, cfg.pool, side=side, fill=True, candidates=candidates)
     node, cand, retr = pool.pairs()
     prior = rank_prior(pool.score)[pool.cand >= 0]  # row-major, as pairs()
     pairs = np.stack([node, cand], axis=1)
@@ -183,9 +185,9 @@ def finish_block(prep: Prepared, logits: np.ndarray, cfg: RecConfig) -> pa.Table
     return top_k(prep.queries, prep.node, prep.cand, score, prep.retr, cfg.k)
 
 
-def run_block(block_id, queries, graph, side, cfg, sampler, scorer) -> tuple[pa.Table, int]:
+def run_block(block_id, queries, graph, side, cfg, sampler, scorer, candidates=None) -> tuple[pa.Table, int]:
     """Single-process path: one block end to end; returns (top-k table, pairs scored)."""
-    prep = prepare_block(block_id, np.sort(queries), graph, side, cfg, sampler)
+    prep = prepare_block(block_id, np.sort(queries), graph, side, cfg, sampler, candidates)
     logits = scorer.score_blocks(prep.sampled, len(prep.node))
     return finish_block(prep, logits, cfg), len(prep.node)
 

@@ -70,11 +70,12 @@ def metrics(ranks: np.ndarray, pool: int) -> dict:
 
 
 def full_ranking(graph, positives: np.ndarray, known: np.ndarray, cfg: RecConfig, scorer=None, side=None,
-                 sweep: bool = False) -> dict:
-    """Metrics of the retriever alone and (with a scorer) of PENCIL re-ranking its pool."""
+                 sweep: bool = False, candidates: np.ndarray | None = None) -> dict:
+    """Metrics of the retriever alone and (with a scorer) of PENCIL re-ranking its pool. `candidates`: the nodes
+    that compete with a target (None: every node; under a temporal split, those that exist by the boundary)."""
     u, v = positives[:, 0].astype(np.int64), positives[:, 1].astype(np.int64)
     queries = np.unique(u)
-    pool = retrieve(graph, queries, cfg.retriever, cfg.pool, side=side, fill=True)
+    pool = retrieve(graph, queries, cfg.retriever, cfg.pool, side=side, fill=True, candidates=candidates)
     row = np.searchsorted(queries, u)
     cand = pool.cand[row]  # (P, M)
     n = graph.num_nodes
@@ -85,14 +86,21 @@ def full_ranking(graph, positives: np.ndarray, known: np.ndarray, cfg: RecConfig
     valid = (cand >= 0) & ~other
     hit = (cand == v[:, None]) & valid
     target = np.where(hit.any(1), hit.argmax(1), -1)
-    # rankable non-neighbours of u: the nodes (of the other kind) minus u, its neighbours and its other positives
-    # u's known positives that are not already its neighbours on this graph (valid positives are edges of
-    # the test graph: counted once, as neighbours), less v itself
+    # rankable non-neighbours of u: the nodes (of the other kind, among the candidates) minus u, its neighbours
+    # and its other positives (u's known positives that are not already its neighbours on this graph: valid
+    # positives are edges of the test graph, counted once, as neighbours), plus v itself
+    exists = np.ones(n, dtype=bool)
+    if candidates is not None:
+        exists[:] = False
+        exists[candidates] = True
     pk = np.unique(np.concatenate([known, known[:, ::-1]]).astype(np.int64), axis=0)
-    pk = pk[~graph.has_edge(pk[:, 0], pk[:, 1])]
-    partners = np.bincount(pk[:, 0], minlength=n)[u] - 1
-    kind = n - 1 if side is None else np.where(side[u], (~side).sum(), side.sum())
-    rankable = np.maximum(kind - graph.degree[u] - partners, 1)
+    pk = pk[~graph.has_edge(pk[:, 0], pk[:, 1]) & exists[pk[:, 1]]]
+    partners = np.bincount(pk[:, 0], minlength=n)[u]
+    if side is None:
+        kind = exists.sum() - exists[u]
+    else:
+        kind = np.where(side[u], (~side & exists).sum(), (side & exists).sum())
+    rankable = np.maximum(kind - graph.degree[u] - partners + 1, 1)
     size = valid.sum(1)
     outside = size + (rankable - size + 1) / 2.0
     result = {"positives": int(len(u)), "pool": cfg.pool, "retriever": cfg.retriever,
@@ -270,7 +278,8 @@ def evaluate_run(run: EvaluateConfig) -> int:
         scorer = scorer_for(model, graph, cfg, device)
         every = np.asarray(dataset.splits[split].pos, dtype=np.int64)
         positives = sample_positives(every, run.sample_positives, run.sample_seed)  # known stays whole: the filter
-        res = full_ranking(graph, positives, known, cfg, scorer, sweep=split == "valid")
+        res = full_ranking(graph, positives, known, cfg, scorer, sweep=split == "valid",
+                           candidates=dataset.active_nodes(split))
         if run.sample_positives is not None:
             res["sample"] = {"sample_positives": run.sample_positives, "sample_seed": run.sample_seed,
                              "sampled": int(len(positives)), "of": int(len(every))}

@@ -36,7 +36,7 @@ from common.flags import FlagError, add_moved_dataset_flag, add_num_cpus_flag, a
 from common.outputs import OutputError, check_output, check_replacement, stamp_metadata
 from common.retrieval import RetrievalError
 from pipelines.core.config import MovedDataset
-from pipelines.core.runs import RunFolderError, load_run_model, run_dataset, run_inputs
+from pipelines.core.runs import RunFolderError, check_node_features, load_run_model, run_dataset, run_inputs
 from preprocess.cluster import RayConnectError, probe_address
 from trainer.run_folder import locked
 from pipelines.recommend.engine import (COLUMNS, RecConfig, RecommendError, add_engine_flags,
@@ -196,6 +196,8 @@ def recommend(job: RecommendConfig) -> int:
     check_replacement(out, "recommend", manifest["fingerprint"], job.overwrite, what="recommendation file")
     dataset = run_dataset(manifest, job.moved.dataset)
     graph, node_ids = snapshot.graph_for(job.graph, dataset)  # node_ids: the user's ids (None: 0..N-1)
+    check_node_features(model.cfg.num_features > 0, manifest["num_nodes"], graph, node_ids, f"--graph {job.graph}")
+    candidates = split_candidates(dataset, job.graph)
     side = side_flags(job, dataset, graph.num_nodes, manifest["config"]["dataset"], node_ids)
     queries = (np.arange(graph.num_nodes, dtype=np.int64) if job.nodes is None
                else read_nodes(job.nodes, graph.num_nodes, node_ids))
@@ -205,11 +207,21 @@ def recommend(job: RecommendConfig) -> int:
     with locked(parts_dir(out), "recommendation job", "--out"):  # one job per --out: parts are not shared
         folder = open_parts(out, cfg.fingerprint(digest, graph.fingerprint(), nodes_key, str(job.bipartite)))
         return _run_blocks(job, out, folder, cfg, blocks, queries, graph, side, node_ids, model, device,
-                           stamp_metadata("recommend", manifest["fingerprint"]))
+                           stamp_metadata("recommend", manifest["fingerprint"]), candidates)
+
+
+def split_candidates(dataset, graph: str) -> np.ndarray | None:
+    """Under a temporal split, a split's graph proposes only the nodes that exist by its boundary (nothing from
+    the future); None otherwise (every node)."""
+    if graph not in snapshot.SPLIT_NAMES or (nodes := dataset.active_nodes(graph)) is None:
+        return None
+    log.info("--graph %s of a temporal split: candidates among the %s nodes with an edge before its boundary",
+             graph, f"{len(nodes):,}")
+    return nodes
 
 
 def _run_blocks(job: RecommendConfig, out: Path, folder: Path, cfg: RecConfig, blocks: list, queries: np.ndarray,
-                graph, side, node_ids, model, device, metadata: dict) -> int:
+                graph, side, node_ids, model, device, metadata: dict, candidates=None) -> int:
     """Score the blocks not in the part folder yet, then merge every part into --out."""
     todo = [b for b in range(len(blocks)) if not part_path(folder, b).exists()]
     log.info("recommending top-%d of a %s pool of %d for %d nodes of %s (%d blocks, %d already done) on %s",
@@ -223,11 +235,11 @@ def _run_blocks(job: RecommendConfig, out: Path, folder: Path, cfg: RecConfig, b
 
     if job.ray or os.environ.get("RAY_ADDRESS"):
         from pipelines.recommend.on_ray import run_on_ray
-        run_on_ray(job.checkpoint, graph, side, cfg, blocks, todo, done, job.num_cpus, device.type)
+        run_on_ray(job.checkpoint, graph, side, cfg, blocks, todo, done, job.num_cpus, device.type, candidates)
     else:
         sampler, scorer = sampler_for(graph, cfg), scorer_for(model, graph, cfg, device)
         for b in todo:
-            table, pairs = run_block(b, blocks[b], graph, side, cfg, sampler, scorer)
+            table, pairs = run_block(b, blocks[b], graph, side, cfg, sampler, scorer, candidates)
             done(b, table, pairs)
     nodes_s, pairs_s = progress.close()
     table = merge_parts(folder, len(blocks), out, node_ids, metadata)

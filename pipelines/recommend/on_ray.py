@@ -18,8 +18,8 @@ from pipelines.recommend.engine import RecConfig, finish_block, prepare_block, s
 log = logging.getLogger("pipelines.recommend")
 
 
-def _prepare(graph, side, cfg: RecConfig, block_id: int, queries: np.ndarray):
-    return prepare_block(block_id, np.sort(queries), graph, side, cfg, sampler_for(graph, cfg))
+def _prepare(graph, side, cfg: RecConfig, block_id: int, queries: np.ndarray, candidates=None):
+    return prepare_block(block_id, np.sort(queries), graph, side, cfg, sampler_for(graph, cfg), candidates)
 
 
 class BlockScorer:
@@ -57,8 +57,10 @@ def init_ray(num_cpus: int | None) -> bool:
     return True
 
 
-def run_on_ray(checkpoint: str, graph, side, cfg: RecConfig, blocks: list, todo: list, done, num_cpus, device: str):
-    """Run the `todo` blocks; done(block_id, table, pairs) is called on the driver as each finishes."""
+def run_on_ray(checkpoint: str, graph, side, cfg: RecConfig, blocks: list, todo: list, done, num_cpus, device: str,
+               candidates: np.ndarray | None = None):
+    """Run the `todo` blocks; done(block_id, table, pairs) is called on the driver as each finishes. `candidates`:
+    the nodes that may be proposed (None: every node)."""
     import ray
     started = init_ray(num_cpus)
     try:
@@ -71,7 +73,7 @@ def run_on_ray(checkpoint: str, graph, side, cfg: RecConfig, blocks: list, todo:
             actors, opts = max(1, cpus // 2), {"num_cpus": 1}  # half the cores score, half retrieve and sample
         log.info("ray: %d scoring actor(s) on %s, retrieval/sampling tasks on the remaining CPUs", actors,
                  "GPUs" if gpus else "CPUs")
-        graph_ref, side_ref = ray.put(graph), ray.put(side)
+        graph_ref, side_ref, cand_ref = ray.put(graph), ray.put(side), ray.put(candidates)
         prepare = ray.remote(num_cpus=1)(_prepare)
         pool = [ray.remote(**opts)(BlockScorer).remote(checkpoint, graph_ref, cfg, "cuda" if gpus else "cpu")
                 for _ in range(actors)]
@@ -79,7 +81,7 @@ def run_on_ray(checkpoint: str, graph, side, cfg: RecConfig, blocks: list, todo:
         while queue or pending:
             while queue and len(pending) < 2 * actors:  # bounded: 2 blocks per actor in flight
                 b = queue.pop(0)
-                prep = prepare.remote(graph_ref, side_ref, cfg, b, blocks[b])
+                prep = prepare.remote(graph_ref, side_ref, cfg, b, blocks[b], cand_ref)
                 pending.append(pool[turn % actors].score.remote(prep))
                 turn += 1
             ready, pending = ray.wait(pending, num_returns=1)

@@ -53,7 +53,7 @@ class GraphOwner:
         from pipelines.serve.edit_log import EditLog
         s = Settings.from_dict(settings)
         dataset = run_dataset(read_manifest(s.shards), s.dataset)  # checked to be the run's graph, as the replicas'
-        self.state, described = serving_state(dataset, s.graph, s.max_new_nodes)
+        self.state, described = serving_state(dataset, s.graph, s.max_new_nodes, s.features)
         self.log = EditLog(s.state, described)
         self.state.apply(self.log.records)
         self.lock = asyncio.Lock()
@@ -120,9 +120,11 @@ class Pencil:
         torch.set_num_threads(max(1, int(s.replica_cpus)))  # the replica's cores; Ray sets OMP threads to them
         device = default_device(s.device)
         model, dataset, fields, self.digest = load_run(s.checkpoint, device, dataset=s.dataset)
-        if model.cfg.num_features:
-            raise ValueError(f"{s.checkpoint}: a model with node features is not served (a new node has none)")
-        state, self.described = serving_state(dataset, s.graph, s.max_new_nodes)
+        if bool(model.cfg.num_features) != s.features:  # the graph owner built its graph by this setting
+            raise ValueError(f"{s.checkpoint}: its model {'reads' if model.cfg.num_features else 'reads no'} node "
+                             f"features, but the setting 'features' is {s.features}; set it to "
+                             f"{not s.features} (pencil serve --write-config writes it)")
+        state, self.described = serving_state(dataset, s.graph, s.max_new_nodes, s.features)
         cfg = RecConfig(k=s.k, pool=s.pool, retriever=s.retriever, orderings=s.orderings, seed=s.seed,
                         token_budget=s.token_budget, batch_size=s.batch_size, prior_weight=s.prior_weight, **fields)
         self.engine = Engine(model, state, cfg, device)

@@ -28,7 +28,8 @@ from common.outputs import check_output, check_replacement, stamp_line
 from common.shards import ShardError
 from common.storage import is_remote
 from pipelines.core.children import exit_on_sigterm
-from pipelines.core.runs import RunFolderError, load_checkpoint, resolve_checkpoint, run_inputs, run_manifest
+from pipelines.core.runs import (RunFolderError, load_checkpoint, reads_features, resolve_checkpoint, run_inputs,
+                                 run_manifest)
 from pipelines.recommend.engine import RecommendError, add_engine_flags
 from preprocess.cluster import RayConnectError
 from pipelines.serve.edit_log import LOG_NAME
@@ -90,7 +91,8 @@ class ServeCommand:
         and the run's shard set."""
         try:
             ckpt = resolve_checkpoint(args.checkpoint).resolve()
-            shards = load_checkpoint(ckpt)["config"]["data"]["shards"]
+            payload = load_checkpoint(ckpt)
+            shards = payload["config"]["data"]["shards"]
             graph = args.graph if args.graph in snapshot.GRAPH_NAMES else str(Path(args.graph).resolve())
             if graph not in snapshot.GRAPH_NAMES and not Path(graph).is_file():
                 raise ValueError(f"--graph {args.graph}: no such file; pass all, train, valid, test or an edge-list "
@@ -98,6 +100,7 @@ class ServeCommand:
             s = Settings.from_dict({
                 "checkpoint": str(ckpt), "state": str(Path(args.state).resolve()), "shards": absolute(shards),
                 "graph": graph, "dataset": absolute(args.dataset) if args.dataset else None,
+                "features": reads_features(payload, run_manifest(payload, ckpt)),
                 "replicas": args.replicas, "replica_cpus": args.replica_cpus, "device": args.device, "k": args.k,
                 "pool": args.pool, "retriever": args.retriever, "orderings": args.orderings, "seed": args.seed,
                 "prior_weight": args.prior_weight, "batch_size": args.batch_size, "token_budget": args.token_budget,

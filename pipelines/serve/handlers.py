@@ -153,6 +153,9 @@ class Engine:
 
     def _rebuild(self) -> None:
         graph = self.state.graph
+        if graph.x is not None:  # the model reads node features: every node's, new ones too (GraphState)
+            import torch
+            self.model.attach_features(torch.from_numpy(graph.x))
         self.sampler = sampler_for(graph, self.cfg)
         self.scorer = scorer_for(self.model, graph, self.cfg, self.device)
 

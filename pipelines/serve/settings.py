@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pipelines.recommend.engine import RecConfig
 from pipelines.serve.handlers import Limits, read_token, token_digest
 
-OWNER_KEYS = ("shards", "graph", "state", "max_edges", "dataset")
+OWNER_KEYS = ("shards", "graph", "state", "max_edges", "dataset", "features")
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,7 @@ class Settings:
     shards: str = ""  # the run's shard set: the graph owner loads the graph from it, never the model
     graph: str = "all"  # every edge of every split (common.snapshot): no recommendation is an edge the user has
     dataset: str | None = None  # the run's edge list where it is now, when it moved (--dataset)
+    features: bool = False  # the model reads node features: the graph holds the run's, a new node comes with its row
     graph_app: str = "pencil-graph"
     replicas: int = 1
     replica_cpus: float = 1.0
@@ -87,7 +88,8 @@ class Settings:
         return replace(self, token_sha256=None if token is None else token_digest(token))
 
     def owner_dict(self) -> dict:
-        return {k: getattr(self, k) for k in OWNER_KEYS if getattr(self, k) is not None}
+        """The graph owner's settings; `features` only when the model reads them."""
+        return {k: getattr(self, k) for k in OWNER_KEYS if getattr(self, k) not in (None, False)}
 
     def service_dict(self) -> dict:
         return {k: v for k, v in asdict(self).items() if k not in ("state", "shards", "token_file")}

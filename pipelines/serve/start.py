@@ -3,10 +3,11 @@
 Everything that can be checked before Ray starts is checked first, each in one line naming the flag or the
 file (`precheck`): the port, RAY_ADDRESS (probed as `pencil recommend` does: Ray itself retries a dead address
 for minutes), the state folder and its edit log (line by line, against the served graph, read without changing
-it), the run (its shard set, its edge list where it is now, a model without node features) and the graph to
-serve. Then the applications are deployed without Serve's blocking wait (`deploy`): that wait retries a
-failing constructor for over a minute and then reports only "Failed to update the deployments"; here the
-first failed replica's own exception is the command's error.
+it), the run (its shard set, its edge list where it is now) and the graph to serve (with the run's node
+features when its model reads them: a snapshot with new nodes is refused). Then the applications are deployed
+without Serve's blocking wait (`deploy`): that wait retries a failing constructor for over a minute and then
+reports only "Failed to update the deployments"; here the first failed replica's own exception is the
+command's error.
 """
 from __future__ import annotations
 
@@ -65,10 +66,7 @@ def served_graph(s: Settings) -> dict:
     from pipelines.core.runs import load_checkpoint, run_dataset, run_manifest
     from pipelines.serve.state import serving_state
     manifest = run_manifest(load_checkpoint(Path(s.checkpoint)), s.checkpoint)
-    if manifest.get("features"):
-        raise ValueError(f"--checkpoint {s.checkpoint}: a model with node features is not served (a new node "
-                         "would have none)")
-    _, described = serving_state(run_dataset(manifest, s.dataset), s.graph, s.max_new_nodes)
+    _, described = serving_state(run_dataset(manifest, s.dataset), s.graph, s.max_new_nodes, s.features)
     return described
 
 

@@ -4,6 +4,10 @@ An edit is a record {"seq", "add", "remove"} of (u, v) pairs in the user's ids, 
 graph named by integers, text for one named by text). Applying the same records in the same order gives
 the same graph everywhere: the graph owner, every model replica, a restarted service replaying the log.
 
+Node features. A model that reads node features is served on a graph that holds them (the run's table): an
+edit that adds a node carries its row (`features`: {id: [numbers]}), and the record logs it, so a replay builds
+the same table. A new node without its row is refused with a 400: features are never invented.
+
 Node ids. A graph built from an edge-list file names its nodes as the file did (the set's mapping); a new id
 takes the next index, in the order edits first name it. A graph without a mapping names nodes by their index
 0..N-1, as `pencil score --graph EDGES` does; a new node's id is then its index and the graph grows to it
@@ -20,6 +24,7 @@ from common import snapshot
 from common.graph import Graph
 
 RECORD_KEYS = ("add", "remove")
+FEATURES_KEY = "features"
 INTEGER = re.compile(r"-?[0-9]+")
 LEADING_ZERO = re.compile(r"-?0[0-9]")
 
@@ -137,11 +142,10 @@ class LiveIds:
 
 
 class GraphState:
-    """A graph, its live ids and the sequence number of the last edit applied to it."""
+    """A graph, its live ids and the sequence number of the last edit applied to it. `graph.x`: the node features
+    of a model that reads them (every node has its row), else None."""
 
     def __init__(self, graph: Graph, base_ids: np.ndarray | None, max_new_nodes: int):
-        if graph.x is not None:  # structure only: a new node would have no features
-            graph = Graph(graph.indptr, graph.indices)
         self.graph, self.ids, self.seq = graph, LiveIds(base_ids, graph.num_nodes), 0
         self.base_fingerprint = graph.fingerprint()
         self.max_new_nodes = int(max_new_nodes)
@@ -153,9 +157,12 @@ class GraphState:
         max_new_nodes."""
         if not isinstance(body, dict):
             raise ServeError(400, 'the body must be a JSON object {"add": [[u, v], ...], "remove": [[u, v], ...]}')
-        extra = sorted(set(body) - set(RECORD_KEYS))
+        featured = self.graph.x is not None
+        extra = sorted(set(body) - set(RECORD_KEYS) - ({FEATURES_KEY} if featured else set()))
         if extra:
-            raise ServeError(400, f"unknown field {shown(extra[0])}; an edit has the fields 'add' and 'remove'")
+            fields = "'add', 'remove' and 'features' (a new node's row)" if featured else "'add' and 'remove'"
+            why = ("; this model reads no node features" if extra[0] == FEATURES_KEY else "")
+            raise ServeError(400, f"unknown field {shown(extra[0])}; an edit has the fields {fields}{why}")
         record = {key: self._pairs(body.get(key, []), key) for key in RECORD_KEYS}
         if not record["add"] and not record["remove"]:
             raise ServeError(400, "an edit needs at least one pair in 'add' or 'remove'")
@@ -170,7 +177,44 @@ class GraphState:
             for value in (u, v):
                 if self.ids.find(value) is None and value not in introduced:
                     raise ServeError(404, f"'remove': unknown node {shown(value)}: not in the serving graph")
+        if featured:
+            rows = self._feature_rows(body.get(FEATURES_KEY, {}), self._created(introduced))
+            if rows:
+                record[FEATURES_KEY] = rows
         return record
+
+    def _created(self, introduced: set) -> list:
+        """The nodes an edit creates: its new ids (a graph named 0..N-1 also grows by the ids in between)."""
+        if self.ids.mapped or not introduced:
+            return sorted(introduced, key=str)
+        return list(range(self.ids.num_nodes, max(introduced) + 1))
+
+    def _feature_rows(self, value, created: list) -> list:
+        """'features' {id: [numbers]} -> [[id, row], ...] for the created nodes, each row checked; a created
+        node without its row, a row of another length, a non-finite or non-numeric value, or a row of a node
+        the edit does not create is a 400."""
+        width = self.graph.x.shape[1]
+        if not isinstance(value, dict):
+            raise ServeError(400, f"'features' must be an object {{node: [{width} numbers]}}, one row per new node")
+        rows = {}
+        for key, row in value.items():
+            node = self.ids.normalise(key, "'features'")
+            if node not in created:
+                raise ServeError(400, f"'features': node {shown(key)} is not created by this edit; a node's features "
+                                 "are given once, with the edit that adds it")
+            ok = isinstance(row, list) and len(row) == width and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) for x in row)
+            if not ok or not np.isfinite(np.asarray(row, dtype=np.float64)).all():
+                raise ServeError(400, f"'features'[{shown(key)}]: expected {width} finite numbers, got {shown(row)}")
+            if (np.abs(np.asarray(row, dtype=np.float64)) > np.finfo(np.float32).max).any():
+                raise ServeError(400, f"'features'[{shown(key)}]: a value beyond float32; scale the row")
+            rows[node] = [float(x) for x in row]
+        missing = [node for node in created if node not in rows]
+        if missing:
+            raise ServeError(400, f"node {shown(missing[0])} is new and this model reads node features: send its "
+                             f"row with the edit, \"features\": {{{shown(missing[0])}: [{width} numbers]}} "
+                             f"({len(missing)} new node(s) without one); features are never invented")
+        return [[node, rows[node]] for node in created]
 
     def _pairs(self, value, key: str) -> list:
         if not isinstance(value, list):
@@ -192,7 +236,7 @@ class GraphState:
         fresh = [r for r in records if r["seq"] > self.seq]
         if not fresh:
             return False
-        final: dict = {}
+        final, rows = {}, {}
         for r in fresh:
             if r["seq"] != self.seq + 1:
                 raise RuntimeError(f"edit {r['seq']} follows edit {self.seq}: the edits must be applied in order")
@@ -202,20 +246,32 @@ class GraphState:
             for u, v in r["remove"]:
                 a, b = self.ids.assign(u), self.ids.assign(v)
                 final[(min(a, b), max(a, b))] = False
+            rows.update({self.ids.find(node): row for node, row in r.get(FEATURES_KEY, [])})
             self.seq = r["seq"]
         add = np.array([k for k, on in final.items() if on], dtype=np.int64).reshape(-1, 2)
         remove = np.array([k for k, on in final.items() if not on], dtype=np.int64).reshape(-1, 2)
-        self.graph = self.graph.edited(add, remove, self.ids.num_nodes)
+        new_x = None
+        if self.graph.x is not None and self.ids.num_nodes > self.graph.num_nodes:  # every new node has its row
+            new_x = np.array([rows[i] for i in range(self.graph.num_nodes, self.ids.num_nodes)], dtype=np.float32)
+        self.graph = self.graph.edited(add, remove, self.ids.num_nodes, new_x=new_x)
         return True
 
     def summary(self) -> dict:
         return {"seq": self.seq, "nodes": self.graph.num_nodes, "edges": self.graph.num_edges}
 
 
-def serving_state(dataset, spec: str, max_new_nodes: int) -> tuple[GraphState, dict]:
+def serving_state(dataset, spec: str, max_new_nodes: int, features: bool = False) -> tuple[GraphState, dict]:
     """The graph a service starts from (`--graph`: the whole graph `all`, the default, a split's graph, or an
-    edge-list file, as in `pencil score` and `pencil recommend`) and a description of it for the edit log's header."""
+    edge-list file, as in `pencil score` and `pencil recommend`) and a description of it for the edit log's header.
+    `features`: the model reads node features, so the graph holds the run's (a snapshot with new nodes is refused:
+    pipelines.core.runs.check_node_features); else structure only."""
     graph, node_ids = snapshot.graph_for(spec, dataset)
+    if features:
+        from pipelines.core.runs import check_node_features
+        check_node_features(True, dataset.num_nodes, graph, node_ids, f"--graph {spec}")
+        graph = Graph(graph.indptr, graph.indices, dataset.x)
+    elif graph.x is not None:  # structure only: the model reads no features
+        graph = Graph(graph.indptr, graph.indices)
     state = GraphState(graph, node_ids, max_new_nodes)
     source = (f"{dataset.name}, every split's edges" if spec == snapshot.WHOLE else
               f"{dataset.name} {spec} graph" if spec in snapshot.SPLIT_NAMES else str(spec))
