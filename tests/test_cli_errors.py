@@ -203,8 +203,8 @@ def test_other_pipelines_fail_in_one_line(module, args, expect, inputs, capsys):
 
 
 # One case of each command's table as a real process: the interpreter's start-up, the imports' warnings and log
-# lines, and the exit status as the shell sees it. An error raised by the work (preprocess: the dataset's split,
-# exit 2; score: a missing checkpoint, exit 1) and a flag refused only once the trainer is imported (run).
+# lines, and the exit status as the shell sees it. An error found by the work (preprocess: the dataset's split;
+# score: a missing checkpoint) and a flag refused only once the trainer is imported (run).
 PROCESSES = [
     ("preprocess", ["--dataset", "{tmp}/one-edge.csv", "--out", "{tmp}/o"],
      r"1 edges leave no valid and no test edges.*--split"),

@@ -90,9 +90,11 @@ def test_bad_input_gives_one_line_and_a_nonzero_exit(shards, tmp_path, name, ove
 
 # Two cases as real processes: a flag refused by the parser (exit 2) and a shard set refused once the trainer
 # reads it (exit 1), with the imports' warnings and log lines, and the status the shell sees.
-@pytest.mark.parametrize("name,override,needle", [CASES[0], CASES[2]])
-def test_a_real_process_fails_in_one_line(shards, tmp_path, name, override, needle):
-    check_refused(trainer_cli(case_args(shards, tmp_path, override)), needle, tmp_path / "run")
+@pytest.mark.parametrize("name,override,needle,status", [(*CASES[0], 1), (*CASES[2], 2)])
+def test_a_real_process_fails_in_one_line(shards, tmp_path, name, override, needle, status):
+    res = trainer_cli(case_args(shards, tmp_path, override))
+    check_refused(res, needle, tmp_path / "run")
+    assert res.returncode == status
 
 
 def test_debug_shows_the_traceback(shards, tmp_path):
