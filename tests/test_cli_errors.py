@@ -1,8 +1,10 @@
 """Every bad input (and the other flags of each CLI) ends in ONE line on stderr and a
-non-zero exit, before any work is done; `--debug` brings the traceback back. Run as a user would:
-subprocesses of `python -m ...`."""
+non-zero exit, before any work is done; `--debug` brings the traceback back. The tables call each command's
+main(argv) in this process (tests/cli_calls.py: the line and the exit status are common.cli's either way);
+`test_a_real_process_fails_in_one_line` and the tests after the tables run `python -m ...` as a user would."""
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import subprocess
@@ -12,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.cli_calls import call_main
 from tests.conftest import needs_ray
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,6 +44,12 @@ def run(module: str, args: list[str], tmp: Path, env: dict | None = None) -> sub
     args = [a.replace("{tmp}", str(tmp)) for a in args]
     return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env={**os.environ, **(env or {})})
+
+
+def call(module: str, args: list[str], tmp: Path, capsys) -> subprocess.CompletedProcess:
+    """`python -m module args` in this process (tests/cli_calls.py)."""
+    main = importlib.import_module("preprocess.__main__" if module == "preprocess" else module).main
+    return call_main(main, [a.replace("{tmp}", str(tmp)) for a in args], capsys)
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, module: str, expect: str) -> str:
@@ -102,8 +111,8 @@ PREPROCESS = [
 
 
 @pytest.mark.parametrize("args, expect", PREPROCESS, ids=[" ".join(a[2:]) or a[1] for a, _ in PREPROCESS])
-def test_preprocess_fails_in_one_line(args, expect, inputs):
-    proc = run("preprocess", args, inputs)
+def test_preprocess_fails_in_one_line(args, expect, inputs, capsys):
+    proc = call("preprocess", args, inputs, capsys)
     assert_one_line_error(proc, "preprocess", expect)
     assert not (inputs / "o").exists() or not any((inputs / "o").rglob("*.tar"))  # nothing sampled
 
@@ -142,10 +151,8 @@ RUN = [
     (["--dataset", "citeseer", "--out", "{tmp}/afile"], r"--out .*afile is a file"),
     (["--dataset", "citeseer", "--shards", "{tmp}/afile/x"], r"--shards .*afile is a file"),
     (["--dataset", "citeseer", "--train-arg=--attention=bogus"], r"--train-arg --attention bogus: .*attention"),
-    # each --train-arg case imports the trainer (torch) to validate: one in the default run is enough
-    pytest.param(["--dataset", "citeseer", "--train-arg=--nosuch=1"], r"--train-arg --nosuch 1: unrecognized arguments",
-                 marks=pytest.mark.slow),
-    pytest.param(["--dataset", "citeseer", "--train-arg=--micro-batch=0"], r"--micro-batch", marks=pytest.mark.slow),
+    (["--dataset", "citeseer", "--train-arg=--nosuch=1"], r"--train-arg --nosuch 1: unrecognized arguments"),
+    (["--dataset", "citeseer", "--train-arg=--micro-batch=0"], r"--micro-batch"),
     (["--dataset", "citeseer", "--train-arg=micro-batch"], r"--train-arg 'micro-batch': expected a trainer flag"),
     (["--dataset", "cora"], r"cora needs --planetoid-dir"),
     (["--dataset", "{tmp}/g100.csv", "--nodes", "{tmp}/nowhere.csv"], r"nowhere\.csv: file not found"),
@@ -169,9 +176,9 @@ def _ids(cases, start=2):
 
 
 @pytest.mark.parametrize("args, expect", RUN, ids=_ids(RUN))
-def test_pipelines_run_fails_before_any_work(args, expect, inputs, tmp_path):
-    proc = run("pipelines.run", args + ["--out", str(tmp_path / "results"), "--shards", str(tmp_path / "shards")]
-               if "--out" not in args and "--shards" not in args else args, inputs)
+def test_pipelines_run_fails_before_any_work(args, expect, inputs, tmp_path, capsys):
+    proc = call("pipelines.run", args + ["--out", str(tmp_path / "results"), "--shards", str(tmp_path / "shards")]
+                if "--out" not in args and "--shards" not in args else args, inputs, capsys)
     assert_one_line_error(proc, "pipelines.run", expect)
     assert not (tmp_path / "shards").exists() and not (tmp_path / "results").exists()  # no work was done
 
@@ -184,15 +191,34 @@ OTHERS = [
      r"afile"),
     ("pipelines.score", ["--checkpoint", "{tmp}/nowhere", "--pairs", "{tmp}/cols.csv", "--out", "{tmp}/s.parquet"],
      r"--checkpoint .*nowhere: no such file"),
-    pytest.param("pipelines.score", ["--checkpoint", "{tmp}", "--pairs", "{tmp}/cols.csv", "--out", "{tmp}/s.parquet",
-                                     "--orderings", "0"], r"--orderings must be >= 1", marks=pytest.mark.slow),
+    ("pipelines.score", ["--checkpoint", "{tmp}", "--pairs", "{tmp}/cols.csv", "--out", "{tmp}/s.parquet",
+                         "--orderings", "0"], r"--orderings must be >= 1"),
     ("pipelines.heuristics", ["--dataset", "citeseer", "--heuristics", "nosuch"], r"nosuch"),
 ]
 
 
 @pytest.mark.parametrize("module, args, expect", OTHERS, ids=_ids(OTHERS, start=0))
-def test_other_pipelines_fail_in_one_line(module, args, expect, inputs):
+def test_other_pipelines_fail_in_one_line(module, args, expect, inputs, capsys):
+    assert_one_line_error(call(module, args, inputs, capsys), module, expect)
+
+
+# One case of each command's table as a real process: the interpreter's start-up, the imports' warnings and log
+# lines, and the exit status as the shell sees it. An error found by the work (preprocess: the dataset's split;
+# score: a missing checkpoint) and a flag refused only once the trainer is imported (run).
+PROCESSES = [
+    ("preprocess", ["--dataset", "{tmp}/one-edge.csv", "--out", "{tmp}/o"],
+     r"1 edges leave no valid and no test edges.*--split"),
+    ("pipelines.run", ["--dataset", "citeseer", "--train-arg=--attention=bogus", "--out", "{tmp}/r", "--shards",
+                       "{tmp}/s"], r"--train-arg --attention bogus: .*attention"),
+    ("pipelines.score", ["--checkpoint", "{tmp}/nowhere", "--pairs", "{tmp}/cols.csv", "--out", "{tmp}/s.parquet"],
+     r"--checkpoint .*nowhere: no such file"),
+]
+
+
+@pytest.mark.parametrize("module, args, expect", PROCESSES, ids=_ids(PROCESSES, start=0))
+def test_a_real_process_fails_in_one_line(module, args, expect, inputs):
     assert_one_line_error(run(module, args, inputs), module, expect)
+    assert not (inputs / "r").exists() and not (inputs / "s").exists()
 
 
 def test_pencil_without_a_command_is_an_error_with_its_usage():

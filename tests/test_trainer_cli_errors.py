@@ -1,6 +1,7 @@
 """`python -m trainer` with bad input: ONE line on stderr naming the flag or file, a non-zero exit, and
-nothing started (no run directory written); `--debug` brings the traceback back. Each case is a real
-subprocess, as a user would run it."""
+nothing started (no run directory written); `--debug` brings the traceback back. The table calls the trainer's
+main(argv) in this process (tests/cli_calls.py: the line and the exit status are common.cli's either way);
+`test_a_real_process_fails_in_one_line` and the --debug test run `python -m trainer` as a user would."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.cli_calls import call_main
 from tests.test_trainer_data import make_shard_set
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,17 +64,37 @@ def trainer_cli(args: dict, *extra) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("name,override,needle", CASES)
-def test_bad_input_gives_one_line_and_a_nonzero_exit(shards, tmp_path, name, override, needle):
-    out = tmp_path / "run"
-    args = {"--shards": str(shards), "--preset": "tiny", "--out": str(out), "--device": "cpu",
-            **override(shards, tmp_path)}
-    res = trainer_cli(args)
+def trainer_call(capsys, args: dict, *extra) -> subprocess.CompletedProcess:
+    """trainer_cli's command, run by the trainer's main(argv) in this process."""
+    from trainer.train import main
+    return call_main(main, [*(a for kv in args.items() for a in kv), "--no-progress", *extra], capsys)
+
+
+def check_refused(res: subprocess.CompletedProcess, needle: str, out: Path) -> None:
     lines = res.stderr.strip().splitlines()
     assert res.returncode != 0 and res.stdout == ""
     assert len(lines) == 1, res.stderr
     assert needle in lines[0] and "Traceback" not in res.stderr, lines[0]
     assert not (out / "last.pt").exists() and not (out / "metrics.jsonl").exists()  # failed before any work
+
+
+def case_args(shards: Path, tmp_path: Path, override) -> dict:
+    return {"--shards": str(shards), "--preset": "tiny", "--out": str(tmp_path / "run"), "--device": "cpu",
+            **override(shards, tmp_path)}
+
+
+@pytest.mark.parametrize("name,override,needle", CASES)
+def test_bad_input_gives_one_line_and_a_nonzero_exit(shards, tmp_path, name, override, needle, capsys):
+    check_refused(trainer_call(capsys, case_args(shards, tmp_path, override)), needle, tmp_path / "run")
+
+
+# Two cases as real processes: a flag refused by the parser (exit 2) and a shard set refused once the trainer
+# reads it (exit 1), with the imports' warnings and log lines, and the status the shell sees.
+@pytest.mark.parametrize("name,override,needle,status", [(*CASES[0], 1), (*CASES[2], 2)])
+def test_a_real_process_fails_in_one_line(shards, tmp_path, name, override, needle, status):
+    res = trainer_cli(case_args(shards, tmp_path, override))
+    check_refused(res, needle, tmp_path / "run")
+    assert res.returncode == status
 
 
 def test_debug_shows_the_traceback(shards, tmp_path):
@@ -96,7 +118,7 @@ def test_more_nccl_ranks_than_gpus_is_refused_in_one_line(shards, tmp_path):
     assert all(line.startswith("python -m trainer: error: --nproc-per-node") for line in refusals)
 
 
-def test_verify_checks_the_whole_set_up_front(shards, tmp_path):
+def test_verify_checks_the_whole_set_up_front(shards, tmp_path, capsys):
     import shutil
     bad = tmp_path / "set"
     shutil.copytree(shards, bad)
@@ -106,10 +128,10 @@ def test_verify_checks_the_whole_set_up_front(shards, tmp_path):
     victim.write_bytes(bytes(data))
     args = {"--shards": str(bad), "--preset": "tiny", "--out": str(tmp_path / "run"), "--device": "cpu",
             "--max-steps": "1"}
-    res = trainer_cli(args, "--verify")
+    res = trainer_call(capsys, args, "--verify")
     lines = res.stderr.strip().splitlines()
     assert res.returncode != 0 and len(lines) == 1, res.stderr
     assert "--verify" in lines[0] and victim.name in lines[0] and "checksum mismatch" in lines[0], lines[0]
     assert not (tmp_path / "run" / "last.pt").exists()
-    good = trainer_cli({**args, "--shards": str(shards), "--out": str(tmp_path / "ok")}, "--verify")
+    good = trainer_call(capsys, {**args, "--shards": str(shards), "--out": str(tmp_path / "ok")}, "--verify")
     assert good.returncode == 0, good.stderr[-2000:]
