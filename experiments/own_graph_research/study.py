@@ -80,9 +80,9 @@ def table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
-def variants_table(out: Path, names: list[str], seed: int = 0) -> str:
-    """Per graph: every variant's honest valid MRR / AUC (epoch chosen on MRR), as differences from base."""
-    base = runs(out, "base")
+def variants_table(out: Path, names: list[str], seed: int = 0, against: str = "base") -> str:
+    """Per graph: every variant's honest valid MRR / AUC (epoch chosen on MRR), as differences from `against`."""
+    base = runs(out, against)
     others = {v: runs(out, v) for v in names}
     rows, diffs = [], {v: {"mrr": [], "auc": []} for v in names}
     for g in sorted(base):
@@ -106,7 +106,7 @@ def variants_table(out: Path, names: list[str], seed: int = 0) -> str:
             d = np.array(diffs[v][m]) * 100
             mean.append(f"**{d.mean():+.2f}** ({len(d)})" if len(d) else "–")
             wins.append(f"{int((d > 0.5).sum())} / {int((d < -0.5).sum())}" if len(d) else "–")
-    header = ["graph", "base MRR", "base AUC"] + [f"{v} {m} diff" for v in names for m in ("MRR", "AUC")]
+    header = ["graph", f"{against} MRR", f"{against} AUC"] + [f"{v} {m} diff" for v in names for m in ("MRR", "AUC")]
     return table(header, rows + [mean, wins])
 
 
@@ -260,10 +260,11 @@ def main(argv=None) -> int:
     p.add_argument("what", choices=("variants", "stopping", "ensemble", "noise", "seal"))
     p.add_argument("--variants", default="dist")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--against", default="base", help="variants: the reference variant (default base)")
     args = p.parse_args(argv)
     out = Path(args.out).resolve()
     if args.what == "variants":
-        print(variants_table(out, args.variants.split(","), args.seed))
+        print(variants_table(out, args.variants.split(","), args.seed, args.against))
     elif args.what == "seal":
         print(seal_table(out, ["base", *args.variants.split(",")]))
     elif args.what == "noise":
