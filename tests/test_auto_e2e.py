@@ -121,7 +121,7 @@ def test_a_candidate_whose_trainer_dies_before_its_summary_leaves_a_run_that_com
 
     root = Path(__file__).resolve().parents[1]
     csv = _write(tmp_path / "geo.csv", _geo_split())
-    env = {**os.environ, "PENCIL_TEST_TRAINER_DIE": "deep-d2n8",
+    env = {**os.environ, "PENCIL_TEST_TRAINER_DIE": "deep-d2n5",
            "PYTHONPATH": os.pathsep.join([str(root / "tests" / "fault_hook"), str(root),
                                           os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.run([sys.executable, "-m", "pipelines.run", "--dataset", str(csv), "--nodes",
@@ -131,8 +131,8 @@ def test_a_candidate_whose_trainer_dies_before_its_summary_leaves_a_run_that_com
                           cwd=root, env=env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((tmp_path / "r" / "geo" / "auto" / "original" / "search.json").read_text())
-    deep = record["chosen"]["rungs"]["grace"]["deep-d2n8"]
-    assert "deep-d2n8" in record["chosen"]["failed"] and deep["best_epoch"] == 0 and deep["stopped"]
-    assert record["chosen"]["cid"] in ("default-d1n20", "deep-d2n8", "wide-d1n50")
+    deep = record["chosen"]["rungs"]["grace"]["deep-d2n5"]
+    assert "deep-d2n5" in record["chosen"]["failed"] and deep["best_epoch"] == 0 and deep["stopped"]
+    assert record["chosen"]["cid"] in ("default-d1n20", "deep-d2n5", "wide-d1n50")
     assert "the trainer failed" in proc.stderr
     assert (tmp_path / "r" / "geo" / "auto" / "report.md").exists()

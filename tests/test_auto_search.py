@@ -11,7 +11,7 @@ import pytest
 
 from pipelines.auto import search as auto_search
 from pipelines.auto.config import SearchConfig, candidates
-from pipelines.auto.signal import choose, paired, rank_values
+from pipelines.auto.signal import Signal, choose, paired, rank_values, two_way_se
 from pipelines.core.config import TrainerOptions
 
 
@@ -43,6 +43,39 @@ def test_an_alternative_replaces_the_default_only_beyond_the_margin(alt, margin,
     assert got["choice"] == chosen and got["means"]["default"] == 0.5
 
 
+def test_two_way_se_against_a_loop_over_its_draws():
+    """The bootstrap's SE equals a slow loop that redraws positives and shared negatives and ranks by hand."""
+    rng = np.random.default_rng(3)
+    a, b = Signal(rng.normal(size=30), rng.normal(size=40)), Signal(rng.normal(size=30), rng.normal(size=40))
+    draws, reps = np.random.default_rng(0), []
+    for _ in range(50):
+        ip, iq = draws.integers(0, 30, 30), draws.integers(0, 40, 40)
+        rr = [np.mean([1 / (1 + np.sum(s.neg[iq] > x) + 0.5 * np.sum(s.neg[iq] == x)) for x in s.pos[ip]])
+              for s in (a, b)]
+        reps.append(rr[0] - rr[1])
+    assert two_way_se(a, b, "mrr", draws=50) == pytest.approx(np.std(reps, ddof=1))
+    # own negatives travel with their positive: only positives are drawn
+    own = Signal(np.array([1.0, 0.0, 2.0]), np.zeros((3, 2)))
+    assert two_way_se(own, own, "mrr") == 0.0 and two_way_se(Signal(own.pos[:1], own.neg[:1]), own, "mrr") == np.inf
+
+
+def test_the_two_way_se_sees_the_negatives_noise():
+    """Two runs that differ only in how they rank the shared negatives: the closed form over the positives sees
+    almost nothing, the bootstrap over the negatives too sees the spread."""
+    rng = np.random.default_rng(1)
+    pos = rng.normal(1.0, 1.0, 100)
+    a, b = Signal(pos, rng.normal(size=20)), Signal(pos, rng.normal(size=20))
+    closed = paired(a.values()["mrr"], b.values()["mrr"])[1]
+    assert two_way_se(a, b, "mrr") > closed
+
+
+def test_choose_takes_the_standard_error_it_is_given():
+    values = {"default": np.full(4, 0.5), "alt": np.full(4, 0.6)}
+    assert choose(values, 1.0)["choice"] == "alt"  # closed form: SE 0
+    got = choose(values, 1.0, se_of=lambda best, default: 0.2)
+    assert got["choice"] == "default" and got["se"] == 0.2
+
+
 def test_hits_at_k_per_positive_count_a_tie_averaged_rank_at_most_k():
     got = rank_values(np.array([3.0, 1.0, 0.5]), np.array([2.0, 1.0, 0.0]))
     # ranks 1, 2.5 (one above, one tied), 3 (two above, 0.5 > 0): Hits@1 counts the first, Hits@3 all three
@@ -56,6 +89,9 @@ def test_a_run_gets_the_steps_it_needs_within_bounds():
     assert (cfg.grace_epochs(12), cfg.patience_epochs(12)) == (2, 3)
     assert (cfg.grace_epochs(60), cfg.patience_epochs(60)) == (10, 15)
     assert [c.name for c in candidates()] == ["default", "deep", "wide"]  # the default first: ties keep it
+    deep = candidates()[1]
+    assert deep.cid == "deep-d2n5" and deep.overrides()[-2:] == ("--distance-features", "4")
+    assert "--distance-features" not in candidates()[0].overrides()
 
 
 # ---------------------------------------------------------------------------- the search with fake trainers
@@ -106,7 +142,7 @@ class FakeRuns:
             json.dumps({"event": "eval", "epoch": e, "split": "valid", "protocol": "original", "mrr": v}) + "\n"
             for e, v in enumerate(curve)) + '{"event": "eval", "ep')  # and a torn last line
 
-    def values(self, run_dir, manifest, protocol):
+    def signal(self, run_dir, manifest, protocol):
         path = Path(run_dir) / "summary.json"
         if path.exists():
             s = json.loads(path.read_text())
@@ -117,12 +153,20 @@ class FakeRuns:
         v = curve[min(s["best_epoch"], len(curve) - 1)]
         rng = np.random.default_rng(sum(map(ord, self.name(Path(run_dir)))))  # its own noise per candidate
         noise = rng.choice([-1.0, 1.0], size=100) * self.spread
-        return {"mrr": v + noise, "auc": v + noise}
+        return FakeSignal(v + noise, np.empty((100, 0)))
+
+
+class FakeSignal(Signal):
+    """Per-positive values as they are: each positive's own (empty) negatives, so two_way_se draws positives."""
+
+    def values(self, ip=None, iq=None):
+        v = self.pos if ip is None else self.pos[ip]
+        return {"mrr": v, "auc": v}
 
 
 def _search(tmp_path, monkeypatch, fake: FakeRuns, epochs: int = 12, metric: str = "mrr"):
     monkeypatch.setattr(auto_search, "run_trainers", fake.trainers)
-    monkeypatch.setattr(auto_search, "run_values", fake.values)
+    monkeypatch.setattr(auto_search, "run_signal", fake.signal)
     shards = {c.sampling: f"/shards/{c.name}" for c in candidates()}
     return auto_search.Search(SearchConfig(), epochs, candidates(), shards, "original",
                               {c.sampling: {} for c in candidates()}, tmp_path / "search", TrainerOptions("cpu"),
@@ -136,7 +180,7 @@ def rising(top: float, peak: int, length: int = 60) -> list:
 def test_a_better_alternative_wins_and_stops_where_it_converged(tmp_path, monkeypatch):
     fake = FakeRuns({"default": rising(0.5, 5), "deep": rising(0.7, 6), "wide": rising(0.4, 5)})
     got = _search(tmp_path, monkeypatch, fake).run(1000).to_dict()
-    assert got["cid"] == "deep-d2n8" and got["metric"] == "mrr"
+    assert got["cid"] == "deep-d2n5" and got["metric"] == "mrr"
     assert got["best_epoch"] == 6 and got["epochs"] == 6 + 3 + 1  # 3 epochs after its best: patience 3 of 12
     grace = [f for f in fake.jobs if f[f.index("--stop-epoch") + 1] == "2"]
     assert len(grace) == 3 and all("--patience" not in f for f in grace)  # every candidate, its grace period
@@ -151,7 +195,7 @@ def test_a_better_alternative_wins_and_stops_where_it_converged(tmp_path, monkey
 def test_an_alternative_ahead_within_the_noise_leaves_the_default(tmp_path, monkeypatch):
     fake = FakeRuns({"default": rising(0.50, 5), "deep": rising(0.52, 5), "wide": rising(0.1, 5)}, spread=0.3)
     got = _search(tmp_path, monkeypatch, fake).run(1000).to_dict()
-    assert got["cid"] == "default-d1n20" and "within 2 SE" in got["decision"]["reason"]
+    assert got["cid"] == "default-d1n20" and "within 1 SE" in got["decision"]["reason"]
     assert got["epochs"] == 5 + 3 + 1  # its own converged run, not trained on
 
 
@@ -174,16 +218,16 @@ def test_a_candidate_whose_trainer_dies_after_its_first_evaluation_is_judged_on_
     """Its trainer failed before any summary; the search goes on, judging it on the epoch it evaluated."""
     fake = FakeRuns({"default": rising(0.5, 5), "deep": rising(0.9, 1), "wide": rising(0.4, 5)}, dies={"deep": 1})
     got = _search(tmp_path, monkeypatch, fake).run(1000).to_dict()
-    assert got["rungs"]["grace"]["deep-d2n8"]["best_epoch"] == 0 and got["rungs"]["grace"]["deep-d2n8"]["stopped"]
-    assert "deep-d2n8" in got["failed"] and got["cid"] in ("default-d1n20", "deep-d2n8")
+    assert got["rungs"]["grace"]["deep-d2n5"]["best_epoch"] == 0 and got["rungs"]["grace"]["deep-d2n5"]["stopped"]
+    assert "deep-d2n5" in got["failed"] and got["cid"] in ("default-d1n20", "deep-d2n5")
 
 
 def test_a_candidate_that_evaluated_nothing_is_left_out_but_a_default_without_a_result_stops_the_run(
         tmp_path, monkeypatch):
     fake = FakeRuns({"default": rising(0.5, 5), "deep": rising(0.9, 5), "wide": rising(0.4, 5)}, dies={"deep": 0})
     got = _search(tmp_path, monkeypatch, fake).run(1000).to_dict()
-    assert got["rungs"]["grace"]["deep-d2n8"]["valid"] is None and got["cid"] == "default-d1n20"
-    assert "deep-d2n8" not in got["rungs"]["converged"]  # never a survivor
+    assert got["rungs"]["grace"]["deep-d2n5"]["valid"] is None and got["cid"] == "default-d1n20"
+    assert "deep-d2n5" not in got["rungs"]["converged"]  # never a survivor
     fake = FakeRuns({"default": rising(0.5, 5), "deep": rising(0.9, 5), "wide": rising(0.4, 5)}, dies={"default": 0})
     with pytest.raises(auto_search.AutoError, match="default-d1n20: the trainer failed"):
         _search(tmp_path / "b", monkeypatch, fake).run(1000)
@@ -198,7 +242,7 @@ def test_a_budget_cut_is_recorded(tmp_path, monkeypatch):
 
 
 def test_the_search_reads_validation_scores_only(tmp_path, monkeypatch):
-    """The real reader of a run's values (signal.run_values) on folders that hold validation scores alone: a
+    """The real reader of a run's values (signal.run_signal) on folders that hold validation scores alone: a
     search reaching for test would fail here."""
     from common.eval_scores import write_scores
     from pipelines.auto import signal
@@ -206,11 +250,11 @@ def test_the_search_reads_validation_scores_only(tmp_path, monkeypatch):
     monkeypatch.setattr(auto_search, "run_trainers", fake.trainers)
     read = []
 
-    def per_positive(manifest, split, protocol, cid, score):
+    def eval_signal(manifest, split, protocol, cid, score):
         read.append((split, protocol))
-        return rank_values(score[:2], score[2:])
+        return Signal(score[:2], score[2:])
 
-    monkeypatch.setattr(signal, "per_positive", per_positive)
+    monkeypatch.setattr(signal, "eval_signal", eval_signal)
     real_trainers = fake.trainers
 
     def trainers(jobs, *a, **k):

@@ -2,9 +2,11 @@
 alternatives) and the search's knobs, in one dataclass.
 
 The default is the `general` preset (common/presets.py): what a user would get with no search at all. The
-alternatives change one thing each, the sampling: two hops (sparse graphs, where one hop sees little) and a
-wider hop (dense graphs, where 20 neighbours cut the common ones). The model and optimiser stay the
-default's, so a choice never trades one knob against another.
+alternatives change the view of the subgraph: `deep`, two hops of 5 with each token's hop distances to the two
+targets (DRNL's structural signal, trainer --distance-features), for sparse graphs where one hop sees little;
+on validation of 9 graphs it led the default by +4.2 MRR and +5.1 AUC on average (5 / 1 graphs won / lost on
+MRR, 7 / 0 on AUC; docs/benchmarks/2026-11-28-own-graph-research.md). `wide`, one wider hop, for dense graphs
+where 20 neighbours cut the common ones. The model and optimiser stay the default's.
 """
 from __future__ import annotations
 
@@ -26,7 +28,11 @@ class SearchConfig:
     grace_period: float = 1 / 6  # of the run's epochs (at least 2) every candidate trains before any is cut
     reduction_factor: int = 3  # after the grace period, 1 in reduction_factor alternatives goes on
     patience: float = 1 / 4  # of the run's epochs (at least 2) without a better validation score: converged
-    margin_se: float = 2.0  # an alternative replaces the default only when better by more than this many SE
+    # an alternative replaces the default only when better by more than this many SE of the two-way bootstrap
+    # (pipelines.auto.signal): on validation halves of 9 graphs, 1 SE kept +2.8 of the +3.5 MRR that switching
+    # on any lead gains, at a worst loss of 0.9 (2 SE: +2.2); docs/benchmarks/2026-11-28-own-graph-research.md
+    margin_se: float = 1.0
+    blend_margin_se: float = 2.0  # the blend's rule, on the closed-form SE over the positives
     budget_minutes: float = 30.0  # an upper bound on the whole run: the search gets half, the seeds the rest
 
     def epochs(self, steps_per_epoch: int) -> int:
@@ -53,6 +59,7 @@ class Candidate:
     lr: float
     lr_schedule: str
     effective_batch: int
+    distances: int = 0  # trainer --distance-features D (0: off)
 
     @property
     def cid(self) -> str:
@@ -63,7 +70,8 @@ class Candidate:
         """The candidate as `python -m trainer --preset general` overrides (its sampling comes with its shards)."""
         return ("--hidden", str(self.hidden), "--layers", str(self.layers), "--heads", str(self.heads),
                 "--ffn", str(self.ffn), "--lr", f"{self.lr:g}", "--lr-schedule", self.lr_schedule,
-                "--effective-batch", str(self.effective_batch))
+                "--effective-batch", str(self.effective_batch),
+                *(("--distance-features", str(self.distances)) if self.distances else ()))
 
     def to_dict(self) -> dict:
         return {"cid": self.cid, **asdict(self), "sampling": list(self.sampling)}
@@ -78,4 +86,4 @@ def candidates() -> list[Candidate]:
     p = get_preset(DEFAULT_PRESET)
     default = Candidate("default", p.sampling, p.hidden, p.layers, p.heads, p.ffn, p.lr, p.lr_schedule,
                         p.effective_batch)
-    return [default, replace(default, name="deep", sampling=(2, 8)), replace(default, name="wide", sampling=(1, 50))]
+    return [default, replace(default, name="deep", sampling=(2, 5), distances=4), replace(default, name="wide", sampling=(1, 50))]

@@ -119,7 +119,7 @@ def search_and_train(run: RunConfig, dataset, protocol: str, out: Path, runs: di
     finals = final_runs(run.trainer, choice, protocol, runs)
     bare = train_without_features(run, finals, stop_at=deadline, partial=True)  # in the budget, before the blend
     manifest = manifests[choice.candidate.sampling]
-    decision, blended = blend_stage(runs, blind, dataset, manifest, protocol, choice.metric, cfg.margin_se,
+    decision, blended = blend_stage(runs, blind, dataset, manifest, protocol, choice.metric, cfg.blend_margin_se,
                                     test_scores)
     stopped = sorted(seed for seed, s in summaries.items() if s.get("stopped"))
     record.update(blend=decision.to_dict(), total_seconds=round(time.time() - t0, 1),

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from common.atomic import write_json_atomic
 from pipelines.auto.config import DEFAULT_PRESET, Candidate, SearchConfig
-from pipelines.auto.signal import choose, run_values
+from pipelines.auto.signal import choose, run_signal, two_way_se
 from pipelines.core.config import TrainerOptions
 from pipelines.core.seeds import seed_run
 from pipelines.core.stopped import stopped_summary
@@ -126,8 +126,11 @@ class Search:
         """The candidate's summary; for a run the budget stopped, its best evaluated epoch so far ({}: none)."""
         return summary(self.dirs[cid]) or stopped_summary(self.dirs[cid], self.protocol) or {}
 
+    def signal(self, cid: str):
+        return run_signal(self.dirs[cid], self.manifests[self.cands[cid].sampling], self.protocol)
+
     def values(self, cid: str) -> dict:
-        return run_values(self.dirs[cid], self.manifests[self.cands[cid].sampling], self.protocol)
+        return self.signal(cid).values()
 
     def rung(self, cids: list[str], metric: str) -> dict:
         """Each candidate's validation value at its best epoch; None for one that evaluated no epoch."""
@@ -182,7 +185,9 @@ class Search:
         self.train(survivors, self.epochs, patience)
         second = self.rung(survivors, metric)
         survivors = [c for c in survivors if second[c]["valid"] is not None]
-        decision = choose({c: self.values(c)[metric] for c in survivors}, cfg.margin_se)
+        signals = {c: self.signal(c) for c in survivors}
+        decision = choose({c: s.values()[metric] for c, s in signals.items()}, cfg.margin_se,
+                          lambda a, b: two_way_se(signals[a], signals[b], metric))
         if all(second[c]["best_epoch"] == 0 for c in survivors):
             # validation says nothing: the default, trained through its whole schedule as the fixed preset is
             decision = {**decision, "choice": default, "reason": "every candidate peaked at its first epoch: "
