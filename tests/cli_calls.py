@@ -7,6 +7,9 @@ exit status, no traceback, nothing else on stderr.
 """
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
 import signal
 import subprocess
@@ -24,25 +27,47 @@ def _ray_running() -> bool:
     return ray is not None and ray.is_initialized()
 
 
-def call_main(main: Callable, argv: Sequence[str], capsys, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    """main(argv) run from `cwd` with stdout and stderr captured, as a CompletedProcess: returncode is what the
-    process would exit with (SystemExit's code, or main's return value). The signal handlers a command installs
-    are put back, and a call that leaves an embedded Ray running fails the test (bad input must stop before
-    any work)."""
+@contextlib.contextmanager
+def _log_lines(into: io.StringIO):
+    """INFO and above, formatted as the commands' logging.basicConfig formats them (under pytest the root logger
+    already has handlers, so a command's own basicConfig adds none)."""
+    from common.cli import LOG_FORMAT
+    root = logging.getLogger()
+    handler = logging.StreamHandler(into)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+
+def call_main(main: Callable, argv: Sequence[str], capture, cwd: Path = ROOT,
+              logs: bool = False) -> subprocess.CompletedProcess:
+    """main(argv) run from `cwd` with stdout and stderr captured (`capture`: pytest's capsys, or capfd where forked
+    workers write too), as a CompletedProcess: returncode is what the process would exit with (SystemExit's
+    code, or main's return value). `logs`: stderr also holds the log lines at INFO and above, after what was
+    printed. The signal handlers a command installs are put back, and a call that leaves an embedded Ray running
+    fails the test (bad input must stop before any work)."""
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
     ray_before = _ray_running()
-    capsys.readouterr()
-    here = os.getcwd()
+    capture.readouterr()
+    here, logged = os.getcwd(), io.StringIO()
     os.chdir(cwd)
     try:
-        code = main(list(argv))
+        with _log_lines(logged) if logs else contextlib.nullcontext():
+            code = main(list(argv))
     except SystemExit as exc:  # argparse's usage errors and `raise SystemExit(main())`
         code = exc.code
     finally:
         os.chdir(here)
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-    out, err = capsys.readouterr()
+    out, err = capture.readouterr()
+    err += logged.getvalue()
     if isinstance(code, str):  # the interpreter prints a string exit code and exits with status 1
         err, code = err + code + "\n", 1
     if not ray_before and _ray_running():

@@ -1,7 +1,9 @@
 """Fault injection as an outside tester would do it: kill -9 of the preprocess driver and of a Ray worker,
 corrupt and truncated shards (on a cache hit, on resume, and under the trainer), a full disk. Every test
 asserts on bytes (the repaired set equals an uninterrupted one, nothing temporary is left) and on what
-the user sees (one line, exit status)."""
+the user sees (one line, exit status). The kills and the full disk run `python -m preprocess` as a process;
+the repairs and the trainer's refusals call the command's main(argv) in this process (tests/cli_calls.py), the
+repairs on one embedded Ray for the module, so each is a job and not a Ray start."""
 from __future__ import annotations
 
 import errno
@@ -18,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.cli_calls import call_main
 from tests.conftest import mount_tmpfs, needs_ray
 
 pytestmark = needs_ray  # every test here runs the Ray job (the trainer's one reads a set it wrote)
@@ -55,6 +58,19 @@ def preprocess(dataset, out: Path, *extra: str, env: dict | None = None) -> subp
                           timeout=600, env={**os.environ, **(env or {})})
 
 
+def preprocess_here(dataset, out: Path, *extra: str, capture) -> subprocess.CompletedProcess:
+    """preprocess(...) by the command's main(argv) in this process, on the module's embedded Ray (ray_session),
+    its log lines in stderr as the command prints them."""
+    from preprocess.__main__ import main
+    return call_main(main, preprocess_cmd(dataset, out, *extra)[3:], capture, logs=True)
+
+
+def trainer_here(argv: list[str], capture) -> subprocess.CompletedProcess:
+    """`python -m trainer ARGV` by the trainer's main(argv) in this process."""
+    from trainer.train import main
+    return call_main(main, argv, capture)
+
+
 def user_lines(stderr: str) -> list[str]:
     """What the user reads besides log lines and the progress bar."""
     out = []
@@ -87,7 +103,8 @@ def flip(path: Path, at: float) -> None:
 
 @pytest.fixture(scope="module")
 def reference(graph_csv, tmp_path_factory) -> Path:
-    """An uninterrupted run: what every repaired or resumed set must equal byte for byte."""
+    """An uninterrupted run: what every repaired or resumed set must equal byte for byte (a real process, so the
+    sets repaired in this one are compared with one that was not)."""
     out = tmp_path_factory.mktemp("reference")
     proc = preprocess(graph_csv, out)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -101,14 +118,15 @@ def copy_set(reference: Path, out: Path) -> Path:
 
 
 # ---------------------------------------------------------------------------- corrupt and truncated shards
-def test_cache_hit_catches_corrupt_and_truncated_shards_and_repairs_them(reference, graph_csv, tmp_path):
+def test_cache_hit_catches_corrupt_and_truncated_shards_and_repairs_them(reference, graph_csv, tmp_path,
+                                                                         ray_session, capfd):
     shards = copy_set(reference, tmp_path)
     flip(shards / "train-v000-00002.tar", 0.5)
     data = (shards / "train-v001-00004.tar").read_bytes()
     (shards / "train-v001-00004.tar").write_bytes(data[:len(data) // 2])
     flip(shards / "graph-train-indices.npy", 0.6)  # same shape, other content: only the fingerprint sees it
     (shards / "valid-original-queries.npz").write_bytes(b"garbage")
-    proc = preprocess(graph_csv, tmp_path)
+    proc = preprocess_here(graph_csv, tmp_path, capture=capfd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     notes = [line for line in proc.stderr.splitlines() if "WARNING preprocess.job" in line]
     assert len(notes) == 4, proc.stderr[-3000:]
@@ -133,13 +151,13 @@ def test_cache_hit_with_no_verify_checks_sizes_only(reference, graph_csv, tmp_pa
     assert files(shards) == files(reference)
 
 
-def test_resume_catches_a_corrupt_shard_without_a_manifest(reference, graph_csv, tmp_path):
+def test_resume_catches_a_corrupt_shard_without_a_manifest(reference, graph_csv, tmp_path, ray_session, capfd):
     # The resume path: no manifest (a killed run), so there is no recorded checksum to compare with.
     shards = copy_set(reference, tmp_path)
     (shards / "manifest.json").unlink()
     flip(shards / "train-v000-00001.tar", 0.3)  # inside a block: decodes to out-of-range ids or fails zstd
     flip(shards / "valid-original-00000.tar", 0.97)  # in the tar's end padding: only re-encoding notices
-    proc = preprocess(graph_csv, tmp_path)
+    proc = preprocess_here(graph_csv, tmp_path, capture=capfd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     notes = [line for line in proc.stderr.replace("\r", "\n").splitlines() if "WARNING preprocess.job" in line]
     assert sorted(re.search(r"/([a-z0-9-]+\.tar)", n).group(1) for n in notes) == \
@@ -148,13 +166,13 @@ def test_resume_catches_a_corrupt_shard_without_a_manifest(reference, graph_csv,
     assert files(shards) == files(reference) and manifest_shards(shards) == manifest_shards(reference)
 
 
-def test_trainer_fails_on_the_first_bad_block_in_one_line(reference, tmp_path):
+def test_trainer_fails_on_the_first_bad_block_in_one_line(reference, tmp_path, capfd):
     shards = copy_set(reference, tmp_path)
     for tar in shards.glob("train-*.tar"):
         flip(tar, 0.03)  # inside the first block of every training shard
-    cmd = [sys.executable, "-m", "trainer", "--shards", str(shards), "--preset", "tiny", "--out", str(tmp_path / "run"),
-           "--max-steps", "5", "--num-workers", "1", "--no-progress", "--device", "cpu"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    argv = ["--shards", str(shards), "--preset", "tiny", "--out", str(tmp_path / "run"), "--max-steps", "5",
+            "--num-workers", "1", "--no-progress", "--device", "cpu"]
+    proc = trainer_here(argv, capfd)  # capfd: what the DataLoader worker (a forked process) writes counts too
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     (line,) = [x for x in user_lines(proc.stderr)]
     assert re.match(rf"python -m trainer: error: {re.escape(str(shards))}/train-v00\d-\d{{5}}\.tar:\d{{6}}(\.arrow)?: "
@@ -196,10 +214,10 @@ def manifest_body(path: Path) -> dict:
     return body
 
 
-def test_cache_hit_names_and_repairs_an_edited_manifest(reference, graph_csv, tmp_path):
+def test_cache_hit_names_and_repairs_an_edited_manifest(reference, graph_csv, tmp_path, ray_session, capfd):
     shards = copy_set(reference, tmp_path)
     edit_manifest(shards)
-    proc = preprocess(graph_csv, tmp_path)
+    proc = preprocess_here(graph_csv, tmp_path, capture=capfd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     notes = [line for line in proc.stderr.splitlines() if "WARNING preprocess.job" in line]
     assert len(notes) == 1 and re.search(rf"{re.escape(str(shards))}/manifest\.json: checksum mismatch .*: the manifest "
@@ -207,11 +225,11 @@ def test_cache_hit_names_and_repairs_an_edited_manifest(reference, graph_csv, tm
     assert files(shards) == files(reference) and manifest_body(shards) == manifest_body(reference)
 
 
-def test_cache_hit_names_and_repairs_swapped_queries_and_a_renamed_shard(reference, graph_csv, tmp_path):
+def test_cache_hit_names_and_repairs_swapped_queries_and_a_renamed_shard(reference, graph_csv, tmp_path, ray_session, capfd):
     shards = copy_set(reference, tmp_path)
     swap_queries(shards)
     rename_shard(shards)
-    proc = preprocess(graph_csv, tmp_path)
+    proc = preprocess_here(graph_csv, tmp_path, capture=capfd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     notes = sorted(line.split(" preprocess.job: ")[1] for line in proc.stderr.splitlines() if "WARNING preprocess.job" in line)
     assert len(notes) == 3, notes
@@ -234,10 +252,10 @@ def swap_node_ids(shards: Path) -> str:
     return path.name
 
 
-def test_cache_hit_names_and_repairs_swapped_node_ids(reference, graph_csv, tmp_path):
+def test_cache_hit_names_and_repairs_swapped_node_ids(reference, graph_csv, tmp_path, ray_session, capfd):
     shards = copy_set(reference, tmp_path)
     swap_node_ids(shards)
-    proc = preprocess(graph_csv, tmp_path)
+    proc = preprocess_here(graph_csv, tmp_path, capture=capfd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     notes = [line.split(" preprocess.job: ")[1] for line in proc.stderr.splitlines() if "WARNING preprocess.job" in line]
     assert len(notes) == 1 and re.fullmatch(rf"{re.escape(str(shards))}/node_ids\.parquet: (checksum|size) mismatch "
@@ -251,12 +269,12 @@ def test_cache_hit_names_and_repairs_swapped_node_ids(reference, graph_csv, tmp_
     (swap_queries, r"valid-original-queries\.npz: checksum mismatch \(manifest [0-9a-f]{12}…, file [0-9a-f]{12}…\)"),
     (rename_shard, r"train-v000-00003\.tar: missing"),
 ], ids=["manifest", "queries", "renamed-shard"])
-def test_trainer_names_a_tampered_file_in_one_line(reference, tmp_path, tamper, text, verify):
+def test_trainer_names_a_tampered_file_in_one_line(reference, tmp_path, tamper, text, verify, capfd):
     shards = copy_set(reference, tmp_path)
     tamper(shards)
-    cmd = [sys.executable, "-m", "trainer", "--shards", str(shards), "--preset", "tiny", "--out", str(tmp_path / "run"),
-           "--max-steps", "2", "--num-workers", "0", "--no-progress", "--device", "cpu", *(["--verify"] if verify else [])]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    argv = ["--shards", str(shards), "--preset", "tiny", "--out", str(tmp_path / "run"), "--max-steps", "2",
+            "--num-workers", "0", "--no-progress", "--device", "cpu", *(["--verify"] if verify else [])]
+    proc = trainer_here(argv, capfd)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     (line,) = user_lines(proc.stderr)
     flag = "--verify: " if verify and tamper is not edit_manifest else ""
