@@ -13,7 +13,8 @@ import pytest
 
 from common.datasets import load_dataset
 from common.datasets.base import DatasetError
-from common.datasets.edgelist import load_edge_list, sample_non_edges
+from common.datasets.edgelist import load_edge_list
+from common.datasets.negatives import sample_non_edges
 from common.datasets.heart import load_heart_dir
 from common.graph import Graph
 

@@ -1,8 +1,8 @@
 """A user's own edge list (CSV/TSV, gzipped or not, or Parquet; columns src, dst[, split]) -> LinkDataset.
 
-Also home of the two helpers every randomly split dataset shares (cora, edge lists, synthetic):
-`sample_non_edges` (vectorised rejection sampling of negatives) and `random_split_dataset`
-(HeaRT's recipe: seeded split of the undirected edges + as many random negatives as positives).
+Also home of `random_split_dataset`, which every randomly split dataset shares (cora, edge lists, synthetic):
+HeaRT's recipe, a seeded split of the undirected edges + as many random negatives as positives
+(common/datasets/negatives.py draws them).
 
 Conventions: node ids of any kind are mapped to 0..N-1 (common/datasets/ids.py); edges are undirected, so
 (u, v) and (v, u) are one edge and pairs are stored as (min, max); self-loops carry no link
@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from common.datasets.base import DatasetError, LinkDataset, Split, training_graph
+from common.datasets.negatives import min_max, sample_non_edges
 from common.datasets.ids import (
     NODE_COLUMNS,
     map_node_ids,
@@ -28,77 +29,13 @@ from common.datasets.ids import (
 )
 from common.graph import Graph, edge_weights
 from common.memory import rss_gb
-from common.unique import unique_first, unique_sorted
+from common.unique import unique_first
 
 log = logging.getLogger(__name__)
 SPLIT_VALUES = ("train", "valid", "test")
 
 
 # ---------------------------------------------------------------------------------- shared helpers
-def _min_max(pairs: np.ndarray) -> np.ndarray:
-    """(min, max) of every row of (M, 2) pairs: == np.sort(pairs, axis=1), without a sort per row."""
-    out = np.empty(pairs.shape, dtype=pairs.dtype)
-    np.minimum(pairs[:, 0], pairs[:, 1], out=out[:, 0])
-    np.maximum(pairs[:, 0], pairs[:, 1], out=out[:, 1])
-    return out
-
-
-def sample_non_edges(graph: Graph, count: int, rng: np.random.Generator, accept=None,
-                     exclude: np.ndarray | None = None, what: str = "negatives",
-                     nodes: np.ndarray | None = None) -> np.ndarray:
-    """`count` distinct uniform node pairs (min, max) that are not edges of `graph` nor self-loops.
-
-    accept: optional vectorised filter pairs -> bool mask (e.g. "far apart in latent space").
-    exclude: (M, 2) pairs that must not be returned either (keeps valid and test negatives disjoint).
-    nodes: draw only among these nodes (a temporal split's nodes that exist by the boundary); None = all.
-    Rejection sampling in batches: sparse graphs accept almost every draw, so it is a few passes.
-    """
-    n = graph.num_nodes
-    if count <= 0:
-        return np.zeros((0, 2), dtype=np.int64)
-    taken = 0 if exclude is None else len(exclude)
-    free = max(0, _free_pairs(graph, nodes) - taken)
-    if count > free:  # one negative per held-out edge: a graph this dense has too few non-edges for its split
-        among = "" if nodes is None else f", among the {len(nodes):,} nodes that exist by then"
-        raise DatasetError(f"{what}: needs {count} node pairs that are not edges, but the graph ({n} nodes, "
-                           f"{graph.num_edges} edges{f', {taken} pairs already drawn' if taken else ''}{among}) has "
-                           f"only {free} left; pass --split with smaller valid and test shares, or use a sparser graph")
-    taken = None
-    if exclude is not None and len(exclude):
-        ex = _min_max(np.asarray(exclude, dtype=np.int64).reshape(-1, 2))
-        taken = unique_sorted(ex[:, 0] * n + ex[:, 1])
-    keys = np.zeros(0, dtype=np.int64)
-    for _ in range(200):
-        need = count - len(keys)
-        draw = rng.integers(0, n if nodes is None else len(nodes), size=(2 * need + 64, 2), dtype=np.int64)
-        draw = _min_max(draw if nodes is None else nodes[draw])
-        ok = (draw[:, 0] != draw[:, 1])
-        ok[ok] = ~graph.has_edge(draw[ok, 0], draw[ok, 1])
-        if accept is not None and ok.any():
-            ok[ok] = np.asarray(accept(draw[ok]), dtype=bool)
-        new = draw[ok, 0] * n + draw[ok, 1]
-        if taken is not None:
-            new = new[~np.isin(new, taken)]
-        keys = np.concatenate([keys, new])
-        keys = keys[unique_first(keys)]  # dedup, keeping the random draw order
-        if len(keys) >= count:
-            keys = keys[:count]
-            return np.stack([keys // n, keys % n], axis=1)
-    raise DatasetError(f"{what}: found only {len(keys)} of {count} acceptable non-edges after 200 rounds; "
-                       "the graph is too dense or the filter too strict")
-
-
-def _free_pairs(graph: Graph, nodes: np.ndarray | None) -> int:
-    """Distinct non-edge pairs of `graph` among `nodes` (None: every node)."""
-    if nodes is None:
-        return graph.num_nodes * (graph.num_nodes - 1) // 2 - graph.num_edges
-    inside = np.zeros(graph.num_nodes, dtype=bool)
-    inside[nodes] = True
-    edges = graph.edge_array()
-    k = int(inside.sum())
-    return k * (k - 1) // 2 - int(np.count_nonzero(inside[edges[:, 0]] & inside[edges[:, 1]]))
-
-
 def eval_negatives(train: np.ndarray, valid: np.ndarray, full: Graph, num_nodes: int, n_test: int, seed: int,
                    where: str) -> tuple[np.ndarray, np.ndarray]:
     """(valid, test) random negatives, as many as each split's positives. Validation's come from the training
@@ -161,7 +98,7 @@ def random_split_dataset(name: str, edges: np.ndarray | None, num_nodes: int, se
 # ---------------------------------------------------------------------------------- edge-list files
 def _canonical_unique(pairs: np.ndarray, num_nodes: int) -> np.ndarray:
     """(min, max) pairs, self-loops dropped, duplicates merged (first occurrence order kept)."""
-    pairs = _min_max(pairs)
+    pairs = min_max(pairs)
     pairs = pairs[pairs[:, 0] != pairs[:, 1]]
     return pairs[unique_first(pairs[:, 0] * num_nodes + pairs[:, 1])]
 

@@ -21,7 +21,7 @@ import numpy as np
 from scipy.special import expit
 
 from common.datasets.base import DatasetError, LinkDataset, Split, training_graph
-from common.datasets.edgelist import sample_non_edges
+from common.datasets.negatives import sample_non_edges
 from common.graph import Graph
 
 _BLOCK_ELEMS = 4_000_000  # pairs per block: ~16 MB of float32, bounded memory for any N

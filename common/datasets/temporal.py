@@ -22,7 +22,7 @@ import numpy as np
 
 from common.datasets.base import DatasetError, LinkDataset, Split, training_graph
 from common.datasets.columns import TimeColumn
-from common.datasets.edgelist import _min_max, sample_non_edges
+from common.datasets.negatives import min_max, sample_non_edges
 from common.graph import Graph, edge_weights
 from common.unique import unique_first
 
@@ -32,7 +32,7 @@ log = logging.getLogger("common.datasets.edgelist")
 def first_appearances(pairs: np.ndarray, times: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """(distinct (min, max) pairs, their first time), in order of first appearance (ties: file order);
     self-loops dropped."""
-    canon = _min_max(np.asarray(pairs, dtype=np.int64))
+    canon = min_max(np.asarray(pairs, dtype=np.int64))
     keep = canon[:, 0] != canon[:, 1]
     keys = canon[keep, 0] * num_nodes + canon[keep, 1]
     t = times[keep]

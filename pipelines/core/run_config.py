@@ -92,15 +92,14 @@ def build_parser(prog: str = PROG) -> Parser:
                    help="retrain seed folders holding runs on other data")
     p.add_argument("--budget-minutes", type=float, default=None, metavar="MIN",
                    help="--preset auto: a bound on its wall time (default 30)")
-    p.add_argument("--protocol", default="original", choices=PROTOCOL_CHOICES,
-                   help="pairs: --eval-pairs instead of random negatives (else beside them); both: all "
-                        "(default original)")
+    p.add_argument("--protocol", default="original", choices=PROTOCOL_CHOICES, metavar="PROTOCOL",
+                   help="original (default), heart, ogb, both (all), or pairs: --eval-pairs instead of random "
+                        "negatives (else beside them)")
     add_device_flag(p)
-    p.add_argument("--metric", default="mrr", choices=METRICS,
-                   help="the metric you read: --preset auto chooses and stops on it on validation, and the report "
-                        "leads with it (default mrr)")
-    p.add_argument("--objective", default="link-prediction", choices=OBJECTIVES,
-                   help="--preset auto: what the checkpoints are for (default link-prediction)")
+    p.add_argument("--metric", default="mrr", choices=METRICS, metavar="METRIC",
+                   help="mrr (default), auc or hits@K: --preset auto decides on it, the report leads with it")
+    p.add_argument("--objective", default="link-prediction", choices=OBJECTIVES, metavar="GOAL",
+                   help="--preset auto trains for link-prediction (default) or recommend")
     p.add_argument("--views", type=int, default=None, advanced=True,
                    help="training views to preprocess (default min(epochs, 20))")
     p.add_argument("--hard-neg-fraction", type=float, default=None, metavar="F", advanced=True,
