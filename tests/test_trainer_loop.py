@@ -325,6 +325,15 @@ def test_stop_and_resume_continues_exactly(shards, tmp_path, workers):
     assert all(torch.equal(sd_a[k], sd_b[k]) for k in sd_a)
 
 
+def test_a_run_with_distance_features_resumes_where_it_stopped(shards, tmp_path):
+    """data.distances is derived from --distance-features when a run starts: a resume under the same flags is
+    the same run (pencil run's search resumes its candidates after their grace period)."""
+    run(tiny(shards, tmp_path / "cut", epochs=2, max_steps=3, model={"distances": 2}))
+    resumed = run(tiny(shards, tmp_path / "cut", epochs=2, max_steps=6, resume=True, model={"distances": 2}))
+    steps = [r["step"] for r in read_metrics(tmp_path / "cut/metrics.jsonl", "train")]
+    assert steps == list(range(1, 7)) and resumed["config"]["data"]["distances"] is True
+
+
 def test_lr_schedules_by_hand():
     from trainer.config import OptimConfig
     cos = OptimConfig(lr=0.2, lr_schedule="cosine")

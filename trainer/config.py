@@ -395,6 +395,10 @@ def config_for(preset: str, shards: str, out: str, **overrides) -> TrainConfig:
                        model=ModelOverrides(**model), **top)
 
 
+# DataConfig fields resolve() sets from the model's flags (--lrp, --distance-features), never from their own
+DERIVED_DATA = ("orderings", "distances")
+
+
 def merge_for_resume(saved: dict, current: TrainConfig) -> tuple[TrainConfig, list[str]]:
     """The config of a resumed run: the checkpoint's, except RESUME_OVERRIDABLE fields from the command
     line. Returns the merged config and the names of ignored differences (so the caller can warn)."""
@@ -406,8 +410,10 @@ def merge_for_resume(saved: dict, current: TrainConfig) -> tuple[TrainConfig, li
             continue
         a, b = saved[f.name], cur[f.name]
         if isinstance(a, dict):
-            # Component fields left None on the command line were resolved when the run started.
-            ignored += [f"{f.name}.{k}" for k in a if b.get(k) is not None and b[k] != a[k]]
+            # Component fields left None on the command line were resolved when the run started; those resolve()
+            # derives from other fields (DERIVED_DATA) are compared through their sources.
+            derived = DERIVED_DATA if f.name == "data" else ()
+            ignored += [f"{f.name}.{k}" for k in a if k not in derived and b.get(k) is not None and b[k] != a[k]]
         elif a != b:
             ignored.append(f.name)
     overrides = {k: getattr(current, k) for k in RESUME_OVERRIDABLE}
