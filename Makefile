@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP_INSTALL = $(PYTHON) -m pip install -q -c constraints.txt -e '.[dev]'
 
-.PHONY: install demo test test-slow bench
+.PHONY: install demo test test-slow lint bench
 
 install:
 	$(PIP_INSTALL)
@@ -12,6 +12,10 @@ demo: install
 
 test: install
 	$(PYTHON) -m pytest -q
+
+lint: install
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
 
 test-slow: install
 	$(PYTHON) -m pytest -q -m slow

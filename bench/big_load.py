@@ -15,6 +15,7 @@ ogbl-citation2-sized Parquet edge list, timed, with the driver's peak memory.
 Targets: <= 30 s and <= 3 GB driver peak on 2 cores. On a shared machine, wall time
 follows the load average (printed); the child's CPU seconds (all its threads, imports included) do not.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,9 @@ def generate(path: Path, edges: int, nodes: int, ids: str, seed: int = 0) -> dic
         cols[name] = label[k]
     if ids == "sparse":  # a fixed odd multiplier is a bijection mod 2^63: distinct ids spread over 63 bits
         cols = {k: (v * 0x5851F42D4C957F2D) & 0x7FFFFFFFFFFFFFFF for k, v in cols.items()}
-    table = pa.table({k: (pa.array(v) if ids != "string" else pa.array(np.char.add("n", v.astype(str))))
-                      for k, v in cols.items()})
+    table = pa.table(
+        {k: (pa.array(v) if ids != "string" else pa.array(np.char.add("n", v.astype(str)))) for k, v in cols.items()}
+    )
     pq.write_table(table, path, row_group_size=4 << 20)
     return {"seconds": round(time.perf_counter() - t0, 1), "bytes": path.stat().st_size}
 
@@ -81,23 +83,37 @@ def before_sampling(path: str, out: str) -> dict:
         raise Stop
 
     datasets.load_dataset, job._execute = timed_load, stop
-    config = PreprocessConfig(dataset=path, sampling=SamplingConfig(1, 40), out=out,
-                              candidates=CandidateConfig(views=1, percent=2.0), num_cpus=2)
+    config = PreprocessConfig(
+        dataset=path,
+        sampling=SamplingConfig(1, 40),
+        out=out,
+        candidates=CandidateConfig(views=1, percent=2.0),
+        num_cpus=2,
+    )
     t0 = time.perf_counter()
     try:
         job.run_job(config)
     except Stop:
         pass
     import resource
+
     use = resource.getrusage(resource.RUSAGE_SELF)
-    return {"seconds": time.perf_counter() - t0, "load_seconds": marks["load"], "nodes": marks["nodes"],
-            "cpu_seconds": use.ru_utime + use.ru_stime, "load_average": os.getloadavg()[0],
-            "train_edges": marks["edges"], "peak_rss_mb": peak_rss_mb()}
+    return {
+        "seconds": time.perf_counter() - t0,
+        "load_seconds": marks["load"],
+        "nodes": marks["nodes"],
+        "cpu_seconds": use.ru_utime + use.ru_stime,
+        "load_average": os.getloadavg()[0],
+        "train_edges": marks["edges"],
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
 def measure(path: Path, out: Path) -> dict:
-    code = (f"import json,sys; sys.path.insert(0, {str(ROOT)!r}); from bench.big_load import before_sampling; "
-            f"print(json.dumps(before_sampling({str(path)!r}, {str(out)!r})))")
+    code = (
+        f"import json,sys; sys.path.insert(0, {str(ROOT)!r}); from bench.big_load import before_sampling; "
+        f"print(json.dumps(before_sampling({str(path)!r}, {str(out)!r})))"
+    )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     res = subprocess.run([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)  # logs pass through
     if res.returncode != 0:
@@ -109,24 +125,35 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.big_load", description=__doc__.splitlines()[0])
     p.add_argument("--edges", type=int, default=30_000_000)
     p.add_argument("--nodes", type=int, default=2_900_000)
-    p.add_argument("--ids", choices=("dense", "sparse", "string"), default="dense",
-                   help="dense 0..N-1 ids (like OGB), 63-bit sparse ids, or strings")
+    p.add_argument(
+        "--ids",
+        choices=("dense", "sparse", "string"),
+        default="dense",
+        help="dense 0..N-1 ids (like OGB), 63-bit sparse ids, or strings",
+    )
     p.add_argument("--dir", default=None, help="work folder (default: a temporary one, removed)")
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         path = Path(tmp) / "big.parquet"
         gen = generate(path, args.edges, args.nodes, args.ids)
-        print(f"generated {args.edges:,} edges over {args.nodes:,} node labels ({args.ids} ids) in {gen['seconds']} s, "
-              f"{gen['bytes'] / 2**20:.0f} MiB Parquet", file=sys.stderr)
+        print(
+            f"generated {args.edges:,} edges over {args.nodes:,} node labels ({args.ids} ids) in {gen['seconds']} s, "
+            f"{gen['bytes'] / 2**20:.0f} MiB Parquet",
+            file=sys.stderr,
+        )
         m = measure(path, Path(tmp) / "shards")
     edge_arrays_gb = args.edges * 16 / 1e9
-    print("| edges | nodes | ids | load + split s | before sampling s | CPU s (process) | load avg | "
-          "driver peak RSS | x edge arrays | targets |")
+    print(
+        "| edges | nodes | ids | load + split s | before sampling s | CPU s (process) | load avg | "
+        "driver peak RSS | x edge arrays | targets |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
-    print(f"| {args.edges:,} | {m['nodes']:,} | {args.ids} | {m['load_seconds']:.1f} | {m['seconds']:.1f} | "
-          f"{m['cpu_seconds']:.1f} | {m['load_average']:.1f} | "
-          f"{m['peak_rss_mb'] / 1024:.2f} GiB | {m['peak_rss_mb'] * 2**20 / 1e9 / edge_arrays_gb:.1f} | "
-          "<= 30 s, <= 3 GB |")
+    print(
+        f"| {args.edges:,} | {m['nodes']:,} | {args.ids} | {m['load_seconds']:.1f} | {m['seconds']:.1f} | "
+        f"{m['cpu_seconds']:.1f} | {m['load_average']:.1f} | "
+        f"{m['peak_rss_mb'] / 1024:.2f} GiB | {m['peak_rss_mb'] * 2**20 / 1e9 / edge_arrays_gb:.1f} | "
+        "<= 30 s, <= 3 GB |"
+    )
     return 0
 
 

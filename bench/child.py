@@ -3,6 +3,7 @@
 A fresh process measures its own peak memory (VmHWM, common.memory) and its own CPU time, free of what
 the parent built (a 6 GB synthetic graph, a warmed numba cache); pinning keeps rates per core.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def run_child(module: str, fn: str, *args) -> dict:
     """`<module>.<fn>(*args)` in a child interpreter on one core; its (JSON-serialisable) return value."""
-    code = (f"import json,sys; sys.path.insert(0, {str(ROOT)!r}); "
-            f"from {module} import {fn}; print(json.dumps({fn}(*{args!r})))")
+    code = (
+        f"import json,sys; sys.path.insert(0, {str(ROOT)!r}); "
+        f"from {module} import {fn}; print(json.dumps({fn}(*{args!r})))"
+    )
     cmd = [sys.executable, "-c", code]
     if hasattr(os, "sched_getaffinity"):
         cmd = ["taskset", "-c", str(max(os.sched_getaffinity(0)))] + cmd

@@ -12,6 +12,7 @@ does not recompile it; its first call per shape class is reported separately (co
 trainer compiles these pieces with `--compile` (trainer.model.Pencil.compile_blocks, off by default);
 `python -m bench.trainer --compile` times whole training steps with it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,6 +37,7 @@ def dense_part(block: Block):
     def f(a, h, g):
         z = bert.feed_forward_chunk(bert.attention.output(a, h))
         return z + block.prop(g)
+
     return f
 
 
@@ -69,24 +71,32 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
     args = ap.parse_args(argv)
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                          "cpu" if args.device == "auto" else args.device)
+    device = torch.device(
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else "cpu"
+        if args.device == "auto"
+        else args.device
+    )
     torch.manual_seed(0)
     block = Block(ModelConfig(n_max=2, hidden=args.hidden, layers=1, heads=args.heads, ffn=args.ffn)).to(device).train()
     eager = dense_part(block)
     compiled = torch.compile(eager, dynamic=True)
-    amp = ((lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda"
-           else contextlib.nullcontext)
+    amp = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else contextlib.nullcontext
     rows = []
     for tokens in (int(t) for t in args.tokens.split(",")):
         t0 = time.perf_counter()
         time_fn(compiled, tokens, args.hidden, device, amp, 0)  # first calls: compile (once per shape class)
         first = time.perf_counter() - t0
-        e, c = time_fn(eager, tokens, args.hidden, device, amp, args.repeats), \
-            time_fn(compiled, tokens, args.hidden, device, amp, args.repeats)
+        e, c = (
+            time_fn(eager, tokens, args.hidden, device, amp, args.repeats),
+            time_fn(compiled, tokens, args.hidden, device, amp, args.repeats),
+        )
         rows.append([tokens, f"{e:.2f}", f"{c:.2f}", f"{e / c:.2f}x", f"{first:.1f}"])
-    print(f"\n### torch.compile of the block's dense part ({device}, hidden {args.hidden}, FFN {args.ffn}"
-          f"{', bf16 autocast' if device.type == 'cuda' else ''}; fwd + bwd, median of {args.repeats})\n")
+    print(
+        f"\n### torch.compile of the block's dense part ({device}, hidden {args.hidden}, FFN {args.ffn}"
+        f"{', bf16 autocast' if device.type == 'cuda' else ''}; fwd + bwd, median of {args.repeats})\n"
+    )
     print("| tokens | eager ms | compiled ms | speed-up | first call s (compile) |\n|---|---|---|---|---|")
     for r in rows:
         print("| " + " | ".join(map(str, r)) + " |")

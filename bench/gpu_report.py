@@ -5,6 +5,7 @@
 gpu_check.sh calls it after every step, so the report on disk always holds everything finished so far: a
 device call cut off by its time limit still brings back a report.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,14 +16,18 @@ from common.atomic import write_text_atomic
 from common.cli import Parser, run_cli
 
 TABLE_STARTS = ("step time", "profile", "host cost", "loader vs model", "reads", "form", "#", "|")
-RUNS = (("citeseer", "Citeseer, paper preset, seeds in parallel on one GPU"),
-        ("citeseer-varlen", "A/B: the same seeds with --attention varlen (no attention dropout), run alongside"))
-BENCHES = (("step-citeseer", "Step bench, real citeseer shards, paper model 1024 x 2"),
-           ("step-collab", "Step bench, collab-like lengths, 512 x 8"),
-           ("profile-collab", "Profile of one step, collab-like lengths, 512 x 8: device time by kind of operator"),
-           ("profile-citeseer", "Profile of one step, real citeseer shards, paper model 1024 x 2"),
-           ("host-overhead", "Host cost of a micro-step (operator calls, host ms at negligible arithmetic)"),
-           ("loader-vs-model", "Loader vs model"))
+RUNS = (
+    ("citeseer", "Citeseer, paper preset, seeds in parallel on one GPU"),
+    ("citeseer-varlen", "A/B: the same seeds with --attention varlen (no attention dropout), run alongside"),
+)
+BENCHES = (
+    ("step-citeseer", "Step bench, real citeseer shards, paper model 1024 x 2"),
+    ("step-collab", "Step bench, collab-like lengths, 512 x 8"),
+    ("profile-collab", "Profile of one step, collab-like lengths, 512 x 8: device time by kind of operator"),
+    ("profile-citeseer", "Profile of one step, real citeseer shards, paper model 1024 x 2"),
+    ("host-overhead", "Host cost of a micro-step (operator calls, host ms at negligible arithmetic)"),
+    ("loader-vs-model", "Loader vs model"),
+)
 
 
 def log(out: Path, name: str) -> str | None:
@@ -82,19 +87,24 @@ def loop_vs_bench(out: Path) -> list[str]:
     metrics, summary = out / "loop" / "metrics.jsonl", out / "loop" / "summary.json"
     if not metrics.exists():
         return []
-    tps = [r["tokens_per_s"] for r in records(metrics)
-           if r.get("event") == "train"][1:]  # the first window holds the warm-up
+    tps = [r["tokens_per_s"] for r in records(metrics) if r.get("event") == "train"][
+        1:
+    ]  # the first window holds the warm-up
     backend = json.loads(summary.read_text()).get("attention_backend") if summary.exists() else None
     bench = bench_tokens_per_s(log(out, "step-citeseer") or "")
     lines = ["## Training loop vs the step bench (citeseer shards, paper model, default batching, dropout 0)", ""]
     if not tps:
         return lines + ["(no training window after the first)", ""]
     loop = statistics.median(tps)
-    lines.append(f"Loop: {loop:.3g} tokens/s (median of {len(tps)} logged windows after the first, attention "
-                 f"{backend}, data loading included).")
+    lines.append(
+        f"Loop: {loop:.3g} tokens/s (median of {len(tps)} logged windows after the first, attention "
+        f"{backend}, data loading included)."
+    )
     if backend in bench:
-        lines.append(f"Bench, same kernel: {bench[backend]:.3g} tokens/s. Loop / bench: **{loop / bench[backend]:.0%}** "
-                     "(target >= 80 %).")
+        lines.append(
+            f"Bench, same kernel: {bench[backend]:.3g} tokens/s. Loop / bench: **{loop / bench[backend]:.0%}** "
+            "(target >= 80 %)."
+        )
     else:
         lines.append("No CUDA step-bench row for that kernel to compare with.")
     return lines + [""]
@@ -124,8 +134,10 @@ def run_table(out: Path, name: str, seeds: int) -> list[str]:
             sm = json.loads(p.read_text())
             mrr = 100 * (sm.get("test") or {}).get("mrr", float("nan"))
             mrrs.append(mrr)
-            rows.append(f"| {s} | {sm.get('best_epoch')} | {100 * (sm.get('valid') or {}).get('mrr', float('nan')):.2f} | "
-                        f"{mrr:.2f} | {sm.get('train_time_s')} | {sm.get('attention_backend')} |")
+            rows.append(
+                f"| {s} | {sm.get('best_epoch')} | {100 * (sm.get('valid') or {}).get('mrr', float('nan')):.2f} | "
+                f"{mrr:.2f} | {sm.get('train_time_s')} | {sm.get('attention_backend')} |"
+            )
         else:
             log_file = out / f"{name}-seed{s}.log"
             last = log_file.read_text(errors="replace").strip().splitlines()[-1:] if log_file.exists() else []
@@ -133,22 +145,39 @@ def run_table(out: Path, name: str, seeds: int) -> list[str]:
             so_far = best_so_far(folder / "metrics.jsonl")
             if so_far:
                 epoch, valid, test = so_far
-                rows.append(f"| {s} | {epoch} (so far) | {valid:.2f} | {test:.2f} | - | not finished; best "
-                            f"validation so far ({log_file.name}: {why}) |")
+                rows.append(
+                    f"| {s} | {epoch} (so far) | {valid:.2f} | {test:.2f} | - | not finished; best "
+                    f"validation so far ({log_file.name}: {why}) |"
+                )
             else:
                 rows.append(f"| {s} | - | - | - | - | not finished ({log_file.name}: {why}) |")
-    lines = ["| seed | best epoch | valid MRR | test MRR (at best valid) | train s | attention |",
-             "|---|---|---|---|---|---|", *rows, ""]
+    lines = [
+        "| seed | best epoch | valid MRR | test MRR (at best valid) | train s | attention |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
     if mrrs:
         sd = statistics.stdev(mrrs) if len(mrrs) > 1 else 0.0
-        lines += [f"Test MRR {statistics.mean(mrrs):.2f} ± {sd:.2f} over {len(mrrs)} seed(s); the paper: 47.51 ± 3.09.", ""]
+        lines += [
+            f"Test MRR {statistics.mean(mrrs):.2f} ± {sd:.2f} over {len(mrrs)} seed(s); the paper: 47.51 ± 3.09.",
+            "",
+        ]
     return lines
 
 
 def report(out: Path, seeds: int, budget: int, status: list[str]) -> str:
     gpu, env = device()
-    lines = [f"# GPU check: {gpu}", "", f"{env}; budget {budget} s.", "",
-             "| step | status | seconds |", "|---|---|---|", *status, ""]
+    lines = [
+        f"# GPU check: {gpu}",
+        "",
+        f"{env}; budget {budget} s.",
+        "",
+        "| step | status | seconds |",
+        "|---|---|---|",
+        *status,
+        "",
+    ]
     for name, title in (("gpu-tests", "GPU tests (pytest -m gpu)"),):
         text = log(out, name)
         lines += [f"## {title}", "", "```", *((text or "(not run yet)").strip().splitlines()[-15:]), "```", ""]
@@ -166,8 +195,10 @@ def report(out: Path, seeds: int, budget: int, status: list[str]) -> str:
 
 
 def build_parser() -> Parser:
-    p = Parser(prog="python -m bench.gpu_report",
-               description="Write OUT/gpu_check.md from what bench/gpu_check.sh left in OUT (it calls this after every step).")
+    p = Parser(
+        prog="python -m bench.gpu_report",
+        description="Write OUT/gpu_check.md from what bench/gpu_check.sh left in OUT (it calls this after every step).",
+    )
     p.add_argument("out", type=Path, help="the GPU check's output folder")
     p.add_argument("seeds", type=int, help="how many citeseer seeds the check trains")
     p.add_argument("budget", type=int, help="the check's budget in seconds")

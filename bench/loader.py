@@ -26,6 +26,7 @@ Sections:
   one, on the GPU (--form-device; the GPU part alone, at the GPU's 65,536-token micro-batch).
 Targets: >= 2 M tokens/s per loader process on citeseer (2,20), >= 1 M on ddi-shaped.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,13 @@ DDI_NODES, DDI_EDGES = 4_267, 1_067_911
 
 
 # ---------------------------------------------------------------------------- reads
-def measure_training_reads(shard_set: str, seconds: float = 10.0, token_budget: int | None = None,
-                           max_samples: int = 1 << 30, shuffle_buffer_mb: int = 64) -> dict:
+def measure_training_reads(
+    shard_set: str,
+    seconds: float = 10.0,
+    token_budget: int | None = None,
+    max_samples: int = 1 << 30,
+    shuffle_buffer_mb: int = 64,
+) -> dict:
     """Training reads of one loader process on `shard_set` (in this process) for about `seconds` of CPU.
 
     The token budget defaults to 64 samples' worth of average links (about what a GPU micro-batch
@@ -61,8 +67,15 @@ def measure_training_reads(shard_set: str, seconds: float = 10.0, token_budget: 
     entries = [s for s in manifest["shards"] if s["split"] == "train"]
     links, tokens = sum(e["links"] for e in entries), sum(e["tokens"] for e in entries)
     budget = token_budget or int(64 * tokens / links)
-    cfg = DataConfig(shards=shard_set, max_samples=max_samples, token_budget=budget, eval_token_budget=budget,
-                     shuffle_buffer_mb=shuffle_buffer_mb, num_workers=0, seed=0)
+    cfg = DataConfig(
+        shards=shard_set,
+        max_samples=max_samples,
+        token_budget=budget,
+        eval_token_budget=budget,
+        shuffle_buffer_mb=shuffle_buffer_mb,
+        num_workers=0,
+        seed=0,
+    )
     ds = TrainStream(manifest, 0, 1, cfg, workers=1)
     warm = next(iter(ds.logical_worker(0, 1, 0, 0, 1)))  # numba caches load, graph mapped: not timed
     del warm
@@ -80,14 +93,23 @@ def measure_training_reads(shard_set: str, seconds: float = 10.0, token_budget: 
                 break
         epoch += 1
     cpu = time.process_time() - t0
-    return {"set": manifest.get("dataset", "?"), "token_budget": budget, "tokens_per_s": n_tok / cpu,
-            "samples_per_s": n_smp / cpu, "batches": n_bat, "dense_batches": dense, "cpu_s": cpu,
-            "tokens_per_link": tokens / links, "bytes_per_link": sum(e["bytes"] for e in entries) / links,
-            "peak_rss_mb": peak_rss_mb()}
+    return {
+        "set": manifest.get("dataset", "?"),
+        "token_budget": budget,
+        "tokens_per_s": n_tok / cpu,
+        "samples_per_s": n_smp / cpu,
+        "batches": n_bat,
+        "dense_batches": dense,
+        "cpu_s": cpu,
+        "tokens_per_link": tokens / links,
+        "bytes_per_link": sum(e["bytes"] for e in entries) / links,
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
-def measure_workers(shard_set: str, token_budget: int, epochs: int = 3, loader_memory_mb: int = 1024,
-                    shuffle_buffer_mb: int = 64) -> dict:
+def measure_workers(
+    shard_set: str, token_budget: int, epochs: int = 3, loader_memory_mb: int = 1024, shuffle_buffer_mb: int = 64
+) -> dict:
     """The trainer's persistent loaders with 2 real workers: `epochs` training epochs plus a valid
     evaluation after each; the peak RSS and private (USS) memory of any worker, sampled every 50 ms."""
     import threading
@@ -99,9 +121,15 @@ def measure_workers(shard_set: str, token_budget: int, epochs: int = 3, loader_m
     from trainer.config import DataConfig
 
     manifest = read_manifest(shard_set)
-    cfg = DataConfig(shards=shard_set, max_samples=1 << 20, token_budget=token_budget,
-                     eval_token_budget=4 * token_budget, num_workers=2, shuffle_buffer_mb=shuffle_buffer_mb,
-                     loader_memory_mb=loader_memory_mb)
+    cfg = DataConfig(
+        shards=shard_set,
+        max_samples=1 << 20,
+        token_budget=token_budget,
+        eval_token_budget=4 * token_budget,
+        num_workers=2,
+        shuffle_buffer_mb=shuffle_buffer_mb,
+        loader_memory_mb=loader_memory_mb,
+    )
     peak = {"rss": 0, "uss": 0, "workers": set()}
     done = threading.Event()
 
@@ -129,10 +157,16 @@ def measure_workers(shard_set: str, token_budget: int, epochs: int = 3, loader_m
         done.set()
         th.join()
         data.close_loaders()
-    return {"set": manifest.get("dataset", "?"), "token_budget": token_budget, "tokens": tokens,
-            "prefetch": data.prefetch_depth(int(manifest["n_max"]), token_budget, cfg),
-            "loader_memory_mb": loader_memory_mb, "worker_processes": len(peak["workers"]),
-            "worker_peak_rss_mb": peak["rss"] / 2**20, "worker_peak_uss_mb": peak["uss"] / 2**20}
+    return {
+        "set": manifest.get("dataset", "?"),
+        "token_budget": token_budget,
+        "tokens": tokens,
+        "prefetch": data.prefetch_depth(int(manifest["n_max"]), token_budget, cfg),
+        "loader_memory_mb": loader_memory_mb,
+        "worker_processes": len(peak["workers"]),
+        "worker_peak_rss_mb": peak["rss"] / 2**20,
+        "worker_peak_uss_mb": peak["uss"] / 2**20,
+    }
 
 
 def ddi_graph(seed: int = 0):
@@ -154,21 +188,34 @@ def _write_shard(path: Path, g, cand: np.ndarray, label: np.ndarray, d: int, n: 
     with atomic_file(path) as f:
         writer = ShardWriter(f)
         for lo in range(0, len(cand), block):
-            c = cand[lo:lo + block]
+            c = cand[lo : lo + block]
             sub = sample_subgraphs(g.indptr, g.indices, c[:, 0], c[:, 1], d, n, seed + lo)
-            writer.add(Block(np.arange(lo, lo + len(c)), c[:, 0], c[:, 1], label[lo:lo + block], sub.node_ptr, sub.nodes))
+            writer.add(
+                Block(np.arange(lo, lo + len(c)), c[:, 0], c[:, 1], label[lo : lo + block], sub.node_ptr, sub.nodes)
+            )
         stats = writer.close()
     return stats
 
 
-def build_ddi_set(out: Path, links: int = 3000, d: int = 1, n: int = 350, block: int = 256, seed: int = 0,
-                  eval_links: int = 200) -> Path:
+def build_ddi_set(
+    out: Path, links: int = 3000, d: int = 1, n: int = 350, block: int = 256, seed: int = 0, eval_links: int = 200
+) -> Path:
     """A v2 shard set sampled at (d, n) on ddi_graph(): one training shard of `links` links (half graph
     edges, half random pairs), valid/test sets of `eval_links` (a third positives, ranked against the
     rest as shared negatives), and the shipped graph. Reused when its manifest exists."""
     from common.presets import n_max
-    from common.shards import (MANIFEST, encode_array, encode_queries, eval_shard_name, graph_entry, graph_names,
-                               open_storage, queries_name, train_shard_name, write_manifest)
+    from common.shards import (
+        MANIFEST,
+        encode_array,
+        encode_queries,
+        eval_shard_name,
+        graph_entry,
+        graph_names,
+        open_storage,
+        queries_name,
+        train_shard_name,
+        write_manifest,
+    )
 
     if (out / MANIFEST).exists():
         return out
@@ -186,32 +233,59 @@ def build_ddi_set(out: Path, links: int = 3000, d: int = 1, n: int = 350, block:
     records, sets, evals = [], [], {}
 
     def record(name, split, protocol, view, stats):
-        records.append({"name": name, "split": split, "protocol": protocol, "view": view, "links": stats["links"],
-                        "tokens": stats["tokens"], "blocks": stats["blocks"], "bytes": stats["bytes"],
-                        "sha256": stats["sha256"]})
-        sets.append({"split": split, "protocol": protocol, "view": view, "graph": "train", "links": stats["links"],
-                     "shards": 1})
+        records.append(
+            {
+                "name": name,
+                "split": split,
+                "protocol": protocol,
+                "view": view,
+                "links": stats["links"],
+                "tokens": stats["tokens"],
+                "blocks": stats["blocks"],
+                "bytes": stats["bytes"],
+                "sha256": stats["sha256"],
+            }
+        )
+        sets.append(
+            {"split": split, "protocol": protocol, "view": view, "graph": "train", "links": stats["links"], "shards": 1}
+        )
 
     label = (np.arange(links) % 2 == 0).astype(np.float32)
     name = train_shard_name(0, 0)
     record(name, "train", None, 0, _write_shard(out / name, g, candidates(links), label, d, n, block, seed))
     for split in ("valid", "test"):
         n_pos = eval_links // 3
-        cand = np.concatenate([g.edge_array()[rng.integers(0, g.num_edges, n_pos)],
-                               rng.integers(0, g.num_nodes, (eval_links - n_pos, 2))])
+        cand = np.concatenate(
+            [g.edge_array()[rng.integers(0, g.num_edges, n_pos)], rng.integers(0, g.num_nodes, (eval_links - n_pos, 2))]
+        )
         label = np.r_[np.ones(n_pos), np.zeros(eval_links - n_pos)].astype(np.float32)
         name = eval_shard_name(split, "original", 0)
         record(name, split, "original", None, _write_shard(out / name, g, cand, label, d, n, block, seed + 7))
         cids = np.arange(eval_links)
         storage.write_atomic(queries_name(split, "original"), encode_queries(cids[:n_pos], cids[n_pos:]))
-        evals[f"{split}/original"] = {"queries": queries_name(split, "original"), "kind": "shared", "metric": "mrr",
-                                      "ogb": False}
+        evals[f"{split}/original"] = {
+            "queries": queries_name(split, "original"),
+            "kind": "shared",
+            "metric": "mrr",
+            "ogb": False,
+        }
     for fname, arr in zip(graph_names("train"), (g.indptr, g.indices)):
         storage.write_atomic(fname, encode_array(arr))
-    write_manifest(storage, {
-        "dataset": "ddi-shaped", "key": "bench-loader", "num_nodes": g.num_nodes, "n_max": n_max(d, n),
-        "sampling": {"d": d, "n": n}, "views": 1, "graphs": {"train": graph_entry("train", g.indptr, g.indices)},
-        "sets": sets, "shards": records, "eval": evals})
+    write_manifest(
+        storage,
+        {
+            "dataset": "ddi-shaped",
+            "key": "bench-loader",
+            "num_nodes": g.num_nodes,
+            "n_max": n_max(d, n),
+            "sampling": {"d": d, "n": n},
+            "views": 1,
+            "graphs": {"train": graph_entry("train", g.indptr, g.indices)},
+            "sets": sets,
+            "shards": records,
+            "eval": evals,
+        },
+    )
     return out
 
 
@@ -224,7 +298,9 @@ def find_citeseer(root: str = "/tmp/shards") -> str | None:
 
 
 # ---------------------------------------------------------------------------- form
-def form_sweep(hidden: int = 128, size: int = 200, tokens: int = 8192, repeats: int = 3, device: str = "cpu") -> list[dict]:
+def form_sweep(
+    hidden: int = 128, size: int = 200, tokens: int = 8192, repeats: int = 3, device: str = "cpu"
+) -> list[dict]:
     """Graph part of one batch in both forms, over densities; batches of `size`-node links.
     CPU: process CPU time of pack + forward + backward (the best of `repeats`). CUDA: wall time of the GPU part
     only, forward + backward under bf16 autocast as the trainer runs it, from the packed batch on the device
@@ -248,14 +324,19 @@ def form_sweep(hidden: int = 128, size: int = 200, tokens: int = 8192, repeats: 
         a, b = np.triu_indices(M, 1)
         keep = rng.random(len(a)) < p
         from common.graph import Graph
+
         g = Graph.from_edges(np.stack([a[keep], b[keep]], 1), num_nodes=M)
         nodes = np.concatenate([rng.choice(M, size, replace=False) for _ in range(B)]).astype(np.int64)
         ptr = np.arange(B + 1, dtype=np.int64) * size
         block = Block(np.arange(B), nodes[ptr[:-1]], nodes[ptr[:-1] + 1], np.zeros(B, np.float32), ptr, nodes)
         w0 = torch.randn(size, hidden, device=device)
         lin = torch.nn.Linear(hidden, hidden).to(device)
-        row = {"density": p, "size": size, "B": B,
-               "estimate": float(Inducer(g.indptr, g.indices).entry_bound(ptr, nodes).sum()) / (B * size * size)}
+        row = {
+            "density": p,
+            "size": size,
+            "B": B,
+            "estimate": float(Inducer(g.indptr, g.indices).entry_bound(ptr, nodes).sum()) / (B * size * size),
+        }
         for form, md in (("sparse", 2.0), ("dense", 0.0)):
             packer = BatchPacker(g.indptr, g.indices, size, min_density=md)
             times = []
@@ -290,28 +371,53 @@ def table(rows: list[dict], cols: list[tuple[str, str, str]]) -> str:
     return "\n".join([head, sep, *body])
 
 
-READ_COLS = [("set", "set", "s"), ("token_budget", "token budget", ","), ("tokens_per_link", "tokens/link", ".0f"),
-             ("bytes_per_link", "bytes/link", ",.0f"), ("tokens_per_s", "tokens/s (CPU)", ",.0f"),
-             ("samples_per_s", "samples/s (CPU)", ",.0f"), ("batches", "batches", "d"),
-             ("dense_batches", "dense batches", "d"), ("peak_rss_mb", "peak RSS MB", ".0f")]
-WORKER_COLS = [("set", "set", "s"), ("token_budget", "token budget", ","), ("prefetch", "prefetch", "d"),
-               ("loader_memory_mb", "--loader-memory-mb", "d"), ("worker_processes", "workers seen", "d"),
-               ("worker_peak_rss_mb", "worker peak RSS MB", ".0f"), ("worker_peak_uss_mb", "worker peak private MB", ".0f")]
-FORM_COLS = [("density", "edge density", ".3f"), ("estimate", "packer estimate", ".3f"), ("B", "B", "d"),
-             ("size", "N", "d"), ("sparse_ms", "sparse ms", ".1f"), ("dense_ms", "dense ms", ".1f"),
-             ("dense_speedup", "sparse/dense", ".2f")]
+READ_COLS = [
+    ("set", "set", "s"),
+    ("token_budget", "token budget", ","),
+    ("tokens_per_link", "tokens/link", ".0f"),
+    ("bytes_per_link", "bytes/link", ",.0f"),
+    ("tokens_per_s", "tokens/s (CPU)", ",.0f"),
+    ("samples_per_s", "samples/s (CPU)", ",.0f"),
+    ("batches", "batches", "d"),
+    ("dense_batches", "dense batches", "d"),
+    ("peak_rss_mb", "peak RSS MB", ".0f"),
+]
+WORKER_COLS = [
+    ("set", "set", "s"),
+    ("token_budget", "token budget", ","),
+    ("prefetch", "prefetch", "d"),
+    ("loader_memory_mb", "--loader-memory-mb", "d"),
+    ("worker_processes", "workers seen", "d"),
+    ("worker_peak_rss_mb", "worker peak RSS MB", ".0f"),
+    ("worker_peak_uss_mb", "worker peak private MB", ".0f"),
+]
+FORM_COLS = [
+    ("density", "edge density", ".3f"),
+    ("estimate", "packer estimate", ".3f"),
+    ("B", "B", "d"),
+    ("size", "N", "d"),
+    ("sparse_ms", "sparse ms", ".1f"),
+    ("dense_ms", "dense ms", ".1f"),
+    ("dense_speedup", "sparse/dense", ".2f"),
+]
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--sections", default="reads,workers,form", help="comma-separated: reads, workers, form")
     p.add_argument("--citeseer", help="citeseer (2,20) shard set (default: the newest under /tmp/shards)")
     p.add_argument("--work", default="/tmp/bench-loader", help="where the ddi-shaped set is built (reused)")
     p.add_argument("--ddi-links", type=int, default=3000)
     p.add_argument("--seconds", type=float, default=10.0, help="CPU seconds of reads per set")
     p.add_argument("--token-budget", type=int, help="default: 64 average links")
-    p.add_argument("--form-device", default="auto", choices=("auto", "cpu", "cuda"),
-                   help="where the form sweep runs (auto: CUDA when available)")
+    p.add_argument(
+        "--form-device",
+        default="auto",
+        choices=("auto", "cpu", "cuda"),
+        help="where the form sweep runs (auto: CUDA when available)",
+    )
     args = p.parse_args(argv)
     sections = {s for s in args.sections.split(",") if s}
     if bad := sections - {"reads", "workers", "form"}:
@@ -322,8 +428,11 @@ def main(argv=None) -> int:
         if cs:
             sets.append(cs)
         else:
-            print("no citeseer (2,20) set found: build it with `python -m preprocess --dataset citeseer --sampling "
-                  "2,20 --views 2 --out /tmp/shards --num-cpus 1`, or pass --citeseer", file=sys.stderr)
+            print(
+                "no citeseer (2,20) set found: build it with `python -m preprocess --dataset citeseer --sampling "
+                "2,20 --views 2 --out /tmp/shards --num-cpus 1`, or pass --citeseer",
+                file=sys.stderr,
+            )
         t = time.perf_counter()
         sets.append(str(build_ddi_set(Path(args.work) / "ddi-shaped", links=args.ddi_links)))
         print(f"ddi-shaped set ready in {time.perf_counter() - t:.0f} s", file=sys.stderr)
@@ -340,16 +449,24 @@ def main(argv=None) -> int:
         device = args.form_device
         if device == "auto":
             import torch
+
             device = "cuda" if torch.cuda.is_available() else "cpu"
         tokens = 8192 if device == "cpu" else 65536  # the GPU's default micro-batch (trainer.config.GPU_MICRO_TOKENS)
         rows = run_child("bench.loader", "form_sweep", 128, 200, tokens, 3, device)
-        clock = "CPU time of pack + fwd + bwd" if device == "cpu" else "GPU wall time of fwd + bwd in bf16, packed batch given"
-        print(f"### Graph part of a batch: sparse vs dense form ({device}, hidden 128, 2 layers, {tokens} tokens; "
-              f"{clock})\n")
+        clock = (
+            "CPU time of pack + fwd + bwd"
+            if device == "cpu"
+            else "GPU wall time of fwd + bwd in bf16, packed batch given"
+        )
+        print(
+            f"### Graph part of a batch: sparse vs dense form ({device}, hidden 128, 2 layers, {tokens} tokens; "
+            f"{clock})\n"
+        )
         print(table(rows, FORM_COLS) + "\n")
     return 0
 
 
 if __name__ == "__main__":
     from common.cli import run_cli  # one-line errors; --debug for the traceback
+
     sys.exit(run_cli(main, prog="python bench/loader.py", strip_debug=True))

@@ -10,6 +10,7 @@ profiler (outermost aten calls only, so a composite op counts once), per step an
 the host time of one step (median) at hidden 16: that time is almost all overhead. Divide it into the
 step bench's time at real widths to see how much of a real step the host alone accounts for.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,11 @@ def outermost_aten_calls(fn) -> int:
     """aten operator calls made by fn() that no other aten call made (what the host dispatches itself)."""
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         fn()
-    return sum(1 for e in prof.events() if e.name.startswith("aten::")
-               and not (e.cpu_parent is not None and e.cpu_parent.name.startswith("aten::")))
+    return sum(
+        1
+        for e in prof.events()
+        if e.name.startswith("aten::") and not (e.cpu_parent is not None and e.cpu_parent.name.startswith("aten::"))
+    )
 
 
 def measure(layers: int, compiled: bool, batch, n_max: int, device, repeats: int) -> tuple[int, float, str]:
@@ -92,11 +96,22 @@ def main(argv=None) -> None:
         lo, hi = min(layer_counts), max(layer_counts)
         per_layer = (res[hi][0] - res[lo][0]) / max(hi - lo, 1)
         for n, (calls, ms, path) in res.items():
-            rows.append([path + ("+compile" if compiled else ""), n, calls, f"{per_layer:.0f}", f"{ms:.2f}",
-                         f"{1e3 * ms / calls:.1f}"])
-    print_table(f"host cost of one forward + backward, {device.type}, hidden 16 ({batch.num_tokens} tokens: "
-                "negligible arithmetic), collab-like samples; calls = outermost aten operator calls",
-                ["path", "layers", "calls", "calls per extra layer", "host ms", "µs per call"], rows)
+            rows.append(
+                [
+                    path + ("+compile" if compiled else ""),
+                    n,
+                    calls,
+                    f"{per_layer:.0f}",
+                    f"{ms:.2f}",
+                    f"{1e3 * ms / calls:.1f}",
+                ]
+            )
+    print_table(
+        f"host cost of one forward + backward, {device.type}, hidden 16 ({batch.num_tokens} tokens: "
+        "negligible arithmetic), collab-like samples; calls = outermost aten operator calls",
+        ["path", "layers", "calls", "calls per extra layer", "host ms", "µs per call"],
+        rows,
+    )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ collegemsg's timestamped messages on their temporal split, the default, and on a
 Each (graph, method) lands in OUT/<graph>/<method>.json; a rerun skips what finished.
 Every method runs as its own process, so its peak memory is the peak PSS of its process tree (shared pages once).
 """
+
 from __future__ import annotations
 
 import json
@@ -64,12 +65,14 @@ def synthetic_edges(name: str, seed: int = 0, n: int = SYNTHETIC_NODES) -> np.nd
     if name == "grid":  # a 44 x 44 street grid, a quarter of its links missing, 20 long shortcuts: mean degree < 3
         side = int(math.isqrt(n))
         idx = np.arange(side * side).reshape(side, side)
-        edges = np.concatenate([np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()], 1),
-                                np.stack([idx[:-1].ravel(), idx[1:].ravel()], 1)])
+        edges = np.concatenate(
+            [np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()], 1), np.stack([idx[:-1].ravel(), idx[1:].ravel()], 1)]
+        )
         edges = edges[rng.random(len(edges)) > 0.25]
         return np.concatenate([edges, _pairs(rng, side * side, 20)])
     if name.startswith("latent-"):
         from common.datasets.synthetic import sample_latent_space
+
         return sample_latent_space(n, float(name.split("-")[1]), seed)[2]
     if name == "sbm":  # 4 communities, mean degree ~ 11
         block = np.repeat(np.arange(4), n // 4)
@@ -89,6 +92,7 @@ def write_cora_edge_list(planetoid: Path, folder: Path) -> tuple[Path, Path]:
     """cora as a user brings it: an edge list whose split column is the paper path's split (`--dataset cora`), and
     its Planetoid features as a feature table (node, w0 .. w1432: binary bag-of-words). Returns both paths."""
     from common.datasets import load_dataset
+
     paper = load_dataset("cora", planetoid_dir=str(planetoid), features=True)
     edges, features = folder / "cora-edges.csv", folder / "cora-features.csv"
     rows = "".join(f"{u},{v},{s}\n" for s in ("train", "valid", "test") for u, v in paper.splits[s].pos.tolist())
@@ -129,6 +133,7 @@ def tree_pss(root) -> int:
     """Bytes of the process tree's proportional set size: shared pages (torch's libraries, forked loader
     workers) counted once across the processes that share them, not once per process as RSS sums would."""
     import psutil
+
     total = 0
     for p in [root, *root.children(recursive=True)]:
         try:
@@ -141,6 +146,7 @@ def tree_pss(root) -> int:
 def measured(cmd: list[str], log: Path) -> dict:
     """Run `cmd`; its wall seconds, exit status and the peak memory (PSS) of its process tree, polled."""
     import psutil
+
     log.parent.mkdir(parents=True, exist_ok=True)
     t0, peak = time.perf_counter(), 0
     with open(log, "w") as f:
@@ -163,7 +169,7 @@ def table_rows(results_json: Path) -> dict:
 def structure_only(args: list[str]) -> list[str]:
     """A suite graph's flags without its feature file: SEAL reads the structure only."""
     at = args.index("--node-features") if "--node-features" in args else None
-    return args if at is None else args[:at] + args[at + 2:]
+    return args if at is None else args[:at] + args[at + 2 :]
 
 
 def run_method(name: str, method: str, out: Path, seeds: str) -> dict:
@@ -172,9 +178,22 @@ def run_method(name: str, method: str, out: Path, seeds: str) -> dict:
     if method in ("auto", "general"):
         # collegemsg-random shares its dataset (so its results folder) with collegemsg: its runs live apart
         res = out / "runs" / (f"{method}-{name}" if name.endswith("-random") else method)
-        cmd = [sys.executable, "-m", "pipelines", "run", *data, "--seeds", seeds, "--out", str(res),
-               "--shards", str(out / "shards"), "--device", "cpu", *(["--preset", "general"] if method == "general"
-                                                                     else ["--preset", "auto"])]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pipelines",
+            "run",
+            *data,
+            "--seeds",
+            seeds,
+            "--out",
+            str(res),
+            "--shards",
+            str(out / "shards"),
+            "--device",
+            "cpu",
+            *(["--preset", "general"] if method == "general" else ["--preset", "auto"]),
+        ]
         got = measured(cmd, gdir / f"{method}.log")
         if got["rc"] == 0:
             found = sorted((res).glob(f"*/{method}/results.json"), key=lambda p: p.stat().st_mtime)
@@ -185,8 +204,19 @@ def run_method(name: str, method: str, out: Path, seeds: str) -> dict:
     else:
         auto = json.loads((gdir / "auto.json").read_text())
         target = gdir / "seal-result.json"
-        got = measured([sys.executable, "-m", "bench.seal_baseline", *structure_only(data), "--seconds",
-                        str(auto["wall_s"]), "--out", str(target)], gdir / "seal.log")
+        got = measured(
+            [
+                sys.executable,
+                "-m",
+                "bench.seal_baseline",
+                *structure_only(data),
+                "--seconds",
+                str(auto["wall_s"]),
+                "--out",
+                str(target),
+            ],
+            gdir / "seal.log",
+        )
         if got["rc"] == 0:
             r = json.loads(target.read_text())
             got["rows"] = {"SEAL": {m: [100 * r["test"][m], 0.0] for m in ("mrr", "auc")}}
@@ -200,12 +230,17 @@ def cell(v) -> str:
 
 
 def table(out: Path, names: list[str]) -> str:
-    lines = ["| graph | default MRR | fixed preset MRR | best heuristic MRR | SEAL MRR | default AUC | fixed preset AUC | "
-             "best heuristic AUC | SEAL AUC | choice | wall: default / preset / SEAL | peak MB default |",
-             "|" + "---|" * 12]
+    lines = [
+        "| graph | default MRR | fixed preset MRR | best heuristic MRR | SEAL MRR | default AUC | fixed preset AUC | "
+        "best heuristic AUC | SEAL AUC | choice | wall: default / preset / SEAL | peak MB default |",
+        "|" + "---|" * 12,
+    ]
     for name in names:
-        got = {m: json.loads((out / name / f"{m}.json").read_text()) for m in METHODS
-               if (out / name / f"{m}.json").exists()}
+        got = {
+            m: json.loads((out / name / f"{m}.json").read_text())
+            for m in METHODS
+            if (out / name / f"{m}.json").exists()
+        }
         auto = got.get("auto", {}).get("rows", {})
         final = next((v for k, v in auto.items() if k.startswith("PENCIL") and "+" in k), None)
         heur = {k: v for k, v in auto.items() if k in ("CN", "AA", "RA")}
@@ -221,10 +256,12 @@ def table(out: Path, names: list[str]) -> str:
         search = got.get("auto", {}).get("search", {})
         choice = f"{search.get('chosen', {}).get('cid', '–')}, {search.get('blend', {}).get('choice', '–')}"
         walls = " / ".join(f"{got[m]['wall_s'] / 60:.1f}" if m in got else "–" for m in METHODS)
-        lines.append(f"| {name} | {cell(final and final['mrr'])} | {cell(gen and gen['mrr'])} | {best('mrr')} | "
-                     f"{cell(seal and seal['mrr'])} | {cell(final and final['auc'])} | {cell(gen and gen['auc'])} | "
-                     f"{best('auc')} | {cell(seal and seal['auc'])} | {choice} | {walls} min | "
-                     f"{got.get('auto', {}).get('peak_pss_mb', got.get('auto', {}).get('peak_rss_mb', '–'))} |")
+        lines.append(
+            f"| {name} | {cell(final and final['mrr'])} | {cell(gen and gen['mrr'])} | {best('mrr')} | "
+            f"{cell(seal and seal['mrr'])} | {cell(final and final['auc'])} | {cell(gen and gen['auc'])} | "
+            f"{best('auc')} | {cell(seal and seal['auc'])} | {choice} | {walls} min | "
+            f"{got.get('auto', {}).get('peak_pss_mb', got.get('auto', {}).get('peak_rss_mb', '–'))} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -235,9 +272,12 @@ def build_parser(prog: str = "python -m bench.own_graph_suite") -> Parser:
     p.add_argument("--methods", default=",".join(METHODS), help="comma-separated subset of auto,general,seal")
     p.add_argument("--seeds", default="0,1,2", help="seeds of the PENCIL runs (default 0,1,2)")
     p.add_argument("--table", action="store_true", help="only print the table of what has finished")
-    p.add_argument("--timing", action="store_true",
-                   help="time the default again, alone (OUT/<graph>/auto-timing.json): wall time and peak memory "
-                        "on a quiet machine; its choice must equal the suite run's")
+    p.add_argument(
+        "--timing",
+        action="store_true",
+        help="time the default again, alone (OUT/<graph>/auto-timing.json): wall time and peak memory "
+        "on a quiet machine; its choice must equal the suite run's",
+    )
     return p
 
 
@@ -253,9 +293,26 @@ def _main(argv) -> int:
         raise SystemExit(f"--graphs: unknown {', '.join(bad)}; choose from {', '.join(GRAPHS)}")
     if args.timing:
         for name in names:
-            got = measured([sys.executable, "-m", "pipelines", "run", *graph_args(name, out), "--seeds", args.seeds,
-                            "--out", str(out / "timing" / name), "--shards", str(out / "timing-shards"),
-                            "--device", "cpu", "--preset", "auto"], out / name / "auto-timing.log")
+            got = measured(
+                [
+                    sys.executable,
+                    "-m",
+                    "pipelines",
+                    "run",
+                    *graph_args(name, out),
+                    "--seeds",
+                    args.seeds,
+                    "--out",
+                    str(out / "timing" / name),
+                    "--shards",
+                    str(out / "timing-shards"),
+                    "--device",
+                    "cpu",
+                    "--preset",
+                    "auto",
+                ],
+                out / name / "auto-timing.log",
+            )
             write_json_atomic(out / name / "auto-timing.json", got)
             print(f"== {name}: {got['wall_s']:.0f} s, peak {got['peak_pss_mb']} MB, rc {got['rc']}", flush=True)
         return 0

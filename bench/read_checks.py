@@ -8,6 +8,7 @@ Times are process CPU time (time.process_time: it holds on a shared machine), be
 process. A read here is what a loader worker does before batching: open, untar, decode and check every
 block (trainer.blocks.read_blocks); the model's work comes on top of it in a real evaluation.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,12 +41,24 @@ def main(argv=None) -> int:
         entries = shard_entries(manifest, split, protocol=protocol)
         plain = time_it(lambda: read_all(manifest, entries, False), args.repeat)
         hashed = time_it(lambda: read_all(manifest, entries, True), args.repeat)
-        rows.append({"read": f"eval {split}/{protocol}", "MB": sum(e["bytes"] for e in entries) / 1e6,
-                     "unchecked s": plain, "checked s": hashed, "overhead %": 100 * (hashed - plain) / plain})
+        rows.append(
+            {
+                "read": f"eval {split}/{protocol}",
+                "MB": sum(e["bytes"] for e in entries) / 1e6,
+                "unchecked s": plain,
+                "checked s": hashed,
+                "overhead %": 100 * (hashed - plain) / plain,
+            }
+        )
     train = shard_entries(manifest, "train", view=0)
     plain = time_it(lambda: read_all(manifest, train, False), args.repeat)
-    rows.append({"read": "training view 0 (unchecked, for scale)", "MB": sum(e["bytes"] for e in train) / 1e6,
-                 "unchecked s": plain})
+    rows.append(
+        {
+            "read": "training view 0 (unchecked, for scale)",
+            "MB": sum(e["bytes"] for e in train) / 1e6,
+            "unchecked s": plain,
+        }
+    )
     for which in manifest["graphs"]:
         size = sum(manifest["files"][manifest["graphs"][which][p]]["bytes"] for p in ("indptr", "indices"))
 
@@ -55,8 +68,15 @@ def main(argv=None) -> int:
 
         plain = time_it(lambda: load(False), args.repeat)
         hashed = time_it(lambda: load(True), args.repeat)
-        rows.append({"read": f"graph {which} (once per loader worker)", "MB": size / 1e6, "unchecked s": plain,
-                     "checked s": hashed, "added ms": 1000 * (hashed - plain)})
+        rows.append(
+            {
+                "read": f"graph {which} (once per loader worker)",
+                "MB": size / 1e6,
+                "unchecked s": plain,
+                "checked s": hashed,
+                "added ms": 1000 * (hashed - plain),
+            }
+        )
     print(format_table(rows, ["read", "MB", "unchecked s", "checked s", "overhead %", "added ms"], floatfmt="{:.3f}"))
     return 0
 

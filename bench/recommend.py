@@ -15,6 +15,7 @@ preset's (d, n). One process, torch on ONE thread, so every CPU rate is per core
   (wall clock, one GPU) plus the sampling core-hours and the cores it takes to keep the GPU fed;
 - peak RSS of the process (the per-worker budget: one block of query nodes at a time), and GPU peak memory.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,9 +45,11 @@ def device_clock(device: torch.device):
     machine), wall time after a synchronise on a GPU (what a GPU-hour buys)."""
     if device.type == "cpu":
         return cpu
+
     def clock() -> float:
         torch.cuda.synchronize(device)
         return time.perf_counter()
+
     return clock
 
 
@@ -56,8 +59,14 @@ def retrieval_rows(graph, queries, pool: int, methods) -> list[dict]:
         t = cpu()
         p = retrieve(graph, queries, method, pool)
         dt = cpu() - t
-        rows.append({"retriever": method, "s_per_node": dt / len(queries), "mean_pool": float(p.count.mean()),
-                     "core_h_all_nodes": dt / len(queries) * graph.num_nodes / 3600})
+        rows.append(
+            {
+                "retriever": method,
+                "s_per_node": dt / len(queries),
+                "mean_pool": float(p.count.mean()),
+                "core_h_all_nodes": dt / len(queries) * graph.num_nodes / 3600,
+            }
+        )
     return rows
 
 
@@ -73,8 +82,15 @@ def scoring_row(graph, queries, pool: int, preset_name: str, orderings: int, dev
     cfg_m = ModelConfig.from_preset(preset, n_max=nm)
     torch.manual_seed(0)
     model = Pencil(cfg_m).eval().to(device)
-    cfg = RecConfig(k=min(20, pool), pool=pool, retriever="ra", orderings=orderings, sampling=tuple(preset.sampling),
-                    n_max=nm, block_nodes=len(queries))
+    cfg = RecConfig(
+        k=min(20, pool),
+        pool=pool,
+        retriever="ra",
+        orderings=orderings,
+        sampling=tuple(preset.sampling),
+        n_max=nm,
+        block_nodes=len(queries),
+    )
     sampler, scorer = sampler_for(graph, cfg), scorer_for(model, graph, cfg, device)
     node, cand, _ = retrieve(graph, queries, "ra", pool).pairs()
     pairs = np.stack([node, cand], axis=1)
@@ -100,10 +116,19 @@ def scoring_row(graph, queries, pool: int, preset_name: str, orderings: int, dev
     t_actor = clock() - t
 
     n = len(pairs) * orderings
-    row = {"preset": preset_name, "device": str(device), "sampling": list(preset.sampling), "hidden": cfg_m.hidden,
-           "layers": cfg_m.layers, "pairs": n, "batches": len(packed),
-           "sample_pairs_per_s_core": n / t_sample, "pack_pairs_per_s_core": n / t_pack,
-           "forward_pairs_per_s": n / t_forward, "actor_pairs_per_s": n / t_actor}
+    row = {
+        "preset": preset_name,
+        "device": str(device),
+        "sampling": list(preset.sampling),
+        "hidden": cfg_m.hidden,
+        "layers": cfg_m.layers,
+        "pairs": n,
+        "batches": len(packed),
+        "sample_pairs_per_s_core": n / t_sample,
+        "pack_pairs_per_s_core": n / t_pack,
+        "forward_pairs_per_s": n / t_forward,
+        "actor_pairs_per_s": n / t_actor,
+    }
     total = graph.num_nodes * pool * orderings
     if device.type == "cpu":  # every stage on cores: one core-hour figure
         row["core_h_all_nodes"] = total * (t_sample + t_actor) / n / 3600
@@ -116,15 +141,21 @@ def scoring_row(graph, queries, pool: int, preset_name: str, orderings: int, dev
 
 
 def print_scoring(row: dict, pool: int) -> None:
-    head = (f"scoring {row['preset']} on {row['device']} ({row['pairs']} pairs, {row['batches']} batches): sample "
-            f"{row['sample_pairs_per_s_core']:.0f} and pack {row['pack_pairs_per_s_core']:.0f} pairs/s/core, forward "
-            f"{row['forward_pairs_per_s']:.0f} pairs/s, pack + forward {row['actor_pairs_per_s']:.0f} pairs/s")
+    head = (
+        f"scoring {row['preset']} on {row['device']} ({row['pairs']} pairs, {row['batches']} batches): sample "
+        f"{row['sample_pairs_per_s_core']:.0f} and pack {row['pack_pairs_per_s_core']:.0f} pairs/s/core, forward "
+        f"{row['forward_pairs_per_s']:.0f} pairs/s, pack + forward {row['actor_pairs_per_s']:.0f} pairs/s"
+    )
     if "core_h_all_nodes" in row:
         print(f"{head}; all nodes x pool {pool}: {row['core_h_all_nodes']:.1f} core-h", flush=True)
     else:
-        print(f"{head}; all nodes x pool {pool}: {row['gpu_h_all_nodes']:.2f} GPU-h + {row['sampling_core_h_all_nodes']:.1f}"
-              f" sampling core-h ({row['cores_to_feed_gpu']:.1f} cores keep the GPU fed), GPU peak "
-              f"{row['gpu_peak_mem_mb']:.0f} MB", flush=True)
+        print(
+            f"{head}; all nodes x pool {pool}: {row['gpu_h_all_nodes']:.2f} "
+            f"GPU-h + {row['sampling_core_h_all_nodes']:.1f}"
+            f" sampling core-h ({row['cores_to_feed_gpu']:.1f} cores keep the GPU fed), GPU peak "
+            f"{row['gpu_peak_mem_mb']:.0f} MB",
+            flush=True,
+        )
 
 
 def main(argv=None) -> int:
@@ -135,8 +166,12 @@ def main(argv=None) -> int:
     p.add_argument("--orderings", type=int, default=1)
     p.add_argument("--scale", type=float, default=1.0, help="fraction of collab's nodes and edges (default 1)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
-                   help="where the model scores (default cpu); cuda times the forward passes by wall clock")
+    p.add_argument(
+        "--device",
+        default="cpu",
+        choices=("cpu", "cuda"),
+        help="where the model scores (default cpu); cuda times the forward passes by wall clock",
+    )
     p.add_argument("--retrievers", default=",".join(RETRIEVERS), help="retrievers to time (default all)")
     p.add_argument("--out", default=None, help="write the rows as JSON here")
     args = p.parse_args(argv)
@@ -153,11 +188,19 @@ def main(argv=None) -> int:
     print(f"graph: {graph} built in {time.perf_counter() - t:.1f} s", flush=True)
     rng = np.random.default_rng(args.seed)
     queries = np.sort(rng.choice(np.flatnonzero(graph.degree > 0), size=args.nodes, replace=False))
-    report = {"graph": repr(graph), "nodes_sampled": args.nodes, "pool": args.pool,
-              "retrieval": retrieval_rows(graph, queries, args.pool, methods), "scoring": []}
+    report = {
+        "graph": repr(graph),
+        "nodes_sampled": args.nodes,
+        "pool": args.pool,
+        "retrieval": retrieval_rows(graph, queries, args.pool, methods),
+        "scoring": [],
+    }
     for r in report["retrieval"]:
-        print(f"retrieval {r['retriever']:>4}: {r['s_per_node'] * 1e3:8.1f} ms/node/core, mean pool "
-              f"{r['mean_pool']:.1f}, all nodes {r['core_h_all_nodes']:.2f} core-h", flush=True)
+        print(
+            f"retrieval {r['retriever']:>4}: {r['s_per_node'] * 1e3:8.1f} ms/node/core, mean pool "
+            f"{r['mean_pool']:.1f}, all nodes {r['core_h_all_nodes']:.2f} core-h",
+            flush=True,
+        )
     for name in args.presets.split(","):
         row = scoring_row(graph, queries, args.pool, name.strip(), args.orderings, device)
         report["scoring"].append(row)

@@ -4,9 +4,10 @@
     python bench/sampler.py --skip-job     # only the single-core sampler tables
 
 1. Time per extracted subgraph for (1,20), (1,30), (2,20), (2,30) on one core (the process is pinned to
-   one CPU; process CPU time, best of --repeats, so other tenants' load counts less), our numba kernel side by side with a straightforward per-link baseline of the same
-   semantics (numpy frontier sampling + torch_geometric.utils.subgraph for the induced subgraph), next
-   to the paper's figures (0.109, 0.132, 1.392, 4.155 ms). Target: >= 10x faster than the paper.
+   one CPU; process CPU time, best of --repeats, so other tenants' load counts less), our numba kernel
+   side by side with a straightforward per-link baseline of the same semantics (numpy frontier sampling +
+   torch_geometric.utils.subgraph for the induced subgraph), next to the paper's figures (0.109, 0.132,
+   1.392, 4.155 ms). Target: >= 10x faster than the paper.
    "ours" is the whole extraction the paper times: the sampler's node sets plus the induced edges
    (common.induce), which shard format v2 recovers at load time instead of storing; the sampler alone
    (what preprocessing now pays per link) is reported beside it.
@@ -18,6 +19,7 @@ First, the CPU time to generate the graph itself (target < 30 s; flagged above i
 Links are training edges of the graph (the target edge is removed, as for positives). docs/design.md:
 the machines are shared and noisy, so compare ratios measured within one run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,6 +51,7 @@ GRAPH_TARGET_S = 30
 def benchmark_graph(seed: int = 0) -> tuple[Graph, str]:
     try:
         from common.datasets.synthetic import latent_space_graph
+
         return latent_space_graph(num_nodes=10_000, avg_degree=15, seed=seed), "latent-space (Appendix D.4)"
     except ImportError:  # the generator lives in another module; keep the bench runnable without it
         rng = np.random.default_rng(seed)
@@ -60,8 +63,12 @@ def benchmark_graph(seed: int = 0) -> tuple[Graph, str]:
 def ours(g: Graph, links: np.ndarray, d: int, n: int, block: int = 256):
     """Node sets of every link (what preprocessing computes and stores), in blocks as the job runs it."""
     scratch = Scratch(g.indptr)
-    return [sample_subgraphs(g.indptr, g.indices, links[i:i + block, 0], links[i:i + block, 1], d, n,
-                             seed=i, scratch=scratch) for i in range(0, len(links), block)]
+    return [
+        sample_subgraphs(
+            g.indptr, g.indices, links[i : i + block, 0], links[i : i + block, 1], d, n, seed=i, scratch=scratch
+        )
+        for i in range(0, len(links), block)
+    ]
 
 
 def ours_with_edges(g: Graph, links: np.ndarray, d: int, n: int, block: int = 256):
@@ -75,6 +82,7 @@ def baseline(g: Graph, edge_index, links: np.ndarray, d: int, n: int, rng: np.ra
     """Per link: per-root frontier loop with rng.choice, then PyG's induced subgraph, target removed."""
     import torch
     from torch_geometric.utils import subgraph
+
     out = []
     for u, v in links.tolist():
         nodes = {u: 0, v: 1}
@@ -83,7 +91,7 @@ def baseline(g: Graph, edge_index, links: np.ndarray, d: int, n: int, rng: np.ra
             for _ in range(d):
                 nxt = []
                 for f in frontier:
-                    nb = g.indices[g.indptr[f]:g.indptr[f + 1]]
+                    nb = g.indices[g.indptr[f] : g.indptr[f + 1]]
                     nxt.extend((nb if len(nb) <= n else rng.choice(nb, n, replace=False)).tolist())
                 for x in nxt:
                     nodes.setdefault(x, len(nodes))
@@ -108,6 +116,7 @@ def time_it(fn, repeats: int) -> float:
 
 def sampler_table(g: Graph, links: np.ndarray, base_links: np.ndarray, repeats: int) -> list[dict]:
     import torch
+
     torch.set_num_threads(1)
     ei = torch.from_numpy(np.stack([np.repeat(np.arange(g.num_nodes), g.degree), g.indices.astype(np.int64)]))
     rows = []
@@ -121,11 +130,21 @@ def sampler_table(g: Graph, links: np.ndarray, base_links: np.ndarray, repeats: 
         subs = [s for s, _ in full]
         sizes = np.concatenate([np.diff(s.node_ptr) for s in subs])
         nedges = np.concatenate([np.diff(ep) for _, (ep, _) in full])
-        rows.append({"config": f"({d},{n})", "n_max": n_max(d, n), "ours_ms": t_ours * 1e3,
-                     "nodes_only_ms": t_nodes * 1e3, "baseline_ms": t_base * 1e3,
-                     "paper_ms": PAPER_MS[(d, n)], "vs_paper": PAPER_MS[(d, n)] / (t_ours * 1e3),
-                     "vs_baseline": t_base / t_ours, "mean_nodes": float(sizes.mean()),
-                     "mean_edges": float(nedges.mean()), **storage_row(links, subs, d, n)})
+        rows.append(
+            {
+                "config": f"({d},{n})",
+                "n_max": n_max(d, n),
+                "ours_ms": t_ours * 1e3,
+                "nodes_only_ms": t_nodes * 1e3,
+                "baseline_ms": t_base * 1e3,
+                "paper_ms": PAPER_MS[(d, n)],
+                "vs_paper": PAPER_MS[(d, n)] / (t_ours * 1e3),
+                "vs_baseline": t_base / t_ours,
+                "mean_nodes": float(sizes.mean()),
+                "mean_edges": float(nedges.mean()),
+                **storage_row(links, subs, d, n),
+            }
+        )
     return rows
 
 
@@ -134,14 +153,25 @@ def storage_row(links: np.ndarray, subs, d: int, n: int) -> dict:
     blocks, lo = [], 0
     for s in subs:
         hi = lo + len(s)
-        blocks.append(Block(cid=np.arange(lo, hi), src=links[lo:hi, 0], dst=links[lo:hi, 1],
-                            label=np.ones(hi - lo, np.float32), node_ptr=s.node_ptr, nodes=s.nodes))
+        blocks.append(
+            Block(
+                cid=np.arange(lo, hi),
+                src=links[lo:hi, 0],
+                dst=links[lo:hi, 1],
+                label=np.ones(hi - lo, np.float32),
+                node_ptr=s.node_ptr,
+                nodes=s.nodes,
+            )
+        )
         lo = hi
     data, stats = pack_shard(blocks)
     sizes = np.concatenate([np.diff(s.node_ptr) for s in subs])
     dense = float(np.mean((sizes + 2) * (2 * n_max(d, n) + 2) * 4))
-    return {"bytes_per_link": stats["bytes"] / stats["links"], "dense_bytes_per_link": dense,
-            "dense_over_ours": dense / (stats["bytes"] / stats["links"])}
+    return {
+        "bytes_per_link": stats["bytes"] / stats["links"],
+        "dense_bytes_per_link": dense,
+        "dense_over_ours": dense / (stats["bytes"] / stats["links"]),
+    }
 
 
 # ---------------------------------------------------------------------------- Ray job throughput
@@ -149,18 +179,32 @@ def job_table(g: Graph, d: int, n: int, workers: list[int]) -> list[dict]:
     from common.datasets.base import LinkDataset, Split
     from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
     from preprocess.job import run_job
+
     ds = LinkDataset(name="bench-synthetic", graph=g, splits={"train": Split(pos=g.edge_array())})
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-sampler-") as out:
         for w in workers:
-            cfg = PreprocessConfig(dataset="bench-synthetic", sampling=SamplingConfig(d, n),
-                                   candidates=CandidateConfig(views=1, splits=("train",)), out=out, num_cpus=w,
-                                   links_per_shard=4096, force=True)
+            cfg = PreprocessConfig(
+                dataset="bench-synthetic",
+                sampling=SamplingConfig(d, n),
+                candidates=CandidateConfig(views=1, splits=("train",)),
+                out=out,
+                num_cpus=w,
+                links_per_shard=4096,
+                force=True,
+            )
             t = time.perf_counter()
             s = run_job(cfg, ds).summary
-            rows.append({"workers": w, "links": s["links"], "links_per_s_sampling": s["links_per_second"],
-                         "links_per_s_with_ray_start": s["links"] / (time.perf_counter() - t),
-                         "bytes_per_link": s["bytes"] / s["links"], "worker_peak_rss_mb": s["worker_peak_rss_mb"]})
+            rows.append(
+                {
+                    "workers": w,
+                    "links": s["links"],
+                    "links_per_s_sampling": s["links_per_second"],
+                    "links_per_s_with_ray_start": s["links"] / (time.perf_counter() - t),
+                    "bytes_per_link": s["bytes"] / s["links"],
+                    "worker_peak_rss_mb": s["worker_peak_rss_mb"],
+                }
+            )
     return rows
 
 
@@ -188,7 +232,7 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(0)
     edges = g.edge_array()
     links = edges[rng.integers(0, len(edges), args.links)]
-    base_links = links[:args.baseline_links]
+    base_links = links[: args.baseline_links]
     print(f"graph: {kind}: {g}, mean degree {g.degree.mean():.2f}, max {g.degree.max()}")
     flag = "" if graph_s < GRAPH_TARGET_S else f"  (!) over the {GRAPH_TARGET_S} s target"
     print(f"graph generation: {graph_s:.1f} s of CPU (target < {GRAPH_TARGET_S} s){flag}")
@@ -199,22 +243,53 @@ def main(argv=None) -> int:
         rows = sampler_table(g, links, base_links, args.repeats)
     finally:
         os.sched_setaffinity(0, affinity)
-    print(markdown("Time per extracted subgraph, one core (ms)", rows, [
-        ("config", "(d,n)", "s"), ("n_max", "N_max", "d"), ("mean_nodes", "mean nodes", ".1f"),
-        ("mean_edges", "mean edges", ".1f"), ("paper_ms", "paper", ".3f"), ("baseline_ms", "per-link baseline", ".3f"),
-        ("ours_ms", "ours (nodes + edges)", ".4f"), ("nodes_only_ms", "ours (nodes only)", ".4f"),
-        ("vs_paper", "paper / ours", ".1f"), ("vs_baseline", "baseline / ours", ".1f")]))
-    print(markdown("Bytes per link on disk", rows, [
-        ("config", "(d,n)", "s"), ("bytes_per_link", "shard bytes/link", ".1f"),
-        ("dense_bytes_per_link", "dense float32 tokens bytes/link", ".0f"), ("dense_over_ours", "dense / shard", ".0f")]))
+    print(
+        markdown(
+            "Time per extracted subgraph, one core (ms)",
+            rows,
+            [
+                ("config", "(d,n)", "s"),
+                ("n_max", "N_max", "d"),
+                ("mean_nodes", "mean nodes", ".1f"),
+                ("mean_edges", "mean edges", ".1f"),
+                ("paper_ms", "paper", ".3f"),
+                ("baseline_ms", "per-link baseline", ".3f"),
+                ("ours_ms", "ours (nodes + edges)", ".4f"),
+                ("nodes_only_ms", "ours (nodes only)", ".4f"),
+                ("vs_paper", "paper / ours", ".1f"),
+                ("vs_baseline", "baseline / ours", ".1f"),
+            ],
+        )
+    )
+    print(
+        markdown(
+            "Bytes per link on disk",
+            rows,
+            [
+                ("config", "(d,n)", "s"),
+                ("bytes_per_link", "shard bytes/link", ".1f"),
+                ("dense_bytes_per_link", "dense float32 tokens bytes/link", ".0f"),
+                ("dense_over_ours", "dense / shard", ".0f"),
+            ],
+        )
+    )
     result = {"graph": kind, "graph_cpu_s": graph_s, "sampler": rows}
     if not args.skip_job:
         d, n = (int(x) for x in args.job_sampling.split(","))
         jobs = job_table(g, d, n, [1, 2])
-        print(markdown(f"Ray job end to end, ({d},{n}), {jobs[0]['links']} training links", jobs, [
-            ("workers", "workers", "d"), ("links_per_s_sampling", "links/s (sampling phase)", ".0f"),
-            ("links_per_s_with_ray_start", "links/s (incl. Ray start)", ".0f"),
-            ("bytes_per_link", "bytes/link", ".1f"), ("worker_peak_rss_mb", "worker peak RSS (MB)", ".0f")]))
+        print(
+            markdown(
+                f"Ray job end to end, ({d},{n}), {jobs[0]['links']} training links",
+                jobs,
+                [
+                    ("workers", "workers", "d"),
+                    ("links_per_s_sampling", "links/s (sampling phase)", ".0f"),
+                    ("links_per_s_with_ray_start", "links/s (incl. Ray start)", ".0f"),
+                    ("bytes_per_link", "bytes/link", ".1f"),
+                    ("worker_peak_rss_mb", "worker peak RSS (MB)", ".0f"),
+                ],
+            )
+        )
         result["job"] = jobs
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1))
@@ -223,4 +298,5 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     from common.cli import run_cli  # one-line errors; --debug for the traceback
+
     sys.exit(run_cli(main, prog="python bench/sampler.py", strip_debug=True))

@@ -20,6 +20,7 @@ Per dataset:
    split sizes below are OGB's): disk, core-hours of preprocessing, and loader processes per GPU at the
    1.85 M tokens/s an H200 consumed with the paper's citeseer model.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,12 +59,15 @@ class Shape:
 # positives, 100,000 shared negatives per split; ppa 21,231 + 42,463 positives, 3,000,000 negatives per
 # split; citation2 86,596 sources per split, each with 1 positive and 1,000 negatives; ddi 133,489 +
 # 133,488 positives, 101,882 + 95,599 negatives.
-SHAPES = {s.name: s for s in [
-    Shape("ogbl-collab", 235_868, 967_632, 1_179_052, 60_084 + 46_329 + 2 * 100_000),
-    Shape("ogbl-ppa", 576_289, 21_231_931, 21_231_931, 21_231 + 42_463 + 2 * 3_000_000),
-    Shape("ogbl-citation2", 2_927_963, 30_387_995, 30_387_995, 2 * 86_596 * 1_001),
-    Shape("ogbl-ddi", 4_267, 1_067_911, 1_067_911, 133_489 + 133_488 + 101_882 + 95_599, dense=True),
-]}
+SHAPES = {
+    s.name: s
+    for s in [
+        Shape("ogbl-collab", 235_868, 967_632, 1_179_052, 60_084 + 46_329 + 2 * 100_000),
+        Shape("ogbl-ppa", 576_289, 21_231_931, 21_231_931, 21_231 + 42_463 + 2 * 3_000_000),
+        Shape("ogbl-citation2", 2_927_963, 30_387_995, 30_387_995, 2 * 86_596 * 1_001),
+        Shape("ogbl-ddi", 4_267, 1_067_911, 1_067_911, 133_489 + 133_488 + 101_882 + 95_599, dense=True),
+    ]
+}
 
 
 # ---------------------------------------------------------------------------- graphs
@@ -109,38 +113,102 @@ def make_graph(shape: Shape, scale: float, gamma: float, seed: int) -> Graph:
 def shard_task_child(graph_dir: str, out: str, d: int, n: int, block: int) -> dict:
     """Runs in a fresh process: map the graph, build one shard like a Ray worker, report CPU and memory."""
     from preprocess.job import build_shard
+
     indptr = np.load(f"{graph_dir}/indptr.npy", mmap_mode="r")
     indices = np.load(f"{graph_dir}/indices.npy", mmap_mode="r")
     links = np.load(f"{graph_dir}/links.npy")
     label = (np.arange(len(links)) % 2 == 0).astype(np.float32)
-    build_shard(indptr, indices, links[:64, 0], links[:64, 1], label[:64], 0, 64, d, n, 1, block, out + "/warm",
-                "warm.tar", True)  # load the numba cache outside the timing
+    build_shard(
+        indptr,
+        indices,
+        links[:64, 0],
+        links[:64, 1],
+        label[:64],
+        0,
+        64,
+        d,
+        n,
+        1,
+        block,
+        out + "/warm",
+        "warm.tar",
+        True,
+    )  # load the numba cache outside the timing
     t, w = time.process_time(), time.perf_counter()
-    stats = build_shard(indptr, indices, links[:, 0], links[:, 1], label, 0, len(links), d, n, 7, block, out,
-                        "train-v000-00000.tar", True)
+    stats = build_shard(
+        indptr,
+        indices,
+        links[:, 0],
+        links[:, 1],
+        label,
+        0,
+        len(links),
+        d,
+        n,
+        7,
+        block,
+        out,
+        "train-v000-00000.tar",
+        True,
+    )
     cpu, wall = time.process_time() - t, time.perf_counter() - w
-    return {"links": stats["links"], "tokens": stats["tokens"], "bytes": stats["bytes"], "blocks": stats["blocks"],
-            "sha256": stats["sha256"], "cpu_s": cpu, "wall_s": wall, "peak_rss_mb": peak_rss_mb()}
+    return {
+        "links": stats["links"],
+        "tokens": stats["tokens"],
+        "bytes": stats["bytes"],
+        "blocks": stats["blocks"],
+        "sha256": stats["sha256"],
+        "cpu_s": cpu,
+        "wall_s": wall,
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
 def write_manifest_for(tmp: Path, shape: Shape, d: int, n: int, stats: dict) -> None:
     """Make the single-shard folder a readable v2 shard set, so the loader bench can read it."""
     from common.shards import graph_entry, open_storage, write_manifest
+
     indptr = np.load(tmp / "graph" / "indptr.npy", mmap_mode="r")
     indices = np.load(tmp / "graph" / "indices.npy", mmap_mode="r")
     storage = open_storage(tmp / "set")
     for name, src in (("graph-train-indptr.npy", "indptr.npy"), ("graph-train-indices.npy", "indices.npy")):
         (tmp / "set" / name).write_bytes((tmp / "graph" / src).read_bytes())
     from common.presets import n_max
-    write_manifest(storage, {
-        "dataset": f"{shape.name}-shaped", "key": "bench", "num_nodes": int(indptr.shape[0] - 1),
-        "n_max": n_max(d, n), "sampling": {"d": d, "n": n}, "protocols": [], "views": 1, "features": None,
-        "graphs": {"train": graph_entry("train", indptr, indices)}, "fingerprint": "bench", "config": {},
-        "sets": [{"split": "train", "protocol": None, "view": 0, "graph": "train", "links": stats["links"], "shards": 1}],
-        "shards": [{"name": "train-v000-00000.tar", "split": "train", "protocol": None, "view": 0,
-                    "links": stats["links"], "tokens": stats["tokens"], "blocks": stats["blocks"],
-                    "bytes": stats["bytes"], "sha256": stats["sha256"]}],
-        "eval": {}, "totals": {"links": stats["links"], "tokens": stats["tokens"], "bytes": stats["bytes"]}})
+
+    write_manifest(
+        storage,
+        {
+            "dataset": f"{shape.name}-shaped",
+            "key": "bench",
+            "num_nodes": int(indptr.shape[0] - 1),
+            "n_max": n_max(d, n),
+            "sampling": {"d": d, "n": n},
+            "protocols": [],
+            "views": 1,
+            "features": None,
+            "graphs": {"train": graph_entry("train", indptr, indices)},
+            "fingerprint": "bench",
+            "config": {},
+            "sets": [
+                {"split": "train", "protocol": None, "view": 0, "graph": "train", "links": stats["links"], "shards": 1}
+            ],
+            "shards": [
+                {
+                    "name": "train-v000-00000.tar",
+                    "split": "train",
+                    "protocol": None,
+                    "view": 0,
+                    "links": stats["links"],
+                    "tokens": stats["tokens"],
+                    "blocks": stats["blocks"],
+                    "bytes": stats["bytes"],
+                    "sha256": stats["sha256"],
+                }
+            ],
+            "eval": {},
+            "totals": {"links": stats["links"], "tokens": stats["tokens"], "bytes": stats["bytes"]},
+        },
+    )
 
 
 def ray_job_row(g: Graph, shape: Shape, d: int, n: int, links: int, out: str) -> dict:
@@ -149,12 +217,23 @@ def ray_job_row(g: Graph, shape: Shape, d: int, n: int, links: int, out: str) ->
     from common.datasets.base import LinkDataset, Split
     from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
     from preprocess.job import run_job
+
     ds = LinkDataset(name=f"{shape.name}-shaped", graph=g, splits={"train": Split(pos=g.edge_array())})
     percent = min(100.0, 100.0 * links / 2 / g.num_edges)
-    cfg = PreprocessConfig(dataset=ds.name, sampling=SamplingConfig(d, n), out=out, num_cpus=1, force=True,
-                           candidates=CandidateConfig(views=1, splits=("train",), percent=percent))
+    cfg = PreprocessConfig(
+        dataset=ds.name,
+        sampling=SamplingConfig(d, n),
+        out=out,
+        num_cpus=1,
+        force=True,
+        candidates=CandidateConfig(views=1, splits=("train",), percent=percent),
+    )
     s = run_job(cfg, ds).summary
-    return {"ray_links": s["links"], "ray_links_per_s": s["links_per_second"], "ray_worker_peak_rss_mb": s["worker_peak_rss_mb"]}
+    return {
+        "ray_links": s["links"],
+        "ray_links_per_s": s["links_per_second"],
+        "ray_worker_peak_rss_mb": s["worker_peak_rss_mb"],
+    }
 
 
 def loader_row(shard_set: str, seconds: float) -> dict | None:
@@ -166,8 +245,9 @@ def loader_row(shard_set: str, seconds: float) -> dict | None:
         return None
 
 
-def measure(shape: Shape, scale: float, links: int, gamma: float, block: int, loader_seconds: float,
-            ray_job: bool) -> dict:
+def measure(
+    shape: Shape, scale: float, links: int, gamma: float, block: int, loader_seconds: float, ray_job: bool
+) -> dict:
     preset = get_preset(shape.name)
     d, n = preset.sampling
     t = time.perf_counter()
@@ -183,18 +263,30 @@ def measure(shape: Shape, scale: float, links: int, gamma: float, block: int, lo
         np.save(tmp / "graph" / "indptr.npy", g.indptr)
         np.save(tmp / "graph" / "indices.npy", g.indices)
         np.save(tmp / "graph" / "links.npy", cand)
-        graph_desc = {"nodes": g.num_nodes, "edges": g.num_edges, "mean_degree": float(g.degree.mean()),
-                      "max_degree": int(g.degree.max()), "generate_s": round(gen_s, 1)}
+        graph_desc = {
+            "nodes": g.num_nodes,
+            "edges": g.num_edges,
+            "mean_degree": float(g.degree.mean()),
+            "max_degree": int(g.degree.max()),
+            "generate_s": round(gen_s, 1),
+        }
         if ray_job:
             graph_desc.update(ray_job_row(g, shape, d, n, links, str(tmp / "ray")))
         del g
         task = run_child("bench.scale", "shard_task_child", str(tmp / "graph"), str(tmp / "set"), d, n, block)
         write_manifest_for(tmp, shape, d, n, task)
         loader = loader_row(str(tmp / "set"), loader_seconds)
-    row = {"dataset": shape.name, "sampling": f"({d},{n})", "scale": scale, **graph_desc,
-           "links": task["links"], "tokens_per_link": task["tokens"] / task["links"],
-           "bytes_per_link": task["bytes"] / task["links"], "links_per_s_core": task["links"] / task["cpu_s"],
-           "task_peak_rss_mb": task["peak_rss_mb"]}
+    row = {
+        "dataset": shape.name,
+        "sampling": f"({d},{n})",
+        "scale": scale,
+        **graph_desc,
+        "links": task["links"],
+        "tokens_per_link": task["tokens"] / task["links"],
+        "bytes_per_link": task["bytes"] / task["links"],
+        "links_per_s_core": task["links"] / task["cpu_s"],
+        "task_peak_rss_mb": task["peak_rss_mb"],
+    }
     if loader:
         row.update(loader_tokens_per_s=loader["tokens_per_s"], loader_peak_rss_mb=loader["peak_rss_mb"])
     row.update(project(shape, preset, row))
@@ -206,23 +298,46 @@ def project(shape: Shape, preset, row: dict) -> dict:
     views = max(1, min(20, int(round(preset.epochs))))  # pipelines.run's default number of views
     train = views * shape.train_pos * preset.train_percent / 100 * 2  # one negative per positive
     total = train + shape.eval_links
-    out = {"views": views, "total_links": total, "disk_gb": total * row["bytes_per_link"] / 1e9,
-           "core_hours": total / row["links_per_s_core"] / 3600}
+    out = {
+        "views": views,
+        "total_links": total,
+        "disk_gb": total * row["bytes_per_link"] / 1e9,
+        "core_hours": total / row["links_per_s_core"] / 3600,
+    }
     if "loader_tokens_per_s" in row:
         out["loaders_per_gpu"] = GPU_TOKENS_PER_S / row["loader_tokens_per_s"]
     return out
 
 
 # ---------------------------------------------------------------------------- report
-COLS = [("dataset", "dataset", "s"), ("sampling", "(d,n)", "s"), ("nodes", "nodes", ","), ("edges", "edges", ","),
-        ("mean_degree", "mean deg", ".0f"), ("max_degree", "max deg", ","), ("tokens_per_link", "tokens/link", ".0f"),
-        ("bytes_per_link", "bytes/link", ".0f"), ("links_per_s_core", "links/s/core", ",.0f"),
-        ("task_peak_rss_mb", "task peak RSS MB", ".0f"), ("loader_tokens_per_s", "loader tokens/s", ",.0f"),
-        ("loader_peak_rss_mb", "loader RSS MB", ".0f")]
-RAY = [("dataset", "dataset", "s"), ("ray_links", "links", ","), ("ray_links_per_s", "links/s (1 worker)", ",.0f"),
-       ("ray_worker_peak_rss_mb", "worker peak RSS MB (incl. Ray)", ".0f")]
-PROJ = [("dataset", "dataset", "s"), ("views", "views", "d"), ("total_links", "links (all views + eval)", ",.0f"),
-        ("disk_gb", "disk GB", ".1f"), ("core_hours", "core-hours", ".1f"), ("loaders_per_gpu", "loaders per GPU", ".2f")]
+COLS = [
+    ("dataset", "dataset", "s"),
+    ("sampling", "(d,n)", "s"),
+    ("nodes", "nodes", ","),
+    ("edges", "edges", ","),
+    ("mean_degree", "mean deg", ".0f"),
+    ("max_degree", "max deg", ","),
+    ("tokens_per_link", "tokens/link", ".0f"),
+    ("bytes_per_link", "bytes/link", ".0f"),
+    ("links_per_s_core", "links/s/core", ",.0f"),
+    ("task_peak_rss_mb", "task peak RSS MB", ".0f"),
+    ("loader_tokens_per_s", "loader tokens/s", ",.0f"),
+    ("loader_peak_rss_mb", "loader RSS MB", ".0f"),
+]
+RAY = [
+    ("dataset", "dataset", "s"),
+    ("ray_links", "links", ","),
+    ("ray_links_per_s", "links/s (1 worker)", ",.0f"),
+    ("ray_worker_peak_rss_mb", "worker peak RSS MB (incl. Ray)", ".0f"),
+]
+PROJ = [
+    ("dataset", "dataset", "s"),
+    ("views", "views", "d"),
+    ("total_links", "links (all views + eval)", ",.0f"),
+    ("disk_gb", "disk GB", ".1f"),
+    ("core_hours", "core-hours", ".1f"),
+    ("loaders_per_gpu", "loaders per GPU", ".2f"),
+]
 
 
 def markdown(rows: list[dict], cols) -> str:
@@ -240,8 +355,11 @@ def main(argv=None) -> int:
     p.add_argument("--gamma", type=float, default=2.2, help="power-law degree exponent (default 2.2)")
     p.add_argument("--block-size", type=int, default=256, help="links per Arrow block (default 256)")
     p.add_argument("--loader-seconds", type=float, default=10.0, help="CPU seconds of loader reads per dataset")
-    p.add_argument("--ray-job", action="store_true",
-                   help="also run the real Ray preprocessing job on one worker (worker peak RSS incl. Ray)")
+    p.add_argument(
+        "--ray-job",
+        action="store_true",
+        help="also run the real Ray preprocessing job on one worker (worker peak RSS incl. Ray)",
+    )
     p.add_argument("--json", default=None, help="also write the rows to this JSON file")
     args = p.parse_args(argv)
     names = [s for s in args.datasets.split(",") if s]
@@ -252,8 +370,11 @@ def main(argv=None) -> int:
     rows = []
     for name in names:
         print(f"{name}: building the graph and measuring ...", file=sys.stderr, flush=True)
-        rows.append(measure(SHAPES[name], args.scale, args.links, args.gamma, args.block_size, args.loader_seconds,
-                            args.ray_job))
+        rows.append(
+            measure(
+                SHAPES[name], args.scale, args.links, args.gamma, args.block_size, args.loader_seconds, args.ray_job
+            )
+        )
     print("### Measured per core (one shard task, one loader process)\n")
     print(markdown(rows, COLS))
     print("\n### Projected whole paper preset\n")
@@ -268,4 +389,5 @@ def main(argv=None) -> int:
 
 if __name__ == "__main__":
     from common.cli import run_cli  # one-line errors; --debug for the traceback
+
     sys.exit(run_cli(main, prog="python bench/scale.py", strip_debug=True))

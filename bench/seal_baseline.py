@@ -10,6 +10,7 @@ the split's shared random negatives), test at the best validation MRR. SEAL read
 subgraphs come from the project's sampler: --hops hops of at most --per-hop neighbours per frontier node (SEAL
 on large graphs caps the nodes per hop the same way), the target edge removed; fresh negatives every epoch.
 """
+
 from __future__ import annotations
 
 import logging
@@ -37,11 +38,13 @@ BLOCK = 64  # subgraphs per optimiser step
 def blocks(graph, inducer: Inducer, src, dst, label, hops: int, per_hop: int, seed: int) -> list:
     out = []
     for lo in range(0, len(src), BLOCK):
-        sub = sample_subgraphs(graph.indptr, graph.indices, src[lo:lo + BLOCK], dst[lo:lo + BLOCK], hops, per_hop,
-                               seed + lo)
+        sub = sample_subgraphs(
+            graph.indptr, graph.indices, src[lo : lo + BLOCK], dst[lo : lo + BLOCK], hops, per_hop, seed + lo
+        )
         edge_ptr, edges = inducer.edges(sub.node_ptr, sub.nodes)
-        out.append((sub.node_ptr, edge_ptr, edges, seal.drnl_labels(sub.node_ptr, edge_ptr, edges),
-                    label[lo:lo + BLOCK]))
+        out.append(
+            (sub.node_ptr, edge_ptr, edges, seal.drnl_labels(sub.node_ptr, edge_ptr, edges), label[lo : lo + BLOCK])
+        )
     return out
 
 
@@ -49,8 +52,9 @@ def eval_set(dataset, split: str, hops: int, per_hop: int, seed: int):
     graph = dataset.graph_for(split)
     c = protocol_candidates(dataset, split, "original")
     order = np.concatenate([c.pos_cid, c.neg_cid.reshape(-1)])
-    bl = blocks(graph, Inducer(graph.indptr, graph.indices), c.src[order], c.dst[order], c.label[order], hops,
-                per_hop, seed)
+    bl = blocks(
+        graph, Inducer(graph.indptr, graph.indices), c.src[order], c.dst[order], c.label[order], hops, per_hop, seed
+    )
     return bl, "original", len(c.pos_cid), c.neg_cid.shape
 
 
@@ -62,11 +66,19 @@ def build_parser(prog: str = "python -m bench.seal_baseline") -> Parser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--hops", type=int, default=2)
     p.add_argument("--per-hop", type=int, default=10, help="neighbours per frontier node and hop (default 10)")
-    p.add_argument("--train-positives", type=int, default=4000,
-                   help="training positives per epoch, a seeded subset (default 4000, as the general preset on CPU)")
+    p.add_argument(
+        "--train-positives",
+        type=int,
+        default=4000,
+        help="training positives per epoch, a seeded subset (default 4000, as the general preset on CPU)",
+    )
     p.add_argument("--epochs", type=int, default=1000, help="stop after this many epochs at most (default 1000)")
-    p.add_argument("--eval-splits", default="valid,test", choices=("valid,test", "valid"),
-                   help="valid: validation only, test is never sampled or scored (studies that choose on it)")
+    p.add_argument(
+        "--eval-splits",
+        default="valid,test",
+        choices=("valid,test", "valid"),
+        help="valid: validation only, test is never sampled or scored (studies that choose on it)",
+    )
     return p
 
 
@@ -80,8 +92,15 @@ def _main(argv) -> int:
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     kind, split = (None, None) if args.split is None else parse_split_spec(args.split)
-    ds = load_dataset(args.dataset, data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir,
-                      split=split, split_kind=kind, nodes=args.nodes)
+    ds = load_dataset(
+        args.dataset,
+        data_dir=args.data_dir,
+        ogb_root=args.ogb_root,
+        planetoid_dir=args.planetoid_dir,
+        split=split,
+        split_kind=kind,
+        nodes=args.nodes,
+    )
     inducer = Inducer(ds.graph.indptr, ds.graph.indices)
     train = ds.splits["train"].pos
     percent = min(100.0, 100.0 * args.train_positives / max(1, len(train)))
@@ -95,14 +114,30 @@ def _main(argv) -> int:
     test = eval_set(ds, "test", args.hops, args.per_hop, args.seed) if "test" in args.eval_splits else None
     k = seal.sort_pool_k(np.concatenate([np.diff(b[0]) for b in train_epoch(0)]))
     prep = time.perf_counter() - t0
-    result = seal.fit(train_epoch, valid, test, max(1.0, args.seconds - prep), seed=args.seed, k=k,
-                      max_epochs=args.epochs)
-    result.update(dataset=ds.name, hops=args.hops, per_hop=args.per_hop, k=k, prepare_seconds=round(prep, 1),
-                  wall_seconds=round(time.perf_counter() - t0, 1), peak_rss_mb=round(peak_rss_mb(), 1))
+    result = seal.fit(
+        train_epoch, valid, test, max(1.0, args.seconds - prep), seed=args.seed, k=k, max_epochs=args.epochs
+    )
+    result.update(
+        dataset=ds.name,
+        hops=args.hops,
+        per_hop=args.per_hop,
+        k=k,
+        prepare_seconds=round(prep, 1),
+        wall_seconds=round(time.perf_counter() - t0, 1),
+        peak_rss_mb=round(peak_rss_mb(), 1),
+    )
     write_json_atomic(args.out, result)
     shown = result["test"] or result["valid"]
-    log.info("SEAL on %s: %d epochs in %.0f s, %s MRR %.4f AUC %.4f (best epoch %d)", ds.name, result["epochs"],
-             result["wall_seconds"], "test" if result["test"] else "valid", shown["mrr"], shown["auc"], result["epoch"])
+    log.info(
+        "SEAL on %s: %d epochs in %.0f s, %s MRR %.4f AUC %.4f (best epoch %d)",
+        ds.name,
+        result["epochs"],
+        result["wall_seconds"],
+        "test" if result["test"] else "valid",
+        shown["mrr"],
+        shown["auc"],
+        result["epoch"],
+    )
     return 0
 
 

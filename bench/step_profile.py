@@ -17,6 +17,7 @@ innermost operator that launched it); what no operator owns is a row of its own.
 CPU, with one thread: a kind's time is its operators' self CPU time, and the time spent outside any operator
 (the autograd engine, Python) is a row of its own, HOST. Anything under the optimiser's step is OPTIMIZER.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,33 +36,128 @@ import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
-from bench.workload import (DISTRIBUTIONS, attention_flops, make_step, matmul_flops, peak_flops, print_table,
-                            shard_samples, synthetic_samples, token_batches)
+from bench.workload import (
+    DISTRIBUTIONS,
+    attention_flops,
+    make_step,
+    matmul_flops,
+    peak_flops,
+    print_table,
+    shard_samples,
+    synthetic_samples,
+    token_batches,
+)
 from common.presets import n_max as budget_of
 from trainer.model import ModelConfig, Pencil
 from trainer.packing import pack_samples as pack  # hand-built sample dicts
 
 MATMUL, ATTENTION, GATHER, NORM, ACTIVATION, ELEMENTWISE, COPY, REDUCTION, VIEW = (
-    "matmul", "attention", "gather/scatter", "layernorm", "gelu/dropout", "other elementwise", "copy/fill/cast",
-    "reduction", "view (no kernel)")
+    "matmul",
+    "attention",
+    "gather/scatter",
+    "layernorm",
+    "gelu/dropout",
+    "other elementwise",
+    "copy/fill/cast",
+    "reduction",
+    "view (no kernel)",
+)
 # One device (or one CPU thread) cannot be busy for longer than the step lasts: a profiled busy time above
 # the unprofiled wall time (beyond the profiler's own overhead and timing noise) means events are counted twice
 # or belong to other work; the summary marks such a row "(!)". (A threshold of the bench, not of the tests.)
 BUSY_OVER_WALL = 2.0
 OPTIMIZER, HOST, UNATTRIBUTED = "optimizer", "outside operators", "kernels of no operator"
-KINDS = (MATMUL, ATTENTION, GATHER, NORM, ACTIVATION, ELEMENTWISE, COPY, REDUCTION, VIEW, OPTIMIZER, HOST,
-         UNATTRIBUTED)
+KINDS = (MATMUL, ATTENTION, GATHER, NORM, ACTIVATION, ELEMENTWISE, COPY, REDUCTION, VIEW, OPTIMIZER, HOST, UNATTRIBUTED)
 _MATMUL = {"mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "linear", "scaled_mm", "addmv", "mv", "dot"}
-_GATHER = {"gather", "scatter", "scatter_add", "embedding", "embedding_dense_backward", "take", "nonzero",
-           "masked_select", "masked_scatter", "unsafe_index", "unsafe_index_put"}
-_COPY = {"copy", "to_copy", "to", "clone", "contiguous", "cat", "stack", "fill", "zero", "zeros", "zeros_like",
-         "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "empty", "empty_like",
-         "new_empty", "empty_strided", "local_scalar_dense", "constant_pad_nd", "repeat", "split_with_sizes_copy"}
-_VIEW = {"view", "_unsafe_view", "reshape", "_reshape_alias", "view_as", "transpose", "t", "permute", "expand",
-         "expand_as", "as_strided", "slice", "select", "narrow", "squeeze", "unsqueeze", "detach", "alias", "split",
-         "split_with_sizes", "unbind", "chunk", "flatten", "unflatten", "resolve_conj", "resolve_neg", "lift_fresh"}
-_REDUCTION = {"sum", "mean", "max", "min", "amax", "amin", "norm", "linalg_vector_norm", "argmax", "sort", "argsort",
-              "cumsum", "var", "std", "prod", "any", "all"}
+_GATHER = {
+    "gather",
+    "scatter",
+    "scatter_add",
+    "embedding",
+    "embedding_dense_backward",
+    "take",
+    "nonzero",
+    "masked_select",
+    "masked_scatter",
+    "unsafe_index",
+    "unsafe_index_put",
+}
+_COPY = {
+    "copy",
+    "to_copy",
+    "to",
+    "clone",
+    "contiguous",
+    "cat",
+    "stack",
+    "fill",
+    "zero",
+    "zeros",
+    "zeros_like",
+    "new_zeros",
+    "ones",
+    "ones_like",
+    "new_ones",
+    "full",
+    "full_like",
+    "new_full",
+    "empty",
+    "empty_like",
+    "new_empty",
+    "empty_strided",
+    "local_scalar_dense",
+    "constant_pad_nd",
+    "repeat",
+    "split_with_sizes_copy",
+}
+_VIEW = {
+    "view",
+    "_unsafe_view",
+    "reshape",
+    "_reshape_alias",
+    "view_as",
+    "transpose",
+    "t",
+    "permute",
+    "expand",
+    "expand_as",
+    "as_strided",
+    "slice",
+    "select",
+    "narrow",
+    "squeeze",
+    "unsqueeze",
+    "detach",
+    "alias",
+    "split",
+    "split_with_sizes",
+    "unbind",
+    "chunk",
+    "flatten",
+    "unflatten",
+    "resolve_conj",
+    "resolve_neg",
+    "lift_fresh",
+}
+_REDUCTION = {
+    "sum",
+    "mean",
+    "max",
+    "min",
+    "amax",
+    "amin",
+    "norm",
+    "linalg_vector_norm",
+    "argmax",
+    "sort",
+    "argsort",
+    "cumsum",
+    "var",
+    "std",
+    "prod",
+    "any",
+    "all",
+}
 
 
 def kind_of(op: str) -> str:
@@ -175,7 +271,7 @@ def measure(model: Pencil, batches: list, device: torch.device, repeats: int, st
         if cuda:
             torch.cuda.synchronize(device)
         wall.append(time.perf_counter() - t0)
-    peak_gb = torch.cuda.max_memory_allocated(device) / 2 ** 30 if cuda else None
+    peak_gb = torch.cuda.max_memory_allocated(device) / 2**30 if cuda else None
     with profile(activities=[ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])) as prof:
         for _ in range(steps):
             run_one()
@@ -184,8 +280,14 @@ def measure(model: Pencil, batches: list, device: torch.device, repeats: int, st
     events = prof.events()
     kinds, busy, count = attribute(events, on_device=cuda)
     unowned = [(n, us / steps / 1e3) for n, us in unowned_kernels(events)] if cuda else []
-    return dict(wall_ms=1e3 * statistics.median(wall), kinds={k: (v[0] / steps / 1e3, v[1] / steps) for k, v in kinds.items()},
-                busy_ms=busy / steps / 1e3, count=count / steps, peak_gb=peak_gb, unowned=unowned)
+    return dict(
+        wall_ms=1e3 * statistics.median(wall),
+        kinds={k: (v[0] / steps / 1e3, v[1] / steps) for k, v in kinds.items()},
+        busy_ms=busy / steps / 1e3,
+        count=count / steps,
+        peak_gb=peak_gb,
+        unowned=unowned,
+    )
 
 
 def budget_rows(model: Pencil, samples: list[dict], n_max: int, budget: int, device, args, peak) -> tuple[list, list]:
@@ -193,31 +295,52 @@ def budget_rows(model: Pencil, samples: list[dict], n_max: int, budget: int, dev
     batches = token_batches(samples, budget)[: max(args.repeats, args.steps)]
     packed = [pack(b, n_max).to(device) for b in batches]
     per_step = [np.array([len(s["nodes"]) + 2 for s in b]) for b in batches]  # sequence lengths of each step
-    tokens, links = float(np.mean([l.sum() for l in per_step])), float(np.mean([len(l) for l in per_step]))
+    tokens, links = float(np.mean([ln.sum() for ln in per_step])), float(np.mean([len(ln) for ln in per_step]))
     try:
         m = measure(model, packed, device, args.repeats, args.steps)
     except torch.cuda.OutOfMemoryError:
         torch.cuda.empty_cache()
         return [budget, f"{tokens:.0f}", f"{links:.0f}", "out of memory"], []
-    mm = float(np.mean([matmul_flops(model, float(l.sum())) for l in per_step]))
-    att = float(np.mean([attention_flops(model, l) for l in per_step]))
+    mm = float(np.mean([matmul_flops(model, float(ln.sum())) for ln in per_step]))
+    att = float(np.mean([attention_flops(model, ln) for ln in per_step]))
     flops = mm + att
-    summary = [budget, f"{tokens:.0f}", f"{links:.0f}", f"{m['wall_ms']:.1f}", f"{m['busy_ms']:.1f}",
-               f"{m['busy_ms'] / m['wall_ms']:.0%}" + ("  (!)" if m["busy_ms"] > BUSY_OVER_WALL * m["wall_ms"] else ""), f"{m['count']:.0f}", f"{tokens / m['wall_ms'] * 1e3:.3g}"]
+    summary = [
+        budget,
+        f"{tokens:.0f}",
+        f"{links:.0f}",
+        f"{m['wall_ms']:.1f}",
+        f"{m['busy_ms']:.1f}",
+        f"{m['busy_ms'] / m['wall_ms']:.0%}" + ("  (!)" if m["busy_ms"] > BUSY_OVER_WALL * m["wall_ms"] else ""),
+        f"{m['count']:.0f}",
+        f"{tokens / m['wall_ms'] * 1e3:.3g}",
+    ]
     if m["peak_gb"] is not None:  # CUDA
-        summary += [f"{flops / (m['wall_ms'] / 1e3) / peak:.1%}" if peak else "n/a",
-                    f"{flops / (m['busy_ms'] / 1e3) / peak:.1%}" if peak else "n/a", f"{m['peak_gb']:.1f}"]
+        summary += [
+            f"{flops / (m['wall_ms'] / 1e3) / peak:.1%}" if peak else "n/a",
+            f"{flops / (m['busy_ms'] / 1e3) / peak:.1%}" if peak else "n/a",
+            f"{m['peak_gb']:.1f}",
+        ]
     if m["unowned"]:  # name the kernels behind UNATTRIBUTED, so a gap in the kinds can be chased
-        print(f"budget {budget}: kernels of no operator (ms per step): "
-              + ", ".join(f"{n[:60]} {ms:.3f}" for n, ms in m["unowned"]))
+        print(
+            f"budget {budget}: kernels of no operator (ms per step): "
+            + ", ".join(f"{n[:60]} {ms:.3f}" for n, ms in m["unowned"])
+        )
     rows = []
     for kind in KINDS:
         if kind not in m["kinds"]:
             continue
         ms, n = m["kinds"][kind]
         rate = {MATMUL: mm, ATTENTION: att}.get(kind)
-        rows.append([budget, kind, f"{ms:.2f}", f"{ms / m['busy_ms']:.1%}", f"{n:.0f}",
-                     f"{rate / (ms / 1e3) / 1e12:.3g}" if rate and ms > 0 else ""])
+        rows.append(
+            [
+                budget,
+                kind,
+                f"{ms:.2f}",
+                f"{ms / m['busy_ms']:.1%}",
+                f"{n:.0f}",
+                f"{rate / (ms / 1e3) / 1e12:.3g}" if rate and ms > 0 else "",
+            ]
+        )
     return summary, rows
 
 
@@ -225,15 +348,21 @@ def parse_args(argv=None):
     cuda = torch.cuda.is_available()
     ap = argparse.ArgumentParser(prog="python -m bench.step_profile", description=__doc__.splitlines()[0])
     ap.add_argument("--shards", help="a preprocessed shard set: real lengths and edges (default: synthetic --dist)")
-    ap.add_argument("--dist", default="ogbl-collab", help=f"synthetic lengths without --shards: "
-                                                          f"{', '.join(d.split('(')[0] for d in DISTRIBUTIONS)}")
+    ap.add_argument(
+        "--dist",
+        default="ogbl-collab",
+        help=f"synthetic lengths without --shards: {', '.join(d.split('(')[0] for d in DISTRIBUTIONS)}",
+    )
     ap.add_argument("--device", help="cuda / cpu (default: cuda when available)")
     ap.add_argument("--hidden", type=int, default=512 if cuda else 64)
     ap.add_argument("--layers", type=int, default=8 if cuda else 2)
     ap.add_argument("--heads", type=int, default=8 if cuda else 4)
     ap.add_argument("--ffn", type=int, default=2048 if cuda else 256)
-    ap.add_argument("--budgets", default="16384,65536" if cuda else "1024,4096",
-                    help="comma-separated tokens per step (the trainer's GPU micro-batch: 65536)")
+    ap.add_argument(
+        "--budgets",
+        default="16384,65536" if cuda else "1024,4096",
+        help="comma-separated tokens per step (the trainer's GPU micro-batch: 65536)",
+    )
     ap.add_argument("--dropout", type=float, default=0.1, help="the paper's model: 0.1 (attention path chosen for it)")
     ap.add_argument("--attention", default="auto", help="attention path (default: the trainer's choice)")
     ap.add_argument("--samples", type=int, default=4000 if cuda else 400, help="samples drawn (batches reuse them)")
@@ -259,8 +388,21 @@ def main(argv=None) -> None:
         n_max = budget_of(*DISTRIBUTIONS[name])
         samples = synthetic_samples(name, args.samples, args.seed)
     torch.manual_seed(args.seed)
-    model = Pencil(ModelConfig(n_max=n_max, hidden=args.hidden, layers=args.layers, heads=args.heads, ffn=args.ffn,
-                               dropout=args.dropout, attention=args.attention)).to(device).train()
+    model = (
+        Pencil(
+            ModelConfig(
+                n_max=n_max,
+                hidden=args.hidden,
+                layers=args.layers,
+                heads=args.heads,
+                ffn=args.ffn,
+                dropout=args.dropout,
+                attention=args.attention,
+            )
+        )
+        .to(device)
+        .train()
+    )
     peak = peak_flops(device, args.peak_tflops)
     cuda = device.type == "cuda"
     summaries, kinds = [], []
@@ -268,21 +410,40 @@ def main(argv=None) -> None:
         s, k = budget_rows(model, samples, n_max, budget, device, args, peak)
         summaries.append(s)
         kinds += k
-    what = (f"{name}, hidden {args.hidden} x {args.layers} layers, heads {args.heads}, ffn {args.ffn}, dropout "
-            f"{args.dropout}, attention {model.attention_backend}, {device.type}"
-            + (", bf16 autocast" if cuda else ", fp32, one thread"))
-    cols = ["budget", "tokens", "links", "wall ms", "busy ms", "busy/wall", "kernels" if cuda else "aten calls",
-            "tokens/s"] + (["MFU", "MFU if busy", "peak GB"] if cuda else [])
-    print_table(f"profile: one step (forward+backward+AdamW), {what}; busy = device time in kernels "
-                "(CPU: in operators)", cols, summaries)
+    what = (
+        f"{name}, hidden {args.hidden} x {args.layers} layers, heads {args.heads}, ffn {args.ffn}, dropout "
+        f"{args.dropout}, attention {model.attention_backend}, {device.type}"
+        + (", bf16 autocast" if cuda else ", fp32, one thread")
+    )
+    cols = [
+        "budget",
+        "tokens",
+        "links",
+        "wall ms",
+        "busy ms",
+        "busy/wall",
+        "kernels" if cuda else "aten calls",
+        "tokens/s",
+    ] + (["MFU", "MFU if busy", "peak GB"] if cuda else [])
+    print_table(
+        f"profile: one step (forward+backward+AdamW), {what}; busy = device time in kernels (CPU: in operators)",
+        cols,
+        summaries,
+    )
     if any(str(s[5]).endswith("(!)") for s in summaries if len(s) > 5):
-        print(f"(!) busy time above {BUSY_OVER_WALL:g} x the step's wall time: the attribution counts something twice "
-              "or another process's work; do not trust that row's kinds")
-    print_table("profile by kind of operator (ms per step, share of busy time; TFLOP/s of the model's useful "
-                "FLOPs of that kind)", ["budget", "kind", "ms", "share", "kernels" if cuda else "calls", "TFLOP/s"],
-                kinds)
+        print(
+            f"(!) busy time above {BUSY_OVER_WALL:g} x the step's wall time: the attribution counts something twice "
+            "or another process's work; do not trust that row's kinds"
+        )
+    print_table(
+        "profile by kind of operator (ms per step, share of busy time; TFLOP/s of the model's useful "
+        "FLOPs of that kind)",
+        ["budget", "kind", "ms", "share", "kernels" if cuda else "calls", "TFLOP/s"],
+        kinds,
+    )
 
 
 if __name__ == "__main__":
     from common.cli import run_cli  # one-line errors; --debug for the traceback
+
     sys.exit(run_cli(main, prog="python -m bench.step_profile", strip_debug=True))

@@ -18,6 +18,7 @@ The padded baseline is capped (--padded-cap, padded tokens B x L per forward): a
 citeseer-like samples pads to ~1.4 M tokens, whose (B, H, L, L) attention does not fit a 140 GB GPU. Above
 the cap the padded step runs its batch in chunks with gradient accumulation (same maths, bounded memory).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,8 +34,17 @@ if __package__ in (None, ""):  # `python bench/trainer.py` as well as `python -m
 import numpy as np
 import torch
 
-from bench.workload import (DISTRIBUTIONS, make_step, peak_flops, print_table, shard_samples, step_flops, sync,
-                            synthetic_samples, token_batches)
+from bench.workload import (
+    DISTRIBUTIONS,
+    make_step,
+    peak_flops,
+    print_table,
+    shard_samples,
+    step_flops,
+    sync,
+    synthetic_samples,
+    token_batches,
+)
 from common.presets import n_max as budget_of
 from trainer.attention import resolve_backend
 from trainer.model import ModelConfig, Pencil
@@ -58,8 +68,9 @@ def padded_chunks(samples: list[dict], cap: int) -> list[list[dict]]:
 COMPILED = "+compile"  # a path name with this suffix runs the same kernel with the blocks torch.compile'd
 
 
-def time_paths(model: Pencil, paths: list[str], batches: dict, device, amp: bool, repeats: int,
-               clock=time.perf_counter) -> dict[str, float | str]:
+def time_paths(
+    model: Pencil, paths: list[str], batches: dict, device, amp: bool, repeats: int, clock=time.perf_counter
+) -> dict[str, float | str]:
     """Median seconds per step for each attention path, interleaved over the same batches
     (batches[path][i]: the i-th step's batch for that path, a PackedBatch or a list of chunks).
     A path "X+compile" runs kernel X on a copy of the model with its blocks compiled (Pencil.compile_blocks,
@@ -77,7 +88,9 @@ def time_paths(model: Pencil, paths: list[str], batches: dict, device, amp: bool
     steps = {}
     for m in (model, compiled):
         if m is not None:
-            opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4, fused=device.type == "cuda")
+            opt = torch.optim.AdamW(
+                [p for p in m.parameters() if p.requires_grad], lr=1e-4, fused=device.type == "cuda"
+            )
             steps[id(m)] = make_step(m, opt, device, amp)
     times = {p: [] for p in paths}
     for r in range(repeats + 1):  # round 0 is warm-up (kernel selection, allocator, compilation)
@@ -144,24 +157,51 @@ def section_step(args):
     rows = []
     for name, n_max, samples in sources:
         torch.manual_seed(args.seed)
-        model = Pencil(ModelConfig(n_max=n_max, hidden=args.hidden, layers=args.layers, heads=args.heads,
-                                   ffn=args.ffn, dropout=0.0, attention="sdpa")).to(device).train()
+        model = (
+            Pencil(
+                ModelConfig(
+                    n_max=n_max,
+                    hidden=args.hidden,
+                    layers=args.layers,
+                    heads=args.heads,
+                    ffn=args.ffn,
+                    dropout=0.0,
+                    attention="sdpa",
+                )
+            )
+            .to(device)
+            .train()
+        )
         batches = token_batches(samples, args.budget)[: args.batches]
         packed = [pack(b, n_max).to(device) for b in batches]
         lens = [np.diff(p.cu_seqlens.cpu().numpy()) for p in packed]
         N = np.concatenate([[len(s["nodes"]) for s in b] for b in batches])
-        real = float(np.mean([l.sum() for l in lens]))
-        padded = float(np.mean([len(l) * l.max() for l in lens]))
+        real = float(np.mean([ln.sum() for ln in lens]))
+        padded = float(np.mean([len(ln) * ln.max() for ln in lens]))
         per_path = {p: packed for p in paths}
         chunked = args.padded_cap and padded > args.padded_cap
         if chunked:
             per_path["sdpa"] = [[pack(c, n_max).to(device) for c in padded_chunks(b, args.padded_cap)] for b in batches]
-        secs = time_paths(model, paths, per_path, device, amp=cuda, repeats=args.repeats,
-                          clock=time.process_time if args.clock == "cpu" else time.perf_counter)
-        flops = float(np.mean([step_flops(model, l) for l in lens]))
+        secs = time_paths(
+            model,
+            paths,
+            per_path,
+            device,
+            amp=cuda,
+            repeats=args.repeats,
+            clock=time.process_time if args.clock == "cpu" else time.perf_counter,
+        )
+        flops = float(np.mean([step_flops(model, ln) for ln in lens]))
         for path in paths:
-            row = [name, f"{N.mean():.1f}", int(N.max()), f"{np.mean([len(b) for b in batches]):.0f}",
-                   f"{real:.0f}", f"{padded:.0f}", path]
+            row = [
+                name,
+                f"{N.mean():.1f}",
+                int(N.max()),
+                f"{np.mean([len(b) for b in batches]):.0f}",
+                f"{real:.0f}",
+                f"{padded:.0f}",
+                path,
+            ]
             if isinstance(secs[path], str):  # a compiled path that could not be built here: the reason
                 rows.append(row + [secs[path]])
                 continue
@@ -169,11 +209,13 @@ def section_step(args):
             if cuda:
                 row += [f"{real / secs[path]:.3g}", f"{flops / secs[path] / peak:.1%}" if peak else "n/a"]
             rows.append(row)
-    title = (f"step time (forward+backward+AdamW), {device.type}, hidden {args.hidden}, layers {args.layers}, "
-             f"heads {args.heads}, ffn {args.ffn}, token budget {args.budget}, {'bf16 autocast' if cuda else 'fp32'}; "
-             f"'vs padded' > 1 means faster than padded SDPA; {args.clock} time"
-             + ("; X+compile = kernel X with the blocks torch.compile'd (--compile)" if args.compile else "")
-             + (f" (padded baseline in chunks of <= {args.padded_cap} padded tokens)" if args.padded_cap else ""))
+    title = (
+        f"step time (forward+backward+AdamW), {device.type}, hidden {args.hidden}, layers {args.layers}, "
+        f"heads {args.heads}, ffn {args.ffn}, token budget {args.budget}, {'bf16 autocast' if cuda else 'fp32'}; "
+        f"'vs padded' > 1 means faster than padded SDPA; {args.clock} time"
+        + ("; X+compile = kernel X with the blocks torch.compile'd (--compile)" if args.compile else "")
+        + (f" (padded baseline in chunks of <= {args.padded_cap} padded tokens)" if args.padded_cap else "")
+    )
     return title, columns, rows
 
 
@@ -185,8 +227,10 @@ def _loader_shard_set(args, tmp: str) -> str:
     """args.shards: the loader section reads a real (shard format v2) set; `python -m bench.loader` builds
     its own synthetic sets when none is at hand."""
     if not args.shards:
-        raise SystemExit("--sections loader needs --shards (a preprocessed set); python -m bench.loader "
-                         "benchmarks the loader on built-in synthetic sets")
+        raise SystemExit(
+            "--sections loader needs --shards (a preprocessed set); python -m bench.loader "
+            "benchmarks the loader on built-in synthetic sets"
+        )
     return args.shards
 
 
@@ -206,10 +250,23 @@ def section_loader(args):
         n_max = int(manifest["n_max"])
         # model consumption on the loader's own first batches (sdpa path, as the trainer runs it)
         torch.manual_seed(args.seed)
-        model = Pencil(ModelConfig(n_max=n_max, hidden=args.hidden, layers=args.layers, heads=args.heads,
-                                   ffn=args.ffn, dropout=0.0)).to(device).train()
-        cfg0 = DataConfig(shards=manifest["root"], max_samples=1 << 20, token_budget=args.budget,
-                          shuffle_buffer_mb=64, num_workers=0, seed=args.seed)
+        model = (
+            Pencil(
+                ModelConfig(
+                    n_max=n_max, hidden=args.hidden, layers=args.layers, heads=args.heads, ffn=args.ffn, dropout=0.0
+                )
+            )
+            .to(device)
+            .train()
+        )
+        cfg0 = DataConfig(
+            shards=manifest["root"],
+            max_samples=1 << 20,
+            token_budget=args.budget,
+            shuffle_buffer_mb=64,
+            num_workers=0,
+            seed=args.seed,
+        )
         first = [b.to(device) for b, _ in zip(data.train_loader(manifest, 0, 0, 1, cfg0)[0], range(args.batches))]
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
         step = make_step(model, opt, device, amp=device.type == "cuda")
@@ -223,8 +280,14 @@ def section_loader(args):
         model_tps = sum(b.num_tokens for b in first) * args.repeats / (time.perf_counter() - t0)
         rows = [["model step", "-", "-", "-", f"{model_tps:.3g}", "1.00x"]]
         for workers in sorted({0, 1, 2, min(8, os.cpu_count() or 1)}):
-            cfg = DataConfig(shards=manifest["root"], max_samples=1 << 20, token_budget=args.budget,
-                             shuffle_buffer_mb=64, num_workers=workers, seed=args.seed)
+            cfg = DataConfig(
+                shards=manifest["root"],
+                max_samples=1 << 20,
+                token_budget=args.budget,
+                shuffle_buffer_mb=64,
+                num_workers=workers,
+                seed=args.seed,
+            )
             loader, plan = data.train_loader(manifest, 0, 0, 1, cfg)
             t0 = time.perf_counter()
             samples = tokens = 0
@@ -232,10 +295,20 @@ def section_loader(args):
                 samples += b.num_samples
                 tokens += b.num_tokens
             dt = time.perf_counter() - t0
-            rows.append([f"loader, {workers} workers", plan.batches, f"{samples / dt:.3g}", f"{dt:.2f}",
-                         f"{tokens / dt:.3g}", f"{tokens / dt / model_tps:.2f}x"])
-    title = (f"loader vs model, {device.type}, token budget {args.budget}, {manifest.get('dataset', 'shards')} "
-             f"(N_max {n_max}), model hidden {args.hidden} x {args.layers} layers; one epoch of one rank")
+            rows.append(
+                [
+                    f"loader, {workers} workers",
+                    plan.batches,
+                    f"{samples / dt:.3g}",
+                    f"{dt:.2f}",
+                    f"{tokens / dt:.3g}",
+                    f"{tokens / dt / model_tps:.2f}x",
+                ]
+            )
+    title = (
+        f"loader vs model, {device.type}, token budget {args.budget}, {manifest.get('dataset', 'shards')} "
+        f"(N_max {n_max}), model hidden {args.hidden} x {args.layers} layers; one epoch of one rank"
+    )
     return title, ["path", "batches", "samples/s", "epoch s", "tokens/s", "vs model"], rows
 
 
@@ -257,17 +330,31 @@ def parse_args(argv=None):
     ap.add_argument("--batches", type=int, default=8 if cuda else 3, help="batches timed per round")
     ap.add_argument("--repeats", type=int, default=5 if cuda else 2, help="timed rounds after one warm-up")
     ap.add_argument("--peak-tflops", type=float, help="device peak for MFU (default: looked up by GPU name)")
-    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall" if cuda else "cpu",
-                    help="wall (perf_counter; GPUs) or cpu (process CPU time with one torch thread: holds on a "
-                         "shared CPU box; default on CPU)")
-    ap.add_argument("--dists", help="comma-separated synthetic length distributions used without --shards: "
-                                    f"{', '.join(d.split('(')[0] for d in DISTRIBUTIONS)} (default: all)")
+    ap.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall" if cuda else "cpu",
+        help="wall (perf_counter; GPUs) or cpu (process CPU time with one torch thread: holds on a "
+        "shared CPU box; default on CPU)",
+    )
+    ap.add_argument(
+        "--dists",
+        help="comma-separated synthetic length distributions used without --shards: "
+        f"{', '.join(d.split('(')[0] for d in DISTRIBUTIONS)} (default: all)",
+    )
     ap.add_argument("--paths", help="comma-separated attention paths to time (default: all that run here)")
-    ap.add_argument("--compile", action="store_true",
-                    help="also time every packed path with the blocks torch.compile'd (the trainer's --compile)")
-    ap.add_argument("--padded-cap", type=int, default=131072 if cuda else 0,
-                    help="padded tokens (B x L) per forward of the padded baseline; larger batches run in "
-                         "accumulated chunks (default 131072 on CUDA: ~25 GB of activations at 512 x 8; 0 = no cap)")
+    ap.add_argument(
+        "--compile",
+        action="store_true",
+        help="also time every packed path with the blocks torch.compile'd (the trainer's --compile)",
+    )
+    ap.add_argument(
+        "--padded-cap",
+        type=int,
+        default=131072 if cuda else 0,
+        help="padded tokens (B x L) per forward of the padded baseline; larger batches run in "
+        "accumulated chunks (default 131072 on CUDA: ~25 GB of activations at 512 x 8; 0 = no cap)",
+    )
     ap.add_argument("--seed", type=int, default=0)
     return ap.parse_args(argv)
 
@@ -284,4 +371,5 @@ def main(argv=None) -> None:
 
 if __name__ == "__main__":
     from common.cli import run_cli  # one-line errors; --debug for the traceback
+
     sys.exit(run_cli(main, prog="python bench/trainer.py", strip_debug=True))

@@ -2,6 +2,7 @@
 like the paper's datasets, real samples from a shard set, greedy token batches, the training step as the
 trainer takes it, the FLOP cost model behind MFU, and the table printer.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,10 +16,7 @@ from trainer.model import Pencil
 # name -> (sampling (d, n), length generator). Mimic the context-size distributions of the paper's
 # datasets: citeseer (2,20) is heavy-tailed (most subgraphs tiny, a few hub-centred ones near the 842
 # budget); ogbl-collab (1,75) is the union of two capped 1-hop neighbourhoods.
-DISTRIBUTIONS = {
-    "citeseer(2,20)": (2, 20),
-    "ogbl-collab(1,75)": (1, 75),
-}
+DISTRIBUTIONS = {"citeseer(2,20)": (2, 20), "ogbl-collab(1,75)": (1, 75)}
 PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}  # dense bf16
 
 
@@ -67,13 +65,20 @@ def shard_samples(shard_dir: str, count: int) -> tuple[str, int, list[dict]]:
                 if inducer is None:
                     from common.induce import Inducer
                     from common.shards import load_graph
+
                     inducer = Inducer(*load_graph(man, "train"))
                 eptr, edges = inducer.edges(block.node_ptr, block.nodes)
                 for b in range(len(block)):
-                    out.append(dict(cid=int(block.cid[b]), src=int(block.src[b]), dst=int(block.dst[b]),
-                                    label=float(block.label[b]),
-                                    nodes=block.nodes[block.node_ptr[b]:block.node_ptr[b + 1]],
-                                    edges=edges[eptr[b]:eptr[b + 1]].astype(np.int64)))
+                    out.append(
+                        dict(
+                            cid=int(block.cid[b]),
+                            src=int(block.src[b]),
+                            dst=int(block.dst[b]),
+                            label=float(block.label[b]),
+                            nodes=block.nodes[block.node_ptr[b] : block.node_ptr[b + 1]],
+                            edges=edges[eptr[b] : eptr[b + 1]].astype(np.int64),
+                        )
+                    )
             if len(out) >= count:
                 break
         if len(out) >= count:
@@ -131,6 +136,7 @@ def sync(device):
 def make_step(model: Pencil, opt, device, amp: bool):
     """step(batch or list of chunks): forward+backward (accumulated over chunks, weighted to the batch mean)
     and one AdamW step, as the trainer does (fused AdamW on CUDA)."""
+
     def step(batch):
         chunks = batch if isinstance(batch, list) else [batch]
         total = sum(c.num_samples for c in chunks)
@@ -140,6 +146,7 @@ def make_step(model: Pencil, opt, device, amp: bool):
                 loss = model.loss(model(c), c.label) * (c.num_samples / total)
             loss.backward()
         opt.step()
+
     return step
 
 

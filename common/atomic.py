@@ -4,6 +4,7 @@ A reader never sees half a file, and a failure (full disk, Ctrl-C) removes the t
 half-written is left behind. Temp files are named `.<name>.<pid>.<random>.tmp`, so a cleaner that
 globs `.<name>.*.tmp` finds those a SIGKILL left (remote stores have their own path: common/storage.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -57,5 +58,6 @@ def write_json_atomic(path: str | os.PathLike, payload) -> None:
 def write_parquet_atomic(table, path: str | os.PathLike) -> None:
     """A pyarrow Table as one Parquet file, whole or not at all."""
     import pyarrow.parquet as pq
+
     with atomic_file(path, "wb") as f:
         pq.write_table(table, f)

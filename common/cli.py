@@ -5,6 +5,7 @@ that names the culprit and the fix, not a traceback (`--debug` brings the traceb
 errors already carry such a message; usual OS errors (ENOSPC, EACCES, ENOTDIR, ENOENT) get one from
 their errno; Ray task errors are unwrapped to the exception the task raised.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -76,8 +77,13 @@ def summary(doc: str) -> str:
 
 class _HelpAll(argparse.Action):
     def __init__(self, option_strings, dest, **kw):
-        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
-                         help="every flag: the research and performance knobs too")
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=0,
+            default=argparse.SUPPRESS,
+            help="every flag: the research and performance knobs too",
+        )
 
     def __call__(self, parser, namespace, values, option_string=None):
         parser.print_help(show_all=True)
@@ -107,8 +113,7 @@ class Parser(_AdvancedFlags, argparse.ArgumentParser):
         # argparse's "expected one argument": negative numbers and comma lists of numbers are values
         self._negative_number_matcher = re.compile(r"^-\d*\.?\d+([,\s]+-?\d*\.?\d+)*$")
         self.add_argument("--help-all", action=_HelpAll)
-        self.add_argument(DEBUG_FLAG, action="store_true", help="show the full traceback of an error",
-                          advanced=True)
+        self.add_argument(DEBUG_FLAG, action="store_true", help="show the full traceback of an error", advanced=True)
 
     def add_argument_group(self, *args, **kwargs):
         group = _Group(self, *args, **kwargs)
@@ -181,8 +186,7 @@ def _flat(err: BaseException) -> str:
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 
-def command(build_parser: Callable, work: Callable, argv: Sequence[str] | None, prog: str, *,
-            config: Callable) -> int:
+def command(build_parser: Callable, work: Callable, argv: Sequence[str] | None, prog: str, *, config: Callable) -> int:
     """Every command's body: parse the flags with build_parser(prog), log at INFO, then work(config(args)): the
     flags become the command's typed configuration once, here (`config`, its `from_args`), and nothing below
     reads them. A FlagError (a bad flag value) from either is a usage error (one line, exit 2); any other
@@ -197,11 +201,16 @@ def command(build_parser: Callable, work: Callable, argv: Sequence[str] | None, 
             return work(config(args))
         except FlagError as err:
             parser.error(str(err))
+
     return run_cli(body, argv, prog=prog)
 
 
-def run_cli(main: Callable[[Sequence[str] | None], int | None], argv: Sequence[str] | None = None,
-            prog: str = "", strip_debug: bool = False) -> int:
+def run_cli(
+    main: Callable[[Sequence[str] | None], int | None],
+    argv: Sequence[str] | None = None,
+    prog: str = "",
+    strip_debug: bool = False,
+) -> int:
     """Call `main(argv)`; any exception becomes one line on stderr and exit status 1 (130 on Ctrl-C).
 
     With --debug among the arguments the exception propagates unchanged (full traceback).

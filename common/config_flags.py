@@ -8,12 +8,12 @@ text and where its default comes from, so no flag is written twice (once as a fi
 `add_flags` turns the declared fields of several config sections into one parser's flags; `given` reads back
 the values the user passed, by section, for the config's builder to merge over presets and field defaults.
 """
+
 from __future__ import annotations
 
 import typing
 from dataclasses import dataclass, fields
 from typing import Any, Callable
-
 
 TAKES_VALUE = object()  # Flag.store's default: the flag takes a value (it is not a switch)
 
@@ -64,14 +64,21 @@ def add_flags(parser, sections: dict[str, type], groups: tuple[str | None, ...])
                 if spec.group != group:
                     continue
                 option = spec.name or name.replace("_", "-")
-                kw: dict[str, Any] = {"dest": _dest(section, name), "default": None, "help": spec.help,
-                                      "advanced": spec.advanced}
+                kw: dict[str, Any] = {
+                    "dest": _dest(section, name),
+                    "default": None,
+                    "help": spec.help,
+                    "advanced": spec.advanced,
+                }
                 if spec.store is not TAKES_VALUE:
                     kw.update(action="store_const", const=spec.store)
                 else:
-                    kw.update(type=str if spec.parse else kind, choices=spec.choices,
-                              metavar=spec.metavar or (None if spec.choices else option.upper().replace("-", "_")),
-                              required=spec.required)
+                    kw.update(
+                        type=str if spec.parse else kind,
+                        choices=spec.choices,
+                        metavar=spec.metavar or (None if spec.choices else option.upper().replace("-", "_")),
+                        required=spec.required,
+                    )
                 targets[group].add_argument(f"--{option}", **kw)
 
 

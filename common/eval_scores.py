@@ -5,6 +5,7 @@ eval set's candidate ids, as in its queries file) and `score` (float32, the mode
 metrics saw it), plus the 0-based `epoch` it was scored at. Written under a temporary name in the same
 folder and renamed, so a reader never sees half a file and a killed write leaves only a dot-file behind.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,9 @@ def epoch_scores_path(run_dir: str | os.PathLike, split: str, protocol: str, epo
 
 def write_scores(path: Path, cid: np.ndarray, score: np.ndarray, epoch: int) -> None:
     with atomic_file(path) as f:
-        np.savez(f, cid=np.asarray(cid, dtype=np.int64), score=np.asarray(score, dtype=np.float32),
-                 epoch=np.int64(epoch))
+        np.savez(
+            f, cid=np.asarray(cid, dtype=np.int64), score=np.asarray(score, dtype=np.float32), epoch=np.int64(epoch)
+        )
 
 
 def read_scores(path: Path) -> tuple[np.ndarray, np.ndarray, int]:
@@ -38,5 +40,6 @@ def read_scores(path: Path) -> tuple[np.ndarray, np.ndarray, int]:
         with np.load(path) as z:
             return z["cid"], z["score"], int(z["epoch"])
     except (OSError, KeyError, ValueError, EOFError) as err:
-        raise ValueError(f"{path}: no readable scores file ({err}); rerun the seed (the trainer's --save-scores "
-                         "writes it)") from None
+        raise ValueError(
+            f"{path}: no readable scores file ({err}); rerun the seed (the trainer's --save-scores writes it)"
+        ) from None

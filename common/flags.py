@@ -1,49 +1,88 @@
 """The command-line flags several entry points share, each defined once with one default and one help text."""
+
 from __future__ import annotations
 
 from common.datasets.base import FILL_CHOICES
 
-DATASET_HELP = ("your edge list (.csv, .tsv, .parquet, optionally .gz; columns src,dst[,split]), a paper dataset "
-                "(citeseer, cora, ogbl-*) or a HeaRT-format folder")
+DATASET_HELP = (
+    "your edge list (.csv, .tsv, .parquet, optionally .gz; columns src,dst[,split]), a paper dataset "
+    "(citeseer, cora, ogbl-*) or a HeaRT-format folder"
+)
 DEVICES = ("auto", "cpu", "cuda")
 DEVICE_HELP = "auto: a GPU when one is visible (default)"
 MOVED_DATASET_HELP = "the run's edge list where it is now, if it moved (checked against the run's fingerprint)"
 
 
-def add_dataset_flags(p, required: bool = True, split: bool = True, nodes: bool = True,
-                      split_kinds: bool = False, help: str = DATASET_HELP) -> None:
+def add_dataset_flags(
+    p,
+    required: bool = True,
+    split: bool = True,
+    nodes: bool = True,
+    split_kinds: bool = False,
+    help: str = DATASET_HELP,
+) -> None:
     """--dataset and where its files are; --split and --nodes for edge lists. split_kinds: --split also takes
     random or temporal (common.datasets.fractions.parse_split_spec parses it)."""
     p.add_argument("--dataset", required=required, help=help)
     p.add_argument("--data-dir", default=None, advanced=True, help="a HeaRT-format folder to load the dataset from")
     p.add_argument("--ogb-root", default=None, advanced=True, help="a folder holding an already-downloaded OGB dataset")
-    p.add_argument("--planetoid-dir", default=None, advanced=True,
-                   help="the Planetoid raw files (ind.<name>.*): cora, and citeseer's node features")
+    p.add_argument(
+        "--planetoid-dir",
+        default=None,
+        advanced=True,
+        help="the Planetoid raw files (ind.<name>.*): cora, and citeseer's node features",
+    )
     if split and split_kinds:
-        p.add_argument("--split", default=None, metavar="[random|temporal,]TRAIN,VALID,TEST",
-                       help="85,5,10 by default; temporal with a time column, else random")
+        p.add_argument(
+            "--split",
+            default=None,
+            metavar="[random|temporal,]TRAIN,VALID,TEST",
+            help="85,5,10 by default; temporal with a time column, else random",
+        )
     elif split:
-        p.add_argument("--split", default=None, metavar="TRAIN,VALID,TEST",
-                       help="percentages of the seeded random edge split (default 85,5,10)")
+        p.add_argument(
+            "--split",
+            default=None,
+            metavar="TRAIN,VALID,TEST",
+            help="percentages of the seeded random edge split (default 85,5,10)",
+        )
     if nodes:
-        p.add_argument("--nodes", default=None, metavar="FILE",
-                       help="every node's id (column node or id), isolated ones too")
+        p.add_argument(
+            "--nodes", default=None, metavar="FILE", help="every node's id (column node or id), isolated ones too"
+        )
 
 
 def add_graph_input_flags(p) -> None:
     """An edge list's inputs beyond its edges: node features, ignored columns, the user's own pairs."""
-    p.add_argument("--node-features", default=None, metavar="FILE",
-                   help="node features (a table with a column node, or .npy)")
-    p.add_argument("--fill-features", default=None, choices=FILL_CHOICES, advanced=True,
-                   help="fill the nodes the feature file has no row for with zeros or the column means (default: "
-                        "such a gap is refused)")
-    p.add_argument("--eval-pairs", default=None, metavar="FILE",
-                   help="your labelled pairs to test on (src,dst,label[,split])")
-    p.add_argument("--train-negatives", default=None, metavar="FILE", advanced=True,
-                   help="known non-links (src,dst): up to half of every training view's negatives")
-    p.add_argument("--ignore-columns", default=None, metavar="COLS", advanced=True,
-                   help="edge-list columns to ignore, comma-separated (e.g. weight,time); other unknown columns are "
-                        "ignored with a warning")
+    p.add_argument(
+        "--node-features", default=None, metavar="FILE", help="node features (a table with a column node, or .npy)"
+    )
+    p.add_argument(
+        "--fill-features",
+        default=None,
+        choices=FILL_CHOICES,
+        advanced=True,
+        help="fill the nodes the feature file has no row for with zeros or the column means (default: "
+        "such a gap is refused)",
+    )
+    p.add_argument(
+        "--eval-pairs", default=None, metavar="FILE", help="your labelled pairs to test on (src,dst,label[,split])"
+    )
+    p.add_argument(
+        "--train-negatives",
+        default=None,
+        metavar="FILE",
+        advanced=True,
+        help="known non-links (src,dst): up to half of every training view's negatives",
+    )
+    p.add_argument(
+        "--ignore-columns",
+        default=None,
+        metavar="COLS",
+        advanced=True,
+        help="edge-list columns to ignore, comma-separated (e.g. weight,time); other unknown columns are "
+        "ignored with a warning",
+    )
 
 
 def add_moved_dataset_flag(p, advanced: bool = False) -> None:
@@ -52,8 +91,12 @@ def add_moved_dataset_flag(p, advanced: bool = False) -> None:
 
 
 def add_overwrite_flag(p, what: str = "--out", advanced: bool = False) -> None:
-    p.add_argument("--overwrite", action="store_true", advanced=advanced,
-                   help=f"replace an existing {what} that is not this command's result on the same data")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        advanced=advanced,
+        help=f"replace an existing {what} that is not this command's result on the same data",
+    )
 
 
 def add_device_flag(p) -> None:
@@ -61,8 +104,13 @@ def add_device_flag(p) -> None:
 
 
 def add_num_cpus_flag(p) -> None:
-    p.add_argument("--num-cpus", type=int, default=None, advanced=True,
-                   help="CPUs of the embedded Ray (default: all; ignored on a cluster, RAY_ADDRESS set)")
+    p.add_argument(
+        "--num-cpus",
+        type=int,
+        default=None,
+        advanced=True,
+        help="CPUs of the embedded Ray (default: all; ignored on a cluster, RAY_ADDRESS set)",
+    )
 
 
 def add_seeds_flag(p, default: str = "0") -> None:
@@ -74,8 +122,14 @@ def add_shards_flag(p) -> None:
 
 
 def add_train_arg_flag(p) -> None:
-    p.add_argument("--train-arg", action="append", default=[], metavar="FLAG=VALUE", advanced=True,
-                   help="an extra trainer flag for every run, repeatable, e.g. --train-arg=--num-workers=0")
+    p.add_argument(
+        "--train-arg",
+        action="append",
+        default=[],
+        metavar="FLAG=VALUE",
+        advanced=True,
+        help="an extra trainer flag for every run, repeatable, e.g. --train-arg=--num-workers=0",
+    )
 
 
 class FlagError(ValueError):
@@ -90,8 +144,11 @@ def comma_list(text: str, flag: str, cast=str, allowed=None, minimum=None) -> li
         values = []
     bad = [v for v in values if (allowed is not None and v not in allowed) or (minimum is not None and v < minimum)]
     if bad or not values:
-        what = (f"a subset of {','.join(map(str, allowed))}" if allowed is not None else
-                ("integers" if cast is int else "values") + (f" >= {minimum}" if minimum is not None else ""))
+        what = (
+            f"a subset of {','.join(map(str, allowed))}"
+            if allowed is not None
+            else ("integers" if cast is int else "values") + (f" >= {minimum}" if minimum is not None else "")
+        )
         unknown = f" (unknown {','.join(map(str, bad))})" if bad else ""
         raise FlagError(f"{flag}: expected a comma-separated list of {what}, got '{text}'{unknown}")
     return values

@@ -3,6 +3,7 @@
 Built once from an edge array: self-loops dropped, duplicates merged, both directions stored,
 each neighbour list sorted (so `has_edge` is a binary search and the sampler can slice rows).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -13,7 +14,6 @@ import numpy as np
 
 from common.memory import check_allocation
 from common.unique import unique_sorted_inplace
-
 
 SORTED_QUERIES = 1 << 14  # has_edge sorts its queries above this many (see there)
 
@@ -94,17 +94,17 @@ class Graph:
             raise GraphError(f"edges: node id {int(e.max())} is out of range for num_nodes={num_nodes}")
         # Bound first: CSR arrays per node plus the sort keys per edge (an id of 2^31 in a
         # 0-based file once allocated 24 GB and died without a word).
-        check_allocation(16.0 * num_nodes + 40.0 * len(e), f"a graph of {num_nodes:,} nodes and {len(e):,} edges",
-                         "node ids must be 0-based and dense here; an edge-list file (.csv/.parquet) maps ids "
-                         "of any size to 0..N-1")
+        check_allocation(
+            16.0 * num_nodes + 40.0 * len(e),
+            f"a graph of {num_nodes:,} nodes and {len(e):,} edges",
+            "node ids must be 0-based and dense here; an edge-list file (.csv/.parquet) maps ids of any size to 0..N-1",
+        )
         key = _sorted_keys(e, num_nodes)  # both directions, sorted, deduplicated, no self-loops: row * N + col
         feats = None
         if x is not None:
             feats = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
             if feats.ndim != 2 or feats.shape[0] != num_nodes:
-                raise GraphError(
-                    f"node features: expected {num_nodes} rows (one per node), got shape {feats.shape}"
-                )
+                raise GraphError(f"node features: expected {num_nodes} rows (one per node), got shape {feats.shape}")
         return cls._from_keys(key, num_nodes, feats)
 
     @classmethod
@@ -131,8 +131,9 @@ class Graph:
             rows = None if new_x is None else np.asarray(new_x, dtype=np.float32)
             if rows is None or rows.shape != (n - n_old, x.shape[1]):
                 got = "none" if rows is None else f"shape {rows.shape}"
-                raise GraphError(f"edited: {n - n_old} new node(s) need their features, ({n - n_old}, {x.shape[1]}) "
-                                 f"rows; got {got}")
+                raise GraphError(
+                    f"edited: {n - n_old} new node(s) need their features, ({n - n_old}, {x.shape[1]}) rows; got {got}"
+                )
             if not np.isfinite(rows).all():
                 raise GraphError("edited: the new nodes' features hold NaN or infinite values")
             x = np.concatenate([x, rows])
@@ -239,7 +240,7 @@ class Graph:
         h = hashlib.sha256()
         h.update(np.ascontiguousarray(self.indptr, dtype=np.int64))
         for lo in range(0, self.indices.shape[0], 1 << 23):  # int64 bytes as always, a chunk at a time
-            h.update(np.ascontiguousarray(self.indices[lo:lo + (1 << 23)], dtype=np.int64))
+            h.update(np.ascontiguousarray(self.indices[lo : lo + (1 << 23)], dtype=np.int64))
         if self.x is not None:
             h.update(np.ascontiguousarray(self.x).tobytes())
         return h.hexdigest()[:16]

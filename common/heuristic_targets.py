@@ -16,6 +16,7 @@ Statistics (percentiles, centre, scale, d_max) are fitted once (`fit`) on a refe
 training candidates in the recipe, and applied unchanged to every split (`transform`), so the
 evaluation targets never shape their own scale.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -74,7 +75,9 @@ def max_component_diameter(graph: Graph, batch: int = 512) -> int:
     a = heuristics.adjacency(graph)
     best = 0
     for s in range(0, graph.num_nodes, batch):
-        d = csgraph.shortest_path(a, unweighted=True, directed=True, indices=np.arange(s, min(s + batch, graph.num_nodes)))
+        d = csgraph.shortest_path(
+            a, unweighted=True, directed=True, indices=np.arange(s, min(s + batch, graph.num_nodes))
+        )
         finite = d[np.isfinite(d)]
         if finite.size:
             best = max(best, int(finite.max()))

@@ -16,6 +16,7 @@ Conventions for degenerate inputs: for u == v, N(u) ∩ N(u) = N(u), so CN(u, u)
 SPD(u, u) = 0; isolated nodes score 0 (inf for SPD). A common neighbour of degree 1 (only possible
 when u == v) gets AA weight 0 instead of 1/log(1) = inf, as the HeaRT reference code does.
 """
+
 from __future__ import annotations
 
 import logging
@@ -73,8 +74,9 @@ def _sources_first(pairs: np.ndarray) -> np.ndarray:
     return pairs
 
 
-def _per_source(pairs: np.ndarray, cols: int, block_fn: Callable[[np.ndarray], np.ndarray],
-                reorient: bool = True) -> np.ndarray:
+def _per_source(
+    pairs: np.ndarray, cols: int, block_fn: Callable[[np.ndarray], np.ndarray], reorient: bool = True
+) -> np.ndarray:
     """Run block_fn on batches of distinct sources; block_fn(src) -> (N, len(src)) values;
     pick entry [v, column of u] for every pair (u, v)."""
     if reorient:
@@ -131,8 +133,7 @@ def resource_allocation(graph: Graph, pairs, batch: int = DEFAULT_BATCH) -> np.n
 # ---------------------------------------------------------------------------- weighted local overlap
 def strength(graph: Graph, weight: np.ndarray) -> np.ndarray:
     """s(z): the sum of the weights of z's edges (`weight` aligned with graph.indices)."""
-    return np.bincount(np.repeat(np.arange(graph.num_nodes), graph.degree), weights=weight,
-                       minlength=graph.num_nodes)
+    return np.bincount(np.repeat(np.arange(graph.num_nodes), graph.degree), weights=weight, minlength=graph.num_nodes)
 
 
 def _weighted_pair_overlap(graph: Graph, pairs, weight: np.ndarray, node_weight: np.ndarray, batch: int) -> np.ndarray:
@@ -182,20 +183,26 @@ def _katz_terms(a: sp.csr_matrix, beta: float, max_iter: int, tol: float) -> int
     block, and ties between equal-Katz negatives would then break differently run to run.
     """
     y = np.ones(a.shape[0])
-    for l in range(1, max_iter + 1):
+    for length in range(1, max_iter + 1):
         y = beta * (a @ y)
         top = float(y.max()) if y.size else 0.0
         if not np.isfinite(top):
             raise HeuristicError(f"katz: series diverged (beta={beta} too large for this graph)")
         if top < tol:
-            return l
-    log.warning("katz: not converged after %d terms (last term bound %.3g); beta=%g may be too large "
-                "for this graph's spectral radius, the sum is truncated", max_iter, top, beta)
+            return length
+    log.warning(
+        "katz: not converged after %d terms (last term bound %.3g); beta=%g may be too large "
+        "for this graph's spectral radius, the sum is truncated",
+        max_iter,
+        top,
+        beta,
+    )
     return max_iter
 
 
-def katz(graph: Graph, pairs, beta: float = 0.005, max_iter: int = 100, tol: float = 1e-12,
-         batch: int = 1024) -> np.ndarray:
+def katz(
+    graph: Graph, pairs, beta: float = 0.005, max_iter: int = 100, tol: float = 1e-12, batch: int = 1024
+) -> np.ndarray:
     """Katz(u, v) = sum_{l>=1} beta^l (A^l)_{uv}.
 
     For each block of distinct sources, x_1 = beta * A e_u and x_{l+1} = beta * A x_l are summed
@@ -304,8 +311,9 @@ def score_pairs(name: str, graph: Graph, pairs, **kwargs) -> np.ndarray:
     if fn is None:
         raise HeuristicError(f"unknown heuristic '{name}'; available: {', '.join([*HEURISTICS, *WEIGHTED])}")
     if name in WEIGHTED and kwargs.get("weight") is None:
-        raise HeuristicError(f"heuristic {name} needs edge weights (an edge list's weight column); use "
-                             f"{name[1:]} on an unweighted graph")
+        raise HeuristicError(
+            f"heuristic {name} needs edge weights (an edge list's weight column); use {name[1:]} on an unweighted graph"
+        )
     arr = np.asarray(pairs)
     if arr.ndim < 1 or arr.shape[-1] != 2:
         raise HeuristicError(f"pairs: expected shape (..., 2), got {arr.shape}")
@@ -329,8 +337,7 @@ def split_scores(ds, split: str, protocols: list[str], heuristics: list[str]) ->
     flat = [a.reshape(-1, 2) for a in parts]
     uniq, inverse = unique_pairs(np.concatenate(flat))
     bounds = np.cumsum([0] + [len(f) for f in flat])
-    log.info("%s/%s: %d candidate pairs, %d distinct, graph %r",
-             ds.name, split, bounds[-1], len(uniq), graph)
+    log.info("%s/%s: %d candidate pairs, %d distinct, graph %r", ds.name, split, bounds[-1], len(uniq), graph)
     results: dict[str, dict] = {p: {} for p in protocols}
     for name in heuristics:
         t0 = time.perf_counter()
@@ -346,13 +353,31 @@ def split_scores(ds, split: str, protocols: list[str], heuristics: list[str]) ->
 def score_split(ds, split: str, protocols: list[str], heuristics: list[str]) -> dict:
     """{protocol: {heuristic: metrics (fractions)}} of a dataset's split: what the heuristic rows of every
     report rank."""
-    return {proto: {name: evaluate(proto, pos, neg) for name, (pos, neg) in by_h.items()}
-            for proto, by_h in split_scores(ds, split, protocols, heuristics).items()}
+    return {
+        proto: {name: evaluate(proto, pos, neg) for name, (pos, neg) in by_h.items()}
+        for proto, by_h in split_scores(ds, split, protocols, heuristics).items()
+    }
 
 
 __all__ = [
-    "HEURISTICS", "HeuristicError", "adjacency", "common_neighbors", "adamic_adar", "resource_allocation",
-    "katz", "shortest_path", "pagerank", "pagerank_pair", "score_pairs", "ranking_scores", "score_split",
-    "split_scores", "LOWER_IS_BETTER", "WEIGHTED", "strength", "weighted_common_neighbors", "weighted_adamic_adar",
+    "HEURISTICS",
+    "HeuristicError",
+    "adjacency",
+    "common_neighbors",
+    "adamic_adar",
+    "resource_allocation",
+    "katz",
+    "shortest_path",
+    "pagerank",
+    "pagerank_pair",
+    "score_pairs",
+    "ranking_scores",
+    "score_split",
+    "split_scores",
+    "LOWER_IS_BETTER",
+    "WEIGHTED",
+    "strength",
+    "weighted_common_neighbors",
+    "weighted_adamic_adar",
     "weighted_resource_allocation",
 ]

@@ -15,6 +15,7 @@ Both kernels work on a whole block of links per call: one pass over each context
 per-node marker array (global id -> local id, reset after each link), or a binary search for the few
 context nodes when the row is much longer than the context (hubs). Rows must be sorted (common.graph).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -46,7 +47,7 @@ class Inducer:
         """(edge_ptr (B+1,) int64, edges (E, 2) int32): local induced edges a < b of every link."""
         node_ptr = np.ascontiguousarray(node_ptr, dtype=np.int64)
         edge_ptr, flat = _edges_kernel(self.indptr, self.indices, node_ptr, np.ascontiguousarray(nodes), self.mark)
-        return edge_ptr, flat[:2 * edge_ptr[-1]].reshape(-1, 2)
+        return edge_ptr, flat[: 2 * edge_ptr[-1]].reshape(-1, 2)
 
     def dense(self, node_ptr: np.ndarray, nodes: np.ndarray, width: int | None = None) -> np.ndarray:
         """(B, L, L) uint8 adjacency over local ids, L = width or the largest N_b; zero padding."""
@@ -61,7 +62,7 @@ class Inducer:
         node_ptr = np.asarray(node_ptr, dtype=np.int64)
         sizes = np.diff(node_ptr)
         cap = np.repeat(np.maximum(sizes - 1, 0), sizes)
-        per_node = np.minimum(self.degree[nodes[node_ptr[0]:node_ptr[-1]]], cap)
+        per_node = np.minimum(self.degree[nodes[node_ptr[0] : node_ptr[-1]]], cap)
         out = np.zeros(len(sizes), dtype=np.int64)
         nz = sizes > 0
         out[nz] = np.add.reduceat(per_node, (node_ptr[:-1] - node_ptr[0])[nz]) if per_node.size else 0
@@ -78,7 +79,7 @@ def grow(arr, needed):
     while size < needed:
         size *= 2
     out = np.empty(size, dtype=arr.dtype)
-    out[:arr.shape[0]] = arr
+    out[: arr.shape[0]] = arr
     return out
 
 
@@ -233,7 +234,7 @@ def _bits_kernel(bits, node_ptr, nodes, out):
     for b in range(B):
         lo = node_ptr[b]
         k = node_ptr[b + 1] - lo
-        ids = nodes[lo:lo + k]
+        ids = nodes[lo : lo + k]
         byte = ids >> 3
         shift = (ids & 7).astype(np.uint8)
         for i in range(k):

@@ -1,10 +1,12 @@
-"""A shard set's manifest.json: names, versions, reading and writing (the rules it must obey: common/manifest_schema.py).
+"""A shard set's manifest.json: names, versions, reading and writing (the rules it must obey:
+common/manifest_schema.py).
 
 The manifest is written last, atomically: its presence means "complete". It records every file the readers
 use with its sha256 (each shard in `shards`, every other file in `files`) and a `checksum` of its own
 contents, so an edit by hand, a swapped file or a renamed shard is caught and named. common/shards.py
 re-exports this API: it is the one format module readers and writers import.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,8 +49,7 @@ def write_manifest(storage: LocalStorage, manifest: dict) -> None:
     """Write the manifest last, atomically, with its checksum. `files` (sha256 of every non-shard file) is
     taken from `manifest` when given (preprocess hashes what it writes), else read back from `storage`.
     A manifest that breaks the schema is a bug of the writer: refused here, never written."""
-    body = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "manifest_version": schema.MANIFEST_VERSION,
-            **manifest}
+    body = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "manifest_version": schema.MANIFEST_VERSION, **manifest}
     if body.get("files") is None:
         body["files"] = stored_file_records(storage, schema.set_files(body))
     body[schema.CHECKSUM] = schema.checksum(body)
@@ -68,20 +69,28 @@ def parse_manifest(text: str, where: str, root: str) -> dict:
         raise ShardError(f"{where}: not a {FORMAT_NAME} manifest")
     version = manifest.get("version")
     if version == 1:
-        raise ShardError(f"{where}: shard format version 1 (stored edge lists) is no longer read; rerun "
-                         f"`python -m preprocess` with the same flags to rebuild it as version {FORMAT_VERSION}")
+        raise ShardError(
+            f"{where}: shard format version 1 (stored edge lists) is no longer read; rerun "
+            f"`python -m preprocess` with the same flags to rebuild it as version {FORMAT_VERSION}"
+        )
     if version != FORMAT_VERSION:
-        raise ShardError(f"{where}: shard format version {version} is not supported "
-                         f"(this build reads version {FORMAT_VERSION}); rebuild the shards with this version")
+        raise ShardError(
+            f"{where}: shard format version {version} is not supported "
+            f"(this build reads version {FORMAT_VERSION}); rebuild the shards with this version"
+        )
     if manifest.get("manifest_version", 1) != schema.MANIFEST_VERSION:
-        raise ShardError(f"{where}: manifest_version {manifest.get('manifest_version', 1)!r} is not "
-                         f"{schema.MANIFEST_VERSION} (older manifests carry no checksums); rerun `python -m preprocess` "
-                         "with the set's flags to upgrade it (its shards are checked and kept)")
+        raise ShardError(
+            f"{where}: manifest_version {manifest.get('manifest_version', 1)!r} is not "
+            f"{schema.MANIFEST_VERSION} (older manifests carry no checksums); rerun `python -m preprocess` "
+            "with the set's flags to upgrade it (its shards are checked and kept)"
+        )
     if problem := schema.schema_problem(manifest):
         raise ShardError(f"{where}: field {problem}; {REBUILD}")
     if (digest := schema.checksum(manifest)) != manifest[schema.CHECKSUM]:
-        raise ShardError(f"{where}: checksum mismatch (recorded {manifest[schema.CHECKSUM][:12]}…, contents "
-                         f"{digest[:12]}…): the manifest was edited or is corrupt; {REBUILD}")
+        raise ShardError(
+            f"{where}: checksum mismatch (recorded {manifest[schema.CHECKSUM][:12]}…, contents "
+            f"{digest[:12]}…): the manifest was edited or is corrupt; {REBUILD}"
+        )
     manifest["root"] = root
     return manifest
 
@@ -94,8 +103,10 @@ def read_manifest(shard_dir: str | os.PathLike) -> dict:
     if path.is_dir():
         path = path / MANIFEST
     if not path.exists():
-        raise ShardError(f"{path}: no manifest; the shard set is incomplete or the path is wrong "
-                         "(pass OUT/<dataset>/<cache key> as written by preprocess)")
+        raise ShardError(
+            f"{path}: no manifest; the shard set is incomplete or the path is wrong "
+            "(pass OUT/<dataset>/<cache key> as written by preprocess)"
+        )
     return parse_manifest(path.read_text(), str(path), str(path.parent))
 
 
@@ -105,16 +116,22 @@ def _read_remote_manifest(url: str) -> dict:
     try:
         text = storage.read(MANIFEST).decode(errors="replace")
     except FileNotFoundError:
-        raise ShardError(f"{storage.path(MANIFEST)}: no manifest; the shard set is incomplete or the URL is wrong "
-                         "(pass OUT/<dataset>/<cache key> as written by preprocess)") from None
+        raise ShardError(
+            f"{storage.path(MANIFEST)}: no manifest; the shard set is incomplete or the URL is wrong "
+            "(pass OUT/<dataset>/<cache key> as written by preprocess)"
+        ) from None
     return parse_manifest(text, storage.path(MANIFEST), storage.url)
 
 
 def shard_entries(manifest: dict, split: str, protocol: str | None = None, view: int | None = None) -> list[dict]:
     """Manifest shard records for one split (and protocol for eval, view for train)."""
-    out = [s for s in manifest["shards"] if s["split"] == split
-           and (protocol is None or s.get("protocol") == protocol)
-           and (view is None or s.get("view") == view)]
+    out = [
+        s
+        for s in manifest["shards"]
+        if s["split"] == split
+        and (protocol is None or s.get("protocol") == protocol)
+        and (view is None or s.get("view") == view)
+    ]
     return sorted(out, key=lambda s: s["name"])
 
 

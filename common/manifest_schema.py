@@ -9,6 +9,7 @@ JSON of every other field) catches an edit by hand that the rules alone would le
 
 `schema_problem` returns "field: what is wrong" or None; the caller adds the file and the fix.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -131,7 +132,9 @@ def _check(m: dict) -> None:
     files = _files(m)
     shards = _shards(m)
     _sets(m, shards, graphs)
-    referenced = _eval(m) | {f for g in graphs.values() for f in (g["indptr"], g["indices"])} | _features(m) | _node_ids(m)
+    referenced = (
+        _eval(m) | {f for g in graphs.values() for f in (g["indptr"], g["indices"])} | _features(m) | _node_ids(m)
+    )
     if missing := sorted(referenced - set(files)):
         raise Invalid(f"files: no sha256 for {missing[0]}")
     if extra := sorted(set(files) - referenced):
@@ -204,8 +207,11 @@ def _sets(m: dict, shards: list[dict], graphs: dict) -> None:
             raise Invalid(f"{where}: set {_label(ident)} is listed twice")
         if rec.get("graph") not in graphs:
             raise Invalid(f"{where}.graph: {rec.get('graph')!r} is not a graph of the set ({', '.join(graphs)})")
-        claimed[ident] = (_int(rec.get("links"), f"{where}.links", 0, MAX_COUNT),
-                          _int(rec.get("shards"), f"{where}.shards", 0, MAX_COUNT), i)
+        claimed[ident] = (
+            _int(rec.get("links"), f"{where}.links", 0, MAX_COUNT),
+            _int(rec.get("shards"), f"{where}.shards", 0, MAX_COUNT),
+            i,
+        )
     held: dict[tuple, list] = {}
     for rec in shards:
         ident = (rec["split"], rec.get("protocol"), rec.get("view"))

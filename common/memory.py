@@ -5,6 +5,7 @@ across execve, so a child started by a large parent (a benchmark that built a 6 
 reports the parent's size at fork time. `VmHWM` in /proc/self/status is the high-water mark of the
 process's own address space, which execve resets.
 """
+
 from __future__ import annotations
 
 import resource
@@ -87,5 +88,6 @@ def check_allocation(nbytes: float, what: str, fix: str) -> None:
     value that drives the size (e.g. "big.csv: 2,000,000,000 rows"), `fix` what the user can do."""
     free = available_bytes()
     if free is not None and nbytes > free:
-        raise MemoryBudgetError(f"{what}: about {nbytes / 2**30:.1f} GiB of memory needed, only "
-                                f"{free / 2**30:.1f} GiB available; {fix}")
+        raise MemoryBudgetError(
+            f"{what}: about {nbytes / 2**30:.1f} GiB of memory needed, only {free / 2**30:.1f} GiB available; {fix}"
+        )

@@ -20,6 +20,7 @@ P / (P + P * K) = 1 / (K + 1) there instead of 1/2 under 1:1 random negatives.
 `evaluate(protocol, pos_scores, neg_scores)` is the one entry point the trainer and the reports use;
 it always returns the same keys (METRIC_KEYS), as fractions in [0, 1].
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -195,7 +196,7 @@ def regression_metrics(pred, target) -> dict[str, float]:
     if pred.shape != target.shape or pred.size == 0:
         raise MetricsError(f"pred {pred.shape} and target {target.shape}: expected the same non-empty shape")
     err = pred.astype(np.float64) - target.astype(np.float64)
-    return {"rmse": float(np.sqrt(np.mean(err ** 2))), "mae": float(np.mean(np.abs(err)))}
+    return {"rmse": float(np.sqrt(np.mean(err**2))), "mae": float(np.mean(np.abs(err)))}
 
 
 def improves(metric: str, value: float, best: float | None) -> bool:
@@ -243,15 +244,15 @@ def _cell(value, floatfmt: str) -> str:
     return "" if value is None else str(value)
 
 
-def format_table(rows: Sequence[Mapping], columns: Sequence[str], headers: Sequence[str] | None = None,
-                 floatfmt: str = "{:.2f}") -> str:
+def format_table(
+    rows: Sequence[Mapping], columns: Sequence[str], headers: Sequence[str] | None = None, floatfmt: str = "{:.2f}"
+) -> str:
     """Plain-text table with aligned columns: text left-aligned, numbers right-aligned."""
     headers = list(headers) if headers is not None else [str(c) for c in columns]
     if len(headers) != len(columns):
         raise ValueError(f"format_table: {len(headers)} headers for {len(columns)} columns")
     cells = [[_cell(row.get(c), floatfmt) for c in columns] for row in rows]
-    numeric = [all(isinstance(row.get(c), (int, float, np.number)) for row in rows) and bool(rows)
-               for c in columns]
+    numeric = [all(isinstance(row.get(c), (int, float, np.number)) for row in rows) and bool(rows) for c in columns]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
 
     def line(values):
@@ -263,7 +264,18 @@ def format_table(rows: Sequence[Mapping], columns: Sequence[str], headers: Seque
 
 
 __all__ = [
-    "HITS_KS", "RANK_KEYS", "CLASSIFICATION_KEYS", "METRIC_KEYS", "MetricsError", "rank_against_shared",
-    "rank_against_own", "ranking_metrics", "ogb_hits", "classification_metrics", "evaluate", "unique_pairs",
-    "as_percent", "format_table",
+    "HITS_KS",
+    "RANK_KEYS",
+    "CLASSIFICATION_KEYS",
+    "METRIC_KEYS",
+    "MetricsError",
+    "rank_against_shared",
+    "rank_against_own",
+    "ranking_metrics",
+    "ogb_hits",
+    "classification_metrics",
+    "evaluate",
+    "unique_pairs",
+    "as_percent",
+    "format_table",
 ]

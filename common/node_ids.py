@@ -5,6 +5,7 @@ An edge list's node ids (integers of any size, or strings) are mapped to 0..N-1 
 `common.shards.NODE_IDS` (Parquet, one column `id`), listed in the manifest as
 "node_ids": {"file", "count", "dtype"}, so outputs (pipelines.score) speak the user's ids.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -28,8 +29,11 @@ def encode_node_ids(node_ids: np.ndarray) -> bytes:
 
 def node_ids_entry(node_ids: np.ndarray) -> dict:
     """The manifest record of a shipped mapping."""
-    return {"file": NODE_IDS, "count": int(len(node_ids)),
-            "dtype": "string" if node_ids.dtype == object else str(node_ids.dtype)}
+    return {
+        "file": NODE_IDS,
+        "count": int(len(node_ids)),
+        "dtype": "string" if node_ids.dtype == object else str(node_ids.dtype),
+    }
 
 
 def load_node_ids(manifest: dict) -> np.ndarray | None:
@@ -42,14 +46,18 @@ def load_node_ids(manifest: dict) -> np.ndarray | None:
     try:  # read whole (it is small beside the graph) so the manifest's sha256 is always checked
         data = read_url(path) if is_remote(path) else open(path, "rb").read()
         if want is not None and (digest := hashlib.sha256(data).hexdigest()) != want:
-            raise ShardError(f"{path}: checksum mismatch (manifest {want[:12]}…, file {digest[:12]}…); "
-                             "rerun preprocess to rewrite it")
+            raise ShardError(
+                f"{path}: checksum mismatch (manifest {want[:12]}…, file {digest[:12]}…); "
+                "rerun preprocess to rewrite it"
+            )
         ids = pq.read_table(io.BytesIO(data)).column("id").to_numpy(zero_copy_only=False)
     except (OSError, KeyError, pa.ArrowException) as err:
         raise ShardError(f"{path}: unreadable node-id file ({err}); rebuild the shard set with --force") from None
     if entry["dtype"] == "string":
         ids = ids.astype(object)
     if len(ids) != manifest["num_nodes"] or len(ids) != entry["count"]:
-        raise ShardError(f"{path}: {len(ids)} node ids, the manifest says {manifest['num_nodes']} nodes; "
-                         "rebuild the shard set with --force")
+        raise ShardError(
+            f"{path}: {len(ids)} node ids, the manifest says {manifest['num_nodes']} nodes; "
+            "rebuild the shard set with --force"
+        )
     return ids

@@ -14,6 +14,7 @@ An output path is refused in one line, before any work, naming the flag and the 
 Folder outputs (`pencil run --out`, `preprocess --out`, `train --out`) are refused inside a run folder or a
 shard set the same way, so no results tree, shard set or run is ever nested inside another.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,11 @@ from pathlib import Path
 STAMP_KEY = "pencil_output"
 # What makes a folder belong to a run (markers of a kind, at its top level)
 RUN_MARKERS = ("best.pt", "last.pt", "metrics.jsonl", "trainer_flags.json", "result.json")
-KINDS = {"run": ("the run folder", RUN_MARKERS), "results": ("the results of a run", ("results.json",)),
-         "set": ("the shard set", ("manifest.json",))}
+KINDS = {
+    "run": ("the run folder", RUN_MARKERS),
+    "results": ("the results of a run", ("results.json",)),
+    "set": ("the shard set", ("manifest.json",)),
+}
 _STAMP_LINE = re.compile(rf"{STAMP_KEY}: (\S+) (\S+)")
 _TEXT_PEEK = 4096  # a text stamp is in the first or the last 4 KB
 
@@ -68,8 +72,10 @@ def owner_of(path: Path, skip: tuple[str, ...] = ()) -> tuple[str, Path, str] | 
 def _owned(flag: str, p: Path, owner: tuple[str, Path, str]) -> OutputError:
     kind, folder, marker = owner
     what = KINDS[kind][0]
-    return OutputError(f"{flag} {p}: is inside {what} {folder} (it holds {marker}): a file written there would replace "
-                       "or mix with that run's own files; write the output outside it")
+    return OutputError(
+        f"{flag} {p}: is inside {what} {folder} (it holds {marker}): a file written there would replace "
+        "or mix with that run's own files; write the output outside it"
+    )
 
 
 def check_output(out, flag: str = "--out", files: dict | None = None, folders: dict | None = None) -> Path:
@@ -84,23 +90,26 @@ def check_output(out, flag: str = "--out", files: dict | None = None, folders: d
         raise OutputError(f"{flag} {p}: is a directory; name a file to write, e.g. {p / 'out.parquet'}")
     for what, path in (files or {}).items():
         if path is not None and not _remote(path) and _same(p, Path(path)):
-            raise OutputError(f"{flag} {p}: is {what} ({path}), an input of this command; write the output "
-                              "to another file")
+            raise OutputError(
+                f"{flag} {p}: is {what} ({path}), an input of this command; write the output to another file"
+            )
     target = p.resolve()
     for what, folder in (folders or {}).items():
         if folder is None or _remote(folder):
             continue
         root = Path(folder).resolve()
         if target == root or root in target.parents:
-            raise OutputError(f"{flag} {p}: is inside {what} ({folder}), an input of this command; write the "
-                              "output outside it")
+            raise OutputError(
+                f"{flag} {p}: is inside {what} ({folder}), an input of this command; write the output outside it"
+            )
     if owner := owner_of(target.parent):
         raise _owned(flag, p, owner)
     return p
 
 
-def check_output_folder(out, flag: str = "--out", files: dict | None = None, itself: str | None = None,
-                        within: tuple[str, ...] = ()) -> Path:
+def check_output_folder(
+    out, flag: str = "--out", files: dict | None = None, itself: str | None = None, within: tuple[str, ...] = ()
+) -> Path:
     """`out` (a folder a command fills) as a Path, refused when it is one of `files` or when it, or a folder
     above it, belongs to a run. itself: the kind `out` may be (a trainer's own run folder: "run");
     within: kinds allowed above it (a recipe's seed folders lie in its results tree: "results")."""
@@ -121,9 +130,11 @@ def check_output_folder(out, flag: str = "--out", files: dict | None = None, its
 
 def _nested(flag: str, p: Path, owner: tuple[str, Path, str]) -> OutputError:
     kind, folder, marker = owner
-    return OutputError(f"{flag} {p}: {'is' if folder == p.resolve() else 'is inside'} {KINDS[kind][0]} {folder} (it "
-                       f"holds {marker}); what this command writes would be nested in it and mixed with its files: "
-                       "choose a folder outside it")
+    return OutputError(
+        f"{flag} {p}: {'is' if folder == p.resolve() else 'is inside'} {KINDS[kind][0]} {folder} (it "
+        f"holds {marker}); what this command writes would be nested in it and mixed with its files: "
+        "choose a folder outside it"
+    )
 
 
 # ---------------------------------------------------------------------------------- stamps
@@ -150,6 +161,7 @@ def read_stamp(path: Path) -> tuple[str, str] | None:
             value = json.loads(path.read_text()).get(STAMP_KEY)
         elif name.endswith((".parquet", ".pq")):
             import pyarrow.parquet as pq
+
             meta = pq.read_schema(path).metadata or {}
             value = json.loads(meta[STAMP_KEY.encode()]) if STAMP_KEY.encode() in meta else None
         else:
@@ -158,15 +170,15 @@ def read_stamp(path: Path) -> tuple[str, str] | None:
                 f.seek(max(0, f.seek(0, os.SEEK_END) - _TEXT_PEEK))
                 tail = f.read()
             found = _STAMP_LINE.search(head.decode(errors="replace")) or _STAMP_LINE.search(
-                tail.decode(errors="replace"))
+                tail.decode(errors="replace")
+            )
             return (found.group(1), found.group(2)) if found else None
         return (value["command"], value["data"]) if isinstance(value, dict) else None
     except Exception:  # noqa: BLE001 - a file that cannot be read as its kind (pyarrow's own errors too) has none
         return None
 
 
-def check_replacement(out, command: str, data: str, overwrite: bool, flag: str = "--out",
-                      what: str = "result") -> None:
+def check_replacement(out, command: str, data: str, overwrite: bool, flag: str = "--out", what: str = "result") -> None:
     """An existing `out` is replaced only when it is this command's result on the same data (its stamp), or
     with --overwrite; else refused in one line naming both."""
     p = Path(out)
@@ -174,11 +186,17 @@ def check_replacement(out, command: str, data: str, overwrite: bool, flag: str =
         return
     found = read_stamp(p)
     if found is None:
-        raise OutputError(f"{flag} {p}: already exists and is not a {what} of this command; pass --overwrite to "
-                          f"replace it, or choose another {flag}")
+        raise OutputError(
+            f"{flag} {p}: already exists and is not a {what} of this command; pass --overwrite to "
+            f"replace it, or choose another {flag}"
+        )
     if found[0] != command:
-        raise OutputError(f"{flag} {p}: already holds the output of another command ({found[0]}); pass --overwrite "
-                          f"to replace it, or choose another {flag}")
+        raise OutputError(
+            f"{flag} {p}: already holds the output of another command ({found[0]}); pass --overwrite "
+            f"to replace it, or choose another {flag}"
+        )
     if found[1] != data:
-        raise OutputError(f"{flag} {p}: already holds a {what} of other data (data {found[1]}, this one's {data}); "
-                          f"pass --overwrite to replace it, or choose another {flag}")
+        raise OutputError(
+            f"{flag} {p}: already holds a {what} of other data (data {found[1]}, this one's {data}); "
+            f"pass --overwrite to replace it, or choose another {flag}"
+        )

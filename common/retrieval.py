@@ -34,6 +34,7 @@ node gets M candidates unless the graph has fewer. Ties are broken by
 the smaller node id, after rounding scores to 12 significant digits so that sums taken in another
 order (a slow reference, another block size) pick the same candidates.
 """
+
 from __future__ import annotations
 
 import math
@@ -131,8 +132,9 @@ def _path_weights(graph: Graph, method: str) -> np.ndarray:
     return w
 
 
-def overlap_scores(graph: Graph, queries: np.ndarray, method: str, bipartite: bool = False,
-                   a: sp.csr_matrix | None = None) -> sp.coo_matrix:
+def overlap_scores(
+    graph: Graph, queries: np.ndarray, method: str, bipartite: bool = False, a: sp.csr_matrix | None = None
+) -> sp.coo_matrix:
     """(Q, N) sparse RA/AA path scores of the queries: rows of A W A (A W A W A on a bipartite graph)."""
     a = adjacency(graph) if a is None else a
     w = sp.diags(_path_weights(graph, method))
@@ -166,8 +168,9 @@ def transition(graph: Graph) -> sp.csr_matrix:
     return sp.csr_matrix((np.repeat(inv, graph.degree), graph.indices, graph.indptr), shape=(n, n))
 
 
-def ppr_push(graph: Graph, queries: np.ndarray, alpha: float = PPR_ALPHA, eps: float = PPR_EPS,
-             walk: sp.csr_matrix | None = None) -> sp.csr_matrix:
+def ppr_push(
+    graph: Graph, queries: np.ndarray, alpha: float = PPR_ALPHA, eps: float = PPR_EPS, walk: sp.csr_matrix | None = None
+) -> sp.csr_matrix:
     """(Q, N) sparse approximate personalized PageRank of each query (rows) by synchronous forward push:
     every round pushes all entries with residual > eps * deg at once (module docstring). An isolated seed
     keeps all its mass at itself (nothing else is reachable). `walk`: transition(graph), built once per job."""
@@ -225,14 +228,23 @@ def popularity(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(component of each node, nodes ordered by (component, degree desc, id), each component's start)."""
     if graph not in _POPULARITY:
         from scipy.sparse.csgraph import connected_components
+
         _, comp = connected_components(adjacency(graph), directed=False)
         order = np.lexsort((np.arange(graph.num_nodes), -graph.degree, comp))
         _POPULARITY[graph] = comp, order, np.searchsorted(comp[order], np.arange(comp.max(initial=-1) + 2))
     return _POPULARITY[graph]
 
 
-def _fill_from(graph: Graph, pool: Pool, rows: np.ndarray, lists: np.ndarray, starts: np.ndarray,
-               ends: np.ndarray, side, candidates=None) -> None:
+def _fill_from(
+    graph: Graph,
+    pool: Pool,
+    rows: np.ndarray,
+    lists: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    side,
+    candidates=None,
+) -> None:
     """Append to each row in `rows` the first allowed nodes of lists[starts[i]:ends[i]], up to the pool."""
     need = pool.cand.shape[1] - pool.count[rows]
     span = np.minimum(ends - starts, need + graph.degree[pool.queries[rows]] + pool.count[rows] + 1)
@@ -268,8 +280,9 @@ def fill_by_popularity(graph: Graph, pool: Pool, side=None, candidates=None) -> 
         else:
             glob = np.argsort(-graph.degree, kind="stable")
             glob = glob if candidates is None else glob[candidates[glob]]
-            _fill_from(graph, pool, rows, glob, np.zeros(len(rows), np.int64), np.full(len(rows), len(glob)), side,
-                       candidates)
+            _fill_from(
+                graph, pool, rows, glob, np.zeros(len(rows), np.int64), np.full(len(rows), len(glob)), side, candidates
+            )
     return pool
 
 
@@ -282,9 +295,19 @@ def block_rows(num_nodes: int, method: str, alpha: float = PPR_ALPHA, eps: float
     return 1024
 
 
-def retrieve(graph: Graph, queries, method: str, pool: int, *, side: np.ndarray | None = None,
-             alpha: float = PPR_ALPHA, eps: float = PPR_EPS, block: int | None = None, fill: bool = False,
-             candidates: np.ndarray | None = None) -> Pool:
+def retrieve(
+    graph: Graph,
+    queries,
+    method: str,
+    pool: int,
+    *,
+    side: np.ndarray | None = None,
+    alpha: float = PPR_ALPHA,
+    eps: float = PPR_EPS,
+    block: int | None = None,
+    fill: bool = False,
+    candidates: np.ndarray | None = None,
+) -> Pool:
     """Top-`pool` candidates of every query node by `method` (see the module docstring); `fill`: short pools
     topped up by popularity; `candidates`: the node ids that may be proposed (None: every node)."""
     if method not in RETRIEVERS:
@@ -309,14 +332,22 @@ def retrieve(graph: Graph, queries, method: str, pool: int, *, side: np.ndarray 
     step = block or block_rows(graph.num_nodes, method, alpha, eps)
     parts = []
     for lo in range(0, len(q), step):
-        b = q[lo:lo + step]
+        b = q[lo : lo + step]
         if method in ("ra", "aa"):
             parts.append(_overlap_pool(graph, b, method, pool, side, a, candidates))
         elif method == "ppr":
             parts.append(_ppr_pool(graph, b, pool, side, walk, alpha, eps, candidates))
         else:
-            parts.append(_fuse([_overlap_pool(graph, b, "ra", pool, side, a, candidates),
-                                _ppr_pool(graph, b, pool, side, walk, alpha, eps, candidates)], len(b), pool))
+            parts.append(
+                _fuse(
+                    [
+                        _overlap_pool(graph, b, "ra", pool, side, a, candidates),
+                        _ppr_pool(graph, b, pool, side, walk, alpha, eps, candidates),
+                    ],
+                    len(b),
+                    pool,
+                )
+            )
     if not parts:
         return Pool(q, np.zeros((0, pool), np.int64), np.zeros((0, pool)), np.zeros(0, np.int64))
     cand, score, count = (np.concatenate(x) for x in zip(*parts))
@@ -324,5 +355,19 @@ def retrieve(graph: Graph, queries, method: str, pool: int, *, side: np.ndarray 
     return fill_by_popularity(graph, out, side, candidates) if fill else out
 
 
-__all__ = ["RETRIEVERS", "RRF_K", "Pool", "RetrievalError", "retrieve", "overlap_scores", "ppr_push", "transition",
-           "top_per_row", "check_queries", "block_rows", "rounded", "popularity", "fill_by_popularity"]
+__all__ = [
+    "RETRIEVERS",
+    "RRF_K",
+    "Pool",
+    "RetrievalError",
+    "retrieve",
+    "overlap_scores",
+    "ppr_push",
+    "transition",
+    "top_per_row",
+    "check_queries",
+    "block_rows",
+    "rounded",
+    "popularity",
+    "fill_by_popularity",
+]

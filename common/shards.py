@@ -33,6 +33,7 @@ Eval sets carry `queries.npz`: `pos_cid` (P,) and `neg_cid` either (Q,) shared n
 per-positive negatives (HeaRT, citation2); scores are looked up by cid, so a pair shared by several
 queries is sampled and scored once.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -49,11 +50,21 @@ import pyarrow as pa
 
 # The manifest half of the format (names, versions, reading and writing manifest.json) is common/manifest.py;
 # re-exported here so that this module stays the one place readers and writers import the format from.
-from common.manifest import (FORMAT_NAME, FORMAT_VERSION, MANIFEST, REBUILD, ShardError, file_record,  # noqa: F401
-                             parse_manifest, read_manifest, set_graph, shard_entries, stored_file_records,
-                             write_manifest)
-from common.storage import (LocalStorage, StorageError, is_remote, join, local_file, open_storage,  # noqa: F401
-                            read_url)
+from common.manifest import (  # noqa: F401
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST,
+    REBUILD,
+    ShardError,
+    file_record,
+    parse_manifest,
+    read_manifest,
+    set_graph,
+    shard_entries,
+    stored_file_records,
+    write_manifest,
+)
+from common.storage import LocalStorage, StorageError, is_remote, join, local_file, open_storage, read_url  # noqa: F401
 
 BLOCK_SUFFIX = "arrow"
 COLUMNS = ("cid", "src", "dst", "label", "nodes")
@@ -120,8 +131,14 @@ class Block:
         np.cumsum(sizes, out=ptr[1:])
         # position of every output node in the input: its link's start + its offset inside the link
         offs = np.arange(int(ptr[-1]), dtype=np.int64) - np.repeat(ptr[:-1], sizes)
-        return Block(self.cid[index], self.src[index], self.dst[index], self.label[index], ptr,
-                     self.nodes[np.repeat(lo, sizes) + offs])
+        return Block(
+            self.cid[index],
+            self.src[index],
+            self.dst[index],
+            self.label[index],
+            ptr,
+            self.nodes[np.repeat(lo, sizes) + offs],
+        )
 
     @staticmethod
     def concat(blocks: list["Block"]) -> "Block":
@@ -131,8 +148,11 @@ class Block:
         for b in blocks:
             ptrs.append(b.node_ptr[1:] - b.node_ptr[0] + base)
             base += int(b.node_ptr[-1] - b.node_ptr[0])
-        return Block(*(np.concatenate([getattr(b, k) for b in blocks]) for k in ("cid", "src", "dst", "label")),
-                     np.concatenate(ptrs), np.concatenate([b.nodes[b.node_ptr[0]:b.node_ptr[-1]] for b in blocks]))
+        return Block(
+            *(np.concatenate([getattr(b, k) for b in blocks]) for k in ("cid", "src", "dst", "label")),
+            np.concatenate(ptrs),
+            np.concatenate([b.nodes[b.node_ptr[0] : b.node_ptr[-1]] for b in blocks]),
+        )
 
 
 def _node_type(nodes: np.ndarray):
@@ -144,12 +164,19 @@ def encode_block(block: Block) -> bytes:
     """Block -> Arrow IPC stream bytes (one tar member), zstd-compressed."""
     nodes = np.ascontiguousarray(block.nodes)
     ntype = _node_type(nodes)
-    node_col = pa.ListArray.from_arrays(pa.array((block.node_ptr - block.node_ptr[0]).astype(np.int32)),
-                                        pa.array(nodes.astype(ntype.to_pandas_dtype())))
+    node_col = pa.ListArray.from_arrays(
+        pa.array((block.node_ptr - block.node_ptr[0]).astype(np.int32)), pa.array(nodes.astype(ntype.to_pandas_dtype()))
+    )
     table = pa.record_batch(
-        [pa.array(block.cid.astype(np.int64)), pa.array(block.src.astype(np.int64)),
-         pa.array(block.dst.astype(np.int64)), pa.array(block.label.astype(np.float32)), node_col],
-        names=list(COLUMNS))
+        [
+            pa.array(block.cid.astype(np.int64)),
+            pa.array(block.src.astype(np.int64)),
+            pa.array(block.dst.astype(np.int64)),
+            pa.array(block.label.astype(np.float32)),
+            node_col,
+        ],
+        names=list(COLUMNS),
+    )
     sink = io.BytesIO()
     with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as w:
         w.write_batch(table)
@@ -163,9 +190,14 @@ def decode_block(data: bytes, where: str = "<bytes>") -> Block:
             batch = reader.read_all().combine_chunks().to_batches()[0]
         cols = {name: batch.column(name) for name in COLUMNS}
         nodes = cols["nodes"]
-        return Block(cid=cols["cid"].to_numpy(), src=cols["src"].to_numpy(), dst=cols["dst"].to_numpy(),
-                     label=cols["label"].to_numpy(), node_ptr=nodes.offsets.to_numpy().astype(np.int64),
-                     nodes=nodes.values.to_numpy().astype(np.int64))
+        return Block(
+            cid=cols["cid"].to_numpy(),
+            src=cols["src"].to_numpy(),
+            dst=cols["dst"].to_numpy(),
+            label=cols["label"].to_numpy(),
+            node_ptr=nodes.offsets.to_numpy().astype(np.int64),
+            nodes=nodes.values.to_numpy().astype(np.int64),
+        )
     except (pa.ArrowException, OSError, KeyError, IndexError, ValueError) as err:
         raise ShardError(f"{where}: corrupt block ({err}); rerun preprocess to rebuild this shard") from None
 
@@ -251,16 +283,19 @@ def iter_tar_blocks(fileobj, where: str) -> Iterator[Block]:
             for member in tar:
                 # Every member is a block: skipping an unknown one would silently drop its links.
                 if not member.isfile() or not member.name.endswith("." + BLOCK_SUFFIX):
-                    raise ShardError(f"{where}: unexpected member {member.name!r} (a shard holds only "
-                                     f"*.{BLOCK_SUFFIX} blocks); rerun preprocess to rebuild it")
+                    raise ShardError(
+                        f"{where}: unexpected member {member.name!r} (a shard holds only "
+                        f"*.{BLOCK_SUFFIX} blocks); rerun preprocess to rebuild it"
+                    )
                 f = tar.extractfile(member)
                 data = f.read() if f is not None else b""
                 if len(data) != member.size:
                     raise ShardError(f"{where}: member {member.name} is truncated; rerun preprocess to rebuild it")
                 yield decode_block(data, f"{where}:{member.name}")
     except tarfile.TarError as err:
-        raise ShardError(f"{where}: not a readable tar ({err}); the shard is truncated or corrupt, "
-                         "rerun preprocess to rebuild it") from None
+        raise ShardError(
+            f"{where}: not a readable tar ({err}); the shard is truncated or corrupt, rerun preprocess to rebuild it"
+        ) from None
 
 
 def read_shard(path: str | os.PathLike) -> Iterator[Block]:
@@ -280,8 +315,9 @@ def verify_shard(path: str | os.PathLike, sha256: str) -> None:
     with open(path, "rb") as f:
         digest = file_sha256(f)
     if digest != sha256:
-        raise ShardError(f"{path}: checksum mismatch (manifest {sha256[:12]}…, file {digest[:12]}…); "
-                         "rerun preprocess to rebuild it")
+        raise ShardError(
+            f"{path}: checksum mismatch (manifest {sha256[:12]}…, file {digest[:12]}…); rerun preprocess to rebuild it"
+        )
 
 
 # ---------------------------------------------------------------------------- graph (ships with the set)
@@ -304,8 +340,10 @@ def load_graph(manifest: dict, which: str = "train", verify: bool = True) -> tup
     (a caller that has just hashed the files): every subgraph of every split is induced from these arrays."""
     graphs = manifest.get("graphs") or {}
     if which not in graphs:
-        raise ShardError(f"{manifest['root']}: the manifest ships no '{which}' graph (has: "
-                         f"{', '.join(sorted(graphs)) or 'none'}); rerun preprocess to rebuild the set")
+        raise ShardError(
+            f"{manifest['root']}: the manifest ships no '{which}' graph (has: "
+            f"{', '.join(sorted(graphs)) or 'none'}); rerun preprocess to rebuild the set"
+        )
     entry, root = graphs[which], manifest["root"]
     try:  # a remote set's arrays are fetched once into the local cache, then memory-mapped
         paths = [local_file(join(root, entry[part])) for part in ("indptr", "indices")]
@@ -315,10 +353,14 @@ def load_graph(manifest: dict, which: str = "train", verify: bool = True) -> tup
                 verify_shard(path, records[entry[part]]["sha256"])
         indptr, indices = (np.load(path, mmap_mode="r") for path in paths)
     except (OSError, ValueError) as err:
-        raise ShardError(f"{root}: graph '{which}' is unreadable ({err}); rerun preprocess to rebuild the set") from None
+        raise ShardError(
+            f"{root}: graph '{which}' is unreadable ({err}); rerun preprocess to rebuild the set"
+        ) from None
     if indptr.shape != (entry["num_nodes"] + 1,) or indices.shape != (entry["num_entries"],):
-        raise ShardError(f"{root}: graph '{which}' does not have the manifest's shape "
-                         "(replaced or corrupt graph file); rerun preprocess to rebuild the set")
+        raise ShardError(
+            f"{root}: graph '{which}' does not have the manifest's shape "
+            "(replaced or corrupt graph file); rerun preprocess to rebuild the set"
+        )
     return indptr, indices
 
 
@@ -335,12 +377,16 @@ def load_queries(path: str | os.PathLike, sha256: str | None = None) -> tuple[np
     try:  # remote: read the object itself, not a cached copy (a cache keyed by size could hide corruption)
         data = read_url(path) if is_remote(path) else Path(path).read_bytes()
         if sha256 is not None and (digest := hashlib.sha256(data).hexdigest()) != sha256:
-            raise ShardError(f"{path}: checksum mismatch (manifest {sha256[:12]}…, file {digest[:12]}…); "
-                             "rerun preprocess to rewrite it")
+            raise ShardError(
+                f"{path}: checksum mismatch (manifest {sha256[:12]}…, file {digest[:12]}…); "
+                "rerun preprocess to rewrite it"
+            )
         with np.load(io.BytesIO(data)) as z:
             return z["pos_cid"], z["neg_cid"]
     except (OSError, KeyError, ValueError, EOFError) as err:
-        raise ShardError(f"{path}: unreadable query file ({err}); rerun preprocess with --force to rebuild it") from None
+        raise ShardError(
+            f"{path}: unreadable query file ({err}); rerun preprocess with --force to rebuild it"
+        ) from None
 
 
 # ---------------------------------------------------------------------------- node features
@@ -362,8 +408,10 @@ def load_features(manifest: dict) -> np.ndarray | None:
     except (OSError, ValueError) as err:
         raise ShardError(f"{path}: unreadable feature table ({err}); rebuild the shard set with --force") from None
     if x.shape != (manifest["num_nodes"], entry["dim"]):
-        raise ShardError(f"{path}: feature table has shape {x.shape}, the manifest says "
-                         f"({manifest['num_nodes']}, {entry['dim']}); rebuild the shard set with --force")
+        raise ShardError(
+            f"{path}: feature table has shape {x.shape}, the manifest says "
+            f"({manifest['num_nodes']}, {entry['dim']}); rebuild the shard set with --force"
+        )
     return x
 
 

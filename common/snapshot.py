@@ -8,6 +8,7 @@ nodes keep their training index; nodes that appeared since training take the ind
 indices back into the user's ids. `node_sides` reads the kinds of a bipartite edge list from its
 columns: every src is one kind (users), every dst the other (items).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,8 +25,9 @@ GRAPH_NAMES = (*SPLIT_NAMES, WHOLE)
 SHARED_SAMPLE = 10_000  # training edges looked up in a snapshot: a snapshot of the graph holds most of them
 
 
-def read_edge_indices(path, num_nodes: int, node_ids: np.ndarray | None
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def read_edge_indices(
+    path, num_nodes: int, node_ids: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """(src, dst) node indices of an edge list named in the training set's ids, and the node ids extended
     by the snapshot's new nodes (None for a set without a mapping, whose new nodes are ids >= num_nodes).
     Its ids are read by the rules of the run's edge list, in the run's id kind: one that does not fit is refused."""
@@ -34,8 +36,10 @@ def read_edge_indices(path, num_nodes: int, node_ids: np.ndarray | None
     if node_ids is None:  # integer ids 0..N-1 as the set has them
         src, dst = (as_run_ids(cols[k], k, p, np.int64) for k in ("src", "dst"))
         if (src < 0).any() or (dst < 0).any():
-            raise DatasetError(f"--graph {p}: negative node id {int(min(src.min(), dst.min()))}; the training set's "
-                               "ids are 0..N-1 (new nodes take the ids after them)")
+            raise DatasetError(
+                f"--graph {p}: negative node id {int(min(src.min(), dst.min()))}; the training set's "
+                "ids are 0..N-1 (new nodes take the ids after them)"
+            )
         return src, dst, None
     n = len(cols["src"])
     values = np.concatenate([as_run_ids(cols[k], k, p, node_ids.dtype) for k in ("src", "dst")])
@@ -61,8 +65,9 @@ def whole_graph(dataset) -> Graph:
     parts = [dataset.graph.edge_array(), *(s.pos.reshape(-1, 2) for s in dataset.splits.values())]
     if dataset.test_graph is not None:
         parts.append(dataset.test_graph.edge_array())
-    return Graph.from_edges(np.concatenate(parts).astype(np.int64, copy=False), num_nodes=dataset.num_nodes,
-                            x=dataset.x)
+    return Graph.from_edges(
+        np.concatenate(parts).astype(np.int64, copy=False), num_nodes=dataset.num_nodes, x=dataset.x
+    )
 
 
 def graph_for(spec: str, dataset) -> tuple[Graph, np.ndarray | None]:
@@ -74,11 +79,14 @@ def graph_for(spec: str, dataset) -> tuple[Graph, np.ndarray | None]:
     if spec in SPLIT_NAMES:
         return dataset.graph_for(spec), dataset.node_ids
     if suffix_of(spec) is None:
-        raise DatasetError(f"--graph {spec}: neither a graph ({', '.join(GRAPH_NAMES)}) nor an edge-list file "
-                           f"({', '.join(EDGE_LIST_SUFFIXES)})")
+        raise DatasetError(
+            f"--graph {spec}: neither a graph ({', '.join(GRAPH_NAMES)}) nor an edge-list file "
+            f"({', '.join(EDGE_LIST_SUFFIXES)})"
+        )
     if not Path(spec).is_file():
-        raise DatasetError(f"--graph {spec}: file not found; pass today's edge list, or a graph "
-                           f"({', '.join(GRAPH_NAMES)})")
+        raise DatasetError(
+            f"--graph {spec}: file not found; pass today's edge list, or a graph ({', '.join(GRAPH_NAMES)})"
+        )
     try:
         graph, ids = read_snapshot(spec, dataset.num_nodes, dataset.node_ids)
     except DatasetError as err:
@@ -86,9 +94,11 @@ def graph_for(spec: str, dataset) -> tuple[Graph, np.ndarray | None]:
     train = dataset.graph.edge_array()
     sample = train[np.random.default_rng(0).permutation(len(train))[:SHARED_SAMPLE]]
     if len(sample) and not graph.has_edge(sample[:, 0], sample[:, 1]).any():
-        raise DatasetError(f"--graph {spec}: shares none of {len(sample)} edges of the graph the run was trained "
-                           "on: not a snapshot of it (another graph, or nodes named otherwise); name nodes as "
-                           "the training edge list did")
+        raise DatasetError(
+            f"--graph {spec}: shares none of {len(sample)} edges of the graph the run was trained "
+            "on: not a snapshot of it (another graph, or nodes named otherwise); name nodes as "
+            "the training edge list did"
+        )
     return graph, ids
 
 
@@ -99,8 +109,10 @@ def node_sides(path, num_nodes: int, node_ids: np.ndarray | None = None) -> np.n
     both = np.intersect1d(src, dst)
     if both.size:
         name = both[0] if node_ids is None or both[0] >= len(node_ids) else node_ids[both[0]]
-        raise DatasetError(f"--bipartite: {path}: node {name} appears as both src and dst ({both.size} such "
-                           "nodes); a bipartite edge list keeps one kind per column")
+        raise DatasetError(
+            f"--bipartite: {path}: node {name} appears as both src and dst ({both.size} such "
+            "nodes); a bipartite edge list keeps one kind per column"
+        )
     side = np.ones(num_nodes, dtype=bool)
     side[dst[dst < num_nodes]] = False
     return side

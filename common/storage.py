@@ -11,6 +11,7 @@ the trainer's loader) names objects by their file name inside the set and never 
 Endpoint and credentials of a remote store come the standard way (AWS_ACCESS_KEY_ID,
 AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL, ~/.aws/...), never from this repository.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -78,8 +79,9 @@ class LocalStorage:
                     where = "is a file" if p == self.root else f"is below {p}, which is a file"
                     raise StorageError(f"{self.root}: {where}, not a directory; choose another output folder")
                 if not os.access(p, os.W_OK | os.X_OK):
-                    raise StorageError(f"{self.root}: permission denied (cannot write in {p}); "
-                                       "choose a writable output folder")
+                    raise StorageError(
+                        f"{self.root}: permission denied (cannot write in {p}); choose a writable output folder"
+                    )
                 return
 
     def _mkdir(self) -> None:
@@ -89,11 +91,13 @@ class LocalStorage:
             self.root.mkdir(parents=True, exist_ok=True)
         except (FileExistsError, NotADirectoryError):
             # A parent is a regular file (`--out` pointed at a file).
-            raise StorageError(f"{self.root}: a parent of this folder is a file, not a directory; "
-                               "choose another output folder") from None
+            raise StorageError(
+                f"{self.root}: a parent of this folder is a file, not a directory; choose another output folder"
+            ) from None
         except PermissionError:
-            raise StorageError(f"{self.root}: permission denied creating this folder; "
-                               "choose a writable output folder") from None
+            raise StorageError(
+                f"{self.root}: permission denied creating this folder; choose a writable output folder"
+            ) from None
 
     @contextlib.contextmanager
     def writer(self, name: str) -> Iterator[BinaryIO]:
@@ -130,11 +134,13 @@ class FsspecStorage:
     def __init__(self, url: str, **options):
         try:
             import fsspec
-            self.fs, root = fsspec.core.url_to_fs(url, use_listings_cache=False, skip_instance_cache=True,
-                                                  **options)
+
+            self.fs, root = fsspec.core.url_to_fs(url, use_listings_cache=False, skip_instance_cache=True, **options)
         except ImportError as err:  # e.g. s3:// without s3fs installed
-            raise StorageError(f"{url}: no file system for this URL ({err}); install the pinned extras "
-                               "(pip install -c constraints.txt -e .)") from None
+            raise StorageError(
+                f"{url}: no file system for this URL ({err}); install the pinned extras "
+                "(pip install -c constraints.txt -e .)"
+            ) from None
         except ValueError as err:
             raise StorageError(f"{url}: not a usable storage URL ({err})") from None
         self.root = root.rstrip("/")
@@ -162,16 +168,19 @@ class FsspecStorage:
             raise
         except Exception as err:  # botocore/aiohttp errors do not share a base class with OSError
             where = self.path(name) if name else self._url
-            raise StorageError(f"{where}: {type(err).__name__}: {_one_line(err)}; check the URL, the bucket, "
-                               "and the AWS_* credentials/AWS_ENDPOINT_URL") from None
+            raise StorageError(
+                f"{where}: {type(err).__name__}: {_one_line(err)}; check the URL, the bucket, "
+                "and the AWS_* credentials/AWS_ENDPOINT_URL"
+            ) from None
 
     @contextlib.contextmanager
     def _missing_bucket(self, name: str) -> Iterator[None]:
         try:
             yield
         except FileNotFoundError:  # a write cannot miss its object: the bucket is what is missing
-            raise StorageError(f"{self.path(name)}: the bucket does not exist; create it first "
-                               "(buckets are never created implicitly)") from None
+            raise StorageError(
+                f"{self.path(name)}: the bucket does not exist; create it first (buckets are never created implicitly)"
+            ) from None
 
     def check_writable(self) -> None:
         """Fail before any work if the bucket (first path component) is missing or unreachable."""
@@ -183,8 +192,9 @@ class FsspecStorage:
         except FileNotFoundError:
             found = False
         if not found:
-            raise StorageError(f"{self._url}: bucket '{bucket}' does not exist; create it first "
-                               "(buckets are never created implicitly)")
+            raise StorageError(
+                f"{self._url}: bucket '{bucket}' does not exist; create it first (buckets are never created implicitly)"
+            )
 
     def exists(self, name: str) -> bool:
         with self._errors(name):
@@ -240,8 +250,9 @@ class FsspecStorage:
                 if err.filename is not None or err.errno is None:
                     raise
                 # The local temp folder filled up, not the store: say which disk it was.
-                raise OSError(err.errno, err.strerror, f"{spool} (local spool of {self.path(name)}; "
-                              "set TMPDIR to a larger disk)") from None
+                raise OSError(
+                    err.errno, err.strerror, f"{spool} (local spool of {self.path(name)}; set TMPDIR to a larger disk)"
+                ) from None
             with self._missing_bucket(name), self._errors(name):
                 self.fs.put_file(spool, self._key(name))
         finally:
@@ -263,7 +274,7 @@ class FsspecStorage:
         """Nothing temporary is ever written to the store; drop local spools of writers that died."""
         removed = 0
         for spool in Path(tempfile.gettempdir()).glob(f"{SPOOL_PREFIX}*{TMP_SUFFIX}"):
-            pid = spool.name[len(SPOOL_PREFIX):].split("-", 1)[0]
+            pid = spool.name[len(SPOOL_PREFIX) :].split("-", 1)[0]
             if pid.isdigit() and not _alive(int(pid)):
                 spool.unlink(missing_ok=True)
                 removed += 1

@@ -4,6 +4,7 @@ numpy 2.x's `np.unique` hashes: on 30 M distinct int64 keys it takes about 40 s 
 a neighbour-difference mask takes well under a second. Every large unique on the load,
 split and candidate path goes through these helpers; results equal `np.unique`'s.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -36,9 +37,9 @@ def unique_sorted_inplace(s: np.ndarray) -> np.ndarray:
         hi = min(lo + COMPACT_CHUNK, s.shape[0])
         keep = np.empty(hi - lo, dtype=bool)
         keep[0] = lo == 0 or s[lo] != s[lo - 1]  # s[lo - 1] is still unwritten: writes stay at or left of n <= lo
-        np.not_equal(s[lo + 1:hi], s[lo:hi - 1], out=keep[1:])
+        np.not_equal(s[lo + 1 : hi], s[lo : hi - 1], out=keep[1:])
         part = s[lo:hi][keep]  # a copy of at most one chunk, then moved left
-        s[n:n + part.shape[0]] = part
+        s[n : n + part.shape[0]] = part
         n += part.shape[0]
     return s[:n]
 

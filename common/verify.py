@@ -6,6 +6,7 @@ features file written again); the trainer runs it up front, sizes always and sha
 manifest with its size and sha256: shards in `shards`, the rest in `files`. Size is cheap (a stat or a
 HEAD per file); sha256 (`checksums=True`) reads every byte.
 """
+
 from __future__ import annotations
 
 import hashlib

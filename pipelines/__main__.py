@@ -1,4 +1,5 @@
 """`python -m pipelines` is `pencil`, the front door (pipelines.cli)."""
+
 from pipelines.cli import main
 
 raise SystemExit(main())

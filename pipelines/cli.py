@@ -1,9 +1,10 @@
 """`pencil`: the one front door. Each subcommand is an entry point that also runs as `python -m MODULE`.
 
-    pencil run --dataset edges.csv --seeds 0,1,2        # your graph, end to end
-    pencil recommend --checkpoint RUN --all-nodes --out recs.parquet
-    pencil paper ablations --preset citeseer-ablate-small
+pencil run --dataset edges.csv --seeds 0,1,2        # your graph, end to end
+pencil recommend --checkpoint RUN --all-nodes --out recs.parquet
+pencil paper ablations --preset citeseer-ablate-small
 """
+
 from __future__ import annotations
 
 import importlib
@@ -35,7 +36,10 @@ def usage(prog: str, table: dict) -> str:
     width = max(map(len, table))
     lines = [f"usage: {prog} COMMAND [--help] ...", "", "commands:"]
     lines += [f"  {name:<{width}}  {text}" for name, (_, text) in table.items()]
-    lines += ["", f"`{prog} COMMAND --help` shows a command's flags; --help-all adds the research and performance knobs."]
+    lines += [
+        "",
+        f"`{prog} COMMAND --help` shows a command's flags; --help-all adds the research and performance knobs.",
+    ]
     return "\n".join(lines)
 
 
@@ -49,7 +53,9 @@ def dispatch(argv: list[str], prog: str, table: dict) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in table:
-        print(f"{prog}: error: unknown command '{name}'; choose one of {', '.join(table)} (see --help)", file=sys.stderr)
+        print(
+            f"{prog}: error: unknown command '{name}'; choose one of {', '.join(table)} (see --help)", file=sys.stderr
+        )
         return 2
     if name == "paper":
         return dispatch(rest, f"{prog} paper", PAPER)
@@ -59,6 +65,7 @@ def dispatch(argv: list[str], prog: str, table: dict) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     from common.cli import latch_sigint
+
     latch_sigint()
     return dispatch(sys.argv[1:] if argv is None else list(argv), "pencil", COMMANDS)
 

@@ -1,8 +1,9 @@
 """Write docs/cli.md, every command's flags (--help-all), from the parsers themselves, so it always matches.
 
-    python -m pipelines.docs            # rewrite docs/cli.md
-    python -m pipelines.docs --check    # exit 1 when docs/cli.md is stale
+python -m pipelines.docs            # rewrite docs/cli.md
+python -m pipelines.docs --check    # exit 1 when docs/cli.md is stale
 """
+
 from __future__ import annotations
 
 import importlib
@@ -15,8 +16,12 @@ from pipelines.cli import COMMANDS, PAPER
 
 CLI_MD = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
 # the module a command runs as under `python -m`, where it is not the one holding main()
-RUN_AS = {"trainer.train": "trainer", "preprocess.__main__": "preprocess",
-          "pipelines.recommend.job": "pipelines.recommend", "pipelines.serve.command": "pipelines.serve"}
+RUN_AS = {
+    "trainer.train": "trainer",
+    "preprocess.__main__": "preprocess",
+    "pipelines.recommend.job": "pipelines.recommend",
+    "pipelines.serve.command": "pipelines.serve",
+}
 
 
 def parsers() -> dict:
@@ -32,11 +37,18 @@ def parsers() -> dict:
 
 def reference() -> str:
     os.environ["COLUMNS"] = "100"  # argparse wraps to the terminal; fix the width for a stable file
-    parts = ["# Command reference", "",
-             "Every flag of every command, generated from the parsers (`python -m pipelines.docs`); each command's",
-             "`--help` shows the common ones, `--help-all` all of them. `pencil X` is also `python -m MODULE`:", ""]
-    parts += [f"- `pencil {name}`: `python -m {RUN_AS.get(module, module)}`"
-              for name, (module, _) in {**COMMANDS, **{f"paper {k}": v for k, v in PAPER.items()}}.items() if module]
+    parts = [
+        "# Command reference",
+        "",
+        "Every flag of every command, generated from the parsers (`python -m pipelines.docs`); each command's",
+        "`--help` shows the common ones, `--help-all` all of them. `pencil X` is also `python -m MODULE`:",
+        "",
+    ]
+    parts += [
+        f"- `pencil {name}`: `python -m {RUN_AS.get(module, module)}`"
+        for name, (module, _) in {**COMMANDS, **{f"paper {k}": v for k, v in PAPER.items()}}.items()
+        if module
+    ]
     parts.append("")
     for prog, parser in parsers().items():
         parts += [f"## `{prog}`", "", "```text", parser.format_help(show_all=True).rstrip(), "```", ""]

@@ -12,6 +12,7 @@ reproduces the paper's Tables 5/6: original MRR CN 28.34, AA 29.37, RA 27.61; He
 
 The table (percentages) goes to stdout, progress to logging, and a JSON file (fractions) to --out.
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,13 +42,21 @@ PROG = "python -m pipelines.heuristics"
 def build_parser(prog: str = PROG) -> Parser:
     p = Parser(prog=prog, description=summary(__doc__))
     add_dataset_flags(p, split=False, nodes=False)
-    p.add_argument("--protocol", default="both", choices=list(PROTOCOLS) + list(ALL_PROTOCOLS),
-                   help="evaluation protocol; 'both'/'all' = every protocol the dataset provides (default)")
-    p.add_argument("--heuristics", default=",".join(DEFAULT_HEURISTICS),
-                   help=f"comma-separated subset of {','.join(HEURISTICS)}, or 'all' (default: cn,aa,ra)")
+    p.add_argument(
+        "--protocol",
+        default="both",
+        choices=list(PROTOCOLS) + list(ALL_PROTOCOLS),
+        help="evaluation protocol; 'both'/'all' = every protocol the dataset provides (default)",
+    )
+    p.add_argument(
+        "--heuristics",
+        default=",".join(DEFAULT_HEURISTICS),
+        help=f"comma-separated subset of {','.join(HEURISTICS)}, or 'all' (default: cn,aa,ra)",
+    )
     p.add_argument("--split", default="test", choices=["valid", "test"], help="split to evaluate (default test)")
-    p.add_argument("--seed", type=int, default=0, advanced=True,
-                   help="seed for datasets that split randomly (cora, csv)")
+    p.add_argument(
+        "--seed", type=int, default=0, advanced=True, help="seed for datasets that split randomly (cora, csv)"
+    )
     p.add_argument("--out", default=None, help="JSON output (default results/heuristics-<dataset>.json)")
     add_overwrite_flag(p)
     return p
@@ -72,8 +81,10 @@ def resolve_protocols(ds: LinkDataset, split: str, requested: str) -> list[str]:
     if requested in ALL_PROTOCOLS:
         return available
     if requested not in available:
-        raise FlagError(f"--protocol {requested}: dataset {ds.name} ({split}) has no '{requested}' negatives; "
-                        f"available: {', '.join(available)} (or 'both' for all of them)")
+        raise FlagError(
+            f"--protocol {requested}: dataset {ds.name} ({split}) has no '{requested}' negatives; "
+            f"available: {', '.join(available)} (or 'both' for all of them)"
+        )
     return [requested]
 
 
@@ -89,8 +100,15 @@ class HeuristicsConfig:
 
     @classmethod
     def from_args(cls, args) -> "HeuristicsConfig":
-        return cls(DataSource(args.dataset, args.data_dir, args.ogb_root, args.planetoid_dir),
-                   parse_heuristics(args.heuristics), args.protocol, args.split, args.seed, args.out, args.overwrite)
+        return cls(
+            DataSource(args.dataset, args.data_dir, args.ogb_root, args.planetoid_dir),
+            parse_heuristics(args.heuristics),
+            args.protocol,
+            args.split,
+            args.seed,
+            args.out,
+            args.overwrite,
+        )
 
 
 def default_out(ds: LinkDataset) -> Path:
@@ -103,8 +121,9 @@ def results_table(results: dict) -> str:
     for proto, by_h in results.items():
         for name, metrics in by_h.items():
             rows.append({"protocol": proto, "heuristic": name.upper(), **as_percent(metrics)})
-    headers = ["protocol", "heuristic"] + [k.replace("hits", "Hits") if k.startswith("hits") else k.upper()
-                                           for k in METRIC_KEYS]
+    headers = ["protocol", "heuristic"] + [
+        k.replace("hits", "Hits") if k.startswith("hits") else k.upper() for k in METRIC_KEYS
+    ]
     return format_table(rows, ["protocol", "heuristic", *METRIC_KEYS], headers=headers)
 
 
@@ -119,8 +138,9 @@ def score_heuristics(cfg: HeuristicsConfig) -> int:
     try:
         if cfg.out:  # before any work: the JSON must not replace the edge list it scores, nor a run's files
             check_output(cfg.out, files=inputs)
-        ds = load_dataset(src.dataset, data_dir=src.data_dir, ogb_root=src.ogb_root, planetoid_dir=src.planetoid_dir,
-                          seed=cfg.seed)
+        ds = load_dataset(
+            src.dataset, data_dir=src.data_dir, ogb_root=src.ogb_root, planetoid_dir=src.planetoid_dir, seed=cfg.seed
+        )
         out = check_output(cfg.out or default_out(ds), files=inputs)
         fingerprint = ds.fingerprint()
         # two graphs of one name (the paper's citeseer, a user's citeseer.csv) share the default file: never replaced

@@ -1,7 +1,8 @@
 """Multi-seed reports: mean ± std over seeds of every result.json under run folders, as one Markdown table.
 
-    pencil report RUN_DIR [RUN_DIR ...] [--out report.md] [--no-paper]
+pencil report RUN_DIR [RUN_DIR ...] [--out report.md] [--no-paper]
 """
+
 from __future__ import annotations
 
 import logging

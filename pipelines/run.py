@@ -8,6 +8,7 @@ heuristics and the paper. A dataset without a paper preset gets --preset auto (p
 lands in OUT/<dataset>/<preset>/: per-seed run folders with result.json, results.json, report.md, plots.
 The run is configured by a RunConfig (pipelines.core.run_config), built once from the flags.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,8 +29,16 @@ from pipelines.auto.recipe import search_and_train
 from pipelines.core import finished
 from pipelines.core.children import exit_on_sigterm
 from pipelines.core.plots import plot_runs
-from pipelines.core.results import (METRICS, SeedResult, aggregate, fmt, markdown, protocol_label, publish_results,
-                                    table_json)
+from pipelines.core.results import (
+    METRICS,
+    SeedResult,
+    aggregate,
+    fmt,
+    markdown,
+    protocol_label,
+    publish_results,
+    table_json,
+)
 from pipelines.core.run_config import PROG, SEARCH, RunConfig, build_parser
 from pipelines.core.seeds import SeedFlagsError, check_trainer_flags, seed_run, train_seeds
 from pipelines.core.shard_sets import preset_shard_set, set_protocols
@@ -64,8 +73,10 @@ def pick_preset(run: RunConfig, dataset) -> str:
 def check_budget(run: RunConfig, preset_name: str) -> None:
     """--budget-minutes bounds the auto search; under a fixed preset it would be ignored, so say so."""
     if run.budget_minutes is not None and preset_name != SEARCH:
-        raise FlagError(f"--budget-minutes {run.budget_minutes:g}: bounds --preset auto's search; preset {preset_name} "
-                        "trains its fixed configuration: drop --budget-minutes, or pass --preset auto")
+        raise FlagError(
+            f"--budget-minutes {run.budget_minutes:g}: bounds --preset auto's search; preset {preset_name} "
+            "trains its fixed configuration: drop --budget-minutes, or pass --preset auto"
+        )
 
 
 def check_objective(run: RunConfig, preset_name: str) -> None:
@@ -74,11 +85,15 @@ def check_objective(run: RunConfig, preset_name: str) -> None:
     if run.objective == "link-prediction":
         return
     if preset_name != SEARCH:
-        raise FlagError(f"--objective {run.objective}: sets --preset auto's training negatives; preset {preset_name} "
-                        "has its own: add --preset auto, or drop --objective (--hard-neg-fraction sets them directly)")
+        raise FlagError(
+            f"--objective {run.objective}: sets --preset auto's training negatives; preset {preset_name} "
+            "has its own: add --preset auto, or drop --objective (--hard-neg-fraction sets them directly)"
+        )
     if run.shards.hard_neg_fraction is not None:
-        raise FlagError(f"--objective {run.objective}: sets the training negatives, which --hard-neg-fraction "
-                        f"{run.shards.hard_neg_fraction:g} fixes: pass one of the two")
+        raise FlagError(
+            f"--objective {run.objective}: sets the training negatives, which --hard-neg-fraction "
+            f"{run.shards.hard_neg_fraction:g} fixes: pass one of the two"
+        )
 
 
 def heuristic_rows(run: RunConfig, dataset, protocol: str, scores: dict) -> list[dict]:
@@ -89,8 +104,17 @@ def heuristic_rows(run: RunConfig, dataset, protocol: str, scores: dict) -> list
     rows = []
     for name, (pos, neg) in scores.items():
         metrics = evaluate(protocol, pos, neg)
-        rows.append({"dataset": dataset.name, "protocol": protocol, **split, "model": name.upper(), "seeds": [0],
-                     **own, **{m: (100.0 * metrics[m], 0.0) for m in METRICS if m in metrics}})
+        rows.append(
+            {
+                "dataset": dataset.name,
+                "protocol": protocol,
+                **split,
+                "model": name.upper(),
+                "seeds": [0],
+                **own,
+                **{m: (100.0 * metrics[m], 0.0) for m in METRICS if m in metrics},
+            }
+        )
     return rows
 
 
@@ -103,13 +127,21 @@ def fixed_preset(run: RunConfig, dataset, preset_name: str, protocol: str, runs:
     """Every seed's record of one protocol under a fixed preset (with node features, also without them; with
     the user's pairs, also evaluated on them: pipelines.core.variants)."""
     preset_name = preset_for_protocol(preset_name, protocol)  # e.g. the paper's HeaRT config
-    shards = preset_shard_set(run.source, run.shards, run.trainer.epochs, get_preset(preset_name),
-                              set_protocols(dataset, protocol), dataset, device_kind(run.trainer.device))
+    shards = preset_shard_set(
+        run.source,
+        run.shards,
+        run.trainer.epochs,
+        get_preset(preset_name),
+        set_protocols(dataset, protocol),
+        dataset,
+        device_kind(run.trainer.device),
+    )
     seeds = {seed: seed_run(run.trainer, preset_name, shards, protocol, seed, d) for seed, d in runs.items()}
     summaries = train_seeds(run.trainer, seeds)
     bare, bare_summaries = train_without_features(run, seeds)
-    return (seed_results(run, dataset, protocol, preset_name, seeds, summaries, run.ships_features)
-            + seed_results(run, dataset, protocol, preset_name, bare, bare_summaries, False))
+    return seed_results(run, dataset, protocol, preset_name, seeds, summaries, run.ships_features) + seed_results(
+        run, dataset, protocol, preset_name, bare, bare_summaries, False
+    )
 
 
 def run_protocol(run: RunConfig, dataset, preset_name: str, protocol: str, out: Path, test_scores: dict) -> list[dict]:
@@ -123,8 +155,14 @@ def run_protocol(run: RunConfig, dataset, preset_name: str, protocol: str, out: 
         finished.write_if_changed(result.path, result.record)
         r = result.record
         shown = ", ".join(f"{m} {100 * r['test'][m]:.2f}" for m in ("mrr", "hits@50", "auc") if m in r["test"])
-        log.info("seed %d, %s, %s: test %s (best epoch %s)", r["seed"], protocol_label(r), r["model"], shown or "–",
-                 r["best_epoch"])
+        log.info(
+            "seed %d, %s, %s: test %s (best epoch %s)",
+            r["seed"],
+            protocol_label(r),
+            r["model"],
+            shown or "–",
+            r["best_epoch"],
+        )
     plot_runs(list(runs.values()), out / protocol)
     return [result.record for result in results]
 
@@ -178,9 +216,18 @@ def run_all(run: RunConfig) -> int:
     shown = lambda r, m: fmt(*r[m]) if m in r else "–"  # noqa: E731
     for r in rows:
         if r["model"].startswith("PENCIL"):
-            log.info("%s/%s %s: test %s %s, %s %s over %d seed(s); results in %s", r["dataset"], protocol_label(r),
-                     r["model"], run.metric.upper(), shown(r, run.metric), second.upper(), shown(r, second),
-                     len(r["seeds"]), out)
+            log.info(
+                "%s/%s %s: test %s %s, %s %s over %d seed(s); results in %s",
+                r["dataset"],
+                protocol_label(r),
+                r["model"],
+                run.metric.upper(),
+                shown(r, run.metric),
+                second.upper(),
+                shown(r, second),
+                len(r["seeds"]),
+                out,
+            )
     return 0
 
 
@@ -190,10 +237,12 @@ def run_notes(run: RunConfig, dataset, protocols: list[str]) -> list[str]:
     notes = []
     info, shares = dataset.split_info or {}, "/".join(f"{v:g}" for v in (run.source.split or DEFAULT_SPLIT))
     if dataset.temporal:
-        notes.append(f"split: temporal, by column '{info['column']}' ({shares}): train on the pairs first seen before "
-                     f"{info['valid_from']}, valid from {info['valid_from']}, test from {info['test_from']}; each "
-                     "split's pairs are scored, by PENCIL and the heuristics, on the graph before its boundary, "
-                     "against negatives among the nodes that exist by then")
+        notes.append(
+            f"split: temporal, by column '{info['column']}' ({shares}): train on the pairs first seen before "
+            f"{info['valid_from']}, valid from {info['valid_from']}, test from {info['test_from']}; each "
+            "split's pairs are scored, by PENCIL and the heuristics, on the graph before its boundary, "
+            "against negatives among the nodes that exist by then"
+        )
     elif split_label(run, dataset) == "random":
         notes.append(f"split: random ({shares}, seeded); a time column, if any, is not used")
     if PAIRS in dataset.protocols:
@@ -202,15 +251,21 @@ def run_notes(run: RunConfig, dataset, protocols: list[str]) -> list[str]:
             notes.append(f"protocol pairs: PENCIL selected and tested on {source} instead of random negatives")
         beside = [p for p in protocols if p != PAIRS]
         if beside:
-            notes.append(f"protocol pairs, selected on {', '.join(beside)}: the checkpoints of that protocol, "
-                         f"tested on {source} beside it")
+            notes.append(
+                f"protocol pairs, selected on {', '.join(beside)}: the checkpoints of that protocol, "
+                f"tested on {source} beside it"
+            )
     if dataset.weights is not None:
-        notes.append("WCN / WAA / WRA: common neighbours, Adamic-Adar and resource allocation on the weight column "
-                     "(summed per pair); PENCIL reads the unweighted graph")
+        notes.append(
+            "WCN / WAA / WRA: common neighbours, Adamic-Adar and resource allocation on the weight column "
+            "(summed per pair); PENCIL reads the unweighted graph"
+        )
     if run.ships_features:
         what = run.source.node_features or "the dataset's own, --features"
-        notes.append(f"PENCIL reads the node features ({what}); PENCIL w/o features: the same seeds trained "
-                     "without them (trainer --no-features) on the same shard set")
+        notes.append(
+            f"PENCIL reads the node features ({what}); PENCIL w/o features: the same seeds trained "
+            "without them (trainer --no-features) on the same shard set"
+        )
     return notes
 
 

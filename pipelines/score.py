@@ -11,6 +11,7 @@ Output columns: src, dst, score (mean probability), logit (mean logit), score_st
 Node ids are the user's: for a set built from an edge-list file, the ids of that file (the set ships the
 mapping, node_ids.parquet); pairs of a node with itself are refused.
 """
+
 from __future__ import annotations
 
 import functools
@@ -33,8 +34,17 @@ from common.flags import MOVED_DATASET_HELP, FlagError, add_dataset_flags, add_d
 from common.node_ids import load_node_ids
 from common.outputs import OutputError, check_output, check_replacement, stamp_metadata
 from pipelines.core.config import MovedDataset
-from pipelines.core.runs import (RunFolderError, check_node_features, load_checkpoint, load_model, reads_features,
-                                 resolve_checkpoint, run_dataset, run_inputs, run_manifest)
+from pipelines.core.runs import (
+    RunFolderError,
+    check_node_features,
+    load_checkpoint,
+    load_model,
+    reads_features,
+    resolve_checkpoint,
+    run_dataset,
+    run_inputs,
+    run_manifest,
+)
 from preprocess.sampler import Scratch, sample_subgraphs
 from trainer.scoring import PairScorer, default_device, score_columns
 
@@ -54,19 +64,31 @@ PROG = "python -m pipelines.score"
 def build_parser(prog: str = PROG) -> Parser:
     p = Parser(prog=prog, description=summary(__doc__))
     p.add_argument("--checkpoint", required=True, help="a run folder (uses best.pt, else last.pt) or a .pt file")
-    p.add_argument("--pairs", required=True,
-                   help="Parquet, CSV or TSV file (optionally .gz) with columns src, dst: node ids as in the edge list")
+    p.add_argument(
+        "--pairs",
+        required=True,
+        help="Parquet, CSV or TSV file (optionally .gz) with columns src, dst: node ids as in the edge list",
+    )
     p.add_argument("--out", required=True, help="output Parquet file (written atomically)")
     add_overwrite_flag(p)
     p.add_argument("--orderings", type=int, default=1, help="random canonicalisations averaged per pair (default 1)")
-    p.add_argument("--graph", default="test",
-                   help="whose graph to sample on: train/valid/test, the split's graph as in evaluation (default "
-                        "test), or today's graph as an edge list (.csv, .tsv, .parquet; src,dst in the run's ids)")
+    p.add_argument(
+        "--graph",
+        default="test",
+        help="whose graph to sample on: train/valid/test, the split's graph as in evaluation (default "
+        "test), or today's graph as an edge list (.csv, .tsv, .parquet; src,dst in the run's ids)",
+    )
     add_device_flag(p)
-    p.add_argument("--seed", type=int, default=0, advanced=True,
-                   help="seed of the sampled subgraphs and local orders (default 0)")
-    p.add_argument("--batch-size", type=int, default=512, advanced=True,
-                   help="pairs per forward pass at most (default 512; batches are also cut by the token budget)")
+    p.add_argument(
+        "--seed", type=int, default=0, advanced=True, help="seed of the sampled subgraphs and local orders (default 0)"
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=512,
+        advanced=True,
+        help="pairs per forward pass at most (default 512; batches are also cut by the token budget)",
+    )
     add_dataset_flags(p, required=False, split=False, nodes=False, help=MOVED_DATASET_HELP)
     return p
 
@@ -91,8 +113,10 @@ def read_pairs(path: str, num_nodes: int, node_ids: np.ndarray | None = None) ->
         if pa.types.is_string(col.type):
             empty |= pc.equal(col, "").to_numpy(zero_copy_only=False)
         if empty.any():
-            raise ScoreError(f"--pairs {p}: column '{c}' has an empty node id in data row {int(empty.argmax()) + 1}; "
-                             "fill it or drop the row")
+            raise ScoreError(
+                f"--pairs {p}: column '{c}' has an empty node id in data row {int(empty.argmax()) + 1}; "
+                "fill it or drop the row"
+            )
     idx, found = [], []
     for c in ("src", "dst"):
         if node_ids is None:
@@ -105,14 +129,21 @@ def read_pairs(path: str, num_nodes: int, node_ids: np.ndarray | None = None) ->
     shown = lambda r: f"({cols['src'][r].as_py()}, {cols['dst'][r].as_py()})"  # noqa: E731  the user's own text
     bad = np.flatnonzero(~(found[0] & found[1]))
     if bad.size:
-        where = ("the graph has nodes 0..%d" % (num_nodes - 1) if node_ids is None
-                 else "ids must be ones of the edge list (or of its --nodes file)")
-        raise ScoreError(f"--pairs {p}: {bad.size} row(s) name unknown node ids (first: data row {int(bad[0]) + 1}, "
-                         f"{shown(int(bad[0]))}); {where}")
+        where = (
+            "the graph has nodes 0..%d" % (num_nodes - 1)
+            if node_ids is None
+            else "ids must be ones of the edge list (or of its --nodes file)"
+        )
+        raise ScoreError(
+            f"--pairs {p}: {bad.size} row(s) name unknown node ids (first: data row {int(bad[0]) + 1}, "
+            f"{shown(int(bad[0]))}); {where}"
+        )
     loops = np.flatnonzero(pairs[:, 0] == pairs[:, 1])
     if loops.size:  # a node and itself: no link to predict, and the model was never shown one
-        raise ScoreError(f"--pairs {p}: {loops.size} row(s) pair a node with itself (first: data row "
-                         f"{int(loops[0]) + 1}, {shown(int(loops[0]))}); self-loops are not scored, drop those rows")
+        raise ScoreError(
+            f"--pairs {p}: {loops.size} row(s) pair a node with itself (first: data row "
+            f"{int(loops[0]) + 1}, {shown(int(loops[0]))}); self-loops are not scored, drop those rows"
+        )
     user = pairs if node_ids is None else node_ids[pairs]
     return pairs, user
 
@@ -125,16 +156,45 @@ def _own_ids(col, name: str, p: Path, num_nodes: int) -> tuple[np.ndarray, np.nd
     return vals, (vals >= 0) & (vals < num_nodes)
 
 
-def pair_scorer(model: Pencil, graph, sampling: tuple[int, int], n_max: int, seed: int, orderings: int,
-                batch_size: int, device: torch.device, token_budget: int | None = None) -> PairScorer:
+def pair_scorer(
+    model: Pencil,
+    graph,
+    sampling: tuple[int, int],
+    n_max: int,
+    seed: int,
+    orderings: int,
+    batch_size: int,
+    device: torch.device,
+    token_budget: int | None = None,
+) -> PairScorer:
     """The scoring engine (trainer/scoring.py) on `graph`, sampling with the evaluation sampler."""
     sample = functools.partial(sample_subgraphs, scratch=Scratch(graph.indptr))  # work arrays allocated once
-    return PairScorer(model, graph.indptr, graph.indices, sampling, n_max, sample, seed=seed, orderings=orderings,
-                      token_budget=token_budget, max_pairs=batch_size, device=device)
+    return PairScorer(
+        model,
+        graph.indptr,
+        graph.indices,
+        sampling,
+        n_max,
+        sample,
+        seed=seed,
+        orderings=orderings,
+        token_budget=token_budget,
+        max_pairs=batch_size,
+        device=device,
+    )
 
 
-def score_pairs(model: Pencil, graph, pairs: np.ndarray, sampling: tuple[int, int], n_max: int, seed: int,
-                orderings: int, batch_size: int, device: torch.device) -> np.ndarray:
+def score_pairs(
+    model: Pencil,
+    graph,
+    pairs: np.ndarray,
+    sampling: tuple[int, int],
+    n_max: int,
+    seed: int,
+    orderings: int,
+    batch_size: int,
+    device: torch.device,
+) -> np.ndarray:
     """(orderings, P) logits: each ordering samples every pair's subgraph afresh with its own seed."""
     return pair_scorer(model, graph, sampling, n_max, seed, orderings, batch_size, device).logits(pairs)
 
@@ -144,10 +204,15 @@ def note_known_edges(graph, pairs: np.ndarray, user: np.ndarray) -> int:
     each endpoint sits in the other's sampled neighbourhood, so such a score is not that of a new link."""
     known = np.flatnonzero(graph.has_edge(pairs[:, 0], pairs[:, 1])) if len(pairs) else np.zeros(0, np.int64)
     if known.size:
-        log.warning("%d of %d pairs are already edges of the graph sampled on (first: %s, %s); each is scored with "
-                    "its endpoints in each other's sampled neighbourhood, not as a new link (to score them as new, "
-                    "pass --graph with a snapshot without them)", known.size, len(pairs), user[known[0], 0],
-                    user[known[0], 1])
+        log.warning(
+            "%d of %d pairs are already edges of the graph sampled on (first: %s, %s); each is scored with "
+            "its endpoints in each other's sampled neighbourhood, not as a new link (to score them as new, "
+            "pass --graph with a snapshot without them)",
+            known.size,
+            len(pairs),
+            user[known[0], 0],
+            user[known[0], 1],
+        )
     return int(known.size)
 
 
@@ -177,8 +242,18 @@ class ScoreConfig:
             raise FlagError(f"--orderings must be >= 1, got {args.orderings}")
         if args.batch_size < 1:
             raise FlagError(f"--batch-size must be >= 1, got {args.batch_size}")
-        return cls(args.checkpoint, args.pairs, args.out, args.overwrite, args.orderings, args.graph, args.device,
-                   args.seed, args.batch_size, MovedDataset.from_args(args))
+        return cls(
+            args.checkpoint,
+            args.pairs,
+            args.out,
+            args.overwrite,
+            args.orderings,
+            args.graph,
+            args.device,
+            args.seed,
+            args.batch_size,
+            MovedDataset.from_args(args),
+        )
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
@@ -193,13 +268,22 @@ def score_file(cfg: ScoreConfig) -> int:
         pre = manifest["config"]
         files, folders = run_inputs(cfg.checkpoint, manifest)
         on_file = cfg.graph not in snapshot.GRAPH_NAMES
-        check_output(cfg.out, files={**files, "--pairs": cfg.pairs, "--dataset": cfg.moved.dataset,
-                                     "--graph": cfg.graph if on_file else None}, folders=folders)
+        check_output(
+            cfg.out,
+            files={
+                **files,
+                "--pairs": cfg.pairs,
+                "--dataset": cfg.moved.dataset,
+                "--graph": cfg.graph if on_file else None,
+            },
+            folders=folders,
+        )
         check_replacement(cfg.out, "score", manifest["fingerprint"], cfg.overwrite, what="score file")
         dataset = run_dataset(manifest, *cfg.moved.fields())
         graph, node_ids = snapshot.graph_for(cfg.graph, dataset)  # a snapshot's new nodes extend the ids
-        check_node_features(reads_features(ckpt, manifest), manifest["num_nodes"], graph, node_ids,
-                            f"--graph {cfg.graph}")
+        check_node_features(
+            reads_features(ckpt, manifest), manifest["num_nodes"], graph, node_ids, f"--graph {cfg.graph}"
+        )
         pairs, user = read_pairs(cfg.pairs, graph.num_nodes, node_ids if on_file else load_node_ids(manifest))
     except (ScoreError, RunFolderError, DatasetError, OutputError) as err:
         raise FlagError(str(err)) from None
@@ -207,8 +291,14 @@ def score_file(cfg: ScoreConfig) -> int:
     n_max = int(manifest["n_max"])
     model = load_model(ckpt, manifest, device)
     sampling = (pre["sampling"]["d"], pre["sampling"]["n"])
-    log.info("scoring %d pairs of %s with sampling %s, %d ordering(s), on %s", len(pairs), dataset.name,
-             sampling, cfg.orderings, device)
+    log.info(
+        "scoring %d pairs of %s with sampling %s, %d ordering(s), on %s",
+        len(pairs),
+        dataset.name,
+        sampling,
+        cfg.orderings,
+        device,
+    )
     note_known_edges(graph, pairs, user)
     logits = score_pairs(model, graph, pairs, sampling, n_max, cfg.seed, cfg.orderings, cfg.batch_size, device)
     write_scores(cfg.out, user, logits, stamp_metadata("score", manifest["fingerprint"]))

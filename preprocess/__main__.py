@@ -1,4 +1,5 @@
 """`python -m preprocess`: parse flags, run the Ray job, print where the shards are."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,7 +15,6 @@ from common.presets import default_sampling
 from common.storage import open_storage
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
 
-
 PROG = "python -m preprocess"
 
 
@@ -22,47 +22,98 @@ def build_parser(prog: str = PROG) -> Parser:
     p = Parser(
         prog=prog,
         description="Sample link-centric subgraphs (ShaDowKHop) into WebDataset shards with Ray. Writes\n"
-                    "OUT/<dataset>/<cache key>/ and prints that path last. An embedded Ray starts unless RAY_ADDRESS\n"
-                    "is set (as under `ray job submit`).")
+        "OUT/<dataset>/<cache key>/ and prints that path last. An embedded Ray starts unless RAY_ADDRESS\n"
+        "is set (as under `ray job submit`).",
+    )
     add_dataset_flags(p, split_kinds=True)
     add_graph_input_flags(p)
-    p.add_argument("--sampling", default=None, metavar="D,N",
-                   help="hops d and neighbours n per frontier entry (default: the paper's preset for the dataset)")
-    p.add_argument("--views", type=int, default=2, help="independent training draws (negatives + subgraphs) (default 2)")
-    p.add_argument("--protocol", default="both",
-                   help="eval protocol(s): both/all (= every protocol the dataset has), or a comma list of "
-                        "original,heart,ogb,pairs (default both; pairs: the --eval-pairs file's)")
-    p.add_argument("--out", default="shards", help="output root, local or s3://; shards go to OUT/<dataset>/<key> "
-                   "(default shards)")
-    p.add_argument("--features", action="store_true",
-                   help="a paper dataset's node features (an edge list's: --node-features FILE)")
+    p.add_argument(
+        "--sampling",
+        default=None,
+        metavar="D,N",
+        help="hops d and neighbours n per frontier entry (default: the paper's preset for the dataset)",
+    )
+    p.add_argument(
+        "--views", type=int, default=2, help="independent training draws (negatives + subgraphs) (default 2)"
+    )
+    p.add_argument(
+        "--protocol",
+        default="both",
+        help="eval protocol(s): both/all (= every protocol the dataset has), or a comma list of "
+        "original,heart,ogb,pairs (default both; pairs: the --eval-pairs file's)",
+    )
+    p.add_argument(
+        "--out", default="shards", help="output root, local or s3://; shards go to OUT/<dataset>/<key> (default shards)"
+    )
+    p.add_argument(
+        "--features", action="store_true", help="a paper dataset's node features (an edge list's: --node-features FILE)"
+    )
     p.add_argument("--force", action="store_true", help="rebuild even if a complete shard set exists")
     p.add_argument("-q", "--quiet", action="store_true", help="only warnings and the final path")
     add_num_cpus_flag(p)
-    p.add_argument("--splits", default="train,valid,test", advanced=True,
-                   help="comma-separated splits to build (default train,valid,test)")
-    p.add_argument("--percent", type=float, default=100.0, advanced=True,
-                   help="%% of training positives per view, a seeded subset (default 100)")
-    p.add_argument("--neg-ratio", type=int, default=1, advanced=True, help="training negatives per positive (default 1)")
-    p.add_argument("--hard-neg-fraction", type=float, default=0.0, metavar="F", advanced=True,
-                   help="fraction of each training view's negatives drawn as 2-hop non-edges of the training graph "
-                        "(hard negatives that share a neighbour with their pair); the rest uniform (default 0; part "
-                        "of the cache key when not 0)")
-    p.add_argument("--seed", type=int, default=0, advanced=True,
-                   help="seed of candidates, sampling and local orders (default 0)")
-    p.add_argument("--links-per-shard", type=int, default=8192, advanced=True,
-                   help="links per shard tar (default 8192)")
-    p.add_argument("--block-size", type=int, default=256, advanced=True,
-                   help="links per Arrow block inside a shard (default 256)")
-    p.add_argument("--shard-mb", type=float, default=64.0, advanced=True,
-                   help="a shard also closes before its worst-case size passes this many MB (default 64)")
-    p.add_argument("--worker-memory-mb", type=int, default=1500, advanced=True,
-                   help="memory budget of one shard task; checked up front, and Ray schedules by it (default 1500)")
-    p.add_argument("--targets", default=None, metavar="HEURISTIC", advanced=True,
-                   help="heuristic estimation: label every link with its normalised cn, aa, ra, katz, spd or pr "
-                        "on the full graph (a regression set; part of the cache key)")
-    p.add_argument("--no-verify", action="store_true", advanced=True,
-                   help="on a cache hit check shard sizes only, not their sha256 (for huge sets)")
+    p.add_argument(
+        "--splits",
+        default="train,valid,test",
+        advanced=True,
+        help="comma-separated splits to build (default train,valid,test)",
+    )
+    p.add_argument(
+        "--percent",
+        type=float,
+        default=100.0,
+        advanced=True,
+        help="%% of training positives per view, a seeded subset (default 100)",
+    )
+    p.add_argument(
+        "--neg-ratio", type=int, default=1, advanced=True, help="training negatives per positive (default 1)"
+    )
+    p.add_argument(
+        "--hard-neg-fraction",
+        type=float,
+        default=0.0,
+        metavar="F",
+        advanced=True,
+        help="fraction of each training view's negatives drawn as 2-hop non-edges of the training graph "
+        "(hard negatives that share a neighbour with their pair); the rest uniform (default 0; part "
+        "of the cache key when not 0)",
+    )
+    p.add_argument(
+        "--seed", type=int, default=0, advanced=True, help="seed of candidates, sampling and local orders (default 0)"
+    )
+    p.add_argument(
+        "--links-per-shard", type=int, default=8192, advanced=True, help="links per shard tar (default 8192)"
+    )
+    p.add_argument(
+        "--block-size", type=int, default=256, advanced=True, help="links per Arrow block inside a shard (default 256)"
+    )
+    p.add_argument(
+        "--shard-mb",
+        type=float,
+        default=64.0,
+        advanced=True,
+        help="a shard also closes before its worst-case size passes this many MB (default 64)",
+    )
+    p.add_argument(
+        "--worker-memory-mb",
+        type=int,
+        default=1500,
+        advanced=True,
+        help="memory budget of one shard task; checked up front, and Ray schedules by it (default 1500)",
+    )
+    p.add_argument(
+        "--targets",
+        default=None,
+        metavar="HEURISTIC",
+        advanced=True,
+        help="heuristic estimation: label every link with its normalised cn, aa, ra, katz, spd or pr "
+        "on the full graph (a regression set; part of the cache key)",
+    )
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        advanced=True,
+        help="on a cache hit check shard sizes only, not their sha256 (for huge sets)",
+    )
     return p
 
 
@@ -71,25 +122,46 @@ def _split_list(text: str) -> tuple[str, ...]:
 
 
 def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
-    sampling = (SamplingConfig.parse(args.sampling) if args.sampling
-                else SamplingConfig(*default_sampling(args.dataset)))
+    sampling = SamplingConfig.parse(args.sampling) if args.sampling else SamplingConfig(*default_sampling(args.dataset))
     protocols = None if args.protocol.strip().lower() in ("both", "all") else _split_list(args.protocol)
     try:
         split_kind, split = (None, None) if args.split is None else parse_split_spec(args.split)
     except DatasetError as err:
         raise ConfigError(str(err)) from None
-    candidates = CandidateConfig(views=args.views, percent=args.percent, neg_ratio=args.neg_ratio,
-                                 splits=_split_list(args.splits), protocols=protocols,
-                                 hard_neg_fraction=args.hard_neg_fraction)
+    candidates = CandidateConfig(
+        views=args.views,
+        percent=args.percent,
+        neg_ratio=args.neg_ratio,
+        splits=_split_list(args.splits),
+        protocols=protocols,
+        hard_neg_fraction=args.hard_neg_fraction,
+    )
     return PreprocessConfig(
-        dataset=args.dataset, sampling=sampling, candidates=candidates, out=args.out, seed=args.seed,
-        data_dir=args.data_dir, ogb_root=args.ogb_root, planetoid_dir=args.planetoid_dir, features=args.features,
-        nodes=args.nodes, targets=args.targets, split=split, split_kind=split_kind,
-        node_features=args.node_features, fill_features=args.fill_features,
-        ignore_columns=_split_list(args.ignore_columns or ""), eval_pairs=args.eval_pairs,
+        dataset=args.dataset,
+        sampling=sampling,
+        candidates=candidates,
+        out=args.out,
+        seed=args.seed,
+        data_dir=args.data_dir,
+        ogb_root=args.ogb_root,
+        planetoid_dir=args.planetoid_dir,
+        features=args.features,
+        nodes=args.nodes,
+        targets=args.targets,
+        split=split,
+        split_kind=split_kind,
+        node_features=args.node_features,
+        fill_features=args.fill_features,
+        ignore_columns=_split_list(args.ignore_columns or ""),
+        eval_pairs=args.eval_pairs,
         train_negatives=args.train_negatives,
-        num_cpus=args.num_cpus, links_per_shard=args.links_per_shard, links_per_block=args.block_size,
-        shard_mb=args.shard_mb, worker_memory_mb=args.worker_memory_mb, force=args.force)
+        num_cpus=args.num_cpus,
+        links_per_shard=args.links_per_shard,
+        links_per_block=args.block_size,
+        shard_mb=args.shard_mb,
+        worker_memory_mb=args.worker_memory_mb,
+        force=args.force,
+    )
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
@@ -99,8 +171,9 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 def _main(argv: list[str] | None, prog: str) -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.WARNING if args.quiet else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         config = config_from_args(args)
         # the sets go to OUT/<dataset>/<key>: never over an input, nor nested in a run or another shard set
@@ -110,6 +183,7 @@ def _main(argv: list[str] | None, prog: str) -> int:
     open_storage(config.out).check_writable()  # before loading anything: a bad --out costs nothing
     from common.datasets import DatasetError
     from preprocess.job import run_job
+
     try:
         result = run_job(config, verify=not args.no_verify)
     except (DatasetError, ConfigError) as err:

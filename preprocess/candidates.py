@@ -16,6 +16,7 @@ Evaluation: a candidate list plus queries (pos_cid, neg_cid) that index into it.
   per-positive negatives (P, K, 2) every distinct pair once (HeaRT canonicalises to (min, max));
                                    neg_cid (P, K) via the inverse index
 """
+
 from __future__ import annotations
 
 import logging
@@ -128,9 +129,16 @@ def sample_hard_negatives(graph: Graph, pos: np.ndarray, count: int, rng: np.ran
         out = np.concatenate([out, pairs[:need]])
     if len(out) < count:
         rest = count - len(out)
-        log.warning("hard negatives: only %s of %s drawn as 2-hop non-edges (%s walks in %d round(s), last acceptance "
-                    "%.1f%%); the other %s are uniform non-edges", f"{len(out):,}", f"{count:,}", f"{walks:,}", rounds,
-                    100 * accept, f"{rest:,}")
+        log.warning(
+            "hard negatives: only %s of %s drawn as 2-hop non-edges (%s walks in %d round(s), last acceptance "
+            "%.1f%%); the other %s are uniform non-edges",
+            f"{len(out):,}",
+            f"{count:,}",
+            f"{walks:,}",
+            rounds,
+            100 * accept,
+            f"{rest:,}",
+        )
         out = np.concatenate([out, sample_negatives(graph, rest, rng)])
     return out
 
@@ -158,31 +166,52 @@ def check_view_size(num_pos: int, percent: float, neg_ratio: int, graph: Graph) 
 
     Called before anything is sampled or written, with the numbers the user needs to pick better flags."""
     from preprocess.config import ConfigError
+
     if num_pos == 0:
-        raise ConfigError("--splits train: the dataset has no training edges (self-loops dropped); "
-                          "use a graph with at least one edge or drop train from --splits")
+        raise ConfigError(
+            "--splits train: the dataset has no training edges (self-loops dropped); "
+            "use a graph with at least one edge or drop train from --splits"
+        )
     keep = max(1, int(round(num_pos * percent / 100))) if percent < 100 else num_pos
     count, available = keep * neg_ratio, distinct_non_edges(graph)
     if count and available == 0:
-        raise ConfigError(f"--neg-ratio {neg_ratio}: the training graph ({graph.num_nodes} nodes, {graph.num_edges} "
-                          "edges) has no non-edges, so no negatives can be drawn; use a larger graph")
+        raise ConfigError(
+            f"--neg-ratio {neg_ratio}: the training graph ({graph.num_nodes} nodes, {graph.num_edges} "
+            "edges) has no non-edges, so no negatives can be drawn; use a larger graph"
+        )
     if count > available:
         top = available // keep
-        fix = (f"use --neg-ratio <= {top}" if top else
-               f"lower --percent to at most {max_percent(available, num_pos):g} (one negative per positive needs "
-               f"{keep:,}), or use a larger graph")
-        raise ConfigError(f"--neg-ratio {neg_ratio}: {count:,} negatives per view but the graph has only "
-                          f"{available:,} distinct non-edges, so most would repeat; {fix}")
+        fix = (
+            f"use --neg-ratio <= {top}"
+            if top
+            else f"lower --percent to at most {max_percent(available, num_pos):g} (one negative per positive needs "
+            f"{keep:,}), or use a larger graph"
+        )
+        raise ConfigError(
+            f"--neg-ratio {neg_ratio}: {count:,} negatives per view but the graph has only "
+            f"{available:,} distinct non-edges, so most would repeat; {fix}"
+        )
     if count > REPEAT_WARN_FRACTION * available:
         distinct = available * (1 - np.exp(-count / available))
-        log.warning("--neg-ratio %d: %s negatives per view from %s distinct non-edges: about %.0f%% are repeats",
-                    neg_ratio, f"{count:,}", f"{available:,}", 100 * (1 - distinct / count))
+        log.warning(
+            "--neg-ratio %d: %s negatives per view from %s distinct non-edges: about %.0f%% are repeats",
+            neg_ratio,
+            f"{count:,}",
+            f"{available:,}",
+            100 * (1 - distinct / count),
+        )
     if neg_ratio == 0:
-        log.warning("--neg-ratio 0: training views hold only positives (every label is 1); "
-                    "a link classifier needs negatives, use --neg-ratio >= 1")
+        log.warning(
+            "--neg-ratio 0: training views hold only positives (every label is 1); "
+            "a link classifier needs negatives, use --neg-ratio >= 1"
+        )
     if keep < MIN_VIEW_POSITIVES:
-        log.warning("--percent %g: %d training positive(s) per view (of %d); a view this small is "
-                    "barely a training set", percent, keep, num_pos)
+        log.warning(
+            "--percent %g: %d training positive(s) per view (of %d); a view this small is barely a training set",
+            percent,
+            keep,
+            num_pos,
+        )
 
 
 # Known non-links (--train-negatives) make at most this share of a view's negatives: the rest stay random, so
@@ -190,9 +219,16 @@ def check_view_size(num_pos: int, percent: float, neg_ratio: int, graph: Graph) 
 KNOWN_NEG_SHARE = 0.5
 
 
-def training_view(train_pos: np.ndarray, graph: Graph, percent: float, neg_ratio: int,
-                  rng: np.random.Generator, hard_neg_fraction: float = 0.0, nodes: np.ndarray | None = None,
-                  known: np.ndarray | None = None) -> Candidates:
+def training_view(
+    train_pos: np.ndarray,
+    graph: Graph,
+    percent: float,
+    neg_ratio: int,
+    rng: np.random.Generator,
+    hard_neg_fraction: float = 0.0,
+    nodes: np.ndarray | None = None,
+    known: np.ndarray | None = None,
+) -> Candidates:
     """One view: (a seeded subset of) the positives plus fresh negatives, in a seeded random order. Of the
     negatives, up to KNOWN_NEG_SHARE are the user's known non-links `known` (a seeded subset per view, each
     in a random direction); of the rest round(rest * hard_neg_fraction) are 2-hop non-edges of `graph` (the
@@ -212,8 +248,13 @@ def training_view(train_pos: np.ndarray, graph: Graph, percent: float, neg_ratio
         pick = known if n_known == len(known) else known[np.sort(rng.choice(len(known), n_known, replace=False))]
         flip = rng.integers(0, 2, size=n_known).astype(bool)  # no direction cue: the file's pairs are (min, max)
         neg = np.concatenate([np.where(flip[:, None], pick[:, ::-1], pick), neg])
-    log.info("training view: %s positives, %s negatives (%s of them 2-hop non-edges, %s known non-links)",
-             f"{len(pos):,}", f"{len(neg):,}", f"{hard:,}", f"{n_known:,}")
+    log.info(
+        "training view: %s positives, %s negatives (%s of them 2-hop non-edges, %s known non-links)",
+        f"{len(pos):,}",
+        f"{len(neg):,}",
+        f"{hard:,}",
+        f"{n_known:,}",
+    )
     pairs = np.concatenate([pos, neg])
     label = np.concatenate([np.ones(len(pos), np.float32), np.zeros(len(neg), np.float32)])
     order = rng.permutation(len(pairs))
@@ -247,8 +288,13 @@ def eval_candidates(pos: np.ndarray, neg: np.ndarray, canonical: bool) -> Candid
         raise ValueError(f"negatives must have shape (Q, 2) or ({p}, K, 2), got {neg.shape}")
     label = np.zeros(len(pairs), dtype=np.float32)
     label[:p] = 1.0
-    return Candidates(src=pairs[:, 0].copy(), dst=pairs[:, 1].copy(), label=label,
-                      pos_cid=np.arange(p, dtype=np.int64), neg_cid=neg_cid)
+    return Candidates(
+        src=pairs[:, 0].copy(),
+        dst=pairs[:, 1].copy(),
+        label=label,
+        pos_cid=np.arange(p, dtype=np.int64),
+        neg_cid=neg_cid,
+    )
 
 
 def protocol_candidates(dataset, split: str, protocol: str) -> Candidates:

@@ -4,6 +4,7 @@ Every field that changes the shards' content goes into the cache key (`Preproces
 fields that only change *how* the work runs (num_cpus, force, out) do not, so a rerun with more
 workers still finds its cache. Errors name the CLI flag to fix.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
@@ -77,17 +78,23 @@ class CandidateConfig:
             raise ConfigError(f"--neg-ratio: must be a non-negative integer, got {self.neg_ratio!r}")
         f = self.hard_neg_fraction
         if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 <= f <= 1:  # NaN fails the range too
-            raise ConfigError(f"--hard-neg-fraction: must be a number in [0, 1] (0 = uniform negatives only, "
-                              f"1 = only 2-hop non-edges), got {f!r}")
+            raise ConfigError(
+                f"--hard-neg-fraction: must be a number in [0, 1] (0 = uniform negatives only, "
+                f"1 = only 2-hop non-edges), got {f!r}"
+            )
         object.__setattr__(self, "hard_neg_fraction", float(f))
         bad = [s for s in self.splits if s not in SPLIT_NAMES]
         if bad or not self.splits or len(set(self.splits)) != len(self.splits):
-            raise ConfigError(f"--splits: expected distinct names from {','.join(SPLIT_NAMES)}, got {','.join(self.splits)}")
+            raise ConfigError(
+                f"--splits: expected distinct names from {','.join(SPLIT_NAMES)}, got {','.join(self.splits)}"
+            )
         if self.protocols is not None:
             bad = [p for p in self.protocols if p not in PROTOCOL_NAMES]
             if bad or not self.protocols:
-                raise ConfigError(f"--protocol: expected 'both'/'all' or names from {','.join(PROTOCOL_NAMES)}, "
-                                  f"got {','.join(self.protocols)}")
+                raise ConfigError(
+                    f"--protocol: expected 'both'/'all' or names from {','.join(PROTOCOL_NAMES)}, "
+                    f"got {','.join(self.protocols)}"
+                )
 
 
 @dataclass(frozen=True)
@@ -101,7 +108,9 @@ class PreprocessConfig:
     ogb_root: str | None = None
     planetoid_dir: str | None = None
     features: bool = False
-    nodes: str | None = None  # node-list file of an edge list (isolated nodes); its ids reach the cache key via the dataset
+    nodes: str | None = (
+        None  # node-list file of an edge list (isolated nodes); its ids reach the cache key via the dataset
+    )
     targets: str | None = None  # heuristic-estimation labels (preprocess/targets.py); None = link labels 1 / 0
     # --split train,valid,test percentages of a dataset split here (edge list, cora); None = 85,5,10
     split: tuple[float, float, float] | None = None
@@ -133,8 +142,10 @@ class PreprocessConfig:
         if not isinstance(self.links_per_block, int) or self.links_per_block < 1:
             raise ConfigError(f"--block-size: must be a positive integer, got {self.links_per_block!r}")
         if not isinstance(self.links_per_shard, int) or self.links_per_shard < self.links_per_block:
-            raise ConfigError(f"--links-per-shard: must be an integer >= --block-size ({self.links_per_block}), "
-                              f"got {self.links_per_shard!r}")
+            raise ConfigError(
+                f"--links-per-shard: must be an integer >= --block-size ({self.links_per_block}), "
+                f"got {self.links_per_shard!r}"
+            )
         if not str(self.out):
             raise ConfigError("--out: must name an output directory")
         if not self.shard_mb > 0:
@@ -157,7 +168,9 @@ class PreprocessConfig:
         if self.features and self.node_features is not None:
             raise ConfigError("--features loads a paper dataset's features, --node-features an edge list's; pass one")
         if self.targets is not None and self.targets not in HEURISTIC_TARGETS:
-            raise ConfigError(f"--targets: unknown heuristic '{self.targets}'; choose one of {', '.join(HEURISTIC_TARGETS)}")
+            raise ConfigError(
+                f"--targets: unknown heuristic '{self.targets}'; choose one of {', '.join(HEURISTIC_TARGETS)}"
+            )
 
     @property
     def ships_features(self) -> bool:
@@ -167,11 +180,23 @@ class PreprocessConfig:
     def load_dataset(self):
         """The dataset this configuration names, with every input that shapes it."""
         from common.datasets import load_dataset
-        return load_dataset(self.dataset, data_dir=self.data_dir, ogb_root=self.ogb_root,
-                            planetoid_dir=self.planetoid_dir, features=self.features, seed=self.seed, split=self.split,
-                            nodes=self.nodes, split_kind=self.split_kind, node_features=self.node_features,
-                            fill_features=self.fill_features, ignore_columns=self.ignore_columns,
-                            eval_pairs=self.eval_pairs, train_negatives=self.train_negatives)
+
+        return load_dataset(
+            self.dataset,
+            data_dir=self.data_dir,
+            ogb_root=self.ogb_root,
+            planetoid_dir=self.planetoid_dir,
+            features=self.features,
+            seed=self.seed,
+            split=self.split,
+            nodes=self.nodes,
+            split_kind=self.split_kind,
+            node_features=self.node_features,
+            fill_features=self.fill_features,
+            ignore_columns=self.ignore_columns,
+            eval_pairs=self.eval_pairs,
+            train_negatives=self.train_negatives,
+        )
 
     def shard_links(self, num_nodes: int) -> int:
         """Links per shard: --links-per-shard, cut so that a shard's worst case (every link at N_max
@@ -189,10 +214,16 @@ class PreprocessConfig:
         if not cand["hard_neg_fraction"]:
             del cand["hard_neg_fraction"]  # uniform negatives: the sets built before the option keep their keys
         return {
-            "dataset": self.dataset, "fingerprint": dataset_fingerprint, "features": self.features,
-            "sampling": [self.sampling.d, self.sampling.n], "candidates": cand, "seed": self.seed,
-            "links_per_shard": self.links_per_shard, "links_per_block": self.links_per_block,
-            "shard_mb": float(self.shard_mb), "sampler": SAMPLER_VERSION,
+            "dataset": self.dataset,
+            "fingerprint": dataset_fingerprint,
+            "features": self.features,
+            "sampling": [self.sampling.d, self.sampling.n],
+            "candidates": cand,
+            "seed": self.seed,
+            "links_per_shard": self.links_per_shard,
+            "links_per_block": self.links_per_block,
+            "shard_mb": float(self.shard_mb),
+            "sampler": SAMPLER_VERSION,
             # only when set, so link-prediction sets keep the keys (and caches) they always had
             **({"targets": self.targets} if self.targets else {}),
             # only when not the default: a --split of 85,5,10 finds the set built without the flag

@@ -8,6 +8,7 @@ plan's links, passes the block range checks, and re-encodes to its own bytes. An
 in one line and sampled again, so a rerun repairs a set byte-identically (content depends only on
 config, seed and shard identity).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -67,8 +68,11 @@ def plan_mismatch(manifest: dict, expected: dict) -> str | None:
         if key in UNPLANNED or manifest.get(key) == expected.get(key):
             continue
         if key == "files":
-            name = next(n for n in sorted(set(expected["files"]) | set(manifest["files"]))
-                        if manifest["files"].get(n) != expected["files"].get(n))
+            name = next(
+                n
+                for n in sorted(set(expected["files"]) | set(manifest["files"]))
+                if manifest["files"].get(n) != expected["files"].get(n)
+            )
             return f"files.{name}: the recorded sha256 is not the one the plan writes"
         return f"field {key!r} differs from the plan"
     return None
@@ -112,8 +116,11 @@ def _check_planned(block: Block, offset: int, expect: dict, where: str) -> None:
     hi = lo + len(block)
     if hi > expect["stop"] or not np.array_equal(block.cid, np.arange(lo, hi)):
         raise ShardError(f"{where}: candidate ids do not match the plan (corrupt or from another run)")
-    if not (np.array_equal(block.src, expect["src"][lo:hi]) and np.array_equal(block.dst, expect["dst"][lo:hi])
-            and np.array_equal(block.label, expect["label"][lo:hi])):
+    if not (
+        np.array_equal(block.src, expect["src"][lo:hi])
+        and np.array_equal(block.dst, expect["dst"][lo:hi])
+        and np.array_equal(block.label, expect["label"][lo:hi])
+    ):
         raise ShardError(f"{where}: links differ from the plan's candidates (corrupt or from another run)")
     if expect["n_max"]:  # labels equal the plan's (above): of theirs, only finiteness is left to check
         check_block(block, expect["num_nodes"], expect["n_max"], where, regression=True)

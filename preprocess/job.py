@@ -17,6 +17,7 @@ task's memory resource. Shards close at --links-per-shard or when their worst ca
 Storage goes through common.storage.open_storage (exists / open_read / writer / remove), so a
 remote backend plugs in there without touching the sampler or this orchestration.
 """
+
 from __future__ import annotations
 
 import errno
@@ -30,11 +31,20 @@ from pathlib import Path
 import numpy as np
 
 from common.memory import peak_rss_mb
-from common.shards import (MANIFEST, Block, ShardError, ShardWriter, cache_key, eval_shard_name, file_record,
-                           open_storage, train_shard_name, write_manifest)
+from common.shards import (
+    MANIFEST,
+    Block,
+    ShardError,
+    ShardWriter,
+    cache_key,
+    eval_shard_name,
+    file_record,
+    open_storage,
+    train_shard_name,
+    write_manifest,
+)
+from preprocess.candidates import Candidates, check_view_size, protocol_candidates, training_positives, training_view
 from preprocess.cluster import init_ray, probe_address
-from preprocess.candidates import (Candidates, check_view_size, protocol_candidates, training_positives,
-                                   training_view)
 from preprocess.config import ConfigError, PreprocessConfig
 from preprocess.integrity import shard_stats, verify_cached  # noqa: F401  (shard_stats: public re-export)
 from preprocess.sampler import Scratch, derive_seed, sample_subgraphs
@@ -73,8 +83,23 @@ class JobResult:
 
 
 # ---------------------------------------------------------------------------- shard task (runs on a worker)
-def build_shard(indptr, indices, src, dst, label, start: int, stop: int, d: int, n: int, seed: int,
-                links_per_block: int, storage_url: str, name: str, force: bool, n_max: int = 0) -> dict:
+def build_shard(
+    indptr,
+    indices,
+    src,
+    dst,
+    label,
+    start: int,
+    stop: int,
+    d: int,
+    n: int,
+    seed: int,
+    links_per_block: int,
+    storage_url: str,
+    name: str,
+    force: bool,
+    n_max: int = 0,
+) -> dict:
     """Sample links [start, stop) of one candidate set into one shard, streaming: each block is encoded
     and written as soon as it is sampled, so the task holds one block, never the whole shard.
 
@@ -85,10 +110,16 @@ def build_shard(indptr, indices, src, dst, label, start: int, stop: int, d: int,
     note = None
     if not force and storage.exists(name):
         try:
-            expect = {"start": start, "stop": stop, "src": src, "dst": dst, "label": label,
-                      "num_nodes": int(indptr.shape[0] - 1), "n_max": n_max}
-            return {**shard_stats(storage, name, expect), "name": name, "reused": True,
-                    "peak_rss_mb": peak_rss_mb()}
+            expect = {
+                "start": start,
+                "stop": stop,
+                "src": src,
+                "dst": dst,
+                "label": label,
+                "num_nodes": int(indptr.shape[0] - 1),
+                "n_max": n_max,
+            }
+            return {**shard_stats(storage, name, expect), "name": name, "reused": True, "peak_rss_mb": peak_rss_mb()}
         except ShardError as err:
             note = str(err).split("; rerun preprocess")[0]  # this run is the rerun: it samples the shard again
     try:
@@ -111,10 +142,19 @@ def _sample_into(storage, name, indptr, indices, src, dst, label, start, stop, d
         writer = ShardWriter(f)
         for b, lo in enumerate(range(start, stop, links_per_block)):
             hi = min(lo + links_per_block, stop)
-            sub = sample_subgraphs(indptr, indices, src[lo:hi], dst[lo:hi], d, n, derive_seed(seed, b),
-                                   shuffle=True, scratch=scratch)
-            writer.add(Block(cid=np.arange(lo, hi, dtype=np.int64), src=src[lo:hi], dst=dst[lo:hi],
-                             label=label[lo:hi], node_ptr=sub.node_ptr, nodes=sub.nodes))
+            sub = sample_subgraphs(
+                indptr, indices, src[lo:hi], dst[lo:hi], d, n, derive_seed(seed, b), shuffle=True, scratch=scratch
+            )
+            writer.add(
+                Block(
+                    cid=np.arange(lo, hi, dtype=np.int64),
+                    src=src[lo:hi],
+                    dst=dst[lo:hi],
+                    label=label[lo:hi],
+                    node_ptr=sub.node_ptr,
+                    nodes=sub.nodes,
+                )
+            )
         return writer.close()
 
 
@@ -125,8 +165,9 @@ def resolve_protocols(config: PreprocessConfig, dataset) -> list[str]:
         return list(have)
     missing = [p for p in config.candidates.protocols if p not in have]
     if missing:
-        raise ConfigError(f"--protocol: {dataset.name} has no {','.join(missing)} negatives "
-                          f"(available: {','.join(have) or 'none'})")
+        raise ConfigError(
+            f"--protocol: {dataset.name} has no {','.join(missing)} negatives (available: {','.join(have) or 'none'})"
+        )
     return list(config.candidates.protocols)
 
 
@@ -134,15 +175,21 @@ def candidate_sets(config: PreprocessConfig, dataset, protocols: list[str]) -> l
     cfg = config.candidates
     sets = []
     if "train" in cfg.splits:  # degenerate sizes are refused or named before anything is sampled
-        check_view_size(len(training_positives(dataset.splits["train"].pos)), cfg.percent, cfg.neg_ratio,
-                        dataset.graph)
+        check_view_size(len(training_positives(dataset.splits["train"].pos)), cfg.percent, cfg.neg_ratio, dataset.graph)
     for split in cfg.splits:
         if split == "train":
             for view in range(cfg.views):
                 rng = np.random.default_rng(derive_seed(config.seed, "train", view))
-                cands = training_view(dataset.splits["train"].pos, dataset.graph, cfg.percent, cfg.neg_ratio, rng,
-                                      cfg.hard_neg_fraction, nodes=dataset.active_nodes("train"),
-                                      known=dataset.train_negatives)
+                cands = training_view(
+                    dataset.splits["train"].pos,
+                    dataset.graph,
+                    cfg.percent,
+                    cfg.neg_ratio,
+                    rng,
+                    cfg.hard_neg_fraction,
+                    nodes=dataset.active_nodes("train"),
+                    known=dataset.train_negatives,
+                )
                 sets.append(CandidateSet("train", None, view, "train", cands))
             continue
         if split not in dataset.splits:
@@ -163,8 +210,11 @@ def plan_shards(config: PreprocessConfig, sets: list[CandidateSet], num_nodes: i
         for index, start in enumerate(range(0, max(len(cs.cands), 1), per_shard)):
             if len(cs.cands) == 0:
                 break
-            name = (train_shard_name(cs.view, index) if cs.split == "train"
-                    else eval_shard_name(cs.split, cs.protocol, index))
+            name = (
+                train_shard_name(cs.view, index)
+                if cs.split == "train"
+                else eval_shard_name(cs.split, cs.protocol, index)
+            )
             seed = derive_seed(config.seed, cs.split, cs.protocol, cs.view, index)
             plans.append(ShardPlan(name, i, start, min(start + per_shard, len(cs.cands)), seed))
     return plans
@@ -192,9 +242,11 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobR
         dataset = config.load_dataset()
     if config.ships_features and dataset.x is None:  # before anything is written
         flag = "--features" if config.features else "--node-features"
-        raise ConfigError(f"{flag}: dataset {dataset.name} has no node features (Planetoid datasets need "
-                          "--planetoid-dir; OGB ones need node-feat in the root; an edge list's come with "
-                          "--node-features FILE)")
+        raise ConfigError(
+            f"{flag}: dataset {dataset.name} has no node features (Planetoid datasets need "
+            "--planetoid-dir; OGB ones need node-feat in the root; an edge list's come with "
+            "--node-features FILE)"
+        )
     protocols = resolve_protocols(config, dataset)
     fingerprint = dataset.fingerprint()  # hashes every split array: compute it once
     key = cache_key(config.key_parts(fingerprint, protocols))
@@ -210,8 +262,11 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobR
     plans = plan_shards(config, sets, dataset.num_nodes)
     meta = manifest_fields(config, dataset, fingerprint, key, protocols, sets, plans, graphs, targets)
     if storage.exists(MANIFEST) and not config.force:
-        expected = {**meta, "shards": planned_records(sets, plans),
-                    "files": {name: file_record(data) for name, data in set_files(config, dataset, sets, graphs)}}
+        expected = {
+            **meta,
+            "shards": planned_records(sets, plans),
+            "files": {name: file_record(data) for name, data in set_files(config, dataset, sets, graphs)},
+        }
         if verify_cached(storage, expected, verify):
             log.info("cache complete: %s already holds a finished shard set; sampling nothing", out)
             return JobResult(Path(out), cached=True, location=out)
@@ -221,8 +276,14 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobR
 
     check_worker_memory(config, graphs)
     storage.cleanup_tmp()  # temporary files of a killed earlier run
-    log.info("%s: %d candidate sets, %d links in %d shards -> %s (shards finished by an earlier run are kept)",
-             dataset.name, len(sets), sum(len(cs.cands) for cs in sets), len(plans), out)
+    log.info(
+        "%s: %d candidate sets, %d links in %d shards -> %s (shards finished by an earlier run are kept)",
+        dataset.name,
+        len(sets),
+        sum(len(cs.cands) for cs in sets),
+        len(plans),
+        out,
+    )
     files = {}
     for name, data in set_files(config, dataset, sets, graphs):  # one file in memory at a time
         storage.write_atomic(name, data)
@@ -238,8 +299,15 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobR
     storage.cleanup_tmp()
     summary["seconds"] = round(time.perf_counter() - t0, 3)
     summary["worker_memory_mb"] = config.worker_memory_mb
-    write_manifest(storage, {**meta, "shards": records, "files": files,
-                             "totals": {k: sum(r[k] for r in records) for k in ("links", "tokens", "bytes")}})
+    write_manifest(
+        storage,
+        {
+            **meta,
+            "shards": records,
+            "files": files,
+            "totals": {k: sum(r[k] for r in records) for k in ("links", "tokens", "bytes")},
+        },
+    )
     _log_summary(summary, out)
     return JobResult(Path(out), cached=False, summary=summary, location=out)
 
@@ -262,9 +330,11 @@ def task_memory_mb(config: PreprocessConfig, graph) -> float:
 def check_worker_memory(config: PreprocessConfig, graphs: dict) -> None:
     need = max(task_memory_mb(config, g) for g in graphs.values())
     if need > config.worker_memory_mb:
-        raise ConfigError(f"--worker-memory-mb {config.worker_memory_mb}: one shard task needs about {need:.0f} MB "
-                          f"here (worker {WORKER_BASE_MB} MB + graph + one block of {config.links_per_block} links "
-                          f"at N_max {config.sampling.n_max}); raise it or lower --block-size")
+        raise ConfigError(
+            f"--worker-memory-mb {config.worker_memory_mb}: one shard task needs about {need:.0f} MB "
+            f"here (worker {WORKER_BASE_MB} MB + graph + one block of {config.links_per_block} links "
+            f"at N_max {config.sampling.n_max}); raise it or lower --block-size"
+        )
 
 
 def _execute(config: PreprocessConfig, graphs: dict, sets, plans, out: str) -> tuple[list[dict], dict]:
@@ -276,8 +346,9 @@ def _execute(config: PreprocessConfig, graphs: dict, sets, plans, out: str) -> t
     started = init_ray(config.num_cpus)
     try:
         # memory= makes Ray place no more tasks on a node than their budgets fit in its memory.
-        task = ray.remote(max_retries=TASK_RETRIES, retry_exceptions=[OSError],
-                          memory=config.worker_memory_mb * 2**20)(build_shard)
+        task = ray.remote(max_retries=TASK_RETRIES, retry_exceptions=[OSError], memory=config.worker_memory_mb * 2**20)(
+            build_shard
+        )
         # The graph and candidate arrays enter the object store once; workers map them zero-copy.
         graph_refs = {k: (ray.put(g.indptr), ray.put(g.indices)) for k, g in graphs.items()}
         set_refs = [(ray.put(cs.cands.src), ray.put(cs.cands.dst), ray.put(cs.cands.label)) for cs in sets]
@@ -285,14 +356,33 @@ def _execute(config: PreprocessConfig, graphs: dict, sets, plans, out: str) -> t
         d, n = config.sampling.d, config.sampling.n
         pending, results, t0 = {}, [], time.perf_counter()
         todo = list(plans)
-        bar = tqdm(total=sum(p.stop - p.start for p in plans), unit="link", unit_scale=True, smoothing=0.1,
-                   desc="sampling", mininterval=1.0, disable=not log.isEnabledFor(logging.INFO))  # off under -q
+        bar = tqdm(
+            total=sum(p.stop - p.start for p in plans),
+            unit="link",
+            unit_scale=True,
+            smoothing=0.1,
+            desc="sampling",
+            mininterval=1.0,
+            disable=not log.isEnabledFor(logging.INFO),
+        )  # off under -q
         while todo or pending:
             while todo and len(pending) < max_in_flight:
                 p = todo.pop(0)
                 cs = sets[p.set_index]
-                ref = task.remote(*graph_refs[cs.graph], *set_refs[p.set_index], p.start, p.stop, d, n, p.seed,
-                                  config.links_per_block, out, p.name, config.force, config.sampling.n_max)
+                ref = task.remote(
+                    *graph_refs[cs.graph],
+                    *set_refs[p.set_index],
+                    p.start,
+                    p.stop,
+                    d,
+                    n,
+                    p.seed,
+                    config.links_per_block,
+                    out,
+                    p.name,
+                    config.force,
+                    config.sampling.n_max,
+                )
                 pending[ref] = p
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
@@ -327,19 +417,37 @@ def _totals(results: list[dict], elapsed: float) -> dict:
     sampled = [r for r in results if not r["reused"]]
     links = sum(r["links"] for r in sampled)
     return {
-        "shards": len(results), "shards_sampled": len(sampled), "shards_reused": len(results) - len(sampled),
-        "links": sum(r["links"] for r in results), "links_sampled": links,
-        "tokens": sum(r["tokens"] for r in results), "bytes": sum(r["bytes"] for r in results),
-        "sampling_seconds": round(elapsed, 3), "links_per_second": round(links / elapsed, 1) if elapsed else 0.0,
+        "shards": len(results),
+        "shards_sampled": len(sampled),
+        "shards_reused": len(results) - len(sampled),
+        "links": sum(r["links"] for r in results),
+        "links_sampled": links,
+        "tokens": sum(r["tokens"] for r in results),
+        "bytes": sum(r["bytes"] for r in results),
+        "sampling_seconds": round(elapsed, 3),
+        "links_per_second": round(links / elapsed, 1) if elapsed else 0.0,
         "worker_peak_rss_mb": round(max((r["peak_rss_mb"] for r in results), default=0.0), 1),
     }
 
 
 def _log_summary(s: dict, out: str) -> None:
     if s.get("worker_memory_mb") and s["worker_peak_rss_mb"] > s["worker_memory_mb"]:
-        log.warning("a shard task peaked at %.0f MB, over --worker-memory-mb %d; raise it (Ray schedules by it)",
-                    s["worker_peak_rss_mb"], s["worker_memory_mb"])
-    log.info("done: %d links (%d sampled, %d shards reused of %d), %d tokens, %.1f MB in %.1f s "
-             "(sampling %.1f s, %.0f links/s), worker peak RSS %.0f MB",
-             s["links"], s["links_sampled"], s["shards_reused"], s["shards"], s["tokens"], s["bytes"] / 1e6,
-             s["seconds"], s["sampling_seconds"], s["links_per_second"], s["worker_peak_rss_mb"])
+        log.warning(
+            "a shard task peaked at %.0f MB, over --worker-memory-mb %d; raise it (Ray schedules by it)",
+            s["worker_peak_rss_mb"],
+            s["worker_memory_mb"],
+        )
+    log.info(
+        "done: %d links (%d sampled, %d shards reused of %d), %d tokens, %.1f MB in %.1f s "
+        "(sampling %.1f s, %.0f links/s), worker peak RSS %.0f MB",
+        s["links"],
+        s["links_sampled"],
+        s["shards_reused"],
+        s["shards"],
+        s["tokens"],
+        s["bytes"] / 1e6,
+        s["seconds"],
+        s["sampling_seconds"],
+        s["links_per_second"],
+        s["worker_peak_rss_mb"],
+    )

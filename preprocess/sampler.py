@@ -15,6 +15,7 @@ The node budget N_max = 2 * sum n^k is implied by the semantics; the kernel chec
 
 Pure numpy/numba: no Ray, no I/O. The same (inputs, seed) always gives identical output.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,7 +48,7 @@ class Subgraphs:
         return int(self.node_ptr.shape[0] - 1)
 
     def link(self, i: int) -> np.ndarray:
-        return self.nodes[self.node_ptr[i]:self.node_ptr[i + 1]]
+        return self.nodes[self.node_ptr[i] : self.node_ptr[i + 1]]
 
 
 class Scratch:
@@ -61,8 +62,18 @@ class Scratch:
         self.tick = 0
 
 
-def sample_subgraphs(indptr, indices, src, dst, d: int, n: int, seed: int, shuffle: bool = True,
-                     scratch: Scratch | None = None, link_seeds: np.ndarray | None = None) -> Subgraphs:
+def sample_subgraphs(
+    indptr,
+    indices,
+    src,
+    dst,
+    d: int,
+    n: int,
+    seed: int,
+    shuffle: bool = True,
+    scratch: Scratch | None = None,
+    link_seeds: np.ndarray | None = None,
+) -> Subgraphs:
     """Sample the (d, n) link-centric subgraph of every link (src[i], dst[i]) on the CSR graph.
 
     link_seeds: optional (B,) uint64, one seed per link (the RNG restarts at every link), so a link's
@@ -87,9 +98,21 @@ def sample_subgraphs(indptr, indices, src, dst, d: int, n: int, seed: int, shuff
         raise ValueError(f"link_seeds must hold one seed per link ({src.shape[0]}), got shape {np.shape(link_seeds)}")
     link_seeds = np.ascontiguousarray(link_seeds, dtype=np.uint64)
     node_ptr, nodes, scratch.tick = _sample_kernel(
-        indptr, indices, src, dst, d, n, budget(d, n), np.uint64(seed & 0xFFFFFFFFFFFFFFFF), shuffle,
-        scratch.mark, scratch.stamp, scratch.tick, link_seeds)
-    return Subgraphs(node_ptr=node_ptr, nodes=nodes[:node_ptr[-1]])
+        indptr,
+        indices,
+        src,
+        dst,
+        d,
+        n,
+        budget(d, n),
+        np.uint64(seed & 0xFFFFFFFFFFFFFFFF),
+        shuffle,
+        scratch.mark,
+        scratch.stamp,
+        scratch.tick,
+        link_seeds,
+    )
+    return Subgraphs(node_ptr=node_ptr, nodes=nodes[: node_ptr[-1]])
 
 
 # ---------------------------------------------------------------------------- kernel

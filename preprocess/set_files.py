@@ -4,12 +4,21 @@ preprocess/job.py writes these files and the manifest on a build; on a cache hit
 sha256, field by field) with what is on storage (preprocess/integrity.py), so a set is trusted only if it
 is the one this plan would write.
 """
+
 from __future__ import annotations
 
 import logging
 
 from common.node_ids import encode_node_ids, node_ids_entry
-from common.shards import FEATURES, encode_array, encode_features, encode_queries, graph_entry, graph_names, queries_name
+from common.shards import (
+    FEATURES,
+    encode_array,
+    encode_features,
+    encode_queries,
+    graph_entry,
+    graph_names,
+    queries_name,
+)
 from preprocess.targets import regression_eval_info
 
 log = logging.getLogger("preprocess.job")
@@ -32,11 +41,19 @@ def set_files(config, dataset, sets: list, graphs: dict):
 
 
 def eval_info(dataset, sets: list, targets: dict | None) -> dict:
-    info = {f"{cs.split}/{cs.protocol}": {
-        "queries": queries_name(cs.split, cs.protocol), "kind": cs.cands.kind,
-        "metric": dataset.selection_metric(cs.protocol), "ogb": cs.protocol == "ogb",
-        "positives": int(len(cs.cands.pos_cid)), "candidates": len(cs.cands),
-        **_pairs_source(dataset, cs)} for cs in sets if cs.split != "train"}
+    info = {
+        f"{cs.split}/{cs.protocol}": {
+            "queries": queries_name(cs.split, cs.protocol),
+            "kind": cs.cands.kind,
+            "metric": dataset.selection_metric(cs.protocol),
+            "ogb": cs.protocol == "ogb",
+            "positives": int(len(cs.cands.pos_cid)),
+            "candidates": len(cs.cands),
+            **_pairs_source(dataset, cs),
+        }
+        for cs in sets
+        if cs.split != "train"
+    }
     return regression_eval_info(info) if targets else info
 
 
@@ -50,8 +67,16 @@ def _pairs_source(dataset, cs) -> dict:
 
 def planned_records(sets: list, plans: list) -> list[dict]:
     """What the plan fixes of each shard record (the rest is measured when it is sampled)."""
-    return [{"name": p.name, "split": sets[p.set_index].split, "protocol": sets[p.set_index].protocol,
-             "view": sets[p.set_index].view, "links": p.stop - p.start} for p in plans]
+    return [
+        {
+            "name": p.name,
+            "split": sets[p.set_index].split,
+            "protocol": sets[p.set_index].protocol,
+            "view": sets[p.set_index].view,
+            "links": p.stop - p.start,
+        }
+        for p in plans
+    ]
 
 
 # What a set folder may hold that is not in the plan: anything else is left alone.
@@ -67,19 +92,36 @@ def remove_strays(storage, keep: set[str]) -> None:
             storage.remove(name)
 
 
-def manifest_fields(config, dataset, fingerprint: str, key, protocols, sets, plans, graphs: dict,
-                    targets: dict | None) -> dict:
+def manifest_fields(
+    config, dataset, fingerprint: str, key, protocols, sets, plans, graphs: dict, targets: dict | None
+) -> dict:
     """Every manifest field but `shards`, `files` and `totals`: a pure function of the plan."""
-    set_info = [{"split": cs.split, "protocol": cs.protocol, "view": cs.view, "graph": cs.graph, "links": len(cs.cands),
-                 "shards": sum(1 for p in plans if p.set_index == i)} for i, cs in enumerate(sets)]
+    set_info = [
+        {
+            "split": cs.split,
+            "protocol": cs.protocol,
+            "view": cs.view,
+            "graph": cs.graph,
+            "links": len(cs.cands),
+            "shards": sum(1 for p in plans if p.set_index == i),
+        }
+        for i, cs in enumerate(sets)
+    ]
     return {
-        "dataset": dataset.name, "key": key, "num_nodes": dataset.num_nodes, "n_max": config.sampling.n_max,
-        "sampling": {"d": config.sampling.d, "n": config.sampling.n}, "protocols": protocols,
+        "dataset": dataset.name,
+        "key": key,
+        "num_nodes": dataset.num_nodes,
+        "n_max": config.sampling.n_max,
+        "sampling": {"d": config.sampling.d, "n": config.sampling.n},
+        "protocols": protocols,
         "views": config.candidates.views if "train" in config.candidates.splits else 0,
         "features": {"file": FEATURES, "dim": int(dataset.x.shape[1])} if config.ships_features else None,
         "graphs": {which: graph_entry(which, g.indptr, g.indices) for which, g in graphs.items()},
-        "fingerprint": fingerprint, "config": config.to_dict(), "sets": set_info,
-        "eval": eval_info(dataset, sets, targets), "targets": targets,
+        "fingerprint": fingerprint,
+        "config": config.to_dict(),
+        "sets": set_info,
+        "eval": eval_info(dataset, sets, targets),
+        "targets": targets,
         # only for edge-list files, so the manifests of other sets stay as they were
         **({} if dataset.node_ids is None else {"node_ids": node_ids_entry(dataset.node_ids)}),
         # only for a temporal split: how the split was made, which the reports name

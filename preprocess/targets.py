@@ -11,6 +11,7 @@ every view and applied unchanged to every set, so the evaluation targets never s
 The manifest then records `targets` (name and statistics), and every eval set's selection metric
 becomes `rmse`: the trainer trains with MSE and selects the lowest validation RMSE.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -28,10 +29,12 @@ def label_with_targets(name: str, dataset, sets: list) -> tuple[list, dict]:
     `targets` entry {name, stats}."""
     train = [i for i, cs in enumerate(sets) if cs.split == "train"]
     if not train:
-        raise ConfigError("--targets: the target statistics are fitted on the training candidates; "
-                          "include train in --splits")
-    full = full_graph(dataset.num_nodes, *(dataset.splits[s].pos for s in ("train", "valid", "test")
-                                           if s in dataset.splits))
+        raise ConfigError(
+            "--targets: the target statistics are fitted on the training candidates; include train in --splits"
+        )
+    full = full_graph(
+        dataset.num_nodes, *(dataset.splits[s].pos for s in ("train", "valid", "test") if s in dataset.splits)
+    )
     raw = [raw_scores(name, full, np.stack([cs.cands.src, cs.cands.dst], axis=1)) for cs in sets]
     stats = fit(name, np.concatenate([raw[i] for i in train]), full if name == "spd" else None)
     labelled = [replace(cs, cands=replace(cs.cands, label=transform(stats, r))) for cs, r in zip(sets, raw)]

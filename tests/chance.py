@@ -4,6 +4,7 @@ End-to-end tests assert their trained metric against these, not against 0 <= mrr
 scores are random (or constant) stays below them. The ranking here is written out independently of
 common.metrics (which the tests check), with continuous random scores, so ties never happen.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,7 +29,7 @@ def chance_mrr(pos_cid, neg_cid, quantile: float = 0.999, draws: int = 2000, see
             ranks = 1 + (neg[:, None, :] > pos[:, :, None]).sum(-1)
         else:
             ranks = 1 + (neg > pos[:, :, None]).sum(-1)
-        mrr[i:i + k] = (1.0 / ranks).mean(1)
+        mrr[i : i + k] = (1.0 / ranks).mean(1)
     return float(np.quantile(mrr, quantile))
 
 

@@ -5,6 +5,7 @@ tables of bad inputs check the same line in-process; what an interpreter start a
 seconds of CPU per case) is checked once per command by a few real `python -m` runs in the same test modules:
 exit status, no traceback, nothing else on stderr.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,6 +33,7 @@ def _log_lines(into: io.StringIO):
     """INFO and above, formatted as the commands' logging.basicConfig formats them (under pytest the root logger
     already has handlers, so a command's own basicConfig adds none)."""
     from common.cli import LOG_FORMAT
+
     root = logging.getLogger()
     handler = logging.StreamHandler(into)
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
@@ -45,8 +47,9 @@ def _log_lines(into: io.StringIO):
         root.setLevel(level)
 
 
-def call_main(main: Callable, argv: Sequence[str], capture, cwd: Path = ROOT,
-              logs: bool = False) -> subprocess.CompletedProcess:
+def call_main(
+    main: Callable, argv: Sequence[str], capture, cwd: Path = ROOT, logs: bool = False
+) -> subprocess.CompletedProcess:
     """main(argv) run from `cwd` with stdout and stderr captured (`capture`: pytest's capsys, or capfd where forked
     workers write too), as a CompletedProcess: returncode is what the process would exit with (SystemExit's
     code, or main's return value). `logs`: stderr also holds the log lines at INFO and above, after what was
@@ -72,6 +75,7 @@ def call_main(main: Callable, argv: Sequence[str], capture, cwd: Path = ROOT,
         err, code = err + code + "\n", 1
     if not ray_before and _ray_running():
         import ray
+
         ray.shutdown()
         pytest.fail(f"{list(argv)} started Ray: bad input must be refused before any work")
     return subprocess.CompletedProcess(list(argv), int(code or 0), out, err)

@@ -13,6 +13,7 @@ else (`shared_data`): absent, its tests skip on a laptop but FAIL under CI (CI=t
 it cannot go green by skipping. PENCIL_SHARED=<dir> names another shared folder (a git worktree's ../ is not
 the clone's).
 """
+
 from __future__ import annotations
 
 import os
@@ -24,6 +25,7 @@ import pytest
 
 try:
     import ray  # noqa: F401
+
     HAS_RAY = True
 except ImportError:
     HAS_RAY = False
@@ -40,6 +42,7 @@ def pytest_collection_modifyitems(config, items):
     if not gpu:
         return
     import torch
+
     if not torch.cuda.is_available():
         skip = pytest.mark.skip(reason="gpu test: needs CUDA (no CUDA device visible)")
         for item in gpu:
@@ -62,8 +65,10 @@ def require_shared(*parts: str) -> Path:
     path = shared_root().joinpath("data", *parts)
     if path.exists():
         return path
-    msg = (f"{path}: shared test data not found; put the shared folder beside the clone (../shared) "
-           "or set PENCIL_SHARED=<dir>")
+    msg = (
+        f"{path}: shared test data not found; put the shared folder beside the clone (../shared) "
+        "or set PENCIL_SHARED=<dir>"
+    )
     if in_ci():
         pytest.fail(f"{msg} (CI=true: missing data fails instead of skipping)", pytrace=False)
     pytest.skip(msg)
@@ -95,14 +100,17 @@ def cached_set(shard_cache: Path, name: str) -> Path:
     of Ray (a cache filled by an older bench/gpu_bundle.sh lacks the sets of newer tests)."""
     folder = shard_cache / name
     if not HAS_RAY and not any(folder.rglob("manifest.json")):
-        pytest.skip(f"shard set '{name}' is not in the test shard cache ({shard_cache}) and building it needs ray; "
-                    "refill the cache with bench/gpu_bundle.sh")
+        pytest.skip(
+            f"shard set '{name}' is not in the test shard cache ({shard_cache}) and building it needs ray; "
+            "refill the cache with bench/gpu_bundle.sh"
+        )
     return folder
 
 
 def run_config(*argv):
     """pencil run's configuration from its flags, as its command line builds it."""
     from pipelines.core.run_config import RunConfig, build_parser
+
     return RunConfig.from_args(build_parser().parse_args(list(map(str, argv))))
 
 
@@ -110,6 +118,7 @@ def train_tiny_on_cpu(shards, out, max_steps: int) -> None:
     """Train the tiny preset in this process on one CPU thread, the shard job's embedded Ray shut down first
     (its workers would take the cores)."""
     import torch
+
     from pipelines.core.shard_sets import shutdown_embedded_ray
     from trainer.config import config_for
     from trainer.train import run
@@ -118,8 +127,17 @@ def train_tiny_on_cpu(shards, out, max_steps: int) -> None:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        run(config_for("tiny", str(shards), str(out), max_steps=max_steps, device="cpu", progress=False,
-                       data={"num_workers": 0}))
+        run(
+            config_for(
+                "tiny",
+                str(shards),
+                str(out),
+                max_steps=max_steps,
+                device="cpu",
+                progress=False,
+                data={"num_workers": 0},
+            )
+        )
     finally:
         torch.set_num_threads(threads)
 
@@ -132,9 +150,13 @@ def tiny_citeseer_run(shard_cache: Path, out: Path) -> Path:
     from preprocess.job import run_job
 
     preset = get_preset("tiny")
-    cfg = PreprocessConfig(dataset="citeseer", sampling=SamplingConfig(*preset.sampling), num_cpus=2,
-                           candidates=CandidateConfig(views=1, percent=preset.train_percent, protocols=("original",)),
-                           out=str(cached_set(shard_cache, "citeseer-tiny")))
+    cfg = PreprocessConfig(
+        dataset="citeseer",
+        sampling=SamplingConfig(*preset.sampling),
+        num_cpus=2,
+        candidates=CandidateConfig(views=1, percent=preset.train_percent, protocols=("original",)),
+        out=str(cached_set(shard_cache, "citeseer-tiny")),
+    )
     shards = run_job(cfg).path
     train_tiny_on_cpu(shards, out, max_steps=20)
     return out
@@ -143,6 +165,7 @@ def tiny_citeseer_run(shard_cache: Path, out: Path) -> Path:
 def bipartite_rows(users: int = 90, items: int = 50, per_user: int = 4, seed: int = 0) -> list[tuple[str, str]]:
     """A shop's purchases: users u000.., items i000.., each user with per_user items."""
     import numpy as np
+
     rng = np.random.default_rng(seed)
     rows = {(f"u{u:03d}", f"i{(u + k * 7) % items:03d}") for u in range(users) for k in range(2)}
     while len(rows) < users * per_user:
@@ -162,9 +185,16 @@ def tiny_edge_list_run(root: Path, rows, node_features: Path | None = None) -> d
     from preprocess.job import run_job
 
     edges = write_edges(root / "shop.csv", rows)
-    shards = run_job(PreprocessConfig(dataset=str(edges), sampling=SamplingConfig(1, 3), out=str(root / "shards"),
-                                      candidates=CandidateConfig(views=1), num_cpus=1,
-                                      node_features=None if node_features is None else str(node_features))).path
+    shards = run_job(
+        PreprocessConfig(
+            dataset=str(edges),
+            sampling=SamplingConfig(1, 3),
+            out=str(root / "shards"),
+            candidates=CandidateConfig(views=1),
+            num_cpus=1,
+            node_features=None if node_features is None else str(node_features),
+        )
+    ).path
     train_tiny_on_cpu(shards, root / "run", max_steps=2)
     return {"root": root, "run": root / "run", "edges": edges, "shards": Path(shards)}
 
@@ -181,9 +211,14 @@ def shop_run(tmp_path_factory):
 def write_features(path: Path, nodes, width: int = 4, seed: int = 0) -> Path:
     """A feature table node,f0..f{width-1} of seeded values, one row per node."""
     import numpy as np
+
     values = np.random.default_rng(seed).random((len(nodes), width)).round(4)
-    path.write_text("node," + ",".join(f"f{j}" for j in range(width)) + "\n"
-                    + "".join(f"{n}," + ",".join(map(str, row)) + "\n" for n, row in zip(nodes, values.tolist(), strict=True)))
+    path.write_text(
+        "node,"
+        + ",".join(f"f{j}" for j in range(width))
+        + "\n"
+        + "".join(f"{n}," + ",".join(map(str, row)) + "\n" for n, row in zip(nodes, values.tolist(), strict=True))
+    )
     return path
 
 
@@ -203,6 +238,7 @@ def int_run(tmp_path_factory):
     if not HAS_RAY:
         pytest.skip("ray is not installed (CI installs it; the GPU image lacks it)")
     import numpy as np
+
     rng = np.random.default_rng(1)
     rows = sorted({(1000 + int(a), 1000 + int(b)) for a, b in rng.integers(0, 300, (900, 2)) if a != b})
     return tiny_edge_list_run(tmp_path_factory.mktemp("ints"), rows)
@@ -215,6 +251,7 @@ def ray_head(tmp_path):
     if not HAS_RAY:
         pytest.skip("ray is not installed (CI installs it; the GPU image lacks it)")
     from tests.ray_head import local_head
+
     with local_head(tmp_path / "head.log") as head:
         yield head
 
@@ -227,7 +264,9 @@ def ray_session():
     if os.environ.get("RAY_ADDRESS"):
         pytest.skip("RAY_ADDRESS is set; these tests start their own embedded Ray")
     import ray
+
     from preprocess.job import init_ray
+
     started = init_ray(num_cpus=2)
     yield
     if started:
@@ -240,8 +279,12 @@ def mount_tmpfs(path: Path, size: str) -> bool:
     if os.geteuid() != 0 or shutil.which("mount") is None:
         return False
     path.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                          capture_output=True).returncode == 0
+    return (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+        ).returncode
+        == 0
+    )
 
 
 def kill_driver_after(monkeypatch, shards: int) -> None:
@@ -266,6 +309,7 @@ def cora_pair(tmp_path_factory):
     column, cora-edges.csv, and its feature table, cora-features.csv: bench.own_graph_suite.write_cora_edge_list)."""
     from bench.own_graph_suite import write_cora_edge_list
     from common.datasets import load_dataset
+
     planetoid = require_shared("planetoid", "ind.cora.x").parent
     folder = tmp_path_factory.mktemp("cora-edges")
     write_cora_edge_list(planetoid, folder)

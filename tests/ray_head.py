@@ -4,6 +4,7 @@ The head runs with --block as our child, in its own session, and is stopped by s
 group, never with `ray stop` (which would kill every Ray instance on the machine, other users' included).
 Every default port gets a free one, so it never collides with another cluster on the machine.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,8 +33,14 @@ class RayHead:
 
     def submit(self, *job: str, timeout: int = 600) -> subprocess.CompletedProcess:
         """`ray job submit --working-dir . -- JOB...` from the repository root."""
-        return subprocess.run([self.cmd, "job", "submit", "--address", self.address, "--working-dir", ".", "--", *job],
-                              cwd=REPO, env=self.env, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [self.cmd, "job", "submit", "--address", self.address, "--working-dir", ".", "--", *job],
+            cwd=REPO,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
 
 def stop_group(proc: subprocess.Popen) -> None:
@@ -64,23 +71,40 @@ def local_head(log_path: Path, num_cpus: int = 2):
     ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's unix socket paths must fit 107 bytes
     with open(log_path, "w") as log:
         head = subprocess.Popen(
-            [ray_cmd, "start", "--head", "--block", f"--port={gcs}", f"--dashboard-port={dash}",
-             f"--num-cpus={num_cpus}", f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent}",
-             "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--temp-dir={ray_tmp}",
-             "--disable-usage-stats"],
-            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                ray_cmd,
+                "start",
+                "--head",
+                "--block",
+                f"--port={gcs}",
+                f"--dashboard-port={dash}",
+                f"--num-cpus={num_cpus}",
+                f"--ray-client-server-port={client}",
+                f"--dashboard-agent-listen-port={agent}",
+                "--include-dashboard=true",
+                "--dashboard-host=127.0.0.1",
+                f"--temp-dir={ray_tmp}",
+                "--disable-usage-stats",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             address = f"http://127.0.0.1:{dash}"
             deadline = time.time() + START_TIMEOUT_S
             while True:  # wait for the job server to answer
-                probe = subprocess.run([ray_cmd, "job", "list", "--address", address], env=env,
-                                       capture_output=True, text=True)
+                probe = subprocess.run(
+                    [ray_cmd, "job", "list", "--address", address], env=env, capture_output=True, text=True
+                )
                 if probe.returncode == 0:
                     break
                 if time.time() > deadline or head.poll() is not None:
                     log.flush()
-                    raise RuntimeError(f"ray head did not come up: {probe.stderr[-1000:]}\n"
-                                       f"head log: {log_path.read_text()[-3000:]}")
+                    raise RuntimeError(
+                        f"ray head did not come up: {probe.stderr[-1000:]}\nhead log: {log_path.read_text()[-3000:]}"
+                    )
                 time.sleep(2)
             yield RayHead(ray_cmd, address, env)
         finally:

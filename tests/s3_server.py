@@ -2,6 +2,7 @@
 
 Not an in-process mock: clients (this process, subprocess CLIs, Ray workers) talk HTTP to it and find
 it the standard way, through AWS_ENDPOINT_URL and the AWS_* credential variables."""
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,11 @@ class S3Server:
         pytest.importorskip("s3fs")
         self.port = _free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -38,8 +42,12 @@ class S3Server:
                     self.stop()
                     pytest.fail(f"moto server did not start on {self.endpoint}")
                 time.sleep(0.1)
-        self.env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                    "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": self.endpoint}
+        self.env = {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL": self.endpoint,
+        }
 
     def client_env(self) -> dict:
         """os.environ for a subprocess that talks to this server."""
@@ -47,6 +55,7 @@ class S3Server:
 
     def make_bucket(self, name: str) -> str:
         import s3fs
+
         fs = s3fs.S3FileSystem(key="testing", secret="testing", endpoint_url=self.endpoint, skip_instance_cache=True)
         fs.mkdir(name)
         return f"s3://{name}"

@@ -5,13 +5,14 @@
 - WPE: learned BERT-style embeddings indexed by the token's position in its own sequence;
 - the options travel CLI -> TrainConfig -> ModelConfig and are saved with the run's config.
 """
+
 import pytest
 import torch
 
 from tests.conftest import cached_set
 from tests.test_model import N_MAX, dense_forward, random_samples, small_model
-from trainer.config import ConfigError, ModelOverrides, config_from_args
 from trainer.attention import AttentionContext
+from trainer.config import ConfigError, ModelOverrides, config_from_args
 from trainer.model import ModelConfig, Propagation, token_positions
 from trainer.packing import pack_samples as pack  # hand-built sample dicts
 
@@ -61,7 +62,7 @@ def test_w0_low_rank_has_rank_5_and_is_frozen():
 def test_w0_gaussian_is_mean_shifted():
     w0 = small_model(hidden=512, w0_init="gaussian").w0.double()  # 26 x 512 = 13k entries
     assert abs(w0.mean().item() - 0.1) < 0.005
-    assert abs(w0.std().item() - 512 ** -0.5) < 0.005
+    assert abs(w0.std().item() - 512**-0.5) < 0.005
     ortho = small_model(hidden=512).w0.double()
     assert abs(ortho.mean().item()) < 0.005
     torch.testing.assert_close(ortho @ ortho.T, torch.eye(2 * N_MAX + 2, dtype=torch.float64), rtol=0, atol=1e-5)
@@ -112,6 +113,7 @@ def test_cli_flags_reach_the_model_config():
     assert (default.residual, default.w0_init, default.w0_learnable, default.wpe) == (True, "orthogonal", False, False)
     # saved with the run: the JSON round trip keeps them
     from trainer.config import TrainConfig
+
     assert TrainConfig.from_dict(cfg.to_dict()).model == cfg.model
 
 
@@ -129,12 +131,24 @@ def test_bad_values_name_the_flag_or_field():
 # ---------------------------------------------------------------------------- the recipe
 def test_variants_per_suite_share_the_plain_run():
     from pipelines.paper.ablations import variants
+
     names = [v.slug for v in variants(["mr", "w0", "wpe", "depth", "lrp"], 2, [1, 2, 4])]
-    assert names == ["pencil", "no-mr", "w0-gaussian", "w0-low-rank", "w0-learnable", "wpe", "lrp3", "layers1", "layers4"]
+    assert names == [
+        "pencil",
+        "no-mr",
+        "w0-gaussian",
+        "w0-low-rank",
+        "w0-learnable",
+        "wpe",
+        "lrp3",
+        "layers1",
+        "layers4",
+    ]
     assert variants(["lrp"], 2, [2])[1].flags == ("--lrp", "3")
     depth = {v.slug: (v.flags, v.layers) for v in variants(["depth"], 2, [1, 2, 4])}
     assert depth == {"pencil": ((), 2), "layers1": (("--layers", "1"), 1), "layers4": (("--layers", "4"), 4)}
     from pipelines.paper.ablations import AblationConfig, Variant, build_parser, variant_options
+
     cfg = AblationConfig.from_args(build_parser().parse_args(["--preset", "tiny", "--train-arg=--num-workers=0"]))
     v = Variant("x", "x", ("--w0-init", "low-rank", "--wpe"), 2)
     # the user's trainer flags, then the variant's, one token each
@@ -143,9 +157,21 @@ def test_variants_per_suite_share_the_plain_run():
 
 def test_table_prints_measured_rows_beside_the_paper():
     from pipelines.paper.ablations import table
-    runs = [{"dataset": "cora", "protocol": "original", "model": m, "seed": s, "variant": m, "layers": 2, "flags": [],
-             "test": {"mrr": v, "hits@3": v, "hits@20": v}}
-            for m, vals in (("PENCIL", (0.40, 0.42)), ("PENCIL \\ MR", (0.30, 0.36))) for s, v in enumerate(vals)]
+
+    runs = [
+        {
+            "dataset": "cora",
+            "protocol": "original",
+            "model": m,
+            "seed": s,
+            "variant": m,
+            "layers": 2,
+            "flags": [],
+            "test": {"mrr": v, "hits@3": v, "hits@20": v},
+        }
+        for m, vals in (("PENCIL", (0.40, 0.42)), ("PENCIL \\ MR", (0.30, 0.36)))
+        for s, v in enumerate(vals)
+    ]
     rows, md = table(runs, "cora", ["mr"])
     assert [r["model"] for r in rows] == ["PENCIL", "PENCIL \\ MR"]
     assert rows[0]["mrr"][0] == pytest.approx(41.0) and rows[1]["mrr"][1] == pytest.approx(4.2426, abs=1e-3)
@@ -158,9 +184,29 @@ def test_ablation_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
     import json
 
     from pipelines.paper import ablations
-    rc = ablations.main(["--preset", "tiny", "--suite", "mr,lrp", "--seeds", "0", "--epochs", "0.2", "--num-cpus", "1",
-                         "--out", str(tmp_path / "res"), "--shards", str(cached_set(shard_cache, "citeseer-tiny")), "--device", "cpu",
-                         "--train-arg=--num-workers=0", "--train-arg=--no-progress"])
+
+    rc = ablations.main(
+        [
+            "--preset",
+            "tiny",
+            "--suite",
+            "mr,lrp",
+            "--seeds",
+            "0",
+            "--epochs",
+            "0.2",
+            "--num-cpus",
+            "1",
+            "--out",
+            str(tmp_path / "res"),
+            "--shards",
+            str(cached_set(shard_cache, "citeseer-tiny")),
+            "--device",
+            "cpu",
+            "--train-arg=--num-workers=0",
+            "--train-arg=--no-progress",
+        ]
+    )
     assert rc == 0
     out = tmp_path / "res" / "ablations" / "tiny"
     plain = json.loads((out / "pencil" / "seed0" / "result.json").read_text())
@@ -181,8 +227,12 @@ def test_ablation_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
 
 def test_ablation_bad_flags_fail_before_any_work(tmp_path, capsys):
     from pipelines.paper import ablations
-    for argv, needle in ((["--preset", "nope"], "--preset"), (["--preset", "tiny", "--suite", "mr,lrp4"], "--suite"),
-                         (["--preset", "tiny", "--train-arg=--w0-init=uniform"], "--w0-init")):
+
+    for argv, needle in (
+        (["--preset", "nope"], "--preset"),
+        (["--preset", "tiny", "--suite", "mr,lrp4"], "--suite"),
+        (["--preset", "tiny", "--train-arg=--w0-init=uniform"], "--w0-init"),
+    ):
         try:
             rc = ablations.main(argv + ["--out", str(tmp_path / "o"), "--shards", str(tmp_path / "s")])
         except SystemExit as usage:  # a bad flag value is a usage error, exit 2

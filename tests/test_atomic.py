@@ -1,4 +1,5 @@
 """common.atomic: the whole file or nothing, and no temp file left behind."""
+
 import pytest
 
 from common.atomic import atomic_file

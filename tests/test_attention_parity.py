@@ -4,13 +4,24 @@ The padded path calls the BertLayer module itself, so it is the reference for ev
 tests (marker gpu) check the flash kernels in bf16 against it, forward and backward, and skip cleanly
 without CUDA.
 """
+
 import numpy as np
 import pytest
 import torch
 
 from tests.test_model import N_MAX, assert_grads_close, random_samples, small_model
-from trainer.attention import (BUCKET_SLACK, DROPOUT_FREE, AttentionContext, bert_layer, bucket_plan, build_buckets,
-                               describe_backend, flash_attn_varlen, resolve_backend, torch_varlen_attn)
+from trainer.attention import (
+    BUCKET_SLACK,
+    DROPOUT_FREE,
+    AttentionContext,
+    bert_layer,
+    bucket_plan,
+    build_buckets,
+    describe_backend,
+    flash_attn_varlen,
+    resolve_backend,
+    torch_varlen_attn,
+)
 from trainer.packing import pack_samples as pack  # hand-built sample dicts
 
 SIZES = [2, 12, 5, 9, 3, 12, 7]  # very unequal lengths: lots of padding in the (B, L) view
@@ -87,6 +98,7 @@ def test_auto_on_cuda_picks_a_dropout_kernel_when_the_model_has_dropout(monkeypa
     """resolve_backend's CUDA table with each kernel's availability set by hand (so it runs on any machine):
     with attention dropout, never the dropout-free `varlen`; without, the fastest packed kernel."""
     import trainer.attention as attention
+
     kernels = {"varlen": lambda: object(), "flash-attn": lambda: None, "aten": lambda: None}
     monkeypatch.setattr(attention, "torch_varlen_attn", lambda: kernels["varlen"]())
     monkeypatch.setattr(attention, "flash_attn_varlen", lambda: kernels["flash-attn"]())

@@ -1,5 +1,6 @@
 """`--preset auto`'s heuristic blend: exact blends, one decision per run on hand-built validation values, the
 margin that keeps the model alone, and a decision that reads validation files only."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -55,7 +56,8 @@ def test_a_gain_within_the_noise_keeps_the_model_alone():
     seeds = {"0": (cid, np.array([0, 1, 1, 1, 0.5, 0.5, 0.5], dtype=np.float32))}
     got = blend.decide(seeds, heur, four, "mrr", 2.0)
     assert got.heuristic == "none" and got.decision["difference"] == pytest.approx(0.1875) == pytest.approx(
-        got.decision["se"])
+        got.decision["se"]
+    )
     assert blend.decide(seeds, heur, four, "mrr", 0.0).key == "ra x 0.5"  # no margin: the mean decides
 
 

@@ -1,6 +1,7 @@
 """`--preset auto` end to end on a small geometric graph: selection is blind to test by construction (the same
 choices when the test split's pairs are replaced by random ones), the search never opens a test shard or test
 query file, and a rerun reuses every run."""
+
 from __future__ import annotations
 
 import json
@@ -73,9 +74,27 @@ def _run(tmp_path: Path, csv: Path, name: str, monkeypatch) -> dict:
 
     monkeypatch.setattr(recipe, "shard_sets", scrambled_sets)
     monkeypatch.setattr(recipe, "train_final_seeds", restored_final)
-    argv = ["--dataset", str(csv), "--nodes", str(csv.with_name("nodes.csv")), "--seeds", "0,1", "--epochs", "4", "--out", str(tmp_path / name),
-            "--shards", str(tmp_path / "shards"), "--num-cpus", "1", "--parallel-seeds", "2",
-            "--train-arg=--hidden=32", "--train-arg=--ffn=64", "--train-arg=--heads=2"]
+    argv = [
+        "--dataset",
+        str(csv),
+        "--nodes",
+        str(csv.with_name("nodes.csv")),
+        "--seeds",
+        "0,1",
+        "--epochs",
+        "4",
+        "--out",
+        str(tmp_path / name),
+        "--shards",
+        str(tmp_path / "shards"),
+        "--num-cpus",
+        "1",
+        "--parallel-seeds",
+        "2",
+        "--train-arg=--hidden=32",
+        "--train-arg=--ffn=64",
+        "--train-arg=--heads=2",
+    ]
     assert main(argv) == 0
     return json.loads((tmp_path / name / "geo" / "auto" / "original" / "search.json").read_text())
 
@@ -91,8 +110,10 @@ def test_selection_is_blind_to_test_and_a_rerun_reuses_every_run(tmp_path, monke
         assert real["chosen"][key] == fake["chosen"][key], key
 
     def untimed(rungs):  # the rungs' values and epochs; their wall seconds depend on the machine's load
-        return {r: {c: {k: v for k, v in x.items() if k != "train_time_s"} for c, x in cs.items()}
-                for r, cs in rungs.items()}
+        return {
+            r: {c: {k: v for k, v in x.items() if k != "train_time_s"} for c, x in cs.items()}
+            for r, cs in rungs.items()
+        }
 
     assert untimed(real["chosen"]["rungs"]) == untimed(fake["chosen"]["rungs"])
     assert real["blend"] == fake["blend"] and real["epochs"] == fake["epochs"] == 4
@@ -121,14 +142,42 @@ def test_a_candidate_whose_trainer_dies_before_its_summary_leaves_a_run_that_com
 
     root = Path(__file__).resolve().parents[1]
     csv = _write(tmp_path / "geo.csv", _geo_split())
-    env = {**os.environ, "PENCIL_TEST_TRAINER_DIE": "deep-d2n5",
-           "PYTHONPATH": os.pathsep.join([str(root / "tests" / "fault_hook"), str(root),
-                                          os.environ.get("PYTHONPATH", "")])}
-    proc = subprocess.run([sys.executable, "-m", "pipelines.run", "--dataset", str(csv), "--nodes",
-                           str(csv.with_name("nodes.csv")), "--seeds", "0", "--epochs", "3", "--out",
-                           str(tmp_path / "r"), "--shards", str(tmp_path / "shards"), "--num-cpus", "1",
-                           "--train-arg=--hidden=32", "--train-arg=--ffn=64", "--train-arg=--heads=2"],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=1200)
+    env = {
+        **os.environ,
+        "PENCIL_TEST_TRAINER_DIE": "deep-d2n5",
+        "PYTHONPATH": os.pathsep.join(
+            [str(root / "tests" / "fault_hook"), str(root), os.environ.get("PYTHONPATH", "")]
+        ),
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.run",
+            "--dataset",
+            str(csv),
+            "--nodes",
+            str(csv.with_name("nodes.csv")),
+            "--seeds",
+            "0",
+            "--epochs",
+            "3",
+            "--out",
+            str(tmp_path / "r"),
+            "--shards",
+            str(tmp_path / "shards"),
+            "--num-cpus",
+            "1",
+            "--train-arg=--hidden=32",
+            "--train-arg=--ffn=64",
+            "--train-arg=--heads=2",
+        ],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((tmp_path / "r" / "geo" / "auto" / "original" / "search.json").read_text())
     deep = record["chosen"]["rungs"]["grace"]["deep-d2n5"]

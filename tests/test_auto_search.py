@@ -1,6 +1,7 @@
 """`--preset auto`'s search: the validation signal on hand-computed values, the choice rule, the epoch rule,
 the search's rungs with fake trainers (what trains, what is kept, what is reused, what the budget cuts),
 and a search that never sees a test file (it reads validation scores only)."""
+
 from __future__ import annotations
 
 import json
@@ -32,12 +33,15 @@ def test_paired_difference_and_its_standard_error():
     assert paired(np.array([1.0]), np.array([0.0]))[1] == float("inf")  # one positive: no noise estimate
 
 
-@pytest.mark.parametrize("alt, margin, chosen", [
-    ([0.6, 0.6, 0.6, 0.6], 2.0, "alt"),         # better everywhere: SE 0, it wins
-    ([0.9, 0.1, 0.9, 0.4], 2.0, "default"),     # ahead on the mean (0.575 > 0.5) but within 2 SE
-    ([0.9, 0.1, 0.9, 0.4], 0.0, "alt"),         # the same with no margin: the mean decides
-    ([0.5, 0.5, 0.5, 0.5], 2.0, "default"),     # a tie keeps the default
-])
+@pytest.mark.parametrize(
+    "alt, margin, chosen",
+    [
+        ([0.6, 0.6, 0.6, 0.6], 2.0, "alt"),  # better everywhere: SE 0, it wins
+        ([0.9, 0.1, 0.9, 0.4], 2.0, "default"),  # ahead on the mean (0.575 > 0.5) but within 2 SE
+        ([0.9, 0.1, 0.9, 0.4], 0.0, "alt"),  # the same with no margin: the mean decides
+        ([0.5, 0.5, 0.5, 0.5], 2.0, "default"),  # a tie keeps the default
+    ],
+)
 def test_an_alternative_replaces_the_default_only_beyond_the_margin(alt, margin, chosen):
     got = choose({"default": np.full(4, 0.5), "alt": np.array(alt)}, margin)
     assert got["choice"] == chosen and got["means"]["default"] == 0.5
@@ -50,8 +54,9 @@ def test_two_way_se_against_a_loop_over_its_draws():
     draws, reps = np.random.default_rng(0), []
     for _ in range(50):
         ip, iq = draws.integers(0, 30, 30), draws.integers(0, 40, 40)
-        rr = [np.mean([1 / (1 + np.sum(s.neg[iq] > x) + 0.5 * np.sum(s.neg[iq] == x)) for x in s.pos[ip]])
-              for s in (a, b)]
+        rr = [
+            np.mean([1 / (1 + np.sum(s.neg[iq] > x) + 0.5 * np.sum(s.neg[iq] == x)) for x in s.pos[ip]]) for s in (a, b)
+        ]
         reps.append(rr[0] - rr[1])
     assert two_way_se(a, b, "mrr", draws=50) == pytest.approx(np.std(reps, ddof=1))
     # own negatives travel with their positive: only positives are drawn
@@ -126,21 +131,29 @@ class FakeRuns:
                 if patience and epoch - 1 - best >= patience:
                     break
             run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "summary.json").write_text(json.dumps(
-                {"epochs_completed": epoch, "best_epoch": best, "converged": bool(patience and epoch < stop)}))
+            (run_dir / "summary.json").write_text(
+                json.dumps(
+                    {"epochs_completed": epoch, "best_epoch": best, "converged": bool(patience and epoch < stop)}
+                )
+            )
         return {k: 1.0 for k in jobs}, [k for k in jobs if k in self.stopped]
 
     def die(self, run_dir: Path, epochs: int) -> None:
         """What a trainer killed after `epochs` evaluations leaves: its metrics and best validation scores."""
         from common.eval_scores import write_scores
+
         run_dir.mkdir(parents=True, exist_ok=True)
         curve = self.curves[self.name(run_dir)][:epochs]
         if curve:
             best = max(range(len(curve)), key=lambda e: (curve[e], -e))
             write_scores(run_dir / "scores" / "valid-original.npz", np.arange(2), np.zeros(2), best)
-        (run_dir / "metrics.jsonl").write_text("".join(
-            json.dumps({"event": "eval", "epoch": e, "split": "valid", "protocol": "original", "mrr": v}) + "\n"
-            for e, v in enumerate(curve)) + '{"event": "eval", "ep')  # and a torn last line
+        (run_dir / "metrics.jsonl").write_text(
+            "".join(
+                json.dumps({"event": "eval", "epoch": e, "split": "valid", "protocol": "original", "mrr": v}) + "\n"
+                for e, v in enumerate(curve)
+            )
+            + '{"event": "eval", "ep'
+        )  # and a torn last line
 
     def signal(self, run_dir, manifest, protocol):
         path = Path(run_dir) / "summary.json"
@@ -148,6 +161,7 @@ class FakeRuns:
             s = json.loads(path.read_text())
         else:  # a trainer that died: its best epoch is its saved scores'
             from common.eval_scores import read_scores, scores_path
+
             s = {"best_epoch": read_scores(scores_path(Path(run_dir), "valid", protocol))[2]}
         curve = self.curves[self.name(Path(run_dir))]
         v = curve[min(s["best_epoch"], len(curve) - 1)]
@@ -168,9 +182,18 @@ def _search(tmp_path, monkeypatch, fake: FakeRuns, epochs: int = 12, metric: str
     monkeypatch.setattr(auto_search, "run_trainers", fake.trainers)
     monkeypatch.setattr(auto_search, "run_signal", fake.signal)
     shards = {c.sampling: f"/shards/{c.name}" for c in candidates()}
-    return auto_search.Search(SearchConfig(), epochs, candidates(), shards, "original",
-                              {c.sampling: {} for c in candidates()}, tmp_path / "search", TrainerOptions("cpu"),
-                              slots=2, metric=metric)
+    return auto_search.Search(
+        SearchConfig(),
+        epochs,
+        candidates(),
+        shards,
+        "original",
+        {c.sampling: {} for c in candidates()},
+        tmp_path / "search",
+        TrainerOptions("cpu"),
+        slots=2,
+        metric=metric,
+    )
 
 
 def rising(top: float, peak: int, length: int = 60) -> list:
@@ -223,7 +246,8 @@ def test_a_candidate_whose_trainer_dies_after_its_first_evaluation_is_judged_on_
 
 
 def test_a_candidate_that_evaluated_nothing_is_left_out_but_a_default_without_a_result_stops_the_run(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     fake = FakeRuns({"default": rising(0.5, 5), "deep": rising(0.9, 5), "wide": rising(0.4, 5)}, dies={"deep": 0})
     got = _search(tmp_path, monkeypatch, fake).run(1000).to_dict()
     assert got["rungs"]["grace"]["deep-d2n5"]["valid"] is None and got["cid"] == "default-d1n20"
@@ -234,8 +258,9 @@ def test_a_candidate_that_evaluated_nothing_is_left_out_but_a_default_without_a_
 
 
 def test_a_budget_cut_is_recorded(tmp_path, monkeypatch):
-    fake = FakeRuns({"default": rising(0.5, 3), "deep": rising(0.4, 3), "wide": rising(0.3, 3)},
-                    stopped=("default-d1n20",))
+    fake = FakeRuns(
+        {"default": rising(0.5, 3), "deep": rising(0.4, 3), "wide": rising(0.3, 3)}, stopped=("default-d1n20",)
+    )
     got = _search(tmp_path, monkeypatch, fake, metric="auc").run(100).to_dict()
     assert "default-d1n20" in got["cut_short"] and got["metric"] == "auc"
     assert all(f[f.index("--select-on") + 1] == "auc" for f in fake.jobs)  # its runs stop and pick on it too
@@ -246,6 +271,7 @@ def test_the_search_reads_validation_scores_only(tmp_path, monkeypatch):
     search reaching for test would fail here."""
     from common.eval_scores import write_scores
     from pipelines.auto import signal
+
     fake = FakeRuns({"default": rising(0.5, 5), "deep": rising(0.4, 5), "wide": rising(0.3, 5)})
     monkeypatch.setattr(auto_search, "run_trainers", fake.trainers)
     read = []
@@ -260,30 +286,62 @@ def test_the_search_reads_validation_scores_only(tmp_path, monkeypatch):
     def trainers(jobs, *a, **k):
         out = real_trainers(jobs, *a, **k)
         for job in jobs.values():
-            write_scores(Path(job.run_dir) / "scores" / "valid-original.npz", np.arange(4), np.array([3, 1, 2, 0.]), 0)
+            write_scores(Path(job.run_dir) / "scores" / "valid-original.npz", np.arange(4), np.array([3, 1, 2, 0.0]), 0)
         return out
 
     monkeypatch.setattr(auto_search, "run_trainers", trainers)
     shards = {c.sampling: f"/shards/{c.name}" for c in candidates()}
-    search = auto_search.Search(SearchConfig(), 12, candidates(), shards, "original", {c.sampling: {} for c in
-                                candidates()}, tmp_path / "s", TrainerOptions("cpu"), 2)
+    search = auto_search.Search(
+        SearchConfig(),
+        12,
+        candidates(),
+        shards,
+        "original",
+        {c.sampling: {} for c in candidates()},
+        tmp_path / "s",
+        TrainerOptions("cpu"),
+        2,
+    )
     search.run(1000)
     assert read and set(read) == {("valid", "original")}
 
 
 # ---------------------------------------------------------------------------- the recipe's flags
-@pytest.mark.parametrize("flags, message", [
-    (["--preset", "citeseer-small", "--objective", "recommend"],
-     "--objective recommend: sets --preset auto's training negatives; preset citeseer-small has its own"),
-    (["--preset", "auto", "--objective", "recommend", "--hard-neg-fraction", "0.5"],
-     "--objective recommend: sets the training negatives, which --hard-neg-fraction 0.5 fixes"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (
+            ["--preset", "citeseer-small", "--objective", "recommend"],
+            "--objective recommend: sets --preset auto's training negatives; preset citeseer-small has its own",
+        ),
+        (
+            ["--preset", "auto", "--objective", "recommend", "--hard-neg-fraction", "0.5"],
+            "--objective recommend: sets the training negatives, which --hard-neg-fraction 0.5 fixes",
+        ),
+    ],
+)
 def test_objective_errors_are_one_line_before_any_work(tmp_path, flags, message):
     import subprocess
     import sys
-    proc = subprocess.run([sys.executable, "-m", "pipelines.run", "--dataset", "citeseer", *flags,
-                           "--out", str(tmp_path / "r"), "--shards", str(tmp_path / "s")],
-                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
+
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.run",
+            "--dataset",
+            "citeseer",
+            *flags,
+            "--out",
+            str(tmp_path / "r"),
+            "--shards",
+            str(tmp_path / "s"),
+        ],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "s").exists()
 
@@ -293,8 +351,14 @@ def test_recommend_objective_trains_on_hard_views_and_a_fraction_overrides():
     from tests.conftest import run_config
 
     def args(objective, fraction=None):
-        return run_config("--dataset", "citeseer", "--objective", objective,
-                          *(["--hard-neg-fraction", fraction] if fraction is not None else []))
+        return run_config(
+            "--dataset",
+            "citeseer",
+            "--objective",
+            objective,
+            *(["--hard-neg-fraction", fraction] if fraction is not None else []),
+        )
+
     assert training_negatives(args("link-prediction")) == 0.0
     assert training_negatives(args("recommend")) == RECOMMEND_HARD_NEG_FRACTION == 0.5
     assert training_negatives(args("link-prediction", 0.25)) == 0.25

@@ -1,5 +1,6 @@
 """bench/recommend.py: the cost bench of recommendations runs end to end on a small collab-shaped graph, its
 projection follows from its own rates, and its flags fail in one line."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,25 @@ def _threads():
 
 def test_a_small_run_reports_every_stage_and_projects_from_its_own_rates(tmp_path, capsys):
     out = tmp_path / "rec.json"
-    assert br.main(["--scale", "0.01", "--nodes", "4", "--pool", "10", "--presets", "tiny", "--retrievers", "ra,aa",
-                    "--out", str(out)]) == 0
+    assert (
+        br.main(
+            [
+                "--scale",
+                "0.01",
+                "--nodes",
+                "4",
+                "--pool",
+                "10",
+                "--presets",
+                "tiny",
+                "--retrievers",
+                "ra,aa",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     rep = json.loads(out.read_text())
     assert [r["retriever"] for r in rep["retrieval"]] == ["ra", "aa"]
     (row,) = rep["scoring"]

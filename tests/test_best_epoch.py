@@ -1,6 +1,7 @@
 """The best epoch is the FIRST of equal best validation scores: the trainer's summary, its best.pt and the
 test numbers reported beside it all come from that epoch. Validation and test metrics are scripted per
 epoch, so the expected epoch is read off by hand."""
+
 from __future__ import annotations
 
 import pytest
@@ -40,8 +41,17 @@ def test_trainer_keeps_the_first_of_equal_best_epochs(shards, tmp_path, monkeypa
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        summary = train_mod.run(config_for("tiny", str(shards), str(tmp_path / "run"), epochs=4, device="cpu",
-                                           progress=False, data={"num_workers": 0}))
+        summary = train_mod.run(
+            config_for(
+                "tiny",
+                str(shards),
+                str(tmp_path / "run"),
+                epochs=4,
+                device="cpu",
+                progress=False,
+                data={"num_workers": 0},
+            )
+        )
     finally:
         torch.set_num_threads(threads)
     assert summary["best_epoch"] == 1

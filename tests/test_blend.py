@@ -1,25 +1,29 @@
 """The retriever's rank prior blended into PENCIL's re-ranking (--prior-weight): exact values of the prior,
 of the blended probability, of the full-ranking metrics it gives and of the top-k a recommendation keeps."""
+
 import math
 
 import numpy as np
 import pytest
 
 from common.graph import Graph
+from pipelines.recommend.engine import Prepared, RecConfig, RecommendError, finish_block, probabilities, rank_prior
 from pipelines.recommend.evaluation import PRIOR_GRID, full_ranking
-from pipelines.recommend.engine import (Prepared, RecConfig, RecommendError, finish_block, probabilities,
-                                      rank_prior)
 
 INF = float("inf")
 
 
 def test_rank_prior_is_minus_log_competition_rank():
-    score = np.array([[3.0, 2.0, 2.0, 1.0, -INF],
-                      [5.0, 5.0, 5.0, -INF, -INF],
-                      [0.1 + 0.2, 0.3, 0.25, -INF, -INF]])  # 0.1 + 0.2 != 0.3 in binary, equal to 12 digits
-    want = np.array([[0.0, -math.log(2), -math.log(2), -math.log(4), -INF],
-                     [0.0, 0.0, 0.0, -INF, -INF],
-                     [0.0, 0.0, -math.log(3), -INF, -INF]])
+    score = np.array(
+        [[3.0, 2.0, 2.0, 1.0, -INF], [5.0, 5.0, 5.0, -INF, -INF], [0.1 + 0.2, 0.3, 0.25, -INF, -INF]]
+    )  # 0.1 + 0.2 != 0.3 in binary, equal to 12 digits
+    want = np.array(
+        [
+            [0.0, -math.log(2), -math.log(2), -math.log(4), -INF],
+            [0.0, 0.0, 0.0, -INF, -INF],
+            [0.0, 0.0, -math.log(3), -INF, -INF],
+        ]
+    )
     np.testing.assert_array_equal(rank_prior(score), want)
     assert rank_prior(np.zeros((0, 5))).shape == (0, 5)
 
@@ -28,9 +32,11 @@ def test_blended_probability_exact_values():
     logits = np.array([[0.5, -1.0, 2.0], [1.5, 0.0, -2.0]], dtype=np.float32)  # 2 orderings, 3 pairs
     prior = np.array([0.0, -math.log(2), -math.log(3)])
     sig = lambda z: 1 / (1 + math.exp(-z))  # noqa: E731
-    want = [(sig(0.5) + sig(1.5)) / 2,
-            (sig(-1.0 - 2 * math.log(2)) + sig(-2 * math.log(2))) / 2,
-            (sig(2.0 - 2 * math.log(3)) + sig(-2.0 - 2 * math.log(3))) / 2]
+    want = [
+        (sig(0.5) + sig(1.5)) / 2,
+        (sig(-1.0 - 2 * math.log(2)) + sig(-2 * math.log(2))) / 2,
+        (sig(2.0 - 2 * math.log(3)) + sig(-2.0 - 2 * math.log(3))) / 2,
+    ]
     np.testing.assert_allclose(probabilities(logits, prior, 2.0), want, rtol=1e-12)
     np.testing.assert_allclose(probabilities(logits, prior, 0.0), probabilities(logits), rtol=0)
     with pytest.raises(RecommendError, match="--prior-weight"):
@@ -72,19 +78,24 @@ def test_full_ranking_blend_exact_ranks():
 
 def test_recommendations_follow_the_blend():
     prior = np.array([0.0, -math.log(2), -math.log(3), -math.log(3)])
-    prep = Prepared(0, np.array([0]), np.zeros(4, np.int64), np.array([3, 4, 5, 6]), np.array([7, 4, 3, 3]) / 12,
-                    prior, [])
+    prep = Prepared(
+        0, np.array([0]), np.zeros(4, np.int64), np.array([3, 4, 5, 6]), np.array([7, 4, 3, 3]) / 12, prior, []
+    )
     logits = np.array([[LOGIT[c] for c in (3, 4, 5, 6)]], dtype=np.float32)
     alone = finish_block(prep, logits, RecConfig(k=2, pool=4, prior_weight=0.0)).to_pydict()
     assert alone["candidate"] == [5, 4] and alone["rank"] == [1, 2]
     blend = finish_block(prep, logits, RecConfig(k=2, pool=4, prior_weight=4.0)).to_pydict()
     assert blend["candidate"] == [4, 5]
-    np.testing.assert_allclose(blend["score"], [1 / (1 + math.exp(-(2 - 4 * math.log(2)))),
-                                                1 / (1 + math.exp(-(3 - 4 * math.log(3))))], rtol=1e-12)
+    np.testing.assert_allclose(
+        blend["score"],
+        [1 / (1 + math.exp(-(2 - 4 * math.log(2)))), 1 / (1 + math.exp(-(3 - 4 * math.log(3))))],
+        rtol=1e-12,
+    )
 
 
 def test_native_full_ranking_filters_and_ties_exactly():
     from pipelines.recommend.evaluation import native_full_ranking
+
     row = np.array([9.0, 9.0, 9.0, 1.0, 2.0, 3.0, 0.5, 2.0, -1.0])  # 0 itself, its neighbours 1, 2: not ranked
     pos = np.array([[0, 4], [0, 7]])
     for block in (1, 512):
@@ -97,8 +108,13 @@ def test_native_full_ranking_filters_and_ties_exactly():
 
 def test_choose_weight_prefers_hits_then_mrr_then_the_smaller_weight():
     from pipelines.recommend.evaluation import choose_weight
-    sweep = {"0.0": {"hits@20": 0.30, "mrr": 0.10}, "0.5": {"hits@20": 0.32, "mrr": 0.11},
-             "1.0": {"hits@20": 0.32, "mrr": 0.12}, "2.0": {"hits@20": 0.32, "mrr": 0.12}}
+
+    sweep = {
+        "0.0": {"hits@20": 0.30, "mrr": 0.10},
+        "0.5": {"hits@20": 0.32, "mrr": 0.11},
+        "1.0": {"hits@20": 0.32, "mrr": 0.12},
+        "2.0": {"hits@20": 0.32, "mrr": 0.12},
+    }
     assert choose_weight(sweep) == 1.0
     assert choose_weight({"0.0": {"hits@20": 0.3, "mrr": 0.1}, "4.0": {"hits@20": 0.3, "mrr": 0.1}}) == 0.0
 

@@ -1,4 +1,5 @@
 """Training views and evaluation candidate sets (preprocess/candidates.py)."""
+
 from __future__ import annotations
 
 import re
@@ -90,8 +91,7 @@ def test_original_protocol_shared_negatives():
 
 def test_heart_protocol_dedups_canonical_pairs():
     pos = np.array([[0, 1], [2, 3]])
-    neg = np.array([[[5, 4], [6, 7], [4, 5]],
-                    [[7, 6], [8, 9], [4, 5]]])
+    neg = np.array([[[5, 4], [6, 7], [4, 5]], [[7, 6], [8, 9], [4, 5]]])
     c = eval_candidates(pos, neg, canonical=True)
     assert c.kind == "per_positive" and c.neg_cid.shape == (2, 3)
     assert len(c) == 2 + 3  # {4,5}, {6,7}, {8,9}
@@ -117,6 +117,7 @@ def test_bad_negative_shape_is_rejected():
 # ---------------------------------------------------------------------------- degenerate view sizes
 def test_distinct_non_edges_counts_unordered_pairs():
     from preprocess.candidates import distinct_non_edges
+
     k4 = np.array([[i, j] for i in range(4) for j in range(4) if i < j])
     assert distinct_non_edges(Graph.from_edges(k4, num_nodes=4)) == 0
     assert distinct_non_edges(Graph.from_edges(k4[:2], num_nodes=5)) == 5 * 4 // 2 - 2
@@ -125,17 +126,22 @@ def test_distinct_non_edges_counts_unordered_pairs():
 def test_negatives_beyond_the_distinct_non_edges_are_refused_with_the_numbers():
     from preprocess.candidates import check_view_size, distinct_non_edges
     from preprocess.config import ConfigError
+
     g, pos = graph_and_pos(100, 255)
     available = distinct_non_edges(g)
     num_pos = len(training_positives(pos))
-    with pytest.raises(ConfigError, match=rf"--neg-ratio 1000: {num_pos * 1000:,} negatives per view but the graph "
-                                          rf"has only {available:,} distinct non-edges.*--neg-ratio <= {available // num_pos}"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"--neg-ratio 1000: {num_pos * 1000:,} negatives per view but the graph "
+        rf"has only {available:,} distinct non-edges.*--neg-ratio <= {available // num_pos}",
+    ):
         check_view_size(num_pos, 100.0, 1000, g)
     check_view_size(num_pos, 100.0, available // num_pos, g)  # the largest ratio it suggests is accepted
 
 
 def test_degenerate_views_are_named_in_warnings(caplog):
     from preprocess.candidates import check_view_size, distinct_non_edges
+
     g, pos = graph_and_pos(2000, 4000)
     num_pos = len(training_positives(pos))
     with caplog.at_level("WARNING", logger="preprocess.candidates"):
@@ -153,5 +159,8 @@ def test_degenerate_views_are_named_in_warnings(caplog):
     ratio = distinct_non_edges(small) // n  # allowed, but a large share of all non-edges: many repeats
     with caplog.at_level("WARNING", logger="preprocess.candidates"):
         check_view_size(n, 100.0, ratio, small)
-    assert re.match(rf"--neg-ratio {ratio}: [\d,]+ negatives per view from [\d,]+ distinct non-edges: about \d+% "
-                    "are repeats", caplog.records[0].getMessage())
+    assert re.match(
+        rf"--neg-ratio {ratio}: [\d,]+ negatives per view from [\d,]+ distinct non-edges: about \d+% "
+        "are repeats",
+        caplog.records[0].getMessage(),
+    )

@@ -2,6 +2,7 @@
 non-zero exit, before any work is done; `--debug` brings the traceback back. The tables call each command's
 main(argv) in this process (tests/cli_calls.py: the line and the exit status are common.cli's either way);
 `test_a_real_process_fails_in_one_line` and the tests after the tables run `python -m ...` as a user would."""
+
 from __future__ import annotations
 
 import importlib
@@ -42,8 +43,14 @@ def inputs(tmp_path_factory):
 
 def run(module: str, args: list[str], tmp: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     args = [a.replace("{tmp}", str(tmp)) for a in args]
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def call(module: str, args: list[str], tmp: Path, capsys) -> subprocess.CompletedProcess:
@@ -69,11 +76,16 @@ PREPROCESS = [
     (["--dataset", "citeseer", "--out", "{tmp}/afile/sub"], r"is below .*afile, which is a file"),
     (["--dataset", "{tmp}/one-edge.csv", "--out", "{tmp}/o"], r"1 edges leave no valid and no test edges.*--split"),
     # --neg-ratio is 1 already: the fix is a lower --percent, not "--neg-ratio <= 1"
-    (["--dataset", "{tmp}/dense.csv", "--out", "{tmp}/o"],
-     r"--neg-ratio 1: 32 negatives per view but the graph has only 13 distinct non-edges, so most would repeat; "
-     r"lower --percent to at most 40.62 \(one negative per positive needs 32\), or use a larger graph$"),
-    (["--dataset", "{tmp}/g100.csv", "--neg-ratio", "1000", "--out", "{tmp}/o"],
-     r"--neg-ratio 1000: [\d,]+ negatives per view but the graph has only [\d,]+ distinct non-edges.*--neg-ratio <= \d+"),
+    (
+        ["--dataset", "{tmp}/dense.csv", "--out", "{tmp}/o"],
+        r"--neg-ratio 1: 32 negatives per view but the graph has only 13 distinct non-edges, so most would repeat; "
+        r"lower --percent to at most 40.62 \(one negative per positive needs 32\), or use a larger graph$",
+    ),
+    (
+        ["--dataset", "{tmp}/g100.csv", "--neg-ratio", "1000", "--out", "{tmp}/o"],
+        r"--neg-ratio 1000: [\d,]+ negatives per view but the graph "
+        r"has only [\d,]+ distinct non-edges.*--neg-ratio <= \d+",
+    ),
     # the other flags
     (["--dataset", "citeseer", "--sampling", "0,5"], r"--sampling"),
     (["--dataset", "citeseer", "--sampling", "two"], r"--sampling: expected 'd,n'"),
@@ -92,7 +104,10 @@ PREPROCESS = [
     (["--dataset", "citeseer", "--links-per-shard", "10"], r"--links-per-shard"),
     (["--dataset", "citeseer", "--block-size", "0"], r"--block-size"),
     (["--dataset", "citeseer", "--worker-memory-mb", "10", "--out", "{tmp}/o"], r"--worker-memory-mb 10"),
-    (["--dataset", "{tmp}/g100.csv", "--features", "--out", "{tmp}/o"], r"--features: dataset g100 has no node features"),
+    (
+        ["--dataset", "{tmp}/g100.csv", "--features", "--out", "{tmp}/o"],
+        r"--features: dataset g100 has no node features",
+    ),
     (["--dataset", "cora", "--out", "{tmp}/o"], r"cora needs --planetoid-dir"),
     (["--dataset", "ogbl-collab", "--out", "{tmp}/o"], r"ogbl-collab needs --ogb-root"),
     (["--dataset", "citeseer", "--data-dir", "{tmp}/nowhere", "--out", "{tmp}/o"], r"nowhere"),
@@ -103,10 +118,15 @@ PREPROCESS = [
     (["--dataset", "{tmp}/g100.csv", "--split", "0,50,50"], r"--split 0,50,50: train must be above 0"),
     (["--dataset", "{tmp}/g100.csv", "--split", "-10,55,55"], r"--split: expected three percentages .*got '-10,55,55'"),
     # never a negative count, and the fix is a flag this command has
-    (["--dataset", "{tmp}/full.csv", "--out", "{tmp}/o"],
-     r"full.csv test negatives: needs 6 node pairs that are not edges, but the graph \(12 nodes, 64 edges, 3 pairs "
-     r"already drawn\) has only 0 left; pass --split with smaller valid and test shares"),
-    (["--dataset", "citeseer", "--split", "80,10,10", "--out", "{tmp}/o"], r"--split: citeseer comes with its own split"),
+    (
+        ["--dataset", "{tmp}/full.csv", "--out", "{tmp}/o"],
+        r"full.csv test negatives: needs 6 node pairs that are not edges, but the graph \(12 nodes, 64 edges, 3 pairs "
+        r"already drawn\) has only 0 left; pass --split with smaller valid and test shares",
+    ),
+    (
+        ["--dataset", "citeseer", "--split", "80,10,10", "--out", "{tmp}/o"],
+        r"--split: citeseer comes with its own split",
+    ),
 ]
 
 
@@ -119,10 +139,10 @@ def test_preprocess_fails_in_one_line(args, expect, inputs, capsys):
 
 def test_preprocess_out_on_a_missing_bucket_is_one_line(inputs):
     from tests.s3_server import S3Server
+
     server = S3Server()
     try:
-        proc = run("preprocess", ["--dataset", "citeseer", "--out", "s3://pencil-nobucket/x"], inputs,
-                   env=server.env)
+        proc = run("preprocess", ["--dataset", "citeseer", "--out", "s3://pencil-nobucket/x"], inputs, env=server.env)
     finally:
         server.stop()
     assert_one_line_error(proc, "preprocess", r"s3://pencil-nobucket/x: bucket 'pencil-nobucket' does not exist")
@@ -160,8 +180,11 @@ RUN = [
     (["--dataset", "citeseer", "--nodes", "{tmp}/g100.csv"], r"a node list applies to edge-list files only"),
     (["--dataset", "citeseer", "--bogus"], r"unrecognized arguments: --bogus"),
     (["--dataset", "{tmp}/g100.csv", "--budget-minutes", "0.1"], r"--budget-minutes 0.1: below the 2 minutes"),
-    (["--dataset", "{tmp}/full.csv", "--split", "70,15,15"], r"full.csv test negatives: needs \d+ node pairs .* has "
-                                                              r"only 0 left; pass --split with smaller"),
+    (
+        ["--dataset", "{tmp}/full.csv", "--split", "70,15,15"],
+        r"full.csv test negatives: needs \d+ node pairs .* has "
+        r"only 0 left; pass --split with smaller",
+    ),
 ]
 
 
@@ -177,8 +200,14 @@ def _ids(cases, start=2):
 
 @pytest.mark.parametrize("args, expect", RUN, ids=_ids(RUN))
 def test_pipelines_run_fails_before_any_work(args, expect, inputs, tmp_path, capsys):
-    proc = call("pipelines.run", args + ["--out", str(tmp_path / "results"), "--shards", str(tmp_path / "shards")]
-                if "--out" not in args and "--shards" not in args else args, inputs, capsys)
+    proc = call(
+        "pipelines.run",
+        args + ["--out", str(tmp_path / "results"), "--shards", str(tmp_path / "shards")]
+        if "--out" not in args and "--shards" not in args
+        else args,
+        inputs,
+        capsys,
+    )
     assert_one_line_error(proc, "pipelines.run", expect)
     assert not (tmp_path / "shards").exists() and not (tmp_path / "results").exists()  # no work was done
 
@@ -187,12 +216,17 @@ OTHERS = [
     ("pipelines.report", ["{tmp}/nowhere"], r"no such run folder"),
     ("pipelines.report", ["{tmp}"], r"no result.json found"),
     ("pipelines.heuristics", ["--dataset", "nosuch"], r"unknown dataset 'nosuch'"),
-    ("pipelines.heuristics", ["--dataset", "citeseer", "--heuristics", "cn", "--out", "{tmp}/afile/h.json"],
-     r"afile"),
-    ("pipelines.score", ["--checkpoint", "{tmp}/nowhere", "--pairs", "{tmp}/cols.csv", "--out", "{tmp}/s.parquet"],
-     r"--checkpoint .*nowhere: no such file"),
-    ("pipelines.score", ["--checkpoint", "{tmp}", "--pairs", "{tmp}/cols.csv", "--out", "{tmp}/s.parquet",
-                         "--orderings", "0"], r"--orderings must be >= 1"),
+    ("pipelines.heuristics", ["--dataset", "citeseer", "--heuristics", "cn", "--out", "{tmp}/afile/h.json"], r"afile"),
+    (
+        "pipelines.score",
+        ["--checkpoint", "{tmp}/nowhere", "--pairs", "{tmp}/cols.csv", "--out", "{tmp}/s.parquet"],
+        r"--checkpoint .*nowhere: no such file",
+    ),
+    (
+        "pipelines.score",
+        ["--checkpoint", "{tmp}", "--pairs", "{tmp}/cols.csv", "--out", "{tmp}/s.parquet", "--orderings", "0"],
+        r"--orderings must be >= 1",
+    ),
     ("pipelines.heuristics", ["--dataset", "citeseer", "--heuristics", "nosuch"], r"nosuch"),
 ]
 
@@ -206,12 +240,21 @@ def test_other_pipelines_fail_in_one_line(module, args, expect, inputs, capsys):
 # lines, and the exit status as the shell sees it. An error found by the work (preprocess: the dataset's split;
 # score: a missing checkpoint) and a flag refused only once the trainer is imported (run).
 PROCESSES = [
-    ("preprocess", ["--dataset", "{tmp}/one-edge.csv", "--out", "{tmp}/o"],
-     r"1 edges leave no valid and no test edges.*--split"),
-    ("pipelines.run", ["--dataset", "citeseer", "--train-arg=--attention=bogus", "--out", "{tmp}/r", "--shards",
-                       "{tmp}/s"], r"--train-arg --attention bogus: .*attention"),
-    ("pipelines.score", ["--checkpoint", "{tmp}/nowhere", "--pairs", "{tmp}/cols.csv", "--out", "{tmp}/s.parquet"],
-     r"--checkpoint .*nowhere: no such file"),
+    (
+        "preprocess",
+        ["--dataset", "{tmp}/one-edge.csv", "--out", "{tmp}/o"],
+        r"1 edges leave no valid and no test edges.*--split",
+    ),
+    (
+        "pipelines.run",
+        ["--dataset", "citeseer", "--train-arg=--attention=bogus", "--out", "{tmp}/r", "--shards", "{tmp}/s"],
+        r"--train-arg --attention bogus: .*attention",
+    ),
+    (
+        "pipelines.score",
+        ["--checkpoint", "{tmp}/nowhere", "--pairs", "{tmp}/cols.csv", "--out", "{tmp}/s.parquet"],
+        r"--checkpoint .*nowhere: no such file",
+    ),
 ]
 
 
@@ -225,16 +268,32 @@ def test_pencil_without_a_command_is_an_error_with_its_usage():
     proc = subprocess.run([sys.executable, "-m", "pipelines"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "usage: pencil COMMAND" in proc.stderr and not proc.stdout
     assert proc.stderr.strip().splitlines()[-1] == "pencil: error: a command is required (see --help)"
-    helped = subprocess.run([sys.executable, "-m", "pipelines", "--help"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=120)
+    helped = subprocess.run(
+        [sys.executable, "-m", "pipelines", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert helped.returncode == 0 and "usage: pencil COMMAND" in helped.stdout
 
 
 @needs_ray
 def test_preprocess_quiet_prints_no_progress_bar(inputs, tmp_path):
     """-q: only warnings and the final path, also when stderr is no terminal (a pipe, a log file)."""
-    proc = run("preprocess", ["--dataset", "{tmp}/g100.csv", "--sampling", "1,3", "--views", "1", "--num-cpus", "1",
-                              "--out", str(tmp_path / "o"), "-q"], inputs)
+    proc = run(
+        "preprocess",
+        [
+            "--dataset",
+            "{tmp}/g100.csv",
+            "--sampling",
+            "1,3",
+            "--views",
+            "1",
+            "--num-cpus",
+            "1",
+            "--out",
+            str(tmp_path / "o"),
+            "-q",
+        ],
+        inputs,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "sampling:" not in proc.stderr and "link/s" not in proc.stderr, proc.stderr[-2000:]
     assert proc.stdout.startswith("shards written: ")
@@ -249,21 +308,31 @@ def test_describe_unwraps_ray_task_errors_and_names_os_errors():
 
     from common.cli import describe
     from preprocess.config import ConfigError
+
     cause = ConfigError("--neg-ratio 9: too many")
     wrapped = RayTaskError("build_shard", "Traceback (most recent call last):\n  ...\nConfigError: x", cause)
     assert describe(wrapped.as_instanceof_cause()) == "--neg-ratio 9: too many"  # what ray.get raises
     assert describe(wrapped) == "--neg-ratio 9: too many"
-    assert describe(OSError(errno.EACCES, "Permission denied", "/x/y")) == \
-        "/x/y: permission denied; choose a path you can write/read"
-    assert describe(NotADirectoryError(errno.ENOTDIR, "Not a directory", "/f/sub")) == \
-        "/f/sub: a component of this path is a file, not a directory"
-    assert describe(FileNotFoundError(errno.ENOENT, "No such file or directory", "/nowhere.csv")) == \
-        "/nowhere.csv: no such file or directory"
+    assert (
+        describe(OSError(errno.EACCES, "Permission denied", "/x/y"))
+        == "/x/y: permission denied; choose a path you can write/read"
+    )
+    assert (
+        describe(NotADirectoryError(errno.ENOTDIR, "Not a directory", "/f/sub"))
+        == "/f/sub: a component of this path is a file, not a directory"
+    )
+    assert (
+        describe(FileNotFoundError(errno.ENOENT, "No such file or directory", "/nowhere.csv"))
+        == "/nowhere.csv: no such file or directory"
+    )
     assert describe(ValueError("unexpected\nsecond line")) == "ValueError: unexpected second line"
-    # A DataLoader worker's error arrives with the worker's traceback in its text with the worker's traceback; keep its last line.
-    text = "Caught ShardError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n" \
-           '  File "x.py", line 1\ncommon.shards.ShardError: s.tar:000001.arrow: corrupt block (bad)'
+    # A DataLoader worker's error arrives with the worker's traceback in its text; keep its last line.
+    text = (
+        "Caught ShardError in DataLoader worker process 0.\nOriginal Traceback (most recent call last):\n"
+        '  File "x.py", line 1\ncommon.shards.ShardError: s.tar:000001.arrow: corrupt block (bad)'
+    )
     from common.shards import ShardError
+
     assert describe(ShardError(text)) == "s.tar:000001.arrow: corrupt block (bad)"  # torch re-raises the same class
 
 
@@ -274,7 +343,10 @@ def test_run_cli_exit_statuses(capsys):
         raise OSError(28, "No space left on device", "/disk/a.tar")
 
     assert run_cli(boom, [], prog="tool") == 1
-    assert capsys.readouterr().err == "tool: error: /disk/a.tar: no space left on device; free space or write somewhere else\n"
+    assert (
+        capsys.readouterr().err
+        == "tool: error: /disk/a.tar: no space left on device; free space or write somewhere else\n"
+    )
     with pytest.raises(OSError):
         run_cli(boom, ["--debug"], prog="tool")
     assert run_cli(lambda argv: 0, [], prog="tool") == 0

@@ -3,6 +3,7 @@ outputs and gradients, on every attention path that calls them (packed and padde
 counts; dropout still applies in training; parameter names and checkpoints are unchanged; the trainer
 runs with it end to end. CPU tests compare in fp32 (inductor may reorder a reduction: 1e-5); the CUDA
 test compares under bf16 autocast."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,7 @@ from torch._dynamo.utils import counters
 from tests.test_model import N_MAX, random_samples, small_model
 from tests.test_trainer_loop import shards, tiny  # noqa: F401  (module-scoped shard set fixture)
 from trainer import checkpoint
-from trainer.config import config_from_args
-from trainer.config import ConfigError
+from trainer.config import ConfigError, config_from_args
 from trainer.metrics_log import read_metrics
 from trainer.model import compiler_missing
 from trainer.packing import pack_samples as pack
@@ -50,8 +50,10 @@ def _step(model, batch):
 @needs_compiler
 @pytest.mark.parametrize("attention", ["bucketed", "sdpa"])
 def test_compiled_blocks_equal_eager_outputs_and_gradients(attention):
-    batches = [pack(random_samples(sizes, p=0.5, seed=s), N_MAX) for s, sizes in
-               enumerate(([3, 12, 7, 2, 9], [11, 4, 12, 6, 8, 10, 2]))]  # two token counts: dynamic shapes
+    batches = [
+        pack(random_samples(sizes, p=0.5, seed=s), N_MAX)
+        for s, sizes in enumerate(([3, 12, 7, 2, 9], [11, 4, 12, 6, 8, 10, 2]))
+    ]  # two token counts: dynamic shapes
     eager = small_model(attention=attention, layers=3).train()
     compiled = small_model(attention=attention, layers=3).train().compile_blocks()  # same init (seeded)
     for batch in batches:
@@ -124,8 +126,10 @@ def test_compiled_blocks_agree_with_eager_on_cuda_bf16():
     to bf16 but fuse differently, so outputs agree within 3e-2 and gradients within 5 % of their scale."""
     batch = pack(random_samples([3, 12, 7, 2, 9, 11] * 8, p=0.5, seed=4), N_MAX).to("cuda")
     res = []
-    for model in (small_model(attention="auto").cuda().train(),
-                  small_model(attention="auto").cuda().train().compile_blocks()):
+    for model in (
+        small_model(attention="auto").cuda().train(),
+        small_model(attention="auto").cuda().train().compile_blocks(),
+    ):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             out = model(batch)
         model.loss(out, batch.label).backward()
@@ -137,7 +141,10 @@ def test_compiled_blocks_agree_with_eager_on_cuda_bf16():
 
 def test_compile_without_a_compiler_is_refused_in_one_line(shards, tmp_path, monkeypatch):  # noqa: F811
     import trainer.model
-    monkeypatch.setattr(trainer.model, "compiler_missing", lambda: "torch.compile needs a C/C++ compiler and none is on PATH")
+
+    monkeypatch.setattr(
+        trainer.model, "compiler_missing", lambda: "torch.compile needs a C/C++ compiler and none is on PATH"
+    )
     with pytest.raises(ConfigError, match="^--compile: torch.compile needs a C/C.. compiler .*run without --compile$"):
         check_run(tiny(shards, tmp_path / "run", compile=True))
     with pytest.raises(ValueError, match="--compile"):

@@ -1,6 +1,7 @@
 """A file path never decides a dataset's identity: an edge list saved as citeseer.csv is the user's graph
 (preset auto, no paper rows in its report); paper datasets are chosen by name only. And pipelines.run's
 own refusals: --budget-minutes under a fixed preset, a second run on the same results folder."""
+
 from __future__ import annotations
 
 import os
@@ -26,12 +27,15 @@ def random_graph(path: Path, n: int = 120, m: int = 400, seed: int = 0) -> Path:
 
 def args_for(tmp_path, dataset, *extra):
     from tests.conftest import run_config
-    return run_config("--dataset", dataset, "--out", tmp_path / "r", "--shards", tmp_path / "s", "--device", "cpu",
-                      *extra)
+
+    return run_config(
+        "--dataset", dataset, "--out", tmp_path / "r", "--shards", tmp_path / "s", "--device", "cpu", *extra
+    )
 
 
 def test_a_file_named_like_a_paper_dataset_is_the_users_graph(tmp_path):
     from pipelines.run import pick_preset
+
     own = load_dataset(str(random_graph(tmp_path / "citeseer.csv")))
     assert own.name == "citeseer" and own.own and own.num_nodes <= 120
     assert pick_preset(args_for(tmp_path, tmp_path / "citeseer.csv"), own) == "auto"
@@ -51,15 +55,22 @@ def test_a_heart_folder_given_by_path_is_the_users_graph(tmp_path):
 
 
 def _record(dataset: str, own: bool, mrr: float) -> dict:
-    record = {"dataset": dataset, "protocol": "original", "model": "PENCIL w/o features", "seed": 0,
-              "test": {"mrr": mrr}}
+    record = {
+        "dataset": dataset,
+        "protocol": "original",
+        "model": "PENCIL w/o features",
+        "seed": 0,
+        "test": {"mrr": mrr},
+    }
     return {**record, "own_graph": True} if own else record
 
 
 def test_the_report_shows_the_papers_rows_beside_the_paper_dataset_only():
     rows = aggregate([_record("citeseer", True, 0.10), _record("citeseer", False, 0.40)])
     assert [(r["dataset"], r.get("own_graph", False), round(r["mrr"][0], 2)) for r in rows] == [
-        ("citeseer", False, 40.0), ("citeseer", True, 10.0)]  # two rows, never one mean of both
+        ("citeseer", False, 40.0),
+        ("citeseer", True, 10.0),
+    ]  # two rows, never one mean of both
     table = markdown(rows)
     assert table.count("(paper)") == 5  # PENCIL, PENCIL w/o features, CN, AA, RA, once: beside the paper's citeseer
     paper_rows = [i for i, line in enumerate(table.splitlines()) if "(paper)" in line]
@@ -70,8 +81,20 @@ def test_the_report_shows_the_papers_rows_beside_the_paper_dataset_only():
 
 
 def _run(tmp_path, *argv) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pipelines.run", "--out", str(tmp_path / "res"), "--shards", str(tmp_path / "sh"),
-           "--device", "cpu", "--num-cpus", "1", *argv]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.run",
+        "--out",
+        str(tmp_path / "res"),
+        "--shards",
+        str(tmp_path / "sh"),
+        "--device",
+        "cpu",
+        "--num-cpus",
+        "1",
+        *argv,
+    ]
     return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
 
 
@@ -83,13 +106,15 @@ def _error(proc) -> str:
 
 def test_budget_minutes_under_a_fixed_preset_is_refused(tmp_path):
     proc = _run(tmp_path, "--dataset", "citeseer", "--budget-minutes", "5")
-    assert ("--budget-minutes 5: bounds --preset auto's search; preset citeseer-small trains its fixed "
-            "configuration") in _error(proc)
+    assert (
+        "--budget-minutes 5: bounds --preset auto's search; preset citeseer-small trains its fixed configuration"
+    ) in _error(proc)
     assert not (tmp_path / "sh").exists()  # refused before any preprocessing
 
 
 def test_a_second_run_on_the_same_results_folder_is_refused(tmp_path):
     from trainer.run_folder import locked
+
     with locked(tmp_path / "res" / "citeseer" / "tiny", "pipelines.run", "--out"):
         proc = _run(tmp_path, "--dataset", "citeseer", "--preset", "tiny")
     assert f"another pipelines.run (pid {os.getpid()}) is running in this folder" in _error(proc)
@@ -99,12 +124,30 @@ def test_a_second_run_on_the_same_results_folder_is_refused(tmp_path):
 def test_a_checkpoint_that_is_not_one_names_the_flag_not_a_deletion(tmp_path):
     edges = random_graph(tmp_path / "edges.csv")
     (tmp_path / "p.csv").write_text("src,dst\n1,2\n")
-    proc = subprocess.run([sys.executable, "-m", "pipelines.score", "--checkpoint", str(edges), "--pairs",
-                           str(tmp_path / "p.csv"), "--out", str(tmp_path / "s.parquet")],
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.score",
+            "--checkpoint",
+            str(edges),
+            "--pairs",
+            str(tmp_path / "p.csv"),
+            "--out",
+            str(tmp_path / "s.parquet"),
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     line = _error(proc)
-    assert f"{edges}: not a readable checkpoint" in line and "pass a run folder, or its best.pt or last.pt, " \
-           "as --checkpoint" in line and "delete" not in line, line
+    assert (
+        f"{edges}: not a readable checkpoint" in line
+        and "pass a run folder, or its best.pt or last.pt, as --checkpoint" in line
+        and "delete" not in line
+    ), line
     assert edges.exists()
 
 
@@ -112,12 +155,28 @@ def test_a_file_that_is_no_checkpoint_is_said_plainly(tmp_path):
     """A file torch refuses under weights_only (a pickle of other objects): one plain line, no internal note of
     PyTorch's, nothing cut mid-word."""
     import pickle
+
     bad = tmp_path / "best.pt"
     bad.write_bytes(pickle.dumps({"model": object}))
     (tmp_path / "p.csv").write_text("src,dst\n1,2\n")
-    proc = subprocess.run([sys.executable, "-m", "pipelines.score", "--checkpoint", str(bad), "--pairs",
-                           str(tmp_path / "p.csv"), "--out", str(tmp_path / "s.parquet")],
-                          cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.score",
+            "--checkpoint",
+            str(bad),
+            "--pairs",
+            str(tmp_path / "p.csv"),
+            "--out",
+            str(tmp_path / "s.parquet"),
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     line = _error(proc)
     assert f"{bad}: not a readable checkpoint: it holds objects other than tensors and plain data" in line, line
     assert "PyTorch 2.6" not in line and "weights_only` argument" not in line
@@ -131,6 +190,7 @@ def test_a_graph_too_dense_for_its_views_takes_fewer_positives_per_view():
     from common.presets import get_preset
     from pipelines.core.shard_sets import view_percent
     from preprocess.candidates import check_view_size
+
     train = np.array([(a, b) for a in range(10) for b in range(a + 1, 10)][:32])  # 13 non-edges left
     graph = Graph.from_edges(train, num_nodes=10)
     percent = view_percent(get_preset("general"), len(train), "cuda", graph)

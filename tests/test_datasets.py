@@ -1,5 +1,6 @@
 """Dataset loaders: shipped citeseer, HeaRT dirs, Planetoid features/splits, OGB offline, edge lists,
 the synthetic latent-space graph, and every DatasetError they promise."""
+
 from __future__ import annotations
 
 import builtins
@@ -14,8 +15,8 @@ import pytest
 from common.datasets import load_dataset
 from common.datasets.base import DatasetError
 from common.datasets.edgelist import load_edge_list
-from common.datasets.negatives import sample_non_edges
 from common.datasets.heart import load_heart_dir
+from common.datasets.negatives import sample_non_edges
 from common.graph import Graph
 
 # Real Planetoid/HeaRT files come from the `shared_data` fixture (tests/conftest.py): ../shared/data only,
@@ -304,8 +305,30 @@ def test_ogb_never_prompts_even_if_ogb_asks(tmp_path, monkeypatch):
 
 
 # ------------------------------------------------------------------------------ edge lists
-EDGE_ROWS = [(0, 1), (1, 2), (2, 0), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7), (7, 8), (8, 9), (9, 0), (1, 5),
-             (2, 6), (3, 7), (4, 8), (5, 9), (6, 0), (7, 1), (8, 2), (9, 3), (1, 0), (4, 4)]
+EDGE_ROWS = [
+    (0, 1),
+    (1, 2),
+    (2, 0),
+    (2, 3),
+    (3, 4),
+    (4, 5),
+    (5, 6),
+    (6, 7),
+    (7, 8),
+    (8, 9),
+    (9, 0),
+    (1, 5),
+    (2, 6),
+    (3, 7),
+    (4, 8),
+    (5, 9),
+    (6, 0),
+    (7, 1),
+    (8, 2),
+    (9, 3),
+    (1, 0),
+    (4, 4),
+]
 
 
 @pytest.mark.parametrize("ext", [".csv", ".parquet"])
@@ -345,11 +368,13 @@ def test_a_shard_sets_dataset_has_the_sets_split_and_nodes(tmp_path):
 
     from common.datasets import load_set_dataset
     from preprocess.config import PreprocessConfig, SamplingConfig
+
     path, nodes = tmp_path / "mine.csv", tmp_path / "nodes.csv"
     pd.DataFrame(EDGE_ROWS, columns=["src", "dst"]).to_csv(path, index=False)
     pd.DataFrame({"node": [*range(10), 10, 11]}).to_csv(nodes, index=False)  # 10 and 11: isolated
-    config = PreprocessConfig(dataset=str(path), sampling=SamplingConfig(1, 5), split=(50, 25, 25), nodes=str(nodes),
-                              seed=3).to_dict()
+    config = PreprocessConfig(
+        dataset=str(path), sampling=SamplingConfig(1, 5), split=(50, 25, 25), nodes=str(nodes), seed=3
+    ).to_dict()
     config = json.loads(json.dumps(config))  # as the manifest stores it: the split is a list
     ds = load_set_dataset(config)
     want = load_dataset(str(path), split=(50, 25, 25), nodes=str(nodes), seed=3)
@@ -360,17 +385,28 @@ def test_a_shard_sets_dataset_has_the_sets_split_and_nodes(tmp_path):
     # the flags pipelines.score takes to find the data elsewhere override the recorded ones
     other = tmp_path / "other.csv"
     pd.DataFrame(EDGE_ROWS[:12], columns=["src", "dst"]).to_csv(other, index=False)
-    assert load_set_dataset({**config, "nodes": None}, name=str(other)).fingerprint() == \
-        load_dataset(str(other), split=(50, 25, 25), seed=3).fingerprint()
+    assert (
+        load_set_dataset({**config, "nodes": None}, name=str(other)).fingerprint()
+        == load_dataset(str(other), split=(50, 25, 25), seed=3).fingerprint()
+    )
 
 
-@pytest.mark.parametrize("text, match", [
-    ("85,5", "expected three percentages"), ("a,b,c", "expected three"), ("85,5,10,0", "expected three"),
-    ("-5,55,50", "expected three"), ("nan,50,50", "expected three"), ("80,10,20", "sum to 110, not 100"),
-    ("90,10,0", "valid and test must be above 0"), ("90,0,10", "valid and test must be above 0"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("85,5", "expected three percentages"),
+        ("a,b,c", "expected three"),
+        ("85,5,10,0", "expected three"),
+        ("-5,55,50", "expected three"),
+        ("nan,50,50", "expected three"),
+        ("80,10,20", "sum to 110, not 100"),
+        ("90,10,0", "valid and test must be above 0"),
+        ("90,0,10", "valid and test must be above 0"),
+    ],
+)
 def test_split_flag_errors(text, match):
     from common.datasets.fractions import parse_split
+
     with pytest.raises(DatasetError, match=match) as err:
         parse_split(text)
     assert str(err.value).startswith("--split") and "\n" not in str(err.value)
@@ -409,20 +445,26 @@ def test_edge_list_with_split_column(tmp_path, ext):
     assert ds.fingerprint() == load_edge_list(path).fingerprint()
 
 
-@pytest.mark.parametrize("content, match", [
-    ("a,b\n1,2\n", r"missing column\(s\) src, dst \(found: a, b\)"),
-    ("src,target\n1,2\n", r"missing column\(s\) dst \(found: src, target\)"),
-    ("src,dst\n1,\n", "column 'dst' has an empty node id in data row 1"),
-    ("src,dst,split\n1,2,train\n2,3,val\n3,4,holdout\n", "unknown split value\\(s\\) 'holdout', 'val'"),
-    ("", "empty file"),
-    ("src,dst\n", r"empty file \(header only\)"),
-    ("src,dst,split\n1,2,test\n2,3,valid\n", "no train edges"),
-    ("src,dst,split\n1,1,train\n2,3,valid\n", "no train edges"),
-    ("src,dst\n1,1\n2,2\n", "no train edges"),
-    # a set with no valid/test links used to be written, and only the trainer failed, later
-    ("src,dst,split\n1,2,train\n2,3,train\n3,4,train\n", r"no valid and no test edges \(train 3, valid 0, test 0\)"),
-    ("src,dst,split\n1,2,train\n2,3,test\n", r"no valid edges \(train 1, valid 0, test 1\)"),
-])
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        ("a,b\n1,2\n", r"missing column\(s\) src, dst \(found: a, b\)"),
+        ("src,target\n1,2\n", r"missing column\(s\) dst \(found: src, target\)"),
+        ("src,dst\n1,\n", "column 'dst' has an empty node id in data row 1"),
+        ("src,dst,split\n1,2,train\n2,3,val\n3,4,holdout\n", "unknown split value\\(s\\) 'holdout', 'val'"),
+        ("", "empty file"),
+        ("src,dst\n", r"empty file \(header only\)"),
+        ("src,dst,split\n1,2,test\n2,3,valid\n", "no train edges"),
+        ("src,dst,split\n1,1,train\n2,3,valid\n", "no train edges"),
+        ("src,dst\n1,1\n2,2\n", "no train edges"),
+        # a set with no valid/test links used to be written, and only the trainer failed, later
+        (
+            "src,dst,split\n1,2,train\n2,3,train\n3,4,train\n",
+            r"no valid and no test edges \(train 3, valid 0, test 0\)",
+        ),
+        ("src,dst,split\n1,2,train\n2,3,test\n", r"no valid edges \(train 1, valid 0, test 1\)"),
+    ],
+)
 def test_edge_list_errors(tmp_path, content, match):
     path = tmp_path / "bad.csv"
     path.write_text(content)
@@ -447,8 +489,11 @@ def test_edge_list_file_errors(tmp_path):
 
 def test_sample_non_edges_refuses_impossible_requests():
     complete = Graph.from_edges(np.array([[0, 1], [0, 2], [1, 2]]))
-    with pytest.raises(DatasetError, match=r"needs 1 node pairs that are not edges, but the graph \(3 nodes, 3 "
-                                           r"edges\) has only 0 left"):
+    with pytest.raises(
+        DatasetError,
+        match=r"needs 1 node pairs that are not edges, but the graph \(3 nodes, 3 "
+        r"edges\) has only 0 left",
+    ):
         sample_non_edges(complete, 1, np.random.default_rng(0))
     sparse = Graph.from_edges(np.array([[0, 1]]), num_nodes=4)
     with pytest.raises(DatasetError, match="found only 0 of 2 acceptable"):
@@ -477,7 +522,11 @@ def test_load_latent_space_dataset():
     assert abs(2 * full.num_edges / 1500 - 12.0) < 1.2
     n_test = int(round(0.1 * len(edges)))
     n_valid = int(round(0.05 * (len(edges) - n_test)))
-    assert [len(ds.splits[s].pos) for s in ("test", "valid", "train")] == [n_test, n_valid, len(edges) - n_test - n_valid]
+    assert [len(ds.splits[s].pos) for s in ("test", "valid", "train")] == [
+        n_test,
+        n_valid,
+        len(edges) - n_test - n_valid,
+    ]
     assert ds.x.shape == (1500, 16) and ds.x.dtype == np.float32 and ds.name == "synthetic"
     check_negatives(ds, full)
     d2 = lambda q: np.sum((z[q[:, 0]] - z[q[:, 1]]) ** 2, axis=1)  # noqa: E731
@@ -497,6 +546,7 @@ def test_an_empty_string_id_names_its_column_and_row(tmp_path, column, row):
     distinct ids and reported with its column and first data row (1-based), in whichever chunk it is."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     names = {k: [f"{k}{i}" for i in range(8)] for k in ("src", "dst")}
     names[column][row] = ""
     path = tmp_path / "names.parquet"

@@ -1,5 +1,6 @@
 """Hop distances to the two targets (trainer/distances.py), the packer that carries them, the model's embedding
 of them (--distance-features) and SEAL's DRNL labels built on them, every value worked out by hand."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -67,8 +68,10 @@ def test_drnl_labels_by_hand():
 
 def test_pack_spreads_distances_to_tokens_task_tokens_copy_their_endpoint():
     _, _, _, sizes, edges = _links()
-    samples = [{"cid": i, "label": 1.0, "nodes": np.arange(100 * i, 100 * i + n), "edges": e}
-               for i, (n, e) in enumerate(zip(sizes, edges))]
+    samples = [
+        {"cid": i, "label": 1.0, "nodes": np.arange(100 * i, 100 * i + n), "edges": e}
+        for i, (n, e) in enumerate(zip(sizes, edges))
+    ]
     for dense in (False, True):
         b = pack_samples(samples, n_max=8, dense=dense, distances=True)
         want = DIST_A + [DIST_A[0], DIST_A[1]] + DIST_B + [DIST_B[0], DIST_B[1]] + DIST_C + DIST_C
@@ -83,8 +86,14 @@ def test_batch_packer_induces_then_measures_on_a_graph():
     order = np.lexsort((both[:, 1], both[:, 0]))
     indptr = np.searchsorted(both[order, 0], np.arange(6)).astype(np.int64)
     indices = both[order, 1].astype(np.int64)
-    block = Block(np.array([5]), np.array([0]), np.array([1]), np.array([1.0], np.float32), np.array([0, 5]),
-                  np.array([0, 1, 2, 3, 4]))
+    block = Block(
+        np.array([5]),
+        np.array([0]),
+        np.array([1]),
+        np.array([1.0], np.float32),
+        np.array([0, 5]),
+        np.array([0, 1, 2, 3, 4]),
+    )
     for density in (2.0, 0.0):  # the sparse and the dense form
         b = BatchPacker(indptr, indices, 6, min_density=density, distances=True)(block)
         assert b.dense == (density == 0.0)
@@ -100,8 +109,10 @@ def test_distance_rows_clip_and_give_no_path_its_own_row():
 
 def test_model_adds_one_learned_vector_per_distance_pair_to_h0():
     _, _, _, sizes, edges = _links()
-    samples = [{"cid": i, "label": 1.0, "nodes": np.arange(100 * i, 100 * i + n), "edges": e}
-               for i, (n, e) in enumerate(zip(sizes, edges))]
+    samples = [
+        {"cid": i, "label": 1.0, "nodes": np.arange(100 * i, 100 * i + n), "edges": e}
+        for i, (n, e) in enumerate(zip(sizes, edges))
+    ]
     batch = pack_samples(samples, n_max=8, distances=True)
     torch.manual_seed(0)
     plain = Pencil(ModelConfig(n_max=8, hidden=16, layers=1, heads=2, ffn=32, dropout=0.0))
@@ -118,8 +129,11 @@ def test_model_adds_one_learned_vector_per_distance_pair_to_h0():
 
 
 def test_distance_features_flag_reaches_model_and_loader():
-    cfg = resolve(config_from_args(["--shards", "s", "--preset", "tiny", "--out", "o", "--distance-features", "3"]),
-                  n_max=12, world_size=1)
+    cfg = resolve(
+        config_from_args(["--shards", "s", "--preset", "tiny", "--out", "o", "--distance-features", "3"]),
+        n_max=12,
+        world_size=1,
+    )
     assert cfg.model.distances == 3 and cfg.data.distances is True
     off = resolve(config_from_args(["--shards", "s", "--preset", "tiny", "--out", "o"]), n_max=12, world_size=1)
     assert off.model.distances is None and off.data.distances is False
@@ -141,8 +155,19 @@ def test_training_with_distance_features_end_to_end(tmp_path):
 
     torch.set_num_threads(1)
     shards = make_shard_set(tmp_path / "shards", shard_links=(64, 32), eval_links=150)
-    summary = run(config_for("tiny", str(shards), str(tmp_path / "run"), epochs=3, device="cpu", progress=False,
-                             save_epoch_scores=True, data={"num_workers": 1}, model={"distances": 3}))
+    summary = run(
+        config_for(
+            "tiny",
+            str(shards),
+            str(tmp_path / "run"),
+            epochs=3,
+            device="cpu",
+            progress=False,
+            save_epoch_scores=True,
+            data={"num_workers": 1},
+            model={"distances": 3},
+        )
+    )
     assert summary["test"]["mrr"] > chance_mrr_of_set(shards)
     assert summary["config"]["data"]["distances"] is True and summary["config"]["model"]["distances"] == 3
     assert load(tmp_path / "run" / "best.pt")["model"]["distance.weight"].shape[0] == 25

@@ -3,6 +3,7 @@ test skips then), so the rest checks behaviour the files depend on: every comman
 that program's real parser (Ray's click commands, preprocess's and the trainer's config builders), the
 shell line that finds the newest shard set picks the newest complete one in a real folder tree, and the
 images install the versions and packages the project declares."""
+
 from __future__ import annotations
 
 import re
@@ -25,8 +26,11 @@ DOCKER = ROOT / "docker"
 def steps(path: Path) -> list[tuple[str, str]]:
     """Dockerfile -> [(INSTRUCTION, args)], continuation lines joined, comments dropped."""
     text = re.sub(r"\\\n", " ", path.read_text())
-    return [(line.split(" ", 1)[0].upper(), line.split(" ", 1)[1].strip())
-            for line in map(str.strip, text.splitlines()) if line and not line.startswith("#")]
+    return [
+        (line.split(" ", 1)[0].upper(), line.split(" ", 1)[1].strip())
+        for line in map(str.strip, text.splitlines())
+        if line and not line.startswith("#")
+    ]
 
 
 def exec_form(args: str) -> list[str]:
@@ -41,6 +45,7 @@ def ray_parses(words: list[str]) -> None:
     """`ray start ...` / `ray job submit ...` through Ray's own click commands (parsed, not run)."""
     from ray.dashboard.modules.job.cli import submit
     from ray.scripts.scripts import start
+
     assert words[0] == "ray", words
     if words[1] == "start":
         start.make_context("start", words[2:])
@@ -53,14 +58,16 @@ def ray_parses(words: list[str]) -> None:
 def job_parses(words: list[str]) -> None:
     """A project command (python -m preprocess / trainer) through its parser and its config builder."""
     if words[0] == "torchrun":
-        words = ["python", "-m", "trainer", *words[words.index("-m") + 2:]]
+        words = ["python", "-m", "trainer", *words[words.index("-m") + 2 :]]
     parser, rest = parser_for(words)
     args = parser.parse_args(rest)
     if words[2] == "preprocess":
         from preprocess.__main__ import config_from_args
+
         config_from_args(args)  # values too: --sampling, --views, ...
     else:
         from trainer.config import config_from_args
+
         config_from_args(rest)
 
 
@@ -99,8 +106,11 @@ def test_the_trainer_finds_the_newest_complete_shard_set(tmp_path):
 
 def test_images_install_the_declared_versions_and_packages():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    pinned = dict(line.split("==") for line in (ROOT / "constraints.txt").read_text().splitlines()
-                  if "==" in line and not line.startswith("#"))
+    pinned = dict(
+        line.split("==")
+        for line in (ROOT / "constraints.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
     pre, tr = (steps(DOCKER / f"{name}.Dockerfile") for name in ("preprocess", "trainer"))
     # the CPU image installs constraints.txt's torch, from the CPU wheel index
     assert f"torch=={pinned['torch']}" in dict(pre)["RUN"] and "whl/cpu" in dict(pre)["RUN"]
@@ -139,8 +149,13 @@ def _engine() -> bool:
 @pytest.mark.skipif(not _engine(), reason="no Docker engine reachable (docker info fails)")
 def test_the_preprocess_image_builds_and_runs_its_cli():
     tag = "pencil-lp/preprocess:test"
-    subprocess.run(["docker", "build", "-f", str(DOCKER / "preprocess.Dockerfile"), "-t", tag, str(ROOT)],
-                   check=True, timeout=3600)
-    proc = subprocess.run(["docker", "run", "--rm", tag, "python", "-m", "preprocess", "--help"],
-                          capture_output=True, text=True, timeout=600)
+    subprocess.run(
+        ["docker", "build", "-f", str(DOCKER / "preprocess.Dockerfile"), "-t", tag, str(ROOT)], check=True, timeout=3600
+    )
+    proc = subprocess.run(
+        ["docker", "run", "--rm", tag, "python", "-m", "preprocess", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0 and "--sampling" in proc.stdout, proc.stderr[-2000:]

@@ -1,6 +1,7 @@
 """An edge list's columns beyond src and dst: a weight column summed per pair (before the boundary under a
 temporal split) and read by the weighted heuristics, bad weights refused in one line, and every other column
 ignored with a log line naming it. Expected values are computed by hand."""
+
 from __future__ import annotations
 
 import math
@@ -86,13 +87,16 @@ def test_temporal_weights_count_only_rows_before_each_boundary(tmp_path):
     assert "test" not in ds.without_test().weights
 
 
-@pytest.mark.parametrize("cell, match", [
-    ("0", r"column 'weight' holds 0 in data row 3; weights must be finite and > 0"),
-    ("-2", r"column 'weight' holds -2 in data row 3; weights must be finite and > 0"),
-    ("inf", r"column 'weight' holds inf in data row 3"),
-    ("heavy", r"column 'weight' holds 'heavy' in data row 3, not a number"),
-    ("", r"column 'weight' is empty in data row 3"),
-])
+@pytest.mark.parametrize(
+    "cell, match",
+    [
+        ("0", r"column 'weight' holds 0 in data row 3; weights must be finite and > 0"),
+        ("-2", r"column 'weight' holds -2 in data row 3; weights must be finite and > 0"),
+        ("inf", r"column 'weight' holds inf in data row 3"),
+        ("heavy", r"column 'weight' holds 'heavy' in data row 3, not a number"),
+        ("", r"column 'weight' is empty in data row 3"),
+    ],
+)
 def test_bad_weights_are_refused_naming_the_option_that_drops_them(tmp_path, cell, match):
     rows = [(i, (i + 1) % 30, 1) for i in range(30)]
     rows[2] = (2, 3, cell)
@@ -107,11 +111,16 @@ def test_other_columns_are_ignored_with_a_log_line_each(tmp_path, caplog):
     path = write(tmp_path / "c.csv", rows, "src,dst,kind,score,weight")
     ds = load_dataset(path, ignore_columns=("weight",))
     assert ds.weights is None
-    assert "c.csv: column(s) 'kind', 'score' ignored: an edge list reads src, dst and optionally split, time, weight" \
+    assert (
+        "c.csv: column(s) 'kind', 'score' ignored: an edge list reads src, dst and optionally split, time, weight"
         in caplog.text
+    )
     assert "c.csv: column 'weight' ignored (--ignore-columns)" in caplog.text
-    with pytest.raises(DatasetError, match=r"--ignore-columns wieght: .*c.csv has no column 'wieght' \(columns: src, "
-                                           r"dst, kind, score, weight\)"):
+    with pytest.raises(
+        DatasetError,
+        match=r"--ignore-columns wieght: .*c.csv has no column 'wieght' \(columns: src, "
+        r"dst, kind, score, weight\)",
+    ):
         load_dataset(path, ignore_columns=("wieght",))
     with pytest.raises(DatasetError, match=r"--ignore-columns dst: dst is an endpoint column and cannot be ignored"):
         load_dataset(path, ignore_columns=("dst",))
@@ -121,5 +130,7 @@ def test_the_undirected_graph_is_said_so(tmp_path, caplog):
     caplog.set_level("INFO")
     rows = [(i, (i + 1) % 30) for i in range(30)] + [(1, 0), (5, 5)]
     load_dataset(write(tmp_path / "u.csv", rows, "src,dst"))
-    assert ("u.csv: the graph is undirected: (u, v) and (v, u) are one pair and repeated pairs count once (32 rows -> "
-            "30 distinct pairs; 1 self-loop row(s) dropped, 1 row(s) repeating a pair)") in caplog.text
+    assert (
+        "u.csv: the graph is undirected: (u, v) and (v, u) are one pair and repeated pairs count once (32 rows -> "
+        "30 distinct pairs; 1 self-loop row(s) dropped, 1 row(s) repeating a pair)"
+    ) in caplog.text

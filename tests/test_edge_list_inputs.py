@@ -1,6 +1,7 @@
 """A user's edge list and node list as an outside tester writes them: ids at the edges of 64 bits, floats,
 Excel's byte-order mark, a node list without a header, ids from 0 with gaps, an edge in two splits of the
 split column, a graph too small for the default split. Expected values are written out by hand."""
+
 from __future__ import annotations
 
 import subprocess
@@ -49,8 +50,10 @@ def test_ids_with_leading_zeros_are_text_as_written(tmp_path, caplog):
     codes = [f"{i:03d}" for i in range(150)]
     ds = load_dataset(str(write_csv(tmp_path / "codes.csv", ring(150, codes))))
     assert ds.node_ids.dtype == object and list(ds.node_ids[:3]) == ["000", "001", "002"]
-    assert "codes.csv: node ids read as text (sorted as text, written back as read): column 'src' holds '000' in " \
-           "data row 1, a leading zero an integer would drop" in caplog.text
+    assert (
+        "codes.csv: node ids read as text (sorted as text, written back as read): column 'src' holds '000' in "
+        "data row 1, a leading zero an integer would drop" in caplog.text
+    )
     both = load_dataset(str(write_csv(tmp_path / "both.csv", ring(150) + [("001", 7), ("1", 9)])))
     assert {"001", "1"} <= set(both.node_ids) and both.num_nodes == 151
 
@@ -59,23 +62,30 @@ def test_one_odd_id_says_why_every_id_is_text(tmp_path, caplog):
     edges = write_csv(tmp_path / "big.csv", ring(150) + [(2**64, 3)])
     ds = load_dataset(str(edges))
     assert ds.node_ids.dtype == object and str(2**64) in set(ds.node_ids)
-    assert f"big.csv: node ids read as text (sorted as text, written back as read): column 'src' holds {2**64} in " \
-           "data row 151, beyond 64-bit integers; so the integer ids of column(s) dst are text too" in caplog.text
+    assert (
+        f"big.csv: node ids read as text (sorted as text, written back as read): column 'src' holds {2**64} in "
+        "data row 151, beyond 64-bit integers; so the integer ids of column(s) dst are text too" in caplog.text
+    )
     caplog.clear()
     (tmp_path / "nodes.csv").write_text("node\n0\nabc\n")
     load_dataset(str(write_csv(tmp_path / "ints.csv", ring(150))), nodes=str(tmp_path / "nodes.csv"))
-    assert "ints.csv: node ids read as text (sorted as text, written back as read): nodes.csv: column 'node' holds " \
-           "'abc' in data row 2, not an integer; so the integer ids of column(s) src, dst are text too" in caplog.text
+    assert (
+        "ints.csv: node ids read as text (sorted as text, written back as read): nodes.csv: column 'node' holds "
+        "'abc' in data row 2, not an integer; so the integer ids of column(s) src, dst are text too" in caplog.text
+    )
 
 
 def test_dropped_and_merged_rows_are_logged(tmp_path, caplog):
     """700 rows, 600 edges: the log says what became of the other 100 (self-loops, repeats, reversed pairs)."""
     import logging
+
     caplog.set_level(logging.INFO)
     rows = ring(600) + [(i, i) for i in range(40)] + ring(600)[:30] + [(b, a) for a, b in ring(600)[100:130]]
     load_dataset(str(write_csv(tmp_path / "e.csv", rows)))
-    assert "e.csv: the graph is undirected: (u, v) and (v, u) are one pair and repeated pairs count once (700 rows " \
-           "-> 600 distinct pairs; 40 self-loop row(s) dropped, 60 row(s) repeating a pair)" in caplog.text
+    assert (
+        "e.csv: the graph is undirected: (u, v) and (v, u) are one pair and repeated pairs count once (700 rows "
+        "-> 600 distinct pairs; 40 self-loop row(s) dropped, 60 row(s) repeating a pair)" in caplog.text
+    )
 
 
 def test_uint64_ids_in_a_narrow_range_near_the_top(tmp_path):
@@ -125,12 +135,15 @@ def test_csv_with_a_byte_order_mark(tmp_path):
 
 
 # ---------------------------------------------------------------------------- node lists
-@pytest.mark.parametrize("name, text, ids", [
-    ("n.csv", "500\n501\n5\n", ["500", "501", "5"]),                 # no header: every line an id
-    ("n.csv", "node\n500\n501\n5\n", ["500", "501", "5"]),           # a header named node
-    ("n.tsv", "id\n7\n", ["7"]),                                     # ... or id
-    ("n.csv", "\ufeffnode\n5\n", ["5"]),                             # with a BOM
-])
+@pytest.mark.parametrize(
+    "name, text, ids",
+    [
+        ("n.csv", "500\n501\n5\n", ["500", "501", "5"]),  # no header: every line an id
+        ("n.csv", "node\n500\n501\n5\n", ["500", "501", "5"]),  # a header named node
+        ("n.tsv", "id\n7\n", ["7"]),  # ... or id
+        ("n.csv", "\ufeffnode\n5\n", ["5"]),  # with a BOM
+    ],
+)
 def test_one_column_node_list_header_rule(tmp_path, name, text, ids):
     (tmp_path / name).write_text(text)
     cols = read_columns(tmp_path / name, ("node", "id"), any_of=True, hint="node").cols
@@ -149,8 +162,11 @@ def test_an_edge_in_train_and_test_is_refused(tmp_path):
     rows = [(i, (i + 1) % 30, "train") for i in range(30)] + [(0, 5, "valid"), (0, 6, "test"), (1, 0, "test")]
     path = tmp_path / "leak.csv"
     path.write_text("src,dst,split\n" + "\n".join(",".join(map(str, r)) for r in rows) + "\n")
-    with pytest.raises(DatasetError, match=r"leak.csv: 1 edge\(s\) are marked both train and test in the split "
-                                           r"column \(first: 0,1\).*keep each edge in one split"):
+    with pytest.raises(
+        DatasetError,
+        match=r"leak.csv: 1 edge\(s\) are marked both train and test in the split "
+        r"column \(first: 0,1\).*keep each edge in one split",
+    ):
         load_dataset(str(path))
     proc = cli("-m", "preprocess", "--dataset", str(path), "--out", str(tmp_path / "shards"))
     assert "both train and test" in error_line(proc)
@@ -168,8 +184,11 @@ def test_valid_and_test_sharing_an_edge_is_refused(tmp_path):
 def test_a_graph_too_small_for_a_validation_edge_names_split(tmp_path):
     """19 edges at 5 % valid: int(0.95) = 0 validation edges, which once failed later as 'no shards for valid'."""
     path = write_csv(tmp_path / "e_19.csv", [(i, i + 1) for i in range(19)])
-    with pytest.raises(DatasetError, match=r"19 edges leave no valid edges at 5% valid / 10% test; pass --split "
-                                           r"with larger valid and test shares \(each at least 5.26% here"):
+    with pytest.raises(
+        DatasetError,
+        match=r"19 edges leave no valid edges at 5% valid / 10% test; pass --split "
+        r"with larger valid and test shares \(each at least 5.26% here",
+    ):
         load_dataset(str(path))
     ds = load_dataset(str(path), split=(70.0, 15.0, 15.0))
     assert (len(ds.splits["train"].pos), len(ds.splits["valid"].pos), len(ds.splits["test"].pos)) == (15, 2, 2)

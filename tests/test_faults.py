@@ -4,6 +4,7 @@ asserts on bytes (the repaired set equals an uninterrupted one, nothing temporar
 the user sees (one line, exit status). The kills and the full disk run `python -m preprocess` as a process;
 the repairs and the trainer's refusals call the command's main(argv) in this process (tests/cli_calls.py), the
 repairs on one embedded Ray for the module, so each is a job and not a Ray start."""
+
 from __future__ import annotations
 
 import errno
@@ -49,25 +50,51 @@ def graph_csv(tmp_path_factory) -> Path:
 
 
 def preprocess_cmd(dataset: str | Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "preprocess", "--dataset", str(dataset), "--sampling", "1,3", "--views", "2",
-            "--out", str(out), "--num-cpus", "2", "--links-per-shard", "256", "--block-size", "64", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "preprocess",
+        "--dataset",
+        str(dataset),
+        "--sampling",
+        "1,3",
+        "--views",
+        "2",
+        "--out",
+        str(out),
+        "--num-cpus",
+        "2",
+        "--links-per-shard",
+        "256",
+        "--block-size",
+        "64",
+        *extra,
+    ]
 
 
 def preprocess(dataset, out: Path, *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(preprocess_cmd(dataset, out, *extra), cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        preprocess_cmd(dataset, out, *extra),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def preprocess_here(dataset, out: Path, *extra: str, capture) -> subprocess.CompletedProcess:
     """preprocess(...) by the command's main(argv) in this process, on the module's embedded Ray (ray_session),
     its log lines in stderr as the command prints them."""
     from preprocess.__main__ import main
+
     return call_main(main, preprocess_cmd(dataset, out, *extra)[3:], capture, logs=True)
 
 
 def trainer_here(argv: list[str], capture) -> subprocess.CompletedProcess:
     """`python -m trainer ARGV` by the trainer's main(argv) in this process."""
     from trainer.train import main
+
     return call_main(main, argv, capture)
 
 
@@ -97,7 +124,7 @@ def manifest_shards(path: Path) -> list[dict]:
 def flip(path: Path, at: float) -> None:
     data = bytearray(path.read_bytes())
     i = int(len(data) * at)
-    data[i:i + 64] = bytes(b ^ 0xFF for b in data[i:i + 64])
+    data[i : i + 64] = bytes(b ^ 0xFF for b in data[i : i + 64])
     path.write_bytes(bytes(data))
 
 
@@ -118,12 +145,13 @@ def copy_set(reference: Path, out: Path) -> Path:
 
 
 # ---------------------------------------------------------------------------- corrupt and truncated shards
-def test_cache_hit_catches_corrupt_and_truncated_shards_and_repairs_them(reference, graph_csv, tmp_path,
-                                                                         ray_session, capfd):
+def test_cache_hit_catches_corrupt_and_truncated_shards_and_repairs_them(
+    reference, graph_csv, tmp_path, ray_session, capfd
+):
     shards = copy_set(reference, tmp_path)
     flip(shards / "train-v000-00002.tar", 0.5)
     data = (shards / "train-v001-00004.tar").read_bytes()
-    (shards / "train-v001-00004.tar").write_bytes(data[:len(data) // 2])
+    (shards / "train-v001-00004.tar").write_bytes(data[: len(data) // 2])
     flip(shards / "graph-train-indices.npy", 0.6)  # same shape, other content: only the fingerprint sees it
     (shards / "valid-original-queries.npz").write_bytes(b"garbage")
     proc = preprocess_here(graph_csv, tmp_path, capture=capfd)
@@ -131,10 +159,18 @@ def test_cache_hit_catches_corrupt_and_truncated_shards_and_repairs_them(referen
     notes = [line for line in proc.stderr.splitlines() if "WARNING preprocess.job" in line]
     assert len(notes) == 4, proc.stderr[-3000:]
     assert any(re.search(r"graph-train-indices\.npy: checksum mismatch .*; writing it again$", n) for n in notes)
-    assert any(re.search(r"valid-original-queries\.npz: size 7 bytes, the manifest says \d+ .*; writing it again$", n)
-               for n in notes)
-    assert any(re.search(r"train-v000-00002\.tar: checksum mismatch \(manifest [0-9a-f]{12}…, file [0-9a-f]{12}…\); "
-                         r"sampling it again$", n) for n in notes), notes
+    assert any(
+        re.search(r"valid-original-queries\.npz: size 7 bytes, the manifest says \d+ .*; writing it again$", n)
+        for n in notes
+    )
+    assert any(
+        re.search(
+            r"train-v000-00002\.tar: checksum mismatch \(manifest [0-9a-f]{12}…, file [0-9a-f]{12}…\); "
+            r"sampling it again$",
+            n,
+        )
+        for n in notes
+    ), notes
     assert any(re.search(r"train-v001-00004\.tar: size \d+ bytes, the manifest says \d+", n) for n in notes)
     assert files(shards) == files(reference) and manifest_shards(shards) == manifest_shards(reference)
     assert not list(shards.glob(".*.tmp"))
@@ -160,8 +196,10 @@ def test_resume_catches_a_corrupt_shard_without_a_manifest(reference, graph_csv,
     proc = preprocess_here(graph_csv, tmp_path, capture=capfd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     notes = [line for line in proc.stderr.replace("\r", "\n").splitlines() if "WARNING preprocess.job" in line]
-    assert sorted(re.search(r"/([a-z0-9-]+\.tar)", n).group(1) for n in notes) == \
-        ["train-v000-00001.tar", "valid-original-00000.tar"], proc.stderr[-3000:]
+    assert sorted(re.search(r"/([a-z0-9-]+\.tar)", n).group(1) for n in notes) == [
+        "train-v000-00001.tar",
+        "valid-original-00000.tar",
+    ], proc.stderr[-3000:]
     assert all(n.endswith("; sampled it again") for n in notes)
     assert files(shards) == files(reference) and manifest_shards(shards) == manifest_shards(reference)
 
@@ -170,13 +208,29 @@ def test_trainer_fails_on_the_first_bad_block_in_one_line(reference, tmp_path, c
     shards = copy_set(reference, tmp_path)
     for tar in shards.glob("train-*.tar"):
         flip(tar, 0.03)  # inside the first block of every training shard
-    argv = ["--shards", str(shards), "--preset", "tiny", "--out", str(tmp_path / "run"), "--max-steps", "5",
-            "--num-workers", "1", "--no-progress", "--device", "cpu"]
+    argv = [
+        "--shards",
+        str(shards),
+        "--preset",
+        "tiny",
+        "--out",
+        str(tmp_path / "run"),
+        "--max-steps",
+        "5",
+        "--num-workers",
+        "1",
+        "--no-progress",
+        "--device",
+        "cpu",
+    ]
     proc = trainer_here(argv, capfd)  # capfd: what the DataLoader worker (a forked process) writes counts too
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     (line,) = [x for x in user_lines(proc.stderr)]
-    assert re.match(rf"python -m trainer: error: {re.escape(str(shards))}/train-v00\d-\d{{5}}\.tar:\d{{6}}(\.arrow)?: "
-                    "corrupt", line), line
+    assert re.match(
+        rf"python -m trainer: error: {re.escape(str(shards))}/train-v00\d-\d{{5}}\.tar:\d{{6}}(\.arrow)?: "
+        "corrupt",
+        line,
+    ), line
 
 
 # ---------------------------------------------------------------------------- tampering
@@ -220,24 +274,35 @@ def test_cache_hit_names_and_repairs_an_edited_manifest(reference, graph_csv, tm
     proc = preprocess_here(graph_csv, tmp_path, capture=capfd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     notes = [line for line in proc.stderr.splitlines() if "WARNING preprocess.job" in line]
-    assert len(notes) == 1 and re.search(rf"{re.escape(str(shards))}/manifest\.json: checksum mismatch .*: the manifest "
-                                         r"was edited or is corrupt; rebuilding the manifest$", notes[0]), notes
+    assert len(notes) == 1 and re.search(
+        rf"{re.escape(str(shards))}/manifest\.json: checksum mismatch .*: the manifest "
+        r"was edited or is corrupt; rebuilding the manifest$",
+        notes[0],
+    ), notes
     assert files(shards) == files(reference) and manifest_body(shards) == manifest_body(reference)
 
 
-def test_cache_hit_names_and_repairs_swapped_queries_and_a_renamed_shard(reference, graph_csv, tmp_path, ray_session, capfd):
+def test_cache_hit_names_and_repairs_swapped_queries_and_a_renamed_shard(
+    reference, graph_csv, tmp_path, ray_session, capfd
+):
     shards = copy_set(reference, tmp_path)
     swap_queries(shards)
     rename_shard(shards)
     proc = preprocess_here(graph_csv, tmp_path, capture=capfd)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    notes = sorted(line.split(" preprocess.job: ")[1] for line in proc.stderr.splitlines() if "WARNING preprocess.job" in line)
+    notes = sorted(
+        line.split(" preprocess.job: ")[1] for line in proc.stderr.splitlines() if "WARNING preprocess.job" in line
+    )
     assert len(notes) == 3, notes
-    assert re.fullmatch(rf"{re.escape(str(shards))}/train-v000-00003-renamed\.tar: not a file of this set; removed",
-                        notes[0]), notes
+    assert re.fullmatch(
+        rf"{re.escape(str(shards))}/train-v000-00003-renamed\.tar: not a file of this set; removed", notes[0]
+    ), notes
     assert re.fullmatch(rf"{re.escape(str(shards))}/train-v000-00003\.tar: missing; sampling it again", notes[1]), notes
-    assert re.fullmatch(rf"{re.escape(str(shards))}/valid-original-queries\.npz: checksum mismatch \(manifest "
-                        r"[0-9a-f]{12}…, file [0-9a-f]{12}…\); writing it again", notes[2]), notes
+    assert re.fullmatch(
+        rf"{re.escape(str(shards))}/valid-original-queries\.npz: checksum mismatch \(manifest "
+        r"[0-9a-f]{12}…, file [0-9a-f]{12}…\); writing it again",
+        notes[2],
+    ), notes
     assert files(shards) == files(reference) and manifest_body(shards) == manifest_body(reference)
 
 
@@ -245,6 +310,7 @@ def swap_node_ids(shards: Path) -> str:
     """The user's ids of nodes 0 and 1 exchanged: every output would name the wrong nodes."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     path = shards / "node_ids.parquet"
     ids = pq.read_table(path).column("id").to_numpy(zero_copy_only=False).copy()
     ids[[0, 1]] = ids[[1, 0]]
@@ -257,23 +323,49 @@ def test_cache_hit_names_and_repairs_swapped_node_ids(reference, graph_csv, tmp_
     swap_node_ids(shards)
     proc = preprocess_here(graph_csv, tmp_path, capture=capfd)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    notes = [line.split(" preprocess.job: ")[1] for line in proc.stderr.splitlines() if "WARNING preprocess.job" in line]
-    assert len(notes) == 1 and re.fullmatch(rf"{re.escape(str(shards))}/node_ids\.parquet: (checksum|size) mismatch "
-                                            r"\(manifest .*\); writing it again", notes[0]), notes
+    notes = [
+        line.split(" preprocess.job: ")[1] for line in proc.stderr.splitlines() if "WARNING preprocess.job" in line
+    ]
+    assert len(notes) == 1 and re.fullmatch(
+        rf"{re.escape(str(shards))}/node_ids\.parquet: (checksum|size) mismatch "
+        r"\(manifest .*\); writing it again",
+        notes[0],
+    ), notes
     assert files(shards) == files(reference) and manifest_body(shards) == manifest_body(reference)
 
 
 @pytest.mark.parametrize("verify", [True, False], ids=["verify", "plain"])
-@pytest.mark.parametrize("tamper,text", [
-    (edit_manifest, r"manifest\.json: checksum mismatch \(recorded [0-9a-f]{12}…, contents [0-9a-f]{12}…\)"),
-    (swap_queries, r"valid-original-queries\.npz: checksum mismatch \(manifest [0-9a-f]{12}…, file [0-9a-f]{12}…\)"),
-    (rename_shard, r"train-v000-00003\.tar: missing"),
-], ids=["manifest", "queries", "renamed-shard"])
+@pytest.mark.parametrize(
+    "tamper,text",
+    [
+        (edit_manifest, r"manifest\.json: checksum mismatch \(recorded [0-9a-f]{12}…, contents [0-9a-f]{12}…\)"),
+        (
+            swap_queries,
+            r"valid-original-queries\.npz: checksum mismatch \(manifest [0-9a-f]{12}…, file [0-9a-f]{12}…\)",
+        ),
+        (rename_shard, r"train-v000-00003\.tar: missing"),
+    ],
+    ids=["manifest", "queries", "renamed-shard"],
+)
 def test_trainer_names_a_tampered_file_in_one_line(reference, tmp_path, tamper, text, verify, capfd):
     shards = copy_set(reference, tmp_path)
     tamper(shards)
-    argv = ["--shards", str(shards), "--preset", "tiny", "--out", str(tmp_path / "run"), "--max-steps", "2",
-            "--num-workers", "0", "--no-progress", "--device", "cpu", *(["--verify"] if verify else [])]
+    argv = [
+        "--shards",
+        str(shards),
+        "--preset",
+        "tiny",
+        "--out",
+        str(tmp_path / "run"),
+        "--max-steps",
+        "2",
+        "--num-workers",
+        "0",
+        "--no-progress",
+        "--device",
+        "cpu",
+        *(["--verify"] if verify else []),
+    ]
     proc = trainer_here(argv, capfd)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     (line,) = user_lines(proc.stderr)
@@ -297,8 +389,11 @@ def test_full_disk_leaves_no_temp_files_and_one_line(graph_csv, tmp_path):
     lines = user_lines(proc.stderr)
     assert len(lines) == 1, proc.stderr[-3000:]
     (line,) = lines
-    assert re.match(rf"python -m preprocess: error: {re.escape(str(disk))}/small/[0-9a-f]{{16}}/\S+: "
-                    "no space left on device; free space or write somewhere else$", line), line
+    assert re.match(
+        rf"python -m preprocess: error: {re.escape(str(disk))}/small/[0-9a-f]{{16}}/\S+: "
+        "no space left on device; free space or write somewhere else$",
+        line,
+    ), line
     assert leftovers == []
     assert "manifest.json" not in written
 
@@ -324,24 +419,45 @@ def test_injected_enospc_in_a_shard_task_is_reported_not_retried(tmp_path, monke
                             if Limited.written > 2000:
                                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
                             return f.write(data)
+
                     return Limited()
 
                 def __exit__(self_, *exc):
                     return inner.__exit__(*exc)
+
             return Ctx()
 
     monkeypatch.setattr(job, "open_storage", lambda url: FullDisk(url))
     rng = np.random.default_rng(0)
     from common.graph import Graph
+
     g = Graph.from_edges(rng.integers(0, 200, (800, 2)), num_nodes=200)
     src, dst = rng.integers(0, 200, 300), rng.integers(0, 200, 300)
-    out = job.build_shard(g.indptr, g.indices, src, dst, np.ones(300, np.float32), 0, 300, 1, 3, 7, 64,
-                          str(tmp_path), "train-v000-00000.tar", False, 8)
+    out = job.build_shard(
+        g.indptr,
+        g.indices,
+        src,
+        dst,
+        np.ones(300, np.float32),
+        0,
+        300,
+        1,
+        3,
+        7,
+        64,
+        str(tmp_path),
+        "train-v000-00000.tar",
+        False,
+        8,
+    )
     assert out["fatal"][0] == errno.ENOSPC and out["fatal"][2] == str(tmp_path / "train-v000-00000.tar")
     assert list(tmp_path.iterdir()) == []  # neither the shard nor its temporary file
     from common.cli import describe
-    assert describe(OSError(*out["fatal"])) == \
-        f"{tmp_path}/train-v000-00000.tar: no space left on device; free space or write somewhere else"
+
+    assert (
+        describe(OSError(*out["fatal"]))
+        == f"{tmp_path}/train-v000-00000.tar: no space left on device; free space or write somewhere else"
+    )
 
 
 # ---------------------------------------------------------------------------- kill -9
@@ -355,8 +471,12 @@ HOLD = "train-v000-00003.tar"
 
 def hooked_env(fault_dir: Path, hold: str = HOLD) -> dict:
     path = [str(FAULT_HOOK), str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), "PENCIL_TEST_FAULT_DIR": str(fault_dir),
-            "PENCIL_TEST_FAULT_HOLD": hold}
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(path),
+        "PENCIL_TEST_FAULT_DIR": str(fault_dir),
+        "PENCIL_TEST_FAULT_HOLD": hold,
+    }
 
 
 def attempts(fault_dir: Path) -> dict[str, list[int]]:
@@ -372,6 +492,7 @@ def attempts(fault_dir: Path) -> dict[str, list[int]]:
 def session_processes(sid: int) -> list:
     """Live processes of the session a Popen(start_new_session=True) child leads: it and what it started."""
     import psutil
+
     out = []
     for p in psutil.process_iter():
         try:
@@ -384,6 +505,7 @@ def session_processes(sid: int) -> list:
 
 def _alive(pid: int) -> bool:
     import psutil
+
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -410,10 +532,12 @@ def _kill_tree_leftovers(proc: subprocess.Popen) -> None:
 
 def _held(fault_dir: Path, proc: subprocess.Popen) -> int:
     """Wait until the HOLD shard's first attempt is parked mid-write; its worker's pid."""
+
     def ready():
         if proc.poll() is not None:
             pytest.fail(f"preprocess exited ({proc.returncode}) before the hook held {HOLD}")
         return (fault_dir / f"{HOLD}.held").exists()
+
     _wait_for(ready, 300, f"the first attempt at {HOLD} to be held mid-write")
     return int((fault_dir / f"{HOLD}.held").read_text())
 
@@ -423,10 +547,17 @@ def test_driver_sigkill_mid_job_then_rerun_is_byte_identical(reference, graph_cs
     finished and the rest not started; whatever Ray processes survive it must not touch the set; the same
     command again gives the uninterrupted set, byte for byte."""
     import psutil
+
     out, faults = tmp_path / "out", tmp_path / "faults"
     faults.mkdir()
-    proc = subprocess.Popen(preprocess_cmd(graph_csv, out, "--num-cpus", "1"), cwd=ROOT, env=hooked_env(faults),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        preprocess_cmd(graph_csv, out, "--num-cpus", "1"),
+        cwd=ROOT,
+        env=hooked_env(faults),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         writer = _held(faults, proc)
         os.kill(proc.pid, signal.SIGKILL)  # the driver only: Ray's processes are left to react on their own
@@ -464,8 +595,13 @@ def test_driver_sigkill_mid_job_then_rerun_is_byte_identical(reference, graph_cs
 def test_driver_kill_then_rerun_is_byte_identical(reference, graph_csv, tmp_path):
     """Unpinned twin of the test above: 2 CPUs, several tasks in flight, the kill wherever it lands."""
     out = tmp_path / "out"
-    proc = subprocess.Popen(preprocess_cmd(graph_csv, out), cwd=ROOT, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        preprocess_cmd(graph_csv, out),
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         _wait_for(lambda: len(list(out.glob("*/*/train-*.tar"))) >= 3, 120, "three finished shards")
         os.kill(proc.pid, signal.SIGKILL)  # the driver only, mid-run
@@ -490,8 +626,15 @@ def test_worker_kill_is_retried_and_byte_identical(reference, graph_csv, tmp_pat
     uninterrupted one, byte for byte, with no temporary file of the dead worker left in it."""
     out, faults = tmp_path / "out", tmp_path / "faults"
     faults.mkdir()
-    proc = subprocess.Popen(preprocess_cmd(graph_csv, out, "--num-cpus", "1"), cwd=ROOT, env=hooked_env(faults),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        preprocess_cmd(graph_csv, out, "--num-cpus", "1"),
+        cwd=ROOT,
+        env=hooked_env(faults),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         victim = _held(faults, proc)
         os.kill(victim, signal.SIGKILL)  # one worker, mid-write; the driver lives on

@@ -4,6 +4,7 @@ the run has no features for is refused in one line, and `pencil serve` answers /
 new node added with its features, refuses a new node without them with a 400, and replays the added rows after a
 restart. The service is the real command on 127.0.0.1, driven by a real HTTP client. Slow: a service start takes
 about a minute on 2 shared cores."""
+
 from __future__ import annotations
 
 import json
@@ -34,38 +35,81 @@ def test_score_recommend_and_evaluate_read_the_runs_features(featured_shop_run, 
 
     from pipelines.core.runs import load_run
     from pipelines.score import score_pairs
+
     run = featured_shop_run
     pairs = [("u001", "i003"), ("u010", "i020"), ("u042", "i007")]
-    code, err = main_of(SCORE, ["--checkpoint", run["run"], "--pairs", pairs_file(tmp_path / "p.csv", pairs),
-                                "--out", tmp_path / "s.parquet", "--graph", "all", "--device", "cpu"])
+    code, err = main_of(
+        SCORE,
+        [
+            "--checkpoint",
+            run["run"],
+            "--pairs",
+            pairs_file(tmp_path / "p.csv", pairs),
+            "--out",
+            tmp_path / "s.parquet",
+            "--graph",
+            "all",
+            "--device",
+            "cpu",
+        ],
+    )
     assert code == 0, err[-2000:]
     got = pq.read_table(tmp_path / "s.parquet").column("logit").to_numpy()
     model, ds, fields, _ = load_run(str(run["run"]), torch.device("cpu"))
     assert model.cfg.num_features == 4 and ds.x.shape == (ds.num_nodes, 4)
     from common.snapshot import whole_graph
+
     idx = np.searchsorted(ds.node_ids, np.array(pairs, dtype=object))
     model.attach_features(torch.zeros(ds.num_nodes, 4))  # the same model on other features scores otherwise
-    other = score_pairs(model, whole_graph(ds), idx, fields["sampling"], fields["n_max"], 0, 1, 512,
-                        torch.device("cpu"))[0]
+    other = score_pairs(
+        model, whole_graph(ds), idx, fields["sampling"], fields["n_max"], 0, 1, 512, torch.device("cpu")
+    )[0]
     assert not np.allclose(got, other)
 
     # recommend (PENCIL alone: prior weight 0) gives each candidate pencil score's probability
     (tmp_path / "nodes.txt").write_text("u001\nu010\n")
-    code, err = main_of(RECOMMEND, ["--checkpoint", run["run"], "--nodes", tmp_path / "nodes.txt", "--k", "5",
-                                    "--out", tmp_path / "r.parquet", "--prior-weight", "0", "--device", "cpu",
-                                    "--no-progress"])
+    code, err = main_of(
+        RECOMMEND,
+        [
+            "--checkpoint",
+            run["run"],
+            "--nodes",
+            tmp_path / "nodes.txt",
+            "--k",
+            "5",
+            "--out",
+            tmp_path / "r.parquet",
+            "--prior-weight",
+            "0",
+            "--device",
+            "cpu",
+            "--no-progress",
+        ],
+    )
     assert code == 0, err[-2000:]
     recs = pq.read_table(tmp_path / "r.parquet").to_pandas()
     assert len(recs) == 10
-    code, err = main_of(SCORE, ["--checkpoint", run["run"], "--out", tmp_path / "rs.parquet", "--graph", "all",
-                                "--pairs", pairs_file(tmp_path / "rp.csv", zip(recs.node, recs.candidate, strict=True)),
-                                "--device", "cpu"])
+    code, err = main_of(
+        SCORE,
+        [
+            "--checkpoint",
+            run["run"],
+            "--out",
+            tmp_path / "rs.parquet",
+            "--graph",
+            "all",
+            "--pairs",
+            pairs_file(tmp_path / "rp.csv", zip(recs.node, recs.candidate, strict=True)),
+            "--device",
+            "cpu",
+        ],
+    )
     assert code == 0, err[-2000:]
-    np.testing.assert_allclose(pq.read_table(tmp_path / "rs.parquet").column("score").to_numpy(), recs.score,
-                               rtol=1e-6)
+    np.testing.assert_allclose(pq.read_table(tmp_path / "rs.parquet").column("score").to_numpy(), recs.score, rtol=1e-6)
 
-    code, err = main_of(EVALUATE, [run["run"], "--out", tmp_path / "e.json", "--pool", "20", "--k", "10",
-                                   "--device", "cpu"])
+    code, err = main_of(
+        EVALUATE, [run["run"], "--out", tmp_path / "e.json", "--pool", "20", "--k", "10", "--device", "cpu"]
+    )
     assert code == 0, err[-2000:]
     assert json.loads((tmp_path / "e.json").read_text())["splits"]["test"]["pencil_rerank"]["mrr"] > 0
 
@@ -73,14 +117,41 @@ def test_score_recommend_and_evaluate_read_the_runs_features(featured_shop_run, 
     rows = [line.split(",") for line in run["edges"].read_text().splitlines()[1:]]
     write_edges(tmp_path / "today.csv", [*rows, ("u999", "i001")])
     for module, extra in ((SCORE, ["--pairs", tmp_path / "p.csv"]), (RECOMMEND, ["--all-nodes", "--no-progress"])):
-        line = one_error(*main_of(module, ["--checkpoint", run["run"], *extra, "--graph", tmp_path / "today.csv",
-                                           "--out", tmp_path / "x.parquet", "--device", "cpu"]))
+        line = one_error(
+            *main_of(
+                module,
+                [
+                    "--checkpoint",
+                    run["run"],
+                    *extra,
+                    "--graph",
+                    tmp_path / "today.csv",
+                    "--out",
+                    tmp_path / "x.parquet",
+                    "--device",
+                    "cpu",
+                ],
+            )
+        )
         assert f"--graph {tmp_path / 'today.csv'}: 1 node(s) are new since training (first: u999)" in line, line
         assert "reads node features" in line and "POST /edges" in line
         assert not (tmp_path / "x.parquet").exists()
     write_edges(tmp_path / "same.csv", [*rows, ("u001", "i049")])
-    code, err = main_of(SCORE, ["--checkpoint", run["run"], "--pairs", tmp_path / "p.csv", "--graph",
-                                tmp_path / "same.csv", "--out", tmp_path / "same.parquet", "--device", "cpu"])
+    code, err = main_of(
+        SCORE,
+        [
+            "--checkpoint",
+            run["run"],
+            "--pairs",
+            tmp_path / "p.csv",
+            "--graph",
+            tmp_path / "same.csv",
+            "--out",
+            tmp_path / "same.parquet",
+            "--device",
+            "cpu",
+        ],
+    )
     assert code == 0, err[-2000:]
 
 
@@ -102,10 +173,12 @@ def test_serve_takes_a_new_node_with_its_features_and_refuses_one_without(featur
         assert not {r["candidate"] for r in body["recommendations"]} & {"i001", "i002", "u500"}
         status, scored = call(port, "POST", "/score", {"pairs": [["u500", "i003"], ["u001", "i003"]]})
         assert status == 200, scored
-        errors = [({"add": [["u600", "i001"]]}, "node 'u600' is new and this model reads node features: send its row"),
-                  ({"add": [["u600", "i001"]], "features": {"u600": [1.0, 2.0]}}, "'features'['u600']: expected 4"),
-                  ({"add": [["u600", "i001"]], "features": {"u600": [1, 2, 3, "x"]}}, "expected 4 finite numbers"),
-                  ({"add": [["u001", "i004"]], "features": {"u001": row}}, "'features': node 'u001' is not created")]
+        errors = [
+            ({"add": [["u600", "i001"]]}, "node 'u600' is new and this model reads node features: send its row"),
+            ({"add": [["u600", "i001"]], "features": {"u600": [1.0, 2.0]}}, "'features'['u600']: expected 4"),
+            ({"add": [["u600", "i001"]], "features": {"u600": [1, 2, 3, "x"]}}, "expected 4 finite numbers"),
+            ({"add": [["u001", "i004"]], "features": {"u001": row}}, "'features': node 'u001' is not created"),
+        ]
         for body, line in errors:
             status, answer = call(port, "POST", "/edges", body, AUTH)
             assert status == 400 and line in answer["error"], answer

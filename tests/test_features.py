@@ -1,4 +1,5 @@
 """Node features travel with the shard set: preprocess --features writes them, the trainer attaches them."""
+
 from pathlib import Path
 
 import numpy as np
@@ -8,15 +9,21 @@ import torch
 from common.shards import FEATURES, ShardError, load_features, read_manifest
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
 from preprocess.job import run
+from tests.conftest import cached_set, require_shared
 from trainer.config import config_for
 from trainer.model import model_for_shards
 from trainer.train import run as train
-from tests.conftest import cached_set, require_shared
 
 
 def _config(tmp_path, **kw):
-    return PreprocessConfig(dataset="citeseer", sampling=SamplingConfig(1, 3), num_cpus=2, out=str(tmp_path / "shards"),
-                            candidates=CandidateConfig(views=1, protocols=("original",)), **kw)
+    return PreprocessConfig(
+        dataset="citeseer",
+        sampling=SamplingConfig(1, 3),
+        num_cpus=2,
+        out=str(tmp_path / "shards"),
+        candidates=CandidateConfig(views=1, protocols=("original",)),
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +47,15 @@ def test_trainer_attaches_features_and_checkpoints_without_them(feature_shards, 
     merely rescaled ones (weight decay alone would only shrink a weight that gets no gradient)."""
     weights = []
     for steps in (1, 3):
-        cfg = config_for("tiny", str(feature_shards), str(tmp_path / f"run{steps}"), max_steps=steps, progress=False,
-                         eval_splits=("valid",), data={"num_workers": 0})
+        cfg = config_for(
+            "tiny",
+            str(feature_shards),
+            str(tmp_path / f"run{steps}"),
+            max_steps=steps,
+            progress=False,
+            eval_splits=("valid",),
+            data={"num_workers": 0},
+        )
         assert train(cfg)["steps"] == steps
         state = torch.load(tmp_path / f"run{steps}" / "last.pt", weights_only=True)["model"]
         assert "node_table" not in state  # the table is data: it ships with the shards, not the checkpoint
@@ -58,6 +72,7 @@ def test_feature_table_changes_the_output(feature_shards):
     model = model_for_shards("tiny", {"dropout": 0.0}, manifest).eval()
     from common.shards import Block, load_graph, read_shard, shard_entries
     from trainer.packing import BatchPacker
+
     entry = shard_entries(manifest, "valid", "original")[0]
     block = Block.concat(list(read_shard(Path(manifest["root"]) / entry["name"]))).take(np.arange(8))
     batch = BatchPacker(*load_graph(manifest), manifest["n_max"])(block)
@@ -68,8 +83,14 @@ def test_feature_table_changes_the_output(feature_shards):
 
 
 def test_features_flag_without_features_is_a_clear_error(tmp_path):
-    config = PreprocessConfig(dataset=str(_edge_list(tmp_path)), sampling=SamplingConfig(1, 3), num_cpus=2,
-                              features=True, out=str(tmp_path / "shards"), candidates=CandidateConfig(views=1))
+    config = PreprocessConfig(
+        dataset=str(_edge_list(tmp_path)),
+        sampling=SamplingConfig(1, 3),
+        num_cpus=2,
+        features=True,
+        out=str(tmp_path / "shards"),
+        candidates=CandidateConfig(views=1),
+    )
     with pytest.raises(ConfigError, match="--features: dataset edges has no node features"):
         run(config)
     assert not (tmp_path / "shards").exists()  # refused before anything was written
@@ -96,11 +117,28 @@ def test_no_features_trains_structure_only_on_a_featured_set(feature_shards, tmp
     """--no-features: the set's table is not attached and G is not built, so one featured set serves both the
     'PENCIL' and the 'PENCIL w/o features' rows; the checkpoint records the choice and scoring rebuilds it."""
     from trainer.config import config_from_args
+
     manifest = read_manifest(feature_shards)
     bare = model_for_shards("tiny", {"features": False}, manifest)
     assert bare.features is None and bare.node_table is None and bare.cfg.num_features == 0
-    args = ["--shards", str(feature_shards), "--preset", "tiny", "--out", str(tmp_path / "run"), "--no-features",
-            "--max-steps", "1", "--device", "cpu", "--num-workers", "0", "--no-progress", "--eval-splits", "valid"]
+    args = [
+        "--shards",
+        str(feature_shards),
+        "--preset",
+        "tiny",
+        "--out",
+        str(tmp_path / "run"),
+        "--no-features",
+        "--max-steps",
+        "1",
+        "--device",
+        "cpu",
+        "--num-workers",
+        "0",
+        "--no-progress",
+        "--eval-splits",
+        "valid",
+    ]
     cfg = config_from_args(args)
     with_features = config_from_args([a for a in args if a != "--no-features"])
     assert cfg.model.features is False and "features" not in with_features.model.as_overrides()

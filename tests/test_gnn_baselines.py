@@ -1,6 +1,7 @@
 """GNN baselines (trainer/gnn.py, pipelines/gnn_baselines.py): model pieces against hand formulas, evaluation
 identical to common.metrics, selection at the best validation epoch, learning on an easy graph, and a tiny
 end-to-end run of the recipe on the shipped citeseer split."""
+
 import json
 
 import numpy as np
@@ -26,20 +27,33 @@ def community_dataset(seed=0, n=16):
     inter = np.array([(a, b) for a in range(n) for b in range(n, 2 * n)])
     neg = inter[rng.choice(len(inter), 40, replace=False)]
     x = np.eye(2)[comm] + 0.1 * rng.standard_normal((2 * n, 2))
-    return LinkDataset("communities", training_graph(train, 2 * n, x=x.astype(np.float32)),
-                       {"train": Split(train), "valid": Split(valid, {"original": neg[:20]}),
-                        "test": Split(test, {"original": neg[20:]})}, metric={"original": "mrr"})
+    return LinkDataset(
+        "communities",
+        training_graph(train, 2 * n, x=x.astype(np.float32)),
+        {
+            "train": Split(train),
+            "valid": Split(valid, {"original": neg[:20]}),
+            "test": Split(test, {"original": neg[20:]}),
+        },
+        metric={"original": "mrr"},
+    )
 
 
 def test_config_errors_name_the_field():
-    for kw, field in [(dict(encoder="gin"), "encoder"), (dict(decoder="bilinear"), "decoder"), (dict(hidden=0), "hidden"),
-                      (dict(encoder="gat", hidden=30, heads=4), "heads"), (dict(dropout=1.0), "dropout")]:
+    for kw, field in [
+        (dict(encoder="gin"), "encoder"),
+        (dict(decoder="bilinear"), "decoder"),
+        (dict(hidden=0), "hidden"),
+        (dict(encoder="gat", hidden=30, heads=4), "heads"),
+        (dict(dropout=1.0), "dropout"),
+    ]:
         with pytest.raises(GNNConfigError, match=field):
             GNNConfig(**kw)
 
 
 def test_encoders_are_the_pyg_layers():
     from torch_geometric.nn import GATConv, GCNConv, SAGEConv
+
     for enc, cls in (("gcn", GCNConv), ("sage", SAGEConv), ("gat", GATConv)):
         m = GNNLinkPredictor(GNNConfig(encoder=enc, hidden=8, layers=3, heads=2), in_features=5)
         assert [type(c) for c in m.convs] == [cls] * 3
@@ -63,7 +77,9 @@ def test_gcn_layer_is_the_normalised_propagation_and_decoders():
     torch.testing.assert_close(h, expect)
     pairs = torch.tensor([[0, 2], [1, 1]])
     torch.testing.assert_close(m.decode(h, pairs), (h[[0, 1]] * h[[2, 1]]).sum(-1))
-    mlp = GNNLinkPredictor(GNNConfig(hidden=4, layers=1, decoder="mlp", decoder_layers=2, dropout=0.0), 3).double().eval()
+    mlp = (
+        GNNLinkPredictor(GNNConfig(hidden=4, layers=1, decoder="mlp", decoder_layers=2, dropout=0.0), 3).double().eval()
+    )
     torch.testing.assert_close(mlp.decode(h, pairs), mlp.mlp(h[[0, 1]] * h[[2, 1]]).squeeze(-1))
 
 
@@ -97,8 +113,13 @@ def test_evaluation_equals_common_metrics(protocol_shape):
 
 def test_fit_learns_and_reports_test_at_the_best_validation_epoch():
     ds = community_dataset()
-    run = fit(ds, GNNConfig(encoder="gcn", hidden=16, layers=2, epochs=40, eval_every=2, lr=0.02, dropout=0.0,
-                            batch_size=32), ["original"], seed=0, device="cpu")
+    run = fit(
+        ds,
+        GNNConfig(encoder="gcn", hidden=16, layers=2, epochs=40, eval_every=2, lr=0.02, dropout=0.0, batch_size=32),
+        ["original"],
+        seed=0,
+        device="cpu",
+    )
     best = run["protocols"]["original"]
     valids = [r["original"]["valid"]["mrr"] for r in run["history"]]
     assert best["valid"]["mrr"] == max(valids)
@@ -110,8 +131,25 @@ def test_fit_learns_and_reports_test_at_the_best_validation_epoch():
 
 
 def test_recipe_end_to_end_tiny(tmp_path, capsys):
-    assert gnn_baselines.main(["--preset", "tiny", "--inputs", "constant", "--models", "gcn", "--seeds", "0",
-                               "--out", str(tmp_path), "--device", "cpu"]) == 0
+    assert (
+        gnn_baselines.main(
+            [
+                "--preset",
+                "tiny",
+                "--inputs",
+                "constant",
+                "--models",
+                "gcn",
+                "--seeds",
+                "0",
+                "--out",
+                str(tmp_path),
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     out = tmp_path / "gnn_baselines" / "tiny"
     recs = {}
     for proto in ("original", "heart"):
@@ -122,6 +160,7 @@ def test_recipe_end_to_end_tiny(tmp_path, capsys):
     # (99.9 %), a constant score ties everywhere (2 / 457); the run gets ~0.07 (seeds 0-2).
     from common.datasets import load_dataset
     from tests.chance import chance_mrr
+
     test = load_dataset("citeseer").splits["test"]
     p, q = len(test.pos), len(test.neg["original"])
     assert recs["original"]["test"]["mrr"] > chance_mrr(np.arange(p), p + np.arange(q))

@@ -1,4 +1,5 @@
 """Exact-value tests of the CSR Graph on hand-built graphs, and every validation error it raises."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -119,17 +120,20 @@ def test_fingerprint_stable_and_sensitive(g):
     assert Graph.from_edges(EDGES, num_nodes=5, x=x2).fingerprint() != with_x.fingerprint()
 
 
-@pytest.mark.parametrize("edges, match", [
-    ([0, 1, 2], r"edges: expected shape \(E, 2\), got \(3,\)"),
-    ([[0, 1, 2]], r"expected shape \(E, 2\), got \(1, 3\)"),
-    (np.zeros((2, 2, 2), dtype=int), r"expected shape \(E, 2\), got \(2, 2, 2\)"),
-    ([[0.5, 1.0]], "node ids must be integers, got dtype float64"),
-    ([[np.nan, 1.0]], "node ids must be integers"),
-    ([[np.inf, 1.0]], "node ids must be integers"),
-    ([["a", "b"]], "node ids must be integers"),
-    ([[True, False]], "node ids must be integers, got dtype bool"),
-    ([[0, -1]], "negative node id -1"),
-])
+@pytest.mark.parametrize(
+    "edges, match",
+    [
+        ([0, 1, 2], r"edges: expected shape \(E, 2\), got \(3,\)"),
+        ([[0, 1, 2]], r"expected shape \(E, 2\), got \(1, 3\)"),
+        (np.zeros((2, 2, 2), dtype=int), r"expected shape \(E, 2\), got \(2, 2, 2\)"),
+        ([[0.5, 1.0]], "node ids must be integers, got dtype float64"),
+        ([[np.nan, 1.0]], "node ids must be integers"),
+        ([[np.inf, 1.0]], "node ids must be integers"),
+        ([["a", "b"]], "node ids must be integers"),
+        ([[True, False]], "node ids must be integers, got dtype bool"),
+        ([[0, -1]], "negative node id -1"),
+    ],
+)
 def test_edge_validation_errors(edges, match):
     with pytest.raises(GraphError, match=match):
         Graph.from_edges(edges, num_nodes=3)

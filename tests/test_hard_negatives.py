@@ -1,8 +1,8 @@
 """Hard training negatives (--hard-neg-fraction): 2-hop non-edges of the training graph in training views
 (preprocess/candidates.py sample_hard_negatives / training_view), their config, cache key and CLI."""
+
 from __future__ import annotations
 
-import json
 import logging
 import os
 from dataclasses import replace
@@ -35,12 +35,15 @@ def small_graph() -> Graph:
     return Graph.from_edges(SMALL, num_nodes=9)
 
 
-@pytest.mark.parametrize("pos, expected", [
-    # every edge a positive: 0-1-2, 1-2-3, 4-6-7 and 5-6-7 (the triangle's own 2-hop pairs are edges)
-    (SMALL, {(0, 2), (1, 3), (4, 7), (5, 7)}),
-    # endpoints 0, 1 and 3 reach only the path's 2-hop pairs; 8 has no neighbour and is skipped
-    ([(0, 1), (8, 3)], {(0, 2), (1, 3)}),
-])
+@pytest.mark.parametrize(
+    "pos, expected",
+    [
+        # every edge a positive: 0-1-2, 1-2-3, 4-6-7 and 5-6-7 (the triangle's own 2-hop pairs are edges)
+        (SMALL, {(0, 2), (1, 3), (4, 7), (5, 7)}),
+        # endpoints 0, 1 and 3 reach only the path's 2-hop pairs; 8 has no neighbour and is skipped
+        ([(0, 1), (8, 3)], {(0, 2), (1, 3)}),
+    ],
+)
 def test_hard_negatives_are_exactly_the_reachable_two_hop_non_edges(pos, expected):
     g = small_graph()
     hard = sample_hard_negatives(g, np.array(pos), 4000, np.random.default_rng(0))
@@ -130,14 +133,30 @@ def test_default_cache_key_is_unchanged_and_a_fraction_changes_it():
     base = PreprocessConfig(dataset="citeseer", sampling=SamplingConfig(1, 5))
     assert CandidateConfig(hard_neg_fraction=1).hard_neg_fraction == 1.0
     # key_parts of this config as written before --hard-neg-fraction existed: every cached set keeps its key
-    before = {"dataset": "citeseer", "fingerprint": "fp", "features": False, "sampling": [1, 5],
-              "candidates": {"views": 2, "percent": 100.0, "neg_ratio": 1, "splits": ["train", "valid", "test"],
-                             "protocols": ["original", "heart"]},
-              "seed": 0, "links_per_shard": 8192, "links_per_block": 256, "shard_mb": 64.0, "sampler": 1}
+    before = {
+        "dataset": "citeseer",
+        "fingerprint": "fp",
+        "features": False,
+        "sampling": [1, 5],
+        "candidates": {
+            "views": 2,
+            "percent": 100.0,
+            "neg_ratio": 1,
+            "splits": ["train", "valid", "test"],
+            "protocols": ["original", "heart"],
+        },
+        "seed": 0,
+        "links_per_shard": 8192,
+        "links_per_block": 256,
+        "shard_mb": 64.0,
+        "sampler": 1,
+    }
     parts = lambda c: c.key_parts("fp", ["original", "heart"])
     zero = replace(base, candidates=CandidateConfig(hard_neg_fraction=0.0))
     assert parts(base) == parts(zero) == before
-    keys = {f: cache_key(parts(replace(base, candidates=CandidateConfig(hard_neg_fraction=f)))) for f in (0.0, 0.5, 1.0)}
+    keys = {
+        f: cache_key(parts(replace(base, candidates=CandidateConfig(hard_neg_fraction=f)))) for f in (0.0, 0.5, 1.0)
+    }
     assert len(set(keys.values())) == 3
 
 
@@ -148,12 +167,18 @@ def test_pipelines_run_passes_the_fraction_to_every_shard_set(tmp_path):
 
     base = ["--dataset", "citeseer", "--out", tmp_path / "r", "--shards", tmp_path / "s"]
     run = run_config(*base, "--hard-neg-fraction", "0.25")
-    assert preprocess_config(run.source, run.shards, (1, 3), 1, 100.0, ["original"]).candidates.hard_neg_fraction == 0.25
+    assert (
+        preprocess_config(run.source, run.shards, (1, 3), 1, 100.0, ["original"]).candidates.hard_neg_fraction == 0.25
+    )
     plain = run_config(*base)
-    assert preprocess_config(plain.source, plain.shards, (1, 3), 1, 100.0, ["original"]).candidates.hard_neg_fraction == 0
+    assert (
+        preprocess_config(plain.source, plain.shards, (1, 3), 1, 100.0, ["original"]).candidates.hard_neg_fraction == 0
+    )
     assert plain.shards.hard_neg_fraction is None  # left to the recipe: 0 here, the auto recipe may pick 0.5
-    assert preprocess_config(plain.source, plain.shards, (1, 3), 1, 100.0, ["original"],
-                             0.5).candidates.hard_neg_fraction == 0.5
+    assert (
+        preprocess_config(plain.source, plain.shards, (1, 3), 1, 100.0, ["original"], 0.5).candidates.hard_neg_fraction
+        == 0.5
+    )
     with pytest.raises(FlagError, match=r"^--hard-neg-fraction: must be in \[0, 1\]"):
         run_config(*base, "--hard-neg-fraction", "1.5")
 
@@ -166,8 +191,23 @@ def test_preprocess_cli_writes_a_set_with_hard_negatives(ray_session, tmp_path, 
     from preprocess.__main__ import build_parser, config_from_args, main
     from preprocess.job import candidate_sets
 
-    argv = ["--dataset", "citeseer", "--sampling", "1,5", "--views", "1", "--splits", "train",
-            "--hard-neg-fraction", "0.5", "--out", str(tmp_path), "--num-cpus", "2", "-q"]
+    argv = [
+        "--dataset",
+        "citeseer",
+        "--sampling",
+        "1,5",
+        "--views",
+        "1",
+        "--splits",
+        "train",
+        "--hard-neg-fraction",
+        "0.5",
+        "--out",
+        str(tmp_path),
+        "--num-cpus",
+        "2",
+        "-q",
+    ]
     assert main(argv) == 0
     location = capsys.readouterr().out.strip().splitlines()[-1]
     assert location.startswith("shards written: ")
@@ -192,5 +232,3 @@ def test_preprocess_cli_writes_a_set_with_hard_negatives(ray_session, tmp_path, 
     with_cn = int(np.count_nonzero(common_neighbours(citeseer.graph, neg) >= 1))
     hard = round(len(neg) * 0.5)
     assert hard <= with_cn <= hard + len(neg) // 100  # uniform pairs on citeseer almost never share a neighbour
-
-

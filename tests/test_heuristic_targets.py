@@ -3,6 +3,7 @@
 Graph G: path 0-1-2-3, a separate edge 4-5, isolated node 6.
     degrees 1 2 2 1 | 1 1 | 0;  component diameters 3 and 1 -> d_max = 3.
 """
+
 import math
 from pathlib import Path
 
@@ -64,7 +65,6 @@ def test_katz_log_then_robust_z_and_upper_clip():
     raw = ht.raw_scores("katz", g, pairs)
     np.testing.assert_allclose(raw, [k01, 0, 0, k01, 0], rtol=1e-9)
     x = np.log(np.array([k01, 0, 0, k01, 0]) + 1e-20)  # [a, b, b, a, b] with b = log 1e-20
-    a, b = x[0], x[1]
     stats = ht.fit("katz", raw)
     # median b; |x - b| = [a - b, 0, 0, a - b, 0] -> MAD 0 -> falls back to mean / std
     mean, std = x.mean(), x.std()
@@ -136,6 +136,7 @@ def test_subgraph_batch_offsets_and_query_markers():
     import torch
 
     from trainer.gnn import GNNConfig, SubgraphRegressor, subgraph_batch
+
     # link A: 3 nodes, edges (0,2),(1,2); link B: 2 nodes, no edge; link C: 4 nodes, edge (2,3)
     node_ptr = np.array([10, 13, 15, 19])  # a block cut out of a larger array: offsets are relative
     edge_ptr = np.array([0, 2, 2, 3])
@@ -155,16 +156,21 @@ def test_subgraph_batch_offsets_and_query_markers():
 def test_estimation_reads_the_same_subgraphs_and_targets_as_pencil(shard_cache):
     """The GNN side's inputs come from the --targets shard set PENCIL trains on: same links, same node
     sets, edges induced on the shipped graph without the target edge, labels = the set's targets."""
-    from common.shards import read_manifest, read_shard, shard_entries
     from common.presets import EXPERIMENT_PRESETS
+    from common.shards import read_manifest, read_shard, shard_entries
     from pipelines.paper.heuristic_estimation import EstimationConfig, build_parser, shard_subgraphs, target_shards
 
-    cfg = EstimationConfig.from_args(build_parser().parse_args(
-        ["--preset", "tiny", "--shards", str(cached_set(shard_cache, "heuristic_estimation")), "--num-cpus", "2"]))
+    cfg = EstimationConfig.from_args(
+        build_parser().parse_args(
+            ["--preset", "tiny", "--shards", str(cached_set(shard_cache, "heuristic_estimation")), "--num-cpus", "2"]
+        )
+    )
     assert cfg.spec == EXPERIMENT_PRESETS["heuristic_estimation"]["tiny"]
     manifest = read_manifest(target_shards(cfg, "cn"))
     (node_ptr, edge_ptr, edges), target = shard_subgraphs(manifest, "test")
-    blocks = [b for e in shard_entries(manifest, "test", "original") for b in read_shard(f"{manifest['root']}/{e['name']}")]
+    blocks = [
+        b for e in shard_entries(manifest, "test", "original") for b in read_shard(f"{manifest['root']}/{e['name']}")
+    ]
     assert np.array_equal(target, np.concatenate([b.label for b in blocks]))
     assert len(target) == manifest["eval"]["test/original"]["candidates"]
     sizes = np.diff(node_ptr)
@@ -182,7 +188,9 @@ def constant_rmse(shard_cache, heuristic: str, split: str) -> float:
     that heuristic (the manifest's targets name it)."""
     from common.shards import Block, read_manifest, read_shard, shard_entries
 
-    manifests = [read_manifest(m.parent) for m in cached_set(shard_cache, "heuristic_estimation").rglob("manifest.json")]
+    manifests = [
+        read_manifest(m.parent) for m in cached_set(shard_cache, "heuristic_estimation").rglob("manifest.json")
+    ]
     (manifest,) = [m for m in manifests if m["targets"]["name"] == heuristic]
     entries = shard_entries(manifest, split, protocol="original")
     labels = Block.concat([b for e in entries for b in read_shard(Path(manifest["root"]) / e["name"])]).label
@@ -193,12 +201,40 @@ def test_estimation_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
     import json
 
     from pipelines.paper import heuristic_estimation as he
-    assert he.main(["--preset", "tiny", "--heuristics", "cn,pr", "--models", "gcn-id,pencil", "--depths", "1",
-                    "--seeds", "0", "--epochs", "6", "--out", str(tmp_path), "--shards", str(cached_set(shard_cache, "heuristic_estimation")), "--device", "cpu"]) == 0
+
+    assert (
+        he.main(
+            [
+                "--preset",
+                "tiny",
+                "--heuristics",
+                "cn,pr",
+                "--models",
+                "gcn-id,pencil",
+                "--depths",
+                "1",
+                "--seeds",
+                "0",
+                "--epochs",
+                "6",
+                "--out",
+                str(tmp_path),
+                "--shards",
+                str(cached_set(shard_cache, "heuristic_estimation")),
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     out = tmp_path / "heuristic_estimation" / "tiny"
     res = json.loads((out / "results.json").read_text())
     assert sorted((r["heuristic"], r["model"], r["layers"]) for r in res["table"]) == [
-        ("cn", "gcn-id", 1), ("cn", "pencil", 1), ("pr", "gcn-id", 1), ("pr", "pencil", 1)]
+        ("cn", "gcn-id", 1),
+        ("cn", "pencil", 1),
+        ("pr", "gcn-id", 1),
+        ("pr", "pencil", 1),
+    ]
     # Below the best constant: no constant prediction gets a test RMSE under the test targets' standard deviation
     # (read from the shards themselves), so a model that learned nothing fails here. 6 epochs: after the preset's
     # 1 epoch, ID-GCN on CN was still above it (0.185 against 0.174).

@@ -1,4 +1,5 @@
 """Heuristics against dense brute force on small random graphs (isolated nodes and u == v included)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -6,8 +7,17 @@ import pytest
 
 from common.graph import Graph
 from common.heuristics import (
-    HEURISTICS, HeuristicError, adamic_adar, common_neighbors, katz, pagerank, pagerank_pair,
-    ranking_scores, resource_allocation, score_pairs, shortest_path,
+    HEURISTICS,
+    HeuristicError,
+    adamic_adar,
+    common_neighbors,
+    katz,
+    pagerank,
+    pagerank_pair,
+    ranking_scores,
+    resource_allocation,
+    score_pairs,
+    shortest_path,
 )
 
 

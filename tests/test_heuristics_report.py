@@ -1,4 +1,5 @@
 """The heuristics report reproduces the paper's citeseer numbers (Tables 5/6) end to end."""
+
 from __future__ import annotations
 
 import json
@@ -8,10 +9,7 @@ import pytest
 from pipelines.heuristics import main
 
 # test split, MRR in percent: data/README.md and the paper's Tables 5 and 6
-EXPECTED = {
-    "original": {"cn": 28.34, "aa": 29.37, "ra": 27.61},
-    "heart": {"cn": 8.42, "aa": 10.82, "ra": 10.84},
-}
+EXPECTED = {"original": {"cn": 28.34, "aa": 29.37, "ra": 27.61}, "heart": {"cn": 8.42, "aa": 10.82, "ra": 10.84}}
 
 
 def test_citeseer_heuristics_reproduce_paper(tmp_path, capsys):
@@ -19,8 +17,7 @@ def test_citeseer_heuristics_reproduce_paper(tmp_path, capsys):
     assert main(["--dataset", "citeseer", "--out", str(out)]) == 0
     payload = json.loads(out.read_text())
     assert payload["dataset"] == "citeseer" and payload["split"] == "test"
-    got = {proto: {h: round(100 * m["mrr"], 2) for h, m in by_h.items()}
-           for proto, by_h in payload["results"].items()}
+    got = {proto: {h: round(100 * m["mrr"], 2) for h, m in by_h.items()} for proto, by_h in payload["results"].items()}
     assert got == EXPECTED
     table = capsys.readouterr().out
     assert table.splitlines()[0].split()[-2:] == ["AUC", "AP"]
@@ -41,10 +38,7 @@ def test_citeseer_heuristics_reproduce_paper(tmp_path, capsys):
 # split: SPD by networkx BFS and PR by networkx.pagerank (tie-averaged ranks written out) agree to the digit;
 # Katz by the dense inverse (I - 0.005 A)^-1 - I agrees on HeaRT (11.19, both rounded to 9 significant digits)
 # and is 38.16 on original, one near-tie apart: the series stops once a term is below 1e-12 (common.heuristics).
-EXTRA = {
-    "original": {"katz": 38.17, "spd": 31.82, "pr": 5.85},
-    "heart": {"katz": 11.19, "spd": 5.83, "pr": 0.91},
-}
+EXTRA = {"original": {"katz": 38.17, "spd": 31.82, "pr": 5.85}, "heart": {"katz": 11.19, "spd": 5.83, "pr": 0.91}}
 
 
 @pytest.mark.parametrize("protocol", ["original", "heart"])
@@ -81,17 +75,24 @@ def test_ogb_protocol_scores_on_the_test_graph():
 
     from common.datasets import LinkDataset, Split
     from common.graph import Graph
-    from common.metrics import METRIC_KEYS
     from common.heuristics import score_split
+    from common.metrics import METRIC_KEYS
 
     train = Graph.from_edges([[0, 1], [1, 2], [3, 4]], num_nodes=6)
     test_graph = train.with_edges([[2, 3]])  # a valid edge joins the two components
     pos = np.array([[0, 2], [2, 4]])
     neg = np.array([[0, 5], [1, 5], [4, 5]])
-    ds = LinkDataset(name="toy", graph=train, test_graph=test_graph, metric={"ogb": "hits@50"},
-                     splits={"train": Split(pos=train.edge_array()),
-                             "valid": Split(pos=np.array([[2, 3]]), neg={"ogb": neg}),
-                             "test": Split(pos=pos, neg={"ogb": neg})})
+    ds = LinkDataset(
+        name="toy",
+        graph=train,
+        test_graph=test_graph,
+        metric={"ogb": "hits@50"},
+        splits={
+            "train": Split(pos=train.edge_array()),
+            "valid": Split(pos=np.array([[2, 3]]), neg={"ogb": neg}),
+            "test": Split(pos=pos, neg={"ogb": neg}),
+        },
+    )
     res = score_split(ds, "test", ["ogb"], ["cn", "spd"])["ogb"]
     assert tuple(res["cn"]) == METRIC_KEYS
     # CN(2, 4) = 1 only through the valid edge 2-3; every negative has CN 0 -> both positives win

@@ -1,5 +1,6 @@
 """common.induce against a brute-force reference: the induced graph of random node sets on random
 graphs, target edge removed, u == v candidates, both output forms and the bit-matrix path."""
+
 import numpy as np
 import pytest
 
@@ -31,7 +32,7 @@ def reference(a: np.ndarray, node_ptr, nodes, L: int) -> np.ndarray:
     B = len(node_ptr) - 1
     out = np.zeros((B, L, L), np.uint8)
     for b in range(B):
-        ids = nodes[node_ptr[b]:node_ptr[b + 1]]
+        ids = nodes[node_ptr[b] : node_ptr[b + 1]]
         k = len(ids)
         out[b, :k, :k] = a[np.ix_(ids, ids)]
         out[b, 0, 1] = out[b, 1, 0] = 0

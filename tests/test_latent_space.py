@@ -1,5 +1,6 @@
 """Latent-space graphs (paper appendix): the split and negative semantics on small generated graphs, the
 recipe's grid against the paper's tables, and a tiny end-to-end run of pipelines.paper.latent_space."""
+
 import json
 from pathlib import Path
 
@@ -58,7 +59,9 @@ def test_mu_changes_only_the_features_and_s_the_graph():
     a = load_latent_space(seed=1, num_nodes=300, s=1.0, mu=0.0)
     b = load_latent_space(seed=1, num_nodes=300, s=1.0, mu=8.0)
     c = load_latent_space(seed=1, num_nodes=300, s=2.0, mu=0.0)
-    assert np.array_equal(a.graph.indices, b.graph.indices) and np.array_equal(a.splits["test"].pos, b.splits["test"].pos)
+    assert np.array_equal(a.graph.indices, b.graph.indices) and np.array_equal(
+        a.splits["test"].pos, b.splits["test"].pos
+    )
     assert not np.allclose(a.x, b.x)
     assert a.graph.fingerprint() != b.graph.fingerprint()  # features are in the cache key: no stale shard reuse
     assert not np.array_equal(a.graph.indptr, c.graph.indptr) or not np.array_equal(a.graph.indices, c.graph.indices)
@@ -73,6 +76,7 @@ def test_grid_is_the_papers_two_tables():
     assert PAPER_LATENT["vary_mu"]["PENCIL"] == [17.21, 84.90, 92.05, 95.34]
     assert ls.parse_settings("2:1,1:8,2:1", ls.settings(["vary_s", "vary_mu"])) == [(2, 1), (1, 8)]
     from common.flags import FlagError
+
     with pytest.raises(FlagError, match="--settings"):
         ls.parse_settings("3:3", ls.settings(["vary_s"]))
 
@@ -90,9 +94,29 @@ def manifest_dir(shard_cache) -> Path:
 
 
 def test_latent_space_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
-    rc = ls.main(["--preset", "tiny", "--settings", "2:1", "--seeds", "0", "--num-nodes", "200", "--num-cpus", "1",
-                  "--out", str(tmp_path / "res"), "--shards", str(cached_set(shard_cache, "latent_space")), "--device", "cpu",
-                  "--train-arg=--num-workers=0", "--train-arg=--no-progress", "--train-arg=--epochs=0.3"])
+    rc = ls.main(
+        [
+            "--preset",
+            "tiny",
+            "--settings",
+            "2:1",
+            "--seeds",
+            "0",
+            "--num-nodes",
+            "200",
+            "--num-cpus",
+            "1",
+            "--out",
+            str(tmp_path / "res"),
+            "--shards",
+            str(cached_set(shard_cache, "latent_space")),
+            "--device",
+            "cpu",
+            "--train-arg=--num-workers=0",
+            "--train-arg=--no-progress",
+            "--train-arg=--epochs=0.3",
+        ]
+    )
     assert rc == 0
     out = tmp_path / "res" / "latent_space" / "tiny"
     results = json.loads((out / "results.json").read_text())
@@ -104,6 +128,7 @@ def test_latent_space_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
     # GCN 21.7-25.6. GAT (10.4-12.9) and PENCIL after 0.3 epochs (7.6-21.8) straddle it, so they are not held
     # to it at this size.
     from tests.chance import chance_mrr_of_set
+
     chance = 100 * chance_mrr_of_set(manifest_dir(shard_cache))
     mrr = {r["model"]: r["mrr"][0] for r in results["table"]}
     assert all(mrr[m] > chance for m in ("CN", "AA", "GCN")), (chance, mrr)

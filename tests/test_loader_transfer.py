@@ -1,6 +1,7 @@
 """How a loader worker's batches reach the training process: before the workers fork, the stream runs one batch
 through its own steps (they inherit the loaded kernels); a small batch then travels as numpy arrays pickled by
 value (trainer.packing.WireBatch), a large one as tensors, and the training process sees the same PackedBatch."""
+
 from __future__ import annotations
 
 from dataclasses import fields
@@ -26,8 +27,10 @@ def _same(a: PackedBatch, b: PackedBatch) -> None:
 
 def _batch() -> PackedBatch:
     _, _, _, sizes, edges = _links()
-    samples = [{"cid": i, "label": 0.5 * i, "nodes": np.arange(10 * i, 10 * i + n), "edges": e}
-               for i, (n, e) in enumerate(zip(sizes, edges))]
+    samples = [
+        {"cid": i, "label": 0.5 * i, "nodes": np.arange(10 * i, 10 * i + n), "edges": e}
+        for i, (n, e) in enumerate(zip(sizes, edges))
+    ]
     batch = pack_samples(samples, n_max=8, distances=True)
     batch.copies = 1
     return batch
@@ -49,6 +52,7 @@ def test_a_large_batch_travels_as_tensors(monkeypatch):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_batches_from_worker_processes_equal_the_in_process_ones(shard_set, workers):  # noqa: F811
     """num_workers = W processes and the in-process loader over the same W logical workers give equal batches."""
+
     def batches(num_workers):
         c = cfg(num_workers=num_workers, distances=True)
         loader, plan = data.train_loader(shard_set, 0, 0, 1, c)
@@ -57,8 +61,9 @@ def test_batches_from_worker_processes_equal_the_in_process_ones(shard_set, work
         return got, plan
 
     by_process, plan = batches(workers)
-    assert len(by_process) == plan.batches and all(isinstance(b, PackedBatch) and b.dist is not None
-                                                   for b in by_process)
+    assert len(by_process) == plan.batches and all(
+        isinstance(b, PackedBatch) and b.dist is not None for b in by_process
+    )
     if workers == 1:  # one worker process and the training process read the same single logical worker
         in_process, _ = batches(0)
         assert len(in_process) == len(by_process)

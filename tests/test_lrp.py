@@ -1,6 +1,7 @@
 """LRP-k (paper appendix "Effect of Multiple Labeled Subgraphs"): the loader feeds every link k times in a row,
 each copy with its own local order (fresh in training, fixed by (seed, cid, copy) at evaluation), and the model
 pools the k pair representations DeepSets-style, rho(mean_j phi(pair_j)), into one output per link."""
+
 from __future__ import annotations
 
 import collections
@@ -18,7 +19,7 @@ from trainer.packing import pack_samples
 
 
 def orders(block, i):
-    return tuple(block.nodes[block.node_ptr[i]:block.node_ptr[i + 1]])
+    return tuple(block.nodes[block.node_ptr[i] : block.node_ptr[i + 1]])
 
 
 # ---------------------------------------------------------------------------- loader
@@ -60,14 +61,15 @@ def test_training_feeds_k_fresh_orders_per_link_within_the_token_budget(shard_se
     c = cfg(orderings=3, token_budget=3 * 14 * 4, max_samples=4)
     got, plan = rank_batches(shard_set, 0, 0, 1, c)
     single, _ = rank_batches(shard_set, 0, 0, 1, cfg(token_budget=14 * 4, max_samples=4))
-    assert plan.batches == len(got) and sorted(int(x) for b in got for x in b.cid[::3]) == \
-        sorted(int(x) for b in single for x in b.cid)  # one pass over the same links
+    assert plan.batches == len(got) and sorted(int(x) for b in got for x in b.cid[::3]) == sorted(
+        int(x) for b in single for x in b.cid
+    )  # one pass over the same links
     distinct = 0
     for b in got:
         assert len(b) % 3 == 0 and len(b) // 3 <= 4 and b.tokens <= c.token_budget
         for i in range(0, len(b), 3):
             copies = [orders(b, i + j) for j in range(3)]
-            assert len(set(b.cid[i:i + 3].tolist())) == 1 and len(set(b.label[i:i + 3].tolist())) == 1
+            assert len(set(b.cid[i : i + 3].tolist())) == 1 and len(set(b.label[i : i + 3].tolist())) == 1
             assert all(x[:2] == copies[0][:2] and sorted(x) == sorted(copies[0]) for x in copies)
             distinct += len(set(copies)) > 1
     assert distinct > len(plan.units)  # independent orders, not three identical copies
@@ -79,8 +81,10 @@ def test_eval_loader_packs_k_copies_and_marks_the_batch(shard_set):  # noqa: F81
     seen = list(data.eval_loader(shard_set, "valid", "original", 0, 1, c))
     assert all(b.copies == 2 and b.num_samples == 2 * b.num_links for b in seen)
     assert sorted(int(x) for b in seen for x in b.link_cid) == list(range(60))
-    first, again = ([b.nodes.tolist() for b in data.eval_loader(shard_set, "valid", "original", 0, 1, c, collate=identity)]
-                    for _ in range(2))
+    first, again = (
+        [b.nodes.tolist() for b in data.eval_loader(shard_set, "valid", "original", 0, 1, c, collate=identity)]
+        for _ in range(2)
+    )
     assert first == again  # evaluation orders are fixed
     data.close_loaders()
 
@@ -138,26 +142,38 @@ def test_lrp_flag_sizes_the_budget_and_the_loader():
     r = resolve(c, n_max=12, world_size=1)
     assert r.data.orderings == 3 and r.data.token_budget == 8 * 3 * 14 and r.data.eval_token_budget == 4 * 8 * 3 * 14
     with pytest.raises(ConfigError, match="--token-budget: 30 cannot hold one link of up to 3 x"):
-        resolve(config_from_args(["--shards", "s", "--preset", "tiny", "--out", "o", "--lrp", "3",
-                                  "--token-budget", "30"]), n_max=12, world_size=1)
+        resolve(
+            config_from_args(["--shards", "s", "--preset", "tiny", "--out", "o", "--lrp", "3", "--token-budget", "30"]),
+            n_max=12,
+            world_size=1,
+        )
     with pytest.raises(ConfigError, match="--lrp"):
         config_from_args(["--shards", "s", "--preset", "tiny", "--out", "o", "--lrp", "0"])
 
 
 def test_training_with_lrp_end_to_end(tmp_path):
+    from tests.chance import chance_mrr_of_set
     from tests.test_trainer_data import make_shard_set
     from trainer.checkpoint import load
     from trainer.config import config_for
     from trainer.train import run
 
-    from tests.chance import chance_mrr_of_set
-
     torch.set_num_threads(1)
     # 50 test positives against 100 shared negatives: random scores stay below ~0.15 (99.9 %); 5 epochs learn
     # the planted common neighbours to 0.59-0.71 over trainer seeds 0-4 (an lr of 1e-12 stays at 0.03-0.14)
     shards = make_shard_set(tmp_path / "shards", shard_links=(64, 32), eval_links=150)
-    summary = run(config_for("tiny", str(shards), str(tmp_path / "run"), epochs=5, device="cpu", progress=False,
-                             data=dict(num_workers=0), model=dict(lrp=3)))
+    summary = run(
+        config_for(
+            "tiny",
+            str(shards),
+            str(tmp_path / "run"),
+            epochs=5,
+            device="cpu",
+            progress=False,
+            data=dict(num_workers=0),
+            model=dict(lrp=3),
+        )
+    )
     assert summary["test"]["mrr"] > chance_mrr_of_set(shards) and summary["config"]["model"]["lrp"] == 3
     assert summary["config"]["data"]["orderings"] == 3
     ckpt = load(tmp_path / "run" / "best.pt")

@@ -1,5 +1,6 @@
 """Ranking metrics: hand-computed ranks with ties, protocol dispatch, parity with ogb's Evaluator;
 AUC / AP: hand-computed values, a slow pairwise reference and sklearn."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -9,8 +10,18 @@ import numpy as np
 import pytest
 
 from common.metrics import (
-    METRIC_KEYS, RANK_KEYS, MetricsError, as_percent, classification_metrics, evaluate, format_table, ogb_hits,
-    rank_against_own, rank_against_shared, ranking_metrics, unique_pairs,
+    METRIC_KEYS,
+    RANK_KEYS,
+    MetricsError,
+    as_percent,
+    classification_metrics,
+    evaluate,
+    format_table,
+    ogb_hits,
+    rank_against_own,
+    rank_against_shared,
+    ranking_metrics,
+    unique_pairs,
 )
 
 
@@ -100,8 +111,17 @@ def test_evaluate_against_hand_computed_ranks():
     # AUC: pairs won 5 + 3 + 3.5 (0.7 ties 0.7) + 0 of 20. AP, thresholds down: 0.95 (tp 1, fp 0), 0.7 (2, 2),
     # 0.6 (3, 2), 0.05 (4, 5), each adding 1/4 recall at its precision.
     ap = (1 + 2 / 4 + 3 / 5 + 4 / 9) / 4
-    want = {"mrr": mrr, "hits@1": 0.25, "hits@3": 0.75, "hits@10": 1.0, "hits@20": 1.0, "hits@50": 1.0,
-            "hits@100": 1.0, "auc": 11.5 / 20, "ap": ap}
+    want = {
+        "mrr": mrr,
+        "hits@1": 0.25,
+        "hits@3": 0.75,
+        "hits@10": 1.0,
+        "hits@20": 1.0,
+        "hits@50": 1.0,
+        "hits@100": 1.0,
+        "auc": 11.5 / 20,
+        "ap": ap,
+    }
     out = evaluate("original", pos, neg)
     assert tuple(out) == METRIC_KEYS and all(isinstance(v, float) for v in out.values())
     assert out == pytest.approx(want) and out["mrr"] == pytest.approx(0.475)
@@ -111,8 +131,17 @@ def test_evaluate_against_hand_computed_ranks():
     # Per-positive negatives (HeaRT, citation2): positive 0.5 against [0.1, 0.2] -> rank 1,
     # against [0.7, 0.5] -> 1 + (1 + 2) / 2 = 2.5; MRR (1 + 0.4) / 2 = 0.7. AUC/AP pool the four negatives:
     # each 0.5 beats 0.1 and 0.2 and ties 0.5 -> 5 of 8; one threshold 0.5 holds both positives, tp 2, fp 2.
-    own = {"mrr": 0.7, "hits@1": 0.5, "hits@3": 1.0, "hits@10": 1.0, "hits@20": 1.0, "hits@50": 1.0, "hits@100": 1.0,
-           "auc": 5 / 8, "ap": 0.5}
+    own = {
+        "mrr": 0.7,
+        "hits@1": 0.5,
+        "hits@3": 1.0,
+        "hits@10": 1.0,
+        "hits@20": 1.0,
+        "hits@50": 1.0,
+        "hits@100": 1.0,
+        "auc": 5 / 8,
+        "ap": 0.5,
+    }
     for protocol in ("heart", "ogb"):
         assert evaluate(protocol, np.array([0.5, 0.5]), np.array([[0.1, 0.2], [0.7, 0.5]])) == pytest.approx(own)
 
@@ -174,12 +203,17 @@ def test_citation2_sized_input_completes():
     out = evaluate("ogb", pos, neg)
     assert out["auc"] == pytest.approx(0.5, abs=0.01)  # random scores: pooled AUC at chance
     # Exact: the tie-averaged ranks written out (float32 draws do tie at this size), in 8 chunks of rows.
-    ranks = np.concatenate([1 + (n > p[:, None]).sum(1) + 0.5 * (n == p[:, None]).sum(1)
-                            for p, n in zip(np.array_split(pos, 8), np.array_split(neg, 8))])
+    ranks = np.concatenate(
+        [
+            1 + (n > p[:, None]).sum(1) + 0.5 * (n == p[:, None]).sum(1)
+            for p, n in zip(np.array_split(pos, 8), np.array_split(neg, 8))
+        ]
+    )
     assert out["mrr"] == pytest.approx(np.mean(1 / ranks), rel=1e-9)
     assert out["hits@10"] == pytest.approx(np.mean(ranks <= 10), abs=1e-12)
     # Random scores: the rank is uniform on 1..1001, so MRR = H(1001) / 1001 within 5 standard errors.
     from tests.chance import expected_random_mrr
+
     rr = 1 / np.arange(1, 1002)
     assert abs(out["mrr"] - expected_random_mrr(1000)) < 5 * rr.std() / np.sqrt(len(pos))
     shared_neg = neg[:100].ravel()  # 100k shared negatives: OGB's strict rule against the 50th best
@@ -202,16 +236,19 @@ def slow_auc_ap(pos, neg):
     return won / (len(pos) * len(neg)), ap
 
 
-@pytest.mark.parametrize("pos, neg, auc, ap", [
-    # 0.9 beats all 3; 0.5 ties 0.5 and beats 0.3, 0.1 -> 5.5 of 6. Thresholds 0.9 (tp 1, fp 0), 0.5 (2, 1).
-    ([0.9, 0.5], [0.5, 0.1, 0.3], 11 / 12, 0.5 * 1 + 0.5 * 2 / 3),
-    # all scores equal: AUC 1/2, AP = the positive share 2/5 (one threshold holds everything)
-    ([1.0, 1.0], [1.0, 1.0, 1.0], 0.5, 0.4),
-    # a single positive: beats 0.1 and 0.0, ties 0.4 -> 2.5 of 4; at 0.4 tp 1, fp 2 -> AP 1/3
-    ([0.4], [0.9, 0.4, 0.1, 0.0], 0.625, 1 / 3),
-    ([3.0, 2.0], [1.0, 0.0], 1.0, 1.0),  # perfect separation
-    ([0.0], [1.0, 2.0], 0.0, 1 / 3),  # every negative above: AP = 1 / (all items)
-])
+@pytest.mark.parametrize(
+    "pos, neg, auc, ap",
+    [
+        # 0.9 beats all 3; 0.5 ties 0.5 and beats 0.3, 0.1 -> 5.5 of 6. Thresholds 0.9 (tp 1, fp 0), 0.5 (2, 1).
+        ([0.9, 0.5], [0.5, 0.1, 0.3], 11 / 12, 0.5 * 1 + 0.5 * 2 / 3),
+        # all scores equal: AUC 1/2, AP = the positive share 2/5 (one threshold holds everything)
+        ([1.0, 1.0], [1.0, 1.0, 1.0], 0.5, 0.4),
+        # a single positive: beats 0.1 and 0.0, ties 0.4 -> 2.5 of 4; at 0.4 tp 1, fp 2 -> AP 1/3
+        ([0.4], [0.9, 0.4, 0.1, 0.0], 0.625, 1 / 3),
+        ([3.0, 2.0], [1.0, 0.0], 1.0, 1.0),  # perfect separation
+        ([0.0], [1.0, 2.0], 0.0, 1 / 3),  # every negative above: AP = 1 / (all items)
+    ],
+)
 def test_auc_ap_hand_computed(pos, neg, auc, ap):
     out = classification_metrics(np.array(pos), np.array(neg))
     assert out == pytest.approx({"auc": auc, "ap": ap}, abs=1e-15)

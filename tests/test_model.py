@@ -3,6 +3,7 @@
 The dense references below build X~ and Â per sample straight from the token definition (paper §3.1 and
 Appendix A), independent of pack()'s message lists, and are compared in float64.
 """
+
 import numpy as np
 import pytest
 import torch
@@ -24,8 +25,16 @@ def random_samples(sizes, n_max=N_MAX, p=0.35, seed=0, num_nodes=50):
         rng.shuffle(e)
         e = [(b, a) if rng.random() < 0.5 else (a, b) for a, b in e]  # either orientation, each edge once
         nodes = rng.choice(num_nodes, size=N, replace=False)
-        out.append(dict(cid=100 + i, src=int(nodes[0]), dst=int(nodes[1]), label=float(i % 2),
-                        nodes=nodes, edges=np.array(e, dtype=np.int64).reshape(-1, 2)))
+        out.append(
+            dict(
+                cid=100 + i,
+                src=int(nodes[0]),
+                dst=int(nodes[1]),
+                label=float(i % 2),
+                nodes=nodes,
+                edges=np.array(e, dtype=np.int64).reshape(-1, 2),
+            )
+        )
     return out
 
 
@@ -38,10 +47,10 @@ def dense_tokens(sample, n_max):
     X = np.zeros((N + 2, 2 * n_max + 2))
     for i in range(N):
         X[i, i] = 1
-        X[i, n_max:n_max + N] = A[i]
+        X[i, n_max : n_max + N] = A[i]
         X[i, 2 * n_max] = 1  # role [1, 0]
     for k in range(2):  # task tokens copy u / v, role flipped to [0, 1]
-        X[N + k, :2 * n_max] = X[k, :2 * n_max]
+        X[N + k, : 2 * n_max] = X[k, : 2 * n_max]
         X[N + k, 2 * n_max + 1] = 1
     return X
 
@@ -50,7 +59,7 @@ def dense_operator(sample, n_max):
     """D^-1 Ã, (N + 2, N + 2): Ã = [X^adj + X^id | 0] (Appendix A), rows normalised."""
     X = dense_tokens(sample, n_max)
     N = len(sample["nodes"])
-    A_src = X[:, n_max:n_max + N] + X[:, :N]  # (N + 2, N): all tokens receive, context tokens send
+    A_src = X[:, n_max : n_max + N] + X[:, :N]  # (N + 2, N): all tokens receive, context tokens send
     A = np.concatenate([A_src, np.zeros((N + 2, 2))], axis=1)
     return A / A.sum(1, keepdims=True)
 
@@ -128,7 +137,7 @@ def test_propagation_equals_dense_operator(dense):
     z = torch.randn(batch.num_tokens, 5, dtype=torch.float64)
     got = Propagation(batch)(z)
     cu = batch.cu_seqlens.tolist()
-    want = torch.cat([torch.tensor(dense_operator(s, N_MAX)) @ z[cu[i]:cu[i + 1]] for i, s in enumerate(samples)])
+    want = torch.cat([torch.tensor(dense_operator(s, N_MAX)) @ z[cu[i] : cu[i + 1]] for i, s in enumerate(samples)])
     torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
     # task rule: the u-task row aggregates exactly what u's context token aggregates, v likewise
     for i in range(len(samples)):
@@ -200,8 +209,9 @@ def test_the_key_bias_gradient_is_rounding_noise_and_other_grads_are_compared_to
     model.loss(model(batch), batch.label).backward()
     grads = {k: p.grad.clone() for k, p in model.named_parameters() if p.requires_grad}
     keys = [k for k in grads if k.endswith(ZERO_GRAD_PARAMS)]
-    assert keys and all(float(grads[k].abs().max()) < 1e-6 * max(float(g.abs().max()) for g in grads.values())
-                        for k in keys)
+    assert keys and all(
+        float(grads[k].abs().max()) < 1e-6 * max(float(g.abs().max()) for g in grads.values()) for k in keys
+    )
     assert_grads_close(grads, grads, 1e-12)
     name = next(k for k in grads if k.endswith("attention.self.query.weight"))
     off = {k: g + (1e-3 * g.abs().max() if k == name else 0) for k, g in grads.items()}
@@ -304,11 +314,19 @@ def test_a_few_steps_decrease_the_loss(task):
 
 
 # ---------------------------------------------------------------------------- config
-@pytest.mark.parametrize("kw, field", [
-    (dict(hidden=30, heads=4), "hidden"), (dict(n_max=1), "n_max"), (dict(layers=0), "layers"),
-    (dict(dropout=1.0), "dropout"), (dict(task="ranking"), "task"), (dict(attention="xformers"), "attention"),
-    (dict(num_features=-1), "num_features"), (dict(ffn=0), "ffn"),
-])
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        (dict(hidden=30, heads=4), "hidden"),
+        (dict(n_max=1), "n_max"),
+        (dict(layers=0), "layers"),
+        (dict(dropout=1.0), "dropout"),
+        (dict(task="ranking"), "task"),
+        (dict(attention="xformers"), "attention"),
+        (dict(num_features=-1), "num_features"),
+        (dict(ffn=0), "ffn"),
+    ],
+)
 def test_config_validation_names_the_field(kw, field):
     base = dict(n_max=12, hidden=32, layers=2, heads=4, ffn=64)
     with pytest.raises(ValueError, match=f"ModelConfig.{field}"):
@@ -317,10 +335,17 @@ def test_config_validation_names_the_field(kw, field):
 
 def test_from_preset():
     from common.presets import get_preset
+
     cfg = ModelConfig.from_preset("citeseer-small", attention="sdpa")
     p = get_preset("citeseer-small")
-    assert (cfg.n_max, cfg.hidden, cfg.layers, cfg.heads, cfg.ffn, cfg.dropout) == \
-        (p.n_max, p.hidden, p.layers, p.heads, p.ffn, p.dropout)
+    assert (cfg.n_max, cfg.hidden, cfg.layers, cfg.heads, cfg.ffn, cfg.dropout) == (
+        p.n_max,
+        p.hidden,
+        p.layers,
+        p.heads,
+        p.ffn,
+        p.dropout,
+    )
     assert cfg.attention == "sdpa"
     assert ModelConfig.from_preset(get_preset("citeseer"), num_features=8).n_max == 842
     with pytest.raises(ValueError, match="unknown field"):

@@ -1,6 +1,7 @@
 """Node features of a user's graph (--node-features): every file kind read into the graph's node order, every
 bad input refused in one line naming the file and the row, and cora as an edge list plus its Planetoid features
 giving the paper-dataset path's shard content and model inputs, down to equal training losses."""
+
 from __future__ import annotations
 
 import json
@@ -16,12 +17,7 @@ import pytest
 from common.datasets import DatasetError, load_dataset
 from common.datasets.node_features import load_node_features
 from common.graph import Graph, GraphError
-from preprocess.config import (
-    CandidateConfig,
-    ConfigError,
-    PreprocessConfig,
-    SamplingConfig,
-)
+from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
 from tests.conftest import cached_set, require_shared
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,6 +59,7 @@ def test_parquet_list_column_and_integer_ids(tmp_path):
 
 def test_gzipped_csv(tmp_path):
     import gzip
+
     path = tmp_path / "x.csv.gz"
     path.write_bytes(gzip.compress(b"node,f\nb,2\na,1\nc,3\nd,4\n"))
     assert load_node_features(path, IDS, 4)[:, 0].tolist() == [1, 2, 3, 4]
@@ -72,8 +69,11 @@ def test_npy_needs_ids_zero_to_n(tmp_path):
     path = tmp_path / "x.npy"
     np.save(path, np.arange(6, dtype=np.float64).reshape(3, 2))
     assert load_node_features(path, np.arange(3), 3).tolist() == [[0, 1], [2, 3], [4, 5]]
-    with pytest.raises(DatasetError, match=r"x.npy: a .npy table's row i is node i, which needs the graph's ids to "
-                                           r"be exactly 0..2; write a .csv or .parquet with a column node"):
+    with pytest.raises(
+        DatasetError,
+        match=r"x.npy: a .npy table's row i is node i, which needs the graph's ids to "
+        r"be exactly 0..2; write a .csv or .parquet with a column node",
+    ):
         load_node_features(path, np.array([1, 2, 3]), 3)
     with pytest.raises(DatasetError, match=r"3 rows for a graph of 2 nodes: rows 2 to 2 are not nodes"):
         load_node_features(path, np.arange(2), 2)
@@ -88,22 +88,34 @@ def test_edge_list_with_features_puts_them_on_the_graph(tmp_path):
 
 
 # ---------------------------------------------------------------------------- what is refused, one line each
-@pytest.mark.parametrize("text, match", [
-    ("node,f1,f2\na,1,2\nb,1,nan\nc,1,1\nd,1,1\n", r"data row 2, feature 2 holds nan and is not finite"),
-    ("node,f1\na,1\nb,inf\nc,1\nd,1\n", r"data row 2, feature 1 holds inf and is not finite"),
-    ("node,f1\na,1\nb,1e39\nc,1\nd,1\n", r"data row 2, feature 1 holds 1e\+39 and is beyond float32's range"),
-    ("node,f1\na,1\nb,1\nc,x7\nd,1\n", r"column 'f1' holds 'x7' in data row 3, not a number"),
-    ("node,f1\na,1\nb,\nc,1\nd,1\n", r"column 'f1' is empty in data row 2; fill the cell"),
-    ('node,v\na,"1,2"\nb,"1,2"\nc,"1,2,3"\nd,"1,2"\n', r"data row 3 holds 3 values in column 'v', data row 1 holds 2"),
-    ('node,v\na,"1,2"\nb,"1,q"\nc,"1,2"\nd,"1,2"\n', r"column 'v' holds 'q' in data row 2, not a number"),
-    ("node,f1\na,1\nb,1\nzz,1\nc,1\nd,1\n", r"data row 3: node id 'zz' is not a node of the graph \(1 such rows\); "
-                                            r"declare such nodes with --nodes"),
-    ("node,f1\na,1\nb,1\na,2\nc,1\nd,1\n", r"node id 'a' has two rows \(data rows 1 and 3\)"),
-    ("node,f1\na,1\nb,1\nd,1\n", r"1 of 4 nodes have no row \(first: node 'c'\); add the rows, or pass "
-                                 r"--fill-features zero\|mean"),
-    ("name,f1\na,1\n", r"no column named node or id \(found: name, f1\)"),
-    ("node\na\n", r"no feature column besides node"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("node,f1,f2\na,1,2\nb,1,nan\nc,1,1\nd,1,1\n", r"data row 2, feature 2 holds nan and is not finite"),
+        ("node,f1\na,1\nb,inf\nc,1\nd,1\n", r"data row 2, feature 1 holds inf and is not finite"),
+        ("node,f1\na,1\nb,1e39\nc,1\nd,1\n", r"data row 2, feature 1 holds 1e\+39 and is beyond float32's range"),
+        ("node,f1\na,1\nb,1\nc,x7\nd,1\n", r"column 'f1' holds 'x7' in data row 3, not a number"),
+        ("node,f1\na,1\nb,\nc,1\nd,1\n", r"column 'f1' is empty in data row 2; fill the cell"),
+        (
+            'node,v\na,"1,2"\nb,"1,2"\nc,"1,2,3"\nd,"1,2"\n',
+            r"data row 3 holds 3 values in column 'v', data row 1 holds 2",
+        ),
+        ('node,v\na,"1,2"\nb,"1,q"\nc,"1,2"\nd,"1,2"\n', r"column 'v' holds 'q' in data row 2, not a number"),
+        (
+            "node,f1\na,1\nb,1\nzz,1\nc,1\nd,1\n",
+            r"data row 3: node id 'zz' is not a node of the graph \(1 such rows\); "
+            r"declare such nodes with --nodes",
+        ),
+        ("node,f1\na,1\nb,1\na,2\nc,1\nd,1\n", r"node id 'a' has two rows \(data rows 1 and 3\)"),
+        (
+            "node,f1\na,1\nb,1\nd,1\n",
+            r"1 of 4 nodes have no row \(first: node 'c'\); add the rows, or pass "
+            r"--fill-features zero\|mean",
+        ),
+        ("name,f1\na,1\n", r"no column named node or id \(found: name, f1\)"),
+        ("node\na\n", r"no feature column besides node"),
+    ],
+)
 def test_bad_feature_files_are_refused_in_one_line(tmp_path, text, match):
     f = write(tmp_path / "bad.csv", text)
     with pytest.raises(DatasetError, match=match) as err:
@@ -143,13 +155,29 @@ def test_feature_flags_on_a_paper_dataset_and_fill_without_a_file_are_refused(tm
 
 def test_cli_refuses_a_nan_in_one_line_and_writes_nothing(tmp_path):
     feats = write(tmp_path / "x.csv", "node,f\n" + "".join(f"n{i:02d},{'nan' if i == 7 else i}\n" for i in range(30)))
-    proc = subprocess.run([sys.executable, "-m", "preprocess", "--dataset", str(edges_csv(tmp_path)),
-                           "--node-features", feats, "--out", str(tmp_path / "shards")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "preprocess",
+            "--dataset",
+            str(edges_csv(tmp_path)),
+            "--node-features",
+            feats,
+            "--out",
+            str(tmp_path / "shards"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert errors == [f"python -m preprocess: error: --node-features {feats}: data row 8, feature 1 holds nan and is "
-                      "not finite; features must be finite numbers"]
+    assert errors == [
+        f"python -m preprocess: error: --node-features {feats}: data row 8, feature 1 holds nan and is "
+        "not finite; features must be finite numbers"
+    ]
     assert not list(tmp_path.rglob("manifest.json"))
 
 
@@ -167,6 +195,7 @@ def test_a_featured_graph_takes_new_nodes_only_with_their_rows():
 def test_cora_edge_list_with_feature_file_equals_the_paper_path(cora_pair):
     from preprocess.job import candidate_sets
     from preprocess.set_files import set_files
+
     paper, folder = cora_pair
     own = load_dataset(str(folder / "cora-edges.csv"), node_features=str(folder / "cora-features.csv"))
     assert np.array_equal(own.x, paper.x) and own.graph.fingerprint() == paper.graph.fingerprint()
@@ -193,18 +222,35 @@ def test_cora_feature_file_gives_the_same_shards_and_losses(cora_pair, shard_cac
     from common.shards import load_features, read_manifest, read_shard
     from preprocess.job import run
     from tests.conftest import train_tiny_on_cpu
+
     paper, folder = cora_pair
-    kw = dict(sampling=SamplingConfig(1, 3), num_cpus=2,
-              candidates=CandidateConfig(views=1, percent=10.0, protocols=("original",)))
+    kw = dict(
+        sampling=SamplingConfig(1, 3),
+        num_cpus=2,
+        candidates=CandidateConfig(views=1, percent=10.0, protocols=("original",)),
+    )
     planetoid = str(require_shared("planetoid", "ind.cora.x").parent)
-    set_paper = run(PreprocessConfig(dataset="cora", features=True, planetoid_dir=planetoid,
-                                     out=str(cached_set(shard_cache, "cora-features")), **kw))
-    set_own = run(PreprocessConfig(dataset=str(folder / "cora-edges.csv"),
-                                   node_features=str(folder / "cora-features.csv"),
-                                   out=str(cached_set(shard_cache, "cora-edge-list-features")), **kw))
+    set_paper = run(
+        PreprocessConfig(
+            dataset="cora",
+            features=True,
+            planetoid_dir=planetoid,
+            out=str(cached_set(shard_cache, "cora-features")),
+            **kw,
+        )
+    )
+    set_own = run(
+        PreprocessConfig(
+            dataset=str(folder / "cora-edges.csv"),
+            node_features=str(folder / "cora-features.csv"),
+            out=str(cached_set(shard_cache, "cora-edge-list-features")),
+            **kw,
+        )
+    )
     m_paper, m_own = read_manifest(set_paper), read_manifest(set_own)
     assert np.array_equal(load_features(m_paper), load_features(m_own))
     from common.datasets import load_set_dataset
+
     assert load_set_dataset(m_own["config"]).fingerprint() == m_own["fingerprint"]  # features reload with the run
     assert [s["sha256"] for s in m_paper["shards"]] == [s["sha256"] for s in m_own["shards"]]
     for entry in m_own["shards"][:2]:

@@ -6,6 +6,7 @@ allocates (checked in a child process whose address space is capped); the sort-b
 hashed id mapping equal numpy's; a dead RAY_ADDRESS fails in one line; embedded Ray starts without
 the token notice.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -19,10 +20,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from common import unique as unique_mod
 from common.datasets import DatasetError, load_dataset
 from common.datasets import ids as ids_mod
 from common.datasets.ids import node_index
-from common import unique as unique_mod
 from common.unique import unique_first, unique_inverse, unique_sorted, unique_sorted_inplace
 from tests.conftest import needs_ray
 
@@ -63,12 +64,14 @@ def user_edges(ds) -> set[frozenset]:
 @pytest.mark.parametrize("kind", ["int64", "negative", "uint64", "strings", "empty", "one"])
 def test_fast_unique_equals_numpy(kind):
     rng = np.random.default_rng(7)
-    a = {"int64": lambda: rng.integers(0, 500, 5000),
-         "negative": lambda: rng.integers(-2**62, 2**62, 3000) // 2**50,
-         "uint64": lambda: rng.integers(0, 50, 2000).astype(np.uint64) + np.uint64(2**63),
-         "strings": lambda: np.array([f"n{v}" for v in rng.integers(0, 300, 2000)]),
-         "empty": lambda: np.zeros(0, np.int64),
-         "one": lambda: np.array([5])}[kind]()
+    a = {
+        "int64": lambda: rng.integers(0, 500, 5000),
+        "negative": lambda: rng.integers(-(2**62), 2**62, 3000) // 2**50,
+        "uint64": lambda: rng.integers(0, 50, 2000).astype(np.uint64) + np.uint64(2**63),
+        "strings": lambda: np.array([f"n{v}" for v in rng.integers(0, 300, 2000)]),
+        "empty": lambda: np.zeros(0, np.int64),
+        "one": lambda: np.array([5]),
+    }[kind]()
     uniq, first, inverse = np.unique(a, return_index=True, return_inverse=True)
     assert np.array_equal(unique_sorted(a), uniq)
     got_uniq, got_inverse = unique_inverse(a)
@@ -91,7 +94,7 @@ def _reference_map(arrays: dict) -> tuple[dict, np.ndarray]:
     uniq, inverse = np.unique(whole, return_inverse=True)
     out, at = {}, 0
     for k, a in arrays.items():
-        out[k] = inverse.ravel()[at:at + a.size]
+        out[k] = inverse.ravel()[at : at + a.size]
         at += a.size
     return out, uniq
 
@@ -101,12 +104,14 @@ def test_hashed_id_mapping_equals_numpy(kind):
     """Ids spread too wide for the table take the hash path; node i is still the i-th smallest id."""
     rng = np.random.default_rng(11)
     top = np.iinfo(np.int64)
-    pool = {"spread": lambda: rng.integers(0, top.max, 700, dtype=np.int64),
-            "negative": lambda: rng.integers(top.min, top.max, 700, dtype=np.int64),
-            "extremes": lambda: np.array([top.min, top.min + 1, -1, 0, 1, top.max - 1, top.max], np.int64),
-            "uint64": lambda: rng.integers(0, 2**64 - 1, 700, dtype=np.uint64, endpoint=True),
-            "duplicates": lambda: rng.integers(-2**62, 2**62, 5, dtype=np.int64),
-            "two": lambda: np.array([-(2**40), 2**61], np.int64)}[kind]()
+    pool = {
+        "spread": lambda: rng.integers(0, top.max, 700, dtype=np.int64),
+        "negative": lambda: rng.integers(top.min, top.max, 700, dtype=np.int64),
+        "extremes": lambda: np.array([top.min, top.min + 1, -1, 0, 1, top.max - 1, top.max], np.int64),
+        "uint64": lambda: rng.integers(0, 2**64 - 1, 700, dtype=np.uint64, endpoint=True),
+        "duplicates": lambda: rng.integers(-(2**62), 2**62, 5, dtype=np.int64),
+        "two": lambda: np.array([-(2**40), 2**61], np.int64),
+    }[kind]()
     arrays = {c: pool[rng.integers(0, len(pool), n)] for c, n in (("src", 3000), ("dst", 2500), ("node", 40))}
     want, want_ids = _reference_map(arrays)
     got, got_ids, how = ids_mod._map_numbers({k: v.copy() for k, v in arrays.items()})
@@ -137,8 +142,10 @@ def test_hashed_id_mapping_with_a_dictionary_per_column(monkeypatch):
 
     monkeypatch.setattr(ids_mod.pc, "dictionary_encode", per_chunk)
     rng = np.random.default_rng(3)
-    arrays = {"src": rng.integers(-2**63, 2**63 - 1, 900, dtype=np.int64) // 7,
-              "dst": rng.integers(0, 2**63 - 1, 800, dtype=np.int64)}
+    arrays = {
+        "src": rng.integers(-(2**63), 2**63 - 1, 900, dtype=np.int64) // 7,
+        "dst": rng.integers(0, 2**63 - 1, 800, dtype=np.int64),
+    }
     arrays["dst"][:300] = arrays["src"][:300]  # shared ids, in another first-seen order
     want, want_ids = _reference_map(arrays)
     got, got_ids, _ = ids_mod._map_numbers({k: v.copy() for k, v in arrays.items()})
@@ -159,11 +166,14 @@ def test_string_ids_round_trip(tmp_path):
     assert [ds.node_ids[i] for i in idx[:3]] == ["007", "7", "Ω-ünïcode"]
 
 
-@pytest.mark.parametrize("ids, dtype", [
-    ([2**63 + 5, 2**64 - 1, 2**63, 17, 0], np.uint64),              # above int64: unsigned, not "negative"
-    ([-(2**63), -5, 0, 2**63 - 1, 2_147_483_653], np.int64),        # negative and the largest signed
-    ([-5, 2**63 + 5, 3, 2**64 + 9], object),                        # no 64-bit type holds them all: their text
-])
+@pytest.mark.parametrize(
+    "ids, dtype",
+    [
+        ([2**63 + 5, 2**64 - 1, 2**63, 17, 0], np.uint64),  # above int64: unsigned, not "negative"
+        ([-(2**63), -5, 0, 2**63 - 1, 2_147_483_653], np.int64),  # negative and the largest signed
+        ([-5, 2**63 + 5, 3, 2**64 + 9], object),  # no 64-bit type holds them all: their text
+    ],
+)
 def test_64bit_ids_round_trip(tmp_path, ids, dtype):
     ids = ids + list(range(1000, 1060))
     rows = ring_with_chords(ids)
@@ -220,8 +230,9 @@ def test_run_nodes_flag_declares_isolated_nodes(tmp_path):
 
     rows = ring_with_chords([2**40 + 3 * i for i in range(40)])
     edges = write_table(tmp_path / "e.csv", rows)
-    nodes = write_table(tmp_path / "nodes.tsv", [(2**40 + 3 * i,) for i in range(40)] + [(-9,), (2**62,)],
-                        columns=("id",))
+    nodes = write_table(
+        tmp_path / "nodes.tsv", [(2**40 + 3 * i,) for i in range(40)] + [(-9,), (2**62,)], columns=("id",)
+    )
     base = ["--dataset", str(edges), "--seeds", "0,1,2", "--out", str(tmp_path / "r"), "--shards", str(tmp_path / "s")]
     run = run_config(*base, "--nodes", nodes)
     ds = run.source.load()
@@ -258,9 +269,14 @@ CAPPED = textwrap.dedent("""
 
 def run_capped(headroom_mb: int, *args) -> subprocess.CompletedProcess:
     """python -m preprocess ARGS in a child that may map only `headroom_mb` more than its imports did."""
-    return subprocess.run([sys.executable, "-c", CAPPED, str(headroom_mb), *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    return subprocess.run(
+        [sys.executable, "-c", CAPPED, str(headroom_mb), *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
 
 
 def error_lines(stderr: str) -> list[str]:
@@ -300,11 +316,18 @@ def test_issue18_row_loads_under_a_memory_cap(tmp_path):
     """The same row in an edge list is just one more id: it loads within 1 GB more than the imports."""
     rows = ring_with_chords(list(range(300)), chords=1200) + [(2_147_483_653, 3)]
     path = write_table(tmp_path / "sparse.csv", rows)
-    script = CAPPED.replace("sys.exit(main(sys.argv[2:]))",
-                            "from common.datasets import load_dataset\n"
-                            "print(load_dataset(sys.argv[2]).num_nodes)")
-    proc = subprocess.run([sys.executable, "-c", script, "1024", str(path)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    script = CAPPED.replace(
+        "sys.exit(main(sys.argv[2:]))",
+        "from common.datasets import load_dataset\nprint(load_dataset(sys.argv[2]).num_nodes)",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, "1024", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[-1] == "301"
 
@@ -312,12 +335,19 @@ def test_issue18_row_loads_under_a_memory_cap(tmp_path):
 # ---------------------------------------------------------------------------- Ray start-up
 def test_dead_ray_address_fails_in_one_line(tmp_path):
     env = {**os.environ, "RAY_ADDRESS": "127.0.0.1:1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "preprocess", "--dataset", "citeseer", "--out", str(tmp_path / "o")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "preprocess", "--dataset", "citeseer", "--out", str(tmp_path / "o")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
     assert proc.returncode == 1, proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines() == [
         "python -m preprocess: error: RAY_ADDRESS=127.0.0.1:1: no Ray cluster answers there (connection refused); "
-        "start one (`ray start --head`) or fix the address, or unset RAY_ADDRESS to use an embedded Ray"]
+        "start one (`ray start --head`) or fix the address, or unset RAY_ADDRESS to use an embedded Ray"
+    ]
     assert not (tmp_path / "o").exists()  # refused before anything was loaded or written
 
 
@@ -325,8 +355,14 @@ def test_dead_ray_address_fails_in_one_line(tmp_path):
 def test_embedded_ray_starts_without_token_notice():
     code = "from preprocess.cluster import init_ray\nimport ray\nassert init_ray(1)\nray.shutdown()\n"
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**env, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Token authentication" not in proc.stderr and "token" not in proc.stderr.lower(), proc.stderr[-2000:]
 
@@ -349,9 +385,15 @@ def test_score_under_user_ids_equals_score_under_mapped_ids(tmp_path):
 
     names = [f"user-{i * 7919 % 100_003}" for i in range(200)]
     edges = write_table(tmp_path / "people.csv", ring_with_chords(names, chords=600))
-    config = PreprocessConfig(dataset=str(edges), sampling=SamplingConfig(1, 3), out=str(tmp_path / "shards"),
-                              candidates=CandidateConfig(views=1, splits=("valid",)), num_cpus=1,
-                              links_per_shard=256, links_per_block=64)
+    config = PreprocessConfig(
+        dataset=str(edges),
+        sampling=SamplingConfig(1, 3),
+        out=str(tmp_path / "shards"),
+        candidates=CandidateConfig(views=1, splits=("valid",)),
+        num_cpus=1,
+        links_per_shard=256,
+        links_per_block=64,
+    )
     shards = run_job(config).path
     manifest = read_manifest(shards)
     assert manifest["node_ids"] == {"file": NODE_IDS, "count": 200, "dtype": "string"}
@@ -366,9 +408,26 @@ def test_score_under_user_ids_equals_score_under_mapped_ids(tmp_path):
 
     user = [(names[0], names[50]), (names[3], names[77]), (names[10], names[11]), (names[199], names[5])]
     pairs = write_table(tmp_path / "pairs.csv", user)
-    proc = subprocess.run([sys.executable, "-m", "pipelines.score", "--checkpoint", str(run), "--pairs", str(pairs),
-                           "--out", str(tmp_path / "s.parquet"), "--device", "cpu"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines.score",
+            "--checkpoint",
+            str(run),
+            "--pairs",
+            str(pairs),
+            "--out",
+            str(tmp_path / "s.parquet"),
+            "--device",
+            "cpu",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = pq.read_table(tmp_path / "s.parquet").to_pandas()
     assert out[["src", "dst"]].values.tolist() == [list(p) for p in user]
@@ -380,27 +439,63 @@ def test_score_under_user_ids_equals_score_under_mapped_ids(tmp_path):
     assert np.allclose(out.logit.to_numpy(), expect.mean(0), rtol=0, atol=1e-5)
 
     # a pair of a node with itself, or an unknown name: one line each, nothing written
-    for bad, expect_text in (([(names[4], names[4])],
-                              "pair a node with itself (first: data row 1, (user-31676, user-31676))"),
-                             ([(names[4], "nobody")], "unknown node ids (first: data row 1, (user-31676, nobody))")):
+    for bad, expect_text in (
+        ([(names[4], names[4])], "pair a node with itself (first: data row 1, (user-31676, user-31676))"),
+        ([(names[4], "nobody")], "unknown node ids (first: data row 1, (user-31676, nobody))"),
+    ):
         write_table(tmp_path / "bad.csv", bad)
-        proc = subprocess.run([sys.executable, "-m", "pipelines.score", "--checkpoint", str(run), "--pairs",
-                               str(tmp_path / "bad.csv"), "--out", str(tmp_path / "never.parquet")], cwd=ROOT,
-                              capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pipelines.score",
+                "--checkpoint",
+                str(run),
+                "--pairs",
+                str(tmp_path / "bad.csv"),
+                "--out",
+                str(tmp_path / "never.parquet"),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
         assert proc.returncode == 2 and expect_text in proc.stderr, proc.stderr[-2000:]
         assert not (tmp_path / "never.parquet").exists()
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
     def cli(module, *args):
-        proc = subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=ROOT, capture_output=True,
-                              text=True, timeout=300, env=env)
+        proc = subprocess.run(
+            [sys.executable, "-m", module, *map(str, args)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
 
     # recommendations: --nodes names the user's nodes, and node / candidate come back as names
     (tmp_path / "who.txt").write_text(f"{names[0]}\n{names[3]}\n")
-    cli("pipelines.recommend", "--checkpoint", run, "--nodes", tmp_path / "who.txt", "--k", 3, "--pool", 10,
-        "--out", tmp_path / "recs.parquet", "--device", "cpu", "--no-progress")
+    cli(
+        "pipelines.recommend",
+        "--checkpoint",
+        run,
+        "--nodes",
+        tmp_path / "who.txt",
+        "--k",
+        3,
+        "--pool",
+        10,
+        "--out",
+        tmp_path / "recs.parquet",
+        "--device",
+        "cpu",
+        "--no-progress",
+    )
     recs = pq.read_table(tmp_path / "recs.parquet").to_pandas()
     assert sorted(set(recs.node)) == sorted({names[0], names[3]}) and len(recs) == 6
     assert set(recs.candidate) <= set(names)
@@ -409,11 +504,25 @@ def test_score_under_user_ids_equals_score_under_mapped_ids(tmp_path):
         assert u != v and not train_graph.has_edge(np.array([order.index(u)]), np.array([order.index(v)]))[0]
 
     # today's graph: a node that joined since training is named by the user too, and scored
-    today = write_table(tmp_path / "today.csv", [(names[a], names[b]) for a, b in ring_with_chords(list(range(200)), 600)]
-                        + [("newcomer", names[0]), ("newcomer", names[3])])
+    today = write_table(
+        tmp_path / "today.csv",
+        [(names[a], names[b]) for a, b in ring_with_chords(list(range(200)), 600)]
+        + [("newcomer", names[0]), ("newcomer", names[3])],
+    )
     write_table(tmp_path / "new_pairs.csv", [("newcomer", names[50]), (names[0], "newcomer")])
-    cli("pipelines.score", "--checkpoint", run, "--pairs", tmp_path / "new_pairs.csv", "--graph", today,
-        "--out", tmp_path / "today.parquet", "--device", "cpu")
+    cli(
+        "pipelines.score",
+        "--checkpoint",
+        run,
+        "--pairs",
+        tmp_path / "new_pairs.csv",
+        "--graph",
+        today,
+        "--out",
+        tmp_path / "today.parquet",
+        "--device",
+        "cpu",
+    )
     scored = pq.read_table(tmp_path / "today.parquet").to_pandas()
     assert scored[["src", "dst"]].values.tolist() == [["newcomer", names[50]], [names[0], "newcomer"]]
     assert np.isfinite(scored.score.to_numpy()).all()
@@ -427,8 +536,12 @@ def test_node_id_file_is_checked_against_the_manifest(tmp_path):
     ids = np.array(["gene-b", "gene-a", "gene-c"], dtype=object)
     data = encode_node_ids(ids)
     (tmp_path / "node_ids.parquet").write_bytes(data)
-    manifest = {"root": str(tmp_path), "num_nodes": 3, "node_ids": node_ids_entry(ids),
-                "files": {"node_ids.parquet": file_record(data)}}
+    manifest = {
+        "root": str(tmp_path),
+        "num_nodes": 3,
+        "node_ids": node_ids_entry(ids),
+        "files": {"node_ids.parquet": file_record(data)},
+    }
     assert load_node_ids(manifest).tolist() == ["gene-b", "gene-a", "gene-c"]
     (tmp_path / "node_ids.parquet").write_bytes(encode_node_ids(ids[[1, 0, 2]]))  # same size, nodes 0 and 1 swapped
     with pytest.raises(ShardError, match=r"node_ids\.parquet: checksum mismatch \(manifest [0-9a-f]{12}…, file "):

@@ -2,6 +2,7 @@
 inside a run folder, a results tree or a shard set is refused, a folder output is never nested in one, an
 existing output is replaced only when it is the same command's result on the same data (its stamp), and
 `pencil report` refuses a seed counted twice or two graphs in one row. Each case runs the command's main()."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,18 @@ def seed_folder(root: Path, seed: int, fingerprint: str, dataset: str = "edges",
     """A recipe's seed folder as pipelines.run leaves it: result.json, and the trainer's config.json."""
     d = root / "original" / f"seed{seed}"
     d.mkdir(parents=True)
-    (d / "result.json").write_text(json.dumps({"dataset": dataset, "protocol": "original", "model": "PENCIL",
-                                               "seed": seed, "own_graph": True, "test": {"mrr": mrr}}))
+    (d / "result.json").write_text(
+        json.dumps(
+            {
+                "dataset": dataset,
+                "protocol": "original",
+                "model": "PENCIL",
+                "seed": seed,
+                "own_graph": True,
+                "test": {"mrr": mrr},
+            }
+        )
+    )
     (d / "config.json").write_text(json.dumps({"data": {"dataset_fingerprint": fingerprint}}))
     (d / "best.pt").write_bytes(b"weights")
     return d
@@ -47,13 +58,16 @@ def main_fails(main, argv, capsys) -> str:
 # ---------------------------------------------------------------------------- the guard itself
 def test_a_file_inside_a_run_a_results_tree_or_a_shard_set_is_refused(results, tmp_path):
     from common.outputs import OutputError, check_output
+
     (tmp_path / "set").mkdir()
     (tmp_path / "set" / "manifest.json").write_text("{}")
-    for out, what in ((results / "original" / "seed0" / "result.json", "the run folder"),
-                      (results / "original" / "seed0" / "blend" / "new.json", "the run folder"),
-                      (results / "results.json", "the results of a run"),
-                      (results / "report.md", "the results of a run"),
-                      (tmp_path / "set" / "x.parquet", "the shard set")):
+    for out, what in (
+        (results / "original" / "seed0" / "result.json", "the run folder"),
+        (results / "original" / "seed0" / "blend" / "new.json", "the run folder"),
+        (results / "results.json", "the results of a run"),
+        (results / "report.md", "the results of a run"),
+        (tmp_path / "set" / "x.parquet", "the shard set"),
+    ):
         with pytest.raises(OutputError, match=f"--out {out}: is inside {what} "):
             check_output(out)
     assert check_output(tmp_path / "elsewhere.md") == tmp_path / "elsewhere.md"
@@ -61,6 +75,7 @@ def test_a_file_inside_a_run_a_results_tree_or_a_shard_set_is_refused(results, t
 
 def test_folder_outputs_are_never_nested_in_a_run_or_a_set(results, tmp_path):
     from common.outputs import OutputError, check_output_folder
+
     seed0 = results / "original" / "seed0"
     with pytest.raises(OutputError, match=f"--out {seed0}: is the run folder"):
         check_output_folder(seed0, "--out")  # pipelines.run --out RUN/original/seed0
@@ -75,12 +90,16 @@ def test_folder_outputs_are_never_nested_in_a_run_or_a_set(results, tmp_path):
 
 def test_stamps_replace_the_same_result_and_refuse_anything_else(tmp_path):
     from common.outputs import OutputError, check_replacement, read_stamp, stamp, stamp_line, stamp_metadata
+
     out = tmp_path / "h.json"
     check_replacement(out, "heuristics", "aaa", overwrite=False)  # nothing there yet
     out.write_text(json.dumps({"results": {}, **stamp("heuristics", "aaa")}))
     check_replacement(out, "heuristics", "aaa", overwrite=False)  # a rerun on the same data
-    with pytest.raises(OutputError, match=r"already holds a heuristics result of other data \(data aaa, this one's "
-                                          r"bbb\); pass --overwrite"):
+    with pytest.raises(
+        OutputError,
+        match=r"already holds a heuristics result of other data \(data aaa, this one's "
+        r"bbb\); pass --overwrite",
+    ):
         check_replacement(out, "heuristics", "bbb", overwrite=False, what="heuristics result")
     check_replacement(out, "heuristics", "bbb", overwrite=True)
     with pytest.raises(OutputError, match="another command"):
@@ -90,18 +109,25 @@ def test_stamps_replace_the_same_result_and_refuse_anything_else(tmp_path):
         check_replacement(tmp_path / "mine.txt", "report", "aaa", overwrite=False)
     import pyarrow as pa
     import pyarrow.parquet as pq
+
     pq.write_table(pa.table({"a": [1]}).replace_schema_metadata(stamp_metadata("score", "ccc")), tmp_path / "s.pq")
     (tmp_path / "c.yaml").write_text(f"# {stamp_line('serve-config', 'ddd')}\napplications: []\n")
-    assert read_stamp(tmp_path / "s.pq") == ("score", "ccc") and read_stamp(tmp_path / "c.yaml") == ("serve-config",
-                                                                                                    "ddd")
+    assert read_stamp(tmp_path / "s.pq") == ("score", "ccc") and read_stamp(tmp_path / "c.yaml") == (
+        "serve-config",
+        "ddd",
+    )
 
 
 # ---------------------------------------------------------------------------- pencil report
 def test_report_never_writes_into_a_run(results, capsys):
     from pipelines import report
+
     before = {p: p.read_bytes() for p in results.rglob("*") if p.is_file()}
-    for out in (results / "original" / "seed0" / "result.json", results / "results.json",
-                results / "original" / "seed0" / "summary.json"):
+    for out in (
+        results / "original" / "seed0" / "result.json",
+        results / "results.json",
+        results / "original" / "seed0" / "summary.json",
+    ):
         line = main_fails(report.main, [results, "--out", out], capsys)
         assert f"--out {out}: is inside the" in line, line
     assert before == {p: p.read_bytes() for p in results.rglob("*") if p.is_file()}
@@ -110,6 +136,7 @@ def test_report_never_writes_into_a_run(results, capsys):
 
 def test_report_refuses_a_seed_listed_twice_and_two_graphs_in_one_row(results, tmp_path, capsys):
     from pipelines import report
+
     seed0 = results / "original" / "seed0"
     line = main_fails(report.main, [results, seed0], capsys)
     assert f"{seed0 / 'result.json'}: reached twice (through {results} and {seed0})" in line, line
@@ -126,6 +153,7 @@ def test_report_refuses_a_seed_listed_twice_and_two_graphs_in_one_row(results, t
 
 def test_report_out_is_replaced_only_by_a_report_of_the_same_data(results, tmp_path, capsys):
     from pipelines import report
+
     out = tmp_path / "table.md"
     assert report.main([str(results), "--out", str(out)]) == 0
     assert report.main([str(results), "--out", str(out)]) == 0  # the same runs again: replaced
@@ -144,17 +172,20 @@ def test_report_out_is_replaced_only_by_a_report_of_the_same_data(results, tmp_p
 def test_run_preprocess_and_train_refuse_a_folder_inside_a_run_or_a_set(results, tmp_path, capsys):
     from common.flags import FlagError
     from tests.conftest import run_config
+
     seed0 = results / "original" / "seed0"
     with pytest.raises(FlagError, match=f"--out {seed0}: is the run folder"):
         run_config("--dataset", "citeseer", "--out", seed0, "--shards", tmp_path / "s")  # before any work
 
     import preprocess.__main__ as pre
+
     line = main_fails(pre.main, ["--dataset", "citeseer", "--out", seed0, "-q"], capsys)
     assert f"--out {seed0}: is the run folder" in line
 
     from tests.test_trainer_data import make_shard_set
     from trainer.config import ConfigError, config_for
     from trainer.train import run
+
     shards = make_shard_set(tmp_path / "set", shard_links=(16,), eval_links=12)
     for out in (shards, shards / "run"):  # train --out its own shard set, or a folder inside it
         with pytest.raises(ConfigError, match=f"--out {out}: is (inside )?the shard set {shards}"):
@@ -166,6 +197,7 @@ def test_heuristics_never_replace_another_graphs_result(tmp_path, monkeypatch, c
     """The paper's citeseer and a user's citeseer.csv share the default file name: the second is refused."""
     from pipelines import heuristics
     from tests.test_dataset_identity import random_graph
+
     monkeypatch.chdir(tmp_path)
     assert heuristics.main(["--dataset", "citeseer", "--protocol", "original"]) == 0
     paper = (tmp_path / "results" / "heuristics-citeseer.json").read_text()

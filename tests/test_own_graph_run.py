@@ -4,6 +4,7 @@ column the paper path's split) with its Planetoid features as a feature file giv
 graph with times, weights, an extra column, node features and the user's pairs is reported on its temporal split,
 with the weighted heuristics, its pairs beside the protocol or instead of it, and `--split random` in rows of its
 own. Slow: each run preprocesses and trains a tiny preset on CPU (about a minute per run on 2 shared cores)."""
+
 from __future__ import annotations
 
 import json
@@ -20,6 +21,7 @@ TINY = ["--preset", "tiny", "--seeds", "0", "--device", "cpu", "--num-cpus", "2"
 
 def pencil_run(*argv) -> None:
     from pipelines.run import main
+
     assert main([*map(str, argv), *TINY]) == 0
 
 
@@ -33,8 +35,15 @@ def test_cora_as_an_edge_list_with_its_feature_file_equals_the_paper_path(cora_p
     shards = shard_cache / "run-cora-features"  # both sets are cached: a rerun only trains
     common = ["--epochs", "0.05", "--shards", shards]
     pencil_run("--dataset", "cora", "--planetoid-dir", planetoid, "--features", "--out", tmp_path / "paper", *common)
-    pencil_run("--dataset", folder / "cora-edges.csv", "--node-features", folder / "cora-features.csv",
-               "--out", tmp_path / "own", *common)
+    pencil_run(
+        "--dataset",
+        folder / "cora-edges.csv",
+        "--node-features",
+        folder / "cora-features.csv",
+        "--out",
+        tmp_path / "own",
+        *common,
+    )
     paper, own = results(tmp_path / "paper"), results(tmp_path / "own")
     by_model = {name: {r["model"]: r for r in got["runs"]} for name, got in (("paper", paper), ("own", own))}
     assert set(by_model["paper"]) == set(by_model["own"]) == {"PENCIL", "PENCIL w/o features"}
@@ -69,18 +78,34 @@ def message_graph(folder: Path) -> tuple[Path, Path, Path]:
         if p[0] != p[1] and p not in first:
             non_links.add(p)
     pairs = folder / "pairs.csv"
-    pairs.write_text("src,dst,label\n" + "".join(f"{a},{b},1\n" for a, b in links)
-                     + "".join(f"{a},{b},0\n" for a, b in sorted(non_links)))
+    pairs.write_text(
+        "src,dst,label\n"
+        + "".join(f"{a},{b},1\n" for a, b in links)
+        + "".join(f"{a},{b},0\n" for a, b in sorted(non_links))
+    )
     return edges, features, pairs
 
 
 def test_a_message_graph_is_reported_on_its_temporal_split_with_its_pairs_beside(tmp_path, caplog):
     import logging
+
     caplog.set_level(logging.INFO)
     edges, features, pairs = message_graph(tmp_path)
     shards = tmp_path / "shards"
-    pencil_run("--dataset", edges, "--node-features", features, "--eval-pairs", pairs, "--epochs", "1",
-               "--out", tmp_path / "temporal", "--shards", shards)
+    pencil_run(
+        "--dataset",
+        edges,
+        "--node-features",
+        features,
+        "--eval-pairs",
+        pairs,
+        "--epochs",
+        "1",
+        "--out",
+        tmp_path / "temporal",
+        "--shards",
+        shards,
+    )
     got = results(tmp_path / "temporal")
     rows = {(r["protocol"], r.get("split"), r.get("selected_on"), r["model"]) for r in got["table"]}
     for model in ("PENCIL", "PENCIL w/o features"):
@@ -102,8 +127,24 @@ def test_a_message_graph_is_reported_on_its_temporal_split_with_its_pairs_beside
     # training edge there): ranked against the split's held-out positives, in rows of their own
     non_links = tmp_path / "non-links.csv"
     non_links.write_text("".join(line + "\n" for line in pairs.read_text().splitlines() if not line.endswith(",1")))
-    pencil_run("--dataset", edges, "--eval-pairs", non_links, "--protocol", "pairs", "--split", "random",
-               "--ignore-columns", "channel", "--epochs", "1", "--out", tmp_path / "random", "--shards", shards)
+    pencil_run(
+        "--dataset",
+        edges,
+        "--eval-pairs",
+        non_links,
+        "--protocol",
+        "pairs",
+        "--split",
+        "random",
+        "--ignore-columns",
+        "channel",
+        "--epochs",
+        "1",
+        "--out",
+        tmp_path / "random",
+        "--shards",
+        shards,
+    )
     got = results(tmp_path / "random")
     rows = {(r["protocol"], r.get("split"), r.get("selected_on"), r["model"]) for r in got["table"]}
     assert ("pairs", "random", None, "PENCIL w/o features") in rows and ("pairs", "random", None, "WRA") in rows

@@ -1,4 +1,5 @@
 """pack() / to_padded() on hand-built samples, every array checked against values worked out by hand."""
+
 import numpy as np
 import pytest
 import torch
@@ -9,8 +10,9 @@ from trainer.packing import BatchPacker, from_padded, pack, pack_samples, to_pad
 
 def _samples():
     # sample 0: u=10, v=11, w=12, x=13; edges u-w, v-w, w-x (u and v not adjacent: target edge removed)
-    s0 = dict(cid=7, src=10, dst=11, label=1.0, nodes=np.array([10, 11, 12, 13]),
-              edges=np.array([[0, 2], [2, 1], [2, 3]]))
+    s0 = dict(
+        cid=7, src=10, dst=11, label=1.0, nodes=np.array([10, 11, 12, 13]), edges=np.array([[0, 2], [2, 1], [2, 3]])
+    )
     # sample 1: isolated pair, no edges
     s1 = dict(cid=8, src=20, dst=21, label=0.0, nodes=np.array([20, 21]), edges=np.zeros((0, 2), np.int64))
     # sample 2: u=30, v=31, y=32; edges v-u? no: u-y, y-v given as (1, 2) and (2, 0)
@@ -111,14 +113,17 @@ def test_pin_memory_then_non_blocking_copy_to_cuda():
         assert t.is_cuda and torch.equal(t.cpu(), _tensors(host)[name]), name
 
 
-@pytest.mark.parametrize("bad, match", [
-    (dict(nodes=np.arange(3), edges=np.array([[0, 6]])), "n_max"),
-    (dict(nodes=np.arange(3), edges=np.array([[0, 4]])), "not in the context"),
-    (dict(nodes=np.arange(7), edges=np.zeros((0, 2))), "n_max = 6"),
-    (dict(nodes=np.arange(1), edges=np.zeros((0, 2))), "fewer than 2"),
-    (dict(nodes=np.arange(3), edges=np.array([[2, 2]])), "self-loop"),
-    (dict(nodes=np.arange(3), edges=np.array([[-1, 2]])), "out of range"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(nodes=np.arange(3), edges=np.array([[0, 6]])), "n_max"),
+        (dict(nodes=np.arange(3), edges=np.array([[0, 4]])), "not in the context"),
+        (dict(nodes=np.arange(7), edges=np.zeros((0, 2))), "n_max = 6"),
+        (dict(nodes=np.arange(1), edges=np.zeros((0, 2))), "fewer than 2"),
+        (dict(nodes=np.arange(3), edges=np.array([[2, 2]])), "self-loop"),
+        (dict(nodes=np.arange(3), edges=np.array([[-1, 2]])), "out of range"),
+    ],
+)
 def test_pack_rejects_bad_samples(bad, match):
     s = dict(cid=42, src=0, dst=1, label=1.0, **bad)
     with pytest.raises(ValueError, match=match) as err:
@@ -198,4 +203,5 @@ def test_batch_packer_induces_from_the_graph_in_either_form():
     assert torch.equal(dense.adj_dense, pack_samples(_samples(), n_max=6, dense=True).adj_dense)
     # the default rule: entry bound 8 + 0 + 4 = 12 against 3 x 4 x 4 = 48 matrix entries
     from trainer.packing import DENSE_MIN_DENSITY
+
     assert BatchPacker(indptr, indices, 6).use_dense(node_ptr, nodes) == (12 >= DENSE_MIN_DENSITY * 48)

@@ -1,4 +1,5 @@
 """End to end on a tiny preset: pipelines.run (preprocess → train → evaluate → report), then scoring."""
+
 import json
 import re
 import subprocess
@@ -20,9 +21,30 @@ ROOT = Path(__file__).resolve().parents[1]
 def pipeline_run(tmp_path_factory, shard_cache):
     """Two seeds of the tiny preset, 60 steps each, on CPU (the thresholds below were measured there)."""
     tmp = tmp_path_factory.mktemp("e2e")
-    cmd = [sys.executable, "-m", "pipelines.run", "--dataset", "citeseer", "--preset", "tiny", "--seeds", "0,1",
-           "--out", str(tmp / "results"), "--shards", str(cached_set(shard_cache, "citeseer-tiny")), "--num-cpus", "2", "--views", "1",
-           "--device", "cpu", "--train-arg=--max-steps=60", "--train-arg=--num-workers=0", "--train-arg=--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.run",
+        "--dataset",
+        "citeseer",
+        "--preset",
+        "tiny",
+        "--seeds",
+        "0,1",
+        "--out",
+        str(tmp / "results"),
+        "--shards",
+        str(cached_set(shard_cache, "citeseer-tiny")),
+        "--num-cpus",
+        "2",
+        "--views",
+        "1",
+        "--device",
+        "cpu",
+        "--train-arg=--max-steps=60",
+        "--train-arg=--num-workers=0",
+        "--train-arg=--no-progress",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     (tmp / "run.stderr").write_text(proc.stderr)
@@ -34,6 +56,7 @@ def adamic_adar_auc_ap() -> tuple[float, float]:
     of 1 / log(deg w); AUC as the share of (positive, negative) pairs the positive wins (ties half), AP as
     the mean over positives, taken best first, of the precision at that positive's score (ties together)."""
     import scipy.sparse as sp
+
     from common.datasets import load_dataset
 
     ds = load_dataset("citeseer")
@@ -101,12 +124,17 @@ def test_pipeline_writes_results_table_and_plots(pipeline_run):
     for png in ("training_loss.png", "mrr_per_epoch.png"):
         assert (out / "original" / png).read_bytes()[:4] == b"\x89PNG"
     # per-epoch valid and test AUC / AP are logged (test whenever validation improved)
-    evals = [json.loads(line) for line in (out / "original" / "seed0" / "metrics.jsonl").read_text().splitlines()
-             if '"eval"' in line]
+    evals = [
+        json.loads(line)
+        for line in (out / "original" / "seed0" / "metrics.jsonl").read_text().splitlines()
+        if '"eval"' in line
+    ]
     assert {e["split"] for e in evals} == {"valid", "test"} and all("auc" in e and "ap" in e for e in evals)
     # On a CPU machine with 2+ cores the two seeds train at once, each in its own trainer process.
     import os
+
     import torch
+
     if not torch.cuda.is_available() and len(os.sched_getaffinity(0)) >= 2:
         for seed in (0, 1):
             assert "training seed %d (log: " % seed in proc_log(tmp)
@@ -118,9 +146,30 @@ def test_rerun_reuses_shards_and_finished_runs(pipeline_run, shard_cache):
     seed_dir = tmp / "results" / "citeseer" / "tiny" / "original" / "seed0"
     before = _snapshot(seed_dir)
     assert {"best.pt", "last.pt", "summary.json", "metrics.jsonl"} <= set(before)
-    cmd = [sys.executable, "-m", "pipelines.run", "--dataset", "citeseer", "--preset", "tiny", "--seeds", "0",
-           "--out", str(tmp / "results"), "--shards", str(cached_set(shard_cache, "citeseer-tiny")), "--num-cpus", "2", "--views", "1",
-           "--device", "cpu", "--train-arg=--max-steps=60", "--train-arg=--num-workers=0", "--train-arg=--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.run",
+        "--dataset",
+        "citeseer",
+        "--preset",
+        "tiny",
+        "--seeds",
+        "0",
+        "--out",
+        str(tmp / "results"),
+        "--shards",
+        str(cached_set(shard_cache, "citeseer-tiny")),
+        "--num-cpus",
+        "2",
+        "--views",
+        "1",
+        "--device",
+        "cpu",
+        "--train-arg=--max-steps=60",
+        "--train-arg=--num-workers=0",
+        "--train-arg=--no-progress",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "shards reused" in proc.stderr
@@ -137,10 +186,30 @@ def test_rerun_leaves_a_finished_run_folder_untouched(pipeline_run, shard_cache)
     tmp, _ = pipeline_run
     seed_dir = tmp / "results" / "citeseer" / "tiny" / "original" / "seed1"
     before = _snapshot(seed_dir)
-    cmd = [sys.executable, "-m", "pipelines.run", "--dataset", "citeseer", "--preset", "tiny", "--seeds", "1",
-           "--out", str(tmp / "results"), "--shards", str(cached_set(shard_cache, "citeseer-tiny")), "--num-cpus", "2",
-           "--views", "1", "--device", "cpu", "--train-arg=--max-steps=60", "--train-arg=--num-workers=0",
-           "--train-arg=--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.run",
+        "--dataset",
+        "citeseer",
+        "--preset",
+        "tiny",
+        "--seeds",
+        "1",
+        "--out",
+        str(tmp / "results"),
+        "--shards",
+        str(cached_set(shard_cache, "citeseer-tiny")),
+        "--num-cpus",
+        "2",
+        "--views",
+        "1",
+        "--device",
+        "cpu",
+        "--train-arg=--max-steps=60",
+        "--train-arg=--num-workers=0",
+        "--train-arg=--no-progress",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert _snapshot(seed_dir) == before
@@ -149,15 +218,31 @@ def test_rerun_leaves_a_finished_run_folder_untouched(pipeline_run, shard_cache)
 def _snapshot(folder) -> dict:
     """name -> (mtime_ns, sha256) of every file under folder."""
     import hashlib
-    return {str(p.relative_to(folder)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+    return {
+        str(p.relative_to(folder)): (p.stat().st_mtime_ns, hashlib.sha256(p.read_bytes()).hexdigest())
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _score(tmp, pairs_file, out, *extra):
     """pipelines.score on the fixture's seed 0, on CPU: the equality checks below are bit for bit, which CUDA's
     scatter (index_add_ in trainer/propagation.py) does not promise."""
-    cmd = [sys.executable, "-m", "pipelines.score", "--checkpoint", str(tmp / "results/citeseer/tiny/original/seed0"),
-           "--pairs", str(pairs_file), "--out", str(out), "--device", "cpu", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.score",
+        "--checkpoint",
+        str(tmp / "results/citeseer/tiny/original/seed0"),
+        "--pairs",
+        str(pairs_file),
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        *extra,
+    ]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
@@ -174,8 +259,7 @@ def test_score_parquet_pairs_with_orderings(pipeline_run, tmp_path):
     # Same seed, same subgraphs: scoring is deterministic.
     again = _score(tmp, pairs, tmp_path / "again.parquet", "--orderings", "3")
     assert again.returncode == 0
-    assert np.array_equal(pq.read_table(tmp_path / "again.parquet").column("logit").to_numpy(),
-                          table.logit.to_numpy())
+    assert np.array_equal(pq.read_table(tmp_path / "again.parquet").column("logit").to_numpy(), table.logit.to_numpy())
 
 
 def test_score_rejects_unknown_node_ids(pipeline_run, tmp_path):
@@ -218,9 +302,11 @@ def test_results_folder_is_named_after_the_dataset(tmp_path):
     with gzip.open(path, "wt") as f:
         f.write("src,dst\n" + "\n".join(f"{i},{(i + 1) % 30}" for i in range(30)) + "\n")
     from common.datasets.edgelist import load_edge_list
+
     assert results_dir("results", load_edge_list(path).name, "tiny") == Path("results/my_edges/tiny")
-    pq.write_table(pa.table({"src": list(range(30)), "dst": [(i + 1) % 30 for i in range(30)]}),
-                   tmp_path / "graph.v2.parquet")  # 30 edges: enough for a validation and a test edge
+    pq.write_table(
+        pa.table({"src": list(range(30)), "dst": [(i + 1) % 30 for i in range(30)]}), tmp_path / "graph.v2.parquet"
+    )  # 30 edges: enough for a validation and a test edge
     assert results_dir("r", load_dataset(str(tmp_path / "graph.v2.parquet")).name, "p") == Path("r/graph.v2/p")
     assert results_dir("r", "citeseer", "citeseer-small") == Path("r/citeseer/citeseer-small")
     assert results_dir("r", "my graph/../x", "p") == Path("r/my_graph_.._x/p")  # one path component, always
@@ -229,13 +315,20 @@ def test_results_folder_is_named_after_the_dataset(tmp_path):
 # ---------------------------------------------------------------------------- one process or torchrun
 def _run_args(tmp_path, *argv):
     from tests.conftest import run_config
+
     return run_config("--dataset", "citeseer", "--out", tmp_path / "results", "--shards", tmp_path / "shards", *argv)
 
 
-@pytest.mark.parametrize("gpus, device, launcher", [
-    (2, "auto", "torchrun"), (4, "cuda", "torchrun"), (2, "cpu", "trainer"), (1, "auto", "trainer"),
-    (0, "auto", "trainer"),
-])
+@pytest.mark.parametrize(
+    "gpus, device, launcher",
+    [
+        (2, "auto", "torchrun"),
+        (4, "cuda", "torchrun"),
+        (2, "cpu", "trainer"),
+        (1, "auto", "trainer"),
+        (0, "auto", "trainer"),
+    ],
+)
 def test_a_seed_runs_under_torchrun_when_several_gpus_are_visible(tmp_path, monkeypatch, gpus, device, launcher):
     """The seed's child process with the visible-GPU count injected: more than one GPU (and not --device cpu)
     runs `torchrun --nproc-per-node <gpus>` over the trainer, this exact command line; otherwise one trainer
@@ -252,14 +345,45 @@ def test_a_seed_runs_under_torchrun_when_several_gpus_are_visible(tmp_path, monk
 
     monkeypatch.setattr(trainers, "cuda_devices", lambda: gpus)
     monkeypatch.setattr(trainers, "start_child", fake_start_child)
-    opts = _run_args(tmp_path, "--device", device, "--epochs", "2", "--train-arg=--max-steps=5",
-                     "--train-arg=--num-workers=0").trainer
+    opts = _run_args(
+        tmp_path, "--device", device, "--epochs", "2", "--train-arg=--max-steps=5", "--train-arg=--num-workers=0"
+    ).trainer
     summaries = seeds.train_seeds(opts, {3: seeds.seed_run(opts, "tiny", "/data/set", "original", 3, run_dir)})
-    flags = ["--shards", "/data/set", "--preset", "tiny", "--out", str(run_dir), "--seed", "3", "--protocol", "original",
-             "--device", device, "--overwrite", "--epochs", "2.0", "--max-steps", "5", "--num-workers", "0"]
+    flags = [
+        "--shards",
+        "/data/set",
+        "--preset",
+        "tiny",
+        "--out",
+        str(run_dir),
+        "--seed",
+        "3",
+        "--protocol",
+        "original",
+        "--device",
+        device,
+        "--overwrite",
+        "--epochs",
+        "2.0",
+        "--max-steps",
+        "5",
+        "--num-workers",
+        "0",
+    ]
     if launcher == "torchrun":
-        assert launched == [[sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
-                             "-m", "trainer", *flags, "--no-progress"]]
+        assert launched == [
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--standalone",
+                f"--nproc-per-node={gpus}",
+                "-m",
+                "trainer",
+                *flags,
+                "--no-progress",
+            ]
+        ]
     else:
         assert launched == [[sys.executable, "-m", "trainer", *flags, "--no-progress"]]
     assert summaries == {3: {"steps": 5, "world_size": gpus}}
@@ -271,12 +395,35 @@ def test_a_seed_runs_under_torchrun_when_several_gpus_are_visible(tmp_path, monk
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 or more GPUs")
 def test_pipeline_trains_with_torchrun_on_every_visible_gpu(tmp_path, shard_cache):
     gpus = torch.cuda.device_count()
-    cmd = [sys.executable, "-m", "pipelines.run", "--dataset", "citeseer", "--preset", "tiny", "--seeds", "0",
-           "--out", str(tmp_path / "results"), "--shards", str(cached_set(shard_cache, "citeseer-tiny")),
-           "--num-cpus", "2", "--views", "1", "--train-arg=--max-steps=20", "--train-arg=--num-workers=0"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.run",
+        "--dataset",
+        "citeseer",
+        "--preset",
+        "tiny",
+        "--seeds",
+        "0",
+        "--out",
+        str(tmp_path / "results"),
+        "--shards",
+        str(cached_set(shard_cache, "citeseer-tiny")),
+        "--num-cpus",
+        "2",
+        "--views",
+        "1",
+        "--train-arg=--max-steps=20",
+        "--train-arg=--num-workers=0",
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
-    assert re.search(rf"training seed 0 on {gpus} GPUs: \S+ -m torch\.distributed\.run --standalone "
-                     rf"--nproc-per-node={gpus} -m trainer ", proc.stderr), proc.stderr[-4000:]
-    summary = json.loads((tmp_path / "results" / "citeseer" / "tiny" / "original" / "seed0" / "summary.json").read_text())
+    assert re.search(
+        rf"training seed 0 on {gpus} GPUs: \S+ -m torch\.distributed\.run --standalone "
+        rf"--nproc-per-node={gpus} -m trainer ",
+        proc.stderr,
+    ), proc.stderr[-4000:]
+    summary = json.loads(
+        (tmp_path / "results" / "citeseer" / "tiny" / "original" / "seed0" / "summary.json").read_text()
+    )
     assert summary["world_size"] == gpus and summary["steps"] == 20 and summary["device"].startswith("cuda"), summary

@@ -1,4 +1,5 @@
 """The Ray preprocessing job: end to end on citeseer, cache, resume after a kill, corrupt shards."""
+
 from __future__ import annotations
 
 import shutil
@@ -9,8 +10,18 @@ import numpy as np
 import pytest
 
 from common.induce import Inducer
-from common.shards import (MANIFEST, ShardError, cache_key, iter_tar_blocks, load_graph, load_queries, read_manifest,
-                           read_shard, shard_entries, verify_shard)
+from common.shards import (
+    MANIFEST,
+    ShardError,
+    cache_key,
+    iter_tar_blocks,
+    load_graph,
+    load_queries,
+    read_manifest,
+    read_shard,
+    shard_entries,
+    verify_shard,
+)
 from preprocess.__main__ import main
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
 from preprocess.job import candidate_sets, run_job
@@ -20,6 +31,7 @@ from tests.conftest import kill_driver_after, needs_ray
 @pytest.fixture(scope="module")
 def citeseer():
     from common.datasets import load_dataset
+
     return load_dataset("citeseer")
 
 
@@ -78,16 +90,28 @@ def test_citeseer_end_to_end_two_workers(ray_session, citeseer, tmp_path, capsys
 
     # The immediate rerun samples nothing, through the API and through the CLI.
     assert run_job(config, citeseer).cached
-    rc = main(["--dataset", "citeseer", "--sampling", "1,5", "--out", str(tmp_path), "--links-per-shard", "32768",
-               "--num-cpus", "2", "-q"])
+    rc = main(
+        [
+            "--dataset",
+            "citeseer",
+            "--sampling",
+            "1,5",
+            "--out",
+            str(tmp_path),
+            "--links-per-shard",
+            "32768",
+            "--num-cpus",
+            "2",
+            "-q",
+        ]
+    )
     out = capsys.readouterr().out.strip().splitlines()
     assert rc == 0 and out[-1] == f"shards cached (nothing sampled): {result.path}"
 
 
 # ---------------------------------------------------------------------------- resume and corruption
 def resume_config(out):
-    return small_config(out, links_per_shard=1024,
-                        candidates=CandidateConfig(views=2, protocols=("original",)))
+    return small_config(out, links_per_shard=1024, candidates=CandidateConfig(views=2, protocols=("original",)))
 
 
 @pytest.fixture(scope="module")
@@ -155,16 +179,22 @@ def test_cache_key_changes_with_every_input():
     parts = lambda c, fp="fp", protos=("original", "heart"): cache_key(c.key_parts(fp, list(protos)))
     key = parts(base)
     variants = [
-        parts(base, fp="other"), parts(base, protos=("original",)),
-        parts(replace(base, dataset="cora")), parts(replace(base, sampling=SamplingConfig(2, 5))),
-        parts(replace(base, sampling=SamplingConfig(1, 6))), parts(replace(base, seed=1)),
-        parts(replace(base, features=True)), parts(replace(base, links_per_shard=4096)),
-        parts(replace(base, links_per_block=128)), parts(replace(base, shard_mb=1.0)),
+        parts(base, fp="other"),
+        parts(base, protos=("original",)),
+        parts(replace(base, dataset="cora")),
+        parts(replace(base, sampling=SamplingConfig(2, 5))),
+        parts(replace(base, sampling=SamplingConfig(1, 6))),
+        parts(replace(base, seed=1)),
+        parts(replace(base, features=True)),
+        parts(replace(base, links_per_shard=4096)),
+        parts(replace(base, links_per_block=128)),
+        parts(replace(base, shard_mb=1.0)),
         parts(replace(base, candidates=CandidateConfig(views=3))),
         parts(replace(base, candidates=CandidateConfig(percent=50))),
         parts(replace(base, candidates=CandidateConfig(neg_ratio=2))),
         parts(replace(base, candidates=CandidateConfig(splits=("train",)))),
-        parts(replace(base, split=(70.0, 10.0, 20.0))), parts(replace(base, split=(80, 10, 10))),
+        parts(replace(base, split=(70.0, 10.0, 20.0))),
+        parts(replace(base, split=(80, 10, 10))),
         parts(replace(base, node_features="x.csv")),  # decides whether the set ships a feature table
     ]
     assert key not in variants and len(set(variants)) == len(variants)
@@ -173,9 +203,16 @@ def test_cache_key_changes_with_every_input():
     # --split 85,5,10 is the default split: it finds the set built without the flag
     assert parts(replace(base, split=(85, 5, 10))) == key
     # The graph's other inputs act through the fingerprint (what they change in the data), not their paths.
-    assert parts(replace(base, split_kind="random", eval_pairs="p.csv", train_negatives="n.csv",
-                         ignore_columns=("weight",), node_features="elsewhere/x.csv")) == parts(
-        replace(base, node_features="x.csv"))
+    assert parts(
+        replace(
+            base,
+            split_kind="random",
+            eval_pairs="p.csv",
+            train_negatives="n.csv",
+            ignore_columns=("weight",),
+            node_features="elsewhere/x.csv",
+        )
+    ) == parts(replace(base, node_features="x.csv"))
 
 
 def test_split_flag_gives_another_shard_set(tmp_path):
@@ -196,8 +233,9 @@ def test_split_flag_gives_another_shard_set(tmp_path):
 
 def test_shards_are_bounded_in_bytes_as_well_as_links():
     # (1,350): N_max 702; worst case per link 40 + 702 * 2 bytes (uint16 ids below 65,536 nodes)
-    c = PreprocessConfig(dataset="x", sampling=SamplingConfig(1, 350), links_per_shard=8192, links_per_block=64,
-                         shard_mb=1.0)
+    c = PreprocessConfig(
+        dataset="x", sampling=SamplingConfig(1, 350), links_per_shard=8192, links_per_block=64, shard_mb=1.0
+    )
     assert c.shard_links(4267) == 2**20 // (40 + 702 * 2) == 726
     assert c.shard_links(10**6) == 2**20 // (40 + 702 * 4)
     assert replace(c, shard_mb=1e-3).shard_links(4267) == 64  # never below one block
@@ -211,15 +249,25 @@ def test_worker_memory_budget_is_checked_before_any_work(citeseer, tmp_path):
     assert not (tmp_path / "citeseer").exists() or not any((tmp_path / "citeseer").rglob("*.tar"))
 
 
-@pytest.mark.parametrize("kwargs, flag", [
-    ({"sampling": "0,5"}, "--sampling"), ({"views": 0}, "--views"), ({"percent": 0}, "--percent"),
-    ({"neg_ratio": -1}, "--neg-ratio"), ({"splits": ("train", "dev")}, "--splits"),
-    ({"protocols": ("hart",)}, "--protocol"), ({"seed": -1}, "--seed"), ({"num_cpus": 0}, "--num-cpus"),
-    ({"links_per_shard": 10}, "--links-per-shard"), ({"links_per_block": 0}, "--block-size"),
-    ({"shard_mb": 0}, "--shard-mb"), ({"worker_memory_mb": 0}, "--worker-memory-mb"),
-    ({"split": (90, 10, 0)}, "--split 90,10,0: valid and test must be above 0"),
-    ({"split": (80, 10, 20)}, "--split 80,10,20: the percentages sum to 110"),
-])
+@pytest.mark.parametrize(
+    "kwargs, flag",
+    [
+        ({"sampling": "0,5"}, "--sampling"),
+        ({"views": 0}, "--views"),
+        ({"percent": 0}, "--percent"),
+        ({"neg_ratio": -1}, "--neg-ratio"),
+        ({"splits": ("train", "dev")}, "--splits"),
+        ({"protocols": ("hart",)}, "--protocol"),
+        ({"seed": -1}, "--seed"),
+        ({"num_cpus": 0}, "--num-cpus"),
+        ({"links_per_shard": 10}, "--links-per-shard"),
+        ({"links_per_block": 0}, "--block-size"),
+        ({"shard_mb": 0}, "--shard-mb"),
+        ({"worker_memory_mb": 0}, "--worker-memory-mb"),
+        ({"split": (90, 10, 0)}, "--split 90,10,0: valid and test must be above 0"),
+        ({"split": (80, 10, 20)}, "--split 80,10,20: the percentages sum to 110"),
+    ],
+)
 def test_config_errors_name_the_flag(kwargs, flag):
     with pytest.raises(ConfigError, match=flag):
         if "sampling" in kwargs:
@@ -238,8 +286,21 @@ def test_cli_help_lists_the_common_flags_and_help_all_every_flag(capsys):
         main(["--help-all"])
     every = capsys.readouterr().out
     common = ("--dataset", "--sampling", "--views", "--protocol", "--out", "--force", "--split", "--nodes")
-    advanced = ("--splits", "--seed", "--num-cpus", "--percent", "--neg-ratio", "--links-per-shard", "--block-size",
-                "--data-dir", "--ogb-root", "--planetoid-dir", "--shard-mb", "--worker-memory-mb", "--debug")
+    advanced = (
+        "--splits",
+        "--seed",
+        "--num-cpus",
+        "--percent",
+        "--neg-ratio",
+        "--links-per-shard",
+        "--block-size",
+        "--data-dir",
+        "--ogb-root",
+        "--planetoid-dir",
+        "--shard-mb",
+        "--worker-memory-mb",
+        "--debug",
+    )
     assert all(f in short for f in common) and not any(f"{f} " in short for f in advanced)
     assert all(f in every for f in common + advanced)
 
@@ -251,8 +312,19 @@ def test_ray_job_submit_against_local_cluster(ray_head, tmp_path):
     """`ray job submit --working-dir . -- python -m preprocess ...` attaches to a `ray start --head` cluster
     (the ray_head fixture, tests/ray_head.py)."""
     out = tmp_path / "shards"
-    job = ("python", "-m", "preprocess", "--dataset", "citeseer", "--sampling", "1,5", "--protocol", "original",
-           "--out", str(out))
+    job = (
+        "python",
+        "-m",
+        "preprocess",
+        "--dataset",
+        "citeseer",
+        "--sampling",
+        "1,5",
+        "--protocol",
+        "original",
+        "--out",
+        str(out),
+    )
     first = ray_head.submit(*job)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert "attaching to the cluster" in first.stdout + first.stderr

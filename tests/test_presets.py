@@ -1,4 +1,5 @@
 """Paper presets (Tables 3 and 4) and their rules."""
+
 import pytest
 
 from common.presets import PRESETS, Preset, default_sampling, get_preset, n_max, preset_for_protocol
@@ -29,8 +30,17 @@ HALF_OF_THE_POSITIVES = {"ogbl-collab", "ogbl-citation2"}  # docs/design.md: "ea
 @pytest.mark.parametrize("name", sorted(PAPER_TABLE))
 def test_paper_rows(name):
     p = get_preset(name)
-    row = (p.dataset, p.protocol, p.sampling, p.hidden, p.layers, p.heads, p.ffn, p.effective_batch,
-           p.epochs * p.train_percent / 100)
+    row = (
+        p.dataset,
+        p.protocol,
+        p.sampling,
+        p.hidden,
+        p.layers,
+        p.heads,
+        p.ffn,
+        p.effective_batch,
+        p.epochs * p.train_percent / 100,
+    )
     assert row == PAPER_TABLE[name]
     assert p.train_percent == (50.0 if name in HALF_OF_THE_POSITIVES else 100.0)
     assert (p.dropout, p.lr, p.weight_decay, p.features) == (0.1, 1e-4, 0.01, False)
@@ -63,8 +73,19 @@ def test_errors_name_the_problem():
     with pytest.raises(ValueError, match=r"sampling \(d, n\) must be positive"):
         Preset("x", "citeseer", "original", (0, 5), hidden=32, layers=1, heads=4, ffn=8, effective_batch=8, epochs=1)
     with pytest.raises(ValueError, match="lr_schedule must be one of constant, cosine"):
-        Preset("x", "citeseer", "original", (1, 5), hidden=32, layers=1, heads=4, ffn=8, effective_batch=8, epochs=1,
-               lr_schedule="step")
+        Preset(
+            "x",
+            "citeseer",
+            "original",
+            (1, 5),
+            hidden=32,
+            layers=1,
+            heads=4,
+            ffn=8,
+            effective_batch=8,
+            epochs=1,
+            lr_schedule="step",
+        )
 
 
 def test_paper_presets_train_without_a_schedule():
@@ -76,16 +97,18 @@ def test_paper_presets_train_without_a_schedule():
 def test_the_estimation_presets_name_the_heuristic_targets_there_are():
     from common.heuristic_targets import TARGETS
     from common.presets import EXPERIMENT_PRESETS, HEURISTIC_TARGETS
+
     assert HEURISTIC_TARGETS == TARGETS
     for spec in EXPERIMENT_PRESETS["heuristic_estimation"].values():
         assert set(spec["heuristics"]) <= set(TARGETS)
 
 
 def test_auto_is_not_a_preset_but_runs_saved_under_that_old_name_still_load():
-    """"auto" means one thing, the search of `pencil run --preset auto`; a run config saved when the general
+    """ "auto" means one thing, the search of `pencil run --preset auto`; a run config saved when the general
     preset was also called auto loads as general."""
     from common.presets import get_preset
     from trainer.config import TrainConfig, config_for
+
     with pytest.raises(ValueError, match="unknown preset 'auto'"):
         get_preset("auto")
     saved = config_for("general", "S", "O").to_dict() | {"preset": "auto"}
@@ -96,6 +119,7 @@ def test_auto_is_not_a_preset_but_runs_saved_under_that_old_name_still_load():
 def test_the_general_preset_caps_a_cpu_view_at_4000_positives():
     from common.presets import get_preset
     from pipelines.core.shard_sets import view_percent
+
     general = get_preset("general")
     assert view_percent(general, 3000, "cpu") == 100.0 and view_percent(general, 3000, "cuda") == 100.0
     assert view_percent(general, 8000, "cpu") == 50.0 and view_percent(general, 8000, "cuda") == 100.0

@@ -1,6 +1,7 @@
 """What decides model selection is checked on every read, without --verify: eval shards (their sha256 as they
 stream), query files and the shipped graph arrays. Two tampered sets a size check lets through: valid and
 test shards swapped (equal sizes, the same candidate ids), and one flipped byte in a graph array."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,27 @@ VALID, TEST = "valid-original-00000.tar", "test-original-00000.tar"
 
 
 def trainer(shards: Path, out: Path, *extra) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "trainer", "--shards", str(shards), "--preset", "tiny", "--out", str(out),
-           "--device", "cpu", "--num-workers", "0", "--no-progress", "--threads", "1", "--max-steps", "2", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainer",
+        "--shards",
+        str(shards),
+        "--preset",
+        "tiny",
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--num-workers",
+        "0",
+        "--no-progress",
+        "--threads",
+        "1",
+        "--max-steps",
+        "2",
+        *extra,
+    ]
     return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
 
 

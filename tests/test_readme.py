@@ -1,6 +1,7 @@
 """The README and docs/ stay true: the two set-up commands, a README read in minutes, every command the docs
 show parses with the real parser, docs/cli.md matches the parsers, every --help fits a screen, and the code
 cites only what is in the repository."""
+
 import re
 import shlex
 import subprocess
@@ -32,11 +33,13 @@ def test_the_readme_reads_in_minutes():
 
 def test_the_cli_reference_matches_the_parsers(monkeypatch):
     from pipelines.docs import CLI_MD, reference
+
     assert CLI_MD.read_text() == reference(), "docs/cli.md is stale: run `python -m pipelines.docs`"
 
 
 def _parsers() -> dict:
     from pipelines.docs import parsers
+
     return parsers()
 
 
@@ -52,6 +55,7 @@ def test_pencil_lists_every_command():
     out = subprocess.run([sys.executable, "-m", "pipelines", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0 and len(out.stdout.splitlines()) <= 40
     from pipelines.cli import COMMANDS
+
     assert all(f"  {name} " in out.stdout for name in COMMANDS)
 
 
@@ -66,9 +70,9 @@ def shown_commands(text: str) -> list[list[str]]:
                 continue
             words = shlex.split(line)
             if "--" in words and words[0] == "ray":
-                words = words[words.index("--") + 1:]
+                words = words[words.index("--") + 1 :]
             if words[0] == "torchrun":
-                words = ["python", "-m", "trainer", *words[words.index("-m") + 2:]]
+                words = ["python", "-m", "trainer", *words[words.index("-m") + 2 :]]
             if words[0] == "pencil" or words[:2] in (["python", "-m"], ["python3", "-m"]):
                 out.append(words)
     return out
@@ -78,6 +82,7 @@ def parser_for(words: list[str]):
     """(parser, its arguments) of a shown command, or None for a module that is not a command."""
     from pipelines.cli import COMMANDS, PAPER
     from pipelines.docs import RUN_AS
+
     if words[0] == "pencil":
         name, rest = words[1], words[2:]
         table = COMMANDS
@@ -88,6 +93,7 @@ def parser_for(words: list[str]):
         by_run_as = {v: k for k, v in RUN_AS.items()}
         module, rest = by_run_as.get(words[2], words[2]), words[3:]
     import importlib
+
     mod = importlib.import_module(module)
     if not hasattr(mod, "build_parser"):
         return None

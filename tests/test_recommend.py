@@ -1,5 +1,6 @@
 """pipelines.recommend end to end on a briefly trained citeseer run: valid recommendations, resume after a kill,
 today's graph (--graph) agreeing with pipelines.score, full-ranking evaluation, and `ray job submit` (slow)."""
+
 import json
 import os
 import subprocess
@@ -30,14 +31,26 @@ def graph():
     """The graph recommend works on by default (--graph all): every split's edges."""
     from common.datasets import load_dataset
     from common.snapshot import whole_graph
+
     return whole_graph(load_dataset("citeseer"))
 
 
 def recommend(run_dir, out, *extra, env=None):
     """On CPU: outputs are compared bit for bit (a resumed job) or to 1e-6 (pipelines.score), which CUDA's
     scatter (index_add_) does not promise."""
-    cmd = [sys.executable, "-m", "pipelines.recommend", "--checkpoint", str(run_dir), "--out", str(out),
-           "--no-progress", "--device", "cpu", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.recommend",
+        "--checkpoint",
+        str(run_dir),
+        "--out",
+        str(out),
+        "--no-progress",
+        "--device",
+        "cpu",
+        *extra,
+    ]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
 
 
@@ -51,15 +64,25 @@ QUERIES = list(range(0, 3327, 71)) + [192, 223, 276, 358]
 
 
 def test_recommendations_are_new_links_of_known_nodes(run_dir, graph, tmp_path):
-    proc = recommend(run_dir, tmp_path / "recs.parquet", "--nodes", str(nodes_file(tmp_path / "n.txt", QUERIES)),
-                     "--k", "5", "--pool", "20", "--retriever", "ppr")
+    proc = recommend(
+        run_dir,
+        tmp_path / "recs.parquet",
+        "--nodes",
+        str(nodes_file(tmp_path / "n.txt", QUERIES)),
+        "--k",
+        "5",
+        "--pool",
+        "20",
+        "--retriever",
+        "ppr",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     t = pq.read_table(tmp_path / "recs.parquet").to_pandas()
     assert list(t.columns) == ["node", "candidate", "rank", "score", "retriever_score"]
     u, c = t.node.to_numpy(), t.candidate.to_numpy()
     assert np.all(u != c) and not graph.has_edge(u, c).any()
     assert np.all((c >= 0) & (c < graph.num_nodes)) and set(u) <= set(QUERIES)
-    for node, rows in t.groupby("node"):
+    for _, rows in t.groupby("node"):
         assert rows["rank"].tolist() == list(range(1, len(rows) + 1))
         assert np.all(np.diff(rows.score.to_numpy()) <= 0)
     # every query gets k: a pool that its component cannot fill (isolated nodes among QUERIES) is topped up by
@@ -74,13 +97,28 @@ def test_recommendations_are_new_links_of_known_nodes(run_dir, graph, tmp_path):
 
 def test_a_resumed_job_gives_the_uninterrupted_output(run_dir, tmp_path):
     nodes = str(nodes_file(tmp_path / "n.txt", QUERIES))
-    flags = ["--nodes", nodes, "--k", "4", "--pool", "12", "--retriever", "mix", "--block-nodes", "10",
-             "--orderings", "2"]
+    flags = [
+        "--nodes",
+        nodes,
+        "--k",
+        "4",
+        "--pool",
+        "12",
+        "--retriever",
+        "mix",
+        "--block-nodes",
+        "10",
+        "--orderings",
+        "2",
+    ]
     whole = recommend(run_dir, tmp_path / "whole.parquet", *flags)
     assert whole.returncode == 0, whole.stderr[-3000:]
     hook = str(Path(__file__).parent / "fault_hook")  # its sitecustomize kills the job after 2 part files
-    env = {**os.environ, "PENCIL_TEST_RECOMMEND_FAIL_AFTER": "2",
-           "PYTHONPATH": os.pathsep.join(filter(None, [hook, str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {
+        **os.environ,
+        "PENCIL_TEST_RECOMMEND_FAIL_AFTER": "2",
+        "PYTHONPATH": os.pathsep.join(filter(None, [hook, str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     killed = recommend(run_dir, tmp_path / "resumed.parquet", *flags, env=env)
     assert killed.returncode != 0 and not (tmp_path / "resumed.parquet").exists()
     parts = sorted(p.name for p in (tmp_path / ".resumed.parquet.parts").iterdir())
@@ -101,19 +139,50 @@ def test_todays_graph_scores_equal_pipelines_score(run_dir, graph, tmp_path):
     new = np.array([[n, 17], [n, 3326], [n + 1, n], [5, 900], [71, 2000]])
     snap = tmp_path / "today.csv"
     import pyarrow.csv as pacsv
+
     pacsv.write_csv(pa.table({"src": np.r_[edges[:, 0], new[:, 0]], "dst": np.r_[edges[:, 1], new[:, 1]]}), snap)
     queries = [5, 71, n, n + 1]
-    proc = recommend(run_dir, tmp_path / "recs.parquet", "--nodes", str(nodes_file(tmp_path / "n.txt", queries)),
-                     "--k", "6", "--pool", "10", "--retriever", "ppr", "--graph", str(snap), "--orderings", "2",
-                     "--prior-weight", "0")  # no rank prior: score = PENCIL's probability, as pipelines.score
+    proc = recommend(
+        run_dir,
+        tmp_path / "recs.parquet",
+        "--nodes",
+        str(nodes_file(tmp_path / "n.txt", queries)),
+        "--k",
+        "6",
+        "--pool",
+        "10",
+        "--retriever",
+        "ppr",
+        "--graph",
+        str(snap),
+        "--orderings",
+        "2",
+        "--prior-weight",
+        "0",
+    )  # no rank prior: score = PENCIL's probability, as pipelines.score
     assert proc.returncode == 0, proc.stderr[-3000:]
     recs = pq.read_table(tmp_path / "recs.parquet").to_pandas()
     assert set(recs.node) == set(queries)
     assert not {(5, 900), (71, 2000), (n, 17)} & set(zip(recs.node, recs.candidate))  # today's edges are not news
     pairs = tmp_path / "pairs.parquet"
     pq.write_table(pa.table({"src": recs.node.to_numpy(), "dst": recs.candidate.to_numpy()}), pairs)
-    cmd = [sys.executable, "-m", "pipelines.score", "--checkpoint", str(run_dir), "--pairs", str(pairs), "--out",
-           str(tmp_path / "scores.parquet"), "--graph", str(snap), "--orderings", "2", "--device", "cpu"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.score",
+        "--checkpoint",
+        str(run_dir),
+        "--pairs",
+        str(pairs),
+        "--out",
+        str(tmp_path / "scores.parquet"),
+        "--graph",
+        str(snap),
+        "--orderings",
+        "2",
+        "--device",
+        "cpu",
+    ]
     score = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert score.returncode == 0, score.stderr[-3000:]
     scores = pq.read_table(tmp_path / "scores.parquet").to_pandas()
@@ -121,8 +190,21 @@ def test_todays_graph_scores_equal_pipelines_score(run_dir, graph, tmp_path):
 
 
 def test_full_ranking_evaluation(run_dir, tmp_path):
-    cmd = [sys.executable, "-m", "pipelines", "evaluate", str(run_dir), "--pool", "30",
-           "--retriever", "ra", "--splits", "test", "--out", str(tmp_path / "m.json")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines",
+        "evaluate",
+        str(run_dir),
+        "--pool",
+        "30",
+        "--retriever",
+        "ra",
+        "--splits",
+        "test",
+        "--out",
+        str(tmp_path / "m.json"),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads((tmp_path / "m.json").read_text())["splits"]["test"]
@@ -142,11 +224,48 @@ def test_an_auto_seed_folder_with_only_last_pt(run_dir, tmp_path):
     shards = json.loads((run_dir / "config.json").read_text())["data"]["shards"]
     protocol_dir = tmp_path / "results" / "citeseer" / "auto" / "original"
     seed = protocol_dir / "seed0"
-    train = subprocess.run([sys.executable, "-m", "trainer", "--shards", shards, "--preset", "general", "--out", str(seed),
-                            "--seed", "0", "--protocol", "original", "--device", "cpu", "--eval-splits", "test",
-                            "--max-steps", "8", "--hidden", "32", "--layers", "1", "--heads", "2", "--ffn", "64",
-                            "--effective-batch", "32", "--threads", "1", "--num-workers", "0", "--no-progress"],
-                           cwd=ROOT, capture_output=True, text=True, timeout=600)
+    train = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer",
+            "--shards",
+            shards,
+            "--preset",
+            "general",
+            "--out",
+            str(seed),
+            "--seed",
+            "0",
+            "--protocol",
+            "original",
+            "--device",
+            "cpu",
+            "--eval-splits",
+            "test",
+            "--max-steps",
+            "8",
+            "--hidden",
+            "32",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--ffn",
+            "64",
+            "--effective-batch",
+            "32",
+            "--threads",
+            "1",
+            "--num-workers",
+            "0",
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert train.returncode == 0, train.stderr[-3000:]
     assert (seed / "last.pt").exists() and not (seed / "best.pt").exists()
     assert json.loads((seed / "config.json").read_text())["preset"] == "general"
@@ -157,20 +276,45 @@ def test_an_auto_seed_folder_with_only_last_pt(run_dir, tmp_path):
     assert recommend(seed / "last.pt", tmp_path / "b.parquet", *flags).returncode == 0
     a, b = (pq.read_table(tmp_path / f).to_pandas() for f in ("a.parquet", "b.parquet"))
     assert len(a) > 0 and a.equals(b)
-    ev = subprocess.run([sys.executable, "-m", "pipelines", "evaluate", str(seed), "--pool", "20",
-                         "--retriever", "ra", "--splits", "valid", "--out", str(tmp_path / "m.json")],
-                        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    ev = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pipelines",
+            "evaluate",
+            str(seed),
+            "--pool",
+            "20",
+            "--retriever",
+            "ra",
+            "--splits",
+            "valid",
+            "--out",
+            str(tmp_path / "m.json"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert ev.returncode == 0, ev.stderr[-3000:]
     res = json.loads((tmp_path / "m.json").read_text())["splits"]["valid"]
     from common.datasets import load_dataset
+
     assert res["positives"] == len(load_dataset("citeseer").splits["valid"].pos) > 0
     assert 0 < res["pencil_rerank"]["mrr"] < 1
-    for command, flag, extra in (("recommend", "--checkpoint", ["--checkpoint", str(protocol_dir), "--all-nodes"]),
-                                 ("evaluate", "RUN", [str(protocol_dir)])):
+    for command, flag, extra in (
+        ("recommend", "--checkpoint", ["--checkpoint", str(protocol_dir), "--all-nodes"]),
+        ("evaluate", "RUN", [str(protocol_dir)]),
+    ):
         cmd = [sys.executable, "-m", "pipelines", command, *extra, "--out", str(tmp_path / "x")]
         proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 2 and f"{flag} {protocol_dir}: no best.pt or last.pt in this run folder; it holds " \
-            f"the runs seed0: pass one, e.g. {seed}" in proc.stderr, proc.stderr
+        assert (
+            proc.returncode == 2
+            and f"{flag} {protocol_dir}: no best.pt or last.pt in this run folder; it holds "
+            f"the runs seed0: pass one, e.g. {seed}"
+            in proc.stderr
+        ), proc.stderr
         assert "Traceback" not in proc.stderr
 
 
@@ -192,8 +336,17 @@ def test_ray_job_submit_against_local_cluster(run_dir, ray_head, tmp_path):
     flags = ["--nodes", nodes, "--k", "4", "--pool", "10", "--retriever", "ra", "--block-nodes", "4"]
     local = recommend(run_dir, tmp_path / "local.parquet", *flags)
     assert local.returncode == 0, local.stderr[-3000:]
-    job = ray_head.submit("python", "-m", "pipelines.recommend", "--checkpoint", str(run_dir), "--out",
-                          str(tmp_path / "ray.parquet"), "--no-progress", *flags)
+    job = ray_head.submit(
+        "python",
+        "-m",
+        "pipelines.recommend",
+        "--checkpoint",
+        str(run_dir),
+        "--out",
+        str(tmp_path / "ray.parquet"),
+        "--no-progress",
+        *flags,
+    )
     assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
     assert "attaching to the cluster" in job.stdout + job.stderr and "scoring actor" in job.stdout + job.stderr
     a, b = (pq.read_table(tmp_path / f).to_pandas() for f in ("local.parquet", "ray.parquet"))

@@ -3,6 +3,7 @@ not a reader. Dotted names under the project's packages (`pipelines.core.seeds.t
 and looked up attribute by attribute; repository paths (`pipelines/core/trainers.py`) must exist. In code,
 comments and strings are read (a variable named `trainer` is code, not a citation); the dated benchmark
 reports are history, quoting the names of their day, and are not read."""
+
 from __future__ import annotations
 
 import importlib
@@ -18,8 +19,26 @@ PACKAGES = ("common", "preprocess", "trainer", "pipelines", "bench", "experiment
 SOURCES = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
 DOCS = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*.md") if "benchmarks" not in p.parts)]
 # a dotted name ending in one of these is a file (RUN_DIR/trainer.log), not a module
-FILE_ENDINGS = {"log", "py", "json", "jsonl", "md", "pt", "npz", "npy", "csv", "tsv", "gz", "parquet", "png", "tar",
-                "txt", "yaml", "sh", "lock"}
+FILE_ENDINGS = {
+    "log",
+    "py",
+    "json",
+    "jsonl",
+    "md",
+    "pt",
+    "npz",
+    "npy",
+    "csv",
+    "tsv",
+    "gz",
+    "parquet",
+    "png",
+    "tar",
+    "txt",
+    "yaml",
+    "sh",
+    "lock",
+}
 DOTTED = re.compile(r"(?<![\w./-])(?:%s)(?:\.[A-Za-z_]\w*)+" % "|".join(PACKAGES))
 PATH = re.compile(r"(?<![\w./-])((?:%s|docs|tests|docker)/[\w./-]*\w)" % "|".join(PACKAGES))
 
@@ -67,6 +86,9 @@ def test_every_dotted_name_the_code_and_docs_cite_imports():
 
 
 def test_every_repository_path_the_code_and_docs_cite_exists():
-    missing = [f"{where}: {name}" for name, where in cited(SOURCES + DOCS, PATH).items()
-               if "<" not in name and "*" not in name and not (ROOT / name).exists()]
+    missing = [
+        f"{where}: {name}"
+        for name, where in cited(SOURCES + DOCS, PATH).items()
+        if "<" not in name and "*" not in name and not (ROOT / name).exists()
+    ]
     assert not missing, "cited paths that do not exist:\n" + "\n".join(missing)

@@ -1,6 +1,7 @@
 """Heuristic estimation through the project's own path: `preprocess --targets` labels every link with its
 normalised heuristic on the full graph, and the trainer regresses it (MSE), reports RMSE and selects the
 lowest validation RMSE."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,9 @@ from tests.test_preprocess_job import citeseer  # noqa: F401  (fixture)
 
 def target_config(out, targets: str | None, **kw) -> PreprocessConfig:
     kw.setdefault("candidates", CandidateConfig(views=2, protocols=("original",)))
-    return PreprocessConfig(dataset="citeseer", sampling=SamplingConfig(1, 5), out=str(out), num_cpus=2,
-                            targets=targets, **kw)
+    return PreprocessConfig(
+        dataset="citeseer", sampling=SamplingConfig(1, 5), out=str(out), num_cpus=2, targets=targets, **kw
+    )
 
 
 def labels_by_cid(manifest: dict, split: str, protocol=None, view=None) -> np.ndarray:
@@ -67,12 +69,13 @@ def test_targets_label_every_set_with_the_normalised_heuristic(cn_set, citeseer)
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
     # By hand for one training positive: common neighbours counted from the full graph's neighbour lists.
     u, v = pairs[("train", 0)][0]
-    nbrs = lambda x: set(full.indices[full.indptr[x]:full.indptr[x + 1]].tolist())  # noqa: E731
+    nbrs = lambda x: set(full.indices[full.indptr[x] : full.indptr[x + 1]].tolist())  # noqa: E731
     assert labels_by_cid(m, "train", None, 0)[0] == pytest.approx(min(np.log1p(len(nbrs(u) & nbrs(v))) / p_high, 1.0))
 
 
 def test_targets_are_part_of_the_cache_key(cn_set, citeseer):  # noqa: F811
     from common.shards import cache_key
+
     fp = citeseer.fingerprint()
     keys = {t: cache_key(target_config("x", t).key_parts(fp, ["original"])) for t in (None, "cn", "aa")}
     assert len(set(keys.values())) == 3 and read_manifest(cn_set)["key"] == keys["cn"]
@@ -84,9 +87,19 @@ def test_bad_targets_are_one_line_errors(tmp_path, citeseer):  # noqa: F811
     with pytest.raises(ConfigError, match="--targets: unknown heuristic 'jaccard'"):
         target_config(tmp_path, "jaccard")
     with pytest.raises(ConfigError, match="--targets: .*include train in --splits"):
-        run_job(target_config(tmp_path, "cn", candidates=CandidateConfig(splits=("valid", "test"), protocols=("original",))), citeseer)
-    r = subprocess.run([sys.executable, "-m", "preprocess", "--dataset", "citeseer", "--targets", "jaccard",
-                        "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=120)
+        run_job(
+            target_config(
+                tmp_path, "cn", candidates=CandidateConfig(splits=("valid", "test"), protocols=("original",))
+            ),
+            citeseer,
+        )
+    r = subprocess.run(
+        [sys.executable, "-m", "preprocess", "--dataset", "citeseer", "--targets", "jaccard", "--out", str(tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     lines = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(lines) == 1, r.stderr
     assert "--targets: unknown heuristic 'jaccard'; choose one of cn, aa, ra, katz, spd, pr" in lines[0]
@@ -100,8 +113,17 @@ def test_trainer_regresses_and_selects_the_lowest_validation_rmse(cn_set, tmp_pa
     from trainer.train import run
 
     torch.set_num_threads(1)
-    cfg = config_for("tiny", str(cn_set), str(tmp_path / "run"), epochs=3, device="cpu", progress=False,
-                     test_every_eval=True, data=dict(num_workers=0), optim=dict(effective_batch=256))
+    cfg = config_for(
+        "tiny",
+        str(cn_set),
+        str(tmp_path / "run"),
+        epochs=3,
+        device="cpu",
+        progress=False,
+        test_every_eval=True,
+        data=dict(num_workers=0),
+        optim=dict(effective_batch=256),
+    )
     summary = run(cfg)
     assert summary["selection_metric"] == "rmse" and set(summary["valid"]) == {"rmse", "mae"}
     evals = [e for e in read_metrics(tmp_path / "run" / "metrics.jsonl") if e.get("event") == "eval"]

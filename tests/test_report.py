@@ -1,4 +1,5 @@
 """Multi-seed report: mean ± std (sample std, as the paper), Markdown layout, CLI errors."""
+
 import json
 
 import pytest
@@ -10,9 +11,17 @@ from pipelines.core import results
 def _result(tmp_path, seed, mrr, hits10, dataset="citeseer", protocol="original", **more):
     d = tmp_path / f"seed{seed}"
     d.mkdir()
-    (d / "result.json").write_text(json.dumps({
-        "dataset": dataset, "protocol": protocol, "model": "PENCIL", "seed": seed,
-        "test": {"mrr": mrr, "hits@10": hits10, **more}}))
+    (d / "result.json").write_text(
+        json.dumps(
+            {
+                "dataset": dataset,
+                "protocol": protocol,
+                "model": "PENCIL",
+                "seed": seed,
+                "test": {"mrr": mrr, "hits@10": hits10, **more},
+            }
+        )
+    )
 
 
 def test_mean_std_matches_hand_values():
@@ -30,8 +39,10 @@ def test_markdown_table_from_three_seeds(tmp_path):
     table = out.read_text().splitlines()
     assert table[0].startswith("| dataset | protocol | model | seeds | mrr |")
     assert table[0].endswith("| hits@100 | auc | ap |")
-    assert table[2] == ("| citeseer | original | PENCIL | 3 | 44.00 ± 4.00 | – | – | 90.00 ± 0.00 | – | – | – "
-                        "| 85.00 ± 5.00 | 75.00 ± 0.00 |")
+    assert table[2] == (
+        "| citeseer | original | PENCIL | 3 | 44.00 ± 4.00 | – | – | 90.00 ± 0.00 | – | – | – "
+        "| 85.00 ± 5.00 | 75.00 ± 0.00 |"
+    )
     # The paper's reference row follows, with its number in the metric column it reports.
     assert "| citeseer | original | PENCIL w/o features (paper) | – | 47.51 ± 3.09 |" in table[3]
 
@@ -40,8 +51,10 @@ def test_groups_by_protocol(tmp_path):
     _result(tmp_path, 0, 0.1, 0.2, protocol="heart")
     _result(tmp_path, 1, 0.5, 0.6)
     rows = results.aggregate(results.load_results([tmp_path]))
-    assert [(r["protocol"], r["mrr"][0]) for r in rows] == [("heart", pytest.approx(10.0)),
-                                                            ("original", pytest.approx(50.0))]
+    assert [(r["protocol"], r["mrr"][0]) for r in rows] == [
+        ("heart", pytest.approx(10.0)),
+        ("original", pytest.approx(50.0)),
+    ]
 
 
 def test_errors_name_the_problem(tmp_path, capsys):

@@ -1,5 +1,6 @@
 """Candidate retrieval (common/retrieval.py): exact values on hand-built graphs, a slow reference, and the
 rules every pool obeys (never the query, never a neighbour, only across sides on a bipartite graph)."""
+
 import math
 
 import numpy as np
@@ -13,7 +14,7 @@ TINY = Graph.from_edges([(0, 1), (1, 2), (2, 3), (1, 4), (0, 2)], num_nodes=5)
 
 
 def rows(pool):
-    return [pool.cand[i, :pool.count[i]].tolist() for i in range(len(pool.queries))]
+    return [pool.cand[i, : pool.count[i]].tolist() for i in range(len(pool.queries))]
 
 
 def test_ra_exact_values_on_a_tiny_graph():
@@ -93,7 +94,7 @@ def test_ppr_push_top_m_recalls_the_exact_top_m_on_a_random_graph():
         s[g.neighbors(u)] = 0.0
         want = np.argsort(-s, kind="stable")[:20]
         want = want[s[want] > 0]
-        hits += len(set(want.tolist()) & set(p.cand[i, :p.count[i]].tolist()))
+        hits += len(set(want.tolist()) & set(p.cand[i, : p.count[i]].tolist()))
         total += len(want)
     assert total > 0 and hits / total >= PPR_RECALL_FLOOR, hits / total
 
@@ -102,12 +103,12 @@ def test_mix_is_reciprocal_rank_fusion():
     ra, ppr = retrieve(TINY, [3], "ra", 4), retrieve(TINY, [3], "ppr", 4)
     fused = {}
     for pool in (ra, ppr):
-        for k, v in enumerate(pool.cand[0, :pool.count[0]]):
+        for k, v in enumerate(pool.cand[0, : pool.count[0]]):
             fused[int(v)] = fused.get(int(v), 0.0) + 1 / (RRF_K + k + 1)
     want = sorted(fused, key=lambda v: (-round(fused[v], 12), v))
     mix = retrieve(TINY, [3], "mix", 4)
     assert rows(mix) == [want]
-    np.testing.assert_allclose(mix.score[0, :len(want)], [fused[v] for v in want])
+    np.testing.assert_allclose(mix.score[0, : len(want)], [fused[v] for v in want])
 
 
 def test_bipartite_pools_cross_sides_by_three_hop_paths():
@@ -150,18 +151,21 @@ def test_blocks_match_a_slow_reference(method):
         exact = exact_ppr(g, 0.15)
         for u in queries:
             s = np.where(np.isin(np.arange(62), [u, *g.neighbors(u)]), 0.0, exact[u])
-            got = whole.cand[u, :whole.count[u]]
-            np.testing.assert_allclose(s[got], whole.score[u, :len(got)], atol=1e-6 * g.degree.max())
+            got = whole.cand[u, : whole.count[u]]
+            np.testing.assert_allclose(s[got], whole.score[u, : len(got)], atol=1e-6 * g.degree.max())
             want = [v for v in np.argsort(-s, kind="stable")[:8] if s[v] > 0]
-            assert len(got) == len(want) and np.all(s[got] >= s[want[-1]] - 1e-6 * g.degree.max()) if want else \
-                len(got) == 0, u
+            assert (
+                len(got) == len(want) and np.all(s[got] >= s[want[-1]] - 1e-6 * g.degree.max())
+                if want
+                else len(got) == 0
+            ), u
         return
     if method == "mix":
         ra, ppr = (retrieve(g, queries, m, 8) for m in ("ra", "ppr"))
         for i in queries:
             fused = {}
             for pool in (ra, ppr):
-                for k, v in enumerate(pool.cand[i, :pool.count[i]]):
+                for k, v in enumerate(pool.cand[i, : pool.count[i]]):
                     fused[int(v)] = fused.get(int(v), 0.0) + 1 / (RRF_K + k + 1)
             want = sorted(fused, key=lambda v: (-round(fused[v], 12), v))[:8]
             assert rows(whole)[i] == want
@@ -173,6 +177,7 @@ def test_blocks_match_a_slow_reference(method):
 @pytest.mark.parametrize("method", ["ra", "aa", "ppr", "mix"])
 def test_never_proposes_the_query_or_a_neighbour_on_citeseer(method):
     from common.datasets import load_dataset
+
     g = load_dataset("citeseer").graph
     q = np.arange(0, g.num_nodes, 37)
     p = retrieve(g, q, method, 50)

@@ -3,6 +3,7 @@ split's edges are the graph), a moved edge list is found again with --dataset, a
 run's id kind, the trainer's summary names the user's graph, `pencil serve` refuses in one line before Ray
 starts everything it can check, and --write-config never lands on a run's file. Two tiny runs (conftest: string
 ids, integer ids) serve every test; each command runs its main() in this process."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,12 @@ from tests.conftest import needs_ray, write_edges
 from tests.test_run_inputs import files_of, one_error, pairs_file
 
 pytestmark = needs_ray
-SCORE, RECOMMEND, EVALUATE, SERVE = ("pipelines.score", "pipelines.recommend.job", "pipelines.recommend.evaluation",
-                                     "pipelines.serve.command")
+SCORE, RECOMMEND, EVALUATE, SERVE = (
+    "pipelines.score",
+    "pipelines.recommend.job",
+    "pipelines.recommend.evaluation",
+    "pipelines.serve.command",
+)
 
 
 @pytest.fixture
@@ -34,6 +39,7 @@ def main_of(capsys, caplog):
         except SystemExit as exc:  # parser.error: exit 2
             code = exc.code
         return code, capsys.readouterr().err + caplog.text
+
     return call
 
 
@@ -47,12 +53,23 @@ def test_recommendations_never_name_an_edge_the_user_has(shop_run, tmp_path, mai
     """Every split's edges are the graph recommended on: a held-out (valid or test) edge is an edge the user
     has, never a recommendation. The training graph alone (--graph train) recommends some of them."""
     from common.datasets import load_dataset
+
     have = edge_set(shop_run["edges"])
     ds = load_dataset(str(shop_run["edges"]))
     held_out = {frozenset(ds.node_ids[e]) for s in ("valid", "test") for e in ds.splits[s].pos}
     assert held_out and held_out <= have
-    flags = ["--checkpoint", shop_run["run"], "--all-nodes", "--k", "60", "--pool", "60", "--device", "cpu",
-             "--no-progress"]
+    flags = [
+        "--checkpoint",
+        shop_run["run"],
+        "--all-nodes",
+        "--k",
+        "60",
+        "--pool",
+        "60",
+        "--device",
+        "cpu",
+        "--no-progress",
+    ]
     for graph, out in ((None, tmp_path / "default.parquet"), ("train", tmp_path / "train.parquet")):
         code, err = main_of(RECOMMEND, [*flags, *(["--graph", graph] if graph else []), "--out", out])
         assert code == 0, err[-2000:]
@@ -71,10 +88,21 @@ def test_a_moved_edge_list_is_found_again_with_dataset(shop_run, tmp_path, main_
     try:
         pairs = pairs_file(tmp_path / "p.csv", [("u001", "i040")])
         (tmp_path / "q.txt").write_text("u001\n")
-        base = {SCORE: ["--checkpoint", shop_run["run"], "--pairs", pairs, "--out", tmp_path / "s.parquet"],
-                RECOMMEND: ["--checkpoint", shop_run["run"], "--nodes", tmp_path / "q.txt", "--k", "3", "--out",
-                            tmp_path / "r.parquet", "--no-progress"],
-                EVALUATE: [shop_run["run"], "--pool", "5", "--out", tmp_path / "e.json"]}
+        base = {
+            SCORE: ["--checkpoint", shop_run["run"], "--pairs", pairs, "--out", tmp_path / "s.parquet"],
+            RECOMMEND: [
+                "--checkpoint",
+                shop_run["run"],
+                "--nodes",
+                tmp_path / "q.txt",
+                "--k",
+                "3",
+                "--out",
+                tmp_path / "r.parquet",
+                "--no-progress",
+            ],
+            EVALUATE: [shop_run["run"], "--pool", "5", "--out", tmp_path / "e.json"],
+        }
         for module, argv in base.items():
             line = one_error(*main_of(module, [*argv, "--device", "cpu"]))
             assert f"the run's edge list {edges}: file not found" in line and "pass --dataset PATH" in line, line
@@ -90,18 +118,36 @@ def test_a_moved_edge_list_is_found_again_with_dataset(shop_run, tmp_path, main_
 # ---------------------------------------------------------------------------- ids
 def test_score_names_an_empty_cell_by_its_data_row(shop_run, tmp_path, main_of):
     (tmp_path / "p.csv").write_text("src,dst\nu001,i040\nu002,\n")
-    line = one_error(*main_of(SCORE, ["--checkpoint", shop_run["run"], "--pairs", tmp_path / "p.csv", "--out",
-                                      tmp_path / "s.parquet", "--device", "cpu"]))
+    line = one_error(
+        *main_of(
+            SCORE,
+            [
+                "--checkpoint",
+                shop_run["run"],
+                "--pairs",
+                tmp_path / "p.csv",
+                "--out",
+                tmp_path / "s.parquet",
+                "--device",
+                "cpu",
+            ],
+        )
+    )
     assert "column 'dst' has an empty node id in data row 2; fill it or drop the row" in line, line
 
 
-@pytest.mark.parametrize("odd, expect", [
-    ("18446744073709551615", "holds 18446744073709551615 in data row {row}, which does not fit the run's node ids "
-                             "(int64 integers)"),
-    ("18446744073709551616", "holds 18446744073709551616 in data row {row}, beyond 64-bit integers"),
-    ("abc", "holds 'abc' in data row {row}, not an integer"),
-    ("01001", "holds '01001' in data row {row}, a leading zero an integer would drop"),
-])
+@pytest.mark.parametrize(
+    "odd, expect",
+    [
+        (
+            "18446744073709551615",
+            "holds 18446744073709551615 in data row {row}, which does not fit the run's node ids (int64 integers)",
+        ),
+        ("18446744073709551616", "holds 18446744073709551616 in data row {row}, beyond 64-bit integers"),
+        ("abc", "holds 'abc' in data row {row}, not an integer"),
+        ("01001", "holds '01001' in data row {row}, a leading zero an integer would drop"),
+    ],
+)
 def test_a_snapshot_is_read_in_the_runs_id_kind(int_run, tmp_path, main_of, odd, expect):
     """A --graph snapshot of a run on integer ids: an id no int64 holds, or not an integer as the loader reads
     them, is one line naming its row, never an OverflowError or ValueError from deep inside."""
@@ -113,16 +159,34 @@ def test_a_snapshot_is_read_in_the_runs_id_kind(int_run, tmp_path, main_of, odd,
         if module == RECOMMEND:
             (tmp_path / "q.txt").write_text("1001\n")
             argv = ["--nodes", tmp_path / "q.txt", "--no-progress"]
-        line = one_error(*main_of(module, ["--checkpoint", int_run["run"], *argv, "--graph", today, "--out",
-                                           tmp_path / "o.parquet", "--device", "cpu"]))
+        line = one_error(
+            *main_of(
+                module,
+                [
+                    "--checkpoint",
+                    int_run["run"],
+                    *argv,
+                    "--graph",
+                    today,
+                    "--out",
+                    tmp_path / "o.parquet",
+                    "--device",
+                    "cpu",
+                ],
+            )
+        )
         assert f"--graph {today}: column 'src' {expect.format(row=len(rows))}" in line, line
         assert "Traceback" not in line and "OverflowError" not in line
 
 
 def test_pairs_with_a_leading_zero_name_no_integer_node(int_run, tmp_path, main_of):
     pairs = pairs_file(tmp_path / "p.csv", [(1001, 1002), ("01003", 1004)])
-    line = one_error(*main_of(SCORE, ["--checkpoint", int_run["run"], "--pairs", pairs, "--out",
-                                      tmp_path / "s.parquet", "--device", "cpu"]))
+    line = one_error(
+        *main_of(
+            SCORE,
+            ["--checkpoint", int_run["run"], "--pairs", pairs, "--out", tmp_path / "s.parquet", "--device", "cpu"],
+        )
+    )
     assert "unknown node ids (first: data row 2, (01003, 1004))" in line, line
 
 
@@ -130,6 +194,7 @@ def test_pairs_with_a_leading_zero_name_no_integer_node(int_run, tmp_path, main_
 def test_the_summary_names_the_users_graph_and_reports_without_the_papers_rows(shop_run, capsys):
     """The tiny preset is citeseer's; a run of it on shop.csv is the user's graph, in its summary and report."""
     from pipelines import report
+
     summary = json.loads((shop_run["run"] / "summary.json").read_text())
     assert summary["dataset"] == "shop" and summary["own_graph"] is True
     assert report.main([str(shop_run["run"] / "summary.json")]) == 0
@@ -140,6 +205,7 @@ def test_the_summary_names_the_users_graph_and_reports_without_the_papers_rows(s
 # ---------------------------------------------------------------------------- serve: every check before Ray
 def serve_args(run: dict, state: Path, *extra, port: int | None = None) -> list:
     from pipelines.core.ray_head import free_ports
+
     return ["--checkpoint", run["run"], "--state", state, "--port", port or free_ports(1)[0], "--device", "cpu", *extra]
 
 
@@ -148,8 +214,10 @@ def served_log(run: dict, state: Path, graph: str = "all", edits: int = 2) -> Pa
     from pipelines.serve.command import ServeCommand, build_parser
     from pipelines.serve.edit_log import EditLog
     from pipelines.serve.start import served_graph
-    s = ServeCommand.from_args(build_parser().parse_args([str(a) for a in serve_args(run, state, "--graph",
-                                                                                     graph)])).settings
+
+    s = ServeCommand.from_args(
+        build_parser().parse_args([str(a) for a in serve_args(run, state, "--graph", graph)])
+    ).settings
     log = EditLog(state, served_graph(s))
     for seq in range(1, edits + 1):
         log.append({"seq": seq, "add": [["u001", f"i{seq:03d}"]], "remove": []})
@@ -161,6 +229,7 @@ def test_serve_refuses_what_it_can_check_before_ray(shop_run, tmp_path, main_of,
     """Each in one line naming the flag or the file, before Ray starts (a start that reached Ray would fail
     only after Serve's retries, with Serve's generic message), and nothing of the state folder changed."""
     import pipelines.serve.command as command
+
     monkeypatch.setattr(command, "run_service", lambda *a, **k: pytest.fail("Ray was started"))
     (tmp_path / "file").write_text("")
     broken = served_log(shop_run, tmp_path / "broken")
@@ -169,12 +238,14 @@ def test_serve_refuses_what_it_can_check_before_ray(shop_run, tmp_path, main_of,
     unrelated = tmp_path / "unrelated" / "edits.jsonl"
     unrelated.parent.mkdir()
     unrelated.write_bytes(b"name,count\nmine,1\nhalf a line")
-    cases = [((tmp_path / "file",), "--state {p}: is a file; pass a folder for the edit log"),
-             ((tmp_path / "broken",), f"{broken}: line 4 is not a JSON object"),
-             ((tmp_path / "other",), f"{other}: holds the edits of another graph (shop train graph"),
-             ((tmp_path / "unrelated",), f"{unrelated}: not a PENCIL edit log of format 1 (line 1)"),
-             ((tmp_path / "s", "port"), "--port 70000: must be from 1 to 65535"),
-             ((shop_run["run"],), f"--state {shop_run['run']}: is the run folder")]
+    cases = [
+        ((tmp_path / "file",), "--state {p}: is a file; pass a folder for the edit log"),
+        ((tmp_path / "broken",), f"{broken}: line 4 is not a JSON object"),
+        ((tmp_path / "other",), f"{other}: holds the edits of another graph (shop train graph"),
+        ((tmp_path / "unrelated",), f"{unrelated}: not a PENCIL edit log of format 1 (line 1)"),
+        ((tmp_path / "s", "port"), "--port 70000: must be from 1 to 65535"),
+        ((shop_run["run"],), f"--state {shop_run['run']}: is the run folder"),
+    ]
     for (state, *extra), expect in cases:
         before = files_of(state.parent)
         line = one_error(*main_of(SERVE, serve_args(shop_run, state, port=70000 if extra else None)))
@@ -190,6 +261,7 @@ def test_serve_on_an_edited_edge_list_refuses_and_leaves_the_state_unbound(shop_
     log is bound to a graph by its first edit only."""
     import pipelines.serve.command as command
     from pipelines.serve.edit_log import EditLog
+
     started = []
     monkeypatch.setattr(command, "run_service", lambda *a, **k: started.append(1) or 0)
     original = shop_run["edges"].read_bytes()
@@ -205,16 +277,19 @@ def test_serve_on_an_edited_edge_list_refuses_and_leaves_the_state_unbound(shop_
     EditLog(tmp_path / "opened", {"fingerprint": "b", "nodes": 1, "edges": 0, "source": "b"}).close()  # still free
 
 
-def test_serve_says_what_its_log_replays_and_refuses_yesterdays_log_for_todays_snapshot(shop_run, tmp_path,
-                                                                                          main_of, monkeypatch):
+def test_serve_says_what_its_log_replays_and_refuses_yesterdays_log_for_todays_snapshot(
+    shop_run, tmp_path, main_of, monkeypatch
+):
     import pipelines.serve.command as command
+
     monkeypatch.setattr(command, "run_service", lambda *a, **k: 0)
     log, torn = served_log(shop_run, tmp_path / "state", edits=3), b'{"seq":4,"add":[["u0'
     log.write_bytes(log.read_bytes() + torn)
     code, err = main_of(SERVE, serve_args(shop_run, tmp_path / "state"))
     assert code == 0 and f"replaying 3 edit(s); its torn last line ({len(torn)} bytes, an edit never " in err, err
-    yesterday = write_edges(tmp_path / "yesterday.csv", [line.split(",") for line in
-                                                        shop_run["edges"].read_text().splitlines()[1:]])
+    yesterday = write_edges(
+        tmp_path / "yesterday.csv", [line.split(",") for line in shop_run["edges"].read_text().splitlines()[1:]]
+    )
     log = served_log(shop_run, tmp_path / "daily", graph=str(yesterday), edits=1)
     today = tmp_path / "today.csv"
     today.write_text(yesterday.read_text() + "u999,i001\n")
@@ -225,18 +300,22 @@ def test_serve_says_what_its_log_replays_and_refuses_yesterdays_log_for_todays_s
 def test_write_config_never_lands_on_a_runs_file(shop_run, tmp_path, main_of, monkeypatch):
     monkeypatch.delenv("PENCIL_SERVE_TOKEN", raising=False)
     before = (files_of(shop_run["run"]), shop_run["edges"].read_bytes())
-    for out, expect in ((shop_run["run"] / "best.pt", "is --checkpoint"), (shop_run["edges"], "is the run's edge "
-                                                                                            "list")):
+    for out, expect in (
+        (shop_run["run"] / "best.pt", "is --checkpoint"),
+        (shop_run["edges"], "is the run's edge list"),
+    ):
         line = one_error(*main_of(SERVE, serve_args(shop_run, tmp_path / "state", "--write-config", out)))
         assert f"--write-config {out}: {expect}" in line, line
     assert before == (files_of(shop_run["run"]), shop_run["edges"].read_bytes())
     monkeypatch.setenv("PENCIL_SERVE_TOKEN", "s3cret")
     relative = relative_run(shop_run, tmp_path)  # trained with --shards relative to the folder it ran in
     monkeypatch.chdir(shop_run["root"])
-    code, err = main_of(SERVE, ["--checkpoint", relative, "--state", tmp_path / "state", "--write-config",
-                                tmp_path / "serve.yaml"])
+    code, err = main_of(
+        SERVE, ["--checkpoint", relative, "--state", tmp_path / "state", "--write-config", tmp_path / "serve.yaml"]
+    )
     assert code == 0 and "the token (PENCIL_SERVE_TOKEN) is not in" in err, err
     import yaml
+
     config = yaml.safe_load((tmp_path / "serve.yaml").read_text())
     assert config["applications"][0]["args"]["shards"] == str(shop_run["shards"].resolve())
     assert "s3cret" not in (tmp_path / "serve.yaml").read_text()
@@ -253,6 +332,7 @@ def relative_run(run: dict, tmp_path: Path) -> Path:
     import os
 
     import torch
+
     ckpt = torch.load(run["run"] / "best.pt", weights_only=True)
     ckpt["config"]["data"]["shards"] = os.path.relpath(run["shards"], run["root"])
     (tmp_path / "relative").mkdir()

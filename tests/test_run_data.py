@@ -1,5 +1,6 @@
 """A run is bound to its data: a trainer run records the dataset's fingerprint and the shard set's key; a
 resume on another set is refused in one line naming --overwrite (the same set copied elsewhere resumes)."""
+
 from __future__ import annotations
 
 import json
@@ -24,13 +25,22 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 @pytest.fixture(scope="module")
 def two_sets(tmp_path_factory):
     root = tmp_path_factory.mktemp("bound")
-    return (make_shard_set(root / "a", shard_links=(32, 16), eval_links=24, seed=0),
-            make_shard_set(root / "b", shard_links=(32, 16), eval_links=24, seed=1))
+    return (
+        make_shard_set(root / "a", shard_links=(32, 16), eval_links=24, seed=0),
+        make_shard_set(root / "b", shard_links=(32, 16), eval_links=24, seed=1),
+    )
 
 
 def tiny(shards, out, **kw):
-    kw = {"progress": False, "log_every": 1, "device": "cpu", "eval_splits": ("valid",), "threads": 1, "epochs": 4,
-          **kw}
+    kw = {
+        "progress": False,
+        "log_every": 1,
+        "device": "cpu",
+        "eval_splits": ("valid",),
+        "threads": 1,
+        "epochs": 4,
+        **kw,
+    }
     return config_for("tiny", str(shards), str(out), data={"num_workers": 0}, **kw)
 
 
@@ -46,10 +56,12 @@ def test_a_run_records_its_data_everywhere(two_sets, tmp_path):
     a, _ = two_sets
     run(tiny(a, tmp_path / "run", max_steps=2))
     want = {"dataset_fingerprint": "synthetic-data-0", "shard_set": "synthetic-0"}
-    for data in (json.loads((tmp_path / "run" / "config.json").read_text())["data"],
-                 json.loads((tmp_path / "run" / "summary.json").read_text())["config"]["data"],
-                 checkpoint.load(tmp_path / "run" / "last.pt")["config"]["data"],
-                 checkpoint.load(tmp_path / "run" / "best.pt")["config"]["data"]):
+    for data in (
+        json.loads((tmp_path / "run" / "config.json").read_text())["data"],
+        json.loads((tmp_path / "run" / "summary.json").read_text())["config"]["data"],
+        checkpoint.load(tmp_path / "run" / "last.pt")["config"]["data"],
+        checkpoint.load(tmp_path / "run" / "best.pt")["config"]["data"],
+    ):
         assert {k: data[k] for k in want} == want
 
 
@@ -58,13 +70,41 @@ def test_resume_on_another_shard_set_is_refused_in_one_line(two_sets, tmp_path):
     out = tmp_path / "run"
     run(tiny(a, out, max_steps=2))
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file() and p.name != ".lock"}
-    with pytest.raises(ConfigError, match=r"--resume: .* was trained on other data \(dataset synthetic-data-0, "
-                                          r"shard set synthetic-0\) than --shards .* \(dataset synthetic-data-1, "
-                                          r"shard set synthetic-1\); pass --overwrite"):
+    with pytest.raises(
+        ConfigError,
+        match=r"--resume: .* was trained on other data \(dataset synthetic-data-0, "
+        r"shard set synthetic-0\) than --shards .* \(dataset synthetic-data-1, "
+        r"shard set synthetic-1\); pass --overwrite",
+    ):
         run(tiny(b, out, max_steps=4, resume=True))
-    proc = subprocess.run([sys.executable, "-m", "trainer", "--shards", str(b), "--preset", "tiny", "--out", str(out),
-                           "--device", "cpu", "--num-workers", "0", "--no-progress", "--threads", "1", "--resume",
-                           "--max-steps", "4"], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainer",
+            "--shards",
+            str(b),
+            "--preset",
+            "tiny",
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "--num-workers",
+            "0",
+            "--no-progress",
+            "--threads",
+            "1",
+            "--resume",
+            "--max-steps",
+            "4",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     errors = [line for line in proc.stderr.splitlines() if "error:" in line]
     assert proc.returncode == 1 and len(errors) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     assert errors[0].startswith("python -m trainer: error: --resume:") and "--overwrite" in errors[0]
@@ -86,9 +126,23 @@ def train_on(tmp_path, shards, runs, *argv):
     """pencil run's seeds (its trainer options, as its flags give them) on the set at `shards`."""
     from pipelines.core.seeds import seed_run, train_seeds
     from tests.conftest import run_config
-    opts = run_config("--dataset", "citeseer", "--out", tmp_path / "results", "--shards", tmp_path / "shards",
-                      "--device", "cpu", "--train-arg=--num-workers=0", "--train-arg=--max-steps=2", *argv).trainer
-    return train_seeds(opts, {seed: seed_run(opts, "tiny", str(shards), "original", seed, d) for seed, d in runs.items()})
+
+    opts = run_config(
+        "--dataset",
+        "citeseer",
+        "--out",
+        tmp_path / "results",
+        "--shards",
+        tmp_path / "shards",
+        "--device",
+        "cpu",
+        "--train-arg=--num-workers=0",
+        "--train-arg=--max-steps=2",
+        *argv,
+    ).trainer
+    return train_seeds(
+        opts, {seed: seed_run(opts, "tiny", str(shards), "original", seed, d) for seed, d in runs.items()}
+    )
 
 
 def test_a_seed_folder_on_other_data_is_refused_then_retrained_with_overwrite(two_sets, tmp_path):
@@ -100,9 +154,12 @@ def test_a_seed_folder_on_other_data_is_refused_then_retrained_with_overwrite(tw
     assert first[0]["config"]["data"]["shard_set"] == "synthetic-0"
     again = train_on(tmp_path, a, runs)  # same data: reused untouched
     assert again == first
-    with pytest.raises(SeedDataError, match=r"seed0: holds a run trained on other data \(dataset synthetic-data-0, "
-                                            r"shard set synthetic-0; this run's: dataset synthetic-data-1, shard set "
-                                            r"synthetic-1\); pass --overwrite to retrain it on this data"):
+    with pytest.raises(
+        SeedDataError,
+        match=r"seed0: holds a run trained on other data \(dataset synthetic-data-0, "
+        r"shard set synthetic-0; this run's: dataset synthetic-data-1, shard set "
+        r"synthetic-1\); pass --overwrite to retrain it on this data",
+    ):
         train_on(tmp_path, b, runs)
     redone = train_on(tmp_path, b, runs, "--overwrite")
     assert redone[0]["config"]["data"]["shard_set"] == "synthetic-1" and redone[0]["steps"] == 2
@@ -110,6 +167,7 @@ def test_a_seed_folder_on_other_data_is_refused_then_retrained_with_overwrite(tw
 
 def _edges(path: Path, n: int, chords: int, seed: int) -> Path:
     import numpy as np
+
     rng = np.random.default_rng(seed)
     rows = {(i, (i + 1) % n) for i in range(n)}
     while len(rows) < n + chords:
@@ -125,13 +183,33 @@ def _edges(path: Path, n: int, chords: int, seed: int) -> Path:
 def test_pipelines_run_on_a_changed_edge_list_refuses_the_old_seed(tmp_path):
     """The same file name in two folders, two graphs: the second run once printed the first run's test numbers."""
     from tests.conftest import HAS_RAY
+
     if not HAS_RAY:
         pytest.skip("ray is not installed")
 
     def pipeline(dataset, *extra):
-        cmd = [sys.executable, "-m", "pipelines.run", "--dataset", str(dataset), "--preset", "tiny", "--seeds", "0",
-               "--out", str(tmp_path / "res"), "--shards", str(tmp_path / "shards"), "--num-cpus", "1",
-               "--device", "cpu", "--train-arg=--max-steps=3", "--train-arg=--num-workers=0", *extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pipelines.run",
+            "--dataset",
+            str(dataset),
+            "--preset",
+            "tiny",
+            "--seeds",
+            "0",
+            "--out",
+            str(tmp_path / "res"),
+            "--shards",
+            str(tmp_path / "shards"),
+            "--num-cpus",
+            "1",
+            "--device",
+            "cpu",
+            "--train-arg=--max-steps=3",
+            "--train-arg=--num-workers=0",
+            *extra,
+        ]
         return subprocess.run(cmd, cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
 
     y1 = _edges(tmp_path / "y1" / "edges.csv", 120, 200, seed=1)

@@ -4,18 +4,19 @@ refused without --resume / --overwrite, --overwrite clears only the run's files,
 checkpoint writer leaves no temp file on any failure and names the file; a damaged last.pt is one line; a
 Ctrl-C at start-up is one line and exit 130, and a Ctrl-C a library swallowed still stops the run; killing
 pipelines.run (SIGTERM, SIGKILL) stops its trainer processes."""
+
 from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
 import textwrap
-import random
 import threading
-from dataclasses import replace
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -44,13 +45,38 @@ def shards(tmp_path_factory) -> Path:
 
 
 def tiny(shards, out, **kw):
-    kw = {"progress": False, "log_every": 1, "device": "cpu", "eval_splits": ("valid",), "threads": 1, "epochs": 5, **kw}
+    kw = {
+        "progress": False,
+        "log_every": 1,
+        "device": "cpu",
+        "eval_splits": ("valid",),
+        "threads": 1,
+        "epochs": 5,
+        **kw,
+    }
     return config_for("tiny", str(shards), str(out), data={"num_workers": 0}, **kw)
 
 
 def trainer_cmd(shards, out, *extra) -> list[str]:
-    return [sys.executable, "-m", "trainer", "--shards", str(shards), "--preset", "tiny", "--out", str(out),
-            "--device", "cpu", "--num-workers", "0", "--no-progress", "--threads", "1", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "trainer",
+        "--shards",
+        str(shards),
+        "--preset",
+        "tiny",
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--num-workers",
+        "0",
+        "--no-progress",
+        "--threads",
+        "1",
+        *extra,
+    ]
 
 
 def folder_bytes(out: Path) -> dict[str, bytes]:
@@ -69,15 +95,30 @@ def wait_for(predicate, timeout: float, what: str):
 # ---------------------------------------------------------------------------- lock: one trainer per folder
 def test_second_trainer_is_refused_while_the_first_runs_and_a_killed_one_blocks_nothing(shards, tmp_path):
     out = tmp_path / "run"
-    first = subprocess.Popen(trainer_cmd(shards, out, "--epochs", "1000"), cwd=ROOT, env=ENV,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    first = subprocess.Popen(
+        trainer_cmd(shards, out, "--epochs", "1000"),
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         # the lock file names its holder once held (the trainer imports torch first)
-        wait_for(lambda: first.poll() is not None or (out / ".lock").is_file()
-                 and (out / ".lock").read_text().strip() == str(first.pid), 300, "the first trainer's lock")
+        wait_for(
+            lambda: (
+                first.poll() is not None
+                or (out / ".lock").is_file()
+                and (out / ".lock").read_text().strip() == str(first.pid)
+            ),
+            300,
+            "the first trainer's lock",
+        )
         assert first.poll() is None, first.stderr.read()[-2000:]
-        second = subprocess.run(trainer_cmd(shards, out, "--resume"), cwd=ROOT, env=ENV, capture_output=True,
-                                text=True, timeout=300)
+        second = subprocess.run(
+            trainer_cmd(shards, out, "--resume"), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300
+        )
         lines = second.stderr.strip().splitlines()
         assert second.returncode == 1 and len(lines) == 1 and "Traceback" not in second.stderr, second.stderr
         assert str(out) in lines[0] and f"pid {first.pid}" in lines[0] and "another trainer" in lines[0], lines[0]
@@ -87,6 +128,7 @@ def test_second_trainer_is_refused_while_the_first_runs_and_a_killed_one_blocks_
         first.wait()
     # the kernel dropped the dead holder's flock (its .lock file still names it): a rerun gets the folder
     from trainer import run_folder
+
     assert (out / ".lock").read_text().strip() == str(first.pid)
     with run_folder.claim(out, overwrite=True):
         assert (out / ".lock").read_text().strip() == str(os.getpid())
@@ -94,6 +136,7 @@ def test_second_trainer_is_refused_while_the_first_runs_and_a_killed_one_blocks_
 
 def test_the_lock_is_held_for_the_run_and_released_after(shards, tmp_path):
     from trainer import run_folder
+
     out = tmp_path / "run"
     with run_folder.claim(out):
         with pytest.raises(ConfigError, match=f"another trainer \\(pid {os.getpid()}\\)"):
@@ -116,8 +159,9 @@ def test_a_folder_holding_a_run_is_refused_without_resume_or_overwrite(shards, t
     assert folder_bytes(out) == before  # nothing replaced, nothing appended
 
     # the CLI: the same refusal as one line, exit 1
-    res = subprocess.run(trainer_cmd(shards, out, "--max-steps", "3"), cwd=ROOT, env=ENV, capture_output=True,
-                         text=True, timeout=300)
+    res = subprocess.run(
+        trainer_cmd(shards, out, "--max-steps", "3"), cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=300
+    )
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 1 and len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
     assert lines[0].startswith(f"python -m trainer: error: --out {out} already holds a run"), lines[0]
@@ -127,6 +171,7 @@ def test_a_folder_holding_a_run_is_refused_without_resume_or_overwrite(shards, t
 
 def test_each_run_file_alone_makes_a_folder_hold_a_run(tmp_path):
     from trainer.run_folder import check_contents
+
     for name in ("last.pt", "best.pt", "summary.json", "metrics.jsonl"):
         out = tmp_path / name.replace(".", "_")
         out.mkdir()
@@ -231,6 +276,7 @@ def test_save_atomic_leaves_no_temp_file_and_names_the_file(tmp_path, monkeypatc
     assert target.read_bytes() == before  # the old checkpoint is intact
     if failure != "keyboard-interrupt":
         from common.cli import describe
+
         line = describe(err.value)
         assert line.startswith(f"{target}: ") and "\n" not in line, line
         if failure == "enospc":
@@ -265,7 +311,7 @@ def test_any_garbage_is_a_checkpoint_error(shards, tmp_path):
             data = rng.randbytes(rng.randrange(1, 8192))
         else:
             at = rng.randrange(len(good) - 64)
-            data = good[:at] + rng.randbytes(64) + good[at + 64:]
+            data = good[:at] + rng.randbytes(64) + good[at + 64 :]
         bad.write_bytes(data)
         try:
             checkpoint.load(bad, fix="pass --overwrite")
@@ -279,8 +325,14 @@ def test_a_damaged_last_pt_is_one_line_naming_the_file_and_the_fix(shards, tmp_p
     run(tiny(shards, out, max_steps=1))
     last = out / "last.pt"
     data = last.read_bytes()
-    last.write_bytes({"truncated": data[: len(data) // 2], "random-bytes": random.Random(0).randbytes(4096), "empty": b"",
-                      "not-a-checkpoint": b""}[damage])
+    last.write_bytes(
+        {
+            "truncated": data[: len(data) // 2],
+            "random-bytes": random.Random(0).randbytes(4096),
+            "empty": b"",
+            "not-a-checkpoint": b"",
+        }[damage]
+    )
     if damage == "not-a-checkpoint":
         torch.save({"weights": torch.ones(2)}, last)
     with pytest.raises(checkpoint.CheckpointError) as err:
@@ -288,8 +340,14 @@ def test_a_damaged_last_pt_is_one_line_naming_the_file_and_the_fix(shards, tmp_p
     assert str(last) in str(err.value) and "pass --overwrite" in str(err.value)
     if damage != "random-bytes":
         return
-    res = subprocess.run(trainer_cmd(shards, out, "--resume", "--max-steps", "2"), cwd=ROOT, env=ENV,
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        trainer_cmd(shards, out, "--resume", "--max-steps", "2"),
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     lines = res.stderr.strip().splitlines()
     assert res.returncode == 1 and len(lines) == 1 and "Traceback" not in res.stderr, res.stderr
     assert lines[0].startswith(f"python -m trainer: error: {last}: not a readable checkpoint"), lines[0]
@@ -300,9 +358,15 @@ def test_a_damaged_last_pt_is_one_line_naming_the_file_and_the_fix(shards, tmp_p
 def test_ctrl_c_while_importing_is_one_line_and_exit_130(shards, tmp_path):
     """-X importtime prints a line per finished import: a line naming torch means the trainer is in the
     middle of its imports (before common.cli.run_cli runs), where a Ctrl-C printed a traceback."""
-    proc = subprocess.Popen([sys.executable, "-X", "importtime", *trainer_cmd(shards, tmp_path / "run")[1:]],
-                            cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            preexec_fn=sigint_default)
+    proc = subprocess.Popen(
+        [sys.executable, "-X", "importtime", *trainer_cmd(shards, tmp_path / "run")[1:]],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=sigint_default,
+    )
     lines: list[str] = []
     seen = threading.Event()
 
@@ -311,6 +375,7 @@ def test_ctrl_c_while_importing_is_one_line_and_exit_130(shards, tmp_path):
             lines.append(line.rstrip("\n"))
             if "torch" in line:
                 seen.set()
+
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
@@ -346,14 +411,22 @@ def test_a_ctrl_c_lost_in_a_fork_is_latched_and_raised_again():
             print("went on")
         sys.exit(run_cli(main, [], prog="demo"))
     """)
-    res = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=60,
-                         preexec_fn=sigint_default)
+    res = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=sigint_default,
+    )
     assert res.stdout == "the fork swallowed it\n", res
     assert res.returncode == 130 and res.stderr == "demo: interrupted\n", res
 
 
 def test_the_training_loop_stops_on_a_latched_ctrl_c(shards, tmp_path, monkeypatch):
     import common.cli
+
     monkeypatch.setattr(common.cli, "_sigint_seen", True)
     with pytest.raises(KeyboardInterrupt):
         run(tiny(shards, tmp_path / "run", max_steps=2))
@@ -363,6 +436,7 @@ def test_the_training_loop_stops_on_a_latched_ctrl_c(shards, tmp_path, monkeypat
 # ---------------------------------------------------------------------------- pipelines.run and its trainers
 def test_pipelines_resume_a_seed_with_a_last_pt_and_clear_one_without(tmp_path):
     from pipelines.core.trainers import TrainerRun
+
     seed = tmp_path / "seed0"
     seed.mkdir()
     run = TrainerRun(seed, "S", "tiny", 0, "original", "cpu")
@@ -380,17 +454,25 @@ DRIVER = textwrap.dedent("""
     signal.signal(signal.SIGTERM, children.exit_on_sigterm)  # as run.main installs it
     opts = TrainerOptions("cpu", 1000.0, ("--num-workers", "0", "--threads", "1"), parallel=2)
     out = Path(sys.argv[2])
-    seeds.train_seeds(opts, {s: seeds.seed_run(opts, "tiny", sys.argv[1], "original", s, out / f"seed{s}") for s in (0, 1)})
+    runs = {s: seeds.seed_run(opts, "tiny", sys.argv[1], "original", s, out / f"seed{s}") for s in (0, 1)}
+    seeds.train_seeds(opts, runs)
 """)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL, signal.SIGINT])
 def test_killing_pipelines_run_stops_its_trainers(shards, tmp_path, sig):
     psutil = pytest.importorskip("psutil")  # installed with ray; the GPU image may lack it
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER, str(shards), str(tmp_path)], cwd=ROOT, env=ENV,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(shards), str(tmp_path)],
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         parent = psutil.Process(driver.pid)
+
         # both children forked *and* exec'd into the trainer (between the two, a child still shows the driver's
         # command line; cmdline() of a child that is gone raises, hence the guard)
         def exec_d(kids):
@@ -398,6 +480,7 @@ def test_killing_pipelines_run_stops_its_trainers(shards, tmp_path, sig):
                 return len(kids) == 2 and all("trainer" in " ".join(k.cmdline()) for k in kids)
             except psutil.Error:
                 return False
+
         trainers = wait_for(lambda: kids if exec_d(kids := parent.children()) else None, 120, "two trainers")
         driver.send_signal(sig)
         driver.wait(timeout=120)

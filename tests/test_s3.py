@@ -1,10 +1,11 @@
 """Remote storage against a real S3 server (moto's server mode, its own process on 127.0.0.1)."""
+
 import hashlib
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from pathlib import Path
 
 from common.storage import FsspecStorage, StorageError, open_storage
 from tests.conftest import kill_driver_after
@@ -47,10 +48,13 @@ def test_s3_missing_bucket_is_one_line(s3_server):
 
 def test_s3_wrong_endpoint_is_one_line(s3_server):
     # A client whose endpoint points nowhere gets one line naming the URL and what to check.
-    code = ("from common.storage import open_storage\n"
-            "open_storage('s3://pencil-objects/x').exists('manifest.json')\n")
-    env = {**s3_server.client_env(), "AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1",
-           "AWS_RETRY_MODE": "standard"}
+    code = "from common.storage import open_storage\nopen_storage('s3://pencil-objects/x').exists('manifest.json')\n"
+    env = {
+        **s3_server.client_env(),
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+        "AWS_MAX_ATTEMPTS": "1",
+        "AWS_RETRY_MODE": "standard",
+    }
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
@@ -78,6 +82,7 @@ def small_graph(tmp_path_factory):
     """A 300-node random graph as an edge list: a few hundred links per split, seconds to sample."""
     from common.datasets import load_dataset
     from tests.test_faults import write_small_graph_csv
+
     return load_dataset(str(write_small_graph_csv(tmp_path_factory.mktemp("graph"))))
 
 
@@ -85,7 +90,9 @@ def small_graph(tmp_path_factory):
 def s3_ray(s3_server):
     """An embedded Ray started after the S3 variables are set, so its workers reach the server."""
     import ray
+
     from preprocess.job import init_ray
+
     if os.environ.get("RAY_ADDRESS"):
         pytest.skip("RAY_ADDRESS is set; these tests start their own embedded Ray")
     if ray.is_initialized():
@@ -97,8 +104,15 @@ def s3_ray(s3_server):
 
 
 def _config(out: str) -> PreprocessConfig:
-    return PreprocessConfig(dataset="small", sampling=SamplingConfig(1, 3), out=out, num_cpus=2,
-                            candidates=CandidateConfig(views=1), links_per_shard=256, links_per_block=64)
+    return PreprocessConfig(
+        dataset="small",
+        sampling=SamplingConfig(1, 3),
+        out=out,
+        num_cpus=2,
+        candidates=CandidateConfig(views=1),
+        links_per_shard=256,
+        links_per_block=64,
+    )
 
 
 def _objects(url: str) -> dict[str, bytes]:
@@ -120,7 +134,9 @@ def test_preprocess_writes_a_complete_set_to_s3(s3_set, small_graph):
     listed = {r["name"] for r in manifest["shards"]}
     # Exactly the set's files: shards, the files the manifest lists with their sha256 (queries, graph arrays,
     # the node-id mapping of an edge list), the manifest; nothing temporary.
-    assert set(objects) == listed | set(manifest["files"]) | {MANIFEST}, set(objects) ^ (listed | set(manifest["files"]))
+    assert set(objects) == listed | set(manifest["files"]) | {MANIFEST}, set(objects) ^ (
+        listed | set(manifest["files"])
+    )
     assert any(n.endswith("-queries.npz") for n in manifest["files"]) and "node_ids.parquet" in manifest["files"]
     for name, rec in manifest["files"].items():
         assert len(objects[name]) == rec["bytes"] and hashlib.sha256(objects[name]).hexdigest() == rec["sha256"]
@@ -139,7 +155,9 @@ def test_resume_after_a_killed_run_on_s3(s3_set, small_graph, monkeypatch):
             run_job(config, small_graph)
     url = s3_set.location.replace("/ref/", "/killed/")
     partial = _objects(url)
-    assert MANIFEST not in partial and 3 <= sum(n.endswith(".tar") for n in partial) < len(read_manifest(s3_set.location)["shards"])
+    assert MANIFEST not in partial and 3 <= sum(n.endswith(".tar") for n in partial) < len(
+        read_manifest(s3_set.location)["shards"]
+    )
     result = run_job(config, small_graph)
     assert result.summary["shards_reused"] >= 3 and result.summary["shards_sampled"] > 0
     assert _same_set(url, s3_set.location)  # byte-identical to the uninterrupted run
@@ -155,7 +173,7 @@ def _same_set(a: str, b: str) -> bool:
 def _flip(st, name: str, at: float = 0.4) -> None:
     data = bytearray(st.read(name))
     i = int(len(data) * at)
-    data[i:i + 64] = bytes(b ^ 0xFF for b in data[i:i + 64])
+    data[i : i + 64] = bytes(b ^ 0xFF for b in data[i : i + 64])
     st.write_atomic(name, bytes(data))
 
 
@@ -182,8 +200,26 @@ def test_corrupt_and_truncated_objects_are_caught_and_repaired(s3_set, small_gra
 
 def _train(s3_server, tmp_path, shards: str, out: str) -> subprocess.CompletedProcess:
     env = {**s3_server.client_env(), "PENCIL_CACHE_DIR": str(tmp_path / "cache")}
-    cmd = [sys.executable, "-m", "trainer", "--shards", shards, "--preset", "tiny", "--out", str(tmp_path / out),
-           "--max-steps", "4", "--num-workers", "1", "--no-progress", "--eval-splits", "valid", "--device", "cpu"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainer",
+        "--shards",
+        shards,
+        "--preset",
+        "tiny",
+        "--out",
+        str(tmp_path / out),
+        "--max-steps",
+        "4",
+        "--num-workers",
+        "1",
+        "--no-progress",
+        "--eval-splits",
+        "valid",
+        "--device",
+        "cpu",
+    ]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -225,9 +261,28 @@ def test_pipelines_run_with_shards_on_s3(s3_ray, small_graph, tmp_path):
     csv = tmp_path / "small.csv"
     edges = small_graph.splits["train"].pos  # any graph will do; the run loads it by path
     csv.write_text("src,dst\n" + "\n".join(f"{a},{b}" for a, b in edges) + "\n")
-    cmd = [sys.executable, "-m", "pipelines.run", "--dataset", str(csv), "--preset", "tiny", "--seeds", "0",
-           "--out", str(tmp_path / "results"), "--shards", f"s3://{BUCKET}/pipeline", "--num-cpus", "2", "--views", "1",
-           "--train-arg=--max-steps=5", "--train-arg=--num-workers=0", "--train-arg=--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pipelines.run",
+        "--dataset",
+        str(csv),
+        "--preset",
+        "tiny",
+        "--seeds",
+        "0",
+        "--out",
+        str(tmp_path / "results"),
+        "--shards",
+        f"s3://{BUCKET}/pipeline",
+        "--num-cpus",
+        "2",
+        "--views",
+        "1",
+        "--train-arg=--max-steps=5",
+        "--train-arg=--num-workers=0",
+        "--train-arg=--no-progress",
+    ]
     env = {**s3_ray.client_env(), "PENCIL_CACHE_DIR": str(tmp_path / "cache")}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -245,20 +300,41 @@ def test_driver_kill_then_rerun_on_s3_is_byte_identical(s3_set, s3_ray, small_gr
     import time
 
     from common.storage import SPOOL_PREFIX
+
     csv = tmp_path / "small.csv"
     edges = np.concatenate([small_graph.splits[s].pos for s in ("train", "valid", "test")])
     csv.write_text("src,dst\n" + "\n".join(f"{a},{b}" for a, b in edges) + "\n")
     out = f"s3://{BUCKET}/kill9"
-    cmd = [sys.executable, "-m", "preprocess", "--dataset", str(csv), "--sampling", "1,3", "--views", "4",
-           "--out", out, "--num-cpus", "2", "--links-per-shard", "256", "--block-size", "64"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "preprocess",
+        "--dataset",
+        str(csv),
+        "--sampling",
+        "1,3",
+        "--views",
+        "4",
+        "--out",
+        out,
+        "--num-cpus",
+        "2",
+        "--links-per-shard",
+        "256",
+        "--block-size",
+        "64",
+    ]
     env = s3_ray.client_env()
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     fs = open_storage(out).fs
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
-            found = [p for p in fs.find(f"{BUCKET}/kill9") if p.endswith(".tar")] if fs.exists(f"{BUCKET}/kill9") else []
+            found = (
+                [p for p in fs.find(f"{BUCKET}/kill9") if p.endswith(".tar")] if fs.exists(f"{BUCKET}/kill9") else []
+            )
             if len(found) >= 3:
                 break
             time.sleep(0.2)
@@ -276,11 +352,18 @@ def test_driver_kill_then_rerun_on_s3_is_byte_identical(s3_set, s3_ray, small_gr
     rerun = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     location = rerun.stdout.strip().splitlines()[-1].split(": ", 1)[1]
-    reference = subprocess.run([*cmd[:cmd.index("--out") + 1], f"s3://{BUCKET}/kill9-ref", *cmd[cmd.index("--out") + 2:]],
-                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    reference = subprocess.run(
+        [*cmd[: cmd.index("--out") + 1], f"s3://{BUCKET}/kill9-ref", *cmd[cmd.index("--out") + 2 :]],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert reference.returncode == 0, reference.stderr[-3000:]
     assert _same_set(location, reference.stdout.strip().splitlines()[-1].split(": ", 1)[1])
     from common.storage import _alive
+
     spools = Path(tempfile.gettempdir()).glob(f"{SPOOL_PREFIX}*")
-    stale = [p for p in spools if not _alive(int(p.name[len(SPOOL_PREFIX):].split("-", 1)[0]))]
+    stale = [p for p in spools if not _alive(int(p.name[len(SPOOL_PREFIX) :].split("-", 1)[0]))]
     assert stale == []  # local spools of the killed workers were cleared by the rerun (or never left)

@@ -2,14 +2,15 @@
 of N positives per split. The sample is a function of (positives, N, seed); the metrics over it are exactly what
 full_ranking gives on that subset passed explicitly (the filter keeps every known positive), for every retriever,
 and --choose-prior picks its weight on the sampled valid positives."""
+
 import json
 
 import numpy as np
 import pytest
 import torch
 
-from pipelines.recommend.evaluation import choose_weight, full_ranking, sample_positives
 from pipelines.recommend.engine import RecConfig, scorer_for
+from pipelines.recommend.evaluation import choose_weight, full_ranking, sample_positives
 from trainer.model import ModelConfig, Pencil
 
 
@@ -30,6 +31,7 @@ def test_the_sample_is_a_seeded_uniform_subset_without_replacement():
 @pytest.fixture(scope="module")
 def citeseer():
     from common.datasets import load_dataset
+
     return load_dataset("citeseer")
 
 
@@ -46,9 +48,9 @@ def evaluate(monkeypatch, tmp_path, citeseer, model, *flags):
     """The CLI's --evaluate path on citeseer with a small untrained model standing in for a run's checkpoint."""
     import pipelines.recommend.evaluation as rec
     from pipelines.recommend.evaluation import evaluate_run
+
     monkeypatch.setattr(rec, "load_evaluated_run", lambda *a, **k: (model, citeseer, FIELDS, "fingerprint"))
-    args = rec.build_parser().parse_args(["RUN", "--device", "cpu", "--out", str(tmp_path / "m.json"),
-                                          *flags])
+    args = rec.build_parser().parse_args(["RUN", "--device", "cpu", "--out", str(tmp_path / "m.json"), *flags])
     assert evaluate_run(rec.EvaluateConfig.from_args(args)) == 0
     return json.loads((tmp_path / "m.json").read_text())
 
@@ -56,19 +58,34 @@ def evaluate(monkeypatch, tmp_path, citeseer, model, *flags):
 @pytest.mark.parametrize("retriever", ["ra", "ppr"])
 def test_sampled_metrics_equal_full_ranking_on_the_subset(monkeypatch, tmp_path, citeseer, model, retriever):
     n, seed = 25, 7
-    report = evaluate(monkeypatch, tmp_path, citeseer, model, "--pool", "10", "--retriever", retriever,
-                      "--sample-positives", str(n), "--sample-seed", str(seed), "--choose-prior")
+    report = evaluate(
+        monkeypatch,
+        tmp_path,
+        citeseer,
+        model,
+        "--pool",
+        "10",
+        "--retriever",
+        retriever,
+        "--sample-positives",
+        str(n),
+        "--sample-seed",
+        str(seed),
+        "--choose-prior",
+    )
     known = np.concatenate([citeseer.splits[s].pos for s in ("valid", "test")])
     cfg = RecConfig(k=10, pool=10, retriever=retriever, **FIELDS)
     for split in ("valid", "test"):  # valid first: its sweep chooses the test blend's weight
         every = np.asarray(citeseer.splits[split].pos, dtype=np.int64)
         subset = every[np.sort(np.random.default_rng(seed).choice(len(every), n, replace=False))]
         graph = citeseer.graph_for(split)
-        want = full_ranking(graph, subset, known, cfg, scorer_for(model, graph, cfg, torch.device("cpu")),
-                            sweep=split == "valid")
+        want = full_ranking(
+            graph, subset, known, cfg, scorer_for(model, graph, cfg, torch.device("cpu")), sweep=split == "valid"
+        )
         if split == "valid":
-            cfg = RecConfig(k=10, pool=10, retriever=retriever, prior_weight=choose_weight(want["prior_sweep"]),
-                            **FIELDS)
+            cfg = RecConfig(
+                k=10, pool=10, retriever=retriever, prior_weight=choose_weight(want["prior_sweep"]), **FIELDS
+            )
             want["pencil_blend"] = {"prior_weight": cfg.prior_weight, **want["prior_sweep"][str(cfg.prior_weight)]}
         got = report["splits"][split]
         assert got.pop("sample") == {"sample_positives": n, "sample_seed": seed, "sampled": n, "of": len(every)}
@@ -81,19 +98,31 @@ def test_n_at_least_the_count_ranks_every_positive(monkeypatch, tmp_path, citese
     flags = ["--pool", "5", "--splits", "valid", "--prior-weight", "0"]
     whole = evaluate(monkeypatch, tmp_path, citeseer, model, *flags)["splits"]["valid"]
     every = len(citeseer.splits["valid"].pos)
-    sampled = evaluate(monkeypatch, tmp_path, citeseer, model, *flags, "--sample-positives", str(every + 1),
-                       "--sample-seed", "3")["splits"]["valid"]
+    sampled = evaluate(
+        monkeypatch, tmp_path, citeseer, model, *flags, "--sample-positives", str(every + 1), "--sample-seed", "3"
+    )["splits"]["valid"]
     assert sampled.pop("sample") == {"sample_positives": every + 1, "sample_seed": 3, "sampled": every, "of": every}
     assert json.dumps(sampled, sort_keys=True) == json.dumps(whole, sort_keys=True)
 
 
-@pytest.mark.parametrize("main_module, flags, message", [
-    ("pipelines.recommend.evaluation", ["RUN", "--sample-positives", "0"], "--sample-positives: must be >= 1, got 0"),
-    ("pipelines.recommend.job", ["--checkpoint", "RUN", "--all-nodes", "--sample-positives", "5"],
-     "unrecognized arguments: --sample-positives 5"),
-])
+@pytest.mark.parametrize(
+    "main_module, flags, message",
+    [
+        (
+            "pipelines.recommend.evaluation",
+            ["RUN", "--sample-positives", "0"],
+            "--sample-positives: must be >= 1, got 0",
+        ),
+        (
+            "pipelines.recommend.job",
+            ["--checkpoint", "RUN", "--all-nodes", "--sample-positives", "5"],
+            "unrecognized arguments: --sample-positives 5",
+        ),
+    ],
+)
 def test_bad_sample_flags_are_one_line_errors(main_module, flags, message, tmp_path, capsys):
     import importlib
+
     main = importlib.import_module(main_module).main
     with pytest.raises(SystemExit) as exit_:
         main([*flags, "--out", str(tmp_path / "m.json")])

@@ -3,6 +3,7 @@
 The sampler emits node sets; the edges a model sees are induced from them by common.induce (shard
 format v2). `sample()` below composes the two, so these tests pin the semantics of the whole
 subgraph a link gets, exactly as the loader builds it."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -23,8 +24,10 @@ class Sampled:
         self.edge_ptr, self.edges = Inducer(g.indptr, g.indices).edges(sub.node_ptr, sub.nodes)
 
     def link(self, i: int) -> tuple[np.ndarray, np.ndarray]:
-        return (self.nodes[self.node_ptr[i]:self.node_ptr[i + 1]],
-                self.edges[self.edge_ptr[i]:self.edge_ptr[i + 1]])
+        return (
+            self.nodes[self.node_ptr[i] : self.node_ptr[i + 1]],
+            self.edges[self.edge_ptr[i] : self.edge_ptr[i + 1]],
+        )
 
 
 def sample(g: Graph, links, d, n, seed=0, shuffle=True) -> Sampled:
@@ -231,5 +234,15 @@ def test_bad_input_is_rejected():
 def test_derive_seed_depends_on_every_part():
     base = derive_seed(0, "train", None, 1, 3)
     assert base == derive_seed(0, "train", None, 1, 3)
-    assert len({base, derive_seed(1, "train", None, 1, 3), derive_seed(0, "valid", None, 1, 3),
-                derive_seed(0, "train", None, 2, 3), derive_seed(0, "train", None, 1, 4)}) == 5
+    assert (
+        len(
+            {
+                base,
+                derive_seed(1, "train", None, 1, 3),
+                derive_seed(0, "valid", None, 1, 3),
+                derive_seed(0, "train", None, 2, 3),
+                derive_seed(0, "train", None, 1, 4),
+            }
+        )
+        == 5
+    )

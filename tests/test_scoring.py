@@ -1,5 +1,6 @@
 """The scoring engine (trainer/scoring.py): a pair's score does not depend on its batch, orderings differ,
 and the full-ranking metrics built on it (pipelines/recommend/evaluation.py) are exact on a hand-built case."""
+
 import functools
 
 import numpy as np
@@ -8,14 +9,14 @@ import torch
 
 from common.graph import Graph
 from preprocess.sampler import Scratch, sample_subgraphs
-from trainer.model import ModelConfig
-from trainer.model import Pencil
+from trainer.model import ModelConfig, Pencil
 from trainer.scoring import PairScorer, pair_seeds
 
 
 @pytest.fixture(scope="module")
 def citeseer():
     from common.datasets import load_dataset
+
     return load_dataset("citeseer")
 
 
@@ -52,8 +53,8 @@ class FixedScorer:
 
 
 def test_full_ranking_exact_on_a_tiny_graph():
-    from pipelines.recommend.evaluation import full_ranking
     from pipelines.recommend.engine import RecConfig
+    from pipelines.recommend.evaluation import full_ranking
 
     # 0-1, 1-2, 1-3, 1-4, 5-6: RA pool of 0 = {2, 3, 4} all tied at 1/4; 5 and 6 unreachable from 0
     g = Graph.from_edges([(0, 1), (1, 2), (1, 3), (1, 4), (5, 6)], num_nodes=7)

@@ -3,6 +3,7 @@
 error is its status and one line, and kill -9 takes the service and its Ray down while a restart keeps every
 acknowledged edge; on a cluster, `serve deploy` rolls a new checkpoint out without dropping a request. Slow: about
 3 min per test on 2 shared cores."""
+
 import json
 import os
 import signal
@@ -39,8 +40,9 @@ def call(port, method, path, body=None, headers=None) -> tuple[int, dict]:
 
 
 def cli(*args) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "pipelines", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pipelines", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -66,6 +68,7 @@ def recommended(port, node) -> list:
 def test_the_service_over_http(run_dir, tmp_path):
     from common.datasets import load_dataset
     from common.snapshot import whole_graph
+
     graph = whole_graph(load_dataset("citeseer"))  # what it serves by default: every split's edges
     port, state = free_ports(1)[0], tmp_path / "state"
     env = {"PENCIL_SERVE_TOKEN": TOKEN}
@@ -76,8 +79,17 @@ def test_the_service_over_http(run_dir, tmp_path):
         pairs = rng.integers(0, graph.num_nodes, (40, 2))
         pairs = pairs[pairs[:, 0] != pairs[:, 1]]
         (tmp_path / "pairs.csv").write_text("src,dst\n" + "".join(f"{u},{v}\n" for u, v in pairs))
-        cli("score", "--checkpoint", str(run_dir), "--pairs", str(tmp_path / "pairs.csv"), "--out",
-            str(tmp_path / "scores.parquet"), "--graph", "all")
+        cli(
+            "score",
+            "--checkpoint",
+            str(run_dir),
+            "--pairs",
+            str(tmp_path / "pairs.csv"),
+            "--out",
+            str(tmp_path / "scores.parquet"),
+            "--graph",
+            "all",
+        )
         want = pq.read_table(tmp_path / "scores.parquet").to_pydict()
         status, body = call(port, "POST", "/score", {"pairs": pairs.tolist()})
         assert status == 200, body
@@ -89,8 +101,16 @@ def test_the_service_over_http(run_dir, tmp_path):
         # /recommend equals pencil recommend for the same node, with the same defaults
         nodes = np.flatnonzero(graph.degree >= 3)[:3].tolist()
         (tmp_path / "nodes.txt").write_text("".join(f"{n}\n" for n in nodes))
-        cli("recommend", "--checkpoint", str(run_dir), "--nodes", str(tmp_path / "nodes.txt"), "--out",
-            str(tmp_path / "recs.parquet"), "--no-progress")
+        cli(
+            "recommend",
+            "--checkpoint",
+            str(run_dir),
+            "--nodes",
+            str(tmp_path / "nodes.txt"),
+            "--out",
+            str(tmp_path / "recs.parquet"),
+            "--no-progress",
+        )
         recs = pq.read_table(tmp_path / "recs.parquet").to_pandas()
         for node in nodes:
             rows = recs[recs.node == node]
@@ -116,8 +136,14 @@ def test_the_service_over_http(run_dir, tmp_path):
             ("POST", "/score", {"pair": [[1, 2]]}, None, 400, "unknown field 'pair'"),
             ("GET", f"/recommend/{node}?k=0", None, None, 400, "k=0: out of range"),
             ("GET", f"/recommend/{node}?pool=100000", None, None, 400, "pool=100000: out of range"),
-            ("POST", "/score", {"pairs": [[1, 2]] * 51}, None, 413, "too many pairs: 51 in one request; the limit "
-                                                                  "is 50"),
+            (
+                "POST",
+                "/score",
+                {"pairs": [[1, 2]] * 51},
+                None,
+                413,
+                "too many pairs: 51 in one request; the limit is 50",
+            ),
             ("POST", "/edges", {"add": [[1, 2]]}, None, 401, "missing bearer token"),
             ("POST", "/edges", {"add": [[1, 2]]}, {"Authorization": "Bearer nope"}, 401, "wrong token"),
             ("GET", f"/recommend/{node}?k=3&k=4", None, None, 400, "query parameter 'k' given 2 times; give it once"),
@@ -177,13 +203,30 @@ def test_a_new_checkpoint_rolls_out_without_dropping_requests(run_dir, ray_head,
     port = free_ports(1)[0]
     (tmp_path / "token").write_text(TOKEN)
     for name, ckpt in (("old", run_dir / "best.pt"), ("new", run_dir / "last.pt")):
-        cli("serve", "--checkpoint", str(ckpt), "--state", str(tmp_path / "state"), "--port", str(port),
-            "--token-file", str(tmp_path / "token"), "--write-config", str(tmp_path / f"{name}.yaml"))
+        cli(
+            "serve",
+            "--checkpoint",
+            str(ckpt),
+            "--state",
+            str(tmp_path / "state"),
+            "--port",
+            str(port),
+            "--token-file",
+            str(tmp_path / "token"),
+            "--write-config",
+            str(tmp_path / f"{name}.yaml"),
+        )
     serve_cmd = str(Path(ray_head.cmd).with_name("serve")) if os.sep in ray_head.cmd else "serve"
 
     def deploy(name):
-        proc = subprocess.run([serve_cmd, "deploy", str(tmp_path / f"{name}.yaml"), "--address", ray_head.address],
-                              cwd=ROOT, env=ray_head.env, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(
+            [serve_cmd, "deploy", str(tmp_path / f"{name}.yaml"), "--address", ray_head.address],
+            cwd=ROOT,
+            env=ray_head.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
 
     def health() -> dict:
@@ -242,12 +285,18 @@ def test_a_deployment_that_cannot_start_says_its_own_error(tmp_path):
             print(f"{type(err).__name__}|{err}", flush=True)
     """)
     gone = tmp_path / "gone"
-    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "state"), str(gone), str(free_ports(1)[0])],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "state"), str(gone), str(free_ports(1)[0])],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     kind, _, message = proc.stdout.strip().splitlines()[-1].partition("|")
     assert kind == "ServeStartError", proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert message.startswith(f"pencil-graph could not start: {gone}: no manifest; the shard set is incomplete"), \
+    assert message.startswith(f"pencil-graph could not start: {gone}: no manifest; the shard set is incomplete"), (
         message
+    )
     assert "Failed to update the deployments" not in message
     assert not (tmp_path / "state" / "edits.jsonl").exists()

@@ -1,6 +1,7 @@
 """pencil serve's endpoints without HTTP: a batch of requests through `Engine` answers what `pencil recommend`'s
 engine and `pencil score`'s scorer answer, an added edge leaves the recommendations, every bad request is its
 status and one line, the token rules, and the settings as a Serve config file."""
+
 import numpy as np
 import pytest
 import torch
@@ -8,8 +9,19 @@ import yaml
 
 from pipelines.recommend.engine import RecConfig, run_block, sampler_for, scorer_for
 from pipelines.score import score_pairs
-from pipelines.serve.handlers import (NO_TOKEN, Engine, Limits, RecQuery, check_token, edit_size, parse_json,
-                                      read_token, recommend_query, score_body, token_digest)
+from pipelines.serve.handlers import (
+    NO_TOKEN,
+    Engine,
+    Limits,
+    RecQuery,
+    check_token,
+    edit_size,
+    parse_json,
+    read_token,
+    recommend_query,
+    score_body,
+    token_digest,
+)
 from pipelines.serve.settings import Settings
 from pipelines.serve.state import GraphState, ServeError
 from trainer.model import ModelConfig, Pencil
@@ -27,6 +39,7 @@ def model():
 @pytest.fixture(scope="module")
 def graph():
     from common.datasets import load_dataset
+
     return load_dataset("citeseer").graph_for("test")
 
 
@@ -53,8 +66,9 @@ def test_a_batch_of_recommendations_is_pencil_recommends(engine, model, graph):
     assert pairs > 0 and answers[5] == answers[1]  # a node asked twice in a batch: one answer
     for q, answer in zip(queries, answers):
         cfg = q.cfg
-        table, _ = run_block(0, np.array([int(q.node)]), graph, None, cfg, sampler_for(graph, cfg),
-                             scorer_for(model, graph, cfg, CPU))
+        table, _ = run_block(
+            0, np.array([int(q.node)]), graph, None, cfg, sampler_for(graph, cfg), scorer_for(model, graph, cfg, CPU)
+        )
         want = table.to_pydict()
         got = answer["recommendations"]
         assert answer["node"] == int(q.node) and len(got) == len(want["candidate"]) <= cfg.k
@@ -97,20 +111,27 @@ def test_bad_requests_are_their_status_and_one_line(engine):
     assert status_of(recommend_query, "1", {"retriever": "bm25"}, CFG, limits)[0] == 400
     assert status_of(recommend_query, "1", {"kk": "1"}, CFG, limits)[0] == 400
     from starlette.datastructures import QueryParams
+
     assert status_of(recommend_query, "1", QueryParams("k=3&k=4"), CFG, limits) == (
-        400, "query parameter 'k' given 2 times; give it once")
+        400,
+        "query parameter 'k' given 2 times; give it once",
+    )
     assert recommend_query("1", QueryParams("k=3&pool=30"), CFG, limits).cfg.pool == 30
     assert recommend_query("7", {"k": "3"}, CFG, limits).cfg == RecConfig(k=3, pool=20, sampling=(1, 5), n_max=12)
     assert status_of(parse_json, b"{nope")[0] == 400
-    assert status_of(score_body, {"pairs": [[1, 2]] * 4}, limits) == (413, "too many pairs: 4 in one request; the "
-                                                                        "limit is 3")
+    assert status_of(score_body, {"pairs": [[1, 2]] * 4}, limits) == (
+        413,
+        "too many pairs: 4 in one request; the limit is 3",
+    )
     assert status_of(score_body, {"pair": []}, limits)[0] == 400
     assert status_of(score_body, {"pairs": []}, limits)[0] == 400
     assert status_of(score_body, {"pairs": [[1, 2, 3]]}, limits)[0] == 400
     assert status_of(edit_size, {"add": [[1, 2]] * 2, "remove": [[3, 4]]}, limits)[0] == 413
     answers, scored = engine.score([[[1, 99999]], [[5, 5]], [[1, 2]]])
-    assert (answers[0].status, answers[0].message) == (404, "unknown node 99999: not in the serving graph (add it "
-                                                            "with POST /edges)")
+    assert (answers[0].status, answers[0].message) == (
+        404,
+        "unknown node 99999: not in the serving graph (add it with POST /edges)",
+    )
     assert answers[1].status == 400 and "with itself" in answers[1].message
     assert scored == 1 and len(answers[2]["scores"]) == 1
     answers, _ = engine.recommend([RecQuery("99999", CFG)])
@@ -138,6 +159,7 @@ def test_tokens(tmp_path):
 def test_settings_and_the_serve_config_file(tmp_path):
     from pipelines.serve.app import graph_app, service_app
     from pipelines.serve.command import write_config
+
     with pytest.raises(ValueError, match="unknown setting 'kk'"):
         Settings.from_dict({"kk": 1})
     with pytest.raises(ValueError, match="--max-k"):
@@ -145,8 +167,16 @@ def test_settings_and_the_serve_config_file(tmp_path):
     with pytest.raises(ValueError, match="smaller than --k"):
         Settings.from_dict({"k": 50, "pool": 10})
     (tmp_path / "token").write_text("t0k3n")
-    s = Settings.from_dict({"checkpoint": "/runs/seed0/best.pt", "state": "/srv/state", "shards": "/shards/set",
-                            "replicas": "2", "k": 10, "token_file": str(tmp_path / "token")}).with_token({})
+    s = Settings.from_dict(
+        {
+            "checkpoint": "/runs/seed0/best.pt",
+            "state": "/srv/state",
+            "shards": "/shards/set",
+            "replicas": "2",
+            "k": 10,
+            "token_file": str(tmp_path / "token"),
+        }
+    ).with_token({})
     assert s.replicas == 2 and s.token_sha256 == token_digest("t0k3n")
     assert "t0k3n" not in str(s.service_dict()) and "token_file" not in s.service_dict()
     write_config(str(tmp_path / "serve.yaml"), s, "127.0.0.1", 8000)
@@ -155,8 +185,12 @@ def test_settings_and_the_serve_config_file(tmp_path):
     assert config["http_options"] == {"host": "127.0.0.1", "port": 8000}
     assert graph["import_path"] == "pipelines.serve.app:graph_app" and graph["route_prefix"] is None
     assert graph["args"] == {"shards": "/shards/set", "graph": "all", "state": "/srv/state", "max_edges": 10000}
-    assert service["args"] == {"checkpoint": "/runs/seed0/best.pt", "replicas": 2, "k": 10,
-                               "token_file": str(tmp_path / "token")}
+    assert service["args"] == {
+        "checkpoint": "/runs/seed0/best.pt",
+        "replicas": 2,
+        "k": 10,
+        "token_file": str(tmp_path / "token"),
+    }
     assert graph_app(graph["args"]) is not None
     app = service_app(service["args"])  # built without a cluster: no GPUs
     assert app is not None

@@ -1,6 +1,7 @@
 """pencil serve's graph state and edit log without HTTP: ids old and new, edits validated and applied in order,
 the log durable, replayed, cut after a torn append, refused when damaged, locked, or of another graph; and the
 coalescing of batches that wait for the model."""
+
 import asyncio
 import json
 
@@ -52,20 +53,24 @@ def test_named_ids_take_the_next_index_in_the_order_edits_name_them():
     edit(s, {"add": [["e", "zz"], ["zz", "aa"], [1, "b"]]})  # an integer names the text id "1"
     assert s.ids.index("zz") == 5 and s.ids.index("aa") == 6 and s.ids.index(1) == 7
     assert s.ids.users(s.graph.neighbors(s.ids.index("zz"))) == ["e", "aa"]
-    assert status_of(s.ids.index, "nope") == (404, "unknown node 'nope': not in the serving graph (add it with "
-                                                   "POST /edges)")
+    assert status_of(s.ids.index, "nope") == (
+        404,
+        "unknown node 'nope': not in the serving graph (add it with POST /edges)",
+    )
 
 
 def test_edits_are_validated_before_anything_changes():
     s = plain_state()
-    cases = [([1], 400, 'the body must be a JSON object'),
-             ({"add": [[0, 1]], "nodes": []}, 400, "unknown field 'nodes'"),
-             ({"add": 3}, 400, "'add' must be a list of [u, v] pairs"),
-             ({"add": [[0, 1, 2]]}, 400, "'add'[0]: expected a pair [u, v], got [0, 1, 2]"),
-             ({"add": [[0, 1.5]]}, 400, "'add'[0]: node id 1.5 must be an integer id"),
-             ({"add": [[2, 2]]}, 400, "'add'[0]: pairs node 2 with itself"),
-             ({}, 400, "an edit needs at least one pair"),
-             ({"remove": [[0, 99]]}, 404, "'remove': unknown node 99")]
+    cases = [
+        ([1], 400, "the body must be a JSON object"),
+        ({"add": [[0, 1]], "nodes": []}, 400, "unknown field 'nodes'"),
+        ({"add": 3}, 400, "'add' must be a list of [u, v] pairs"),
+        ({"add": [[0, 1, 2]]}, 400, "'add'[0]: expected a pair [u, v], got [0, 1, 2]"),
+        ({"add": [[0, 1.5]]}, 400, "'add'[0]: node id 1.5 must be an integer id"),
+        ({"add": [[2, 2]]}, 400, "'add'[0]: pairs node 2 with itself"),
+        ({}, 400, "an edit needs at least one pair"),
+        ({"remove": [[0, 99]]}, 404, "'remove': unknown node 99"),
+    ]
     for body, code, text in cases:
         got, message = status_of(s.edit_record, body)
         assert got == code and text in message, (body, message)
@@ -133,10 +138,14 @@ def test_request_ids_follow_the_loaders_rules():
     assert code == 400 and "with itself" in message
     ints = GraphState(Graph.from_edges(EDGES, num_nodes=5), np.array([10, 11, 12, 13, 14], dtype=np.uint64), 10)
     assert ints.ids.normalise(" 12 ", "node") == 12 and ints.ids.index("12") == 2
-    assert status_of(ints.ids.normalise, "012", "node") == (400, "node: node id '012' has a leading zero; this "
-                                                                 "graph's ids are integers, written without one")
-    assert status_of(ints.ids.normalise, 2**64, "'add'[0]") == (400, f"'add'[0]: node id {2**64} does not fit this "
-                                                                     f"graph's ids (integers from 0 to {2**64 - 1})")
+    assert status_of(ints.ids.normalise, "012", "node") == (
+        400,
+        "node: node id '012' has a leading zero; this graph's ids are integers, written without one",
+    )
+    assert status_of(ints.ids.normalise, 2**64, "'add'[0]") == (
+        400,
+        f"'add'[0]: node id {2**64} does not fit this graph's ids (integers from 0 to {2**64 - 1})",
+    )
     assert status_of(ints.ids.normalise, -1, "node")[0] == 400
     plain = plain_state()
     assert status_of(plain.edit_record, {"add": [[0, 2**63]]})[0] == 400
@@ -194,12 +203,17 @@ def test_the_coalescer_merges_what_queued_while_the_model_worked():
 
 def test_a_failed_replicas_traceback_becomes_its_own_line():
     from pipelines.serve.start import deployment_error
-    message = ("A replica failed to start with exception. Retrying 2 more time(s). Error:\nTraceback (most recent "
-               "call last):\n  File \"/x/app.py\", line 60, in __init__\n    self.log = EditLog(s.state, described)\n"
-               "ray.exceptions.RayTaskError(StateError): ray::ServeReplica:pencil-graph:GraphOwner.initialize() "
-               "(pid=1, ip=127.0.0.1)\n  File \"/x/edit_log.py\", line 90, in _parse\n"
-               "pipelines.serve.edit_log.StateError: /s/edits.jsonl: line 3 is not a JSON object; the log is damaged")
+
+    message = (
+        "A replica failed to start with exception. Retrying 2 more time(s). Error:\nTraceback (most recent "
+        'call last):\n  File "/x/app.py", line 60, in __init__\n    self.log = EditLog(s.state, described)\n'
+        "ray.exceptions.RayTaskError(StateError): ray::ServeReplica:pencil-graph:GraphOwner.initialize() "
+        '(pid=1, ip=127.0.0.1)\n  File "/x/edit_log.py", line 90, in _parse\n'
+        "pipelines.serve.edit_log.StateError: /s/edits.jsonl: line 3 is not a JSON object; the log is damaged"
+    )
     assert deployment_error(message) == "/s/edits.jsonl: line 3 is not a JSON object; the log is damaged"
-    assert deployment_error("Error:\nTraceback ...\ntorch.OutOfMemoryError: CUDA out of memory") == \
-        "OutOfMemoryError: CUDA out of memory"
+    assert (
+        deployment_error("Error:\nTraceback ...\ntorch.OutOfMemoryError: CUDA out of memory")
+        == "OutOfMemoryError: CUDA out of memory"
+    )
     assert deployment_error("the node died") == "the node died"

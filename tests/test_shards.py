@@ -1,4 +1,5 @@
 """The shard format (common/shards.py): exact round trips, reader refusals that name the file, manifest rules."""
+
 import io
 import json
 import re
@@ -13,13 +14,20 @@ from common.shards import Block, ShardError
 def _block(offset=0, big=False) -> Block:
     # link 0: u=10, v=11, no other context; link 1: u=12, v=13 + node 14
     base = 70_000 if big else 0  # ids past 2**16 need a wider column type
-    return Block(cid=np.array([0, 1]) + offset, src=np.array([10, 12]) + base, dst=np.array([11, 13]) + base,
-                 label=np.array([1.0, 0.0], np.float32), node_ptr=np.array([0, 2, 5]),
-                 nodes=np.array([10, 11, 12, 13, 14]) + base)
+    return Block(
+        cid=np.array([0, 1]) + offset,
+        src=np.array([10, 12]) + base,
+        dst=np.array([11, 13]) + base,
+        label=np.array([1.0, 0.0], np.float32),
+        node_ptr=np.array([0, 2, 5]),
+        nodes=np.array([10, 11, 12, 13, 14]) + base,
+    )
 
 
 def _same(a: Block, b: Block) -> bool:
-    return all(np.array_equal(getattr(a, k), getattr(b, k)) for k in ("cid", "src", "dst", "label", "node_ptr", "nodes"))
+    return all(
+        np.array_equal(getattr(a, k), getattr(b, k)) for k in ("cid", "src", "dst", "label", "node_ptr", "nodes")
+    )
 
 
 @pytest.mark.parametrize("big", [False, True])
@@ -100,6 +108,7 @@ def test_truncated_and_corrupt_shards_name_the_file(tmp_path):
 
 def _small_set(tmp_path):
     from tests.test_trainer_data import make_shard_set
+
     return make_shard_set(tmp_path / "set", shard_links=(8, 8), views=1, eval_links=6)
 
 
@@ -122,11 +131,16 @@ def test_manifest_is_versioned_and_checked(tmp_path):
     with pytest.raises(ShardError, match="shard format version 3 is not supported"):
         shards.read_manifest(root)
     _edit(root, lambda b: b.update(version=1))
-    with pytest.raises(ShardError, match=r"version 1 \(stored edge lists\) is no longer read; rerun `python -m preprocess`"):
+    with pytest.raises(
+        ShardError, match=r"version 1 \(stored edge lists\) is no longer read; rerun `python -m preprocess`"
+    ):
         shards.read_manifest(root)
     _edit(root, lambda b: (b.update(version=2), b.pop("manifest_version")))  # a set written before checksums
-    with pytest.raises(ShardError, match=r"manifest_version 1 is not 2 .*rerun `python -m preprocess` with the "
-                                         r"set's flags to upgrade it"):
+    with pytest.raises(
+        ShardError,
+        match=r"manifest_version 1 is not 2 .*rerun `python -m preprocess` with the "
+        r"set's flags to upgrade it",
+    ):
         shards.read_manifest(root)
     with pytest.raises(ShardError, match="no manifest"):
         shards.read_manifest(tmp_path / "elsewhere")
@@ -142,14 +156,27 @@ SCHEMA_CASES = [
     ("empty-shards", lambda b: b.update(shards=[]), "field shards: the list is empty"),
     ("duplicate", _dup, r"field shards\[\d+\]\.name: \S+\.tar is listed twice"),
     ("dropped", lambda b: b["shards"].pop(), r"field shards: set test/original has 1 shard entries, sets\[\d\] says 2"),
-    ("links-abc", lambda b: b["shards"][0].update(links="abc"), r"field shards\[0\] \(\S+\)\.links: 'abc' is not an integer"),
-    ("links-huge", lambda b: b["shards"][0].update(links=10**12),
-     r"field shards\[0\] \(\S+\)\.links: 1000000000000 is outside \[1, 2147483648\]"),
-    ("evil-name", lambda b: b["shards"][0].update(name="../../evil.tar"),
-     r"field shards\[0\]\.name: '\.\./\.\./evil\.tar' is not a plain \.tar file name inside the set"),
+    (
+        "links-abc",
+        lambda b: b["shards"][0].update(links="abc"),
+        r"field shards\[0\] \(\S+\)\.links: 'abc' is not an integer",
+    ),
+    (
+        "links-huge",
+        lambda b: b["shards"][0].update(links=10**12),
+        r"field shards\[0\] \(\S+\)\.links: 1000000000000 is outside \[1, 2147483648\]",
+    ),
+    (
+        "evil-name",
+        lambda b: b["shards"][0].update(name="../../evil.tar"),
+        r"field shards\[0\]\.name: '\.\./\.\./evil\.tar' is not a plain \.tar file name inside the set",
+    ),
     ("absolute-name", lambda b: b["shards"][0].update(name="/etc/evil.tar"), r"'/etc/evil\.tar' is not a plain"),
-    ("no-queries-sha", lambda b: b["files"].pop("valid-original-queries.npz"),
-     "field files: no sha256 for valid-original-queries.npz"),
+    (
+        "no-queries-sha",
+        lambda b: b["files"].pop("valid-original-queries.npz"),
+        "field files: no sha256 for valid-original-queries.npz",
+    ),
     ("bad-sha", lambda b: b["shards"][0].update(sha256="x"), r"\.sha256: 'x' is not a sha256"),
     ("views-missing-shards", lambda b: b.update(views=3), "no shard for training view 1"),
     ("num-nodes", lambda b: b.update(num_nodes=-5), r"field num_nodes: -5 is outside \[1, "),
@@ -170,9 +197,14 @@ def test_manifest_schema_errors_name_file_field_and_fix(tmp_path, change, text, 
 
 def test_manifest_checksum_catches_a_well_formed_edit(tmp_path):
     root = _small_set(tmp_path)
-    _edit(root, lambda b: b["eval"]["valid/original"].update(metric="hits@50"))  # schema-valid, but not what was written
-    with pytest.raises(ShardError, match=r"manifest\.json: checksum mismatch \(recorded [0-9a-f]{12}…, contents "
-                                         r"[0-9a-f]{12}…\): the manifest was edited or is corrupt; rerun `python -m"):
+    _edit(
+        root, lambda b: b["eval"]["valid/original"].update(metric="hits@50")
+    )  # schema-valid, but not what was written
+    with pytest.raises(
+        ShardError,
+        match=r"manifest\.json: checksum mismatch \(recorded [0-9a-f]{12}…, contents "
+        r"[0-9a-f]{12}…\): the manifest was edited or is corrupt; rerun `python -m",
+    ):
         shards.read_manifest(root)
 
 
@@ -184,26 +216,39 @@ def test_writer_refuses_a_malformed_manifest(tmp_path):
 
 def test_unexpected_tar_member_is_an_error_naming_shard_and_member(tmp_path):
     import tarfile
+
     data, _ = shards.pack_shard([_block()])
     buf = io.BytesIO(data[:-1024])  # without the end-of-archive records: append one more member
     path = tmp_path / "train-v000-00000.tar"
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as src, tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar:
+    with (
+        tarfile.open(fileobj=io.BytesIO(data), mode="r") as src,
+        tarfile.open(path, "w", format=tarfile.USTAR_FORMAT) as tar,
+    ):
         for m in src.getmembers():
             tar.addfile(m, src.extractfile(m))
         info = tarfile.TarInfo("notes.txt")
         info.size = 4
         tar.addfile(info, io.BytesIO(b"hi!\n"))
     del buf
-    with pytest.raises(ShardError, match=rf"{path}: unexpected member 'notes\.txt' \(a shard holds only \*\.arrow blocks\)"):
+    with pytest.raises(
+        ShardError, match=rf"{path}: unexpected member 'notes\.txt' \(a shard holds only \*\.arrow blocks\)"
+    ):
         list(shards.read_shard(path))
 
 
-@pytest.mark.parametrize("label,regression,text", [
-    (7.0, False, "label 7.0 is not 0 or 1"), (float("nan"), False, "label nan is not 0 or 1"),
-    (float("nan"), True, "label nan is not finite"), (float("inf"), True, "label inf is not finite")])
+@pytest.mark.parametrize(
+    "label,regression,text",
+    [
+        (7.0, False, "label 7.0 is not 0 or 1"),
+        (float("nan"), False, "label nan is not 0 or 1"),
+        (float("nan"), True, "label nan is not finite"),
+        (float("inf"), True, "label inf is not finite"),
+    ],
+)
 def test_labels_are_range_checked_naming_the_shard(tmp_path, label, regression, text):
     from trainer.blocks import read_blocks
     from trainer.data import Unit
+
     b = _block()
     b.label[1] = label
     data, stats = shards.pack_shard([b])
@@ -219,10 +264,14 @@ def test_labels_are_range_checked_naming_the_shard(tmp_path, label, regression, 
 def test_reader_catches_a_shard_holding_other_cids(tmp_path):
     from trainer.blocks import read_blocks
     from trainer.data import Unit
+
     path = tmp_path / "train-v000-00001.tar"
     path.write_bytes(shards.pack_shard([_block()])[0])  # cids 0, 1: the first shard's, under the second's name
-    with pytest.raises(ShardError, match=rf"{path}:000000\.arrow: holds candidate ids 0\.\., the manifest puts 2\.\. "
-                                         r"in this shard \(renamed or swapped shard file\)"):
+    with pytest.raises(
+        ShardError,
+        match=rf"{path}:000000\.arrow: holds candidate ids 0\.\., the manifest puts 2\.\. "
+        r"in this shard \(renamed or swapped shard file\)",
+    ):
         list(read_blocks([Unit(str(path), 0, 1, 2, 9, first=2)], 100, 8))
 
 
@@ -248,6 +297,7 @@ def test_queries_round_trip(tmp_path):
 
 def test_graph_ships_with_the_set_and_is_checked(tmp_path):
     from common.graph import Graph
+
     g = Graph.from_edges(np.array([[0, 1], [1, 2], [2, 3]]), num_nodes=5)
     storage = shards.open_storage(tmp_path)
     for name, arr in zip(shards.graph_names("train"), (g.indptr, g.indices)):
@@ -264,9 +314,16 @@ def test_graph_ships_with_the_set_and_is_checked(tmp_path):
 
 
 def test_shard_entries_filter_and_sort():
-    m = {"shards": [{"name": "train-v001-00000.tar", "split": "train", "protocol": None, "view": 1},
-                    {"name": "train-v000-00001.tar", "split": "train", "protocol": None, "view": 0},
-                    {"name": "train-v000-00000.tar", "split": "train", "protocol": None, "view": 0},
-                    {"name": "valid-heart-00000.tar", "split": "valid", "protocol": "heart", "view": None}]}
-    assert [s["name"] for s in shards.shard_entries(m, "train", view=0)] == ["train-v000-00000.tar", "train-v000-00001.tar"]
+    m = {
+        "shards": [
+            {"name": "train-v001-00000.tar", "split": "train", "protocol": None, "view": 1},
+            {"name": "train-v000-00001.tar", "split": "train", "protocol": None, "view": 0},
+            {"name": "train-v000-00000.tar", "split": "train", "protocol": None, "view": 0},
+            {"name": "valid-heart-00000.tar", "split": "valid", "protocol": "heart", "view": None},
+        ]
+    }
+    assert [s["name"] for s in shards.shard_entries(m, "train", view=0)] == [
+        "train-v000-00000.tar",
+        "train-v000-00001.tar",
+    ]
     assert [s["name"] for s in shards.shard_entries(m, "valid", "heart")] == ["valid-heart-00000.tar"]

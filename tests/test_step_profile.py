@@ -1,5 +1,6 @@
 """bench/step_profile.py, the profile behind an MFU number: operator kinds by name, attribution of time to kinds on
 hand-made profiler events (device and CPU), and real profiled steps on a tiny model."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -15,33 +16,64 @@ from trainer.model import ModelConfig, Pencil
 from trainer.packing import pack_samples as pack
 
 
-@pytest.mark.parametrize("op, kind", [
-    ("aten::addmm", bp.MATMUL), ("aten::mm", bp.MATMUL), ("aten::baddbmm", bp.MATMUL),
-    ("aten::_flash_attention_forward", bp.ATTENTION), ("aten::_flash_attention_backward", bp.ATTENTION),
-    ("aten::_softmax_backward_data", bp.ATTENTION), ("aten::scaled_dot_product_attention", bp.ATTENTION),
-    ("aten::index_add_", bp.GATHER), ("aten::_index_put_impl_", bp.GATHER), ("aten::index_select", bp.GATHER),
-    ("aten::native_layer_norm_backward", bp.NORM), ("aten::gelu_backward", bp.ACTIVATION),
-    ("aten::native_dropout", bp.ACTIVATION), ("aten::bernoulli_", bp.ACTIVATION),
-    ("aten::_to_copy", bp.COPY), ("aten::copy_", bp.COPY), ("aten::new_zeros", bp.COPY), ("aten::cat", bp.COPY),
-    ("aten::sum", bp.REDUCTION), ("aten::add_", bp.ELEMENTWISE), ("aten::mul", bp.ELEMENTWISE),
-    ("aten::transpose", bp.VIEW), ("aten::_unsafe_view", bp.VIEW), ("aten::t", bp.VIEW),
-    ("autograd::engine::evaluate_function: AddmmBackward0", bp.HOST), ("AddmmBackward0", bp.HOST),
-])
+@pytest.mark.parametrize(
+    "op, kind",
+    [
+        ("aten::addmm", bp.MATMUL),
+        ("aten::mm", bp.MATMUL),
+        ("aten::baddbmm", bp.MATMUL),
+        ("aten::_flash_attention_forward", bp.ATTENTION),
+        ("aten::_flash_attention_backward", bp.ATTENTION),
+        ("aten::_softmax_backward_data", bp.ATTENTION),
+        ("aten::scaled_dot_product_attention", bp.ATTENTION),
+        ("aten::index_add_", bp.GATHER),
+        ("aten::_index_put_impl_", bp.GATHER),
+        ("aten::index_select", bp.GATHER),
+        ("aten::native_layer_norm_backward", bp.NORM),
+        ("aten::gelu_backward", bp.ACTIVATION),
+        ("aten::native_dropout", bp.ACTIVATION),
+        ("aten::bernoulli_", bp.ACTIVATION),
+        ("aten::_to_copy", bp.COPY),
+        ("aten::copy_", bp.COPY),
+        ("aten::new_zeros", bp.COPY),
+        ("aten::cat", bp.COPY),
+        ("aten::sum", bp.REDUCTION),
+        ("aten::add_", bp.ELEMENTWISE),
+        ("aten::mul", bp.ELEMENTWISE),
+        ("aten::transpose", bp.VIEW),
+        ("aten::_unsafe_view", bp.VIEW),
+        ("aten::t", bp.VIEW),
+        ("autograd::engine::evaluate_function: AddmmBackward0", bp.HOST),
+        ("AddmmBackward0", bp.HOST),
+    ],
+)
 def test_kind_of_hand_values(op, kind):
     assert bp.kind_of(op) == kind
 
 
 def _event(name, parent=None, kernels=(), self_us=0.0, device=DeviceType.CPU, elapsed=0.0):
-    return SimpleNamespace(name=name, cpu_parent=parent, kernels=[Kernel(name, 0, d) for d in kernels],
-                           self_cpu_time_total=self_us, device_type=device, is_async=False,
-                           time_range=SimpleNamespace(elapsed_us=lambda: elapsed))
+    return SimpleNamespace(
+        name=name,
+        cpu_parent=parent,
+        kernels=[Kernel(name, 0, d) for d in kernels],
+        self_cpu_time_total=self_us,
+        device_type=device,
+        is_async=False,
+        time_range=SimpleNamespace(elapsed_us=lambda: elapsed),
+    )
 
 
 def test_attribute_on_a_device_owns_kernels_by_their_operator():
     """Kernels belong to the operator that launched them; the optimiser's by ancestry; the rest is unowned."""
     step = _event("Optimizer.step#AdamW.step")
-    cpu = [_event("aten::linear"), _event("aten::addmm", kernels=(40.0, 20.0)), _event("aten::index_add_", kernels=(25.0,)),
-           _event("aten::_fused_adamw_", parent=step, kernels=(10.0,)), step, _event("cudaLaunchKernel")]
+    cpu = [
+        _event("aten::linear"),
+        _event("aten::addmm", kernels=(40.0, 20.0)),
+        _event("aten::index_add_", kernels=(25.0,)),
+        _event("aten::_fused_adamw_", parent=step, kernels=(10.0,)),
+        step,
+        _event("cudaLaunchKernel"),
+    ]
     gpu = [_event(f"k{i}", device=DeviceType.CUDA, elapsed=t) for i, t in enumerate((40.0, 20.0, 25.0, 10.0, 5.0))]
     kinds, busy, count = bp.attribute(cpu + gpu, on_device=True)
     assert busy == 100.0 and count == 5
@@ -49,10 +81,18 @@ def test_attribute_on_a_device_owns_kernels_by_their_operator():
 
 
 def test_unowned_kernels_are_named_by_what_the_operators_did_not_launch():
-    mm = SimpleNamespace(name="aten::mm", cpu_parent=None, kernels=[Kernel("gemm", 0, 40.0), Kernel("splitk", 0, 5.0)],
-                         self_cpu_time_total=0.0, device_type=DeviceType.CPU, is_async=False)
-    gpu = [_event(n, device=DeviceType.CUDA, elapsed=t)
-           for n, t in (("gemm", 40.0), ("splitk", 5.0), ("memset", 3.0), ("memset", 4.0), ("reduce", 1.0))]
+    mm = SimpleNamespace(
+        name="aten::mm",
+        cpu_parent=None,
+        kernels=[Kernel("gemm", 0, 40.0), Kernel("splitk", 0, 5.0)],
+        self_cpu_time_total=0.0,
+        device_type=DeviceType.CPU,
+        is_async=False,
+    )
+    gpu = [
+        _event(n, device=DeviceType.CUDA, elapsed=t)
+        for n, t in (("gemm", 40.0), ("splitk", 5.0), ("memset", 3.0), ("memset", 4.0), ("reduce", 1.0))
+    ]
     assert bp.unowned_kernels([mm] + gpu) == [("memset", 7.0), ("reduce", 1.0)]
     assert bp.unowned_kernels([mm] + gpu, top=1) == [("memset", 7.0)]
     assert bp.unowned_kernels([mm] + gpu[:2]) == []
@@ -75,8 +115,13 @@ def test_a_scope_annotated_on_the_device_is_not_device_time():
 
 def test_attribute_on_cpu_sums_self_times_and_counts_aten_calls():
     engine = _event("autograd::engine::evaluate_function: MmBackward0", self_us=3.0)
-    events = [_event("aten::mm", parent=engine, self_us=50.0), engine, _event("aten::view", self_us=1.0),
-              _event("aten::layer_norm", self_us=2.0), _event("aten::native_layer_norm", self_us=8.0)]
+    events = [
+        _event("aten::mm", parent=engine, self_us=50.0),
+        engine,
+        _event("aten::view", self_us=1.0),
+        _event("aten::layer_norm", self_us=2.0),
+        _event("aten::native_layer_norm", self_us=8.0),
+    ]
     kinds, busy, count = bp.attribute(events, on_device=False)
     assert (busy, count) == (64.0, 4)
     assert kinds == {bp.MATMUL: [50.0, 1], bp.HOST: [3.0, 0], bp.VIEW: [1.0, 1], bp.NORM: [10.0, 2]}
@@ -105,8 +150,28 @@ def test_a_profiled_cpu_step_has_every_kind_and_the_layer_norms_of_the_model():
 
 
 def test_cli_prints_the_summary_and_the_kinds_of_every_budget(capsys):
-    bp.main(["--device", "cpu", "--budgets", "300,600", "--hidden", "16", "--layers", "1", "--heads", "2",
-             "--ffn", "32", "--samples", "40", "--repeats", "1", "--steps", "1"])
+    bp.main(
+        [
+            "--device",
+            "cpu",
+            "--budgets",
+            "300,600",
+            "--hidden",
+            "16",
+            "--layers",
+            "1",
+            "--heads",
+            "2",
+            "--ffn",
+            "32",
+            "--samples",
+            "40",
+            "--repeats",
+            "1",
+            "--steps",
+            "1",
+        ]
+    )
     out = capsys.readouterr().out
     assert "profile: one step" in out and "profile by kind of operator" in out
     rows = [ln.split() for ln in out.splitlines()]

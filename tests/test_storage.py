@@ -1,7 +1,7 @@
 """common.storage: atomic publication, no temp files after a failure, clear errors for unusable places."""
+
 import errno
 import os
-
 import tempfile
 from pathlib import Path
 

@@ -1,6 +1,7 @@
 """The temporal split of an edge list with a time column: hand-computed splits on a tiny graph, times of every
 kind, ties at a boundary, and nothing from after a split's boundary reaching its graph, its negatives, the
 heuristics or the sampled subgraphs (the last on the real collegemsg messages, through the Ray job)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,10 +16,12 @@ from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
 from tests.conftest import cached_set, require_shared
 
 # A ring of 12 people (times 10..120), then newcomers 13..16. Repeats, a reverse and a self-loop add no pair.
-ROWS = ([(i, i % 12 + 1, 10 * i) for i in range(1, 13)]
-        + [(13, 1, 130), (13, 2, 140), (3, 13, 150), (14, 3, 160)]        # valid at --split 60,20,20
-        + [(14, 4, 170), (15, 5, 180), (15, 6, 190), (16, 13, 200)]       # test
-        + [(2, 1, 15), (3, 2, 210), (1, 13, 175), (5, 5, 55)])           # repeat, repeat, valid repeat, self-loop
+ROWS = (
+    [(i, i % 12 + 1, 10 * i) for i in range(1, 13)]
+    + [(13, 1, 130), (13, 2, 140), (3, 13, 150), (14, 3, 160)]  # valid at --split 60,20,20
+    + [(14, 4, 170), (15, 5, 180), (15, 6, 190), (16, 13, 200)]  # test
+    + [(2, 1, 15), (3, 2, 210), (1, 13, 175), (5, 5, 55)]
+)  # repeat, repeat, valid repeat, self-loop
 TRAIN = [(i, i % 12 + 1) for i in range(1, 12)] + [(1, 12)]
 VALID, TEST = [(1, 13), (2, 13), (3, 13), (3, 14)], [(4, 14), (5, 15), (6, 15), (13, 16)]
 
@@ -46,8 +49,14 @@ def tiny(tmp_path_factory):
 def test_hand_computed_temporal_split(tiny, caplog):
     assert user_pairs(tiny, "train") == set(TRAIN)
     assert user_pairs(tiny, "valid") == set(VALID) and user_pairs(tiny, "test") == set(TEST)
-    assert tiny.split_info == {"kind": "temporal", "column": "time", "time_type": "integer", "valid_from": "130",
-                               "test_from": "170", "pairs": {"train": 12, "valid": 4, "test": 4}}
+    assert tiny.split_info == {
+        "kind": "temporal",
+        "column": "time",
+        "time_type": "integer",
+        "valid_from": "130",
+        "test_from": "170",
+        "pairs": {"train": 12, "valid": 4, "test": 4},
+    }
     # valid pairs are scored on the edges before 130, test pairs on those before 170 (train + valid)
     assert user_edges(tiny.graph_for("valid"), tiny) == set(TRAIN)
     assert user_edges(tiny.graph_for("test"), tiny) == set(TRAIN) | set(VALID)
@@ -55,11 +64,15 @@ def test_hand_computed_temporal_split(tiny, caplog):
 
 def test_negatives_name_only_nodes_that_exist_by_the_boundary(tiny):
     from preprocess.job import candidate_sets
+
     for split, existing in (("valid", range(1, 13)), ("test", range(1, 15))):
         neg = tiny.node_ids[tiny.splits[split].neg["original"]]
         assert len(neg) == 4 and set(neg.ravel()) <= set(existing)
-    cfg = PreprocessConfig(dataset="msgs.csv", sampling=SamplingConfig(1, 3),
-                           candidates=CandidateConfig(views=3, neg_ratio=1, protocols=("original",)))
+    cfg = PreprocessConfig(
+        dataset="msgs.csv",
+        sampling=SamplingConfig(1, 3),
+        candidates=CandidateConfig(views=3, neg_ratio=1, protocols=("original",)),
+    )
     for cs in candidate_sets(cfg, tiny, ["original"]):
         if cs.split == "train":  # training negatives too: no newcomer of valid or test
             neg = cs.cands.label == 0
@@ -70,6 +83,7 @@ def test_negatives_name_only_nodes_that_exist_by_the_boundary(tiny):
 def test_heuristics_see_only_edges_before_the_boundary(tiny):
     """CN from the rows before each boundary, by hand; a test edge in the graph would give (15, 5) the common
     neighbour 6."""
+
     def hand_cn(pairs, before):
         nbrs = {}
         for u, v, t in ROWS:
@@ -79,22 +93,28 @@ def test_heuristics_see_only_edges_before_the_boundary(tiny):
         return np.array([len(nbrs.get(u, set()) & nbrs.get(v, set())) for u, v in pairs], dtype=float)
 
     test_pos = tiny.node_ids[tiny.splits["test"].pos]
-    assert hand_cn(test_pos, 170).tolist() == ranking_scores("cn", tiny.graph_for("test"),
-                                                             tiny.splits["test"].pos).tolist()
+    assert (
+        hand_cn(test_pos, 170).tolist()
+        == ranking_scores("cn", tiny.graph_for("test"), tiny.splits["test"].pos).tolist()
+    )
     assert hand_cn([(15, 5)], 170).tolist() == [0.0] and hand_cn([(15, 5)], 1000).tolist() == [1.0]
     for split, before in (("valid", 130), ("test", 170)):
         s = tiny.splits[split]
-        want = evaluate("original", hand_cn(tiny.node_ids[s.pos], before),
-                        hand_cn(tiny.node_ids[s.neg["original"]], before))
+        want = evaluate(
+            "original", hand_cn(tiny.node_ids[s.pos], before), hand_cn(tiny.node_ids[s.neg["original"]], before)
+        )
         assert score_split(tiny, split, ["original"], ["cn"])["original"]["cn"] == want
 
 
-@pytest.mark.parametrize("times, kind, valid_from", [
-    ([f"2004-05-{d:02d}T10:00:00" for d in range(1, 21)], "timestamp", "2004-05-13T10:00:00"),
-    ([f"2004-05-{d:02d}" for d in range(1, 21)], "timestamp", "2004-05-13T00:00:00"),
-    ([f"2004-05-{d:02d}T10:00:00+02:00" for d in range(1, 21)], "timestamp", "2004-05-13T08:00:00"),
-    ([f"{d / 4}" for d in range(1, 21)], "float", "3.25"),
-])
+@pytest.mark.parametrize(
+    "times, kind, valid_from",
+    [
+        ([f"2004-05-{d:02d}T10:00:00" for d in range(1, 21)], "timestamp", "2004-05-13T10:00:00"),
+        ([f"2004-05-{d:02d}" for d in range(1, 21)], "timestamp", "2004-05-13T00:00:00"),
+        ([f"2004-05-{d:02d}T10:00:00+02:00" for d in range(1, 21)], "timestamp", "2004-05-13T08:00:00"),
+        ([f"{d / 4}" for d in range(1, 21)], "float", "3.25"),
+    ],
+)
 def test_times_of_every_kind(tmp_path, times, kind, valid_from):
     rows = [(u, v, t) for (u, v, _), t in zip(ROWS[:20], times)]
     ds = load_dataset(write(tmp_path / "t.csv", rows), split=(60, 20, 20))
@@ -104,22 +124,31 @@ def test_times_of_every_kind(tmp_path, times, kind, valid_from):
 
 def test_a_tie_at_a_boundary_stays_in_one_split(tmp_path):
     rows = [(u, v, min(t, 130)) for u, v, t in ROWS[:20]]  # 130..200 all at 130: valid and test collapse
-    with pytest.raises(DatasetError, match=r"t.csv: 8 pairs first appear at time 130, so a temporal split at these "
-                                           r"shares leaves valid empty .*--split random"):
+    with pytest.raises(
+        DatasetError,
+        match=r"t.csv: 8 pairs first appear at time 130, so a temporal split at these "
+        r"shares leaves valid empty .*--split random",
+    ):
         load_dataset(write(tmp_path / "t.csv", rows), split=(60, 20, 20))
     rows = [(u, v, 125 if t == 120 else 130 if t == 140 else t) for u, v, t in ROWS[:20]]  # 13-2 ties with 13-1
     ds = load_dataset(write(tmp_path / "t2.csv", rows), split=(60, 20, 20))
     assert {(1, 13), (2, 13)} <= user_pairs(ds, "valid")
 
 
-@pytest.mark.parametrize("cells, match", [
-    (["1"] * 19 + ["x"], r"column 'time' holds 'x' in data row 20, not a number like data row 1"),
-    (["1"] * 19 + [""], r"column 'time' is empty in data row 20"),
-    (["1"] * 19 + ["nan"], r"column 'time' holds nan in data row 20; times must be finite"),
-    (["2004-05-01"] * 19 + ["2004-05-01T00:00:00Z"], r"holds '2004-05-01T00:00:00Z' in data row 20, not an ISO-8601 "
-                                                     r"timestamp without a zone offset"),
-    (["yesterday"] + ["1"] * 19, r"holds 'yesterday' in data row 1, not an integer, a float or an ISO-8601"),
-])
+@pytest.mark.parametrize(
+    "cells, match",
+    [
+        (["1"] * 19 + ["x"], r"column 'time' holds 'x' in data row 20, not a number like data row 1"),
+        (["1"] * 19 + [""], r"column 'time' is empty in data row 20"),
+        (["1"] * 19 + ["nan"], r"column 'time' holds nan in data row 20; times must be finite"),
+        (
+            ["2004-05-01"] * 19 + ["2004-05-01T00:00:00Z"],
+            r"holds '2004-05-01T00:00:00Z' in data row 20, not an ISO-8601 "
+            r"timestamp without a zone offset",
+        ),
+        (["yesterday"] + ["1"] * 19, r"holds 'yesterday' in data row 1, not an integer, a float or an ISO-8601"),
+    ],
+)
 def test_bad_times_are_refused_in_one_line(tmp_path, cells, match):
     rows = [(u, v, c) for (u, v, _), c in zip(ROWS[:20], cells)]
     with pytest.raises(DatasetError, match=match) as err:
@@ -133,8 +162,11 @@ def test_random_split_and_split_column_set_the_time_aside_with_a_log_line(tmp_pa
     ds = load_dataset(path, split=(60, 20, 20), split_kind="random")
     assert ds.split_info is None and ds.test_graph is None
     assert "column 'time' is not used: the split is random (--split random)" in caplog.text
-    given = write(tmp_path / "g.csv", [(u, v, t, "test" if t >= 170 else "train") for u, v, t in ROWS[:20]],
-                  header="src,dst,time,split")
+    given = write(
+        tmp_path / "g.csv",
+        [(u, v, t, "test" if t >= 170 else "train") for u, v, t in ROWS[:20]],
+        header="src,dst,time,split",
+    )
     with pytest.raises(DatasetError, match="valid"):  # no valid rows: the column is the user's split, used as given
         load_dataset(given)
     assert "column 'time' is not used: the split column fixes the split" in caplog.text
@@ -154,6 +186,7 @@ def collegemsg():
 def first_times(path: Path) -> dict:
     """Each undirected pair's first time, read straight from the file (a second, plain reading)."""
     import gzip
+
     first = {}
     with gzip.open(path, "rt") as f:
         next(f)
@@ -181,17 +214,26 @@ def test_collegemsg_subgraphs_hold_no_edge_from_after_the_boundary(collegemsg, s
     from common.induce import Inducer
     from common.shards import load_graph, read_manifest, read_shard, set_graph
     from preprocess.job import run
+
     path, ds = collegemsg
     first = first_times(path)
     ids = ds.node_ids
-    bound = {"train": int(ds.split_info["valid_from"]), "valid": int(ds.split_info["valid_from"]),
-             "test": int(ds.split_info["test_from"])}
-    cfg = PreprocessConfig(dataset=str(path), sampling=SamplingConfig(1, 8), num_cpus=2,
-                           out=str(cached_set(shard_cache, "collegemsg-temporal")),
-                           candidates=CandidateConfig(views=1, percent=10.0, protocols=("original",)))
+    bound = {
+        "train": int(ds.split_info["valid_from"]),
+        "valid": int(ds.split_info["valid_from"]),
+        "test": int(ds.split_info["test_from"]),
+    }
+    cfg = PreprocessConfig(
+        dataset=str(path),
+        sampling=SamplingConfig(1, 8),
+        num_cpus=2,
+        out=str(cached_set(shard_cache, "collegemsg-temporal")),
+        candidates=CandidateConfig(views=1, percent=10.0, protocols=("original",)),
+    )
     manifest = read_manifest(run(cfg, ds))
     assert manifest["split"] == ds.split_info and set(manifest["graphs"]) == {"train", "test"}
     from common.datasets import load_set_dataset
+
     assert load_set_dataset(manifest["config"]).fingerprint() == manifest["fingerprint"]
     seen = 0
     for entry in manifest["shards"]:
@@ -200,8 +242,8 @@ def test_collegemsg_subgraphs_hold_no_edge_from_after_the_boundary(collegemsg, s
         for block in read_shard(Path(manifest["root"]) / entry["name"]):
             ptr, local = inducer.edges(block.node_ptr, block.nodes)
             for b in range(len(block)):
-                nodes = block.nodes[block.node_ptr[b]:block.node_ptr[b + 1]]
-                edges = ids[nodes[local[ptr[b]:ptr[b + 1]]]]
+                nodes = block.nodes[block.node_ptr[b] : block.node_ptr[b + 1]]
+                edges = ids[nodes[local[ptr[b] : ptr[b + 1]]]]
                 latest = max((first[(min(u, v), max(u, v))] for u, v in edges), default=0)
                 assert latest < bound[split], (split, latest)
                 seen += len(edges)

@@ -2,6 +2,7 @@
 nothing started (no run directory written); `--debug` brings the traceback back. The table calls the trainer's
 main(argv) in this process (tests/cli_calls.py: the line and the exit status are common.cli's either way);
 `test_a_real_process_fails_in_one_line` and the --debug test run `python -m trainer` as a user would."""
+
 from __future__ import annotations
 
 import json
@@ -53,20 +54,30 @@ CASES = [
     ("eval-splits", lambda s, t: {"--eval-splits": "valid,train"}, "--eval-splits"),
     ("threads-negative", lambda s, t: {"--threads": "-1"}, "--threads"),
     ("checkpoint-seconds-negative", lambda s, t: {"--checkpoint-seconds": "-5"}, "--checkpoint-seconds"),
-    pytest.param("device-cuda-without-cuda", lambda s, t: {"--device": "cuda"}, "--device",
-                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")),
+    pytest.param(
+        "device-cuda-without-cuda",
+        lambda s, t: {"--device": "cuda"},
+        "--device",
+        marks=pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here"),
+    ),
 ]
 
 
 def trainer_cli(args: dict, *extra) -> subprocess.CompletedProcess:
     argv = [a for kv in args.items() for a in kv]
-    return subprocess.run([sys.executable, "-m", "trainer", *argv, "--no-progress", *extra], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "trainer", *argv, "--no-progress", *extra],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def trainer_call(capsys, args: dict, *extra) -> subprocess.CompletedProcess:
     """trainer_cli's command, run by the trainer's main(argv) in this process."""
     from trainer.train import main
+
     return call_main(main, [*(a for kv in args.items() for a in kv), "--no-progress", *extra], capsys)
 
 
@@ -79,8 +90,13 @@ def check_refused(res: subprocess.CompletedProcess, needle: str, out: Path) -> N
 
 
 def case_args(shards: Path, tmp_path: Path, override) -> dict:
-    return {"--shards": str(shards), "--preset": "tiny", "--out": str(tmp_path / "run"), "--device": "cpu",
-            **override(shards, tmp_path)}
+    return {
+        "--shards": str(shards),
+        "--preset": "tiny",
+        "--out": str(tmp_path / "run"),
+        "--device": "cpu",
+        **override(shards, tmp_path),
+    }
 
 
 @pytest.mark.parametrize("name,override,needle", CASES)
@@ -108,9 +124,30 @@ def test_more_nccl_ranks_than_gpus_is_refused_in_one_line(shards, tmp_path):
     """The policy for two ranks on a one-GPU machine: refused up front (each rank prints the same line);
     gloo ranks (--device cpu) are the way to run them, as tests/test_trainer_ddp.py does."""
     n = torch.cuda.device_count() + 1
-    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={n}",
-                          "-m", "trainer", "--shards", str(shards), "--preset", "tiny", "--out", str(tmp_path / "r"),
-                          "--device", "cuda", "--no-progress"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={n}",
+            "-m",
+            "trainer",
+            "--shards",
+            str(shards),
+            "--preset",
+            "tiny",
+            "--out",
+            str(tmp_path / "r"),
+            "--device",
+            "cuda",
+            "--no-progress",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode != 0
     refusals = [line for line in res.stderr.splitlines() if "--nproc-per-node" in line and "GPU" in line]
     # (torchrun's own launcher prints a ChildFailedError traceback after; the ranks print one line each)
@@ -120,14 +157,20 @@ def test_more_nccl_ranks_than_gpus_is_refused_in_one_line(shards, tmp_path):
 
 def test_verify_checks_the_whole_set_up_front(shards, tmp_path, capsys):
     import shutil
+
     bad = tmp_path / "set"
     shutil.copytree(shards, bad)
     victim = sorted(bad.glob("train-*.tar"))[-1]  # a later shard: without --verify it is read only later
     data = bytearray(victim.read_bytes())
     data[700:708] = b"\x00" * 8  # same size, other bytes: only the checksum can tell
     victim.write_bytes(bytes(data))
-    args = {"--shards": str(bad), "--preset": "tiny", "--out": str(tmp_path / "run"), "--device": "cpu",
-            "--max-steps": "1"}
+    args = {
+        "--shards": str(bad),
+        "--preset": "tiny",
+        "--out": str(tmp_path / "run"),
+        "--device": "cpu",
+        "--max-steps": "1",
+    }
     res = trainer_call(capsys, args, "--verify")
     lines = res.stderr.strip().splitlines()
     assert res.returncode != 0 and len(lines) == 1, res.stderr

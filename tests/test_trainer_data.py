@@ -5,6 +5,7 @@ Shard sets here are hand-written v2 sets (common.shards; any shape we need: unev
 several views) with their training graph shipped; the real citeseer set built by preprocess is exercised
 in test_trainer_loop/ddp and bench/loader.py.
 """
+
 from __future__ import annotations
 
 import collections
@@ -14,9 +15,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.shards import (Block, LocalStorage, encode_array, encode_queries, eval_shard_name, graph_entry,
-                           graph_names, pack_shard, queries_name, read_manifest, read_shard, shard_entries,
-                           train_shard_name, write_manifest)
+from common.shards import (
+    Block,
+    LocalStorage,
+    encode_array,
+    encode_queries,
+    eval_shard_name,
+    graph_entry,
+    graph_names,
+    pack_shard,
+    queries_name,
+    read_manifest,
+    read_shard,
+    shard_entries,
+    train_shard_name,
+    write_manifest,
+)
 from trainer import blocks, data
 from trainer.config import ConfigError, DataConfig
 
@@ -50,9 +64,14 @@ def _block(rng, cids, n_max, num_nodes, planted, labels=None):
         src.append(u)
         dst.append(v)
         lab.append(label)
-    return Block(cid=np.asarray(cids, np.int64), src=np.asarray(src, np.int64), dst=np.asarray(dst, np.int64),
-                 label=np.asarray(lab, np.float32), node_ptr=np.asarray(node_ptr, np.int64),
-                 nodes=np.concatenate(nodes))
+    return Block(
+        cid=np.asarray(cids, np.int64),
+        src=np.asarray(src, np.int64),
+        dst=np.asarray(dst, np.int64),
+        label=np.asarray(lab, np.float32),
+        node_ptr=np.asarray(node_ptr, np.int64),
+        nodes=np.concatenate(nodes),
+    )
 
 
 def csr(num_nodes: int, edges) -> tuple[np.ndarray, np.ndarray]:
@@ -65,8 +84,16 @@ def csr(num_nodes: int, edges) -> tuple[np.ndarray, np.ndarray]:
     return indptr, both[:, 1].astype(np.int32)
 
 
-def make_shard_set(root: Path, shard_links=(40, 40, 13), views: int = 2, n_max: int = 12, block: int = 8,
-                   eval_links: int = 60, num_nodes: int = 1000, seed: int = 0) -> Path:
+def make_shard_set(
+    root: Path,
+    shard_links=(40, 40, 13),
+    views: int = 2,
+    n_max: int = 12,
+    block: int = 8,
+    eval_links: int = 60,
+    num_nodes: int = 1000,
+    seed: int = 0,
+) -> Path:
     """A complete v2 shard set: `views` training views with the given links per shard, valid/test
     original-protocol eval sets (positives ranked against shared negatives), and the training graph
     (the union of every link's planted edges) shipped as graph-train-*.npy."""
@@ -75,13 +102,27 @@ def make_shard_set(root: Path, shard_links=(40, 40, 13), views: int = 2, n_max: 
     records, planted = [], []
 
     def write(name, split, protocol, view, cids, labels=None):
-        blocks = [_block(rng, cids[i:i + block], n_max, num_nodes, planted,
-                         None if labels is None else labels[i:i + block]) for i in range(0, len(cids), block)]
+        blocks = [
+            _block(
+                rng, cids[i : i + block], n_max, num_nodes, planted, None if labels is None else labels[i : i + block]
+            )
+            for i in range(0, len(cids), block)
+        ]
         payload, stats = pack_shard(blocks)
         storage.write_atomic(name, payload)
-        records.append({"name": name, "split": split, "protocol": protocol, "view": view, "links": stats["links"],
-                        "tokens": stats["tokens"], "blocks": stats["blocks"], "bytes": stats["bytes"],
-                        "sha256": stats["sha256"]})
+        records.append(
+            {
+                "name": name,
+                "split": split,
+                "protocol": protocol,
+                "view": view,
+                "links": stats["links"],
+                "tokens": stats["tokens"],
+                "blocks": stats["blocks"],
+                "bytes": stats["bytes"],
+                "sha256": stats["sha256"],
+            }
+        )
 
     for view in range(views):
         start = 0
@@ -97,20 +138,42 @@ def make_shard_set(root: Path, shard_links=(40, 40, 13), views: int = 2, n_max: 
         write(eval_shard_name(split, "original", 0), split, "original", None, list(cids[:half]), labels[:half])
         write(eval_shard_name(split, "original", 1), split, "original", None, list(cids[half:]), labels[half:])
         storage.write_atomic(queries_name(split, "original"), encode_queries(cids[:n_pos], cids[n_pos:]))
-        evals[f"{split}/original"] = {"queries": queries_name(split, "original"), "kind": "shared",
-                                      "metric": "mrr", "ogb": False}
+        evals[f"{split}/original"] = {
+            "queries": queries_name(split, "original"),
+            "kind": "shared",
+            "metric": "mrr",
+            "ogb": False,
+        }
     indptr, indices = csr(num_nodes, planted)
     for name, arr in zip(graph_names("train"), (indptr, indices)):
         storage.write_atomic(name, encode_array(arr))
-    sets = [{"split": s, "protocol": p, "view": v, "graph": "train",
-             "links": sum(r["links"] for r in records if (r["split"], r["protocol"], r["view"]) == (s, p, v)),
-             "shards": sum(1 for r in records if (r["split"], r["protocol"], r["view"]) == (s, p, v))}
-            for s, p, v in sorted({(r["split"], r["protocol"], r["view"]) for r in records}, key=str)]
+    sets = [
+        {
+            "split": s,
+            "protocol": p,
+            "view": v,
+            "graph": "train",
+            "links": sum(r["links"] for r in records if (r["split"], r["protocol"], r["view"]) == (s, p, v)),
+            "shards": sum(1 for r in records if (r["split"], r["protocol"], r["view"]) == (s, p, v)),
+        }
+        for s, p, v in sorted({(r["split"], r["protocol"], r["view"]) for r in records}, key=str)
+    ]
     # key and fingerprint follow the seed, as a real set's follow its data (a run is bound to them)
-    write_manifest(storage, {"key": f"synthetic-{seed}", "fingerprint": f"synthetic-data-{seed}",
-                             "dataset": "synthetic", "shards": records, "n_max": n_max,
-                             "num_nodes": num_nodes, "views": views, "eval": evals, "sets": sets,
-                             "graphs": {"train": graph_entry("train", indptr, indices)}})
+    write_manifest(
+        storage,
+        {
+            "key": f"synthetic-{seed}",
+            "fingerprint": f"synthetic-data-{seed}",
+            "dataset": "synthetic",
+            "shards": records,
+            "n_max": n_max,
+            "num_nodes": num_nodes,
+            "views": views,
+            "eval": evals,
+            "sets": sets,
+            "graphs": {"train": graph_entry("train", indptr, indices)},
+        },
+    )
     return root
 
 
@@ -120,8 +183,16 @@ def shard_set(tmp_path_factory) -> dict:
 
 
 def cfg(**kw) -> DataConfig:
-    base = dict(shards="unused", max_samples=8, token_budget=200, eval_token_budget=400, shuffle_buffer_mb=1,
-                loader_memory_mb=64, num_workers=0, seed=0)
+    base = dict(
+        shards="unused",
+        max_samples=8,
+        token_budget=200,
+        eval_token_budget=400,
+        shuffle_buffer_mb=1,
+        loader_memory_mb=64,
+        num_workers=0,
+        seed=0,
+    )
     base.update(kw)
     return DataConfig(**base)
 
@@ -146,12 +217,12 @@ def stored(manifest, split, view=None) -> dict:
     for e in shard_entries(manifest, split, view=view):
         for b in read_shard(Path(manifest["root"]) / e["name"]):
             for i in range(len(b)):
-                out[int(b.cid[i])] = tuple(b.nodes[b.node_ptr[i]:b.node_ptr[i + 1]])
+                out[int(b.cid[i])] = tuple(b.nodes[b.node_ptr[i] : b.node_ptr[i + 1]])
     return out
 
 
 def links(batches) -> dict:
-    return {int(b.cid[i]): tuple(b.nodes[b.node_ptr[i]:b.node_ptr[i + 1]]) for b in batches for i in range(len(b))}
+    return {int(b.cid[i]): tuple(b.nodes[b.node_ptr[i] : b.node_ptr[i + 1]]) for b in batches for i in range(len(b))}
 
 
 def cids(batches) -> list:
@@ -169,7 +240,7 @@ def test_epoch_reads_view_e_mod_v(shard_set):
 def _block_of(sizes, seed=0):
     rng = np.random.default_rng(seed)
     ptr = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    nodes = rng.permutation(10_000)[:ptr[-1]].astype(np.int64)
+    nodes = rng.permutation(10_000)[: ptr[-1]].astype(np.int64)
     B = len(sizes)
     return Block(np.arange(B), nodes[ptr[:-1]], nodes[ptr[:-1] + 1], np.zeros(B, np.float32), ptr, nodes)
 
@@ -178,8 +249,8 @@ def test_relabel_permutes_each_link_keeping_endpoints():
     block = _block_of([2, 3, 5, 9, 4])
     out = blocks.relabel(block, np.random.default_rng(1))
     for i in range(len(block)):
-        a = block.nodes[block.node_ptr[i]:block.node_ptr[i + 1]]
-        b = out.nodes[out.node_ptr[i]:out.node_ptr[i + 1]]
+        a = block.nodes[block.node_ptr[i] : block.node_ptr[i + 1]]
+        b = out.nodes[out.node_ptr[i] : out.node_ptr[i + 1]]
         assert list(b[:2]) == list(a[:2]) and sorted(b) == sorted(a)  # u = 0, v = 1; same node set
     assert not np.array_equal(out.nodes, block.nodes) and block.nodes.base is None  # input untouched
 
@@ -193,7 +264,7 @@ def test_relabel_is_uniform_chi_square():
     for _ in range(draws):
         out = blocks.relabel(block, rng)
         for i in range(2):
-            counts[i][tuple(out.nodes[out.node_ptr[i] + 2:out.node_ptr[i + 1]])] += 1
+            counts[i][tuple(out.nodes[out.node_ptr[i] + 2 : out.node_ptr[i + 1]])] += 1
     for c in counts:
         assert len(c) == 6
         chi2 = sum((k - draws / 6) ** 2 / (draws / 6) for k in c.values())
@@ -309,8 +380,9 @@ def test_datasets_pickle_for_spawned_workers(shard_set):
     loader, plan = data.train_loader(shard_set, 0, 0, 1, cfg(num_workers=2))
     clone = pickle.loads(pickle.dumps(loader.dataset))
     args = (0, 1, 0, 0, plan.batches)
-    assert [b.cid.tolist() for b in clone.logical_worker(*args)] == \
-        [b.cid.tolist() for b in loader.dataset.logical_worker(*args)]
+    assert [b.cid.tolist() for b in clone.logical_worker(*args)] == [
+        b.cid.tolist() for b in loader.dataset.logical_worker(*args)
+    ]
     pickle.dumps(data.eval_loader(shard_set, "valid", "original", 0, 1, cfg()).dataset)
     data.close_loaders()
 
@@ -336,7 +408,7 @@ def test_packed_batches_carry_the_induced_graph(shard_set, min_density, monkeypa
     data.close_loaders()
     assert len(batches) == plan.batches
     indptr, indices = load_graph(shard_set)
-    adj = {(a, int(b)) for a in range(len(indptr) - 1) for b in indices[indptr[a]:indptr[a + 1]]}
+    adj = {(a, int(b)) for a in range(len(indptr) - 1) for b in indices[indptr[a] : indptr[a + 1]]}
     forms = set()
     for batch in batches:
         assert batch.num_samples <= 8 and batch.num_tokens <= 200 and batch.n_max == 12
@@ -345,7 +417,7 @@ def test_packed_batches_carry_the_induced_graph(shard_set, min_density, monkeypa
         msgs = set(zip(batch.adj_src.tolist(), batch.adj_dst.tolist()))
         for b in range(batch.num_samples):
             N = cu[b + 1] - cu[b] - 2
-            ids = node[cu[b]:cu[b] + N]
+            ids = node[cu[b] : cu[b] + N]
             want = {(i, j) for i in range(N) for j in range(N) if (ids[i], ids[j]) in adj and {i, j} != {0, 1}}
             if batch.dense:
                 a = batch.adj_dense[b].numpy()
@@ -371,8 +443,11 @@ def test_resume_position_replays_the_same_batches(shard_set, workers):
 def test_eval_split_covers_every_candidate_once(shard_set):
     for world, workers in [(1, 0), (2, 2), (3, 0)]:
         c = cfg(num_workers=workers)
-        got = [cid for r in range(world) for cid in cids(data.eval_loader(shard_set, "test", "original", r, world, c,
-                                                                           collate=identity))]
+        got = [
+            cid
+            for r in range(world)
+            for cid in cids(data.eval_loader(shard_set, "test", "original", r, world, c, collate=identity))
+        ]
         assert sorted(got) == list(range(60))
     data.close_loaders()
 
@@ -387,11 +462,11 @@ def test_missing_shard_names_the_file(tmp_path):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_corrupt_block_names_shard_and_member(tmp_path, workers):
     """A block whose node ids leave the graph fails on first read with one line naming shard and member
-   , also when a loader worker process hits it."""
+    , also when a loader worker process hits it."""
     root = make_shard_set(tmp_path, shard_links=(16,), views=1, block=8)
     manifest = read_manifest(root)
     good = list(read_shard(root / "train-v000-00000.tar"))
-    good[1].nodes[good[1].node_ptr[1] + 2:] = 10**6 if good[1].sizes[1] > 2 else good[1].nodes[2:]
+    good[1].nodes[good[1].node_ptr[1] + 2 :] = 10**6 if good[1].sizes[1] > 2 else good[1].nodes[2:]
     good[1].nodes[-1] = 10**6
     payload, _ = pack_shard(good)
     (root / "train-v000-00000.tar").write_bytes(payload)

@@ -5,6 +5,7 @@ resumed to the same trajectory.
 
 Policy for machines with fewer GPUs than ranks (a one-GPU CI box included): these tests run gloo ranks
 with --device cpu; the trainer refuses more NCCL ranks than GPUs in one line (tests/test_trainer_cli_errors.py)."""
+
 from __future__ import annotations
 
 import json
@@ -49,7 +50,9 @@ def random_baseline(shards: Path, split: str, protocol: str = "original", draws:
     pos, neg = load_queries(Path(shards) / f"{split}-{protocol}-queries.npz")
     rng = np.random.default_rng(0)
     size = int(max(pos.max(), neg.max())) + 1
-    runs = [evaluate(protocol, *(lambda t: (t[pos], t[neg]))(rng.random(size).astype(np.float32))) for _ in range(draws)]
+    runs = [
+        evaluate(protocol, *(lambda t: (t[pos], t[neg]))(rng.random(size).astype(np.float32))) for _ in range(draws)
+    ]
     return {k: (float(np.mean([r[k] for r in runs])), float(np.std([r[k] for r in runs]))) for k in runs[0]}
 
 
@@ -58,8 +61,9 @@ def params_sum(model: torch.nn.Module) -> float:
 
 
 def _worker(rank: int, world: int, port: int, shards: str, out: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world),
-                      LOCAL_RANK=str(rank))
+    os.environ.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank)
+    )
     torch.set_num_threads(1)
     from common.shards import read_manifest
     from tests.test_trainer_loop import CidScorer
@@ -81,8 +85,21 @@ def _worker(rank: int, world: int, port: int, shards: str, out: str) -> None:
     result["eval"] = evaluate_split(CidScorer(), manifest, "valid", "original", c, info)
     gathered = distributed.all_gather_cat(torch.arange(rank * 3 + 1), info)  # lengths 1 and 4
     result["gathered"] = gathered.tolist()
-    trainer = Trainer(config_for("tiny", shards, out, epochs=2, log_every=1, progress=False, max_steps=6, device="cpu",
-                                 data={"num_workers": 0, "max_samples": 4}, optim={"effective_batch": 16}), info)
+    trainer = Trainer(
+        config_for(
+            "tiny",
+            shards,
+            out,
+            epochs=2,
+            log_every=1,
+            progress=False,
+            max_steps=6,
+            device="cpu",
+            data={"num_workers": 0, "max_samples": 4},
+            optim={"effective_batch": 16},
+        ),
+        info,
+    )
     result["param_sum_init"] = params_sum(trainer.core)
     summary = trainer.fit()
     result["t"].append(time.time())
@@ -90,6 +107,7 @@ def _worker(rank: int, world: int, port: int, shards: str, out: str) -> None:
     result["accumulation"] = summary["accumulation"]
     result["param_sum"] = params_sum(trainer.core)  # this rank's live replica, not a file both read
     from trainer import checkpoint
+
     saved = checkpoint.load(Path(out) / "last.pt")["model"]
     result["saved_sum"] = float(sum(v.double().sum() for v in saved.values()))
     Path(out, f"rank{rank}.json").write_text(json.dumps(result))
@@ -107,6 +125,7 @@ def test_two_gloo_ranks_share_data_and_eval(tmp_path):
     # eval over two ranks == common.metrics on the full score table
     from common.metrics import evaluate
     from common.shards import load_queries
+
     pos, neg = load_queries(shards / "valid-original-queries.npz")
     f = lambda ids: np.sin(ids.astype(np.float64) * 1.7).astype(np.float32)
     assert r0["eval"] == r1["eval"] == evaluate("original", f(pos), f(neg))
@@ -120,8 +139,26 @@ def test_two_gloo_ranks_share_data_and_eval(tmp_path):
 
 # ---------------------------------------------------------------------------- torchrun CLI
 def torchrun(shards, out, *extra, timeout=600) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "trainer",
-           "--shards", str(shards), "--out", str(out), "--no-progress", "--log-every", "1", "--device", "cpu", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "trainer",
+        "--shards",
+        str(shards),
+        "--out",
+        str(out),
+        "--no-progress",
+        "--log-every",
+        "1",
+        "--device",
+        "cpu",
+        *extra,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -130,6 +167,7 @@ def torchrun(shards, out, *extra, timeout=600) -> subprocess.CompletedProcess:
 
 def losses(run_dir: Path) -> dict[int, float]:
     from trainer.metrics_log import read_metrics
+
     return {r["step"]: r["loss"] for r in read_metrics(run_dir / "metrics.jsonl", "train")}  # last write wins
 
 
@@ -152,9 +190,30 @@ def citeseer_shards(shard_cache) -> Path:
     """citeseer, sampling (1, 5) (the `tiny` preset's N_max 12), 2 views, built once by preprocess (or found
     in the shard cache: tests/conftest.py)."""
     out = cached_set(shard_cache, "ddp")
-    res = subprocess.run([sys.executable, "-m", "preprocess", "--dataset", "citeseer", "--sampling", "1,5", "--views", "2",
-                          "--protocol", "original", "--out", str(out), "--num-cpus", "2", "-q"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=900)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "preprocess",
+            "--dataset",
+            "citeseer",
+            "--sampling",
+            "1,5",
+            "--views",
+            "2",
+            "--protocol",
+            "original",
+            "--out",
+            str(out),
+            "--num-cpus",
+            "2",
+            "-q",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return Path(res.stdout.strip().splitlines()[-1].split()[-1])
 
@@ -173,15 +232,50 @@ def test_torchrun_trains_on_citeseer(citeseer_shards, tmp_path):
 
 @pytest.mark.slow
 def test_killed_torchrun_resumes_exactly(citeseer_shards, tmp_path):
-    args = ["--preset", "tiny", "--max-steps", "60", "--num-workers", "1", "--checkpoint-every", "10", "--eval-splits", "valid",
-            "--device", "cpu"]
+    args = [
+        "--preset",
+        "tiny",
+        "--max-steps",
+        "60",
+        "--num-workers",
+        "1",
+        "--checkpoint-every",
+        "10",
+        "--eval-splits",
+        "valid",
+        "--device",
+        "cpu",
+    ]
     torchrun(citeseer_shards, tmp_path / "full", *args)
     cut = tmp_path / "cut"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "trainer",
-           "--shards", str(citeseer_shards), "--out", str(cut), "--no-progress", "--log-every", "1", *args]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "trainer",
+        "--shards",
+        str(citeseer_shards),
+        "--out",
+        str(cut),
+        "--no-progress",
+        "--log-every",
+        "1",
+        *args,
+    ]
+    proc = subprocess.Popen(
+        cmd,
+        cwd=ROOT,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     from trainer import checkpoint
+
     deadline = time.time() + 300
     while time.time() < deadline:
         time.sleep(0.5)
@@ -210,11 +304,40 @@ def test_one_nccl_rank_trains_like_a_single_process(tmp_path):
     process's trajectory: the same losses to bf16-autocast / atomic-add rounding (1e-3 relative, as the CUDA
     resume test) and the same final weights."""
     shards = make_shard_set(tmp_path / "shards", shard_links=(128, 128, 40), eval_links=60)
-    flags = ["-m", "trainer", "--shards", str(shards), "--preset", "tiny", "--max-steps", "8", "--num-workers", "0",
-             "--no-progress", "--log-every", "1", "--device", "cuda", "--deterministic", "--eval-splits", "valid"]
-    runs = {"single": [sys.executable, *flags, "--out", str(tmp_path / "single")],
-            "nccl": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1", *flags,
-                     "--out", str(tmp_path / "nccl")]}
+    flags = [
+        "-m",
+        "trainer",
+        "--shards",
+        str(shards),
+        "--preset",
+        "tiny",
+        "--max-steps",
+        "8",
+        "--num-workers",
+        "0",
+        "--no-progress",
+        "--log-every",
+        "1",
+        "--device",
+        "cuda",
+        "--deterministic",
+        "--eval-splits",
+        "valid",
+    ]
+    runs = {
+        "single": [sys.executable, *flags, "--out", str(tmp_path / "single")],
+        "nccl": [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "1",
+            *flags,
+            "--out",
+            str(tmp_path / "nccl"),
+        ],
+    }
     res = {}
     for name, cmd in runs.items():
         res[name] = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -227,6 +350,7 @@ def test_one_nccl_rank_trains_like_a_single_process(tmp_path):
     assert sorted(a) == sorted(b) == list(range(1, 9))
     np.testing.assert_allclose([b[s] for s in sorted(b)], [a[s] for s in sorted(a)], rtol=1e-3)
     from trainer import checkpoint
+
     nccl, single = (checkpoint.load(tmp_path / name / "last.pt")["model"] for name in ("nccl", "single"))
     assert list(nccl) == list(single)  # DDP's "module." prefix never reaches the checkpoint
     for key in single:

@@ -3,6 +3,7 @@ their cadence, test-at-improvement, resume (also after SIGKILL: metrics and trai
 
 Runs use --device cpu: they check the loop's logic bit for bit, which CUDA's nondeterministic kernels
 would blur; the CUDA runs are the gpu-marked tests at the end (tolerances stated there)."""
+
 from __future__ import annotations
 
 import json
@@ -55,20 +56,55 @@ def tiny(shards, out, **kw):
 # ---------------------------------------------------------------------------- config and CLI
 def test_help_lists_the_common_flags_and_help_all_every_flag():
     def text(flag):
-        return subprocess.run([sys.executable, "-m", "trainer", flag], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout
+        return subprocess.run(
+            [sys.executable, "-m", "trainer", flag], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout
+
     short, every = text("--help"), text("--help-all")
-    common = ("--shards", "--preset", "--out", "--resume", "--epochs", "--lr", "--hidden", "--layers", "--seed",
-              "--device", "--protocol")
+    common = (
+        "--shards",
+        "--preset",
+        "--out",
+        "--resume",
+        "--epochs",
+        "--lr",
+        "--hidden",
+        "--layers",
+        "--seed",
+        "--device",
+        "--protocol",
+    )
     advanced = ("--micro-batch", "--token-budget", "--eval-every", "--max-steps", "--num-workers", "--compile")
     assert all(f in short for f in common) and not any(f in short for f in advanced)
     assert all(f in every for f in common + advanced)
 
 
 def test_cli_overrides_and_errors_name_the_flag():
-    c = config_from_args(["--shards", "s", "--preset", "citeseer-small", "--out", "o", "--lr", "0.01", "--hidden", "64",
-                          "--micro-batch", "8", "--max-steps", "3"])
-    assert (c.optim.lr, c.model.hidden, c.data.max_samples, c.max_steps, c.optim.effective_batch) == (0.01, 64, 8, 3, 64)
+    c = config_from_args(
+        [
+            "--shards",
+            "s",
+            "--preset",
+            "citeseer-small",
+            "--out",
+            "o",
+            "--lr",
+            "0.01",
+            "--hidden",
+            "64",
+            "--micro-batch",
+            "8",
+            "--max-steps",
+            "3",
+        ]
+    )
+    assert (c.optim.lr, c.model.hidden, c.data.max_samples, c.max_steps, c.optim.effective_batch) == (
+        0.01,
+        64,
+        8,
+        3,
+        64,
+    )
     assert c.epochs == 12 and c.protocol == "original"
     with pytest.raises(ConfigError, match="--lr"):
         config_from_args(["--shards", "s", "--preset", "tiny", "--out", "o", "--lr", "-1"])
@@ -113,6 +149,7 @@ def test_the_paper_citeseer_preset_fits_the_loader_memory_budget(device):
     """Regression: the worst-case default budget (256 x 844 tokens) asked 550 MB per batch in flight, over the
     1,024 MB a loader worker may use, so `python -m trainer --preset citeseer` stopped at start-up."""
     from trainer.loader_budget import eval_budget, prefetch_depth
+
     c = config_from_args(["--shards", "s", "--preset", "citeseer", "--out", "o"])
     d = resolve(c, 842, 1, device, 28.3).data  # citeseer (2,20): 28.3 tokens per link on average
     assert prefetch_depth(842, d.token_budget, d) >= 1 and eval_budget(842, d)[0] >= 844
@@ -123,8 +160,16 @@ def test_micro_tokens_set_the_runs_accumulation(shards, tmp_path):
     links, tokens = data_views(read_manifest(shards), 0)
     mean = tokens / links
     per_micro = micro_batch_links(32, mean, int(4 * mean))  # tiny: effective batch 32
-    summary = run(tiny(shards, tmp_path / "run", epochs=1, max_steps=2, eval_splits=("valid",),
-                       data={"micro_tokens": int(4 * mean)}))
+    summary = run(
+        tiny(
+            shards,
+            tmp_path / "run",
+            epochs=1,
+            max_steps=2,
+            eval_splits=("valid",),
+            data={"micro_tokens": int(4 * mean)},
+        )
+    )
     assert 1 < per_micro < 32 and summary["config"]["data"]["max_samples"] == per_micro
     assert summary["accumulation"] == round(32 / per_micro)
 
@@ -161,8 +206,13 @@ def test_evaluate_split_equals_common(shards):
 # ---------------------------------------------------------------------------- optimisation maths
 def test_accumulation_gives_the_full_batch_mean_gradient(shards, tmp_path):
     """Micro-batches of unequal size, accumulated, give exactly the gradient of the mean over all links."""
-    cfg = tiny(shards, tmp_path / "r", model={"dropout": 0.0}, optim={"effective_batch": 24},
-               data={"max_samples": 8, "token_budget": 60})
+    cfg = tiny(
+        shards,
+        tmp_path / "r",
+        model={"dropout": 0.0},
+        optim={"effective_batch": 24},
+        data={"max_samples": 8, "token_budget": 60},
+    )
     trainer = Trainer(cfg, distributed.init_distributed("cpu"))
     from trainer import data
 
@@ -175,6 +225,7 @@ def test_accumulation_gives_the_full_batch_mean_gradient(shards, tmp_path):
     grads = [p.grad.clone() for p in trainer.core.parameters() if p.requires_grad]
 
     from trainer.packing import pack_samples as pack  # the same links as one batch
+
     for p in trainer.core.parameters():
         p.grad = None
     samples_all = [s for b in micro for s in _unpack(b, trainer)]
@@ -199,7 +250,7 @@ def _unpack(batch, trainer):
         keep = (src >= lo) & (src < hi) & (dst >= lo) & (dst < hi) & (src < dst)
         edges = np.stack([src[keep] - lo, dst[keep] - lo], 1)
         if batch.dense:  # dense form (trainer.packing): the upper triangle of the sample's matrix
-            edges = np.stack(np.nonzero(np.triu(batch.adj_dense[b, :hi - lo, :hi - lo].numpy())), 1)
+            edges = np.stack(np.nonzero(np.triu(batch.adj_dense[b, : hi - lo, : hi - lo].numpy())), 1)
         out.append({"cid": int(batch.cid[b]), "label": float(batch.label[b]), "nodes": nodes, "edges": edges})
     return out
 
@@ -223,7 +274,10 @@ def test_run_writes_metrics_checkpoints_and_summary(shards, tmp_path):
     ckpt = checkpoint.load(out / "last.pt")  # weights_only=True
     assert {"model", "optimizer", "state", "config", "rng"} <= set(ckpt)
     assert ckpt["state"]["epoch"] == 2 and ckpt["state"]["batch"] == 0 and ckpt["config"]["data"]["token_budget"]
-    assert ckpt["state"]["train_time_s"] == summary["train_time_s"] or abs(ckpt["state"]["train_time_s"] - summary["train_time_s"]) < 1e-3
+    assert (
+        ckpt["state"]["train_time_s"] == summary["train_time_s"]
+        or abs(ckpt["state"]["train_time_s"] - summary["train_time_s"]) < 1e-3
+    )
     best_ckpt = checkpoint.load(out / "best.pt")  # weights and what scoring needs, no optimiser / RNG
     assert set(best_ckpt) == {"model", "config", "state"} and best_ckpt["state"]["best_step"] == best["step"]
     assert best_ckpt["model"].keys() == ckpt["model"].keys()
@@ -242,8 +296,11 @@ def test_test_split_is_scored_only_when_validation_improves(shards, tmp_path, ev
             best, improved = e["mrr"], improved | {e["step"]}
     assert len(valid) == 5
     assert tested == ({e["step"] for e in valid} if every else improved)
-    assert summary["test"] == next({k: v for k, v in e.items() if k in summary["test"]} for e in evals
-                                   if e["split"] == "test" and e["step"] == summary["best_step"])
+    assert summary["test"] == next(
+        {k: v for k, v in e.items() if k in summary["test"]}
+        for e in evals
+        if e["split"] == "test" and e["step"] == summary["best_step"]
+    )
 
 
 def _count_saves(monkeypatch) -> list[str]:
@@ -263,8 +320,17 @@ def test_last_checkpoint_follows_wall_time_not_every_epoch(shards, tmp_path, mon
     run(tiny(shards, tmp_path / "fast", epochs=3, eval_splits=("valid",), checkpoint_seconds=0))
     assert saved.count("last.pt") == 3  # after epochs 0 and 1, and the end
     saved.clear()
-    run(tiny(shards, tmp_path / "steps", epochs=1, max_steps=7, eval_splits=("valid",), checkpoint_seconds=1e9,
-             checkpoint_every=3))
+    run(
+        tiny(
+            shards,
+            tmp_path / "steps",
+            epochs=1,
+            max_steps=7,
+            eval_splits=("valid",),
+            checkpoint_seconds=1e9,
+            checkpoint_every=3,
+        )
+    )
     assert saved.count("last.pt") == 3  # steps 3 and 6, and the stop at 7
 
 
@@ -272,13 +338,38 @@ def test_killed_run_resumes_with_clean_metrics_and_accumulated_time(shards, tmp_
     """SIGKILL a CLI run mid-training, resume it: metrics.jsonl holds every step once (the lines written
     after the checkpoint are dropped, then rewritten identically), and train_time_s includes the time
     before the kill (the checkpoint's) plus the resumed part."""
-    args = [sys.executable, "-m", "trainer", "--shards", str(shards), "--preset", "tiny", "--device", "cpu",
-            "--num-workers", "0", "--no-progress", "--log-every", "1", "--eval-splits", "valid",
-            "--checkpoint-every", "6", "--checkpoint-seconds", "1e9"]
+    args = [
+        sys.executable,
+        "-m",
+        "trainer",
+        "--shards",
+        str(shards),
+        "--preset",
+        "tiny",
+        "--device",
+        "cpu",
+        "--num-workers",
+        "0",
+        "--no-progress",
+        "--log-every",
+        "1",
+        "--eval-splits",
+        "valid",
+        "--checkpoint-every",
+        "6",
+        "--checkpoint-seconds",
+        "1e9",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cut = tmp_path / "cut"
-    proc = subprocess.Popen([*args, "--out", str(cut), "--epochs", "100"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [*args, "--out", str(cut), "--epochs", "100"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     deadline, ckpt_step, last_line = time.time() + 300, 0, 0
     try:
         while time.time() < deadline and proc.poll() is None:
@@ -295,12 +386,24 @@ def test_killed_run_resumes_with_clean_metrics_and_accumulated_time(shards, tmp_
         proc.wait()
     ckpt = checkpoint.load(cut / "last.pt")["state"]
     before = read_metrics(cut / "metrics.jsonl", "train")
-    assert ckpt["step"] >= 6 and max(r["step"] for r in before) > ckpt["step"], "killed without lines past the checkpoint"
+    assert ckpt["step"] >= 6 and max(r["step"] for r in before) > ckpt["step"], (
+        "killed without lines past the checkpoint"
+    )
     stop = ckpt["step"] + 5
-    subprocess.run([*args, "--out", str(cut), "--epochs", "100", "--max-steps", str(stop), "--resume"], cwd=ROOT,
-                   env=env, check=True, capture_output=True)
-    subprocess.run([*args, "--out", str(tmp_path / "full"), "--epochs", "100", "--max-steps", str(stop)], cwd=ROOT,
-                   env=env, check=True, capture_output=True)
+    subprocess.run(
+        [*args, "--out", str(cut), "--epochs", "100", "--max-steps", str(stop), "--resume"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(
+        [*args, "--out", str(tmp_path / "full"), "--epochs", "100", "--max-steps", str(stop)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     train = read_metrics(cut / "metrics.jsonl", "train")
     assert [r["step"] for r in train] == list(range(1, stop + 1))  # each step once, in order
     full = read_metrics(tmp_path / "full/metrics.jsonl", "train")
@@ -336,9 +439,10 @@ def test_a_run_with_distance_features_resumes_where_it_stopped(shards, tmp_path)
 
 def test_lr_schedules_by_hand():
     from trainer.config import OptimConfig
+
     cos = OptimConfig(lr=0.2, lr_schedule="cosine")
     assert [cos.lr_at(p) for p in (0.0, 0.5, 1.0, 1.5)] == pytest.approx([0.2, 0.1, 0.0, 0.0], abs=1e-12)
-    assert cos.lr_at(0.25) == pytest.approx(0.1 * (1 + 2 ** -0.5))  # lr (1 + cos(pi/4)) / 2
+    assert cos.lr_at(0.25) == pytest.approx(0.1 * (1 + 2**-0.5))  # lr (1 + cos(pi/4)) / 2
     assert OptimConfig(lr=0.2).lr_at(0.9) == 0.2  # constant: the paper's
     with pytest.raises(ConfigError, match="--lr-schedule"):
         OptimConfig(lr_schedule="linear")
@@ -371,6 +475,7 @@ def test_fractional_epochs_cut_the_last_epoch(shards, tmp_path):
 # ---------------------------------------------------------------------------- config <-> model agreement
 def test_cpu_threads_leave_cores_for_the_loader():
     from trainer.setup import cpu_threads
+
     cores = len(os.sched_getaffinity(0))
     assert cpu_threads(3, 1) == 3  # --threads wins
     assert cpu_threads(0, 1) == max(1, cores // 2) and cpu_threads(0, 2 * cores) == 1
@@ -379,6 +484,7 @@ def test_cpu_threads_leave_cores_for_the_loader():
 def test_config_attention_choices_match_the_kernels():
     from trainer.attention import BACKENDS
     from trainer.config import ATTENTION_BACKENDS
+
     assert ATTENTION_BACKENDS == BACKENDS
 
 
@@ -387,6 +493,7 @@ def test_selection_metrics_are_the_evaluators_keys():
     from common.metrics import METRIC_KEYS
     from pipelines.core.run_config import METRICS
     from trainer.config import SELECTION_METRICS
+
     assert tuple(SELECTION_METRICS) == tuple(METRIC_KEYS) and set(METRICS) <= set(METRIC_KEYS)
 
 
@@ -444,7 +551,7 @@ def test_a_cuda_training_step_never_synchronises_the_host(shards, tmp_path):
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        results = [trainer.train_step(micro[i:i + 2]) for i in (2, 4)]
+        results = [trainer.train_step(micro[i : i + 2]) for i in (2, 4)]
     finally:
         torch.cuda.set_sync_debug_mode(0)
     assert all(torch.isfinite(loss).item() for loss, _, _ in results)
@@ -468,8 +575,8 @@ def test_cuda_evaluation_is_fp32_and_matches_the_cpu(shards, tmp_path):
     """trainer/evaluate.py on CUDA scores in fp32 (no bf16 autocast, no TF32): the same checkpoint's scores agree
     with the CPU's to fp32 rounding (1e-4; bf16 logits would be off by ~1e-2), and the metrics, rank statistics
     of those scores, are equal wherever no two scores are closer than the devices' difference."""
-    from trainer.evaluate import score_eval_set
     from trainer.data import eval_loader
+    from trainer.evaluate import score_eval_set
 
     run(tiny(shards, tmp_path / "r", max_steps=6, eval_splits=("valid",)))  # trained weights, not the init
     ckpt = checkpoint.load(tmp_path / "r" / checkpoint.LAST)
@@ -530,8 +637,10 @@ def test_eval_weights_equals_retraining_to_the_best_epoch(shards, tmp_path):
     assert again["best_epoch"] == reused["best_epoch"] == e - 1 and reused["epochs_completed"] == e
     assert again["valid"] == reused["valid"] == cand["valid"] and again["test"] == reused["test"]
     for split in ("valid", "test"):
-        a, b = read_scores(scores_path(tmp_path / "again", split, "original")), read_scores(
-            scores_path(tmp_path / "reused", split, "original"))
+        a, b = (
+            read_scores(scores_path(tmp_path / "again", split, "original")),
+            read_scores(scores_path(tmp_path / "reused", split, "original")),
+        )
         order_a, order_b = np.argsort(a[0]), np.argsort(b[0])
         assert np.array_equal(a[1][order_a], b[1][order_b]) and a[2] == b[2] == e - 1
     assert not (tmp_path / "reused" / "last.pt").exists()

@@ -1,6 +1,7 @@
 """The user's own pairs: labelled evaluation pairs (--eval-pairs, protocol "pairs") and known training non-links
 (--train-negatives), checked like edge lists (each bad row refused in one line naming the file and the row),
 carried into the candidate sets, the manifest and the trainer's evaluation."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -33,9 +34,16 @@ def user(ds, pairs) -> list:
     return sorted(tuple(sorted(int(x) for x in ds.node_ids[p])) for p in np.asarray(pairs))
 
 
-GOOD = [(100, 110, 1, "valid"), (100, 120, 0, "valid"), (121, 101, 0, "valid"),
-        (103, 113, 1, "test"), (105, 125, 0, "test"), (107, 127, 0, "test"), (108, 128, 1, "test"),
-        (120, 100, 0, "valid")]  # a repeat, reversed: counts once
+GOOD = [
+    (100, 110, 1, "valid"),
+    (100, 120, 0, "valid"),
+    (121, 101, 0, "valid"),
+    (103, 113, 1, "test"),
+    (105, 125, 0, "test"),
+    (107, 127, 0, "test"),
+    (108, 128, 1, "test"),
+    (120, 100, 0, "valid"),
+]  # a repeat, reversed: counts once
 
 
 def test_eval_pairs_with_a_split_column(tmp_path, edges, caplog):
@@ -58,8 +66,14 @@ def test_heuristics_rank_the_file_s_links_under_pairs(tmp_path, edges):
     """On the training ring: (110, 112) has the common neighbour 111, (103, 113) none, the non-links none:
     ranks 1 and 1 + (0 + 2) / 2 = 2, MRR 0.75."""
     from common.heuristics import score_split
-    rows = [(103, 113, 1, "test"), (110, 112, 1, "test"), (105, 125, 0, "test"), (107, 127, 0, "test"),
-            (100, 120, 0, "valid")]
+
+    rows = [
+        (103, 113, 1, "test"),
+        (110, 112, 1, "test"),
+        (105, 125, 0, "test"),
+        (107, 127, 0, "test"),
+        (100, 120, 0, "valid"),
+    ]
     ds = load_dataset(edges, eval_pairs=write(tmp_path / "p.csv", "src,dst,label,split", rows))
     scored = score_split(ds, "test", ["original", "pairs"], ["cn"])
     assert scored["pairs"]["cn"]["mrr"] == 0.75 and scored["pairs"]["cn"]["hits@1"] == 0.5
@@ -85,21 +99,30 @@ def test_without_a_split_column_held_out_edges_keep_theirs_and_the_rest_is_seede
     assert negs == [user(b, b.splits[s].negatives("pairs")) for s in ("valid", "test")]  # seeded
 
 
-@pytest.mark.parametrize("rows, match", [
-    ([(100, 999, 0, "valid")], r"data row 1: node id '999' \(dst\) is not a node of the graph"),
-    ([(100, 100, 0, "valid")], r"data row 1 \(100, 100\): a pair of a node with itself"),
-    ([(100, 120, 0, "valid"), (120, 100, 1, "valid")], r"data row 2 \(120, 100\): marked a link here and a non-link "
-                                                       r"in data row 1; a pair is one or the other"),
-    ([(100, 101, 0, "valid")], r"data row 1 \(100, 101\): labelled a non-link but it is a train edge of the graph"),
-    ([(104, 114, 0, "valid")], r"labelled a non-link but it is a test edge of the graph"),
-    ([(100, 101, 1, "valid")], r"labelled a link but it is a training edge: the model trains on it"),
-    ([(100, 110, 1, "test")], r"marked test here but it is a valid edge of the graph; keep it in valid"),
-    ([(100, 120, 0, "valid"), (100, 120, 0, "test")], r"data row 2 \(100, 120\): in test here and in valid in data "
-                                                      r"row 1; .*keep it in one split"),
-    ([(100, 120, 0, "train")], r"split 'train': evaluation pairs are valid or test"),
-    ([(100, 120, "maybe", "valid")], r"label 'maybe' is not 1 \(link\) or 0 \(non-link\)"),
-    ([(100, 120, 0, "valid")], r"no non-link \(label 0\) is in test; .*add some"),
-])
+@pytest.mark.parametrize(
+    "rows, match",
+    [
+        ([(100, 999, 0, "valid")], r"data row 1: node id '999' \(dst\) is not a node of the graph"),
+        ([(100, 100, 0, "valid")], r"data row 1 \(100, 100\): a pair of a node with itself"),
+        (
+            [(100, 120, 0, "valid"), (120, 100, 1, "valid")],
+            r"data row 2 \(120, 100\): marked a link here and a non-link "
+            r"in data row 1; a pair is one or the other",
+        ),
+        ([(100, 101, 0, "valid")], r"data row 1 \(100, 101\): labelled a non-link but it is a train edge of the graph"),
+        ([(104, 114, 0, "valid")], r"labelled a non-link but it is a test edge of the graph"),
+        ([(100, 101, 1, "valid")], r"labelled a link but it is a training edge: the model trains on it"),
+        ([(100, 110, 1, "test")], r"marked test here but it is a valid edge of the graph; keep it in valid"),
+        (
+            [(100, 120, 0, "valid"), (100, 120, 0, "test")],
+            r"data row 2 \(100, 120\): in test here and in valid in data "
+            r"row 1; .*keep it in one split",
+        ),
+        ([(100, 120, 0, "train")], r"split 'train': evaluation pairs are valid or test"),
+        ([(100, 120, "maybe", "valid")], r"label 'maybe' is not 1 \(link\) or 0 \(non-link\)"),
+        ([(100, 120, 0, "valid")], r"no non-link \(label 0\) is in test; .*add some"),
+    ],
+)
 def test_bad_eval_pairs_are_refused_in_one_line(tmp_path, edges, rows, match):
     path = write(tmp_path / "p.csv", "src,dst,label,split", rows)
     with pytest.raises(DatasetError, match=match) as err:
@@ -109,8 +132,11 @@ def test_bad_eval_pairs_are_refused_in_one_line(tmp_path, edges, rows, match):
 
 def test_eval_pairs_need_a_label_column(tmp_path, edges):
     path = write(tmp_path / "p.csv", "src,dst", [(100, 120)])
-    with pytest.raises(DatasetError, match=r"no column 'label' \(found: src, dst\); --eval-pairs reads columns "
-                                           r"src,dst,label\[,split\]"):
+    with pytest.raises(
+        DatasetError,
+        match=r"no column 'label' \(found: src, dst\); --eval-pairs reads columns "
+        r"src,dst,label\[,split\]",
+    ):
         load_dataset(edges, eval_pairs=path)
 
 
@@ -125,13 +151,16 @@ def test_train_negatives_are_checked_and_kept(tmp_path, edges, caplog):
     assert "1 known non-link(s) are random evaluation negatives of the dataset: left out of training" in caplog.text
 
 
-@pytest.mark.parametrize("rows, header, match", [
-    ([(100, 101)], "src,dst", r"data row 1 \(100, 101\): a known non-link here but a train edge of the graph"),
-    ([(113, 103)], "src,dst", r"a known non-link here but a test edge of the graph"),
-    ([(100, 120, 1)], "src,dst,label", r"labelled 1 \(a link\); --train-negatives holds known non-links only"),
-    ([(120, 100)], "src,dst", r"also a valid pair of --eval-pairs: training on it would leak its label"),
-    ([(7, 100)], "src,dst", r"data row 1: node id '7' \(src\) is not a node of the graph"),
-])
+@pytest.mark.parametrize(
+    "rows, header, match",
+    [
+        ([(100, 101)], "src,dst", r"data row 1 \(100, 101\): a known non-link here but a train edge of the graph"),
+        ([(113, 103)], "src,dst", r"a known non-link here but a test edge of the graph"),
+        ([(100, 120, 1)], "src,dst,label", r"labelled 1 \(a link\); --train-negatives holds known non-links only"),
+        ([(120, 100)], "src,dst", r"also a valid pair of --eval-pairs: training on it would leak its label"),
+        ([(7, 100)], "src,dst", r"data row 1: node id '7' \(src\) is not a node of the graph"),
+    ],
+)
 def test_bad_train_negatives_are_refused_in_one_line(tmp_path, edges, rows, header, match):
     path = write(tmp_path / "n.csv", header, rows)
     pairs = write(tmp_path / "p.csv", "src,dst,label,split", GOOD)
@@ -166,11 +195,26 @@ def test_preprocess_flags_build_pairs_sets_the_trainer_evaluates(tmp_path, edges
     from common.shards import load_queries, read_manifest
     from preprocess.__main__ import build_parser, config_from_args
     from preprocess.job import run
+
     pairs = write(tmp_path / "p.csv", "src,dst,label,split", GOOD)
     negatives = write(tmp_path / "n.csv", "src,dst", [(100, 115), (101, 120), (102, 125)])
     out = cached_set(shard_cache, "user-pairs")
-    argv = ["--dataset", edges, "--eval-pairs", pairs, "--train-negatives", negatives, "--sampling", "1,3",
-            "--views", "1", "--out", str(out), "--num-cpus", "2"]
+    argv = [
+        "--dataset",
+        edges,
+        "--eval-pairs",
+        pairs,
+        "--train-negatives",
+        negatives,
+        "--sampling",
+        "1,3",
+        "--views",
+        "1",
+        "--out",
+        str(out),
+        "--num-cpus",
+        "2",
+    ]
     cfg = config_from_args(build_parser().parse_args(argv))
     assert (cfg.eval_pairs, cfg.train_negatives) == (pairs, negatives)
     manifest = read_manifest(run(cfg))
@@ -178,29 +222,41 @@ def test_preprocess_flags_build_pairs_sets_the_trainer_evaluates(tmp_path, edges
     assert (entry["positives"], entry["candidates"], entry["links"]) == (2, 4, "eval-pairs")
     assert manifest["eval"]["test/original"]["positives"] == len(TEST)
     from common.datasets import load_set_dataset
+
     again = load_set_dataset(manifest["config"])  # what score / recommend / evaluate load: the same data
     assert again.fingerprint() == manifest["fingerprint"] and again.train_negatives is not None
     pos_cid, neg_cid = load_queries(Path(manifest["root"]) / entry["queries"])
     assert len(pos_cid) == 2 and neg_cid.shape == (2,)
     from common.node_ids import load_node_ids
     from common.shards import read_shard
+
     ids = load_node_ids(manifest)
     root = Path(manifest["root"])
     train = [b for e in manifest["shards"] if e["split"] == "train" for b in read_shard(root / e["name"])]
-    negatives = {tuple(sorted(int(x) for x in ids[[u, v]])) for b in train for u, v, y in zip(b.src, b.dst, b.label)
-                 if y == 0}
+    negatives = {
+        tuple(sorted(int(x) for x in ids[[u, v]])) for b in train for u, v, y in zip(b.src, b.dst, b.label) if y == 0
+    }
     assert {(100, 115), (101, 120), (102, 125)} <= negatives  # 3 known non-links, under half of 30 negatives
     alone = config_from_args(build_parser().parse_args(argv + ["--protocol", "pairs"]))
     assert alone.candidates.protocols == ("pairs",)
     from pipelines.core.shard_sets import shutdown_embedded_ray
     from trainer.config import config_for
     from trainer.train import run as train
+
     shutdown_embedded_ray()  # its workers would take the cores
     common = dict(max_steps=2, device="cpu", progress=False, data={"num_workers": 0})
     summary = train(config_for("tiny", str(manifest["root"]), str(tmp_path / "run"), protocol="pairs", **common))
     assert summary["config"]["protocol"] == "pairs" and "mrr" in summary["test"]
     # "beside": a run selected under original, its best weights then evaluated on the pairs
     train(config_for("tiny", str(manifest["root"]), str(tmp_path / "orig"), protocol="original", **common))
-    beside = train(config_for("tiny", str(manifest["root"]), str(tmp_path / "beside"), protocol="pairs",
-                              eval_weights=str(tmp_path / "orig" / "best.pt"), **common))
+    beside = train(
+        config_for(
+            "tiny",
+            str(manifest["root"]),
+            str(tmp_path / "beside"),
+            protocol="pairs",
+            eval_weights=str(tmp_path / "orig" / "best.pt"),
+            **common,
+        )
+    )
     assert beside["weights_from"] == str((tmp_path / "orig" / "best.pt").resolve()) and "mrr" in beside["test"]

@@ -26,6 +26,7 @@ not tie in bf16's 3 digits) the flash backends compute their attention core with
 For the packed kernels we call the BertLayer's sub-modules ourselves (query/key/value, output.dense +
 dropout + LayerNorm, intermediate, output), which is exactly BertLayer.forward minus the attention core.
 """
+
 from __future__ import annotations
 
 import functools
@@ -70,8 +71,9 @@ def flash_attn_varlen():
 def _aten_flash(q, k, v, cu, max_len: int, dropout_p: float, scale: float):
     # (output, logsumexp, rng_state, unused, debug_mask); positional arguments up to return_debug_mask and
     # the `scale` keyword have kept this schema since torch 2.1. Autograd comes from derivatives.yaml.
-    return torch.ops.aten._flash_attention_forward(q, k, v, cu, cu, max_len, max_len, dropout_p, False, False,
-                                                   scale=scale)[0]
+    return torch.ops.aten._flash_attention_forward(
+        q, k, v, cu, cu, max_len, max_len, dropout_p, False, False, scale=scale
+    )[0]
 
 
 def aten_flash_error() -> str | None:
@@ -116,7 +118,9 @@ def resolve_backend(name: str, device_type: str, attn_dropout: float = 0.0) -> s
     if name in FLASH and not cuda:
         raise ValueError(f"attention '{name}' needs a CUDA device (got {device_type}); use 'bucketed' or 'auto'")
     if name == "varlen" and torch_varlen_attn() is None:
-        raise ValueError("attention 'varlen': this torch has no torch.nn.attention.varlen; use 'flash_varlen' or 'auto'")
+        raise ValueError(
+            "attention 'varlen': this torch has no torch.nn.attention.varlen; use 'flash_varlen' or 'auto'"
+        )
     if name == "flash_attn" and flash_attn_varlen() is None:
         raise ValueError("attention 'flash_attn': the flash-attn package is not importable; use 'auto'")
     if name == "flash_varlen" and (err := aten_flash_error()) is not None:
@@ -129,8 +133,10 @@ def describe_backend(requested: str, resolved: str, attn_dropout: float) -> str:
     if attn_dropout <= 0:
         drop = "attention dropout 0"
     elif resolved in DROPOUT_FREE:
-        drop = (f"attention dropout {attn_dropout} NOT applied (torch varlen_attn has none; hidden dropout "
-                f"still applies); --attention auto applies it")
+        drop = (
+            f"attention dropout {attn_dropout} NOT applied (torch varlen_attn has none; hidden dropout "
+            f"still applies); --attention auto applies it"
+        )
     else:
         drop = f"attention dropout {attn_dropout} applied"
     why = ""
@@ -142,15 +148,27 @@ def describe_backend(requested: str, resolved: str, attn_dropout: float) -> str:
 
 def bert_config(hidden: int, heads: int, ffn: int, dropout: float) -> BertConfig:
     """The reference's BertLayer configuration, with HF's SDPA attention for the padded path."""
-    cfg = BertConfig(hidden_size=hidden, num_attention_heads=heads, intermediate_size=ffn, hidden_act="gelu",
-                     hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, layer_norm_eps=1e-12,
-                     num_hidden_layers=1, vocab_size=1, max_position_embeddings=1, type_vocab_size=1,
-                     attn_implementation="sdpa")
+    cfg = BertConfig(
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        intermediate_size=ffn,
+        hidden_act="gelu",
+        hidden_dropout_prob=dropout,
+        attention_probs_dropout_prob=dropout,
+        layer_norm_eps=1e-12,
+        num_hidden_layers=1,
+        vocab_size=1,
+        max_position_embeddings=1,
+        type_vocab_size=1,
+        attn_implementation="sdpa",
+    )
     cfg._attn_implementation = "sdpa"  # belt and braces: the setter exists in 4.4x and 5.x
     # The padded path passes a *boolean* key mask, which only SDPA reads correctly (eager would add it).
     if cfg._attn_implementation != "sdpa":
-        raise RuntimeError(f"transformers {__import__('transformers').__version__}: could not select SDPA "
-                           f"attention for BertLayer (got {cfg._attn_implementation!r})")
+        raise RuntimeError(
+            f"transformers {__import__('transformers').__version__}: could not select SDPA "
+            f"attention for BertLayer (got {cfg._attn_implementation!r})"
+        )
     return cfg
 
 
@@ -225,8 +243,9 @@ class AttentionContext:
     def buckets(self) -> tuple[list[Bucket], torch.Tensor]:
         if self._buckets is None:
             # One host read of the offsets per forward (free on CPU; on CUDA only the fp32 / fallback path).
-            self._buckets = build_buckets(self.batch.cu_seqlens.cpu().numpy().astype(np.int64),
-                                          self.batch.cu_seqlens.device)
+            self._buckets = build_buckets(
+                self.batch.cu_seqlens.cpu().numpy().astype(np.int64), self.batch.cu_seqlens.device
+            )
         return self._buckets
 
 
@@ -251,8 +270,9 @@ def _bucketed_kernel(q, k, v, ctx: AttentionContext, dropout_p: float, scale: fl
     for b in buckets:
         n, L = b.index.shape
         qb, kb, vb = (x[b.index].transpose(1, 2) for x in (qp, kp, vp))  # (n, H, L, D)
-        o = F.scaled_dot_product_attention(qb, kb, vb, attn_mask=b.key_mask, scale=scale,
-                                           dropout_p=dropout_p if training else 0.0)
+        o = F.scaled_dot_product_attention(
+            qb, kb, vb, attn_mask=b.key_mask, scale=scale, dropout_p=dropout_p if training else 0.0
+        )
         outs.append(o.transpose(1, 2).reshape(n * L, H, D)[b.real])  # real rows, in bucket order
     return torch.cat(outs)[inverse]
 
@@ -276,14 +296,28 @@ def _flash_varlen_kernel(q, k, v, ctx: AttentionContext, dropout_p: float, scale
 
 def _flash_kernel(q, k, v, ctx: AttentionContext, dropout_p: float, scale: float, training: bool):
     b = ctx.batch
-    out = flash_attn_varlen()(_half(q), _half(k), _half(v), b.cu_seqlens, b.cu_seqlens, b.max_seqlen,
-                              b.max_seqlen, dropout_p=dropout_p if training else 0.0, softmax_scale=scale,
-                              causal=False)
+    out = flash_attn_varlen()(
+        _half(q),
+        _half(k),
+        _half(v),
+        b.cu_seqlens,
+        b.cu_seqlens,
+        b.max_seqlen,
+        b.max_seqlen,
+        dropout_p=dropout_p if training else 0.0,
+        softmax_scale=scale,
+        causal=False,
+    )
     return out.to(q.dtype)
 
 
-KERNELS = {"reference": _reference_kernel, "bucketed": _bucketed_kernel, "varlen": _varlen_kernel,
-           "flash_varlen": _flash_varlen_kernel, "flash_attn": _flash_kernel}
+KERNELS = {
+    "reference": _reference_kernel,
+    "bucketed": _bucketed_kernel,
+    "varlen": _varlen_kernel,
+    "flash_varlen": _flash_varlen_kernel,
+    "flash_attn": _flash_kernel,
+}
 
 
 # ---------------------------------------------------------------------------- the layer
@@ -297,7 +331,7 @@ def bert_layer(layer: BertLayer, h: torch.Tensor, ctx: AttentionContext) -> torc
     kernel = KERNELS[ctx.backend]
     if ctx.backend in FLASH and q.dtype == torch.float32:
         kernel = _bucketed_kernel  # fp32 (eval outside autocast): flash would round q, k, v to bf16
-    a = kernel(q, k, v, ctx, sa.dropout.p, D ** -0.5, layer.training)  # (T, H, D)
+    a = kernel(q, k, v, ctx, sa.dropout.p, D**-0.5, layer.training)  # (T, H, D)
     a = layer.attention.output(a.reshape(T, H * D), h)  # dense, dropout, LayerNorm(x + h)
     return layer.feed_forward_chunk(a)  # intermediate (GELU) then output (dense, dropout, LayerNorm)
 

@@ -4,6 +4,7 @@ links (common.shards.Block: columns plus node offsets), never on a Python object
     open shard ─ decode + check each block ─ slice the reader's links (i % parts) ─ byte-sized shuffle
       pool ─ greedy token-budget cuts (numba) ─ relabel: segmented permutation of node ids (numba)
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -34,9 +35,15 @@ def open_url(url: str):
 
 def block_slice(block: Block, lo: int, hi: int) -> Block:
     """Links lo..hi-1 of a block, as views (no copy of the node ids)."""
-    ptr = block.node_ptr[lo:hi + 1]
-    return Block(block.cid[lo:hi], block.src[lo:hi], block.dst[lo:hi], block.label[lo:hi], ptr - ptr[0],
-                 block.nodes[ptr[0]:ptr[-1]])
+    ptr = block.node_ptr[lo : hi + 1]
+    return Block(
+        block.cid[lo:hi],
+        block.src[lo:hi],
+        block.dst[lo:hi],
+        block.label[lo:hi],
+        ptr - ptr[0],
+        block.nodes[ptr[0] : ptr[-1]],
+    )
 
 
 class HashingReader:
@@ -84,17 +91,21 @@ def read_blocks(units: list, num_nodes: int, n_max: int, regression: bool = Fals
                 check_block(block, num_nodes, n_max, where, regression)
                 n = len(block)
                 if n and not np.array_equal(block.cid, np.arange(first[url] + seen, first[url] + seen + n)):
-                    raise ShardError(f"{where}: holds candidate ids {int(block.cid[0])}.., the manifest puts "
-                                     f"{first[url] + seen}.. in this shard (renamed or swapped shard file); "
-                                     "rerun preprocess to repair the set")
+                    raise ShardError(
+                        f"{where}: holds candidate ids {int(block.cid[0])}.., the manifest puts "
+                        f"{first[url] + seen}.. in this shard (renamed or swapped shard file); "
+                        "rerun preprocess to repair the set"
+                    )
                 if not own.all():
                     block = block.take(np.flatnonzero(own[(seen + np.arange(n)) % parts]))
                 seen += n
                 if len(block):
                     yield block
             if digest[url] is not None and (have := f.digest_to_end()) != digest[url]:
-                raise ShardError(f"{url}: checksum mismatch (manifest {digest[url][:12]}…, file {have[:12]}…): a "
-                                 "replaced, swapped or edited eval shard; rerun preprocess to repair the set")
+                raise ShardError(
+                    f"{url}: checksum mismatch (manifest {digest[url][:12]}…, file {have[:12]}…): a "
+                    "replaced, swapped or edited eval shard; rerun preprocess to repair the set"
+                )
         finally:
             f.close()
 
@@ -136,7 +147,7 @@ def _greedy_ends(tokens, budget, cap):
         total += t
         count += 1
     ends[k] = tokens.shape[0]
-    return ends[:k + 1]
+    return ends[: k + 1]
 
 
 def token_batches(blocks: Iterator[Block], token_budget: int, max_samples: int, copies: int = 1) -> Iterator[Block]:

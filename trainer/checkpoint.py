@@ -7,6 +7,7 @@ resolved config. Everything in it is a tensor or plain Python data, so it loads 
 Writes go to a temporary file that is fsync'ed and then renamed over the target, so a kill at any
 moment leaves either the old or the new checkpoint, never half of one.
 """
+
 from __future__ import annotations
 
 import errno
@@ -61,8 +62,10 @@ def save_atomic(obj: dict, path: str | os.PathLike) -> None:
         if isinstance(err, OSError) and err.errno is not None:  # ENOSPC, EDQUOT, EIO ...: the errno's hint
             raise OSError(err.errno, err.strerror or os.strerror(err.errno), str(path)) from err
         if isinstance(err, Exception):  # torch's writer reports a failed write as a RuntimeError
-            raise CheckpointError(f"{path}: writing the checkpoint failed ({' '.join(str(err).split())[:300]}); "
-                                  f"the previous {path.name}, if any, is kept; free space or write somewhere else") from err
+            raise CheckpointError(
+                f"{path}: writing the checkpoint failed ({' '.join(str(err).split())[:300]}); "
+                f"the previous {path.name}, if any, is kept; free space or write somewhere else"
+            ) from err
         raise  # KeyboardInterrupt, SystemExit: propagate unchanged
 
 
@@ -85,13 +88,17 @@ def load(path: str | os.PathLike, fix: str = "delete it or restore it from a cop
 
 def _damaged(path, err: BaseException, fix: str) -> CheckpointError:
     if "Weights only load failed" in str(err):  # torch's long note on weights_only, not the user's problem
-        return CheckpointError(f"{path}: not a readable checkpoint: it holds objects other than tensors and plain "
-                               f"data, which are never unpickled (another kind of file, or not this project's); {fix}")
+        return CheckpointError(
+            f"{path}: not a readable checkpoint: it holds objects other than tensors and plain "
+            f"data, which are never unpickled (another kind of file, or not this project's); {fix}"
+        )
     reason = " ".join(str(err).split()).split(". ")[0]  # the first sentence, cut at a word
     if len(reason) > 160:
         reason = reason[:160].rsplit(" ", 1)[0] + " ..."
-    return CheckpointError(f"{path}: not a readable checkpoint, damaged, truncated or another kind of file "
-                           f"({type(err).__name__}{': ' + reason if reason else ''}); {fix}")
+    return CheckpointError(
+        f"{path}: not a readable checkpoint, damaged, truncated or another kind of file "
+        f"({type(err).__name__}{': ' + reason if reason else ''}); {fix}"
+    )
 
 
 # ---------------------------------------------------------------------------- RNG states
@@ -100,8 +107,13 @@ def capture_rng() -> dict:
     kind, keys, pos, has_gauss, cached = np.random.get_state()
     state = {
         "python": random.getstate(),
-        "numpy": {"kind": kind, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
-                  "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "numpy": {
+            "kind": kind,
+            "keys": torch.from_numpy(keys.astype(np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
         "torch": torch.get_rng_state(),
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -112,7 +124,9 @@ def capture_rng() -> dict:
 def restore_rng(state: dict) -> None:
     random.setstate(_tuplify(state["python"]))
     n = state["numpy"]
-    np.random.set_state((n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"]))
+    np.random.set_state(
+        (n["kind"], n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached_gaussian"])
+    )
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
@@ -130,8 +144,14 @@ def make_weights_payload(model: torch.nn.Module, state: dict, config: dict) -> d
     return {"model": model.state_dict(), "config": config, "state": dict(state)}
 
 
-def make_payload(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, state: dict,
-                 config: dict, rng_per_rank: list[dict] | None, world_size: int) -> dict:
+def make_payload(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer | None,
+    state: dict,
+    config: dict,
+    rng_per_rank: list[dict] | None,
+    world_size: int,
+) -> dict:
     return {
         "model": model.state_dict(),
         "optimizer": optimizer.state_dict() if optimizer is not None else None,

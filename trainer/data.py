@@ -47,6 +47,7 @@ Decisions, and why:
   one-line error naming the flags. Eval workers hold no pool, and an eval token budget too large for
   the memory budget is lowered (batch grouping does not change scores).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -60,8 +61,16 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from common.shards import Block, ShardError, load_graph, set_graph, shard_entries
-from trainer.blocks import (block_slice, open_url, read_blocks, relabel, replicate, seeded_orders,  # noqa: F401
-                            shuffle_pool, token_batches)
+from trainer.blocks import (  # noqa: F401
+    block_slice,
+    open_url,
+    read_blocks,
+    relabel,
+    replicate,
+    seeded_orders,
+    shuffle_pool,
+    token_batches,
+)
 from trainer.loader_budget import MAX_PREFETCH, batch_bytes, eval_budget, prefetch_depth  # noqa: F401
 from trainer.packing import BatchPacker, WireBatch, for_transfer
 
@@ -105,8 +114,19 @@ def make_units(manifest: dict, entries: list[dict], consumers: int, checksums: b
     # The shards of one candidate set hold its cids in name order: a renamed or swapped shard file is caught
     # by its first block, not trained on.
     first = np.cumsum([0] + [e["links"] for e in entries])
-    return [Unit(shard_url(manifest, e["name"]), p, parts, _share(e["links"], p, parts), _share(e["tokens"], p, parts),
-                 int(first[i]), e["sha256"] if checksums else None) for i, e in enumerate(entries) for p in range(parts)]
+    return [
+        Unit(
+            shard_url(manifest, e["name"]),
+            p,
+            parts,
+            _share(e["links"], p, parts),
+            _share(e["tokens"], p, parts),
+            int(first[i]),
+            e["sha256"] if checksums else None,
+        )
+        for i, e in enumerate(entries)
+        for p in range(parts)
+    ]
 
 
 def _share(total: int, part: int, parts: int) -> int:
@@ -129,7 +149,7 @@ def split_by_node(units: list[Unit], rank: int, world_size: int, workers_per_ran
     """Rank `rank`'s units: the union of its workers' token-balanced bins over all (rank, worker) consumers."""
     w = max(1, workers_per_rank)
     bins = balance(units, world_size * w)
-    return [u for b in bins[rank * w:(rank + 1) * w] for u in b]
+    return [u for b in bins[rank * w : (rank + 1) * w] for u in b]
 
 
 def split_by_worker(units: list[Unit], worker: int, num_workers: int) -> list[Unit]:
@@ -146,8 +166,17 @@ class EpochPlan:
     batches: int  # C: batches every rank takes this epoch
 
 
-def plan_epoch(manifest: dict, epoch: int, world_size: int, num_workers: int, token_budget: int,
-               max_samples: int, seed: int, fraction: float = 1.0, copies: int = 1) -> EpochPlan:
+def plan_epoch(
+    manifest: dict,
+    epoch: int,
+    world_size: int,
+    num_workers: int,
+    token_budget: int,
+    max_samples: int,
+    seed: int,
+    fraction: float = 1.0,
+    copies: int = 1,
+) -> EpochPlan:
     """The epoch's view, shuffled units and per-rank batch count (identical on every rank).
 
     C = ceil(max(tokens / budget, links / max_samples) / world), the lower bound of one pass split
@@ -214,8 +243,9 @@ class _Stream(IterableDataset):
 class TrainStream(_Stream):
     """A rank's training batches; job = (epoch, start, batches C): batches [start, C) of that epoch."""
 
-    def __init__(self, manifest: dict, rank: int, world_size: int, data_cfg, workers: int,
-                 collate: Callable | None = None):
+    def __init__(
+        self, manifest: dict, rank: int, world_size: int, data_cfg, workers: int, collate: Callable | None = None
+    ):
         super().__init__(manifest, rank, world_size, collate)
         self.workers = workers
         self.token_budget, self.max_samples = data_cfg.token_budget, data_cfg.max_samples
@@ -229,8 +259,16 @@ class TrainStream(_Stream):
         return list(self.plan(int(self.job[0])).units), "train"
 
     def plan(self, epoch: int) -> EpochPlan:
-        return plan_epoch(self.manifest, epoch, self.world_size, self.workers, self.token_budget,
-                          self.max_samples, self.seed, copies=self.copies)
+        return plan_epoch(
+            self.manifest,
+            epoch,
+            self.world_size,
+            self.workers,
+            self.token_budget,
+            self.max_samples,
+            self.seed,
+            copies=self.copies,
+        )
 
     def __iter__(self):
         epoch, start, batches, _ = (int(x) for x in self.job)  # read now: the job of this iteration
@@ -255,10 +293,15 @@ class TrainStream(_Stream):
         """Endless shuffled blocks of `units`: pass 0 in the given order, later passes reshuffled."""
         rng = _rng(self.seed, epoch, self.rank, lw, _BUFFER)
         for cycle in range(1 << 62):
-            order = units if cycle == 0 else [units[i] for i in _rng(self.seed, epoch, self.rank, lw, cycle, _CYCLE)
-                                              .permutation(len(units))]
+            order = (
+                units
+                if cycle == 0
+                else [units[i] for i in _rng(self.seed, epoch, self.rank, lw, cycle, _CYCLE).permutation(len(units))]
+            )
             empty = True
-            for block in shuffle_pool(read_blocks(order, self.num_nodes, self.n_max, self.regression), self.pool_bytes, rng):
+            for block in shuffle_pool(
+                read_blocks(order, self.num_nodes, self.n_max, self.regression), self.pool_bytes, rng
+            ):
                 empty = False
                 yield block
             if empty:
@@ -273,8 +316,16 @@ class EvalStream(_Stream):
     """One rank's share of an eval set, read once in stored order (no shuffle, no relabel);
     job = (index into eval_sets(manifest),)."""
 
-    def __init__(self, manifest: dict, rank: int, world_size: int, data_cfg, workers: int,
-                 collate: Callable | None = None, token_budget: int | None = None):
+    def __init__(
+        self,
+        manifest: dict,
+        rank: int,
+        world_size: int,
+        data_cfg,
+        workers: int,
+        collate: Callable | None = None,
+        token_budget: int | None = None,
+    ):
         super().__init__(manifest, rank, world_size, collate)
         self.workers, self.token_budget = workers, token_budget or data_cfg.eval_token_budget
         self.sets = eval_sets(manifest)
@@ -302,8 +353,9 @@ class EvalStream(_Stream):
         units = split_by_worker(split_by_node(self.units(split, protocol), self.rank, self.world_size, W), wid, W)
         graph = set_graph(self.manifest, split)
         # No cap from the micro-batch at eval beyond the budget: no activations are kept for backward.
-        for batch in token_batches(read_blocks(units, self.num_nodes, self.n_max, self.regression), self.token_budget, 1 << 30,
-                                   self.copies):
+        for batch in token_batches(
+            read_blocks(units, self.num_nodes, self.n_max, self.regression), self.token_budget, 1 << 30, self.copies
+        ):
             yield self.finish(seeded_orders(replicate(batch, self.copies), self.copies, self.seed), graph)
 
 
@@ -314,8 +366,17 @@ _LOADERS: dict[str, tuple[tuple, "Loader"]] = {}
 
 
 def _loader_key(manifest: dict, rank: int, world_size: int, data_cfg, collate, pin: bool) -> tuple:
-    fields = (data_cfg.token_budget, data_cfg.eval_token_budget, data_cfg.max_samples, data_cfg.shuffle_buffer_mb,
-              data_cfg.loader_memory_mb, data_cfg.num_workers, data_cfg.seed, data_cfg.orderings, data_cfg.distances)
+    fields = (
+        data_cfg.token_budget,
+        data_cfg.eval_token_budget,
+        data_cfg.max_samples,
+        data_cfg.shuffle_buffer_mb,
+        data_cfg.loader_memory_mb,
+        data_cfg.num_workers,
+        data_cfg.seed,
+        data_cfg.orderings,
+        data_cfg.distances,
+    )
     return (manifest["root"], manifest.get("key"), rank, world_size, fields, id(collate), pin)
 
 
@@ -387,19 +448,47 @@ def _dataloader(dataset: IterableDataset, num_workers: int, pin: bool, prefetch:
         dataset.warm()  # the workers fork with the loader's libraries and kernels loaded (_Stream.warm)
     # Own generator: creating a loader iterator must not consume the global torch RNG (dropout), or a
     # resumed run would draw different dropout masks than the uninterrupted one.
-    return Loader(DataLoader(dataset, batch_size=None, num_workers=num_workers, pin_memory=pin,
-                             generator=torch.Generator(), persistent_workers=num_workers > 0,
-                             prefetch_factor=prefetch if num_workers else None))
+    return Loader(
+        DataLoader(
+            dataset,
+            batch_size=None,
+            num_workers=num_workers,
+            pin_memory=pin,
+            generator=torch.Generator(),
+            persistent_workers=num_workers > 0,
+            prefetch_factor=prefetch if num_workers else None,
+        )
+    )
 
 
-def train_loader(manifest: dict, epoch: int, rank: int, world_size: int, data_cfg, *, start: int = 0,
-                 fraction: float = 1.0, collate=None, pin: bool = False) -> tuple[Loader, EpochPlan]:
+def train_loader(
+    manifest: dict,
+    epoch: int,
+    rank: int,
+    world_size: int,
+    data_cfg,
+    *,
+    start: int = 0,
+    fraction: float = 1.0,
+    collate=None,
+    pin: bool = False,
+) -> tuple[Loader, EpochPlan]:
     """(this rank's persistent training loader, set to batches start..C-1 of `epoch`; the epoch plan).
     Call iter() on the loader after this and before asking for another job."""
     n_max, workers = int(manifest["n_max"]), data_cfg.num_workers
     prefetch = prefetch_depth(n_max, data_cfg.token_budget, data_cfg)
-    plan = plan_epoch(manifest, epoch, world_size, workers, data_cfg.token_budget, data_cfg.max_samples,
-                      data_cfg.seed, fraction, data_cfg.orderings)
+    plan = plan_epoch(
+        manifest,
+        epoch,
+        world_size,
+        workers,
+        data_cfg.token_budget,
+        data_cfg.max_samples,
+        data_cfg.seed,
+        fraction,
+        data_cfg.orderings,
+    )
+
     def make() -> Loader:
         stream = TrainStream(manifest, rank, world_size, data_cfg, workers, collate)
         stream.set_job(epoch, min(start, plan.batches), plan.batches)  # what warm() reads
@@ -410,11 +499,13 @@ def train_loader(manifest: dict, epoch: int, rank: int, world_size: int, data_cf
     return loader, plan
 
 
-def eval_loader(manifest: dict, split: str, protocol: str, rank: int, world_size: int, data_cfg, *,
-                collate=None, pin: bool = False) -> Loader:
+def eval_loader(
+    manifest: dict, split: str, protocol: str, rank: int, world_size: int, data_cfg, *, collate=None, pin: bool = False
+) -> Loader:
     """This rank's persistent eval loader, set to the (split, protocol) eval set."""
     n_max, workers = int(manifest["n_max"]), data_cfg.num_workers
     budget, prefetch = eval_budget(n_max, data_cfg)
+
     def make() -> Loader:
         stream = EvalStream(manifest, rank, world_size, data_cfg, workers, collate, budget)
         stream.set_job(split, protocol)  # warm() reads this set, never another split

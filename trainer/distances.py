@@ -12,6 +12,7 @@ common/induce.py leaves it out), every context node i gets (du, dv):
 The subgraph comes as local edges (edge_ptr (B+1,), edges (E, 2), each undirected edge once) or as a dense
 (B, Lc, Lc) 0/1 matrix, the two forms trainer/packing.py carries.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -95,8 +96,12 @@ def _dense_kernel(node_ptr, adj, out):
         _fill(node_ptr[b], n, ptr, nbr, out)
 
 
-def pair_distances(node_ptr: np.ndarray, edge_ptr: np.ndarray | None = None, edges: np.ndarray | None = None,
-                   dense: np.ndarray | None = None) -> np.ndarray:
+def pair_distances(
+    node_ptr: np.ndarray,
+    edge_ptr: np.ndarray | None = None,
+    edges: np.ndarray | None = None,
+    dense: np.ndarray | None = None,
+) -> np.ndarray:
     """(sum N_b, 2) int64 (du, dv) of every node of every link (module docstring), from local edges
     (edge_ptr, edges) or a dense (B, Lc, Lc) adjacency (the target entry, if set, is ignored)."""
     node_ptr = np.ascontiguousarray(node_ptr, dtype=np.int64)
@@ -109,7 +114,10 @@ def pair_distances(node_ptr: np.ndarray, edge_ptr: np.ndarray | None = None, edg
     if dense is not None:
         _dense_kernel(node_ptr, np.ascontiguousarray(dense, dtype=np.uint8), out)
     else:
-        _edges_kernel(node_ptr, np.ascontiguousarray(edge_ptr, dtype=np.int64),
-                      np.ascontiguousarray(np.asarray(edges).reshape(-1, 2), dtype=np.int64), out)
+        _edges_kernel(
+            node_ptr,
+            np.ascontiguousarray(edge_ptr, dtype=np.int64),
+            np.ascontiguousarray(np.asarray(edges).reshape(-1, 2), dtype=np.int64),
+            out,
+        )
     return out
-

@@ -4,6 +4,7 @@ Under torchrun (RANK / WORLD_SIZE / LOCAL_RANK set) a process group is created: 
 CPU. Without torchrun the trainer is a single process and no process group exists; every helper here
 is then a no-op, so the training code has one path.
 """
+
 from __future__ import annotations
 
 import logging
@@ -39,13 +40,17 @@ def check_ranks_per_gpu(local_world_size: int, gpus: int) -> None:
     """NCCL refuses two ranks on one GPU (and sharing one would only slow both): fail up front, in one
     line, instead of a NCCL error after start-up. Policy: one rank per GPU, or gloo on CPU."""
     if local_world_size > gpus:
-        raise ConfigError(f"--nproc-per-node: {local_world_size} ranks on this node but {gpus} GPU(s); NCCL needs "
-                          f"one GPU per rank: use --nproc-per-node {gpus}, or --device cpu for gloo ranks")
+        raise ConfigError(
+            f"--nproc-per-node: {local_world_size} ranks on this node but {gpus} GPU(s); NCCL needs "
+            f"one GPU per rank: use --nproc-per-node {gpus}, or --device cpu for gloo ranks"
+        )
 
 
 def resolve_device(name: str, local_rank: int, local_world_size: int = 1) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device: cuda requested but CUDA is not available on this machine; use --device cpu or auto")
+        raise ConfigError(
+            "--device: cuda requested but CUDA is not available on this machine; use --device cpu or auto"
+        )
     if name == "cuda" or (name == "auto" and torch.cuda.is_available()):
         check_ranks_per_gpu(local_world_size, torch.cuda.device_count())
         torch.cuda.set_device(local_rank)

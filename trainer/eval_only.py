@@ -7,6 +7,7 @@ instead of training seed 0 again, the final seed evaluates those weights: valid 
 --save-scores, the scores too), the summary at the weights' epoch. No last.pt is written: there is no
 optimiser state to continue from, so a longer run of that folder starts afresh (--overwrite).
 """
+
 from __future__ import annotations
 
 import json

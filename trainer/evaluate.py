@@ -12,6 +12,7 @@ would hang when ranks hold different numbers of eval batches. Scores come from t
 (trainer/scoring.py), in fp32, never under bf16 autocast: bf16 logits keep ~3 significant digits, so a
 positive would tie with some of its 500 hard negatives (HeaRT) and the rank would depend on rounding.
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,8 +35,10 @@ def eval_entry(manifest: dict, split: str, protocol: str) -> dict:
     evals = manifest.get("eval", {})
     if key not in evals:
         have = ", ".join(sorted(evals)) or "none"
-        raise ShardError(f"{manifest['root']}: no eval set '{key}' in the manifest (has: {have}); "
-                         "pick another --protocol / --eval-splits or rebuild the shards with it")
+        raise ShardError(
+            f"{manifest['root']}: no eval set '{key}' in the manifest (has: {have}); "
+            "pick another --protocol / --eval-splits or rebuild the shards with it"
+        )
     return evals[key]
 
 
@@ -44,18 +47,23 @@ def selection_metric(manifest: dict, protocol: str) -> str:
     return eval_entry(manifest, "valid", protocol).get("metric", "mrr")
 
 
-def scores_to_metrics(manifest: dict, split: str, protocol: str, cid: np.ndarray, score: np.ndarray,
-                      label: np.ndarray | None = None) -> dict:
+def scores_to_metrics(
+    manifest: dict, split: str, protocol: str, cid: np.ndarray, score: np.ndarray, label: np.ndarray | None = None
+) -> dict:
     """Look scores up by cid through the eval set's queries and compute the protocol's metrics; on a
     regression set (preprocess --targets) RMSE / MAE of every candidate's score against its label."""
     entry = eval_entry(manifest, split, protocol)
     if manifest.get("targets"):
         if label is None or len(cid) != entry["candidates"]:
-            raise ShardError(f"{manifest['root']}: eval set {split}/{protocol}: {len(cid)} of {entry['candidates']} "
-                             "candidates scored; the shard set is incomplete, rebuild it")
+            raise ShardError(
+                f"{manifest['root']}: eval set {split}/{protocol}: {len(cid)} of {entry['candidates']} "
+                "candidates scored; the shard set is incomplete, rebuild it"
+            )
         return regression_metrics(score, label)
-    pos_cid, neg_cid = load_queries(f"{manifest['root']}/{entry['queries']}",  # root may be a URL
-                                    sha256=manifest["files"][entry["queries"]]["sha256"])
+    pos_cid, neg_cid = load_queries(
+        f"{manifest['root']}/{entry['queries']}",  # root may be a URL
+        sha256=manifest["files"][entry["queries"]]["sha256"],
+    )
     size = int(max(cid.max(initial=-1), pos_cid.max(initial=-1), neg_cid.max(initial=-1))) + 1
     table = np.full(size, np.nan, dtype=score.dtype if score.dtype.kind == "f" else np.float64)
     scored = np.zeros(size, dtype=bool)
@@ -63,8 +71,10 @@ def scores_to_metrics(manifest: dict, split: str, protocol: str, cid: np.ndarray
     scored[cid] = True
     missing = int((~scored[pos_cid]).sum() + (~scored[neg_cid]).sum())
     if missing:
-        raise ShardError(f"{manifest['root']}: eval set {split}/{protocol}: {missing} query entries point at "
-                         "candidates no shard holds; the shard set is incomplete, rebuild it")
+        raise ShardError(
+            f"{manifest['root']}: eval set {split}/{protocol}: {missing} query entries point at "
+            "candidates no shard holds; the shard set is incomplete, rebuild it"
+        )
     return protocol_metrics(protocol, table[pos_cid], table[neg_cid])
 
 
@@ -83,12 +93,20 @@ def score_eval_set(model: torch.nn.Module, loader, device: torch.device) -> tupl
     return torch.cat(cids), torch.cat(scores), torch.cat(labels)
 
 
-def evaluate_split(model: torch.nn.Module, manifest: dict, split: str, protocol: str, data_cfg,
-                   info: distributed.DistInfo, keep: dict | None = None) -> dict:
+def evaluate_split(
+    model: torch.nn.Module,
+    manifest: dict,
+    split: str,
+    protocol: str,
+    data_cfg,
+    info: distributed.DistInfo,
+    keep: dict | None = None,
+) -> dict:
     """Metrics of one (split, protocol) eval set; every rank must call it (it all-gathers). With `keep`,
     the gathered (cid, score) arrays also go to keep[(split, protocol)] (trainer --save-scores)."""
-    loader = eval_loader(manifest, split, protocol, info.rank, info.world_size, data_cfg,
-                         pin=info.device.type == "cuda")
+    loader = eval_loader(
+        manifest, split, protocol, info.rank, info.world_size, data_cfg, pin=info.device.type == "cuda"
+    )
     cid, score, label = (distributed.all_gather_cat(t, info) for t in score_eval_set(model, loader, info.device))
     if keep is not None:
         keep[(split, protocol)] = (cid.numpy(), score.numpy())

@@ -15,6 +15,7 @@ node pairs (fresh each step). Evaluation encodes each split's graph (`dataset.gr
 ranks every distinct candidate with `common.metrics.evaluate`, so numbers are comparable with PENCIL's;
 the run keeps the epoch with the best validation metric and reports test there.
 """
+
 from __future__ import annotations
 
 import logging
@@ -92,8 +93,10 @@ class GNNLinkPredictor(nn.Module):
         super().__init__()
         self.cfg = cfg
         dims = [in_features] + [cfg.hidden] * cfg.layers
-        self.convs = nn.ModuleList(_conv(cfg.encoder, a, b, cfg.heads, i == cfg.layers - 1)
-                                   for i, (a, b) in enumerate(zip(dims[:-1], dims[1:])))
+        self.convs = nn.ModuleList(
+            _conv(cfg.encoder, a, b, cfg.heads, i == cfg.layers - 1)
+            for i, (a, b) in enumerate(zip(dims[:-1], dims[1:]))
+        )
         if cfg.decoder == "mlp":
             mlp: list[nn.Module] = []
             for _ in range(cfg.decoder_layers - 1):
@@ -147,18 +150,26 @@ def evaluate_split(model: GNNLinkPredictor, dataset: LinkDataset, x: torch.Tenso
     uniq, inverse = unique_pairs(np.concatenate([pos.reshape(-1, 2), neg.reshape(-1, 2)]))
     scores = model.decode(h, torch.from_numpy(uniq).to(x.device)).float().cpu().numpy()
     flat = scores[inverse]
-    return evaluate(protocol, flat[: len(pos)], flat[len(pos):].reshape(neg.shape[:-1]))
+    return evaluate(protocol, flat[: len(pos)], flat[len(pos) :].reshape(neg.shape[:-1]))
 
 
-def fit(dataset: LinkDataset, cfg: GNNConfig, protocols: list[str], seed: int, device: str | None = None,
-        keep_model: bool = False) -> dict:
+def fit(
+    dataset: LinkDataset,
+    cfg: GNNConfig,
+    protocols: list[str],
+    seed: int,
+    device: str | None = None,
+    keep_model: bool = False,
+) -> dict:
     """Train one seed, evaluating every protocol on the same training run (they share the training set).
 
     Returns {protocol: {best_epoch, valid, test (at that protocol's best validation epoch), ...}} plus
     "history" and run facts; model selection is per protocol, on its own validation metric. keep_model:
     also "model" (at the first protocol's best validation epoch, eval mode) and "inputs_tensor" (its x).
     """
-    device = torch.device("cuda" if device == "cuda" or (device in (None, "auto") and torch.cuda.is_available()) else "cpu")
+    device = torch.device(
+        "cuda" if device == "cuda" or (device in (None, "auto") and torch.cuda.is_available()) else "cpu"
+    )
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     x = node_inputs(dataset, cfg.use_features, device)
@@ -166,8 +177,10 @@ def fit(dataset: LinkDataset, cfg: GNNConfig, protocols: list[str], seed: int, d
     model = GNNLinkPredictor(cfg, x.shape[1]).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     pos_all = train_positives(dataset)
-    best = {p: {"best_epoch": None, "valid": None, "test": None, "selection_metric": dataset.selection_metric(p)}
-            for p in protocols}
+    best = {
+        p: {"best_epoch": None, "valid": None, "test": None, "selection_metric": dataset.selection_metric(p)}
+        for p in protocols
+    }
     history, t0, kept = [], time.perf_counter(), None
     for epoch in range(1, cfg.epochs + 1):
         loss = _train_epoch(model, opt, x, ei, pos_all, dataset.num_nodes, cfg.batch_size, rng)
@@ -184,12 +197,25 @@ def fit(dataset: LinkDataset, cfg: GNNConfig, protocols: list[str], seed: int, d
                 record[p]["test"] = test
                 if keep_model and p == protocols[0]:
                     kept = {k: t.detach().clone() for k, t in model.state_dict().items()}
-            log.info("%s seed %d epoch %d: loss %.4f %s valid %s %.2f", cfg.encoder, seed, epoch, loss, p, metric,
-                     100 * valid[metric])
+            log.info(
+                "%s seed %d epoch %d: loss %.4f %s valid %s %.2f",
+                cfg.encoder,
+                seed,
+                epoch,
+                loss,
+                p,
+                metric,
+                100 * valid[metric],
+            )
         history.append(record)
-    out = {"protocols": best, "history": history, "train_time_s": time.perf_counter() - t0,
-           "num_parameters": sum(q.numel() for q in model.parameters()), "config": cfg.to_dict(),
-           "inputs": "features" if x.shape[1] > 1 else "constant"}
+    out = {
+        "protocols": best,
+        "history": history,
+        "train_time_s": time.perf_counter() - t0,
+        "num_parameters": sum(q.numel() for q in model.parameters()),
+        "config": cfg.to_dict(),
+        "inputs": "features" if x.shape[1] > 1 else "constant",
+    }
     if keep_model:
         model.load_state_dict(kept)
         out.update(model=model.eval(), inputs_tensor=x)
@@ -202,7 +228,7 @@ def _train_epoch(model, opt, x, ei, pos_all: np.ndarray, num_nodes: int, batch_s
     order = rng.permutation(len(pos_all))
     total, steps = 0.0, 0
     for s in range(0, len(order), batch_size):
-        pos = torch.from_numpy(pos_all[order[s:s + batch_size]]).to(x.device)
+        pos = torch.from_numpy(pos_all[order[s : s + batch_size]]).to(x.device)
         neg = torch.randint(0, num_nodes, pos.shape, device=x.device)  # uniform pairs, as HeaRT trains
         h = model.encode(x, ei)  # full graph every step: dropout differs per step
         logits = model.decode(h, torch.cat([pos, neg]))
@@ -219,8 +245,18 @@ def count_parameters(cfg: GNNConfig, in_features: int) -> int:
     return sum(p.numel() for p in GNNLinkPredictor(cfg, in_features).parameters())
 
 
-__all__ = ["GNNConfig", "GNNConfigError", "GNNLinkPredictor", "fit", "evaluate_split", "edge_index",
-           "node_inputs", "ENCODERS", "DECODERS", "count_parameters"]
+__all__ = [
+    "GNNConfig",
+    "GNNConfigError",
+    "GNNLinkPredictor",
+    "fit",
+    "evaluate_split",
+    "edge_index",
+    "node_inputs",
+    "ENCODERS",
+    "DECODERS",
+    "count_parameters",
+]
 
 
 # ---------------------------------------------------------------------------- pairwise heuristic estimation
@@ -238,8 +274,9 @@ class SubgraphBatch:
     target: torch.Tensor  # (B,) float32 regression targets
 
 
-def subgraph_batch(node_ptr: np.ndarray, edge_ptr: np.ndarray, edges: np.ndarray, target: np.ndarray,
-                   device) -> SubgraphBatch:
+def subgraph_batch(
+    node_ptr: np.ndarray, edge_ptr: np.ndarray, edges: np.ndarray, target: np.ndarray, device
+) -> SubgraphBatch:
     """From a block's (node_ptr (B+1,), edge_ptr (B+1,), local edges (E, 2), targets (B,)): offsets each
     link's local ids by its first node's position, vectorised over the block."""
     node_ptr = np.asarray(node_ptr, dtype=np.int64)
@@ -247,9 +284,12 @@ def subgraph_batch(node_ptr: np.ndarray, edge_ptr: np.ndarray, edges: np.ndarray
     e = np.asarray(edges, dtype=np.int64).reshape(-1, 2) + offset[:, None]
     ei = np.concatenate([e, e[:, ::-1]]).T
     start = node_ptr[:-1] - node_ptr[0]
-    return SubgraphBatch(int(node_ptr[-1] - node_ptr[0]), torch.from_numpy(np.ascontiguousarray(ei)).to(device),
-                         torch.from_numpy(np.stack([start, start + 1], axis=1)).to(device),
-                         torch.as_tensor(target, dtype=torch.float32).to(device))
+    return SubgraphBatch(
+        int(node_ptr[-1] - node_ptr[0]),
+        torch.from_numpy(np.ascontiguousarray(ei)).to(device),
+        torch.from_numpy(np.stack([start, start + 1], axis=1)).to(device),
+        torch.as_tensor(target, dtype=torch.float32).to(device),
+    )
 
 
 class SubgraphRegressor(nn.Module):
@@ -274,8 +314,14 @@ class SubgraphRegressor(nn.Module):
         return self.head(torch.cat([h[b.query[:, 0]], h[b.query[:, 1]]], dim=1)).squeeze(-1)
 
 
-def fit_regression(cfg: GNNConfig, mark_query: bool, train: list[SubgraphBatch], valid: list[SubgraphBatch],
-                   test: list[SubgraphBatch], seed: int) -> dict:
+def fit_regression(
+    cfg: GNNConfig,
+    mark_query: bool,
+    train: list[SubgraphBatch],
+    valid: list[SubgraphBatch],
+    test: list[SubgraphBatch],
+    seed: int,
+) -> dict:
     """MSE training over pre-built batches (shuffled per epoch); RMSE on valid every eval_every epochs,
     test RMSE at the best (lowest) validation RMSE."""
     torch.manual_seed(seed)

@@ -2,6 +2,7 @@
 training batches a worker may keep in flight beside its shuffle pool, and how large evaluation batches may be.
 See trainer/data.py ("Memory") for the policy; these are its numbers.
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,10 +34,12 @@ def prefetch_depth(n_max: int, token_budget: int, data_cfg) -> int:
     fits = (total - pool) // per_batch - 1  # one batch is being built while the others wait
     if fits < 1:
         need = (pool + 2 * per_batch) / 2**20
-        raise ConfigError(f"--loader-memory-mb {data_cfg.loader_memory_mb}: a loader worker needs about {need:.0f} MB "
-                          f"({SHUFFLE_PEAK} x --shuffle-buffer-mb {data_cfg.shuffle_buffer_mb} + 2 batches of "
-                          f"--token-budget {token_budget} at N_max {n_max}, {per_batch / 2**20:.1f} MB each); raise "
-                          "--loader-memory-mb or lower --shuffle-buffer-mb / --token-budget")
+        raise ConfigError(
+            f"--loader-memory-mb {data_cfg.loader_memory_mb}: a loader worker needs about {need:.0f} MB "
+            f"({SHUFFLE_PEAK} x --shuffle-buffer-mb {data_cfg.shuffle_buffer_mb} + 2 batches of "
+            f"--token-budget {token_budget} at N_max {n_max}, {per_batch / 2**20:.1f} MB each); raise "
+            "--loader-memory-mb or lower --shuffle-buffer-mb / --token-budget"
+        )
     return int(min(MAX_PREFETCH, fits))
 
 
@@ -49,9 +52,15 @@ def eval_budget(n_max: int, data_cfg) -> tuple[int, int]:
     budget = min(data_cfg.eval_token_budget, total // (2 * per_token))  # >= 2 batches: one built, one waiting
     one = data_cfg.orderings * (n_max + 2)  # one link, all its LRP copies
     if budget < one:
-        raise ConfigError(f"--loader-memory-mb {data_cfg.loader_memory_mb}: too small for evaluation batches of one "
-                          f"link at N_max {n_max} (about {2 * one * per_token / 2**20:.0f} MB); raise it")
+        raise ConfigError(
+            f"--loader-memory-mb {data_cfg.loader_memory_mb}: too small for evaluation batches of one "
+            f"link at N_max {n_max} (about {2 * one * per_token / 2**20:.0f} MB); raise it"
+        )
     if budget < data_cfg.eval_token_budget:
-        log.info("eval batches capped at %d tokens (--eval-token-budget %d) to stay within --loader-memory-mb %d",
-                 budget, data_cfg.eval_token_budget, data_cfg.loader_memory_mb)
+        log.info(
+            "eval batches capped at %d tokens (--eval-token-budget %d) to stay within --loader-memory-mb %d",
+            budget,
+            data_cfg.eval_token_budget,
+            data_cfg.loader_memory_mb,
+        )
     return int(budget), int(min(MAX_PREFETCH, total // (budget * per_token) - 1))

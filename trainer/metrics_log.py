@@ -1,10 +1,13 @@
 """Metrics out: JSON lines (always, on rank 0) and TensorBoard (when it is installed).
 
 metrics.jsonl holds one object per line, e.g.
-    {"event": "train", "step": 120, "epoch": 3, "loss": 0.41, "lr": 0.0005, "samples_per_s": ..., "tokens_per_s": ..., "time": ...}
-    {"event": "eval", "step": 120, "epoch": 3, "split": "valid", "protocol": "original", "mrr": ..., "hits@1": ..., "auc": ..., "ap": ...}
+    {"event": "train", "step": 120, "epoch": 3, "loss": 0.41, "lr": 0.0005, "samples_per_s": ...,
+     "tokens_per_s": ..., "time": ...}
+    {"event": "eval", "step": 120, "epoch": 3, "split": "valid", "protocol": "original", "mrr": ...,
+     "hits@1": ..., "auc": ..., "ap": ...}
 Other ranks get a disabled logger, so callers never branch on the rank.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,8 +25,15 @@ def progress_bar(epoch: int, total: int, done: int, enabled: bool):
     """The epoch's tqdm bar (steps), shown on rank 0 with --progress only."""
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, initial=done, desc=f"epoch {epoch}", unit="step", dynamic_ncols=True,
-                disable=not enabled, leave=False)
+    return tqdm(
+        total=total,
+        initial=done,
+        desc=f"epoch {epoch}",
+        unit="step",
+        dynamic_ncols=True,
+        disable=not enabled,
+        leave=False,
+    )
 
 
 def _tensorboard(run_dir: Path, purge_step: int | None = None):
@@ -57,8 +67,9 @@ def truncate_after(path: Path, step: int) -> int:
 
 
 class MetricsLog:
-    def __init__(self, run_dir: str | Path, enabled: bool = True, tensorboard: bool = True,
-                 resume_step: int | None = None):
+    def __init__(
+        self, run_dir: str | Path, enabled: bool = True, tensorboard: bool = True, resume_step: int | None = None
+    ):
         """resume_step: the step of the checkpoint a run resumes from; later records are dropped first."""
         self.enabled = enabled
         self.path = Path(run_dir) / "metrics.jsonl"
@@ -67,8 +78,9 @@ class MetricsLog:
         if enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if resume_step is not None and (dropped := truncate_after(self.path, resume_step)):
-                log.info("metrics.jsonl: dropped %d record(s) written after the checkpoint's step %d",
-                         dropped, resume_step)
+                log.info(
+                    "metrics.jsonl: dropped %d record(s) written after the checkpoint's step %d", dropped, resume_step
+                )
             self._file = open(self.path, "a", buffering=1)  # line-buffered: a killed run keeps its lines
             purge = None if resume_step is None else resume_step + 1
             self._tb = _tensorboard(self.path.parent, purge) if tensorboard else None

@@ -9,6 +9,7 @@ Shapes: T tokens in the packed batch (PackedBatch), B samples, d hidden, n = n_m
 
 See docs/design.md and the paper's Section 3 / Appendix A.
 """
+
 from __future__ import annotations
 
 import os
@@ -85,9 +86,16 @@ class ModelConfig:
         """From a common.presets.Preset (or its name); keyword overrides win (e.g. num_features=…)."""
         if isinstance(preset, str):
             from common.presets import get_preset
+
             preset = get_preset(preset)
-        base = dict(n_max=preset.n_max, hidden=preset.hidden, layers=preset.layers, heads=preset.heads,
-                    ffn=preset.ffn, dropout=preset.dropout)
+        base = dict(
+            n_max=preset.n_max,
+            hidden=preset.hidden,
+            layers=preset.layers,
+            heads=preset.heads,
+            ffn=preset.ffn,
+            dropout=preset.dropout,
+        )
         known = {f.name for f in fields(cls)}
         if bad := sorted(set(overrides) - known):
             raise ValueError(f"ModelConfig.from_preset: unknown field(s) {bad}")
@@ -104,8 +112,11 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.bert = BertLayer(bert_config(cfg.hidden, cfg.heads, cfg.ffn, cfg.dropout))
-        self.prop = (nn.Sequential(nn.Linear(cfg.hidden, cfg.hidden), nn.GELU())  # P_k, row-wise
-                     if cfg.residual else None)
+        self.prop = (
+            nn.Sequential(nn.Linear(cfg.hidden, cfg.hidden), nn.GELU())  # P_k, row-wise
+            if cfg.residual
+            else None
+        )
 
     def forward(self, h: torch.Tensor, ctx: AttentionContext, graph: "Propagation") -> torch.Tensor:
         z = bert_layer(self.bert, h, ctx)  # (T, d)
@@ -183,12 +194,11 @@ class Pencil(nn.Module):
         self.wpe = nn.Embedding(n + 2, d) if cfg.wpe else None
         if self.wpe is not None:
             nn.init.normal_(self.wpe.weight, std=0.02)
-        self.features = (nn.Sequential(nn.Linear(cfg.num_features, d), nn.GELU())
-                         if cfg.num_features else None)  # G
+        self.features = nn.Sequential(nn.Linear(cfg.num_features, d), nn.GELU()) if cfg.num_features else None  # G
         # Hop distances to u and v, one learned vector per clipped (du, dv) pair, at W0's row scale (norm ~1)
         self.distance = nn.Embedding((cfg.distances + 2) ** 2, d) if cfg.distances else None
         if self.distance is not None:
-            nn.init.normal_(self.distance.weight, std=d ** -0.5)
+            nn.init.normal_(self.distance.weight, std=d**-0.5)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
         # LRP-k (paper appendix "Effect of Multiple Labeled Subgraphs"): DeepSets over the k labeled subgraphs
         # of a link, rho(mean_j phi(pair_j)) with phi = Linear + GELU and rho = the head. Absent for k = 1.
@@ -206,7 +216,9 @@ class Pencil(nn.Module):
         if self.features is None:
             raise ValueError("attach_features: the model was built with num_features = 0")
         if table.ndim != 2 or table.shape[1] != self.cfg.num_features:
-            raise ValueError(f"attach_features: expected an (N, {self.cfg.num_features}) table, got {tuple(table.shape)}")
+            raise ValueError(
+                f"attach_features: expected an (N, {self.cfg.num_features}) table, got {tuple(table.shape)}"
+            )
         self.node_table = table.to(self.w0.device, torch.float32)
         return self
 
@@ -248,11 +260,13 @@ class Pencil(nn.Module):
         if batch.n_max > n:
             raise ValueError(f"batch was packed for n_max = {batch.n_max} > model n_max = {n}")
         h = F.embedding(batch.local_id, w0) + F.embedding(2 * n + batch.role, w0)  # one-hot id + role flag
-        h = h + adjacency_embedding(batch, w0[n:2 * n])  # adjacency row (sparse or dense form, by batch)
+        h = h + adjacency_embedding(batch, w0[n : 2 * n])  # adjacency row (sparse or dense form, by batch)
         if self.distance is not None:
             if batch.dist is None:
-                raise ValueError("the model reads hop distances (distances > 0) but the batch carries none; "
-                                 "pack it with distances (BatchPacker(distances=True))")
+                raise ValueError(
+                    "the model reads hop distances (distances > 0) but the batch carries none; "
+                    "pack it with distances (BatchPacker(distances=True))"
+                )
             h = h + self.distance(distance_rows(batch.dist, self.cfg.distances))
         if node_features is None:
             node_features = self.node_table
@@ -260,8 +274,10 @@ class Pencil(nn.Module):
             if node_features is None:
                 raise ValueError(f"model has num_features = {self.cfg.num_features} but no node_features were given")
             if node_features.shape[-1] != self.cfg.num_features:
-                raise ValueError(f"node_features have {node_features.shape[-1]} columns, "
-                                 f"model expects num_features = {self.cfg.num_features}")
+                raise ValueError(
+                    f"node_features have {node_features.shape[-1]} columns, "
+                    f"model expects num_features = {self.cfg.num_features}"
+                )
             x = node_features[batch.node.to(node_features.device)].to(h.device)  # task tokens copy u / v
             h = h + self.features(x.to(self.features[0].weight.dtype))
         elif node_features is not None:
@@ -313,8 +329,9 @@ def model_for_shards(preset, overrides: dict, manifest: dict) -> Pencil:
     table = load_features(manifest) if use_features else None
     num_features = 0 if table is None else int(table.shape[1])
     task = "regression" if manifest.get("targets") else "classification"
-    cfg = ModelConfig.from_preset(preset, **{**overrides, "n_max": int(manifest["n_max"]), "num_features": num_features,
-                                            "task": task})
+    cfg = ModelConfig.from_preset(
+        preset, **{**overrides, "n_max": int(manifest["n_max"]), "num_features": num_features, "task": task}
+    )
     model = Pencil(cfg)
     if table is not None:
         model.attach_features(torch.from_numpy(table))

@@ -17,6 +17,7 @@ wins both in memory and in compute there (trainer/propagation.py).
 Everything is vectorised numpy over the whole batch: pack() never loops over samples, tokens or edges,
 because it runs in the loader's hot path. pack_samples() is a convenience for hand-built test samples.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
@@ -75,11 +76,11 @@ class PackedBatch:
     @property
     def link_label(self) -> torch.Tensor:
         """(L,) one label per link (its copies share it)."""
-        return self.label if self.copies == 1 else self.label[::self.copies]
+        return self.label if self.copies == 1 else self.label[:: self.copies]
 
     @property
     def link_cid(self) -> torch.Tensor:
-        return self.cid if self.copies == 1 else self.cid[::self.copies]
+        return self.cid if self.copies == 1 else self.cid[:: self.copies]
 
     @property
     def num_messages(self) -> int:
@@ -90,8 +91,9 @@ class PackedBatch:
         return self.adj_dense is not None
 
     def _map(self, fn) -> "PackedBatch":
-        return PackedBatch(**{f.name: (fn(v) if isinstance(v := getattr(self, f.name), torch.Tensor) else v)
-                              for f in fields(self)})
+        return PackedBatch(
+            **{f.name: (fn(v) if isinstance(v := getattr(self, f.name), torch.Tensor) else v) for f in fields(self)}
+        )
 
     def to(self, device, non_blocking: bool = False) -> "PackedBatch":
         return self._map(lambda t: t.to(device, non_blocking=non_blocking))
@@ -117,8 +119,9 @@ class WireBatch:
     arrays: dict
 
     def unwrap(self) -> PackedBatch:
-        return PackedBatch(**{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
-                              for k, v in self.arrays.items()})
+        return PackedBatch(
+            **{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in self.arrays.items()}
+        )
 
     def pin_memory(self) -> PackedBatch:  # DataLoader's pin-memory thread calls this (CUDA runs)
         return self.unwrap().pin_memory()
@@ -126,8 +129,9 @@ class WireBatch:
 
 def for_transfer(batch: PackedBatch) -> "WireBatch | PackedBatch":
     """What a loader worker sends: a small batch as numpy arrays (pickled by value), a large one as is."""
-    arrays = {f.name: (v.numpy() if isinstance(v := getattr(batch, f.name), torch.Tensor) else v)
-              for f in fields(batch)}
+    arrays = {
+        f.name: (v.numpy() if isinstance(v := getattr(batch, f.name), torch.Tensor) else v) for f in fields(batch)
+    }
     size = sum(a.nbytes for a in arrays.values() if isinstance(a, np.ndarray))
     return WireBatch(arrays) if size <= BY_VALUE_MAX_BYTES else batch
 
@@ -136,9 +140,19 @@ def _fail(what: str, cid: np.ndarray, sample: int, detail: str):
     raise ValueError(f"pack: sample {sample} (cid {int(cid[sample])}): {what}: {detail}")
 
 
-def pack(node_ptr: np.ndarray, nodes: np.ndarray, label: np.ndarray, cid: np.ndarray, n_max: int, *,
-         edge_ptr: np.ndarray | None = None, edges: np.ndarray | None = None, dense: np.ndarray | None = None,
-         strict: bool = False, dist: np.ndarray | None = None) -> PackedBatch:
+def pack(
+    node_ptr: np.ndarray,
+    nodes: np.ndarray,
+    label: np.ndarray,
+    cid: np.ndarray,
+    n_max: int,
+    *,
+    edge_ptr: np.ndarray | None = None,
+    edges: np.ndarray | None = None,
+    dense: np.ndarray | None = None,
+    strict: bool = False,
+    dist: np.ndarray | None = None,
+) -> PackedBatch:
     """Pack a batch given as arrays: node_ptr (B+1,) offsets into nodes (global ids, local-id order),
     label (B,), cid (B,), and its graph either as local edges (edge_ptr (B+1,), edges (E, 2), each
     undirected edge once, any orientation) or as dense (B, Lc, Lc) 0/1 adjacency (Lc >= max N_b).
@@ -190,11 +204,20 @@ def pack(node_ptr: np.ndarray, nodes: np.ndarray, label: np.ndarray, cid: np.nda
     if dist is not None and np.shape(dist) != (len(nodes), 2):
         raise ValueError(f"pack: dist must be (sum N_b = {len(nodes)}, 2), got {np.shape(dist)}")
     return PackedBatch(
-        local_id=t(local_id), role=t(is_task.astype(np.int64)), node=t(node),
-        cu_seqlens=t(cu.astype(np.int32)), max_seqlen=int(seqlen.max()),
-        adj_src=t(adj_src), adj_dst=t(adj_dst), task_index=t(task_index),
-        label=t(np.asarray(label, dtype=np.float32).copy()), cid=t(cid.copy()), n_max=int(n_max),
-        adj_dense=adj_dense, dist=None if dist is None else t(np.asarray(dist, dtype=np.int64)[node_ptr[seg] + local_id]))
+        local_id=t(local_id),
+        role=t(is_task.astype(np.int64)),
+        node=t(node),
+        cu_seqlens=t(cu.astype(np.int32)),
+        max_seqlen=int(seqlen.max()),
+        adj_src=t(adj_src),
+        adj_dst=t(adj_dst),
+        task_index=t(task_index),
+        label=t(np.asarray(label, dtype=np.float32).copy()),
+        cid=t(cid.copy()),
+        n_max=int(n_max),
+        adj_dense=adj_dense,
+        dist=None if dist is None else t(np.asarray(dist, dtype=np.int64)[node_ptr[seg] + local_id]),
+    )
 
 
 def _messages(edge_ptr, edges, n, cu, n_max, cid, strict) -> tuple[np.ndarray, np.ndarray]:
@@ -209,12 +232,20 @@ def _messages(edge_ptr, edges, n, cu, n_max, cid, strict) -> tuple[np.ndarray, n
     a, b = edges[:, 0], edges[:, 1]
     bad = np.flatnonzero((a < 0) | (b < 0) | (a >= n_max) | (b >= n_max))
     if bad.size:
-        _fail("edge local id out of range", cid, eseg[bad[0]],
-              f"edge ({a[bad[0]]}, {b[bad[0]]}) has a local id outside [0, n_max = {n_max})")
+        _fail(
+            "edge local id out of range",
+            cid,
+            eseg[bad[0]],
+            f"edge ({a[bad[0]]}, {b[bad[0]]}) has a local id outside [0, n_max = {n_max})",
+        )
     ne = n[eseg]
     if (bad := np.flatnonzero((a >= ne) | (b >= ne))).size:
-        _fail("edge refers to a node that is not in the context", cid, eseg[bad[0]],
-              f"edge ({a[bad[0]]}, {b[bad[0]]}) with N = {n[eseg[bad[0]]]}")
+        _fail(
+            "edge refers to a node that is not in the context",
+            cid,
+            eseg[bad[0]],
+            f"edge ({a[bad[0]]}, {b[bad[0]]}) with N = {n[eseg[bad[0]]]}",
+        )
     if (bad := np.flatnonzero(a == b)).size:
         _fail("self-loop in the local edge list", cid, eseg[bad[0]], f"edge ({a[bad[0]]}, {b[bad[0]]})")
     if strict and len(edges):
@@ -232,8 +263,9 @@ def _messages(edge_ptr, edges, n, cu, n_max, cid, strict) -> tuple[np.ndarray, n
     return adj_src, adj_dst
 
 
-def pack_samples(samples: list[dict], n_max: int, strict: bool = False, dense: bool = False,
-                 distances: bool = False) -> PackedBatch:
+def pack_samples(
+    samples: list[dict], n_max: int, strict: bool = False, dense: bool = False, distances: bool = False
+) -> PackedBatch:
     """Convenience for hand-built samples ({cid, label, nodes (N,), edges (E, 2)}, tests and benches):
     concatenates them into arrays and calls pack(); dense=True gives the dense form of the same graph;
     distances=True adds each token's (du, dv) (trainer.distances)."""
@@ -263,8 +295,14 @@ class BatchPacker:
 
     One per process and graph: the Inducer's marker array is per-process scratch."""
 
-    def __init__(self, indptr: np.ndarray, indices: np.ndarray, n_max: int, min_density: float | None = None,
-                 distances: bool = False):
+    def __init__(
+        self,
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        n_max: int,
+        min_density: float | None = None,
+        distances: bool = False,
+    ):
         self.inducer = Inducer(indptr, indices)
         self.distances = bool(distances)  # also each token's hop distances to u and v (trainer.distances)
         self.graph = (indptr, indices)
@@ -326,8 +364,9 @@ def token_sample(batch: PackedBatch) -> torch.Tensor:
     """(T,) int64 index of the sample each token belongs to (on the batch's device)."""
     lens = (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).long()
     # output_size avoids a device->host sync on CUDA
-    return torch.repeat_interleave(torch.arange(batch.num_samples, device=lens.device), lens,
-                                   output_size=batch.num_tokens)
+    return torch.repeat_interleave(
+        torch.arange(batch.num_samples, device=lens.device), lens, output_size=batch.num_tokens
+    )
 
 
 def padded_positions(batch: PackedBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -354,10 +393,18 @@ def to_padded(batch: PackedBatch) -> PaddedBatch:
 
     flat = torch.arange(batch.num_tokens, device=dev)
     return PaddedBatch(
-        local_id=spread(batch.local_id, 0), role=spread(batch.role, 0), node=spread(batch.node, 0),
-        mask=mask, index=spread(flat, -1), pos=pos,
+        local_id=spread(batch.local_id, 0),
+        role=spread(batch.role, 0),
+        node=spread(batch.node, 0),
+        mask=mask,
+        index=spread(flat, -1),
+        pos=pos,
         task_index=batch.task_index - batch.cu_seqlens[:-1].long()[:, None],
-        adj_src=pos[batch.adj_src], adj_dst=pos[batch.adj_dst], label=batch.label, cid=batch.cid)
+        adj_src=pos[batch.adj_src],
+        adj_dst=pos[batch.adj_dst],
+        label=batch.label,
+        cid=batch.cid,
+    )
 
 
 def from_padded(x: torch.Tensor, padded: PaddedBatch) -> torch.Tensor:

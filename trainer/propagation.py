@@ -11,6 +11,7 @@ Both forms compute the same numbers (parity tests in tests/test_model.py, float6
 are scattered into a zero-padded (B, Lc, d) view, and every token, task tokens included (local id 0 or
 1), reads its result back from row (sample, local id).
 """
+
 from __future__ import annotations
 
 import torch

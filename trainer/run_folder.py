@@ -14,6 +14,7 @@
   first: a clear cut short by a kill leaves a folder that is still refused without --overwrite, never one
   that `--resume` would half-continue.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -67,11 +68,15 @@ def check_contents(out: Path, resume: bool, overwrite: bool) -> None:
         return
     held = ", ".join(found)
     if not resume:
-        raise ConfigError(f"--out {out} already holds a run ({held}); pass --resume to continue it, or --overwrite "
-                          "to delete it and start afresh (or choose another --out)")
+        raise ConfigError(
+            f"--out {out} already holds a run ({held}); pass --resume to continue it, or --overwrite "
+            "to delete it and start afresh (or choose another --out)"
+        )
     if "last.pt" not in found:
-        raise ConfigError(f"--resume: {out} holds a run ({held}) but no last.pt to continue from; pass --overwrite "
-                          "to delete it and start afresh (or choose another --out)")
+        raise ConfigError(
+            f"--resume: {out} holds a run ({held}) but no last.pt to continue from; pass --overwrite "
+            "to delete it and start afresh (or choose another --out)"
+        )
 
 
 def bound_data(manifest: dict) -> dict:
@@ -96,9 +101,11 @@ def data_label(data: dict) -> str:
 def check_same_data(saved: dict, manifest: dict, shards: str, out) -> None:
     """--resume continues a run only on the data it was trained on. `saved`: the checkpoint's data config."""
     if not same_data(saved, manifest, shards):
-        raise ConfigError(f"--resume: {out} was trained on other data ({data_label(saved)}) than --shards {shards} "
-                          f"({data_label(bound_data(manifest))}); pass --overwrite to start afresh on this data, "
-                          "or choose another --out")
+        raise ConfigError(
+            f"--resume: {out} was trained on other data ({data_label(saved)}) than --shards {shards} "
+            f"({data_label(bound_data(manifest))}); pass --overwrite to start afresh on this data, "
+            "or choose another --out"
+        )
 
 
 def clear(out: Path) -> list[str]:
@@ -132,8 +139,10 @@ def _lock(out: Path, what: str = "trainer", flag: str = "--out") -> int:
         if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             raise
         who = f"pid {holder}" if holder.isdigit() else "another process"
-        raise ConfigError(f"{flag} {out}: another {what} ({who}) is running in this folder; wait for it to end, "
-                          f"or choose another {flag}") from None
+        raise ConfigError(
+            f"{flag} {out}: another {what} ({who}) is running in this folder; wait for it to end, "
+            f"or choose another {flag}"
+        ) from None
     try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

@@ -11,6 +11,7 @@ never on the other pairs of its batch or on the batch size, so the same pair sco
 The sampler is passed in (`sample`): trainer never imports preprocess; the recipes
 hand it `preprocess.sampler.sample_subgraphs`.
 """
+
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -93,8 +94,9 @@ class PairSampler:
     """The CPU half of pair scoring: every pair's subgraph, per ordering, as blocks of links (no model).
     A Ray task runs this alone and ships the blocks to an actor that holds the model (pipelines.recommend)."""
 
-    def __init__(self, indptr: np.ndarray, indices: np.ndarray, sampling: tuple[int, int], sample: Sampler,
-                 seed: int = 0):
+    def __init__(
+        self, indptr: np.ndarray, indices: np.ndarray, sampling: tuple[int, int], sample: Sampler, seed: int = 0
+    ):
         self.indptr, self.indices, self.sampling = indptr, indices, tuple(sampling)
         self.sample, self.seed = sample, int(seed)
 
@@ -102,13 +104,28 @@ class PairSampler:
         pairs = np.ascontiguousarray(pairs, dtype=np.int64).reshape(-1, 2)
         d, n = self.sampling
         for lo in range(0, len(pairs), SAMPLE_CHUNK):
-            chunk = pairs[lo:lo + SAMPLE_CHUNK]
+            chunk = pairs[lo : lo + SAMPLE_CHUNK]
             src, dst = chunk[:, 0], chunk[:, 1]
-            sub = self.sample(self.indptr, self.indices, src, dst, d, n, self.seed, shuffle=True,
-                              link_seeds=pair_seeds(self.seed, ordering, src, dst))
+            sub = self.sample(
+                self.indptr,
+                self.indices,
+                src,
+                dst,
+                d,
+                n,
+                self.seed,
+                shuffle=True,
+                link_seeds=pair_seeds(self.seed, ordering, src, dst),
+            )
             # cid = the pair's position: it only places the outputs; LRP copies are keyed by the pair (PairScorer)
-            yield Block(np.arange(lo, lo + len(chunk), dtype=np.int64), src, dst, np.zeros(len(chunk), np.float32),
-                        sub.node_ptr, sub.nodes)
+            yield Block(
+                np.arange(lo, lo + len(chunk), dtype=np.int64),
+                src,
+                dst,
+                np.zeros(len(chunk), np.float32),
+                sub.node_ptr,
+                sub.nodes,
+            )
 
 
 class PairScorer:
@@ -117,9 +134,21 @@ class PairScorer:
     orderings: independent subgraph draws averaged by the caller (paper Sec. 4.1); token_budget: sum of
     copies x (N_b + 2) per forward pass; max_pairs: links per forward pass at most."""
 
-    def __init__(self, model: torch.nn.Module, indptr: np.ndarray, indices: np.ndarray, sampling: tuple[int, int],
-                 n_max: int, sample: Sampler, *, seed: int = 0, orderings: int = 1, token_budget: int | None = None,
-                 max_pairs: int = SAMPLE_CHUNK, device: torch.device | None = None):
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        sampling: tuple[int, int],
+        n_max: int,
+        sample: Sampler,
+        *,
+        seed: int = 0,
+        orderings: int = 1,
+        token_budget: int | None = None,
+        max_pairs: int = SAMPLE_CHUNK,
+        device: torch.device | None = None,
+    ):
         if orderings < 1 or max_pairs < 1:
             raise ValueError(f"orderings and max_pairs must be >= 1, got {orderings} and {max_pairs}")
         self.model, self.n_max = model, int(n_max)
@@ -136,8 +165,9 @@ class PairScorer:
         """Token-budget batches of one ordering's sampled blocks, packed for the model (CPU work); each batch's
         `position` places its logits among the pairs."""
         for batch in token_batches(iter(blocks), self.token_budget, self.max_pairs, self.copies):
-            keyed = Block(batch.src * self.num_nodes + batch.dst, batch.src, batch.dst, batch.label, batch.node_ptr,
-                          batch.nodes)
+            keyed = Block(
+                batch.src * self.num_nodes + batch.dst, batch.src, batch.dst, batch.label, batch.node_ptr, batch.nodes
+            )
             packed = self.packer(seeded_orders(replicate(keyed, self.copies), self.copies, self.seed + ordering))
             packed.copies = self.copies
             packed.position = torch.from_numpy(np.array(batch.cid, dtype=np.int64))  # a copy: Ray blocks are read-only

@@ -5,6 +5,7 @@ It takes subgraphs as arrays, the form the project's sampler and inducer produce
 (B+1,), local edges (E, 2) with u = local 0 and v = local 1, the target edge already removed), so the trainer
 samples nothing itself: the caller does (bench/seal_baseline.py).
 """
+
 from __future__ import annotations
 
 import math
@@ -40,6 +41,7 @@ class DGCNN(nn.Module):
     def __init__(self, hidden: int = 32, num_layers: int = 3, k: int = 30):
         from torch_geometric.nn import GCNConv
         from torch_geometric.nn.aggr import SortAggregation
+
         super().__init__()
         self.k = max(10, int(k))
         self.embed = nn.Embedding(MAX_LABEL + 1, hidden)
@@ -69,8 +71,11 @@ def as_batch(node_ptr: np.ndarray, edge_ptr: np.ndarray, edges: np.ndarray, z: n
     offset = np.repeat(node_ptr[:-1], np.diff(edge_ptr))
     e = edges.astype(np.int64) + offset[:, None]
     ei = np.concatenate([e, e[:, ::-1]]).T
-    return (torch.from_numpy(z), torch.from_numpy(np.ascontiguousarray(ei)),
-            torch.from_numpy(np.repeat(np.arange(len(sizes)), sizes)))
+    return (
+        torch.from_numpy(z),
+        torch.from_numpy(np.ascontiguousarray(ei)),
+        torch.from_numpy(np.repeat(np.arange(len(sizes)), sizes)),
+    )
 
 
 def _logits(model: DGCNN, blocks: list) -> np.ndarray:
@@ -79,8 +84,18 @@ def _logits(model: DGCNN, blocks: list) -> np.ndarray:
         return np.concatenate([model(*as_batch(*b[:3], b[3])).numpy() for b in blocks]) if blocks else np.zeros(0)
 
 
-def fit(train_epoch, valid, test, seconds: float, seed: int = 0, lr: float = 1e-4, hidden: int = 32,
-        layers: int = 3, k: int = 30, max_epochs: int = 1000) -> dict:
+def fit(
+    train_epoch,
+    valid,
+    test,
+    seconds: float,
+    seed: int = 0,
+    lr: float = 1e-4,
+    hidden: int = 32,
+    layers: int = 3,
+    k: int = 30,
+    max_epochs: int = 1000,
+) -> dict:
     """Train for at most `seconds` (whole epochs; at least one), evaluating after each epoch.
 
     train_epoch(epoch) -> list of blocks (node_ptr, edge_ptr, edges, z, label); valid and test: (blocks,
@@ -95,8 +110,9 @@ def fit(train_epoch, valid, test, seconds: float, seed: int = 0, lr: float = 1e-
         model.train()
         for node_ptr, edge_ptr, edges, z, label in train_epoch(epoch):
             opt.zero_grad()
-            loss = nn.functional.binary_cross_entropy_with_logits(model(*as_batch(node_ptr, edge_ptr, edges, z)),
-                                                                  torch.from_numpy(label.astype(np.float32)))
+            loss = nn.functional.binary_cross_entropy_with_logits(
+                model(*as_batch(node_ptr, edge_ptr, edges, z)), torch.from_numpy(label.astype(np.float32))
+            )
             loss.backward()
             opt.step()
         v = score(model, *valid)

@@ -1,6 +1,7 @@
 """Process set-up around a training run: logging, autocast, seeds, CPU threads, and the checks that must
 pass before any heavy set-up (so a bad flag costs a second and one line, not a process group and a model).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -72,6 +73,7 @@ def check_run(config: TrainConfig, manifest: dict | None = None) -> dict:
             raise ConfigError(str(err)) from None
     if config.compile:
         from trainer.model import compile_refusal
+
         if refusal := compile_refusal():
             raise ConfigError(refusal)
     manifest = manifest or read_manifest(config.data.shards)  # schema and checksum: always
@@ -83,8 +85,11 @@ def check_run(config: TrainConfig, manifest: dict | None = None) -> dict:
         flag = "--verify: " if config.verify else ""
         raise ShardError(f"{flag}{where}: {problem}{more}; rerun preprocess with the same flags to repair the set")
     if config.verify:
-        log.info("--verify: %d shards and %d other files match the manifest's sha256", len(manifest["shards"]),
-                 len(manifest["files"]))
+        log.info(
+            "--verify: %d shards and %d other files match the manifest's sha256",
+            len(manifest["shards"]),
+            len(manifest["files"]),
+        )
     for split in config.eval_splits:
         try:
             eval_entry(manifest, split, config.protocol)

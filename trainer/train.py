@@ -16,6 +16,7 @@ scored only when validation improves (--test-every-eval for every time); evaluat
 
 Public API: `run(config) -> summary dict` (pipelines), `main(argv)` (python -m trainer).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -30,12 +31,12 @@ from pathlib import Path
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from common.atomic import write_text_atomic
+from common.cli import raise_if_interrupted
 from common.datasets import given_by_path
 from common.eval_scores import epoch_scores_path, scores_path, write_scores
 from common.metrics import improves
 from common.presets import get_preset
-from common.cli import raise_if_interrupted
-from common.atomic import write_text_atomic
 from trainer import checkpoint, data, distributed, run_folder
 from trainer.config import ConfigError, TrainConfig, build_parser, config_from_args, merge_for_resume, resolve
 from trainer.eval_only import evaluate_weights
@@ -72,15 +73,22 @@ class Trainer:
         self.config = self._resolve_config(config, ckpt)
         self.preset = get_preset(self.config.preset)
         self.out = Path(self.config.out)
-        self.metric = ((self.config.select_on or selection_metric(self.manifest, self.config.protocol))
-                       if "valid" in self.config.eval_splits else None)
+        self.metric = (
+            (self.config.select_on or selection_metric(self.manifest, self.config.protocol))
+            if "valid" in self.config.eval_splits
+            else None
+        )
         self.autocast = autocast_for(info.device)
         self.state = LoopState(**ckpt["state"]) if ckpt else LoopState()
         self.model, self.core = self._build_model(ckpt)
         trainable = [p for p in self.core.parameters() if p.requires_grad]  # W0 is frozen
         # fused: one kernel for all parameters instead of a handful per tensor (CUDA only)
-        self.optimizer = torch.optim.AdamW(trainable, lr=self.config.optim.lr, weight_decay=self.config.optim.weight_decay,
-                                           fused=info.device.type == "cuda")
+        self.optimizer = torch.optim.AdamW(
+            trainable,
+            lr=self.config.optim.lr,
+            weight_decay=self.config.optim.weight_decay,
+            fused=info.device.type == "cuda",
+        )
         if ckpt:
             self.optimizer.load_state_dict(ckpt["optimizer"])
             self._restore_rng(ckpt)
@@ -97,9 +105,16 @@ class Trainer:
         if not path.exists():
             log.warning("--resume: no checkpoint at %s; starting a fresh run", path)
             return None
-        ckpt = checkpoint.load(path, fix="restore it from a copy, or pass --overwrite instead of --resume to start afresh")
-        log.info("resuming from %s: step %d, epoch %d, batch %d", path, ckpt["state"]["step"],
-                 ckpt["state"]["epoch"], ckpt["state"]["batch"])
+        ckpt = checkpoint.load(
+            path, fix="restore it from a copy, or pass --overwrite instead of --resume to start afresh"
+        )
+        log.info(
+            "resuming from %s: step %d, epoch %d, batch %d",
+            path,
+            ckpt["state"]["step"],
+            ckpt["state"]["epoch"],
+            ckpt["state"]["batch"],
+        )
         return ckpt
 
     def _resolve_config(self, config: TrainConfig, ckpt: dict | None) -> TrainConfig:
@@ -110,27 +125,39 @@ class Trainer:
         run_folder.check_same_data(ckpt["config"]["data"], self.manifest, config.data.shards, config.out)
         merged, ignored = merge_for_resume(ckpt["config"], config)
         # the same data, perhaps at another path (a copied set): read it where it is now, recorded as bound
-        merged = replace(merged, data=replace(merged.data, shards=config.data.shards,
-                                              **run_folder.bound_data(self.manifest)))
+        merged = replace(
+            merged, data=replace(merged.data, shards=config.data.shards, **run_folder.bound_data(self.manifest))
+        )
         ignored = [name for name in ignored if name != "data.shards"]
         if ignored:  # resuming under other flags would continue, or retrain, the run under another schedule
             saved = ckpt["config"]
-            shown = ", ".join(f"{name} {_field(saved, name)!r} (asked: {_field(config.to_dict(), name)!r})"
-                              for name in ignored[:3])
-            raise ConfigError(f"--resume: {config.out} was trained with {shown}{' ...' if len(ignored) > 3 else ''}; "
-                              f"resume with the flags it was trained with (--preset {saved['preset']}), or pass "
-                              "--overwrite to train afresh (or choose another --out)")
+            shown = ", ".join(
+                f"{name} {_field(saved, name)!r} (asked: {_field(config.to_dict(), name)!r})" for name in ignored[:3]
+            )
+            raise ConfigError(
+                f"--resume: {config.out} was trained with {shown}{' ...' if len(ignored) > 3 else ''}; "
+                f"resume with the flags it was trained with (--preset {saved['preset']}), or pass "
+                "--overwrite to train afresh (or choose another --out)"
+            )
         if ckpt["world_size"] != self.info.world_size:
-            log.warning("--resume: world size %d differs from the checkpoint's %d; the data order after "
-                        "the resume point differs from the uninterrupted run's", self.info.world_size, ckpt["world_size"])
+            log.warning(
+                "--resume: world size %d differs from the checkpoint's %d; the data order after "
+                "the resume point differs from the uninterrupted run's",
+                self.info.world_size,
+                ckpt["world_size"],
+            )
         return merged
 
     def _build_model(self, ckpt: dict | None):
         from trainer.model import model_for_shards
 
         if self.preset.n_max != self.n_max:
-            log.warning("preset %s expects N_max %d but the shards have %d; the model follows the shards",
-                        self.preset.name, self.preset.n_max, self.n_max)
+            log.warning(
+                "preset %s expects N_max %d but the shards have %d; the model follows the shards",
+                self.preset.name,
+                self.preset.n_max,
+                self.n_max,
+            )
         seed_everything(self.config.seed)  # identical init everywhere (DDP also broadcasts rank 0's)
         core = model_for_shards(self.preset, self.config.model.as_overrides(), self.manifest)
         if ckpt:
@@ -146,8 +173,12 @@ class Trainer:
             # No per-step buffer broadcast: the only buffer is the attached feature table, identical on
             # every rank (it is data), and re-sending it each step would cost a full copy per forward.
             # gradient_as_bucket_view: gradients live in the all-reduce buckets (no copy in and out per step)
-            model = DDP(core, device_ids=[self.info.device.index] if self.info.device.type == "cuda" else None,
-                        broadcast_buffers=False, gradient_as_bucket_view=True)
+            model = DDP(
+                core,
+                device_ids=[self.info.device.index] if self.info.device.type == "cuda" else None,
+                broadcast_buffers=False,
+                gradient_as_bucket_view=True,
+            )
         return model, core
 
     def _restore_rng(self, ckpt: dict) -> None:
@@ -171,18 +202,31 @@ class Trainer:
             write_text_atomic(self.out / "config.json", json.dumps(cfg.to_dict(), indent=1))
         from trainer.attention import describe_backend
 
-        log.info("PENCIL trainer: attention backend %s | device %s | world size %d (%s) | %d trainable parameters",
-                 self.core.attention_backend, info.device, info.world_size, info.backend or "single process",
-                 self.core.num_parameters())
+        log.info(
+            "PENCIL trainer: attention backend %s | device %s | world size %d (%s) | %d trainable parameters",
+            self.core.attention_backend,
+            info.device,
+            info.world_size,
+            info.backend or "single process",
+            self.core.num_parameters(),
+        )
         log.info(describe_backend(cfg.model.attention, self.core.attention_backend, self.core.cfg.dropout))
         if cfg.compile:
             log.info("--compile: blocks compiled (dynamic shapes); the first steps and eval include the compile time")
-        log.info("batches: <= %d links / <= %d tokens per micro-batch, %d micro-step(s) per optimiser step -> "
-                 "effective batch ~ %d (preset asks %d); N_max %d, %d view(s)%s", cfg.data.max_samples,
-                 cfg.data.token_budget, self.accum, self.accum * self.per_micro * info.world_size,
-                 cfg.optim.effective_batch, self.n_max, int(self.manifest.get("views", 1)),
-                 f"; LRP-{cfg.data.orderings}: {cfg.data.orderings} labeled subgraphs per link, DeepSets-pooled"
-                 if cfg.data.orderings > 1 else "")
+        log.info(
+            "batches: <= %d links / <= %d tokens per micro-batch, %d micro-step(s) per optimiser step -> "
+            "effective batch ~ %d (preset asks %d); N_max %d, %d view(s)%s",
+            cfg.data.max_samples,
+            cfg.data.token_budget,
+            self.accum,
+            self.accum * self.per_micro * info.world_size,
+            cfg.optim.effective_batch,
+            self.n_max,
+            int(self.manifest.get("views", 1)),
+            f"; LRP-{cfg.data.orderings}: {cfg.data.orderings} labeled subgraphs per link, DeepSets-pooled"
+            if cfg.data.orderings > 1
+            else "",
+        )
         self._clock = self._saved_at = time.time()
         n_epochs = min(math.ceil(cfg.epochs), cfg.stop_epoch or math.ceil(cfg.epochs))
         stopped = self.converged()
@@ -211,8 +255,16 @@ class Trainer:
         """Train from the current position to the end of the epoch; True if max_steps stopped it."""
         cfg, st = self.config, self.state
         fraction = min(1.0, cfg.epochs - st.epoch)
-        loader, plan = data.train_loader(self.manifest, st.epoch, self.info.rank, self.info.world_size, cfg.data,
-                                         start=st.batch, fraction=fraction, pin=self.info.device.type == "cuda")
+        loader, plan = data.train_loader(
+            self.manifest,
+            st.epoch,
+            self.info.rank,
+            self.info.world_size,
+            cfg.data,
+            start=st.batch,
+            fraction=fraction,
+            pin=self.info.device.type == "cuda",
+        )
         steps = math.ceil(plan.batches / self.accum)
         bar = progress_bar(st.epoch, steps, st.batch // self.accum, self.info.is_main and cfg.progress)
         it = iter(loader)
@@ -230,9 +282,14 @@ class Trainer:
             if logged:
                 self._log_train(window, bar)
             bar.update(1)
-            if st.batch < plan.batches and self._steps_left() and (
+            if (
+                st.batch < plan.batches
+                and self._steps_left()
+                and (
                     (cfg.checkpoint_every and st.step % cfg.checkpoint_every == 0)
-                    or (logged and cfg.checkpoint_seconds > 0 and self._save_due())):
+                    or (logged and cfg.checkpoint_seconds > 0 and self._save_due())
+                )
+            ):
                 self.save_last()
         bar.close()
         del it  # the loader persists (trainer.data): its workers wait, forked once, for the next epoch
@@ -289,8 +346,11 @@ class Trainer:
         results, keep = {}, ({} if cfg.save_scores or cfg.save_epoch_scores else None)
         if "valid" in cfg.eval_splits:
             results["valid"] = self._eval_split("valid", epoch, final, keep)
-        improved = bool(self.metric and self.metric in results.get("valid", {})
-                        and improves(self.metric, results["valid"][self.metric], st.best_metric))
+        improved = bool(
+            self.metric
+            and self.metric in results.get("valid", {})
+            and improves(self.metric, results["valid"][self.metric], st.best_metric)
+        )
         if "test" in cfg.eval_splits and (improved or cfg.test_every_eval or not self.metric):
             results["test"] = self._eval_split("test", epoch, final, keep)
         st.last_eval, st.last_eval_step = results, st.step
@@ -300,11 +360,17 @@ class Trainer:
             for (split, protocol), (cid, score) in keep.items():
                 write_scores(epoch_scores_path(self.out, split, protocol, epoch), cid, score, epoch)
         if improved:
-            st.best_metric, st.best_epoch, st.best_step, st.best = results["valid"][self.metric], epoch, st.step, results
+            st.best_metric, st.best_epoch, st.best_step, st.best = (
+                results["valid"][self.metric],
+                epoch,
+                st.step,
+                results,
+            )
             if self.info.is_main:
                 best = {k: getattr(st, k) for k in ("best_metric", "best_epoch", "best_step", "best", "step", "epoch")}
-                checkpoint.save_atomic(checkpoint.make_weights_payload(self.core, best, self.config.to_dict()),
-                                       self.out / checkpoint.BEST)
+                checkpoint.save_atomic(
+                    checkpoint.make_weights_payload(self.core, best, self.config.to_dict()), self.out / checkpoint.BEST
+                )
             log.info("new best valid %s %.4f at epoch %d", self.metric, st.best_metric, st.best_epoch)
 
     def _save_scores(self, keep: dict, epoch: int, final: bool) -> None:
@@ -312,16 +378,31 @@ class Trainer:
         for (split, protocol), (cid, score) in keep.items() if self.info.is_main else ():
             write_scores(scores_path(self.out, split, protocol), cid, score, epoch)
 
-    def _eval_split(self, split: str, epoch: int, final: bool, keep: dict | None = None,
-                    protocol: str | None = None) -> dict:
+    def _eval_split(
+        self, split: str, epoch: int, final: bool, keep: dict | None = None, protocol: str | None = None
+    ) -> dict:
         cfg, st, protocol = self.config, self.state, protocol or self.config.protocol
         t = time.time()
         result = evaluate_split(self.core, self.manifest, split, protocol, cfg.data, self.info, keep)
         raise_if_interrupted()  # e.g. lost while the eval loader forked its workers (common.cli.latch_sigint)
-        self.metrics.write("eval", step=st.step, epoch=epoch, split=split, protocol=protocol,
-                           final=final, seconds=round(time.time() - t, 3), **result)
-        log.info("eval epoch %d step %d %s/%s: %s", epoch, st.step, split, protocol,
-                 " ".join(f"{k} {v:.4f}" for k, v in result.items()))
+        self.metrics.write(
+            "eval",
+            step=st.step,
+            epoch=epoch,
+            split=split,
+            protocol=protocol,
+            final=final,
+            seconds=round(time.time() - t, 3),
+            **result,
+        )
+        log.info(
+            "eval epoch %d step %d %s/%s: %s",
+            epoch,
+            st.step,
+            split,
+            protocol,
+            " ".join(f"{k} {v:.4f}" for k, v in result.items()),
+        )
         return result
 
     def _tick(self) -> None:
@@ -336,16 +417,25 @@ class Trainer:
         self._tick()
         rng = distributed.all_gather_object(checkpoint.capture_rng(), self.info)
         if self.info.is_main:
-            payload = checkpoint.make_payload(self.core, self.optimizer, vars(self.state), self.config.to_dict(),
-                                              rng, self.info.world_size)
+            payload = checkpoint.make_payload(
+                self.core, self.optimizer, vars(self.state), self.config.to_dict(), rng, self.info.world_size
+            )
             checkpoint.save_atomic(payload, self.out / checkpoint.LAST)
         self._saved_at = time.time()
 
     def _log_train(self, window: Window, bar) -> None:
         loss, sps, tps = window.flush()
         st = self.state
-        self.metrics.write("train", step=st.step, epoch=st.epoch, batch=st.batch, loss=loss,
-                           lr=self.optimizer.param_groups[0]["lr"], samples_per_s=sps, tokens_per_s=tps)
+        self.metrics.write(
+            "train",
+            step=st.step,
+            epoch=st.epoch,
+            batch=st.batch,
+            loss=loss,
+            lr=self.optimizer.param_groups[0]["lr"],
+            samples_per_s=sps,
+            tokens_per_s=tps,
+        )
         bar.set_postfix(loss=f"{loss:.4f}", samples_s=f"{sps:.0f}", tokens_s=f"{tps:.0f}")
 
     def summary(self) -> dict:
@@ -353,15 +443,28 @@ class Trainer:
         pre = self.manifest.get("config") or {}
         # the data's name (a user's edges.csv is "edges", never the preset's paper dataset) and whether it is theirs
         own = {"own_graph": True} if given_by_path(str(pre.get("dataset", "")), pre.get("data_dir")) else {}
-        return {"preset": cfg.preset, "dataset": self.manifest.get("dataset", self.preset.dataset), **own,
-                "protocol": cfg.protocol,
-                "selection_metric": self.metric, "best_epoch": st.best_epoch, "best_step": st.best_step,
-                "valid": st.best.get("valid"), "test": st.best.get("test"), "last_eval": st.last_eval,
-                "steps": st.step, "epochs_completed": st.epoch, "converged": self.converged(),
-                "train_time_s": round(st.train_time_s, 3),
-                "attention_backend": self.core.attention_backend, "world_size": self.info.world_size,
-                "device": str(self.info.device), "accumulation": self.accum,
-                "num_parameters": self.core.num_parameters(), "config": cfg.to_dict()}
+        return {
+            "preset": cfg.preset,
+            "dataset": self.manifest.get("dataset", self.preset.dataset),
+            **own,
+            "protocol": cfg.protocol,
+            "selection_metric": self.metric,
+            "best_epoch": st.best_epoch,
+            "best_step": st.best_step,
+            "valid": st.best.get("valid"),
+            "test": st.best.get("test"),
+            "last_eval": st.last_eval,
+            "steps": st.step,
+            "epochs_completed": st.epoch,
+            "converged": self.converged(),
+            "train_time_s": round(st.train_time_s, 3),
+            "attention_backend": self.core.attention_backend,
+            "world_size": self.info.world_size,
+            "device": str(self.info.device),
+            "accumulation": self.accum,
+            "num_parameters": self.core.num_parameters(),
+            "config": cfg.to_dict(),
+        }
 
 
 def _field(config: dict, name: str):
@@ -375,8 +478,10 @@ def _next(it, st: LoopState, plan) -> object:
     try:
         return next(it)
     except StopIteration:
-        raise RuntimeError(f"loader ended at batch {st.batch} of {plan.batches} in epoch {plan.epoch}; "
-                           "the per-rank batch count is inconsistent (a bug)") from None
+        raise RuntimeError(
+            f"loader ended at batch {st.batch} of {plan.batches} in epoch {plan.epoch}; "
+            "the per-rank batch count is inconsistent (a bug)"
+        ) from None
 
 
 def run(config: TrainConfig) -> dict:

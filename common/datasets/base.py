@@ -1,4 +1,5 @@
 """The one object every loader returns: training graph, features, splits and protocol negatives."""
+
 from __future__ import annotations
 
 import hashlib
@@ -116,8 +117,9 @@ class LinkDataset:
     def without_test(self) -> "LinkDataset":
         """The dataset as selection may see it: the training graph and validation, no test split nor test graph."""
         weights = None if self.weights is None else {"train": self.weights["train"]}
-        return replace(self, splits={k: v for k, v in self.splits.items() if k != "test"}, test_graph=None,
-                       weights=weights)
+        return replace(
+            self, splits={k: v for k, v in self.splits.items() if k != "test"}, test_graph=None, weights=weights
+        )
 
     def selection_metric(self, protocol: str) -> str:
         return self.metric.get(protocol, "mrr")
@@ -169,7 +171,7 @@ def node_ids_digest(node_ids: np.ndarray) -> str:
     h = hashlib.sha256(str(node_ids.dtype).encode())
     if node_ids.dtype == object:
         for chunk in range(0, len(node_ids), 1 << 16):
-            h.update("\0".join(node_ids[chunk:chunk + (1 << 16)]).encode() + b"\0")
+            h.update("\0".join(node_ids[chunk : chunk + (1 << 16)]).encode() + b"\0")
     else:
         h.update(np.ascontiguousarray(node_ids).tobytes())
     return h.hexdigest()

@@ -7,6 +7,7 @@ weighted heuristics read them, the model reads the unweighted graph). Any other 
 warning naming it; `--ignore-columns a,b` ignores known ones too (an info line each), e.g. a weight column
 that is not a weight. Rows are "data rows", counted from 1 after the header, as in every other message.
 """
+
 from __future__ import annotations
 
 import logging
@@ -18,13 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from common.datasets.base import DatasetError
-from common.datasets.ids import (
-    PARQUET_SUFFIXES,
-    TEXT_SUFFIXES,
-    _parquet_header,
-    _text_header,
-    suffix_of,
-)
+from common.datasets.ids import PARQUET_SUFFIXES, TEXT_SUFFIXES, _parquet_header, _text_header, suffix_of
 
 log = logging.getLogger("common.datasets.edgelist")
 
@@ -49,17 +44,26 @@ def edge_columns(path: Path, ignore: tuple[str, ...] = ()) -> tuple[str, ...]:
     header = header_names(path)
     ignore = tuple(dict.fromkeys(c.strip().lower() for c in ignore if c.strip()))
     if bad := [c for c in ignore if c in ENDPOINTS]:
-        raise DatasetError(f"--ignore-columns {','.join(ignore)}: {bad[0]} is an endpoint column and cannot be "
-                           "ignored; name only columns besides src and dst")
+        raise DatasetError(
+            f"--ignore-columns {','.join(ignore)}: {bad[0]} is an endpoint column and cannot be "
+            "ignored; name only columns besides src and dst"
+        )
     if header and (missing := [c for c in ignore if c not in header]):
-        raise DatasetError(f"--ignore-columns {','.join(ignore)}: {path} has no column {missing[0]!r} "
-                           f"(columns: {', '.join(header)}); name columns the file has")
+        raise DatasetError(
+            f"--ignore-columns {','.join(ignore)}: {path} has no column {missing[0]!r} "
+            f"(columns: {', '.join(header)}); name columns the file has"
+        )
     for name in ignore:
         log.info("%s: column %r ignored (--ignore-columns)", path.name, name)
     unknown = [c for c in header if c not in ENDPOINTS + OPTIONAL and c not in ignore]
     if unknown:
-        log.warning("%s: column(s) %s ignored: an edge list reads src, dst and optionally %s (--ignore-columns "
-                    "says so without this warning)", path.name, ", ".join(map(repr, unknown)), ", ".join(OPTIONAL))
+        log.warning(
+            "%s: column(s) %s ignored: an edge list reads src, dst and optionally %s (--ignore-columns "
+            "says so without this warning)",
+            path.name,
+            ", ".join(map(repr, unknown)),
+            ", ".join(OPTIONAL),
+        )
     return tuple(c for c in OPTIONAL if c in header and c not in ignore)
 
 
@@ -132,11 +136,16 @@ def parse_time(path: Path, col: pa.ChunkedArray, name: str = "time") -> TimeColu
     if pa.types.is_timestamp(t) or pa.types.is_date(t):
         return TimeColumn(col.cast(pa.timestamp("ns")).cast(pa.int64()).to_numpy(), "timestamp")
     if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
-        raise DatasetError(f"{path}: column {name!r} has type {t}; times are integers, floats or ISO-8601 "
-                           f"timestamps; {fix}")
+        raise DatasetError(
+            f"{path}: column {name!r} has type {t}; times are integers, floats or ISO-8601 timestamps; {fix}"
+        )
     text = _text(path, name, col, fix)
-    for target, kind in ((pa.int64(), "integer"), (pa.float64(), "float"), (pa.timestamp("ns"), "timestamp"),
-                         (pa.timestamp("ns", tz="UTC"), "timestamp")):
+    for target, kind in (
+        (pa.int64(), "integer"),
+        (pa.float64(), "float"),
+        (pa.timestamp("ns"), "timestamp"),
+        (pa.timestamp("ns", tz="UTC"), "timestamp"),
+    ):
         try:
             out = text.cast(target)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
@@ -145,25 +154,39 @@ def parse_time(path: Path, col: pa.ChunkedArray, name: str = "time") -> TimeColu
             return _finite_times(path, name, out.to_numpy(), fix)
         return TimeColumn(out.cast(pa.int64()).to_numpy() if kind == "timestamp" else out.to_numpy(), kind)
     first = text.chunk(0)[0].as_py() if text.num_chunks and len(text.chunk(0)) else ""
-    target = (pa.float64() if _casts(pa.array([first]), pa.float64()) else
-              pa.timestamp("ns") if _casts(pa.array([first]), pa.timestamp("ns")) else pa.timestamp("ns", tz="UTC"))
+    target = (
+        pa.float64()
+        if _casts(pa.array([first]), pa.float64())
+        else pa.timestamp("ns")
+        if _casts(pa.array([first]), pa.timestamp("ns"))
+        else pa.timestamp("ns", tz="UTC")
+    )
     if not _casts(pa.array([first]), target):
-        raise DatasetError(f"{path}: column {name!r} holds {first!r} in data row 1, not an integer, a float or an "
-                           f"ISO-8601 timestamp (e.g. 2004-04-15T10:00:00); {fix}")
+        raise DatasetError(
+            f"{path}: column {name!r} holds {first!r} in data row 1, not an integer, a float or an "
+            f"ISO-8601 timestamp (e.g. 2004-04-15T10:00:00); {fix}"
+        )
     row = first_failure(text, target)
     cell = pc.take(text, [row])[0].as_py()
-    what = "a number" if pa.types.is_floating(target) else "an ISO-8601 timestamp" + (
-        " with a zone offset" if getattr(target, "tz", None) else " without a zone offset")
-    raise DatasetError(f"{path}: column {name!r} holds {cell!r} in data row {row + 1}, not {what} like data row 1 "
-                       f"({first!r}); one column holds one kind of time; {fix}")
+    what = (
+        "a number"
+        if pa.types.is_floating(target)
+        else "an ISO-8601 timestamp"
+        + (" with a zone offset" if getattr(target, "tz", None) else " without a zone offset")
+    )
+    raise DatasetError(
+        f"{path}: column {name!r} holds {cell!r} in data row {row + 1}, not {what} like data row 1 "
+        f"({first!r}); one column holds one kind of time; {fix}"
+    )
 
 
 def _finite_times(path: Path, name: str, values: np.ndarray, fix: str) -> TimeColumn:
     bad = ~np.isfinite(values)
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise DatasetError(f"{path}: column {name!r} holds {values[row]} in data row {row + 1}; times must be "
-                           f"finite; {fix}")
+        raise DatasetError(
+            f"{path}: column {name!r} holds {values[row]} in data row {row + 1}; times must be finite; {fix}"
+        )
     return TimeColumn(values, "float")
 
 
@@ -183,13 +206,17 @@ def parse_weight(path: Path, col: pa.ChunkedArray, name: str = "weight") -> np.n
             values = text.cast(pa.float64()).to_numpy()
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             row = first_failure(text, pa.float64())
-            raise DatasetError(f"{path}: column {name!r} holds {pc.take(text, [row])[0].as_py()!r} in data row "
-                               f"{row + 1}, not a number; {fix}") from None
+            raise DatasetError(
+                f"{path}: column {name!r} holds {pc.take(text, [row])[0].as_py()!r} in data row "
+                f"{row + 1}, not a number; {fix}"
+            ) from None
     else:
         raise DatasetError(f"{path}: column {name!r} has type {t}; weights are numbers; {fix}")
     bad = ~(np.isfinite(values) & (values > 0))
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
-        raise DatasetError(f"{path}: column {name!r} holds {values[row]:g} in data row {row + 1}; weights must be "
-                           f"finite and > 0; {fix}")
+        raise DatasetError(
+            f"{path}: column {name!r} holds {values[row]:g} in data row {row + 1}; weights must be "
+            f"finite and > 0; {fix}"
+        )
     return values

@@ -10,6 +10,7 @@ information and are dropped. With a split column, the user's assignment is kept 
 marked in two splits is refused (a test edge in the training graph leaks its label); without one, the
 deduplicated edges are split at random with a seed.
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,14 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from common.datasets.base import DatasetError, LinkDataset, Split, training_graph
+from common.datasets.ids import NODE_COLUMNS, map_node_ids, read_columns, release_arrow_memory, stem_of
 from common.datasets.negatives import min_max, sample_non_edges
-from common.datasets.ids import (
-    NODE_COLUMNS,
-    map_node_ids,
-    read_columns,
-    release_arrow_memory,
-    stem_of,
-)
 from common.graph import Graph, edge_weights
 from common.memory import rss_gb
 from common.unique import unique_first
@@ -36,21 +31,31 @@ SPLIT_VALUES = ("train", "valid", "test")
 
 
 # ---------------------------------------------------------------------------------- shared helpers
-def eval_negatives(train: np.ndarray, valid: np.ndarray, full: Graph, num_nodes: int, n_test: int, seed: int,
-                   where: str) -> tuple[np.ndarray, np.ndarray]:
+def eval_negatives(
+    train: np.ndarray, valid: np.ndarray, full: Graph, num_nodes: int, n_test: int, seed: int, where: str
+) -> tuple[np.ndarray, np.ndarray]:
     """(valid, test) random negatives, as many as each split's positives. Validation's come from the training
     and validation edges alone, from their own seeded stream, so nothing about test reaches what selection
     sees; test's are non-edges of the whole graph and never a validation negative."""
     known = Graph.from_edges(np.concatenate([train, valid]), num_nodes=num_nodes)
     valid_neg = sample_non_edges(known, len(valid), np.random.default_rng([seed, 1]), what=f"{where} valid negatives")
-    test_neg = sample_non_edges(full, n_test, np.random.default_rng([seed, 2]), exclude=valid_neg,
-                                what=f"{where} test negatives")
+    test_neg = sample_non_edges(
+        full, n_test, np.random.default_rng([seed, 2]), exclude=valid_neg, what=f"{where} test negatives"
+    )
     return valid_neg, test_neg
 
 
-def random_split_dataset(name: str, edges: np.ndarray | None, num_nodes: int, seed: int = 0, val_frac: float = 0.05,
-                         test_frac: float = 0.10, x=None, full_graph: Graph | None = None,
-                         where: str = "") -> LinkDataset:
+def random_split_dataset(
+    name: str,
+    edges: np.ndarray | None,
+    num_nodes: int,
+    seed: int = 0,
+    val_frac: float = 0.05,
+    test_frac: float = 0.10,
+    x=None,
+    full_graph: Graph | None = None,
+    where: str = "",
+) -> LinkDataset:
     """Seeded random train/valid/test split of undirected edges (E, 2) with random non-edge negatives.
 
     edges may be None when full_graph (the graph of all edges) is given. valid/test get floor(frac * E)
@@ -60,8 +65,9 @@ def random_split_dataset(name: str, edges: np.ndarray | None, num_nodes: int, se
     where = where or name
     if not (0 <= val_frac < 1 and 0 <= test_frac < 1 and val_frac + test_frac < 1):
         shown = ",".join(f"{100 * f:g}" for f in (1 - val_frac - test_frac, val_frac, test_frac))
-        raise DatasetError(f"{where}: --split {shown}: the shares must be at least 0 and leave train above 0; "
-                           "e.g. --split 85,5,10")
+        raise DatasetError(
+            f"{where}: --split {shown}: the shares must be at least 0 and leave train above 0; e.g. --split 85,5,10"
+        )
     t0 = time.perf_counter()
     full = full_graph if full_graph is not None else Graph.from_edges(edges, num_nodes=num_nodes)
     edges = full.edge_array()  # undirected, deduplicated, no self-loops, (min, max)
@@ -72,23 +78,36 @@ def random_split_dataset(name: str, edges: np.ndarray | None, num_nodes: int, se
     del perm
     empty = [s for s, n, frac in (("valid", n_valid, val_frac), ("test", n_test, test_frac)) if n == 0]
     if empty:  # the trainer selects on valid and reports test: refuse now, not after sampling
-        raise DatasetError(f"{where}: {len(edges)} edges leave no {' and no '.join(empty)} edges at "
-                           f"{100 * val_frac:g}% valid / {100 * test_frac:g}% test; pass --split with larger "
-                           f"valid and test shares (each at least {100 / max(len(edges), 1):.3g}% here, e.g. "
-                           "--split 70,15,15), or add edges")
+        raise DatasetError(
+            f"{where}: {len(edges)} edges leave no {' and no '.join(empty)} edges at "
+            f"{100 * val_frac:g}% valid / {100 * test_frac:g}% test; pass --split with larger "
+            f"valid and test shares (each at least {100 / max(len(edges), 1):.3g}% here, e.g. "
+            "--split 70,15,15), or add edges"
+        )
     test, valid, train = np.split(edges, [n_test, n_test + n_valid])
     if len(train) == 0:
-        raise DatasetError(f"{where}: no train edges left after the split ({len(edges)} edges in all); "
-                           "add edges or lower val_frac/test_frac")
+        raise DatasetError(
+            f"{where}: no train edges left after the split ({len(edges)} edges in all); "
+            "add edges or lower val_frac/test_frac"
+        )
     valid_neg, test_neg = eval_negatives(train, valid, full, num_nodes, n_test, seed, where)
     full.release_edge_keys()  # the full graph is queried no more: its key array goes before the train graph's
-    splits = {"train": Split(pos=train),
-              "valid": Split(pos=valid, neg={"original": valid_neg}),
-              "test": Split(pos=test, neg={"original": test_neg})}
-    log.info("%s: split %s edges into %s train / %s valid / %s test, %s negatives in %.1f s (driver %.1f GiB)",
-             where, f"{len(edges):,}", f"{len(train):,}", f"{len(valid):,}", f"{len(test):,}",
-             f"{len(valid_neg) + len(test_neg):,}",
-             time.perf_counter() - t0, rss_gb())
+    splits = {
+        "train": Split(pos=train),
+        "valid": Split(pos=valid, neg={"original": valid_neg}),
+        "test": Split(pos=test, neg={"original": test_neg}),
+    }
+    log.info(
+        "%s: split %s edges into %s train / %s valid / %s test, %s negatives in %.1f s (driver %.1f GiB)",
+        where,
+        f"{len(edges):,}",
+        f"{len(train):,}",
+        f"{len(valid):,}",
+        f"{len(test):,}",
+        f"{len(valid_neg) + len(test_neg):,}",
+        time.perf_counter() - t0,
+        rss_gb(),
+    )
     t0 = time.perf_counter()
     graph = training_graph(train, num_nodes, x=x)
     log.info("%s: training graph built in %.1f s", where, time.perf_counter() - t0)
@@ -115,8 +134,10 @@ def _split_masks(path: Path, col) -> dict[str, np.ndarray]:
     other = ~(masks["train"] | masks["valid"] | masks["test"])
     if other.any():
         unknown = sorted(set(labels.filter(pa.array(other)).to_pylist()[:10_000]))
-        raise DatasetError(f"{path}: unknown split value(s) {', '.join(map(repr, unknown[:10]))} in column 'split'; "
-                           "use train, valid or test")
+        raise DatasetError(
+            f"{path}: unknown split value(s) {', '.join(map(repr, unknown[:10]))} in column 'split'; "
+            "use train, valid or test"
+        )
     return masks
 
 
@@ -128,14 +149,25 @@ def _refuse_shared_edges(path: Path, pos: dict[str, np.ndarray], num_nodes: int,
         both = np.flatnonzero(np.isin(keys[a], keys[b]))
         if both.size:
             u, v = pos[a][both[0]]
-            raise DatasetError(f"{path}: {both.size} edge(s) are marked both {a} and {b} in the split column (first: "
-                               f"{node_ids[u]},{node_ids[v]}); a held-out edge must not be in another split: "
-                               "keep each edge in one split")
+            raise DatasetError(
+                f"{path}: {both.size} edge(s) are marked both {a} and {b} in the split column (first: "
+                f"{node_ids[u]},{node_ids[v]}); a held-out edge must not be in another split: "
+                "keep each edge in one split"
+            )
 
 
-def load_edge_list(path, seed: int = 0, val_frac: float | None = None, test_frac: float | None = None,
-                   nodes=None, *, split_kind: str | None = None, node_features=None, fill_features: str | None = None,
-                   ignore_columns: tuple[str, ...] = ()) -> LinkDataset:
+def load_edge_list(
+    path,
+    seed: int = 0,
+    val_frac: float | None = None,
+    test_frac: float | None = None,
+    nodes=None,
+    *,
+    split_kind: str | None = None,
+    node_features=None,
+    fill_features: str | None = None,
+    ignore_columns: tuple[str, ...] = (),
+) -> LinkDataset:
     """Edge-list file with columns src, dst[, split, time, weight] -> LinkDataset (protocol "original").
 
     Files and node ids: see common/datasets/ids.py (ids of any kind are mapped to 0..N-1; the dataset's
@@ -170,11 +202,15 @@ def load_edge_list(path, seed: int = 0, val_frac: float | None = None, test_frac
     num_nodes, name = len(node_ids), stem_of(path)
     x = None if node_features is None else load_node_features(node_features, node_ids, num_nodes, fill_features)
     if weights is not None:
-        log.info("%s: column 'weight' is summed per pair and read by the weighted heuristics (wcn, waa, wra); the "
-                 "model reads the unweighted graph", path.name)
+        log.info(
+            "%s: column 'weight' is summed per pair and read by the weighted heuristics (wcn, waa, wra); the "
+            "model reads the unweighted graph",
+            path.name,
+        )
     fracs = {"val_frac": 0.05 if val_frac is None else val_frac, "test_frac": 0.10 if test_frac is None else test_frac}
     if kind == "temporal":
         from common.datasets.temporal import temporal_split
+
         ds = temporal_split(name, pairs, times, num_nodes, seed=seed, weights=weights, x=x, where=str(path), **fracs)
         log_folded(path, pairs, sum(ds.split_info["pairs"].values()))
     elif masks is None:
@@ -193,7 +229,7 @@ def load_edge_list(path, seed: int = 0, val_frac: float | None = None, test_frac
 
 
 def _split_kind(path: Path, asked: str | None, has_column: bool, has_time: bool, val_frac, test_frac) -> str:
-    """"given" (the split column), "temporal" or "random"; a time column the split does not use is said so."""
+    """ "given" (the split column), "temporal" or "random"; a time column the split does not use is said so."""
     if has_column:
         if val_frac is not None or test_frac is not None or asked is not None:
             raise DatasetError(f"{path}: --split: the file's split column fixes the split; drop --split or the column")
@@ -201,8 +237,10 @@ def _split_kind(path: Path, asked: str | None, has_column: bool, has_time: bool,
             log.info("%s: column 'time' is not used: the split column fixes the split", path.name)
         return "given"
     if asked == "temporal" and not has_time:
-        raise DatasetError(f"{path}: --split temporal needs a column 'time' (integers, floats or ISO-8601 "
-                           "timestamps); add it, or drop 'temporal' from --split")
+        raise DatasetError(
+            f"{path}: --split temporal needs a column 'time' (integers, floats or ISO-8601 "
+            "timestamps); add it, or drop 'temporal' from --split"
+        )
     if asked == "random" and has_time:
         log.info("%s: column 'time' is not used: the split is random (--split random)", path.name)
     return "temporal" if has_time and asked != "random" else "random"
@@ -213,39 +251,63 @@ def log_folded(path: Path, pairs: np.ndarray, distinct: int) -> None:
     are dropped, and a row that repeats a pair (the same pair again, or reversed) counts once."""
     loops = int(np.count_nonzero(pairs[:, 0] == pairs[:, 1]))
     repeats = len(pairs) - loops - distinct
-    log.info("%s: the graph is undirected: (u, v) and (v, u) are one pair and repeated pairs count once (%s rows -> "
-             "%s distinct pairs; %s self-loop row(s) dropped, %s row(s) repeating a pair)", path.name,
-             f"{len(pairs):,}", f"{distinct:,}", f"{loops:,}", f"{repeats:,}")
+    log.info(
+        "%s: the graph is undirected: (u, v) and (v, u) are one pair and repeated pairs count once (%s rows -> "
+        "%s distinct pairs; %s self-loop row(s) dropped, %s row(s) repeating a pair)",
+        path.name,
+        f"{len(pairs):,}",
+        f"{distinct:,}",
+        f"{loops:,}",
+        f"{repeats:,}",
+    )
 
 
 def _full_graph(path: Path, pairs: np.ndarray, num_nodes: int) -> Graph:
     t0 = time.perf_counter()
     full = Graph.from_edges(pairs, num_nodes=num_nodes)
-    log.info("%s: graph of %s nodes, %s edges built in %.1f s (driver %.1f GiB)", path.name, f"{num_nodes:,}",
-             f"{full.num_edges:,}", time.perf_counter() - t0, rss_gb())
+    log.info(
+        "%s: graph of %s nodes, %s edges built in %.1f s (driver %.1f GiB)",
+        path.name,
+        f"{num_nodes:,}",
+        f"{full.num_edges:,}",
+        time.perf_counter() - t0,
+        rss_gb(),
+    )
     log_folded(path, pairs, full.num_edges)
     if full.num_edges == 0:
         raise DatasetError(f"{path}: no train edges (every row is a self-loop); add edges between distinct nodes")
     return full
 
 
-def _given_split(path: Path, name: str, pairs: np.ndarray, masks: dict, num_nodes: int, node_ids: np.ndarray,
-                 seed: int, x) -> LinkDataset:
+def _given_split(
+    path: Path, name: str, pairs: np.ndarray, masks: dict, num_nodes: int, node_ids: np.ndarray, seed: int, x
+) -> LinkDataset:
     pos = {s: _canonical_unique(pairs[masks[s]], num_nodes) for s in SPLIT_VALUES}
     log_folded(path, pairs, sum(len(p) for p in pos.values()))
     _refuse_shared_edges(path, pos, num_nodes, node_ids)
     if len(pos["train"]) == 0:
-        raise DatasetError(f"{path}: no train edges (split column has no 'train' rows between distinct nodes); "
-                           "mark some edges as train")
+        raise DatasetError(
+            f"{path}: no train edges (split column has no 'train' rows between distinct nodes); "
+            "mark some edges as train"
+        )
     empty = [s for s in ("valid", "test") if len(pos[s]) == 0]
     if empty:  # the trainer selects on valid and reports test: refuse now, not after sampling
         counts = ", ".join(f"{s} {len(pos[s])}" for s in SPLIT_VALUES)
-        raise DatasetError(f"{path}: the split column has no {' and no '.join(empty)} edges ({counts}); "
-                           "mark some rows valid and test, or drop the split column for a seeded random split")
+        raise DatasetError(
+            f"{path}: the split column has no {' and no '.join(empty)} edges ({counts}); "
+            "mark some rows valid and test, or drop the split column for a seeded random split"
+        )
     full = Graph.from_edges(np.concatenate(list(pos.values())), num_nodes=num_nodes)
     valid_neg, test_neg = eval_negatives(pos["train"], pos["valid"], full, num_nodes, len(pos["test"]), seed, str(path))
-    splits = {"train": Split(pos=pos["train"]),
-              "valid": Split(pos=pos["valid"], neg={"original": valid_neg}),
-              "test": Split(pos=pos["test"], neg={"original": test_neg})}
-    return LinkDataset(name=name, graph=training_graph(pos["train"], num_nodes, x=x), splits=splits,
-                       metric={"original": "mrr"}, node_ids=node_ids)
+    splits = {
+        "train": Split(pos=pos["train"]),
+        "valid": Split(pos=pos["valid"], neg={"original": valid_neg}),
+        "test": Split(pos=pos["test"], neg={"original": test_neg}),
+    }
+    return LinkDataset(
+        name=name,
+        graph=training_graph(pos["train"], num_nodes, x=x),
+        splits=splits,
+        metric={"original": "mrr"},
+        node_ids=node_ids,
+    )

@@ -6,6 +6,7 @@ splits itself (edge lists without a split column, cora); a dataset that ships it
 The kind: `temporal` orders pairs by an edge list's `time` column (common/datasets/temporal.py) and is the
 default when the file has one; `random` is the seeded random split, the default otherwise.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,7 +15,7 @@ from common.datasets.base import DatasetError
 
 DEFAULT_SPLIT = (85.0, 5.0, 10.0)
 SPLIT_KINDS = ("random", "temporal")
-_USAGE = ("expected three percentages train,valid,test, each above 0, that sum to 100 (e.g. 85,5,10)")
+_USAGE = "expected three percentages train,valid,test, each above 0, that sum to 100 (e.g. 85,5,10)"
 
 
 def check_split(values) -> tuple[float, float, float]:
@@ -31,8 +32,9 @@ def check_split(values) -> tuple[float, float, float]:
     if split[1] <= 0 or split[2] <= 0:
         raise DatasetError(f"--split {shown}: valid and test must be above 0 (selection and the report need both)")
     if split[0] <= 0:
-        raise DatasetError(f"--split {shown}: train must be above 0 (the model and the heuristics learn from it); "
-                           "e.g. 85,5,10")
+        raise DatasetError(
+            f"--split {shown}: train must be above 0 (the model and the heuristics learn from it); e.g. 85,5,10"
+        )
     return split
 
 
@@ -58,8 +60,10 @@ def parse_split_spec(text: str) -> tuple[str | None, tuple[float, float, float] 
         if not parts:
             return kind, None
     elif parts and parts[0] and not parts[0].lstrip("+-").replace(".", "", 1).isdigit():
-        raise DatasetError(f"--split: unknown kind {parts[0]!r}; use random or temporal, optionally followed by the "
-                           f"percentages (e.g. temporal,80,10,10), or only the percentages")
+        raise DatasetError(
+            f"--split: unknown kind {parts[0]!r}; use random or temporal, optionally followed by the "
+            f"percentages (e.g. temporal,80,10,10), or only the percentages"
+        )
     return kind, parse_split(",".join(parts))
 
 

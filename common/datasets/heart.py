@@ -3,6 +3,7 @@
 Any directory in that layout loads (a user's own too). The project ships citeseer in this form as
 `common/data/citeseer.npz` (same arrays, compressed) so the demo runs without network or shared/.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -54,13 +55,16 @@ MAX_SPARSITY = 100
 
 def _check_dense(where: str, num_nodes: int, num_ids: int) -> None:
     if num_nodes > max(MAX_SPARSITY * num_ids, 1 << 20):
-        raise DatasetError(f"{where}: node id {num_nodes - 1:,} makes {num_nodes:,} nodes for {num_ids:,} ids in "
-                           "the files; HeaRT-format ids must be 0-based and dense, so give the edges as an "
-                           "edge-list file (src,dst[,split] .csv/.parquet), whose ids of any size are mapped")
+        raise DatasetError(
+            f"{where}: node id {num_nodes - 1:,} makes {num_nodes:,} nodes for {num_ids:,} ids in "
+            "the files; HeaRT-format ids must be 0-based and dense, so give the edges as an "
+            "edge-list file (src,dst[,split] .csv/.parquet), whose ids of any size are mapped"
+        )
 
 
-def dataset_from_arrays(name: str, arrays: dict[str, np.ndarray], num_nodes: int | None = None, x=None,
-                        source: str = "") -> LinkDataset:
+def dataset_from_arrays(
+    name: str, arrays: dict[str, np.ndarray], num_nodes: int | None = None, x=None, source: str = ""
+) -> LinkDataset:
     """Build a LinkDataset from HeaRT-style arrays (keys as the file stems)."""
     where = source or name
     if num_nodes is None:
@@ -77,7 +81,8 @@ def dataset_from_arrays(name: str, arrays: dict[str, np.ndarray], num_nodes: int
             hard = check_pairs(arrays[key], num_nodes, f"{where}/{key}.npy")
             if hard.ndim != 3 or hard.shape[0] != len(pos):
                 raise DatasetError(
-                    f"{where}/{key}.npy: expected shape ({len(pos)}, K, 2) matching {split}_pos, got {hard.shape}")
+                    f"{where}/{key}.npy: expected shape ({len(pos)}, K, 2) matching {split}_pos, got {hard.shape}"
+                )
             neg["heart"] = hard
         splits[split] = Split(pos=pos, neg=neg)
     graph = training_graph(splits["train"].pos, num_nodes, x=x)

@@ -15,6 +15,7 @@ in the memory available to this process. Integer ids are mapped by a direct tabl
 range no wider than a few times the row count, else by one hash pass whose small dictionary of
 distinct ids is then sorted; string ids likewise (a hash pass, then a sort of the distinct strings).
 """
+
 from __future__ import annotations
 
 import gzip
@@ -68,8 +69,13 @@ class Columns:
 
 
 # ---------------------------------------------------------------------------------- reading
-def read_columns(path: Path, wanted: tuple[str, ...], optional: tuple[str, ...] = (), any_of: bool = False,
-                 hint: str = "src,dst[,split]") -> Columns:
+def read_columns(
+    path: Path,
+    wanted: tuple[str, ...],
+    optional: tuple[str, ...] = (),
+    any_of: bool = False,
+    hint: str = "src,dst[,split]",
+) -> Columns:
     """Read the `wanted` (and present `optional`) columns, matched case- and space-insensitively.
     any_of: the first of `wanted` that exists is enough (a node list's `node` or `id`). A one-column text
     file whose first line is none of them has no header: its first line is an id like the others."""
@@ -80,29 +86,33 @@ def read_columns(path: Path, wanted: tuple[str, ...], optional: tuple[str, ...] 
         raise DatasetError(f"{path}: file not found; pass a {'/'.join(EDGE_LIST_SUFFIXES)} file with columns {hint}")
     header = _parquet_header(path) if suf in PARQUET_SUFFIXES else _text_header(path, TEXT_SUFFIXES[suf], hint)
     by_name = {h.strip().lower(): h for h in header}
-    headerless = (any_of and len(header) == 1 and suf not in PARQUET_SUFFIXES
-                  and not any(c in by_name for c in wanted))
+    headerless = any_of and len(header) == 1 and suf not in PARQUET_SUFFIXES and not any(c in by_name for c in wanted)
     if headerless:
         header = by_name = {wanted[0]: wanted[0]}
     if any_of:
         found = next((c for c in wanted if c in by_name), list(header)[0] if len(header) == 1 else None)
         if found is None:
-            raise DatasetError(f"{path}: no column named {' or '.join(wanted)} (found: {_names(header)}); "
-                               f"name the column of node ids '{wanted[0]}'")
+            raise DatasetError(
+                f"{path}: no column named {' or '.join(wanted)} (found: {_names(header)}); "
+                f"name the column of node ids '{wanted[0]}'"
+            )
         pick = {wanted[0]: by_name.get(found, found)}
     else:
         missing = [c for c in wanted if c not in by_name]
         if missing:
-            raise DatasetError(f"{path}: missing column(s) {', '.join(missing)} (found: {_names(header)}); "
-                               "name the endpoint columns src and dst")
+            raise DatasetError(
+                f"{path}: missing column(s) {', '.join(missing)} (found: {_names(header)}); "
+                "name the endpoint columns src and dst"
+            )
         pick = {c: by_name[c] for c in wanted + optional if c in by_name}
     t0 = time.perf_counter()
     if suf in PARQUET_SUFFIXES:
         out = _read_parquet(path, pick)
     else:
         out = _read_text(path, TEXT_SUFFIXES[suf], pick, list(header) if headerless else None)
-    log.info("%s: read %s rows in %.1f s (driver %.1f GiB)", path.name, f"{out.rows:,}", time.perf_counter() - t0,
-             rss_gb())
+    log.info(
+        "%s: read %s rows in %.1f s (driver %.1f GiB)", path.name, f"{out.rows:,}", time.perf_counter() - t0, rss_gb()
+    )
     return out
 
 
@@ -112,8 +122,11 @@ def _names(header: list[str]) -> str:
 
 
 def _check_rows(path: Path, rows: float, how: str) -> None:
-    check_allocation(rows * BYTES_PER_ROW, f"{path}: {rows:,.0f} rows{how}",
-                     "split the edge list or run on a machine with more memory")
+    check_allocation(
+        rows * BYTES_PER_ROW,
+        f"{path}: {rows:,.0f} rows{how}",
+        "split the edge list or run on a machine with more memory",
+    )
 
 
 def _text_header(path: Path, delimiter: str, hint: str) -> list[str]:
@@ -130,8 +143,10 @@ def _text_header(path: Path, delimiter: str, hint: str) -> list[str]:
         text = head.decode("utf-8")
     except UnicodeDecodeError as err:
         if err.start < len(head) - 4:  # not merely a character cut at the 1 MB boundary
-            raise DatasetError(f"{path}: not a text edge list (byte {head[err.start]:#04x} at offset {err.start} "
-                               f"is not UTF-8); write a header '{hint}' and one edge per row") from None
+            raise DatasetError(
+                f"{path}: not a text edge list (byte {head[err.start]:#04x} at offset {err.start} "
+                f"is not UTF-8); write a header '{hint}' and one edge per row"
+            ) from None
         text = head[: err.start].decode("utf-8")
     lines = text.splitlines()
     if not path.name.lower().endswith(".gz") and len(lines) > 2:
@@ -144,12 +159,16 @@ def _text_header(path: Path, delimiter: str, hint: str) -> list[str]:
 def _read_text(path: Path, delimiter: str, pick: dict[str, str], names: list[str] | None = None) -> Columns:
     """names: the column names of a file without a header line."""
     import pyarrow.csv as pacsv
+
     try:
         reader = pacsv.open_csv(
-            path, read_options=pacsv.ReadOptions(block_size=TEXT_BLOCK, column_names=names),
+            path,
+            read_options=pacsv.ReadOptions(block_size=TEXT_BLOCK, column_names=names),
             parse_options=pacsv.ParseOptions(delimiter=delimiter),
-            convert_options=pacsv.ConvertOptions(include_columns=list(pick.values()),
-                                                 column_types={c: pa.string() for c in pick.values()}))
+            convert_options=pacsv.ConvertOptions(
+                include_columns=list(pick.values()), column_types={c: pa.string() for c in pick.values()}
+            ),
+        )
         chunks = {k: [] for k in pick}
         rows, last = 0, time.perf_counter()
         for batch in reader:
@@ -161,8 +180,10 @@ def _read_text(path: Path, delimiter: str, pick: dict[str, str], names: list[str
                 log.info("%s: %s rows read", path.name, f"{rows:,}")
                 last = time.perf_counter()
     except (pa.ArrowException, OSError, EOFError, UnicodeDecodeError) as err:
-        raise DatasetError(f"{path}: could not read as a {'TSV' if delimiter == chr(9) else 'CSV'} edge list "
-                           f"({' '.join(str(err).split())[:200]})") from None
+        raise DatasetError(
+            f"{path}: could not read as a {'TSV' if delimiter == chr(9) else 'CSV'} edge list "
+            f"({' '.join(str(err).split())[:200]})"
+        ) from None
     if rows == 0:
         raise DatasetError(f"{path}: empty file (header only); add one edge per row")
     return Columns({k: pa.chunked_array(v, pa.string()) for k, v in chunks.items()}, rows)
@@ -170,6 +191,7 @@ def _read_text(path: Path, delimiter: str, pick: dict[str, str], names: list[str
 
 def _parquet_header(path: Path) -> list[str]:
     import pyarrow.parquet as pq
+
     try:
         meta = pq.ParquetFile(path).metadata
     except (pa.ArrowException, OSError) as err:
@@ -180,6 +202,7 @@ def _parquet_header(path: Path) -> list[str]:
 
 def _read_parquet(path: Path, pick: dict[str, str]) -> Columns:
     import pyarrow.parquet as pq
+
     try:
         table = pq.read_table(path, columns=list(pick.values()))
     except (pa.ArrowException, OSError) as err:
@@ -200,7 +223,9 @@ def numeric_ids(col: pa.ChunkedArray, name: str, path: Path) -> tuple[np.ndarray
     an integer would not keep as the user wrote it (a name, a leading zero, a number beyond 64 bits)."""
     if col.null_count:
         row = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
-        raise DatasetError(f"{path}: column '{name}' has an empty node id in data row {row + 1}; fill it or drop the row")
+        raise DatasetError(
+            f"{path}: column '{name}' has an empty node id in data row {row + 1}; fill it or drop the row"
+        )
     t = col.type
     if pa.types.is_dictionary(t):
         col, t = col.cast(t.value_type), t.value_type
@@ -212,13 +237,16 @@ def numeric_ids(col: pa.ChunkedArray, name: str, path: Path) -> tuple[np.ndarray
         f = col.to_numpy()
         bad = ~(np.isfinite(f) & (f == np.round(f)))
         if bad.any():
-            raise DatasetError(f"{path}: column '{name}' holds non-integer node id {f[bad][0]}; "
-                               "ids must be integers or strings")
+            raise DatasetError(
+                f"{path}: column '{name}' holds non-integer node id {f[bad][0]}; ids must be integers or strings"
+            )
         wide = np.abs(f) > FLOAT_EXACT
         if wide.any():
-            raise DatasetError(f"{path}: column '{name}' holds node id {f[wide][0]:.17g} as a float, beyond 2^53 "
-                               "where floats no longer tell neighbouring integers apart; store the ids as "
-                               "integers or strings")
+            raise DatasetError(
+                f"{path}: column '{name}' holds node id {f[wide][0]:.17g} as a float, beyond 2^53 "
+                "where floats no longer tell neighbouring integers apart; store the ids as "
+                "integers or strings"
+            )
         return f.astype(np.int64), None
     if pa.types.is_string(t) or pa.types.is_large_string(t):
         # an empty id fails both casts: the strings path finds it in the few distinct ids (_check_empty)
@@ -230,8 +258,11 @@ def numeric_ids(col: pa.ChunkedArray, name: str, path: Path) -> tuple[np.ndarray
             zero = leading_zeros(col)
             if zero.any():  # 007 is not 7: a code, read as text so that it comes back as written
                 row = int(np.flatnonzero(zero)[0])
-                return None, f"column '{name}' holds {col[row].as_py()!r} in data row {row + 1}, a leading zero an " \
-                             "integer would drop"
+                return (
+                    None,
+                    f"column '{name}' holds {col[row].as_py()!r} in data row {row + 1}, a leading zero an "
+                    "integer would drop",
+                )
             return nums, None
         return None, _why_text(col, name)
     raise DatasetError(f"{path}: column '{name}' must hold integer or string node ids, got type {t}")
@@ -252,7 +283,7 @@ def _why_text(col: pa.ChunkedArray, name: str) -> str:
             return f"column '{name}' holds {col[row].as_py()!r} in data row {row + 1}, not an integer"
     for row in np.flatnonzero(pc.greater_equal(pc.binary_length(col), 19).to_numpy(zero_copy_only=False)):
         value = int(col[int(row)].as_py())
-        if not -2**63 <= value < 2**64:
+        if not -(2**63) <= value < 2**64:
             return f"column '{name}' holds {value} in data row {int(row) + 1}, beyond 64-bit integers"
     return f"column '{name}' holds ids that no 64-bit integer type holds together"
 
@@ -265,8 +296,10 @@ def as_run_ids(col: pa.ChunkedArray, name: str, path: Path, dtype) -> np.ndarray
         text = col.cast(pa.string()) if not pa.types.is_string(col.type) else col
         if text.null_count or pc.any(pc.equal(text, "")).as_py():
             empty = pc.or_(text.is_null(), pc.equal(text, "")).to_numpy(zero_copy_only=False)
-            raise DatasetError(f"{path}: column '{name}' has an empty node id in data row "
-                               f"{int(np.flatnonzero(empty)[0]) + 1}; fill it or drop the row")
+            raise DatasetError(
+                f"{path}: column '{name}' has an empty node id in data row "
+                f"{int(np.flatnonzero(empty)[0]) + 1}; fill it or drop the row"
+            )
         return np.asarray(text.to_numpy(zero_copy_only=False), dtype=object)
     nums, why = numeric_ids(col, name, path)
     kind = f"{np.dtype(dtype)} integers"
@@ -276,13 +309,16 @@ def as_run_ids(col: pa.ChunkedArray, name: str, path: Path, dtype) -> np.ndarray
     out = (nums < 0) if info.min == 0 else (nums > np.uint64(info.max)) if nums.dtype == np.uint64 else None
     if out is not None and out.any():
         row = int(np.flatnonzero(out)[0])
-        raise DatasetError(f"{path}: column '{name}' holds {int(nums[row])} in data row {row + 1}, which does not fit "
-                           f"the run's node ids ({kind}); name nodes as its edge list did")
+        raise DatasetError(
+            f"{path}: column '{name}' holds {int(nums[row])} in data row {row + 1}, which does not fit "
+            f"the run's node ids ({kind}); name nodes as its edge list did"
+        )
     return nums.astype(dtype, copy=False)
 
 
-def map_node_ids(path: Path, cols: dict[str, pa.ChunkedArray], sources: dict[str, Path] | None = None
-                 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def map_node_ids(
+    path: Path, cols: dict[str, pa.ChunkedArray], sources: dict[str, Path] | None = None
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Every id column -> integer node indices 0..N-1 over the union of their ids, plus `node_ids` (N,):
     sorted int64, uint64 or str (object) values, node_ids[i] the user's id of node i.
     sources: the file a column came from when not `path` (a node list), for error messages."""
@@ -304,8 +340,15 @@ def map_node_ids(path: Path, cols: dict[str, pa.ChunkedArray], sources: dict[str
         for k in nums:
             nums[k] = nums[k].astype(dtype, copy=False)
         out, node_ids, how = _map_numbers(nums)
-    log.info("%s: %s distinct node ids (%s) mapped to 0..%d in %.1f s (driver %.1f GiB)", path.name,
-             f"{len(node_ids):,}", how, len(node_ids) - 1, time.perf_counter() - t0, rss_gb())
+    log.info(
+        "%s: %s distinct node ids (%s) mapped to 0..%d in %.1f s (driver %.1f GiB)",
+        path.name,
+        f"{len(node_ids):,}",
+        how,
+        len(node_ids) - 1,
+        time.perf_counter() - t0,
+        rss_gb(),
+    )
     return out, node_ids
 
 
@@ -313,12 +356,19 @@ def _say_text(path: Path, nums: dict, why: dict, files: dict, big: list, neg: li
     """One log line when ids are read as text, and why: one odd id turns every id of the file into text."""
     reasons = [f"{files[k].name}: {r}" if files[k] != path else r for k, r in why.items() if nums[k] is None]
     if not reasons:
-        reasons = [f"column '{big[0]}' holds ids of 2^63 or more and column '{neg[0]}' negative ones: no 64-bit "
-                   "integer type holds both"]
+        reasons = [
+            f"column '{big[0]}' holds ids of 2^63 or more and column '{neg[0]}' negative ones: no 64-bit "
+            "integer type holds both"
+        ]
     numbers = [k for k, a in nums.items() if a is not None]
     level = logging.WARNING if numbers or "not an integer" not in reasons[0] else logging.INFO
-    log.log(level, "%s: node ids read as text (sorted as text, written back as read): %s%s", path.name, reasons[0],
-            f"; so the integer ids of column(s) {', '.join(numbers)} are text too" if numbers else "")
+    log.log(
+        level,
+        "%s: node ids read as text (sorted as text, written back as read): %s%s",
+        path.name,
+        reasons[0],
+        f"; so the integer ids of column(s) {', '.join(numbers)} are text too" if numbers else "",
+    )
 
 
 def _map_numbers(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], np.ndarray, str]:
@@ -376,8 +426,9 @@ def _map_hashed(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], n
     return out, node_ids
 
 
-def _map_strings(cols: dict[str, pa.ChunkedArray], files: dict[str, Path]
-                 ) -> tuple[dict[str, np.ndarray], np.ndarray, str]:
+def _map_strings(
+    cols: dict[str, pa.ChunkedArray], files: dict[str, Path]
+) -> tuple[dict[str, np.ndarray], np.ndarray, str]:
     """String ids -> ranks among the distinct strings in UTF-8 byte order (= code point order). As for
     hashed integers, a hash pass finds the distinct strings and only those are sorted. The hash pass is the
     cost (30 M strings in ~4.6 s on one thread), so each column is encoded on its own thread (Arrow's
@@ -406,7 +457,7 @@ def _map_strings(cols: dict[str, pa.ChunkedArray], files: dict[str, Path]
     to_merged, at, out = merged.indices.to_numpy(), 0, {}
     for k in keys:
         dictionary, indices = encoded.pop(k)
-        out[k] = rank[to_merged[at:at + len(dictionary)]][indices]  # row -> column's dictionary -> rank
+        out[k] = rank[to_merged[at : at + len(dictionary)]][indices]  # row -> column's dictionary -> rank
         at += len(dictionary)
     node_ids = merged.dictionary.take(pa.array(order)).to_numpy(zero_copy_only=False).astype(object)
     return out, node_ids, "strings, hashed"
@@ -419,8 +470,9 @@ def _check_empty(encoded: dict[str, tuple[pa.Array, np.ndarray]], files: dict[st
         empty = np.flatnonzero(pc.equal(pc.binary_length(dictionary), 0).to_numpy(zero_copy_only=False))
         if empty.size:
             row = int(np.flatnonzero(indices == empty[0])[0])
-            raise DatasetError(f"{files[key]}: column '{key}' has an empty node id in data row {row + 1}; "
-                               "fill it or drop the row")
+            raise DatasetError(
+                f"{files[key]}: column '{key}' has an empty node id in data row {row + 1}; fill it or drop the row"
+            )
 
 
 def release_arrow_memory() -> None:
@@ -476,7 +528,7 @@ def _like(node_ids: np.ndarray, values) -> np.ndarray | None:
                 continue
             try:
                 iv = int(v)
-                out.append(iv if (0 <= iv < 2**64 if target == pa.uint64() else -2**63 <= iv < 2**63) else None)
+                out.append(iv if (0 <= iv < 2**64 if target == pa.uint64() else -(2**63) <= iv < 2**63) else None)
             except (TypeError, ValueError):
                 out.append(None)
         return np.asarray(out, dtype=object) if any(v is None for v in out) else np.asarray(out, node_ids.dtype)

@@ -1,5 +1,6 @@
 """Negatives: node pairs that are not edges, drawn uniformly by vectorised rejection sampling, for every
 split that needs them (random, temporal, synthetic). Pairs are (min, max): edges are undirected."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,9 +18,15 @@ def min_max(pairs: np.ndarray) -> np.ndarray:
     return out
 
 
-def sample_non_edges(graph: Graph, count: int, rng: np.random.Generator, accept=None,
-                     exclude: np.ndarray | None = None, what: str = "negatives",
-                     nodes: np.ndarray | None = None) -> np.ndarray:
+def sample_non_edges(
+    graph: Graph,
+    count: int,
+    rng: np.random.Generator,
+    accept=None,
+    exclude: np.ndarray | None = None,
+    what: str = "negatives",
+    nodes: np.ndarray | None = None,
+) -> np.ndarray:
     """`count` distinct uniform node pairs (min, max) that are not edges of `graph` nor self-loops.
 
     accept: optional vectorised filter pairs -> bool mask (e.g. "far apart in latent space").
@@ -34,9 +41,11 @@ def sample_non_edges(graph: Graph, count: int, rng: np.random.Generator, accept=
     free = max(0, _free_pairs(graph, nodes) - taken)
     if count > free:  # one negative per held-out edge: a graph this dense has too few non-edges for its split
         among = "" if nodes is None else f", among the {len(nodes):,} nodes that exist by then"
-        raise DatasetError(f"{what}: needs {count} node pairs that are not edges, but the graph ({n} nodes, "
-                           f"{graph.num_edges} edges{f', {taken} pairs already drawn' if taken else ''}{among}) has "
-                           f"only {free} left; pass --split with smaller valid and test shares, or use a sparser graph")
+        raise DatasetError(
+            f"{what}: needs {count} node pairs that are not edges, but the graph ({n} nodes, "
+            f"{graph.num_edges} edges{f', {taken} pairs already drawn' if taken else ''}{among}) has "
+            f"only {free} left; pass --split with smaller valid and test shares, or use a sparser graph"
+        )
     taken = None
     if exclude is not None and len(exclude):
         ex = min_max(np.asarray(exclude, dtype=np.int64).reshape(-1, 2))
@@ -46,7 +55,7 @@ def sample_non_edges(graph: Graph, count: int, rng: np.random.Generator, accept=
         need = count - len(keys)
         draw = rng.integers(0, n if nodes is None else len(nodes), size=(2 * need + 64, 2), dtype=np.int64)
         draw = min_max(draw if nodes is None else nodes[draw])
-        ok = (draw[:, 0] != draw[:, 1])
+        ok = draw[:, 0] != draw[:, 1]
         ok[ok] = ~graph.has_edge(draw[ok, 0], draw[ok, 1])
         if accept is not None and ok.any():
             ok[ok] = np.asarray(accept(draw[ok]), dtype=bool)
@@ -58,8 +67,10 @@ def sample_non_edges(graph: Graph, count: int, rng: np.random.Generator, accept=
         if len(keys) >= count:
             keys = keys[:count]
             return np.stack([keys // n, keys % n], axis=1)
-    raise DatasetError(f"{what}: found only {len(keys)} of {count} acceptable non-edges after 200 rounds; "
-                       "the graph is too dense or the filter too strict")
+    raise DatasetError(
+        f"{what}: found only {len(keys)} of {count} acceptable non-edges after 200 rounds; "
+        "the graph is too dense or the filter too strict"
+    )
 
 
 def _free_pairs(graph: Graph, nodes: np.ndarray | None) -> int:

@@ -13,6 +13,7 @@ interactive shell, so three guards wrap it:
 Layout (as ogb unpacks it): <root>/<name with '-' -> '_'>/{RELEASE_v1.txt, raw/*.csv.gz,
 split/<type>/{train,valid,test}.pt, processed/data_processed (written by ogb on first load)}.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -30,8 +31,8 @@ OGB_METRIC = {"ogbl-collab": "hits@50", "ogbl-ppa": "hits@100", "ogbl-ddi": "hit
 
 
 def _meta(name: str):
-    import pandas as pd
     import ogb.linkproppred
+    import pandas as pd
 
     master = Path(ogb.linkproppred.__file__).parent / "master.csv"
     return pd.read_csv(master, index_col=0, keep_default_na=False)[name]
@@ -62,8 +63,10 @@ def required_files(name: str, folder: Path, meta) -> list[Path]:
 
 
 def _no_prompt(prompt=""):
-    raise DatasetError(f"ogb asked a question offline ({str(prompt).strip()!r}); "
-                       "check that the OGB folder is complete (RELEASE_v1.txt, raw/, split/)")
+    raise DatasetError(
+        f"ogb asked a question offline ({str(prompt).strip()!r}); "
+        "check that the OGB folder is complete (RELEASE_v1.txt, raw/, split/)"
+    )
 
 
 @contextlib.contextmanager
@@ -113,9 +116,12 @@ def _read_with_ogb(name: str, folder: Path, meta):
     def files(key):
         return [] if meta[key] == "None" else meta[key].split(",")
 
-    graph = read_csv_graph_raw(str(folder / "raw"), add_inverse_edge=meta["add_inverse_edge"] == "True",
-                               additional_node_files=files("additional node files"),
-                               additional_edge_files=files("additional edge files"))[0]
+    graph = read_csv_graph_raw(
+        str(folder / "raw"),
+        add_inverse_edge=meta["add_inverse_edge"] == "True",
+        additional_node_files=files("additional node files"),
+        additional_edge_files=files("additional edge files"),
+    )[0]
     split = folder / "split" / meta["split"]
     if (split / "split_dict.pt").is_file():
         return graph, torch.load(split / "split_dict.pt")
@@ -137,8 +143,11 @@ def _split_of(name: str, part: dict, split: str, num_nodes: int, where: str) -> 
                 neg["ogb"] = check_pairs(pairs, num_nodes, f"{where}/{split} target_node_neg")
             return Split(pos=pos, neg=neg)
         pos = check_pairs(_np(part["edge"]), num_nodes, f"{where}/{split} edge")
-        neg = {} if split == "train" else {"ogb": check_pairs(_np(part["edge_neg"]), num_nodes,
-                                                               f"{where}/{split} edge_neg")}
+        neg = (
+            {}
+            if split == "train"
+            else {"ogb": check_pairs(_np(part["edge_neg"]), num_nodes, f"{where}/{split} edge_neg")}
+        )
         return Split(pos=pos, neg=neg)
     except KeyError as err:
         raise DatasetError(f"{where}/{split}: split file lacks key {err}; is this the right OGB dataset?") from None
@@ -157,8 +166,10 @@ def load_ogb(name: str, root) -> LinkDataset:
     folder = _dataset_dir(name, root)
     missing = [str(p) for p in required_files(name, folder, meta) if not p.is_file()]
     if missing:
-        raise DatasetError(f"{name}: missing file(s) {', '.join(missing)}; download the dataset elsewhere "
-                           f"(ogb.linkproppred.LinkPropPredDataset('{name}')) and copy its folder under {root}")
+        raise DatasetError(
+            f"{name}: missing file(s) {', '.join(missing)}; download the dataset elsewhere "
+            f"(ogb.linkproppred.LinkPropPredDataset('{name}')) and copy its folder under {root}"
+        )
     with offline_ogb(folder):
         try:
             graph, split = _read_with_ogb(name, folder, meta)
@@ -172,5 +183,6 @@ def load_ogb(name: str, root) -> LinkDataset:
     splits = {s: _split_of(name, split[s], s, num_nodes, str(folder)) for s in ("train", "valid", "test")}
     train_graph = training_graph(splits["train"].pos, num_nodes, x=x)
     test_graph = train_graph.with_edges(splits["valid"].pos) if name == "ogbl-collab" else None
-    return LinkDataset(name=name, graph=train_graph, splits=splits, test_graph=test_graph,
-                       metric={"ogb": OGB_METRIC[name]})
+    return LinkDataset(
+        name=name, graph=train_graph, splits=splits, test_graph=test_graph, metric={"ogb": OGB_METRIC[name]}
+    )

@@ -21,6 +21,7 @@ evaluation split, a pair in both valid and test, and a training negative that is
 evaluation pairs (its label would leak into evaluation). A training negative that happens to be one of the
 dataset's random evaluation negatives is left out of training, with a log line. Repeated rows count once.
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,8 +42,13 @@ PAIRS = "pairs"  # the protocol of the user's labelled pairs
 EVAL_SPLITS = ("valid", "test")
 
 
-def attach_user_pairs(ds: LinkDataset, eval_pairs=None, train_negatives=None, seed: int = 0,
-                      shares: tuple[float, float, float] | None = None) -> LinkDataset:
+def attach_user_pairs(
+    ds: LinkDataset,
+    eval_pairs=None,
+    train_negatives=None,
+    seed: int = 0,
+    shares: tuple[float, float, float] | None = None,
+) -> LinkDataset:
     """`ds` with the protocol "pairs" (eval_pairs) and its training negatives (train_negatives) attached, in
     place. shares: the --split percentages, whose valid : test ratio assigns pairs without a split column."""
     edges = {s: _keys(ds.splits[s].pos, ds.num_nodes) for s in ("train", *EVAL_SPLITS) if s in ds.splits}
@@ -63,11 +69,18 @@ class _Pairs:
         header = header_names(path, hint="src,dst,label[,split]")
         wanted = ("src", "dst", "label") if flag == "--eval-pairs" else ("src", "dst")
         if header and (missing := [c for c in wanted if c not in header]):
-            raise DatasetError(f"{self.where}: no column {missing[0]!r} (found: {', '.join(header)}); {flag} reads "
-                               f"columns {','.join(wanted)}{'[,split]' if flag == '--eval-pairs' else '[,label]'}")
+            raise DatasetError(
+                f"{self.where}: no column {missing[0]!r} (found: {', '.join(header)}); {flag} reads "
+                f"columns {','.join(wanted)}{'[,split]' if flag == '--eval-pairs' else '[,label]'}"
+            )
         if extra := [c for c in header if c not in wanted + optional]:
-            log.warning("%s: column(s) %s ignored: %s reads %s", path.name, ", ".join(map(repr, extra)), flag,
-                        ", ".join(wanted + optional))
+            log.warning(
+                "%s: column(s) %s ignored: %s reads %s",
+                path.name,
+                ", ".join(map(repr, extra)),
+                flag,
+                ", ".join(wanted + optional),
+            )
         try:
             self.cols = read_columns(path, wanted, optional=tuple(c for c in optional if c in header)).cols
         except DatasetError as err:
@@ -93,9 +106,11 @@ class _Pairs:
             idx, found = node_index(ds.node_ids, values)
         if not found.all():
             row = int(np.flatnonzero(~found)[0])
-            raise DatasetError(f"{self.where}: data row {row + 1}: node id {pc.take(values, [row])[0].as_py()!r} "
-                               f"({col}) is not a node of the graph; pairs name nodes of the edge list (--nodes "
-                               "declares isolated ones)")
+            raise DatasetError(
+                f"{self.where}: data row {row + 1}: node id {pc.take(values, [row])[0].as_py()!r} "
+                f"({col}) is not a node of the graph; pairs name nodes of the edge list (--nodes "
+                "declares isolated ones)"
+            )
         return idx.astype(np.int64)
 
     def show(self, row: int) -> str:
@@ -151,8 +166,11 @@ def _eval_split_column(pairs: _Pairs) -> np.ndarray | None:
     text = pc.utf8_lower(pc.utf8_trim_whitespace(col.cast(pa.string()))).to_numpy(zero_copy_only=False)
     bad = np.flatnonzero(~np.isin(text, EVAL_SPLITS))
     if bad.size:
-        pairs.refuse(bad[0], f"split {text[bad[0]]!r}: evaluation pairs are valid or test (known non-links of "
-                             "training go to --train-negatives)")
+        pairs.refuse(
+            bad[0],
+            f"split {text[bad[0]]!r}: evaluation pairs are valid or test (known non-links of "
+            "training go to --train-negatives)",
+        )
     return (text == "test").astype(np.int8)
 
 
@@ -160,16 +178,23 @@ def _attach_eval_pairs(ds: LinkDataset, path: Path, edges: dict, seed: int, vali
     pairs = _Pairs("--eval-pairs", path, ds, optional=("split",))
     link, keys, n = pairs.labels(), pairs.keys, ds.num_nodes
     if clash := _first_clash(keys, link.astype(np.int8)):
-        pairs.refuse(clash[1], f"marked a {'link' if link[clash[1]] else 'non-link'} here and a "
-                               f"{'link' if link[clash[0]] else 'non-link'} in data row {clash[0] + 1}; a pair is one "
-                               "or the other")
+        pairs.refuse(
+            clash[1],
+            f"marked a {'link' if link[clash[1]] else 'non-link'} here and a "
+            f"{'link' if link[clash[0]] else 'non-link'} in data row {clash[0] + 1}; a pair is one "
+            "or the other",
+        )
     for s, e in edges.items():
         if (bad := np.flatnonzero(~link & _member(e, keys))).size:
-            pairs.refuse(bad[0], f"labelled a non-link but it is a {s} edge of the graph; fix the label or drop the "
-                                 "row")
+            pairs.refuse(
+                bad[0], f"labelled a non-link but it is a {s} edge of the graph; fix the label or drop the row"
+            )
     if (bad := np.flatnonzero(link & _member(edges.get("train", np.zeros(0, np.int64)), keys))).size:
-        pairs.refuse(bad[0], "labelled a link but it is a training edge: the model trains on it, so it cannot be "
-                             "evaluated; drop the row")
+        pairs.refuse(
+            bad[0],
+            "labelled a link but it is a training edge: the model trains on it, so it cannot be "
+            "evaluated; drop the row",
+        )
     split = _eval_split_column(pairs)
     held = {s: _member(edges[s], keys) & link for s in EVAL_SPLITS if s in edges}
     if split is not None:
@@ -178,22 +203,30 @@ def _attach_eval_pairs(ds: LinkDataset, path: Path, edges: dict, seed: int, vali
             if other in held and (bad := np.flatnonzero(mine & held[other])).size:
                 pairs.refuse(bad[0], f"marked {s} here but it is a {other} edge of the graph; keep it in {other}")
         if clash := _first_clash(keys, split):
-            pairs.refuse(clash[1], f"in {EVAL_SPLITS[split[clash[1]]]} here and in {EVAL_SPLITS[split[clash[0]]]} in "
-                                   f"data row {clash[0] + 1}; a pair evaluated in both would be selected on and "
-                                   "reported at once: keep it in one split")
+            pairs.refuse(
+                clash[1],
+                f"in {EVAL_SPLITS[split[clash[1]]]} here and in {EVAL_SPLITS[split[clash[0]]]} in "
+                f"data row {clash[0] + 1}; a pair evaluated in both would be selected on and "
+                "reported at once: keep it in one split",
+            )
     first = unique_first(keys)  # repeated rows count once
     if len(first) < len(keys):
         log.info("%s: %s repeated row(s) count once", path.name, f"{len(keys) - len(first):,}")
     keys, link = keys[first], link[first]
-    split = split[first] if split is not None else _assign(keys, {s: h[first] for s, h in held.items()}, seed,
-                                                            valid_share, path)
+    split = (
+        split[first]
+        if split is not None
+        else _assign(keys, {s: h[first] for s, h in held.items()}, seed, valid_share, path)
+    )
     counts = []
     for i, s in enumerate(EVAL_SPLITS):
         pos, neg = keys[(split == i) & link], keys[(split == i) & ~link]
         if not len(neg):
             hint = "" if "split" in pairs.cols else " (or a split column)"
-            raise DatasetError(f"--eval-pairs {path}: no non-link (label 0) is in {s}; the protocol {PAIRS} ranks "
-                               f"links against the split's non-links: add some{hint}")
+            raise DatasetError(
+                f"--eval-pairs {path}: no non-link (label 0) is in {s}; the protocol {PAIRS} ranks "
+                f"links against the split's non-links: add some{hint}"
+            )
         target = ds.splits[s]
         target.neg[PAIRS] = _pairs_of(np.sort(neg), n)
         if len(pos):
@@ -201,8 +234,13 @@ def _attach_eval_pairs(ds: LinkDataset, path: Path, edges: dict, seed: int, vali
         counts.append(f"{s} {len(pos):,} links" if len(pos) else f"{s} its {len(target.pos):,} held-out links")
         counts[-1] += f" against {len(neg):,} non-links"
     ds.metric.setdefault(PAIRS, "mrr")
-    log.info("%s: evaluation pairs (protocol %s, beside the random negatives; --protocol %s alone): %s", path.name,
-             PAIRS, PAIRS, "; ".join(counts))
+    log.info(
+        "%s: evaluation pairs (protocol %s, beside the random negatives; --protocol %s alone): %s",
+        path.name,
+        PAIRS,
+        PAIRS,
+        "; ".join(counts),
+    )
 
 
 def _assign(keys: np.ndarray, held: dict, seed: int, valid_share: float, path: Path) -> np.ndarray:
@@ -212,8 +250,14 @@ def _assign(keys: np.ndarray, held: dict, seed: int, valid_share: float, path: P
     free = ~(held.get("valid", np.zeros(len(keys), bool)) | held.get("test", np.zeros(len(keys), bool)))
     order = np.flatnonzero(free)[np.argsort(keys[free], kind="stable")]
     out[order] = (np.random.default_rng([seed, 3]).random(len(order)) >= valid_share).astype(np.int8)
-    log.info("%s: no split column: %s pair(s) of held-out edges keep their split, %s go to valid or test at random "
-             "(%.0f %% valid)", path.name, f"{int((~free).sum()):,}", f"{len(order):,}", 100 * valid_share)
+    log.info(
+        "%s: no split column: %s pair(s) of held-out edges keep their split, %s go to valid or test at random "
+        "(%.0f %% valid)",
+        path.name,
+        f"{int((~free).sum()):,}",
+        f"{len(order):,}",
+        100 * valid_share,
+    )
     return out
 
 
@@ -226,23 +270,46 @@ def _attach_train_negatives(ds: LinkDataset, path: Path, edges: dict) -> None:
     for s, e in edges.items():
         if (bad := np.flatnonzero(_member(e, keys))).size:
             pairs.refuse(bad[0], f"a known non-link here but a {s} edge of the graph; a pair is one or the other")
-    user_eval = {s: _keys(ds.splits[s].neg[PAIRS], ds.num_nodes) for s in EVAL_SPLITS
-                 if s in ds.splits and PAIRS in ds.splits[s].neg}
-    user_eval.update({f"{s} link": _keys(ds.splits[s].protocol_pos[PAIRS], ds.num_nodes) for s in EVAL_SPLITS
-                      if s in ds.splits and PAIRS in ds.splits[s].protocol_pos})
+    user_eval = {
+        s: _keys(ds.splits[s].neg[PAIRS], ds.num_nodes)
+        for s in EVAL_SPLITS
+        if s in ds.splits and PAIRS in ds.splits[s].neg
+    }
+    user_eval.update(
+        {
+            f"{s} link": _keys(ds.splits[s].protocol_pos[PAIRS], ds.num_nodes)
+            for s in EVAL_SPLITS
+            if s in ds.splits and PAIRS in ds.splits[s].protocol_pos
+        }
+    )
     for s, e in user_eval.items():
         if (bad := np.flatnonzero(_member(e, keys))).size:
-            pairs.refuse(bad[0], f"also a {s} pair of --eval-pairs: training on it would leak its label into "
-                                 "evaluation; keep it in one file")
+            pairs.refuse(
+                bad[0],
+                f"also a {s} pair of --eval-pairs: training on it would leak its label into "
+                "evaluation; keep it in one file",
+            )
     keys = np.unique(keys)
     if len(keys) < len(pairs.keys):
         log.info("%s: %s repeated row(s) count once", path.name, f"{len(pairs.keys) - len(keys):,}")
-    drawn = [_keys(a.reshape(-1, 2), ds.num_nodes) for s in EVAL_SPLITS if s in ds.splits
-             for p, a in ds.splits[s].neg.items() if p != PAIRS]
+    drawn = [
+        _keys(a.reshape(-1, 2), ds.num_nodes)
+        for s in EVAL_SPLITS
+        if s in ds.splits
+        for p, a in ds.splits[s].neg.items()
+        if p != PAIRS
+    ]
     if drawn and (hit := _member(np.unique(np.concatenate(drawn)), keys)).any():
-        log.info("%s: %s known non-link(s) are random evaluation negatives of the dataset: left out of training so "
-                 "evaluation stays unseen", path.name, f"{int(hit.sum()):,}")
+        log.info(
+            "%s: %s known non-link(s) are random evaluation negatives of the dataset: left out of training so "
+            "evaluation stays unseen",
+            path.name,
+            f"{int(hit.sum()):,}",
+        )
         keys = keys[~hit]
     ds.train_negatives = _pairs_of(keys, ds.num_nodes)
-    log.info("%s: %s known non-links join the training views (up to half of each view's negatives)", path.name,
-             f"{len(keys):,}")
+    log.info(
+        "%s: %s known non-links join the training views (up to half of each view's negatives)",
+        path.name,
+        f"{len(keys):,}",
+    )

@@ -10,6 +10,7 @@ the two agree.
 Cora has no HeaRT split here, so `load_planetoid_random_split` rebuilds HeaRT's recipe: a seeded
 85/5/10 split of the undirected edges with uniformly random non-edges as negatives.
 """
+
 from __future__ import annotations
 
 import pickle
@@ -27,11 +28,16 @@ RAW_PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 
 def _check_raw(name: str, planetoid_dir) -> Path:
     root = Path(planetoid_dir)
-    missing = [str(root / f"ind.{name.lower()}.{part}") for part in RAW_PARTS
-               if not (root / f"ind.{name.lower()}.{part}").is_file()]
+    missing = [
+        str(root / f"ind.{name.lower()}.{part}")
+        for part in RAW_PARTS
+        if not (root / f"ind.{name.lower()}.{part}").is_file()
+    ]
     if missing:
-        raise DatasetError(f"Planetoid raw file(s) missing: {', '.join(missing)}; "
-                           f"point --planetoid-dir at a folder holding ind.{name.lower()}.*")
+        raise DatasetError(
+            f"Planetoid raw file(s) missing: {', '.join(missing)}; "
+            f"point --planetoid-dir at a folder holding ind.{name.lower()}.*"
+        )
     return root
 
 
@@ -79,6 +85,7 @@ def read_planetoid(name: str, planetoid_dir, use_pyg: bool | None = None) -> tup
     if use_pyg is None:
         try:
             import torch_geometric.io.planetoid  # noqa: F401
+
             use_pyg = True
         except ImportError:
             use_pyg = False
@@ -93,8 +100,9 @@ def load_planetoid_features(name: str, planetoid_dir) -> np.ndarray:
     return read_planetoid(name, planetoid_dir)[0]
 
 
-def load_planetoid_random_split(name: str, planetoid_dir, seed: int = 0, features: bool = False,
-                                val_frac: float = 0.05, test_frac: float = 0.10) -> LinkDataset:
+def load_planetoid_random_split(
+    name: str, planetoid_dir, seed: int = 0, features: bool = False, val_frac: float = 0.05, test_frac: float = 0.10
+) -> LinkDataset:
     """Seeded 85/5/10 split (val_frac / test_frac, --split) of the Planetoid graph's undirected edges with
     random non-edge negatives.
 
@@ -103,5 +111,13 @@ def load_planetoid_random_split(name: str, planetoid_dir, seed: int = 0, feature
     """
     x, edges = read_planetoid(name, planetoid_dir)
     full = Graph.from_edges(edges, num_nodes=x.shape[0])  # drops self-loops, merges duplicates
-    return random_split_dataset(name, full.edge_array(), full.num_nodes, seed=seed, val_frac=val_frac,
-                                test_frac=test_frac, x=x if features else None, full_graph=full)
+    return random_split_dataset(
+        name,
+        full.edge_array(),
+        full.num_nodes,
+        seed=seed,
+        val_frac=val_frac,
+        test_frac=test_frac,
+        x=x if features else None,
+        full_graph=full,
+    )

@@ -15,6 +15,7 @@ squared latent distance exceeds the `neg_quantile` (default 0.9) quantile of the
 squared distances, i.e. pairs farther apart than 90% of real edges; as many as each eval split's
 positives, disjoint between valid and test.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -115,8 +116,15 @@ def _check(num_nodes, avg_degree, clusters):
         raise DatasetError(f"synthetic: clusters={clusters}; need at least one cluster")
 
 
-def sample_latent_space(num_nodes: int, avg_degree: float, seed: int, clusters: int = 3, s: float = 1.0,
-                        beta: float = 2.0, noise: float = 0.5):
+def sample_latent_space(
+    num_nodes: int,
+    avg_degree: float,
+    seed: int,
+    clusters: int = 3,
+    s: float = 1.0,
+    beta: float = 2.0,
+    noise: float = 0.5,
+):
     """(labels, z, edges, alpha) of one latent-space graph; deterministic given the seed."""
     _check(num_nodes, avg_degree, clusters)
     rng = np.random.default_rng(seed)
@@ -125,16 +133,33 @@ def sample_latent_space(num_nodes: int, avg_degree: float, seed: int, clusters: 
     return labels, z, sample_edges(z, alpha, beta, rng), alpha
 
 
-def latent_space_graph(num_nodes: int = 10_000, avg_degree: float = 15.0, seed: int = 0, clusters: int = 3,
-                       s: float = 1.0, beta: float = 2.0, noise: float = 0.5) -> Graph:
+def latent_space_graph(
+    num_nodes: int = 10_000,
+    avg_degree: float = 15.0,
+    seed: int = 0,
+    clusters: int = 3,
+    s: float = 1.0,
+    beta: float = 2.0,
+    noise: float = 0.5,
+) -> Graph:
     """Just the graph (no features, no split): e.g. the sampler benchmark's 10k-node, degree-15 graph."""
     _, _, edges, _ = sample_latent_space(num_nodes, avg_degree, seed, clusters, s, beta, noise)
     return Graph.from_edges(edges, num_nodes=num_nodes)
 
 
-def load_latent_space(seed: int = 0, num_nodes: int = 5000, clusters: int = 3, s: float = 1.0, mu: float = 1.0,
-                      p: int = 32, beta: float = 2.0, noise: float = 0.5, avg_degree: float = 15.0,
-                      test_frac: float = 0.1, neg_quantile: float = 0.9) -> LinkDataset:
+def load_latent_space(
+    seed: int = 0,
+    num_nodes: int = 5000,
+    clusters: int = 3,
+    s: float = 1.0,
+    mu: float = 1.0,
+    p: int = 32,
+    beta: float = 2.0,
+    noise: float = 0.5,
+    avg_degree: float = 15.0,
+    test_frac: float = 0.1,
+    neg_quantile: float = 0.9,
+) -> LinkDataset:
     """The Appendix D.4 dataset: 90/10 train/test edges (5% of train held out as valid), features x.
 
     Negatives are far non-edges (see module docstring) under protocol "original", as many as each
@@ -159,10 +184,14 @@ def load_latent_space(seed: int = 0, num_nodes: int = 5000, clusters: int = 3, s
 
     threshold = float(np.quantile(d2(edges), neg_quantile))
     full = Graph.from_edges(edges, num_nodes=num_nodes)
-    negs = sample_non_edges(full, n_valid + n_test, rng, accept=lambda q: d2(q) > threshold,
-                            what="synthetic far negatives")
-    splits = {"train": Split(pos=train),
-              "valid": Split(pos=valid, neg={"original": negs[:n_valid]}),
-              "test": Split(pos=test, neg={"original": negs[n_valid:]})}
-    return LinkDataset(name="synthetic", graph=training_graph(train, num_nodes, x=x), splits=splits,
-                       metric={"original": "mrr"})
+    negs = sample_non_edges(
+        full, n_valid + n_test, rng, accept=lambda q: d2(q) > threshold, what="synthetic far negatives"
+    )
+    splits = {
+        "train": Split(pos=train),
+        "valid": Split(pos=valid, neg={"original": negs[:n_valid]}),
+        "test": Split(pos=test, neg={"original": negs[n_valid:]}),
+    }
+    return LinkDataset(
+        name="synthetic", graph=training_graph(train, num_nodes, x=x), splits=splits, metric={"original": "mrr"}
+    )

@@ -14,6 +14,7 @@ Rules (docs/preprocess.md#time):
   once it appeared in an earlier edge), so a negative never names a node from the future; training views draw
   theirs among the training graph's nodes (LinkDataset.active_nodes).
 """
+
 from __future__ import annotations
 
 import logging
@@ -49,22 +50,36 @@ def boundaries(first_time: np.ndarray, val_frac: float, test_frac: float, where:
     total = len(first_time)
     n_valid, n_test = int(val_frac * total), int(test_frac * total)
     if n_valid == 0 or n_test == 0:
-        raise DatasetError(f"{where}: {total} distinct pairs leave no valid or no test pairs at {100 * val_frac:g}% "
-                           f"valid / {100 * test_frac:g}% test; pass --split with larger shares (e.g. 70,15,15), "
-                           "or add edges")
+        raise DatasetError(
+            f"{where}: {total} distinct pairs leave no valid or no test pairs at {100 * val_frac:g}% "
+            f"valid / {100 * test_frac:g}% test; pass --split with larger shares (e.g. 70,15,15), "
+            "or add edges"
+        )
     t_valid, t_test = first_time[total - n_valid - n_test], first_time[total - n_test]
     if t_valid == t_test or not (first_time < t_valid).any():
         empty = "valid" if t_valid == t_test else "train"
         tied = int(np.count_nonzero(first_time == (t_test if empty == "valid" else t_valid)))
-        raise DatasetError(f"{where}: {tied} pairs first appear at time {show(t_valid)}, so a temporal split at these "
-                           f"shares leaves {empty} empty (pairs that share a time stay in one split); pass --split "
-                           "with other shares, or --split random")
+        raise DatasetError(
+            f"{where}: {tied} pairs first appear at time {show(t_valid)}, so a temporal split at these "
+            f"shares leaves {empty} empty (pairs that share a time stay in one split); pass --split "
+            "with other shares, or --split random"
+        )
     return t_valid, t_test
 
 
-def temporal_split(name: str, pairs: np.ndarray, time: TimeColumn, num_nodes: int, seed: int = 0,
-                   val_frac: float = 0.05, test_frac: float = 0.10, weights: np.ndarray | None = None, x=None,
-                   where: str = "", column: str = "time") -> LinkDataset:
+def temporal_split(
+    name: str,
+    pairs: np.ndarray,
+    time: TimeColumn,
+    num_nodes: int,
+    seed: int = 0,
+    val_frac: float = 0.05,
+    test_frac: float = 0.10,
+    weights: np.ndarray | None = None,
+    x=None,
+    where: str = "",
+    column: str = "time",
+) -> LinkDataset:
     """Edge rows (M, 2) with their times -> LinkDataset split by time (module docstring). `weights`: per-row
     weights; each graph's are the sums over the rows before its boundary."""
     where = where or name
@@ -78,37 +93,80 @@ def temporal_split(name: str, pairs: np.ndarray, time: TimeColumn, num_nodes: in
     test_graph = training_graph(np.concatenate([pos["train"], pos["valid"]]), num_nodes, x=x)
     full = Graph.from_edges(distinct, num_nodes=num_nodes)
     exists = {"valid": np.flatnonzero(graph.degree > 0), "test": np.flatnonzero(test_graph.degree > 0)}
-    valid_neg = sample_non_edges(test_graph, len(pos["valid"]), np.random.default_rng([seed, 1]),
-                                 nodes=exists["valid"], what=f"{where} valid negatives")
-    test_neg = sample_non_edges(full, len(pos["test"]), np.random.default_rng([seed, 2]), exclude=valid_neg,
-                                nodes=exists["test"], what=f"{where} test negatives")
-    info = {"kind": "temporal", "column": column, "time_type": time.kind, "valid_from": time.show(t_valid),
-            "test_from": time.show(t_test), "pairs": {s: int(len(p)) for s, p in pos.items()}}
+    valid_neg = sample_non_edges(
+        test_graph,
+        len(pos["valid"]),
+        np.random.default_rng([seed, 1]),
+        nodes=exists["valid"],
+        what=f"{where} valid negatives",
+    )
+    test_neg = sample_non_edges(
+        full,
+        len(pos["test"]),
+        np.random.default_rng([seed, 2]),
+        exclude=valid_neg,
+        nodes=exists["test"],
+        what=f"{where} test negatives",
+    )
+    info = {
+        "kind": "temporal",
+        "column": column,
+        "time_type": time.kind,
+        "valid_from": time.show(t_valid),
+        "test_from": time.show(t_test),
+        "pairs": {s: int(len(p)) for s, p in pos.items()},
+    }
     _log_split(where, info, pos, exists)
-    ds = LinkDataset(name=name, graph=graph, test_graph=test_graph, metric={"original": "mrr"}, split_info=info,
-                     splits={"train": Split(pos=pos["train"]),
-                             "valid": Split(pos=pos["valid"], neg={"original": valid_neg}),
-                             "test": Split(pos=pos["test"], neg={"original": test_neg})})
+    ds = LinkDataset(
+        name=name,
+        graph=graph,
+        test_graph=test_graph,
+        metric={"original": "mrr"},
+        split_info=info,
+        splits={
+            "train": Split(pos=pos["train"]),
+            "valid": Split(pos=pos["valid"], neg={"original": valid_neg}),
+            "test": Split(pos=pos["test"], neg={"original": test_neg}),
+        },
+    )
     if weights is not None:
         t = time.values
-        ds.weights = {"train": edge_weights(graph, pairs[t < t_valid], weights[t < t_valid]),
-                      "test": edge_weights(test_graph, pairs[t < t_test], weights[t < t_test])}
+        ds.weights = {
+            "train": edge_weights(graph, pairs[t < t_valid], weights[t < t_valid]),
+            "test": edge_weights(test_graph, pairs[t < t_test], weights[t < t_test]),
+        }
     return ds
 
 
 def _log_split(where: str, info: dict, pos: dict, exists: dict) -> None:
     total = sum(len(p) for p in pos.values())
-    log.info("%s: the split is temporal (column %s): each pair counts at its first appearance; train %s pairs before "
-             "%s, valid %s from %s, test %s from %s (%.1f/%.1f/%.1f %%); valid pairs are scored on the graph before "
-             "%s, test pairs on the graph before %s", where, info["column"], f"{len(pos['train']):,}",
-             info["valid_from"], f"{len(pos['valid']):,}", info["valid_from"], f"{len(pos['test']):,}",
-             info["test_from"], *(100 * len(pos[s]) / total for s in ("train", "valid", "test")), info["valid_from"],
-             info["test_from"])
+    log.info(
+        "%s: the split is temporal (column %s): each pair counts at its first appearance; train %s pairs before "
+        "%s, valid %s from %s, test %s from %s (%.1f/%.1f/%.1f %%); valid pairs are scored on the graph before "
+        "%s, test pairs on the graph before %s",
+        where,
+        info["column"],
+        f"{len(pos['train']):,}",
+        info["valid_from"],
+        f"{len(pos['valid']):,}",
+        info["valid_from"],
+        f"{len(pos['test']):,}",
+        info["test_from"],
+        *(100 * len(pos[s]) / total for s in ("train", "valid", "test")),
+        info["valid_from"],
+        info["test_from"],
+    )
     for split in ("valid", "test"):
         known = np.zeros(int(max(exists[split].max(initial=-1), pos[split].max(initial=-1))) + 1, dtype=bool)
         known[exists[split]] = True
         new = int(np.count_nonzero(~known[pos[split][:, 0]] | ~known[pos[split][:, 1]]))
         if new:
-            log.info("%s: %s of %s %s pairs name a node first seen in them (no edge before the boundary); their "
-                     "negatives are drawn among the %s nodes that exist by then", where, f"{new:,}",
-                     f"{len(pos[split]):,}", split, f"{len(exists[split]):,}")
+            log.info(
+                "%s: %s of %s %s pairs name a node first seen in them (no edge before the boundary); their "
+                "negatives are drawn among the %s nodes that exist by then",
+                where,
+                f"{new:,}",
+                f"{len(pos[split]):,}",
+                split,
+                f"{len(exists[split]):,}",
+            )

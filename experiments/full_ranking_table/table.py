@@ -8,6 +8,7 @@ of recall@M, the retriever alone, PENCIL re-ranking (w = 0) and the blend (w cho
 then the valid sweep averaged over every run (what the default --prior-weight is chosen on), and the
 GNN full-ranking rows (pipelines.paper.gnn_full_ranking outputs).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,11 @@ def load(folder: Path, dataset: str) -> dict:
 
 
 def table(dataset: str, runs: dict) -> list[str]:
-    lines = [f"| {dataset} split | retriever | seeds | recall@M | retriever H@20 / MRR | PENCIL H@20 / MRR | "
-             "PENCIL + prior H@20 / MRR | w (valid) |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| {dataset} split | retriever | seeds | recall@M | retriever H@20 / MRR | PENCIL H@20 / MRR | "
+        "PENCIL + prior H@20 / MRR | w (valid) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for split in ("valid", "test"):
         for r, reports in runs.items():
             res = [rep["splits"][split] for rep in reports]
@@ -62,13 +66,17 @@ def gnn_rows(dataset: str, path: Path) -> list[str]:
     for model in dict.fromkeys(r["model"] for r in rep["runs"]):
         rs = [r for r in rep["runs"] if r["model"] == model]
         for split in ("valid", "test"):
-            lines.append(f"| {dataset} | {split} | {model.upper()} (dot, features) | {len(rs)} | "
-                         f"{fmt([r[split]['hits@20'] for r in rs])} | {fmt([r[split]['mrr'] for r in rs])} |")
+            lines.append(
+                f"| {dataset} | {split} | {model.upper()} (dot, features) | {len(rs)} | "
+                f"{fmt([r[split]['hits@20'] for r in rs])} | {fmt([r[split]['mrr'] for r in rs])} |"
+            )
     return lines
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.full_ranking_table.table", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m experiments.full_ranking_table.table", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--dir", required=True)
     p.add_argument("--datasets", required=True)
     p.add_argument("--gnn", action="append", default=[], metavar="DATASET=FILE")

@@ -4,6 +4,7 @@ citeseer, and snowball samples of the development edge lists (their full size ta
 Every graph is an edge list written once under OUT/graphs/<name>.csv and split by the edge-list loader as
 `pencil run` splits it (seeded 85/5/10), so the numbers are validation numbers of the same protocol.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -17,14 +18,20 @@ from common.atomic import write_text_atomic
 
 # name -> (family, generator seed, nodes); the suite's own graphs (seed 0, 2,000 nodes) keep their names
 SYNTHETIC = {
-    "pa": ("pa", 0, 2000), "pa-s1": ("pa", 1, 1200),
-    "regular": ("regular", 0, 2000), "regular-s1": ("regular", 1, 1200),
+    "pa": ("pa", 0, 2000),
+    "pa-s1": ("pa", 1, 1200),
+    "regular": ("regular", 0, 2000),
+    "regular-s1": ("regular", 1, 1200),
     "er": ("er", 0, 2000),
-    "grid": ("grid", 0, 2000), "grid-s1": ("grid", 1, 1600),
-    "latent-2.5": ("latent-2.5", 0, 2000), "latent-5": ("latent-5", 1, 1500),
-    "latent-10": ("latent-10", 0, 2000), "latent-10-s1": ("latent-10", 1, 1200),
+    "grid": ("grid", 0, 2000),
+    "grid-s1": ("grid", 1, 1600),
+    "latent-2.5": ("latent-2.5", 0, 2000),
+    "latent-5": ("latent-5", 1, 1500),
+    "latent-10": ("latent-10", 0, 2000),
+    "latent-10-s1": ("latent-10", 1, 1200),
     "latent-20": ("latent-20", 2, 1500),
-    "sbm": ("sbm", 0, 2000), "sbm-s1": ("sbm", 1, 1200),
+    "sbm": ("sbm", 0, 2000),
+    "sbm-s1": ("sbm", 1, 1200),
     "bipartite": ("bipartite", 0, 2000),
 }
 # development edge lists, snowball-sampled to about this many nodes (the induced subgraph of a BFS ball)
@@ -53,7 +60,7 @@ def snowball(edges: np.ndarray, nodes: int, seed: int) -> np.ndarray:
             seen[start], k = k, k + 1
             queue.append(start)
         x = queue.popleft()
-        for y in nbr[ptr[x]:ptr[x + 1]]:
+        for y in nbr[ptr[x] : ptr[x + 1]]:
             if seen[y] < 0 and k < nodes:
                 seen[y], k = k, k + 1
                 queue.append(int(y))

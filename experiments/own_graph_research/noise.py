@@ -11,6 +11,7 @@ Calibration on independent halves: split the positives AND the negatives into ha
 d and its SE; if the SE is right, z = (d_A - d_B) / sqrt(SE_A^2 + SE_B^2) is standard normal (std 1, |z| > 1.96
 in 5 % of halvings). A std above 1 says the SE is too small and a margin of k SE is really fewer.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,8 +34,9 @@ def diff_positives(x: tuple, y: tuple, metric: str) -> tuple[float, float]:
     return float(d.mean()), float(d.std(ddof=1) / math.sqrt(len(d)))
 
 
-def diff_two_way(x: tuple, y: tuple, metric: str, rng: np.random.Generator, b: int = BOOTSTRAPS,
-                 negatives_only: bool = False) -> tuple[float, float]:
+def diff_two_way(
+    x: tuple, y: tuple, metric: str, rng: np.random.Generator, b: int = BOOTSTRAPS, negatives_only: bool = False
+) -> tuple[float, float]:
     """(d, SE) with the SE of a bootstrap over positives and negatives together (or the negatives alone)."""
     d0 = float((values(*x, metric) - values(*y, metric)).mean())
     p, q = len(x[0]), len(x[1])
@@ -61,10 +63,12 @@ def calibration(pairs: list[tuple[tuple, tuple]], metric: str, halvings: int = 1
         for _ in range(halvings):
             pp, qq = rng.permutation(p), rng.permutation(q)
             ha = (pp[: p // 2], qq[: q // 2])
-            hb = (pp[p // 2:], qq[q // 2:])
+            hb = (pp[p // 2 :], qq[q // 2 :])
             xa, ya, xb, yb = split(x, *ha), split(y, *ha), split(x, *hb), split(y, *hb)
-            for name, fn in (("positives", lambda u, v: diff_positives(u, v, metric)),
-                             ("two-way", lambda u, v: diff_two_way(u, v, metric, rng))):
+            for name, fn in (
+                ("positives", lambda u, v: diff_positives(u, v, metric)),
+                ("two-way", lambda u, v: diff_two_way(u, v, metric, rng)),
+            ):
                 (da, sa), (db, sb) = fn(xa, ya), fn(xb, yb)
                 if sa + sb > 0:
                     z[name].append((da - db) / math.sqrt(sa * sa + sb * sb))
@@ -80,8 +84,9 @@ def calibration(pairs: list[tuple[tuple, tuple]], metric: str, halvings: int = 1
     return out
 
 
-def margin_rules(default: tuple, other: tuple, metric: str, halvings: int = 20, seed: int = 0,
-                 margins=(0.0, 1.0, 2.0)) -> dict:
+def margin_rules(
+    default: tuple, other: tuple, metric: str, halvings: int = 20, seed: int = 0, margins=(0.0, 1.0, 2.0)
+) -> dict:
     """Half-B gain over the default of choosing `other` on half A when it is ahead by more than k SE (each SE
     estimate), positives and negatives split into independent halves; mean over halvings, and how often it
     switched."""
@@ -91,7 +96,7 @@ def margin_rules(default: tuple, other: tuple, metric: str, halvings: int = 20, 
     switched = {key: 0 for key in gain}
     for _ in range(halvings):
         pp, qq = rng.permutation(p), rng.permutation(q)
-        ha, hb = (pp[: p // 2], qq[: q // 2]), (pp[p // 2:], qq[q // 2:])
+        ha, hb = (pp[: p // 2], qq[: q // 2]), (pp[p // 2 :], qq[q // 2 :])
         da, xa = split(default, *ha), split(other, *ha)
         b_gain = float(values(*split(other, *hb), metric).mean() - values(*split(default, *hb), metric).mean())
         se = {"positives": diff_positives(xa, da, metric), "two-way": diff_two_way(xa, da, metric, rng, b=100)}
@@ -100,5 +105,7 @@ def margin_rules(default: tuple, other: tuple, metric: str, halvings: int = 20, 
             take = d > k * s
             got.append(b_gain if take else 0.0)
             switched[(name, k)] += int(take)
-    return {f"{name} {k:g} SE": {"gain": float(np.mean(v)), "switched": switched[(name, k)] / halvings}
-            for (name, k), v in gain.items()}
+    return {
+        f"{name} {k:g} SE": {"gain": float(np.mean(v)), "switched": switched[(name, k)] / halvings}
+        for (name, k), v in gain.items()
+    }

@@ -7,6 +7,7 @@ The training process's samples are split by what its stack is doing (first match
 workers' samples (stacks under a second `process` frame) are split by the loader step they are in. Samples are
 on-CPU time (py-spy leaves idle threads out), so the main process's rows add up to its busy time.
 """
+
 from __future__ import annotations
 
 import collections
@@ -18,8 +19,11 @@ MAIN_RULES = [
     ("evaluation: waiting for the loader", ["score_eval_set", r"Loader\._batches|_next_data|Loader\.__iter__"], []),
     ("evaluation: forward", ["score_eval_set", "Pencil.forward"], []),
     ("evaluation: other", ["run_eval"], []),
-    ("training: waiting for the loader",
-     ["train_epoch", r"Loader\._batches|_next_data|Loader\.__iter__|train_loader"], []),
+    (
+        "training: waiting for the loader",
+        ["train_epoch", r"Loader\._batches|_next_data|Loader\.__iter__|train_loader"],
+        [],
+    ),
     ("training: forward, attention core (bucketed)", ["train_step", "_bucketed_kernel"], ["backward"]),
     ("training: forward, rest", ["train_step", "Pencil.forward"], ["backward"]),
     ("training: backward", ["train_step", "backward"], []),

@@ -9,6 +9,7 @@ Each run is `python -m trainer ... --eval-splits valid --save-epoch-scores`: tes
 in OUT/<graph>/<variant>/s<seed>/ with result.json (wall seconds, per-epoch validation MRR and AUC); a rerun skips
 what finished. Shard sets (one per sampling) are built first, one at a time (each starts an embedded Ray).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,6 +49,7 @@ VARIANTS = {
 
 def train_positives(name: str, out: Path) -> int:
     from common.datasets import load_dataset
+
     a = dataset_args(name, out)
     return len(load_dataset(a[1], planetoid_dir=a[3] if len(a) > 2 else None).splits["train"].pos)
 
@@ -73,9 +75,25 @@ def shard_set(name: str, sampling: tuple[int, int], out: Path) -> str:
 
 def build(name: str, sampling: tuple[int, int], out: Path, record: Path) -> None:
     percent, views, _ = schedule(train_positives(name, out))
-    cmd = [sys.executable, "-m", "preprocess", *dataset_args(name, out), "--sampling", f"{sampling[0]},{sampling[1]}",
-           "--views", str(views), "--percent", f"{percent:g}", "--protocol", "original", "--out", str(out / "shards"),
-           "--num-cpus", "1", "-q"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "preprocess",
+        *dataset_args(name, out),
+        "--sampling",
+        f"{sampling[0]},{sampling[1]}",
+        "--views",
+        str(views),
+        "--percent",
+        f"{percent:g}",
+        "--protocol",
+        "original",
+        "--out",
+        str(out / "shards"),
+        "--num-cpus",
+        "1",
+        "-q",
+    ]
     t0 = time.perf_counter()
     got = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if got.returncode:
@@ -86,8 +104,11 @@ def build(name: str, sampling: tuple[int, int], out: Path, record: Path) -> None
 
 def curves(run_dir: Path) -> list[dict]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return [{"epoch": r["epoch"], "mrr": r["mrr"], "auc": r["auc"], "time": r["time"]} for r in rows
-            if r.get("event") == "eval" and r.get("split") == "valid"]
+    return [
+        {"epoch": r["epoch"], "mrr": r["mrr"], "auc": r["auc"], "time": r["time"]}
+        for r in rows
+        if r.get("event") == "eval" and r.get("split") == "valid"
+    ]
 
 
 def train(name: str, variant: str, seed: int, out: Path) -> dict | None:
@@ -98,9 +119,30 @@ def train(name: str, variant: str, seed: int, out: Path) -> dict | None:
     sampling, mult, flags = VARIANTS[variant]
     shards = shard_set(name, sampling, out)
     epochs = schedule(train_positives(name, out))[2]
-    cmd = [sys.executable, "-m", "trainer", "--shards", shards, "--preset", "general", "--out", str(run_dir),
-           "--overwrite", "--seed", str(seed), "--device", "cpu", "--epochs", str(max(2, round(epochs * mult))),
-           "--eval-splits", "valid", "--save-scores", "--save-epoch-scores", "--no-progress", *flags]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trainer",
+        "--shards",
+        shards,
+        "--preset",
+        "general",
+        "--out",
+        str(run_dir),
+        "--overwrite",
+        "--seed",
+        str(seed),
+        "--device",
+        "cpu",
+        "--epochs",
+        str(max(2, round(epochs * mult))),
+        "--eval-splits",
+        "valid",
+        "--save-scores",
+        "--save-epoch-scores",
+        "--no-progress",
+        *flags,
+    ]
     run_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with open(run_dir.parent / f"s{seed}.log", "w") as log:
@@ -109,12 +151,21 @@ def train(name: str, variant: str, seed: int, out: Path) -> dict | None:
     if rc:
         print(f"   {name}/{variant}/s{seed}: exit {rc}, see {run_dir.parent / f's{seed}.log'}", flush=True)
         return None
-    result = {"graph": name, "variant": variant, "seed": seed, "epochs": max(2, round(epochs * mult)), "wall_s": wall,
-              "command": " ".join(cmd), "curve": curves(run_dir)}
+    result = {
+        "graph": name,
+        "variant": variant,
+        "seed": seed,
+        "epochs": max(2, round(epochs * mult)),
+        "wall_s": wall,
+        "command": " ".join(cmd),
+        "curve": curves(run_dir),
+    }
     write_json_atomic(done, result)
     best = max(result["curve"], key=lambda r: r["mrr"])
-    print(f"   {name}/{variant}/s{seed}: {wall:.0f} s, best valid MRR {best['mrr']:.4f} (epoch {best['epoch']})",
-          flush=True)
+    print(
+        f"   {name}/{variant}/s{seed}: {wall:.0f} s, best valid MRR {best['mrr']:.4f} (epoch {best['epoch']})",
+        flush=True,
+    )
     return result
 
 
@@ -124,8 +175,19 @@ def seal(name: str, seconds: float, epochs: int | None, out: Path) -> None:
     target = out / name / "seal" / "result.json"
     if target.exists():
         return
-    cmd = [sys.executable, "-m", "bench.seal_baseline", *dataset_args(name, out), "--seconds", str(seconds),
-           "--out", str(target), "--eval-splits", "valid", *(["--epochs", str(epochs)] if epochs else [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.seal_baseline",
+        *dataset_args(name, out),
+        "--seconds",
+        str(seconds),
+        "--out",
+        str(target),
+        "--eval-splits",
+        "valid",
+        *(["--epochs", str(epochs)] if epochs else []),
+    ]
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / "seal.log", "w") as log:
         rc = subprocess.run(["nice", "-n", "5", *cmd], stdout=log, stderr=log, check=False).returncode

@@ -4,6 +4,7 @@
 The original protocol ranks each validation positive against the split's shared random negatives, so one epoch
 is pos (P,) and neg (Q,) scores; a run is pos (E, P) and neg (E, Q), cached next to the run (values.npz).
 """
+
 from __future__ import annotations
 
 import json

@@ -8,6 +8,7 @@
 Honest numbers from one validation set: a choice (an epoch, a stopping point) is made on a random half of the
 positives and scored on the other half, over many halvings (as experiments.selection_rules does).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,7 +41,7 @@ def halves(p: int, k: int = HALVINGS, seed: int = 0) -> list[tuple[np.ndarray, n
     out = []
     for _ in range(k):
         perm = rng.permutation(p)
-        out.append((perm[: p // 2], perm[p // 2:]))
+        out.append((perm[: p // 2], perm[p // 2 :]))
     return out
 
 
@@ -129,11 +130,24 @@ def stopping_table(out: Path, variant: str = "base", seed: int = 0) -> str:
                 acc[r][m].append(got[r][m])
         rows.append(row)
     base = acc[rules[0]]
-    rows.append(["**mean minus MRR, no patience**", "", "", ""] + [
-        f"{100 * np.mean(np.subtract(acc[r]['mrr'], base['mrr'])):+.2f} / "
-        f"{100 * np.mean(np.subtract(acc[r]['auc'], base['auc'])):+.2f}" for r in rules])
-    header = ["graph", "epochs", "best epoch (MRR, all)", "best epoch (AUC, all)",
-              "by MRR", "by AUC", "by MRR, patience E/4", "by AUC, patience E/4"]
+    rows.append(
+        ["**mean minus MRR, no patience**", "", "", ""]
+        + [
+            f"{100 * np.mean(np.subtract(acc[r]['mrr'], base['mrr'])):+.2f} / "
+            f"{100 * np.mean(np.subtract(acc[r]['auc'], base['auc'])):+.2f}"
+            for r in rules
+        ]
+    )
+    header = [
+        "graph",
+        "epochs",
+        "best epoch (MRR, all)",
+        "best epoch (AUC, all)",
+        "by MRR",
+        "by AUC",
+        "by MRR, patience E/4",
+        "by AUC, patience E/4",
+    ]
     return table(header, rows)
 
 
@@ -190,23 +204,52 @@ def option_pairs(out: Path, others: list[str], seed: int = 0) -> dict[str, list[
 
 def noise_tables(out: Path, others: list[str]) -> str:
     from experiments.own_graph_research.noise import calibration, margin_rules
+
     pairs = option_pairs(out, others)
     lines = []
     for metric in ("mrr", "auc"):
         rows = []
         for g, ps in pairs.items():
             c = calibration(ps, metric, halvings=10)
-            rows.append([g, len(ps), f"{c['positives']['z_std']:.2f}", f"{100 * c['positives']['outside_1.96']:.0f} %",
-                         f"{c['two-way']['z_std']:.2f}", f"{100 * c['two-way']['outside_1.96']:.0f} %",
-                         f"{100 * c['negatives_share_of_variance']:.0f} %"])
+            rows.append(
+                [
+                    g,
+                    len(ps),
+                    f"{c['positives']['z_std']:.2f}",
+                    f"{100 * c['positives']['outside_1.96']:.0f} %",
+                    f"{c['two-way']['z_std']:.2f}",
+                    f"{100 * c['two-way']['outside_1.96']:.0f} %",
+                    f"{100 * c['negatives_share_of_variance']:.0f} %",
+                ]
+            )
         allp = [p for ps in pairs.values() for p in ps]
         c = calibration(allp, metric, halvings=10)
-        rows.append(["**all**", len(allp), f"**{c['positives']['z_std']:.2f}**",
-                     f"{100 * c['positives']['outside_1.96']:.0f} %", f"**{c['two-way']['z_std']:.2f}**",
-                     f"{100 * c['two-way']['outside_1.96']:.0f} %", f"{100 * c['negatives_share_of_variance']:.0f} %"])
-        lines += [f"\n**{metric.upper()}**: z = (d_A - d_B) / sqrt(SE_A^2 + SE_B^2) on independent halves\n",
-                  table(["graph", "pairs", "z std, positives SE", "|z| > 1.96", "z std, two-way SE", "|z| > 1.96",
-                         "negatives' share of the variance"], rows)]
+        rows.append(
+            [
+                "**all**",
+                len(allp),
+                f"**{c['positives']['z_std']:.2f}**",
+                f"{100 * c['positives']['outside_1.96']:.0f} %",
+                f"**{c['two-way']['z_std']:.2f}**",
+                f"{100 * c['two-way']['outside_1.96']:.0f} %",
+                f"{100 * c['negatives_share_of_variance']:.0f} %",
+            ]
+        )
+        lines += [
+            f"\n**{metric.upper()}**: z = (d_A - d_B) / sqrt(SE_A^2 + SE_B^2) on independent halves\n",
+            table(
+                [
+                    "graph",
+                    "pairs",
+                    "z std, positives SE",
+                    "|z| > 1.96",
+                    "z std, two-way SE",
+                    "|z| > 1.96",
+                    "negatives' share of the variance",
+                ],
+                rows,
+            ),
+        ]
         rows, acc = [], {}
         for g, ps in pairs.items():
             x, y = ps[-1]  # the last pair: the other variant's last epoch against base's
@@ -215,8 +258,10 @@ def noise_tables(out: Path, others: list[str]) -> str:
             for k in r:
                 acc.setdefault(k, []).append(r[k]["gain"])
         rows.append(["**mean**"] + [f"**{100 * np.mean(v):+.2f}**" for v in acc.values()])
-        lines += [f"\n**{metric.upper()}**: half-B gain over base of switching on half A (how often it switched)\n",
-                  table(["graph", *acc], rows)]
+        lines += [
+            f"\n**{metric.upper()}**: half-B gain over base of switching on half A (how often it switched)\n",
+            table(["graph", *acc], rows),
+        ]
     return "\n".join(lines)
 
 
@@ -236,16 +281,21 @@ def seal_table(out: Path, names: list[str], seed: int = 0) -> str:
             return f"{100 * max(x['mrr'] for x in got):.2f} / {100 * max(x['auc'] for x in got):.2f}"
 
         ten = s["prepare_seconds"] + hist[min(9, len(hist) - 1)]["seconds"]
-        row = [g, f"{seal_best(lambda h: h['epoch'] < 10)} ({ten:.0f} s)",
-               f"{seal_best(lambda h: True)} ({len(hist)} ep, {s['wall_seconds']:.0f} s)"]
+        row = [
+            g,
+            f"{seal_best(lambda h: h['epoch'] < 10)} ({ten:.0f} s)",
+            f"{seal_best(lambda h: True)} ({len(hist)} ep, {s['wall_seconds']:.0f} s)",
+        ]
         for v in names:
             done = out / g / v / f"s{seed}" / "result.json"
             if not done.exists():
                 row += ["–", "–"]
                 continue
             r = json.loads(done.read_text())
-            row.append(f"{100 * max(c['mrr'] for c in r['curve']):.2f} / {100 * max(c['auc'] for c in r['curve']):.2f}"
-                       f" ({r['wall_s']:.0f} s)")
+            row.append(
+                f"{100 * max(c['mrr'] for c in r['curve']):.2f} / {100 * max(c['auc'] for c in r['curve']):.2f}"
+                f" ({r['wall_s']:.0f} s)"
+            )
             row.append(seal_best(lambda h, w=r["wall_s"], prep=s["prepare_seconds"]: prep + h["seconds"] <= w))
         rows.append(row)
     header = ["graph", "SEAL, 10 epochs (time)", "SEAL, whole run"]

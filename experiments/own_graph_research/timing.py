@@ -7,6 +7,7 @@ Per graph: SEAL first (bench.seal_baseline --epochs 10, validation only), then t
 cache; OUT/<graph>.json holds both walls and the phases: preprocess (start to the search's first line), search
 (to search.json's record), seeds (to the blend's line), blend and report (to the end).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,9 +44,12 @@ def phases(log: Path, start: float, wall: float) -> dict:
     search = first(lines, r"search: \d+ candidates")
     chosen = first(lines, r"search: \S+ \(")
     blend = first(lines, r"blend: ")
-    return {"preprocess_s": search, "search_s": None if None in (search, chosen) else chosen - search,
-            "seeds_s": None if None in (chosen, blend) else blend - chosen,
-            "blend_and_report_s": None if blend is None else wall - blend}
+    return {
+        "preprocess_s": search,
+        "search_s": None if None in (search, chosen) else chosen - search,
+        "seeds_s": None if None in (chosen, blend) else blend - chosen,
+        "blend_and_report_s": None if blend is None else wall - blend,
+    }
 
 
 def timed(cmd: list[str], log: Path) -> tuple[float, int, float]:
@@ -67,15 +71,49 @@ def main(argv=None) -> int:
     for name in args.graphs.split(","):
         data = dataset_args(name, Path(args.graph_root).resolve())
         seal_json = out / name / "seal10.json"
-        seal_wall, seal_rc, _ = timed([sys.executable, "-m", "bench.seal_baseline", *data, "--seconds", "100000",
-                                       "--epochs", "10", "--eval-splits", "valid", "--out", str(seal_json)],
-                                      out / name / "seal10.log")
-        run_wall, run_rc, start = timed([sys.executable, "-m", "pipelines", "run", *data, "--seeds", "0,1,2",
-                                         "--out", str(out / name / "results"), "--shards", str(out / name / "shards"),
-                                         "--device", "cpu"], out / name / "default.log")
-        record = {"graph": name, "seal_10_epochs_wall_s": seal_wall, "seal_rc": seal_rc,
-                  "default_wall_s": run_wall, "default_rc": run_rc,
-                  "phases": phases(out / name / "default.log", start, run_wall)}
+        seal_wall, seal_rc, _ = timed(
+            [
+                sys.executable,
+                "-m",
+                "bench.seal_baseline",
+                *data,
+                "--seconds",
+                "100000",
+                "--epochs",
+                "10",
+                "--eval-splits",
+                "valid",
+                "--out",
+                str(seal_json),
+            ],
+            out / name / "seal10.log",
+        )
+        run_wall, run_rc, start = timed(
+            [
+                sys.executable,
+                "-m",
+                "pipelines",
+                "run",
+                *data,
+                "--seeds",
+                "0,1,2",
+                "--out",
+                str(out / name / "results"),
+                "--shards",
+                str(out / name / "shards"),
+                "--device",
+                "cpu",
+            ],
+            out / name / "default.log",
+        )
+        record = {
+            "graph": name,
+            "seal_10_epochs_wall_s": seal_wall,
+            "seal_rc": seal_rc,
+            "default_wall_s": run_wall,
+            "default_rc": run_rc,
+            "phases": phases(out / name / "default.log", start, run_wall),
+        }
         if seal_json.exists():
             s = json.loads(seal_json.read_text())
             record["seal_prepare_s"], record["seal_train_s"] = s["prepare_seconds"], s["seconds"]

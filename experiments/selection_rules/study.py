@@ -14,6 +14,7 @@ hold their validation logits at their best epoch, scores/valid-original.npz):
 Each rule's value is the chosen option's mean on half B of the run's signal (MRR, or AUC under 300
 validation positives); the table gives, per run and on average, each rule minus the first rule.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,16 +50,23 @@ def search_options(out: Path, record: dict) -> dict:
 def blend_options(out: Path, record: dict) -> dict:
     """{seed: {(h, w) key: per-positive values}} of every final seed's blended validation logits."""
     from common.datasets import load_set_dataset
+
     manifest = read_manifest(record["chosen"]["shards"])
     metric = record["chosen"]["metric"]
     heur = blend.eval_heuristics(load_set_dataset(manifest["config"]).without_test(), manifest, "valid", "original")
     out_ = {}
     for seed_dir in sorted(out.glob("seed*")):
         cid, logit, _ = read_scores(scores_path(seed_dir, "valid", "original"))
-        out_[seed_dir.name] = {blend.key(h, w): per_positive(manifest, "valid", "original", cid,
-                                                             blend.blend(logit.astype(np.float64),
-                                                                         heur[h][cid] if h != blend.NONE else None, w))[metric]
-                               for h, w in blend.GRID}
+        out_[seed_dir.name] = {
+            blend.key(h, w): per_positive(
+                manifest,
+                "valid",
+                "original",
+                cid,
+                blend.blend(logit.astype(np.float64), heur[h][cid] if h != blend.NONE else None, w),
+            )[metric]
+            for h, w in blend.GRID
+        }
     return out_
 
 
@@ -70,26 +78,35 @@ def search_rules(opts: dict, a: np.ndarray, b: np.ndarray) -> dict:
     keys = list(opts)
     best = max(keys, key=lambda k: (mean_on(opts[k], a), -keys.index(k)))
     margin = {se: choose({k: opts[k][a] for k in keys}, se)["choice"] for se in (1.0, 2.0)}
-    return {"default": mean_on(opts[keys[0]], b), "best": mean_on(opts[best], b),
-            "margin 1 SE": mean_on(opts[margin[1.0]], b), "margin 2 SE": mean_on(opts[margin[2.0]], b)}
+    return {
+        "default": mean_on(opts[keys[0]], b),
+        "best": mean_on(opts[best], b),
+        "margin 1 SE": mean_on(opts[margin[1.0]], b),
+        "margin 2 SE": mean_on(opts[margin[2.0]], b),
+    }
 
 
 def blend_rules(seeds: dict, a: np.ndarray, b: np.ndarray) -> dict:
     grid = list(next(iter(seeds.values())))
-    per_seed = np.mean([mean_on(v[max(grid, key=lambda k: (mean_on(v[k], a), -grid.index(k)))], b)
-                        for v in seeds.values()])
+    per_seed = np.mean(
+        [mean_on(v[max(grid, key=lambda k: (mean_on(v[k], a), -grid.index(k)))], b) for v in seeds.values()]
+    )
     pooled = {k: np.mean([v[k] for v in seeds.values()], axis=0) for k in grid}
     best = max(grid, key=lambda k: (mean_on(pooled[k], a), -grid.index(k)))
     margin = choose({k: pooled[k][a] for k in grid}, 2.0)["choice"]
-    return {"none": mean_on(pooled["none"], b), "per seed": float(per_seed), "per run": mean_on(pooled[best], b),
-            "per run + margin": mean_on(pooled[margin], b)}
+    return {
+        "none": mean_on(pooled["none"], b),
+        "per seed": float(per_seed),
+        "per run": mean_on(pooled[best], b),
+        "per run + margin": mean_on(pooled[margin], b),
+    }
 
 
 def halvings(n: int, count: int, seed: int):
     rng = np.random.default_rng(seed)
     for _ in range(count):
         perm = rng.permutation(n)
-        yield perm[: n // 2], perm[n // 2:]
+        yield perm[: n // 2], perm[n // 2 :]
 
 
 def study(root: Path, count: int) -> tuple[dict, dict]:
@@ -111,18 +128,27 @@ def study(root: Path, count: int) -> tuple[dict, dict]:
 def markdown(table: dict, title: str) -> str:
     rules = list(next(iter(table.values())))
     base = rules[0]
-    lines = [f"**{title}**: half-B value of each rule minus `{base}` (x 100), {len(table)} runs", "",
-             "| run | " + " | ".join(rules[1:]) + f" | `{base}` itself |", "|---|" + "---|" * len(rules)]
+    lines = [
+        f"**{title}**: half-B value of each rule minus `{base}` (x 100), {len(table)} runs",
+        "",
+        "| run | " + " | ".join(rules[1:]) + f" | `{base}` itself |",
+        "|---|" + "---|" * len(rules),
+    ]
     for name, v in table.items():
-        lines.append(f"| {name} | " + " | ".join(f"{100 * (v[r] - v[base]):+.2f}" for r in rules[1:])
-                     + f" | {100 * v[base]:.2f} |")
+        lines.append(
+            f"| {name} | "
+            + " | ".join(f"{100 * (v[r] - v[base]):+.2f}" for r in rules[1:])
+            + f" | {100 * v[base]:.2f} |"
+        )
     mean = {r: np.mean([100 * (v[r] - v[base]) for v in table.values()]) for r in rules[1:]}
     lines.append("| **mean** | " + " | ".join(f"**{mean[r]:+.2f}**" for r in rules[1:]) + " | |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.selection_rules.study", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m experiments.selection_rules.study", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("root", type=Path, help="a folder holding <dataset>/auto/original/search.json runs")
     p.add_argument("--halvings", type=int, default=20)
     p.add_argument("--out", type=Path, default=None)

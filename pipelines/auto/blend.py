@@ -8,6 +8,7 @@ seed's validation logits: each (h, w)'s per-positive values averaged over the se
 beats the model alone by more than `margin_se` standard errors (pipelines.auto.signal). `decide` sees
 validation arrays only; test is read in `apply`, after it. The model alone is always reported beside it.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,7 +29,7 @@ log = logging.getLogger("pipelines.auto")
 HEURISTICS = ("cn", "aa", "ra")
 # Doubling up to 1024: at the top a log1p(h) step outweighs any logit gap, i.e. the heuristic ranks and the
 # model breaks its ties, so the grid spans the model alone to the heuristic led by the model.
-WEIGHTS = tuple(2.0 ** k for k in range(-2, 11))
+WEIGHTS = tuple(2.0**k for k in range(-2, 11))
 NONE = "none"
 GRID = [(NONE, 0.0)] + [(h, w) for h in HEURISTICS for w in WEIGHTS]
 
@@ -75,12 +76,18 @@ def by_cid(dataset, manifest: dict, split: str, protocol: str, scores: dict) -> 
     same data)."""
     cands = protocol_candidates(dataset, split, protocol)
     entry = eval_entry(manifest, split, protocol)
-    pos_cid, neg_cid = load_queries(f"{manifest['root']}/{entry['queries']}",
-                                    sha256=manifest["files"][entry["queries"]]["sha256"])
-    if (len(cands) != entry["candidates"] or not np.array_equal(pos_cid, cands.pos_cid)
-            or not np.array_equal(neg_cid, cands.neg_cid)):
-        raise BlendError(f"{manifest['root']}: eval set {split}/{protocol} does not match dataset {dataset.name}; "
-                         "rerun the recipe to rebuild the shard set")
+    pos_cid, neg_cid = load_queries(
+        f"{manifest['root']}/{entry['queries']}", sha256=manifest["files"][entry["queries"]]["sha256"]
+    )
+    if (
+        len(cands) != entry["candidates"]
+        or not np.array_equal(pos_cid, cands.pos_cid)
+        or not np.array_equal(neg_cid, cands.neg_cid)
+    ):
+        raise BlendError(
+            f"{manifest['root']}: eval set {split}/{protocol} does not match dataset {dataset.name}; "
+            "rerun the recipe to rebuild the shard set"
+        )
     out = {}
     for h, (pos, neg) in scores.items():
         table = np.empty(len(cands), dtype=np.float64)
@@ -90,14 +97,21 @@ def by_cid(dataset, manifest: dict, split: str, protocol: str, scores: dict) -> 
     return out
 
 
-def decide(valid: dict[str, tuple[np.ndarray, np.ndarray]], heuristics: dict[str, np.ndarray],
-           values_of: Callable[[np.ndarray, np.ndarray], np.ndarray], metric: str, margin_se: float) -> Blend:
+def decide(
+    valid: dict[str, tuple[np.ndarray, np.ndarray]],
+    heuristics: dict[str, np.ndarray],
+    values_of: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    metric: str,
+    margin_se: float,
+) -> Blend:
     """One (h, w) for the run from `valid` = {seed: (cid, logit)} of the validation set, its heuristics by cid,
     and values_of(cid, scores) -> the per-positive values of the validation queries (pipelines.auto.signal)."""
     values = {}
     for h, w in GRID:
-        per_seed = [values_of(cid, blend(logit.astype(np.float64), heuristics[h][cid] if h != NONE else None, w))
-                    for cid, logit in valid.values()]
+        per_seed = [
+            values_of(cid, blend(logit.astype(np.float64), heuristics[h][cid] if h != NONE else None, w))
+            for cid, logit in valid.values()
+        ]
         values[key(h, w)] = np.mean(per_seed, axis=0)
     decision = choose(values, margin_se)
     h, w = next((h, w) for h, w in GRID if key(h, w) == decision["choice"])
@@ -113,5 +127,6 @@ def apply(run_dir: Path, choice: Blend, heuristics: dict[str, np.ndarray], manif
     """Test metrics of the chosen blend for one seed (its test file is opened here, after the decision)."""
     cid, logit, _ = read_scores(scores_path(run_dir, "test", protocol))
     h = choice.heuristic
-    return scores_to_metrics(manifest, "test", protocol, cid,
-                             blend(logit, heuristics[h][cid] if h != NONE else None, choice.weight))
+    return scores_to_metrics(
+        manifest, "test", protocol, cid, blend(logit, heuristics[h][cid] if h != NONE else None, choice.weight)
+    )

@@ -5,6 +5,7 @@ Seed SEARCH_SEED is the search's own run of the chosen candidate: a final seed o
 the same flags, would reach exactly its weights (training is deterministic per seed, evaluation takes no
 training randomness), so it evaluates that run's best.pt once (trainer --eval-weights) instead.
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,22 +24,39 @@ log = logging.getLogger("pipelines.auto")
 def final_runs(opts: TrainerOptions, choice: Choice, protocol: str, runs: dict[int, Path]) -> dict[int, TrainerRun]:
     """Every final seed's trainer run: the chosen candidate as the search trained it; the search's seed evaluates
     that run's best.pt instead of training it again."""
-    seeds = {seed: seed_run(opts, DEFAULT_PRESET, choice.shards, protocol, seed, run_dir, epochs=choice.run_epochs,
-                            overrides=choice.candidate.overrides(), stop_epoch=choice.epochs, save_scores=True,
-                            select_on=choice.metric)
-             for seed, run_dir in runs.items()}
+    seeds = {
+        seed: seed_run(
+            opts,
+            DEFAULT_PRESET,
+            choice.shards,
+            protocol,
+            seed,
+            run_dir,
+            epochs=choice.run_epochs,
+            overrides=choice.candidate.overrides(),
+            stop_epoch=choice.epochs,
+            save_scores=True,
+            select_on=choice.metric,
+        )
+        for seed, run_dir in runs.items()
+    }
     weights = Path(choice.run_dir) / "best.pt"
     if SEARCH_SEED in seeds and weights.is_file():
         seeds[SEARCH_SEED] = replace(seeds[SEARCH_SEED], eval_weights=str(weights), fresh=True)
     return seeds
 
 
-def train_final_seeds(opts: TrainerOptions, choice: Choice, protocol: str, runs: dict[int, Path],
-                      stop_at: float | None = None) -> dict[int, dict]:
+def train_final_seeds(
+    opts: TrainerOptions, choice: Choice, protocol: str, runs: dict[int, Path], stop_at: float | None = None
+) -> dict[int, dict]:
     """{seed: summary} of every final seed; finished seeds are reused, the search's seed evaluates its run. A
     seed the budget stops is judged on its evaluated epochs, or left out (pipelines.core.seeds.train_seeds)."""
     seeds = final_runs(opts, choice, protocol, runs)
     if SEARCH_SEED in seeds and seeds[SEARCH_SEED].eval_weights:
-        log.info("seed %d: evaluating the search's run of %s (%s) instead of training it again", SEARCH_SEED,
-                 choice.cid, seeds[SEARCH_SEED].eval_weights)
+        log.info(
+            "seed %d: evaluating the search's run of %s (%s) instead of training it again",
+            SEARCH_SEED,
+            choice.cid,
+            seeds[SEARCH_SEED].eval_weights,
+        )
     return train_seeds(opts, seeds, stop_at, partial=True)

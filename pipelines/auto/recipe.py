@@ -7,6 +7,7 @@ The search and the blend's decision get the dataset without its test split (Link
 test is read only to report the final seeds and to apply the chosen blend. Everything lands in
 OUT/<protocol>/: search.json (the record), chosen.json, search/ (the candidates' runs) and seed<k>/.
 """
+
 from __future__ import annotations
 
 import logging
@@ -26,8 +27,15 @@ from pipelines.auto.search import AutoError, Choice, Search
 from pipelines.auto.signal import per_positive
 from pipelines.core.results import SeedResult
 from pipelines.core.run_config import SEARCH, RunConfig
-from pipelines.core.shard_sets import (build_shard_set, job_dataset, preprocess_config, preset_views, set_protocols,
-                                       shutdown_embedded_ray, view_percent)
+from pipelines.core.shard_sets import (
+    build_shard_set,
+    job_dataset,
+    preprocess_config,
+    preset_views,
+    set_protocols,
+    shutdown_embedded_ray,
+    view_percent,
+)
 from pipelines.core.trainers import TrainerRun, device_kind, trainer_slots
 from pipelines.core.variants import seed_results, train_without_features
 
@@ -63,39 +71,63 @@ def shard_sets(run: RunConfig, dataset, protocol: str, epochs: int, percent: flo
     views = preset_views(run.shards, run.trainer.epochs or epochs)
     out = {}
     for sampling in dict.fromkeys(c.sampling for c in candidates()):
-        cfg = preprocess_config(run.source, run.shards, sampling, views, percent, set_protocols(dataset, protocol),
-                                training_negatives(run))
+        cfg = preprocess_config(
+            run.source, run.shards, sampling, views, percent, set_protocols(dataset, protocol), training_negatives(run)
+        )
         out[sampling] = build_shard_set(cfg, job_dataset(cfg, dataset), keep_ray=True)
     shutdown_embedded_ray()  # free the embedded Ray's CPUs before training
     return out
 
 
-def blend_stage(runs: dict[int, Path], blind, dataset, manifest: dict, protocol: str, metric: str, margin_se: float,
-                test_scores: dict) -> tuple[blend.Blend, dict]:
+def blend_stage(
+    runs: dict[int, Path],
+    blind,
+    dataset,
+    manifest: dict,
+    protocol: str,
+    metric: str,
+    margin_se: float,
+    test_scores: dict,
+) -> tuple[blend.Blend, dict]:
     """The blend's decision on the final seeds' validation (the test-less dataset), then each seed's test
     metrics under it. `test_scores`: the test split's heuristic scores (common.heuristics.split_scores)."""
     valid_scores = split_scores(blind, "valid", [protocol], list(blend.HEURISTICS))[protocol]
     values_of = lambda cid, s: per_positive(manifest, "valid", protocol, cid, s)[metric]  # noqa: E731
-    decision = blend.decide(blend.valid_logits(runs, protocol),
-                            blend.by_cid(blind, manifest, "valid", protocol, valid_scores), values_of, metric,
-                            margin_se)
+    decision = blend.decide(
+        blend.valid_logits(runs, protocol),
+        blend.by_cid(blind, manifest, "valid", protocol, valid_scores),
+        values_of,
+        metric,
+        margin_se,
+    )
     test = blend.by_cid(dataset, manifest, "test", protocol, test_scores)  # test, after the decision
     return decision, {seed: blend.apply(d, decision, test, manifest, protocol) for seed, d in runs.items()}
 
 
-def search_and_train(run: RunConfig, dataset, protocol: str, out: Path, runs: dict[int, Path],
-                     test_scores: dict) -> list[SeedResult]:
+def search_and_train(
+    run: RunConfig, dataset, protocol: str, out: Path, runs: dict[int, Path], test_scores: dict
+) -> list[SeedResult]:
     """Every seed's record of one protocol: the model's, then the blend's (seed<k>/blend/result.json, so
     `pencil report` over the folder shows it too). `test_scores`: {h: (pos, neg)} of the test split."""
     t0 = time.time()
     cfg, device = search_config(run), device_kind(run.trainer.device)
     deadline = t0 + 60.0 * cfg.budget_minutes
     blind = dataset.without_test()  # what selection sees
-    record = {"config": cfg.to_dict(), "device": device, "stats": graph_stats(blind.graph),
-              "objective": run.objective, "hard_neg_fraction": training_negatives(run)}
-    log.info("graph: %d nodes, %d training edges, degree mean %.1f / median %.0f / p90 %.0f", record["stats"]["nodes"],
-             record["stats"]["edges"], record["stats"]["mean_degree"], record["stats"]["median_degree"],
-             record["stats"]["p90_degree"])
+    record = {
+        "config": cfg.to_dict(),
+        "device": device,
+        "stats": graph_stats(blind.graph),
+        "objective": run.objective,
+        "hard_neg_fraction": training_negatives(run),
+    }
+    log.info(
+        "graph: %d nodes, %d training edges, degree mean %.1f / median %.0f / p90 %.0f",
+        record["stats"]["nodes"],
+        record["stats"]["edges"],
+        record["stats"]["mean_degree"],
+        record["stats"]["median_degree"],
+        record["stats"]["p90_degree"],
+    )
     train = len(blind.splits["train"].pos)
     percent = view_percent(get_preset(DEFAULT_PRESET), train, device, blind.graph)
     epochs = run_epochs(run, cfg, round(train * percent / 100))
@@ -104,45 +136,84 @@ def search_and_train(run: RunConfig, dataset, protocol: str, out: Path, runs: di
     manifests = {s: read_manifest(loc) for s, loc in shards.items()}
     slots = trainer_slots(run.trainer.device, run.trainer.parallel)
     # the search's share of the budget: half, a third with node features (the final seeds train twice then)
-    search = Search(cfg, epochs, candidates(), shards, protocol, manifests, out / "search", run.trainer, slots,
-                    stop_at=t0 + (deadline - t0) / (3 if run.ships_features else 2), metric=run.metric)
+    search = Search(
+        cfg,
+        epochs,
+        candidates(),
+        shards,
+        protocol,
+        manifests,
+        out / "search",
+        run.trainer,
+        slots,
+        stop_at=t0 + (deadline - t0) / (3 if run.ships_features else 2),
+        metric=run.metric,
+    )
     choice = search.run(len(blind.splits["valid"].pos))
     record.update(chosen=choice.to_dict(), search_seconds=round(time.time() - t0, 1))
     write_json_atomic(out / "search.json", record)
     write_json_atomic(out / "chosen.json", {k: record["chosen"][k] for k in ("cid", "config", "epochs", "shards")})
     summaries = train_final_seeds(run.trainer, choice, protocol, runs, stop_at=deadline)
     if not summaries:
-        raise AutoError(f"{out}: the budget stopped every final seed before its first evaluation; raise "
-                        "--budget-minutes (a rerun reuses the search and resumes the seeds)")
+        raise AutoError(
+            f"{out}: the budget stopped every final seed before its first evaluation; raise "
+            "--budget-minutes (a rerun reuses the search and resumes the seeds)"
+        )
     left_out = sorted(set(runs) - set(summaries))  # stopped before their first evaluation: logged
     runs = {seed: d for seed, d in runs.items() if seed in summaries}
     finals = final_runs(run.trainer, choice, protocol, runs)
     bare = train_without_features(run, finals, stop_at=deadline, partial=True)  # in the budget, before the blend
     manifest = manifests[choice.candidate.sampling]
-    decision, blended = blend_stage(runs, blind, dataset, manifest, protocol, choice.metric, cfg.blend_margin_se,
-                                    test_scores)
+    decision, blended = blend_stage(
+        runs, blind, dataset, manifest, protocol, choice.metric, cfg.blend_margin_se, test_scores
+    )
     stopped = sorted(seed for seed, s in summaries.items() if s.get("stopped"))
-    record.update(blend=decision.to_dict(), total_seconds=round(time.time() - t0, 1),
-                  budget_cut=bool(choice.cut_short or stopped or left_out),
-                  final_seeds={"reported": sorted(summaries), "stopped_by_budget": stopped, "left_out": left_out})
+    record.update(
+        blend=decision.to_dict(),
+        total_seconds=round(time.time() - t0, 1),
+        budget_cut=bool(choice.cut_short or stopped or left_out),
+        final_seeds={"reported": sorted(summaries), "stopped_by_budget": stopped, "left_out": left_out},
+    )
     write_json_atomic(out / "search.json", record)
-    log.info("auto: %s for %d epochs, blend %s; %.0f s of the %.0f-minute budget", choice.cid, choice.epochs,
-             decision.key, record["total_seconds"], cfg.budget_minutes)
+    log.info(
+        "auto: %s for %d epochs, blend %s; %.0f s of the %.0f-minute budget",
+        choice.cid,
+        choice.epochs,
+        decision.key,
+        record["total_seconds"],
+        cfg.budget_minutes,
+    )
     return records(run, dataset, protocol, finals, summaries, choice, decision, blended, bare)
 
 
-def records(run: RunConfig, dataset, protocol: str, finals: dict[int, TrainerRun], summaries: dict[int, dict],
-            choice: Choice, decision: blend.Blend, blended: dict[int, dict],
-            bare: tuple[dict, dict] = ({}, {})) -> list[SeedResult]:
+def records(
+    run: RunConfig,
+    dataset,
+    protocol: str,
+    finals: dict[int, TrainerRun],
+    summaries: dict[int, dict],
+    choice: Choice,
+    decision: blend.Blend,
+    blended: dict[int, dict],
+    bare: tuple[dict, dict] = ({}, {}),
+) -> list[SeedResult]:
     """The model's record per seed, with the searched config and the blend, then the blend's row per seed
     (the model alone keeps its own row), then the seeds' rows without node features and on the user's pairs
     (pipelines.core.variants; the blend is the featured model's alone)."""
-    auto = {"cid": choice.cid, "config": choice.candidate.to_dict(), "epochs": choice.epochs,
-            "blend": {"heuristic": decision.heuristic, "weight": decision.weight, "metric": decision.metric}}
+    auto = {
+        "cid": choice.cid,
+        "config": choice.candidate.to_dict(),
+        "epochs": choice.epochs,
+        "blend": {"heuristic": decision.heuristic, "weight": decision.weight, "metric": decision.metric},
+    }
     model = seed_results(run, dataset, protocol, SEARCH, finals, summaries, run.ships_features, auto=auto)
-    rows = [SeedResult(result.path.parent / "blend" / "result.json",
-                       {**r, "model": decision.row_name(r["model"]), "test": blended[r["seed"]],
-                        "blend_of": r["model"]})
-            for result in model if (r := result.record)["protocol"] == protocol]
+    rows = [
+        SeedResult(
+            result.path.parent / "blend" / "result.json",
+            {**r, "model": decision.row_name(r["model"]), "test": blended[r["seed"]], "blend_of": r["model"]},
+        )
+        for result in model
+        if (r := result.record)["protocol"] == protocol
+    ]
     without = {k: v for k, v in auto.items() if k != "blend"}  # the blend is the featured model's
     return model + rows + seed_results(run, dataset, protocol, SEARCH, *bare, False, auto=without)

@@ -16,6 +16,7 @@ The search holds no test split: its trainers evaluate validation only (--eval-sp
 nothing but their validation scores. Training on CPU is deterministic per seed, so the same input gives the
 same choice whatever the machine's load; only `--budget-minutes` can cut it short, and search.json says so.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -70,17 +71,40 @@ class Choice:
         return self.candidate.cid
 
     def to_dict(self) -> dict:
-        return {"cid": self.cid, "config": self.candidate.to_dict(), "epochs": self.epochs,
-                "best_epoch": self.best_epoch, "shards": self.shards, "run_dir": self.run_dir, "metric": self.metric,
-                "decision": self.decision, "run_epochs": self.run_epochs, "grace_epochs": self.grace_epochs,
-                "patience": self.patience, "rungs": self.rungs, "cut_short": list(self.cut_short),
-                "failed": self.failed}
+        return {
+            "cid": self.cid,
+            "config": self.candidate.to_dict(),
+            "epochs": self.epochs,
+            "best_epoch": self.best_epoch,
+            "shards": self.shards,
+            "run_dir": self.run_dir,
+            "metric": self.metric,
+            "decision": self.decision,
+            "run_epochs": self.run_epochs,
+            "grace_epochs": self.grace_epochs,
+            "patience": self.patience,
+            "rungs": self.rungs,
+            "cut_short": list(self.cut_short),
+            "failed": self.failed,
+        }
 
 
 class Search:
-    def __init__(self, cfg: SearchConfig, epochs: int, cands: list[Candidate], shards: dict, protocol: str,
-                 manifests: dict, root: Path, opts: TrainerOptions, slots: int, stop_at: float | None = None,
-                 clock=time.time, metric: str = "mrr"):
+    def __init__(
+        self,
+        cfg: SearchConfig,
+        epochs: int,
+        cands: list[Candidate],
+        shards: dict,
+        protocol: str,
+        manifests: dict,
+        root: Path,
+        opts: TrainerOptions,
+        slots: int,
+        stop_at: float | None = None,
+        clock=time.time,
+        metric: str = "mrr",
+    ):
         self.cfg, self.epochs, self.cands, self.shards = cfg, epochs, {c.cid: c for c in cands}, shards
         self.metric = metric  # what the search chooses and its runs stop on (pencil run --metric)
         self.protocol = protocol
@@ -90,16 +114,34 @@ class Search:
 
     def _key(self, c: Candidate) -> str:
         """A candidate's folder is keyed by all it depends on, so a rerun finds its own runs only."""
-        what = [c.to_dict(), self.shards[c.sampling], self.protocol, self.epochs, list(self.opts.train_args),
-                self.metric]
+        what = [
+            c.to_dict(),
+            self.shards[c.sampling],
+            self.protocol,
+            self.epochs,
+            list(self.opts.train_args),
+            self.metric,
+        ]
         return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:8]
 
     def trainer_run(self, cid: str, stop_epoch: int, patience: int | None) -> TrainerRun:
         """The candidate's search run, validation only, up to `stop_epoch` of its `epochs`-long schedule."""
         c = self.cands[cid]
-        return seed_run(self.opts, DEFAULT_PRESET, self.shards[c.sampling], self.protocol, SEARCH_SEED,
-                        self.dirs[cid], epochs=self.epochs, overrides=c.overrides(), eval_splits=("valid",),
-                        save_scores=True, stop_epoch=stop_epoch, patience=patience or None, select_on=self.metric)
+        return seed_run(
+            self.opts,
+            DEFAULT_PRESET,
+            self.shards[c.sampling],
+            self.protocol,
+            SEARCH_SEED,
+            self.dirs[cid],
+            epochs=self.epochs,
+            overrides=c.overrides(),
+            eval_splits=("valid",),
+            save_scores=True,
+            stop_epoch=stop_epoch,
+            patience=patience or None,
+            select_on=self.metric,
+        )
 
     def done(self, cid: str, stop_epoch: int, patience: int | None) -> bool:
         """Trained to `stop_epoch`, or (when the rung stops at convergence) converged before it."""
@@ -108,16 +150,24 @@ class Search:
 
     def train(self, cids: list[str], stop_epoch: int, patience: int | None) -> None:
         """Bring each candidate to `stop_epoch` (or its convergence); a finished one is reused."""
-        todo = {cid: self.trainer_run(cid, stop_epoch, patience) for cid in cids
-                if not self.done(cid, stop_epoch, patience)}
-        log.info("search: %d candidate(s) to epoch %d%s, %d to train, %d reused", len(cids), stop_epoch,
-                 f" or convergence (patience {patience})" if patience else "", len(todo), len(cids) - len(todo))
+        todo = {
+            cid: self.trainer_run(cid, stop_epoch, patience) for cid in cids if not self.done(cid, stop_epoch, patience)
+        }
+        log.info(
+            "search: %d candidate(s) to epoch %d%s, %d to train, %d reused",
+            len(cids),
+            stop_epoch,
+            f" or convergence (patience {patience})" if patience else "",
+            len(todo),
+            len(cids) - len(todo),
+        )
         failed: dict[str, str] = {}
         _, stopped = run_trainers(todo, self.slots, self.stop_at, self.clock, failed)
         if stopped:
             self.cut_short += stopped
-            log.warning("search: --budget-minutes cut %s short; each is judged on the epochs it finished",
-                        ", ".join(stopped))
+            log.warning(
+                "search: --budget-minutes cut %s short; each is judged on the epochs it finished", ", ".join(stopped)
+            )
         for cid, message in failed.items():  # a candidate that failed is judged like one the budget stopped
             self.failed[cid] = message
             log.warning("search: %s; judged on the epochs it evaluated", message)
@@ -140,13 +190,27 @@ class Search:
             if s.get("best_epoch") is None:
                 why = self.failed.get(cid) or "stopped by --budget-minutes before its first evaluation"
                 out[cid] = {"valid": None, "reason": why}
-                log.warning("  %s: no validation epoch (%s); left out (log: %s)", cid, why, self.dirs[cid] / "trainer.log")
+                log.warning(
+                    "  %s: no validation epoch (%s); left out (log: %s)", cid, why, self.dirs[cid] / "trainer.log"
+                )
                 continue
-            out[cid] = {"valid": float(self.values(cid)[metric].mean()), "best_epoch": s.get("best_epoch"),
-                        "epochs": s.get("epochs_completed"), "converged": bool(s.get("converged")),
-                        "stopped": bool(s.get("stopped")), "train_time_s": s.get("train_time_s")}
-            log.info("  %s: valid %s %.4f (best epoch %s of %s%s)", cid, metric, out[cid]["valid"],
-                     out[cid]["best_epoch"], out[cid]["epochs"], ", stopped by the budget" if s.get("stopped") else "")
+            out[cid] = {
+                "valid": float(self.values(cid)[metric].mean()),
+                "best_epoch": s.get("best_epoch"),
+                "epochs": s.get("epochs_completed"),
+                "converged": bool(s.get("converged")),
+                "stopped": bool(s.get("stopped")),
+                "train_time_s": s.get("train_time_s"),
+            }
+            log.info(
+                "  %s: valid %s %.4f (best epoch %s of %s%s)",
+                cid,
+                metric,
+                out[cid]["valid"],
+                out[cid]["best_epoch"],
+                out[cid]["epochs"],
+                ", stopped by the budget" if s.get("stopped") else "",
+            )
         return out
 
     def grace_rung(self, cids: list[str], grace: int, metric: str) -> dict:
@@ -167,14 +231,21 @@ class Search:
         if first[default]["valid"] is None:
             if default in self.failed:
                 raise AutoError(self.failed[default])
-            raise AutoError(f"{default}: the budget stopped it before its first validation epoch (log: "
-                            f"{self.dirs[default] / 'trainer.log'}); raise --budget-minutes")
+            raise AutoError(
+                f"{default}: the budget stopped it before its first validation epoch (log: "
+                f"{self.dirs[default] / 'trainer.log'}); raise --budget-minutes"
+            )
 
     def run(self, valid_positives: int) -> Choice:
         cfg, cids, metric = self.cfg, list(self.cands), self.metric
         default, others = cids[0], cids[1:]
-        log.info("search: %d candidates, signal valid/%s %s (%d positives)", len(cids), self.protocol, metric,
-                 valid_positives)
+        log.info(
+            "search: %d candidates, signal valid/%s %s (%d positives)",
+            len(cids),
+            self.protocol,
+            metric,
+            valid_positives,
+        )
         grace, patience = cfg.grace_epochs(self.epochs), cfg.patience_epochs(self.epochs)
         first = self.grace_rung(cids, grace, metric)
         self.require_default(first, default)
@@ -186,16 +257,35 @@ class Search:
         second = self.rung(survivors, metric)
         survivors = [c for c in survivors if second[c]["valid"] is not None]
         signals = {c: self.signal(c) for c in survivors}
-        decision = choose({c: s.values()[metric] for c, s in signals.items()}, cfg.margin_se,
-                          lambda a, b: two_way_se(signals[a], signals[b], metric))
+        decision = choose(
+            {c: s.values()[metric] for c, s in signals.items()},
+            cfg.margin_se,
+            lambda a, b: two_way_se(signals[a], signals[b], metric),
+        )
         if all(second[c]["best_epoch"] == 0 for c in survivors):
             # validation says nothing: the default, trained through its whole schedule as the fixed preset is
-            decision = {**decision, "choice": default, "reason": "every candidate peaked at its first epoch: "
-                        "validation cannot tell them apart, the default trains its whole schedule"}
+            decision = {
+                **decision,
+                "choice": default,
+                "reason": "every candidate peaked at its first epoch: "
+                "validation cannot tell them apart, the default trains its whole schedule",
+            }
             self.train([default], self.epochs, None)
         chosen = decision["choice"]
         log.info("search: %s (%s)", chosen, decision["reason"])
         s, c = self.state(chosen), self.cands[chosen]
-        return Choice(c, int(s["epochs_completed"]), s["best_epoch"], self.shards[c.sampling], str(self.dirs[chosen]),
-                      metric, decision, self.epochs, grace, patience, {"grace": first, "converged": second},
-                      tuple(self.cut_short), dict(self.failed))
+        return Choice(
+            c,
+            int(s["epochs_completed"]),
+            s["best_epoch"],
+            self.shards[c.sampling],
+            str(self.dirs[chosen]),
+            metric,
+            decision,
+            self.epochs,
+            grace,
+            patience,
+            {"grace": first, "converged": second},
+            tuple(self.cut_short),
+            dict(self.failed),
+        )

@@ -17,6 +17,7 @@ closed form.
 The signal is the metric the user reads (`pencil run --metric`, MRR by default); which metric was used is
 recorded with every choice.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,21 +32,22 @@ from common.metrics import HITS_KS, rank_against_own, rank_against_shared
 from common.shards import load_queries
 from trainer.evaluate import eval_entry
 
-
 BOOTSTRAPS = 200  # draws of two_way_se: its own relative error is about 1 / sqrt(2 * 200), 5 %
 
 
 @dataclass(frozen=True)
 class Signal:
     """A run's scores of the validation queries: pos (P,), and neg (Q,) shared by every positive or (P, K)."""
+
     pos: np.ndarray
     neg: np.ndarray
 
     def values(self, ip: np.ndarray | None = None, iq: np.ndarray | None = None) -> dict:
         """rank_values on the positives ip and the shared negatives iq (None: all); a positive's own negatives
         go with it."""
-        pos, neg = (self.pos, self.neg) if ip is None else (self.pos[ip], self.neg if self.neg.ndim == 1 else
-                                                              self.neg[ip])
+        pos, neg = (
+            (self.pos, self.neg) if ip is None else (self.pos[ip], self.neg if self.neg.ndim == 1 else self.neg[ip])
+        )
         return rank_values(pos, neg if iq is None or neg.ndim == 2 else neg[iq])
 
 
@@ -67,8 +69,9 @@ def two_way_se(a: Signal, b: Signal, metric: str, draws: int = BOOTSTRAPS, seed:
 def eval_signal(manifest: dict, split: str, protocol: str, cid: np.ndarray, score: np.ndarray) -> Signal:
     """One eval set's scores, looked up by cid, as the positives' and their negatives' scores."""
     entry = eval_entry(manifest, split, protocol)
-    pos_cid, neg_cid = load_queries(f"{manifest['root']}/{entry['queries']}",
-                                    sha256=manifest["files"][entry["queries"]]["sha256"])
+    pos_cid, neg_cid = load_queries(
+        f"{manifest['root']}/{entry['queries']}", sha256=manifest["files"][entry["queries"]]["sha256"]
+    )
     table = np.full(int(max(cid.max(initial=-1), pos_cid.max(initial=-1), neg_cid.max(initial=-1))) + 1, np.nan)
     table[cid] = score
     pos, neg = table[pos_cid], table[neg_cid]
@@ -106,8 +109,7 @@ def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     return float(d.mean()), float(d.std(ddof=1) / math.sqrt(len(d)))
 
 
-def choose(values: dict[str, np.ndarray], margin_se: float,
-           se_of: Callable[[str, str], float] | None = None) -> dict:
+def choose(values: dict[str, np.ndarray], margin_se: float, se_of: Callable[[str, str], float] | None = None) -> dict:
     """The key with the best mean, if it beats the first key (the default) by more than margin_se standard
     errors of the paired difference (se_of(best, default); None: the closed form over the positives); else the
     first key. Ties of the mean keep the earlier key."""
@@ -116,13 +118,28 @@ def choose(values: dict[str, np.ndarray], margin_se: float,
     best = max(keys, key=lambda k: (float(np.mean(values[k])), -keys.index(k)))
     means = {k: float(np.mean(v)) for k, v in values.items()}
     if best == default:
-        return {"choice": default, "best": best, "means": means, "difference": 0.0, "se": 0.0,
-                "reason": "the default is the best"}
+        return {
+            "choice": default,
+            "best": best,
+            "means": means,
+            "difference": 0.0,
+            "se": 0.0,
+            "reason": "the default is the best",
+        }
     diff, se = paired(values[best], values[default])
     if se_of is not None:
         se = se_of(best, default)
     wins = diff > margin_se * se
-    reason = (f"{best} beats {default} by {diff:.4f} > {margin_se:g} SE (SE {se:.4f})" if wins else
-              f"{best} is ahead of {default} by {diff:.4f}, within {margin_se:g} SE (SE {se:.4f}): the default stays")
-    return {"choice": best if wins else default, "best": best, "means": means, "difference": diff, "se": se,
-            "reason": reason}
+    reason = (
+        f"{best} beats {default} by {diff:.4f} > {margin_se:g} SE (SE {se:.4f})"
+        if wins
+        else f"{best} is ahead of {default} by {diff:.4f}, within {margin_se:g} SE (SE {se:.4f}): the default stays"
+    )
+    return {
+        "choice": best if wins else default,
+        "best": best,
+        "means": means,
+        "difference": diff,
+        "se": se,
+        "reason": reason,
+    }

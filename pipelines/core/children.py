@@ -5,6 +5,7 @@ PR_SET_PDEATHSIG); `stop_children` ends those still running (SIGTERM, then SIGKI
 `exit_on_sigterm`, installed as the recipe's SIGTERM handler, unwinds through the `finally` blocks that
 call it. pipelines.run and pipelines.auto.search start every trainer this way.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -27,6 +28,7 @@ def _die_with_parent(parent: int):
             prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
         if os.getppid() != parent:
             os._exit(1)
+
     return preexec
 
 
@@ -34,6 +36,7 @@ def _prctl():
     # looked up in the parent: dlopen in a forked child of a threaded process can deadlock
     try:
         import ctypes
+
         return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):  # not Linux: SIGTERM and Ctrl-C are still handled (stop_children)
         return None

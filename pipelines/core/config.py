@@ -4,6 +4,7 @@ command's parser (its `from_args`); below the command line nothing reads an argp
 
 A recipe's own configuration composes these parts (pipelines.core.run_config.RunConfig for `pencil run`).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -37,11 +38,21 @@ class DataSource:
 
     def load(self, features: bool = False):
         """The dataset with every input that shapes it; `features`: a paper dataset's (--features)."""
-        return load_dataset(self.dataset, data_dir=self.data_dir, ogb_root=self.ogb_root,
-                            planetoid_dir=self.planetoid_dir, features=features, split=self.split, nodes=self.nodes,
-                            split_kind=self.split_kind, node_features=self.node_features,
-                            fill_features=self.fill_features, ignore_columns=self.ignore_columns,
-                            eval_pairs=self.eval_pairs, train_negatives=self.train_negatives)
+        return load_dataset(
+            self.dataset,
+            data_dir=self.data_dir,
+            ogb_root=self.ogb_root,
+            planetoid_dir=self.planetoid_dir,
+            features=features,
+            split=self.split,
+            nodes=self.nodes,
+            split_kind=self.split_kind,
+            node_features=self.node_features,
+            fill_features=self.fill_features,
+            ignore_columns=self.ignore_columns,
+            eval_pairs=self.eval_pairs,
+            train_negatives=self.train_negatives,
+        )
 
     def preprocess_fields(self) -> dict:
         """The same fields as preprocess.config.PreprocessConfig names them, so the shards hold this graph."""
@@ -49,8 +60,13 @@ class DataSource:
 
     def input_files(self) -> dict:
         """The files this source reads, by flag (an output must not be one of them: common.outputs)."""
-        return {"--dataset": self.dataset, "--nodes": self.nodes, "--node-features": self.node_features,
-                "--eval-pairs": self.eval_pairs, "--train-negatives": self.train_negatives}
+        return {
+            "--dataset": self.dataset,
+            "--nodes": self.nodes,
+            "--node-features": self.node_features,
+            "--eval-pairs": self.eval_pairs,
+            "--train-negatives": self.train_negatives,
+        }
 
     @classmethod
     def from_args(cls, args) -> "DataSource":
@@ -62,12 +78,25 @@ class DataSource:
             raise FlagError(str(err)) from None
         node_features, fill = getattr(args, "node_features", None), getattr(args, "fill_features", None)
         if fill is not None and node_features is None:
-            raise FlagError(f"--fill-features {fill}: fills the rows a --node-features file lacks; pass "
-                            "--node-features FILE, or drop --fill-features")
+            raise FlagError(
+                f"--fill-features {fill}: fills the rows a --node-features file lacks; pass "
+                "--node-features FILE, or drop --fill-features"
+            )
         ignore = tuple(c.strip() for c in (getattr(args, "ignore_columns", None) or "").split(",") if c.strip())
-        return cls(args.dataset, args.data_dir, args.ogb_root, args.planetoid_dir, split, getattr(args, "nodes", None),
-                   kind, node_features, fill, ignore, getattr(args, "eval_pairs", None),
-                   getattr(args, "train_negatives", None))
+        return cls(
+            args.dataset,
+            args.data_dir,
+            args.ogb_root,
+            args.planetoid_dir,
+            split,
+            getattr(args, "nodes", None),
+            kind,
+            node_features,
+            fill,
+            ignore,
+            getattr(args, "eval_pairs", None),
+            getattr(args, "train_negatives", None),
+        )
 
 
 @dataclass(frozen=True)
@@ -113,8 +142,14 @@ class TrainerOptions:
         if parallel < 0:
             raise FlagError(f"--parallel-seeds: must be >= 0 (0 = one per CPU core), got {parallel}")
         tokens = tuple(t for arg in train_arg for t in arg.split("=", 1))
-        return cls(args.device, epochs, tokens, parallel, bool(getattr(args, "overwrite", False)),
-                   offers_overwrite=hasattr(args, "overwrite"))
+        return cls(
+            args.device,
+            epochs,
+            tokens,
+            parallel,
+            bool(getattr(args, "overwrite", False)),
+            offers_overwrite=hasattr(args, "overwrite"),
+        )
 
 
 @dataclass(frozen=True)
@@ -168,6 +203,7 @@ def parse_seeds(text: str) -> tuple[int, ...]:
     except ValueError:
         seeds = []
     if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
-        raise FlagError(f"--seeds: expected distinct non-negative integers separated by commas (e.g. 0,1,2), "
-                        f"got {text!r}")
+        raise FlagError(
+            f"--seeds: expected distinct non-negative integers separated by commas (e.g. 0,1,2), got {text!r}"
+        )
     return tuple(seeds)

@@ -7,6 +7,7 @@ summary.json and config.json, so a rerun of a finished recipe would not be a no-
 its files (RUN_FILE), written only after the trainer exited 0, and removed before any trainer starts there,
 so a killed run never looks finished.
 """
+
 from __future__ import annotations
 
 import json

@@ -1,4 +1,5 @@
 """Training curves and metric-per-epoch plots (PNG) from the trainer's metrics.jsonl files."""
+
 from __future__ import annotations
 
 import json
@@ -52,8 +53,14 @@ def plot_runs(run_dirs: list[Path], out_dir: Path, metric: str = "mrr") -> list[
         for split, style in (("valid", "-"), ("test", "--")):
             evals = [r for r in records if r["event"] == "eval" and r.get("split") == split and metric in r]
             if evals:
-                ax.plot([r["epoch"] for r in evals], [100 * r[metric] for r in evals], style, marker="o",
-                        markersize=3, label=f"{name} {split}")
+                ax.plot(
+                    [r["epoch"] for r in evals],
+                    [100 * r[metric] for r in evals],
+                    style,
+                    marker="o",
+                    markersize=3,
+                    label=f"{name} {split}",
+                )
     ax.set(xlabel="epoch", ylabel=f"{metric.upper()} (%)", title=f"{metric.upper()} per epoch")
     ax.legend(fontsize=7)
     written.append(save_figure(fig, out_dir / f"{metric.replace('@', '')}_per_epoch.png"))

@@ -10,6 +10,7 @@ nothing else; then it removes the head's temp folder. So it does when the head e
 stop does the same (`stop_head`). Every port is a free one, so the head never collides with another cluster
 on the machine, and its temp folder is short: Ray's socket paths must fit in 107 bytes.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -98,10 +99,20 @@ def local_head(num_cpus: int | None = None, num_gpus: int | None = None):
     token, so that ray.init(address=...) connects."""
     gcs, client, agent, agent_grpc, metrics = free_ports(5)
     tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")
-    cmd = ray_command() + ["start", "--head", "--block", f"--port={gcs}", "--node-ip-address=127.0.0.1",
-                           f"--ray-client-server-port={client}", f"--dashboard-agent-listen-port={agent}",
-                           f"--dashboard-agent-grpc-port={agent_grpc}", f"--metrics-export-port={metrics}",
-                           "--include-dashboard=false", f"--temp-dir={tmp}", "--disable-usage-stats"]
+    cmd = ray_command() + [
+        "start",
+        "--head",
+        "--block",
+        f"--port={gcs}",
+        "--node-ip-address=127.0.0.1",
+        f"--ray-client-server-port={client}",
+        f"--dashboard-agent-listen-port={agent}",
+        f"--dashboard-agent-grpc-port={agent_grpc}",
+        f"--metrics-export-port={metrics}",
+        "--include-dashboard=false",
+        f"--temp-dir={tmp}",
+        "--disable-usage-stats",
+    ]
     if num_cpus is not None:
         cmd.append(f"--num-cpus={num_cpus}")
     if num_gpus is not None:
@@ -109,8 +120,13 @@ def local_head(num_cpus: int | None = None, num_gpus: int | None = None):
     log_path = Path(tmp) / "head.log"
     token = secrets.token_hex(32)
     with open(log_path, "w") as log:
-        head = start_child([sys.executable, "-m", "pipelines.core.ray_head", tmp, *cmd], env=head_env(token),
-                           stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        head = start_child(
+            [sys.executable, "-m", "pipelines.core.ray_head", tmp, *cmd],
+            env=head_env(token),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
     os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
     try:

@@ -1,5 +1,6 @@
 """Multi-seed results: mean ± std over seeds, tables in the format of the paper's, beside its numbers, and
 the files every recipe publishes (results.json, report.md)."""
+
 from __future__ import annotations
 
 import json
@@ -55,8 +56,10 @@ def load_results(paths: list[Path]) -> list[dict]:
         files = [p] if p.is_file() else sorted(p.rglob("result.json"))
         for f in files:
             if (key := f.resolve()) in seen:
-                raise ResultsError(f"{f}: reached twice (through {seen[key]} and {p}), so its seed would count "
-                                   "twice; pass each run once")
+                raise ResultsError(
+                    f"{f}: reached twice (through {seen[key]} and {p}), so its seed would count "
+                    "twice; pass each run once"
+                )
             seen[key] = p
             try:
                 record = json.loads(f.read_text())
@@ -112,13 +115,17 @@ def check_mixing(results: list[dict]) -> None:
         prints = {r["dataset_fingerprint"]: r for r in rs if r.get("dataset_fingerprint")}
         if len(prints) > 1:  # first: two graphs also share seed numbers, and that is not the cause
             (a, ra), (b, rb) = list(prints.items())[:2]
-            raise ResultsError(f"{row}: runs of different data in one row (dataset {a} in {_where(ra)}, {b} in "
-                               f"{_where(rb)}): two graphs named {dataset}; report them separately")
+            raise ResultsError(
+                f"{row}: runs of different data in one row (dataset {a} in {_where(ra)}, {b} in "
+                f"{_where(rb)}): two graphs named {dataset}; report them separately"
+            )
         by_seed: dict = {}
         for r in rs:
             if (other := by_seed.setdefault(r.get("seed", 0), r)) is not r:
-                raise ResultsError(f"{row}: seed {r.get('seed', 0)} twice ({_where(other)} and {_where(r)}): two runs "
-                                   "of one seed in one row; report them separately")
+                raise ResultsError(
+                    f"{row}: seed {r.get('seed', 0)} twice ({_where(other)} and {_where(r)}): two runs "
+                    "of one seed in one row; report them separately"
+                )
 
 
 def _where(record: dict) -> str:
@@ -142,8 +149,14 @@ def aggregate(results: list[dict]) -> list[dict]:
     rows = []
     for (dataset, _, model, own), rs in sorted(groups.items()):
         labels = {k: rs[0][k] for k in ("split", "selected_on") if rs[0].get(k)}
-        row = {"dataset": dataset, "protocol": rs[0]["protocol"], **labels, "model": model,
-               "seeds": sorted(r.get("seed", 0) for r in rs), **({"own_graph": True} if own else {})}
+        row = {
+            "dataset": dataset,
+            "protocol": rs[0]["protocol"],
+            **labels,
+            "model": model,
+            "seeds": sorted(r.get("seed", 0) for r in rs),
+            **({"own_graph": True} if own else {}),
+        }
         for m in METRICS:
             vals = [100.0 * r["test"][m] for r in rs if m in r.get("test", {})]
             if vals:
@@ -168,8 +181,7 @@ def markdown(rows: list[dict], with_paper: bool = True, lead: str = "mrr") -> st
             cells += [fmt(*row[m]) if m in row else "–" for m in metrics]
             lines.append("| " + " | ".join(cells) + " |")
         # a user's graph has none, nor do checkpoints selected on another protocol than the row's
-        ref = (paper_reference(dataset, protocol) if with_paper and not own and not group[0].get("selected_on")
-               else None)
+        ref = paper_reference(dataset, protocol) if with_paper and not own and not group[0].get("selected_on") else None
         if ref:
             metric, models = ref
             for name, (mean, std) in models.items():

@@ -3,19 +3,28 @@
 latent space) build theirs here too. The trainer flags passed through (--train-arg) are checked against the
 trainer's own parser by pipelines.core.seeds.check_trainer_flags, once the preset is known.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
 from common.cli import Parser
-from common.flags import (FlagError, add_dataset_flags, add_device_flag, add_graph_input_flags, add_num_cpus_flag,
-                          add_seeds_flag, add_shards_flag, add_train_arg_flag)
+from common.flags import (
+    FlagError,
+    add_dataset_flags,
+    add_device_flag,
+    add_graph_input_flags,
+    add_num_cpus_flag,
+    add_seeds_flag,
+    add_shards_flag,
+    add_train_arg_flag,
+)
 from common.storage import is_remote
 from pipelines.core.config import DataSource, ShardOptions, TrainerOptions, check_folder, parse_seeds
 
 PROG = "python -m pipelines.run"
-DESCRIPTION = """Train PENCIL on a dataset end to end: preprocess (embedded Ray, cached) -> train (per seed) -> evaluate ->
-report. A dataset without a paper preset (your edge list) gets --preset auto: a configuration searched on
+DESCRIPTION = """Train PENCIL on a dataset end to end: preprocess (embedded Ray, cached) -> train (per seed) ->
+evaluate -> report. A dataset without a paper preset (your edge list) gets --preset auto: a configuration searched on
 validation only. Results land in OUT/<dataset>/<preset>/."""
 SEARCH = "auto"  # --preset auto: search a configuration on validation (pipelines.auto), not a preset's name
 # below this, --preset auto cannot build its shard sets and finish one epoch of each candidate on a small graph
@@ -54,30 +63,46 @@ class RunConfig:
     def from_args(cls, args) -> "RunConfig":
         """The parsed flags of build_parser, checked; a bad one is a FlagError naming it."""
         if args.budget_minutes is not None and not args.budget_minutes >= MIN_BUDGET_MINUTES:
-            raise FlagError(f"--budget-minutes {args.budget_minutes:g}: below the {MIN_BUDGET_MINUTES:g} minutes "
-                            "--preset auto needs at least (its shard sets and a first epoch of each candidate come "
-                            f"first); pass {MIN_BUDGET_MINUTES:g} or more")
+            raise FlagError(
+                f"--budget-minutes {args.budget_minutes:g}: below the {MIN_BUDGET_MINUTES:g} minutes "
+                "--preset auto needs at least (its shard sets and a first epoch of each candidate come "
+                f"first); pass {MIN_BUDGET_MINUTES:g} or more"
+            )
         if not is_remote(args.out):
             check_folder("--out", args.out)
         source, shards = DataSource.from_args(args), ShardOptions.from_args(args)
         trainer = TrainerOptions.from_args(args)
         check_inputs(source, shards, trainer, args.protocol)
-        return cls(source=source, preset=args.preset, seeds=parse_seeds(args.seeds),
-                   out=args.out, protocol=args.protocol, budget_minutes=args.budget_minutes,
-                   objective=args.objective, metric=args.metric, trainer=trainer, shards=shards)
+        return cls(
+            source=source,
+            preset=args.preset,
+            seeds=parse_seeds(args.seeds),
+            out=args.out,
+            protocol=args.protocol,
+            budget_minutes=args.budget_minutes,
+            objective=args.objective,
+            metric=args.metric,
+            trainer=trainer,
+            shards=shards,
+        )
 
 
 def check_inputs(source: DataSource, shards: ShardOptions, trainer: TrainerOptions, protocol: str) -> None:
     """The graph's other inputs against the run's other flags, before any work."""
     if shards.features and source.node_features is not None:
-        raise FlagError(f"--features loads a paper dataset's node features, --node-features {source.node_features} an "
-                        "edge list's; pass one")
+        raise FlagError(
+            f"--features loads a paper dataset's node features, --node-features {source.node_features} an "
+            "edge list's; pass one"
+        )
     if NO_FEATURES in trainer.train_args:
-        raise FlagError(f"--train-arg {NO_FEATURES}: a run with node features trains both rows itself, 'PENCIL' and "
-                        "'PENCIL w/o features' on the same shard set, and a run without them reads none; drop it")
+        raise FlagError(
+            f"--train-arg {NO_FEATURES}: a run with node features trains both rows itself, 'PENCIL' and "
+            "'PENCIL w/o features' on the same shard set, and a run without them reads none; drop it"
+        )
     if protocol == "pairs" and source.eval_pairs is None:
-        raise FlagError("--protocol pairs: evaluates on your labelled pairs; pass --eval-pairs FILE "
-                        "(columns src,dst,label[,split])")
+        raise FlagError(
+            "--protocol pairs: evaluates on your labelled pairs; pass --eval-pairs FILE (columns src,dst,label[,split])"
+        )
 
 
 def build_parser(prog: str = PROG) -> Parser:
@@ -88,30 +113,65 @@ def build_parser(prog: str = PROG) -> Parser:
     add_seeds_flag(p)
     p.add_argument("--out", default="results", help="results root (default results)")
     add_shards_flag(p)
-    p.add_argument("--overwrite", action="store_true",
-                   help="retrain seed folders holding runs on other data")
-    p.add_argument("--budget-minutes", type=float, default=None, metavar="MIN",
-                   help="--preset auto: a bound on its wall time (default 30)")
-    p.add_argument("--protocol", default="original", choices=PROTOCOL_CHOICES, metavar="PROTOCOL",
-                   help="original (default), heart, ogb, both (all), or pairs: --eval-pairs instead of random "
-                        "negatives (else beside them)")
+    p.add_argument("--overwrite", action="store_true", help="retrain seed folders holding runs on other data")
+    p.add_argument(
+        "--budget-minutes",
+        type=float,
+        default=None,
+        metavar="MIN",
+        help="--preset auto: a bound on its wall time (default 30)",
+    )
+    p.add_argument(
+        "--protocol",
+        default="original",
+        choices=PROTOCOL_CHOICES,
+        metavar="PROTOCOL",
+        help="original (default), heart, ogb, both (all), or pairs: --eval-pairs instead of random "
+        "negatives (else beside them)",
+    )
     add_device_flag(p)
-    p.add_argument("--metric", default="mrr", choices=METRICS, metavar="METRIC",
-                   help="mrr (default), auc or hits@K: --preset auto decides on it, the report leads with it")
-    p.add_argument("--objective", default="link-prediction", choices=OBJECTIVES, metavar="GOAL",
-                   help="--preset auto trains for link-prediction (default) or recommend")
-    p.add_argument("--views", type=int, default=None, advanced=True,
-                   help="training views to preprocess (default min(epochs, 20))")
-    p.add_argument("--hard-neg-fraction", type=float, default=None, metavar="F", advanced=True,
-                   help="fraction of each training view's negatives drawn as 2-hop non-edges of the training graph; "
-                        "the rest uniform (as preprocess --hard-neg-fraction; default 0)")
+    p.add_argument(
+        "--metric",
+        default="mrr",
+        choices=METRICS,
+        metavar="METRIC",
+        help="mrr (default), auc or hits@K: --preset auto decides on it, the report leads with it",
+    )
+    p.add_argument(
+        "--objective",
+        default="link-prediction",
+        choices=OBJECTIVES,
+        metavar="GOAL",
+        help="--preset auto trains for link-prediction (default) or recommend",
+    )
+    p.add_argument(
+        "--views", type=int, default=None, advanced=True, help="training views to preprocess (default min(epochs, 20))"
+    )
+    p.add_argument(
+        "--hard-neg-fraction",
+        type=float,
+        default=None,
+        metavar="F",
+        advanced=True,
+        help="fraction of each training view's negatives drawn as 2-hop non-edges of the training graph; "
+        "the rest uniform (as preprocess --hard-neg-fraction; default 0)",
+    )
     p.add_argument("--epochs", type=float, default=None, advanced=True, help="override the preset's epochs")
     add_num_cpus_flag(p)
-    p.add_argument("--parallel-seeds", type=int, default=0, advanced=True,
-                   help="seeds trained at once on CPU, each its own process (default 0 = one per CPU core; "
-                        "GPU runs train seeds one after another)")
-    p.add_argument("--features", action="store_true", advanced=True,
-                   help="a paper dataset's node features: 'PENCIL' beside 'PENCIL w/o features' (an edge list's: "
-                        "--node-features FILE)")
+    p.add_argument(
+        "--parallel-seeds",
+        type=int,
+        default=0,
+        advanced=True,
+        help="seeds trained at once on CPU, each its own process (default 0 = one per CPU core; "
+        "GPU runs train seeds one after another)",
+    )
+    p.add_argument(
+        "--features",
+        action="store_true",
+        advanced=True,
+        help="a paper dataset's node features: 'PENCIL' beside 'PENCIL w/o features' (an edge list's: "
+        "--node-features FILE)",
+    )
     add_train_arg_flag(p)
     return p

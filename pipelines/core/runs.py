@@ -2,6 +2,7 @@
 
 The one loader `pipelines.score`, `pipelines.recommend` (and the evaluation of recommendations) use.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,8 +40,9 @@ def resolve_checkpoint(path: str, flag: str = "--checkpoint") -> Path:
         for name in (checkpoint.BEST, checkpoint.LAST):
             if (p / name).exists():
                 return p / name
-        seeds = sorted(d.name for d in p.glob("seed*")
-                       if (d / checkpoint.BEST).exists() or (d / checkpoint.LAST).exists())
+        seeds = sorted(
+            d.name for d in p.glob("seed*") if (d / checkpoint.BEST).exists() or (d / checkpoint.LAST).exists()
+        )
         hint = f"; it holds the runs {', '.join(seeds)}: pass one, e.g. {p / seeds[0]}" if seeds else ""
         raise RunFolderError(f"{flag} {p}: no {checkpoint.BEST} or {checkpoint.LAST} in this run folder{hint}")
     if not p.exists():
@@ -58,6 +60,7 @@ def load_checkpoint(path: Path, flag: str = "--checkpoint") -> dict:
 
 def load_model(ckpt: dict, manifest: dict, device: torch.device) -> "Pencil":
     from trainer.model import model_for_shards  # the model (and transformers) only where one is built
+
     config = TrainConfig.from_dict(ckpt["config"])
     model = model_for_shards(get_preset(config.preset), config.model.as_overrides(), manifest)
     model.load_state_dict(ckpt["model"])
@@ -75,8 +78,10 @@ def run_manifest(ckpt: dict, path) -> dict:
     data = ckpt["config"]["data"]
     manifest = read_manifest(data["shards"])
     if not same_data(data, manifest, data["shards"]):
-        raise RunFolderError(f"{path}: was trained on {data_label(data)}, but {data['shards']} now holds "
-                             f"{data_label(bound_data(manifest))}; score with the set it was trained on, or retrain")
+        raise RunFolderError(
+            f"{path}: was trained on {data_label(data)}, but {data['shards']} now holds "
+            f"{data_label(bound_data(manifest))}; score with the set it was trained on, or retrain"
+        )
     return manifest
 
 
@@ -84,20 +89,26 @@ def check_run_graph(manifest: dict, dataset, source: str) -> None:
     """The dataset as loaded again must be the one the run's set was built from: same fingerprint (its name
     aside: a moved or renamed file is the same data) or, for a set that records none, the same nodes and ids.
     `source`: what the user would fix (the edge list, or --dataset)."""
-    fix = ("restore it as it was, or score on today's graph with --graph FILE (its ids are mapped through "
-           "the run's)")
+    fix = "restore it as it was, or score on today's graph with --graph FILE (its ids are mapped through the run's)"
     want = manifest.get("fingerprint")
     if want is not None:
         have = replace(dataset, name=manifest.get("dataset", dataset.name)).fingerprint()
         if have != want:
-            raise RunFolderError(f"{source}: not the graph this run was trained on (fingerprint {have}, the run's "
-                                 f"{want}: edited, or another graph); {fix}")
+            raise RunFolderError(
+                f"{source}: not the graph this run was trained on (fingerprint {have}, the run's "
+                f"{want}: edited, or another graph); {fix}"
+            )
         return
     ids = load_node_ids(manifest)
-    if dataset.num_nodes != manifest["num_nodes"] or (ids is None) != (dataset.node_ids is None) or (
-            ids is not None and not np.array_equal(ids, dataset.node_ids)):
-        raise RunFolderError(f"{source}: not the graph this run was trained on ({dataset.num_nodes} nodes, the "
-                             f"run's {manifest['num_nodes']}, or other node ids); {fix}")
+    if (
+        dataset.num_nodes != manifest["num_nodes"]
+        or (ids is None) != (dataset.node_ids is None)
+        or (ids is not None and not np.array_equal(ids, dataset.node_ids))
+    ):
+        raise RunFolderError(
+            f"{source}: not the graph this run was trained on ({dataset.num_nodes} nodes, the "
+            f"run's {manifest['num_nodes']}, or other node ids); {fix}"
+        )
 
 
 def reads_features(ckpt: dict, manifest: dict) -> bool:
@@ -111,11 +122,13 @@ def check_node_features(reads: bool, trained_nodes: int, graph, node_ids, source
     if not reads or graph.num_nodes <= trained_nodes:
         return
     first = trained_nodes if node_ids is None else node_ids[trained_nodes]
-    raise RunFolderError(f"{source}: {graph.num_nodes - trained_nodes} node(s) are new since training (first: "
-                         f"{first}), and this model reads node features, which the run has for its own "
-                         f"{trained_nodes} nodes only; use a graph of the run's nodes (--graph all, train, valid, "
-                         "test, or a snapshot without new nodes), or serve the run and add each new node with its "
-                         "features (POST /edges)")
+    raise RunFolderError(
+        f"{source}: {graph.num_nodes - trained_nodes} node(s) are new since training (first: "
+        f"{first}), and this model reads node features, which the run has for its own "
+        f"{trained_nodes} nodes only; use a graph of the run's nodes (--graph all, train, valid, "
+        "test, or a snapshot without new nodes), or serve the run and add each new node with its "
+        "features (POST /edges)"
+    )
 
 
 def load_run_model(checkpoint_arg: str, device, flag: str = "--checkpoint"):
@@ -133,16 +146,19 @@ def run_dataset(manifest: dict, dataset: str | None = None, data_dir: str | None
     dataset (--dataset): where the run's edge list is now, when it moved; data_dir / ogb_root likewise."""
     pre = manifest["config"]
     if dataset is None and suffix_of(pre["dataset"]) and not Path(pre["dataset"]).is_file():
-        raise RunFolderError(f"the run's edge list {pre['dataset']}: file not found (moved, renamed, or a path "
-                             "relative to another folder); pass --dataset PATH where it is now (checked against the "
-                             "run's fingerprint), or restore it")
+        raise RunFolderError(
+            f"the run's edge list {pre['dataset']}: file not found (moved, renamed, or a path "
+            "relative to another folder); pass --dataset PATH where it is now (checked against the "
+            "run's fingerprint), or restore it"
+        )
     loaded = load_set_dataset(pre, name=dataset, data_dir=data_dir, ogb_root=ogb_root)
     check_run_graph(manifest, loaded, f"--dataset {dataset}" if dataset else pre["dataset"])
     return loaded
 
 
-def load_run(checkpoint_arg: str, device, flag: str = "--checkpoint", out: str | None = None,
-             dataset: str | None = None):
+def load_run(
+    checkpoint_arg: str, device, flag: str = "--checkpoint", out: str | None = None, dataset: str | None = None
+):
     """(model, dataset, sampling fields, checkpoint digest) of a trained run; `flag` names it in errors.
     `out`: the command's output file, refused (common.outputs) when it is one of the run's inputs.
     `dataset`: --dataset, the run's edge list where it is now."""
@@ -157,9 +173,16 @@ def run_inputs(checkpoint_arg: str, manifest: dict, flag: str = "--checkpoint") 
     """What a command on a run reads, as common.outputs.check_output takes it: (files, folders). The run
     folder is the checkpoint's folder when one was given, or holds the run's other files."""
     path = resolve_checkpoint(checkpoint_arg, flag)
-    folder = path.parent if Path(checkpoint_arg).is_dir() or any(
-        (path.parent / name).exists() for name in ("config.json", "summary.json", "metrics.jsonl")) else None
+    folder = (
+        path.parent
+        if Path(checkpoint_arg).is_dir()
+        or any((path.parent / name).exists() for name in ("config.json", "summary.json", "metrics.jsonl"))
+        else None
+    )
     pre = manifest["config"]
-    files = {flag: path, "the run's edge list": pre["dataset"] if suffix_of(pre["dataset"]) else None,
-             "the run's node list": pre.get("nodes")}
+    files = {
+        flag: path,
+        "the run's edge list": pre["dataset"] if suffix_of(pre["dataset"]) else None,
+        "the run's node list": pre.get("nodes"),
+    }
     return files, {"the run folder": folder, "the run's shard set": manifest["root"]}

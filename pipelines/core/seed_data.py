@@ -6,6 +6,7 @@ must be the set's this run trains on. A folder trained on other data (an edited 
 --nodes or --views) is refused in one line before any trainer starts; with --overwrite it is cleared and
 trained afresh on this data.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,13 @@ def stale_seeds(opts, runs: dict[int, Path], shards: str) -> set[int]:
     stale = {seed for seed, saved in held.items() if not same_data(saved, manifest, shards)}
     if stale and not opts.overwrite:
         seed = min(stale)
-        fix = ("pass --overwrite to retrain it on this data" if opts.offers_overwrite
-               else "delete it to retrain it on this data")
-        raise SeedDataError(f"{runs[seed]}: holds a run trained on other data ({data_label(recorded_data(runs[seed]))}; "
-                            f"this run's: {data_label(bound_data(manifest))}); {fix}, or choose another --out")
+        fix = (
+            "pass --overwrite to retrain it on this data"
+            if opts.offers_overwrite
+            else "delete it to retrain it on this data"
+        )
+        raise SeedDataError(
+            f"{runs[seed]}: holds a run trained on other data ({data_label(recorded_data(runs[seed]))}; "
+            f"this run's: {data_label(bound_data(manifest))}); {fix}, or choose another --out"
+        )
     return stale

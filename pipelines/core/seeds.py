@@ -1,5 +1,6 @@
 """The seeds of a recipe: each seed's trainer run, finished seeds reused, the others trained in the one
 trainer pool (pipelines.core.trainers), and the record each seed leaves (result.json)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -23,19 +24,22 @@ class SeedFlagsError(ValueError):
     """A bad --train-arg; the message names it."""
 
 
-def seed_run(opts: TrainerOptions, preset_name: str, shards: str, protocol: str, seed: int, run_dir: Path,
-             **more) -> TrainerRun:
+def seed_run(
+    opts: TrainerOptions, preset_name: str, shards: str, protocol: str, seed: int, run_dir: Path, **more
+) -> TrainerRun:
     """A seed's trainer run under the recipe's options; `more`: TrainerRun fields the recipe sets (a
     candidate's overrides come before the user's --train-arg, so the user has the last word)."""
     overrides = (*more.pop("overrides", ()), *opts.train_args)
-    return TrainerRun(run_dir, shards, preset_name, seed, protocol, opts.device, more.pop("epochs", opts.epochs),
-                      overrides, **more)
+    return TrainerRun(
+        run_dir, shards, preset_name, seed, protocol, opts.device, more.pop("epochs", opts.epochs), overrides, **more
+    )
 
 
 def check_trainer_flags(opts: TrainerOptions, preset_name: str, protocols: list[str], out: Path) -> None:
     """Parse the trainer's flags once up front (shards do not exist yet, so a placeholder path)."""
     from trainer.config import config_from_args
     from trainer.model import ModelConfig
+
     given = " ".join(opts.train_args) or "(none)"
     for protocol in protocols:
         name = preset_for_protocol(preset_name, protocol)
@@ -53,8 +57,9 @@ def check_trainer_flags(opts: TrainerOptions, preset_name: str, protocols: list[
             raise SeedFlagsError(f"--train-arg {given}: {lines[-1].split('error: ', 1)[-1]}") from None
 
 
-def train_seeds(opts: TrainerOptions, runs: dict[int, TrainerRun], stop_at: float | None = None,
-                partial: bool = False) -> dict[int, dict]:
+def train_seeds(
+    opts: TrainerOptions, runs: dict[int, TrainerRun], stop_at: float | None = None, partial: bool = False
+) -> dict[int, dict]:
     """{seed: summary} of every run: finished seeds reused untouched, the others trained in the pool.
     `stop_at`: the pool's deadline. A seed it stops raises, or with `partial` is judged on the epochs it
     evaluated (pipelines.core.stopped; its summary says `stopped`), or left out of the result when it
@@ -65,7 +70,9 @@ def train_seeds(opts: TrainerOptions, runs: dict[int, TrainerRun], stop_at: floa
     shards = next(iter(runs.values())).shards
     stale = stale_seeds(opts, {seed: Path(r.run_dir) for seed, r in runs.items()}, shards)
     runs = {seed: replace(r, fresh=True) if seed in stale else r for seed, r in runs.items()}
-    done = {seed: s for seed, r in runs.items() if seed not in stale and (s := finished.finished_summary(r)) is not None}
+    done = {
+        seed: s for seed, r in runs.items() if seed not in stale and (s := finished.finished_summary(r)) is not None
+    }
     for seed in done:
         log.info("seed %d: finished as this run would train it, in %s; reused", seed, runs[seed].run_dir)
     todo = {seed: r for seed, r in runs.items() if seed not in done}
@@ -75,32 +82,57 @@ def train_seeds(opts: TrainerOptions, runs: dict[int, TrainerRun], stop_at: floa
     jobs = {f"seed {seed}": run for seed, run in todo.items()}
     _, stopped = run_trainers(jobs, min(len(jobs) or 1, trainer_slots(opts.device, opts.parallel)), stop_at)
     if stopped and not partial:
-        raise TrainerError(f"{', '.join(stopped)}: stopped by the time budget before finishing; rerun with a larger "
-                           "--budget-minutes (finished seeds are reused, stopped ones resume)")
+        raise TrainerError(
+            f"{', '.join(stopped)}: stopped by the time budget before finishing; rerun with a larger "
+            "--budget-minutes (finished seeds are reused, stopped ones resume)"
+        )
     for seed, run in todo.items():
         if f"seed {seed}" not in stopped:
             finished.mark_finished(run)
             done[seed] = json.loads((Path(run.run_dir) / "summary.json").read_text())
         elif (partial_summary := stopped_summary(Path(run.run_dir), run.protocol)) is not None:
-            log.warning("seed %d: stopped by the time budget after %d epoch(s); judged on its best evaluated epoch, "
-                        "%d (a rerun with a larger --budget-minutes resumes it)", seed,
-                        partial_summary["epochs_completed"], partial_summary["best_epoch"])
+            log.warning(
+                "seed %d: stopped by the time budget after %d epoch(s); judged on its best evaluated epoch, "
+                "%d (a rerun with a larger --budget-minutes resumes it)",
+                seed,
+                partial_summary["epochs_completed"],
+                partial_summary["best_epoch"],
+            )
             done[seed] = partial_summary
         else:
-            log.warning("seed %d: stopped by the time budget before its first evaluation; left out of the report "
-                        "(a rerun with a larger --budget-minutes resumes it)", seed)
+            log.warning(
+                "seed %d: stopped by the time budget before its first evaluation; left out of the report "
+                "(a rerun with a larger --budget-minutes resumes it)",
+                seed,
+            )
     return {seed: done[seed] for seed in runs if seed in done}
 
 
-def result_record(dataset: str, protocol: str, preset: str, seed: int, summary: dict, features: bool,
-                  own_graph: bool = False, hard_neg_fraction: float | None = None) -> dict:
+def result_record(
+    dataset: str,
+    protocol: str,
+    preset: str,
+    seed: int,
+    summary: dict,
+    features: bool,
+    own_graph: bool = False,
+    hard_neg_fraction: float | None = None,
+) -> dict:
     """A seed's result.json: what `pencil report` reads. `own_graph` and `hard_neg_fraction` are recorded only
     when set, so the records of paper datasets and of uniform-negative runs stay as they were."""
     model = "PENCIL" if features else "PENCIL w/o features"  # the paper's row names
-    record = {"dataset": dataset, "protocol": protocol, "model": model, "preset": preset, "seed": seed,
-              "best_epoch": summary.get("best_epoch"), "valid": summary.get("valid") or {},
-              "test": summary.get("test") or {}, "train_time_s": summary.get("train_time_s"),
-              "attention_backend": summary.get("attention_backend")}
+    record = {
+        "dataset": dataset,
+        "protocol": protocol,
+        "model": model,
+        "preset": preset,
+        "seed": seed,
+        "best_epoch": summary.get("best_epoch"),
+        "valid": summary.get("valid") or {},
+        "test": summary.get("test") or {},
+        "train_time_s": summary.get("train_time_s"),
+        "attention_backend": summary.get("attention_backend"),
+    }
     if own_graph:
         record["own_graph"] = True
     if hard_neg_fraction:

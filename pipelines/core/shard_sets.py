@@ -4,6 +4,7 @@ finds it cached) on an embedded Ray or the cluster of RAY_ADDRESS.
 The dataset's source (pipelines.core.config.DataSource) reaches both the recipe's loaded dataset and
 `preprocess_config` unchanged, so the shards hold the graph the recipe loaded.
 """
+
 from __future__ import annotations
 
 import logging
@@ -14,17 +15,29 @@ from pipelines.core.config import DataSource, ShardOptions
 log = logging.getLogger("pipelines")
 
 
-def preprocess_config(source: DataSource, opts: ShardOptions, sampling: tuple[int, int], views: int, percent: float,
-                      protocols: list[str], hard_neg_fraction: float | None = None):
+def preprocess_config(
+    source: DataSource,
+    opts: ShardOptions,
+    sampling: tuple[int, int],
+    views: int,
+    percent: float,
+    protocols: list[str],
+    hard_neg_fraction: float | None = None,
+):
     """One set's job. The training negatives: `hard_neg_fraction` when given, else the options' (None: 0)."""
     from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
 
     fraction = (opts.hard_neg_fraction or 0.0) if hard_neg_fraction is None else hard_neg_fraction
     return PreprocessConfig(
         sampling=SamplingConfig(*sampling),
-        candidates=CandidateConfig(views=views, percent=percent, protocols=tuple(protocols),
-                                   hard_neg_fraction=fraction),
-        out=opts.root, features=opts.features, num_cpus=opts.num_cpus, **source.preprocess_fields())
+        candidates=CandidateConfig(
+            views=views, percent=percent, protocols=tuple(protocols), hard_neg_fraction=fraction
+        ),
+        out=opts.root,
+        features=opts.features,
+        num_cpus=opts.num_cpus,
+        **source.preprocess_fields(),
+    )
 
 
 def preset_views(opts: ShardOptions, epochs: float) -> int:
@@ -41,21 +54,29 @@ def view_percent(preset, train_positives: int, device: str, graph=None) -> float
         percent = min(percent, round(100.0 * cap / train_positives, 3))
     if graph is not None:
         from preprocess.candidates import distinct_non_edges, max_percent
+
         dense = max_percent(distinct_non_edges(graph), train_positives)
         if 0 < dense < percent:
-            log.info("the training graph has %s non-edges for %s training positives: each view takes %g%% of them, "
-                     "one distinct negative each", f"{distinct_non_edges(graph):,}", f"{train_positives:,}", dense)
+            log.info(
+                "the training graph has %s non-edges for %s training positives: each view takes %g%% of them, "
+                "one distinct negative each",
+                f"{distinct_non_edges(graph):,}",
+                f"{train_positives:,}",
+                dense,
+            )
             percent = dense
     return percent
 
 
-def preset_shard_set(source: DataSource, opts: ShardOptions, epochs: float | None, preset, protocols: list[str],
-                     dataset, device: str) -> str:
+def preset_shard_set(
+    source: DataSource, opts: ShardOptions, epochs: float | None, preset, protocols: list[str], dataset, device: str
+) -> str:
     """Build or reuse a preset's shard set (its sampling, views and training percent) for the loaded dataset;
     `epochs`: the run's, None for the preset's."""
     percent = view_percent(preset, len(dataset.splits["train"].pos), device, dataset.graph)
-    cfg = preprocess_config(source, opts, preset.sampling, preset_views(opts, epochs or preset.epochs), percent,
-                            protocols)
+    cfg = preprocess_config(
+        source, opts, preset.sampling, preset_views(opts, epochs or preset.epochs), percent, protocols
+    )
     return build_shard_set(cfg, job_dataset(cfg, dataset))
 
 

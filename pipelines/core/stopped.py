@@ -2,6 +2,7 @@
 the epochs it evaluated. A run with --save-scores saves its validation scores at every improvement, and its
 metrics.jsonl holds every evaluation, so its best validation epoch so far and the metrics there (test too,
 which the trainer scores whenever validation improves) are on disk even without a summary.json."""
+
 from __future__ import annotations
 
 import json
@@ -25,9 +26,14 @@ def stopped_summary(run_dir: Path, protocol: str) -> dict | None:
     if "valid" not in at_best:
         return None
     metrics = lambda r: {k: v for k, v in r.items() if k not in BOOKKEEPING}  # noqa: E731
-    return {"best_epoch": best, "valid": metrics(at_best["valid"]),
-            "test": metrics(at_best["test"]) if "test" in at_best else {},
-            "epochs_completed": max(r["epoch"] for r in evals) + 1, "converged": False, "stopped": True}
+    return {
+        "best_epoch": best,
+        "valid": metrics(at_best["valid"]),
+        "test": metrics(at_best["test"]) if "test" in at_best else {},
+        "epochs_completed": max(r["epoch"] for r in evals) + 1,
+        "converged": False,
+        "stopped": True,
+    }
 
 
 def _records(path: Path) -> list[dict]:

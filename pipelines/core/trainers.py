@@ -9,6 +9,7 @@ few at a time, that never outlive the recipe, each logging to RUN_DIR/trainer.lo
 per core (each trainer takes one thread there, trainer.setup.cpu_threads); a GPU run takes one at a time
 (one trainer fills the GPU, or torchrun spans several).
 """
+
 from __future__ import annotations
 
 import logging
@@ -57,27 +58,47 @@ class TrainerRun:
         d = asdict(self)
         for how in ("run_dir", "fresh"):
             d.pop(how)
-        return {**d, "overrides": list(self.overrides),
-                "eval_splits": None if self.eval_splits is None else list(self.eval_splits)}
+        return {
+            **d,
+            "overrides": list(self.overrides),
+            "eval_splits": None if self.eval_splits is None else list(self.eval_splits),
+        }
 
     def flags(self) -> list[str]:
         """The trainer's flags. A folder with a last.pt resumes (a finished run only re-reads it); one without
         is new, or the leftover of a run killed before its first checkpoint, and is cleared: the recipe owns
         its folders (trainer.run_folder refuses a run folder otherwise)."""
         resume = (Path(self.run_dir) / "last.pt").is_file() and not self.fresh
-        out = ["--shards", str(self.shards), "--preset", self.preset, "--out", str(self.run_dir),
-               "--seed", str(self.seed), "--protocol", self.protocol, "--device", self.device,
-               "--resume" if resume else "--overwrite"]
-        optional = {"--epochs": self.epochs, "--stop-epoch": self.stop_epoch, "--patience": self.patience,
-                    "--select-on": self.select_on,
-                    "--eval-weights": self.eval_weights,
-                    "--eval-splits": self.eval_splits and ",".join(self.eval_splits)}
+        out = [
+            "--shards",
+            str(self.shards),
+            "--preset",
+            self.preset,
+            "--out",
+            str(self.run_dir),
+            "--seed",
+            str(self.seed),
+            "--protocol",
+            self.protocol,
+            "--device",
+            self.device,
+            "--resume" if resume else "--overwrite",
+        ]
+        optional = {
+            "--epochs": self.epochs,
+            "--stop-epoch": self.stop_epoch,
+            "--patience": self.patience,
+            "--select-on": self.select_on,
+            "--eval-weights": self.eval_weights,
+            "--eval-splits": self.eval_splits and ",".join(self.eval_splits),
+        }
         out += [t for name, value in optional.items() if value is not None for t in (name, str(value))]
         return out + (["--save-scores"] if self.save_scores else []) + list(self.overrides)
 
 
 def cuda_devices() -> int:
     import torch
+
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
@@ -100,13 +121,21 @@ def trainer_command(run: TrainerRun) -> list[str]:
     gpus = cuda_devices() if run.device != "cpu" else 0
     flags = [*run.flags(), "--no-progress"]
     if gpus > 1:
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
-                *TRAINER[1:], *flags]
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc-per-node={gpus}",
+            *TRAINER[1:],
+            *flags,
+        ]
     return [*TRAINER, *flags]
 
 
-def run_trainers(jobs: dict[str, TrainerRun], slots: int, stop_at: float | None = None,
-                 clock=time.time, failed: dict | None = None) -> tuple[dict, list]:
+def run_trainers(
+    jobs: dict[str, TrainerRun], slots: int, stop_at: float | None = None, clock=time.time, failed: dict | None = None
+) -> tuple[dict, list]:
     """Run every TrainerRun, `slots` at a time; returns (each job's wall seconds, the jobs stopped at `stop_at` by
     `clock`: the running ones are ended, the pending ones never start). A failed job stops the others and
     raises naming its log, unless `failed` is given: then the failure's one line goes there ({key: line}) and

@@ -11,6 +11,7 @@
 - **The split.** A record names the split when the time decides it (`temporal`) or was set aside (`random`),
   so the report says which split its numbers come from, and the two never share a row.
 """
+
 from __future__ import annotations
 
 import logging
@@ -43,9 +44,16 @@ def pairs_beside(dataset, protocol: str) -> bool:
 def without_features(runs: dict[int, TrainerRun]) -> dict[int, TrainerRun]:
     """The same trainer runs with the trainer's --no-features, each in <parent>/no-features/<seed folder>, trained
     (never a featured run's weights evaluated instead)."""
-    return {seed: replace(r, run_dir=Path(r.run_dir).parent / NO_FEATURES_DIR / Path(r.run_dir).name,
-                          overrides=(NO_FEATURES, *r.overrides), eval_weights=None, fresh=False)
-            for seed, r in runs.items()}
+    return {
+        seed: replace(
+            r,
+            run_dir=Path(r.run_dir).parent / NO_FEATURES_DIR / Path(r.run_dir).name,
+            overrides=(NO_FEATURES, *r.overrides),
+            eval_weights=None,
+            fresh=False,
+        )
+        for seed, r in runs.items()
+    }
 
 
 def pairs_runs(runs: dict[int, TrainerRun], summaries: dict[int, dict]) -> dict[int, TrainerRun]:
@@ -56,47 +64,81 @@ def pairs_runs(runs: dict[int, TrainerRun], summaries: dict[int, dict]) -> dict[
         if seed not in summaries:
             continue
         weights = summaries[seed].get("weights_from") or str(Path(r.run_dir) / "best.pt")
-        out[seed] = replace(r, run_dir=Path(r.run_dir).parent / PAIRS / Path(r.run_dir).name, protocol=PAIRS,
-                            eval_weights=weights, stop_epoch=None, patience=None, save_scores=False, fresh=False)
+        out[seed] = replace(
+            r,
+            run_dir=Path(r.run_dir).parent / PAIRS / Path(r.run_dir).name,
+            protocol=PAIRS,
+            eval_weights=weights,
+            stop_epoch=None,
+            patience=None,
+            save_scores=False,
+            fresh=False,
+        )
     return out
 
 
-def seed_record(run: RunConfig, dataset, protocol: str, preset: str, seed: int, summary: dict, features: bool,
-                **extra) -> dict:
+def seed_record(
+    run: RunConfig, dataset, protocol: str, preset: str, seed: int, summary: dict, features: bool, **extra
+) -> dict:
     """A seed's result.json: pipelines.core.seeds.result_record, with the split's label and `extra`."""
-    record = result_record(dataset.name, protocol, preset, seed, summary, features, dataset.own,
-                           run.shards.hard_neg_fraction)
+    record = result_record(
+        dataset.name, protocol, preset, seed, summary, features, dataset.own, run.shards.hard_neg_fraction
+    )
     if label := split_label(run, dataset):
         record["split"] = label
     return {**record, **extra}
 
 
-def seed_results(run: RunConfig, dataset, protocol: str, preset: str, runs: dict[int, TrainerRun],
-                 summaries: dict[int, dict], features: bool, **extra) -> list[SeedResult]:
+def seed_results(
+    run: RunConfig,
+    dataset,
+    protocol: str,
+    preset: str,
+    runs: dict[int, TrainerRun],
+    summaries: dict[int, dict],
+    features: bool,
+    **extra,
+) -> list[SeedResult]:
     """Every trained seed's record and, when the pairs are evaluated beside `protocol`, its checkpoint's on them
     (selected_on names the protocol that chose the checkpoint)."""
-    out = [SeedResult(Path(runs[s].run_dir) / "result.json",
-                      seed_record(run, dataset, protocol, preset, s, summaries[s], features, **extra))
-           for s in runs if s in summaries]
+    out = [
+        SeedResult(
+            Path(runs[s].run_dir) / "result.json",
+            seed_record(run, dataset, protocol, preset, s, summaries[s], features, **extra),
+        )
+        for s in runs
+        if s in summaries
+    ]
     if pairs_beside(dataset, protocol):
         beside = pairs_runs(runs, summaries)
-        log.info("evaluating the checkpoints of %s on your pairs (protocol pairs, beside %s)",
-                 ", ".join(f"seed {s}" for s in beside), protocol)
+        log.info(
+            "evaluating the checkpoints of %s on your pairs (protocol pairs, beside %s)",
+            ", ".join(f"seed {s}" for s in beside),
+            protocol,
+        )
         done = train_seeds(run.trainer, beside)
-        out += [SeedResult(Path(beside[s].run_dir) / "result.json",
-                           seed_record(run, dataset, PAIRS, preset, s, done[s], features, selected_on=protocol,
-                                       **extra))
-                for s in beside if s in done]
+        out += [
+            SeedResult(
+                Path(beside[s].run_dir) / "result.json",
+                seed_record(run, dataset, PAIRS, preset, s, done[s], features, selected_on=protocol, **extra),
+            )
+            for s in beside
+            if s in done
+        ]
     return out
 
 
-def train_without_features(run: RunConfig, runs: dict[int, TrainerRun], stop_at: float | None = None,
-                           partial: bool = False) -> tuple[dict[int, TrainerRun], dict[int, dict]]:
+def train_without_features(
+    run: RunConfig, runs: dict[int, TrainerRun], stop_at: float | None = None, partial: bool = False
+) -> tuple[dict[int, TrainerRun], dict[int, dict]]:
     """With node features, the 'PENCIL w/o features' twins of `runs` (the featured seeds) and their summaries
     (pipelines.core.seeds.train_seeds); nothing without them."""
     if not run.ships_features or not runs:
         return {}, {}
     bare = without_features(runs)
-    log.info("training the same seeds without node features (trainer %s), in %s", NO_FEATURES,
-             Path(next(iter(bare.values())).run_dir).parent)
+    log.info(
+        "training the same seeds without node features (trainer %s), in %s",
+        NO_FEATURES,
+        Path(next(iter(bare.values())).run_dir).parent,
+    )
     return bare, train_seeds(run.trainer, bare, stop_at, partial=partial)

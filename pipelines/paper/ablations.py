@@ -15,6 +15,7 @@ Suites (variants share one shard set; the plain PENCIL run is shared by all suit
 Writes OUT/ablations/<preset>/: <variant>/seed<k>/ (trainer runs, result.json), results.json,
 report.md and ablations.png (test metric per variant; validation metric per epoch; metric vs depth).
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,8 +24,16 @@ from pathlib import Path
 
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, summary
-from common.flags import (FlagError, add_dataset_flags, add_device_flag, add_num_cpus_flag, add_seeds_flag,
-                          add_shards_flag, add_train_arg_flag, comma_list)
+from common.flags import (
+    FlagError,
+    add_dataset_flags,
+    add_device_flag,
+    add_num_cpus_flag,
+    add_seeds_flag,
+    add_shards_flag,
+    add_train_arg_flag,
+    comma_list,
+)
 from common.presets import Preset, get_preset
 from pipelines.core.config import DataSource, ShardOptions, TrainerOptions, parse_seeds
 from pipelines.core.paper_numbers import PAPER_ABLATIONS, PAPER_CLAIMS
@@ -41,7 +50,6 @@ COLUMNS = ("mrr", "hits@3", "hits@20", "hits@50", "hits@100")
 BASE = "PENCIL"
 
 
-
 @dataclass(frozen=True)
 class Variant:
     name: str  # row label, also used for the paper lookup
@@ -56,16 +64,21 @@ def variants(suites: list[str], preset_layers: int, depths: list[int]) -> list[V
     if "mr" in suites:
         out.append(Variant("PENCIL \\ MR", "no-mr", ("--no-residual",), preset_layers))
     if "w0" in suites:
-        out += [Variant("W0 mean-shifted Gaussian", "w0-gaussian", ("--w0-init", "gaussian"), preset_layers),
-                Variant("W0 low-rank (5)", "w0-low-rank", ("--w0-init", "low-rank"), preset_layers),
-                Variant("W0 learnable", "w0-learnable", ("--w0-learnable",), preset_layers)]
+        out += [
+            Variant("W0 mean-shifted Gaussian", "w0-gaussian", ("--w0-init", "gaussian"), preset_layers),
+            Variant("W0 low-rank (5)", "w0-low-rank", ("--w0-init", "low-rank"), preset_layers),
+            Variant("W0 learnable", "w0-learnable", ("--w0-learnable",), preset_layers),
+        ]
     if "wpe" in suites:
         out.append(Variant("PENCIL + WPE", "wpe", ("--wpe",), preset_layers))
     if "lrp" in suites:
         out.append(Variant(f"PENCIL + LRP-{LRP_K}", f"lrp{LRP_K}", ("--lrp", str(LRP_K)), preset_layers))
     if "depth" in suites:
-        out += [Variant(f"PENCIL, {k} layer" + ("s" if k > 1 else ""), f"layers{k}", ("--layers", str(k)), k)
-                for k in depths if k != preset_layers]  # the preset's own depth is the PENCIL run
+        out += [
+            Variant(f"PENCIL, {k} layer" + ("s" if k > 1 else ""), f"layers{k}", ("--layers", str(k)), k)
+            for k in depths
+            if k != preset_layers
+        ]  # the preset's own depth is the PENCIL run
     return out
 
 
@@ -76,7 +89,9 @@ PROG = "python -m pipelines.paper.ablations"
 def build_parser(prog: str = PROG) -> Parser:
     p = Parser(prog=prog, description=summary(__doc__))
     p.add_argument("--preset", required=True, help="base configuration: a preset of common/presets.py")
-    p.add_argument("--suite", default=",".join(SUITES), help=f"comma-separated subset of {','.join(SUITES)} (default all)")
+    p.add_argument(
+        "--suite", default=",".join(SUITES), help=f"comma-separated subset of {','.join(SUITES)} (default all)"
+    )
     p.add_argument("--depths", default=None, help="layers for the depth suite (default: 1,2,4 around the preset's)")
     add_seeds_flag(p, "0,1,2")
     p.add_argument("--out", default="results", help="results root; this writes OUT/ablations/<preset>/")
@@ -107,31 +122,53 @@ class AblationConfig:
         except ValueError as err:
             raise FlagError(f"--preset: {err}") from None
         if args.dataset and args.dataset != preset.dataset:
-            raise FlagError(f"--dataset {args.dataset}: preset {preset.name} runs on {preset.dataset}; "
-                            "leave --dataset out")
+            raise FlagError(
+                f"--dataset {args.dataset}: preset {preset.name} runs on {preset.dataset}; leave --dataset out"
+            )
         suites = comma_list(args.suite, "--suite", allowed=SUITES)
-        depths = comma_list(args.depths, "--depths", int, minimum=1) if args.depths else sorted({1, 2, 4, preset.layers})
+        depths = (
+            comma_list(args.depths, "--depths", int, minimum=1) if args.depths else sorted({1, 2, 4, preset.layers})
+        )
         source = DataSource(preset.dataset, args.data_dir, args.ogb_root, args.planetoid_dir)
         trainer, shards = TrainerOptions.from_args(args), ShardOptions.from_args(args)
-        return cls(preset, tuple(suites), tuple(depths), parse_seeds(args.seeds),
-                   Path(args.out) / "ablations" / preset.name, source, trainer, shards)
+        return cls(
+            preset,
+            tuple(suites),
+            tuple(depths),
+            parse_seeds(args.seeds),
+            Path(args.out) / "ablations" / preset.name,
+            source,
+            trainer,
+            shards,
+        )
 
 
 def run_variant(cfg: AblationConfig, variant: Variant, shards: str) -> list[dict]:
     opts = variant_options(cfg, variant)
-    runs = {seed: seed_run(opts, cfg.preset.name, shards, cfg.preset.protocol, seed,
-                           cfg.out / variant.slug / f"seed{seed}") for seed in cfg.seeds}
+    runs = {
+        seed: seed_run(opts, cfg.preset.name, shards, cfg.preset.protocol, seed, cfg.out / variant.slug / f"seed{seed}")
+        for seed in cfg.seeds
+    }
     summaries = train_seeds(opts, runs)  # seeds in parallel on CPU
     results = []
     for seed, run in runs.items():
         summary = summaries[seed]
         record = result_record(cfg.preset.dataset, cfg.preset.protocol, cfg.preset.name, seed, summary, False)
-        record.update(model=variant.name, variant=variant.slug, layers=variant.layers, flags=list(variant.flags),
-                      selection_metric=summary.get("selection_metric", "mrr"))
+        record.update(
+            model=variant.name,
+            variant=variant.slug,
+            layers=variant.layers,
+            flags=list(variant.flags),
+            selection_metric=summary.get("selection_metric", "mrr"),
+        )
         write_json_atomic(Path(run.run_dir) / "result.json", record)
         results.append(record)
-        log.info("%s seed %d: test %s", variant.name, seed,
-                 {k: round(100 * v, 2) for k, v in record["test"].items() if k in COLUMNS})
+        log.info(
+            "%s seed %d: test %s",
+            variant.name,
+            seed,
+            {k: round(100 * v, 2) for k, v in record["test"].items() if k in COLUMNS},
+        )
     return results
 
 
@@ -147,20 +184,31 @@ def table(results: list[dict], dataset: str, suites: list[str]) -> tuple[list[di
     rows = sorted(aggregate(results), key=lambda r: order.index(r["model"]))
     paper = PAPER_ABLATIONS.get(dataset, {})
     header = ["variant", "seeds", *COLUMNS, "paper"]
-    lines = [f"Ablations on {dataset} (test at the best validation epoch, %, mean ± std over seeds)", "",
-             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines = [
+        f"Ablations on {dataset} (test at the best validation epoch, %, mean ± std over seeds)",
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
 
     def paper_cell(name: str) -> str:
         ref = paper.get(name, {})
-        return "; ".join(f"{m.upper()} {mean:.2f}" + (f" ± {std:.2f}" if std is not None else "")
-                         for m, (mean, std) in ref.items()) or "–"
+        return (
+            "; ".join(
+                f"{m.upper()} {mean:.2f}" + (f" ± {std:.2f}" if std is not None else "")
+                for m, (mean, std) in ref.items()
+            )
+            or "–"
+        )
 
     for row in rows:
         cells = [row["model"], str(len(row["seeds"]))] + [fmt(*row[m]) if m in row else "–" for m in COLUMNS]
         lines.append("| " + " | ".join(cells + [paper_cell(row["model"])]) + " |")
     for name in paper:
         if name not in order:  # paper rows with no measured twin (e.g. LRP-3)
-            lines.append("| " + " | ".join([f"{name} (paper only)", "–", *["–"] * len(COLUMNS), paper_cell(name)]) + " |")
+            lines.append(
+                "| " + " | ".join([f"{name} (paper only)", "–", *["–"] * len(COLUMNS), paper_cell(name)]) + " |"
+            )
     lines += ["", "The paper's claims for what it shows only as figures:"]
     lines += [f"- {s}: {PAPER_CLAIMS[s]}" for s in suites]
     return rows, "\n".join(lines) + "\n"
@@ -169,6 +217,7 @@ def table(results: list[dict], dataset: str, suites: list[str]) -> tuple[list[di
 def plot(results: list[dict], rows: list[dict], run_root: Path, path: Path, metric: str) -> Path:
     """Test metric per variant (bars), validation metric per epoch (mean over seeds), metric vs depth."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
@@ -183,22 +232,33 @@ def plot(results: list[dict], rows: list[dict], run_root: Path, path: Path, metr
     axes[0].set(xlabel=f"test {metric.upper()} (%)", title="Variants (mean ± std over seeds)")
     for row in rows:
         slug = next(r["variant"] for r in results if r["model"] == row["model"])
-        curves = [[(e["epoch"], 100 * e[metric]) for e in read_metrics(d)
-                   if e.get("event") == "eval" and e.get("split") == "valid" and metric in e]
-                  for d in sorted((run_root / slug).glob("seed*"))]
+        curves = [
+            [
+                (e["epoch"], 100 * e[metric])
+                for e in read_metrics(d)
+                if e.get("event") == "eval" and e.get("split") == "valid" and metric in e
+            ]
+            for d in sorted((run_root / slug).glob("seed*"))
+        ]
         curves = [c for c in curves if c]
         if curves:
             n = min(len(c) for c in curves)
-            axes[1].plot([e for e, _ in curves[0][:n]], np.mean([[v for _, v in c[:n]] for c in curves], axis=0),
-                         marker="o", markersize=3, label=row["model"])
+            axes[1].plot(
+                [e for e, _ in curves[0][:n]],
+                np.mean([[v for _, v in c[:n]] for c in curves], axis=0),
+                marker="o",
+                markersize=3,
+                label=row["model"],
+            )
     axes[1].set(xlabel="epoch", ylabel=f"valid {metric.upper()} (%)", title="Validation per epoch (mean over seeds)")
     axes[1].legend(fontsize=7)
     if len(depth) > 1:
         # depth points: the plain run and the --layers variants (other ablations keep the preset's depth)
         layers_of = {x["model"]: x["layers"] for x in results if not x["flags"] or x["flags"][0] == "--layers"}
         pts = sorted((layers_of[r["model"]], r[metric]) for r in rows if r["model"] in layers_of and metric in r)
-        axes[2].errorbar([k for k, _ in pts], [m for _, (m, _) in pts], yerr=[s for _, (_, s) in pts],
-                         marker="o", capsize=3)
+        axes[2].errorbar(
+            [k for k, _ in pts], [m for _, (m, _) in pts], yerr=[s for _, (_, s) in pts], marker="o", capsize=3
+        )
         axes[2].set(xlabel="layers", ylabel=f"test {metric.upper()} (%)", title="Depth")
     return save_figure(fig, path)
 
@@ -215,16 +275,33 @@ def run_ablations(cfg: AblationConfig) -> int:
         except SeedFlagsError as err:
             raise FlagError(str(err)) from None
     dataset = cfg.source.load()  # one shard set for every variant
-    shards = preset_shard_set(cfg.source, cfg.shards, cfg.trainer.epochs, cfg.preset, [cfg.preset.protocol], dataset,
-                              device_kind(cfg.trainer.device))
+    shards = preset_shard_set(
+        cfg.source,
+        cfg.shards,
+        cfg.trainer.epochs,
+        cfg.preset,
+        [cfg.preset.protocol],
+        dataset,
+        device_kind(cfg.trainer.device),
+    )
     results = []
     for variant in todo:
         results += run_variant(cfg, variant, shards)
     rows, md = table(results, cfg.preset.dataset, list(cfg.suites))
     metric = results[0]["selection_metric"]
     png = plot(results, rows, cfg.out, cfg.out / "ablations.png", metric)
-    publish_results(cfg.out, {"preset": cfg.preset.name, "suites": list(cfg.suites), "runs": results,
-                              "table": table_json(rows), "paper": PAPER_ABLATIONS.get(cfg.preset.dataset, {})}, md, png)
+    publish_results(
+        cfg.out,
+        {
+            "preset": cfg.preset.name,
+            "suites": list(cfg.suites),
+            "runs": results,
+            "table": table_json(rows),
+            "paper": PAPER_ABLATIONS.get(cfg.preset.dataset, {}),
+        },
+        md,
+        png,
+    )
     return 0
 
 

@@ -1,8 +1,9 @@
 """GNN link-prediction baselines (GCN, SAGE, GAT), one command: same splits, protocols, metrics and table
 as PENCIL's reports, beside the paper's GCN / SAGE rows (quoted there from the HeaRT benchmark).
 
-    python -m pipelines.paper.gnn_baselines --preset citeseer-small --planetoid-dir ../shared/data/planetoid     # CPU, ~10 min
-    python -m pipelines.paper.gnn_baselines --preset citeseer --planetoid-dir … --seeds 0,1,2,3,4                 # paper size
+    # CPU, ~10 min; then the paper's size
+    python -m pipelines.paper.gnn_baselines --preset citeseer-small --planetoid-dir ../shared/data/planetoid
+    python -m pipelines.paper.gnn_baselines --preset citeseer --planetoid-dir … --seeds 0,1,2,3,4
 
 Each (model, seed) trains once on the full training graph (trainer/gnn.py) and is evaluated under every
 protocol of the dataset; each protocol selects its own best validation epoch and reports test there.
@@ -10,6 +11,7 @@ Inputs are the dataset's node features (the paper's baseline rows use them) or, 
 a column of ones (structure only). Writes OUT/gnn_baselines/<preset>/: <protocol>/<model>/seed<k>/result.json,
 results.json, report.md and gnn_baselines.png.
 """
+
 from __future__ import annotations
 
 import logging
@@ -19,7 +21,14 @@ from pathlib import Path
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, summary
 from common.datasets import DatasetError
-from common.flags import FlagError, add_dataset_flags, add_device_flag, add_seeds_flag, comma_list, experiment_preset_flag
+from common.flags import (
+    FlagError,
+    add_dataset_flags,
+    add_device_flag,
+    add_seeds_flag,
+    comma_list,
+    experiment_preset_flag,
+)
 from common.presets import EXPERIMENT_PRESETS
 from pipelines.core.config import DataSource, parse_seeds
 from pipelines.core.paper_numbers import PAPER_GNN
@@ -31,21 +40,30 @@ MODELS = ("gcn", "sage", "gat")
 LABEL = {"gcn": "GCN", "sage": "SAGE", "gat": "GAT"}
 
 
-
-
 PROG = "python -m pipelines.paper.gnn_baselines"
 
 
 def build_parser(prog: str = PROG) -> Parser:
     p = Parser(prog=prog, description=summary(__doc__))
-    p.add_argument("--preset", required=True,
-                   help=f"one of {', '.join(EXPERIMENT_PRESETS['gnn_baselines'])} (common/presets.py)")
-    p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {','.join(MODELS)} (default all)")
+    p.add_argument(
+        "--preset", required=True, help=f"one of {', '.join(EXPERIMENT_PRESETS['gnn_baselines'])} (common/presets.py)"
+    )
+    p.add_argument(
+        "--models", default=",".join(MODELS), help=f"comma-separated subset of {','.join(MODELS)} (default all)"
+    )
     p.add_argument("--decoder", default="mlp", choices=("mlp", "dot"), help="pair decoder (default mlp)")
-    p.add_argument("--inputs", default="features", choices=("features", "constant"),
-                   help="node inputs: the dataset's features (default; citeseer/cora need --planetoid-dir) or ones")
-    p.add_argument("--protocol", default="both", choices=("original", "heart", "ogb", "both"),
-                   help="evaluation protocol(s); both = every protocol the dataset has (default)")
+    p.add_argument(
+        "--inputs",
+        default="features",
+        choices=("features", "constant"),
+        help="node inputs: the dataset's features (default; citeseer/cora need --planetoid-dir) or ones",
+    )
+    p.add_argument(
+        "--protocol",
+        default="both",
+        choices=("original", "heart", "ogb", "both"),
+        help="evaluation protocol(s); both = every protocol the dataset has (default)",
+    )
     add_seeds_flag(p, "0,1,2")
     p.add_argument("--epochs", type=int, default=None, help="override the preset's epochs")
     p.add_argument("--out", default="results", help="results root; this writes OUT/gnn_baselines/<preset>/")
@@ -55,10 +73,21 @@ def build_parser(prog: str = PROG) -> Parser:
 
 
 def result_record(dataset: str, protocol: str, model: str, inputs: str, seed: int, best: dict, run: dict) -> dict:
-    return {"dataset": dataset, "protocol": protocol, "model": f"{LABEL[model]} ({inputs})", "encoder": model,
-            "inputs": inputs, "seed": seed, "best_epoch": best["best_epoch"], "valid": best["valid"],
-            "test": best["test"], "selection_metric": best["selection_metric"], "train_time_s": run["train_time_s"],
-            "num_parameters": run["num_parameters"], "config": run["config"]}
+    return {
+        "dataset": dataset,
+        "protocol": protocol,
+        "model": f"{LABEL[model]} ({inputs})",
+        "encoder": model,
+        "inputs": inputs,
+        "seed": seed,
+        "best_epoch": best["best_epoch"],
+        "valid": best["valid"],
+        "test": best["test"],
+        "selection_metric": best["selection_metric"],
+        "train_time_s": run["train_time_s"],
+        "num_parameters": run["num_parameters"],
+        "config": run["config"],
+    }
 
 
 # ---------------------------------------------------------------------------- report
@@ -68,12 +97,20 @@ def markdown(rows: list[dict], notes: list[str]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for key in dict.fromkeys((r["dataset"], r["protocol"]) for r in rows):
         for r in (r for r in rows if (r["dataset"], r["protocol"]) == key):
-            lines.append("| " + " | ".join([*key, r["model"], str(len(r["seeds"])),
-                                            *[fmt(*r[m]) if m in r else "–" for m in cols]]) + " |")
+            lines.append(
+                "| "
+                + " | ".join([*key, r["model"], str(len(r["seeds"])), *[fmt(*r[m]) if m in r else "–" for m in cols]])
+                + " |"
+            )
         metric, ref = PAPER_GNN.get(key, (None, {}))
         for name, (mean, std) in ref.items():
-            lines.append("| " + " | ".join([*key, f"{name} (paper, from HeaRT)", "–",
-                                            *[fmt(mean, std) if m == metric else "–" for m in cols]]) + " |")
+            lines.append(
+                "| "
+                + " | ".join(
+                    [*key, f"{name} (paper, from HeaRT)", "–", *[fmt(mean, std) if m == metric else "–" for m in cols]]
+                )
+                + " |"
+            )
     return "\n".join(lines + [""] + [f"- {n}" for n in notes]) + "\n"
 
 
@@ -87,15 +124,18 @@ def honesty_notes(rows: list[dict], cfg: dict, inputs: str) -> list[str]:
             continue
         gap = paper[0] - r[metric][0]
         if gap > max(2 * paper[1], 3.0):
-            notes.append(f"{r['model']} on {r['dataset']}/{r['protocol']} is {gap:.1f} points below the paper's "
-                         f"{metric.upper()}: this run trains {cfg['epochs']} epochs at hidden {cfg['hidden']}, "
-                         f"{cfg['layers']} layer(s), {inputs} inputs, without HeaRT's per-model hyperparameter search"
-                         f" (the paper quotes HeaRT's tuned runs over 10 seeds).")
+            notes.append(
+                f"{r['model']} on {r['dataset']}/{r['protocol']} is {gap:.1f} points below the paper's "
+                f"{metric.upper()}: this run trains {cfg['epochs']} epochs at hidden {cfg['hidden']}, "
+                f"{cfg['layers']} layer(s), {inputs} inputs, without HeaRT's per-model hyperparameter search"
+                f" (the paper quotes HeaRT's tuned runs over 10 seeds)."
+            )
     return notes
 
 
 def plot(rows: list[dict], path: Path) -> Path:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -132,10 +172,19 @@ class BaselineConfig:
     @classmethod
     def from_args(cls, args) -> "BaselineConfig":
         spec = experiment_preset_flag("gnn_baselines", args.preset, args.dataset)
-        return cls(args.preset, spec, tuple(comma_list(args.models, "--models", allowed=MODELS)), args.decoder,
-                   args.inputs, args.protocol, parse_seeds(args.seeds), args.epochs,
-                   Path(args.out) / "gnn_baselines" / args.preset,
-                   DataSource(spec["dataset"], args.data_dir, args.ogb_root, args.planetoid_dir), args.device)
+        return cls(
+            args.preset,
+            spec,
+            tuple(comma_list(args.models, "--models", allowed=MODELS)),
+            args.decoder,
+            args.inputs,
+            args.protocol,
+            parse_seeds(args.seeds),
+            args.epochs,
+            Path(args.out) / "gnn_baselines" / args.preset,
+            DataSource(spec["dataset"], args.data_dir, args.ogb_root, args.planetoid_dir),
+            args.device,
+        )
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
@@ -165,15 +214,26 @@ def run_baselines(cfg: BaselineConfig) -> int:
                 rec = result_record(ds.name, proto, model, cfg.inputs, seed, best, run)
                 write_json_atomic(cfg.out / proto / f"{model}-{cfg.inputs}" / f"seed{seed}" / "result.json", rec)
                 records.append(rec)
-                log.info("%s seed %d %s: test %s %.2f (best epoch %d)", LABEL[model], seed, proto,
-                         best["selection_metric"], 100 * best["test"][best["selection_metric"]], best["best_epoch"])
+                log.info(
+                    "%s seed %d %s: test %s %.2f (best epoch %d)",
+                    LABEL[model],
+                    seed,
+                    proto,
+                    best["selection_metric"],
+                    100 * best["test"][best["selection_metric"]],
+                    best["best_epoch"],
+                )
     encoder_of = {r["model"]: r["encoder"] for r in records}
     rows = [{**r, "encoder": encoder_of[r["model"]]} for r in aggregate(records)]
     notes = honesty_notes(rows, gnn.to_dict(), cfg.inputs)
     md = markdown(rows, notes)
     png = plot(rows, cfg.out / "gnn_baselines.png")
-    publish_results(cfg.out, {"preset": cfg.name, "config": gnn.to_dict(), "runs": records, "table": table_json(rows),
-                              "notes": notes}, md, png)
+    publish_results(
+        cfg.out,
+        {"preset": cfg.name, "config": gnn.to_dict(), "runs": records, "table": table_json(rows), "notes": notes},
+        md,
+        png,
+    )
     return 0
 
 

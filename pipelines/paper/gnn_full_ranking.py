@@ -9,6 +9,7 @@ decoder: a score for every node is one matrix product), is kept at its best vali
 dataset's first protocol, and ranks every valid and test positive's target among all of its source's
 rankable non-neighbours (not u, not a neighbour, not another known positive).
 """
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,14 @@ import numpy as np
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, summary
 from common.datasets import DatasetError
-from common.flags import FlagError, add_dataset_flags, add_device_flag, add_seeds_flag, comma_list, experiment_preset_flag
+from common.flags import (
+    FlagError,
+    add_dataset_flags,
+    add_device_flag,
+    add_seeds_flag,
+    comma_list,
+    experiment_preset_flag,
+)
 from common.presets import EXPERIMENT_PRESETS
 from pipelines.core.config import DataSource, parse_seeds
 from pipelines.recommend.evaluation import native_full_ranking
@@ -36,12 +44,19 @@ PROG = "python -m pipelines.paper.gnn_full_ranking"
 def build_parser(prog: str = PROG) -> Parser:
     p = Parser(prog=prog, description=summary(__doc__))
     add_dataset_flags(p, split=False, nodes=False)
-    p.add_argument("--preset", default="citeseer-small",
-                   help=f"GNN config: one of {', '.join(EXPERIMENT_PRESETS['gnn_baselines'])} (its dataset field is "
-                        "ignored; default citeseer-small)")
+    p.add_argument(
+        "--preset",
+        default="citeseer-small",
+        help=f"GNN config: one of {', '.join(EXPERIMENT_PRESETS['gnn_baselines'])} (its dataset field is "
+        "ignored; default citeseer-small)",
+    )
     p.add_argument("--models", default="gcn,sage", help="comma-separated subset of gcn,sage (default both)")
-    p.add_argument("--inputs", default="features", choices=("features", "constant"),
-                   help="node features (default; citeseer/cora need --planetoid-dir) or a column of ones")
+    p.add_argument(
+        "--inputs",
+        default="features",
+        choices=("features", "constant"),
+        help="node features (default; citeseer/cora need --planetoid-dir) or a column of ones",
+    )
     add_seeds_flag(p, "0,1,2")
     p.add_argument("--epochs", type=int, default=None, help="override the preset's epochs")
     add_device_flag(p)
@@ -52,7 +67,9 @@ def build_parser(prog: str = PROG) -> Parser:
 def rank_splits(run: dict, dataset) -> dict:
     """Full-ranking metrics of a trained model on valid and test (each on its own split's graph)."""
     import torch
+
     from trainer.gnn import edge_index
+
     model, x = run["model"], run["inputs_tensor"]
     known = np.concatenate([dataset.splits[s].pos for s in ("valid", "test") if s in dataset.splits])
     out = {}
@@ -61,7 +78,7 @@ def rank_splits(run: dict, dataset) -> dict:
         with torch.no_grad():
             h = model.encode(x, edge_index(graph, x.device)).float()
 
-        def score_rows(queries: np.ndarray) -> np.ndarray:
+        def score_rows(queries: np.ndarray, h: torch.Tensor = h) -> np.ndarray:
             with torch.no_grad():
                 q = torch.from_numpy(queries).to(x.device)
                 return (h[q] @ h.T).double().cpu().numpy()  # the dot decoder for every node at once
@@ -85,9 +102,17 @@ class FullRankingConfig:
     @classmethod
     def from_args(cls, args) -> "FullRankingConfig":
         spec = experiment_preset_flag("gnn_baselines", args.preset)
-        return cls(args.preset, spec, DataSource.from_args(args),
-                   tuple(comma_list(args.models, "--models", allowed=MODELS)), args.inputs, parse_seeds(args.seeds),
-                   args.epochs, args.device, Path(args.out))
+        return cls(
+            args.preset,
+            spec,
+            DataSource.from_args(args),
+            tuple(comma_list(args.models, "--models", allowed=MODELS)),
+            args.inputs,
+            parse_seeds(args.seeds),
+            args.epochs,
+            args.device,
+            Path(args.out),
+        )
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
@@ -96,6 +121,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
 def run_full_ranking(cfg: FullRankingConfig) -> int:
     from trainer.gnn import GNNConfig, fit
+
     features = cfg.inputs == "features"
     try:
         ds = cfg.source.load(features=features)
@@ -110,10 +136,17 @@ def run_full_ranking(cfg: FullRankingConfig) -> int:
             run = fit(ds, replace(gnn, encoder=model), ds.protocols[:1], seed, cfg.device, keep_model=True)
             ranked = rank_splits(run, ds)
             best = run["protocols"][ds.protocols[0]]["best_epoch"]
-            report["runs"].append({"model": model, "seed": seed, "best_epoch": best,
-                                   "train_time_s": run["train_time_s"], **ranked})
-            log.info("%s seed %d (epoch %d): test full-ranking Hits@20 %.4f MRR %.4f", model, seed, best,
-                     ranked["test"]["hits@20"], ranked["test"]["mrr"])
+            report["runs"].append(
+                {"model": model, "seed": seed, "best_epoch": best, "train_time_s": run["train_time_s"], **ranked}
+            )
+            log.info(
+                "%s seed %d (epoch %d): test full-ranking Hits@20 %.4f MRR %.4f",
+                model,
+                seed,
+                best,
+                ranked["test"]["hits@20"],
+                ranked["test"]["mrr"],
+            )
     write_json_atomic(cfg.out, report)
     print(json.dumps(report, indent=2))
     return 0

@@ -18,6 +18,7 @@ markers for ID-GNN). Test RMSE at the best validation RMSE for every model.
 Writes OUT/heuristic_estimation/<preset>/: pencil/<heuristic>/layers<k>/seed<s>/ (trainer runs),
 results.json, report.md, heuristic_rmse.png.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,8 +29,15 @@ from pathlib import Path
 import numpy as np
 
 from common.cli import Parser, command, summary
-from common.flags import (add_dataset_flags, add_device_flag, add_num_cpus_flag, add_seeds_flag, add_shards_flag,
-                          comma_list, experiment_preset_flag)
+from common.flags import (
+    add_dataset_flags,
+    add_device_flag,
+    add_num_cpus_flag,
+    add_seeds_flag,
+    add_shards_flag,
+    comma_list,
+    experiment_preset_flag,
+)
 from common.heuristic_targets import TARGETS
 from common.presets import EXPERIMENT_PRESETS
 from pipelines.core.config import ShardOptions, TrainerOptions, parse_seeds
@@ -48,10 +56,17 @@ PROG = "python -m pipelines.paper.heuristic_estimation"
 
 def build_parser(prog: str = PROG) -> Parser:
     p = Parser(prog=prog, description=summary(__doc__))
-    p.add_argument("--preset", required=True,
-                   help=f"one of {', '.join(EXPERIMENT_PRESETS['heuristic_estimation'])} (common/presets.py)")
-    p.add_argument("--heuristics", default=None, help=f"comma-separated subset of {','.join(TARGETS)} (default: the preset's)")
-    p.add_argument("--models", default=None, help=f"comma-separated subset of {','.join(MODELS)} (default: the preset's)")
+    p.add_argument(
+        "--preset",
+        required=True,
+        help=f"one of {', '.join(EXPERIMENT_PRESETS['heuristic_estimation'])} (common/presets.py)",
+    )
+    p.add_argument(
+        "--heuristics", default=None, help=f"comma-separated subset of {','.join(TARGETS)} (default: the preset's)"
+    )
+    p.add_argument(
+        "--models", default=None, help=f"comma-separated subset of {','.join(MODELS)} (default: the preset's)"
+    )
     p.add_argument("--depths", default=None, help="comma-separated layer counts (default: the preset's)")
     add_seeds_flag(p, "0,1,2")
     p.add_argument("--epochs", type=int, default=None, help="override the preset's epochs (all heuristics)")
@@ -81,11 +96,19 @@ class EstimationConfig:
     def from_args(cls, args) -> "EstimationConfig":
         spec = experiment_preset_flag("heuristic_estimation", args.preset, args.dataset)
         pick = lambda text, flag, default, **kw: tuple(default if text is None else comma_list(text, flag, **kw))  # noqa: E731
-        return cls(args.preset, spec, pick(args.heuristics, "--heuristics", spec["heuristics"], allowed=TARGETS),
-                   pick(args.models, "--models", spec["models"], allowed=MODELS),
-                   pick(args.depths, "--depths", spec["depths"], cast=int, minimum=1), parse_seeds(args.seeds),
-                   args.epochs, Path(args.out) / "heuristic_estimation" / args.preset, args.planetoid_dir,
-                   TrainerOptions.from_args(args), ShardOptions.from_args(args))
+        return cls(
+            args.preset,
+            spec,
+            pick(args.heuristics, "--heuristics", spec["heuristics"], allowed=TARGETS),
+            pick(args.models, "--models", spec["models"], allowed=MODELS),
+            pick(args.depths, "--depths", spec["depths"], cast=int, minimum=1),
+            parse_seeds(args.seeds),
+            args.epochs,
+            Path(args.out) / "heuristic_estimation" / args.preset,
+            args.planetoid_dir,
+            TrainerOptions.from_args(args),
+            ShardOptions.from_args(args),
+        )
 
 
 # ---------------------------------------------------------------------------- data
@@ -94,10 +117,15 @@ def target_shards(cfg: EstimationConfig, heuristic: str) -> str:
     from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
 
     spec = cfg.spec
-    job = PreprocessConfig(dataset=spec["dataset"], sampling=SamplingConfig(*spec["sampling"]),
-                           candidates=CandidateConfig(views=spec["views"], protocols=("original",)),
-                           targets=heuristic, out=cfg.shards.root, planetoid_dir=cfg.planetoid_dir,
-                           num_cpus=cfg.shards.num_cpus)
+    job = PreprocessConfig(
+        dataset=spec["dataset"],
+        sampling=SamplingConfig(*spec["sampling"]),
+        candidates=CandidateConfig(views=spec["views"], protocols=("original",)),
+        targets=heuristic,
+        out=cfg.shards.root,
+        planetoid_dir=cfg.planetoid_dir,
+        num_cpus=cfg.shards.num_cpus,
+    )
     return build_shard_set(job)
 
 
@@ -126,14 +154,22 @@ def batches(sub: tuple, target: np.ndarray, batch_size: int, device) -> list:
     out = []
     for s in range(0, len(target), batch_size):
         e = min(s + batch_size, len(target))
-        out.append(subgraph_batch(node_ptr[s:e + 1], edge_ptr[s:e + 1] - edge_ptr[s],
-                                  edges[edge_ptr[s]:edge_ptr[e]], target[s:e], device))
+        out.append(
+            subgraph_batch(
+                node_ptr[s : e + 1],
+                edge_ptr[s : e + 1] - edge_ptr[s],
+                edges[edge_ptr[s] : edge_ptr[e]],
+                target[s:e],
+                device,
+            )
+        )
     return out
 
 
 # ---------------------------------------------------------------------------- runs
-def gnn_runs(spec: dict, models: list[str], depths: list[int], seeds: list[int], manifest: dict, epochs: int,
-             device) -> list[dict]:
+def gnn_runs(
+    spec: dict, models: list[str], depths: list[int], seeds: list[int], manifest: dict, epochs: int, device
+) -> list[dict]:
     from trainer.gnn import GNNConfig, fit_regression
 
     subs = {split: shard_subgraphs(manifest, split) for split in ("train", "valid", "test")}
@@ -157,14 +193,36 @@ def pencil_runs(cfg: EstimationConfig, shards: str, epochs: int, out: Path) -> l
     runs = []
     for layers in cfg.depths:
         dirs = {seed: out / f"layers{layers}" / f"seed{seed}" for seed in cfg.seeds}
-        summaries = train_seeds(cfg.trainer, {
-            seed: seed_run(cfg.trainer, preset, shards, "original", seed, d, epochs=epochs,
-                           overrides=(*model, "--layers", str(layers))) for seed, d in dirs.items()})
+        summaries = train_seeds(
+            cfg.trainer,
+            {
+                seed: seed_run(
+                    cfg.trainer,
+                    preset,
+                    shards,
+                    "original",
+                    seed,
+                    d,
+                    epochs=epochs,
+                    overrides=(*model, "--layers", str(layers)),
+                )
+                for seed, d in dirs.items()
+            },
+        )
         for seed in cfg.seeds:
             sm = summaries[seed]
-            runs.append({"model": "pencil", "layers": layers, "seed": seed, "best_epoch": sm["best_epoch"],
-                         "valid_rmse": sm["valid"]["rmse"], "test_rmse": sm["test"]["rmse"],
-                         "num_parameters": sm["num_parameters"], "run_dir": str(dirs[seed])})
+            runs.append(
+                {
+                    "model": "pencil",
+                    "layers": layers,
+                    "seed": seed,
+                    "best_epoch": sm["best_epoch"],
+                    "valid_rmse": sm["valid"]["rmse"],
+                    "test_rmse": sm["test"]["rmse"],
+                    "num_parameters": sm["num_parameters"],
+                    "run_dir": str(dirs[seed]),
+                }
+            )
     return runs
 
 
@@ -175,27 +233,39 @@ def model_label(model: str) -> str:
 
 
 def markdown(rows: list[dict], heuristics: list[str], depths: list[int], dataset: str) -> str:
-    lines = [f"Pairwise heuristic estimation on {dataset}: test RMSE (normalised targets) at the best validation "
-             "RMSE, mean ± std over seeds; rows model, columns depth", ""]
+    lines = [
+        f"Pairwise heuristic estimation on {dataset}: test RMSE (normalised targets) at the best validation "
+        "RMSE, mean ± std over seeds; rows model, columns depth",
+        "",
+    ]
     for h in heuristics:
-        lines += [f"**{h.upper()}**", "", "| model | " + " | ".join(f"{k} layer(s)" for k in depths) + " |",
-                  "|---|" + "---|" * len(depths)]
+        lines += [
+            f"**{h.upper()}**",
+            "",
+            "| model | " + " | ".join(f"{k} layer(s)" for k in depths) + " |",
+            "|---|" + "---|" * len(depths),
+        ]
         for m in dict.fromkeys(r["model"] for r in rows):
             cells = []
             for k in depths:
-                got = next((r["rmse"] for r in rows if r["model"] == m and r["heuristic"] == h and r["layers"] == k), None)
+                got = next(
+                    (r["rmse"] for r in rows if r["model"] == m and r["heuristic"] == h and r["layers"] == k), None
+                )
                 cells.append(f"{got[0]:.4f} ± {got[1]:.4f}" if got else "–")
             lines.append(f"| {model_label(m)} | " + " | ".join(cells) + " |")
         lines.append("")
-    lines += ["The paper shows these as figures only (no digits): ID-GNNs cut local-heuristic error within two layers;",
-              "depth helps Katz / SPD; PageRank stays hard for MPNNs; PENCIL is below every GNN at every depth.",
-              "Every model reads the same shard set per heuristic (same subgraphs, same normalised targets); the GNNs",
-              "train on view 0 only, PENCIL on one view per epoch (as its link-prediction runs)."]
+    lines += [
+        "The paper shows these as figures only (no digits): ID-GNNs cut local-heuristic error within two layers;",
+        "depth helps Katz / SPD; PageRank stays hard for MPNNs; PENCIL is below every GNN at every depth.",
+        "Every model reads the same shard set per heuristic (same subgraphs, same normalised targets); the GNNs",
+        "train on view 0 only, PENCIL on one view per epoch (as its link-prediction runs).",
+    ]
     return "\n".join(lines) + "\n"
 
 
 def plot(rows: list[dict], heuristics: list[str], path: Path) -> Path:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -203,8 +273,14 @@ def plot(rows: list[dict], heuristics: list[str], path: Path) -> Path:
     for ax, h in zip(axes[0], heuristics):
         for m in dict.fromkeys(r["model"] for r in rows):
             pts = sorted((r["layers"], r["rmse"]) for r in rows if r["model"] == m and r["heuristic"] == h)
-            ax.errorbar([k for k, _ in pts], [v[0] for _, v in pts], yerr=[v[1] for _, v in pts], marker="o",
-                        capsize=3, label=model_label(m))
+            ax.errorbar(
+                [k for k, _ in pts],
+                [v[0] for _, v in pts],
+                yerr=[v[1] for _, v in pts],
+                marker="o",
+                capsize=3,
+                label=model_label(m),
+            )
         ax.set(title=h.upper(), xlabel="layers", ylabel="test RMSE")
         ax.legend(fontsize=7)
     return save_figure(fig, path)
@@ -221,8 +297,9 @@ def run_estimation(cfg: EstimationConfig) -> int:
     from common.shards import read_manifest
 
     spec, device_flag = cfg.spec, cfg.trainer.device
-    device = torch.device("cuda" if device_flag == "cuda" or (device_flag == "auto" and torch.cuda.is_available())
-                          else "cpu")
+    device = torch.device(
+        "cuda" if device_flag == "cuda" or (device_flag == "auto" and torch.cuda.is_available()) else "cpu"
+    )
     t0 = time.perf_counter()
     runs = []
     for h in cfg.heuristics:
@@ -236,16 +313,34 @@ def run_estimation(cfg: EstimationConfig) -> int:
             got += pencil_runs(cfg, shards, epochs, cfg.out / "pencil" / h)
         for r in got:
             runs.append({"heuristic": h, **r, "stats": stats})
-            log.info("%s %s %d layer(s) seed %d: test RMSE %.4f (best epoch %s)", h, model_label(r["model"]),
-                     r["layers"], r["seed"], r["test_rmse"], r["best_epoch"])
+            log.info(
+                "%s %s %d layer(s) seed %d: test RMSE %.4f (best epoch %s)",
+                h,
+                model_label(r["model"]),
+                r["layers"],
+                r["seed"],
+                r["test_rmse"],
+                r["best_epoch"],
+            )
     rows = []
     for key in dict.fromkeys((r["heuristic"], r["model"], r["layers"]) for r in runs):
         vals = [r["test_rmse"] for r in runs if (r["heuristic"], r["model"], r["layers"]) == key]
-        rows.append({"heuristic": key[0], "model": key[1], "layers": key[2], "seeds": len(vals), "rmse": mean_std(vals)})
+        rows.append(
+            {"heuristic": key[0], "model": key[1], "layers": key[2], "seeds": len(vals), "rmse": mean_std(vals)}
+        )
     md = markdown(rows, list(cfg.heuristics), list(cfg.depths), spec["dataset"])
     png = plot(rows, list(cfg.heuristics), cfg.out / "heuristic_rmse.png")
-    publish_results(cfg.out, {"preset": cfg.name, "spec": {**spec, "sampling": list(spec["sampling"])}, "runs": runs,
-                              "table": table_json(rows)}, md, png)
+    publish_results(
+        cfg.out,
+        {
+            "preset": cfg.name,
+            "spec": {**spec, "sampling": list(spec["sampling"])},
+            "runs": runs,
+            "table": table_json(rows),
+        },
+        md,
+        png,
+    )
     log.info("heuristic estimation took %.0f s", time.perf_counter() - t0)
     return 0
 

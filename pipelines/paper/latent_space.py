@@ -15,6 +15,7 @@ trainer/gnn.py; CN / AA through common.heuristics. Test MRR at the best validati
 
 Writes OUT/latent_space/<preset>/: per-run result.json files, results.json, report.md, latent_space.png.
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,8 +24,16 @@ from pathlib import Path
 
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, summary
-from common.flags import (FlagError, add_device_flag, add_num_cpus_flag, add_seeds_flag, add_shards_flag,
-                          add_train_arg_flag, comma_list, experiment_preset_flag)
+from common.flags import (
+    FlagError,
+    add_device_flag,
+    add_num_cpus_flag,
+    add_seeds_flag,
+    add_shards_flag,
+    add_train_arg_flag,
+    comma_list,
+    experiment_preset_flag,
+)
 from common.heuristics import score_split
 from common.presets import EXPERIMENT_PRESETS, get_preset
 from pipelines.core.config import ShardOptions, TrainerOptions, parse_seeds
@@ -37,10 +46,7 @@ from pipelines.core.shard_sets import build_shard_set, shutdown_embedded_ray
 log = logging.getLogger("pipelines.paper.latent_space")
 MODELS = ("CN", "AA", "GCN", "GAT", "PENCIL")
 # The paper's two tables: column settings (s, mu) and test MRR per model.
-TABLES = {
-    "vary_s": [(0, 1), (1, 1), (2, 1), (2, 0)],
-    "vary_mu": [(1, 0), (1, 2), (1, 8), (0, 8)],
-}
+TABLES = {"vary_s": [(0, 1), (1, 1), (2, 1), (2, 0)], "vary_mu": [(1, 0), (1, 2), (1, 8), (0, 8)]}
 
 
 def settings(tables: list[str]) -> list[tuple[float, float]]:
@@ -57,11 +63,16 @@ PROG = "python -m pipelines.paper.latent_space"
 
 def build_parser(prog: str = PROG) -> Parser:
     p = Parser(prog=prog, description=summary(__doc__))
-    p.add_argument("--preset", required=True,
-                   help=f"one of {', '.join(EXPERIMENT_PRESETS['latent_space'])} (common/presets.py)")
+    p.add_argument(
+        "--preset", required=True, help=f"one of {', '.join(EXPERIMENT_PRESETS['latent_space'])} (common/presets.py)"
+    )
     p.add_argument("--tables", default="vary_s,vary_mu", help="comma-separated subset of vary_s,vary_mu")
-    p.add_argument("--settings", default=None, metavar="S:MU,...",
-                   help="only these (s, mu) settings of the tables, e.g. 2:1,1:8 (default: all of them)")
+    p.add_argument(
+        "--settings",
+        default=None,
+        metavar="S:MU,...",
+        help="only these (s, mu) settings of the tables, e.g. 2:1,1:8 (default: all of them)",
+    )
     p.add_argument("--models", default=",".join(MODELS), help=f"comma-separated subset of {','.join(MODELS)}")
     add_seeds_flag(p, "0,1,2")
     p.add_argument("--graph-seed", type=int, default=0, help="seed of the generated graphs (default 0)")
@@ -94,13 +105,23 @@ class LatentConfig:
         tables = comma_list(args.tables, "--tables", allowed=list(TABLES))
         num_nodes = args.num_nodes or spec["num_nodes"]
         if num_nodes < 50:
-            raise FlagError(f"--num-nodes: need at least 50 nodes for a 90/10 split with average degree 15, "
-                            f"got {num_nodes}")
+            raise FlagError(
+                f"--num-nodes: need at least 50 nodes for a 90/10 split with average degree 15, got {num_nodes}"
+            )
         grid = settings(tables)
-        return cls(args.preset, spec, tuple(tables), tuple(parse_settings(args.settings, grid) if args.settings else grid),
-                   tuple(comma_list(args.models, "--models", allowed=list(MODELS))), parse_seeds(args.seeds),
-                   args.graph_seed, num_nodes, Path(args.out) / "latent_space" / args.preset,
-                   TrainerOptions.from_args(args), ShardOptions.from_args(args))
+        return cls(
+            args.preset,
+            spec,
+            tuple(tables),
+            tuple(parse_settings(args.settings, grid) if args.settings else grid),
+            tuple(comma_list(args.models, "--models", allowed=list(MODELS))),
+            parse_seeds(args.seeds),
+            args.graph_seed,
+            num_nodes,
+            Path(args.out) / "latent_space" / args.preset,
+            TrainerOptions.from_args(args),
+            ShardOptions.from_args(args),
+        )
 
 
 def parse_settings(text: str, grid: list[tuple]) -> list[tuple]:
@@ -132,8 +153,14 @@ def gnn_records(ds, sm, models: list[str], gnn: dict, seeds: list[int], device: 
         cfg = GNNConfig(encoder=model.lower(), decoder="mlp", use_features=True, **gnn)
         for seed in seeds:
             best = fit(ds, cfg, ["original"], seed, device)["protocols"]["original"]
-            rec = {"setting": list(sm), "model": model, "seed": seed, "best_epoch": best["best_epoch"],
-                   "valid": best["valid"], "test": best["test"]}
+            rec = {
+                "setting": list(sm),
+                "model": model,
+                "seed": seed,
+                "best_epoch": best["best_epoch"],
+                "valid": best["valid"],
+                "test": best["test"],
+            }
             write_json_atomic(out / dataset_name(*sm) / model.lower() / f"seed{seed}" / "result.json", rec)
             records.append(rec)
     return records
@@ -146,10 +173,16 @@ def pencil_shards(opts: ShardOptions, preset, datasets: dict) -> dict:
 
     shards = {}
     for sm, ds in datasets.items():
-        cfg = PreprocessConfig(dataset="synthetic", sampling=SamplingConfig(*preset.sampling), out=opts.root,
-                               candidates=CandidateConfig(views=max(1, min(20, int(round(preset.epochs)))),
-                                                          percent=preset.train_percent, protocols=("original",)),
-                               features=True, num_cpus=opts.num_cpus)
+        cfg = PreprocessConfig(
+            dataset="synthetic",
+            sampling=SamplingConfig(*preset.sampling),
+            out=opts.root,
+            candidates=CandidateConfig(
+                views=max(1, min(20, int(round(preset.epochs)))), percent=preset.train_percent, protocols=("original",)
+            ),
+            features=True,
+            num_cpus=opts.num_cpus,
+        )
         shards[sm] = build_shard_set(cfg, ds, keep_ray=True)
     shutdown_embedded_ray()  # free the embedded Ray's CPUs before training
     return shards
@@ -158,12 +191,19 @@ def pencil_shards(opts: ShardOptions, preset, datasets: dict) -> dict:
 def pencil_records(opts: TrainerOptions, preset, sm, shards: str, seeds: tuple[int, ...], out: Path) -> list[dict]:
     records = []
     runs = {seed: out / dataset_name(*sm) / "pencil" / f"seed{seed}" for seed in seeds}
-    summaries = train_seeds(opts, {seed: seed_run(opts, preset.name, shards, "original", seed, run_dir)
-                                   for seed, run_dir in runs.items()})  # seeds in parallel on CPU
+    summaries = train_seeds(
+        opts, {seed: seed_run(opts, preset.name, shards, "original", seed, run_dir) for seed, run_dir in runs.items()}
+    )  # seeds in parallel on CPU
     for seed, run_dir in runs.items():
         summary = summaries[seed]
-        rec = {"setting": list(sm), "model": "PENCIL", "seed": seed, "best_epoch": summary.get("best_epoch"),
-               "valid": summary.get("valid") or {}, "test": summary.get("test") or {}}
+        rec = {
+            "setting": list(sm),
+            "model": "PENCIL",
+            "seed": seed,
+            "best_epoch": summary.get("best_epoch"),
+            "valid": summary.get("valid") or {},
+            "test": summary.get("test") or {},
+        }
         write_json_atomic(run_dir / "result.json", rec)
         records.append(rec)
     return records
@@ -182,15 +222,22 @@ def markdown(summary: dict, tables: list[str], models: list[str], num_nodes: int
     lines = []
     for t in tables:
         cols = TABLES[t]
-        lines += [f"Test MRR (%) on latent-space graphs, {'varying s (mu = 1)' if t == 'vary_s' else 'varying mu (s = 1)'}"
-                  f" plus the edge case; N = {num_nodes}; measured (mean ± std over seeds) / paper", "",
-                  "| model | " + " | ".join(f"(s={s:g}, mu={mu:g})" for s, mu in cols) + " |",
-                  "|---|" + "---|" * len(cols)]
+        lines += [
+            f"Test MRR (%) on latent-space graphs, {'varying s (mu = 1)' if t == 'vary_s' else 'varying mu (s = 1)'}"
+            f" plus the edge case; N = {num_nodes}; measured (mean ± std over seeds) / paper",
+            "",
+            "| model | " + " | ".join(f"(s={s:g}, mu={mu:g})" for s, mu in cols) + " |",
+            "|---|" + "---|" * len(cols),
+        ]
         for m in models:
             cells = []
             for i, sm in enumerate(cols):
                 got = summary.get(sm, {}).get(m)
-                cells.append(f"{got[0]:.2f} ± {got[1]:.2f} / {PAPER_LATENT[t][m][i]:.2f}" if got else f"– / {PAPER_LATENT[t][m][i]:.2f}")
+                cells.append(
+                    f"{got[0]:.2f} ± {got[1]:.2f} / {PAPER_LATENT[t][m][i]:.2f}"
+                    if got
+                    else f"– / {PAPER_LATENT[t][m][i]:.2f}"
+                )
             lines.append(f"| {m} | " + " | ".join(cells) + " |")
         lines.append("")
     lines.append("CN / AA of the paper depend on its random graphs: compare orderings between models, not digits.")
@@ -199,6 +246,7 @@ def markdown(summary: dict, tables: list[str], models: list[str], num_nodes: int
 
 def plot(summary: dict, tables: list[str], models: list[str], path: Path) -> Path:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -207,7 +255,9 @@ def plot(summary: dict, tables: list[str], models: list[str], path: Path) -> Pat
         cols = TABLES[t]
         for m in models:
             vals = [summary.get(sm, {}).get(m, (float("nan"), 0.0)) for sm in cols]
-            line = ax.errorbar(range(len(cols)), [v[0] for v in vals], yerr=[v[1] for v in vals], marker="o", capsize=3, label=m)
+            line = ax.errorbar(
+                range(len(cols)), [v[0] for v in vals], yerr=[v[1] for v in vals], marker="o", capsize=3, label=m
+            )
             ax.plot(range(len(cols)), PAPER_LATENT[t][m], ls=":", color=line[0].get_color())
         ax.set_xticks(range(len(cols)), [f"s={s:g}, mu={mu:g}" for s, mu in cols], fontsize=8)
         ax.set(ylabel="test MRR (%)", title=f"{t}: measured (solid) vs paper (dotted)")
@@ -245,10 +295,18 @@ def run_latent_space(cfg: LatentConfig) -> int:
     md = markdown(summary, list(cfg.tables), models, cfg.num_nodes)
     png = plot(summary, list(cfg.tables), models, cfg.out / "latent_space.png")
     payload = {
-        "preset": cfg.name, "num_nodes": cfg.num_nodes, "graph_seed": cfg.graph_seed, "seeds": list(cfg.seeds),
-        "gnn": cfg.spec["gnn"], "pencil_preset": preset.to_dict(), "runs": records,
-        "table": [{"setting": list(sm), "model": m, "mrr": list(v)} for sm, by in summary.items() for m, v in by.items()],
-        "paper": {t: {"settings": [list(x) for x in TABLES[t]], "mrr": PAPER_LATENT[t]} for t in cfg.tables}}
+        "preset": cfg.name,
+        "num_nodes": cfg.num_nodes,
+        "graph_seed": cfg.graph_seed,
+        "seeds": list(cfg.seeds),
+        "gnn": cfg.spec["gnn"],
+        "pencil_preset": preset.to_dict(),
+        "runs": records,
+        "table": [
+            {"setting": list(sm), "model": m, "mrr": list(v)} for sm, by in summary.items() for m, v in by.items()
+        ],
+        "paper": {t: {"settings": [list(x) for x in TABLES[t]], "mrr": PAPER_LATENT[t]} for t in cfg.tables},
+    }
     publish_results(cfg.out, payload, md, png)
     return 0
 

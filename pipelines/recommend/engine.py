@@ -4,6 +4,7 @@ Per block of query nodes: retrieve each node's pool (common.retrieval), sample e
 pair's subgraph (scoring engine's CPU half), score them (scoring engine), keep the top k per node. A
 finished block becomes one Parquet part file; the job merges the parts at the end.
 """
+
 from __future__ import annotations
 
 import functools
@@ -55,26 +56,40 @@ class RecConfig:
         """The engine's flags (add_engine_flags; --block-nodes where the command has it), before the run's
         sampling is known; `k` in place of --k. A bad value is a FlagError."""
         from common.flags import FlagError
+
         try:
-            return cls(k=args.k if k is None else k, pool=args.pool, retriever=args.retriever,
-                       orderings=args.orderings, seed=args.seed,
-                       block_nodes=getattr(args, "block_nodes", cls.block_nodes), token_budget=args.token_budget,
-                       batch_size=args.batch_size, prior_weight=args.prior_weight)
+            return cls(
+                k=args.k if k is None else k,
+                pool=args.pool,
+                retriever=args.retriever,
+                orderings=args.orderings,
+                seed=args.seed,
+                block_nodes=getattr(args, "block_nodes", cls.block_nodes),
+                token_budget=args.token_budget,
+                batch_size=args.batch_size,
+                prior_weight=args.prior_weight,
+            )
         except RecommendError as err:
             raise FlagError(str(err)) from None
 
     def __post_init__(self):
         if not (np.isfinite(self.prior_weight) and self.prior_weight >= 0):
             raise RecommendError(f"--prior-weight: must be a finite number >= 0, got {self.prior_weight}")
-        for flag, value in (("--k", self.k), ("--pool", self.pool), ("--orderings", self.orderings),
-                            ("--block-nodes", self.block_nodes), ("--batch-size", self.batch_size)):
+        for flag, value in (
+            ("--k", self.k),
+            ("--pool", self.pool),
+            ("--orderings", self.orderings),
+            ("--block-nodes", self.block_nodes),
+            ("--batch-size", self.batch_size),
+        ):
             if value < 1:
                 raise RecommendError(f"{flag}: must be >= 1, got {value}")
         if self.retriever not in RETRIEVERS:
             raise RecommendError(f"--retriever: unknown '{self.retriever}'; use one of {', '.join(RETRIEVERS)}")
         if self.pool < self.k:
-            raise RecommendError(f"--pool {self.pool} is smaller than --k {self.k}; the pool must hold at least k "
-                                 "candidates to re-rank")
+            raise RecommendError(
+                f"--pool {self.pool} is smaller than --k {self.k}; the pool must hold at least k candidates to re-rank"
+            )
 
     def fingerprint(self, *parts: str) -> str:
         """What a part file's content depends on (resuming with anything else changed is refused)."""
@@ -87,20 +102,41 @@ class RecConfig:
 def add_engine_flags(p) -> None:
     """The engine's flags, shared by recommend, evaluate (and serve): one definition, one default each."""
     p.add_argument("--k", type=int, default=RecConfig.k, help=f"recommendations per node (default {RecConfig.k})")
-    p.add_argument("--pool", type=int, default=RecConfig.pool,
-                   help=f"candidates retrieved per node and re-ranked (default {RecConfig.pool})")
-    p.add_argument("--retriever", default=RecConfig.retriever, choices=RETRIEVERS,
-                   help=f"candidate retriever (default {RecConfig.retriever})")
+    p.add_argument(
+        "--pool",
+        type=int,
+        default=RecConfig.pool,
+        help=f"candidates retrieved per node and re-ranked (default {RecConfig.pool})",
+    )
+    p.add_argument(
+        "--retriever",
+        default=RecConfig.retriever,
+        choices=RETRIEVERS,
+        help=f"candidate retriever (default {RecConfig.retriever})",
+    )
     add_device_flag(p)
-    p.add_argument("--orderings", type=int, default=1, advanced=True, help="subgraph draws averaged per pair (default 1)")
+    p.add_argument(
+        "--orderings", type=int, default=1, advanced=True, help="subgraph draws averaged per pair (default 1)"
+    )
     p.add_argument("--seed", type=int, default=0, advanced=True, help="seed of the sampled subgraphs (default 0)")
-    p.add_argument("--prior-weight", type=float, default=DEFAULT_PRIOR_WEIGHT, advanced=True,
-                   help="rank by sigmoid(PENCIL logit + W * -log(retriever rank)); 0 = PENCIL alone "
-                        f"(default {DEFAULT_PRIOR_WEIGHT:g}, chosen on validation full ranking)")
-    p.add_argument("--batch-size", type=int, default=RecConfig.batch_size, advanced=True,
-                   help=f"pairs per forward pass at most (default {RecConfig.batch_size})")
-    p.add_argument("--token-budget", type=int, default=None, advanced=True,
-                   help="tokens per forward pass (default by device)")
+    p.add_argument(
+        "--prior-weight",
+        type=float,
+        default=DEFAULT_PRIOR_WEIGHT,
+        advanced=True,
+        help="rank by sigmoid(PENCIL logit + W * -log(retriever rank)); 0 = PENCIL alone "
+        f"(default {DEFAULT_PRIOR_WEIGHT:g}, chosen on validation full ranking)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=RecConfig.batch_size,
+        advanced=True,
+        help=f"pairs per forward pass at most (default {RecConfig.batch_size})",
+    )
+    p.add_argument(
+        "--token-budget", type=int, default=None, advanced=True, help="tokens per forward pass (default by device)"
+    )
 
 
 def sampler_for(graph, cfg: RecConfig) -> PairSampler:
@@ -110,8 +146,19 @@ def sampler_for(graph, cfg: RecConfig) -> PairSampler:
 
 def scorer_for(model, graph, cfg: RecConfig, device: torch.device) -> PairScorer:
     sample = functools.partial(sample_subgraphs, scratch=Scratch(graph.indptr))
-    return PairScorer(model, graph.indptr, graph.indices, cfg.sampling, cfg.n_max, sample, seed=cfg.seed,
-                      orderings=cfg.orderings, token_budget=cfg.token_budget, max_pairs=cfg.batch_size, device=device)
+    return PairScorer(
+        model,
+        graph.indptr,
+        graph.indices,
+        cfg.sampling,
+        cfg.n_max,
+        sample,
+        seed=cfg.seed,
+        orderings=cfg.orderings,
+        token_budget=cfg.token_budget,
+        max_pairs=cfg.batch_size,
+        device=device,
+    )
 
 
 @dataclass
@@ -127,8 +174,15 @@ class Prepared:
     sampled: list  # per ordering: list of common.shards.Block
 
 
-def prepare_block(block_id: int, queries: np.ndarray, graph, side, cfg: RecConfig, sampler: PairSampler,
-                  candidates: np.ndarray | None = None) -> Prepared:
+def prepare_block(
+    block_id: int,
+    queries: np.ndarray,
+    graph,
+    side,
+    cfg: RecConfig,
+    sampler: PairSampler,
+    candidates: np.ndarray | None = None,
+) -> Prepared:
     """`candidates`: the nodes that may be proposed (None: every node; common.retrieval.retrieve)."""
     pool = retrieve(graph, queries, cfg.retriever, cfg.pool, side=side, fill=True, candidates=candidates)
     node, cand, retr = pool.pairs()
@@ -175,9 +229,15 @@ def top_k(queries: np.ndarray, node, cand, score, retr, k: int) -> pa.Table:
     start = np.searchsorted(row_s, np.arange(len(queries)))
     rank = np.arange(len(order)) - start[row_s] if len(order) else np.zeros(0, np.int64)
     keep = order[rank < k]
-    return pa.table({"node": node[keep].astype(np.int64), "candidate": cand[keep].astype(np.int64),
-                     "rank": (rank[rank < k] + 1).astype(np.int32), "score": score[keep].astype(np.float64),
-                     "retriever_score": retr[keep].astype(np.float64)})
+    return pa.table(
+        {
+            "node": node[keep].astype(np.int64),
+            "candidate": cand[keep].astype(np.int64),
+            "rank": (rank[rank < k] + 1).astype(np.int32),
+            "score": score[keep].astype(np.float64),
+            "retriever_score": retr[keep].astype(np.float64),
+        }
+    )
 
 
 def finish_block(prep: Prepared, logits: np.ndarray, cfg: RecConfig) -> pa.Table:
@@ -199,10 +259,14 @@ def log_short_lists(table: pa.Table, queries: np.ndarray, k: int, node_ids: np.n
     short = np.flatnonzero(counts < k)
     if short.size:
         ex = short[:5]
-        log.warning("%d of %d nodes got fewer than k=%d recommendations: the graph has fewer nodes they are not "
-                    "already linked to; e.g. %s", short.size, len(queries), k,
-                    ", ".join(f"node {queries[i] if node_ids is None else node_ids[queries[i]]}: {int(counts[i])}"
-                              for i in ex))
+        log.warning(
+            "%d of %d nodes got fewer than k=%d recommendations: the graph has fewer nodes they are not "
+            "already linked to; e.g. %s",
+            short.size,
+            len(queries),
+            k,
+            ", ".join(f"node {queries[i] if node_ids is None else node_ids[queries[i]]}: {int(counts[i])}" for i in ex),
+        )
     return int(short.size)
 
 
@@ -212,6 +276,7 @@ def read_nodes(path: str, num_nodes: int, node_ids: np.ndarray | None = None) ->
     (the set's mapping of an edge list), or 0..N-1 for a set without one."""
     from common.datasets import DatasetError
     from common.datasets.ids import node_index, read_columns, suffix_of
+
     p = Path(path)
     if not p.is_file():
         raise RecommendError(f"--nodes {p}: file not found; pass one node id per line or a column 'node'")
@@ -229,8 +294,11 @@ def read_nodes(path: str, num_nodes: int, node_ids: np.ndarray | None = None) ->
     if not found.all():
         first = raw[int(np.flatnonzero(~found)[0])]
         first = first.as_py() if hasattr(first, "as_py") else first
-        where = (f"the graph has nodes 0..{num_nodes - 1}" if node_ids is None
-                 else "ids must be ones of the edge list (or of its --nodes file)")
+        where = (
+            f"the graph has nodes 0..{num_nodes - 1}"
+            if node_ids is None
+            else "ids must be ones of the edge list (or of its --nodes file)"
+        )
         raise RecommendError(f"--nodes {p}: {int((~found).sum())} unknown node id(s) (first: {first}); {where}")
     nodes = np.unique(idx)
     if not nodes.size:

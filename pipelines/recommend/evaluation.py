@@ -23,6 +23,7 @@ Reported per split: recall@M (target in the pool), Hits@K and MRR of each ranker
 --sample-positives N ranks a seeded uniform sample of N positives per split (sample_positives: the same
 for every retriever and for the valid prior choice); the filter still leaves out every known positive.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,14 +35,20 @@ import numpy as np
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, summary
 from common.datasets import DatasetError
-from common.graph import Graph
 from common.flags import FlagError, add_moved_dataset_flag, add_overwrite_flag
+from common.graph import Graph
 from common.outputs import OutputError, check_output, check_replacement, stamp
 from common.retrieval import RetrievalError, neighbour_entries, retrieve
 from pipelines.core.config import MovedDataset
 from pipelines.core.runs import RunFolderError, load_run_model, run_dataset, run_inputs
-from pipelines.recommend.engine import (RecConfig, RecommendError, add_engine_flags, probabilities,
-                                        rank_prior, scorer_for)
+from pipelines.recommend.engine import (
+    RecConfig,
+    RecommendError,
+    add_engine_flags,
+    probabilities,
+    rank_prior,
+    scorer_for,
+)
 from trainer.scoring import default_device
 
 log = logging.getLogger("pipelines.recommend")
@@ -69,8 +76,16 @@ def metrics(ranks: np.ndarray, pool: int) -> dict:
     return out
 
 
-def full_ranking(graph, positives: np.ndarray, known: np.ndarray, cfg: RecConfig, scorer=None, side=None,
-                 sweep: bool = False, candidates: np.ndarray | None = None) -> dict:
+def full_ranking(
+    graph,
+    positives: np.ndarray,
+    known: np.ndarray,
+    cfg: RecConfig,
+    scorer=None,
+    side=None,
+    sweep: bool = False,
+    candidates: np.ndarray | None = None,
+) -> dict:
     """Metrics of the retriever alone and (with a scorer) of PENCIL re-ranking its pool. `candidates`: the nodes
     that compete with a target (None: every node; under a temporal split, those that exist by the boundary)."""
     u, v = positives[:, 0].astype(np.int64), positives[:, 1].astype(np.int64)
@@ -103,8 +118,12 @@ def full_ranking(graph, positives: np.ndarray, known: np.ndarray, cfg: RecConfig
     rankable = np.maximum(kind - graph.degree[u] - partners + 1, 1)
     size = valid.sum(1)
     outside = size + (rankable - size + 1) / 2.0
-    result = {"positives": int(len(u)), "pool": cfg.pool, "retriever": cfg.retriever,
-              f"recall@{cfg.pool}": float(np.mean(target >= 0))}
+    result = {
+        "positives": int(len(u)),
+        "pool": cfg.pool,
+        "retriever": cfg.retriever,
+        f"recall@{cfg.pool}": float(np.mean(target >= 0)),
+    }
     retr = np.where(valid, pool.score[row], -np.inf)
     ranks = np.where(target >= 0, pool_ranks(retr, valid, target), outside)
     result["retriever_alone"] = metrics(ranks, cfg.pool)
@@ -128,8 +147,9 @@ def full_ranking(graph, positives: np.ndarray, known: np.ndarray, cfg: RecConfig
     return result
 
 
-def native_full_ranking(graph, positives: np.ndarray, known: np.ndarray, score_rows, side=None,
-                        block: int = 512) -> dict:
+def native_full_ranking(
+    graph, positives: np.ndarray, known: np.ndarray, score_rows, side=None, block: int = 512
+) -> dict:
     """A model that scores every node (a GNN's dot products): v's rank among ALL of u's rankable
     non-neighbours, the same filter (not u, not a neighbour, not another known positive of u; the other
     kind on a bipartite graph) and tie rule as the pooled rankers. score_rows(queries) -> (Q, N) scores."""
@@ -138,7 +158,7 @@ def native_full_ranking(graph, positives: np.ndarray, known: np.ndarray, score_r
     partners = Graph.from_edges(known.astype(np.int64), num_nodes=n)  # u's known positives as CSR rows
     ranks = np.empty(len(u))
     for lo in range(0, len(u), block):  # (block, N) scores at a time
-        uu, vv = u[lo:lo + block], v[lo:lo + block]
+        uu, vv = u[lo : lo + block], v[lo : lo + block]
         queries, inverse = np.unique(uu, return_inverse=True)
         scores = np.asarray(score_rows(queries), dtype=np.float64)[inverse]
         valid = np.ones(scores.shape, dtype=bool)
@@ -149,7 +169,7 @@ def native_full_ranking(graph, positives: np.ndarray, known: np.ndarray, score_r
         r = np.arange(len(uu))
         valid[r, uu] = False
         valid[r, vv] = True
-        ranks[lo:lo + block] = pool_ranks(scores, valid, vv)
+        ranks[lo : lo + block] = pool_ranks(scores, valid, vv)
     return {"positives": int(len(u)), **metrics(ranks, n)}
 
 
@@ -163,15 +183,19 @@ def probability_summary(logits: np.ndarray, pool, row: np.ndarray, valid: np.nda
     is_target = np.zeros(valid.shape, dtype=bool)
     is_target[inside, target[inside]] = True
     others = prob[valid & ~is_target]
-    return {"targets": float(np.mean(prob[is_target])) if inside.size else float("nan"),
-            "other_candidates": float(np.mean(others)) if others.size else float("nan")}
+    return {
+        "targets": float(np.mean(prob[is_target])) if inside.size else float("nan"),
+        "other_candidates": float(np.mean(others)) if others.size else float("nan"),
+    }
 
 
 def choose_weight(sweep: dict, at: int = 20) -> float:
     """The prior weight of a valid sweep with the best Hits@at, then the best MRR; a tie keeps the smaller weight."""
+
     def key(w):
         m = sweep[w]
         return m.get(f"hits@{at}", 0.0), m["mrr"], -float(w)
+
     return float(max(sweep, key=key))
 
 
@@ -187,11 +211,24 @@ def sample_positives(positives: np.ndarray, n: int | None, seed: int) -> np.ndar
 
 def log_split(split: str, res: dict, cfg: RecConfig, total: int) -> None:
     hits = {r: res[r].get("hits@20", float("nan")) for r in ("retriever_alone", "pencil_rerank", "pencil_blend")}
-    log.info("%s (%d of %d positives) %s pool %d: recall@%d %.4f | retriever Hits@20 %.4f MRR %.4f | PENCIL Hits@20 "
-             "%.4f MRR %.4f | blend w=%g Hits@20 %.4f MRR %.4f", split, res["positives"], total, cfg.retriever,
-             cfg.pool, cfg.pool, res[f"recall@{cfg.pool}"], hits["retriever_alone"], res["retriever_alone"]["mrr"],
-             hits["pencil_rerank"], res["pencil_rerank"]["mrr"], cfg.prior_weight, hits["pencil_blend"],
-             res["pencil_blend"]["mrr"])
+    log.info(
+        "%s (%d of %d positives) %s pool %d: recall@%d %.4f | retriever Hits@20 %.4f MRR %.4f | PENCIL Hits@20 "
+        "%.4f MRR %.4f | blend w=%g Hits@20 %.4f MRR %.4f",
+        split,
+        res["positives"],
+        total,
+        cfg.retriever,
+        cfg.pool,
+        cfg.pool,
+        res[f"recall@{cfg.pool}"],
+        hits["retriever_alone"],
+        res["retriever_alone"]["mrr"],
+        hits["pencil_rerank"],
+        res["pencil_rerank"]["mrr"],
+        cfg.prior_weight,
+        hits["pencil_blend"],
+        res["pencil_blend"]["mrr"],
+    )
 
 
 PROG = "python -m pipelines.recommend.evaluation"
@@ -205,13 +242,21 @@ def build_parser(prog: str = PROG) -> Parser:
     add_moved_dataset_flag(p)
     add_engine_flags(p)
     p.add_argument("--splits", default="valid,test", help="splits to rank (default valid,test)")
-    p.add_argument("--choose-prior", action="store_true", help="pick --prior-weight on the valid split (best "
-                   "Hits@20, then MRR, over PRIOR_GRID); test uses it")
-    p.add_argument("--sample-positives", type=int, default=None, metavar="N",
-                   help="rank a seeded uniform sample of N positives per split (all when N >= their count; "
-                        "default: all)")
-    p.add_argument("--sample-seed", type=int, default=0, metavar="S", advanced=True,
-                   help="seed of --sample-positives (default 0)")
+    p.add_argument(
+        "--choose-prior",
+        action="store_true",
+        help="pick --prior-weight on the valid split (best Hits@20, then MRR, over PRIOR_GRID); test uses it",
+    )
+    p.add_argument(
+        "--sample-positives",
+        type=int,
+        default=None,
+        metavar="N",
+        help="rank a seeded uniform sample of N positives per split (all when N >= their count; default: all)",
+    )
+    p.add_argument(
+        "--sample-seed", type=int, default=0, metavar="S", advanced=True, help="seed of --sample-positives (default 0)"
+    )
     return p
 
 
@@ -231,17 +276,27 @@ class EvaluateConfig:
     @classmethod
     def from_args(cls, args) -> "EvaluateConfig":
         if args.sample_positives is not None and args.sample_positives < 1:
-            raise FlagError(f"--sample-positives: must be >= 1, got {args.sample_positives} "
-                            "(leave it out to rank every positive)")
+            raise FlagError(
+                f"--sample-positives: must be >= 1, got {args.sample_positives} (leave it out to rank every positive)"
+            )
         requested = [s.strip() for s in args.splits.split(",") if s.strip()]
         if bad := [s for s in requested if s not in ("valid", "test")]:
             raise FlagError(f"--splits: no split {', '.join(bad)} to rank; use valid and/or test")
         splits = tuple(s for s in ("valid", "test") if s in requested)
         if args.choose_prior and "valid" not in splits:
             raise FlagError("--choose-prior: picks --prior-weight on the valid split; add valid to --splits")
-        return cls(args.run, args.out, args.overwrite, MovedDataset.from_args(args),
-                   RecConfig.from_args(args, k=min(args.k, args.pool)), args.device, splits, args.choose_prior,
-                   args.sample_positives, args.sample_seed)
+        return cls(
+            args.run,
+            args.out,
+            args.overwrite,
+            MovedDataset.from_args(args),
+            RecConfig.from_args(args, k=min(args.k, args.pool)),
+            args.device,
+            splits,
+            args.choose_prior,
+            args.sample_positives,
+            args.sample_seed,
+        )
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:
@@ -278,11 +333,16 @@ def evaluate_run(run: EvaluateConfig) -> int:
         scorer = scorer_for(model, graph, cfg, device)
         every = np.asarray(dataset.splits[split].pos, dtype=np.int64)
         positives = sample_positives(every, run.sample_positives, run.sample_seed)  # known stays whole: the filter
-        res = full_ranking(graph, positives, known, cfg, scorer, sweep=split == "valid",
-                           candidates=dataset.active_nodes(split))
+        res = full_ranking(
+            graph, positives, known, cfg, scorer, sweep=split == "valid", candidates=dataset.active_nodes(split)
+        )
         if run.sample_positives is not None:
-            res["sample"] = {"sample_positives": run.sample_positives, "sample_seed": run.sample_seed,
-                             "sampled": int(len(positives)), "of": int(len(every))}
+            res["sample"] = {
+                "sample_positives": run.sample_positives,
+                "sample_seed": run.sample_seed,
+                "sampled": int(len(positives)),
+                "of": int(len(every)),
+            }
         if split == "valid" and run.choose_prior:  # valid is ranked first: test then uses the chosen weight
             cfg = replace(cfg, prior_weight=choose_weight(res["prior_sweep"]))
             res["pencil_blend"] = {"prior_weight": cfg.prior_weight, **res["prior_sweep"][str(cfg.prior_weight)]}

@@ -12,6 +12,7 @@ file in OUT's `.NAME.parts/` folder; a rerun of a killed job keeps them and comp
 are merged into OUT atomically. Under `ray job submit` (RAY_ADDRESS set) or with --ray, blocks run as Ray
 tasks feeding an actor pool that holds the model (pipelines/recommend/on_ray.py).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -37,10 +38,19 @@ from common.outputs import OutputError, check_output, check_replacement, stamp_m
 from common.retrieval import RetrievalError
 from pipelines.core.config import MovedDataset
 from pipelines.core.runs import RunFolderError, check_node_features, load_run_model, run_dataset, run_inputs
+from pipelines.recommend.engine import (
+    COLUMNS,
+    RecConfig,
+    RecommendError,
+    add_engine_flags,
+    log_short_lists,
+    read_nodes,
+    run_block,
+    sampler_for,
+    scorer_for,
+)
 from preprocess.cluster import RayConnectError, probe_address
 from trainer.run_folder import locked
-from pipelines.recommend.engine import (COLUMNS, RecConfig, RecommendError, add_engine_flags,
-                                        log_short_lists, read_nodes, run_block, sampler_for, scorer_for)
 
 log = logging.getLogger("pipelines.recommend")
 JOB_FILE = "job.json"
@@ -58,16 +68,25 @@ def build_parser(prog: str = PROG) -> Parser:
     p.add_argument("--out", required=True, help="recommendations .parquet (written atomically)")
     add_overwrite_flag(p)
     add_engine_flags(p)
-    p.add_argument("--graph", default=snapshot.WHOLE, help="graph to recommend on: all (every edge of every split: "
-                   "the default, so no recommendation is an edge you have), train/valid/test (a split's graph) or "
-                   "today's graph as an edge list (.csv, .tsv, .parquet; src,dst in the run's ids)")
+    p.add_argument(
+        "--graph",
+        default=snapshot.WHOLE,
+        help="graph to recommend on: all (every edge of every split: "
+        "the default, so no recommendation is an edge you have), train/valid/test (a split's graph) or "
+        "today's graph as an edge list (.csv, .tsv, .parquet; src,dst in the run's ids)",
+    )
     add_moved_dataset_flag(p)
-    p.add_argument("--bipartite", action="store_true", help="src and dst of the edge list are two kinds of nodes: "
-                   "candidates only of the other kind (needs --graph EDGES or an edge-list dataset)")
+    p.add_argument(
+        "--bipartite",
+        action="store_true",
+        help="src and dst of the edge list are two kinds of nodes: "
+        "candidates only of the other kind (needs --graph EDGES or an edge-list dataset)",
+    )
     p.add_argument("--ray", action="store_true", help="run on Ray (implied when RAY_ADDRESS is set)")
     add_num_cpus_flag(p)
-    p.add_argument("--block-nodes", type=int, default=256, advanced=True,
-                   help="query nodes per block (bounds memory; default 256)")
+    p.add_argument(
+        "--block-nodes", type=int, default=256, advanced=True, help="query nodes per block (bounds memory; default 256)"
+    )
     p.add_argument("--no-progress", action="store_true", advanced=True, help="no progress bar")
     return p
 
@@ -89,9 +108,20 @@ class RecommendConfig:
 
     @classmethod
     def from_args(cls, args) -> "RecommendConfig":
-        return cls(args.checkpoint, args.out, None if args.all_nodes else args.nodes, args.overwrite,
-                   RecConfig.from_args(args), args.device, args.graph, MovedDataset.from_args(args), args.bipartite,
-                   args.ray, args.num_cpus, not args.no_progress)
+        return cls(
+            args.checkpoint,
+            args.out,
+            None if args.all_nodes else args.nodes,
+            args.overwrite,
+            RecConfig.from_args(args),
+            args.device,
+            args.graph,
+            MovedDataset.from_args(args),
+            args.bipartite,
+            args.ray,
+            args.num_cpus,
+            not args.no_progress,
+        )
 
 
 def side_flags(cfg: RecommendConfig, dataset, num_nodes: int, trained_on: str, node_ids=None):
@@ -101,9 +131,11 @@ def side_flags(cfg: RecommendConfig, dataset, num_nodes: int, trained_on: str, n
         return None
     source = cfg.graph if cfg.graph not in snapshot.GRAPH_NAMES else (cfg.moved.dataset or trained_on)
     if suffix_of(source) is None:
-        raise RecommendError(f"--bipartite: the node kinds come from an edge list's src and dst columns, and the run's "
-                             f"dataset {source} is not an edge list; pass --graph EDGES "
-                             f"({', '.join(EDGE_LIST_SUFFIXES)})")
+        raise RecommendError(
+            f"--bipartite: the node kinds come from an edge list's src and dst columns, and the run's "
+            f"dataset {source} is not an edge list; pass --graph EDGES "
+            f"({', '.join(EDGE_LIST_SUFFIXES)})"
+        )
     return snapshot.node_sides(source, num_nodes, dataset.node_ids if node_ids is None else node_ids)
 
 
@@ -119,8 +151,10 @@ def open_parts(out: Path, fingerprint: str) -> Path:
     if job.exists():
         have = json.loads(job.read_text()).get("fingerprint")
         if have != fingerprint:
-            raise RecommendError(f"{folder}: holds the parts of another job (other flags, checkpoint, nodes or graph); "
-                                 "delete it or choose another --out")
+            raise RecommendError(
+                f"{folder}: holds the parts of another job (other flags, checkpoint, nodes or graph); "
+                "delete it or choose another --out"
+            )
         return folder
     write_json_atomic(job, {"fingerprint": fingerprint})
     return folder
@@ -135,13 +169,21 @@ def write_part(table: pa.Table, path: Path) -> None:
     write_parquet_atomic(table, path)
 
 
-def merge_parts(folder: Path, num_blocks: int, out: Path, node_ids: np.ndarray | None = None,
-                metadata: dict | None = None) -> pa.Table:
+def merge_parts(
+    folder: Path, num_blocks: int, out: Path, node_ids: np.ndarray | None = None, metadata: dict | None = None
+) -> pa.Table:
     """The part files as one table in node indices (returned), written to `out` in the user's ids, with
     `metadata` (the output's stamp, common.outputs)."""
     tables = [pq.read_table(part_path(folder, b)) for b in range(num_blocks)]
-    schema = pa.schema([("node", pa.int64()), ("candidate", pa.int64()), ("rank", pa.int32()),
-                        ("score", pa.float64()), ("retriever_score", pa.float64())])
+    schema = pa.schema(
+        [
+            ("node", pa.int64()),
+            ("candidate", pa.int64()),
+            ("rank", pa.int32()),
+            ("score", pa.float64()),
+            ("retriever_score", pa.float64()),
+        ]
+    )
     table = pa.concat_tables(tables) if tables else schema.empty_table()
     out.parent.mkdir(parents=True, exist_ok=True)
     write_parquet_atomic(in_user_ids(table.select(list(COLUMNS)), node_ids).replace_schema_metadata(metadata), out)
@@ -165,8 +207,10 @@ class Progress:
 
     def __init__(self, total: int, done: int, enabled: bool):
         from tqdm import tqdm
-        self.bar = tqdm(total=total, initial=done, unit="node", desc="recommend", disable=not enabled,
-                        dynamic_ncols=True)
+
+        self.bar = tqdm(
+            total=total, initial=done, unit="node", desc="recommend", disable=not enabled, dynamic_ncols=True
+        )
         self.start, self.nodes, self.pairs = time.perf_counter(), 0, 0
 
     def update(self, nodes: int, pairs: int) -> None:
@@ -185,29 +229,53 @@ class Progress:
 # ---------------------------------------------------------------------------- the job
 def recommend(job: RecommendConfig) -> int:
     from trainer.scoring import default_device
+
     if os.environ.get("RAY_ADDRESS"):  # a dead cluster fails here in one line, before the run is loaded
         probe_address(os.environ["RAY_ADDRESS"])
     device = default_device(job.device)
     model, manifest, fields, digest = load_run_model(job.checkpoint, device)
     files, folders = run_inputs(job.checkpoint, manifest)
-    out = check_output(job.out, files={**files, "--nodes": job.nodes, "--dataset": job.moved.dataset,
-                                       "--graph": None if job.graph in snapshot.GRAPH_NAMES else job.graph},
-                       folders=folders)
+    out = check_output(
+        job.out,
+        files={
+            **files,
+            "--nodes": job.nodes,
+            "--dataset": job.moved.dataset,
+            "--graph": None if job.graph in snapshot.GRAPH_NAMES else job.graph,
+        },
+        folders=folders,
+    )
     check_replacement(out, "recommend", manifest["fingerprint"], job.overwrite, what="recommendation file")
     dataset = run_dataset(manifest, job.moved.dataset)
     graph, node_ids = snapshot.graph_for(job.graph, dataset)  # node_ids: the user's ids (None: 0..N-1)
     check_node_features(model.cfg.num_features > 0, manifest["num_nodes"], graph, node_ids, f"--graph {job.graph}")
     candidates = split_candidates(dataset, job.graph)
     side = side_flags(job, dataset, graph.num_nodes, manifest["config"]["dataset"], node_ids)
-    queries = (np.arange(graph.num_nodes, dtype=np.int64) if job.nodes is None
-               else read_nodes(job.nodes, graph.num_nodes, node_ids))
+    queries = (
+        np.arange(graph.num_nodes, dtype=np.int64)
+        if job.nodes is None
+        else read_nodes(job.nodes, graph.num_nodes, node_ids)
+    )
     cfg = replace(job.engine, **fields)  # the run's sampling
-    blocks = [queries[i:i + cfg.block_nodes] for i in range(0, len(queries), cfg.block_nodes)]
+    blocks = [queries[i : i + cfg.block_nodes] for i in range(0, len(queries), cfg.block_nodes)]
     nodes_key = hashlib.sha256(queries.tobytes()).hexdigest()[:16]
     with locked(parts_dir(out), "recommendation job", "--out"):  # one job per --out: parts are not shared
         folder = open_parts(out, cfg.fingerprint(digest, graph.fingerprint(), nodes_key, str(job.bipartite)))
-        return _run_blocks(job, out, folder, cfg, blocks, queries, graph, side, node_ids, model, device,
-                           stamp_metadata("recommend", manifest["fingerprint"]), candidates)
+        return _run_blocks(
+            job,
+            out,
+            folder,
+            cfg,
+            blocks,
+            queries,
+            graph,
+            side,
+            node_ids,
+            model,
+            device,
+            stamp_metadata("recommend", manifest["fingerprint"]),
+            candidates,
+        )
 
 
 def split_candidates(dataset, graph: str) -> np.ndarray | None:
@@ -215,19 +283,45 @@ def split_candidates(dataset, graph: str) -> np.ndarray | None:
     the future); None otherwise (every node)."""
     if graph not in snapshot.SPLIT_NAMES or (nodes := dataset.active_nodes(graph)) is None:
         return None
-    log.info("--graph %s of a temporal split: candidates among the %s nodes with an edge before its boundary",
-             graph, f"{len(nodes):,}")
+    log.info(
+        "--graph %s of a temporal split: candidates among the %s nodes with an edge before its boundary",
+        graph,
+        f"{len(nodes):,}",
+    )
     return nodes
 
 
-def _run_blocks(job: RecommendConfig, out: Path, folder: Path, cfg: RecConfig, blocks: list, queries: np.ndarray,
-                graph, side, node_ids, model, device, metadata: dict, candidates=None) -> int:
+def _run_blocks(
+    job: RecommendConfig,
+    out: Path,
+    folder: Path,
+    cfg: RecConfig,
+    blocks: list,
+    queries: np.ndarray,
+    graph,
+    side,
+    node_ids,
+    model,
+    device,
+    metadata: dict,
+    candidates=None,
+) -> int:
     """Score the blocks not in the part folder yet, then merge every part into --out."""
     todo = [b for b in range(len(blocks)) if not part_path(folder, b).exists()]
-    log.info("recommending top-%d of a %s pool of %d for %d nodes of %s (%d blocks, %d already done) on %s",
-             cfg.k, cfg.retriever, cfg.pool, len(queries), job.graph, len(blocks), len(blocks) - len(todo), device)
-    progress = Progress(len(queries), sum(len(blocks[b]) for b in range(len(blocks)) if b not in set(todo)),
-                        job.progress)
+    log.info(
+        "recommending top-%d of a %s pool of %d for %d nodes of %s (%d blocks, %d already done) on %s",
+        cfg.k,
+        cfg.retriever,
+        cfg.pool,
+        len(queries),
+        job.graph,
+        len(blocks),
+        len(blocks) - len(todo),
+        device,
+    )
+    progress = Progress(
+        len(queries), sum(len(blocks[b]) for b in range(len(blocks)) if b not in set(todo)), job.progress
+    )
 
     def done(block_id: int, table: pa.Table, pairs: int) -> None:
         write_part(table, part_path(folder, block_id))
@@ -235,6 +329,7 @@ def _run_blocks(job: RecommendConfig, out: Path, folder: Path, cfg: RecConfig, b
 
     if job.ray or os.environ.get("RAY_ADDRESS"):
         from pipelines.recommend.on_ray import run_on_ray
+
         run_on_ray(job.checkpoint, graph, side, cfg, blocks, todo, done, job.num_cpus, device.type, candidates)
     else:
         sampler, scorer = sampler_for(graph, cfg), scorer_for(model, graph, cfg, device)
@@ -244,8 +339,14 @@ def _run_blocks(job: RecommendConfig, out: Path, folder: Path, cfg: RecConfig, b
     nodes_s, pairs_s = progress.close()
     table = merge_parts(folder, len(blocks), out, node_ids, metadata)
     log_short_lists(table, queries, cfg.k, node_ids)
-    log.info("wrote %s: %d recommendations for %d nodes (%.1f nodes/s, %.0f pairs/s)", out, table.num_rows,
-             len(queries), nodes_s, pairs_s)
+    log.info(
+        "wrote %s: %d recommendations for %d nodes (%.1f nodes/s, %.0f pairs/s)",
+        out,
+        table.num_rows,
+        len(queries),
+        nodes_s,
+        pairs_s,
+    )
     return 0
 
 

@@ -6,6 +6,7 @@ most 2 blocks per actor are in flight (prepared or being scored), which bounds t
 a block holds block_nodes x pool pairs' node sets (256 x 100 x ~25 ids at (1, 20) ~ 5 MB per ordering).
 The graph goes into the object store once; tasks read it zero-copy.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,7 +28,9 @@ class BlockScorer:
 
     def __init__(self, checkpoint: str, graph, cfg: RecConfig, device: str):
         import torch
+
         from pipelines.core.runs import load_run_model
+
         torch.set_num_threads(1)  # one core per CPU actor; tasks take the others
         dev = torch.device(device if device != "cuda" or torch.cuda.is_available() else "cpu")
         model, _, _, _ = load_run_model(checkpoint, dev)  # the model only: the graph comes from the driver
@@ -41,27 +44,45 @@ class BlockScorer:
 
 def init_ray(num_cpus: int | None) -> bool:
     import ray
+
     if ray.is_initialized():
         return False
     if os.environ.get("RAY_ADDRESS"):
         from preprocess.cluster import probe_address
+
         probe_address(os.environ["RAY_ADDRESS"])  # Ray itself retries a dead address for minutes
         log.info("RAY_ADDRESS=%s: attaching to the cluster", os.environ["RAY_ADDRESS"])
         ray.init(log_to_driver=True)
     else:
         from pathlib import Path
+
         root = str(Path(__file__).resolve().parents[2])
         path = os.pathsep.join([root] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
-        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True,
-                 runtime_env={"env_vars": {"PYTHONPATH": path}})
+        ray.init(
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            log_to_driver=True,
+            runtime_env={"env_vars": {"PYTHONPATH": path}},
+        )
     return True
 
 
-def run_on_ray(checkpoint: str, graph, side, cfg: RecConfig, blocks: list, todo: list, done, num_cpus, device: str,
-               candidates: np.ndarray | None = None):
+def run_on_ray(
+    checkpoint: str,
+    graph,
+    side,
+    cfg: RecConfig,
+    blocks: list,
+    todo: list,
+    done,
+    num_cpus,
+    device: str,
+    candidates: np.ndarray | None = None,
+):
     """Run the `todo` blocks; done(block_id, table, pairs) is called on the driver as each finishes. `candidates`:
     the nodes that may be proposed (None: every node)."""
     import ray
+
     started = init_ray(num_cpus)
     try:
         resources = ray.cluster_resources()
@@ -71,12 +92,17 @@ def run_on_ray(checkpoint: str, graph, side, cfg: RecConfig, blocks: list, todo:
             actors, opts = gpus, {"num_gpus": 1, "num_cpus": 1}
         else:
             actors, opts = max(1, cpus // 2), {"num_cpus": 1}  # half the cores score, half retrieve and sample
-        log.info("ray: %d scoring actor(s) on %s, retrieval/sampling tasks on the remaining CPUs", actors,
-                 "GPUs" if gpus else "CPUs")
+        log.info(
+            "ray: %d scoring actor(s) on %s, retrieval/sampling tasks on the remaining CPUs",
+            actors,
+            "GPUs" if gpus else "CPUs",
+        )
         graph_ref, side_ref, cand_ref = ray.put(graph), ray.put(side), ray.put(candidates)
         prepare = ray.remote(num_cpus=1)(_prepare)
-        pool = [ray.remote(**opts)(BlockScorer).remote(checkpoint, graph_ref, cfg, "cuda" if gpus else "cpu")
-                for _ in range(actors)]
+        pool = [
+            ray.remote(**opts)(BlockScorer).remote(checkpoint, graph_ref, cfg, "cuda" if gpus else "cpu")
+            for _ in range(actors)
+        ]
         pending, queue, turn = [], list(todo), 0
         while queue or pending:
             while queue and len(pending) < 2 * actors:  # bounded: 2 blocks per actor in flight

@@ -16,6 +16,7 @@ deploy` with a config file (`pencil serve --write-config`) build exactly what th
 checkpoint changes only the service application's settings: Serve starts the new replicas, and the old ones
 drain (a rolling update), while the graph owner and its log stay up.
 """
+
 import asyncio
 import contextlib
 import logging
@@ -42,8 +43,12 @@ OWNER = "GraphOwner"
 LATENCY_MS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]
 
 
-@serve.deployment(name=OWNER, num_replicas=1, max_ongoing_requests=1000,
-                  ray_actor_options={"num_cpus": 0, "resources": {"node:__internal_head__": 0.001}})
+@serve.deployment(
+    name=OWNER,
+    num_replicas=1,
+    max_ongoing_requests=1000,
+    ray_actor_options={"num_cpus": 0, "resources": {"node:__internal_head__": 0.001}},
+)
 class GraphOwner:
     """The one writer of the edit log; replicas read the edits back with `since`."""
 
@@ -51,15 +56,22 @@ class GraphOwner:
         from common.shards import read_manifest
         from pipelines.core.runs import run_dataset
         from pipelines.serve.edit_log import EditLog
+
         s = Settings.from_dict(settings)
         dataset = run_dataset(read_manifest(s.shards), s.dataset)  # checked to be the run's graph, as the replicas'
         self.state, described = serving_state(dataset, s.graph, s.max_new_nodes, s.features)
         self.log = EditLog(s.state, described)
         self.state.apply(self.log.records)
         self.lock = asyncio.Lock()
-        log.info("graph owner: %s, %d edits replayed from %s%s", described["source"], self.state.seq, self.log.path,
-                 f"; a torn last line of {self.log.torn} bytes (an edit never acknowledged) dropped"
-                 if self.log.torn else "")
+        log.info(
+            "graph owner: %s, %d edits replayed from %s%s",
+            described["source"],
+            self.state.seq,
+            self.log.path,
+            f"; a torn last line of {self.log.torn} bytes (an edit never acknowledged) dropped"
+            if self.log.torn
+            else "",
+        )
 
     async def edit(self, body) -> dict:
         async with self.lock:  # one edit at a time: seq numbers and the log's order are the same
@@ -80,8 +92,14 @@ class GraphOwner:
     async def since(self, seq: int) -> dict:
         """The edits after `seq`, and where a replica on this node can watch the log grow instead of asking."""
         import ray
-        return {"fingerprint": self.state.base_fingerprint, "records": self.log.records[seq:],
-                "log": str(self.log.path), "size": self.log.size, "node": ray.get_runtime_context().get_node_id()}
+
+        return {
+            "fingerprint": self.state.base_fingerprint,
+            "records": self.log.records[seq:],
+            "log": str(self.log.path),
+            "size": self.log.size,
+            "node": ray.get_runtime_context().get_node_id(),
+        }
 
 
 api = FastAPI(title="PENCIL link prediction", docs_url=None, redoc_url=None, openapi_url=None)
@@ -112,21 +130,34 @@ class Pencil:
 
     def __init__(self, settings: dict):
         import torch
+
         from pipelines.core.runs import load_run
         from pipelines.recommend.engine import RecConfig
         from pipelines.serve.handlers import Engine
         from trainer.scoring import default_device
+
         s = self.settings = Settings.from_dict(settings)
         torch.set_num_threads(max(1, int(s.replica_cpus)))  # the replica's cores; Ray sets OMP threads to them
         device = default_device(s.device)
         model, dataset, fields, self.digest = load_run(s.checkpoint, device, dataset=s.dataset)
         if bool(model.cfg.num_features) != s.features:  # the graph owner built its graph by this setting
-            raise ValueError(f"{s.checkpoint}: its model {'reads' if model.cfg.num_features else 'reads no'} node "
-                             f"features, but the setting 'features' is {s.features}; set it to "
-                             f"{not s.features} (pencil serve --write-config writes it)")
+            raise ValueError(
+                f"{s.checkpoint}: its model {'reads' if model.cfg.num_features else 'reads no'} node "
+                f"features, but the setting 'features' is {s.features}; set it to "
+                f"{not s.features} (pencil serve --write-config writes it)"
+            )
         state, self.described = serving_state(dataset, s.graph, s.max_new_nodes, s.features)
-        cfg = RecConfig(k=s.k, pool=s.pool, retriever=s.retriever, orderings=s.orderings, seed=s.seed,
-                        token_budget=s.token_budget, batch_size=s.batch_size, prior_weight=s.prior_weight, **fields)
+        cfg = RecConfig(
+            k=s.k,
+            pool=s.pool,
+            retriever=s.retriever,
+            orderings=s.orderings,
+            seed=s.seed,
+            token_budget=s.token_budget,
+            batch_size=s.batch_size,
+            prior_weight=s.prior_weight,
+            **fields,
+        )
         self.engine = Engine(model, state, cfg, device)
         self.limits = Limits(s.max_pairs, s.max_edges, s.max_k, s.max_pool, s.max_body_bytes)
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pencil")  # the model's one thread
@@ -137,12 +168,18 @@ class Pencil:
         for method in (self._recommend_batch, self._score_batch):
             method.set_max_batch_size(s.max_batch)
             method.set_batch_wait_timeout_s(s.batch_wait_ms / 1000.0)
-        self.latency = Histogram("pencil_serve_latency_ms", description="request latency by endpoint (ms)",
-                                 boundaries=LATENCY_MS, tag_keys=("endpoint", "status"))
-        self.requests = Counter("pencil_serve_requests", description="requests by endpoint and status",
-                                tag_keys=("endpoint", "status"))
-        self.pairs = Counter("pencil_serve_pairs_scored", description="pairs scored by the model",
-                             tag_keys=("endpoint",))
+        self.latency = Histogram(
+            "pencil_serve_latency_ms",
+            description="request latency by endpoint (ms)",
+            boundaries=LATENCY_MS,
+            tag_keys=("endpoint", "status"),
+        )
+        self.requests = Counter(
+            "pencil_serve_requests", description="requests by endpoint and status", tag_keys=("endpoint", "status")
+        )
+        self.pairs = Counter(
+            "pencil_serve_pairs_scored", description="pairs scored by the model", tag_keys=("endpoint",)
+        )
         log.info("replica ready: %s on %s, %s", s.checkpoint, device, self.described["source"])
 
     # -------------------------------------------------------------- plumbing
@@ -162,14 +199,19 @@ class Pencil:
                 self.owner = serve.get_deployment_handle(OWNER, app_name=self.settings.graph_app)
             reply = await self.owner.since.remote(self.engine.state.seq)
         except Exception as err:  # noqa: BLE001 - without the owner, no answer can promise the latest graph
-            raise ServeError(503, f"the graph owner ({self.settings.graph_app}) is unavailable: "
-                             f"{describe(err)}") from None
+            raise ServeError(
+                503, f"the graph owner ({self.settings.graph_app}) is unavailable: {describe(err)}"
+            ) from None
         if reply["fingerprint"] != self.engine.state.base_fingerprint:
-            raise ServeError(503, "the graph owner serves another graph than this replica's checkpoint; deploy "
-                             "both applications with the same --graph and a checkpoint of the same shard set")
+            raise ServeError(
+                503,
+                "the graph owner serves another graph than this replica's checkpoint; deploy "
+                "both applications with the same --graph and a checkpoint of the same shard set",
+            )
         if reply["records"]:
             await self._run(self.engine.apply, reply["records"])
         import ray
+
         same_node = reply["node"] == ray.get_runtime_context().get_node_id()
         self.local_log, self.log_size = (reply["log"] if same_node else None), reply["size"]
 
@@ -235,6 +277,7 @@ class Pencil:
         async def work():
             query = recommend_query(node, request.query_params, self.engine.cfg, self.limits)
             return self._raise_if_error(await self._recommend_batch(query))
+
         return await self._answer("recommend", work())
 
     @api.post("/score")
@@ -242,6 +285,7 @@ class Pencil:
         async def work():
             pairs = score_body(await self._body(request), self.limits)
             return self._raise_if_error(await self._score_batch(pairs))
+
         return await self._answer("score", work())
 
     @api.post("/edges")
@@ -256,6 +300,7 @@ class Pencil:
                 raise ServeError(reply["status"], reply["error"])
             await self._sync()  # this replica answers with the edit applied; the others before their next batch
             return reply
+
         return await self._answer("edges", work())
 
     @api.get("/neighbors/{node:path}")
@@ -263,14 +308,21 @@ class Pencil:
         async def work():
             await self._sync()
             return await self._run(self.engine.neighbors, node)
+
         return await self._answer("neighbors", work())
 
     @api.get("/health")
     async def health(self) -> JSONResponse:
         async def work():
             await self._sync()
-            return {"status": "ready", **self.engine.state.summary(), "checkpoint": self.digest,
-                    "graph": self.described["source"], "pid": os.getpid()}
+            return {
+                "status": "ready",
+                **self.engine.state.summary(),
+                "checkpoint": self.digest,
+                "graph": self.described["source"],
+                "pid": os.getpid(),
+            }
+
         return await self._answer("health", work())
 
 
@@ -290,10 +342,12 @@ def service_app(config: dict):
     options = {"num_cpus": s.replica_cpus}
     if s.device != "cpu" and cluster_gpus() > 0:
         options["num_gpus"] = 1
-    return Pencil.options(num_replicas=s.replicas, ray_actor_options=options,
-                          max_ongoing_requests=4 * s.max_batch).bind(s.service_dict())
+    return Pencil.options(
+        num_replicas=s.replicas, ray_actor_options=options, max_ongoing_requests=4 * s.max_batch
+    ).bind(s.service_dict())
 
 
 def cluster_gpus() -> int:
     import ray
+
     return int(ray.cluster_resources().get("GPU", 0)) if ray.is_initialized() else 0

@@ -6,6 +6,7 @@ loaded replica those batches queue up small. `Coalescer` takes every batch that 
 worked and runs them as one call (one retrieval, one forward pass), so a busy replica's batches grow with
 its load and an idle one answers a lone request at once.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -50,5 +51,5 @@ class Coalescer:
             pos = 0
             for batch, future in taken:
                 if not future.done():  # a cancelled request (client gone) is skipped
-                    future.set_result(results[pos:pos + len(batch)])
+                    future.set_result(results[pos : pos + len(batch)])
                 pos += len(batch)

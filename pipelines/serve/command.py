@@ -9,6 +9,7 @@ before they are acknowledged and replayed on restart. Without RAY_ADDRESS the co
 which dies with it (even by kill -9); with RAY_ADDRESS it deploys to that cluster. --write-config writes a
 config file for `serve run` / `serve deploy` instead. See docs/serve.md.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,14 +29,20 @@ from common.outputs import check_output, check_replacement, stamp_line
 from common.shards import ShardError
 from common.storage import is_remote
 from pipelines.core.children import exit_on_sigterm
-from pipelines.core.runs import (RunFolderError, load_checkpoint, reads_features, resolve_checkpoint, run_inputs,
-                                 run_manifest)
+from pipelines.core.runs import (
+    RunFolderError,
+    load_checkpoint,
+    reads_features,
+    resolve_checkpoint,
+    run_inputs,
+    run_manifest,
+)
 from pipelines.recommend.engine import RecommendError, add_engine_flags
-from preprocess.cluster import RayConnectError
 from pipelines.serve.edit_log import LOG_NAME
 from pipelines.serve.handlers import NO_TOKEN, TOKEN_ENV, Limits
 from pipelines.serve.settings import Settings
 from pipelines.serve.start import deploy, precheck
+from preprocess.cluster import RayConnectError
 
 log = logging.getLogger("pipelines.serve")
 PROG = "python -m pipelines.serve"
@@ -47,29 +54,54 @@ def build_parser(prog: str = PROG) -> Parser:
     p.add_argument("--state", required=True, help="folder of the service's edit log (created; replayed on restart)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8000, help="HTTP port (default 8000)")
-    p.add_argument("--replicas", type=int, default=1, help="model replicas (default 1; a GPU each where the "
-                   "cluster has GPUs)")
-    p.add_argument("--token-file", default=None, help=f"file holding the bearer token of POST /edges (else "
-                   f"${TOKEN_ENV}; with neither, edits are refused)")
-    p.add_argument("--graph", default=snapshot.WHOLE, help="graph to serve: all (every split's edges, default), "
-                   "train/valid/test or today's edge list (.csv/.parquet)")
+    p.add_argument(
+        "--replicas", type=int, default=1, help="model replicas (default 1; a GPU each where the cluster has GPUs)"
+    )
+    p.add_argument(
+        "--token-file",
+        default=None,
+        help=f"file holding the bearer token of POST /edges (else ${TOKEN_ENV}; with neither, edits are refused)",
+    )
+    p.add_argument(
+        "--graph",
+        default=snapshot.WHOLE,
+        help="graph to serve: all (every split's edges, default), "
+        "train/valid/test or today's edge list (.csv/.parquet)",
+    )
     add_moved_dataset_flag(p, advanced=True)
     add_engine_flags(p)
-    p.add_argument("--write-config", default=None, metavar="FILE",
-                   help="write a Ray Serve config file for `serve run` / `serve deploy` and exit")
+    p.add_argument(
+        "--write-config",
+        default=None,
+        metavar="FILE",
+        help="write a Ray Serve config file for `serve run` / `serve deploy` and exit",
+    )
     add_overwrite_flag(p, "--write-config", advanced=True)
-    for name, default, text in (("max-pairs", Limits.max_pairs, "pairs per /score request"),
-                                ("max-edges", Limits.max_edges, "pairs per /edges request"),
-                                ("max-k", Limits.max_k, "largest k of /recommend"),
-                                ("max-pool", Limits.max_pool, "largest pool of /recommend"),
-                                ("max-body-bytes", Limits.max_body_bytes, "bytes of a request body"),
-                                ("max-batch", Settings.max_batch, "requests batched into one forward pass")):
-        p.add_argument(f"--{name}", type=int, default=default, advanced=True, help=f"at most this many {text} "
-                       f"(default {default})")
-    p.add_argument("--batch-wait-ms", type=float, default=Settings.batch_wait_ms, advanced=True,
-                   help=f"how long a batch waits for more requests (default {Settings.batch_wait_ms:g})")
-    p.add_argument("--replica-cpus", type=float, default=Settings.replica_cpus, advanced=True,
-                   help=f"CPUs (and torch threads) per replica (default {Settings.replica_cpus:g})")
+    for name, default, text in (
+        ("max-pairs", Limits.max_pairs, "pairs per /score request"),
+        ("max-edges", Limits.max_edges, "pairs per /edges request"),
+        ("max-k", Limits.max_k, "largest k of /recommend"),
+        ("max-pool", Limits.max_pool, "largest pool of /recommend"),
+        ("max-body-bytes", Limits.max_body_bytes, "bytes of a request body"),
+        ("max-batch", Settings.max_batch, "requests batched into one forward pass"),
+    ):
+        p.add_argument(
+            f"--{name}", type=int, default=default, advanced=True, help=f"at most this many {text} (default {default})"
+        )
+    p.add_argument(
+        "--batch-wait-ms",
+        type=float,
+        default=Settings.batch_wait_ms,
+        advanced=True,
+        help=f"how long a batch waits for more requests (default {Settings.batch_wait_ms:g})",
+    )
+    p.add_argument(
+        "--replica-cpus",
+        type=float,
+        default=Settings.replica_cpus,
+        advanced=True,
+        help=f"CPUs (and torch threads) per replica (default {Settings.replica_cpus:g})",
+    )
     add_num_cpus_flag(p)
     return p
 
@@ -95,19 +127,38 @@ class ServeCommand:
             shards = payload["config"]["data"]["shards"]
             graph = args.graph if args.graph in snapshot.GRAPH_NAMES else str(Path(args.graph).resolve())
             if graph not in snapshot.GRAPH_NAMES and not Path(graph).is_file():
-                raise ValueError(f"--graph {args.graph}: no such file; pass all, train, valid, test or an edge-list "
-                                 "file")
-            s = Settings.from_dict({
-                "checkpoint": str(ckpt), "state": str(Path(args.state).resolve()), "shards": absolute(shards),
-                "graph": graph, "dataset": absolute(args.dataset) if args.dataset else None,
-                "features": reads_features(payload, run_manifest(payload, ckpt)),
-                "replicas": args.replicas, "replica_cpus": args.replica_cpus, "device": args.device, "k": args.k,
-                "pool": args.pool, "retriever": args.retriever, "orderings": args.orderings, "seed": args.seed,
-                "prior_weight": args.prior_weight, "batch_size": args.batch_size, "token_budget": args.token_budget,
-                "max_pairs": args.max_pairs, "max_edges": args.max_edges, "max_k": args.max_k,
-                "max_pool": args.max_pool, "max_body_bytes": args.max_body_bytes, "max_batch": args.max_batch,
-                "batch_wait_ms": args.batch_wait_ms,
-                "token_file": str(Path(args.token_file).resolve()) if args.token_file else None})
+                raise ValueError(
+                    f"--graph {args.graph}: no such file; pass all, train, valid, test or an edge-list file"
+                )
+            s = Settings.from_dict(
+                {
+                    "checkpoint": str(ckpt),
+                    "state": str(Path(args.state).resolve()),
+                    "shards": absolute(shards),
+                    "graph": graph,
+                    "dataset": absolute(args.dataset) if args.dataset else None,
+                    "features": reads_features(payload, run_manifest(payload, ckpt)),
+                    "replicas": args.replicas,
+                    "replica_cpus": args.replica_cpus,
+                    "device": args.device,
+                    "k": args.k,
+                    "pool": args.pool,
+                    "retriever": args.retriever,
+                    "orderings": args.orderings,
+                    "seed": args.seed,
+                    "prior_weight": args.prior_weight,
+                    "batch_size": args.batch_size,
+                    "token_budget": args.token_budget,
+                    "max_pairs": args.max_pairs,
+                    "max_edges": args.max_edges,
+                    "max_k": args.max_k,
+                    "max_pool": args.max_pool,
+                    "max_body_bytes": args.max_body_bytes,
+                    "max_batch": args.max_batch,
+                    "batch_wait_ms": args.batch_wait_ms,
+                    "token_file": str(Path(args.token_file).resolve()) if args.token_file else None,
+                }
+            )
             s = s.with_token()  # a bad token file fails here, in one line
         except (ValueError, RunFolderError, RecommendError, ShardError) as err:
             raise FlagError(str(err)) from None
@@ -125,9 +176,12 @@ def config_data(path: str, s: Settings, overwrite: bool) -> str:
     manifest = run_manifest(load_checkpoint(Path(s.checkpoint)), s.checkpoint)
     files, folders = run_inputs(s.checkpoint, manifest)
     on_file = s.graph not in snapshot.GRAPH_NAMES
-    check_output(path, "--write-config", files={**files, "--graph": s.graph if on_file else None,
-                                                "--token-file": s.token_file, "--dataset": s.dataset},
-                 folders=folders)
+    check_output(
+        path,
+        "--write-config",
+        files={**files, "--graph": s.graph if on_file else None, "--token-file": s.token_file, "--dataset": s.dataset},
+        folders=folders,
+    )
     check_replacement(path, "serve-config", manifest["fingerprint"], overwrite, "--write-config", "config file")
     return manifest["fingerprint"]
 
@@ -136,32 +190,59 @@ def write_config(path: str, s: Settings, host: str, port: int, data: str = "unkn
     """A Serve config with the two applications, built by the same functions as the command's; `data`: the run's
     data fingerprint (its stamp, common.outputs). Says where the token comes from: it is never in the file."""
     import yaml
+
     from pipelines.serve.app import GRAPH_APP, SERVICE_APP
+
     defaults = Settings()
     service = {k: v for k, v in s.service_dict().items() if k != "token_sha256" and v != getattr(defaults, k)}
     if s.token_file:
         service["token_file"] = s.token_file
-    config = {"proxy_location": "HeadOnly", "http_options": {"host": host, "port": port}, "applications": [
-        {"name": GRAPH_APP, "route_prefix": None, "import_path": "pipelines.serve.app:graph_app",
-         "args": s.owner_dict()},
-        {"name": SERVICE_APP, "route_prefix": "/", "import_path": "pipelines.serve.app:service_app",
-         "args": service}]}
-    write_text_atomic(path, f"# {stamp_line('serve-config', data)}\n"
-                      f"# {PROG} --write-config: `serve run {Path(path).name}` or `serve deploy {Path(path).name}` "
-                      "(RAY_ADDRESS: the cluster); the token comes from token_file\n"
-                      + yaml.safe_dump(config, sort_keys=False))
+    config = {
+        "proxy_location": "HeadOnly",
+        "http_options": {"host": host, "port": port},
+        "applications": [
+            {
+                "name": GRAPH_APP,
+                "route_prefix": None,
+                "import_path": "pipelines.serve.app:graph_app",
+                "args": s.owner_dict(),
+            },
+            {
+                "name": SERVICE_APP,
+                "route_prefix": "/",
+                "import_path": "pipelines.serve.app:service_app",
+                "args": service,
+            },
+        ],
+    }
+    write_text_atomic(
+        path,
+        f"# {stamp_line('serve-config', data)}\n"
+        f"# {PROG} --write-config: `serve run {Path(path).name}` or `serve deploy {Path(path).name}` "
+        "(RAY_ADDRESS: the cluster); the token comes from token_file\n" + yaml.safe_dump(config, sort_keys=False),
+    )
     if s.token_file:
-        log.info("the token is not in %s: the application reads it from token_file %s where it is built (the file "
-                 "must be there)", path, s.token_file)
+        log.info(
+            "the token is not in %s: the application reads it from token_file %s where it is built (the file "
+            "must be there)",
+            path,
+            s.token_file,
+        )
     elif s.token_sha256:
-        log.warning("the token (%s) is not in %s: set %s where `serve run` / `serve deploy` builds the application, "
-                    "or pass --token-file", TOKEN_ENV, path, TOKEN_ENV)
+        log.warning(
+            "the token (%s) is not in %s: set %s where `serve run` / `serve deploy` builds the application, "
+            "or pass --token-file",
+            TOKEN_ENV,
+            path,
+            TOKEN_ENV,
+        )
     else:
         log.warning("%s", NO_TOKEN)
 
 
 def run_service(s: Settings, host: str, port: int, num_cpus: int | None, prog: str) -> int:
     from pipelines.core.ray_head import local_head
+
     on_cluster = bool(os.environ.get("RAY_ADDRESS"))
     with contextlib.ExitStack() as stack:
         head = metrics = None
@@ -169,7 +250,9 @@ def run_service(s: Settings, host: str, port: int, num_cpus: int | None, prog: s
             address, head, metrics = stack.enter_context(local_head(num_cpus))
         import ray
         from ray import serve
+
         from pipelines.serve.app import GRAPH_APP, SERVICE_APP, graph_app, service_app
+
         if on_cluster:
             log.info("RAY_ADDRESS=%s: deploying to that cluster", os.environ["RAY_ADDRESS"])
         ray.init(address=None if on_cluster else address, log_to_driver=False)
@@ -181,8 +264,12 @@ def run_service(s: Settings, host: str, port: int, num_cpus: int | None, prog: s
         deploy(graph_app(s.owner_dict()), GRAPH_APP, None)
         service = {**s.service_dict(), "token_file": s.token_file}
         deploy(service_app(service), SERVICE_APP, "/")
-        print(f"{prog}: serving {s.checkpoint} on {s.graph} at http://{host}:{port} ({s.replicas} replica(s); "
-              f"edit log {Path(s.state) / LOG_NAME})", file=sys.stderr, flush=True)
+        print(
+            f"{prog}: serving {s.checkpoint} on {s.graph} at http://{host}:{port} ({s.replicas} replica(s); "
+            f"edit log {Path(s.state) / LOG_NAME})",
+            file=sys.stderr,
+            flush=True,
+        )
         if s.token_sha256 is None:
             print(f"{prog}: warning: {NO_TOKEN}", file=sys.stderr, flush=True)
         if metrics:

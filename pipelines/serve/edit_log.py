@@ -10,6 +10,7 @@ with the line it found, and a file that is not a log of this graph is refused be
 
 One service owns a state folder: the log is locked (flock) while open, and a second owner is refused.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -50,16 +51,20 @@ def parse_log(data: bytes, path: Path, graph: dict) -> tuple[list, int]:
         raise StateError(f"{path}: not a PENCIL edit log of format {FORMAT} (line 1); pass another --state")
     have = header.get("graph", {})
     if have.get("fingerprint") != graph["fingerprint"]:
-        raise StateError(f"{path}: holds the edits of another graph ({have.get('source')}, {have.get('nodes')} nodes, "
-                         f"{have.get('edges')} edges) than this service's ({graph['source']}, {graph['nodes']} nodes, "
-                         f"{graph['edges']} edges): a log belongs to the graph it started from; pass a new --state "
-                         "for this graph (a snapshot taken after the edits holds them), or serve the log's graph")
+        raise StateError(
+            f"{path}: holds the edits of another graph ({have.get('source')}, {have.get('nodes')} nodes, "
+            f"{have.get('edges')} edges) than this service's ({graph['source']}, {graph['nodes']} nodes, "
+            f"{graph['edges']} edges): a log belongs to the graph it started from; pass a new --state "
+            "for this graph (a snapshot taken after the edits holds them), or serve the log's graph"
+        )
     records = []
     for n, line in enumerate(lines[1:], start=2):
         rec = _parse(path, line, n)
         if rec.get("seq") != len(records) + 1 or not all(isinstance(rec.get(k), list) for k in ("add", "remove")):
-            raise StateError(f"{path}: line {n} is not edit {len(records) + 1}; the log is damaged "
-                             "(restore it from a backup or pass another --state)")
+            raise StateError(
+                f"{path}: line {n} is not edit {len(records) + 1}; the log is damaged "
+                "(restore it from a backup or pass another --state)"
+            )
         records.append(rec)
     return records, torn
 
@@ -70,8 +75,10 @@ def _parse(path: Path, line: bytes, n: int) -> dict:
     except (ValueError, UnicodeDecodeError):
         value = None
     if not isinstance(value, dict):
-        raise StateError(f"{path}: line {n} is not a JSON object; the log is damaged (restore it from a "
-                         "backup or pass another --state)")
+        raise StateError(
+            f"{path}: line {n} is not a JSON object; the log is damaged (restore it from a "
+            "backup or pass another --state)"
+        )
     return value
 
 
@@ -81,8 +88,9 @@ def check_state_folder(folder) -> Path:
     for p in (folder, *folder.parents):
         if p.exists():
             if not p.is_dir():
-                raise StateError(f"--state {folder}: {'is' if p == folder else f'{p} is'} a file; pass a folder "
-                                 "for the edit log")
+                raise StateError(
+                    f"--state {folder}: {'is' if p == folder else f'{p} is'} a file; pass a folder for the edit log"
+                )
             break
     return folder
 
@@ -116,8 +124,10 @@ class EditLog:
             fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self.file.close()
-            raise StateError(f"--state {self.folder}: its edit log is in use by another running service; stop "
-                             "that one or pass another --state") from None
+            raise StateError(
+                f"--state {self.folder}: its edit log is in use by another running service; stop "
+                "that one or pass another --state"
+            ) from None
         self.file.seek(0)
         data = self.file.read()
         try:
@@ -136,7 +146,7 @@ class EditLog:
         data = memoryview(line.encode())
         try:
             while data:
-                data = data[self.file.write(data):]
+                data = data[self.file.write(data) :]
             os.fsync(self.file.fileno())
         except OSError:
             try:

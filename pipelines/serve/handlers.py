@@ -5,6 +5,7 @@ at once through the recommendation engine (pipelines/recommend/engine.py) and th
 (trainer/scoring.py): the same steps, defaults and guarantees as `pencil recommend` and `pencil score`.
 The parsers turn a request into what the engine takes, or a ServeError with its status and one line.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -21,8 +22,9 @@ from pipelines.serve.state import GraphState, ServeError, shown
 from trainer.scoring import score_columns
 
 TOKEN_ENV = "PENCIL_SERVE_TOKEN"
-NO_TOKEN = (f"write endpoints are disabled: the service was started without a token (set {TOKEN_ENV} or pass "
-            "--token-file)")
+NO_TOKEN = (
+    f"write endpoints are disabled: the service was started without a token (set {TOKEN_ENV} or pass --token-file)"
+)
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,7 @@ class Engine:
         graph = self.state.graph
         if graph.x is not None:  # the model reads node features: every node's, new ones too (GraphState)
             import torch
+
             self.model.attach_features(torch.from_numpy(graph.x))
         self.sampler = sampler_for(graph, self.cfg)
         self.scorer = scorer_for(self.model, graph, self.cfg, self.device)
@@ -190,9 +193,18 @@ class Engine:
             cand_ids = self.state.ids.users(cols["candidate"])
             for i, idx in items:
                 lo, hi = np.searchsorted(node, idx, "left"), np.searchsorted(node, idx, "right")
-                out[i] = {"node": self.state.ids.user(idx), "recommendations": [
-                    {"candidate": cand_ids[r], "rank": int(cols["rank"][r]), "score": float(cols["score"][r]),
-                     "retriever_score": float(cols["retriever_score"][r])} for r in range(lo, hi)]}
+                out[i] = {
+                    "node": self.state.ids.user(idx),
+                    "recommendations": [
+                        {
+                            "candidate": cand_ids[r],
+                            "rank": int(cols["rank"][r]),
+                            "score": float(cols["score"][r]),
+                            "retriever_score": float(cols["retriever_score"][r]),
+                        }
+                        for r in range(lo, hi)
+                    ],
+                }
         return out, scored
 
     def score(self, requests: list) -> tuple[list, int]:
@@ -213,20 +225,32 @@ class Engine:
         cols = score_columns(self.scorer.logits(pairs))
         users = self.state.ids.users(pairs.ravel())
         for i, lo, n in spans:
-            out[i] = {"scores": [{"src": users[2 * r], "dst": users[2 * r + 1], "score": float(cols["score"][r]),
-                                  "logit": float(cols["logit"][r]), "score_std": float(cols["score_std"][r])}
-                                 for r in range(lo, lo + n)]}
+            out[i] = {
+                "scores": [
+                    {
+                        "src": users[2 * r],
+                        "dst": users[2 * r + 1],
+                        "score": float(cols["score"][r]),
+                        "logit": float(cols["logit"][r]),
+                        "score_std": float(cols["score_std"][r]),
+                    }
+                    for r in range(lo, lo + n)
+                ]
+            }
         return out, len(pairs)
 
     def _pair_indices(self, pairs: list) -> np.ndarray:
         ids = self.state.ids
-        idx = np.array([[ids.index(u, f"'pairs'[{i}]"), ids.index(v, f"'pairs'[{i}]")]
-                        for i, (u, v) in enumerate(pairs)], dtype=np.int64).reshape(-1, 2)
+        idx = np.array(
+            [[ids.index(u, f"'pairs'[{i}]"), ids.index(v, f"'pairs'[{i}]")] for i, (u, v) in enumerate(pairs)],
+            dtype=np.int64,
+        ).reshape(-1, 2)
         loops = np.flatnonzero(idx[:, 0] == idx[:, 1])
         if loops.size:  # as `pencil score`: a node and itself is no link to predict
             r = int(loops[0])
-            raise ServeError(400, f"'pairs'[{r}]: pairs node {shown(pairs[r][0])} with itself; self-loops are not "
-                             "scored")
+            raise ServeError(
+                400, f"'pairs'[{r}]: pairs node {shown(pairs[r][0])} with itself; self-loops are not scored"
+            )
         return idx
 
     def neighbors(self, node: str) -> dict:

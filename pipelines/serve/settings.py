@@ -1,5 +1,6 @@
 """The settings of a service: one record for the command's flags, a Serve config file's `args`, and what the
 two applications' replicas are built with (pipelines/serve/app.py)."""
+
 from __future__ import annotations
 
 import os
@@ -68,16 +69,23 @@ class Settings:
         return s
 
     def validate(self) -> None:
-        RecConfig(k=self.k, pool=self.pool, retriever=self.retriever, orderings=self.orderings,
-                  batch_size=self.batch_size, prior_weight=self.prior_weight)  # its checks, its messages
+        RecConfig(
+            k=self.k,
+            pool=self.pool,
+            retriever=self.retriever,
+            orderings=self.orderings,
+            batch_size=self.batch_size,
+            prior_weight=self.prior_weight,
+        )  # its checks, its messages
         for name in ("replicas", "max_pairs", "max_edges", "max_k", "max_pool", "max_body_bytes", "max_batch"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name.replace('_', '-')}: must be >= 1, got {getattr(self, name)}")
         if self.replica_cpus <= 0 or self.batch_wait_ms < 0:
             raise ValueError("--replica-cpus must be > 0 and --batch-wait-ms >= 0")
         if self.k > self.max_k or self.pool > self.max_pool:
-            raise ValueError(f"--k {self.k} / --pool {self.pool}: above --max-k {self.max_k} / --max-pool "
-                             f"{self.max_pool}")
+            raise ValueError(
+                f"--k {self.k} / --pool {self.pool}: above --max-k {self.max_k} / --max-pool {self.max_pool}"
+            )
 
     def with_token(self, environ=os.environ) -> "Settings":
         """The token's digest from --token-file or PENCIL_SERVE_TOKEN (read here, in the process that builds

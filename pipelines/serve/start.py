@@ -9,6 +9,7 @@ without Serve's blocking wait (`deploy`): that wait retries a failing constructo
 reports only "Failed to update the deployments"; here the first failed replica's own exception is the
 command's error.
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,14 +42,16 @@ def check_port(host: str, port: int) -> None:
         try:
             s.bind((host, port))
         except OSError as err:
-            raise ValueError(f"--port {port}: cannot listen on {host}:{port} ({err.strerror}); choose another "
-                             "--port or --host") from None
+            raise ValueError(
+                f"--port {port}: cannot listen on {host}:{port} ({err.strerror}); choose another --port or --host"
+            ) from None
 
 
 def check_state_free(folder: str) -> None:
     """Refuse at once a state folder whose log another running service holds (the owner would refuse it too,
     after Serve's retries)."""
     import fcntl
+
     path = Path(folder) / LOG_NAME
     if not path.is_file():
         return
@@ -56,8 +59,10 @@ def check_state_free(folder: str) -> None:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ValueError(f"--state {folder}: its edit log is in use by another running service; stop that one "
-                             "or pass another --state") from None
+            raise ValueError(
+                f"--state {folder}: its edit log is in use by another running service; stop that one "
+                "or pass another --state"
+            ) from None
 
 
 def served_graph(s: Settings) -> dict:
@@ -65,6 +70,7 @@ def served_graph(s: Settings) -> dict:
     as the graph owner and the replicas load it (a moved edge list through --dataset, an edited one refused)."""
     from pipelines.core.runs import load_checkpoint, run_dataset, run_manifest
     from pipelines.serve.state import serving_state
+
     manifest = run_manifest(load_checkpoint(Path(s.checkpoint)), s.checkpoint)
     _, described = serving_state(run_dataset(manifest, s.dataset), s.graph, s.max_new_nodes, s.features)
     return described
@@ -75,6 +81,7 @@ def precheck(s: Settings, host: str, port: int) -> None:
     check_port(host, port)
     if os.environ.get("RAY_ADDRESS"):
         from preprocess.cluster import probe_address
+
         probe_address(os.environ["RAY_ADDRESS"])
     check_state_folder(s.state)
     check_output_folder(s.state, "--state")  # the log never goes into a run folder or a shard set
@@ -82,8 +89,12 @@ def precheck(s: Settings, host: str, port: int) -> None:
     graph = served_graph(s)
     edits, torn = inspect_log(s.state, graph)
     if edits or torn:
-        log.info("edit log %s: replaying %d edit(s)%s", Path(s.state) / LOG_NAME, edits,
-                 f"; its torn last line ({torn} bytes, an edit never acknowledged) is dropped" if torn else "")
+        log.info(
+            "edit log %s: replaying %d edit(s)%s",
+            Path(s.state) / LOG_NAME,
+            edits,
+            f"; its torn last line ({torn} bytes, an edit never acknowledged) is dropped" if torn else "",
+        )
 
 
 def deploy(app, name: str, route_prefix: str | None) -> None:
@@ -91,6 +102,7 @@ def deploy(app, name: str, route_prefix: str | None) -> None:
     fails to start ends the wait with its own exception (ServeStartError)."""
     from ray import serve
     from ray.serve.api import _run  # serve.run is this with a wait that reports no cause
+
     _run(app, _blocking=False, name=name, route_prefix=route_prefix)
     while True:
         status = serve.status().applications.get(name)

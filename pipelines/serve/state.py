@@ -14,6 +14,7 @@ takes the next index, in the order edits first name it. A graph without a mappin
 (nodes in between are isolated). So a pair's score here equals `pencil score`'s on the same edge list,
 for new nodes too when they were first named in increasing order (the snapshot's order).
 """
+
 from __future__ import annotations
 
 import re
@@ -80,13 +81,17 @@ class LiveIds:
             if not INTEGER.fullmatch(value):
                 raise ServeError(400, f"{where}: node id {shown(value)} must be an integer id")
             if LEADING_ZERO.match(value):
-                raise ServeError(400, f"{where}: node id {shown(value)} has a leading zero; this graph's ids are "
-                                 "integers, written without one")
+                raise ServeError(
+                    400,
+                    f"{where}: node id {shown(value)} has a leading zero; this graph's ids are "
+                    "integers, written without one",
+                )
             value = int(value)
         lo, hi = self.bounds
         if not lo <= value <= hi:
-            raise ServeError(400, f"{where}: node id {value} does not fit this graph's ids (integers from {lo} to "
-                             f"{hi})")
+            raise ServeError(
+                400, f"{where}: node id {value} does not fit this graph's ids (integers from {lo} to {hi})"
+            )
         return value
 
     @property
@@ -161,7 +166,7 @@ class GraphState:
         extra = sorted(set(body) - set(RECORD_KEYS) - ({FEATURES_KEY} if featured else set()))
         if extra:
             fields = "'add', 'remove' and 'features' (a new node's row)" if featured else "'add' and 'remove'"
-            why = ("; this model reads no node features" if extra[0] == FEATURES_KEY else "")
+            why = "; this model reads no node features" if extra[0] == FEATURES_KEY else ""
             raise ServeError(400, f"unknown field {shown(extra[0])}; an edit has the fields {fields}{why}")
         record = {key: self._pairs(body.get(key, []), key) for key in RECORD_KEYS}
         if not record["add"] and not record["remove"]:
@@ -170,9 +175,12 @@ class GraphState:
         limit = self.ids.num_nodes + self.max_new_nodes
         bad = sorted(v for v in introduced if not self.ids.mapped and not 0 <= v < limit)
         if bad:
-            raise ServeError(400, f"'add': node id {bad[0]} is out of range: this graph names its nodes "
-                             f"0..{self.ids.num_nodes - 1} and a new node takes an id from {self.ids.num_nodes} "
-                             f"to {limit - 1}")
+            raise ServeError(
+                400,
+                f"'add': node id {bad[0]} is out of range: this graph names its nodes "
+                f"0..{self.ids.num_nodes - 1} and a new node takes an id from {self.ids.num_nodes} "
+                f"to {limit - 1}",
+            )
         for u, v in record["remove"]:
             for value in (u, v):
                 if self.ids.find(value) is None and value not in introduced:
@@ -200,10 +208,16 @@ class GraphState:
         for key, row in value.items():
             node = self.ids.normalise(key, "'features'")
             if node not in created:
-                raise ServeError(400, f"'features': node {shown(key)} is not created by this edit; a node's features "
-                                 "are given once, with the edit that adds it")
-            ok = isinstance(row, list) and len(row) == width and all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) for x in row)
+                raise ServeError(
+                    400,
+                    f"'features': node {shown(key)} is not created by this edit; a node's features "
+                    "are given once, with the edit that adds it",
+                )
+            ok = (
+                isinstance(row, list)
+                and len(row) == width
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in row)
+            )
             if not ok or not np.isfinite(np.asarray(row, dtype=np.float64)).all():
                 raise ServeError(400, f"'features'[{shown(key)}]: expected {width} finite numbers, got {shown(row)}")
             if (np.abs(np.asarray(row, dtype=np.float64)) > np.finfo(np.float32).max).any():
@@ -211,9 +225,12 @@ class GraphState:
             rows[node] = [float(x) for x in row]
         missing = [node for node in created if node not in rows]
         if missing:
-            raise ServeError(400, f"node {shown(missing[0])} is new and this model reads node features: send its "
-                             f"row with the edit, \"features\": {{{shown(missing[0])}: [{width} numbers]}} "
-                             f"({len(missing)} new node(s) without one); features are never invented")
+            raise ServeError(
+                400,
+                f"node {shown(missing[0])} is new and this model reads node features: send its "
+                f'row with the edit, "features": {{{shown(missing[0])}: [{width} numbers]}} '
+                f"({len(missing)} new node(s) without one); features are never invented",
+            )
         return [[node, rows[node]] for node in created]
 
     def _pairs(self, value, key: str) -> list:
@@ -225,8 +242,9 @@ class GraphState:
                 raise ServeError(400, f"'{key}'[{i}]: expected a pair [u, v], got {shown(pair)}")
             u, v = (self.ids.normalise(x, f"'{key}'[{i}]") for x in pair)
             if u == v:
-                raise ServeError(400, f"'{key}'[{i}]: pairs node {shown(pair[0])} with itself; self-loops are not "
-                                 "edges")
+                raise ServeError(
+                    400, f"'{key}'[{i}]: pairs node {shown(pair[0])} with itself; self-loops are not edges"
+                )
             out.append([u, v])
         return out
 
@@ -268,12 +286,22 @@ def serving_state(dataset, spec: str, max_new_nodes: int, features: bool = False
     graph, node_ids = snapshot.graph_for(spec, dataset)
     if features:
         from pipelines.core.runs import check_node_features
+
         check_node_features(True, dataset.num_nodes, graph, node_ids, f"--graph {spec}")
         graph = Graph(graph.indptr, graph.indices, dataset.x)
     elif graph.x is not None:  # structure only: the model reads no features
         graph = Graph(graph.indptr, graph.indices)
     state = GraphState(graph, node_ids, max_new_nodes)
-    source = (f"{dataset.name}, every split's edges" if spec == snapshot.WHOLE else
-              f"{dataset.name} {spec} graph" if spec in snapshot.SPLIT_NAMES else str(spec))
-    return state, {"fingerprint": state.base_fingerprint, "nodes": graph.num_nodes, "edges": graph.num_edges,
-                   "source": source}
+    source = (
+        f"{dataset.name}, every split's edges"
+        if spec == snapshot.WHOLE
+        else f"{dataset.name} {spec} graph"
+        if spec in snapshot.SPLIT_NAMES
+        else str(spec)
+    )
+    return state, {
+        "fingerprint": state.base_fingerprint,
+        "nodes": graph.num_nodes,
+        "edges": graph.num_edges,
+        "source": source,
+    }
