@@ -319,6 +319,32 @@ def _run_args(tmp_path, *argv):
     return run_config("--dataset", "citeseer", "--out", tmp_path / "results", "--shards", tmp_path / "shards", *argv)
 
 
+@pytest.mark.parametrize("overwrite, expected", [(False, "--resume"), (True, "--overwrite")])
+def test_overwrite_retrains_a_finished_seed_of_other_flags(tmp_path, monkeypatch, overwrite, expected):
+    """A seed folder finished under another --train-arg: a rerun resumes it (the trainer then refuses, naming
+    the flags), and with --overwrite it is retrained afresh."""
+    from pipelines.core import finished, seeds, trainers
+
+    launched, run_dir = [], tmp_path / "results" / "seed0"
+
+    def fake_start_child(cmd, **kw):
+        launched.append(cmd)
+        (run_dir / "summary.json").write_text('{"steps": 5}')
+        return subprocess.Popen([sys.executable, "-c", "pass"])
+
+    monkeypatch.setattr(trainers, "start_child", fake_start_child)
+    monkeypatch.setattr(seeds, "stale_seeds", lambda opts, runs, shards: set())  # same data: only flags differ
+    before = _run_args(tmp_path, "--device", "cpu", "--train-arg=--max-steps=5").trainer
+    run_dir.mkdir(parents=True)
+    (run_dir / "last.pt").write_bytes(b"x")
+    (run_dir / "summary.json").write_text('{"steps": 5}')
+    finished.mark_finished(seeds.seed_run(before, "tiny", "/data/set", "original", 0, run_dir))
+    argv = ["--device", "cpu", "--train-arg=--max-steps=7", *(["--overwrite"] if overwrite else [])]
+    now = _run_args(tmp_path, *argv).trainer
+    seeds.train_seeds(now, {0: seeds.seed_run(now, "tiny", "/data/set", "original", 0, run_dir)})
+    assert len(launched) == 1 and expected in launched[0] and "--max-steps 7" in " ".join(launched[0])
+
+
 @pytest.mark.parametrize(
     "gpus, device, launcher",
     [

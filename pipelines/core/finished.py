@@ -30,6 +30,15 @@ def finished_summary(run) -> dict | None:
     return summary if recorded == run.identity() and whole else None
 
 
+def trained_otherwise(run) -> bool:
+    """The folder of `run` holds a finished run of other flags (another --train-arg, epochs or candidate): a
+    resume there would be refused by the trainer, so the recipe's --overwrite retrains it."""
+    try:
+        return json.loads((Path(run.run_dir) / RUN_FILE).read_text()) != run.identity()
+    except (OSError, ValueError):
+        return False
+
+
 def forget(run_dir: Path) -> None:
     """Before a trainer starts in the folder: until it exits 0, the folder is not finished."""
     (run_dir / RUN_FILE).unlink(missing_ok=True)

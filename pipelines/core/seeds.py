@@ -64,11 +64,16 @@ def train_seeds(
     `stop_at`: the pool's deadline. A seed it stops raises, or with `partial` is judged on the epochs it
     evaluated (pipelines.core.stopped; its summary says `stopped`), or left out of the result when it
     evaluated none; a rerun resumes it either way. A folder trained on other data is refused
-    (pipelines.core.seed_data), or cleared with the recipe's --overwrite."""
+    (pipelines.core.seed_data), or cleared with the recipe's --overwrite, as is, with --overwrite, a finished
+    run of other flags."""
     if not runs:
         return {}
     shards = next(iter(runs.values())).shards
     stale = stale_seeds(opts, {seed: Path(r.run_dir) for seed, r in runs.items()}, shards)
+    if opts.overwrite:  # --overwrite also retrains a finished seed of other flags, which --resume would refuse
+        for seed in sorted(seed for seed, r in runs.items() if seed not in stale and finished.trained_otherwise(r)):
+            log.info("seed %d: %s holds a run of other flags; --overwrite retrains it", seed, runs[seed].run_dir)
+            stale.add(seed)
     runs = {seed: replace(r, fresh=True) if seed in stale else r for seed, r in runs.items()}
     done = {
         seed: s for seed, r in runs.items() if seed not in stale and (s := finished.finished_summary(r)) is not None
