@@ -11,14 +11,14 @@ demo: install
 	$(PYTHON) -m pipelines.run --dataset citeseer --preset citeseer-small --seeds 0,1,2
 
 test: install
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -X faulthandler -m pytest -q
 
 lint: install
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
 
 test-slow: install
-	$(PYTHON) -m pytest -q -m slow
+	$(PYTHON) -X faulthandler -m pytest -q -m slow
 
 bench: install
 	$(PYTHON) bench/sampler.py

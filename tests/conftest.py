@@ -256,6 +256,18 @@ def ray_head(tmp_path):
         yield head
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_embedded_ray_at_exit():
+    """Shut down an embedded Ray that an in-process test left running, before the interpreter exits:
+    Ray's threads torn down by interpreter exit instead can crash the process after the test summary."""
+    yield
+    if HAS_RAY:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
+
+
 @pytest.fixture(scope="module")
 def ray_session():
     """One embedded 2-CPU Ray for a whole test module (starting Ray costs seconds)."""

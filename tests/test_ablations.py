@@ -179,6 +179,7 @@ def test_table_prints_measured_rows_beside_the_paper():
     assert "PENCIL + LRP-3 (paper only)" in md and "MRR 39.18" in md
 
 
+@pytest.mark.slow  # the recipe end to end (a minute); its pieces are tested in this module's default tests
 def test_ablation_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
     """Preprocess once, train PENCIL, PENCIL \\ MR and LRP-3 on a fifth of an epoch, and write all three outputs."""
     import json

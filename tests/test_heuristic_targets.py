@@ -197,6 +197,7 @@ def constant_rmse(shard_cache, heuristic: str, split: str) -> float:
     return float(np.std(labels.astype(np.float64)))
 
 
+@pytest.mark.slow  # the recipe end to end (a minute); its pieces are tested in this module's default tests
 def test_estimation_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
     import json
 

@@ -93,6 +93,7 @@ def manifest_dir(shard_cache) -> Path:
     return found
 
 
+@pytest.mark.slow  # the recipe end to end (a minute); its pieces are tested in this module's default tests
 def test_latent_space_recipe_end_to_end_tiny(tmp_path, capsys, shard_cache):
     rc = ls.main(
         [
