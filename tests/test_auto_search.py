@@ -104,18 +104,22 @@ class FakeRuns:
     """Stands in for the trainer pool and the saved scores: each candidate's validation values per epoch come
     from `curves` ({name: [value at epoch 0, 1, ...]}); a job writes the summary a trainer would."""
 
-    def __init__(self, curves: dict, spread: float = 0.0, stopped: tuple = (), dies: dict | None = None):
+    def __init__(self, curves: dict, spread: float = 0.0, stopped: tuple = (), dies: dict | None = None, pace=None):
         """stopped: candidates the budget stops before they start; dies: {name: epochs it evaluates, then its
-        trainer fails without a summary}."""
+        trainer fails without a summary}; pace: (clock, {name: optimiser steps per second}): a job of a watched
+        run first writes train lines at that pace, each a tick of the clock, until the watcher stops it."""
         self.curves, self.spread, self.stopped, self.jobs, self.dies = curves, spread, stopped, [], dies or {}
+        self.clock, self.steps_per_s = pace or (None, {})
 
     def name(self, run_dir: Path) -> str:
         return run_dir.name.split("-")[0]
 
-    def trainers(self, jobs, slots, stop_at=None, clock=None, failed=None):
+    def trainers(self, jobs, slots, stop_at=None, clock=None, failed=None, watch=None):
         for key, job in jobs.items():
             flags = job.flags()
             self.jobs.append(flags)
+            if watch is not None and self.paced(key, Path(job.run_dir), watch):
+                continue  # stopped by the watcher before its first evaluation
             if self.name(Path(job.run_dir)) in self.dies:
                 self.die(Path(job.run_dir), self.dies[self.name(Path(job.run_dir))])
                 failed[key] = f"{key}: the trainer failed (killed); full log: {job.log}"
@@ -137,6 +141,21 @@ class FakeRuns:
                 )
             )
         return {k: 1.0 for k in jobs}, [k for k in jobs if k in self.stopped]
+
+    def paced(self, key: str, run_dir: Path, watch) -> bool:
+        """Write train lines 10 steps apart at the candidate's pace, asking the watcher after each; True when it
+        stopped the run."""
+        rate = self.steps_per_s.get(self.name(run_dir))
+        if rate is None:
+            return False
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for step in range(10, 200, 10):
+            with open(run_dir / "metrics.jsonl", "a") as f:
+                f.write(json.dumps({"event": "train", "step": step, "epoch": 0}) + "\n")
+            if watch(key):
+                return True
+            self.clock.now += 10 / rate
+        return False
 
     def die(self, run_dir: Path, epochs: int) -> None:
         """What a trainer killed after `epochs` evaluations leaves: its metrics and best validation scores."""
@@ -264,6 +283,40 @@ def test_a_budget_cut_is_recorded(tmp_path, monkeypatch):
     got = _search(tmp_path, monkeypatch, fake, metric="auc").run(100).to_dict()
     assert "default-d1n20" in got["cut_short"] and got["metric"] == "auc"
     assert all(f[f.index("--select-on") + 1] == "auc" for f in fake.jobs)  # its runs stop and pick on it too
+
+
+def test_an_alternative_too_slow_for_its_grace_period_is_stopped_and_the_run_goes_on(tmp_path, monkeypatch):
+    """At 0.5 steps/s, `deep` would need 128 s for its grace period (2 epochs of 32 steps at 1,000 positives)
+    where the search has 60: stopped after its first steps and left out with the reason; the default is
+    chosen. `wide`, at 10 steps/s, trains."""
+    from tests.test_pace import Clock
+
+    clock = Clock()
+    fake = FakeRuns(
+        {"default": rising(0.5, 5), "deep": rising(0.9, 5), "wide": rising(0.4, 5)},
+        pace=(clock, {"deep": 0.5, "wide": 10.0}),
+    )
+    monkeypatch.setattr(auto_search, "run_trainers", fake.trainers)
+    monkeypatch.setattr(auto_search, "run_signal", fake.signal)
+    search = auto_search.Search(
+        SearchConfig(),
+        12,
+        candidates(),
+        {c.sampling: f"/shards/{c.name}" for c in candidates()},
+        "original",
+        {c.sampling: {} for c in candidates()},
+        tmp_path / "search",
+        TrainerOptions("cpu"),
+        slots=2,
+        stop_at=clock.now + 60,
+        clock=clock,
+        view_positives=1000,
+    )
+    got = search.run(1000).to_dict()
+    assert list(got["skipped"]) == ["deep-d2n5"] and "would end" in got["skipped"]["deep-d2n5"]
+    assert got["rungs"]["grace"]["deep-d2n5"] == {"valid": None, "reason": got["skipped"]["deep-d2n5"]}
+    assert got["rungs"]["grace"]["wide-d1n50"]["valid"] == pytest.approx(0.4 * 1 / 5)  # its best of epochs 0, 1
+    assert got["cid"] == "default-d1n20" and "deep-d2n5" not in got["rungs"]["converged"]
 
 
 def test_the_search_reads_validation_scores_only(tmp_path, monkeypatch):

@@ -67,6 +67,10 @@ class Candidate:
         d, n = self.sampling
         return f"{self.name}-d{d}n{n}"
 
+    def steps_per_epoch(self, view_positives: int) -> int:
+        """Optimiser steps in an epoch of a view: its positives and as many negatives, in effective batches."""
+        return math.ceil(2 * view_positives / self.effective_batch)
+
     def overrides(self) -> tuple[str, ...]:
         """The candidate as `python -m trainer --preset general` overrides (its sampling comes with its shards)."""
         return (

@@ -53,11 +53,10 @@ def search_config(run: RunConfig) -> SearchConfig:
 
 
 def run_epochs(run: RunConfig, cfg: SearchConfig, view_positives: int) -> int:
-    """--epochs, else enough epochs for the config's optimiser steps (a view: its positives and as many
-    negatives, in steps of the default's effective batch)."""
+    """--epochs, else enough epochs for the config's optimiser steps (the default's: Candidate.steps_per_epoch)."""
     if run.trainer.epochs:
         return max(2, math.ceil(run.trainer.epochs))
-    return cfg.epochs(math.ceil(2 * view_positives / get_preset(DEFAULT_PRESET).effective_batch))
+    return cfg.epochs(candidates()[0].steps_per_epoch(view_positives))
 
 
 def training_negatives(run: RunConfig) -> float:
@@ -130,7 +129,8 @@ def search_and_train(
     )
     train = len(blind.splits["train"].pos)
     percent = view_percent(get_preset(DEFAULT_PRESET), train, device, blind.graph)
-    epochs = run_epochs(run, cfg, round(train * percent / 100))
+    view_positives = round(train * percent / 100)
+    epochs = run_epochs(run, cfg, view_positives)
     record["epochs"] = epochs
     shards = shard_sets(run, dataset, protocol, epochs, percent)
     manifests = {s: read_manifest(loc) for s, loc in shards.items()}
@@ -148,6 +148,7 @@ def search_and_train(
         slots,
         stop_at=t0 + (deadline - t0) / (3 if run.ships_features else 2),
         metric=run.metric,
+        view_positives=view_positives,
     )
     choice = search.run(len(blind.splits["valid"].pos))
     record.update(chosen=choice.to_dict(), search_seconds=round(time.time() - t0, 1))

@@ -1,7 +1,9 @@
 """The search of `--preset auto`: the candidates train seed SEARCH_SEED on validation only, in two rungs,
 and the validation signal (pipelines.auto.signal) decides.
 
-1. Every candidate trains the grace period (its lr schedule spanning the run's epochs, SearchConfig.epochs).
+1. Every candidate trains the grace period (its lr schedule spanning the run's epochs, SearchConfig.epochs);
+   an alternative whose first steps' pace cannot finish it inside the search's share of the budget is
+   stopped then (pipelines.auto.pace), so the default's slot is not shared with what cannot finish.
 2. The default and the best 1 in `reduction_factor` alternatives go on, each until `patience` epochs pass
    without a better validation score, or the run's epochs.
 3. The best of them replaces the default only by more than `margin_se` standard errors; the chosen run
@@ -29,6 +31,7 @@ from pathlib import Path
 
 from common.atomic import write_json_atomic
 from pipelines.auto.config import DEFAULT_PRESET, Candidate, SearchConfig
+from pipelines.auto.pace import GracePace
 from pipelines.auto.signal import choose, run_signal, two_way_se
 from pipelines.core.config import TrainerOptions
 from pipelines.core.seeds import seed_run
@@ -65,6 +68,7 @@ class Choice:
     rungs: dict = field(default_factory=dict)
     cut_short: tuple[str, ...] = ()  # candidates the budget stopped
     failed: dict = field(default_factory=dict)  # candidates whose trainer failed: {cid: its one line}
+    skipped: dict = field(default_factory=dict)  # alternatives the pace check stopped: {cid: why}
 
     @property
     def cid(self) -> str:
@@ -86,6 +90,7 @@ class Choice:
             "rungs": self.rungs,
             "cut_short": list(self.cut_short),
             "failed": self.failed,
+            "skipped": self.skipped,
         }
 
 
@@ -104,12 +109,14 @@ class Search:
         stop_at: float | None = None,
         clock=time.time,
         metric: str = "mrr",
+        view_positives: int = 0,
     ):
         self.cfg, self.epochs, self.cands, self.shards = cfg, epochs, {c.cid: c for c in cands}, shards
         self.metric = metric  # what the search chooses and its runs stop on (pencil run --metric)
         self.protocol = protocol
         self.manifests, self.root, self.opts, self.slots = manifests, root, opts, slots
         self.stop_at, self.clock, self.cut_short, self.failed = stop_at, clock, [], {}
+        self.view_positives, self.skipped = view_positives, {}  # the pace check's input, and whom it stopped
         self.dirs = {c.cid: root / f"{c.cid}-{self._key(c)}" for c in cands}
 
     def _key(self, c: Candidate) -> str:
@@ -148,8 +155,18 @@ class Search:
         s = summary(self.dirs[cid])
         return s.get("epochs_completed", 0) >= stop_epoch or bool(patience and s.get("converged"))
 
-    def train(self, cids: list[str], stop_epoch: int, patience: int | None) -> None:
-        """Bring each candidate to `stop_epoch` (or its convergence); a finished one is reused."""
+    def pace(self, cids: list[str], stop_epoch: int) -> GracePace | None:
+        """The grace rung's pace check (pipelines.auto.pace) over the alternatives; None without a budget."""
+        if self.stop_at is None or not self.view_positives:
+            return None
+        steps = {cid: stop_epoch * self.cands[cid].steps_per_epoch(self.view_positives) for cid in cids}
+        default = next(iter(self.cands))
+        targets = {cid: (self.dirs[cid], steps[cid]) for cid in cids if cid != default}
+        return GracePace(targets, self.stop_at, self.clock)
+
+    def train(self, cids: list[str], stop_epoch: int, patience: int | None, paced: bool = False) -> None:
+        """Bring each candidate to `stop_epoch` (or its convergence); a finished one is reused. `paced`: stop an
+        alternative whose pace cannot reach `stop_epoch` within the search's share of the budget."""
         todo = {
             cid: self.trainer_run(cid, stop_epoch, patience) for cid in cids if not self.done(cid, stop_epoch, patience)
         }
@@ -162,7 +179,10 @@ class Search:
             len(cids) - len(todo),
         )
         failed: dict[str, str] = {}
-        _, stopped = run_trainers(todo, self.slots, self.stop_at, self.clock, failed)
+        watch = self.pace(list(todo), stop_epoch) if paced else None
+        _, stopped = run_trainers(todo, self.slots, self.stop_at, self.clock, failed, watch)
+        if watch is not None:
+            self.skipped.update(watch.skipped)
         if stopped:
             self.cut_short += stopped
             log.warning(
@@ -188,7 +208,11 @@ class Search:
         for cid in cids:
             s = self.state(cid)
             if s.get("best_epoch") is None:
-                why = self.failed.get(cid) or "stopped by --budget-minutes before its first evaluation"
+                why = (
+                    self.failed.get(cid)
+                    or self.skipped.get(cid)
+                    or "stopped by --budget-minutes before its first evaluation"
+                )
                 out[cid] = {"valid": None, "reason": why}
                 log.warning(
                     "  %s: no validation epoch (%s); left out (log: %s)", cid, why, self.dirs[cid] / "trainer.log"
@@ -220,7 +244,7 @@ class Search:
         if saved.exists() and sorted(json.loads(saved.read_text())) == sorted(cids):
             log.info("search: the grace period's results are kept (%s)", saved)
             return json.loads(saved.read_text())
-        self.train(cids, grace, None)
+        self.train(cids, grace, None, paced=True)
         first = self.rung(cids, metric)
         write_json_atomic(saved, first)
         return first
@@ -288,4 +312,5 @@ class Search:
             {"grace": first, "converged": second},
             tuple(self.cut_short),
             dict(self.failed),
+            dict(self.skipped),
         )

@@ -134,12 +134,19 @@ def trainer_command(run: TrainerRun) -> list[str]:
 
 
 def run_trainers(
-    jobs: dict[str, TrainerRun], slots: int, stop_at: float | None = None, clock=time.time, failed: dict | None = None
+    jobs: dict[str, TrainerRun],
+    slots: int,
+    stop_at: float | None = None,
+    clock=time.time,
+    failed: dict | None = None,
+    watch=None,
 ) -> tuple[dict, list]:
     """Run every TrainerRun, `slots` at a time; returns (each job's wall seconds, the jobs stopped at `stop_at` by
     `clock`: the running ones are ended, the pending ones never start). A failed job stops the others and
     raises naming its log, unless `failed` is given: then the failure's one line goes there ({key: line}) and
-    the others go on. Ctrl-C and SIGTERM stop them all (pipelines.core.children.exit_on_sigterm)."""
+    the others go on. `watch(key)`, asked about each running job, stops it early by returning why (the
+    search's pace check; the watcher keeps the reasons). Ctrl-C and SIGTERM stop them all
+    (pipelines.core.children.exit_on_sigterm)."""
     pending, running, wall, stopped = list(jobs), {}, {}, []
     try:
         while pending or running:
@@ -155,6 +162,11 @@ def run_trainers(
             time.sleep(0.2)
             for key, (proc, t) in list(running.items()):
                 if proc.poll() is None:
+                    if watch is None or not watch(key):
+                        continue
+                    stop_children([proc])
+                    del running[key]
+                    wall[key] = time.perf_counter() - t
                     continue
                 del running[key]
                 wall[key] = time.perf_counter() - t
