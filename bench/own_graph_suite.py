@@ -4,6 +4,7 @@ fixed `general` preset, CN / AA / RA and SEAL given the same wall time, with wal
     python -m bench.own_graph_suite --out suite                      # every graph, every method (hours)
     python -m bench.own_graph_suite --out suite --graphs er,grid     # some graphs
     python -m bench.own_graph_suite --out suite --table              # the table of what has finished
+    python -m bench.own_graph_suite --out suite --graphs grid --burners 2   # the default beside 2 busy cores
 
 The graphs: the development edge lists in ../shared/data/graphs, cora and citeseer, and seeded synthetic
 families spanning the shapes users bring (written as edge lists under OUT/graphs): preferential attachment,
@@ -224,6 +225,44 @@ def run_method(name: str, method: str, out: Path, seeds: str) -> dict:
     return got
 
 
+def again(name: str, out: Path, seeds: str, burners: int) -> dict:
+    """The default once more from scratch (its own shard cache), alone or beside `burners` processes that each
+    keep a core busy: OUT/<graph>/auto-timing.json or auto-loaded.json, with its choice beside the suite run's
+    and what the budget cut (search.json's cut_short, skipped, failed and final seeds)."""
+    tag = f"loaded{burners}" if burners else "timing"
+    res = out / tag / name
+    cmd = [sys.executable, "-m", "pipelines", "run", *graph_args(name, out), "--seeds", seeds, "--out", str(res)]
+    cmd += ["--shards", str(out / f"{tag}-shards"), "--device", "cpu", "--preset", "auto"]
+    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(burners)]
+    try:
+        got = measured(cmd, out / name / f"auto-{tag}.log")
+    finally:
+        for proc in spin:
+            proc.kill()
+            proc.wait()
+    got["burners"] = burners
+    found = sorted(res.glob("*/auto/original/search.json"))
+    if found:
+        rec = json.loads(found[-1].read_text())
+        chosen = rec.get("chosen", {})
+        got["choice"] = {k: chosen.get(k) for k in ("cid", "epochs", "best_epoch")}
+        got["cut"] = {
+            "cut_short": chosen.get("cut_short", []),
+            "skipped": chosen.get("skipped", {}),
+            "failed": chosen.get("failed", {}),
+            "final_seeds": rec.get("final_seeds"),
+            "budget_cut": rec.get("budget_cut"),
+        }
+    alone = out / name / "auto.json"
+    if alone.exists():
+        chosen = json.loads(alone.read_text())["search"]["chosen"]
+        got["suite_choice"] = {k: chosen.get(k) for k in ("cid", "epochs", "best_epoch")}
+    write_json_atomic(out / name / f"auto-{tag}.json", got)
+    print(f"== {name} ({tag}): {got['wall_s']:.0f} s, peak {got['peak_pss_mb']} MB, rc {got['rc']}", flush=True)
+    print(f"   choice {got.get('choice')} (suite: {got.get('suite_choice')}); cut {got.get('cut')}", flush=True)
+    return got
+
+
 # ---------------------------------------------------------------------------- the table
 def cell(v) -> str:
     return "–" if v is None else f"{v[0]:.2f} ± {v[1]:.2f}"
@@ -278,6 +317,13 @@ def build_parser(prog: str = "python -m bench.own_graph_suite") -> Parser:
         help="time the default again, alone (OUT/<graph>/auto-timing.json): wall time and peak memory "
         "on a quiet machine; its choice must equal the suite run's",
     )
+    p.add_argument(
+        "--burners",
+        type=int,
+        default=0,
+        help="run the default again beside N processes that each keep a core busy (OUT/<graph>/auto-loadedN.json): "
+        "it must complete, and make the suite run's choice or name what the budget cut",
+    )
     return p
 
 
@@ -291,30 +337,9 @@ def _main(argv) -> int:
     names = [g for g in args.graphs.split(",") if g]
     if bad := [g for g in names if g not in GRAPHS]:
         raise SystemExit(f"--graphs: unknown {', '.join(bad)}; choose from {', '.join(GRAPHS)}")
-    if args.timing:
+    if args.timing or args.burners:
         for name in names:
-            got = measured(
-                [
-                    sys.executable,
-                    "-m",
-                    "pipelines",
-                    "run",
-                    *graph_args(name, out),
-                    "--seeds",
-                    args.seeds,
-                    "--out",
-                    str(out / "timing" / name),
-                    "--shards",
-                    str(out / "timing-shards"),
-                    "--device",
-                    "cpu",
-                    "--preset",
-                    "auto",
-                ],
-                out / name / "auto-timing.log",
-            )
-            write_json_atomic(out / name / "auto-timing.json", got)
-            print(f"== {name}: {got['wall_s']:.0f} s, peak {got['peak_pss_mb']} MB, rc {got['rc']}", flush=True)
+            again(name, out, args.seeds, args.burners)
         return 0
     for name in names if not args.table else []:
         for method in [m for m in args.methods.split(",") if m]:
