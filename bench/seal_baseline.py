@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -24,6 +25,7 @@ from common.atomic import write_json_atomic
 from common.cli import Parser, run_cli, summary
 from common.datasets import load_dataset
 from common.datasets.fractions import parse_split_spec
+from common.eval_scores import write_scores
 from common.flags import add_dataset_flags
 from common.induce import Inducer
 from common.memory import peak_rss_mb
@@ -55,7 +57,21 @@ def eval_set(dataset, split: str, hops: int, per_hop: int, seed: int):
     bl = blocks(
         graph, Inducer(graph.indptr, graph.indices), c.src[order], c.dst[order], c.label[order], hops, per_hop, seed
     )
-    return bl, "original", len(c.pos_cid), c.neg_cid.shape
+    return bl, "original", len(c.pos_cid), c.neg_cid.shape, order
+
+
+def flagged_dataset(args):
+    """The dataset that add_dataset_flags(p, split_kinds=True) names, split as `pencil run` splits it."""
+    kind, split = (None, None) if args.split is None else parse_split_spec(args.split)
+    return load_dataset(
+        args.dataset,
+        data_dir=args.data_dir,
+        ogb_root=args.ogb_root,
+        planetoid_dir=args.planetoid_dir,
+        split=split,
+        split_kind=kind,
+        nodes=args.nodes,
+    )
 
 
 def build_parser(prog: str = "python -m bench.seal_baseline") -> Parser:
@@ -74,6 +90,12 @@ def build_parser(prog: str = "python -m bench.seal_baseline") -> Parser:
     )
     p.add_argument("--epochs", type=int, default=1000, help="stop after this many epochs at most (default 1000)")
     p.add_argument(
+        "--scores",
+        default=None,
+        metavar="DIR",
+        help="also save the best epoch's logits as DIR/<split>-original.npz (for bench.top_negatives)",
+    )
+    p.add_argument(
         "--eval-splits",
         default="valid,test",
         choices=("valid,test", "valid"),
@@ -91,16 +113,7 @@ def _main(argv) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    kind, split = (None, None) if args.split is None else parse_split_spec(args.split)
-    ds = load_dataset(
-        args.dataset,
-        data_dir=args.data_dir,
-        ogb_root=args.ogb_root,
-        planetoid_dir=args.planetoid_dir,
-        split=split,
-        split_kind=kind,
-        nodes=args.nodes,
-    )
+    ds = flagged_dataset(args)
     inducer = Inducer(ds.graph.indptr, ds.graph.indices)
     train = ds.splits["train"].pos
     percent = min(100.0, 100.0 * args.train_positives / max(1, len(train)))
@@ -115,8 +128,19 @@ def _main(argv) -> int:
     k = seal.sort_pool_k(np.concatenate([np.diff(b[0]) for b in train_epoch(0)]))
     prep = time.perf_counter() - t0
     result = seal.fit(
-        train_epoch, valid, test, max(1.0, args.seconds - prep), seed=args.seed, k=k, max_epochs=args.epochs
+        train_epoch,
+        valid[:4],
+        test and test[:4],
+        max(1.0, args.seconds - prep),
+        seed=args.seed,
+        k=k,
+        max_epochs=args.epochs,
     )
+    logits = result.pop("logits")
+    if args.scores:  # the best epoch's logits per candidate id, as a PENCIL seed saves them (bench.top_negatives)
+        for split, got in (("valid", valid), ("test", test)):
+            if got is not None:
+                write_scores(Path(args.scores) / f"{split}-original.npz", got[4], logits[split], result["epoch"])
     result.update(
         dataset=ds.name,
         hops=args.hops,

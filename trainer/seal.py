@@ -101,7 +101,7 @@ def fit(
     train_epoch(epoch) -> list of blocks (node_ptr, edge_ptr, edges, z, label); valid and test: (blocks,
     protocol, n_pos, negatives shape) whose blocks hold the positives first, then the negatives; test None:
     validation only. Returns the test metrics at the best validation epoch (by the protocol's MRR), as every model
-    of the project reports."""
+    of the project reports, and that epoch's logits per split ("logits": {split: array in the blocks' order})."""
     torch.manual_seed(seed)
     model = DGCNN(hidden, layers, k)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
@@ -115,19 +115,23 @@ def fit(
             )
             loss.backward()
             opt.step()
-        v = score(model, *valid)
+        v, v_logits = score(model, *valid)
         history.append({"epoch": epoch, "valid": v, "seconds": round(time.perf_counter() - t0, 1)})
         if best is None or v["mrr"] > best["valid"]["mrr"]:
-            best = {"epoch": epoch, "valid": v, "test": score(model, *test) if test is not None else None}
+            t, t_logits = score(model, *test) if test is not None else (None, None)
+            best = {"epoch": epoch, "valid": v, "test": t}
+            logits = {"valid": v_logits, "test": t_logits}
         elapsed = time.perf_counter() - t0
         if elapsed * (epoch + 2) / (epoch + 1) > seconds:  # another epoch of the mean length would overrun
             break
-    return {**best, "epochs": len(history), "seconds": round(time.perf_counter() - t0, 1), "history": history}
+    took = round(time.perf_counter() - t0, 1)
+    return {**best, "epochs": len(history), "seconds": took, "history": history, "logits": logits}
 
 
-def score(model: DGCNN, blocks: list, protocol: str, n_pos: int, neg_shape: tuple) -> dict:
+def score(model: DGCNN, blocks: list, protocol: str, n_pos: int, neg_shape: tuple) -> tuple[dict, np.ndarray]:
+    """The protocol's metrics of the blocks' logits (positives first, then negatives), and the logits."""
     s = _logits(model, blocks)
-    return evaluate(protocol, s[:n_pos], s[n_pos:].reshape(neg_shape))
+    return evaluate(protocol, s[:n_pos], s[n_pos:].reshape(neg_shape)), s
 
 
 def sort_pool_k(sizes: np.ndarray) -> int:

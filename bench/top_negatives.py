@@ -1,0 +1,88 @@
+"""Which shared negatives decide a finished run's MRR: for each split, the highest-scored negatives with their
+common neighbours and endpoint degrees (in the graph the split is scored on), the share of positives each one
+outranks, and the MRR without the top k. A diagnosis of a report's numbers, run after the fact; nothing here
+feeds a choice.
+
+    python -m bench.top_negatives results/citeseer/auto/original --dataset citeseer
+    python -m bench.top_negatives RUN_FOLDER --dataset cora --planetoid-dir ../shared/data/planetoid --top 5
+
+RUN_FOLDER holds seed<k>/scores/<split>-original.npz (every `pencil run` seed saves them).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from bench.seal_baseline import flagged_dataset
+from common.cli import Parser, run_cli, summary
+from common.eval_scores import read_scores
+from common.flags import add_dataset_flags
+from preprocess.candidates import protocol_candidates
+
+
+def reciprocal_ranks(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:
+    """Each positive's 1 / (1 + negatives above it + half the tied ones), against all the shared negatives."""
+    neg = np.sort(neg)
+    above = len(neg) - np.searchsorted(neg, pos, side="right")
+    ties = np.searchsorted(neg, pos, side="right") - np.searchsorted(neg, pos, side="left")
+    return 1.0 / (1.0 + above + 0.5 * ties)
+
+
+def common_neighbours(graph, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    nb = lambda x: graph.indices[graph.indptr[x] : graph.indptr[x + 1]]  # noqa: E731
+    return np.array([len(np.intersect1d(nb(a), nb(b))) for a, b in zip(u.tolist(), v.tolist())])
+
+
+def split_rows(dataset, run: Path, split: str, top: int) -> list[str]:
+    c = protocol_candidates(dataset, split, "original")
+    graph = dataset.graph_for(split)
+    cid, score, epoch = read_scores(run / "scores" / f"{split}-original.npz")
+    by_cid = dict(zip(cid.tolist(), score.tolist()))
+    negs = c.neg_cid.reshape(-1)
+    pos = np.array([by_cid[i] for i in c.pos_cid])
+    neg = np.array([by_cid[i] for i in negs])
+    cn = common_neighbours(graph, c.src[negs], c.dst[negs])
+    deg = np.diff(graph.indptr)
+    order = np.argsort(-neg, kind="stable")
+    lines = [
+        f"{run.name} {split} (epoch {epoch}): {len(pos)} positives, {len(neg)} shared negatives, "
+        f"{int((cn > 0).sum())} of them with a common neighbour; MRR {100 * reciprocal_ranks(pos, neg).mean():.2f}"
+    ]
+    for i in order[:top]:
+        lines.append(
+            f"    negative score {neg[i]:7.3f}  CN {cn[i]}  degrees {deg[c.src[negs[i]]]}/{deg[c.dst[negs[i]]]}  "
+            f"above {100 * (pos < neg[i]).mean():5.1f} % of positives"
+        )
+    without = [f"top {k}: {100 * reciprocal_ranks(pos, np.delete(neg, order[:k])).mean():.2f}" for k in (1, 3, 5)]
+    lines.append("    MRR without the " + ", ".join(without))
+    return lines
+
+
+def build_parser(prog: str = "python -m bench.top_negatives") -> Parser:
+    p = Parser(prog=prog, description=summary(__doc__))
+    p.add_argument("run", help="a protocol folder of a finished run: RESULTS/<dataset>/<preset>/original")
+    add_dataset_flags(p, split_kinds=True)
+    p.add_argument("--top", type=int, default=5, help="negatives listed per split (default 5)")
+    return p
+
+
+def main(argv=None) -> int:
+    return run_cli(_main, argv, prog="python -m bench.top_negatives")
+
+
+def _main(argv) -> int:
+    args = build_parser().parse_args(argv)
+    ds = flagged_dataset(args)
+    seeds = sorted(Path(args.run).glob("seed*/scores/valid-original.npz"))
+    if not seeds:
+        raise SystemExit(f"{args.run}: no seed<k>/scores/valid-original.npz; pass a finished run's protocol folder")
+    for scores in seeds:
+        for split in ("valid", "test"):
+            print("\n".join(split_rows(ds, scores.parent.parent, split, args.top)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

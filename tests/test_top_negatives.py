@@ -1,0 +1,43 @@
+"""bench.top_negatives, the diagnosis of which shared negatives decide a run's MRR: reciprocal ranks on hand
+values, and on a real SEAL run (bench.seal_baseline --scores) the MRR it reads back from the saved logits equals
+the one SEAL's own evaluation reported."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from bench.top_negatives import common_neighbours, reciprocal_ranks
+from tests.conftest import bipartite_rows, write_edges
+
+
+def test_reciprocal_ranks_against_shared_negatives_with_ties_halved():
+    got = reciprocal_ranks(np.array([3.0, 1.0, -1.0]), np.array([2.0, 1.0, 0.0]))
+    # 3 beats all: 1; 1 is below 2 and tied with 1: 1 / (1 + 1 + 0.5); -1 is below all three: 1 / 4
+    assert np.allclose(got, [1.0, 0.4, 0.25])
+
+
+def test_common_neighbours_on_a_path_and_a_triangle():
+    from common.graph import Graph
+
+    # 0-1, 1-2, 0-2 (a triangle), 2-3: 0 and 1 share 2; 0 and 3 share 2; 2 and 3 share none
+    g = Graph.from_edges(np.array([[0, 1], [1, 2], [0, 2], [2, 3]]), 4)
+    assert common_neighbours(g, np.array([0, 0, 2]), np.array([1, 3, 3])).tolist() == [1, 1, 0]
+
+
+def test_the_mrr_read_from_seal_scores_equals_seals_own(tmp_path, capsys):
+    from bench import seal_baseline, top_negatives
+
+    csv = write_edges(tmp_path / "shop.csv", bipartite_rows())
+    scores = tmp_path / "run" / "seed0" / "scores"
+    out = tmp_path / "seal.json"
+    argv = ["--dataset", str(csv), "--seconds", "1", "--epochs", "1", "--out", str(out), "--scores", str(scores)]
+    assert seal_baseline.main(argv) == 0
+    reported = json.loads(out.read_text())
+    assert top_negatives.main([str(tmp_path / "run"), "--dataset", str(csv), "--top", "2"]) == 0
+    printed = capsys.readouterr().out
+    for split in ("valid", "test"):
+        line = next(x for x in printed.splitlines() if x.startswith(f"seed0 {split} "))
+        assert float(line.rsplit("MRR ", 1)[1]) == pytest.approx(100 * reported[split]["mrr"], abs=0.006)
