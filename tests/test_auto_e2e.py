@@ -82,7 +82,7 @@ def _run(tmp_path: Path, csv: Path, name: str, monkeypatch) -> dict:
         "--seeds",
         "0,1",
         "--epochs",
-        "4",
+        "3",
         "--out",
         str(tmp_path / name),
         "--shards",
@@ -116,7 +116,7 @@ def test_selection_is_blind_to_test_and_a_rerun_reuses_every_run(tmp_path, monke
         }
 
     assert untimed(real["chosen"]["rungs"]) == untimed(fake["chosen"]["rungs"])
-    assert real["blend"] == fake["blend"] and real["epochs"] == fake["epochs"] == 4
+    assert real["blend"] == fake["blend"] and real["epochs"] == fake["epochs"] == 3
     out = tmp_path / "real" / "geo" / "auto" / "original"
     for run in (out / "search").glob("*-*"):  # every candidate evaluated validation only
         evals = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"eval"' in x]
@@ -161,7 +161,7 @@ def test_a_candidate_whose_trainer_dies_before_its_summary_leaves_a_run_that_com
             "--seeds",
             "0",
             "--epochs",
-            "3",
+            "2",
             "--out",
             str(tmp_path / "r"),
             "--shards",

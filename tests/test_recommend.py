@@ -318,14 +318,19 @@ def test_an_auto_seed_folder_with_only_last_pt(run_dir, tmp_path):
         assert "Traceback" not in proc.stderr
 
 
-def test_bad_flags_are_one_line_errors(run_dir, tmp_path):
+def test_bad_flags_are_one_line_errors(run_dir, tmp_path, capsys):
+    """In this process (tests/cli_calls.py); the real process's exit and one line are checked by the first."""
+    from pipelines.recommend.job import main
+    from tests.cli_calls import call_main
+
     proc = recommend(run_dir, tmp_path / "r.parquet", "--all-nodes", "--k", "30", "--pool", "10")
     assert proc.returncode == 2 and "--pool 10 is smaller than --k 30" in proc.stderr
-    proc = recommend(run_dir, tmp_path / "r.parquet", "--nodes", str(nodes_file(tmp_path / "n.txt", [1, 99999])))
-    assert proc.returncode == 2 and "unknown node id(s) (first: 99999)" in proc.stderr
-    proc = recommend(run_dir, tmp_path / "r.parquet", "--all-nodes", "--bipartite")
-    assert proc.returncode == 2 and "--bipartite: the node kinds come from an edge list" in proc.stderr
     assert "Traceback" not in proc.stderr
+    base = ["--checkpoint", str(run_dir), "--out", str(tmp_path / "r.parquet"), "--no-progress", "--device", "cpu"]
+    proc = call_main(main, [*base, "--nodes", str(nodes_file(tmp_path / "n.txt", [1, 99999]))], capsys)
+    assert proc.returncode == 2 and "unknown node id(s) (first: 99999)" in proc.stderr
+    proc = call_main(main, [*base, "--all-nodes", "--bipartite"], capsys)
+    assert proc.returncode == 2 and "--bipartite: the node kinds come from an edge list" in proc.stderr
 
 
 @needs_ray
