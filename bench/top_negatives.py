@@ -5,6 +5,7 @@ feeds a choice.
 
     python -m bench.top_negatives results/citeseer/auto/original --dataset citeseer
     python -m bench.top_negatives RUN_FOLDER --dataset cora --planetoid-dir ../shared/data/planetoid --top 5
+    python -m bench.top_negatives RUN_FOLDER --dataset citeseer --against SEAL/seed0   # paired, with its SE
 
 RUN_FOLDER holds seed<k>/scores/<split>-original.npz (every `pencil run` seed saves them).
 """
@@ -35,14 +36,33 @@ def common_neighbours(graph, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.array([len(np.intersect1d(nb(a), nb(b))) for a, b in zip(u.tolist(), v.tolist())])
 
 
-def split_rows(dataset, run: Path, split: str, top: int) -> list[str]:
-    c = protocol_candidates(dataset, split, "original")
-    graph = dataset.graph_for(split)
+def run_scores(c, run: Path, split: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """(positives' scores, shared negatives' scores, epoch) of a seed folder's saved scores of `split`."""
     cid, score, epoch = read_scores(run / "scores" / f"{split}-original.npz")
     by_cid = dict(zip(cid.tolist(), score.tolist()))
+    return np.array([by_cid[i] for i in c.pos_cid]), np.array([by_cid[i] for i in c.neg_cid.reshape(-1)]), epoch
+
+
+def paired_rows(c, run: Path, other: Path, split: str) -> list[str]:
+    """The run's MRR and AUC minus the other run's, on the same positives and negatives, with the standard error
+    of a bootstrap over both (pipelines.auto.signal.two_way_se): how far the split itself can tell them apart."""
+    from pipelines.auto.signal import Signal, two_way_se
+
+    a, b = (Signal(*run_scores(c, r, split)[:2]) for r in (run, other))
+    out = []
+    for metric in ("mrr", "auc"):
+        diff = 100 * (a.values()[metric].mean() - b.values()[metric].mean())
+        se = 100 * two_way_se(a, b, metric, draws=1000)
+        spread = f" (SE {se:.2f}, {diff / se:+.1f} SE)" if se else " (SE 0)"
+        out.append(f"{metric.upper()} {diff:+.2f}{spread}")
+    return [f"    against {other}: " + ", ".join(out)]
+
+
+def split_rows(dataset, run: Path, split: str, top: int, against: Path | None = None) -> list[str]:
+    c = protocol_candidates(dataset, split, "original")
+    graph = dataset.graph_for(split)
+    pos, neg, epoch = run_scores(c, run, split)
     negs = c.neg_cid.reshape(-1)
-    pos = np.array([by_cid[i] for i in c.pos_cid])
-    neg = np.array([by_cid[i] for i in negs])
     cn = common_neighbours(graph, c.src[negs], c.dst[negs])
     deg = np.diff(graph.indptr)
     order = np.argsort(-neg, kind="stable")
@@ -57,7 +77,7 @@ def split_rows(dataset, run: Path, split: str, top: int) -> list[str]:
         )
     without = [f"top {k}: {100 * reciprocal_ranks(pos, np.delete(neg, order[:k])).mean():.2f}" for k in (1, 3, 5)]
     lines.append("    MRR without the " + ", ".join(without))
-    return lines
+    return lines + (paired_rows(c, run, against, split) if against else [])
 
 
 def build_parser(prog: str = "python -m bench.top_negatives") -> Parser:
@@ -65,6 +85,13 @@ def build_parser(prog: str = "python -m bench.top_negatives") -> Parser:
     p.add_argument("run", help="a protocol folder of a finished run: RESULTS/<dataset>/<preset>/original")
     add_dataset_flags(p, split_kinds=True)
     p.add_argument("--top", type=int, default=5, help="negatives listed per split (default 5)")
+    p.add_argument(
+        "--against",
+        default=None,
+        metavar="SEED_FOLDER",
+        help="another run's seed folder (e.g. bench.seal_baseline --scores DIR/seed0/scores): each seed's paired "
+        "MRR and AUC difference with it, and the bootstrap SE over positives and negatives",
+    )
     return p
 
 
@@ -80,7 +107,8 @@ def _main(argv) -> int:
         raise SystemExit(f"{args.run}: no seed<k>/scores/valid-original.npz; pass a finished run's protocol folder")
     for scores in seeds:
         for split in ("valid", "test"):
-            print("\n".join(split_rows(ds, scores.parent.parent, split, args.top)))
+            against = Path(args.against) if args.against else None
+            print("\n".join(split_rows(ds, scores.parent.parent, split, args.top, against)))
     return 0
 
 

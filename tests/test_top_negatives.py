@@ -19,6 +19,20 @@ def test_reciprocal_ranks_against_shared_negatives_with_ties_halved():
     assert np.allclose(got, [1.0, 0.4, 0.25])
 
 
+def test_the_paired_difference_with_another_run_on_hand_values(tmp_path):
+    from types import SimpleNamespace
+
+    from bench.top_negatives import paired_rows
+    from common.eval_scores import write_scores
+
+    c = SimpleNamespace(pos_cid=np.array([0, 1]), neg_cid=np.array([2, 3]))
+    for run, pos in (("a", [3.0, 1.0]), ("b", [1.0, 1.0])):  # negatives 2 and 0 in both
+        write_scores(tmp_path / run / "scores" / "test-original.npz", np.arange(4), np.array([*pos, 2.0, 0.0]), 0)
+    # a: reciprocal ranks 1 and 1/2 (MRR 0.75), AUC 1 and 1/2; b: 1/2 and 1/2 (MRR 0.5), AUC 1/2 and 1/2
+    (line,) = paired_rows(c, tmp_path / "a", tmp_path / "b", "test")
+    assert "MRR +25.00 (SE " in line and "AUC +25.00 (SE " in line
+
+
 def test_common_neighbours_on_a_path_and_a_triangle():
     from common.graph import Graph
 
