@@ -20,6 +20,8 @@ from bench.seal_baseline import flagged_dataset
 from common.cli import Parser, run_cli, summary
 from common.eval_scores import read_scores
 from common.flags import add_dataset_flags
+from common.heuristics import ranking_scores
+from pipelines.auto.blend import blend
 from preprocess.candidates import protocol_candidates
 
 
@@ -36,19 +38,32 @@ def common_neighbours(graph, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.array([len(np.intersect1d(nb(a), nb(b))) for a, b in zip(u.tolist(), v.tolist())])
 
 
-def run_scores(c, run: Path, split: str) -> tuple[np.ndarray, np.ndarray, int]:
-    """(positives' scores, shared negatives' scores, epoch) of a seed folder's saved scores of `split`."""
+def run_scores(c, run: Path, split: str, prior=None) -> tuple[np.ndarray, np.ndarray, int]:
+    """(positives' scores, shared negatives' scores, epoch) of a seed folder's saved scores of `split`; `prior`:
+    (the candidates' heuristic scores by cid, weight), blended as the report's "+ prior" row is
+    (pipelines.auto.blend.blend)."""
     cid, score, epoch = read_scores(run / "scores" / f"{split}-original.npz")
+    if prior is not None:
+        score = blend(score, prior[0][cid], prior[1])
     by_cid = dict(zip(cid.tolist(), score.tolist()))
     return np.array([by_cid[i] for i in c.pos_cid]), np.array([by_cid[i] for i in c.neg_cid.reshape(-1)]), epoch
 
 
-def paired_rows(c, run: Path, other: Path, split: str) -> list[str]:
+def prior_scores(dataset, c, split: str, spec: str | None):
+    """`--prior h:w` as (h's scores of the split's candidates by cid, w), h scored on the split's graph."""
+    if not spec:
+        return None
+    name, weight = spec.split(":")
+    pairs = np.stack([c.src, c.dst], 1)
+    return ranking_scores(name, dataset.graph_for(split), pairs), float(weight)
+
+
+def paired_rows(c, run: Path, other: Path, split: str, prior=None) -> list[str]:
     """The run's MRR and AUC minus the other run's, on the same positives and negatives, with the standard error
     of a bootstrap over both (pipelines.auto.signal.two_way_se): how far the split itself can tell them apart."""
     from pipelines.auto.signal import Signal, two_way_se
 
-    a, b = (Signal(*run_scores(c, r, split)[:2]) for r in (run, other))
+    a, b = Signal(*run_scores(c, run, split, prior)[:2]), Signal(*run_scores(c, other, split)[:2])
     out = []
     for metric in ("mrr", "auc"):
         diff = 100 * (a.values()[metric].mean() - b.values()[metric].mean())
@@ -58,10 +73,13 @@ def paired_rows(c, run: Path, other: Path, split: str) -> list[str]:
     return [f"    against {other}: " + ", ".join(out)]
 
 
-def split_rows(dataset, run: Path, split: str, top: int, against: Path | None = None) -> list[str]:
+def split_rows(
+    dataset, run: Path, split: str, top: int, against: Path | None = None, prior: str | None = None
+) -> list[str]:
     c = protocol_candidates(dataset, split, "original")
     graph = dataset.graph_for(split)
-    pos, neg, epoch = run_scores(c, run, split)
+    blended = prior_scores(dataset, c, split, prior)
+    pos, neg, epoch = run_scores(c, run, split, blended)
     negs = c.neg_cid.reshape(-1)
     cn = common_neighbours(graph, c.src[negs], c.dst[negs])
     deg = np.diff(graph.indptr)
@@ -77,7 +95,7 @@ def split_rows(dataset, run: Path, split: str, top: int, against: Path | None = 
         )
     without = [f"top {k}: {100 * reciprocal_ranks(pos, np.delete(neg, order[:k])).mean():.2f}" for k in (1, 3, 5)]
     lines.append("    MRR without the " + ", ".join(without))
-    return lines + (paired_rows(c, run, against, split) if against else [])
+    return lines + (paired_rows(c, run, against, split, blended) if against else [])
 
 
 def build_parser(prog: str = "python -m bench.top_negatives") -> Parser:
@@ -85,6 +103,13 @@ def build_parser(prog: str = "python -m bench.top_negatives") -> Parser:
     p.add_argument("run", help="a protocol folder of a finished run: RESULTS/<dataset>/<preset>/original")
     add_dataset_flags(p, split_kinds=True)
     p.add_argument("--top", type=int, default=5, help="negatives listed per split (default 5)")
+    p.add_argument(
+        "--prior",
+        default=None,
+        metavar="H:W",
+        help="read the run's scores blended with heuristic H at weight W, as its report's '+ prior' row "
+        "(search.json's blend, e.g. ra:64)",
+    )
     p.add_argument(
         "--against",
         default=None,
@@ -108,7 +133,7 @@ def _main(argv) -> int:
     for scores in seeds:
         for split in ("valid", "test"):
             against = Path(args.against) if args.against else None
-            print("\n".join(split_rows(ds, scores.parent.parent, split, args.top, against)))
+            print("\n".join(split_rows(ds, scores.parent.parent, split, args.top, against, args.prior)))
     return 0
 
 

@@ -22,7 +22,7 @@ def test_reciprocal_ranks_against_shared_negatives_with_ties_halved():
 def test_the_paired_difference_with_another_run_on_hand_values(tmp_path):
     from types import SimpleNamespace
 
-    from bench.top_negatives import paired_rows
+    from bench.top_negatives import paired_rows, run_scores
     from common.eval_scores import write_scores
 
     c = SimpleNamespace(pos_cid=np.array([0, 1]), neg_cid=np.array([2, 3]))
@@ -31,6 +31,10 @@ def test_the_paired_difference_with_another_run_on_hand_values(tmp_path):
     # a: reciprocal ranks 1 and 1/2 (MRR 0.75), AUC 1 and 1/2; b: 1/2 and 1/2 (MRR 0.5), AUC 1/2 and 1/2
     (line,) = paired_rows(c, tmp_path / "a", tmp_path / "b", "test")
     assert "MRR +25.00 (SE " in line and "AUC +25.00 (SE " in line
+    # b with a prior, as the report's "+ prior" row: logit + w * log1p(h); h = e - 1 on its second positive
+    prior = (np.array([0.0, np.e - 1, 0.0, 0.0]), 2.0)
+    pos, neg, _ = run_scores(c, tmp_path / "b", "test", prior)
+    assert np.allclose(pos, [1.0, 3.0]) and np.allclose(neg, [2.0, 0.0])
 
 
 def test_common_neighbours_on_a_path_and_a_triangle():
