@@ -227,7 +227,7 @@ def run_method(name: str, method: str, out: Path, seeds: str) -> dict:
 
 def again(name: str, out: Path, seeds: str, burners: int) -> dict:
     """The default once more from scratch (its own shard cache), alone or beside `burners` processes that each
-    keep a core busy: OUT/<graph>/auto-timing.json or auto-loaded.json, with its choice beside the suite run's
+    keep a core busy: OUT/<graph>/auto-timing.json or auto-loaded<N>.json, with its choice beside the suite run's
     and what the budget cut (search.json's cut_short, skipped, failed and final seeds)."""
     tag = f"loaded{burners}" if burners else "timing"
     res = out / tag / name
