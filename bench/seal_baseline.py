@@ -23,12 +23,11 @@ import torch
 
 from common.atomic import write_json_atomic
 from common.cli import Parser, run_cli, summary
-from common.datasets import load_dataset
-from common.datasets.fractions import parse_split_spec
 from common.eval_scores import write_scores
 from common.flags import add_dataset_flags
 from common.induce import Inducer
 from common.memory import peak_rss_mb
+from pipelines.core.config import DataSource
 from preprocess.candidates import protocol_candidates, training_view
 from preprocess.sampler import derive_seed, sample_subgraphs
 from trainer import seal
@@ -51,27 +50,14 @@ def blocks(graph, inducer: Inducer, src, dst, label, hops: int, per_hop: int, se
 
 
 def eval_set(dataset, split: str, hops: int, per_hop: int, seed: int):
+    """The split's eval set as seal.fit reads it, and the candidate ids in its blocks' order."""
     graph = dataset.graph_for(split)
     c = protocol_candidates(dataset, split, "original")
     order = np.concatenate([c.pos_cid, c.neg_cid.reshape(-1)])
     bl = blocks(
         graph, Inducer(graph.indptr, graph.indices), c.src[order], c.dst[order], c.label[order], hops, per_hop, seed
     )
-    return bl, "original", len(c.pos_cid), c.neg_cid.shape, order
-
-
-def flagged_dataset(args):
-    """The dataset that add_dataset_flags(p, split_kinds=True) names, split as `pencil run` splits it."""
-    kind, split = (None, None) if args.split is None else parse_split_spec(args.split)
-    return load_dataset(
-        args.dataset,
-        data_dir=args.data_dir,
-        ogb_root=args.ogb_root,
-        planetoid_dir=args.planetoid_dir,
-        split=split,
-        split_kind=kind,
-        nodes=args.nodes,
-    )
+    return (bl, "original", len(c.pos_cid), c.neg_cid.shape), order
 
 
 def build_parser(prog: str = "python -m bench.seal_baseline") -> Parser:
@@ -113,7 +99,7 @@ def _main(argv) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    ds = flagged_dataset(args)
+    ds = DataSource.from_args(args).load()
     inducer = Inducer(ds.graph.indptr, ds.graph.indices)
     train = ds.splits["train"].pos
     percent = min(100.0, 100.0 * args.train_positives / max(1, len(train)))
@@ -123,14 +109,13 @@ def _main(argv) -> int:
         v = training_view(train, ds.graph, percent, 1, rng, nodes=ds.active_nodes("train"))
         return blocks(ds.graph, inducer, v.src, v.dst, v.label, args.hops, args.per_hop, derive_seed(args.seed, epoch))
 
-    valid = eval_set(ds, "valid", args.hops, args.per_hop, args.seed)
-    test = eval_set(ds, "test", args.hops, args.per_hop, args.seed) if "test" in args.eval_splits else None
+    sets = {s: eval_set(ds, s, args.hops, args.per_hop, args.seed) for s in ("valid", "test") if s in args.eval_splits}
     k = seal.sort_pool_k(np.concatenate([np.diff(b[0]) for b in train_epoch(0)]))
     prep = time.perf_counter() - t0
     result = seal.fit(
         train_epoch,
-        valid[:4],
-        test and test[:4],
+        sets["valid"][0],
+        sets["test"][0] if "test" in sets else None,
         max(1.0, args.seconds - prep),
         seed=args.seed,
         k=k,
@@ -138,9 +123,8 @@ def _main(argv) -> int:
     )
     logits = result.pop("logits")
     if args.scores:  # the best epoch's logits per candidate id, as a PENCIL seed saves them (bench.top_negatives)
-        for split, got in (("valid", valid), ("test", test)):
-            if got is not None:
-                write_scores(Path(args.scores) / f"{split}-original.npz", got[4], logits[split], result["epoch"])
+        for split, (_, order) in sets.items():
+            write_scores(Path(args.scores) / f"{split}-original.npz", order, logits[split], result["epoch"])
     result.update(
         dataset=ds.name,
         hops=args.hops,

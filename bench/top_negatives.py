@@ -16,12 +16,12 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.seal_baseline import flagged_dataset
 from common.cli import Parser, run_cli, summary
 from common.eval_scores import read_scores
 from common.flags import add_dataset_flags
 from common.heuristics import ranking_scores
 from pipelines.auto.blend import blend
+from pipelines.core.config import DataSource
 from preprocess.candidates import protocol_candidates
 
 
@@ -126,7 +126,7 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
-    ds = flagged_dataset(args)
+    ds = DataSource.from_args(args).load()
     seeds = sorted(Path(args.run).glob("seed*/scores/valid-original.npz"))
     if not seeds:
         raise SystemExit(f"{args.run}: no seed<k>/scores/valid-original.npz; pass a finished run's protocol folder")
