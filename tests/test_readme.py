@@ -21,7 +21,9 @@ def test_exactly_two_setup_commands():
     assert commands == ["make demo", "make test"]
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^demo: install\n\t\$\(PYTHON\) -m pipelines.run --dataset citeseer", makefile, re.M)
-    assert re.search(r"^test: install\n\t\$\(PYTHON\) (-X faulthandler )?-m pytest -q$", makefile, re.M)
+    assert re.search(r"^test: install\n\t\$\(PYTEST\)$", makefile, re.M)
+    pytest = r"^PYTEST = \$\(PYTHON\) (-X faulthandler )?-m pytest -q( -n \d+ --dist loadfile)?$"
+    assert re.search(pytest, makefile, re.M)
     assert "make test" in (ROOT / ".ci" / "run").read_text()
 
 
