@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from common.datasets.base import DatasetError
-from common.datasets.ids import EDGE_LIST_SUFFIXES, as_run_ids, node_index, read_columns, suffix_of
+from common.datasets.ids import as_run_ids, node_index
+from common.datasets.tables import EDGE_LIST_SUFFIXES, read_columns, suffix_of
 from common.graph import Graph
 
 SPLIT_NAMES = ("train", "valid", "test")

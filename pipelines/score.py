@@ -29,7 +29,8 @@ from common import snapshot
 from common.atomic import write_parquet_atomic
 from common.cli import Parser, command, summary
 from common.datasets import DatasetError
-from common.datasets.ids import EDGE_LIST_SUFFIXES, node_index, read_columns, suffix_of
+from common.datasets.ids import node_index
+from common.datasets.tables import EDGE_LIST_SUFFIXES, read_columns, suffix_of
 from common.flags import MOVED_DATASET_HELP, FlagError, add_dataset_flags, add_device_flag, add_overwrite_flag
 from common.node_ids import load_node_ids
 from common.outputs import OutputError, check_output, check_replacement, stamp_metadata

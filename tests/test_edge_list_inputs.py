@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from common.datasets import DatasetError, load_dataset
-from common.datasets.ids import _map_numbers, read_columns
+from common.datasets.ids import _map_numbers
+from common.datasets.tables import read_columns
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -49,7 +49,7 @@ def load_dataset(
     eval_pairs, train_negatives: the user's labelled evaluation pairs and known training non-links, for any
     dataset (common/datasets/pairs.py).
     """
-    from common.datasets.ids import EDGE_LIST_SUFFIXES, suffix_of
+    from common.datasets.tables import EDGE_LIST_SUFFIXES, suffix_of
 
     fracs = None if split is None else split_fractions(split)
     if split_kind is not None and split_kind not in SPLIT_KINDS:
@@ -131,7 +131,7 @@ def _named(name: str, data_dir, ogb_root, planetoid_dir, features: bool, seed: i
         from common.datasets.heart import load_heart_dir
 
         return _own(load_heart_dir(path))
-    from common.datasets.ids import EDGE_LIST_SUFFIXES
+    from common.datasets.tables import EDGE_LIST_SUFFIXES
 
     raise DatasetError(
         f"unknown dataset '{name}': use citeseer, cora, {', '.join(OGB_NAMES)}, synthetic, "
@@ -169,7 +169,7 @@ def load_set_dataset(
 def given_by_path(name: str, data_dir: str | None = None) -> bool:
     """Whether `load_dataset(name, data_dir=...)` loads a user's graph (`own`): an edge-list file or a folder given
     by path, never a paper dataset named by its name (with --data-dir, a paper dataset's HeaRT folder)."""
-    from common.datasets.ids import suffix_of
+    from common.datasets.tables import suffix_of
 
     if data_dir is not None:
         return False

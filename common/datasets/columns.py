@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from common.datasets.base import DatasetError
-from common.datasets.ids import PARQUET_SUFFIXES, TEXT_SUFFIXES, _parquet_header, _text_header, suffix_of
+from common.datasets.tables import PARQUET_SUFFIXES, TEXT_SUFFIXES, parquet_header, suffix_of, text_header
 
 log = logging.getLogger("common.datasets.edgelist")
 
@@ -33,7 +33,7 @@ def header_names(path: Path, hint: str = "src,dst[,split]") -> list[str]:
     suf = suffix_of(path.name)
     if suf is None or not path.is_file():  # read_columns names the problem
         return []
-    names = _parquet_header(path) if suf in PARQUET_SUFFIXES else _text_header(path, TEXT_SUFFIXES[suf], hint)
+    names = parquet_header(path) if suf in PARQUET_SUFFIXES else text_header(path, TEXT_SUFFIXES[suf], hint)
     return [h.strip().lower() for h in names]
 
 

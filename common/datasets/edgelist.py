@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from common.datasets.base import DatasetError, LinkDataset, Split, training_graph
-from common.datasets.ids import NODE_COLUMNS, map_node_ids, read_columns, release_arrow_memory, stem_of
+from common.datasets.ids import map_node_ids, release_arrow_memory
 from common.datasets.negatives import min_max, sample_non_edges
+from common.datasets.tables import NODE_COLUMNS, read_columns, stem_of
 from common.graph import Graph, edge_weights
 from common.memory import rss_gb
 from common.unique import unique_first
@@ -170,8 +171,8 @@ def load_edge_list(
 ) -> LinkDataset:
     """Edge-list file with columns src, dst[, split, time, weight] -> LinkDataset (protocol "original").
 
-    Files and node ids: see common/datasets/ids.py (ids of any kind are mapped to 0..N-1; the dataset's
-    `node_ids` holds the user's ids). nodes: an optional file listing node ids (column `node` or `id`), so
+    Files: common/datasets/tables.py; node ids: common/datasets/ids.py (ids of any kind are mapped to 0..N-1;
+    the dataset's `node_ids` holds the user's ids). nodes: an optional file listing node ids (column `node` or `id`), so
     isolated nodes exist and can be scored. split values must be train/valid/test, and valid and test
     must both have rows; without a split column the edges are split by their `time` column when the file has
     one (common/datasets/temporal.py), else at random (val_frac / test_frac, seeded; None = 5% / 10%,

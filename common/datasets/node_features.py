@@ -25,7 +25,8 @@ import pyarrow.compute as pc
 
 from common.datasets.base import FILL_CHOICES, DatasetError
 from common.datasets.columns import first_failure, header_names
-from common.datasets.ids import NODE_COLUMNS, PARQUET_SUFFIXES, TEXT_SUFFIXES, node_index, suffix_of
+from common.datasets.ids import node_index
+from common.datasets.tables import NODE_COLUMNS, PARQUET_SUFFIXES, TEXT_SUFFIXES, suffix_of
 from common.memory import check_allocation
 
 log = logging.getLogger(__name__)

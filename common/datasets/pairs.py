@@ -33,7 +33,8 @@ import pyarrow.compute as pc
 
 from common.datasets.base import DatasetError, LinkDataset
 from common.datasets.columns import header_names
-from common.datasets.ids import node_index, numeric_ids, read_columns
+from common.datasets.ids import node_index, numeric_ids
+from common.datasets.tables import read_columns
 from common.unique import unique_first
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from common.datasets import load_set_dataset
-from common.datasets.ids import suffix_of
+from common.datasets.tables import suffix_of
 from common.node_ids import load_node_ids
 from common.outputs import check_output
 from common.presets import get_preset

@@ -275,7 +275,8 @@ def read_nodes(path: str, num_nodes: int, node_ids: np.ndarray | None = None) ->
     or gzipped) with a column 'node' (or 'id'), or plain text with one id per line. Ids are the user's
     (the set's mapping of an edge list), or 0..N-1 for a set without one."""
     from common.datasets import DatasetError
-    from common.datasets.ids import node_index, read_columns, suffix_of
+    from common.datasets.ids import node_index
+    from common.datasets.tables import read_columns, suffix_of
 
     p = Path(path)
     if not p.is_file():

@@ -32,7 +32,7 @@ from common import snapshot
 from common.atomic import write_json_atomic, write_parquet_atomic
 from common.cli import Parser, command, summary
 from common.datasets import DatasetError
-from common.datasets.ids import EDGE_LIST_SUFFIXES, suffix_of
+from common.datasets.tables import EDGE_LIST_SUFFIXES, suffix_of
 from common.flags import FlagError, add_moved_dataset_flag, add_num_cpus_flag, add_overwrite_flag
 from common.outputs import OutputError, check_output, check_replacement, stamp_metadata
 from common.retrieval import RetrievalError
