@@ -117,7 +117,7 @@ def measure_workers(
     import psutil
 
     from common.shards import read_manifest
-    from trainer import data
+    from trainer import loader_budget, loaders
     from trainer.config import DataConfig
 
     manifest = read_manifest(shard_set)
@@ -149,19 +149,19 @@ def measure_workers(
     tokens = 0
     try:
         for epoch in range(epochs):
-            loader, _ = data.train_loader(manifest, epoch, 0, 1, cfg)
+            loader, _ = loaders.train_loader(manifest, epoch, 0, 1, cfg)
             tokens += sum(b.num_tokens for b in loader)
             if manifest.get("eval"):
-                tokens += sum(b.num_tokens for b in data.eval_loader(manifest, "valid", "original", 0, 1, cfg))
+                tokens += sum(b.num_tokens for b in loaders.eval_loader(manifest, "valid", "original", 0, 1, cfg))
     finally:
         done.set()
         th.join()
-        data.close_loaders()
+        loaders.close_loaders()
     return {
         "set": manifest.get("dataset", "?"),
         "token_budget": token_budget,
         "tokens": tokens,
-        "prefetch": data.prefetch_depth(int(manifest["n_max"]), token_budget, cfg),
+        "prefetch": loader_budget.prefetch_depth(int(manifest["n_max"]), token_budget, cfg),
         "loader_memory_mb": loader_memory_mb,
         "worker_processes": len(peak["workers"]),
         "worker_peak_rss_mb": peak["rss"] / 2**20,

@@ -12,7 +12,7 @@ import torch
 
 from tests.test_distances import _links
 from tests.test_trainer_data import cfg, shard_set  # noqa: F401  (fixture)
-from trainer import data, packing
+from trainer import loaders, packing
 from trainer.packing import PackedBatch, WireBatch, for_transfer, pack_samples
 
 
@@ -55,9 +55,9 @@ def test_batches_from_worker_processes_equal_the_in_process_ones(shard_set, work
 
     def batches(num_workers):
         c = cfg(num_workers=num_workers, distances=True)
-        loader, plan = data.train_loader(shard_set, 0, 0, 1, c)
+        loader, plan = loaders.train_loader(shard_set, 0, 0, 1, c)
         got = list(loader)
-        data.close_loaders()
+        loaders.close_loaders()
         return got, plan
 
     by_process, plan = batches(workers)
@@ -69,6 +69,6 @@ def test_batches_from_worker_processes_equal_the_in_process_ones(shard_set, work
         assert len(in_process) == len(by_process)
         for a, b in zip(by_process, in_process):
             _same(a, b)
-    ev = list(data.eval_loader(shard_set, "valid", "original", 0, 1, cfg(num_workers=workers)))
+    ev = list(loaders.eval_loader(shard_set, "valid", "original", 0, 1, cfg(num_workers=workers)))
     assert ev and all(isinstance(b, PackedBatch) for b in ev)
-    data.close_loaders()
+    loaders.close_loaders()

@@ -12,7 +12,7 @@ import torch
 
 from tests.test_model import N_MAX, random_samples, small_model
 from tests.test_trainer_data import _block_of, cfg, identity, rank_batches, shard_set  # noqa: F401  (fixture)
-from trainer import blocks, data
+from trainer import blocks, loaders
 from trainer.config import ConfigError, config_from_args, resolve
 from trainer.model import ModelConfig
 from trainer.packing import pack_samples
@@ -73,20 +73,20 @@ def test_training_feeds_k_fresh_orders_per_link_within_the_token_budget(shard_se
             assert all(x[:2] == copies[0][:2] and sorted(x) == sorted(copies[0]) for x in copies)
             distinct += len(set(copies)) > 1
     assert distinct > len(plan.units)  # independent orders, not three identical copies
-    data.close_loaders()
+    loaders.close_loaders()
 
 
 def test_eval_loader_packs_k_copies_and_marks_the_batch(shard_set):  # noqa: F811
     c = cfg(orderings=2)
-    seen = list(data.eval_loader(shard_set, "valid", "original", 0, 1, c))
+    seen = list(loaders.eval_loader(shard_set, "valid", "original", 0, 1, c))
     assert all(b.copies == 2 and b.num_samples == 2 * b.num_links for b in seen)
     assert sorted(int(x) for b in seen for x in b.link_cid) == list(range(60))
     first, again = (
-        [b.nodes.tolist() for b in data.eval_loader(shard_set, "valid", "original", 0, 1, c, collate=identity)]
+        [b.nodes.tolist() for b in loaders.eval_loader(shard_set, "valid", "original", 0, 1, c, collate=identity)]
         for _ in range(2)
     )
     assert first == again  # evaluation orders are fixed
-    data.close_loaders()
+    loaders.close_loaders()
 
 
 # ---------------------------------------------------------------------------- model

@@ -31,7 +31,7 @@ from common.shards import (
     train_shard_name,
     write_manifest,
 )
-from trainer import blocks, data
+from trainer import blocks, data, loader_budget, loaders
 from trainer.config import ConfigError, DataConfig
 
 
@@ -207,7 +207,7 @@ def pid_and_batch(batch):
 
 def rank_batches(manifest, epoch, rank, world, c, start=0, collate=identity):
     """The batches (Blocks) one rank's loader yields."""
-    loader, plan = data.train_loader(manifest, epoch, rank, world, c, start=start, collate=collate)
+    loader, plan = loaders.train_loader(manifest, epoch, rank, world, c, start=start, collate=collate)
     return list(loader), plan
 
 
@@ -310,7 +310,7 @@ def test_training_relabels_every_epoch_but_eval_keeps_stored_order(shard_set):
     assert any(a[k] != b[k] for k in common)  # same view, new order
     assert any(a[k] != want[k] for k in common)
     assert all(sorted(a[k]) == sorted(want[k]) and a[k][:2] == want[k][:2] for k in a)
-    loader = data.eval_loader(shard_set, "valid", "original", 0, 1, c, collate=identity)
+    loader = loaders.eval_loader(shard_set, "valid", "original", 0, 1, c, collate=identity)
     got = links(loader)
     assert got == stored(shard_set, "valid") and len(got) == 60
 
@@ -348,7 +348,7 @@ def test_one_shard_feeds_every_worker(tmp_path):
     per_rank = [rank_batches(manifest, 0, r, 2, c)[0] for r in range(2)]
     assert len(per_rank[0]) == len(per_rank[1]) == 8  # ceil(30 / 2 / 2)
     assert len(set(cids(per_rank[0] + per_rank[1]))) == 30  # slices of one shard over 2 ranks x 2 workers
-    per_worker = [cids(data.eval_loader(manifest, "valid", "original", r, 2, c, collate=identity)) for r in range(2)]
+    per_worker = [cids(loaders.eval_loader(manifest, "valid", "original", r, 2, c, collate=identity)) for r in range(2)]
     assert all(per_worker) and sorted(sum(per_worker, [])) == list(range(60))
 
 
@@ -360,31 +360,31 @@ def test_workers_persist_across_epochs_and_evaluations(shard_set):
         out, plan = rank_batches(shard_set, epoch, 0, 1, c, collate=pid_and_batch)
         pids |= {p for p, _ in out}
         seqs.append(cids([b for _, b in out]))
-        ev = list(data.eval_loader(shard_set, "valid", "original", 0, 1, c, collate=pid_and_batch))
+        ev = list(loaders.eval_loader(shard_set, "valid", "original", 0, 1, c, collate=pid_and_batch))
         pids_eval = {p for p, _ in ev}
         if epoch == 0:
             first_eval = pids_eval
         assert pids_eval == first_eval and len(pids_eval) == 2
     assert len(pids) == 2 and os.getpid() not in pids  # two train workers, forked once
-    data.close_loaders()
+    loaders.close_loaders()
     for epoch in range(3):  # fresh loaders (fresh workers) give the same batches
         out, _ = rank_batches(shard_set, epoch, 0, 1, c, collate=pid_and_batch)
         assert cids([b for _, b in out]) == seqs[epoch]
-    data.close_loaders()
+    loaders.close_loaders()
 
 
 def test_datasets_pickle_for_spawned_workers(shard_set):
     """forkserver/spawn start methods (Python 3.14's default) pickle the dataset into each worker."""
     import pickle
 
-    loader, plan = data.train_loader(shard_set, 0, 0, 1, cfg(num_workers=2))
+    loader, plan = loaders.train_loader(shard_set, 0, 0, 1, cfg(num_workers=2))
     clone = pickle.loads(pickle.dumps(loader.dataset))
     args = (0, 1, 0, 0, plan.batches)
     assert [b.cid.tolist() for b in clone.logical_worker(*args)] == [
         b.cid.tolist() for b in loader.dataset.logical_worker(*args)
     ]
-    pickle.dumps(data.eval_loader(shard_set, "valid", "original", 0, 1, cfg()).dataset)
-    data.close_loaders()
+    pickle.dumps(loaders.eval_loader(shard_set, "valid", "original", 0, 1, cfg()).dataset)
+    loaders.close_loaders()
 
 
 def test_token_budget_and_cap(shard_set):
@@ -402,10 +402,10 @@ def test_packed_batches_carry_the_induced_graph(shard_set, min_density, monkeypa
     from trainer import packing
 
     monkeypatch.setattr(packing, "DENSE_MIN_DENSITY", min_density)
-    data.close_loaders()  # packers are built per loader
-    loader, plan = data.train_loader(shard_set, 0, 0, 1, cfg())
+    loaders.close_loaders()  # packers are built per loader
+    loader, plan = loaders.train_loader(shard_set, 0, 0, 1, cfg())
     batches = list(loader)
-    data.close_loaders()
+    loaders.close_loaders()
     assert len(batches) == plan.batches
     indptr, indices = load_graph(shard_set)
     adj = {(a, int(b)) for a in range(len(indptr) - 1) for b in indices[indptr[a] : indptr[a + 1]]}
@@ -437,7 +437,7 @@ def test_resume_position_replays_the_same_batches(shard_set, workers):
         rest, _ = rank_batches(shard_set, 3, 1, 2, c, start=start)
         assert [b.cid.tolist() for b in rest] == [b.cid.tolist() for b in full[start:]]
         assert all(np.array_equal(x.nodes, y.nodes) for x, y in zip(rest, full[start:]))  # same relabelling
-    data.close_loaders()
+    loaders.close_loaders()
 
 
 def test_eval_split_covers_every_candidate_once(shard_set):
@@ -446,10 +446,10 @@ def test_eval_split_covers_every_candidate_once(shard_set):
         got = [
             cid
             for r in range(world)
-            for cid in cids(data.eval_loader(shard_set, "test", "original", r, world, c, collate=identity))
+            for cid in cids(loaders.eval_loader(shard_set, "test", "original", r, world, c, collate=identity))
         ]
         assert sorted(got) == list(range(60))
-    data.close_loaders()
+    loaders.close_loaders()
 
 
 def test_missing_shard_names_the_file(tmp_path):
@@ -473,27 +473,27 @@ def test_corrupt_block_names_shard_and_member(tmp_path, workers):
     with pytest.raises(data.ShardError, match=r"train-v000-00000.tar:000001.arrow.*outside") as err:
         rank_batches(manifest, 0, 0, 1, cfg(num_workers=workers))
     assert "\n" not in str(err.value) and str(err.value).startswith(str(root))
-    data.close_loaders()
+    loaders.close_loaders()
 
 
 def test_memory_budget_too_small_names_the_flag(shard_set):
     with pytest.raises(ConfigError, match="--loader-memory-mb 4: .*raise --loader-memory-mb"):
-        data.train_loader(shard_set, 0, 0, 1, cfg(loader_memory_mb=4, shuffle_buffer_mb=1, token_budget=5000))
-    assert data.prefetch_depth(12, 200, cfg()) == data.MAX_PREFETCH
+        loaders.train_loader(shard_set, 0, 0, 1, cfg(loader_memory_mb=4, shuffle_buffer_mb=1, token_budget=5000))
+    assert loader_budget.prefetch_depth(12, 200, cfg()) == loader_budget.MAX_PREFETCH
 
 
 def test_eval_batches_are_capped_by_the_memory_budget(shard_set):
     """Eval: no shuffle pool, and a too-large eval budget is lowered (scores do not depend on grouping)."""
-    per_token = data.batch_bytes(12, 1)
+    per_token = loader_budget.batch_bytes(12, 1)
     c = cfg(loader_memory_mb=1, eval_token_budget=10**6)
-    budget, prefetch = data.eval_budget(12, c)
+    budget, prefetch = loader_budget.eval_budget(12, c)
     assert budget == 2**20 // (2 * per_token) and prefetch == 1
-    loader = data.eval_loader(shard_set, "valid", "original", 0, 1, c, collate=identity)
+    loader = loaders.eval_loader(shard_set, "valid", "original", 0, 1, c, collate=identity)
     batches = list(loader)
     assert max(b.tokens for b in batches) <= budget and sorted(cids(batches)) == list(range(60))
     with pytest.raises(ConfigError, match="--loader-memory-mb 1: too small for evaluation batches"):
-        data.eval_budget(10_000, c)
-    data.close_loaders()
+        loader_budget.eval_budget(10_000, c)
+    loaders.close_loaders()
 
 
 def test_units_of_one_shard_are_read_in_one_pass(shard_set, monkeypatch):

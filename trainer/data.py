@@ -7,8 +7,9 @@ per link):
       ─ decode block, check it, slice its unit (link i % parts) ─ byte-sized shuffle pool ─ greedy
       token-budget cuts ─ relabel (segmented permutation) ─ induce edges from the shipped graph ─ pack
 
-The block steps live in trainer/blocks.py, inducing and packing in trainer/packing.py (BatchPacker);
-this module plans epochs, splits the work and runs it in persistent DataLoader workers.
+The block steps live in trainer/blocks.py, inducing and packing in trainer/packing.py (BatchPacker), the
+persistent DataLoaders that run the streams in trainer/loaders.py; this module plans epochs and splits the work
+into streams.
 
 Decisions, and why:
 - *Units.* A unit is a shard, or, when there are fewer than 4 shards per (rank, worker), one of P
@@ -58,21 +59,11 @@ from typing import Callable, Iterator
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, IterableDataset, get_worker_info
+from torch.utils.data import IterableDataset, get_worker_info
 
 from common.shards import Block, ShardError, load_graph, set_graph, shard_entries
-from trainer.blocks import (  # noqa: F401
-    block_slice,
-    open_url,
-    read_blocks,
-    relabel,
-    replicate,
-    seeded_orders,
-    shuffle_pool,
-    token_batches,
-)
-from trainer.loader_budget import MAX_PREFETCH, batch_bytes, eval_budget, prefetch_depth  # noqa: F401
-from trainer.packing import BatchPacker, WireBatch, for_transfer
+from trainer.blocks import block_slice, read_blocks, relabel, replicate, seeded_orders, shuffle_pool, token_batches
+from trainer.packing import BatchPacker, for_transfer
 
 log = logging.getLogger(__name__)
 # Salts that keep the independent random streams of one (seed, epoch) apart.
@@ -357,163 +348,6 @@ class EvalStream(_Stream):
             read_blocks(units, self.num_nodes, self.n_max, self.regression), self.token_budget, 1 << 30, self.copies
         ):
             yield self.finish(seeded_orders(replicate(batch, self.copies), self.copies, self.seed), graph)
-
-
-# ---------------------------------------------------------------------------- persistent loaders
-# One DataLoader per role, alive for the run: asking again with the same (set, rank, world, config,
-# collate) only rewrites its job; anything else replaces it (and shuts the old workers down).
-_LOADERS: dict[str, tuple[tuple, "Loader"]] = {}
-
-
-def _loader_key(manifest: dict, rank: int, world_size: int, data_cfg, collate, pin: bool) -> tuple:
-    fields = (
-        data_cfg.token_budget,
-        data_cfg.eval_token_budget,
-        data_cfg.max_samples,
-        data_cfg.shuffle_buffer_mb,
-        data_cfg.loader_memory_mb,
-        data_cfg.num_workers,
-        data_cfg.seed,
-        data_cfg.orderings,
-        data_cfg.distances,
-    )
-    return (manifest["root"], manifest.get("key"), rank, world_size, fields, id(collate), pin)
-
-
-def _persistent(role: str, key: tuple, make: Callable[[], "Loader"]) -> "Loader":
-    held = _LOADERS.get(role)
-    if held is not None and held[0] == key:
-        return held[1]
-    close_loaders(role)
-    loader = make()
-    _LOADERS[role] = (key, loader)
-    return loader
-
-
-def close_loaders(*roles: str) -> None:
-    """Shut down the workers of the given roles' loaders (all when none is named)."""
-    for role in roles or tuple(_LOADERS):
-        held = _LOADERS.pop(role, None)
-        it = getattr(held[1].loader, "_iterator", None) if held else None
-        if it is not None and hasattr(it, "_shutdown_workers"):
-            it._shutdown_workers()
-
-
-def worker_error(err: Exception) -> Exception | None:
-    """A worker's exception as DataLoader re-raises it ("Caught ShardError in DataLoader worker process 0.
-    Original Traceback ...", many lines) -> the same type with the worker's own one-line message, so a
-    corrupt shard still reads as one line naming shard and member. None if not such a wrapper."""
-    text = str(err)
-    if not text.startswith("Caught ") or "DataLoader worker" not in text.split("\n", 1)[0]:
-        return None
-    head, sep, message = text.rstrip().splitlines()[-1].partition(": ")
-    if not sep or head.rsplit(".", 1)[-1] != type(err).__name__:
-        return None
-    try:
-        return type(err)(message)
-    except Exception:  # an exception type that needs other constructor arguments: keep the original
-        return None
-
-
-class Loader:
-    """A persistent DataLoader (see module docstring) whose worker errors arrive as one line."""
-
-    def __init__(self, loader: DataLoader):
-        self.loader = loader
-
-    @property
-    def dataset(self):
-        return self.loader.dataset
-
-    def __iter__(self):
-        return self._batches(iter(self.loader))  # iter() now: the workers pick up the current job
-
-    @staticmethod
-    def _batches(it):
-        while True:
-            try:
-                batch = next(it)
-            except StopIteration:
-                return
-            except Exception as err:
-                clean = worker_error(err)
-                if clean is None:
-                    raise
-                raise clean from None
-            yield batch.unwrap() if isinstance(batch, WireBatch) else batch
-
-
-def _dataloader(dataset: IterableDataset, num_workers: int, pin: bool, prefetch: int) -> Loader:
-    if num_workers > 0:
-        dataset.warm()  # the workers fork with the loader's libraries and kernels loaded (_Stream.warm)
-    # Own generator: creating a loader iterator must not consume the global torch RNG (dropout), or a
-    # resumed run would draw different dropout masks than the uninterrupted one.
-    return Loader(
-        DataLoader(
-            dataset,
-            batch_size=None,
-            num_workers=num_workers,
-            pin_memory=pin,
-            generator=torch.Generator(),
-            persistent_workers=num_workers > 0,
-            prefetch_factor=prefetch if num_workers else None,
-        )
-    )
-
-
-def train_loader(
-    manifest: dict,
-    epoch: int,
-    rank: int,
-    world_size: int,
-    data_cfg,
-    *,
-    start: int = 0,
-    fraction: float = 1.0,
-    collate=None,
-    pin: bool = False,
-) -> tuple[Loader, EpochPlan]:
-    """(this rank's persistent training loader, set to batches start..C-1 of `epoch`; the epoch plan).
-    Call iter() on the loader after this and before asking for another job."""
-    n_max, workers = int(manifest["n_max"]), data_cfg.num_workers
-    prefetch = prefetch_depth(n_max, data_cfg.token_budget, data_cfg)
-    plan = plan_epoch(
-        manifest,
-        epoch,
-        world_size,
-        workers,
-        data_cfg.token_budget,
-        data_cfg.max_samples,
-        data_cfg.seed,
-        fraction,
-        data_cfg.orderings,
-    )
-
-    def make() -> Loader:
-        stream = TrainStream(manifest, rank, world_size, data_cfg, workers, collate)
-        stream.set_job(epoch, min(start, plan.batches), plan.batches)  # what warm() reads
-        return _dataloader(stream, workers, pin, prefetch)
-
-    loader = _persistent("train", _loader_key(manifest, rank, world_size, data_cfg, collate, pin), make)
-    loader.dataset.set_job(epoch, min(start, plan.batches), plan.batches)
-    return loader, plan
-
-
-def eval_loader(
-    manifest: dict, split: str, protocol: str, rank: int, world_size: int, data_cfg, *, collate=None, pin: bool = False
-) -> Loader:
-    """This rank's persistent eval loader, set to the (split, protocol) eval set."""
-    n_max, workers = int(manifest["n_max"]), data_cfg.num_workers
-    budget, prefetch = eval_budget(n_max, data_cfg)
-
-    def make() -> Loader:
-        stream = EvalStream(manifest, rank, world_size, data_cfg, workers, collate, budget)
-        stream.set_job(split, protocol)  # warm() reads this set, never another split
-        return _dataloader(stream, workers, pin, prefetch)
-
-    loader = _persistent("eval", _loader_key(manifest, rank, world_size, data_cfg, collate, pin), make)
-    loader.dataset.set_job(split, protocol)
-    return loader
 
 
 def view_stats(manifest: dict, view: int) -> tuple[int, int]:

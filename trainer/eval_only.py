@@ -15,7 +15,7 @@ import logging
 from pathlib import Path
 
 from common.atomic import write_text_atomic
-from trainer import checkpoint, data, distributed
+from trainer import checkpoint, distributed, loaders
 
 log = logging.getLogger("trainer")
 
@@ -38,6 +38,6 @@ def evaluate_weights(trainer, path: str) -> dict:
     if info.is_main:
         write_text_atomic(trainer.out / "summary.json", json.dumps(summary, indent=1, default=float))
     trainer.metrics.close()
-    data.close_loaders()
+    loaders.close_loaders()
     distributed.barrier(info)
     return summary

@@ -1,6 +1,6 @@
 """Evaluation: score every candidate of an eval set once, gather, rank with common.metrics.
 
-Each rank scores its share of the eval shards (data.eval_loader splits them like the training set),
+Each rank scores its share of the eval shards (loaders.eval_loader splits them like the training set),
 then cid and score tensors are all-gathered so every rank holds the full table; the ranking
 structure (queries.npz: pos_cid, neg_cid) maps cids to positives and their negatives, and
 `common.metrics.evaluate(protocol, pos, neg)` computes MRR / Hits@K and AUC / AP (positives against
@@ -24,7 +24,7 @@ from common.metrics import evaluate as protocol_metrics
 from common.metrics import regression_metrics
 from common.shards import ShardError, load_queries
 from trainer import distributed
-from trainer.data import eval_loader
+from trainer.loaders import eval_loader
 from trainer.scoring import forward_batches, fp32_inference, synchronize
 
 log = logging.getLogger(__name__)

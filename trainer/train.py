@@ -37,7 +37,7 @@ from common.datasets import given_by_path
 from common.eval_scores import epoch_scores_path, scores_path, write_scores
 from common.metrics import improves
 from common.presets import get_preset
-from trainer import checkpoint, data, distributed, run_folder
+from trainer import checkpoint, data, distributed, loaders, run_folder
 from trainer.config import ConfigError, TrainConfig, build_parser, config_from_args, merge_for_resume, resolve
 from trainer.eval_only import evaluate_weights
 from trainer.evaluate import evaluate_split, selection_metric
@@ -239,7 +239,7 @@ class Trainer:
         if info.is_main:
             write_text_atomic(self.out / "summary.json", json.dumps(summary, indent=1, default=float))
         self.metrics.close()
-        data.close_loaders()  # the run's persistent loader workers end with it
+        loaders.close_loaders()  # the run's persistent loader workers end with it
         distributed.barrier(info)  # when run() returns on any rank, rank 0's files are complete
         return summary
 
@@ -255,7 +255,7 @@ class Trainer:
         """Train from the current position to the end of the epoch; True if max_steps stopped it."""
         cfg, st = self.config, self.state
         fraction = min(1.0, cfg.epochs - st.epoch)
-        loader, plan = data.train_loader(
+        loader, plan = loaders.train_loader(
             self.manifest,
             st.epoch,
             self.info.rank,
