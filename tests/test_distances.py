@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from common.shards import Block
-from trainer.config import ConfigError, config_from_args, resolve
+from trainer.config import ConfigError, config_from_args
 from trainer.distances import pair_distances
 from trainer.model import ModelConfig, Pencil, distance_rows
 from trainer.packing import BatchPacker, pack_samples
+from trainer.resolve import resolve
 from trainer.seal import drnl_labels
 
 # Link A: u=0, v=1; path u-2-3-v, 4 hangs off 2, 5 is isolated, 6 hangs off v only.

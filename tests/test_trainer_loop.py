@@ -22,10 +22,11 @@ from common.metrics import evaluate as common_evaluate
 from common.shards import load_queries, read_manifest
 from tests.test_trainer_data import make_shard_set
 from trainer import checkpoint, distributed
-from trainer.config import ConfigError, DataConfig, config_for, config_from_args, micro_batch_links, resolve
+from trainer.config import ConfigError, DataConfig, config_for, config_from_args
 from trainer.data import view_stats as data_views
 from trainer.evaluate import evaluate_split, scores_to_metrics
 from trainer.metrics_log import read_metrics
+from trainer.resolve import micro_batch_links, resolve
 from trainer.train import Trainer, run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -38,10 +38,11 @@ from common.eval_scores import epoch_scores_path, scores_path, write_scores
 from common.metrics import improves
 from common.presets import get_preset
 from trainer import checkpoint, data, distributed, loaders, run_folder
-from trainer.config import ConfigError, TrainConfig, build_parser, config_from_args, merge_for_resume, resolve
+from trainer.config import ConfigError, TrainConfig, build_parser, config_from_args
 from trainer.eval_only import evaluate_weights
 from trainer.evaluate import evaluate_split, selection_metric
 from trainer.metrics_log import MetricsLog, Window, progress_bar
+from trainer.resolve import merge_for_resume, resolve
 from trainer.setup import autocast_for, check_run, cpu_threads, seed_everything, setup_logging
 
 log = logging.getLogger("trainer")
