@@ -60,7 +60,7 @@ def measure_training_reads(
     The token budget defaults to 64 samples' worth of average links (about what a GPU micro-batch
     holds). Returns tokens/s and samples/s per CPU second, batches, peak RSS and bytes per link."""
     from common.shards import read_manifest
-    from trainer.config import DataConfig
+    from trainer.config_sections import DataConfig
     from trainer.data import TrainStream, plan_epoch
 
     manifest = read_manifest(shard_set)
@@ -118,7 +118,7 @@ def measure_workers(
 
     from common.shards import read_manifest
     from trainer import loader_budget, loaders
-    from trainer.config import DataConfig
+    from trainer.config_sections import DataConfig
 
     manifest = read_manifest(shard_set)
     cfg = DataConfig(
@@ -451,7 +451,7 @@ def main(argv=None) -> int:
             import torch
 
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        tokens = 8192 if device == "cpu" else 65536  # the GPU's default micro-batch (trainer.config.GPU_MICRO_TOKENS)
+        tokens = 8192 if device == "cpu" else 65536  # the GPU's default micro-batch (trainer.config_sections.GPU_MICRO_TOKENS)
         rows = run_child("bench.loader", "form_sweep", 128, 200, tokens, 3, device)
         clock = (
             "CPU time of pack + fwd + bwd"

@@ -242,7 +242,7 @@ def section_loader(args):
 
     from common.shards import read_manifest
     from trainer import loaders
-    from trainer.config import DataConfig
+    from trainer.config_sections import DataConfig
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     with tempfile.TemporaryDirectory() as tmp:

@@ -12,7 +12,8 @@ import torch
 from tests.conftest import cached_set
 from tests.test_model import N_MAX, dense_forward, random_samples, small_model
 from trainer.attention import AttentionContext
-from trainer.config import ConfigError, ModelOverrides, config_from_args
+from trainer.config import config_from_args
+from trainer.config_sections import ConfigError, ModelOverrides
 from trainer.model import ModelConfig, Propagation, token_positions
 from trainer.packing import pack_samples as pack  # hand-built sample dicts
 

@@ -15,7 +15,8 @@ from torch._dynamo.utils import counters
 from tests.test_model import N_MAX, random_samples, small_model
 from tests.test_trainer_loop import shards, tiny  # noqa: F401  (module-scoped shard set fixture)
 from trainer import checkpoint
-from trainer.config import ConfigError, config_from_args
+from trainer.config import config_from_args
+from trainer.config_sections import ConfigError
 from trainer.metrics_log import read_metrics
 from trainer.model import compiler_missing
 from trainer.packing import pack_samples as pack

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from common.shards import Block
-from trainer.config import ConfigError, config_from_args
+from trainer.config import config_from_args
+from trainer.config_sections import ConfigError
 from trainer.distances import pair_distances
 from trainer.model import ModelConfig, Pencil, distance_rows
 from trainer.packing import BatchPacker, pack_samples

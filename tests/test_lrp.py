@@ -13,7 +13,8 @@ import torch
 from tests.test_model import N_MAX, random_samples, small_model
 from tests.test_trainer_data import _block_of, cfg, identity, rank_batches, shard_set  # noqa: F401  (fixture)
 from trainer import blocks, loaders
-from trainer.config import ConfigError, config_from_args
+from trainer.config import config_from_args
+from trainer.config_sections import ConfigError
 from trainer.model import ModelConfig
 from trainer.packing import pack_samples
 from trainer.resolve import resolve

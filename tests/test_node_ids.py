@@ -380,7 +380,8 @@ def test_score_under_user_ids_equals_score_under_mapped_ids(tmp_path):
     from pipelines.score import score_pairs
     from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
     from preprocess.job import run_job
-    from trainer.config import DataConfig, TrainConfig
+    from trainer.config import TrainConfig
+    from trainer.config_sections import DataConfig
     from trainer.model import model_for_shards
 
     names = [f"user-{i * 7919 % 100_003}" for i in range(200)]

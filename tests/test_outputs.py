@@ -183,7 +183,8 @@ def test_run_preprocess_and_train_refuse_a_folder_inside_a_run_or_a_set(results,
     assert f"--out {seed0}: is the run folder" in line
 
     from tests.test_trainer_data import make_shard_set
-    from trainer.config import ConfigError, config_for
+    from trainer.config import config_for
+    from trainer.config_sections import ConfigError
     from trainer.train import run
 
     shards = make_shard_set(tmp_path / "set", shard_links=(16,), eval_links=12)

@@ -15,7 +15,8 @@ import torch
 
 from tests.test_trainer_data import make_shard_set
 from trainer import checkpoint
-from trainer.config import ConfigError, config_for
+from trainer.config import config_for
+from trainer.config_sections import ConfigError
 from trainer.train import run
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -25,7 +25,8 @@ import torch
 from tests.conftest import mount_tmpfs
 from tests.test_trainer_data import make_shard_set
 from trainer import checkpoint
-from trainer.config import ConfigError, config_for
+from trainer.config import config_for
+from trainer.config_sections import ConfigError
 from trainer.metrics_log import read_metrics
 from trainer.train import run
 

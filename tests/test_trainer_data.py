@@ -32,7 +32,7 @@ from common.shards import (
     write_manifest,
 )
 from trainer import blocks, data, loader_budget, loaders
-from trainer.config import ConfigError, DataConfig
+from trainer.config_sections import ConfigError, DataConfig
 
 
 # ---------------------------------------------------------------------------- synthetic shard sets

@@ -68,7 +68,8 @@ def _worker(rank: int, world: int, port: int, shards: str, out: str) -> None:
     from common.shards import read_manifest
     from tests.test_trainer_loop import CidScorer
     from trainer import distributed, loaders
-    from trainer.config import DataConfig, config_for
+    from trainer.config import config_for
+    from trainer.config_sections import DataConfig
     from trainer.evaluate import evaluate_split
     from trainer.train import Trainer
 

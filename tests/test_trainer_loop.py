@@ -22,7 +22,8 @@ from common.metrics import evaluate as common_evaluate
 from common.shards import load_queries, read_manifest
 from tests.test_trainer_data import make_shard_set
 from trainer import checkpoint, distributed
-from trainer.config import ConfigError, DataConfig, config_for, config_from_args
+from trainer.config import config_for, config_from_args
+from trainer.config_sections import ConfigError, DataConfig
 from trainer.data import view_stats as data_views
 from trainer.evaluate import evaluate_split, scores_to_metrics
 from trainer.metrics_log import read_metrics
@@ -439,7 +440,7 @@ def test_a_run_with_distance_features_resumes_where_it_stopped(shards, tmp_path)
 
 
 def test_lr_schedules_by_hand():
-    from trainer.config import OptimConfig
+    from trainer.config_sections import OptimConfig
 
     cos = OptimConfig(lr=0.2, lr_schedule="cosine")
     assert [cos.lr_at(p) for p in (0.0, 0.5, 1.0, 1.5)] == pytest.approx([0.2, 0.1, 0.0, 0.0], abs=1e-12)
@@ -484,7 +485,7 @@ def test_cpu_threads_leave_cores_for_the_loader():
 
 def test_config_attention_choices_match_the_kernels():
     from trainer.attention import BACKENDS
-    from trainer.config import ATTENTION_BACKENDS
+    from trainer.config_sections import ATTENTION_BACKENDS
 
     assert ATTENTION_BACKENDS == BACKENDS
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from trainer.config import ConfigError
+from trainer.config_sections import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from trainer.config import ConfigError
+from trainer.config_sections import ConfigError
 
 log = logging.getLogger(__name__)
 

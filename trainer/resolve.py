@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import fields, replace
 
-from trainer.config import CPU_MICRO_LINKS, GPU_MICRO_TOKENS, RESUME_OVERRIDABLE, TrainConfig, _check
+from trainer.config import RESUME_OVERRIDABLE, TrainConfig
+from trainer.config_sections import CPU_MICRO_LINKS, GPU_MICRO_TOKENS, check
 
 
 def micro_batch_links(per_rank: int, tokens_per_link: float, target_tokens: int) -> int:
@@ -60,9 +61,9 @@ def resolve(
         if k > 1
         else f"one sample of up to N_max + 2 = {one} tokens"
     )
-    _check(budget >= one, "--token-budget", f"{budget} cannot hold {what}")
+    check(budget >= one, "--token-budget", f"{budget} cannot hold {what}")
     eval_budget = data.eval_token_budget or 4 * budget
-    _check(eval_budget >= one, "--eval-token-budget", f"{eval_budget} cannot hold {what}")
+    check(eval_budget >= one, "--eval-token-budget", f"{eval_budget} cannot hold {what}")
     data = replace(
         data,
         max_samples=max_samples,

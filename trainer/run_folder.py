@@ -26,7 +26,7 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
-from trainer.config import ConfigError
+from trainer.config_sections import ConfigError
 
 log = logging.getLogger("trainer")
 LOCK = ".lock"

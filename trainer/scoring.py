@@ -22,7 +22,7 @@ import torch
 
 from common.shards import Block
 from trainer.blocks import replicate, seeded_orders, token_batches
-from trainer.config import GPU_MICRO_TOKENS
+from trainer.config_sections import GPU_MICRO_TOKENS
 from trainer.packing import BatchPacker
 
 # Defaults of the pair path: a CPU batch of ~16k tokens keeps the padded attention's (B, L, L) scores

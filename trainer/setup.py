@@ -17,7 +17,8 @@ from common.outputs import OutputError, check_output_folder
 from common.shards import ShardError, read_manifest
 from common.verify import set_problems
 from trainer import distributed
-from trainer.config import ConfigError, TrainConfig
+from trainer.config import TrainConfig
+from trainer.config_sections import ConfigError
 from trainer.evaluate import eval_entry
 
 log = logging.getLogger("trainer")

@@ -38,7 +38,8 @@ from common.eval_scores import epoch_scores_path, scores_path, write_scores
 from common.metrics import improves
 from common.presets import get_preset
 from trainer import checkpoint, data, distributed, loaders, run_folder
-from trainer.config import ConfigError, TrainConfig, build_parser, config_from_args
+from trainer.config import TrainConfig, build_parser, config_from_args
+from trainer.config_sections import ConfigError
 from trainer.eval_only import evaluate_weights
 from trainer.evaluate import evaluate_split, selection_metric
 from trainer.metrics_log import MetricsLog, Window, progress_bar
