@@ -451,7 +451,8 @@ def main(argv=None) -> int:
             import torch
 
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        tokens = 8192 if device == "cpu" else 65536  # the GPU's default micro-batch (trainer.config_sections.GPU_MICRO_TOKENS)
+        # 65536: the GPU's default micro-batch (trainer.config_sections.GPU_MICRO_TOKENS)
+        tokens = 8192 if device == "cpu" else 65536
         rows = run_child("bench.loader", "form_sweep", 128, 200, tokens, 3, device)
         clock = (
             "CPU time of pack + fwd + bwd"
