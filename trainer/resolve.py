@@ -2,16 +2,22 @@
 
 resolve(): the values that depend on the shard set (N_max, mean tokens per link), the world size and the
 device, filled once the trainer has opened the set. merge_for_resume(): a resumed run's config, the
-checkpoint's except the fields a resume may change (trainer.config.RESUME_OVERRIDABLE).
+checkpoint's except the fields a resume may change (trainer.config.RESUME_OVERRIDABLE). load_last() and
+config_for_run() are what the trainer calls: the checkpoint to resume from, and the config it trains under.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import fields, replace
+from pathlib import Path
 
+from trainer import checkpoint, run_folder
 from trainer.config import RESUME_OVERRIDABLE, TrainConfig
-from trainer.config_sections import CPU_MICRO_LINKS, GPU_MICRO_TOKENS, check
+from trainer.config_sections import CPU_MICRO_LINKS, GPU_MICRO_TOKENS, ConfigError, check
+
+log = logging.getLogger("trainer")
 
 
 def micro_batch_links(per_rank: int, tokens_per_link: float, target_tokens: int) -> int:
@@ -99,3 +105,63 @@ def merge_for_resume(saved: dict, current: TrainConfig) -> tuple[TrainConfig, li
             ignored.append(f.name)
     overrides = {k: getattr(current, k) for k in RESUME_OVERRIDABLE}
     return replace(saved_cfg, **overrides), ignored
+
+
+def load_last(config: TrainConfig) -> dict | None:
+    """OUT/last.pt when --resume asks for it (None: a fresh run)."""
+    path = Path(config.out) / checkpoint.LAST
+    if not config.resume:
+        return None
+    if not path.exists():
+        log.warning("--resume: no checkpoint at %s; starting a fresh run", path)
+        return None
+    ckpt = checkpoint.load(path, fix="restore it from a copy, or pass --overwrite instead of --resume to start afresh")
+    log.info(
+        "resuming from %s: step %d, epoch %d, batch %d",
+        path,
+        ckpt["state"]["step"],
+        ckpt["state"]["epoch"],
+        ckpt["state"]["batch"],
+    )
+    return ckpt
+
+
+def config_for_run(
+    config: TrainConfig, ckpt: dict | None, manifest: dict, view_stats: tuple, world_size: int, device_type: str
+) -> TrainConfig:
+    """The config the run trains under: resolved for the set and world, or the checkpoint's on a resume
+    (a flag that would change its trajectory is an error naming it)."""
+    if ckpt is None:
+        links, tokens = view_stats
+        config = replace(config, data=replace(config.data, **run_folder.bound_data(manifest)))
+        return resolve(config, int(manifest["n_max"]), world_size, device_type, tokens / max(links, 1))
+    run_folder.check_same_data(ckpt["config"]["data"], manifest, config.data.shards, config.out)
+    merged, ignored = merge_for_resume(ckpt["config"], config)
+    # the same data, perhaps at another path (a copied set): read it where it is now, recorded as bound
+    merged = replace(merged, data=replace(merged.data, shards=config.data.shards, **run_folder.bound_data(manifest)))
+    ignored = [name for name in ignored if name != "data.shards"]
+    if ignored:  # resuming under other flags would continue, or retrain, the run under another schedule
+        saved = ckpt["config"]
+        shown = ", ".join(
+            f"{name} {_field(saved, name)!r} (asked: {_field(config.to_dict(), name)!r})" for name in ignored[:3]
+        )
+        raise ConfigError(
+            f"--resume: {config.out} was trained with {shown}{' ...' if len(ignored) > 3 else ''}; "
+            f"resume with the flags it was trained with (--preset {saved['preset']}), or pass "
+            "--overwrite to train afresh (or choose another --out)"
+        )
+    if ckpt["world_size"] != world_size:
+        log.warning(
+            "--resume: world size %d differs from the checkpoint's %d; the data order after "
+            "the resume point differs from the uninterrupted run's",
+            world_size,
+            ckpt["world_size"],
+        )
+    return merged
+
+
+def _field(config: dict, name: str):
+    """A config field by its dotted name ("optim.lr")."""
+    for part in name.split("."):
+        config = config.get(part) if isinstance(config, dict) else None
+    return config

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.outputs import OutputError, check_output_folder
 from common.shards import ShardError, read_manifest
@@ -97,3 +98,39 @@ def check_run(config: TrainConfig, manifest: dict | None = None) -> dict:
         except Exception as err:  # ShardError: re-raised naming the flag
             raise ConfigError(f"--protocol {config.protocol}: {err}") from None
     return manifest
+
+
+def build_model(config: TrainConfig, preset, manifest: dict, info: distributed.DistInfo, ckpt: dict | None):
+    """(the model to call, DDP-wrapped when distributed; its core) on the run's device, from the checkpoint
+    when resuming."""
+    from trainer.model import model_for_shards
+
+    if preset.n_max != int(manifest["n_max"]):
+        log.warning(
+            "preset %s expects N_max %d but the shards have %d; the model follows the shards",
+            preset.name,
+            preset.n_max,
+            int(manifest["n_max"]),
+        )
+    seed_everything(config.seed)  # identical init everywhere (DDP also broadcasts rank 0's)
+    core = model_for_shards(preset, config.model.as_overrides(), manifest)
+    if ckpt:
+        core.load_state_dict(ckpt["model"])
+    core.to(info.device)
+    # the backend for the device this run uses (the model resolves for CUDA whenever CUDA exists)
+    core.attention_backend = core._backend(info.device.type)
+    if config.compile:
+        core.compile_blocks()  # in place: DDP below and checkpoints see the same parameters and names
+    seed_everything(config.seed + 1_000_003 * (info.rank + 1))  # distinct dropout per rank
+    model = core
+    if info.is_distributed:
+        # No per-step buffer broadcast: the only buffer is the attached feature table, identical on
+        # every rank (it is data), and re-sending it each step would cost a full copy per forward.
+        # gradient_as_bucket_view: gradients live in the all-reduce buckets (no copy in and out per step)
+        model = DDP(
+            core,
+            device_ids=[info.device.index] if info.device.type == "cuda" else None,
+            broadcast_buffers=False,
+            gradient_as_bucket_view=True,
+        )
+    return model, core

@@ -25,11 +25,10 @@ import logging
 import math
 import os
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common.atomic import write_text_atomic
 from common.cli import raise_if_interrupted
@@ -43,8 +42,8 @@ from trainer.config_sections import ConfigError
 from trainer.eval_only import evaluate_weights
 from trainer.evaluate import evaluate_split, selection_metric
 from trainer.metrics_log import MetricsLog, Window, progress_bar
-from trainer.resolve import merge_for_resume, resolve
-from trainer.setup import autocast_for, check_run, cpu_threads, seed_everything, setup_logging
+from trainer.resolve import config_for_run, load_last
+from trainer.setup import autocast_for, build_model, check_run, cpu_threads, setup_logging
 
 log = logging.getLogger("trainer")
 
@@ -71,8 +70,8 @@ class Trainer:
         self.manifest = check_run(config)
         self.n_max = int(self.manifest["n_max"])
         self.view_stats = data.view_stats(self.manifest, 0)  # (links, tokens) of a training view: batch sizing
-        ckpt = self._load_resume(config)
-        self.config = self._resolve_config(config, ckpt)
+        ckpt = load_last(config)
+        self.config = config_for_run(config, ckpt, self.manifest, self.view_stats, info.world_size, info.device.type)
         self.preset = get_preset(self.config.preset)
         self.out = Path(self.config.out)
         self.metric = (
@@ -82,7 +81,7 @@ class Trainer:
         )
         self.autocast = autocast_for(info.device)
         self.state = LoopState(**ckpt["state"]) if ckpt else LoopState()
-        self.model, self.core = self._build_model(ckpt)
+        self.model, self.core = build_model(self.config, self.preset, self.manifest, info, ckpt)
         trainable = [p for p in self.core.parameters() if p.requires_grad]  # W0 is frozen
         # fused: one kernel for all parameters instead of a handful per tensor (CUDA only)
         self.optimizer = torch.optim.AdamW(
@@ -100,89 +99,6 @@ class Trainer:
         self._saved_at = time.time()  # last write of last.pt (wall-time cadence)
 
     # ------------------------------------------------------------------ setup
-    def _load_resume(self, config: TrainConfig) -> dict | None:
-        path = Path(config.out) / checkpoint.LAST
-        if not config.resume:
-            return None
-        if not path.exists():
-            log.warning("--resume: no checkpoint at %s; starting a fresh run", path)
-            return None
-        ckpt = checkpoint.load(
-            path, fix="restore it from a copy, or pass --overwrite instead of --resume to start afresh"
-        )
-        log.info(
-            "resuming from %s: step %d, epoch %d, batch %d",
-            path,
-            ckpt["state"]["step"],
-            ckpt["state"]["epoch"],
-            ckpt["state"]["batch"],
-        )
-        return ckpt
-
-    def _resolve_config(self, config: TrainConfig, ckpt: dict | None) -> TrainConfig:
-        if ckpt is None:
-            links, tokens = self.view_stats
-            config = replace(config, data=replace(config.data, **run_folder.bound_data(self.manifest)))
-            return resolve(config, self.n_max, self.info.world_size, self.info.device.type, tokens / max(links, 1))
-        run_folder.check_same_data(ckpt["config"]["data"], self.manifest, config.data.shards, config.out)
-        merged, ignored = merge_for_resume(ckpt["config"], config)
-        # the same data, perhaps at another path (a copied set): read it where it is now, recorded as bound
-        merged = replace(
-            merged, data=replace(merged.data, shards=config.data.shards, **run_folder.bound_data(self.manifest))
-        )
-        ignored = [name for name in ignored if name != "data.shards"]
-        if ignored:  # resuming under other flags would continue, or retrain, the run under another schedule
-            saved = ckpt["config"]
-            shown = ", ".join(
-                f"{name} {_field(saved, name)!r} (asked: {_field(config.to_dict(), name)!r})" for name in ignored[:3]
-            )
-            raise ConfigError(
-                f"--resume: {config.out} was trained with {shown}{' ...' if len(ignored) > 3 else ''}; "
-                f"resume with the flags it was trained with (--preset {saved['preset']}), or pass "
-                "--overwrite to train afresh (or choose another --out)"
-            )
-        if ckpt["world_size"] != self.info.world_size:
-            log.warning(
-                "--resume: world size %d differs from the checkpoint's %d; the data order after "
-                "the resume point differs from the uninterrupted run's",
-                self.info.world_size,
-                ckpt["world_size"],
-            )
-        return merged
-
-    def _build_model(self, ckpt: dict | None):
-        from trainer.model import model_for_shards
-
-        if self.preset.n_max != self.n_max:
-            log.warning(
-                "preset %s expects N_max %d but the shards have %d; the model follows the shards",
-                self.preset.name,
-                self.preset.n_max,
-                self.n_max,
-            )
-        seed_everything(self.config.seed)  # identical init everywhere (DDP also broadcasts rank 0's)
-        core = model_for_shards(self.preset, self.config.model.as_overrides(), self.manifest)
-        if ckpt:
-            core.load_state_dict(ckpt["model"])
-        core.to(self.info.device)
-        # the backend for the device this run uses (the model resolves for CUDA whenever CUDA exists)
-        core.attention_backend = core._backend(self.info.device.type)
-        if self.config.compile:
-            core.compile_blocks()  # in place: DDP below and checkpoints see the same parameters and names
-        seed_everything(self.config.seed + 1_000_003 * (self.info.rank + 1))  # distinct dropout per rank
-        model = core
-        if self.info.is_distributed:
-            # No per-step buffer broadcast: the only buffer is the attached feature table, identical on
-            # every rank (it is data), and re-sending it each step would cost a full copy per forward.
-            # gradient_as_bucket_view: gradients live in the all-reduce buckets (no copy in and out per step)
-            model = DDP(
-                core,
-                device_ids=[self.info.device.index] if self.info.device.type == "cuda" else None,
-                broadcast_buffers=False,
-                gradient_as_bucket_view=True,
-            )
-        return model, core
-
     def _restore_rng(self, ckpt: dict) -> None:
         states = ckpt.get("rng")
         if states and len(states) == self.info.world_size:
@@ -467,13 +383,6 @@ class Trainer:
             "num_parameters": self.core.num_parameters(),
             "config": cfg.to_dict(),
         }
-
-
-def _field(config: dict, name: str):
-    """A config field by its dotted name ("optim.lr")."""
-    for part in name.split("."):
-        config = config.get(part) if isinstance(config, dict) else None
-    return config
 
 
 def _next(it, st: LoopState, plan) -> object:
