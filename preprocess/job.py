@@ -31,22 +31,11 @@ from pathlib import Path
 import numpy as np
 
 from common.memory import peak_rss_mb
-from common.shards import (
-    MANIFEST,
-    Block,
-    ShardError,
-    ShardWriter,
-    cache_key,
-    eval_shard_name,
-    file_record,
-    open_storage,
-    train_shard_name,
-    write_manifest,
-)
-from preprocess.candidates import Candidates, check_view_size, protocol_candidates, training_positives, training_view
+from common.shards import MANIFEST, Block, ShardError, ShardWriter, cache_key, file_record, open_storage, write_manifest
 from preprocess.cluster import init_ray, probe_address
 from preprocess.config import ConfigError, PreprocessConfig
 from preprocess.integrity import shard_stats, verify_cached  # noqa: F401  (shard_stats: public re-export)
+from preprocess.plan import candidate_sets, plan_shards, resolve_protocols
 from preprocess.sampler import Scratch, derive_seed, sample_subgraphs
 from preprocess.set_files import manifest_fields, planned_records, remove_strays, set_files
 from preprocess.targets import label_with_targets
@@ -54,24 +43,6 @@ from preprocess.targets import label_with_targets
 log = logging.getLogger(__name__)
 
 TASK_RETRIES = 3
-
-
-@dataclass
-class CandidateSet:
-    split: str
-    protocol: str | None  # eval sets only
-    view: int | None  # train sets only
-    graph: str  # "train" or "test": which graph its links are sampled on
-    cands: Candidates
-
-
-@dataclass
-class ShardPlan:
-    name: str
-    set_index: int
-    start: int
-    stop: int
-    seed: int
 
 
 @dataclass
@@ -156,68 +127,6 @@ def _sample_into(storage, name, indptr, indices, src, dst, label, start, stop, d
                 )
             )
         return writer.close()
-
-
-# ---------------------------------------------------------------------------- planning (driver)
-def resolve_protocols(config: PreprocessConfig, dataset) -> list[str]:
-    have = dataset.protocols
-    if config.candidates.protocols is None:
-        return list(have)
-    missing = [p for p in config.candidates.protocols if p not in have]
-    if missing:
-        raise ConfigError(
-            f"--protocol: {dataset.name} has no {','.join(missing)} negatives (available: {','.join(have) or 'none'})"
-        )
-    return list(config.candidates.protocols)
-
-
-def candidate_sets(config: PreprocessConfig, dataset, protocols: list[str]) -> list[CandidateSet]:
-    cfg = config.candidates
-    sets = []
-    if "train" in cfg.splits:  # degenerate sizes are refused or named before anything is sampled
-        check_view_size(len(training_positives(dataset.splits["train"].pos)), cfg.percent, cfg.neg_ratio, dataset.graph)
-    for split in cfg.splits:
-        if split == "train":
-            for view in range(cfg.views):
-                rng = np.random.default_rng(derive_seed(config.seed, "train", view))
-                cands = training_view(
-                    dataset.splits["train"].pos,
-                    dataset.graph,
-                    cfg.percent,
-                    cfg.neg_ratio,
-                    rng,
-                    cfg.hard_neg_fraction,
-                    nodes=dataset.active_nodes("train"),
-                    known=dataset.train_negatives,
-                )
-                sets.append(CandidateSet("train", None, view, "train", cands))
-            continue
-        if split not in dataset.splits:
-            raise ConfigError(f"--splits: {dataset.name} has no {split} split")
-        for protocol in protocols:
-            if protocol not in dataset.splits[split].neg:
-                log.warning("%s: split %s has no %s negatives; skipped", dataset.name, split, protocol)
-                continue
-            graph = "test" if split == "test" and dataset.test_graph is not None else "train"
-            sets.append(CandidateSet(split, protocol, None, graph, protocol_candidates(dataset, split, protocol)))
-    return sets
-
-
-def plan_shards(config: PreprocessConfig, sets: list[CandidateSet], num_nodes: int) -> list[ShardPlan]:
-    plans = []
-    per_shard = config.shard_links(num_nodes)
-    for i, cs in enumerate(sets):
-        for index, start in enumerate(range(0, max(len(cs.cands), 1), per_shard)):
-            if len(cs.cands) == 0:
-                break
-            name = (
-                train_shard_name(cs.view, index)
-                if cs.split == "train"
-                else eval_shard_name(cs.split, cs.protocol, index)
-            )
-            seed = derive_seed(config.seed, cs.split, cs.protocol, cs.view, index)
-            plans.append(ShardPlan(name, i, start, min(start + per_shard, len(cs.cands)), seed))
-    return plans
 
 
 def shard_dir(config: PreprocessConfig, dataset_name: str, key: str) -> str:

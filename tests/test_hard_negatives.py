@@ -189,7 +189,7 @@ def test_pipelines_run_passes_the_fraction_to_every_shard_set(tmp_path):
 def test_preprocess_cli_writes_a_set_with_hard_negatives(ray_session, tmp_path, capsys):
     from common.datasets import load_dataset
     from preprocess.__main__ import build_parser, config_from_args, main
-    from preprocess.job import candidate_sets
+    from preprocess.plan import candidate_sets
 
     argv = [
         "--dataset",

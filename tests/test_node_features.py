@@ -193,7 +193,7 @@ def test_a_featured_graph_takes_new_nodes_only_with_their_rows():
 
 # ---------------------------------------------------------------------------- cora: edge list + feature file
 def test_cora_edge_list_with_feature_file_equals_the_paper_path(cora_pair):
-    from preprocess.job import candidate_sets
+    from preprocess.plan import candidate_sets
     from preprocess.set_files import set_files
 
     paper, folder = cora_pair

@@ -24,7 +24,8 @@ from common.shards import (
 )
 from preprocess.__main__ import main
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
-from preprocess.job import candidate_sets, run_job
+from preprocess.job import run_job
+from preprocess.plan import candidate_sets
 from tests.conftest import kill_driver_after, needs_ray
 
 

@@ -16,7 +16,8 @@ from common.heuristic_targets import full_graph, raw_scores
 from common.metrics import SMALLER_IS_BETTER, improves, regression_metrics
 from common.shards import read_manifest, read_shard, shard_entries
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
-from preprocess.job import candidate_sets, run_job
+from preprocess.job import run_job
+from preprocess.plan import candidate_sets
 from tests.conftest import REPO, cached_set
 from tests.test_preprocess_job import citeseer  # noqa: F401  (fixture)
 

@@ -63,7 +63,7 @@ def test_hand_computed_temporal_split(tiny, caplog):
 
 
 def test_negatives_name_only_nodes_that_exist_by_the_boundary(tiny):
-    from preprocess.job import candidate_sets
+    from preprocess.plan import candidate_sets
 
     for split, existing in (("valid", range(1, 13)), ("test", range(1, 15))):
         neg = tiny.node_ids[tiny.splits[split].neg["original"]]
