@@ -42,6 +42,8 @@ VARIANTS = {
     "b256-dist": ((1, 20), 1, ["--effective-batch", "256", "--lr", "1e-3", "--distance-features", "3"]),
     # shorter runs of the two-hop candidate: a third of the epochs, or the same epochs in 4x larger steps
     "d2n5-dist-e3": ((2, 5), 1 / 3, ["--distance-features", "4"]),
+    # the two-hop candidate on twice its schedule: do the runs that end still improving want more epochs?
+    "d2n5-dist-x2": ((2, 5), 2, ["--distance-features", "4"]),
     "d2n5-dist-b256": ((2, 5), 1, ["--distance-features", "4", "--effective-batch", "256", "--lr", "1e-3"]),
     "base-e3": ((1, 20), 1 / 3, []),
 }
