@@ -9,12 +9,15 @@ their errno; Ray task errors are unwrapped to the exception the task raised.
 from __future__ import annotations
 
 import argparse
+import atexit
 import errno
 import logging
+import os
 import re
 import signal
 import sys
-from typing import Callable, Sequence
+import threading
+from typing import Callable, NoReturn, Sequence
 
 DEBUG_FLAG = "--debug"
 PROJECT_PACKAGES = ("common", "preprocess", "trainer", "pipelines", "bench")
@@ -234,3 +237,29 @@ def run_cli(
         prefix = f"{prog}: error: " if prog else "error: "
         print(prefix + describe(err), file=sys.stderr)
         return 1
+
+
+def exit_process(main: Callable[[], int | None]) -> NoReturn:
+    """A command's process: run main(), then end the process with its status without the interpreter's
+    finalization. Python's own exit steps run first, in its order: non-daemon threads joined, atexit handlers
+    (Ray's shutdown, loader workers, temporary folders, logging), stdio flushed; then os._exit.
+    Why: native thread pools (Arrow's, torch's) torn down by C++ static destructors while a pool thread
+    still runs abort the process after its last line ('terminate called without an active exception',
+    status -6), seen under load on an error exit. An exception main() lets through (--debug) propagates."""
+    try:
+        code = main()
+    except SystemExit as stop:
+        code = stop.code
+    if code is not None and not isinstance(code, int):  # sys.exit("message"), as the interpreter does it
+        print(code, file=sys.stderr)
+        code = 1
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe or stream: nothing more can be said on it
+            pass
+    os._exit(code or 0)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from common.cli import exit_process
+
 # name: (module whose main(argv, prog) runs it, one line for `pencil --help`)
 COMMANDS = {
     "run": ("pipelines.run", "train PENCIL on a dataset or your edge list, end to end (preprocess, train, report)"),
@@ -70,5 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     return dispatch(sys.argv[1:] if argv is None else list(argv), "pencil", COMMANDS)
 
 
+def entry() -> None:
+    """The `pencil` console script (pyproject.toml): main() as the process's whole life (common.cli.exit_process)."""
+    exit_process(main)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from common.atomic import write_text_atomic
-from common.cli import Parser, run_cli, summary
+from common.cli import Parser, exit_process, run_cli, summary
 from pipelines.cli import COMMANDS, PAPER
 
 CLI_MD = Path(__file__).resolve().parents[1] / "docs" / "cli.md"
@@ -78,4 +78,4 @@ def _main(argv: list[str] | None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_process(main)

@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import logging
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from common.atomic import write_json_atomic
-from common.cli import Parser, command, summary
+from common.cli import Parser, command, exit_process, summary
 from common.datasets import PROTOCOLS, DatasetError, LinkDataset, load_dataset
 from common.flags import FlagError, add_dataset_flags, add_overwrite_flag, comma_list
 from common.heuristics import HEURISTICS, score_split
@@ -170,4 +169,4 @@ def score_heuristics(cfg: HeuristicsConfig) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.atomic import write_text_atomic
-from common.cli import Parser, command, summary
+from common.cli import Parser, command, exit_process, summary
 from common.flags import FlagError, add_overwrite_flag
 from common.outputs import OutputError, check_output, check_replacement, stamp_line
 from pipelines.core.results import ResultsError, aggregate, check_mixing, data_of, load_results, markdown
@@ -69,4 +69,4 @@ def report(cfg: ReportConfig) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_process(main)

@@ -17,7 +17,7 @@ import signal
 import threading
 from pathlib import Path
 
-from common.cli import command, latch_sigint
+from common.cli import command, exit_process, latch_sigint
 from common.datasets.fractions import DEFAULT_SPLIT
 from common.flags import FlagError
 from common.heuristics import WEIGHTED, split_scores
@@ -271,4 +271,4 @@ def run_notes(run: RunConfig, dataset, protocols: list[str]) -> list[str]:
 
 if __name__ == "__main__":
     latch_sigint()
-    raise SystemExit(main())
+    exit_process(main)

@@ -27,7 +27,7 @@ import torch
 
 from common import snapshot
 from common.atomic import write_parquet_atomic
-from common.cli import Parser, command, summary
+from common.cli import Parser, command, exit_process, summary
 from common.datasets import DatasetError
 from common.datasets.ids import node_index
 from common.datasets.tables import EDGE_LIST_SUFFIXES, read_columns, suffix_of
@@ -308,4 +308,4 @@ def score_file(cfg: ScoreConfig) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_process(main)

@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from common.cli import Parser, run_cli
+from common.cli import Parser, exit_process, run_cli
 from common.datasets.base import DatasetError
 from common.datasets.fractions import parse_split_spec
 from common.flags import add_dataset_flags, add_graph_input_flags, add_num_cpus_flag
@@ -197,4 +197,4 @@ def _main(argv: list[str] | None, prog: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main)

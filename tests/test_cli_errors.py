@@ -350,3 +350,44 @@ def test_run_cli_exit_statuses(capsys):
     with pytest.raises(OSError):
         run_cli(boom, ["--debug"], prog="tool")
     assert run_cli(lambda argv: 0, [], prog="tool") == 0
+
+
+EXIT_SCRIPT = """
+import atexit, sys, threading, time
+from common.cli import exit_process
+
+def late():
+    time.sleep(0.3)
+    print("thread done", flush=False)
+
+def main():
+    atexit.register(lambda: open(sys.argv[1], "w").write("atexit ran"))
+    threading.Thread(target=late).start()  # non-daemon: the interpreter would wait for it, and so must we
+    print("buffered line", end="")  # no newline: stays in stdout's buffer until the flush
+    return {code}
+
+exit_process(main)
+"""
+
+
+@pytest.mark.parametrize(
+    "code, status, stderr",
+    [("0", 0, ""), ("3", 3, ""), ("None", 0, ""), ("sys.exit(2)", 2, ""), ('sys.exit("bad input")', 1, "bad input")],
+)
+def test_exit_process_keeps_pythons_exit_steps(code, status, stderr, tmp_path):
+    """common.cli.exit_process ends with os._exit, past the interpreter's finalization; the status main()
+    gives, its non-daemon threads, atexit handlers and buffered output must survive that, as sys.exit's do."""
+    script = EXIT_SCRIPT.format(code=code)  # `return sys.exit(...)` raises before it returns
+    marker = tmp_path / "atexit.txt"
+    got = subprocess.run(
+        [sys.executable, "-c", script, str(marker)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert got.returncode == status, got.stderr
+    assert got.stdout == "buffered linethread done\n"
+    assert got.stderr.strip() == stderr
+    assert marker.read_text() == "atexit ran"

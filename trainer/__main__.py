@@ -6,7 +6,7 @@ the KeyboardInterrupt cannot let the run go on."""
 
 import sys
 
-from common.cli import latch_sigint, raise_if_interrupted
+from common.cli import exit_process, latch_sigint, raise_if_interrupted
 
 latch_sigint()
 try:
@@ -17,4 +17,4 @@ except KeyboardInterrupt:
     print("python -m trainer: interrupted", file=sys.stderr)
     raise SystemExit(130) from None
 
-raise SystemExit(main())
+exit_process(main)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from common.atomic import write_json_atomic
-from common.cli import Parser, command, summary
+from common.cli import Parser, command, exit_process, summary
 from common.flags import (
     FlagError,
     add_dataset_flags,
@@ -306,4 +306,4 @@ def run_ablations(cfg: AblationConfig) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_process(main)

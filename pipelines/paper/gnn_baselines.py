@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from common.atomic import write_json_atomic
-from common.cli import Parser, command, summary
+from common.cli import Parser, command, exit_process, summary
 from common.datasets import DatasetError
 from common.flags import (
     FlagError,
@@ -238,4 +238,4 @@ def run_baselines(cfg: BaselineConfig) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_process(main)

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from common.atomic import write_json_atomic
-from common.cli import Parser, command, summary
+from common.cli import Parser, command, exit_process, summary
 from common.datasets import DatasetError
 from common.flags import (
     FlagError,
@@ -153,4 +153,4 @@ def run_full_ranking(cfg: FullRankingConfig) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_process(main)

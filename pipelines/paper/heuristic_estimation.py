@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.cli import Parser, command, summary
+from common.cli import Parser, command, exit_process, summary
 from common.flags import (
     add_dataset_flags,
     add_device_flag,
@@ -346,4 +346,4 @@ def run_estimation(cfg: EstimationConfig) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_process(main)

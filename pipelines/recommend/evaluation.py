@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from common.atomic import write_json_atomic
-from common.cli import Parser, command, summary
+from common.cli import Parser, command, exit_process, summary
 from common.datasets import DatasetError
 from common.flags import FlagError, add_moved_dataset_flag, add_overwrite_flag
 from common.graph import Graph
@@ -355,4 +355,4 @@ def evaluate_run(run: EvaluateConfig) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_process(main)

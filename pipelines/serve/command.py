@@ -23,7 +23,7 @@ from pathlib import Path
 
 from common import snapshot
 from common.atomic import write_text_atomic
-from common.cli import Parser, command, summary
+from common.cli import Parser, command, exit_process, summary
 from common.flags import FlagError, add_moved_dataset_flag, add_num_cpus_flag, add_overwrite_flag
 from common.outputs import check_output, check_replacement, stamp_line
 from common.shards import ShardError
@@ -297,4 +297,4 @@ def serve(cmd: ServeCommand, prog: str) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_process(main)
