@@ -9,7 +9,7 @@ the requested ones and prints a table per section. Within a table every path is 
 batches, interleaved (A B A B ...), and compared as ratios (docs/design.md: these machines are shared and
 noisy; quote ratios, absolute times only from a GPU).
 
-The step section compares the padded path (HF BertLayer + SDPA over (B, L) with a key padding mask, the
+The step section compares the padded path (the BertLayer + SDPA over (B, L) with a key padding mask, the
 paper's batching) with every other attention path that runs on the device (trainer/attention.py): on CPU
 the packed reference and bucketed SDPA; on CUDA bucketed, varlen, flash_varlen and flash_attn. On CUDA it
 also reports real tokens/s and model FLOPs utilisation (useful FLOPs on real tokens / peak).

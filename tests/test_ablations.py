@@ -1,6 +1,6 @@
 """Ablation options change exactly what they claim (paper appendix), and the ablation recipe runs end to end.
 
-- no residual: each block IS the plain HF BertLayer (same output, no extra parameters);
+- no residual: each block IS the plain BertLayer (same output, no extra parameters);
 - W0 init: orthogonal / mean-shifted Gaussian (mean 0.1) / low-rank (rank 5), frozen unless asked;
 - WPE: learned BERT-style embeddings indexed by the token's position in its own sequence;
 - the options travel CLI -> TrainConfig -> ModelConfig and are saved with the run's config.

@@ -1,4 +1,4 @@
-"""Packed attention == padded attention (HF BertLayer + SDPA + key padding mask), outputs and gradients.
+"""Packed attention == padded attention (the BertLayer + SDPA + key padding mask), outputs and gradients.
 
 The padded path calls the BertLayer module itself, so it is the reference for every packed kernel. CUDA
 tests (marker gpu) check the flash kernels in bf16 against it, forward and backward, and skip cleanly
@@ -51,7 +51,7 @@ def test_packed_equals_padded_hf_sdpa(train_mode, backend):
 
 
 def test_single_layer_packed_equals_hf_layer_per_sample():
-    """bert_layer() on the flat stream == the HF BertLayer called on each sample alone (no mask at all)."""
+    """bert_layer() on the flat stream == the BertLayer called on each sample alone (no mask at all)."""
     model = small_model(hidden=32, heads=4, layers=1).eval()
     layer = model.blocks[0].bert
     batch = pack(random_samples(SIZES, seed=12), N_MAX)

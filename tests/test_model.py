@@ -72,7 +72,7 @@ def small_model(**kw):
 
 
 def dense_forward(model, samples, node_features=None):
-    """The whole model per sample with dense matrices and the HF BertLayer called as-is (no packing)."""
+    """The whole model per sample with dense matrices and the BertLayer called as-is (no packing)."""
     n = model.cfg.n_max
     w0 = model.w0
     outs = []

@@ -1,10 +1,11 @@
-"""One HF BertLayer, run on a packed token stream with a pluggable attention kernel.
+"""One BertLayer (trainer/bert.py: transformers' layer, parameter for parameter), run on a packed token stream
+with a pluggable attention kernel.
 
-PENCIL's blocks are stock `transformers` BertLayers (post-LN, GELU). The layer's weights are the single
-source of truth; this module only decides how its self-attention core is computed:
+PENCIL's blocks are BERT layers (post-LN, GELU). The layer's weights are the single source of truth; this
+module only decides how its self-attention core is computed:
 
-  sdpa          pad the stream to (B, L), call the BertLayer itself (HF's SDPA attention) with a key
-                padding mask. The reference every other path is tested against.
+  sdpa          pad the stream to (B, L), call the BertLayer itself (torch SDPA) with a key padding mask.
+                The reference every other path is tested against (and it against transformers' own layer).
   bucketed      the attention core only, padded per *length bucket* (samples sorted by length, cut where
                 padding would exceed 25 %), one torch SDPA call per bucket, with attention dropout.
                 Padding the whole batch to its longest sample multiplied tokens by ~4 on citeseer; this
@@ -35,9 +36,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from transformers import BertConfig
-from transformers.models.bert.modeling_bert import BertLayer
 
+from trainer.bert import BertLayer
 from trainer.packing import PackedBatch, padded_positions
 
 BACKENDS = ("auto", "sdpa", "bucketed", "varlen", "flash_varlen", "flash_attn", "reference")
@@ -144,32 +144,6 @@ def describe_backend(requested: str, resolved: str, attn_dropout: float) -> str:
         why = f"; no packed dropout kernel here (flash-attn absent, aten flash: {aten_flash_error()})"
     fp32 = "; fp32 evaluation computes attention with bucketed SDPA" if resolved in FLASH else ""
     return f"attention {resolved} (requested {requested}): {drop}{why}{fp32}"
-
-
-def bert_config(hidden: int, heads: int, ffn: int, dropout: float) -> BertConfig:
-    """The reference's BertLayer configuration, with HF's SDPA attention for the padded path."""
-    cfg = BertConfig(
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        intermediate_size=ffn,
-        hidden_act="gelu",
-        hidden_dropout_prob=dropout,
-        attention_probs_dropout_prob=dropout,
-        layer_norm_eps=1e-12,
-        num_hidden_layers=1,
-        vocab_size=1,
-        max_position_embeddings=1,
-        type_vocab_size=1,
-        attn_implementation="sdpa",
-    )
-    cfg._attn_implementation = "sdpa"  # belt and braces: the setter exists in 4.4x and 5.x
-    # The padded path passes a *boolean* key mask, which only SDPA reads correctly (eager would add it).
-    if cfg._attn_implementation != "sdpa":
-        raise RuntimeError(
-            f"transformers {__import__('transformers').__version__}: could not select SDPA "
-            f"attention for BertLayer (got {cfg._attn_implementation!r})"
-        )
-    return cfg
 
 
 # ---------------------------------------------------------------------------- length buckets
@@ -339,9 +313,6 @@ def bert_layer(layer: BertLayer, h: torch.Tensor, ctx: AttentionContext) -> torc
 def _bert_layer_padded(layer: BertLayer, h: torch.Tensor, ctx: AttentionContext) -> torch.Tensor:
     B, L = ctx.key_mask.shape[0], ctx.key_mask.shape[-1]
     hp = h.new_zeros(B * L, h.shape[1]).index_copy(0, ctx.pos, h).view(B, L, -1)  # (B, L, d), zeros at padding
-    # A bool mask (True = attend) goes straight to torch SDPA in both transformers 4.4x and 5.x, whatever
-    # the autocast dtype of q (an additive float mask would have to match it).
+    # A bool mask (True = attend), whatever the autocast dtype of q (an additive float mask would have to match it)
     out = layer(hp, attention_mask=ctx.key_mask)
-    if isinstance(out, tuple):  # transformers 4.x returns (hidden_states, ...)
-        out = out[0]
     return out.reshape(B * L, -1)[ctx.pos]  # (T, d): padded rows are dropped, so they never matter

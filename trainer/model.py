@@ -1,4 +1,4 @@
-"""PENCIL: a plain Transformer (HF BertLayers) over adjacency-row tokens, plus a one-hop residual.
+"""PENCIL: a plain Transformer (BERT layers, trainer/bert.py) over adjacency-row tokens, plus a one-hop residual.
 
 Shapes: T tokens in the packed batch (PackedBatch), B samples, d hidden, n = n_max, E' messages.
 
@@ -19,9 +19,9 @@ from dataclasses import dataclass, fields, replace
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from transformers.models.bert.modeling_bert import BertLayer
 
-from trainer.attention import BACKENDS, AttentionContext, bert_config, bert_layer, resolve_backend
+from trainer.attention import BACKENDS, AttentionContext, bert_layer, resolve_backend
+from trainer.bert import BertLayer
 from trainer.packing import PackedBatch
 from trainer.propagation import Propagation, adjacency_embedding  # noqa: F401  (Propagation re-exported)
 
@@ -111,7 +111,7 @@ class Block(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.bert = BertLayer(bert_config(cfg.hidden, cfg.heads, cfg.ffn, cfg.dropout))
+        self.bert = BertLayer(cfg.hidden, cfg.heads, cfg.ffn, cfg.dropout)
         self.prop = (
             nn.Sequential(nn.Linear(cfg.hidden, cfg.hidden), nn.GELU())  # P_k, row-wise
             if cfg.residual
