@@ -59,7 +59,7 @@ def load_checkpoint(path: Path, flag: str = "--checkpoint") -> dict:
 
 
 def load_model(ckpt: dict, manifest: dict, device: torch.device) -> "Pencil":
-    from trainer.model import model_for_shards  # the model (and transformers) only where one is built
+    from trainer.model import model_for_shards  # the model's modules load only where one is built
 
     config = TrainConfig.from_dict(ckpt["config"])
     model = model_for_shards(get_preset(config.preset), config.model.as_overrides(), manifest)
