@@ -314,5 +314,5 @@ def _bert_layer_padded(layer: BertLayer, h: torch.Tensor, ctx: AttentionContext)
     B, L = ctx.key_mask.shape[0], ctx.key_mask.shape[-1]
     hp = h.new_zeros(B * L, h.shape[1]).index_copy(0, ctx.pos, h).view(B, L, -1)  # (B, L, d), zeros at padding
     # A bool mask (True = attend), whatever the autocast dtype of q (an additive float mask would have to match it)
-    out = layer(hp, attention_mask=ctx.key_mask)
-    return out.reshape(B * L, -1)[ctx.pos]  # (T, d): padded rows are dropped, so they never matter
+    # (T, d): padded rows are dropped, so they never matter
+    return layer(hp, attention_mask=ctx.key_mask).reshape(B * L, -1)[ctx.pos]
