@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import inspect
 import json
+import os
 import pstats
 import statistics
 import subprocess
@@ -92,20 +93,26 @@ def trainer_cmd(shards: str, out: Path, epochs: int, extra: list[str]) -> list[s
     ]
 
 
-def run_timed(argv: list[str], cwd: str | None = None) -> tuple[float, float]:
-    """(launch time on the wall clock, seconds the process ran); `python -m` imports the project from cwd."""
+def run_timed(argv: list[str], cwd: str | None = None) -> tuple[float, float, float]:
+    """(launch time on the wall clock, seconds the process ran, its peak RSS in MB); `python -m` imports the
+    project from cwd. The peak is the trainer process's own (os.wait4), its loader workers' not counted."""
     launch, t0 = time.time(), time.perf_counter()
-    got = subprocess.run([sys.executable, *argv], capture_output=True, text=True, check=False, cwd=cwd)
-    if got.returncode:
-        tail = (got.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise SystemExit(f"bench.cpu_epoch: the trainer failed: {tail}")
-    return launch, time.perf_counter() - t0
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, *argv], stdout=subprocess.DEVNULL, stderr=err, cwd=cwd)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        if os.waitstatus_to_exitcode(status):
+            err.seek(0)
+            tail = (err.read().strip().splitlines() or ["(no output)"])[-1]
+            raise SystemExit(f"bench.cpu_epoch: the trainer failed: {tail}")
+    return launch, wall, usage.ru_maxrss / 1024  # KiB on Linux
 
 
 def first_step(rows: list[dict]) -> float:
     """When optimiser step 0 began: extrapolated back from the first two train lines."""
-    (s1, t1), (s2, t2) = ((r["step"], r["time"]) for r in [r for r in rows if r["event"] == "train"][:2])
-    return t1 - s1 * (t2 - t1) / (s2 - s1)
+    first, second = [r for r in rows if r["event"] == "train"][:2]
+    pace = (second["time"] - first["time"]) / (second["step"] - first["step"])
+    return first["time"] - first["step"] * pace
 
 
 def read_metrics(metrics: Path) -> list[dict]:
@@ -142,11 +149,11 @@ def main(argv: list[str] | None = None) -> None:
         return side_by_side(args)
     with tempfile.TemporaryDirectory(prefix="cpu_epoch_") as tmp:
         tmp = Path(tmp)
-        launch, plain = run_timed(trainer_cmd(args.shards, tmp / "plain", args.epochs, args.extra))
+        launch, plain, _ = run_timed(trainer_cmd(args.shards, tmp / "plain", args.epochs, args.extra))
         phases = timeline(tmp / "plain" / "metrics.jsonl", launch, plain)
         prof = tmp / "profile.pstats"
         cmd = trainer_cmd(args.shards, tmp / "prof", args.epochs, args.extra)[2:]  # the flags, without -m trainer
-        _, profiled = run_timed(["-c", PROFILED.format(out=str(prof)), *cmd])
+        _, profiled, _ = run_timed(["-c", PROFILED.format(out=str(prof)), *cmd])
         stats = pstats.Stats(str(prof))
     print_table(f"CPU trainer, {args.epochs} epochs, plain run: {plain:.1f} s wall", ["phase", "s"], phases)
     total = stats.total_tt
@@ -162,23 +169,23 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def side_by_side(args) -> None:
-    """Process start and whole-run wall time of this checkout's trainer and --against's, alternating."""
+    """Process start, whole-run wall time and peak RSS of this checkout's trainer and --against's, alternating."""
     here = str(Path(__file__).resolve().parents[1])
     runs = {here: [], args.against: []}
     with tempfile.TemporaryDirectory(prefix="cpu_epoch_") as tmp:
         for rep in range(args.repeats):
             for k, cwd in enumerate(runs):
                 out = Path(tmp) / f"r{rep}-{k}"
-                launch, wall = run_timed(trainer_cmd(args.shards, out, args.epochs, args.extra), cwd=cwd)
-                runs[cwd].append((first_step(read_metrics(out / "metrics.jsonl")) - launch, wall))
+                launch, wall, peak = run_timed(trainer_cmd(args.shards, out, args.epochs, args.extra), cwd=cwd)
+                runs[cwd].append((first_step(read_metrics(out / "metrics.jsonl")) - launch, wall, peak))
     rows = []
     for cwd, got in runs.items():
-        start, wall = [statistics.median(x) for x in zip(*got)]
-        lo, hi = min(s for s, _ in got), max(s for s, _ in got)
-        rows.append([cwd, f"{start:.2f} ({lo:.2f}-{hi:.2f})", f"{wall:.2f}"])
+        start, wall, peak = [statistics.median(x) for x in zip(*got)]
+        lo, hi = min(g[0] for g in got), max(g[0] for g in got)
+        rows.append([cwd, f"{start:.2f} ({lo:.2f}-{hi:.2f})", f"{wall:.2f}", f"{peak:.0f}"])
     print_table(
         f"CPU trainer, {args.epochs} epoch(s), {args.repeats} runs each, alternating (medians)",
-        ["checkout", "process start s", "whole run s"],
+        ["checkout", "process start s", "whole run s", "peak RSS MB"],
         rows,
     )
 
