@@ -140,10 +140,12 @@ def run(config: PreprocessConfig, dataset=None) -> Path:
     return run_job(config, dataset).path
 
 
-def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobResult:
+def run_job(config: PreprocessConfig, dataset=None, verify: bool = True, keep_ray: bool = False) -> JobResult:
     """Build or find the set. On a cache hit the manifest is checked (schema, checksum, against the plan)
     and every file against it (size always, sha256 unless verify=False); whatever is bad is named and
-    rebuilt: bad shards sampled again, other files rewritten, the manifest written anew."""
+    rebuilt: bad shards sampled again, other files rewritten, the manifest written anew. `keep_ray`: an
+    embedded Ray this job starts stays up after a success, for the caller's next set (the caller shuts it
+    down); a failed job shuts it down all the same."""
     t0 = time.perf_counter()
     if os.environ.get("RAY_ADDRESS"):
         probe_address(os.environ["RAY_ADDRESS"])  # a dead cluster fails in one line, before anything is loaded
@@ -199,7 +201,7 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True) -> JobR
         files[name] = file_record(data)
     remove_strays(storage, {p.name for p in plans} | set(files))
     try:
-        records, summary = _execute(config, graphs, sets, plans, out)
+        records, summary = _execute(config, graphs, sets, plans, out, keep_ray)
     except BaseException:
         # Ray killed in-flight tasks before their writers could remove their temporary files.
         storage.cleanup_tmp()
@@ -246,13 +248,15 @@ def check_worker_memory(config: PreprocessConfig, graphs: dict) -> None:
         )
 
 
-def _execute(config: PreprocessConfig, graphs: dict, sets, plans, out: str) -> tuple[list[dict], dict]:
+def _execute(
+    config: PreprocessConfig, graphs: dict, sets, plans, out: str, keep_ray: bool = False
+) -> tuple[list[dict], dict]:
     """Run one Ray task per shard with bounded in-flight work; returns shard records and totals."""
     import ray
     from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
 
-    started = init_ray(config.num_cpus)
+    started, finished = init_ray(config.num_cpus), False
     try:
         # memory= makes Ray place no more tasks on a node than their budgets fit in its memory.
         task = ray.remote(max_retries=TASK_RETRIES, retry_exceptions=[OSError], memory=config.worker_memory_mb * 2**20)(
@@ -308,11 +312,11 @@ def _execute(config: PreprocessConfig, graphs: dict, sets, plans, out: str) -> t
                 cs = sets[p.set_index]
                 results.append({**stats, "split": cs.split, "protocol": cs.protocol, "view": cs.view})
                 bar.update(stats["links"])
-        elapsed = time.perf_counter() - t0
+        elapsed, finished = time.perf_counter() - t0, True
     finally:
         if "bar" in locals():
             bar.close()  # before any error line: the bar must not be redrawn after it
-        if started:
+        if started and not (keep_ray and finished):
             ray.shutdown()
     return _records(results), _totals(results, elapsed)
 

@@ -69,12 +69,15 @@ def shard_sets(run: RunConfig, dataset, protocol: str, epochs: int, percent: flo
     """One shard set per candidate sampling, with views for the run's epochs."""
     views = preset_views(run.shards, run.trainer.epochs or epochs)
     out = {}
-    for sampling in dict.fromkeys(c.sampling for c in candidates()):
-        cfg = preprocess_config(
-            run.source, run.shards, sampling, views, percent, set_protocols(dataset, protocol), training_negatives(run)
-        )
-        out[sampling] = build_shard_set(cfg, job_dataset(cfg, dataset), keep_ray=True)
-    shutdown_embedded_ray()  # free the embedded Ray's CPUs before training
+    try:
+        for sampling in dict.fromkeys(c.sampling for c in candidates()):
+            protocols = set_protocols(dataset, protocol)
+            cfg = preprocess_config(
+                run.source, run.shards, sampling, views, percent, protocols, training_negatives(run)
+            )
+            out[sampling] = build_shard_set(cfg, job_dataset(cfg, dataset), keep_ray=True)
+    finally:
+        shutdown_embedded_ray()  # free the embedded Ray's CPUs before training
     return out
 
 
