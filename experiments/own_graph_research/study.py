@@ -81,11 +81,17 @@ def table(header: list[str], rows: list[list]) -> str:
     return "\n".join(lines)
 
 
+def wall(run_dir: Path) -> float:
+    """The run's wall seconds (process start to exit, every epoch of its schedule, as run.py timed it)."""
+    return float(json.loads((run_dir / "result.json").read_text())["wall_s"])
+
+
 def variants_table(out: Path, names: list[str], seed: int = 0, against: str = "base") -> str:
-    """Per graph: every variant's honest valid MRR / AUC (epoch chosen on MRR), as differences from `against`."""
+    """Per graph: every variant's honest valid MRR / AUC (epoch chosen on MRR), as differences from `against`,
+    and its wall time as a multiple of `against`'s (run.py runs a graph's variants side by side)."""
     base = runs(out, against)
     others = {v: runs(out, v) for v in names}
-    rows, diffs = [], {v: {"mrr": [], "auc": []} for v in names}
+    rows, diffs = [], {v: {"mrr": [], "auc": [], "wall": []} for v in names}
     for g in sorted(base):
         if seed not in base[g]:
             continue
@@ -93,21 +99,27 @@ def variants_table(out: Path, names: list[str], seed: int = 0, against: str = "b
         row = [g, f"{100 * b['mrr']:.2f}", f"{100 * b['auc']:.2f}"]
         for v in names:
             if seed not in others[v].get(g, {}):
-                row += ["–", "–"]
+                row += ["–", "–", "–"]
                 continue
             o = honest(values(others[v][g][seed]), "mrr")
-            row += [f"{100 * (o['mrr'] - b['mrr']):+.2f}", f"{100 * (o['auc'] - b['auc']):+.2f}"]
+            ratio = wall(others[v][g][seed]) / wall(base[g][seed])
+            row += [f"{100 * (o['mrr'] - b['mrr']):+.2f}", f"{100 * (o['auc'] - b['auc']):+.2f}", f"{ratio:.2f}"]
             for m in ("mrr", "auc"):
                 diffs[v][m].append(o[m] - b[m])
+            diffs[v]["wall"].append(ratio)
         rows.append(row)
-    mean = ["**mean**", "", ""]
+    mean = ["**mean** (wall: geometric)", "", ""]
     wins = ["wins / losses (> 0.5)", "", ""]
     for v in names:
         for m in ("mrr", "auc"):
             d = np.array(diffs[v][m]) * 100
             mean.append(f"**{d.mean():+.2f}** ({len(d)})" if len(d) else "–")
             wins.append(f"{int((d > 0.5).sum())} / {int((d < -0.5).sum())}" if len(d) else "–")
-    header = ["graph", f"{against} MRR", f"{against} AUC"] + [f"{v} {m} diff" for v in names for m in ("MRR", "AUC")]
+        w = np.array(diffs[v]["wall"])
+        mean.append(f"**{np.exp(np.log(w).mean()):.2f}**" if len(w) else "–")
+        wins.append("")
+    header = ["graph", f"{against} MRR", f"{against} AUC"]
+    header += [f"{v} {m}" for v in names for m in ("MRR diff", "AUC diff", "wall x")]
     return table(header, rows + [mean, wins])
 
 
