@@ -12,7 +12,7 @@ import pytest
 
 from pipelines.auto import search as auto_search
 from pipelines.auto.config import SearchConfig, candidates
-from pipelines.auto.signal import Signal, choose, paired, rank_values, two_way_se
+from pipelines.auto.signal import Signal, break_tie, choose, paired, rank_values, tie_metric, two_way_se
 from pipelines.core.config import TrainerOptions
 
 
@@ -45,6 +45,51 @@ def test_paired_difference_and_its_standard_error():
 def test_an_alternative_replaces_the_default_only_beyond_the_margin(alt, margin, chosen):
     got = choose({"default": np.full(4, 0.5), "alt": np.array(alt)}, margin)
     assert got["choice"] == chosen and got["means"]["default"] == 0.5
+
+
+class TwoMetrics(Signal):
+    """Per-positive MRR (pos) and AUC (neg[:, 0]) as given; two_way_se redraws the positives (own negatives)."""
+
+    def __init__(self, mrr, auc):
+        super().__init__(np.asarray(mrr, dtype=float), np.asarray(auc, dtype=float)[:, None])
+
+    def values(self, ip=None, iq=None):
+        ip = np.arange(len(self.pos)) if ip is None else ip
+        return {"mrr": self.pos[ip], "auc": self.neg[ip, 0]}
+
+
+def decide(signals: dict, metric: str = "mrr", margin: float = 1.0) -> dict:
+    """The search's decision: choose on `metric`, then break_tie."""
+    values = {k: s.values()[metric] for k, s in signals.items()}
+    first = choose(values, margin, lambda a, b: two_way_se(signals[a], signals[b], metric))
+    return break_tie(first, signals, metric, margin)
+
+
+@pytest.mark.parametrize(
+    "alt_mrr, alt_auc, chosen",
+    [
+        ([0.2, 0.2, 0.2, 0.2], [0.8, 0.8, 0.8, 0.8], "alt"),  # MRR equal (SE 0), AUC +0.2 (SE 0): the AUC decides
+        ([0.1, 0.3, 0.1, 0.3], [0.8, 0.8, 0.8, 0.8], "alt"),  # MRR +0 within its noise, AUC +0.2 everywhere
+        ([0.1, 0.1, 0.1, 0.1], [0.9, 0.9, 0.9, 0.9], "default"),  # MRR -0.1 beyond its SE (0): no tie
+        ([0.2, 0.2, 0.2, 0.2], [0.7, 0.5, 0.7, 0.5], "default"),  # a tie, but AUC +0 on average
+        ([0.2, 0.2, 0.2, 0.2], [1.0, 0.4, 1.0, 0.4], "default"),  # a tie, AUC +0.1 within its SE (about 0.15)
+    ],
+)
+def test_a_tie_on_the_lead_metric_is_broken_by_the_other_one(alt_mrr, alt_auc, chosen):
+    default = TwoMetrics([0.2] * 4, [0.6] * 4)
+    got = decide({"default": default, "alt": TwoMetrics(alt_mrr, alt_auc)})
+    assert got["choice"] == chosen
+    if chosen == "alt":
+        assert got["tie_break"]["metric"] == "auc" and "ties with default on mrr" in got["reason"]
+        assert got["tie_break"]["difference"] == pytest.approx(0.2)
+
+
+def test_the_tie_break_leaves_a_clear_decision_alone_and_swaps_metrics_for_auc():
+    clear = decide({"default": TwoMetrics([0.2] * 4, [0.6] * 4), "alt": TwoMetrics([0.5] * 4, [0.1] * 4)})
+    assert clear["choice"] == "alt" and "tie_break" not in clear  # won on MRR: AUC is not asked
+    assert (tie_metric("mrr"), tie_metric("hits@20"), tie_metric("auc")) == ("auc", "auc", "mrr")
+    on_auc = decide({"default": TwoMetrics([0.2] * 4, [0.6] * 4), "alt": TwoMetrics([0.4] * 4, [0.6] * 4)}, "auc")
+    assert on_auc["choice"] == "alt" and on_auc["tie_break"]["metric"] == "mrr"  # --metric auc: MRR breaks ties
 
 
 def test_two_way_se_against_a_loop_over_its_draws():
@@ -239,6 +284,43 @@ def test_an_alternative_ahead_within_the_noise_leaves_the_default(tmp_path, monk
     got = _search(tmp_path, monkeypatch, fake).run(1000).to_dict()
     assert got["cid"] == "default-d1n20" and "within 1 SE" in got["decision"]["reason"]
     assert got["epochs"] == 5 + 3 + 1  # its own converged run, not trained on
+
+
+@pytest.mark.parametrize("tie_break", [True, False])
+def test_the_search_breaks_a_tie_on_mrr_with_auc_unless_told_not_to(tmp_path, monkeypatch, tie_break):
+    """The default and `deep` converge to the same validation MRR; `deep` is far better on AUC."""
+    from dataclasses import replace
+
+    fake = FakeRuns({"default": rising(0.5, 5), "deep": rising(0.5, 5), "wide": rising(0.1, 5)})
+    search = _search(tmp_path, monkeypatch, fake)
+    search.cfg = replace(search.cfg, tie_break=tie_break)
+    auc = {"default": 0.6, "deep": 0.8, "wide": 0.5}
+    monkeypatch.setattr(
+        auto_search, "run_signal", lambda d, m, p: TwoMetrics([0.2] * 50, [auc[fake.name(Path(d))]] * 50)
+    )
+    got = search.run(1000).to_dict()
+    assert got["cid"] == ("deep-d2n5" if tie_break else "default-d1n20")
+    assert ("tie_break" in got["decision"]) == tie_break
+
+
+def test_after_the_grace_period_a_tie_between_alternatives_is_broken_too(tmp_path, monkeypatch):
+    """`wide` leads `deep` on MRR after the grace period by 0.01, within its SE (about 0.03); `deep` is far better
+    on AUC: `deep` goes on instead, and (tied with the default on MRR, better on AUC) is chosen. A rerun keeps it."""
+    fake = FakeRuns({"default": rising(0.5, 5), "deep": rising(0.5, 5), "wide": rising(0.5, 5)})
+    values = {
+        "default": ([0.2] * 50, [0.6] * 50),
+        "deep": ([0.0, 0.4] * 25, [0.8] * 50),
+        "wide": ([0.21] * 50, [0.6] * 50),
+    }
+    search = _search(tmp_path, monkeypatch, fake)
+    monkeypatch.setattr(auto_search, "run_signal", lambda d, m, p: TwoMetrics(*values[fake.name(Path(d))]))
+    got = search.run(1000).to_dict()
+    assert got["rungs"]["grace"]["deep-d2n5"]["tie_break"]["over"] == "wide-d1n50"
+    assert sorted(got["rungs"]["converged"]) == ["deep-d2n5", "default-d1n20"] and got["cid"] == "deep-d2n5"
+    again = _search(tmp_path, monkeypatch, FakeRuns(fake.curves))
+    values["deep"] = ([0.0] * 50, [0.8] * 50)  # its run trained on since: the grace period's record decides
+    monkeypatch.setattr(auto_search, "run_signal", lambda d, m, p: TwoMetrics(*values[fake.name(Path(d))]))
+    assert again.run(1000).to_dict()["rungs"]["grace"] == got["rungs"]["grace"]
 
 
 def test_a_signal_that_peaks_at_the_first_epoch_keeps_the_default_for_its_whole_schedule(tmp_path, monkeypatch):

@@ -33,6 +33,10 @@ class SearchConfig:
     # (pipelines.auto.signal): on validation halves of 9 graphs, 1 SE kept +2.8 of the +3.5 MRR that switching
     # on any lead gains, at a worst loss of 0.9 (2 SE: +2.2); docs/benchmarks/2026-11-28-own-graph-research.md
     margin_se: float = 1.0
+    # an alternative that ties with the default on the metric (within margin_se SE, either way) replaces it when
+    # better on the other of MRR / AUC by margin_se SE (pipelines.auto.signal.break_tie): where MRR is at chance
+    # for all, AUC still tells the views apart (research report section 8: validation of 14 graphs)
+    tie_break: bool = True
     blend_margin_se: float = 2.0  # the blend's rule, on the closed-form SE over the positives
     budget_minutes: float = 30.0  # an upper bound on the whole run: the search gets half, the seeds the rest
 

@@ -5,10 +5,12 @@ and the validation signal (pipelines.auto.signal) decides.
    an alternative whose first steps' pace cannot finish it inside the search's share of the budget is
    stopped then (pipelines.auto.pace), so the default's slot is not shared with what cannot finish.
 2. The default and the best 1 in `reduction_factor` alternatives go on, each until `patience` epochs pass
-   without a better validation score, or the run's epochs.
-3. The best of them replaces the default only by more than `margin_se` standard errors; the chosen run
-   stopped where it converged. When every candidate peaked at its first epoch, validation says nothing: the
-   default is kept and trains its whole schedule, as the fixed preset would.
+   without a better validation score, or the run's epochs (best: on the metric, a tie there broken as in 3).
+3. The best of them replaces the default only by more than `margin_se` standard errors; an alternative that
+   ties with the default on the metric (within `margin_se` SE, either way) and beats it by more than that on
+   the other of MRR / AUC replaces it too (`tie_break`). The chosen run stopped where it converged. When every
+   candidate peaked at its first epoch, validation says nothing: the default is kept and trains its whole
+   schedule, as the fixed preset would.
 
 A candidate that `--budget-minutes` stopped, or whose trainer failed, is judged on the epochs it evaluated
 (pipelines.core.stopped); one without any is left out, with a log line and its place in search.json. Only a
@@ -32,7 +34,7 @@ from pathlib import Path
 from common.atomic import write_json_atomic
 from pipelines.auto.config import DEFAULT_PRESET, Candidate, SearchConfig
 from pipelines.auto.pace import GracePace
-from pipelines.auto.signal import choose, run_signal, two_way_se
+from pipelines.auto.signal import break_tie, choose, run_signal, two_way_se
 from pipelines.core.config import TrainerOptions
 from pipelines.core.seeds import seed_run
 from pipelines.core.stopped import stopped_summary
@@ -246,8 +248,22 @@ class Search:
             return json.loads(saved.read_text())
         self.train(cids, grace, None, paced=True)
         first = self.rung(cids, metric)
+        if self.cfg.tie_break:
+            self.break_grace_tie(first, cids[1:], metric)
         write_json_atomic(saved, first)
         return first
+
+    def break_grace_tie(self, first: dict, others: list[str], metric: str) -> None:
+        """The alternative that goes on is the best on `metric` after the grace period, unless another ties with
+        it there and beats it on the other metric (signal.break_tie): that one is marked to go on instead."""
+        ready = sorted((c for c in others if first[c]["valid"] is not None), key=lambda c: -first[c]["valid"])
+        if len(ready) < 2:
+            return
+        signals = {c: self.signal(c) for c in ready}
+        got = break_tie({"choice": ready[0]}, signals, metric, self.cfg.margin_se)
+        if got["choice"] != ready[0]:
+            first[got["choice"]]["tie_break"] = {"over": ready[0], **got["tie_break"]}
+            log.info("search: %s goes on instead (%s)", got["choice"], got["reason"])
 
     def require_default(self, first: dict, default: str) -> None:
         """The default is what a user gets without a search: without its validation result there is nothing to
@@ -274,7 +290,7 @@ class Search:
         first = self.grace_rung(cids, grace, metric)
         self.require_default(first, default)
         others = [c for c in others if first[c]["valid"] is not None]
-        keep = sorted(others, key=lambda c: (-first[c]["valid"], others.index(c)))
+        keep = sorted(others, key=lambda c: ("tie_break" not in first[c], -first[c]["valid"], others.index(c)))
         keep = keep[: math.ceil(len(others) / cfg.reduction_factor)]
         survivors = [default, *[c for c in others if c in keep]]
         self.train(survivors, self.epochs, patience)
@@ -286,6 +302,8 @@ class Search:
             cfg.margin_se,
             lambda a, b: two_way_se(signals[a], signals[b], metric),
         )
+        if cfg.tie_break:
+            decision = break_tie(decision, signals, metric, cfg.margin_se)
         if all(second[c]["best_epoch"] == 0 for c in survivors):
             # validation says nothing: the default, trained through its whole schedule as the fixed preset is
             decision = {

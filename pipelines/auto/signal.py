@@ -143,3 +143,36 @@ def choose(values: dict[str, np.ndarray], margin_se: float, se_of: Callable[[str
         "se": se,
         "reason": reason,
     }
+
+
+def tie_metric(metric: str) -> str:
+    """The metric that breaks a tie on `metric`: AUC, or MRR when the search decides on AUC."""
+    return "mrr" if metric == "auc" else "auc"
+
+
+def break_tie(decision: dict, signals: dict[str, Signal], metric: str, margin_se: float) -> dict:
+    """When the default stayed because no alternative beat it on `metric` by more than margin_se SE, an alternative
+    within margin_se SE of it there, either way (a tie), replaces it if it beats it on tie_metric(metric) by more
+    than margin_se SE: where the lead metric cannot tell them apart (an MRR at chance), the other one decides.
+    `signals`: the default's first. Differences and SEs as `choose` with the two-way bootstrap."""
+    keys = list(signals)
+    default = keys[0]
+    if decision["choice"] != default or len(keys) < 2:
+        return decision
+    values = {k: s.values() for k, s in signals.items()}
+    lead = lambda k: float(np.mean(values[k][metric] - values[default][metric]))  # noqa: E731
+    tied = [k for k in keys[1:] if abs(lead(k)) <= margin_se * two_way_se(signals[k], signals[default], metric)]
+    if not tied:
+        return decision
+    other = tie_metric(metric)
+    best = max(tied, key=lambda k: (float(np.mean(values[k][other])), -keys.index(k)))
+    diff = float(np.mean(values[best][other] - values[default][other]))
+    se = two_way_se(signals[best], signals[default], other)
+    record = {"candidate": best, "metric": other, "difference": diff, "se": se}
+    if diff <= margin_se * se:
+        return {**decision, "tie_break": record}
+    reason = (
+        f"{best} ties with {default} on {metric} (within {margin_se:g} SE) and beats it on {other} by "
+        f"{diff:.4f} > {margin_se:g} SE (SE {se:.4f})"
+    )
+    return {**decision, "choice": best, "tie_break": record, "reason": reason}
