@@ -82,6 +82,7 @@ def test_a_tie_on_the_lead_metric_is_broken_by_the_other_one(alt_mrr, alt_auc, c
     if chosen == "alt":
         assert got["tie_break"]["metric"] == "auc" and "ties with default on mrr" in got["reason"]
         assert got["tie_break"]["difference"] == pytest.approx(0.2)
+        assert got["tie_break"]["mrr_difference"] == pytest.approx(0, abs=1e-12)  # the tie it broke
 
 
 def test_the_tie_break_leaves_a_clear_decision_alone_and_swaps_metrics_for_auc():

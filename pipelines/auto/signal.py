@@ -160,8 +160,14 @@ def break_tie(decision: dict, signals: dict[str, Signal], metric: str, margin_se
     if decision["choice"] != default or len(keys) < 2:
         return decision
     values = {k: s.values() for k, s in signals.items()}
-    lead = lambda k: float(np.mean(values[k][metric] - values[default][metric]))  # noqa: E731
-    tied = [k for k in keys[1:] if abs(lead(k)) <= margin_se * two_way_se(signals[k], signals[default], metric)]
+    lead = {
+        k: (
+            float(np.mean(values[k][metric] - values[default][metric])),
+            two_way_se(signals[k], signals[default], metric),
+        )
+        for k in keys[1:]
+    }
+    tied = [k for k, (d, se) in lead.items() if abs(d) <= margin_se * se]
     if not tied:
         return decision
     other = tie_metric(metric)
@@ -169,6 +175,7 @@ def break_tie(decision: dict, signals: dict[str, Signal], metric: str, margin_se
     diff = float(np.mean(values[best][other] - values[default][other]))
     se = two_way_se(signals[best], signals[default], other)
     record = {"candidate": best, "metric": other, "difference": diff, "se": se}
+    record.update({f"{metric}_difference": lead[best][0], f"{metric}_se": lead[best][1]})
     if diff <= margin_se * se:
         return {**decision, "tie_break": record}
     reason = (
