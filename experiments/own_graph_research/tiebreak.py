@@ -6,9 +6,9 @@ model, latent spaces), every alternative ties on it, and an alternative much bet
 
 Two rules, each chosen on half A of the validation positives and scored on half B (the study's honest halves;
 each run's epoch is also chosen on A, by MRR):
-- "mrr": the alternative if its MRR beats the default's by more than 1 SE (the search today);
+- "mrr": the alternative if its MRR beats the default's by more than 1 SE (pipelines.auto.signal.choose);
 - "tie-break": as "mrr", and also the alternative if its MRR is within 1 SE of the default's (either way) and its
-  AUC is better by more than 1 SE.
+  AUC is better by more than 1 SE (pipelines.auto.signal.break_tie, which the search now applies).
 Validation only; test is never read.
 """
 
@@ -22,16 +22,19 @@ import numpy as np
 
 from experiments.own_graph_research.scores import run_matrices
 from experiments.own_graph_research.study import chosen, halves, runs, table, values
-from pipelines.auto.signal import Signal, two_way_se
+from pipelines.auto.config import SearchConfig
+from pipelines.auto.signal import Signal, break_tie, choose, two_way_se
 
-MARGIN_SE = 1.0  # the search's margin (pipelines.auto.config.SearchConfig.margin_se)
 
-
-def rule_choices(d: dict, se: dict) -> dict[str, bool]:
-    """Whether each rule takes the alternative, from the differences alternative - default and their SEs."""
-    better_mrr = d["mrr"] > MARGIN_SE * se["mrr"]
-    tied_mrr = abs(d["mrr"]) <= MARGIN_SE * se["mrr"]
-    return {"mrr": better_mrr, "tie-break": better_mrr or (tied_mrr and d["auc"] > MARGIN_SE * se["auc"])}
+def rule_choices(sig: dict[str, Signal]) -> dict[str, bool]:
+    """Whether each rule takes the alternative ("other"): the search's own choose and break_tie, on MRR with the
+    search's margin and two-way SE."""
+    margin = SearchConfig().margin_se
+    first = choose(
+        {k: s.values()["mrr"] for k, s in sig.items()}, margin, lambda a, b: two_way_se(sig[a], sig[b], "mrr")
+    )
+    tied = break_tie(first, sig, "mrr", margin)
+    return {"mrr": first["choice"] == "other", "tie-break": tied["choice"] == "other"}
 
 
 def graph_rows(default_dir: Path, other_dir: Path) -> dict:
@@ -41,10 +44,8 @@ def graph_rows(default_dir: Path, other_dir: Path) -> dict:
     got = {r: {"mrr": [], "auc": [], "took": []} for r in ("mrr", "tie-break")}
     for a, b in halves(vals["default"]["mrr"].shape[1]):
         epochs = {k: chosen(v, a, "mrr") for k, v in vals.items()}
-        sig = {k: Signal(mats[k][0][epochs[k], a], mats[k][1][epochs[k]]) for k in mats}
-        d = {m: float(np.mean(sig["other"].values()[m] - sig["default"].values()[m])) for m in ("mrr", "auc")}
-        se = {m: two_way_se(sig["other"], sig["default"], m) for m in ("mrr", "auc")}
-        for rule, took in rule_choices(d, se).items():
+        sig = {k: Signal(mats[k][0][epochs[k], a], mats[k][1][epochs[k]]) for k in mats}  # the default first
+        for rule, took in rule_choices(sig).items():
             k = "other" if took else "default"
             got[rule]["took"].append(took)
             for m in ("mrr", "auc"):
