@@ -28,7 +28,8 @@ from experiments.own_graph_research.graphs import ALL, dataset_args
 from pipelines.auto.config import SearchConfig
 
 CPU_VIEW_POSITIVES = get_preset("general").cpu_view_positives
-# name -> (sampling (d, n), epochs multiplier of the default's schedule (at least 2 epochs), extra trainer flags)
+# name -> (sampling (d, n[, h]), epochs multiplier of the default's schedule (at least 2 epochs), extra trainer
+# flags); h: the fraction of training negatives drawn as 2-hop non-edges (preprocess --hard-neg-fraction), else 0
 VARIANTS = {
     "base": ((1, 20), 1, []),
     "dist": ((1, 20), 1, ["--distance-features", "3"]),
@@ -46,6 +47,11 @@ VARIANTS = {
     "d2n5-dist-x2": ((2, 5), 2, ["--distance-features", "4"]),
     "d2n5-dist-b256": ((2, 5), 1, ["--distance-features", "4", "--effective-batch", "256", "--lr", "1e-3"]),
     "base-e3": ((1, 20), 1 / 3, []),
+    # training negatives that share a neighbour with the link: do they teach the ranks that random pairs with a
+    # common neighbour take from the positives (ppi: 15 % of its random negatives share one)?
+    "hn25": ((1, 20, 0.25), 1, []),
+    "hn50": ((1, 20, 0.5), 1, []),
+    "d2n5-dist-hn25": ((2, 5, 0.25), 1, ["--distance-features", "4"]),
 }
 
 
@@ -67,15 +73,16 @@ def schedule(train: int) -> tuple[float, int, int]:
 PREPROCESS = threading.Lock()  # one embedded Ray at a time
 
 
-def shard_set(name: str, sampling: tuple[int, int], out: Path) -> str:
-    record = out / name / f"shards-d{sampling[0]}n{sampling[1]}.json"
+def shard_set(name: str, sampling: tuple, out: Path) -> str:
+    hard = f"-h{sampling[2]:g}" if len(sampling) > 2 and sampling[2] else ""
+    record = out / name / f"shards-d{sampling[0]}n{sampling[1]}{hard}.json"
     with PREPROCESS:
         if not record.exists():
             build(name, sampling, out, record)
     return json.loads(record.read_text())["shards"]
 
 
-def build(name: str, sampling: tuple[int, int], out: Path, record: Path) -> None:
+def build(name: str, sampling: tuple, out: Path, record: Path) -> None:
     percent, views, _ = schedule(train_positives(name, out))
     cmd = [
         sys.executable,
@@ -90,6 +97,7 @@ def build(name: str, sampling: tuple[int, int], out: Path, record: Path) -> None
         f"{percent:g}",
         "--protocol",
         "original",
+        *(["--hard-neg-fraction", f"{sampling[2]:g}"] if len(sampling) > 2 else []),
         "--out",
         str(out / "shards"),
         "--num-cpus",
