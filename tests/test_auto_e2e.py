@@ -144,7 +144,7 @@ def test_a_candidate_whose_trainer_dies_before_its_summary_leaves_a_run_that_com
     csv = _write(tmp_path / "geo.csv", _geo_split())
     env = {
         **os.environ,
-        "PENCIL_TEST_TRAINER_DIE": "deep-d2n5",
+        "PENCIL_TEST_TRAINER_DIE": "deep-d2n10",
         "PYTHONPATH": os.pathsep.join(
             [str(root / "tests" / "fault_hook"), str(root), os.environ.get("PYTHONPATH", "")]
         ),
@@ -180,8 +180,8 @@ def test_a_candidate_whose_trainer_dies_before_its_summary_leaves_a_run_that_com
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = json.loads((tmp_path / "r" / "geo" / "auto" / "original" / "search.json").read_text())
-    deep = record["chosen"]["rungs"]["grace"]["deep-d2n5"]
-    assert "deep-d2n5" in record["chosen"]["failed"] and deep["best_epoch"] == 0 and deep["stopped"]
-    assert record["chosen"]["cid"] in ("default-d1n20", "deep-d2n5", "wide-d1n50")
+    deep = record["chosen"]["rungs"]["grace"]["deep-d2n10"]
+    assert "deep-d2n10" in record["chosen"]["failed"] and deep["best_epoch"] == 0 and deep["stopped"]
+    assert record["chosen"]["cid"] in ("default-d1n20", "deep-d2n10", "wide-d1n50")
     assert "the trainer failed" in proc.stderr
     assert (tmp_path / "r" / "geo" / "auto" / "report.md").exists()

@@ -141,7 +141,7 @@ def test_a_run_gets_the_steps_it_needs_within_bounds():
     assert (cfg.grace_epochs(60), cfg.patience_epochs(60)) == (10, 15)
     assert [c.name for c in candidates()] == ["default", "deep", "wide"]  # the default first: ties keep it
     deep = candidates()[1]
-    assert deep.cid == "deep-d2n5" and deep.overrides()[-2:] == ("--distance-features", "4")
+    assert deep.cid == "deep-d2n10" and deep.overrides()[-2:] == ("--distance-features", "4")
     assert "--distance-features" not in candidates()[0].overrides()
 
 
@@ -268,7 +268,7 @@ def rising(top: float, peak: int, length: int = 60) -> list:
 def test_a_better_alternative_wins_and_stops_where_it_converged(tmp_path, monkeypatch):
     fake = FakeRuns({"default": rising(0.5, 5), "deep": rising(0.7, 6), "wide": rising(0.4, 5)})
     got = _search(tmp_path, monkeypatch, fake).run(1000).to_dict()
-    assert got["cid"] == "deep-d2n5" and got["metric"] == "mrr"
+    assert got["cid"] == "deep-d2n10" and got["metric"] == "mrr"
     assert got["best_epoch"] == 6 and got["epochs"] == 6 + 3 + 1  # 3 epochs after its best: patience 3 of 12
     grace = [f for f in fake.jobs if f[f.index("--stop-epoch") + 1] == "2"]
     assert len(grace) == 3 and all("--patience" not in f for f in grace)  # every candidate, its grace period
@@ -300,7 +300,7 @@ def test_the_search_breaks_a_tie_on_mrr_with_auc_unless_told_not_to(tmp_path, mo
         auto_search, "run_signal", lambda d, m, p: TwoMetrics([0.2] * 50, [auc[fake.name(Path(d))]] * 50)
     )
     got = search.run(1000).to_dict()
-    assert got["cid"] == ("deep-d2n5" if tie_break else "default-d1n20")
+    assert got["cid"] == ("deep-d2n10" if tie_break else "default-d1n20")
     assert ("tie_break" in got["decision"]) == tie_break
 
 
@@ -316,8 +316,8 @@ def test_after_the_grace_period_a_tie_between_alternatives_is_broken_too(tmp_pat
     search = _search(tmp_path, monkeypatch, fake)
     monkeypatch.setattr(auto_search, "run_signal", lambda d, m, p: TwoMetrics(*values[fake.name(Path(d))]))
     got = search.run(1000).to_dict()
-    assert got["rungs"]["grace"]["deep-d2n5"]["tie_break"]["over"] == "wide-d1n50"
-    assert sorted(got["rungs"]["converged"]) == ["deep-d2n5", "default-d1n20"] and got["cid"] == "deep-d2n5"
+    assert got["rungs"]["grace"]["deep-d2n10"]["tie_break"]["over"] == "wide-d1n50"
+    assert sorted(got["rungs"]["converged"]) == ["deep-d2n10", "default-d1n20"] and got["cid"] == "deep-d2n10"
     again = _search(tmp_path, monkeypatch, FakeRuns(fake.curves))
     values["deep"] = ([0.0] * 50, [0.8] * 50)  # its run trained on since: the grace period's record decides
     monkeypatch.setattr(auto_search, "run_signal", lambda d, m, p: TwoMetrics(*values[fake.name(Path(d))]))
@@ -343,8 +343,8 @@ def test_a_candidate_whose_trainer_dies_after_its_first_evaluation_is_judged_on_
     """Its trainer failed before any summary; the search goes on, judging it on the epoch it evaluated."""
     fake = FakeRuns({"default": rising(0.5, 5), "deep": rising(0.9, 1), "wide": rising(0.4, 5)}, dies={"deep": 1})
     got = _search(tmp_path, monkeypatch, fake).run(1000).to_dict()
-    assert got["rungs"]["grace"]["deep-d2n5"]["best_epoch"] == 0 and got["rungs"]["grace"]["deep-d2n5"]["stopped"]
-    assert "deep-d2n5" in got["failed"] and got["cid"] in ("default-d1n20", "deep-d2n5")
+    assert got["rungs"]["grace"]["deep-d2n10"]["best_epoch"] == 0 and got["rungs"]["grace"]["deep-d2n10"]["stopped"]
+    assert "deep-d2n10" in got["failed"] and got["cid"] in ("default-d1n20", "deep-d2n10")
 
 
 def test_a_candidate_that_evaluated_nothing_is_left_out_but_a_default_without_a_result_stops_the_run(
@@ -352,8 +352,8 @@ def test_a_candidate_that_evaluated_nothing_is_left_out_but_a_default_without_a_
 ):
     fake = FakeRuns({"default": rising(0.5, 5), "deep": rising(0.9, 5), "wide": rising(0.4, 5)}, dies={"deep": 0})
     got = _search(tmp_path, monkeypatch, fake).run(1000).to_dict()
-    assert got["rungs"]["grace"]["deep-d2n5"]["valid"] is None and got["cid"] == "default-d1n20"
-    assert "deep-d2n5" not in got["rungs"]["converged"]  # never a survivor
+    assert got["rungs"]["grace"]["deep-d2n10"]["valid"] is None and got["cid"] == "default-d1n20"
+    assert "deep-d2n10" not in got["rungs"]["converged"]  # never a survivor
     fake = FakeRuns({"default": rising(0.5, 5), "deep": rising(0.9, 5), "wide": rising(0.4, 5)}, dies={"default": 0})
     with pytest.raises(auto_search.AutoError, match="default-d1n20: the trainer failed"):
         _search(tmp_path / "b", monkeypatch, fake).run(1000)
@@ -396,10 +396,10 @@ def test_an_alternative_too_slow_for_its_grace_period_is_stopped_and_the_run_goe
         view_positives=1000,
     )
     got = search.run(1000).to_dict()
-    assert list(got["skipped"]) == ["deep-d2n5"] and "would end" in got["skipped"]["deep-d2n5"]
-    assert got["rungs"]["grace"]["deep-d2n5"] == {"valid": None, "reason": got["skipped"]["deep-d2n5"]}
+    assert list(got["skipped"]) == ["deep-d2n10"] and "would end" in got["skipped"]["deep-d2n10"]
+    assert got["rungs"]["grace"]["deep-d2n10"] == {"valid": None, "reason": got["skipped"]["deep-d2n10"]}
     assert got["rungs"]["grace"]["wide-d1n50"]["valid"] == pytest.approx(0.4 * 1 / 5)  # its best of epochs 0, 1
-    assert got["cid"] == "default-d1n20" and "deep-d2n5" not in got["rungs"]["converged"]
+    assert got["cid"] == "default-d1n20" and "deep-d2n10" not in got["rungs"]["converged"]
 
 
 def test_the_search_reads_validation_scores_only(tmp_path, monkeypatch):
