@@ -6,7 +6,7 @@ alternatives change the view of the subgraph: `deep`, two hops of 10 with each t
 targets (DRNL's structural signal, trainer --distance-features), for sparse graphs where one hop sees little
 and for community or geometric graphs where the signal is in many short paths; two hops of 5 led the default
 by +4.2 MRR and +5.1 AUC on validation of 9 graphs, and 10 instead of 5 gains +5.8 AUC on the block model and
-latent space for 3x their epoch time, the same on sparse graphs at the same cost
+latent space for 3x their epoch time, and 0.7 to 2.4 MRR on sparse graphs for 1.0 to 1.4x
 (docs/benchmarks/2026-11-28-own-graph-research.md, sections 1 and 10). `wide`, one wider hop, for dense
 graphs where 20 neighbours cut the common ones. The model and optimiser stay the default's.
 """
