@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +32,7 @@ from common.manifest import read_manifest
 from common.metrics import rank_against_shared
 from experiments.own_graph_research.graphs import dataset_args
 from experiments.own_graph_research.scores import queries, run_matrices
-from experiments.own_graph_research.study import runs, table
+from experiments.own_graph_research.study import runs, table, values
 from pipelines.auto import blend
 
 HALVINGS = 20
@@ -40,7 +41,7 @@ HALVINGS = 20
 def grid_scores(run_dir: Path, name: str, out: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{blend key: (pos (P,), neg (Q,))} of the run's best epoch (validation MRR on all negatives)."""
     pos, neg = run_matrices(run_dir)
-    best = int(np.argmax([np.mean(1.0 / rank_against_shared(p, n)) for p, n in zip(pos, neg)]))
+    best = int(np.argmax(values(run_dir)["mrr"].mean(axis=1)))
     manifest = read_manifest(json.loads((run_dir / "config.json").read_text())["data"]["shards"])
     a = dataset_args(name, out)
     ds = load_dataset(a[1], planetoid_dir=a[3] if len(a) > 2 else None).without_test()
@@ -77,7 +78,7 @@ def graph_row(name: str, scores: dict) -> tuple[list, dict]:
             reached[how].append(full[pick])
             picks[how].append(pick)
     best_h = max(blend.HEURISTICS, key=lambda h: full[h])
-    common = lambda xs: max(set(xs), key=xs.count)  # noqa: E731
+    common = lambda xs: Counter(xs).most_common(1)[0][0]  # noqa: E731  (ties: the first seen)
     got = {how: 100 * float(np.mean(v)) for how, v in reached.items()}
     row = [
         name,
