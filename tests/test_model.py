@@ -321,6 +321,8 @@ def test_a_few_steps_decrease_the_loss(task):
         (dict(n_max=1), "n_max"),
         (dict(layers=0), "layers"),
         (dict(dropout=1.0), "dropout"),
+        (dict(attention_dropout=1.0), "attention_dropout"),
+        (dict(attention_dropout=-0.1), "attention_dropout"),
         (dict(task="ranking"), "task"),
         (dict(attention="xformers"), "attention"),
         (dict(num_features=-1), "num_features"),
@@ -350,6 +352,29 @@ def test_from_preset():
     assert ModelConfig.from_preset(get_preset("citeseer"), num_features=8).n_max == 842
     with pytest.raises(ValueError, match="unknown field"):
         ModelConfig.from_preset("tiny", hiden=3)
+
+
+@pytest.mark.parametrize("attention", ["reference", "bucketed"])
+def test_attention_dropout_is_its_own_knob(attention):
+    """--attention-dropout reaches the packed kernels and nothing else: with hidden dropout 0, training-mode output
+    equals evaluation's exactly when attention dropout is 0 and differs when it is 0.5; unset, it is --dropout's."""
+    samples = random_samples([4, 9, 6, 12, 3], seed=3)
+    batch = pack(samples, N_MAX)
+
+    def train_vs_eval(**kw):
+        model = small_model(attention=attention, **kw)
+        with torch.no_grad():
+            return model.train()(batch), model.eval()(batch)
+
+    trained, evaluated = train_vs_eval(dropout=0.0, attention_dropout=0.0)
+    torch.testing.assert_close(trained, evaluated, rtol=0, atol=0)
+    trained, evaluated = train_vs_eval(dropout=0.0, attention_dropout=0.5)
+    assert (trained - evaluated).abs().max() > 1e-3
+    model = small_model(dropout=0.3, attention_dropout=0.0)
+    layer = model.blocks[0].bert
+    assert (layer.attention.self.dropout.p, layer.attention.output.dropout.p, layer.output.dropout.p) == (0, 0.3, 0.3)
+    assert small_model(dropout=0.3).blocks[0].bert.attention.self.dropout.p == 0.3
+    assert small_model(dropout=0.3).cfg.attn_dropout == 0.3 and model.cfg.attn_dropout == 0.0
 
 
 def test_batch_packed_for_a_larger_budget_is_rejected():

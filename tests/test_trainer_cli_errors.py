@@ -48,6 +48,7 @@ CASES = [
     ("out-is-a-file", lambda s, t: {"--out": str(_file(t))}, "--out"),
     ("out-under-a-file", lambda s, t: {"--out": str(_file(t) / "run")}, "--out"),
     ("lr-negative", lambda s, t: {"--lr": "-1"}, "--lr"),
+    ("attention-dropout-one", lambda s, t: {"--attention-dropout": "1"}, "--attention-dropout"),
     ("preset-unknown", lambda s, t: {"--preset": "nope"}, "--preset"),
     ("epochs-not-a-number", lambda s, t: {"--epochs": "many"}, "--epochs"),
     ("unknown-flag", lambda s, t: {"--bogus-flag": "1"}, "--bogus-flag"),

@@ -56,9 +56,9 @@ class AddNorm(nn.Module):
 
 
 class Attention(nn.Module):
-    def __init__(self, hidden: int, heads: int, dropout: float):
+    def __init__(self, hidden: int, heads: int, dropout: float, attention_dropout: float | None = None):
         super().__init__()
-        self.self = SelfAttention(hidden, heads, dropout)
+        self.self = SelfAttention(hidden, heads, dropout if attention_dropout is None else attention_dropout)
         self.output = AddNorm(hidden, hidden, dropout)
 
     def forward(self, h: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -75,11 +75,12 @@ class Intermediate(nn.Module):
 
 
 class BertLayer(nn.Module):
-    """Z = FFN(Attn(H)) with BERT's residuals and LayerNorms; (B, L, d) -> (B, L, d)."""
+    """Z = FFN(Attn(H)) with BERT's residuals and LayerNorms; (B, L, d) -> (B, L, d). `attention_dropout`: on the
+    attention probabilities (None: `dropout`, BERT's one value for both)."""
 
-    def __init__(self, hidden: int, heads: int, ffn: int, dropout: float):
+    def __init__(self, hidden: int, heads: int, ffn: int, dropout: float, attention_dropout: float | None = None):
         super().__init__()
-        self.attention = Attention(hidden, heads, dropout)
+        self.attention = Attention(hidden, heads, dropout, attention_dropout)
         self.intermediate = Intermediate(hidden, ffn)
         self.output = AddNorm(ffn, hidden, dropout)
 

@@ -172,6 +172,15 @@ class ModelOverrides:
     heads: int | None = field(default=None, metadata=flag("", group=OVERRIDES, advanced=True))
     ffn: int | None = field(default=None, metadata=flag("", group=OVERRIDES, advanced=True))
     dropout: float | None = field(default=None, metadata=flag("", group=OVERRIDES, advanced=True))
+    attention_dropout: float | None = field(
+        default=None,
+        metadata=flag(
+            "dropout on the attention probabilities (default: --dropout's value, as in BERT)",
+            metavar="P",
+            group=OVERRIDES,
+            advanced=True,
+        ),
+    )
     attention: str = field(
         default="auto",
         metadata=flag(
@@ -254,6 +263,11 @@ class ModelOverrides:
             self.distances is None or self.distances >= 0, "--distance-features", f"must be >= 0, got {self.distances}"
         )
         check(self.dropout is None or 0 <= self.dropout < 1, "--dropout", f"must be in [0, 1), got {self.dropout}")
+        check(
+            self.attention_dropout is None or 0 <= self.attention_dropout < 1,
+            "--attention-dropout",
+            f"must be in [0, 1), got {self.attention_dropout}",
+        )
         check(
             self.attention in ATTENTION_BACKENDS,
             "--attention",

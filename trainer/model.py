@@ -53,6 +53,13 @@ class ModelConfig:
     # D > 0 adds to H0 a learned embedding of each token's hop distances to u and to v (trainer/distances.py),
     # each clipped to D, "no path" its own value: the structure SEAL's DRNL labels give. 0: PENCIL as published.
     distances: int = 0
+    # on the attention probabilities; None: `dropout` (BERT's one value). On CPU the attention kernel with this
+    # dropout costs about 3x the one without on sequences of 200 tokens (docs/benchmarks/2026-11-29-cpu-epoch.md)
+    attention_dropout: float | None = None
+
+    @property
+    def attn_dropout(self) -> float:
+        return self.dropout if self.attention_dropout is None else self.attention_dropout
 
     def __post_init__(self):
         for name in ("n_max", "hidden", "layers", "heads", "ffn"):
@@ -65,6 +72,8 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.hidden ({self.hidden}) must be divisible by heads ({self.heads})")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"ModelConfig.dropout must be in [0, 1), got {self.dropout}")
+        if self.attention_dropout is not None and not 0.0 <= self.attention_dropout < 1.0:
+            raise ValueError(f"ModelConfig.attention_dropout must be in [0, 1) or None, got {self.attention_dropout}")
         if not isinstance(self.num_features, int) or self.num_features < 0:
             raise ValueError(f"ModelConfig.num_features must be an integer >= 0, got {self.num_features!r}")
         if self.task not in TASKS:
@@ -111,7 +120,7 @@ class Block(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.bert = BertLayer(cfg.hidden, cfg.heads, cfg.ffn, cfg.dropout)
+        self.bert = BertLayer(cfg.hidden, cfg.heads, cfg.ffn, cfg.dropout, cfg.attention_dropout)
         self.prop = (
             nn.Sequential(nn.Linear(cfg.hidden, cfg.hidden), nn.GELU())  # P_k, row-wise
             if cfg.residual
@@ -250,7 +259,7 @@ class Pencil(nn.Module):
 
     def _backend(self, device_type: str) -> str:
         if device_type not in self._resolved:
-            self._resolved[device_type] = resolve_backend(self.cfg.attention, device_type, self.cfg.dropout)
+            self._resolved[device_type] = resolve_backend(self.cfg.attention, device_type, self.cfg.attn_dropout)
         return self._resolved[device_type]
 
     # ------------------------------------------------------------------ pieces (public for tests)

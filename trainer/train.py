@@ -128,7 +128,7 @@ class Trainer:
             info.backend or "single process",
             self.core.num_parameters(),
         )
-        log.info(describe_backend(cfg.model.attention, self.core.attention_backend, self.core.cfg.dropout))
+        log.info(describe_backend(cfg.model.attention, self.core.attention_backend, self.core.cfg.attn_dropout))
         if cfg.compile:
             log.info("--compile: blocks compiled (dynamic shapes); the first steps and eval include the compile time")
         log.info(

@@ -36,6 +36,8 @@ VARIANTS = {
     "d2n5": ((2, 5), 1, []),
     "d2n5-dist": ((2, 5), 1, ["--distance-features", "4"]),
     "d2n10-dist": ((2, 10), 1, ["--distance-features", "4"]),  # SEAL's ball (2 hops of 10): what it costs
+    # the same without dropout on the attention probabilities: on CPU its random draws triple the attention's cost
+    "d2n10-dist-ad0": ((2, 10), 1, ["--distance-features", "4", "--attention-dropout", "0"]),
     "long": ((1, 20), 3, []),
     "long-dist": ((1, 20), 3, ["--distance-features", "3"]),
     # the same epochs in 4x fewer, 4x larger steps: a CPU step of 4x the tokens costs ~2.5x (bench.step_profile)

@@ -4,6 +4,7 @@
     python -m experiments.own_graph_research.study --out runs/research stopping   # select/stop on MRR or AUC
     python -m experiments.own_graph_research.study --out runs/research noise      # SE calibration on halves
     python -m experiments.own_graph_research.study --out runs/research ensemble   # the seeds' mean logit
+    python -m experiments.own_graph_research.study --out runs/research seedcap    # where the final seeds stop
 
 Honest numbers from one validation set: a choice (an epoch, a stopping point) is made on a random half of the
 positives and scored on the other half, over many halvings (as experiments.selection_rules does).
@@ -192,6 +193,48 @@ def ensemble_table(out: Path, variant: str = "base", seeds=(0, 1, 2)) -> str:
     return table(["graph", "one seed MRR", "ensemble MRR", "diff", "one seed AUC", "ensemble AUC", "diff"], rows)
 
 
+def seed_cap_table(out: Path, variant: str = "base", seeds=(1, 2), margins=(0, 1, 2)) -> str:
+    """Where the final seeds stop. Seed 0 is the search's run: it stops at its convergence (patience a quarter of
+    the epochs, at least 2, on all its positives). Each other seed trains to a cap and picks its epoch on half A
+    (MRR) among those up to the cap, scored on half B: the cap at seed 0's stop (the rule) or at seed 0's best
+    epoch + m. Epochs: the mean epochs a seed trains under each cap."""
+    caps = ["stop", *[f"best+{m}" for m in margins]]
+    rows, acc = [], {c: {"mrr": [], "auc": [], "epochs": []} for c in caps}
+    for g, have in sorted(runs(out, variant).items()):
+        if 0 not in have or not all(s in have for s in seeds):
+            continue
+        v0 = values(have[0])
+        curve = v0["mrr"].mean(1)
+        n = len(curve)
+        last = stop_epoch(curve, max(2, n // 4))
+        best = int(np.argmax(curve[: last + 1]))
+        limit = {"stop": last, **{f"best+{m}": min(last, best + m) for m in margins}}
+        row = [g, n, best, last]
+        for c in caps:
+            got = {"mrr": [], "auc": []}
+            for s in seeds:
+                v = values(have[s])
+                cut = {k: x[: limit[c] + 1] for k, x in v.items()}
+                for a, b in halves(v["mrr"].shape[1]):
+                    e = int(np.argmax(cut["mrr"][:, a].mean(1)))
+                    for m in ("mrr", "auc"):
+                        got[m].append(v[m][e, b].mean())
+            for m in ("mrr", "auc"):
+                acc[c][m].append(np.mean(got[m]))
+            acc[c]["epochs"].append(limit[c] + 1)
+            row.append(f"{100 * np.mean(got['mrr']):.2f} / {100 * np.mean(got['auc']):.2f} ({limit[c] + 1})")
+        rows.append(row)
+    ref = acc["stop"]
+    mean = ["**mean minus stop** (epochs: sum)", "", "", ""]
+    for c in caps:
+        dm = 100 * np.mean(np.subtract(acc[c]["mrr"], ref["mrr"]))
+        da = 100 * np.mean(np.subtract(acc[c]["auc"], ref["auc"]))
+        mean.append(f"{dm:+.2f} / {da:+.2f} ({int(np.sum(acc[c]['epochs']))})")
+    rows.append(mean)
+    header = ["graph", "epochs", "seed 0 best", "seed 0 stop", *[f"cap {c}: MRR / AUC (epochs)" for c in caps]]
+    return table(header, rows)
+
+
 def option_pairs(out: Path, others: list[str], seed: int = 0) -> dict[str, list[tuple]]:
     """{graph: [(x, y), ...]} pairs of fixed options (pos, neg scores) to calibrate a difference's SE on: each
     other variant against base at the run's middle and last epochs, and base's last epoch against two and five
@@ -319,7 +362,7 @@ def seal_table(out: Path, names: list[str], seed: int = 0) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.own_graph_research.study")
     p.add_argument("--out", required=True)
-    p.add_argument("what", choices=("variants", "stopping", "ensemble", "noise", "seal"))
+    p.add_argument("what", choices=("variants", "stopping", "ensemble", "noise", "seal", "seedcap"))
     p.add_argument("--variants", default="dist")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--against", default="base", help="variants: the reference variant (default base)")
@@ -333,6 +376,8 @@ def main(argv=None) -> int:
         print(noise_tables(out, args.variants.split(",")))
     elif args.what == "ensemble":
         print(ensemble_table(out, args.variants.split(",")[0]))
+    elif args.what == "seedcap":
+        print(seed_cap_table(out, args.variants.split(",")[0]))
     elif args.what == "stopping":
         print(stopping_table(out, args.variants.split(",")[0], args.seed))
     return 0
