@@ -118,7 +118,9 @@ def gate_table(out: Path, variants: list[str], seed: int = 0) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.own_graph_research.gate", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m experiments.own_graph_research.gate", description=__doc__.split("\n")[0]
+    )
     p.add_argument("--out", required=True)
     p.add_argument("--variants", default="d2n10-dist,d2n5-dist")
     p.add_argument("--seed", type=int, default=0)
