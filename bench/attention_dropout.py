@@ -25,7 +25,7 @@ if __package__ in (None, ""):  # `python bench/attention_dropout.py` as well as 
 import torch
 import torch.nn.functional as F
 
-from bench.cpu_epoch import read_metrics, run_timed, trainer_cmd
+from bench.cpu_epoch import first_step, read_metrics, run_timed, trainer_cmd
 from bench.workload import print_table
 
 TOKENS = 12_000  # about the trainer's token budget of a CPU micro-batch
@@ -49,12 +49,16 @@ def attention_seconds(n: int, length: int, dropout: float, repeats: int) -> floa
 
 
 def kernel_table(lengths: list[int], repeats: int) -> None:
-    torch.set_num_threads(1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as a trainer of the search runs, one core each
     rows = []
-    for length in lengths:
-        n = max(1, TOKENS // length)
-        with_, without = (attention_seconds(n, length, p, repeats) for p in (0.1, 0.0))
-        rows.append([length, n, f"{1e3 * with_:.1f}", f"{1e3 * without:.1f}", f"{with_ / without:.2f}"])
+    try:
+        for length in lengths:
+            n = max(1, TOKENS // length)
+            with_, without = (attention_seconds(n, length, p, repeats) for p in (0.1, 0.0))
+            rows.append([length, n, f"{1e3 * with_:.1f}", f"{1e3 * without:.1f}", f"{with_ / without:.2f}"])
+    finally:
+        torch.set_num_threads(threads)
     print_table(
         f"SDPA forward + backward on CPU, one thread, best of {repeats}",
         ["tokens a sample", "samples", "dropout 0.1 ms", "dropout 0 ms", "ratio"],
@@ -63,11 +67,13 @@ def kernel_table(lengths: list[int], repeats: int) -> None:
 
 
 def epoch_training_seconds(metrics: Path) -> float:
-    """The training part of every epoch: eval lines' times minus their evaluation, first step to last eval."""
+    """The training part of the run: from optimiser step 0 (bench.cpu_epoch.first_step; the first train line on
+    a run too short for two) to the last evaluation's end, less every evaluation."""
     rows = read_metrics(metrics)
     evals = [r for r in rows if r["event"] == "eval"]
-    first = min(r["time"] for r in rows if r["event"] == "train")
-    return evals[-1]["time"] - first - sum(r["seconds"] for r in evals)
+    trains = [r for r in rows if r["event"] == "train"]
+    start = first_step(rows) if len(trains) > 1 else trains[0]["time"]
+    return evals[-1]["time"] - start - sum(r["seconds"] for r in evals)
 
 
 def trainer_table(args) -> None:
