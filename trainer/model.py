@@ -53,8 +53,8 @@ class ModelConfig:
     # D > 0 adds to H0 a learned embedding of each token's hop distances to u and to v (trainer/distances.py),
     # each clipped to D, "no path" its own value: the structure SEAL's DRNL labels give. 0: PENCIL as published.
     distances: int = 0
-    # on the attention probabilities; None: `dropout` (BERT's one value). On CPU the attention with it costs 1.75x
-    # the one without at 40 tokens a sample, 4.3x at 220 (docs/benchmarks/2026-11-29-cpu-epoch.md)
+    # on the attention probabilities; None: `dropout` (BERT's one value). On CPU the attention with it costs 1.8x
+    # the one without at 40 tokens a sample, 4.3-5.1x at 220 (docs/benchmarks/2026-11-29-cpu-epoch.md)
     attention_dropout: float | None = None
 
     @property
