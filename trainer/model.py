@@ -59,6 +59,7 @@ class ModelConfig:
 
     @property
     def attn_dropout(self) -> float:
+        """The dropout the attention probabilities get: attention_dropout, or dropout when it is None."""
         return self.dropout if self.attention_dropout is None else self.attention_dropout
 
     def __post_init__(self):
@@ -120,7 +121,7 @@ class Block(nn.Module):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.bert = BertLayer(cfg.hidden, cfg.heads, cfg.ffn, cfg.dropout, cfg.attention_dropout)
+        self.bert = BertLayer(cfg.hidden, cfg.heads, cfg.ffn, cfg.dropout, cfg.attn_dropout)
         self.prop = (
             nn.Sequential(nn.Linear(cfg.hidden, cfg.hidden), nn.GELU())  # P_k, row-wise
             if cfg.residual

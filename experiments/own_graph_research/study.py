@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.own_graph_research.scores import per_positive, run_matrices
+from pipelines.auto.config import SearchConfig
 
 HALVINGS = 20
 
@@ -203,17 +204,16 @@ def seed_cap_table(out: Path, variant: str = "base", seeds=(1, 2), margins=(0, 1
     for g, have in sorted(runs(out, variant).items()):
         if 0 not in have or not all(s in have for s in seeds):
             continue
-        v0 = values(have[0])
-        curve = v0["mrr"].mean(1)
+        curve = values(have[0])["mrr"].mean(1)
         n = len(curve)
-        last = stop_epoch(curve, max(2, n // 4))
+        last = stop_epoch(curve, SearchConfig().patience_epochs(n))
+        others = [values(have[s]) for s in seeds]  # once per graph: every cap reads the same values
         best = int(np.argmax(curve[: last + 1]))
         limit = {"stop": last, **{f"best+{m}": min(last, best + m) for m in margins}}
         row = [g, n, best, last]
         for c in caps:
             got = {"mrr": [], "auc": []}
-            for s in seeds:
-                v = values(have[s])
+            for v in others:
                 cut = {k: x[: limit[c] + 1] for k, x in v.items()}
                 for a, b in halves(v["mrr"].shape[1]):
                     e = int(np.argmax(cut["mrr"][:, a].mean(1)))
