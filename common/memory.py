@@ -77,9 +77,15 @@ def _address_space_headroom() -> int | None:
     return soft
 
 
+def machine_available_bytes() -> int | None:
+    """Memory that new processes can still get: the tighter of free RAM and this cgroup's (None: unknown)."""
+    known = [b for b in (_meminfo_available(), _cgroup_headroom()) if b is not None]
+    return min(known) if known else None
+
+
 def available_bytes() -> int | None:
     """Memory this process can still allocate: the tightest of free RAM, its cgroup and RLIMIT_AS (None: unknown)."""
-    known = [b for b in (_meminfo_available(), _cgroup_headroom(), _address_space_headroom()) if b is not None]
+    known = [b for b in (machine_available_bytes(), _address_space_headroom()) if b is not None]
     return min(known) if known else None
 
 

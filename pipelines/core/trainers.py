@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from pipelines.core.children import start_child, stop_children
+from pipelines.core.memory_gate import MemoryGate, default_gate
 
 log = logging.getLogger("pipelines")
 TRAINER = [sys.executable, "-m", "trainer"]
@@ -140,13 +141,16 @@ def run_trainers(
     clock=time.time,
     failed: dict | None = None,
     watch=None,
+    gate: MemoryGate | None = None,
 ) -> tuple[dict, list]:
     """Run every TrainerRun, `slots` at a time; returns (each job's wall seconds, the jobs stopped at `stop_at` by
     `clock`: the running ones are ended, the pending ones never start). A failed job stops the others and
     raises naming its log, unless `failed` is given: then the failure's one line goes there ({key: line}) and
     the others go on. `watch(key)`, asked about each running job, stops it early by returning why (the
-    search's pace check; the watcher keeps the reasons). Ctrl-C and SIGTERM stop them all
+    search's pace check; the watcher keeps the reasons). A slot is taken only when memory allows it (`gate`, the
+    recipe's one pipelines.core.memory_gate by default). Ctrl-C and SIGTERM stop them all
     (pipelines.core.children.exit_on_sigterm)."""
+    gate = gate or default_gate()
     pending, running, wall, stopped = list(jobs), {}, {}, []
     try:
         while pending or running:
@@ -156,7 +160,8 @@ def run_trainers(
                 stopped += [*running, *pending]
                 running, pending = {}, []
                 break
-            while pending and len(running) < slots:
+            gate.observe({key: proc.pid for key, (proc, _) in running.items()})
+            while pending and len(running) < slots and gate.allows(pending[0], list(running)):
                 key = pending.pop(0)
                 running[key] = (_start(key, jobs[key]), time.perf_counter())
             time.sleep(0.2)

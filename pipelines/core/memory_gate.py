@@ -1,0 +1,124 @@
+"""The trainer pool's memory gate: start another trainer only when memory allows every running one to grow to
+the largest footprint a trainer of this recipe has reached, and the new one too.
+
+The pool's slots are cores (pipelines.core.trainers), and a CPU trainer's memory is not known before it runs:
+it grows with the view's sequence length and the graph's density (a trainer of two hops of 10 on a dense graph
+reaches 5 to 7 GB, two side by side 17.5 GB on a 24 GB machine: docs/benchmarks/2026-11-29-cpu-epoch.md). Cores
+alone would run such trainers side by side on a machine that cannot hold them, and the kernel would kill one.
+The gate measures each running trainer's process tree (PSS: the forked loader workers' shared pages counted
+once) while it runs, keeps the largest, and holds a pending trainer back until what is free covers it. One
+trainer always runs, so the gate can slow a recipe down but never stop it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from common.memory import machine_available_bytes
+
+log = logging.getLogger("pipelines")
+GiB = 2**30
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            kids += [int(k) for k in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return kids
+
+
+def _pss_bytes(pid: int) -> int:
+    """The process's proportional set size (its RSS where the kernel has no smaps_rollup); 0 once it is gone."""
+    for name, key in (("smaps_rollup", "Pss:"), ("status", "VmRSS:")):
+        try:
+            with open(f"/proc/{pid}/{name}") as f:
+                for line in f:
+                    if line.startswith(key):
+                        return int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            continue
+    return 0
+
+
+def tree_bytes(pid: int) -> int:
+    """The PSS of a process and all its descendants (Linux /proc; 0 where it cannot be read, and then the
+    gate's floor stands for the footprint)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        total += _pss_bytes(p)
+        todo += _children(p)
+    return total
+
+
+@dataclass
+class MemoryGate:
+    """Asked by the pool before it starts a trainer beside running ones (`allows`), told their process ids to
+    measure (`observe`). `floor`: a trainer's footprint before any was measured; `headroom`: the factor over
+    the largest seen, since a trainer may still grow past it."""
+
+    available: Callable[[], int | None] = machine_available_bytes
+    measure: Callable[[int], int] = tree_bytes
+    floor: int = 1 * GiB
+    headroom: float = 1.25
+    every_s: float = 2.0
+    clock: Callable[[], float] = time.monotonic
+    peak: int = 0  # the largest footprint of a trainer seen by this gate
+    usage: dict = field(default_factory=dict)  # {key: its footprint at the last measurement}
+    held: set = field(default_factory=set)  # keys already logged as held back
+    _last: float = float("-inf")
+
+    def expected(self) -> int:
+        return int(max(self.peak, self.floor) * self.headroom)
+
+    def observe(self, pids: dict) -> None:
+        """Measure the running trainers ({key: pid}) at most every `every_s` seconds."""
+        now = self.clock()
+        if now - self._last < self.every_s:
+            return
+        self._last = now
+        self.usage = {key: self.measure(pid) for key, pid in pids.items()}
+        self.peak = max([self.peak, *self.usage.values()])
+
+    def allows(self, key: str, running: list) -> bool:
+        """Whether trainer `key` may start beside the `running` keys: the memory free now covers what each of
+        them may still grow by and the new one's whole expected footprint."""
+        if not running:
+            return True
+        free = self.available()
+        if free is None:
+            return True
+        expected = self.expected()
+        need = expected + sum(max(0, expected - self.usage.get(k, 0)) for k in running)
+        if free >= need:
+            return True
+        if key not in self.held:
+            self.held.add(key)
+            log.info(
+                "trainer pool: %s waits for a running trainer to finish: %.1f GiB free, %d running may grow to "
+                "%.1f GiB each (the largest seen, x %.2f) and it needs as much",
+                key,
+                free / GiB,
+                len(running),
+                expected / GiB,
+                self.headroom,
+            )
+        return False
+
+
+def default_gate() -> MemoryGate:
+    """The recipe process's one gate: what its trainers reached carries from the search to the final seeds."""
+    global _GATE
+    if _GATE is None:
+        _GATE = MemoryGate()
+    return _GATE
+
+
+_GATE: MemoryGate | None = None

@@ -1,0 +1,110 @@
+"""The trainer pool's memory gate (pipelines/core/memory_gate.py): its rule on hand-computed values, the
+measurement of a real process tree, and the pool holding a real child back until memory allows it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipelines.core import trainers
+from pipelines.core.memory_gate import GiB, MemoryGate, _pss_bytes, tree_bytes
+from pipelines.core.trainers import TrainerRun, run_trainers
+
+
+def gate(free_gib: float, peak_gib: float = 0.0, **kw) -> MemoryGate:
+    return MemoryGate(available=lambda: int(free_gib * GiB), peak=int(peak_gib * GiB), **kw)
+
+
+def test_the_rule_covers_each_running_trainers_growth_and_the_new_one():
+    g = gate(free_gib=4.5, peak_gib=3.0)  # expected: 3 x 1.25 = 3.75 GiB a trainer
+    assert g.expected() == int(3.75 * GiB)
+    g.usage = {"a": 3 * GiB}  # a may grow 0.75 more; the new one 3.75: 4.5 needed
+    assert g.allows("b", ["a"])
+    g.available = lambda: int(4.4 * GiB)
+    assert not g.allows("b", ["a"])
+    assert g.allows("b", [])  # nothing running: one trainer always runs
+    g.usage = {"a": 5 * GiB}  # above the expected footprint: it grows by nothing more
+    g.available = lambda: int(3.75 * GiB)
+    assert g.allows("b", ["a"])
+
+
+def test_before_any_measurement_the_floor_stands_and_an_unmeasured_trainer_counts_whole():
+    g = gate(free_gib=2.4, floor=GiB, headroom=1.2)  # nothing seen: 1.2 GiB expected per trainer
+    assert g.expected() == int(1.2 * GiB)
+    assert g.allows("b", ["a"])  # a unmeasured: 1.2 + 1.2 = 2.4 needed
+    assert not g.allows("c", ["a", "b"])  # 3.6 needed
+    g.available = lambda: None  # unknown free memory: cores decide, as without the gate
+    assert g.allows("c", ["a", "b"])
+
+
+def test_observe_keeps_the_largest_footprint_and_measures_at_its_pace():
+    now = [0.0]
+    sizes = {1: 2 * GiB, 2: 3 * GiB}
+    g = MemoryGate(available=lambda: 0, measure=lambda pid: sizes[pid], clock=lambda: now[0], every_s=2.0)
+    g.observe({"a": 1, "b": 2})
+    assert g.peak == 3 * GiB and g.usage == {"a": 2 * GiB, "b": 3 * GiB}
+    sizes[2] = GiB
+    now[0] = 1.0
+    g.observe({"a": 1, "b": 2})  # within every_s: not measured again
+    assert g.usage["b"] == 3 * GiB
+    now[0] = 2.5
+    g.observe({"a": 1, "b": 2})
+    assert g.usage["b"] == GiB and g.peak == 3 * GiB  # the peak stays
+
+
+HOLD = """
+import os, sys, time
+block = bytearray({mb} * 2**20)
+block[::4096] = b"x" * len(block[::4096])  # touch every page: resident
+{spawn}
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps_rollup").exists(), reason="needs Linux /proc smaps_rollup")
+def test_tree_bytes_counts_a_real_child_and_its_grandchild():
+    grandchild = HOLD.format(mb=96, spawn="")
+    spawn = f"import subprocess; kid = subprocess.Popen([sys.executable, '-c', {grandchild!r}], stdout=sys.stdout)"
+    proc = subprocess.Popen([sys.executable, "-c", HOLD.format(mb=160, spawn=spawn)], stdout=subprocess.PIPE, text=True)
+    try:
+        ready = [proc.stdout.readline().strip() for _ in range(2)]  # the child's and the grandchild's
+        assert ready == ["ready", "ready"]
+        own, whole = _pss_bytes(proc.pid), tree_bytes(proc.pid)
+        assert own >= 160 * 2**20, own
+        assert whole >= own + 90 * 2**20, (own, whole)  # the grandchild's 96 MiB block, counted once
+    finally:
+        subprocess.run(["pkill", "-P", str(proc.pid)], check=False)
+        proc.kill()
+        proc.wait()
+    assert tree_bytes(proc.pid) == 0  # gone: nothing to read
+
+
+def test_the_pool_holds_a_trainer_back_until_memory_allows_it(tmp_path, monkeypatch):
+    """Real children that record when they ran: with memory for one, two jobs and two slots run one after the
+    other; with memory for both, side by side."""
+
+    def command(run):
+        stamp = Path(run.run_dir) / "ran.json"
+        code = (
+            f"import json, time; t = time.time(); time.sleep(1.5); "
+            f"open({str(stamp)!r}, 'w').write(json.dumps([t, time.time()]))"
+        )
+        return [sys.executable, "-c", code]
+
+    monkeypatch.setattr(trainers, "trainer_command", command)
+
+    def spans(free_gib: float, name: str) -> list:
+        jobs = {k: TrainerRun(tmp_path / name / k, "shards", "general", 0, "original") for k in ("a", "b")}
+        wall, stopped = run_trainers(jobs, 2, gate=gate(free_gib=free_gib, floor=GiB, headroom=1.0))
+        assert set(wall) == {"a", "b"} and stopped == []
+        return sorted(json.loads((tmp_path / name / k / "ran.json").read_text()) for k in ("a", "b"))
+
+    (a0, a1), (b0, _) = spans(1.5, "tight")  # 1 GiB each expected, 1.5 free: one at a time
+    assert b0 >= a1
+    (a0, a1), (b0, _) = spans(4.0, "roomy")
+    assert b0 < a1
