@@ -9,6 +9,7 @@ process's own address space, which execve resets.
 from __future__ import annotations
 
 import resource
+from pathlib import Path
 
 
 def peak_rss_mb() -> float:
@@ -50,16 +51,37 @@ def _meminfo_available() -> int | None:
     return None
 
 
-def _cgroup_headroom() -> int | None:
+def _cgroup_headroom(root: str = "/sys/fs/cgroup", own: str = "/proc/self/cgroup") -> int | None:
+    """The memory limit of this process's cgroup minus what it uses: v2 (memory.max) or v1 (a Docker host
+    without cgroup v2: memory.limit_in_bytes, its ancestors' included); None without a limit."""
     try:
-        with open("/sys/fs/cgroup/memory.max") as f:
-            limit = f.read().strip()
-        if limit == "max":
-            return None
-        with open("/sys/fs/cgroup/memory.current") as f:
-            return max(0, int(limit) - int(f.read().strip()))
+        if Path(root, "memory.max").exists():  # v2, seen from inside the container
+            limit = Path(root, "memory.max").read_text().strip()
+            return None if limit == "max" else max(0, int(limit) - int(Path(root, "memory.current").read_text()))
+        return _cgroup_v1_headroom(Path(root, "memory"), _v1_memory_path(own))
     except (OSError, ValueError):
         return None
+
+
+def _v1_memory_path(own: str) -> str:
+    for line in Path(own).read_text().splitlines():  # "4:memory:/docker/abc"
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return path
+    return "/"
+
+
+def _cgroup_v1_headroom(mount: Path, path: str) -> int | None:
+    folder = mount / path.lstrip("/")
+    if not (folder / "memory.stat").exists():  # a namespaced mount shows the process's own group at its root
+        folder = mount
+    stat = dict(line.split() for line in (folder / "memory.stat").read_text().splitlines())
+    limit = int(stat.get("hierarchical_memory_limit") or (folder / "memory.limit_in_bytes").read_text())
+    if limit >= 2**62:  # v1's "no limit" is the largest page-aligned int64
+        return None
+    # the page cache it may drop does not count against it (the working set, as the kernel's reclaim sees it)
+    used = int((folder / "memory.usage_in_bytes").read_text()) - int(stat.get("total_inactive_file", 0))
+    return max(0, limit - used)
 
 
 def _address_space_headroom() -> int | None:

@@ -108,3 +108,38 @@ def test_the_pool_holds_a_trainer_back_until_memory_allows_it(tmp_path, monkeypa
     assert b0 >= a1
     (a0, a1), (b0, _) = spans(4.0, "roomy")
     assert b0 < a1
+
+
+# ---------------------------------------------------------------------------- what the gate reads as free
+def write(folder: Path, **files: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name.replace("__", ".")).write_text(text)
+
+
+def test_cgroup_v2_headroom_is_the_limit_minus_the_current_use(tmp_path):
+    from common.memory import _cgroup_headroom
+
+    write(tmp_path, memory__max="4294967296\n", memory__current="1073741824\n")
+    assert _cgroup_headroom(str(tmp_path), "/nonexistent") == 3 * GiB
+    write(tmp_path, memory__max="max\n")
+    assert _cgroup_headroom(str(tmp_path), "/nonexistent") is None
+
+
+def test_cgroup_v1_headroom_reads_the_processs_group_its_ancestors_limit_and_leaves_out_droppable_cache(tmp_path):
+    """A Docker host with cgroup v1: /proc/self/cgroup names the memory group; its memory.stat carries the
+    limit of the tightest ancestor; the inactive page cache is not counted as used."""
+    from common.memory import _cgroup_headroom
+
+    own = tmp_path / "cgroup"
+    own.write_text("9:name=systemd:/\n4:memory:/docker/abc\n3:cpuset:/\n")
+    group = tmp_path / "fs" / "memory" / "docker" / "abc"
+    stat = f"cache 100\nhierarchical_memory_limit {6 * GiB}\ntotal_inactive_file {GiB}\n"
+    write(group, memory__stat=stat, memory__limit_in_bytes=f"{2**63 - 4096}\n", memory__usage_in_bytes=f"{3 * GiB}\n")
+    assert _cgroup_headroom(str(tmp_path / "fs"), str(own)) == 4 * GiB  # 6 - (3 - 1)
+    # no limit anywhere: v1 writes the largest page-aligned int64
+    write(group, memory__stat=f"hierarchical_memory_limit {2**63 - 4096}\n")
+    assert _cgroup_headroom(str(tmp_path / "fs"), str(own)) is None
+    # a namespaced mount: the process's own group is the mount's root
+    write(tmp_path / "ns" / "memory", memory__stat=stat, memory__usage_in_bytes=f"{5 * GiB}\n")
+    assert _cgroup_headroom(str(tmp_path / "ns"), str(own)) == 2 * GiB
