@@ -16,7 +16,7 @@ POS, NEG = np.array([0, 1]), np.array([2, 3, 4])  # cids: two positives ranked a
 def values_of(cid, scores):
     table = np.empty(cid.max() + 1)
     table[cid] = scores
-    return rank_values(table[POS], table[NEG])["mrr"]
+    return rank_values(table[POS], table[NEG])
 
 
 def test_blend_is_the_logit_plus_the_weighted_log_heuristic():
@@ -49,7 +49,7 @@ def test_a_gain_within_the_noise_keeps_the_model_alone():
     def four(cid, scores):
         table = np.empty(cid.max() + 1)
         table[cid] = scores
-        return rank_values(table[pos], table[neg])["mrr"]
+        return rank_values(table[pos], table[neg])
 
     cid = np.arange(7)
     heur = {"cn": np.zeros(7), "aa": np.zeros(7), "ra": np.array([3.0, 0, 0, 0, 0, 0, 0])}
@@ -68,3 +68,24 @@ def test_the_decision_reads_the_validation_files_only(tmp_path):
         (d / "scores" / "test-original.npz").write_bytes(b"not scores: a reader of test would fail")
     got = blend.valid_logits(runs, "original")
     assert sorted(got) == ["0", "1"] and np.array_equal(got["1"][1], np.arange(5.0) + 1)
+
+
+def tie_values(mrr_ra, auc_ra) -> dict:
+    half = np.full(4, 0.5)
+    return {"mrr": {"none": half, "ra x 1": np.array(mrr_ra)}, "auc": {"none": half, "ra x 1": np.array(auc_ra)}}
+
+
+def test_a_tie_on_mrr_is_broken_by_auc_beyond_the_margin():
+    chosen = {"choice": "none", "reason": "the default is the best", "means": {}}
+    # the same MRR on every positive (difference 0, SE 0: a tie), AUC 0.4 better on each: SE 0, so it replaces
+    got = blend.break_tie(chosen, tie_values([0.5] * 4, [0.9] * 4), "mrr", 2.0)
+    assert got["choice"] == "ra x 1" and got["tie_break"]["metric"] == "auc"
+    assert got["tie_break"]["difference"] == pytest.approx(0.4) and "ties with none on mrr" in got["reason"]
+    # AUC better on one positive of four: +0.1, SE std(0.4, 0, 0, 0) / 2 = 0.1, within 2 SE: the choice stays
+    kept = blend.break_tie(chosen, tie_values([0.5] * 4, [0.9, 0.5, 0.5, 0.5]), "mrr", 2.0)
+    assert kept["choice"] == "none" and kept["tie_break"]["se"] == pytest.approx(0.1)
+    # MRR 0.5 better with SE 0: not a tie, nothing to break
+    assert blend.break_tie(chosen, tie_values([1.0] * 4, [0.9] * 4), "mrr", 2.0) == chosen
+    # deciding on AUC, MRR breaks the tie: the same rule with the metrics swapped
+    swapped = tie_values([0.9] * 4, [0.5] * 4)
+    assert blend.break_tie(chosen, swapped, "auc", 2.0)["choice"] == "ra x 1"

@@ -94,7 +94,7 @@ def blend_stage(
     """The blend's decision on the final seeds' validation (the test-less dataset), then each seed's test
     metrics under it. `test_scores`: the test split's heuristic scores (common.heuristics.split_scores)."""
     valid_scores = split_scores(blind, "valid", [protocol], list(blend.HEURISTICS))[protocol]
-    values_of = lambda cid, s: per_positive(manifest, "valid", protocol, cid, s)[metric]  # noqa: E731
+    values_of = lambda cid, s: per_positive(manifest, "valid", protocol, cid, s)  # noqa: E731
     decision = blend.decide(
         blend.valid_logits(runs, protocol),
         blend.by_cid(blind, manifest, "valid", protocol, valid_scores),
