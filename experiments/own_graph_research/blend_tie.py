@@ -6,7 +6,8 @@ The blend (pipelines/auto/blend.py) picks one (heuristic, weight) on the final s
 studied: among the grid's keys within `margin` closed-form SEs of that choice on MRR (either way), the best on
 AUC replaces it when it beats it there by more than `margin` SEs, as the search breaks a tie
 (pipelines.auto.signal.break_tie). Honest numbers: both rules choose on a random half of the validation
-positives and are scored on the other half, 20 halvings. Only validation scores are read: the test split's
+positives (and, in the second table, of the shared negatives) and are scored on the other half, 20 halvings.
+Only validation scores are read: the test split's
 files are never opened, and the heuristics are computed on the dataset without its test split.
 """
 
@@ -24,14 +25,14 @@ from common.heuristics import split_scores
 from common.manifest import read_manifest
 from experiments.own_graph_research.study import halves, table
 from pipelines.auto import blend
-from pipelines.auto.signal import choose, per_positive
+from pipelines.auto.signal import Signal, choose, eval_signal
 from pipelines.core.runs import run_dataset
 
 PROTOCOL = "original"
 
 
-def grid_values(run: Path) -> dict[str, dict[str, np.ndarray]]:
-    """{metric: {key: (P,) per-positive validation values, averaged over the seeds}} for mrr and auc."""
+def grid_signals(run: Path) -> dict[str, list[Signal]]:
+    """{key: every seed's Signal of its blended validation scores}, over the blend's grid."""
     chosen = json.loads((run / "chosen.json").read_text())
     manifest = read_manifest(chosen["shards"])
     blind = run_dataset(manifest).without_test()  # the set's config names its source (cora's Planetoid folder)
@@ -39,40 +40,40 @@ def grid_values(run: Path) -> dict[str, dict[str, np.ndarray]]:
     heur = blend.by_cid(blind, manifest, "valid", PROTOCOL, valid)
     seeds = sorted(run.glob("seed*/scores"))
     logits = [read_scores(scores_path(s.parent, "valid", PROTOCOL))[:2] for s in seeds]
-    out: dict[str, dict[str, np.ndarray]] = {"mrr": {}, "auc": {}}
-    for h, w in blend.GRID:
-        per_seed = [
-            per_positive(
-                manifest, "valid", PROTOCOL, cid, blend.blend(lg, heur[h][cid] if h != blend.NONE else None, w)
-            )
+    return {
+        blend.key(h, w): [
+            eval_signal(manifest, "valid", PROTOCOL, cid, blend.blend(lg, None if h == blend.NONE else heur[h][cid], w))
             for cid, lg in logits
         ]
+        for h, w in blend.GRID
+    }
+
+
+def grid_values(signals: dict, ip: np.ndarray, iq: np.ndarray | None) -> dict[str, dict[str, np.ndarray]]:
+    """{metric: {key: per-positive values on positives ip against negatives iq (None: all), seeds' mean}}."""
+    out: dict[str, dict[str, np.ndarray]] = {"mrr": {}, "auc": {}}
+    for k, per_seed in signals.items():
+        vals = [s.values(ip, iq) for s in per_seed]
         for m in out:
-            out[m][blend.key(h, w)] = np.mean([v[m] for v in per_seed], axis=0)
+            out[m][k] = np.mean([v[m] for v in vals], axis=0)
     return out
 
 
-def with_tie_break(values: dict, rows: np.ndarray, base: str, margin: float) -> str:
-    """The key the blend's tie-break (pipelines.auto.blend.break_tie) picks on `rows`, from the choice `base`."""
-    on_rows = {m: {k: v[rows] for k, v in table.items()} for m, table in values.items()}
-    return blend.break_tie({"choice": base}, on_rows, "mrr", margin)["choice"]
-
-
-def study(values: dict, blend_margin: float, margin: float) -> dict:
-    p = len(values["mrr"][blend.NONE])
+def study(signals: dict, blend_margin: float, margin: float, negatives: bool) -> dict:
+    """Choose on half the positives (and, with `negatives`, half the shared negatives), score on the rest."""
+    first = next(iter(signals.values()))[0]
+    p, q = len(first.pos), len(first.neg)
     diffs, acts = {"mrr": [], "auc": []}, 0
-    for a, b in halves(p):
-        base = choose({k: v[a] for k, v in values["mrr"].items()}, blend_margin)["choice"]
-        tie = with_tie_break(values, a, base, margin)
-        acts += tie != base
+    for (a, b), (qa, qb) in zip(halves(p), halves(q, seed=1)):
+        qa, qb = (qa, qb) if negatives else (None, None)
+        choose_on, score_on = grid_values(signals, a, qa), grid_values(signals, b, qb)
+        base = choose(choose_on["mrr"], blend_margin)
+        tie = blend.break_tie(base, choose_on, "mrr", margin)["choice"]
+        acts += tie != base["choice"]
         for m in diffs:
-            diffs[m].append(100 * (values[m][tie][b].mean() - values[m][base][b].mean()))
-    return {
-        "mrr": float(np.mean(diffs["mrr"])),
-        "auc": float(np.mean(diffs["auc"])),
-        "acts": acts,
-        "halvings": len(halves(p)),
-    }
+            diffs[m].append(100 * (score_on[m][tie].mean() - score_on[m][base["choice"]].mean()))
+    mean = {m: float(np.mean(d)) for m, d in diffs.items()}
+    return {**mean, "acts": acts, "halvings": len(halves(p))}
 
 
 def main(argv=None) -> int:
@@ -82,27 +83,26 @@ def main(argv=None) -> int:
     p.add_argument("--blend-margin", type=float, default=2.0, help="the blend's own margin (SearchConfig's)")
     args = p.parse_args(argv)
     margins = [float(m) for m in args.margins.split(",")]
-    rows, sums = [], {m: [] for m in margins}
-    for run in sorted(Path(args.runs).glob("*/auto/original")):
-        if not (run / "chosen.json").exists() or not list(run.glob("seed*/scores")):
-            continue
-        values = grid_values(run)
-        row = [run.parts[-3]]
+    signals = {
+        run.parts[-3]: grid_signals(run)
+        for run in sorted(Path(args.runs).glob("*/auto/original"))
+        if (run / "chosen.json").exists() and list(run.glob("seed*/scores"))
+    }
+    for negatives in (False, True):
+        rows, sums = [], {m: [] for m in margins}
+        for graph, sig in signals.items():
+            row = [graph]
+            for m in margins:
+                r = study(sig, args.blend_margin, m, negatives)
+                sums[m].append(r)
+                row += [f"{r['mrr']:+.2f}", f"{r['auc']:+.2f}", f"{r['acts']}/{r['halvings']}"]
+            rows.append(row)
+        mean = ["**mean**"]
         for m in margins:
-            r = study(values, args.blend_margin, m)
-            sums[m].append(r)
-            row += [f"{r['mrr']:+.2f}", f"{r['auc']:+.2f}", f"{r['acts']}/{r['halvings']}"]
-        rows.append(row)
-        print(" | ".join(row), file=sys.stderr, flush=True)
-    mean = ["**mean**"]
-    for m in margins:
-        mean += [
-            f"**{np.mean([r['mrr'] for r in sums[m]]):+.2f}**",
-            f"**{np.mean([r['auc'] for r in sums[m]]):+.2f}**",
-            "",
-        ]
-    header = ["graph"] + [f"{x} (margin {m:g})" for m in margins for x in ("MRR diff", "AUC diff", "acts")]
-    print(table(header, rows + [mean]))
+            mean += [f"**{np.mean([r[x] for r in sums[m]]):+.2f}**" for x in ("mrr", "auc")] + [""]
+        header = ["graph"] + [f"{x} (margin {m:g})" for m in margins for x in ("MRR diff", "AUC diff", "acts")]
+        print("halves of the positives and of the shared negatives" if negatives else "halves of the positives")
+        print(table(header, rows + [mean]) + "\n")
     return 0
 
 
