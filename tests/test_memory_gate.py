@@ -143,3 +143,19 @@ def test_cgroup_v1_headroom_reads_the_processs_group_its_ancestors_limit_and_lea
     # a namespaced mount: the process's own group is the mount's root
     write(tmp_path / "ns" / "memory", memory__stat=stat, memory__usage_in_bytes=f"{5 * GiB}\n")
     assert _cgroup_headroom(str(tmp_path / "ns"), str(own)) == 2 * GiB
+
+
+def test_a_trainer_killed_by_the_kernel_is_named_so_with_the_fix(tmp_path, monkeypatch):
+    """A real child that dies of SIGKILL (as the out-of-memory killer ends it, no traceback): the one line
+    says so and names the flag that trains one run at a time, instead of a bare 'failed'."""
+
+    def command(run):
+        return [sys.executable, "-c", "import os, signal; print('training', flush=True); os.kill(os.getpid(), 9)"]
+
+    monkeypatch.setattr(trainers, "trainer_command", command)
+    jobs = {"seed 1": TrainerRun(tmp_path / "seed1", "shards", "general", 1, "original")}
+    with pytest.raises(trainers.TrainerError) as got:
+        run_trainers(jobs, 1)
+    assert "seed 1: the trainer was killed (SIGKILL: most often the kernel's out-of-memory killer" in str(got.value)
+    assert "--parallel-seeds 1" in str(got.value) and str(tmp_path / "seed1" / "trainer.log") in str(got.value)
+    assert trainers.died(1) == "failed" and trainers.died(-15) == "was killed (SIGTERM)"

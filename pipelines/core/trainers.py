@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -177,13 +178,28 @@ def run_trainers(
                 wall[key] = time.perf_counter() - t
                 if proc.returncode != 0:
                     tail = jobs[key].log.read_text().strip().splitlines()[-1:] or ["(no output)"]
-                    message = f"{key}: the trainer failed ({tail[0]}); full log: {jobs[key].log}"
+                    message = f"{key}: the trainer {died(proc.returncode)} ({tail[0]}); full log: {jobs[key].log}"
                     if failed is None:
                         raise TrainerError(message)
                     failed[key] = message
     finally:
         stop_children([proc for proc, _ in running.values()])
     return wall, stopped
+
+
+def died(returncode: int) -> str:
+    """How a trainer ended, for its one line: a signal by name; SIGKILL with its likeliest sender."""
+    if returncode >= 0:
+        return "failed"
+    if -returncode == signal.SIGKILL:
+        return (
+            "was killed (SIGKILL: most often the kernel's out-of-memory killer; train one run at a time with "
+            "--parallel-seeds 1, or free memory)"
+        )
+    try:
+        return f"was killed ({signal.Signals(-returncode).name})"
+    except ValueError:
+        return f"was killed (signal {-returncode})"
 
 
 def _start(key, job: TrainerRun):
