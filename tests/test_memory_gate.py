@@ -15,45 +15,60 @@ from pipelines.core.memory_gate import GiB, MemoryGate, _pss_bytes, tree_bytes
 from pipelines.core.trainers import TrainerRun, run_trainers
 
 
-def gate(free_gib: float, peak_gib: float = 0.0, **kw) -> MemoryGate:
-    return MemoryGate(available=lambda: int(free_gib * GiB), peak=int(peak_gib * GiB), **kw)
+def gate(free_gib: float, peaks: dict | None = None, **kw) -> MemoryGate:
+    sizes = {view: int(gib * GiB) for view, gib in (peaks or {}).items()}
+    return MemoryGate(available=lambda: int(free_gib * GiB), peaks=sizes, **kw)
+
+
+ONE = {"a": "deep", "b": "deep", "c": "deep"}  # every trainer of one view
 
 
 def test_the_rule_covers_each_running_trainers_growth_and_the_new_one():
-    g = gate(free_gib=4.5, peak_gib=3.0)  # expected: 3 x 1.25 = 3.75 GiB a trainer
-    assert g.expected() == int(3.75 * GiB)
+    g = gate(free_gib=4.5, peaks={"deep": 3.0})  # expected: 3 x 1.25 = 3.75 GiB a trainer
+    assert g.expected("deep") == int(3.75 * GiB)
     g.usage = {"a": 3 * GiB}  # a may grow 0.75 more; the new one 3.75: 4.5 needed
-    assert g.allows("b", ["a"])
+    assert g.allows("b", ["a"], ONE)
     g.available = lambda: int(4.4 * GiB)
-    assert not g.allows("b", ["a"])
-    assert g.allows("b", [])  # nothing running: one trainer always runs
+    assert not g.allows("b", ["a"], ONE)
+    assert g.allows("b", [], ONE)  # nothing running: one trainer always runs
     g.usage = {"a": 5 * GiB}  # above the expected footprint: it grows by nothing more
     g.available = lambda: int(3.75 * GiB)
-    assert g.allows("b", ["a"])
+    assert g.allows("b", ["a"], ONE)
+
+
+def test_each_view_is_expected_at_its_own_largest_and_an_unseen_one_at_the_largest_of_any():
+    g = gate(free_gib=6.0, peaks={"default": 1.6, "deep": 4.0}, headroom=1.0)
+    views = {"d0": "default", "x": "deep", "new": "wide"}
+    assert g.expected("default") == int(1.6 * GiB) and g.expected("wide") == 4 * GiB
+    # the default just started (unmeasured: all of its 1.6 to come) beside deep's 4.0: 5.6 <= 6
+    assert g.allows("x", ["d0"], views)
+    # an unseen view beside deep: 4.0 + 4.0 > 6
+    assert not g.allows("new", ["x"], views)
 
 
 def test_before_any_measurement_the_floor_stands_and_an_unmeasured_trainer_counts_whole():
     g = gate(free_gib=2.4, floor=GiB, headroom=1.2)  # nothing seen: 1.2 GiB expected per trainer
-    assert g.expected() == int(1.2 * GiB)
-    assert g.allows("b", ["a"])  # a unmeasured: 1.2 + 1.2 = 2.4 needed
-    assert not g.allows("c", ["a", "b"])  # 3.6 needed
+    assert g.expected("deep") == int(1.2 * GiB)
+    assert g.allows("b", ["a"], ONE)  # a unmeasured: 1.2 + 1.2 = 2.4 needed
+    assert not g.allows("c", ["a", "b"], ONE)  # 3.6 needed
     g.available = lambda: None  # unknown free memory: cores decide, as without the gate
-    assert g.allows("c", ["a", "b"])
+    assert g.allows("c", ["a", "b"], ONE)
 
 
-def test_observe_keeps_the_largest_footprint_and_measures_at_its_pace():
+def test_observe_keeps_each_views_largest_footprint_and_measures_at_its_pace():
     now = [0.0]
     sizes = {1: 2 * GiB, 2: 3 * GiB}
     g = MemoryGate(available=lambda: 0, measure=lambda pid: sizes[pid], clock=lambda: now[0], every_s=2.0)
-    g.observe({"a": 1, "b": 2})
-    assert g.peak == 3 * GiB and g.usage == {"a": 2 * GiB, "b": 3 * GiB}
+    views = {"a": "default", "b": "deep"}
+    g.observe({"a": 1, "b": 2}, views)
+    assert g.peaks == {"default": 2 * GiB, "deep": 3 * GiB} and g.usage == {"a": 2 * GiB, "b": 3 * GiB}
     sizes[2] = GiB
     now[0] = 1.0
-    g.observe({"a": 1, "b": 2})  # within every_s: not measured again
+    g.observe({"a": 1, "b": 2}, views)  # within every_s: not measured again
     assert g.usage["b"] == 3 * GiB
     now[0] = 2.5
-    g.observe({"a": 1, "b": 2})
-    assert g.usage["b"] == GiB and g.peak == 3 * GiB  # the peak stays
+    g.observe({"a": 1, "b": 2}, views)
+    assert g.usage["b"] == GiB and g.peaks["deep"] == 3 * GiB  # the peak stays
 
 
 HOLD = """
@@ -100,7 +115,7 @@ def test_the_pool_holds_a_trainer_back_until_memory_allows_it(tmp_path, monkeypa
 
     def spans(free_gib: float, name: str) -> list:
         jobs = {k: TrainerRun(tmp_path / name / k, "shards", "general", 0, "original") for k in ("a", "b")}
-        wall, stopped = run_trainers(jobs, 2, gate=gate(free_gib=free_gib, floor=GiB, headroom=1.0))
+        wall, stopped = run_trainers(jobs, 2, gate=gate(free_gib, floor=GiB, headroom=1.0))
         assert set(wall) == {"a", "b"} and stopped == []
         return sorted(json.loads((tmp_path / name / k / "ran.json").read_text()) for k in ("a", "b"))
 

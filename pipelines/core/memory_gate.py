@@ -1,13 +1,13 @@
 """The trainer pool's memory gate: start another trainer only when memory allows every running one to grow to
-the largest footprint a trainer of this recipe has reached, and the new one too.
+the largest footprint a trainer of its view has reached in this recipe, and the new one too.
 
 The pool's slots are cores (pipelines.core.trainers), and a CPU trainer's memory is not known before it runs:
 it grows with the view's sequence length and the graph's density (a trainer of two hops of 10 on a dense graph
 reaches 5 to 7 GB, two side by side 17.5 GB on a 24 GB machine: docs/benchmarks/2026-11-29-cpu-epoch.md). Cores
 alone would run such trainers side by side on a machine that cannot hold them, and the kernel would kill one.
 The gate measures each running trainer's process tree (PSS: the forked loader workers' shared pages counted
-once) while it runs, keeps the largest, and holds a pending trainer back until what is free covers it. One
-trainer always runs, so the gate can slow a recipe down but never stop it.
+once) while it runs, keeps the largest per view (shard set), and holds a pending trainer back until what is
+free covers it. One trainer always runs, so the gate can slow a recipe down but never stop it.
 """
 
 from __future__ import annotations
@@ -61,8 +61,10 @@ def tree_bytes(pid: int) -> int:
 @dataclass
 class MemoryGate:
     """Asked by the pool before it starts a trainer beside running ones (`allows`), told their process ids to
-    measure (`observe`). `floor`: a trainer's footprint before any was measured; `headroom`: the factor over
-    the largest seen, since a trainer may still grow past it."""
+    measure (`observe`). A trainer's footprint follows its view (its shard set: sequence lengths, graph form),
+    so the largest is kept per view, and a view not seen yet is expected at the largest of any. `floor`: a
+    trainer's footprint before any was measured; `headroom`: the factor over the largest seen, since a
+    trainer may still grow past it."""
 
     available: Callable[[], int | None] = machine_available_bytes
     measure: Callable[[int], int] = tree_bytes
@@ -70,24 +72,26 @@ class MemoryGate:
     headroom: float = 1.25
     every_s: float = 2.0
     clock: Callable[[], float] = time.monotonic
-    peak: int = 0  # the largest footprint of a trainer seen by this gate
+    peaks: dict = field(default_factory=dict)  # {view: the largest footprint of a trainer of it}
     usage: dict = field(default_factory=dict)  # {key: its footprint at the last measurement}
     held: set = field(default_factory=set)  # keys already logged as held back
     _last: float = float("-inf")
 
-    def expected(self) -> int:
-        return int(max(self.peak, self.floor) * self.headroom)
+    def expected(self, view: str | None = None) -> int:
+        seen = self.peaks.get(view, max(self.peaks.values(), default=0))
+        return int(max(seen, self.floor) * self.headroom)
 
-    def observe(self, pids: dict) -> None:
-        """Measure the running trainers ({key: pid}) at most every `every_s` seconds."""
+    def observe(self, pids: dict, views: dict) -> None:
+        """Measure the running trainers ({key: pid}; views: {key: its view}) at most every `every_s` seconds."""
         now = self.clock()
         if now - self._last < self.every_s:
             return
         self._last = now
         self.usage = {key: self.measure(pid) for key, pid in pids.items()}
-        self.peak = max([self.peak, *self.usage.values()])
+        for key, used in self.usage.items():
+            self.peaks[views[key]] = max(self.peaks.get(views[key], 0), used)
 
-    def allows(self, key: str, running: list) -> bool:
+    def allows(self, key: str, running: list, views: dict) -> bool:
         """Whether trainer `key` may start beside the `running` keys: the memory free now covers what each of
         them may still grow by and the new one's whole expected footprint."""
         if not running:
@@ -95,20 +99,21 @@ class MemoryGate:
         free = self.available()
         if free is None:
             return True
-        expected = self.expected()
-        need = expected + sum(max(0, expected - self.usage.get(k, 0)) for k in running)
+        expected = self.expected(views[key])
+        need = expected + sum(max(0, self.expected(views[k]) - self.usage.get(k, 0)) for k in running)
         if free >= need:
             return True
         if key not in self.held:
             self.held.add(key)
             log.info(
-                "trainer pool: %s waits for a running trainer to finish: %.1f GiB free, %d running may grow to "
-                "%.1f GiB each (the largest seen, x %.2f) and it needs as much",
+                "trainer pool: %s waits for a running trainer to finish: %.1f GiB free, it needs %.1f GiB (the "
+                "largest seen of its view, x %.2f) and the %d running may grow by %.1f GiB",
                 key,
                 free / GiB,
-                len(running),
                 expected / GiB,
                 self.headroom,
+                len(running),
+                (need - expected) / GiB,
             )
         return False
 

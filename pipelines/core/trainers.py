@@ -152,6 +152,7 @@ def run_trainers(
     recipe's one pipelines.core.memory_gate by default). Ctrl-C and SIGTERM stop them all
     (pipelines.core.children.exit_on_sigterm)."""
     gate = gate or default_gate()
+    views = {key: str(job.shards) for key, job in jobs.items()}  # what a trainer's memory follows
     pending, running, wall, stopped = list(jobs), {}, {}, []
     try:
         while pending or running:
@@ -161,8 +162,8 @@ def run_trainers(
                 stopped += [*running, *pending]
                 running, pending = {}, []
                 break
-            gate.observe({key: proc.pid for key, (proc, _) in running.items()})
-            while pending and len(running) < slots and gate.allows(pending[0], list(running)):
+            gate.observe({key: proc.pid for key, (proc, _) in running.items()}, views)
+            while pending and len(running) < slots and gate.allows(pending[0], list(running), views):
                 key = pending.pop(0)
                 running[key] = (_start(key, jobs[key]), time.perf_counter())
             time.sleep(0.2)
