@@ -5,11 +5,15 @@ A worker's error arrives as one line (worker_error). The design and its reasons:
 
 from __future__ import annotations
 
+import functools
+import os
+import signal
 from typing import Callable
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from common.parent_death import die_with_parent
 from trainer.data import EpochPlan, EvalStream, TrainStream, plan_epoch
 from trainer.loader_budget import eval_budget, prefetch_depth
 from trainer.packing import WireBatch
@@ -112,8 +116,14 @@ def _dataloader(dataset: IterableDataset, num_workers: int, pin: bool, prefetch:
             generator=torch.Generator(),
             persistent_workers=num_workers > 0,
             prefetch_factor=prefetch if num_workers else None,
+            worker_init_fn=functools.partial(_die_with_trainer, os.getpid()),
         )
     )
+
+
+def _die_with_trainer(trainer: int, worker_id: int) -> None:
+    # a persistent worker outlived a trainer killed by SIGKILL (the out-of-memory killer), holding its memory
+    die_with_parent(signal.SIGKILL, trainer)
 
 
 def train_loader(

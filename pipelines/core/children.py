@@ -13,33 +13,21 @@ import os
 import signal
 import subprocess
 
+from common.parent_death import die_with_parent
+
 
 def _die_with_parent(parent: int):
     """preexec_fn of a trainer child: the kernel sends it SIGTERM when this process dies, even by SIGKILL
-    (Linux PR_SET_PDEATHSIG); a parent already gone before the call means exit at once."""
-    prctl = _prctl()
+    (common.parent_death); a parent already gone before the call means exit at once."""
 
     def preexec() -> None:
         # Until exec this child has the parent's Python signal handlers: a SIGTERM landing after this function
         # returns (no bytecode runs before exec) would only set their flag and be lost, and the trainer live.
         with contextlib.suppress(ValueError):  # (ValueError: Popen from a thread other than the main one)
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        if prctl is not None:
-            prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
-        if os.getppid() != parent:
-            os._exit(1)
+        die_with_parent(signal.SIGTERM, parent)
 
     return preexec
-
-
-def _prctl():
-    # looked up in the parent: dlopen in a forked child of a threaded process can deadlock
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):  # not Linux: SIGTERM and Ctrl-C are still handled (stop_children)
-        return None
 
 
 def start_child(cmd: list[str], **kwargs) -> subprocess.Popen:
