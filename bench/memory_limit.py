@@ -86,7 +86,9 @@ def run_arm(name: str, repo: Path, args, out: Path) -> dict:
         row["choice"] = search["chosen"]["cid"]
         row["left_out"] = search["final_seeds"].get("left_out", [])
         row["failed"] = search["chosen"].get("failed", {})
-        row["report"] = (found[0].parent / "report.md").read_text().splitlines()[2][:300]  # its first row
+        lines = (found[0].parent / "report.md").read_text().splitlines()
+        cells = dict(zip(*([c.strip() for c in line.strip("|").split("|")] for line in (lines[0], lines[2]))))
+        row["report"] = f"{cells['model']}: MRR {cells['mrr']}, AUC {cells['auc']}"  # the report's first row
     return row
 
 
