@@ -152,6 +152,7 @@ def run_trainers(
     recipe's one pipelines.core.memory_gate by default). Ctrl-C and SIGTERM stop them all
     (pipelines.core.children.exit_on_sigterm)."""
     gate = gate or default_gate()
+    gate.held.clear()  # a key ("seed 1") may come back in the next pool: log its waits there too
     views = {key: str(job.shards) for key, job in jobs.items()}  # what a trainer's memory follows
     pending, running, wall, stopped = list(jobs), {}, {}, []
     try:
