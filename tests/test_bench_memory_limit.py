@@ -16,14 +16,21 @@ TOUCH = "b = bytearray({mb} * 2**20); b[::4096] = b'x' * len(b[::4096]); print('
 
 
 def writable_cgroups() -> bool:
-    for root in (Path("/sys/fs/cgroup/memory"), Path("/sys/fs/cgroup")):
+    """Whether a memory cgroup of our own can be made here: root, a writable cgroup fs, the memory controller
+    on for a new group (v1: memory.limit_in_bytes in it; v2: memory.max)."""
+    for root, limit in (
+        (Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"),
+        (Path("/sys/fs/cgroup"), "memory.max"),
+    ):
         probe = root / f"pencil-probe-{os.getpid()}"
         try:
             probe.mkdir()
-            probe.rmdir()
-            return (root / "memory.limit_in_bytes").exists() or (root / "cgroup.subtree_control").exists()
         except OSError:
             continue
+        try:
+            return (probe / limit).exists()
+        finally:
+            probe.rmdir()
     return False
 
 
