@@ -4,6 +4,8 @@ measurement of a real process tree, and the pool holding a real child back until
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.core import trainers
-from pipelines.core.memory_gate import GiB, MemoryGate, _pss_bytes, tree_bytes
+from pipelines.core.memory_gate import GiB, MemoryGate, _children, _pss_bytes, tree_bytes
 from pipelines.core.trainers import TrainerRun, run_trainers
 
 
@@ -93,7 +95,8 @@ def test_tree_bytes_counts_a_real_child_and_its_grandchild():
         assert own >= 160 * 2**20, own
         assert whole >= own + 90 * 2**20, (own, whole)  # the grandchild's 96 MiB block, counted once
     finally:
-        subprocess.run(["pkill", "-P", str(proc.pid)], check=False)
+        for kid in _children(proc.pid):
+            os.kill(kid, signal.SIGKILL)
         proc.kill()
         proc.wait()
     assert tree_bytes(proc.pid) == 0  # gone: nothing to read
