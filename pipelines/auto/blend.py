@@ -22,7 +22,7 @@ import numpy as np
 
 from common.eval_scores import read_scores, scores_path
 from common.shards import load_queries
-from pipelines.auto.signal import choose, paired, tie_metric
+from pipelines.auto.signal import choose, paired, tie_break, tie_metric
 from preprocess.candidates import protocol_candidates
 from trainer.evaluate import eval_entry, scores_to_metrics
 
@@ -124,27 +124,18 @@ def decide(
 
 
 def break_tie(decision: dict, values: dict[str, dict[str, np.ndarray]], metric: str, margin_se: float) -> dict:
-    """Among the keys within margin_se SE of the choice on `metric`, either way (a tie), the best on the other of
-    MRR / AUC replaces it when it beats it there by more than margin_se SE; SEs in the closed form over the
-    positives, as the blend's margin. The search's rule (pipelines.auto.signal.break_tie) on the blend's grid.
-    `values`: {metric: {key: per-positive values}} for both metrics, keys in GRID order."""
-    base, other = decision["choice"], tie_metric(metric)
-    keys = list(values[metric])
-    lead = {k: paired(values[metric][k], values[metric][base]) for k in keys if k != base}
-    tied = [k for k, (d, se) in lead.items() if abs(d) <= margin_se * se]
-    if not tied:
-        return decision
-    best = max(tied, key=lambda k: (float(np.mean(values[other][k])), -keys.index(k)))
-    diff, se = paired(values[other][best], values[other][base])
-    record = {"candidate": best, "metric": other, "difference": diff, "se": se}
-    record.update({f"{metric}_difference": lead[best][0], f"{metric}_se": lead[best][1]})
-    if not diff > margin_se * se:
-        return {**decision, "tie_break": record}
-    reason = (
-        f"{best} ties with {base} on {metric} (within {margin_se:g} SE) and beats it on {other} by {diff:.4f} > "
-        f"{margin_se:g} SE (SE {se:.4f})"
-    )
-    return {**decision, "choice": best, "tie_break": record, "reason": reason}
+    """The search's tie-break (pipelines.auto.signal.tie_break) on the blend's grid, from any choice, with the
+    closed-form SE over the positives, as the blend's margin. `values`: {metric: {key: per-positive values}} for
+    both metrics, keys in GRID order."""
+    base = decision["choice"]
+
+    def diff_se(k: str, m: str) -> tuple[float, float]:
+        return paired(values[m][k], values[m][base])
+
+    def mean(k: str, m: str) -> float:
+        return float(np.mean(values[m][k]))
+
+    return tie_break(decision, list(values[metric]), diff_se, mean, metric, margin_se)
 
 
 def valid_logits(runs: dict[int, Path], protocol: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:

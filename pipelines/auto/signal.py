@@ -160,26 +160,38 @@ def break_tie(decision: dict, signals: dict[str, Signal], metric: str, margin_se
     if decision["choice"] != default or len(keys) < 2:
         return decision
     values = {k: s.values() for k, s in signals.items()}
-    lead = {
-        k: (
-            float(np.mean(values[k][metric] - values[default][metric])),
-            two_way_se(signals[k], signals[default], metric),
-        )
-        for k in keys[1:]
-    }
+
+    def diff_se(k: str, m: str) -> tuple[float, float]:
+        return float(np.mean(values[k][m] - values[default][m])), two_way_se(signals[k], signals[default], m)
+
+    return tie_break(decision, keys, diff_se, lambda k, m: float(np.mean(values[k][m])), metric, margin_se)
+
+
+def tie_break(
+    decision: dict,
+    keys: list[str],
+    diff_se: Callable[[str, str], tuple[float, float]],
+    mean: Callable[[str, str], float],
+    metric: str,
+    margin_se: float,
+) -> dict:
+    """The tie-break itself, for the search and the blend alike: of `keys`, those within margin_se SE of
+    decision["choice"] on `metric`, either way, are tied with it; the best of them on tie_metric(metric)
+    replaces it when better there by more than margin_se SE. diff_se(k, m): the mean difference of k minus the
+    choice on m and its SE; mean(k, m): k's mean on m. Ties of the mean keep the earlier key."""
+    base, other = decision["choice"], tie_metric(metric)
+    lead = {k: diff_se(k, metric) for k in keys if k != base}
     tied = [k for k, (d, se) in lead.items() if abs(d) <= margin_se * se]
     if not tied:
         return decision
-    other = tie_metric(metric)
-    best = max(tied, key=lambda k: (float(np.mean(values[k][other])), -keys.index(k)))
-    diff = float(np.mean(values[best][other] - values[default][other]))
-    se = two_way_se(signals[best], signals[default], other)
+    best = max(tied, key=lambda k: (mean(k, other), -keys.index(k)))
+    diff, se = diff_se(best, other)
     record = {"candidate": best, "metric": other, "difference": diff, "se": se}
     record.update({f"{metric}_difference": lead[best][0], f"{metric}_se": lead[best][1]})
     if diff <= margin_se * se:
         return {**decision, "tie_break": record}
     reason = (
-        f"{best} ties with {default} on {metric} (within {margin_se:g} SE) and beats it on {other} by "
+        f"{best} ties with {base} on {metric} (within {margin_se:g} SE) and beats it on {other} by "
         f"{diff:.4f} > {margin_se:g} SE (SE {se:.4f})"
     )
     return {**decision, "choice": best, "tie_break": record, "reason": reason}
