@@ -31,6 +31,7 @@ import numpy as np
 
 from common.atomic import write_json_atomic, write_text_atomic
 from common.cli import Parser, run_cli, summary
+from pipelines.core.memory_gate import tree_bytes
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("PENCIL_SHARED", REPO.parent / "shared"))
@@ -130,34 +131,15 @@ def graph_args(name: str, out: Path) -> list[str]:
 
 
 # ---------------------------------------------------------------------------- running one method
-def tree_pss(root) -> int:
-    """Bytes of the process tree's proportional set size: shared pages (torch's libraries, forked loader
-    workers) counted once across the processes that share them, not once per process as RSS sums would."""
-    import psutil
-
-    total = 0
-    for p in [root, *root.children(recursive=True)]:
-        try:
-            total += p.memory_full_info().pss
-        except psutil.Error:
-            continue
-    return total
-
-
 def measured(cmd: list[str], log: Path) -> dict:
-    """Run `cmd`; its wall seconds, exit status and the peak memory (PSS) of its process tree, polled."""
-    import psutil
-
+    """Run `cmd`; its wall seconds, exit status and the peak memory of its process tree, polled: its PSS, shared
+    pages (torch's libraries, forked loader workers) counted once (the trainer pool's own measure)."""
     log.parent.mkdir(parents=True, exist_ok=True)
     t0, peak = time.perf_counter(), 0
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, cwd=REPO, stdout=f, stderr=f)
-        root = psutil.Process(proc.pid)
         while proc.poll() is None:
-            try:
-                peak = max(peak, tree_pss(root))
-            except psutil.Error:
-                pass
+            peak = max(peak, tree_bytes(proc.pid))
             time.sleep(1.0)
     return {"rc": proc.returncode, "wall_s": round(time.perf_counter() - t0, 1), "peak_pss_mb": round(peak / 2**20)}
 
