@@ -50,7 +50,8 @@ def train_final_seeds(
     opts: TrainerOptions, choice: Choice, protocol: str, runs: dict[int, Path], stop_at: float | None = None
 ) -> dict[int, dict]:
     """{seed: summary} of every final seed; finished seeds are reused, the search's seed evaluates its run. A
-    seed the budget stops is judged on its evaluated epochs, or left out (pipelines.core.seeds.train_seeds)."""
+    seed the budget stops, or whose trainer fails, is judged on its evaluated epochs, or left out
+    (pipelines.core.seeds.train_seeds)."""
     seeds = final_runs(opts, choice, protocol, runs)
     if SEARCH_SEED in seeds and seeds[SEARCH_SEED].eval_weights:
         log.info(

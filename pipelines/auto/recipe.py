@@ -163,7 +163,7 @@ def search_and_train(
             f"{out}: the budget stopped every final seed before its first evaluation; raise "
             "--budget-minutes (a rerun reuses the search and resumes the seeds)"
         )
-    left_out = sorted(set(runs) - set(summaries))  # stopped before their first evaluation: logged
+    left_out = sorted(set(runs) - set(summaries))  # stopped or failed before their first evaluation: logged
     runs = {seed: d for seed, d in runs.items() if seed in summaries}
     finals = final_runs(run.trainer, choice, protocol, runs)
     bare = train_without_features(run, finals, stop_at=deadline, partial=True)  # in the budget, before the blend
@@ -172,11 +172,17 @@ def search_and_train(
         runs, blind, dataset, manifest, protocol, choice.metric, cfg.blend_margin_se, test_scores
     )
     stopped = sorted(seed for seed, s in summaries.items() if s.get("stopped"))
+    failed = {seed: s["failed"] for seed, s in sorted(summaries.items()) if s.get("failed")}
     record.update(
         blend=decision.to_dict(),
         total_seconds=round(time.time() - t0, 1),
         budget_cut=bool(choice.cut_short or stopped or left_out),
-        final_seeds={"reported": sorted(summaries), "stopped_by_budget": stopped, "left_out": left_out},
+        final_seeds={
+            "reported": sorted(summaries),
+            "stopped_by_budget": stopped,
+            "failed": failed,
+            "left_out": left_out,
+        },
     )
     write_json_atomic(out / "search.json", record)
     log.info(

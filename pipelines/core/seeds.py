@@ -61,9 +61,10 @@ def train_seeds(
     opts: TrainerOptions, runs: dict[int, TrainerRun], stop_at: float | None = None, partial: bool = False
 ) -> dict[int, dict]:
     """{seed: summary} of every run: finished seeds reused untouched, the others trained in the pool.
-    `stop_at`: the pool's deadline. A seed it stops raises, or with `partial` is judged on the epochs it
-    evaluated (pipelines.core.stopped; its summary says `stopped`), or left out of the result when it
-    evaluated none; a rerun resumes it either way. A folder trained on other data is refused
+    `stop_at`: the pool's deadline. A seed it stops, or whose trainer fails, raises; with `partial` it is
+    judged on the epochs it evaluated (pipelines.core.stopped; its summary says `stopped`, or `failed` with
+    the trainer's one line), or left out of the result when it evaluated none, and only when no seed has a
+    result does a failure raise; a rerun resumes it either way. A folder trained on other data is refused
     (pipelines.core.seed_data), or cleared with the recipe's --overwrite, as is, with --overwrite, a finished
     run of other flags."""
     if not runs:
@@ -85,32 +86,44 @@ def train_seeds(
         finished.forget(Path(run.run_dir))
         log.info("training seed %d (log: %s)", seed, run.log)
     jobs = {f"seed {seed}": run for seed, run in todo.items()}
-    _, stopped = run_trainers(jobs, min(len(jobs) or 1, trainer_slots(opts.device, opts.parallel)), stop_at)
+    failed: dict[str, str] | None = {} if partial else None  # without `partial` a failure raises in the pool
+    slots = min(len(jobs) or 1, trainer_slots(opts.device, opts.parallel))
+    _, stopped = run_trainers(jobs, slots, stop_at, failed=failed)
     if stopped and not partial:
         raise TrainerError(
             f"{', '.join(stopped)}: stopped by the time budget before finishing; rerun with a larger "
             "--budget-minutes (finished seeds are reused, stopped ones resume)"
         )
     for seed, run in todo.items():
-        if f"seed {seed}" not in stopped:
+        key = f"seed {seed}"
+        if key not in stopped and key not in (failed or {}):
             finished.mark_finished(run)
             done[seed] = json.loads((Path(run.run_dir) / "summary.json").read_text())
-        elif (partial_summary := stopped_summary(Path(run.run_dir), run.protocol)) is not None:
-            log.warning(
-                "seed %d: stopped by the time budget after %d epoch(s); judged on its best evaluated epoch, "
-                "%d (a rerun with a larger --budget-minutes resumes it)",
-                seed,
-                partial_summary["epochs_completed"],
-                partial_summary["best_epoch"],
-            )
-            done[seed] = partial_summary
-        else:
-            log.warning(
-                "seed %d: stopped by the time budget before its first evaluation; left out of the report "
-                "(a rerun with a larger --budget-minutes resumes it)",
-                seed,
-            )
+        elif (judged := _judged(seed, run, (failed or {}).get(key))) is not None:
+            done[seed] = judged
+    if failed and not done:
+        raise TrainerError(next(iter(failed.values())))  # no seed to report: the first failure is the run's
     return {seed: done[seed] for seed in runs if seed in done}
+
+
+def _judged(seed: int, run: TrainerRun, failure: str | None) -> dict | None:
+    """The summary of a seed that did not finish (the budget stopped it, or its trainer failed with the line
+    `failure`) at its best evaluated epoch, or None when it evaluated none; either is logged."""
+    why = failure.removeprefix(f"seed {seed}: ") if failure else "stopped by the time budget"
+    resume = "a rerun resumes it" if failure else "a rerun with a larger --budget-minutes resumes it"
+    summary = stopped_summary(Path(run.run_dir), run.protocol)
+    if summary is None:
+        log.warning("seed %d: %s before its first evaluation; left out of the report (%s)", seed, why, resume)
+        return None
+    log.warning(
+        "seed %d: %s after %d epoch(s); judged on its best evaluated epoch, %d (%s)",
+        seed,
+        why,
+        summary["epochs_completed"],
+        summary["best_epoch"],
+        resume,
+    )
+    return {**summary, "stopped": False, "failed": failure} if failure else summary
 
 
 def result_record(
@@ -144,4 +157,6 @@ def result_record(
         record["hard_neg_fraction"] = hard_neg_fraction
     if summary.get("stopped"):  # a time budget ended it: its best evaluated epoch (pipelines.core.stopped)
         record["stopped_by_budget"] = True
+    if summary.get("failed"):  # its trainer failed after an evaluation: judged on it as well
+        record["trainer_failed"] = summary["failed"]
     return record

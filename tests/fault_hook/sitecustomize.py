@@ -6,7 +6,8 @@ stop) once it has written N part files (tests/test_recommend.py).
 
 With PENCIL_TEST_TRAINER_DIE=TEXT, a `python -m trainer` whose --out contains TEXT exits (status 3) right after
 its first evaluation: its metrics, best.pt and saved scores exist, its summary.json never does
-(tests/test_auto_e2e.py).
+(tests/test_auto_e2e.py, tests/test_seed_failures.py); with PENCIL_TEST_TRAINER_DIE_AT=start as well, it exits
+at start-up, before any evaluation.
 
 Preprocess (tests/test_faults.py):
 In a Ray worker, and only when PENCIL_TEST_FAULT_DIR is set, it wraps preprocess.job._sample_into (build_shard
@@ -15,6 +16,7 @@ the worker's pid: a retry is then seen, not assumed. The first attempt at the sh
 writes part of the shard, flushes it to its temporary file, marks FAULT_DIR/<shard>.held and then waits for
 the test to kill it (the worker or the driver) with SIGKILL: the kill lands mid-write, every time.
 Without the variables, or outside a Ray worker, it does nothing."""
+
 import os
 import sys
 
@@ -47,6 +49,7 @@ class _HoldingFile:
         os.fsync(self._f.fileno())
         _mark(self._held, str(os.getpid()))
         import time
+
         while True:  # until the test's SIGKILL
             time.sleep(60)
 
@@ -65,6 +68,7 @@ class _HoldingStorage:
         def hold():
             with self._storage.writer(name) as f:
                 yield _HoldingFile(f, self._held)
+
         return hold()
 
     def __getattr__(self, name):
@@ -125,4 +129,6 @@ if FAULT_DIR and sys.argv and sys.argv[0].endswith("default_worker.py"):
 if os.environ.get("PENCIL_TEST_RECOMMEND_FAIL_AFTER"):
     _install_recommend_kill(int(os.environ["PENCIL_TEST_RECOMMEND_FAIL_AFTER"]))
 if os.environ.get("PENCIL_TEST_TRAINER_DIE") and os.environ["PENCIL_TEST_TRAINER_DIE"] in _trainer_out():
+    if os.environ.get("PENCIL_TEST_TRAINER_DIE_AT") == "start":
+        os._exit(3)
     _install_trainer_death()
