@@ -89,3 +89,36 @@ def test_a_tie_on_mrr_is_broken_by_auc_beyond_the_margin():
     # deciding on AUC, MRR breaks the tie: the same rule with the metrics swapped
     swapped = tie_values([0.9] * 4, [0.5] * 4)
     assert blend.break_tie(chosen, swapped, "auc", 2.0)["choice"] == "ra x 1"
+
+
+def test_the_partner_is_one_more_column_of_the_grid_and_its_keys_and_rows_say_so():
+    assert blend.grid(False) == [(0.0, h, w) for h, w in blend.GRID]
+    assert len(blend.grid(True)) == (1 + len(blend.PARTNER_WEIGHTS)) * len(blend.GRID)
+    assert blend.key("none", 0.0, 0.5) == "runner-up x 0.5" and blend.key("ra", 8.0, 1.0) == "runner-up x 1 + ra x 8"
+    logit, partner = np.array([0.5, -1.0]), np.array([2.0, 4.0])
+    assert np.allclose(blend.with_partner(logit, partner, 0.5), [1.5, 1.0])
+    assert blend.with_partner(logit, None, 0.0) is logit
+    both = blend.Blend("ra", 8.0, "mrr", {}, "deep-d2n10", 1.0)
+    assert both.row_name("PENCIL") == "PENCIL + deep-d2n10 + RA prior" and both.key == "runner-up x 1 + ra x 8"
+    assert blend.Blend("none", 0.0, "mrr", {}, "deep-d2n10", 0.25).row_name("PENCIL") == "PENCIL + deep-d2n10"
+    unused = blend.Blend("ra", 1.0, "mrr", {}, "deep-d2n10", 0.0)  # a partner the decision did not take
+    assert unused.row_name("PENCIL") == "PENCIL + RA prior" and unused.to_dict()["partner"] == ""
+
+
+def test_a_partner_that_ranks_what_the_model_cannot_is_taken_at_its_smallest_weight():
+    cid = np.arange(5)
+    flat = (cid, np.zeros(5, dtype=np.float32))  # every pair ties: RR 0.4 for both positives
+    heur = {h: np.zeros(5) for h in blend.HEURISTICS}  # no heuristic tells them apart either
+    partner = blend.partner_table(cid[::-1], np.array([-1.0, 0.0, 1.0, 2.0, 3.0]))  # cid 0 scores 3, cid 4 -1
+    got = blend.decide({"0": flat, "1": flat}, heur, values_of, "mrr", 2.0, ("deep-d2n10", partner))
+    # with the partner at any weight both positives rank first, on every seed alike: difference 0.6, SE 0
+    assert (got.partner, got.partner_weight, got.heuristic) == ("deep-d2n10", 0.25, "none")
+    assert got.decision["difference"] == pytest.approx(0.6) and got.decision["means"]["none"] == pytest.approx(0.4)
+    assert got.key == "runner-up x 0.25" and got.row_name("PENCIL w/o features") == "PENCIL w/o features + deep-d2n10"
+    # without a partner the grid is the heuristics' alone, and nothing beats the model
+    assert blend.decide({"0": flat}, heur, values_of, "mrr", 2.0).key == "none"
+
+
+def test_a_partner_with_a_pair_missing_is_nan_there():
+    table = blend.partner_table(np.array([0, 2]), np.array([1.0, 2.0]))
+    assert table[0] == 1.0 and table[2] == 2.0 and np.isnan(table[1])

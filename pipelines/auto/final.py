@@ -14,9 +14,10 @@ from pathlib import Path
 
 from pipelines.auto.config import DEFAULT_PRESET
 from pipelines.auto.search import SEARCH_SEED, Choice
+from pipelines.core import finished
 from pipelines.core.config import TrainerOptions
 from pipelines.core.seeds import seed_run, train_seeds
-from pipelines.core.trainers import TrainerRun
+from pipelines.core.trainers import TrainerRun, run_trainers
 
 log = logging.getLogger("pipelines.auto")
 
@@ -61,3 +62,33 @@ def train_final_seeds(
             seeds[SEARCH_SEED].eval_weights,
         )
     return train_seeds(opts, seeds, stop_at, partial=True)
+
+
+def evaluate_partner(opts: TrainerOptions, choice: Choice, protocol: str, out: Path) -> Path | None:
+    """The search's run of the choice's partner evaluated on valid and test (its best.pt, trainer
+    --eval-weights) in `out`, for a blend that adds it; reused when done. None, logged, if its trainer fails
+    (the blend is then decided without it)."""
+    weights = Path(choice.partner_dir) / "best.pt"
+    run = seed_run(
+        opts,
+        DEFAULT_PRESET,
+        choice.partner_shards,
+        protocol,
+        SEARCH_SEED,
+        out,
+        epochs=choice.run_epochs,
+        overrides=choice.partner.overrides(),
+        save_scores=True,
+        eval_weights=str(weights),
+        fresh=True,
+    )
+    if finished.finished_summary(run) is None:
+        finished.forget(out)
+        log.info("blend: evaluating %s's search run on test (%s; log: %s)", choice.partner.cid, weights, run.log)
+        failed: dict[str, str] = {}
+        run_trainers({choice.partner.cid: run}, 1, failed=failed)
+        if failed:
+            log.warning("blend: %s; the blend is decided without it", failed[choice.partner.cid])
+            return None
+        finished.mark_finished(run)
+    return out

@@ -15,16 +15,20 @@ import math
 import time
 from pathlib import Path
 
+import numpy as np
+
 from common.atomic import write_json_atomic
+from common.eval_scores import read_scores, scores_path
 from common.graph_stats import graph_stats
 from common.heuristics import split_scores
 from common.manifest import read_manifest
 from common.presets import get_preset
 from pipelines.auto import blend
 from pipelines.auto.config import DEFAULT_PRESET, SearchConfig, candidates
-from pipelines.auto.final import final_runs, train_final_seeds
+from pipelines.auto.final import evaluate_partner, final_runs, train_final_seeds
 from pipelines.auto.search import AutoError, Choice, Search
 from pipelines.auto.signal import per_positive
+from pipelines.core.config import TrainerOptions
 from pipelines.core.results import SeedResult
 from pipelines.core.run_config import SEARCH, RunConfig
 from pipelines.core.shard_sets import (
@@ -82,28 +86,53 @@ def shard_sets(run: RunConfig, dataset, protocol: str, epochs: int, percent: flo
 
 
 def blend_stage(
+    opts: TrainerOptions,
+    choice: Choice,
     runs: dict[int, Path],
     blind,
     dataset,
     manifest: dict,
     protocol: str,
-    metric: str,
     margin_se: float,
     test_scores: dict,
+    out: Path,
 ) -> tuple[blend.Blend, dict]:
-    """The blend's decision on the final seeds' validation (the test-less dataset), then each seed's test
-    metrics under it. `test_scores`: the test split's heuristic scores (common.heuristics.split_scores)."""
+    """The blend's decision on the final seeds' validation (the test-less dataset) and the search run of the
+    choice's partner, then each seed's test metrics under it (the partner evaluated on test in OUT/runner-up
+    first, when the blend adds it). `test_scores`: the test split's heuristic scores
+    (common.heuristics.split_scores)."""
     valid_scores = split_scores(blind, "valid", [protocol], list(blend.HEURISTICS))[protocol]
+    logits = blend.valid_logits(runs, protocol)
+    heuristics = blend.by_cid(blind, manifest, "valid", protocol, valid_scores)
     values_of = lambda cid, s: per_positive(manifest, "valid", protocol, cid, s)  # noqa: E731
-    decision = blend.decide(
-        blend.valid_logits(runs, protocol),
-        blend.by_cid(blind, manifest, "valid", protocol, valid_scores),
-        values_of,
-        metric,
-        margin_se,
-    )
+    partner = None
+    if choice.partner is not None:
+        needed = np.concatenate([cid for cid, _ in logits.values()])
+        partner = (choice.partner.cid, partner_scores(Path(choice.partner_dir), "valid", protocol, needed))
+    decision = blend.decide(logits, heuristics, values_of, choice.metric, margin_se, partner)
+    partner_test = None
+    if decision.partner_weight:
+        evaluated = evaluate_partner(opts, choice, protocol, out / "runner-up")
+        if evaluated is None:
+            decision = blend.decide(logits, heuristics, values_of, choice.metric, margin_se)
+        else:
+            needed = np.concatenate([read_scores(scores_path(d, "test", protocol))[0] for d in runs.values()])
+            partner_test = partner_scores(evaluated, "test", protocol, needed)
     test = blend.by_cid(dataset, manifest, "test", protocol, test_scores)  # test, after the decision
-    return decision, {seed: blend.apply(d, decision, test, manifest, protocol) for seed, d in runs.items()}
+    return decision, {
+        seed: blend.apply(d, decision, test, manifest, protocol, partner_test) for seed, d in runs.items()
+    }
+
+
+def partner_scores(run_dir: Path, split: str, protocol: str, needed: np.ndarray) -> np.ndarray:
+    """The partner's saved scores of `split` by cid; every pair in `needed` must have one."""
+    cid, score, _ = read_scores(scores_path(run_dir, split, protocol))
+    table = blend.partner_table(cid, score.astype(np.float64))
+    if needed.max(initial=-1) >= len(table) or np.isnan(table[needed]).any():
+        raise blend.BlendError(
+            f"{run_dir}: its {split}/{protocol} scores miss pairs the final seeds scored; rerun the recipe"
+        )
+    return table
 
 
 def search_and_train(
@@ -169,7 +198,7 @@ def search_and_train(
     bare = train_without_features(run, finals, stop_at=deadline, partial=True)  # in the budget, before the blend
     manifest = manifests[choice.candidate.sampling]
     decision, blended = blend_stage(
-        runs, blind, dataset, manifest, protocol, choice.metric, cfg.blend_margin_se, test_scores
+        run.trainer, choice, runs, blind, dataset, manifest, protocol, cfg.blend_margin_se, test_scores, out
     )
     stopped = sorted(seed for seed, s in summaries.items() if s.get("stopped"))
     failed = {seed: s["failed"] for seed, s in sorted(summaries.items()) if s.get("failed")}
@@ -214,7 +243,13 @@ def records(
         "cid": choice.cid,
         "config": choice.candidate.to_dict(),
         "epochs": choice.epochs,
-        "blend": {"heuristic": decision.heuristic, "weight": decision.weight, "metric": decision.metric},
+        "blend": {
+            "heuristic": decision.heuristic,
+            "weight": decision.weight,
+            "partner": decision.partner if decision.partner_weight else "",
+            "partner_weight": decision.partner_weight,
+            "metric": decision.metric,
+        },
     }
     model = seed_results(run, dataset, protocol, SEARCH, finals, summaries, run.ships_features, auto=auto)
     rows = [

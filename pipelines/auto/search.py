@@ -12,6 +12,9 @@ and the validation signal (pipelines.auto.signal) decides.
    candidate peaked at its first epoch, validation says nothing: the default is kept and trains its whole
    schedule, as the fixed preset would.
 
+The other survivor of the last rung, if any, is the choice's `partner`: its run is already trained, and the
+blend (pipelines/auto/blend.py) may add its scores to the chosen model's.
+
 A candidate that `--budget-minutes` stopped, or whose trainer failed, is judged on the epochs it evaluated
 (pipelines.core.stopped); one without any is left out, with a log line and its place in search.json. Only a
 default without any validation result stops the run.
@@ -71,6 +74,9 @@ class Choice:
     cut_short: tuple[str, ...] = ()  # candidates the budget stopped
     failed: dict = field(default_factory=dict)  # candidates whose trainer failed: {cid: its one line}
     skipped: dict = field(default_factory=dict)  # alternatives the pace check stopped: {cid: why}
+    partner: Candidate | None = None  # the runner-up of the last rung, whose run the blend may add
+    partner_dir: str = ""  # its search run
+    partner_shards: str = ""  # and its shard set
 
     @property
     def cid(self) -> str:
@@ -93,6 +99,7 @@ class Choice:
             "cut_short": list(self.cut_short),
             "failed": self.failed,
             "skipped": self.skipped,
+            "partner": {"cid": self.partner.cid, "run_dir": self.partner_dir} if self.partner else {},
         }
 
 
@@ -316,6 +323,7 @@ class Search:
         chosen = decision["choice"]
         log.info("search: %s (%s)", chosen, decision["reason"])
         s, c = self.state(chosen), self.cands[chosen]
+        partner = max((x for x in survivors if x != chosen), key=lambda x: second[x]["valid"], default=None)
         return Choice(
             c,
             int(s["epochs_completed"]),
@@ -331,4 +339,7 @@ class Search:
             tuple(self.cut_short),
             dict(self.failed),
             dict(self.skipped),
+            self.cands[partner] if partner else None,
+            str(self.dirs[partner]) if partner else "",
+            self.shards[self.cands[partner].sampling] if partner else "",
         )

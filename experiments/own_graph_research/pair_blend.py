@@ -1,0 +1,151 @@
+"""Does blending the chosen candidate with the search's runner-up pay? Validation halves over `pencil run` folders.
+
+    python -m experiments.own_graph_research.pair_blend --runs suite/runs/auto
+
+The search trains two candidates to convergence (the default and the best alternative) and keeps one; the
+other's run, with its validation scores at its best epoch, is already on disk. The arm studied adds it to each
+final seed's logit, `logit + w * partner_logit`, as one more column of the blend's grid (pipelines/auto/blend.py),
+alone (`pair`) and crossed with every heuristic key (`cross`). Each arm chooses as the blend does (the best
+mean MRR if it beats the model alone by more than the blend's margin, a tie broken by AUC) on a random half of
+the validation positives and shared negatives, and is scored on the other half; 20 halvings. The rows are the
+arm minus today's blend. Only validation scores are read; the heuristics come from the dataset without its
+test split.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from common.eval_scores import read_scores, scores_path
+from common.heuristics import split_scores
+from common.manifest import read_manifest
+from experiments.own_graph_research.blend_tie import grid_values
+from experiments.own_graph_research.study import halves, table
+from pipelines.auto import blend
+from pipelines.auto.signal import choose, eval_signal
+from pipelines.core.runs import run_dataset
+
+PROTOCOL = "original"
+PARTNER_WEIGHTS = (0.25, 0.5, 1.0, 2.0, 4.0)
+
+
+def partner_run(run: Path) -> tuple[str, Path] | None:
+    """The converged candidate the search did not choose (its search run folder), or None."""
+    record = json.loads((run / "search.json").read_text())["chosen"]
+    others = [c for c in record["rungs"].get("converged", {}) if c != record["cid"]]
+    if not others:
+        return None
+    folders = [d for d in (run / "search").glob(f"{others[0]}-*") if (d / "scores").is_dir()]
+    return (others[0], folders[0]) if folders else None
+
+
+def by_cid(cid: np.ndarray, score: np.ndarray) -> np.ndarray:
+    table_ = np.full(int(cid.max()) + 1, np.nan)
+    table_[cid] = score
+    return table_
+
+
+def signals(shards: str, seeds: list[Path], partner: Path) -> dict[str, list]:
+    """{key: every seed's Signal}: today's grid, partner weights alone, and partner weights x the heuristic grid.
+    `seeds`: run folders with their validation scores; `shards`: their set."""
+    manifest = read_manifest(shards)
+    blind = run_dataset(manifest).without_test()
+    valid = split_scores(blind, "valid", [PROTOCOL], list(blend.HEURISTICS))[PROTOCOL]
+    heur = blend.by_cid(blind, manifest, "valid", PROTOCOL, valid)
+    pcid, pscore, _ = read_scores(scores_path(partner, "valid", PROTOCOL))
+    ptable = by_cid(pcid, pscore.astype(np.float64))
+    logits = [read_scores(scores_path(d, "valid", PROTOCOL))[:2] for d in seeds]
+    out: dict[str, list] = {}
+    for pw in (0.0, *PARTNER_WEIGHTS):
+        for h, w in blend.GRID:
+            k = blend.key(h, w) if not pw else f"pair x {pw:g}" + ("" if h == blend.NONE else f" + {blend.key(h, w)}")
+            out[k] = [
+                eval_signal(
+                    manifest,
+                    "valid",
+                    PROTOCOL,
+                    cid,
+                    blend.blend(lg.astype(np.float64) + pw * ptable[cid], None if h == blend.NONE else heur[h][cid], w),
+                )
+                for cid, lg in logits
+            ]
+    return out
+
+
+def suite(args):
+    """(graph, chosen, (runner-up, its run), shard set, seed folders) of every finished `pencil run`."""
+    for run in sorted(Path(args.runs).glob("*/auto/original")):
+        seeds = sorted(s.parent for s in run.glob("seed*/scores"))
+        partner = partner_run(run) if (run / "chosen.json").exists() and seeds else None
+        if partner is not None:
+            chosen = json.loads((run / "chosen.json").read_text())
+            yield run.parts[-3], chosen["cid"], partner, chosen["shards"], seeds
+
+
+def research(args):
+    """The same from research folders: OUT/<graph>/<variant>/s<seed> (experiments/own_graph_research/run.py)."""
+    chosen, partner = args.research.split(":")
+    for graph in sorted(Path(args.runs).iterdir()):
+        seeds = sorted(d for d in (graph / chosen).glob("s[0-9]*") if (d / "scores").is_dir())
+        other = graph / partner / "s0"
+        if seeds and (other / "scores").is_dir():
+            shards = json.loads((seeds[0] / "config.json").read_text())["data"]["shards"]
+            yield graph.name, chosen, (partner, other), shards, seeds
+
+
+def pick(values: dict, keys: list[str], margin: float) -> str:
+    sub = {m: {k: values[m][k] for k in keys} for m in values}
+    return blend.break_tie(choose(sub["mrr"], margin), sub, "mrr", margin)["choice"]
+
+
+def study(sig: dict, margin: float) -> dict:
+    first = next(iter(sig.values()))[0]
+    today = [blend.key(h, w) for h, w in blend.GRID]
+    arms = {"pair": today + [f"pair x {pw:g}" for pw in PARTNER_WEIGHTS], "cross": list(sig)}
+    out = {a: {"mrr": [], "auc": [], "acts": 0} for a in arms}
+    for (a, b), (qa, qb) in zip(halves(len(first.pos)), halves(len(first.neg), seed=1)):
+        on, off = grid_values(sig, a, qa), grid_values(sig, b, qb)
+        base = pick(on, today, margin)
+        for arm, keys in arms.items():
+            got = pick(on, keys, margin)
+            out[arm]["acts"] += got != base
+            for m in ("mrr", "auc"):
+                out[arm][m].append(100 * (off[m][got].mean() - off[m][base].mean()))
+    return {arm: {**{m: float(np.mean(r[m])) for m in ("mrr", "auc")}, "acts": r["acts"]} for arm, r in out.items()}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments.own_graph_research.pair_blend")
+    p.add_argument("--runs", required=True, help="a `pencil run --out` folder: its */auto/original runs are read")
+    p.add_argument("--margin", type=float, default=2.0, help="the blend's margin in closed-form SEs")
+    p.add_argument(
+        "--research",
+        metavar="CHOSEN:PARTNER",
+        help="read `run.py` research folders instead (--runs is then its --out): every seed of variant CHOSEN "
+        "with seed 0 of variant PARTNER, each at its best validation epoch",
+    )
+    args = p.parse_args(argv)
+    rows, sums = [], {"pair": [], "cross": []}
+    for name, cid, partner, shards, seeds in research(args) if args.research else suite(args):
+        r = study(signals(shards, seeds, partner[1]), args.margin)
+        row = [name, cid, partner[0]]
+        for arm in sums:
+            sums[arm].append(r[arm])
+            row += [f"{r[arm]['mrr']:+.2f}", f"{r[arm]['auc']:+.2f}", f"{r[arm]['acts']}/20"]
+        rows.append(row)
+        print(" | ".join(map(str, row)), flush=True)
+    mean = ["**mean**", "", ""]
+    for arm in sums:
+        mean += [f"**{np.mean([r[m] for r in sums[arm]]):+.2f}**" for m in ("mrr", "auc")] + [""]
+    header = ["graph", "chosen", "partner"] + [f"{arm}: {x}" for arm in sums for x in ("MRR diff", "AUC diff", "acts")]
+    print(table(header, rows + [mean]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
