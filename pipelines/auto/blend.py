@@ -69,6 +69,11 @@ def with_partner(logit: np.ndarray, partner: np.ndarray | None, p: float) -> np.
     return logit if not p else np.asarray(logit, dtype=np.float64) + p * np.asarray(partner, dtype=np.float64)
 
 
+def mix(cid: np.ndarray, logit: np.ndarray, p: float, h: str, w: float, partner, heuristics: dict) -> np.ndarray:
+    """One seed's blended scores of the pairs `cid`; `partner` and `heuristics[h]`: their scores by cid."""
+    return blend(with_partner(logit, partner[cid] if p else None, p), heuristics[h][cid] if h != NONE else None, w)
+
+
 @dataclass(frozen=True)
 class Blend:
     """The run's blend: the partner `partner` at weight p (0: without it) and heuristic h (NONE: without one)
@@ -146,12 +151,7 @@ def decide(
     name, by_pair = partner or ("", None)
     for p, h, w in grid(partner is not None):
         per_seed = [
-            values_of(
-                cid,
-                blend(
-                    with_partner(logit.astype(np.float64), p and by_pair[cid], p), h != NONE and heuristics[h][cid], w
-                ),
-            )
+            values_of(cid, mix(cid, logit.astype(np.float64), p, h, w, by_pair, heuristics))
             for cid, logit in valid.values()
         ]
         for m, table in values.items():
@@ -164,7 +164,8 @@ def decide(
 
 
 def partner_table(cid: np.ndarray, score: np.ndarray) -> np.ndarray:
-    """The partner's scores indexed by cid (NaN where it scored nothing: a blend there would be NaN, and fail)."""
+    """The partner's scores indexed by cid, NaN where it scored nothing (pipelines.auto.recipe.partner_scores
+    refuses a partner with a pair missing)."""
     table = np.full(int(cid.max(initial=-1)) + 1, np.nan)
     table[cid] = score
     return table
@@ -200,6 +201,5 @@ def apply(
     """Test metrics of the chosen blend for one seed (its test file is opened here, after the decision);
     `partner`: the partner's test scores by cid, when the blend uses it."""
     cid, logit, _ = read_scores(scores_path(run_dir, "test", protocol))
-    h, p = choice.heuristic, choice.partner_weight
-    scores = blend(with_partner(logit, p and partner[cid], p), h != NONE and heuristics[h][cid], choice.weight)
+    scores = mix(cid, logit, choice.partner_weight, choice.heuristic, choice.weight, partner, heuristics)
     return scores_to_metrics(manifest, "test", protocol, cid, scores)
