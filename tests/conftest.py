@@ -114,6 +114,13 @@ def run_config(*argv):
     return RunConfig.from_args(build_parser().parse_args(list(map(str, argv))))
 
 
+def cpu_trainer_options(root: Path, *argv):
+    """The trainer options of `pencil run` on CPU with results and shards under `root`, no loader workers, and
+    more flags (`--train-arg=--max-steps=2`, ...): what a recipe's seeds train with."""
+    flags = ["--dataset", "citeseer", "--out", root / "results", "--shards", root / "shards", "--device", "cpu"]
+    return run_config(*flags, "--train-arg=--num-workers=0", *argv).trainer
+
+
 def train_tiny_on_cpu(shards, out, max_steps: int) -> None:
     """Train the tiny preset in this process on one CPU thread, the shard job's embedded Ray shut down first
     (its workers would take the cores)."""

@@ -16,7 +16,7 @@ from pipelines.auto.config import DEFAULT_PRESET
 from pipelines.auto.final import evaluate_partner
 from pipelines.auto.recipe import partner_scores
 from pipelines.core.seeds import seed_run, train_seeds
-from tests.conftest import run_config
+from tests.conftest import cpu_trainer_options
 from tests.test_trainer_data import make_shard_set
 
 SMALL = ("--hidden=16", "--ffn=32", "--heads=2", "--layers=1")
@@ -27,10 +27,7 @@ def searched(tmp_path_factory):
     """A search-like run of the default preset on a tiny set: validation only, its scores saved."""
     root = tmp_path_factory.mktemp("partner")
     shards = make_shard_set(root / "set", shard_links=(32, 16), eval_links=24, seed=0)
-    opts = run_config(
-        "--dataset", "citeseer", "--out", root / "results", "--shards", root / "shards", "--device", "cpu",
-        "--train-arg=--num-workers=0", "--train-arg=--max-steps=4",
-    ).trainer  # fmt: skip
+    opts = cpu_trainer_options(root, "--train-arg=--max-steps=4")
     run = seed_run(
         opts, DEFAULT_PRESET, str(shards), "original", 0, root / "search" / "wide", epochs=2, overrides=SMALL,
         eval_splits=("valid",), save_scores=True,

@@ -126,21 +126,9 @@ def test_the_same_set_copied_elsewhere_resumes_from_there(two_sets, tmp_path):
 def train_on(tmp_path, shards, runs, *argv):
     """pencil run's seeds (its trainer options, as its flags give them) on the set at `shards`."""
     from pipelines.core.seeds import seed_run, train_seeds
-    from tests.conftest import run_config
+    from tests.conftest import cpu_trainer_options
 
-    opts = run_config(
-        "--dataset",
-        "citeseer",
-        "--out",
-        tmp_path / "results",
-        "--shards",
-        tmp_path / "shards",
-        "--device",
-        "cpu",
-        "--train-arg=--num-workers=0",
-        "--train-arg=--max-steps=2",
-        *argv,
-    ).trainer
+    opts = cpu_trainer_options(tmp_path, "--train-arg=--max-steps=2", *argv)
     return train_seeds(
         opts, {seed: seed_run(opts, "tiny", str(shards), "original", seed, d) for seed, d in runs.items()}
     )

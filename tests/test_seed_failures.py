@@ -12,7 +12,7 @@ import pytest
 
 from pipelines.core.seeds import result_record, seed_run, train_seeds
 from pipelines.core.trainers import TrainerError
-from tests.conftest import run_config
+from tests.conftest import cpu_trainer_options
 from tests.test_trainer_data import make_shard_set
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,18 +32,7 @@ def _die(monkeypatch, where: str, at: str = "") -> None:
 
 
 def _train(tmp_path: Path, shards: Path, partial: bool) -> dict:
-    opts = run_config(
-        "--dataset",
-        "citeseer",
-        "--out",
-        tmp_path / "results",
-        "--shards",
-        tmp_path / "shards",
-        "--device",
-        "cpu",
-        "--train-arg=--num-workers=0",
-        "--train-arg=--max-steps=2",
-    ).trainer
+    opts = cpu_trainer_options(tmp_path, "--train-arg=--max-steps=2")
     runs = {
         seed: seed_run(
             opts, "tiny", str(shards), "original", seed, tmp_path / "results" / f"seed{seed}", save_scores=True
@@ -60,9 +49,7 @@ def test_a_seed_whose_trainer_dies_after_an_evaluation_is_judged_on_it(shards, t
     assert got[1]["best_epoch"] == 0 and got[1]["epochs_completed"] == 1 and not got[1]["stopped"]
     assert got[1]["failed"].startswith("seed 1: the trainer failed (") and "seed1/trainer.log" in got[1]["failed"]
     assert got[1]["valid"]["mrr"] > 0 and got[1]["test"]["mrr"] > 0  # what the trainer evaluated before it died
-    assert (
-        "seed 1: the trainer failed (" in caplog.text and "judged on its best evaluated epoch, 0" in caplog.text
-    )
+    assert "seed 1: the trainer failed (" in caplog.text and "judged on its best evaluated epoch, 0" in caplog.text
     record = result_record("citeseer", "original", "tiny", 1, got[1], features=False)
     assert record["trainer_failed"] == got[1]["failed"] and "stopped_by_budget" not in record
 
