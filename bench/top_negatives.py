@@ -20,7 +20,7 @@ from common.cli import Parser, run_cli, summary
 from common.eval_scores import read_scores
 from common.flags import add_dataset_flags
 from common.heuristics import ranking_scores
-from pipelines.auto.blend import blend
+from pipelines.auto.blend import NONE, mix, partner_table
 from pipelines.core.config import DataSource
 from preprocess.candidates import protocol_candidates
 
@@ -38,13 +38,15 @@ def common_neighbours(graph, u: np.ndarray, v: np.ndarray) -> np.ndarray:
     return np.array([len(np.intersect1d(nb(a), nb(b))) for a, b in zip(u.tolist(), v.tolist())])
 
 
-def run_scores(c, run: Path, split: str, prior=None) -> tuple[np.ndarray, np.ndarray, int]:
+def run_scores(c, run: Path, split: str, prior=None, partner=None) -> tuple[np.ndarray, np.ndarray, int]:
     """(positives' scores, shared negatives' scores, epoch) of a seed folder's saved scores of `split`; `prior`:
-    (the candidates' heuristic scores by cid, weight), blended as the report's "+ prior" row is
-    (pipelines.auto.blend.blend)."""
+    (the candidates' heuristic scores by cid, weight), `partner`: (the runner-up's scores by cid, weight),
+    blended as the report's "+ prior" row is (pipelines.auto.blend.mix)."""
     cid, score, epoch = read_scores(run / "scores" / f"{split}-original.npz")
-    if prior is not None:
-        score = blend(score, prior[0][cid], prior[1])
+    if prior is not None or partner is not None:
+        heuristic, w = prior or (None, 0.0)
+        by_pair, p = partner or (None, 0.0)
+        score = mix(cid, score, p, "h" if w else NONE, w, by_pair, {"h": heuristic})
     by_cid = dict(zip(cid.tolist(), score.tolist()))
     return np.array([by_cid[i] for i in c.pos_cid]), np.array([by_cid[i] for i in c.neg_cid.reshape(-1)]), epoch
 
@@ -58,12 +60,21 @@ def prior_scores(dataset, c, split: str, spec: str | None):
     return ranking_scores(name, dataset.graph_for(split), pairs), float(weight)
 
 
-def paired_rows(c, run: Path, other: Path, split: str, prior=None) -> list[str]:
+def partner_scores(run: Path, split: str, spec: str | None):
+    """`--runner-up P` as (the runner-up's scores of `split` by cid, P), from the run's runner-up/ folder (where
+    `pencil run` evaluated it for the blend)."""
+    if not spec:
+        return None
+    cid, score, _ = read_scores(run / "runner-up" / "scores" / f"{split}-original.npz")
+    return partner_table(cid, score.astype(np.float64)), float(spec)
+
+
+def paired_rows(c, run: Path, other: Path, split: str, prior=None, partner=None) -> list[str]:
     """The run's MRR and AUC minus the other run's, on the same positives and negatives, with the standard error
     of a bootstrap over both (pipelines.auto.signal.two_way_se): how far the split itself can tell them apart."""
     from pipelines.auto.signal import Signal, two_way_se
 
-    a, b = Signal(*run_scores(c, run, split, prior)[:2]), Signal(*run_scores(c, other, split)[:2])
+    a, b = Signal(*run_scores(c, run, split, prior, partner)[:2]), Signal(*run_scores(c, other, split)[:2])
     out = []
     for metric in ("mrr", "auc"):
         diff = 100 * (a.values()[metric].mean() - b.values()[metric].mean())
@@ -74,12 +85,19 @@ def paired_rows(c, run: Path, other: Path, split: str, prior=None) -> list[str]:
 
 
 def split_rows(
-    dataset, run: Path, split: str, top: int, against: Path | None = None, prior: str | None = None
+    dataset,
+    run: Path,
+    split: str,
+    top: int,
+    against: Path | None = None,
+    prior: str | None = None,
+    runner_up: str | None = None,
 ) -> list[str]:
     c = protocol_candidates(dataset, split, "original")
     graph = dataset.graph_for(split)
     blended = prior_scores(dataset, c, split, prior)
-    pos, neg, epoch = run_scores(c, run, split, blended)
+    partner = partner_scores(run.parent, split, runner_up)
+    pos, neg, epoch = run_scores(c, run, split, blended, partner)
     negs = c.neg_cid.reshape(-1)
     cn = common_neighbours(graph, c.src[negs], c.dst[negs])
     deg = np.diff(graph.indptr)
@@ -95,7 +113,7 @@ def split_rows(
         )
     without = [f"top {k}: {100 * reciprocal_ranks(pos, np.delete(neg, order[:k])).mean():.2f}" for k in (1, 3, 5)]
     lines.append("    MRR without the " + ", ".join(without))
-    return lines + (paired_rows(c, run, against, split, blended) if against else [])
+    return lines + (paired_rows(c, run, against, split, blended, partner) if against else [])
 
 
 def build_parser(prog: str = "python -m bench.top_negatives") -> Parser:
@@ -109,6 +127,13 @@ def build_parser(prog: str = "python -m bench.top_negatives") -> Parser:
         metavar="H:W",
         help="read the run's scores blended with heuristic H at weight W, as its report's '+ prior' row "
         "(search.json's blend, e.g. ra:64)",
+    )
+    p.add_argument(
+        "--runner-up",
+        default=None,
+        metavar="P",
+        help="add the search's runner-up (RUN/runner-up) at weight P, as the blend does (search.json's blend, "
+        "e.g. --runner-up 1 --prior ra:8 for 'runner-up x 1 + ra x 8')",
     )
     p.add_argument(
         "--against",
@@ -133,7 +158,8 @@ def _main(argv) -> int:
     for scores in seeds:
         for split in ("valid", "test"):
             against = Path(args.against) if args.against else None
-            print("\n".join(split_rows(ds, scores.parent.parent, split, args.top, against, args.prior)))
+            rows = split_rows(ds, scores.parent.parent, split, args.top, against, args.prior, args.runner_up)
+            print("\n".join(rows))
     return 0
 
 

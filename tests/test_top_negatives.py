@@ -35,6 +35,10 @@ def test_the_paired_difference_with_another_run_on_hand_values(tmp_path):
     prior = (np.array([0.0, np.e - 1, 0.0, 0.0]), 2.0)
     pos, neg, _ = run_scores(c, tmp_path / "b", "test", prior)
     assert np.allclose(pos, [1.0, 3.0]) and np.allclose(neg, [2.0, 0.0])
+    # and with the runner-up at weight 0.5 (the blend's "runner-up x 0.5 + h x 2"): + 0.5 * its score
+    partner = (np.array([4.0, 0.0, -2.0, 2.0]), 0.5)
+    pos, neg, _ = run_scores(c, tmp_path / "b", "test", prior, partner)
+    assert np.allclose(pos, [3.0, 3.0]) and np.allclose(neg, [1.0, 1.0])
 
 
 def test_common_neighbours_on_a_path_and_a_triangle():
