@@ -62,4 +62,4 @@ def test_a_partner_whose_evaluation_fails_is_dropped(searched, tmp_path, caplog)
     opts, shards, root = searched
     choice = _choice(shards, tmp_path / "no-such-run")  # no best.pt there: the trainer refuses it
     assert evaluate_partner(opts, choice, "original", tmp_path / "runner-up") is None
-    assert "the blend is decided without it" in caplog.text
+    assert "blend: wide-d1n50: the trainer failed (" in caplog.text

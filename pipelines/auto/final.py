@@ -88,7 +88,7 @@ def evaluate_partner(opts: TrainerOptions, choice: Choice, protocol: str, out: P
         failed: dict[str, str] = {}
         run_trainers({choice.partner.cid: run}, 1, failed=failed)
         if failed:
-            log.warning("blend: %s; the blend is decided without it", failed[choice.partner.cid])
+            log.warning("blend: %s", failed[choice.partner.cid])
             return None
         finished.mark_finished(run)
     return out

@@ -105,19 +105,21 @@ def blend_stage(
     logits = blend.valid_logits(runs, protocol)
     heuristics = blend.by_cid(blind, manifest, "valid", protocol, valid_scores)
     values_of = lambda cid, s: per_positive(manifest, "valid", protocol, cid, s)  # noqa: E731
-    partner = None
-    if choice.partner is not None:
-        needed = np.concatenate([cid for cid, _ in logits.values()])
-        partner = (choice.partner.cid, partner_scores(Path(choice.partner_dir), "valid", protocol, needed))
-    decision = blend.decide(logits, heuristics, values_of, choice.metric, margin_se, partner)
-    partner_test = None
-    if decision.partner_weight:
-        evaluated = evaluate_partner(opts, choice, protocol, out / "runner-up")
-        if evaluated is None:
-            decision = blend.decide(logits, heuristics, values_of, choice.metric, margin_se)
-        else:
+    partner, partner_test = None, None
+    try:
+        if choice.partner is not None:
+            needed = np.concatenate([cid for cid, _ in logits.values()])
+            partner = (choice.partner.cid, partner_scores(Path(choice.partner_dir), "valid", protocol, needed))
+        decision = blend.decide(logits, heuristics, values_of, choice.metric, margin_se, partner)
+        if decision.partner_weight:
+            evaluated = evaluate_partner(opts, choice, protocol, out / "runner-up")
+            if evaluated is None:
+                raise blend.BlendError(f"{choice.partner.cid}: its evaluation on test failed")
             needed = np.concatenate([read_scores(scores_path(d, "test", protocol))[0] for d in runs.values()])
             partner_test = partner_scores(evaluated, "test", protocol, needed)
+    except blend.BlendError as err:  # the runner-up is an extra: the run goes on without it
+        log.warning("blend: %s; decided without the runner-up", err)
+        decision = blend.decide(logits, heuristics, values_of, choice.metric, margin_se)
     test = blend.by_cid(dataset, manifest, "test", protocol, test_scores)  # test, after the decision
     return decision, {
         seed: blend.apply(d, decision, test, manifest, protocol, partner_test) for seed, d in runs.items()
