@@ -99,8 +99,10 @@ def test_the_partner_is_one_more_column_of_the_grid_and_its_keys_and_rows_say_so
     assert np.allclose(blend.with_partner(logit, partner, 0.5), [1.5, 1.0])
     assert blend.with_partner(logit, None, 0.0) is logit
     both = blend.Blend("ra", 8.0, "mrr", {}, "deep-d2n10", 1.0)
-    assert both.row_name("PENCIL") == "PENCIL + deep-d2n10 + RA prior" and both.key == "runner-up x 1 + ra x 8"
-    assert blend.Blend("none", 0.0, "mrr", {}, "deep-d2n10", 0.25).row_name("PENCIL") == "PENCIL + deep-d2n10"
+    assert (
+        both.row_name("PENCIL") == "PENCIL + runner-up deep-d2n10 + RA prior" and both.key == "runner-up x 1 + ra x 8"
+    )
+    assert blend.Blend("none", 0.0, "mrr", {}, "deep-d2n10", 0.25).row_name("PENCIL") == "PENCIL + runner-up deep-d2n10"
     unused = blend.Blend("ra", 1.0, "mrr", {}, "deep-d2n10", 0.0)  # a partner the decision did not take
     assert unused.row_name("PENCIL") == "PENCIL + RA prior" and unused.to_dict()["partner"] == ""
 
@@ -114,7 +116,10 @@ def test_a_partner_that_ranks_what_the_model_cannot_is_taken_at_its_smallest_wei
     # with the partner at any weight both positives rank first, on every seed alike: difference 0.6, SE 0
     assert (got.partner, got.partner_weight, got.heuristic) == ("deep-d2n10", 0.25, "none")
     assert got.decision["difference"] == pytest.approx(0.6) and got.decision["means"]["none"] == pytest.approx(0.4)
-    assert got.key == "runner-up x 0.25" and got.row_name("PENCIL w/o features") == "PENCIL w/o features + deep-d2n10"
+    assert (
+        got.key == "runner-up x 0.25"
+        and got.row_name("PENCIL w/o features") == "PENCIL w/o features + runner-up deep-d2n10"
+    )
     # without a partner the grid is the heuristics' alone, and nothing beats the model
     assert blend.decide({"0": flat}, heur, values_of, "mrr", 2.0).key == "none"
 

@@ -91,9 +91,9 @@ class Blend:
         return key(self.heuristic, self.weight, self.partner_weight)
 
     def row_name(self, base: str) -> str:
-        """'<base> + RA prior', '<base> + deep-d2n10 + RA prior'; '<base> + prior (none chosen)' when validation
-        kept the model alone."""
-        parts = [self.partner] if self.partner_weight else []
+        """'<base> + RA prior', '<base> + runner-up deep-d2n10 + RA prior'; '<base> + prior (none chosen)' when
+        validation kept the model alone."""
+        parts = [f"{PARTNER} {self.partner}"] if self.partner_weight else []
         parts += [] if self.heuristic == NONE else [f"{self.heuristic.upper()} prior"]
         return f"{base} + {' + '.join(parts)}" if parts else f"{base} + prior (none chosen)"
 
