@@ -25,29 +25,13 @@ from common.eval_scores import read_scores, scores_path
 from common.heuristics import split_scores
 from common.manifest import read_manifest
 from experiments.own_graph_research.blend_tie import grid_values
+from experiments.own_graph_research.redecide import recorded_choice
 from experiments.own_graph_research.study import halves, table
 from pipelines.auto import blend
 from pipelines.auto.signal import choose, eval_signal
 from pipelines.core.runs import run_dataset
 
 PROTOCOL = "original"
-PARTNER_WEIGHTS = (0.25, 0.5, 1.0, 2.0, 4.0)
-
-
-def partner_run(run: Path) -> tuple[str, Path] | None:
-    """The converged candidate the search did not choose (its search run folder), or None."""
-    record = json.loads((run / "search.json").read_text())["chosen"]
-    others = [c for c in record["rungs"].get("converged", {}) if c != record["cid"]]
-    if not others:
-        return None
-    folders = [d for d in (run / "search").glob(f"{others[0]}-*") if (d / "scores").is_dir()]
-    return (others[0], folders[0]) if folders else None
-
-
-def by_cid(cid: np.ndarray, score: np.ndarray) -> np.ndarray:
-    table_ = np.full(int(cid.max()) + 1, np.nan)
-    table_[cid] = score
-    return table_
 
 
 def signals(shards: str, seeds: list[Path], partner: Path) -> dict[str, list]:
@@ -58,32 +42,25 @@ def signals(shards: str, seeds: list[Path], partner: Path) -> dict[str, list]:
     valid = split_scores(blind, "valid", [PROTOCOL], list(blend.HEURISTICS))[PROTOCOL]
     heur = blend.by_cid(blind, manifest, "valid", PROTOCOL, valid)
     pcid, pscore, _ = read_scores(scores_path(partner, "valid", PROTOCOL))
-    ptable = by_cid(pcid, pscore.astype(np.float64))
+    ptable = blend.partner_table(pcid, pscore.astype(np.float64))
     logits = [read_scores(scores_path(d, "valid", PROTOCOL))[:2] for d in seeds]
-    out: dict[str, list] = {}
-    for pw in (0.0, *PARTNER_WEIGHTS):
-        for h, w in blend.GRID:
-            k = blend.key(h, w) if not pw else f"pair x {pw:g}" + ("" if h == blend.NONE else f" + {blend.key(h, w)}")
-            out[k] = [
-                eval_signal(
-                    manifest,
-                    "valid",
-                    PROTOCOL,
-                    cid,
-                    blend.blend(lg.astype(np.float64) + pw * ptable[cid], None if h == blend.NONE else heur[h][cid], w),
-                )
-                for cid, lg in logits
-            ]
-    return out
+    return {
+        blend.key(h, w, p): [
+            eval_signal(manifest, "valid", PROTOCOL, cid, blend.mix(cid, lg.astype(np.float64), p, h, w, ptable, heur))
+            for cid, lg in logits
+        ]
+        for p, h, w in blend.grid(True)
+    }
 
 
 def suite(args):
     """(graph, chosen, (runner-up, its run), shard set, seed folders) of every finished `pencil run`."""
     for run in sorted(Path(args.runs).glob("*/auto/original")):
         seeds = sorted(s.parent for s in run.glob("seed*/scores"))
-        partner = partner_run(run) if (run / "chosen.json").exists() and seeds else None
-        if partner is not None:
+        recorded = recorded_choice(run) if (run / "search.json").exists() and seeds else None
+        if recorded is not None and recorded.partner is not None:
             chosen = json.loads((run / "chosen.json").read_text())
+            partner = (recorded.partner.cid, Path(recorded.partner_dir))
             yield run.parts[-3], chosen["cid"], partner, chosen["shards"], seeds
 
 
@@ -106,7 +83,7 @@ def pick(values: dict, keys: list[str], margin: float) -> str:
 def study(sig: dict, margin: float) -> dict:
     first = next(iter(sig.values()))[0]
     today = [blend.key(h, w) for h, w in blend.GRID]
-    arms = {"pair": today + [f"pair x {pw:g}" for pw in PARTNER_WEIGHTS], "cross": list(sig)}
+    arms = {"pair": today + [blend.key(blend.NONE, 0.0, p) for p in blend.PARTNER_WEIGHTS], "cross": list(sig)}
     out = {a: {"mrr": [], "auc": [], "acts": 0} for a in arms}
     for (a, b), (qa, qb) in zip(halves(len(first.pos)), halves(len(first.neg), seed=1)):
         on, off = grid_values(sig, a, qa), grid_values(sig, b, qb)

@@ -149,15 +149,16 @@ def decide(
     tie there broken by tie_metric(metric)."""
     values: dict[str, dict[str, np.ndarray]] = {metric: {}, tie_metric(metric): {}}
     name, by_pair = partner or ("", None)
-    for p, h, w in grid(partner is not None):
+    keys = {key(h, w, p): (p, h, w) for p, h, w in grid(partner is not None)}
+    for k, (p, h, w) in keys.items():
         per_seed = [
             values_of(cid, mix(cid, logit.astype(np.float64), p, h, w, by_pair, heuristics))
             for cid, logit in valid.values()
         ]
         for m, table in values.items():
-            table[key(h, w, p)] = np.mean([v[m] for v in per_seed], axis=0)
+            table[k] = np.mean([v[m] for v in per_seed], axis=0)
     decision = break_tie(choose(values[metric], margin_se), values, metric, margin_se)
-    p, h, w = next((p, h, w) for p, h, w in grid(partner is not None) if key(h, w, p) == decision["choice"])
+    p, h, w = keys[decision["choice"]]
     log.info("blend: %s (%s)", decision["choice"], decision["reason"])
     means = {k: round(v, 6) for k, v in decision["means"].items()}
     return Blend(h, w, metric, {**decision, "means": means}, name, p)

@@ -42,6 +42,7 @@ from pipelines.core.shard_sets import (
 )
 from pipelines.core.trainers import TrainerRun, device_kind, trainer_slots
 from pipelines.core.variants import seed_results, train_without_features
+from trainer.evaluate import eval_entry
 
 log = logging.getLogger("pipelines.auto")
 # --objective recommend: checkpoints that re-rank a retriever's pool of 2-hop candidates train on views whose
@@ -106,17 +107,17 @@ def blend_stage(
     heuristics = blend.by_cid(blind, manifest, "valid", protocol, valid_scores)
     values_of = lambda cid, s: per_positive(manifest, "valid", protocol, cid, s)  # noqa: E731
     partner, partner_test = None, None
+    every = lambda split: np.arange(eval_entry(manifest, split, protocol)["candidates"])  # noqa: E731
     try:
         if choice.partner is not None:
-            needed = np.concatenate([cid for cid, _ in logits.values()])
-            partner = (choice.partner.cid, partner_scores(Path(choice.partner_dir), "valid", protocol, needed))
+            valid = partner_scores(Path(choice.partner_dir), "valid", protocol, every("valid"))
+            partner = (choice.partner.cid, valid)
         decision = blend.decide(logits, heuristics, values_of, choice.metric, margin_se, partner)
         if decision.partner_weight:
             evaluated = evaluate_partner(opts, choice, protocol, out / "runner-up")
             if evaluated is None:
                 raise blend.BlendError(f"{choice.partner.cid}: its evaluation on test failed")
-            needed = np.concatenate([read_scores(scores_path(d, "test", protocol))[0] for d in runs.values()])
-            partner_test = partner_scores(evaluated, "test", protocol, needed)
+            partner_test = partner_scores(evaluated, "test", protocol, every("test"))
     except blend.BlendError as err:  # the runner-up is an extra: the run goes on without it
         log.warning("blend: %s; decided without the runner-up", err)
         decision = blend.decide(logits, heuristics, values_of, choice.metric, margin_se)
@@ -127,7 +128,8 @@ def blend_stage(
 
 
 def partner_scores(run_dir: Path, split: str, protocol: str, needed: np.ndarray) -> np.ndarray:
-    """The partner's saved scores of `split` by cid; every pair in `needed` must have one."""
+    """The partner's saved scores of `split` by cid; every pair in `needed` (the recipe: every candidate of the
+    eval set, all of which the final seeds score) must have one."""
     cid, score, _ = read_scores(scores_path(run_dir, split, protocol))
     table = blend.partner_table(cid, score.astype(np.float64))
     if needed.max(initial=-1) >= len(table) or np.isnan(table[needed]).any():

@@ -86,9 +86,9 @@ def train_seeds(
         finished.forget(Path(run.run_dir))
         log.info("training seed %d (log: %s)", seed, run.log)
     jobs = {f"seed {seed}": run for seed, run in todo.items()}
-    failed: dict[str, str] | None = {} if partial else None  # without `partial` a failure raises in the pool
+    failed: dict[str, str] = {}  # filled only with `partial`: without it a failure raises in the pool
     slots = min(len(jobs) or 1, trainer_slots(opts.device, opts.parallel))
-    _, stopped = run_trainers(jobs, slots, stop_at, failed=failed)
+    _, stopped = run_trainers(jobs, slots, stop_at, failed=failed if partial else None)
     if stopped and not partial:
         raise TrainerError(
             f"{', '.join(stopped)}: stopped by the time budget before finishing; rerun with a larger "
@@ -96,10 +96,10 @@ def train_seeds(
         )
     for seed, run in todo.items():
         key = f"seed {seed}"
-        if key not in stopped and key not in (failed or {}):
+        if key not in stopped and key not in failed:
             finished.mark_finished(run)
             done[seed] = json.loads((Path(run.run_dir) / "summary.json").read_text())
-        elif (judged := _judged(seed, run, (failed or {}).get(key))) is not None:
+        elif (judged := _judged(seed, run, failed.get(key))) is not None:
             done[seed] = judged
     if failed and not done:
         raise TrainerError(next(iter(failed.values())))  # no seed to report: the first failure is the run's
