@@ -10,9 +10,12 @@ The graphs: the development edge lists in ../shared/data/graphs, cora and citese
 families spanning the shapes users bring (written as edge lists under OUT/graphs): preferential attachment,
 random regular, Erdős–Rényi, a grid-like infrastructure network (mean degree below 3, long paths),
 latent-space graphs at mean degree 2.5, 10 and 40, a stochastic block model, and a bipartite user-item graph
-with string ids. And graphs that carry more than edges: cora as an edge list (the paper path's split) with its
-Planetoid features as a feature file (PENCIL beside PENCIL w/o features; SEAL reads the structure only), and
-collegemsg's timestamped messages on their temporal split, the default, and on a random split beside it.
+with string ids; and families shaped like the small real networks subgraph link predictors are benchmarked on
+(a hub-dominated transport network, co-authorship cliques, a router map, dense biological networks, a blog
+network; bench/graph_families.py). And graphs that carry more than edges: cora as an edge list (the paper path's
+split) with its Planetoid features as a feature file (PENCIL beside PENCIL w/o features; SEAL reads the
+structure only), and collegemsg's timestamped messages on their temporal split, the default, and on a random
+split beside it.
 Each (graph, method) lands in OUT/<graph>/<method>.json; a rerun skips what finished.
 Every method runs as its own process, so its peak memory is the peak PSS of its process tree (shared pages once).
 """
@@ -20,7 +23,6 @@ Every method runs as its own process, so its peak memory is the peak PSS of its 
 from __future__ import annotations
 
 import json
-import math
 import os
 import subprocess
 import sys
@@ -29,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.graph_families import BIPARTITE_USERS, NODES, synthetic_edges
 from common.atomic import write_json_atomic, write_text_atomic
 from common.cli import Parser, run_cli, summary
 from pipelines.core.memory_gate import tree_bytes
@@ -37,57 +40,11 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("PENCIL_SHARED", REPO.parent / "shared"))
 DEV = ("citeseer", "cora", "facebook", "ppi", "wikipedia", "arxiv-astroph", "blogcatalog")
 SYNTHETIC = ("pa", "regular", "er", "grid", "latent-2.5", "latent-10", "latent-40", "sbm", "bipartite")
+# shaped like the small real networks subgraph link predictors are benchmarked on (bench/graph_families.py)
+BENCHMARK_SHAPED = ("airports", "coauthor", "router", "bio-300", "bio-1800", "blogs")
 INPUTS = ("cora-features", "collegemsg", "collegemsg-random")
-GRAPHS = DEV + SYNTHETIC + INPUTS
+GRAPHS = DEV + SYNTHETIC + BENCHMARK_SHAPED + INPUTS
 METHODS = ("auto", "general", "seal")
-SYNTHETIC_NODES = 2000
-
-
-# ---------------------------------------------------------------------------- the synthetic families
-def _pairs(rng, n: int, count: int) -> np.ndarray:
-    p = rng.integers(0, n, size=(count, 2))
-    return p[p[:, 0] != p[:, 1]]
-
-
-def synthetic_edges(name: str, seed: int = 0, n: int = SYNTHETIC_NODES) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    if name == "pa":  # Barabási–Albert, 3 edges per new node: hubs and a heavy tail
-        targets, edges = list(range(3)), []
-        ends = []
-        for v in range(3, n):
-            for u in set(rng.choice(ends, 3).tolist() if ends else targets):
-                edges.append((u, v))
-            ends += [e for pair in edges[-3:] for e in pair]
-        return np.array(edges)
-    if name == "regular":  # 4-regular by matching shuffled stubs; the few self-loops and repeats dropped
-        stubs = rng.permutation(np.repeat(np.arange(n), 4)).reshape(-1, 2)
-        return stubs[stubs[:, 0] != stubs[:, 1]]
-    if name == "er":  # mean degree 8
-        return _pairs(rng, n, 4 * n)
-    if name == "grid":  # a 44 x 44 street grid, a quarter of its links missing, 20 long shortcuts: mean degree < 3
-        side = int(math.isqrt(n))
-        idx = np.arange(side * side).reshape(side, side)
-        edges = np.concatenate(
-            [np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()], 1), np.stack([idx[:-1].ravel(), idx[1:].ravel()], 1)]
-        )
-        edges = edges[rng.random(len(edges)) > 0.25]
-        return np.concatenate([edges, _pairs(rng, side * side, 20)])
-    if name.startswith("latent-"):
-        from common.datasets.synthetic import sample_latent_space
-
-        return sample_latent_space(n, float(name.split("-")[1]), seed)[2]
-    if name == "sbm":  # 4 communities, mean degree ~ 11
-        block = np.repeat(np.arange(4), n // 4)
-        p = _pairs(rng, n, 40 * n)
-        same = block[p[:, 0]] == block[p[:, 1]]
-        keep = np.where(same, rng.random(len(p)) < 0.36, rng.random(len(p)) < 0.012)
-        return p[keep]
-    if name == "bipartite":  # users x items, a few popular items
-        users, items = int(n * 0.75), n - int(n * 0.75)
-        pop = rng.pareto(1.5, items) + 1
-        item = rng.choice(items, size=4 * users, p=pop / pop.sum())
-        return np.stack([np.repeat(np.arange(users), 4), users + item], 1)
-    raise ValueError(f"unknown synthetic graph {name}")
 
 
 def write_cora_edge_list(planetoid: Path, folder: Path) -> tuple[Path, Path]:
@@ -123,7 +80,7 @@ def graph_args(name: str, out: Path) -> list[str]:
         return ["--dataset", str(SHARED / "data" / "graphs" / f"{name}.csv.gz")]
     path = out / "graphs" / f"{name}.csv"
     if not path.exists():
-        users = int(SYNTHETIC_NODES * 0.75)  # bipartite: string ids, users u*, items i*
+        users = int(NODES["bipartite"] * BIPARTITE_USERS)  # bipartite: string ids, users u*, items i*
         label = (lambda x: f"u{x}" if x < users else f"i{x - users}") if name == "bipartite" else str
         e = synthetic_edges(name)
         write_text_atomic(path, "src,dst\n" + "".join(f"{label(u)},{label(v)}\n" for u, v in e.tolist()))

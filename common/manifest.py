@@ -135,6 +135,12 @@ def shard_entries(manifest: dict, split: str, protocol: str | None = None, view:
     return sorted(out, key=lambda s: s["name"])
 
 
+def tokens_per_link(manifest: dict, split: str = "train") -> float:
+    """Mean context size (tokens) of a link of `split` in the set: what a step of it costs, near enough."""
+    rows = shard_entries(manifest, split)
+    return sum(s["tokens"] for s in rows) / max(1, sum(s["links"] for s in rows))
+
+
 def set_graph(manifest: dict, split: str) -> str:
     """Which shipped graph ("train" / "test") the links of `split` were sampled on."""
     for s in manifest["sets"]:

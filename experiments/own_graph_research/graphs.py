@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.own_graph_suite import SHARED, synthetic_edges
+from bench.graph_families import synthetic_edges
+from bench.own_graph_suite import SHARED
 from common.atomic import write_text_atomic
 
 # name -> (family, generator seed, nodes); the suite's own graphs (seed 0, 2,000 nodes) keep their names
@@ -33,6 +34,15 @@ SYNTHETIC = {
     "sbm": ("sbm", 0, 2000),
     "sbm-s1": ("sbm", 1, 1200),
     "bipartite": ("bipartite", 0, 2000),
+    # shaped like the small real benchmark networks (bench/graph_families.py), at their own sizes
+    "airports": ("airports", 0, 332),
+    "airports-s1": ("airports", 1, 332),
+    "coauthor": ("coauthor", 0, 2400),
+    "router": ("router", 0, 5000),
+    "bio-300": ("bio-300", 0, 300),
+    "bio-300-s1": ("bio-300", 1, 300),
+    "bio-1800": ("bio-1800", 0, 1800),
+    "blogs": ("blogs", 0, 1200),
 }
 # development edge lists, snowball-sampled to about this many nodes (the induced subgraph of a BFS ball)
 SAMPLED = {"facebook": 1500, "ppi": 1500, "wikipedia": 1500, "arxiv-astroph": 2000, "blogcatalog": 1000}

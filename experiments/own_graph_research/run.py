@@ -23,11 +23,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from common.atomic import write_json_atomic
+from common.manifest import read_manifest, tokens_per_link
 from common.presets import get_preset
 from experiments.own_graph_research.graphs import ALL, dataset_args
 from pipelines.auto.config import SearchConfig
 
 CPU_VIEW_POSITIVES = get_preset("general").cpu_view_positives
+MATCHED = "matched"  # an epochs multiplier: the default's training tokens per link over the variant's
+# a multiplier may also be (multiplier, min_steps): the schedule of SearchConfig(min_steps=...) instead of the default
 # name -> (sampling (d, n[, h]), epochs multiplier of the default's schedule (at least 2 epochs), extra trainer
 # flags); h: the fraction of training negatives drawn as 2-hop non-edges (preprocess --hard-neg-fraction), else 0
 VARIANTS = {
@@ -38,6 +41,13 @@ VARIANTS = {
     "d2n10-dist": ((2, 10), 1, ["--distance-features", "4"]),  # SEAL's ball (2 hops of 10): what it costs
     # the same without dropout on the attention probabilities: on CPU its random draws triple the attention's cost
     "d2n10-dist-ad0": ((2, 10), 1, ["--distance-features", "4", "--attention-dropout", "0"]),
+    # the same view for the default's compute: its epochs scaled by the default's training tokens per link over its
+    # own, so a run of it costs about what the default's does (two hops of 10 are 4-7x the tokens on dense graphs)
+    "d2n10-dist-cm": ((2, 10), MATCHED, ["--distance-features", "4"]),
+    "d2n7-dist-cm": ((2, 7), MATCHED, ["--distance-features", "4"]),
+    # the schedule's floor halved (750 optimiser steps instead of 1,500): shorter runs on small graphs only
+    "base-s750": ((1, 20), (1, 750), []),
+    "d2n10-dist-cm-s750": ((2, 10), (MATCHED, 750), ["--distance-features", "4"]),
     "long": ((1, 20), 3, []),
     "long-dist": ((1, 20), 3, ["--distance-features", "3"]),
     # the same epochs in 4x fewer, 4x larger steps: a CPU step of 4x the tokens costs ~2.5x (bench.step_profile)
@@ -64,11 +74,12 @@ def train_positives(name: str, out: Path) -> int:
     return len(load_dataset(a[1], planetoid_dir=a[3] if len(a) > 2 else None).splits["train"].pos)
 
 
-def schedule(train: int) -> tuple[float, int, int]:
-    """(view percent, views, epochs) as --preset auto sets them on CPU."""
+def schedule(train: int, min_steps: int | None = None) -> tuple[float, int, int]:
+    """(view percent, views, epochs) as --preset auto sets them on CPU (`min_steps`: SearchConfig's, or this)."""
     percent = 100.0 if train <= CPU_VIEW_POSITIVES else min(100.0, round(100.0 * CPU_VIEW_POSITIVES / train, 3))
     view = round(train * percent / 100)
-    epochs = SearchConfig().epochs(math.ceil(2 * view / get_preset("general").effective_batch))
+    cfg = SearchConfig() if min_steps is None else SearchConfig(min_steps=min_steps)
+    epochs = cfg.epochs(math.ceil(2 * view / get_preset("general").effective_batch))
     return percent, max(1, min(20, epochs)), epochs
 
 
@@ -114,6 +125,17 @@ def build(name: str, sampling: tuple, out: Path, record: Path) -> None:
     write_json_atomic(record, {"shards": path, "seconds": round(time.perf_counter() - t0, 1)})
 
 
+def run_epochs(name: str, sampling: tuple, mult, out: Path) -> int:
+    """A variant's epochs: the default's schedule times `mult`, or, for MATCHED, times the default's training
+    tokens per link over the variant's (at least 2 epochs); (mult, min_steps): the same on that schedule."""
+    mult, min_steps = mult if isinstance(mult, tuple) else (mult, None)
+    epochs = schedule(train_positives(name, out), min_steps)[2]
+    if mult == MATCHED:
+        base = tokens_per_link(read_manifest(shard_set(name, VARIANTS["base"][0], out)))
+        mult = base / tokens_per_link(read_manifest(shard_set(name, sampling, out)))
+    return max(2, round(epochs * mult))
+
+
 def curves(run_dir: Path) -> list[dict]:
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return [
@@ -130,7 +152,7 @@ def train(name: str, variant: str, seed: int, out: Path) -> dict | None:
         return json.loads(done.read_text())
     sampling, mult, flags = VARIANTS[variant]
     shards = shard_set(name, sampling, out)
-    epochs = schedule(train_positives(name, out))[2]
+    epochs = run_epochs(name, sampling, mult, out)
     cmd = [
         sys.executable,
         "-m",
@@ -147,7 +169,7 @@ def train(name: str, variant: str, seed: int, out: Path) -> dict | None:
         "--device",
         "cpu",
         "--epochs",
-        str(max(2, round(epochs * mult))),
+        str(epochs),
         "--eval-splits",
         "valid",
         "--save-scores",
@@ -167,7 +189,7 @@ def train(name: str, variant: str, seed: int, out: Path) -> dict | None:
         "graph": name,
         "variant": variant,
         "seed": seed,
-        "epochs": max(2, round(epochs * mult)),
+        "epochs": epochs,
         "wall_s": wall,
         "command": " ".join(cmd),
         "curve": curves(run_dir),
