@@ -359,6 +359,30 @@ def test_a_candidate_that_evaluated_nothing_is_left_out_but_a_default_without_a_
         _search(tmp_path / "b", monkeypatch, fake).run(1000)
 
 
+def test_a_run_stopped_after_its_grace_period_is_judged_on_the_epochs_it_evaluated_since(tmp_path, monkeypatch):
+    """The grace run wrote summary.json (4 epochs, best 3); resumed for its rung, the budget stopped it after
+    epoch 8, its best so far epoch 7 (its saved scores): the search reads epochs 9 and best 7, not the grace's."""
+    from common.eval_scores import write_scores
+
+    search = _search(tmp_path, monkeypatch, FakeRuns({}))
+    run_dir = search.dirs["deep-d2n10"]
+    run_dir.mkdir(parents=True)
+    (run_dir / "summary.json").write_text(json.dumps({"epochs_completed": 4, "best_epoch": 3, "converged": False}))
+    mrr = [0.1, 0.2, 0.2, 0.3, 0.3, 0.3, 0.35, 0.4, 0.38]
+    rows = [
+        {"event": "eval", "epoch": e, "split": "valid", "protocol": "original", "mrr": v} for e, v in enumerate(mrr)
+    ]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    write_scores(run_dir / "scores" / "valid-original.npz", np.arange(2), np.zeros(2), 7)
+    got = search.state("deep-d2n10")
+    assert (got["epochs_completed"], got["best_epoch"], got["stopped"]) == (9, 7, True)
+    assert got["valid"]["mrr"] == 0.4
+    assert search.state("wide-d1n50") == {}  # nothing evaluated
+    (search.dirs["wide-d1n50"]).mkdir()
+    (search.dirs["wide-d1n50"] / "summary.json").write_text(json.dumps({"epochs_completed": 12, "best_epoch": 5}))
+    assert search.state("wide-d1n50")["best_epoch"] == 5  # a finished run's own summary
+
+
 def test_a_budget_cut_is_recorded(tmp_path, monkeypatch):
     fake = FakeRuns(
         {"default": rising(0.5, 3), "deep": rising(0.4, 3), "wide": rising(0.3, 3)}, stopped=("default-d1n20",)

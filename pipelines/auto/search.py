@@ -202,8 +202,13 @@ class Search:
             log.warning("search: %s; judged on the epochs it evaluated", message)
 
     def state(self, cid: str) -> dict:
-        """The candidate's summary; for a run the budget stopped, its best evaluated epoch so far ({}: none)."""
-        return summary(self.dirs[cid]) or stopped_summary(self.dirs[cid], self.protocol) or {}
+        """The candidate's summary; for a run the budget stopped, its best evaluated epoch so far ({}: none). A run
+        stopped after it was resumed past its grace period still holds the grace run's summary.json: the epochs
+        it evaluated since (metrics.jsonl, and the scores of its best so far) are what it is judged on."""
+        done, stopped = summary(self.dirs[cid]), stopped_summary(self.dirs[cid], self.protocol)
+        if stopped and stopped["epochs_completed"] > done.get("epochs_completed", 0):
+            return stopped
+        return done or stopped or {}
 
     def signal(self, cid: str):
         return run_signal(self.dirs[cid], self.manifests[self.cands[cid].sampling], self.protocol)
