@@ -135,10 +135,9 @@ def shard_entries(manifest: dict, split: str, protocol: str | None = None, view:
     return sorted(out, key=lambda s: s["name"])
 
 
-def tokens_per_link(manifest: dict, split: str = "train") -> float:
-    """Mean context size (tokens) of a link of `split` in the set: what a step of it costs, near enough."""
-    rows = shard_entries(manifest, split)
-    return sum(s["tokens"] for s in rows) / max(1, sum(s["links"] for s in rows))
+def epoch_tokens(manifest: dict) -> int:
+    """Tokens of the set's first training view: what an epoch trains, and near enough what it costs."""
+    return sum(s["tokens"] for s in shard_entries(manifest, "train", view=0))
 
 
 def set_graph(manifest: dict, split: str) -> str:

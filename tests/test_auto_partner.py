@@ -38,7 +38,9 @@ def searched(tmp_path_factory):
 
 def _choice(shards: Path, run_dir: Path):
     partner = SimpleNamespace(cid="wide-d1n50", overrides=lambda: SMALL)
-    return SimpleNamespace(partner=partner, partner_dir=str(run_dir), partner_shards=str(shards), run_epochs=2)
+    return SimpleNamespace(
+        partner=partner, partner_dir=str(run_dir), partner_shards=str(shards), run_epochs=2, partner_run_epochs=2
+    )
 
 
 def test_the_partner_evaluated_on_test_gives_back_its_validation_scores_and_is_reused(searched, tmp_path):

@@ -139,10 +139,20 @@ def test_a_run_gets_the_steps_it_needs_within_bounds():
     assert cfg.epochs(18) == 60 and cfg.epochs(50) == 30 and cfg.epochs(125) == 12 and cfg.epochs(5000) == 12
     assert (cfg.grace_epochs(12), cfg.patience_epochs(12)) == (2, 3)
     assert (cfg.grace_epochs(60), cfg.patience_epochs(60)) == (10, 15)
-    assert [c.name for c in candidates()] == ["default", "deep", "wide"]  # the default first: ties keep it
-    deep = candidates()[1]
-    assert deep.cid == "deep-d2n10" and deep.overrides()[-2:] == ("--distance-features", "4")
-    assert "--distance-features" not in candidates()[0].overrides()
+
+
+def test_an_alternative_of_longer_sequences_gets_the_defaults_compute_in_fewer_epochs():
+    cfg = SearchConfig()
+    # epochs of 0.32M tokens against the default's 0.09M (two hops of 10 on a small dense graph), 27 epochs: the
+    # default's 2.43M tokens in round(7.6) epochs
+    assert cfg.candidate_epochs(27, 0.32e6, 0.09e6) == 8
+    # the default's run (12 x 0.14M = 1.68M) is above the floor: 1.68M / 0.77M -> 2 epochs, never fewer
+    assert cfg.candidate_epochs(12, 0.77e6, 0.14e6) == 2 and cfg.candidate_epochs(12, 5e6, 0.14e6) == 2
+    # a run that cheap is not cut: 20 x 0.07M = 1.4M is below the floor of 1.5M; 13 x 0.18M = 2.34M is cut to 1.5M
+    assert cfg.candidate_epochs(20, 0.07e6, 0.04e6) == 20 and cfg.candidate_epochs(13, 0.18e6, 0.08e6) == 8
+    assert cfg.candidate_epochs(12, 0.1e6, 0.2e6) == 12  # fewer tokens than the default: never more epochs
+    assert cfg.candidate_epochs(12, 1e6, 0.0) == 12 and cfg.candidate_epochs(12, 0.0, 0.1e6) == 12  # unknown
+    assert SearchConfig(matched_compute=False).candidate_epochs(12, 0.77e6, 0.14e6) == 12
 
 
 # ---------------------------------------------------------------------------- the search with fake trainers
@@ -243,7 +253,7 @@ class FakeSignal(Signal):
         return {"mrr": v, "auc": v}
 
 
-def _search(tmp_path, monkeypatch, fake: FakeRuns, epochs: int = 12, metric: str = "mrr"):
+def _search(tmp_path, monkeypatch, fake: FakeRuns, epochs: int = 12, metric: str = "mrr", tokens=None):
     monkeypatch.setattr(auto_search, "run_trainers", fake.trainers)
     monkeypatch.setattr(auto_search, "run_signal", fake.signal)
     shards = {c.sampling: f"/shards/{c.name}" for c in candidates()}
@@ -258,6 +268,7 @@ def _search(tmp_path, monkeypatch, fake: FakeRuns, epochs: int = 12, metric: str
         TrainerOptions("cpu"),
         slots=2,
         metric=metric,
+        tokens=tokens,
     )
 
 
@@ -278,6 +289,51 @@ def test_a_better_alternative_wins_and_stops_where_it_converged(tmp_path, monkey
     for flags in fake.jobs:  # validation only, the lr schedule spanning the run's epochs
         assert flags[flags.index("--eval-splits") + 1] == "valid" and "test" not in flags
         assert flags[flags.index("--epochs") + 1] == "12"
+
+
+def test_an_alternative_of_4x_the_tokens_trains_a_quarter_of_the_epochs_and_its_seeds_follow(tmp_path, monkeypatch):
+    """`deep`'s epoch holds 4x the default's tokens, and the default's run is above the floor: its schedule is 3
+    epochs of the default's 12 (its lr schedule spans them), its grace period 2 and its rung 3; chosen, its
+    3-epoch schedule is what the final seeds train. `wide`, with fewer tokens than the default, keeps the 12."""
+    fake = FakeRuns({"default": rising(0.5, 5), "deep": rising(0.9, 1), "wide": rising(0.4, 5)})
+    tokens = {"default-d1n20": 0.25e6, "deep-d2n10": 1e6, "wide-d1n50": 0.2e6}
+    search = _search(tmp_path, monkeypatch, fake, tokens=tokens)
+    got = search.run(1000)
+    assert search.run_epochs == {"default-d1n20": 12, "deep-d2n10": 3, "wide-d1n50": 12}
+    deep = [f for f in fake.jobs if "deep-d2n10" in f[f.index("--out") + 1]]
+    assert [(f[f.index("--epochs") + 1], f[f.index("--stop-epoch") + 1]) for f in deep] == [("3", "2"), ("3", "3")]
+    assert got.cid == "deep-d2n10" and (got.run_epochs, got.epochs) == (3, 3)
+    assert (got.partner.cid, got.partner_run_epochs) == ("default-d1n20", 12)
+    from pipelines.auto.final import final_runs
+
+    seeds = final_runs(TrainerOptions("cpu"), got, "original", {1: tmp_path / "seed1"})
+    flags = seeds[1].flags()
+    assert (flags[flags.index("--epochs") + 1], flags[flags.index("--stop-epoch") + 1]) == ("3", "3")
+    # the same search without the token counts trains every candidate the default's 12 epochs, in other folders
+    again = FakeRuns(fake.curves)
+    plain = _search(tmp_path, monkeypatch, again)
+    plain.run(1000)
+    assert (
+        plain.dirs["deep-d2n10"] != search.dirs["deep-d2n10"] and plain.dirs["wide-d1n50"] == search.dirs["wide-d1n50"]
+    )
+    assert {f[f.index("--epochs") + 1] for f in again.jobs if "deep-d2n10" in f[f.index("--out") + 1]} == {"12"}
+
+
+def test_the_recipe_reads_each_candidates_tokens_from_its_shard_set_unless_epochs_are_fixed():
+    from types import SimpleNamespace
+
+    from pipelines.auto.recipe import candidate_tokens
+
+    def manifest(links, tokens):
+        return {
+            "shards": [{"name": "train-v000-00000.tar", "split": "train", "view": 0, "links": links, "tokens": tokens}]
+        }
+
+    manifests = {(1, 20): manifest(10, 250), (2, 10): manifest(10, 1100), (1, 50): manifest(5, 150)}
+    run = SimpleNamespace(trainer=SimpleNamespace(epochs=None))
+    assert candidate_tokens(run, manifests, "cpu") == {"default-d1n20": 250, "deep-d2n10": 1100, "wide-d1n50": 150}
+    assert candidate_tokens(SimpleNamespace(trainer=SimpleNamespace(epochs=3)), manifests, "cpu") is None
+    assert candidate_tokens(run, manifests, "cuda") is None  # on a GPU every candidate trains the whole schedule
 
 
 def test_an_alternative_ahead_within_the_noise_leaves_the_default(tmp_path, monkeypatch):
@@ -322,6 +378,59 @@ def test_after_the_grace_period_a_tie_between_alternatives_is_broken_too(tmp_pat
     values["deep"] = ([0.0] * 50, [0.8] * 50)  # its run trained on since: the grace period's record decides
     monkeypatch.setattr(auto_search, "run_signal", lambda d, m, p: TwoMetrics(*values[fake.name(Path(d))]))
     assert again.run(1000).to_dict()["rungs"]["grace"] == got["rungs"]["grace"]
+
+
+def _gate_search(tmp_path, monkeypatch, values: dict, gate_se=1.0):
+    """A search whose candidates' validation values are fixed (TwoMetrics: per-positive MRR and AUC)."""
+    from dataclasses import replace
+
+    fake = FakeRuns({"default": rising(0.5, 5), "deep": rising(0.5, 5), "wide": rising(0.5, 5)})
+    search = _search(tmp_path, monkeypatch, fake)
+    search.cfg = replace(search.cfg, gate_se=gate_se)
+    monkeypatch.setattr(auto_search, "run_signal", lambda d, m, p: TwoMetrics(*values[fake.name(Path(d))]))
+    return search, fake
+
+
+def test_an_alternative_behind_the_default_after_its_grace_period_does_not_go_on(tmp_path, monkeypatch):
+    """`deep` leads `wide` (0.31 against 0.29) but trails the default by 0.19 MRR at an SE near 0.006, and is not
+    ahead on AUC: it stops after its grace period, and `wide`, as far behind but within its noise (SE about 0.2),
+    goes on instead. A rerun keeps the record."""
+    values = {
+        "default": ([0.5] * 4, [0.6] * 4),
+        "deep": ([0.3, 0.32] * 2, [0.6] * 4),
+        "wide": ([0.0, 1.0, 0.0, 0.16], [0.6] * 4),
+    }
+    search, fake = _gate_search(tmp_path, monkeypatch, values)
+    got = search.run(1000).to_dict()
+    gated = got["rungs"]["grace"]["deep-d2n10"]["gated"]
+    assert gated["mrr_difference"] == pytest.approx(-0.19) and gated["mrr_se"] < 0.01
+    assert "gated" not in got["rungs"]["grace"]["wide-d1n50"]
+    assert sorted(got["rungs"]["converged"]) == ["default-d1n20", "wide-d1n50"]
+    assert not [f for f in fake.jobs if "deep-d2n10" in f[f.index("--out") + 1] and "--patience" in f]
+    again = _search(tmp_path, monkeypatch, FakeRuns(fake.curves))
+    assert again.run(1000).to_dict()["rungs"]["grace"] == got["rungs"]["grace"]  # grace.json decides a rerun
+    ungated, _ = _gate_search(tmp_path / "b", monkeypatch, values, gate_se=None)
+    assert sorted(ungated.run(1000).to_dict()["rungs"]["converged"]) == ["deep-d2n10", "default-d1n20"]
+
+
+@pytest.mark.parametrize(
+    "deep_auc, gate_se, goes_on",
+    [
+        ([0.6] * 50, None, True),  # no gate: the best alternative goes on whatever its standing
+        ([0.9] * 50, 1.0, True),  # behind on MRR, far ahead on AUC: a tie-break could still choose it
+        ([0.6] * 50, 1.0, False),
+    ],
+)
+def test_the_gate_spares_an_alternative_ahead_on_the_other_metric(tmp_path, monkeypatch, deep_auc, gate_se, goes_on):
+    values = {
+        "default": ([0.5] * 50, [0.6] * 50),
+        "deep": ([0.3, 0.32] * 25, deep_auc),
+        "wide": ([0.1, 0.2] * 25, [0.6] * 50),
+    }
+    search, _ = _gate_search(tmp_path, monkeypatch, values, gate_se)
+    got = search.run(1000).to_dict()
+    assert ("deep-d2n10" in got["rungs"]["converged"]) == goes_on
+    assert ("gated" in got["rungs"]["grace"]["deep-d2n10"]) == (not goes_on)
 
 
 def test_a_signal_that_peaks_at_the_first_epoch_keeps_the_default_for_its_whole_schedule(tmp_path, monkeypatch):

@@ -327,3 +327,17 @@ def test_shard_entries_filter_and_sort():
         "train-v000-00001.tar",
     ]
     assert [s["name"] for s in shards.shard_entries(m, "valid", "heart")] == ["valid-heart-00000.tar"]
+
+
+def test_epoch_tokens_sums_the_first_training_views_shards():
+    from common.manifest import epoch_tokens
+
+    m = {
+        "shards": [
+            {"name": "train-v000-00000.tar", "split": "train", "view": 0, "links": 100, "tokens": 2500},
+            {"name": "train-v000-00001.tar", "split": "train", "view": 0, "links": 50, "tokens": 1000},
+            {"name": "train-v001-00000.tar", "split": "train", "view": 1, "links": 300, "tokens": 9500},
+            {"name": "valid-original-00000.tar", "split": "valid", "protocol": "original", "links": 10, "tokens": 900},
+        ]
+    }
+    assert epoch_tokens(m) == 3500 and epoch_tokens({"shards": []}) == 0  # no view: unknown

@@ -5,7 +5,8 @@ convergence: on a dense graph a two-hop view's chain is most of the run.
     python -m experiments.own_graph_research.gate --out runs/research --variants d2n10-dist,d2n5-dist,hn25
 
 For every graph with seed 0 of `base` (the default) and of a variant (the alternative), both trained through
-their whole schedule, the search's two rungs are replayed on their saved validation scores:
+their whole schedule (each its own: an alternative's may be shorter), the search's two rungs are replayed on
+their saved validation scores:
 - after the grace period (SearchConfig.grace_epochs), each run at its best epoch so far by MRR: the alternative's
   MRR lead over the default in SEs of the two-way bootstrap (z), and the same on AUC;
 - at convergence (each run stopped by the search's patience, at its best epoch before the stop): would the search
@@ -39,18 +40,19 @@ def replay(default_dir: Path, other_dir: Path) -> dict:
     cfg = SearchConfig()
     mats = {"default": run_matrices(default_dir), "other": run_matrices(other_dir)}
     curves = {k: values(p)["mrr"].mean(1) for k, p in (("default", default_dir), ("other", other_dir))}
-    n = min(len(c) for c in curves.values())
-    grace, patience = cfg.grace_epochs(n), cfg.patience_epochs(n)
+    # each run on its own schedule, as the search trains it (an alternative's may be shorter: candidate_epochs)
+    grace = {k: cfg.grace_epochs(len(c)) for k, c in curves.items()}
+    patience = {k: cfg.patience_epochs(len(c)) for k, c in curves.items()}
 
     def signals(epochs: dict) -> dict:
         return {k: Signal(mats[k][0][e], mats[k][1][e]) for k, e in epochs.items()}  # the default first
 
-    at_grace = signals({k: best_before(c, grace - 1) for k, c in curves.items()})
+    at_grace = signals({k: best_before(c, grace[k] - 1) for k, c in curves.items()})
     z = {}
     for m in ("mrr", "auc"):
         diff = float(np.mean(at_grace["other"].values()[m] - at_grace["default"].values()[m]))
         z[m] = diff / two_way_se(at_grace["other"], at_grace["default"], m)
-    stops = {k: stop_epoch(c[:n], patience) for k, c in curves.items()}
+    stops = {k: stop_epoch(c, patience[k]) for k, c in curves.items()}
     final = signals({k: best_before(curves[k], stops[k]) for k in curves})
     decision = choose(
         {k: s.values()["mrr"] for k, s in final.items()},
@@ -60,12 +62,12 @@ def replay(default_dir: Path, other_dir: Path) -> dict:
     decision = break_tie(decision, final, "mrr", cfg.margin_se)
     lead = float(np.mean(final["other"].values()["mrr"] - final["default"].values()["mrr"]))
     return {
-        "epochs": n,
-        "grace": grace,
+        "epochs": len(curves["other"]),
+        "grace": grace["other"],
         "z": z,
         "chosen": decision["choice"] == "other",
         "lead": lead,
-        "chain": stops["other"] + 1 - grace,  # the alternative's epochs after the grace period
+        "chain": stops["other"] + 1 - grace["other"],  # the alternative's epochs after the grace period
     }
 
 

@@ -42,6 +42,7 @@ def recorded_choice(run: Path) -> SimpleNamespace:
         partner_dir=str(folder or ""),
         partner_shards=json.loads((folder / "config.json").read_text())["data"]["shards"] if folder else "",
         run_epochs=chosen["run_epochs"],
+        partner_run_epochs=chosen["partner"].get("run_epochs", 0),
         metric=chosen["metric"],
         shards=chosen["shards"],
     )

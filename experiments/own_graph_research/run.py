@@ -23,13 +23,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from common.atomic import write_json_atomic
-from common.manifest import read_manifest, tokens_per_link
+from common.manifest import epoch_tokens, read_manifest
 from common.presets import get_preset
 from experiments.own_graph_research.graphs import ALL, dataset_args
 from pipelines.auto.config import SearchConfig
 
 CPU_VIEW_POSITIVES = get_preset("general").cpu_view_positives
 MATCHED = "matched"  # an epochs multiplier: the default's training tokens per link over the variant's
+RULE = "rule"  # the epochs the search gives an alternative (SearchConfig.candidate_epochs, from both sets' tokens)
 # a multiplier may also be (multiplier, min_steps): the schedule of SearchConfig(min_steps=...) instead of the default
 # name -> (sampling (d, n[, h]), epochs multiplier of the default's schedule (at least 2 epochs), extra trainer
 # flags); h: the fraction of training negatives drawn as 2-hop non-edges (preprocess --hard-neg-fraction), else 0
@@ -45,6 +46,8 @@ VARIANTS = {
     # own, so a run of it costs about what the default's does (two hops of 10 are 4-7x the tokens on dense graphs)
     "d2n10-dist-cm": ((2, 10), MATCHED, ["--distance-features", "4"]),
     "d2n7-dist-cm": ((2, 7), MATCHED, ["--distance-features", "4"]),
+    # the search's own rule (SearchConfig.candidate_epochs): the default's compute, or min_run_tokens if more
+    "d2n10-dist-rule": ((2, 10), RULE, ["--distance-features", "4"]),
     # the schedule's floor halved (750 optimiser steps instead of 1,500): shorter runs on small graphs only
     "base-s750": ((1, 20), (1, 750), []),
     "d2n10-dist-cm-s750": ((2, 10), (MATCHED, 750), ["--distance-features", "4"]),
@@ -126,13 +129,17 @@ def build(name: str, sampling: tuple, out: Path, record: Path) -> None:
 
 
 def run_epochs(name: str, sampling: tuple, mult, out: Path) -> int:
-    """A variant's epochs: the default's schedule times `mult`, or, for MATCHED, times the default's training
-    tokens per link over the variant's (at least 2 epochs); (mult, min_steps): the same on that schedule."""
+    """A variant's epochs: the default's schedule times `mult`; for MATCHED, times the default's training tokens
+    per link over the variant's (at least 2 epochs); for RULE, the search's; (mult, min_steps): the same on that
+    schedule."""
     mult, min_steps = mult if isinstance(mult, tuple) else (mult, None)
     epochs = schedule(train_positives(name, out), min_steps)[2]
-    if mult == MATCHED:
-        base = tokens_per_link(read_manifest(shard_set(name, VARIANTS["base"][0], out)))
-        mult = base / tokens_per_link(read_manifest(shard_set(name, sampling, out)))
+    if mult in (MATCHED, RULE):
+        base = epoch_tokens(read_manifest(shard_set(name, VARIANTS["base"][0], out)))
+        own = epoch_tokens(read_manifest(shard_set(name, sampling, out)))
+        if mult == RULE:
+            return SearchConfig().candidate_epochs(epochs, own, base)
+        mult = base / own  # one view's tokens over the other's: the same links, so tokens per link
     return max(2, round(epochs * mult))
 
 

@@ -30,6 +30,10 @@ class SearchConfig:
     max_epochs: int = 60
     grace_period: float = 1 / 6  # of the run's epochs (at least 2) every candidate trains before any is cut
     reduction_factor: int = 3  # after the grace period, 1 in reduction_factor alternatives goes on
+    # ... but not one behind the default by more than gate_se SE of the two-way bootstrap on the metric (unless it
+    # leads on the other of MRR / AUC by as much): on validation of 15 graphs such an alternative was never chosen
+    # at convergence (docs/benchmarks/2026-12-01-own-graph-time.md); None: no gate
+    gate_se: float | None = 1.0
     patience: float = 1 / 4  # of the run's epochs (at least 2) without a better validation score: converged
     # an alternative replaces the default only when better by more than this many SE of the two-way bootstrap
     # (pipelines.auto.signal): on validation halves of 9 graphs, 1 SE kept +2.8 of the +3.5 MRR that switching
@@ -40,10 +44,25 @@ class SearchConfig:
     # for all, AUC still tells the views apart (research report section 8: validation of 14 graphs)
     tie_break: bool = True
     blend_margin_se: float = 2.0  # the blend's rule, on the closed-form SE over the positives
+    # On a CPU an alternative trains for the default's compute, not for its epochs: a run of it may train as many
+    # tokens as the default's run, or min_run_tokens if that is more (a run that cheap is not worth cutting), in
+    # fewer epochs (at least 2) that its lr schedule spans. Two hops of 10 on a dense graph hold 4-7x the default's
+    # tokens a link; their full runs took 4-7x the default's, most of the search's time
+    # (docs/benchmarks/2026-12-01-own-graph-time.md).
+    matched_compute: bool = True
+    min_run_tokens: float = 1.5e6  # about 3 minutes of one core of the 2-core sandbox
     budget_minutes: float = 30.0  # an upper bound on the whole run: the search gets half, the seeds the rest
 
     def epochs(self, steps_per_epoch: int) -> int:
         return min(self.max_epochs, max(self.min_epochs, math.ceil(self.min_steps / max(1, steps_per_epoch))))
+
+    def candidate_epochs(self, epochs: int, tokens: float, default_tokens: float) -> int:
+        """The schedule of a candidate whose epoch trains `tokens` tokens, the default's `default_tokens`, both on the
+        default's `epochs` (0: unknown, the default's epochs)."""
+        budget = max(epochs * default_tokens, self.min_run_tokens)
+        if not self.matched_compute or not tokens or not default_tokens or epochs * tokens <= budget:
+            return epochs
+        return max(2, round(budget / tokens))
 
     def grace_epochs(self, epochs: int) -> int:
         return max(2, int(epochs * self.grace_period))

@@ -76,7 +76,7 @@ def evaluate_partner(opts: TrainerOptions, choice: Choice, protocol: str, out: P
         protocol,
         SEARCH_SEED,
         out,
-        epochs=choice.run_epochs,
+        epochs=choice.partner_run_epochs or choice.run_epochs,
         overrides=choice.partner.overrides(),
         save_scores=True,
         eval_weights=str(weights),

@@ -21,7 +21,7 @@ from common.atomic import write_json_atomic
 from common.eval_scores import read_scores, scores_path
 from common.graph_stats import graph_stats
 from common.heuristics import split_scores
-from common.manifest import read_manifest
+from common.manifest import epoch_tokens, read_manifest
 from common.presets import get_preset
 from pipelines.auto import blend
 from pipelines.auto.config import DEFAULT_PRESET, SearchConfig, candidates
@@ -62,6 +62,15 @@ def run_epochs(run: RunConfig, cfg: SearchConfig, view_positives: int) -> int:
     if run.trainer.epochs:
         return max(2, math.ceil(run.trainer.epochs))
     return cfg.epochs(candidates()[0].steps_per_epoch(view_positives))
+
+
+def candidate_tokens(run: RunConfig, manifests: dict, device: str) -> dict | None:
+    """{cid: tokens of an epoch} of each candidate's shard set, from which an alternative's schedule follows on a
+    CPU (SearchConfig.candidate_epochs); None when --epochs fixes every run's, or on a GPU, where the longer
+    sequences cost far less than their tokens (fused attention)."""
+    if run.trainer.epochs or device != "cpu":
+        return None
+    return {c.cid: epoch_tokens(manifests[c.sampling]) for c in candidates()}
 
 
 def training_negatives(run: RunConfig) -> float:
@@ -185,7 +194,9 @@ def search_and_train(
         stop_at=t0 + (deadline - t0) / (3 if run.ships_features else 2),
         metric=run.metric,
         view_positives=view_positives,
+        tokens=candidate_tokens(run, manifests, device),
     )
+    record["candidate_epochs"] = search.run_epochs
     choice = search.run(len(blind.splits["valid"].pos))
     record.update(chosen=choice.to_dict(), search_seconds=round(time.time() - t0, 1))
     write_json_atomic(out / "search.json", record)

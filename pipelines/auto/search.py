@@ -1,11 +1,15 @@
 """The search of `--preset auto`: the candidates train seed SEARCH_SEED on validation only, in two rungs,
 and the validation signal (pipelines.auto.signal) decides.
 
-1. Every candidate trains the grace period (its lr schedule spanning the run's epochs, SearchConfig.epochs);
-   an alternative whose first steps' pace cannot finish it inside the search's share of the budget is
-   stopped then (pipelines.auto.pace), so the default's slot is not shared with what cannot finish.
+1. Every candidate trains its grace period (its lr schedule spanning its epochs: the run's, SearchConfig.epochs,
+   for the default; for an alternative the same compute, fewer epochs of its longer token sequences,
+   SearchConfig.candidate_epochs); an alternative whose first steps' pace cannot finish it inside the
+   search's share of the budget is stopped then (pipelines.auto.pace), so the default's slot is not shared
+   with what cannot finish.
 2. The default and the best 1 in `reduction_factor` alternatives go on, each until `patience` epochs pass
-   without a better validation score, or the run's epochs (best: on the metric, a tie there broken as in 3).
+   without a better validation score, or its epochs (best: on the metric, a tie there broken as in 3). An
+   alternative behind the default by more than `gate_se` SE on the metric (and not ahead on the other) does
+   not go on.
 3. The best of them replaces the default only by more than `margin_se` standard errors; an alternative that
    ties with the default on the metric (within `margin_se` SE, either way) and beats it by more than that on
    the other of MRR / AUC replaces it too (`tie_break`). The chosen run stopped where it converged. When every
@@ -34,10 +38,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from common.atomic import write_json_atomic
 from pipelines.auto.config import DEFAULT_PRESET, Candidate, SearchConfig
 from pipelines.auto.pace import GracePace
-from pipelines.auto.signal import break_tie, choose, run_signal, two_way_se
+from pipelines.auto.signal import break_tie, choose, run_signal, tie_metric, two_way_se
 from pipelines.core.config import TrainerOptions
 from pipelines.core.seeds import seed_run
 from pipelines.core.stopped import stopped_summary
@@ -77,6 +83,7 @@ class Choice:
     partner: Candidate | None = None  # the runner-up of the last rung, whose run the blend may add
     partner_dir: str = ""  # its search run
     partner_shards: str = ""  # and its shard set
+    partner_run_epochs: int = 0  # and its lr schedule's span
 
     @property
     def cid(self) -> str:
@@ -99,7 +106,9 @@ class Choice:
             "cut_short": list(self.cut_short),
             "failed": self.failed,
             "skipped": self.skipped,
-            "partner": {"cid": self.partner.cid, "run_dir": self.partner_dir} if self.partner else {},
+            "partner": {"cid": self.partner.cid, "run_dir": self.partner_dir, "run_epochs": self.partner_run_epochs}
+            if self.partner
+            else {},
         }
 
 
@@ -119,8 +128,17 @@ class Search:
         clock=time.time,
         metric: str = "mrr",
         view_positives: int = 0,
+        tokens: dict | None = None,
     ):
+        """`epochs`: the default's schedule; `tokens`: {cid: tokens of an epoch} of each candidate's shard set, from
+        which an alternative's schedule follows (SearchConfig.candidate_epochs; None: every candidate trains
+        `epochs`)."""
         self.cfg, self.epochs, self.cands, self.shards = cfg, epochs, {c.cid: c for c in cands}, shards
+        default = cands[0].cid
+        self.run_epochs = {
+            c.cid: cfg.candidate_epochs(epochs, (tokens or {}).get(c.cid, 0), (tokens or {}).get(default, 0))
+            for c in cands
+        }
         self.metric = metric  # what the search chooses and its runs stop on (pencil run --metric)
         self.protocol = protocol
         self.manifests, self.root, self.opts, self.slots = manifests, root, opts, slots
@@ -134,14 +152,14 @@ class Search:
             c.to_dict(),
             self.shards[c.sampling],
             self.protocol,
-            self.epochs,
+            self.run_epochs[c.cid],
             list(self.opts.train_args),
             self.metric,
         ]
         return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:8]
 
     def trainer_run(self, cid: str, stop_epoch: int, patience: int | None) -> TrainerRun:
-        """The candidate's search run, validation only, up to `stop_epoch` of its `epochs`-long schedule."""
+        """The candidate's search run, validation only, up to `stop_epoch` of its schedule."""
         c = self.cands[cid]
         return seed_run(
             self.opts,
@@ -150,7 +168,7 @@ class Search:
             self.protocol,
             SEARCH_SEED,
             self.dirs[cid],
-            epochs=self.epochs,
+            epochs=self.run_epochs[cid],
             overrides=c.overrides(),
             eval_splits=("valid",),
             save_scores=True,
@@ -164,31 +182,36 @@ class Search:
         s = summary(self.dirs[cid])
         return s.get("epochs_completed", 0) >= stop_epoch or bool(patience and s.get("converged"))
 
-    def pace(self, cids: list[str], stop_epoch: int) -> GracePace | None:
-        """The grace rung's pace check (pipelines.auto.pace) over the alternatives; None without a budget."""
+    def pace(self, stops: dict[str, int]) -> GracePace | None:
+        """The grace rung's pace check (pipelines.auto.pace) over the alternatives, each to its stop epoch in
+        `stops`; None without a budget."""
         if self.stop_at is None or not self.view_positives:
             return None
-        steps = {cid: stop_epoch * self.cands[cid].steps_per_epoch(self.view_positives) for cid in cids}
         default = next(iter(self.cands))
-        targets = {cid: (self.dirs[cid], steps[cid]) for cid in cids if cid != default}
+        targets = {
+            cid: (self.dirs[cid], stop * self.cands[cid].steps_per_epoch(self.view_positives))
+            for cid, stop in stops.items()
+            if cid != default
+        }
         return GracePace(targets, self.stop_at, self.clock)
 
-    def train(self, cids: list[str], stop_epoch: int, patience: int | None, paced: bool = False) -> None:
-        """Bring each candidate to `stop_epoch` (or its convergence); a finished one is reused. `paced`: stop an
-        alternative whose pace cannot reach `stop_epoch` within the search's share of the budget."""
-        todo = {
-            cid: self.trainer_run(cid, stop_epoch, patience) for cid in cids if not self.done(cid, stop_epoch, patience)
-        }
+    def train(self, rung: dict[str, tuple[int, int | None]], paced: bool = False) -> None:
+        """Bring each candidate of `rung` = {cid: (stop epoch, patience or None)} to its stop epoch (or its
+        convergence); a finished one is reused. `paced`: stop an alternative whose pace cannot reach its stop
+        epoch within the search's share of the budget."""
+        todo = {cid: self.trainer_run(cid, *got) for cid, got in rung.items() if not self.done(cid, *got)}
         log.info(
-            "search: %d candidate(s) to epoch %d%s, %d to train, %d reused",
-            len(cids),
-            stop_epoch,
-            f" or convergence (patience {patience})" if patience else "",
+            "search: %d candidate(s) to epoch %s%s, %d to train, %d reused",
+            len(rung),
+            " / ".join(f"{stop} of {self.run_epochs[cid]}" for cid, (stop, _) in rung.items()),
+            " or convergence (patience %s)" % " / ".join(str(p) for _, p in rung.values())
+            if any(p for _, p in rung.values())
+            else "",
             len(todo),
-            len(cids) - len(todo),
+            len(rung) - len(todo),
         )
         failed: dict[str, str] = {}
-        watch = self.pace(list(todo), stop_epoch) if paced else None
+        watch = self.pace({cid: rung[cid][0] for cid in todo}) if paced else None
         _, stopped = run_trainers(todo, self.slots, self.stop_at, self.clock, failed, watch)
         if watch is not None:
             self.skipped.update(watch.skipped)
@@ -251,19 +274,49 @@ class Search:
             )
         return out
 
-    def grace_rung(self, cids: list[str], grace: int, metric: str) -> dict:
+    def grace_rung(self, cids: list[str], metric: str) -> dict:
         """Every candidate at the end of its grace period; recorded (grace.json), so a rerun, whose runs have
         trained further since, keeps the same survivors."""
         saved = self.root / "grace.json"
         if saved.exists() and sorted(json.loads(saved.read_text())) == sorted(cids):
             log.info("search: the grace period's results are kept (%s)", saved)
             return json.loads(saved.read_text())
-        self.train(cids, grace, None, paced=True)
+        self.train({cid: (self.cfg.grace_epochs(self.run_epochs[cid]), None) for cid in cids}, paced=True)
         first = self.rung(cids, metric)
+        self.gate_grace(first, cids[0], cids[1:], metric)
         if self.cfg.tie_break:
-            self.break_grace_tie(first, cids[1:], metric)
+            self.break_grace_tie(first, [c for c in cids[1:] if "gated" not in first[c]], metric)
         write_json_atomic(saved, first)
         return first
+
+    def gate_grace(self, first: dict, default: str, others: list[str], metric: str) -> None:
+        """An alternative behind the default after its grace period by more than gate_se SE (the two-way
+        bootstrap) on `metric`, and not ahead of it by more than that on the other of MRR / AUC (where a tie-break
+        could still choose it), does not go on: it is marked `gated` in `first`."""
+        gate = self.cfg.gate_se
+        if gate is None or first[default]["valid"] is None:
+            return
+        base = self.signal(default)
+        for c in (c for c in others if first[c]["valid"] is not None):
+            lead = {m: self.lead(c, base, m) for m in (metric, tie_metric(metric))}
+            (d, se), (d_tie, se_tie) = lead[metric], lead[tie_metric(metric)]
+            if d < -gate * se and d_tie <= gate * se_tie:
+                first[c]["gated"] = {f"{m}_difference": x for m, (x, _) in lead.items()}
+                first[c]["gated"].update({f"{m}_se": e for m, (_, e) in lead.items()})
+                log.info(
+                    "search: %s does not go on: behind %s by %.4f %s after its grace period, beyond %g SE (SE %.4f)",
+                    c,
+                    default,
+                    -d,
+                    metric,
+                    gate,
+                    se,
+                )
+
+    def lead(self, cid: str, base, metric: str) -> tuple[float, float]:
+        """cid's mean lead over `base` (the default's signal) on `metric`, and its two-way SE."""
+        own = self.signal(cid)
+        return float(np.mean(own.values()[metric] - base.values()[metric])), two_way_se(own, base, metric)
 
     def break_grace_tie(self, first: dict, others: list[str], metric: str) -> None:
         """The alternative that goes on is the best on `metric` after the grace period, unless another ties with
@@ -298,14 +351,16 @@ class Search:
             metric,
             valid_positives,
         )
-        grace, patience = cfg.grace_epochs(self.epochs), cfg.patience_epochs(self.epochs)
-        first = self.grace_rung(cids, grace, metric)
+        first = self.grace_rung(cids, metric)
         self.require_default(first, default)
         others = [c for c in others if first[c]["valid"] is not None]
-        keep = sorted(others, key=lambda c: ("tie_break" not in first[c], -first[c]["valid"], others.index(c)))
-        keep = keep[: math.ceil(len(others) / cfg.reduction_factor)]
+        going = math.ceil(len(others) / cfg.reduction_factor)  # of those with a result; the gated never go on
+        keep = sorted(
+            (c for c in others if "gated" not in first[c]),
+            key=lambda c: ("tie_break" not in first[c], -first[c]["valid"], others.index(c)),
+        )[:going]
         survivors = [default, *[c for c in others if c in keep]]
-        self.train(survivors, self.epochs, patience)
+        self.train({c: (self.run_epochs[c], cfg.patience_epochs(self.run_epochs[c])) for c in survivors})
         second = self.rung(survivors, metric)
         survivors = [c for c in survivors if second[c]["valid"] is not None]
         signals = {c: self.signal(c) for c in survivors}
@@ -324,7 +379,7 @@ class Search:
                 "reason": "every candidate peaked at its first epoch: "
                 "validation cannot tell them apart, the default trains its whole schedule",
             }
-            self.train([default], self.epochs, None)
+            self.train({default: (self.run_epochs[default], None)})
         chosen = decision["choice"]
         log.info("search: %s (%s)", chosen, decision["reason"])
         s, c = self.state(chosen), self.cands[chosen]
@@ -337,9 +392,9 @@ class Search:
             str(self.dirs[chosen]),
             metric,
             decision,
-            self.epochs,
-            grace,
-            patience,
+            self.run_epochs[chosen],
+            cfg.grace_epochs(self.run_epochs[chosen]),
+            cfg.patience_epochs(self.run_epochs[chosen]),
             {"grace": first, "converged": second},
             tuple(self.cut_short),
             dict(self.failed),
@@ -347,4 +402,5 @@ class Search:
             self.cands[partner] if partner else None,
             str(self.dirs[partner]) if partner else "",
             self.shards[self.cands[partner].sampling] if partner else "",
+            self.run_epochs[partner] if partner else 0,
         )
