@@ -93,6 +93,17 @@ def test_the_tie_break_leaves_a_clear_decision_alone_and_swaps_metrics_for_auc()
     assert on_auc["choice"] == "alt" and on_auc["tie_break"]["metric"] == "mrr"  # --metric auc: MRR breaks ties
 
 
+def test_an_alternative_trails_only_beyond_the_margin_and_not_when_ahead_on_the_other_metric():
+    from pipelines.auto.signal import trails
+
+    base = TwoMetrics([0.5] * 4, [0.6] * 4)
+    got = trails(TwoMetrics([0.3] * 4, [0.6] * 4), base, "mrr", 1.0)  # 0.2 behind at SE 0
+    assert got["mrr_difference"] == pytest.approx(-0.2) and got["mrr_se"] == 0.0 and got["auc_difference"] == 0.0
+    assert trails(TwoMetrics([0.3] * 4, [0.9] * 4), base, "mrr", 1.0) is None  # ahead on AUC: a tie-break may win
+    assert trails(TwoMetrics([0.1, 0.9, 0.1, 0.5], [0.6] * 4), base, "mrr", 1.0) is None  # -0.1, within its SE
+    assert trails(TwoMetrics([0.5] * 4, [0.3] * 4), base, "auc", 1.0)["auc_difference"] == pytest.approx(-0.3)
+
+
 def test_two_way_se_against_a_loop_over_its_draws():
     """The bootstrap's SE equals a slow loop that redraws positives and shared negatives and ranks by hand."""
     rng = np.random.default_rng(3)

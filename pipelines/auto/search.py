@@ -38,12 +38,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from common.atomic import write_json_atomic
 from pipelines.auto.config import DEFAULT_PRESET, Candidate, SearchConfig
 from pipelines.auto.pace import GracePace
-from pipelines.auto.signal import break_tie, choose, run_signal, tie_metric, two_way_se
+from pipelines.auto.signal import break_tie, choose, run_signal, trails, two_way_se
 from pipelines.core.config import TrainerOptions
 from pipelines.core.seeds import seed_run
 from pipelines.core.stopped import stopped_summary
@@ -133,7 +131,7 @@ class Search:
         """`epochs`: the default's schedule; `tokens`: {cid: tokens of an epoch} of each candidate's shard set, from
         which an alternative's schedule follows (SearchConfig.candidate_epochs; None: every candidate trains
         `epochs`)."""
-        self.cfg, self.epochs, self.cands, self.shards = cfg, epochs, {c.cid: c for c in cands}, shards
+        self.cfg, self.cands, self.shards = cfg, {c.cid: c for c in cands}, shards
         default = cands[0].cid
         self.run_epochs = {
             c.cid: cfg.candidate_epochs(epochs, (tokens or {}).get(c.cid, 0), (tokens or {}).get(default, 0))
@@ -290,33 +288,23 @@ class Search:
         return first
 
     def gate_grace(self, first: dict, default: str, others: list[str], metric: str) -> None:
-        """An alternative behind the default after its grace period by more than gate_se SE (the two-way
-        bootstrap) on `metric`, and not ahead of it by more than that on the other of MRR / AUC (where a tie-break
-        could still choose it), does not go on: it is marked `gated` in `first`."""
-        gate = self.cfg.gate_se
-        if gate is None or first[default]["valid"] is None:
+        """Mark `gated` in `first` each alternative that trails the default after its grace period (signal.trails):
+        it does not go on."""
+        if self.cfg.gate_se is None or first[default]["valid"] is None:
             return
         base = self.signal(default)
         for c in (c for c in others if first[c]["valid"] is not None):
-            lead = {m: self.lead(c, base, m) for m in (metric, tie_metric(metric))}
-            (d, se), (d_tie, se_tie) = lead[metric], lead[tie_metric(metric)]
-            if d < -gate * se and d_tie <= gate * se_tie:
-                first[c]["gated"] = {f"{m}_difference": x for m, (x, _) in lead.items()}
-                first[c]["gated"].update({f"{m}_se": e for m, (_, e) in lead.items()})
+            if (record := trails(self.signal(c), base, metric, self.cfg.gate_se)) is not None:
+                first[c]["gated"] = record
                 log.info(
                     "search: %s does not go on: behind %s by %.4f %s after its grace period, beyond %g SE (SE %.4f)",
                     c,
                     default,
-                    -d,
+                    -record[f"{metric}_difference"],
                     metric,
-                    gate,
-                    se,
+                    self.cfg.gate_se,
+                    record[f"{metric}_se"],
                 )
-
-    def lead(self, cid: str, base, metric: str) -> tuple[float, float]:
-        """cid's mean lead over `base` (the default's signal) on `metric`, and its two-way SE."""
-        own = self.signal(cid)
-        return float(np.mean(own.values()[metric] - base.values()[metric])), two_way_se(own, base, metric)
 
     def break_grace_tie(self, first: dict, others: list[str], metric: str) -> None:
         """The alternative that goes on is the best on `metric` after the grace period, unless another ties with

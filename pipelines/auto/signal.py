@@ -145,6 +145,19 @@ def choose(values: dict[str, np.ndarray], margin_se: float, se_of: Callable[[str
     }
 
 
+def trails(own: Signal, base: Signal, metric: str, margin_se: float) -> dict | None:
+    """When `own` is behind `base` on `metric` by more than margin_se two-way SEs and not ahead of it by more than
+    that on tie_metric(metric) (where a tie-break could still choose it): each metric's difference and SE;
+    else None. The search's gate after the grace period."""
+    lead = {}
+    for m in (metric, tie_metric(metric)):
+        lead[f"{m}_difference"] = float(np.mean(own.values()[m] - base.values()[m]))
+        lead[f"{m}_se"] = two_way_se(own, base, m)
+    other = tie_metric(metric)
+    behind = lead[f"{metric}_difference"] < -margin_se * lead[f"{metric}_se"]
+    return lead if behind and lead[f"{other}_difference"] <= margin_se * lead[f"{other}_se"] else None
+
+
 def tie_metric(metric: str) -> str:
     """The metric that breaks a tie on `metric`: AUC, or MRR when the search decides on AUC."""
     return "mrr" if metric == "auc" else "auc"
