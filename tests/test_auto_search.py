@@ -150,6 +150,10 @@ def test_a_run_gets_the_steps_it_needs_within_bounds():
     assert cfg.epochs(18) == 60 and cfg.epochs(50) == 30 and cfg.epochs(125) == 12 and cfg.epochs(5000) == 12
     assert (cfg.grace_epochs(12), cfg.patience_epochs(12)) == (2, 3)
     assert (cfg.grace_epochs(60), cfg.patience_epochs(60)) == (10, 15)
+    assert [c.name for c in candidates()] == ["default", "deep", "wide"]  # the default first: ties keep it
+    deep = candidates()[1]
+    assert deep.cid == "deep-d2n10" and deep.overrides()[-2:] == ("--distance-features", "4")
+    assert "--distance-features" not in candidates()[0].overrides()
 
 
 def test_an_alternative_of_longer_sequences_gets_the_defaults_compute_in_fewer_epochs():
