@@ -127,6 +127,37 @@ def ogb_hits(pos_scores, neg_scores, k: int) -> float:
     return float(np.mean(pos > kth))
 
 
+def expected_rank_values(pos_scores, neg_scores, at: int, ks: Sequence[int] = HITS_KS) -> dict[str, np.ndarray]:
+    """Per positive, its expected reciprocal rank and Hits@K against `at` negatives drawn from the M shared ones
+    (neg (M,)), and its AUC share: a selection pool's estimate of the ranks a test set of `at` negatives gives
+    (common/datasets/pool.py). Each draw is above the positive with chance p = (#greater + #equal / 2) / M (the
+    tie-averaged rank's share), independently (with replacement: M is several times `at`, and every option
+    compared is estimated alike), so the number above is X ~ Binomial(at, p):
+    E[1 / (1 + X)] = (1 - (1 - p)^(at + 1)) / ((at + 1) p), Hits@K = P(X <= K - 1)."""
+    pos = _check_pos(_as_scores(pos_scores, "pos_scores")).astype(np.float64)
+    neg = _as_scores(neg_scores, "neg_scores")
+    if neg.ndim != 1 or not len(neg):
+        raise MetricsError(f"neg_scores: a pool of shared negatives must have shape (M,), M > 0, got {neg.shape}")
+    if not isinstance(at, (int, np.integer)) or at < 1:
+        raise MetricsError(f"at: the number of negatives to rank against must be a positive integer, got {at!r}")
+    p = (rank_against_shared(pos, neg) - 1.0) / len(neg)
+    q = 1.0 - p
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rr = np.where(p > 0, (1.0 - q ** (at + 1)) / ((at + 1) * np.where(p > 0, p, 1.0)), 1.0)
+    out = {"mrr": rr}
+    pmf, cdf, term = q**at, np.zeros_like(p), 0
+    for k in range(max(ks, default=0)):  # cdf after step k: P(X <= k); pmf(k + 1) from pmf(k)
+        cdf = cdf + pmf
+        term = k + 1
+        if term in ks:
+            out[f"hits@{term}"] = np.minimum(cdf, 1.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pmf = np.where(q > 0, pmf * (at - k) / (k + 1) * p / np.where(q > 0, q, 1.0), (at == k + 1) * 1.0)
+        pmf = np.where(k + 1 > at, 0.0, pmf)
+    out["auc"] = 1.0 - p
+    return out
+
+
 # ---------------------------------------------------------------------------- AUC and AP
 def classification_metrics(pos_scores, neg_scores) -> dict[str, float]:
     """ROC-AUC and average precision of positives (P,) against negatives of any shape, pooled.

@@ -78,6 +78,15 @@ def build_parser(prog: str = PROG) -> Parser:
         "of the cache key when not 0)",
     )
     p.add_argument(
+        "--valid-pool",
+        type=int,
+        default=0,
+        metavar="K",
+        advanced=True,
+        help="K more random validation negatives per protocol negative, for selection: validation's ranks are "
+        "then estimated at the test's number of negatives (default 0: none)",
+    )
+    p.add_argument(
         "--seed", type=int, default=0, advanced=True, help="seed of candidates, sampling and local orders (default 0)"
     )
     p.add_argument(
@@ -155,6 +164,7 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
         ignore_columns=_split_list(args.ignore_columns or ""),
         eval_pairs=args.eval_pairs,
         train_negatives=args.train_negatives,
+        valid_pool=args.valid_pool,
         num_cpus=args.num_cpus,
         links_per_shard=args.links_per_shard,
         links_per_block=args.block_size,

@@ -125,6 +125,7 @@ class PreprocessConfig:
     ignore_columns: tuple[str, ...] = ()
     eval_pairs: str | None = None
     train_negatives: str | None = None
+    valid_pool: int = 0  # --valid-pool K: K extra validation negatives per protocol negative (common/datasets/pool.py)
     num_cpus: int | None = None  # embedded Ray only; ignored when attaching to a cluster
     links_per_shard: int = 8192
     links_per_block: int = 256
@@ -167,6 +168,8 @@ class PreprocessConfig:
                 raise ConfigError("--fill-features: fills the rows a --node-features file lacks; pass --node-features")
         if self.features and self.node_features is not None:
             raise ConfigError("--features loads a paper dataset's features, --node-features an edge list's; pass one")
+        if isinstance(self.valid_pool, bool) or not isinstance(self.valid_pool, int) or self.valid_pool < 0:
+            raise ConfigError(f"--valid-pool: must be a non-negative integer, got {self.valid_pool!r}")
         if self.targets is not None and self.targets not in HEURISTIC_TARGETS:
             raise ConfigError(
                 f"--targets: unknown heuristic '{self.targets}'; choose one of {', '.join(HEURISTIC_TARGETS)}"
@@ -196,6 +199,7 @@ class PreprocessConfig:
             ignore_columns=self.ignore_columns,
             eval_pairs=self.eval_pairs,
             train_negatives=self.train_negatives,
+            valid_pool=self.valid_pool,
         )
 
     def shard_links(self, num_nodes: int) -> int:

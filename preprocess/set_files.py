@@ -50,11 +50,18 @@ def eval_info(dataset, sets: list, targets: dict | None) -> dict:
             "positives": int(len(cs.cands.pos_cid)),
             "candidates": len(cs.cands),
             **_pairs_source(dataset, cs),
+            **_pool(dataset, cs),
         }
         for cs in sets
         if cs.split != "train"
     }
     return regression_eval_info(info) if targets else info
+
+
+def _pool(dataset, cs) -> dict:
+    """Validation's selection pool (--valid-pool): its counts, read by common.metrics' rank_at."""
+    pool = getattr(dataset, "valid_pool", None)
+    return {"valid_pool": pool} if pool and cs.split == "valid" and cs.protocol == pool["protocol"] else {}
 
 
 def _pairs_source(dataset, cs) -> dict:

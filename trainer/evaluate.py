@@ -75,7 +75,14 @@ def scores_to_metrics(
             f"{manifest['root']}: eval set {split}/{protocol}: {missing} query entries point at "
             "candidates no shard holds; the shard set is incomplete, rebuild it"
         )
-    return protocol_metrics(protocol, table[pos_cid], table[neg_cid])
+    return protocol_metrics(protocol, table[pos_cid], table[protocol_negatives(entry, neg_cid)])
+
+
+def protocol_negatives(entry: dict, neg_cid: np.ndarray) -> np.ndarray:
+    """The protocol's own negatives of an eval set's shared ones: all but a selection pool after them
+    (preprocess --valid-pool, common/datasets/pool.py), which only the blend reads."""
+    pool = entry.get("valid_pool")
+    return neg_cid[: int(pool["negatives"])] if pool and neg_cid.ndim == 1 else neg_cid
 
 
 def score_eval_set(model: torch.nn.Module, loader, device: torch.device) -> tuple[torch.Tensor, ...]:

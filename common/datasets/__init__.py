@@ -36,6 +36,7 @@ def load_dataset(
     ignore_columns: tuple[str, ...] = (),
     eval_pairs: str | None = None,
     train_negatives: str | None = None,
+    valid_pool: int = 0,
 ) -> LinkDataset:
     """Resolve a dataset by name or path. Errors name the missing file/flag and the fix.
 
@@ -48,6 +49,7 @@ def load_dataset(
     --fill-features zero|mean for nodes without a row) and the columns it ignores on purpose (--ignore-columns).
     eval_pairs, train_negatives: the user's labelled evaluation pairs and known training non-links, for any
     dataset (common/datasets/pairs.py).
+    valid_pool: extra validation negatives per protocol negative, for selection (common/datasets/pool.py).
     """
     from common.datasets.tables import EDGE_LIST_SUFFIXES, suffix_of
 
@@ -87,6 +89,10 @@ def load_dataset(
         from common.datasets.pairs import attach_user_pairs
 
         attach_user_pairs(ds, eval_pairs=eval_pairs, train_negatives=train_negatives, seed=seed, shares=split)
+    if valid_pool:
+        from common.datasets.pool import attach_valid_pool
+
+        ds = attach_valid_pool(ds, valid_pool, seed=seed)
     return ds
 
 
@@ -163,6 +169,7 @@ def load_set_dataset(
         ignore_columns=tuple(config.get("ignore_columns") or ()),
         eval_pairs=config.get("eval_pairs"),
         train_negatives=config.get("train_negatives"),
+        valid_pool=config.get("valid_pool") or 0,
     )
 
 

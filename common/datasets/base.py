@@ -61,6 +61,7 @@ class LinkDataset:
            split is scored on: {"train": (2E,), "test": (2E',)} ("test" only with a test_graph); None without one.
     train_negatives: the user's known non-links (--train-negatives), (K, 2) (min, max), part of every training
            view (preprocess/candidates.py); None without them.
+    valid_pool: the selection pool's counts (--valid-pool, common/datasets/pool.py); None without one.
     """
 
     name: str
@@ -73,6 +74,9 @@ class LinkDataset:
     split_info: dict | None = None
     weights: dict[str, np.ndarray] | None = None
     train_negatives: np.ndarray | None = None
+    # --valid-pool (common/datasets/pool.py): {"protocol", "negatives": the protocol's own, "pool": the extra ones
+    # after them, "rank_at": test's count, at which validation's ranks are estimated}; None without a pool
+    valid_pool: dict | None = None
 
     @property
     def num_nodes(self) -> int:

@@ -67,7 +67,12 @@ VARIANTS = {
     "hn25": ((1, 20, 0.25), 1, []),
     "hn50": ((1, 20, 0.5), 1, []),
     "d2n5-dist-hn25": ((2, 5, 0.25), 1, ["--distance-features", "4"]),
+    # validation with a selection pool of 8 more random negatives per negative (preprocess --valid-pool 8): the
+    # study replays choices on it (experiments/own_graph_research/pool.py)
+    "base-pool8": ((1, 20), 1, []),
+    "d2n10-dist-rule-pool8": ((2, 10), RULE, ["--distance-features", "4"]),
 }
+POOLS = {"base-pool8": 8, "d2n10-dist-rule-pool8": 8}  # variant -> its shard set's --valid-pool
 
 
 def train_positives(name: str, out: Path) -> int:
@@ -89,16 +94,17 @@ def schedule(train: int, min_steps: int | None = None) -> tuple[float, int, int]
 PREPROCESS = threading.Lock()  # one embedded Ray at a time
 
 
-def shard_set(name: str, sampling: tuple, out: Path) -> str:
+def shard_set(name: str, sampling: tuple, out: Path, pool: int = 0) -> str:
     hard = f"-h{sampling[2]:g}" if len(sampling) > 2 and sampling[2] else ""
-    record = out / name / f"shards-d{sampling[0]}n{sampling[1]}{hard}.json"
+    pooled = f"-p{pool}" if pool else ""
+    record = out / name / f"shards-d{sampling[0]}n{sampling[1]}{hard}{pooled}.json"
     with PREPROCESS:
         if not record.exists():
-            build(name, sampling, out, record)
+            build(name, sampling, out, record, pool)
     return json.loads(record.read_text())["shards"]
 
 
-def build(name: str, sampling: tuple, out: Path, record: Path) -> None:
+def build(name: str, sampling: tuple, out: Path, record: Path, pool: int = 0) -> None:
     percent, views, _ = schedule(train_positives(name, out))
     cmd = [
         sys.executable,
@@ -114,6 +120,7 @@ def build(name: str, sampling: tuple, out: Path, record: Path) -> None:
         "--protocol",
         "original",
         *(["--hard-neg-fraction", f"{sampling[2]:g}"] if len(sampling) > 2 else []),
+        *(["--valid-pool", str(pool)] if pool else []),
         "--out",
         str(out / "shards"),
         "--num-cpus",
@@ -158,7 +165,7 @@ def train(name: str, variant: str, seed: int, out: Path) -> dict | None:
     if done.exists():
         return json.loads(done.read_text())
     sampling, mult, flags = VARIANTS[variant]
-    shards = shard_set(name, sampling, out)
+    shards = shard_set(name, sampling, out, POOLS.get(variant, 0))
     epochs = run_epochs(name, sampling, mult, out)
     cmd = [
         sys.executable,

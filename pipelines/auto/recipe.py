@@ -13,11 +13,13 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from common.atomic import write_json_atomic
+from common.datasets.pool import POOL_PROTOCOL, attach_valid_pool, can_pool
 from common.eval_scores import read_scores, scores_path
 from common.graph_stats import graph_stats
 from common.heuristics import split_scores
@@ -79,6 +81,23 @@ def training_negatives(run: RunConfig) -> float:
     return RECOMMEND_HARD_NEG_FRACTION if run.objective == "recommend" else 0.0
 
 
+def with_valid_pool(run: RunConfig, dataset, protocol: str, per_negative: int) -> tuple[RunConfig, object]:
+    """The run and dataset with validation's selection pool for the blend (SearchConfig.valid_pool), where the
+    protocol's validation negatives are shared random ones; else both unchanged. The shard sets' configs carry
+    it (DataSource.valid_pool), so the sets and every reload of their dataset hold the same pool."""
+    if not per_negative or protocol != POOL_PROTOCOL or not can_pool(dataset):
+        return run, dataset
+    pooled = attach_valid_pool(dataset, per_negative, seed=0)  # the split's seed: DataSource loads with 0
+    info = pooled.valid_pool
+    log.info(
+        "blend: validation's %d negatives and a pool of %d more, ranks estimated at test's %d negatives",
+        info["negatives"],
+        info["pool"],
+        info["rank_at"],
+    )
+    return replace(run, source=replace(run.source, valid_pool=per_negative)), pooled
+
+
 def shard_sets(run: RunConfig, dataset, protocol: str, epochs: int, percent: float) -> dict:
     """One shard set per candidate sampling, with views for the run's epochs."""
     views = preset_views(run.shards, run.trainer.epochs or epochs)
@@ -114,7 +133,7 @@ def blend_stage(
     valid_scores = split_scores(blind, "valid", [protocol], list(blend.HEURISTICS))[protocol]
     logits = blend.valid_logits(runs, protocol)
     heuristics = blend.by_cid(blind, manifest, "valid", protocol, valid_scores)
-    values_of = lambda cid, s: per_positive(manifest, "valid", protocol, cid, s)  # noqa: E731
+    values_of = lambda cid, s: per_positive(manifest, "valid", protocol, cid, s, pool=True)  # noqa: E731
     partner, partner_test = None, None
     every = lambda split: np.arange(eval_entry(manifest, split, protocol)["candidates"])  # noqa: E731
     try:
@@ -155,6 +174,7 @@ def search_and_train(
     `pencil report` over the folder shows it too). `test_scores`: {h: (pos, neg)} of the test split."""
     t0 = time.time()
     cfg, device = search_config(run), device_kind(run.trainer.device)
+    run, dataset = with_valid_pool(run, dataset, protocol, cfg.valid_pool)
     deadline = t0 + 60.0 * cfg.budget_minutes
     blind = dataset.without_test()  # what selection sees
     record = {

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from common.eval_scores import read_scores, scores_path
-from common.metrics import HITS_KS, rank_against_own, rank_against_shared
+from common.metrics import HITS_KS, expected_rank_values, rank_against_own, rank_against_shared
 from common.shards import load_queries
 from trainer.evaluate import eval_entry
 
@@ -41,6 +41,7 @@ class Signal:
 
     pos: np.ndarray
     neg: np.ndarray
+    at: int | None = None  # the negatives' count its ranks are estimated at (a selection pool); None: as ranked
 
     def values(self, ip: np.ndarray | None = None, iq: np.ndarray | None = None) -> dict:
         """rank_values on the positives ip and the shared negatives iq (None: all); a positive's own negatives
@@ -48,7 +49,7 @@ class Signal:
         pos, neg = (
             (self.pos, self.neg) if ip is None else (self.pos[ip], self.neg if self.neg.ndim == 1 else self.neg[ip])
         )
-        return rank_values(pos, neg if iq is None or neg.ndim == 2 else neg[iq])
+        return rank_values(pos, neg if iq is None or neg.ndim == 2 else neg[iq], self.at)
 
 
 def two_way_se(a: Signal, b: Signal, metric: str, draws: int = BOOTSTRAPS, seed: int = 0) -> float:
@@ -66,8 +67,12 @@ def two_way_se(a: Signal, b: Signal, metric: str, draws: int = BOOTSTRAPS, seed:
     return float(reps.std(ddof=1))
 
 
-def eval_signal(manifest: dict, split: str, protocol: str, cid: np.ndarray, score: np.ndarray) -> Signal:
-    """One eval set's scores, looked up by cid, as the positives' and their negatives' scores."""
+def eval_signal(
+    manifest: dict, split: str, protocol: str, cid: np.ndarray, score: np.ndarray, pool: bool = False
+) -> Signal:
+    """One eval set's scores, looked up by cid, as the positives' and their negatives' scores: the protocol's
+    negatives, or with `pool` the set's selection pool too, its ranks estimated at test's count of negatives
+    (preprocess --valid-pool; a set without one: its negatives as ranked)."""
     entry = eval_entry(manifest, split, protocol)
     pos_cid, neg_cid = load_queries(
         f"{manifest['root']}/{entry['queries']}", sha256=manifest["files"][entry["queries"]]["sha256"]
@@ -77,18 +82,27 @@ def eval_signal(manifest: dict, split: str, protocol: str, cid: np.ndarray, scor
     pos, neg = table[pos_cid], table[neg_cid]
     if np.isnan(pos).any() or np.isnan(neg).any():
         raise ValueError(f"{manifest['root']}: {split}/{protocol}: some queried candidates were not scored")
-    return Signal(pos, neg)
+    info = entry.get("valid_pool")
+    if not info or neg.ndim != 1:
+        return Signal(pos, neg)
+    return Signal(pos, neg, int(info["rank_at"])) if pool else Signal(pos, neg[: int(info["negatives"])])
 
 
-def per_positive(manifest: dict, split: str, protocol: str, cid: np.ndarray, score: np.ndarray) -> dict:
-    """{"mrr": (P,) reciprocal ranks, "auc": (P,) AUC shares, hits} of one eval set's scores, looked up by cid."""
-    return eval_signal(manifest, split, protocol, cid, score).values()
+def per_positive(
+    manifest: dict, split: str, protocol: str, cid: np.ndarray, score: np.ndarray, pool: bool = False
+) -> dict:
+    """{"mrr": (P,) reciprocal ranks, "auc": (P,) AUC shares, hits} of one eval set's scores, looked up by cid
+    (`pool`: eval_signal's)."""
+    return eval_signal(manifest, split, protocol, cid, score, pool).values()
 
 
-def rank_values(pos: np.ndarray, neg: np.ndarray) -> dict:
+def rank_values(pos: np.ndarray, neg: np.ndarray, at: int | None = None) -> dict:
     """Per positive: 1 / its tie-averaged rank among its negatives (shared (Q,) or its own row of (P, K)), 1 where
     that rank is at most K (Hits@K, as common.metrics ranks them), and the share of them ranked below it (ties
-    half): the means are MRR, Hits@K and AUC."""
+    half): the means are MRR, Hits@K and AUC. `at`: shared negatives that are a selection pool, the reciprocal
+    rank and Hits@K expected against `at` of them (common.metrics.expected_rank_values)."""
+    if at is not None and neg.ndim == 1:
+        return expected_rank_values(pos, neg, at)
     rank = rank_against_shared(pos, neg) if neg.ndim == 1 else rank_against_own(pos, neg)
     negatives = neg.shape[-1] if neg.ndim == 2 else len(neg)
     hits = {f"hits@{k}": (rank <= k).astype(np.float64) for k in HITS_KS}

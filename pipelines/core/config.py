@@ -35,6 +35,7 @@ class DataSource:
     ignore_columns: tuple[str, ...] = ()
     eval_pairs: str | None = None  # the user's labelled pairs: the protocol "pairs"
     train_negatives: str | None = None
+    valid_pool: int = 0  # validation's selection pool (common/datasets/pool.py); set by --preset auto, not a flag
 
     def load(self, features: bool = False):
         """The dataset with every input that shapes it; `features`: a paper dataset's (--features)."""
@@ -52,6 +53,7 @@ class DataSource:
             ignore_columns=self.ignore_columns,
             eval_pairs=self.eval_pairs,
             train_negatives=self.train_negatives,
+            valid_pool=self.valid_pool,
         )
 
     def preprocess_fields(self) -> dict:

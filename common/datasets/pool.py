@@ -1,0 +1,65 @@
+"""A selection pool: more random validation negatives, drawn the way the protocol draws its own, so that a choice
+made on validation sees the rare high-scoring negatives that a test set of twice as many negatives holds.
+
+MRR against shared negatives is decided by the few negatives a model scores highest: one of them above most
+positives halves every positive's reciprocal rank. Validation holds as many negatives as positives (about 100
+on a small graph), so whether it holds such a pair is luck; test holds twice as many. The pool adds `per_negative`
+negatives for each of the protocol's validation negatives, at most POOL_MAX (non-edges of the training and
+validation edges, from their own seeded stream, never one of the protocol's); the blend's ranks are then
+estimated at the test's number of negatives from the whole set (common.metrics.expected_rank_values). Only
+shared-negative protocols ("original") get a pool; nothing here reads test but its number of negatives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from common.datasets.base import DatasetError, LinkDataset
+from common.datasets.negatives import sample_non_edges
+from common.graph import Graph
+
+POOL_PROTOCOL = "original"
+# at most this many pool negatives: the pool matters where validation is small (about 100 negatives); a dense
+# graph's validation of thousands is scored every epoch, and 8x as many more would cost more than training
+# (docs/benchmarks/2026-12-02-own-graph-pool.md)
+POOL_MAX = 2000
+
+
+def can_pool(ds: LinkDataset) -> bool:
+    """Whether the dataset's validation has shared negatives under POOL_PROTOCOL, and no pool yet."""
+    valid = ds.splits.get("valid")
+    neg = None if valid is None else valid.neg.get(POOL_PROTOCOL)
+    return neg is not None and neg.ndim == 2 and ds.valid_pool is None
+
+
+def attach_valid_pool(ds: LinkDataset, per_negative: int, seed: int = 0, cap: int = POOL_MAX) -> LinkDataset:
+    """`ds` with its validation's shared negatives followed by per_negative x as many pool negatives, at most
+    `cap` (a new dataset; `ds` is unchanged); its valid_pool records the counts. 0: `ds` itself."""
+    if not per_negative:
+        return ds
+    if isinstance(per_negative, bool) or not isinstance(per_negative, int) or per_negative < 0:
+        raise DatasetError(f"--valid-pool: must be a non-negative integer, got {per_negative!r}")
+    if not can_pool(ds):
+        raise DatasetError(
+            f"--valid-pool: {ds.name} has no shared validation negatives under '{POOL_PROTOCOL}' to pool "
+            "(or has a pool already); drop --valid-pool"
+        )
+    valid = ds.splits["valid"]
+    neg = np.asarray(valid.neg[POOL_PROTOCOL], dtype=np.int64)
+    test = ds.splits.get("test")
+    test_neg = None if test is None else test.neg.get(POOL_PROTOCOL)
+    rank_at = len(neg) if test_neg is None or test_neg.ndim != 2 else len(test_neg)
+    known = Graph.from_edges(np.concatenate([ds.splits["train"].pos, valid.pos]), num_nodes=ds.num_nodes)
+    extra = sample_non_edges(
+        known,
+        min(per_negative * len(neg), cap),
+        np.random.default_rng([seed, 7]),  # the split's streams are [seed, 1] and [seed, 2]
+        exclude=neg,
+        what=f"{ds.name} validation pool ({per_negative} per validation negative)",
+        nodes=ds.active_nodes("valid"),
+    )
+    pooled = replace(valid, neg={**valid.neg, POOL_PROTOCOL: np.concatenate([neg, extra])})
+    info = {"protocol": POOL_PROTOCOL, "negatives": len(neg), "pool": len(extra), "rank_at": rank_at}
+    return replace(ds, splits={**ds.splits, "valid": pooled}, valid_pool=info)
