@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from common.datasets.edgelist import random_split_dataset
+from common.manifest import read_manifest
 from tests.conftest import needs_ray
 
 
@@ -117,6 +118,9 @@ def test_selection_is_blind_to_test_and_a_rerun_reuses_every_run(tmp_path, monke
 
     assert untimed(real["chosen"]["rungs"]) == untimed(fake["chosen"]["rungs"])
     assert real["blend"] == fake["blend"] and real["epochs"] == fake["epochs"] == 3
+    # the blend decided on validation's pool (drawn from the training and validation edges: the same either way)
+    pool = read_manifest(real["chosen"]["shards"])["eval"]["valid/original"]["valid_pool"]
+    assert real["config"]["valid_pool"] == 8 and pool["pool"] == 8 * pool["negatives"]
     out = tmp_path / "real" / "geo" / "auto" / "original"
     for run in (out / "search").glob("*-*"):  # every candidate evaluated validation only
         evals = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"eval"' in x]

@@ -265,6 +265,7 @@ def test_worker_memory_budget_is_checked_before_any_work(citeseer, tmp_path):
         ({"links_per_block": 0}, "--block-size"),
         ({"shard_mb": 0}, "--shard-mb"),
         ({"worker_memory_mb": 0}, "--worker-memory-mb"),
+        ({"valid_pool": -1}, "--valid-pool"),
         ({"split": (90, 10, 0)}, "--split 90,10,0: valid and test must be above 0"),
         ({"split": (80, 10, 20)}, "--split 80,10,20: the percentages sum to 110"),
     ],

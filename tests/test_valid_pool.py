@@ -102,3 +102,48 @@ def test_a_signal_on_a_pool_ranks_at_tests_count():
     np.testing.assert_allclose(plain["mrr"], [1 / 2, 1.0])
     np.testing.assert_allclose(pooled["mrr"], [9 / 16 + 6 / 16 / 2 + 1 / 16 / 3, 1.0])
     np.testing.assert_allclose(plain["auc"], pooled["auc"])
+
+
+def test_a_pooled_set_scores_its_protocol_negatives_for_the_trainer_and_the_pool_for_the_blend(tmp_path):
+    from common.datasets import load_set_dataset
+    from common.manifest import read_manifest
+    from common.metrics import evaluate
+    from common.shards import load_queries
+    from pipelines.auto import blend
+    from pipelines.auto.signal import eval_signal, per_positive
+    from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
+    from preprocess.job import run_job
+    from tests.conftest import bipartite_rows, write_edges
+    from trainer.evaluate import scores_to_metrics
+
+    edges = write_edges(tmp_path / "shop.csv", bipartite_rows())
+    cfg = PreprocessConfig(
+        dataset=str(edges),
+        sampling=SamplingConfig(1, 3),
+        out=str(tmp_path / "shards"),
+        candidates=CandidateConfig(views=1),
+        num_cpus=1,
+        valid_pool=3,
+    )
+    manifest = read_manifest(str(run_job(cfg).path))
+    entry, test = manifest["eval"]["valid/original"], manifest["eval"]["test/original"]
+    q = entry["valid_pool"]["negatives"]
+    assert entry["valid_pool"] == {"protocol": "original", "negatives": q, "pool": 3 * q, "rank_at": q * 2}
+    assert entry["candidates"] == entry["positives"] + 4 * q and "valid_pool" not in test
+    pos_cid, neg_cid = load_queries(f"{manifest['root']}/{entry['queries']}")
+    score = np.random.default_rng(0).normal(size=entry["candidates"])
+    cid = np.arange(entry["candidates"])
+    assert scores_to_metrics(manifest, "valid", "original", cid, score) == evaluate(
+        "original", score[pos_cid], score[neg_cid[:q]]
+    )
+    plain = eval_signal(manifest, "valid", "original", cid, score)
+    pooled = eval_signal(manifest, "valid", "original", cid, score, pool=True)
+    assert len(plain.neg) == q and plain.at is None and len(pooled.neg) == 4 * q and pooled.at == 2 * q
+    expected = expected_rank_values(score[pos_cid], score[neg_cid], 2 * q)
+    np.testing.assert_allclose(
+        per_positive(manifest, "valid", "original", cid, score, pool=True)["mrr"], expected["mrr"]
+    )
+    # the set's dataset, reloaded from its manifest, holds the same pool: the blend's heuristics line up with it
+    reloaded = load_set_dataset(manifest["config"])
+    assert reloaded.valid_pool == entry["valid_pool"]
+    blend.by_cid(reloaded, manifest, "valid", "original", {"cn": (np.zeros(len(pos_cid)), np.zeros(4 * q))})

@@ -45,8 +45,9 @@ def heuristic_scores(shards: str) -> tuple[dict[str, np.ndarray], dict[str, np.n
     """{h: positives' scores (P,)}, {h: negatives' scores (M,)} of CN, AA and RA on the validation set."""
     manifest = read_manifest(shards)
     pre = manifest["config"]
-    # the study's sets were drawn before the pool had its cap: the dataset with the uncapped pool of that draw
-    blind = attach_valid_pool(load_set_dataset({**pre, "valid_pool": 0}), pre["valid_pool"], cap=10**9)
+    # the first sets were drawn before the pool had its cap: the dataset with the pool of the size the set holds
+    held = eval_entry(manifest, "valid", PROTOCOL)["valid_pool"]["pool"]
+    blind = attach_valid_pool(load_set_dataset({**pre, "valid_pool": 0}), pre["valid_pool"], cap=held)
     blind = blind.without_test()
     valid = split_scores(blind, "valid", [PROTOCOL], list(blend.HEURISTICS))[PROTOCOL]
     table_ = blend.by_cid(blind, manifest, "valid", PROTOCOL, valid)

@@ -9,9 +9,11 @@ counts do; the heuristic, on the logit's log scale, adds them. The search's othe
 `partner`: another view of the graph, already trained) sees what the chosen one misses: on validation halves
 of 11 graphs adding it to the grid gained +0.24 MRR and +0.94 AUC on average, +9.7 AUC on the latent-space
 graph, +2.3 MRR on facebook (research report, section 15). The decision is made once, on every final seed's
-validation logits (the partner's one run beside each): each key's per-positive values averaged over the seeds,
-the best kept only if it beats the model alone by more than `margin_se` standard errors
-(pipelines.auto.signal). Then, as the search does, a tie on the metric is broken by the other of MRR / AUC
+validation logits (the partner's one run beside each), against validation's negatives and its selection pool
+(SearchConfig.valid_pool: ranks estimated at test's count of negatives, common/datasets/pool.py, so that a
+heuristic's weight is judged against the rare pairs a model over-scores): each key's per-positive values
+averaged over the seeds, the best kept only if it beats the model alone by more than `margin_se` standard
+errors (pipelines.auto.signal). Then, as the search does, a tie on the metric is broken by the other of MRR / AUC
 (`break_tie`; section 14). `decide` sees validation arrays only; test is read in `apply`, after it (the
 partner's test scores come from evaluating its run then). The model alone is always reported beside it.
 """

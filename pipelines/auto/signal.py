@@ -14,6 +14,10 @@ therefore takes the SE of a paired bootstrap that resamples the positives and th
 (`two_way_se`; spread 0.89 on the same halves); the blend, whose options share one model's scores, keeps the
 closed form.
 
+A validation set with a selection pool (preprocess --valid-pool) is read on the protocol's own negatives, except by
+the blend (`pool=True`): there each positive's values are the expected ones at test's count of negatives, drawn
+from all of them (common.metrics.expected_rank_values).
+
 The signal is the metric the user reads (`pencil run --metric`, MRR by default); which metric was used is
 recorded with every choice.
 """
