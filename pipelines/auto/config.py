@@ -47,7 +47,7 @@ class SearchConfig:
     # The blend decides on validation's protocol negatives and a pool of valid_pool times as many more, its ranks
     # estimated at test's count of negatives (common/datasets/pool.py): MRR is decided by the rare negatives a
     # model scores highest, which ~100 validation negatives mostly lack and a heuristic's ranks would correct. On
-    # validation halves of 14 graphs: +0.25 MRR on average, none worse by 0.5
+    # validation halves of 30 graphs: +0.16 MRR on average, none worse by 0.5
     # (docs/benchmarks/2026-12-02-own-graph-pool.md). The stop and the search stay on the protocol's negatives (the
     # pool there gained nothing). 0: no pool.
     valid_pool: int = 8
