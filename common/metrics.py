@@ -145,12 +145,11 @@ def expected_rank_values(pos_scores, neg_scores, at: int, ks: Sequence[int] = HI
     with np.errstate(divide="ignore", invalid="ignore"):
         rr = np.where(p > 0, (1.0 - q ** (at + 1)) / ((at + 1) * np.where(p > 0, p, 1.0)), 1.0)
     out = {"mrr": rr}
-    pmf, cdf, term = q**at, np.zeros_like(p), 0
+    pmf, cdf = q**at, np.zeros_like(p)
     for k in range(max(ks, default=0)):  # cdf after step k: P(X <= k); pmf(k + 1) from pmf(k)
         cdf = cdf + pmf
-        term = k + 1
-        if term in ks:
-            out[f"hits@{term}"] = np.minimum(cdf, 1.0)
+        if k + 1 in ks:
+            out[f"hits@{k + 1}"] = np.minimum(cdf, 1.0)
         with np.errstate(divide="ignore", invalid="ignore"):
             pmf = np.where(q > 0, pmf * (at - k) / (k + 1) * p / np.where(q > 0, q, 1.0), (at == k + 1) * 1.0)
         pmf = np.where(k + 1 > at, 0.0, pmf)

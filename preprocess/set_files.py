@@ -59,8 +59,9 @@ def eval_info(dataset, sets: list, targets: dict | None) -> dict:
 
 
 def _pool(dataset, cs) -> dict:
-    """Validation's selection pool (--valid-pool): its counts, read by common.metrics' rank_at."""
-    pool = getattr(dataset, "valid_pool", None)
+    """Validation's selection pool (--valid-pool): its counts, read by trainer.evaluate.protocol_negatives (the
+    protocol's negatives) and the blend (pipelines.auto.signal.eval_signal)."""
+    pool = dataset.valid_pool
     return {"valid_pool": pool} if pool and cs.split == "valid" and cs.protocol == pool["protocol"] else {}
 
 

@@ -147,3 +147,13 @@ def test_a_pooled_set_scores_its_protocol_negatives_for_the_trainer_and_the_pool
     reloaded = load_set_dataset(manifest["config"])
     assert reloaded.valid_pool == entry["valid_pool"]
     blend.by_cid(reloaded, manifest, "valid", "original", {"cn": (np.zeros(len(pos_cid)), np.zeros(4 * q))})
+
+
+def test_a_graph_with_few_pairs_left_gets_a_smaller_pool():
+    n = 20
+    ds = random_split_dataset("dense", np.stack(np.triu_indices(n, 1), 1)[:150], n, seed=0)  # 150 of 190 pairs
+    neg = ds.splits["valid"].neg["original"]
+    known = Graph.from_edges(np.concatenate([ds.splits["train"].pos, ds.splits["valid"].pos]), n)
+    left = n * (n - 1) // 2 - known.num_edges - len(neg)  # pairs that are neither edges nor validation negatives
+    pooled = attach_valid_pool(ds, 8)
+    assert 0 < pooled.valid_pool["pool"] == left // 2 < 8 * len(neg)

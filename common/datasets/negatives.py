@@ -38,7 +38,7 @@ def sample_non_edges(
     if count <= 0:
         return np.zeros((0, 2), dtype=np.int64)
     taken = 0 if exclude is None else len(exclude)
-    free = max(0, _free_pairs(graph, nodes) - taken)
+    free = max(0, free_pairs(graph, nodes) - taken)
     if count > free:  # one negative per held-out edge: a graph this dense has too few non-edges for its split
         among = "" if nodes is None else f", among the {len(nodes):,} nodes that exist by then"
         raise DatasetError(
@@ -73,7 +73,7 @@ def sample_non_edges(
     )
 
 
-def _free_pairs(graph: Graph, nodes: np.ndarray | None) -> int:
+def free_pairs(graph: Graph, nodes: np.ndarray | None) -> int:
     """Distinct non-edge pairs of `graph` among `nodes` (None: every node)."""
     if nodes is None:
         return graph.num_nodes * (graph.num_nodes - 1) // 2 - graph.num_edges

@@ -17,7 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from common.datasets.base import DatasetError, LinkDataset
-from common.datasets.negatives import sample_non_edges
+from common.datasets.negatives import free_pairs, sample_non_edges
 from common.graph import Graph
 
 POOL_PROTOCOL = "original"
@@ -36,7 +36,8 @@ def can_pool(ds: LinkDataset) -> bool:
 
 def attach_valid_pool(ds: LinkDataset, per_negative: int, seed: int = 0, cap: int = POOL_MAX) -> LinkDataset:
     """`ds` with its validation's shared negatives followed by per_negative x as many pool negatives, at most
-    `cap` (a new dataset; `ds` is unchanged); its valid_pool records the counts. 0: `ds` itself."""
+    `cap` and half the pairs left (a new dataset; `ds` is unchanged); its valid_pool records the counts. 0, or no
+    pair left: `ds` itself."""
     if not per_negative:
         return ds
     if isinstance(per_negative, bool) or not isinstance(per_negative, int) or per_negative < 0:
@@ -52,13 +53,19 @@ def attach_valid_pool(ds: LinkDataset, per_negative: int, seed: int = 0, cap: in
     test_neg = None if test is None else test.neg.get(POOL_PROTOCOL)
     rank_at = len(neg) if test_neg is None or test_neg.ndim != 2 else len(test_neg)
     known = Graph.from_edges(np.concatenate([ds.splits["train"].pos, valid.pos]), num_nodes=ds.num_nodes)
+    nodes = ds.active_nodes("valid")
+    # a graph nearly complete has few pairs left: the pool takes at most half of them (rejection sampling stays
+    # quick), none when nothing is left, rather than failing the run
+    count = min(per_negative * len(neg), cap, max(0, free_pairs(known, nodes) - len(neg)) // 2)
+    if not count:
+        return ds
     extra = sample_non_edges(
         known,
-        min(per_negative * len(neg), cap),
+        count,
         np.random.default_rng([seed, 7]),  # the split's streams are [seed, 1] and [seed, 2]
         exclude=neg,
         what=f"{ds.name} validation pool ({per_negative} per validation negative)",
-        nodes=ds.active_nodes("valid"),
+        nodes=nodes,
     )
     pooled = replace(valid, neg={**valid.neg, POOL_PROTOCOL: np.concatenate([neg, extra])})
     info = {"protocol": POOL_PROTOCOL, "negatives": len(neg), "pool": len(extra), "rank_at": rank_at}

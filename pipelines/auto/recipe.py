@@ -89,6 +89,8 @@ def with_valid_pool(run: RunConfig, dataset, protocol: str, per_negative: int) -
         return run, dataset
     pooled = attach_valid_pool(dataset, per_negative, seed=0)  # the split's seed: DataSource loads with 0
     info = pooled.valid_pool
+    if info is None:  # no non-edge left to pool
+        return run, dataset
     log.info(
         "blend: validation's %d negatives and a pool of %d more, ranks estimated at test's %d negatives",
         info["negatives"],
