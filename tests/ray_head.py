@@ -58,18 +58,35 @@ def stop_group(proc: subprocess.Popen) -> None:
             continue
 
 
+ATTEMPTS = 3  # free_ports releases its ports before Ray binds them: another process may take one meanwhile
+SETTLE_S = 5  # a Ray subprocess that fails to bind its port takes the head down within a second or two
+
+
 @contextlib.contextmanager
 def local_head(log_path: Path, num_cpus: int = 2):
-    """Start `ray start --head --block`, wait for its job server to answer, yield a RayHead, stop it.
-    Raises RuntimeError with the head's log when it does not come up in START_TIMEOUT_S."""
+    """Start `ray start --head --block`, wait for its job server to answer and the head to stay up, yield a
+    RayHead, stop it. A head that dies while starting (a port taken between free_ports and Ray's bind) is
+    started again on other ports, up to ATTEMPTS times; then RuntimeError with the head's log."""
     ray_bin = Path(sys.executable).with_name("ray")
     ray_cmd = str(ray_bin) if ray_bin.exists() else "ray"
-    gcs, dash, client, agent = free_ports(4)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["RAY_AUTH_MODE"] = "disabled"  # a throwaway localhost cluster; head and clients must agree
     # this checkout's code first: a git worktree's package may be installed (editable) from another clone
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's unix socket paths must fit 107 bytes
+    for attempt in range(1, ATTEMPTS + 1):
+        ray_tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's unix socket paths must fit 107 bytes
+        head, address = _start(ray_cmd, env, log_path, num_cpus, ray_tmp)
+        try:
+            if _comes_up(head, ray_cmd, address, env, log_path, last=attempt == ATTEMPTS):
+                yield RayHead(ray_cmd, address, env)
+                return
+        finally:
+            stop_group(head)
+            shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def _start(ray_cmd: str, env: dict, log_path: Path, num_cpus: int, ray_tmp: str) -> tuple[subprocess.Popen, str]:
+    gcs, dash, client, agent = free_ports(4)
     with open(log_path, "w") as log:
         head = subprocess.Popen(
             [
@@ -92,22 +109,23 @@ def local_head(log_path: Path, num_cpus: int = 2):
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        try:
-            address = f"http://127.0.0.1:{dash}"
-            deadline = time.time() + START_TIMEOUT_S
-            while True:  # wait for the job server to answer
-                probe = subprocess.run(
-                    [ray_cmd, "job", "list", "--address", address], env=env, capture_output=True, text=True
-                )
-                if probe.returncode == 0:
-                    break
-                if time.time() > deadline or head.poll() is not None:
-                    log.flush()
-                    raise RuntimeError(
-                        f"ray head did not come up: {probe.stderr[-1000:]}\nhead log: {log_path.read_text()[-3000:]}"
-                    )
-                time.sleep(2)
-            yield RayHead(ray_cmd, address, env)
-        finally:
-            stop_group(head)
-            shutil.rmtree(ray_tmp, ignore_errors=True)
+    return head, f"http://127.0.0.1:{dash}"
+
+
+def _comes_up(head: subprocess.Popen, ray_cmd: str, address: str, env: dict, log_path: Path, last: bool) -> bool:
+    """Whether the head's job server answers and the head is still up SETTLE_S later; False when the head died
+    (try again), RuntimeError when it did not come up in START_TIMEOUT_S or died on the `last` attempt."""
+    deadline = time.time() + START_TIMEOUT_S
+    while True:  # wait for the job server to answer
+        probe = subprocess.run([ray_cmd, "job", "list", "--address", address], env=env, capture_output=True, text=True)
+        if probe.returncode == 0:
+            time.sleep(SETTLE_S)
+            if head.poll() is None:
+                return True
+        if head.poll() is not None and not last:
+            return False
+        if time.time() > deadline or head.poll() is not None:
+            raise RuntimeError(
+                f"ray head did not come up: {probe.stderr[-1000:]}\nhead log: {log_path.read_text()[-3000:]}"
+            )
+        time.sleep(2)
