@@ -28,12 +28,11 @@ from common.datasets import load_set_dataset
 from common.datasets.pool import POOL_MAX, attach_valid_pool
 from common.heuristics import split_scores
 from common.manifest import read_manifest
-from common.metrics import expected_rank_values, rank_against_shared
 from experiments.own_graph_research.scores import queries, run_matrices
 from experiments.own_graph_research.study import halves, runs, stop_epoch, table
 from pipelines.auto import blend
 from pipelines.auto.config import SearchConfig
-from pipelines.auto.signal import choose
+from pipelines.auto.signal import choose, rank_values
 from trainer.evaluate import eval_entry
 
 PROTOCOL = "original"
@@ -56,12 +55,11 @@ def heuristic_scores(shards: str) -> tuple[dict[str, np.ndarray], dict[str, np.n
 
 
 def raw(pos: np.ndarray, neg: np.ndarray) -> dict[str, np.ndarray]:
-    rank = rank_against_shared(pos, neg)
-    return {"mrr": 1.0 / rank, "auc": 1.0 - (rank - 1.0) / len(neg)}
+    return rank_values(pos, neg)
 
 
 def pooled(pos: np.ndarray, neg: np.ndarray, at: int) -> dict[str, np.ndarray]:
-    return expected_rank_values(pos, neg, at, ks=())
+    return rank_values(pos, neg, at)
 
 
 def grid_scores(pos: np.ndarray, neg: np.ndarray, hpos: dict, hneg: dict) -> dict[str, tuple]:

@@ -70,9 +70,8 @@ VARIANTS = {
     # validation with a selection pool of 8 more random negatives per negative (preprocess --valid-pool 8): the
     # study replays choices on it (experiments/own_graph_research/pool.py)
     "base-pool8": ((1, 20), 1, []),
-    "d2n10-dist-rule-pool8": ((2, 10), RULE, ["--distance-features", "4"]),
 }
-POOLS = {"base-pool8": 8, "d2n10-dist-rule-pool8": 8}  # variant -> its shard set's --valid-pool
+POOLS = {"base-pool8": 8}  # variant -> its shard set's --valid-pool
 
 
 def train_positives(name: str, out: Path) -> int:

@@ -34,7 +34,7 @@ import numpy as np
 from common.eval_scores import read_scores, scores_path
 from common.metrics import HITS_KS, expected_rank_values, rank_against_own, rank_against_shared
 from common.shards import load_queries
-from trainer.evaluate import eval_entry
+from trainer.evaluate import eval_entry, protocol_negatives
 
 BOOTSTRAPS = 200  # draws of two_way_se: its own relative error is about 1 / sqrt(2 * 200), 5 %
 
@@ -87,9 +87,9 @@ def eval_signal(
     if np.isnan(pos).any() or np.isnan(neg).any():
         raise ValueError(f"{manifest['root']}: {split}/{protocol}: some queried candidates were not scored")
     info = entry.get("valid_pool")
-    if not info or neg.ndim != 1:
-        return Signal(pos, neg)
-    return Signal(pos, neg, int(info["rank_at"])) if pool else Signal(pos, neg[: int(info["negatives"])])
+    if pool and info and neg.ndim == 1:
+        return Signal(pos, neg, int(info["rank_at"]))
+    return Signal(pos, table[protocol_negatives(entry, neg_cid)])
 
 
 def per_positive(
