@@ -32,8 +32,9 @@ CPU_VIEW_POSITIVES = get_preset("general").cpu_view_positives
 MATCHED = "matched"  # an epochs multiplier: the default's training tokens per link over the variant's
 RULE = "rule"  # the epochs the search gives an alternative (SearchConfig.candidate_epochs, from both sets' tokens)
 # a multiplier may also be (multiplier, min_steps): the schedule of SearchConfig(min_steps=...) instead of the default
-# name -> (sampling (d, n[, h]), epochs multiplier of the default's schedule (at least 2 epochs), extra trainer
-# flags); h: the fraction of training negatives drawn as 2-hop non-edges (preprocess --hard-neg-fraction), else 0
+# name -> (sampling (d, n[, h[, r]]), epochs multiplier of the default's schedule (at least 2 epochs), extra trainer
+# flags); h: the fraction of training negatives drawn as 2-hop non-edges (preprocess --hard-neg-fraction), else 0;
+# r: training negatives per positive (preprocess --neg-ratio), else 1
 VARIANTS = {
     "base": ((1, 20), 1, []),
     "dist": ((1, 20), 1, ["--distance-features", "3"]),
@@ -70,8 +71,12 @@ VARIANTS = {
     # validation with a selection pool of 8 more random negatives per negative (preprocess --valid-pool 8): the
     # study replays choices on it (experiments/own_graph_research/pool.py)
     "base-pool8": ((1, 20), 1, []),
+    # three uniform training negatives per positive instead of one, on the default's compute (half its epochs): a
+    # balanced view makes "one common neighbour" a near-certain link, and BCE stops ordering the pairs it is sure
+    # of; test's MRR ranks each positive against hundreds of random pairs, the rare ones with a neighbour among them
+    "nr3-pool8": ((1, 20, 0, 3), MATCHED, []),
 }
-POOLS = {"base-pool8": 8}  # variant -> its shard set's --valid-pool
+POOLS = {"base-pool8": 8, "nr3-pool8": 8}  # variant -> its shard set's --valid-pool
 
 
 def train_positives(name: str, out: Path) -> int:
@@ -95,6 +100,7 @@ PREPROCESS = threading.Lock()  # one embedded Ray at a time
 
 def shard_set(name: str, sampling: tuple, out: Path, pool: int = 0) -> str:
     hard = f"-h{sampling[2]:g}" if len(sampling) > 2 and sampling[2] else ""
+    hard += f"-r{sampling[3]}" if len(sampling) > 3 and sampling[3] != 1 else ""
     pooled = f"-p{pool}" if pool else ""
     record = out / name / f"shards-d{sampling[0]}n{sampling[1]}{hard}{pooled}.json"
     with PREPROCESS:
@@ -118,7 +124,8 @@ def build(name: str, sampling: tuple, out: Path, record: Path, pool: int = 0) ->
         f"{percent:g}",
         "--protocol",
         "original",
-        *(["--hard-neg-fraction", f"{sampling[2]:g}"] if len(sampling) > 2 else []),
+        *(["--hard-neg-fraction", f"{sampling[2]:g}"] if len(sampling) > 2 and sampling[2] else []),
+        *(["--neg-ratio", str(sampling[3])] if len(sampling) > 3 else []),
         *(["--valid-pool", str(pool)] if pool else []),
         "--out",
         str(out / "shards"),
@@ -134,15 +141,15 @@ def build(name: str, sampling: tuple, out: Path, record: Path, pool: int = 0) ->
     write_json_atomic(record, {"shards": path, "seconds": round(time.perf_counter() - t0, 1)})
 
 
-def run_epochs(name: str, sampling: tuple, mult, out: Path) -> int:
+def run_epochs(name: str, sampling: tuple, mult, out: Path, pool: int = 0) -> int:
     """A variant's epochs: the default's schedule times `mult`; for MATCHED, times the default's training tokens
     per link over the variant's (at least 2 epochs); for RULE, the search's; (mult, min_steps): the same on that
     schedule."""
     mult, min_steps = mult if isinstance(mult, tuple) else (mult, None)
     epochs = schedule(train_positives(name, out), min_steps)[2]
     if mult in (MATCHED, RULE):
-        base = epoch_tokens(read_manifest(shard_set(name, VARIANTS["base"][0], out)))
-        own = epoch_tokens(read_manifest(shard_set(name, sampling, out)))
+        base = epoch_tokens(read_manifest(shard_set(name, VARIANTS["base"][0], out, pool)))
+        own = epoch_tokens(read_manifest(shard_set(name, sampling, out, pool)))
         if mult == RULE:
             return SearchConfig().candidate_epochs(epochs, own, base)
         mult = base / own  # one view's tokens over the other's: the same links, so tokens per link
@@ -165,7 +172,7 @@ def train(name: str, variant: str, seed: int, out: Path) -> dict | None:
         return json.loads(done.read_text())
     sampling, mult, flags = VARIANTS[variant]
     shards = shard_set(name, sampling, out, POOLS.get(variant, 0))
-    epochs = run_epochs(name, sampling, mult, out)
+    epochs = run_epochs(name, sampling, mult, out, POOLS.get(variant, 0))
     cmd = [
         sys.executable,
         "-m",
