@@ -28,7 +28,7 @@ def build_all(dataset_arg: str, cache: Path, keep_ray: bool) -> float:
     from common.datasets import load_dataset
     from common.presets import get_preset
     from pipelines.auto.config import DEFAULT_PRESET, SearchConfig, candidates
-    from pipelines.auto.recipe import run_epochs, shard_sets
+    from pipelines.auto.recipe import negatives_per_positive, run_epochs, shard_sets
     from pipelines.core.run_config import RunConfig, build_parser
     from pipelines.core.shard_sets import build_shard_set, preprocess_config, preset_views, view_percent
 
@@ -36,14 +36,17 @@ def build_all(dataset_arg: str, cache: Path, keep_ray: bool) -> float:
     dataset = load_dataset(dataset_arg)
     train = len(dataset.splits["train"].pos)
     percent = view_percent(get_preset(DEFAULT_PRESET), train, "cpu", dataset.graph)
-    epochs = run_epochs(run, SearchConfig(), round(train * percent / 100))
+    view = round(train * percent / 100)
+    ratio = negatives_per_positive(run, SearchConfig(), dataset.graph, view)
+    epochs = run_epochs(run, SearchConfig(), view, ratio)
     t0 = time.perf_counter()
     if keep_ray:
-        shard_sets(run, dataset, "original", epochs, percent)
+        shard_sets(run, dataset, "original", epochs, percent, ratio)
     else:
         views = preset_views(run.shards, epochs)
         for sampling in dict.fromkeys(c.sampling for c in candidates()):
-            build_shard_set(preprocess_config(run.source, run.shards, sampling, views, percent, ["original"]), dataset)
+            cfg = preprocess_config(run.source, run.shards, sampling, views, percent, ["original"], None, ratio)
+            build_shard_set(cfg, dataset)
     return time.perf_counter() - t0
 
 

@@ -170,6 +170,42 @@ def test_an_alternative_of_longer_sequences_gets_the_defaults_compute_in_fewer_e
     assert SearchConfig(matched_compute=False).candidate_epochs(12, 0.77e6, 0.14e6) == 12
 
 
+def test_more_negatives_per_positive_train_the_same_links_in_fewer_epochs():
+    from types import SimpleNamespace
+
+    from pipelines.auto.recipe import run_epochs
+
+    cfg = SearchConfig()
+    # 3 negatives per positive: 4 links a positive instead of 2, so half the epochs (rounded up, at least 2)
+    assert [cfg.link_epochs(e, 3) for e in (12, 13, 27, 60, 3)] == [6, 7, 14, 30, 2]
+    assert cfg.link_epochs(13, 1) == 13 and cfg.link_epochs(12, 2) == 8
+    # 1,000 positives and 3,000 negatives in batches of 64; the default's own 1:1 view, 2,000 links
+    assert candidates()[0].steps_per_epoch(1000, 3) == 63 and candidates()[0].steps_per_epoch(1000) == 32
+    run = SimpleNamespace(trainer=SimpleNamespace(epochs=None))
+    # 4,000 positives: 125 steps at 1:1 -> the floor of 12 epochs -> 6 at 1:3; a small graph's 50 steps -> 30 -> 15
+    assert run_epochs(run, cfg, 4000, 3) == 6 and run_epochs(run, cfg, 1600, 3) == 15
+    assert run_epochs(SimpleNamespace(trainer=SimpleNamespace(epochs=5)), cfg, 1600, 3) == 5  # --epochs is kept
+
+
+def test_negatives_per_positive_fall_to_what_the_graph_holds_and_stay_one_for_hard_views():
+    from types import SimpleNamespace
+
+    from pipelines.auto.recipe import negatives_per_positive
+    from tests.conftest import run_config
+
+    cfg, run = SearchConfig(), run_config("--dataset", "citeseer")
+    assert cfg.neg_ratio == 3
+    sparse = SimpleNamespace(num_nodes=1000, num_edges=3000)  # 496,500 non-edges
+    assert negatives_per_positive(run, cfg, sparse, 2500) == 3
+    dense = SimpleNamespace(num_nodes=10, num_edges=30)  # 45 pairs, 15 non-edges
+    assert negatives_per_positive(run, cfg, dense, 7) == 2 and negatives_per_positive(run, cfg, dense, 20) == 1
+    for hard in (
+        run_config("--dataset", "citeseer", "--objective", "recommend"),
+        run_config("--dataset", "citeseer", "--hard-neg-fraction", "0.25"),
+    ):
+        assert negatives_per_positive(hard, cfg, sparse, 2500) == 1
+
+
 # ---------------------------------------------------------------------------- the search with fake trainers
 class FakeRuns:
     """Stands in for the trainer pool and the saved scores: each candidate's validation values per epoch come
@@ -543,6 +579,11 @@ def test_an_alternative_too_slow_for_its_grace_period_is_stopped_and_the_run_goe
         clock=clock,
         view_positives=1000,
     )
+    # the grace period's last step: 2 epochs of ceil(2 x 1,000 / 64) steps, and of ceil(4 x 1,000 / 64) at 1:3
+    assert search.pace({"deep-d2n10": 2}).targets["deep-d2n10"][1] == 64
+    search.neg_ratio = 3
+    assert search.pace({"deep-d2n10": 2}).targets["deep-d2n10"][1] == 126
+    search.neg_ratio = 1
     got = search.run(1000).to_dict()
     assert list(got["skipped"]) == ["deep-d2n10"] and "would end" in got["skipped"]["deep-d2n10"]
     assert got["rungs"]["grace"]["deep-d2n10"] == {"valid": None, "reason": got["skipped"]["deep-d2n10"]}

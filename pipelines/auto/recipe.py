@@ -59,11 +59,23 @@ def search_config(run: RunConfig) -> SearchConfig:
     return cfg
 
 
-def run_epochs(run: RunConfig, cfg: SearchConfig, view_positives: int) -> int:
-    """--epochs, else enough epochs for the config's optimiser steps (the default's: Candidate.steps_per_epoch)."""
+def run_epochs(run: RunConfig, cfg: SearchConfig, view_positives: int, neg_ratio: int = 1) -> int:
+    """--epochs, else enough epochs for the config's optimiser steps at one negative per positive (the default's:
+    Candidate.steps_per_epoch), on the same training links at `neg_ratio` (SearchConfig.link_epochs)."""
     if run.trainer.epochs:
         return max(2, math.ceil(run.trainer.epochs))
-    return cfg.epochs(candidates()[0].steps_per_epoch(view_positives))
+    return cfg.link_epochs(cfg.epochs(candidates()[0].steps_per_epoch(view_positives)), neg_ratio)
+
+
+def negatives_per_positive(run: RunConfig, cfg: SearchConfig, graph, view_positives: int) -> int:
+    """SearchConfig.neg_ratio, or as many as the training graph has distinct non-edges for (at least 1); 1 where
+    the views draw 2-hop negatives (the recommend objective, --hard-neg-fraction): the ratio was measured on
+    uniform ones."""
+    from preprocess.candidates import distinct_non_edges
+
+    if training_negatives(run):
+        return 1
+    return max(1, min(cfg.neg_ratio, distinct_non_edges(graph) // max(1, view_positives)))
 
 
 def candidate_tokens(run: RunConfig, manifests: dict, device: str) -> dict | None:
@@ -100,15 +112,15 @@ def with_valid_pool(run: RunConfig, dataset, protocol: str, per_negative: int) -
     return replace(run, source=replace(run.source, valid_pool=per_negative)), pooled
 
 
-def shard_sets(run: RunConfig, dataset, protocol: str, epochs: int, percent: float) -> dict:
-    """One shard set per candidate sampling, with views for the run's epochs."""
+def shard_sets(run: RunConfig, dataset, protocol: str, epochs: int, percent: float, neg_ratio: int = 1) -> dict:
+    """One shard set per candidate sampling, with views for the run's epochs, `neg_ratio` negatives per positive."""
     views = preset_views(run.shards, run.trainer.epochs or epochs)
     out = {}
     try:
         for sampling in dict.fromkeys(c.sampling for c in candidates()):
             protocols = set_protocols(dataset, protocol)
             cfg = preprocess_config(
-                run.source, run.shards, sampling, views, percent, protocols, training_negatives(run)
+                run.source, run.shards, sampling, views, percent, protocols, training_negatives(run), neg_ratio
             )
             out[sampling] = build_shard_set(cfg, job_dataset(cfg, dataset), keep_ray=True)
     finally:
@@ -197,9 +209,10 @@ def search_and_train(
     train = len(blind.splits["train"].pos)
     percent = view_percent(get_preset(DEFAULT_PRESET), train, device, blind.graph)
     view_positives = round(train * percent / 100)
-    epochs = run_epochs(run, cfg, view_positives)
-    record["epochs"] = epochs
-    shards = shard_sets(run, dataset, protocol, epochs, percent)
+    neg_ratio = negatives_per_positive(run, cfg, blind.graph, view_positives)
+    epochs = run_epochs(run, cfg, view_positives, neg_ratio)
+    record.update(epochs=epochs, neg_ratio=neg_ratio)
+    shards = shard_sets(run, dataset, protocol, epochs, percent, neg_ratio)
     manifests = {s: read_manifest(loc) for s, loc in shards.items()}
     slots = trainer_slots(run.trainer.device, run.trainer.parallel)
     # the search's share of the budget: half, a third with node features (the final seeds train twice then)
@@ -216,6 +229,7 @@ def search_and_train(
         stop_at=t0 + (deadline - t0) / (3 if run.ships_features else 2),
         metric=run.metric,
         view_positives=view_positives,
+        neg_ratio=neg_ratio,
         tokens=candidate_tokens(run, manifests, device),
     )
     record["candidate_epochs"] = search.run_epochs

@@ -127,6 +127,7 @@ class Search:
         metric: str = "mrr",
         view_positives: int = 0,
         tokens: dict | None = None,
+        neg_ratio: int = 1,
     ):
         """`epochs`: the default's schedule; `tokens`: {cid: tokens of an epoch} of each candidate's shard set, from
         which an alternative's schedule follows (SearchConfig.candidate_epochs; None: every candidate trains
@@ -141,7 +142,8 @@ class Search:
         self.protocol = protocol
         self.manifests, self.root, self.opts, self.slots = manifests, root, opts, slots
         self.stop_at, self.clock, self.cut_short, self.failed = stop_at, clock, [], {}
-        self.view_positives, self.skipped = view_positives, {}  # the pace check's input, and whom it stopped
+        # the pace check's input (a view's positives, its negatives per positive), and whom it stopped
+        self.view_positives, self.neg_ratio, self.skipped = view_positives, neg_ratio, {}
         self.dirs = {c.cid: root / f"{c.cid}-{self._key(c)}" for c in cands}
 
     def _key(self, c: Candidate) -> str:
@@ -187,7 +189,7 @@ class Search:
             return None
         default = next(iter(self.cands))
         targets = {
-            cid: (self.dirs[cid], stop * self.cands[cid].steps_per_epoch(self.view_positives))
+            cid: (self.dirs[cid], stop * self.cands[cid].steps_per_epoch(self.view_positives, self.neg_ratio))
             for cid, stop in stops.items()
             if cid != default
         }

@@ -23,15 +23,17 @@ def preprocess_config(
     percent: float,
     protocols: list[str],
     hard_neg_fraction: float | None = None,
+    neg_ratio: int = 1,
 ):
-    """One set's job. The training negatives: `hard_neg_fraction` when given, else the options' (None: 0)."""
+    """One set's job. The training negatives: `neg_ratio` per positive, of which `hard_neg_fraction` when given,
+    else the options' (None: 0), are 2-hop non-edges."""
     from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
 
     fraction = (opts.hard_neg_fraction or 0.0) if hard_neg_fraction is None else hard_neg_fraction
     return PreprocessConfig(
         sampling=SamplingConfig(*sampling),
         candidates=CandidateConfig(
-            views=views, percent=percent, protocols=tuple(protocols), hard_neg_fraction=fraction
+            views=views, percent=percent, neg_ratio=neg_ratio, protocols=tuple(protocols), hard_neg_fraction=fraction
         ),
         out=opts.root,
         features=opts.features,
