@@ -62,8 +62,8 @@ class SearchConfig:
     # the epochs shrink by 2 / (1 + neg_ratio). A balanced view makes "one common neighbour" a near-certain link,
     # where test ranks each positive against hundreds of random pairs. On validation of 30 graphs, each decided the
     # default's way, 3 gained +0.50 MRR and +0.30 AUC on average, 9 graphs up and 5 down by more than 0.5 MRR
-    # (docs/benchmarks/2026-12-02-own-graph-negatives.md). A graph too
-    # dense for as many distinct non-edges per positive gets fewer; the recommend objective keeps 1.
+    # (docs/benchmarks/2026-12-02-own-graph-negatives.md). A graph too dense for as many distinct non-edges per
+    # positive gets fewer; views with 2-hop negatives (the recommend objective) keep 1.
     neg_ratio: int = 3
     budget_minutes: float = 30.0  # an upper bound on the whole run: the search gets half, the seeds the rest
 
