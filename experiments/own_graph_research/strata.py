@@ -121,9 +121,9 @@ def _strata(graph: Graph, known: Graph, nodes, neg: np.ndarray, counts, free: in
 
 
 def pool_weights(info: dict) -> np.ndarray:
-    """Each shared negative's weight in a pooled set laid out [protocol far | protocol near | pool far | pool
-    near] (common/datasets/pool.py): its stratum's share of every non-edge over the stratum's count; equal
-    weights when nothing is near (a set built before the strata, a graph over the wedge cap)."""
+    """Each shared negative's weight in a stratified pool laid out [protocol far | protocol near | pool far |
+    pool near] (attach_stratified_pool): its stratum's share of every non-edge over the stratum's count; equal
+    weights when nothing is near (a graph over the wedge cap)."""
     own, pool = int(info["negatives"]), int(info["pool"])
     own_near, near = int(info.get("near_negatives", 0)), int(info.get("near", 0))
     near_all, far_all = own_near + near, own + pool - own_near - near
