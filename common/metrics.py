@@ -127,6 +127,13 @@ def ogb_hits(pos_scores, neg_scores, k: int) -> float:
     return float(np.mean(pos > kth))
 
 
+def expected_reciprocal_rank(p: np.ndarray, at: int) -> np.ndarray:
+    """E[1 / (1 + X)] for X ~ Binomial(at, p), per entry of p (each negative drawn above with chance p)."""
+    q = 1.0 - p
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(p > 0, (1.0 - q ** (at + 1)) / ((at + 1) * np.where(p > 0, p, 1.0)), 1.0)
+
+
 def expected_rank_values(pos_scores, neg_scores, at: int, ks: Sequence[int] = HITS_KS) -> dict[str, np.ndarray]:
     """Per positive, its expected reciprocal rank and Hits@K against `at` negatives drawn from the M shared ones
     (neg (M,)), and its AUC share: a selection pool's estimate of the ranks a test set of `at` negatives gives
@@ -142,9 +149,7 @@ def expected_rank_values(pos_scores, neg_scores, at: int, ks: Sequence[int] = HI
         raise MetricsError(f"at: the number of negatives to rank against must be a positive integer, got {at!r}")
     p = (rank_against_shared(pos, neg) - 1.0) / len(neg)
     q = 1.0 - p
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rr = np.where(p > 0, (1.0 - q ** (at + 1)) / ((at + 1) * np.where(p > 0, p, 1.0)), 1.0)
-    out = {"mrr": rr}
+    out = {"mrr": expected_reciprocal_rank(p, at)}
     pmf, cdf = q**at, np.zeros_like(p)
     for k in range(max(ks, default=0)):  # cdf after step k: P(X <= k); pmf(k + 1) from pmf(k)
         cdf = cdf + pmf

@@ -34,6 +34,18 @@ def can_pool(ds: LinkDataset) -> bool:
     return neg is not None and neg.ndim == 2 and ds.valid_pool is None
 
 
+def pool_frame(ds: LinkDataset):
+    """(validation split, its shared negatives, test's count of them, the training and validation edges as a
+    graph, the nodes negatives are drawn among) of a dataset that can_pool."""
+    valid = ds.splits["valid"]
+    neg = np.asarray(valid.neg[POOL_PROTOCOL], dtype=np.int64)
+    test = ds.splits.get("test")
+    test_neg = None if test is None else test.neg.get(POOL_PROTOCOL)
+    rank_at = len(neg) if test_neg is None or test_neg.ndim != 2 else len(test_neg)
+    known = Graph.from_edges(np.concatenate([ds.splits["train"].pos, valid.pos]), num_nodes=ds.num_nodes)
+    return valid, neg, rank_at, known, ds.active_nodes("valid")
+
+
 def attach_valid_pool(ds: LinkDataset, per_negative: int, seed: int = 0, cap: int = POOL_MAX) -> LinkDataset:
     """`ds` with its validation's shared negatives followed by per_negative x as many pool negatives, at most
     `cap` and half the pairs left (a new dataset; `ds` is unchanged); its valid_pool records the counts. 0, or no
@@ -47,13 +59,7 @@ def attach_valid_pool(ds: LinkDataset, per_negative: int, seed: int = 0, cap: in
             f"--valid-pool: {ds.name} has no shared validation negatives under '{POOL_PROTOCOL}' to pool "
             "(or has a pool already); drop --valid-pool"
         )
-    valid = ds.splits["valid"]
-    neg = np.asarray(valid.neg[POOL_PROTOCOL], dtype=np.int64)
-    test = ds.splits.get("test")
-    test_neg = None if test is None else test.neg.get(POOL_PROTOCOL)
-    rank_at = len(neg) if test_neg is None or test_neg.ndim != 2 else len(test_neg)
-    known = Graph.from_edges(np.concatenate([ds.splits["train"].pos, valid.pos]), num_nodes=ds.num_nodes)
-    nodes = ds.active_nodes("valid")
+    valid, neg, rank_at, known, nodes = pool_frame(ds)
     # a graph nearly complete has few pairs left: the pool takes at most half of them (rejection sampling stays
     # quick), none when nothing is left, rather than failing the run
     count = min(per_negative * len(neg), cap, max(0, free_pairs(known, nodes) - len(neg)) // 2)

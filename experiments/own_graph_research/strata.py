@@ -28,10 +28,10 @@ from common.cli import Parser, run_cli, summary
 from common.datasets import load_dataset
 from common.datasets.base import LinkDataset
 from common.datasets.negatives import free_pairs, sample_non_edges
-from common.datasets.pool import POOL_MAX, POOL_PROTOCOL, can_pool
+from common.datasets.pool import POOL_MAX, POOL_PROTOCOL, can_pool, pool_frame
 from common.graph import Graph
 from common.heuristics import adjacency, common_neighbors, ranking_scores
-from common.metrics import MetricsError, rank_against_shared
+from common.metrics import MetricsError, expected_reciprocal_rank, rank_against_shared
 
 NEAR_FRACTION = 0.5
 WEDGE_MAX = 16_000_000  # A @ A of 9.2M wedges (arxiv-astroph): 1.6 s; above it one uniform stratum
@@ -68,13 +68,7 @@ def attach_stratified_pool(
         return ds
     if not can_pool(ds):
         raise SystemExit(f"{ds.name}: no shared validation negatives under '{POOL_PROTOCOL}' to pool")
-    valid = ds.splits["valid"]
-    neg = np.asarray(valid.neg[POOL_PROTOCOL], dtype=np.int64)
-    test = ds.splits.get("test")
-    test_neg = None if test is None else test.neg.get(POOL_PROTOCOL)
-    rank_at = len(neg) if test_neg is None or test_neg.ndim != 2 else len(test_neg)
-    known = Graph.from_edges(np.concatenate([ds.splits["train"].pos, valid.pos]), num_nodes=ds.num_nodes)
-    nodes = ds.active_nodes("valid")
+    valid, neg, rank_at, known, nodes = pool_frame(ds)
     free = free_pairs(known, nodes)
     # a graph nearly complete has few pairs left: the pool takes at most half of them (rejection sampling stays
     # quick), none when nothing is left, rather than failing the run
@@ -175,10 +169,7 @@ def scores(h: str, graph: Graph, pairs: np.ndarray) -> np.ndarray:
 def expected_mrr(pos: np.ndarray, neg: np.ndarray, at: int, weight=None) -> float:
     """common.metrics.expected_rank_values' MRR, each negative counted by `weight` (None: equally)."""
     p = (rank_against_shared(pos, neg) - 1.0) / len(neg) if weight is None else weighted_share_above(pos, neg, weight)
-    q = 1.0 - p
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rr = np.where(p > 0, (1.0 - q ** (at + 1)) / ((at + 1) * np.where(p > 0, p, 1.0)), 1.0)
-    return float(rr.mean())
+    return float(expected_reciprocal_rank(p, at).mean())
 
 
 def reference(ds, graph: Graph, known: Graph, at: int, rng) -> tuple[dict, float]:
