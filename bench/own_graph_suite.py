@@ -154,6 +154,8 @@ def run_method(name: str, method: str, out: Path, seeds: str) -> dict:
                 str(auto["wall_s"]),
                 "--out",
                 str(target),
+                "--scores",  # its logits, for the paired comparison with the default on the same test negatives
+                str(gdir / "seal-scores"),
             ],
             gdir / "seal.log",
         )
