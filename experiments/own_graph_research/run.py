@@ -75,6 +75,11 @@ VARIANTS = {
     # balanced view makes "one common neighbour" a near-certain link, and BCE stops ordering the pairs it is sure
     # of; test's MRR ranks each positive against hundreds of random pairs, the rare ones with a neighbour among them
     "nr3-pool8": ((1, 20, 0, 3), MATCHED, []),
+    # the product's own training: the default with 3 negatives a positive on its compute, and `deep` so on the
+    # default's whole schedule (the search cuts it to the default's compute on dense graphs): is a dense graph's
+    # gap to SEAL, which sees the same two hops of 10, the shorter schedule?
+    "nr3": ((1, 20, 0, 3), MATCHED, []),
+    "d2n10-dist-nr3": ((2, 10, 0, 3), 1 / 2, ["--distance-features", "4"]),
 }
 POOLS = {"base-pool8": 8, "nr3-pool8": 8}  # variant -> its shard set's --valid-pool
 
