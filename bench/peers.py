@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.own_graph_suite import GRAPHS, graph_args
-from bench.top_negatives import partner_scores, run_scores
+from bench.top_negatives import partner_scores, prior_scores, run_scores
 from common.cli import Parser, run_cli, summary
 from common.eval_scores import read_scores
 from common.flags import add_dataset_flags
@@ -56,11 +56,8 @@ def paired_difference(runs: list[Signal], other: Signal, draws: int = DRAWS, see
 
 def blend_inputs(dataset, c, protocol_dir: Path, blend: dict):
     """(prior, partner) as top_negatives.run_scores takes them, for the blend search.json recorded."""
-    prior = None
-    if blend.get("heuristic", "none") != "none" and blend.get("weight"):
-        pairs = np.stack([c.src, c.dst], 1)
-        prior = (ranking_scores(blend["heuristic"], dataset.graph_for("test"), pairs), float(blend["weight"]))
-    p = blend.get("partner_weight") or 0.0
+    h, w, p = blend.get("heuristic", "none"), blend.get("weight"), blend.get("partner_weight") or 0.0
+    prior = prior_scores(dataset, c, "test", f"{h}:{w}" if h != "none" and w else None)
     return prior, (partner_scores(protocol_dir, "test", str(p)) if p else None)
 
 
@@ -99,10 +96,11 @@ def graph_rows(out: Path, name: str) -> list[str]:
 
 def cells(runs: list[Signal], peer: dict[str, tuple[str, Signal]]) -> str:
     """Per metric: the default's mean, the peer's (named), their paired difference ± SE and its reading."""
+    diffs = {label: paired_difference(runs, other) for label, other in peer.values()}  # one bootstrap a peer
     out = []
     for m in METRICS:
         label, other = peer[m]
-        d, se = (100 * v for v in paired_difference(runs, other)[m])
+        d, se = (100 * v for v in diffs[label][m])
         verdict = "ahead" if d > 2 * se else "behind" if d < -2 * se else "within 2 SE"
         own = 100 * np.mean([r.values()[m].mean() for r in runs])
         out.append(f"{own:.2f} | {label}{100 * other.values()[m].mean():.2f} | {d:+.2f} ± {se:.2f} ({verdict})")
