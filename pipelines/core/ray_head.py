@@ -8,7 +8,10 @@ PR_SET_PDEATHSIG (pipelines/core/children.py). When the command dies, however it
 guard SIGTERM, and the guard SIGKILLs every other process of its session: every process of that cluster, and
 nothing else; then it removes the head's temp folder. So it does when the head exits by itself. A normal
 stop does the same (`stop_head`). Every port is a free one, so the head never collides with another cluster
-on the machine, and its temp folder is short: Ray's socket paths must fit in 107 bytes.
+on the machine, and its temp folder is short: Ray's socket paths must fit in 107 bytes. The head counts as
+started once it listens on every port it was given and a throwaway driver has connected: a port taken by
+another process between free_ports and Ray's bind used to leave a head that failed the command's own driver.
+Such a try is stopped and the head started again on new ports.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ from pipelines.core.children import start_child
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 180
+# A port picked free can be taken by another process before the head binds it; the head then exits while starting
+START_ATTEMPTS = 3
 
 
 class HeadError(RuntimeError):
@@ -97,8 +102,36 @@ def local_head(num_cpus: int | None = None, num_gpus: int | None = None):
     """Start the head under its guard; yield its GCS address "127.0.0.1:PORT", the guard process and the port of
     its Prometheus metrics; stop them at the end. Meanwhile this process's environment holds the head's auth
     token, so that ray.init(address=...) connects."""
-    gcs, client, agent, agent_grpc, metrics = free_ports(5)
+    token = secrets.token_hex(32)
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            head, tmp, address, metrics = start_head(num_cpus, num_gpus, token)
+            break
+        except HeadError:
+            if attempt == START_ATTEMPTS:
+                raise
+    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
+    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
+    try:
+        yield address, head, metrics
+    finally:
+        stop_head(head)
+        shutil.rmtree(tmp, ignore_errors=True)
+        Path(f"{tmp}.log").unlink(missing_ok=True)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def start_head(num_cpus: int | None, num_gpus: int | None, token: str):
+    """One try: the guard and its head on fresh ports, returned once the head has started, listens on every port
+    it was given and took a throwaway driver; otherwise (a port taken meanwhile) stopped, HeadError raised."""
+    ports = free_ports(6)
+    gcs, client, agent, agent_grpc, metrics, runtime_env = ports
     tmp = tempfile.mkdtemp(prefix="rs", dir="/tmp")
+    log_path = Path(f"{tmp}.log")  # beside the folder, which the guard removes when the head exits
     cmd = ray_command() + [
         "start",
         "--head",
@@ -109,6 +142,7 @@ def local_head(num_cpus: int | None = None, num_gpus: int | None = None):
         f"--dashboard-agent-listen-port={agent}",
         f"--dashboard-agent-grpc-port={agent_grpc}",
         f"--metrics-export-port={metrics}",
+        f"--runtime-env-agent-port={runtime_env}",
         "--include-dashboard=false",
         f"--temp-dir={tmp}",
         "--disable-usage-stats",
@@ -117,8 +151,6 @@ def local_head(num_cpus: int | None = None, num_gpus: int | None = None):
         cmd.append(f"--num-cpus={num_cpus}")
     if num_gpus is not None:
         cmd.append(f"--num-gpus={num_gpus}")
-    log_path = Path(tmp) / "head.log"
-    token = secrets.token_hex(32)
     with open(log_path, "w") as log:
         head = start_child(
             [sys.executable, "-m", "pipelines.core.ray_head", tmp, *cmd],
@@ -127,25 +159,72 @@ def local_head(num_cpus: int | None = None, num_gpus: int | None = None):
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    saved = {k: os.environ.get(k) for k in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN")}
-    os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=token)
-    try:
-        address = f"127.0.0.1:{gcs}"
-        deadline = time.time() + START_TIMEOUT_S
-        while "Ray runtime started" not in log_path.read_text(errors="replace"):
-            if head.poll() is not None or time.time() > deadline:
-                tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-5:])
-                raise HeadError(f"the local Ray head did not start: {tail}")
-            time.sleep(0.5)
-        yield address, head, metrics
-    finally:
+    deadline = time.time() + START_TIMEOUT_S
+    waiting = list(ports)
+    problem = None
+    while not problem and (waiting or "Ray runtime started" not in log_path.read_text(errors="replace")):
+        table = listeners()  # before the sockets: a listener of the head's then has its inode among them
+        mine = session_sockets(head.pid) if table is not None else set()  # the guard leads the head's session
+        waiting = [p for p in waiting if table is not None and not table.get(p, set()) & mine]
+        taken = [p for p in waiting if table and table.get(p)]  # by another process: the head will never bind it
+        if head.poll() is not None or time.time() > deadline or taken:
+            tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-5:])
+            problem = f"port {taken[0]} was taken by another process" if taken else f"it did not start: {tail}"
+        time.sleep(0.5)
+    address = f"127.0.0.1:{gcs}"
+    problem = problem or probe_driver(address, token, max(deadline - time.time(), 10.0))
+    if problem:
         stop_head(head)
         shutil.rmtree(tmp, ignore_errors=True)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        log_path.unlink(missing_ok=True)
+        raise HeadError(f"the local Ray head failed: {problem}")
+    return head, tmp, address, metrics
+
+
+def probe_driver(address: str, token: str, timeout_s: float) -> str | None:
+    """Connect a throwaway driver, in a child: a driver that fails to register with the raylet exits its process
+    (Ray's C++ core, no exception), so the command's own driver must not be the first. None, or why it failed."""
+    code = f"import ray; ray.init(address={address!r}, log_to_driver=False); ray.shutdown()"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=head_env(token), capture_output=True, text=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired:
+        return f"no connection in {timeout_s:.0f} s"
+    if done.returncode == 0:
+        return None
+    tail = " | ".join(done.stderr.strip().splitlines()[-3:]) or f"exit code {done.returncode}"
+    return f"it took no driver: {tail}"
+
+
+def listeners() -> dict[int, set[str]] | None:
+    """Each TCP port in the LISTEN state, on any address, with its sockets' inodes (Linux /proc; elsewhere None:
+    not known). Ray binds some ports to the host's address, so a connect to localhost would not tell."""
+    table: dict[int, set[str]] = {}
+    known = False
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(path).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        known = True
+        for fields in map(str.split, rows):
+            if len(fields) > 9 and fields[3] == "0A":  # TCP_LISTEN
+                table.setdefault(int(fields[1].rsplit(":", 1)[1], 16), set()).add(fields[9])
+    return table if known else None
+
+
+def session_sockets(sid: int) -> set[str]:
+    """The socket inodes open in processes of session `sid`."""
+    inodes = set()
+    for pid in session_members(sid):
+        with contextlib.suppress(OSError):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    link = os.readlink(fd)
+                    if link.startswith("socket:["):
+                        inodes.add(link[8:-1])
+    return inodes
 
 
 def guard(tmp: str, cmd: list[str]) -> int:
