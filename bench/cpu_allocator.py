@@ -1,0 +1,102 @@
+"""How much of a CPU trainer's peak memory is the C allocator's, not the model's: the real trainer run under
+glibc malloc settings, one after another on the same shard set, with its wall time, its resident memory's peak
+in each epoch, and whether every evaluation equals the plain run's (an allocator must not change a digit).
+
+    python -m bench.cpu_allocator --shards OUT/<dataset>/<key> [--epochs 3] [--settings plain,mmap-1m] [-- FLAGS]
+
+glibc serves a large block from its heap once a freed block of that size has raised its mmap threshold (up to
+32 MB), and keeps freed heap memory for reuse; the trainer's tensors change shape with every bucketed batch, so
+the heap can grow across epochs. A fixed threshold maps every block above it afresh, and returns it when freed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # `python bench/cpu_allocator.py` as well as `python -m bench.cpu_allocator`
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.cpu_epoch import read_metrics, trainer_cmd
+from bench.workload import print_table
+
+MiB = 1 << 20
+SETTINGS = {
+    "plain": {},
+    "mmap-8m": {"MALLOC_MMAP_THRESHOLD_": str(8 * MiB), "MALLOC_TRIM_THRESHOLD_": str(8 * MiB)},
+    "mmap-1m": {"MALLOC_MMAP_THRESHOLD_": str(MiB), "MALLOC_TRIM_THRESHOLD_": str(MiB)},
+    "hugetlb": {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"},
+    "hugetlb+mmap-1m": {"GLIBC_TUNABLES": f"glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold={MiB}"},
+}
+
+
+def rss_mb(pid: int) -> int | None:
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return None
+    return next((int(line.split()[1]) // 1024 for line in lines if line.startswith("VmRSS")), None)
+
+
+def run(setting: str, shards: str, out: Path, epochs: int, extra: list[str]) -> dict:
+    """The trainer under `setting`: wall seconds, the main process's resident peak (MB) in each epoch (sampled
+    every 0.25 s, up to that epoch's evaluation), and each evaluation's validation metrics."""
+    env = {**os.environ, **SETTINGS[setting]}
+    t0 = time.time()
+    cmd = [sys.executable, *trainer_cmd(shards, out, epochs, extra)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    samples = []
+    while proc.poll() is None:
+        rss = rss_mb(proc.pid)
+        if rss is not None:
+            samples.append((time.time(), rss))
+        time.sleep(0.25)
+    wall = time.time() - t0
+    if proc.returncode:
+        tail = (proc.stderr.read().strip().splitlines() or ["(no output)"])[-1]
+        raise SystemExit(f"bench.cpu_allocator: the trainer failed under {setting}: {tail}")
+    evals = [r for r in read_metrics(out / "metrics.jsonl") if r["event"] == "eval"]
+    bounds = [t0] + [r["time"] for r in evals]
+    peaks = [max((m for t, m in samples if a < t <= b), default=0) for a, b in zip(bounds, bounds[1:])]
+    return {"wall": wall, "peaks": peaks, "evals": [{k: v for k, v in r.items() if "/" in k} for r in evals]}
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.cpu_allocator", description=__doc__.split("\n\n")[0])
+    p.add_argument("--shards", required=True, help="a shard set folder (preprocess's output)")
+    p.add_argument("--epochs", type=int, default=3, help="epochs each run trains")
+    p.add_argument("--settings", default="plain,mmap-8m,mmap-1m", help=f"comma-separated of {','.join(SETTINGS)}")
+    p.add_argument("extra", nargs="*", help="more trainer flags, after --")
+    args = p.parse_args(argv)
+    names = args.settings.split(",")
+    unknown = [n for n in names if n not in SETTINGS]
+    if unknown:
+        raise SystemExit(f"bench.cpu_allocator: --settings: unknown {unknown}; choose from {','.join(SETTINGS)}")
+    if names[0] != "plain":
+        names.insert(0, "plain")  # the reference every ratio and digit is read against
+    with tempfile.TemporaryDirectory() as tmp:
+        results = {n: run(n, args.shards, Path(tmp) / n, args.epochs, args.extra) for n in names}
+    base = results["plain"]
+    rows = [
+        [
+            name,
+            f"{r['wall']:.1f}",
+            f"{r['wall'] / base['wall']:.2f}",
+            " / ".join(str(m) for m in r["peaks"]),
+            f"{max(r['peaks']) / max(base['peaks']):.2f}",
+            "yes" if r["evals"] == base["evals"] else "NO",
+        ]
+        for name, r in results.items()
+    ]
+    header = ["setting", "wall s", "wall / plain", "peak MB per epoch", "peak / plain", "same evaluations"]
+    title = f"the trainer under glibc malloc settings, {args.epochs} epoch(s) each, one after another: {args.shards}"
+    print_table(title, header, rows)
+
+
+if __name__ == "__main__":
+    main()
