@@ -164,9 +164,12 @@ def start_head(num_cpus: int | None, num_gpus: int | None, token: str):
     problem = None
     while not problem and (waiting or "Ray runtime started" not in log_path.read_text(errors="replace")):
         table = listeners()  # before the sockets: a listener of the head's then has its inode among them
-        mine = session_sockets(head.pid) if table is not None else set()  # the guard leads the head's session
-        waiting = [p for p in waiting if table is not None and not table.get(p, set()) & mine]
-        taken = [p for p in waiting if table and table.get(p)]  # by another process: the head will never bind it
+        mine = session_sockets(head.pid) if table is not None else None  # the guard leads the head's session
+        if mine is None:  # whose sockets they are is not known: any listener will do
+            waiting = [p for p in waiting if table is not None and p not in table]
+        else:
+            waiting = [p for p in waiting if not table.get(p, set()) & mine]
+        taken = [p for p in waiting if mine is not None and table.get(p)]  # the head will never bind it
         if head.poll() is not None or time.time() > deadline or taken:
             tail = " | ".join(log_path.read_text(errors="replace").strip().splitlines()[-5:])
             problem = f"port {taken[0]} was taken by another process" if taken else f"it did not start: {tail}"
@@ -214,17 +217,18 @@ def listeners() -> dict[int, set[str]] | None:
     return table if known else None
 
 
-def session_sockets(sid: int) -> set[str]:
-    """The socket inodes open in processes of session `sid`."""
-    inodes = set()
+def session_sockets(sid: int) -> set[str] | None:
+    """The socket inodes open in processes of session `sid`; None where no member's open files can be read."""
+    inodes, readable = set(), False
     for pid in session_members(sid):
         with contextlib.suppress(OSError):
             for fd in Path(f"/proc/{pid}/fd").iterdir():
+                readable = True
                 with contextlib.suppress(OSError):
                     link = os.readlink(fd)
                     if link.startswith("socket:["):
                         inodes.add(link[8:-1])
-    return inodes
+    return inodes if readable else None
 
 
 def guard(tmp: str, cmd: list[str]) -> int:
