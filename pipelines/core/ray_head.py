@@ -32,7 +32,7 @@ from pipelines.core.children import start_child
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 180
-# A port picked free can be taken by another process before the head binds it; the head then exits while starting
+# A port picked free can be taken by another process before the head binds it; that try then never comes up whole
 START_ATTEMPTS = 3
 
 
@@ -115,9 +115,7 @@ def local_head(num_cpus: int | None = None, num_gpus: int | None = None):
     try:
         yield address, head, metrics
     finally:
-        stop_head(head)
-        shutil.rmtree(tmp, ignore_errors=True)
-        Path(f"{tmp}.log").unlink(missing_ok=True)
+        remove_head(head, tmp)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -177,11 +175,16 @@ def start_head(num_cpus: int | None, num_gpus: int | None, token: str):
     address = f"127.0.0.1:{gcs}"
     problem = problem or probe_driver(address, token, max(deadline - time.time(), 10.0))
     if problem:
-        stop_head(head)
-        shutil.rmtree(tmp, ignore_errors=True)
-        log_path.unlink(missing_ok=True)
+        remove_head(head, tmp)
         raise HeadError(f"the local Ray head failed: {problem}")
     return head, tmp, address, metrics
+
+
+def remove_head(head: subprocess.Popen, tmp: str) -> None:
+    """Stop the head and remove its folder and the log beside it."""
+    stop_head(head)
+    shutil.rmtree(tmp, ignore_errors=True)
+    Path(f"{tmp}.log").unlink(missing_ok=True)
 
 
 def probe_driver(address: str, token: str, timeout_s: float) -> str | None:
