@@ -1,7 +1,7 @@
 """What a CPU micro-batch's token target costs and saves: the real trainer on each shard set at each
 `--micro-tokens` target, one run after another, with its links per micro-batch, wall time, resident peak per
 epoch and last validation scores, every ratio against the same set without a target (0: the effective batch
-whole, as the CPU default was before CPU_MICRO_TOKENS).
+whole, the CPU default).
 
     python -m bench.micro_batch --shards SET[,SET...] [--targets 0,2048,4096] [--epochs 2] [-- TRAINER FLAGS]
 

@@ -123,24 +123,17 @@ def _resolved(argv=(), device="cpu", tokens_per_link=30.0, world=1, preset="cite
 
 
 def test_default_micro_batches_are_sized_to_the_device():
-    """Hand values, citeseer (N_max 842) at 30 tokens per link. The rank's share of the effective batch split into
-    the fewest equal micro-batches of about the device's tokens: 2,048 on CPU (at most 256 links), 65,536 on CUDA.
-    Budget: twice an average micro-batch's tokens, at most links x (N_max + 2); evaluation 4 x that."""
-    # CPU, effective batch 2048: cap 2048 // 30 = 68 links, ceil(2048 / 68) = 31 micro-steps of ceil(2048 / 31) = 67
-    assert _resolved() == (67, 2 * 67 * 30, 4 * 2 * 67 * 30, 2048)
-    assert _resolved(tokens_per_link=4.0)[:2] == (256, 2 * 256 * 4)  # cap 512, 4 micro-steps of 512: at most 256
-    # the general preset (effective batch 64): one hop of 20 (24 tokens a link) stays whole; two hops of 10 on a
-    # dense graph (107 tokens a link): cap 19, 4 micro-steps of 16 links
-    assert _resolved(preset="general", tokens_per_link=24.0, n_max=42)[0] == 64
-    assert _resolved(preset="general", tokens_per_link=107.0, n_max=222)[0] == 16
-    assert _resolved(["--micro-tokens", "0"])[:2] == (256, 2 * 256 * 30)  # no target: the effective batch, <= 256
+    """Hand values, citeseer (N_max 842) at 30 tokens per link. CPU: the effective batch over ranks, <= 256 links.
+    CUDA: about 65,536 tokens, the rank's share split into the fewest equal micro-batches. Budget: twice an
+    average micro-batch's tokens, at most links x (N_max + 2); evaluation 4 x that."""
+    assert _resolved() == (256, 2 * 256 * 30, 4 * 2 * 256 * 30, 0)  # effective batch 2048, 8 micro-steps
     assert _resolved(device="cuda") == (2048, 2 * 2048 * 30, 4 * 2 * 2048 * 30, 65536)  # 65536 // 30 = 2184 >= 2048
     # collab-like: 100 tokens per link, effective 8192 over 2 ranks = 4096: cap 655, 7 micro-steps of 586 links;
     # twice their average tokens (117,200) is more than 586 links of up to 154 tokens can hold
     assert _resolved(["--effective-batch", "8192"], "cuda", 100.0, world=2, n_max=152)[:2] == (586, 586 * 154)
     # LRP-3 feeds every link 3 times: 90 tokens per link, cap 728, 3 micro-steps of 683 links
     assert _resolved(["--lrp", "3"], "cuda")[:2] == (683, 2 * 683 * 90)
-    assert _resolved(["--micro-tokens", "0"], "cuda")[:2] == (256, 2 * 256 * 30)  # no target on CUDA either
+    assert _resolved(["--micro-tokens", "0"], "cuda")[:2] == (256, 2 * 256 * 30)  # off: the CPU rule
     # on CPU too when asked: cap 1000 // 30 = 33 links, ceil(2048 / 33) = 63 micro-batches of ceil(2048 / 63) = 33
     assert _resolved(["--micro-tokens", "1000"])[:2] == (33, 2 * 33 * 30)
     assert _resolved(["--micro-batch", "100"], "cuda")[:2] == (100, 2 * 100 * 30)  # an explicit --micro-batch wins

@@ -13,11 +13,8 @@ from common.presets import LR_SCHEDULES
 
 # --w0-init spellings -> trainer.model.W0_INITS (kept literal: config must not import the model / torch)
 W0_INIT_FLAGS = {"orthogonal": "orthogonal", "gaussian": "gaussian", "low-rank": "low_rank"}
-# Default micro-batch size (trainer.resolve.resolve): about this many tokens on CUDA; on CPU about this many
-# tokens, at most CPU_MICRO_LINKS links. A CPU batch of long links split near 2,048 tokens trains in 0.8x the time
-# at about half the peak memory (python -m bench.micro_batch); shorter batches stay whole, where a split costs time.
+# Default micro-batch size: on CUDA about this many tokens (trainer.resolve.resolve); on CPU at most this many links.
 GPU_MICRO_TOKENS = 65_536
-CPU_MICRO_TOKENS = 2_048
 CPU_MICRO_LINKS = 256
 # trainer.attention.BACKENDS, kept literal (config must not import torch); a test checks they agree.
 ATTENTION_BACKENDS = ("auto", "sdpa", "bucketed", "varlen", "flash_varlen", "flash_attn", "reference")
@@ -46,7 +43,8 @@ class DataConfig:
     max_samples: int | None = field(
         default=None,
         metadata=flag(  # None = resolved
-            "max links per micro-batch (default: sized by --micro-tokens, on CPU <= 256)",
+            "max links per micro-batch (default: sized by --micro-tokens "
+            "on a GPU, else effective batch / world, <= 256)",
             name="micro-batch",
             group=CONTROL,
             advanced=True,
@@ -58,13 +56,12 @@ class DataConfig:
             "max tokens (sum of N_b + 2) per micro-batch", group=CONTROL, advanced=True
         ),
     )
-    # tokens a default-sized micro-batch aims at; None = the device's (GPU_MICRO_TOKENS on CUDA, CPU_MICRO_TOKENS
-    # on CPU), 0 = no target (the effective batch over ranks, at most CPU_MICRO_LINKS links). --micro-batch wins.
+    # tokens a default-sized micro-batch aims at; None = the device's (GPU_MICRO_TOKENS on CUDA, 0 on CPU), 0 = no
+    # target (at most CPU_MICRO_LINKS links per micro-batch). An explicit --micro-batch wins.
     micro_tokens: int | None = field(
         default=None,
         metadata=flag(
-            f"tokens a default micro-batch aims at (default {GPU_MICRO_TOKENS} on CUDA, "
-            f"{CPU_MICRO_TOKENS} on CPU, 0 = off)",
+            f"tokens a default micro-batch aims at (default {GPU_MICRO_TOKENS} on CUDA, 0 = off on CPU)",
             metavar="TOKENS",
             group=CONTROL,
             advanced=True,

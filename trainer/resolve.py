@@ -15,7 +15,7 @@ from pathlib import Path
 
 from trainer import checkpoint, run_folder
 from trainer.config import RESUME_OVERRIDABLE, TrainConfig
-from trainer.config_sections import CPU_MICRO_LINKS, CPU_MICRO_TOKENS, GPU_MICRO_TOKENS, ConfigError, check
+from trainer.config_sections import CPU_MICRO_LINKS, GPU_MICRO_TOKENS, ConfigError, check
 
 log = logging.getLogger("trainer")
 
@@ -34,14 +34,12 @@ def resolve(
 ) -> TrainConfig:
     """Fill the values that depend on the shard set (N_max, mean tokens per link), the world size and the device.
 
-    Default micro-batch (no --micro-batch): about --micro-tokens tokens, with the rank's share of the effective
-    batch split into equal micro-batches. On a GPU GPU_MICRO_TOKENS: fewer, larger micro-steps keep it busy where
-    small ones leave it waiting on the host (a PENCIL layer is a few hundred operator calls per micro-step
-    whatever its size: python -m bench.overhead). On CPU CPU_MICRO_TOKENS, at most CPU_MICRO_LINKS links: a
-    batch of long links (two hops on a dense graph) split there keeps its step time at a fraction of the peak
-    memory, and a batch of short links stays whole (python -m bench.micro_batch). --micro-tokens 0: no target,
-    the rank's share of the effective batch, at most CPU_MICRO_LINKS links. Accumulation makes up the rest
-    either way; the gradient is the same mean.
+    Default micro-batch (no --micro-batch): on a GPU, sized to the device: about --micro-tokens tokens
+    (default GPU_MICRO_TOKENS), with the effective batch split into equal micro-batches; fewer, larger
+    micro-steps keep the GPU busy where small ones leave it waiting on the host (a PENCIL layer is a few
+    hundred operator calls per micro-step whatever its size: python -m bench.overhead). On CPU: the
+    effective batch split over ranks, at most CPU_MICRO_LINKS links. Accumulation makes up the rest either
+    way; the gradient is the same mean.
     Default token budget: twice the tokens of a micro-batch of average links (capped at max_samples x
     (N_max + 2), which every micro-batch fits), so the sample cap decides in practice and the effective
     batch is exact, while the loader's memory plan (trainer/loader_budget.py) is sized by a bound a batch
@@ -52,14 +50,12 @@ def resolve(
     data = config.data
     k = config.model.lrp or 1  # LRP-k: every link is fed k times, so it costs k x (N_b + 2) tokens
     per_rank = max(1, config.optim.effective_batch // world_size)
-    cuda = device_type == "cuda"
-    target = data.micro_tokens if data.micro_tokens is not None else (GPU_MICRO_TOKENS if cuda else CPU_MICRO_TOKENS)
+    target = data.micro_tokens if data.micro_tokens is not None else (GPU_MICRO_TOKENS if device_type == "cuda" else 0)
     sized = bool(target and tokens_per_link and not data.max_samples)
     if data.max_samples:
         max_samples = data.max_samples
     elif sized:
         max_samples = micro_batch_links(per_rank, k * tokens_per_link, target)
-        max_samples = max_samples if cuda else min(CPU_MICRO_LINKS, max_samples)
     else:
         max_samples = min(CPU_MICRO_LINKS, per_rank)
     one = k * (n_max + 2)

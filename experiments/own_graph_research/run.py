@@ -80,9 +80,10 @@ VARIANTS = {
     # gap to SEAL, which sees the same two hops of 10, the shorter schedule?
     "nr3": ((1, 20, 0, 3), MATCHED, []),
     "d2n10-dist-nr3": ((2, 10, 0, 3), 1 / 2, ["--distance-features", "4"]),
-    # the product's `deep` on an eighth of the default's schedule (about its epochs in the search), with the CPU
-    # micro-batch token target (the default since CPU_MICRO_TOKENS) and without it (the effective batch of 64
-    # whole, the default before): the same mean gradient in other dropout draws; does either train better?
+    # the product's `deep` on an eighth of the default's schedule (about its epochs in the search), with a CPU
+    # micro-batch token target of 2,048 (4 accumulated micro-batches of 16 links on bio-300) and without one (the
+    # effective batch of 64 whole, the CPU default): the same mean gradient in other dropout draws. Not adopted
+    # (docs/benchmarks/2026-12-04-cpu-micro-batch.md): -1.25 valid MRR on average over 8 (graph, seed) pairs.
     "d2n10-dist-nr3-e8": ((2, 10, 0, 3), 1 / 8, ["--distance-features", "4"]),
     "d2n10-dist-nr3-e8-mt0": ((2, 10, 0, 3), 1 / 8, ["--distance-features", "4", "--micro-tokens", "0"]),
 }
