@@ -146,7 +146,7 @@ def make_weights_payload(model: torch.nn.Module, state: dict, config: dict) -> d
 
 def make_payload(
     model: torch.nn.Module,
-    optimizer: torch.optim.Optimizer | None,
+    optimizer,  # trainer.optim.adamw: CpuAdamW or torch.optim.AdamW; None for weights only
     state: dict,
     config: dict,
     rng_per_rank: list[dict] | None,

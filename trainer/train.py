@@ -36,7 +36,7 @@ from common.datasets import given_by_path
 from common.eval_scores import epoch_scores_path, scores_path, write_scores
 from common.metrics import improves
 from common.presets import get_preset
-from trainer import checkpoint, data, distributed, loaders, run_folder
+from trainer import checkpoint, data, distributed, loaders, optim, run_folder
 from trainer.config import TrainConfig, build_parser, config_from_args
 from trainer.config_sections import ConfigError
 from trainer.eval_only import evaluate_weights
@@ -83,13 +83,7 @@ class Trainer:
         self.state = LoopState(**ckpt["state"]) if ckpt else LoopState()
         self.model, self.core = build_model(self.config, self.preset, self.manifest, info, ckpt)
         trainable = [p for p in self.core.parameters() if p.requires_grad]  # W0 is frozen
-        # fused: one kernel for all parameters instead of a handful per tensor (CUDA only)
-        self.optimizer = torch.optim.AdamW(
-            trainable,
-            lr=self.config.optim.lr,
-            weight_decay=self.config.optim.weight_decay,
-            fused=info.device.type == "cuda",
-        )
+        self.optimizer = optim.adamw(trainable, self.config.optim.lr, self.config.optim.weight_decay, info.device)
         if ckpt:
             self.optimizer.load_state_dict(ckpt["optimizer"])
             self._restore_rng(ckpt)
