@@ -109,14 +109,18 @@ def cells(runs: list[Signal], peer: dict[str, tuple[str, Signal]]) -> str:
 
 def times(gdir: Path) -> str:
     """The default's wall seconds, SEAL's process to the end of its 10th epoch (its whole process wall, less the
-    training after that epoch: start, imports and preparation included, as in the default's), and their ratio."""
+    training after that epoch: start, imports and preparation included, as in the default's), and their ratio;
+    then the fixed preset's (`general`, the same seeds, no search) where the suite ran it, and its ratio: a floor
+    under any search."""
     wall = json.loads((gdir / "auto.json").read_text())["wall_s"]
+    fixed = json.loads((gdir / "general.json").read_text())["wall_s"] if (gdir / "general.json").exists() else None
     seal = json.loads((gdir / "seal-result.json").read_text())
     history = seal["history"]
     if len(history) < 10:
-        return f"{wall:.0f} s | {len(history)} epochs only | –"
+        return f"{wall:.0f} s | {len(history)} epochs only | – | – | –"
     ten = json.loads((gdir / "seal.json").read_text())["wall_s"] - (seal["seconds"] - history[9]["seconds"])
-    return f"{wall:.0f} s | {ten:.0f} s | {wall / ten:.1f}x"
+    floor = f"{fixed:.0f} s | {fixed / ten:.1f}x" if fixed else "– | –"
+    return f"{wall:.0f} s | {ten:.0f} s | {wall / ten:.1f}x | {floor}"
 
 
 def build_parser(prog: str = "python -m bench.peers") -> Parser:
@@ -143,7 +147,10 @@ def _main(argv) -> int:
     )
     print("|" + "---|" * 11)
     print("\n".join(rows))
-    print("\n| graph | default wall | SEAL to its 10th epoch | ratio |\n|---|---|---|---|")
+    print(
+        "\n| graph | default wall | SEAL to its 10th epoch | ratio | fixed preset, no search | ratio |"
+        "\n|---|---|---|---|---|---|"
+    )
     print("\n".join(f"| {g} | {times(out / g)} |" for g in names if (out / g / "seal-result.json").exists()))
     return 0
 
