@@ -4,6 +4,7 @@ import json
 import re
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -453,3 +454,27 @@ def test_pipeline_trains_with_torchrun_on_every_visible_gpu(tmp_path, shard_cach
         (tmp_path / "results" / "citeseer" / "tiny" / "original" / "seed0" / "summary.json").read_text()
     )
     assert summary["world_size"] == gpus and summary["steps"] == 20 and summary["device"].startswith("cuda"), summary
+
+
+def test_an_evaluation_seed_starts_after_the_seeds_that_train(tmp_path, monkeypatch):
+    """--preset auto's seed 0 only evaluates the search's run (--eval-weights): the pool gets it last, so the two
+    trainings take the two slots at once; the summaries still come back in seed order."""
+    from pipelines.core import seeds
+
+    order = []
+
+    def fake_pool(jobs, slots, stop_at=None, failed=None):
+        for key, run in jobs.items():
+            order.append(key)
+            Path(run.run_dir).mkdir(parents=True, exist_ok=True)
+            (Path(run.run_dir) / "summary.json").write_text('{"steps": 1}')
+        return {}, []
+
+    monkeypatch.setattr(seeds, "run_trainers", fake_pool)
+    monkeypatch.setattr(seeds, "stale_seeds", lambda opts, runs, shards: set())
+    opts = _run_args(tmp_path, "--device", "cpu").trainer
+    runs = {s: seeds.seed_run(opts, "tiny", "/data/set", "original", s, tmp_path / f"seed{s}") for s in (0, 1, 2)}
+    runs[0] = replace(runs[0], eval_weights=str(tmp_path / "search" / "best.pt"))
+    summaries = seeds.train_seeds(opts, runs)
+    assert order == ["seed 1", "seed 2", "seed 0"]
+    assert list(summaries) == [0, 1, 2]

@@ -85,7 +85,9 @@ def train_seeds(
     for seed, run in todo.items():
         finished.forget(Path(run.run_dir))
         log.info("training seed %d (log: %s)", seed, run.log)
-    jobs = {f"seed {seed}": run for seed, run in todo.items()}
+    # evaluations (seed 0 of --preset auto: a few seconds) after the trainings: one that held a slot at the start
+    # delayed a training, so the phase's end, by as long
+    jobs = {f"seed {seed}": run for seed, run in sorted(todo.items(), key=lambda kv: kv[1].eval_weights is not None)}
     failed: dict[str, str] = {}  # filled only with `partial`: without it a failure raises in the pool
     slots = min(len(jobs) or 1, trainer_slots(opts.device, opts.parallel))
     _, stopped = run_trainers(jobs, slots, stop_at, failed=failed if partial else None)
