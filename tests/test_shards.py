@@ -39,6 +39,23 @@ def test_block_round_trip_is_exact(big):
     assert b.tokens == 5 + 2 * 2  # context tokens + two task tokens per link
 
 
+@pytest.mark.parametrize("dtype", ["int64", "int32", "uint16", "float32"])
+def test_numpy_view_equals_pyarrows_to_numpy_on_slices(dtype):
+    """numpy_view (no pandas import) against pyarrow's own to_numpy, on arrays and list offsets that start past
+    their buffers' first element, as slices and a combined batch's columns do."""
+    import pyarrow as pa
+
+    values = pa.array(np.arange(20).astype(dtype))
+    lists = pa.ListArray.from_arrays(pa.array([0, 2, 5, 9, 14, 20], pa.int32()), values)
+    for arr in (values, values.slice(3, 9), lists.slice(2, 3).offsets, lists.slice(1).values):
+        got = shards.numpy_view(arr)
+        assert got.dtype == arr.to_numpy().dtype and np.array_equal(got, arr.to_numpy())
+        assert not got.flags.writeable  # a view of Arrow's buffer, as to_numpy's
+    for bad in (pa.array([1, None, 3]), pa.array([True, False])):  # nulls; bit-packed booleans
+        with pytest.raises(ValueError, match="never null"):
+            shards.numpy_view(bad)
+
+
 def test_block_take_and_concat():
     a, b = _block(), _block(offset=2)
     both = Block.concat([a, b])
