@@ -18,7 +18,7 @@ EPS = 1e-8
 
 def adamw(params: list[torch.nn.Parameter], lr: float, weight_decay: float, device: torch.device):
     """The optimiser of a run on `device`."""
-    if device.type == "cuda":  # one fused kernel for all parameters; the import cost is nothing there
+    if device.type == "cuda":  # one fused kernel for all parameters; a second of imports is nothing beside a GPU run
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, betas=BETAS, eps=EPS, fused=True)
     return CpuAdamW(params, lr=lr, weight_decay=weight_decay)
 
