@@ -1,6 +1,6 @@
 """trainer.optim.CpuAdamW against its reference, torch.optim.AdamW on a CPU: the same weights bit for bit, the
-same state_dict both ways (a last.pt of either resumes with the other), and a CPU trainer that never imports
-torch._dynamo (what the class is for)."""
+same state_dict both ways (a last.pt of either resumes with the other), and a CPU trainer that imports neither
+torch._dynamo (what the class is for) nor pandas (common.shards.numpy_view's reason)."""
 
 from __future__ import annotations
 
