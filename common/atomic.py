@@ -39,11 +39,6 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb"):
         raise
 
 
-def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
-    with atomic_file(path, "wb") as f:
-        f.write(data)
-
-
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     with atomic_file(path, "w") as f:
         f.write(text)

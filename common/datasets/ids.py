@@ -36,11 +36,6 @@ FLOAT_EXACT = 2**53
 
 
 # ---------------------------------------------------------------------------------- ids -> 0..N-1
-def _numeric(col: pa.ChunkedArray, name: str, path: Path) -> np.ndarray | None:
-    """An id column as int64 or uint64 numbers, or None when its ids are names (strings)."""
-    return numeric_ids(col, name, path)[0]
-
-
 def numeric_ids(col: pa.ChunkedArray, name: str, path: Path) -> tuple[np.ndarray | None, str | None]:
     """An id column as int64 or uint64 numbers, or (None, why) when it must be read as text: the first id that
     an integer would not keep as the user wrote it (a name, a leading zero, a number beyond 64 bits)."""

@@ -60,16 +60,6 @@ class DataSource:
         """The same fields as preprocess.config.PreprocessConfig names them, so the shards hold this graph."""
         return asdict(self)
 
-    def input_files(self) -> dict:
-        """The files this source reads, by flag (an output must not be one of them: common.outputs)."""
-        return {
-            "--dataset": self.dataset,
-            "--nodes": self.nodes,
-            "--node-features": self.node_features,
-            "--eval-pairs": self.eval_pairs,
-            "--train-negatives": self.train_negatives,
-        }
-
     @classmethod
     def from_args(cls, args) -> "DataSource":
         """From common.flags.add_dataset_flags' flags and, where the command has them, add_graph_input_flags';

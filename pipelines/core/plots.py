@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
+
+from trainer.metrics_log import read_metrics
 
 log = logging.getLogger(__name__)
 
 
-def read_metrics(run_dir: Path) -> list[dict]:
+def run_metrics(run_dir: Path) -> list[dict]:
+    """A run folder's metrics.jsonl records; none for a run that has not logged yet."""
     path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_metrics(path) if path.exists() else []
 
 
 def save_figure(fig, path: Path) -> Path:
@@ -35,7 +35,7 @@ def plot_runs(run_dirs: list[Path], out_dir: Path, metric: str = "mrr") -> list[
     matplotlib.use("Agg")  # files only; no display on servers
     import matplotlib.pyplot as plt
 
-    runs = {Path(d).name: read_metrics(d) for d in run_dirs}
+    runs = {Path(d).name: run_metrics(d) for d in run_dirs}
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []

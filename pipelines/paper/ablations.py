@@ -37,7 +37,7 @@ from common.flags import (
 from common.presets import Preset, get_preset
 from pipelines.core.config import DataSource, ShardOptions, TrainerOptions, parse_seeds
 from pipelines.core.paper_numbers import PAPER_ABLATIONS, PAPER_CLAIMS
-from pipelines.core.plots import read_metrics, save_figure
+from pipelines.core.plots import run_metrics, save_figure
 from pipelines.core.results import aggregate, fmt, publish_results, table_json
 from pipelines.core.seeds import SeedFlagsError, check_trainer_flags, result_record, seed_run, train_seeds
 from pipelines.core.shard_sets import preset_shard_set
@@ -235,7 +235,7 @@ def plot(results: list[dict], rows: list[dict], run_root: Path, path: Path, metr
         curves = [
             [
                 (e["epoch"], 100 * e[metric])
-                for e in read_metrics(d)
+                for e in run_metrics(d)
                 if e.get("event") == "eval" and e.get("split") == "valid" and metric in e
             ]
             for d in sorted((run_root / slug).glob("seed*"))
