@@ -82,7 +82,7 @@ def before_sampling(path: str, out: str) -> dict:
     def stop(*a, **k):
         raise Stop
 
-    datasets.load_dataset, job._execute = timed_load, stop
+    datasets.load_dataset, job.execute_plan = timed_load, stop
     config = PreprocessConfig(
         dataset=path,
         sampling=SamplingConfig(1, 40),

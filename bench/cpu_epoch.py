@@ -63,7 +63,7 @@ def parts() -> list[tuple[str, tuple]]:
         ("    forward", key(model.Pencil.forward)),
         ("      embedding", key(model.Pencil.embed)),
         ("      attention plan (bucketing)", key(attention.build_buckets)),
-        ("      attention kernel (bucketed SDPA)", key(attention._bucketed_kernel)),
+        ("      attention kernel (bucketed SDPA)", key(attention.bucketed_kernel)),
         ("    backward", ("~", 0, "<method 'run_backward' of 'torch._C._EngineBase' objects>")),
         ("    optimiser (AdamW.step)", key(AdamW.step)),
         ("  evaluation (run_eval)", key(train.Trainer.run_eval)),

@@ -201,7 +201,7 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True, keep_ra
         files[name] = file_record(data)
     remove_strays(storage, {p.name for p in plans} | set(files))
     try:
-        records, summary = _execute(config, graphs, sets, plans, out, keep_ray)
+        records, summary = execute_plan(config, graphs, sets, plans, out, keep_ray)
     except BaseException:
         # Ray killed in-flight tasks before their writers could remove their temporary files.
         storage.cleanup_tmp()
@@ -248,7 +248,7 @@ def check_worker_memory(config: PreprocessConfig, graphs: dict) -> None:
         )
 
 
-def _execute(
+def execute_plan(
     config: PreprocessConfig, graphs: dict, sets, plans, out: str, keep_ray: bool = False
 ) -> tuple[list[dict], dict]:
     """Run one Ray task per shard with bounded in-flight work; returns shard records and totals."""

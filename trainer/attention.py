@@ -235,7 +235,7 @@ def _reference_kernel(q, k, v, ctx: AttentionContext, dropout_p: float, scale: f
     return torch.cat(out, dim=1).transpose(0, 1)  # (T, H, D)
 
 
-def _bucketed_kernel(q, k, v, ctx: AttentionContext, dropout_p: float, scale: float, training: bool):
+def bucketed_kernel(q, k, v, ctx: AttentionContext, dropout_p: float, scale: float, training: bool):
     buckets, inverse = ctx.buckets()
     T, H, D = q.shape
     pad = q.new_zeros(1, H, D)
@@ -287,7 +287,7 @@ def _flash_kernel(q, k, v, ctx: AttentionContext, dropout_p: float, scale: float
 
 KERNELS = {
     "reference": _reference_kernel,
-    "bucketed": _bucketed_kernel,
+    "bucketed": bucketed_kernel,
     "varlen": _varlen_kernel,
     "flash_varlen": _flash_varlen_kernel,
     "flash_attn": _flash_kernel,
@@ -304,7 +304,7 @@ def bert_layer(layer: BertLayer, h: torch.Tensor, ctx: AttentionContext) -> torc
     q, k, v = (lin(h).view(T, H, D) for lin in (sa.query, sa.key, sa.value))  # (T, H, D) each
     kernel = KERNELS[ctx.backend]
     if ctx.backend in FLASH and q.dtype == torch.float32:
-        kernel = _bucketed_kernel  # fp32 (eval outside autocast): flash would round q, k, v to bf16
+        kernel = bucketed_kernel  # fp32 (eval outside autocast): flash would round q, k, v to bf16
     a = kernel(q, k, v, ctx, sa.dropout.p, D**-0.5, layer.training)  # (T, H, D)
     a = layer.attention.output(a.reshape(T, H * D), h)  # dense, dropout, LayerNorm(x + h)
     return layer.feed_forward_chunk(a)  # intermediate (GELU) then output (dense, dropout, LayerNorm)

@@ -24,7 +24,7 @@ MAIN_RULES = [
         ["train_epoch", r"Loader\._batches|_next_data|Loader\.__iter__|train_loader"],
         [],
     ),
-    ("training: forward, attention core (bucketed)", ["train_step", "_bucketed_kernel"], ["backward"]),
+    ("training: forward, attention core (bucketed)", ["train_step", "bucketed_kernel"], ["backward"]),
     ("training: forward, rest", ["train_step", "Pencil.forward"], ["backward"]),
     ("training: backward", ["train_step", "backward"], []),
     ("training: optimiser", ["train_step", r"Optimizer|adamw|_use_grad|zero_grad"], []),
