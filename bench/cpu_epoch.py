@@ -6,7 +6,7 @@ the optimiser, attention bucketing, evaluation, checkpoints.
 
 Runs the real trainer (`python -m trainer --preset general --device cpu`) twice on the same shard set: once
 plain, for the wall time, and once under cProfile, for the split. cProfile sees the main thread only: the
-loader's worker processes show as the main thread waiting in trainer.train._next, torch's intra-op threads
+loader's worker processes show as the main thread waiting in trainer.train.next_batch, torch's intra-op threads
 inside the operator that runs them. Profiling slows Python-heavy parts more than operator-heavy ones, so
 each share is of the profiled run's total, and the plain run's wall time is printed beside it.
 """
@@ -58,7 +58,7 @@ def parts() -> list[tuple[str, tuple]]:
     return [
         ("process start: imports", key(bootstrap._find_and_load)),
         ("epochs (train_epoch)", key(train.Trainer.train_epoch)),
-        ("  waiting for the loader", key(train._next)),
+        ("  waiting for the loader", key(train.next_batch)),
         ("  optimiser steps (train_step)", key(train.Trainer.train_step)),
         ("    forward", key(model.Pencil.forward)),
         ("      embedding", key(model.Pencil.embed)),

@@ -185,7 +185,7 @@ class Trainer:
             raise_if_interrupted()  # a Ctrl-C lost while the loader forked its workers still stops the run
             for group in self.optimizer.param_groups:  # by progress, so a resumed run follows the same curve
                 group["lr"] = cfg.optim.lr_at((st.epoch + fraction * st.batch / plan.batches) / cfg.epochs)
-            micro = [_next(it, st, plan) for _ in range(min(self.accum, plan.batches - st.batch))]
+            micro = [next_batch(it, st, plan) for _ in range(min(self.accum, plan.batches - st.batch))]
             loss, samples, tokens = self.train_step(micro)
             st.batch += len(micro)
             st.step += 1
@@ -379,7 +379,7 @@ class Trainer:
         }
 
 
-def _next(it, st: LoopState, plan) -> object:
+def next_batch(it, st: LoopState, plan) -> object:
     try:
         return next(it)
     except StopIteration:
