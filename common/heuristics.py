@@ -9,7 +9,9 @@ processed in batches so millions of candidates never build more than one batch o
 - spd: unweighted shortest-path distance (np.inf when disconnected).
 - pr: PageRank product p_u * p_v.
 - wcn / waa / wra (WEIGHTED, an edge list's weight column): sum over common neighbours z of
-  (w(u, z) + w(v, z)) times 1, 1 / log(1 + s(z)) or 1 / s(z), s(z) the sum of z's edge weights.
+  (w(u, z) + w(v, z)) times 1, 1 / log(1 + s(z)) or 1 / s(z), s(z) the sum of z's edge weights; weights whose
+  sums would overflow are divided by a power of two first, which keeps every ranking (scaled_weights).
+- edgebank / rpa (TEMPORAL, a temporal split): common/heuristics_temporal.py.
 
 `score_pairs(name, graph, pairs)` accepts any (..., 2) array and returns scores of shape (...).
 Conventions for degenerate inputs: for u == v, N(u) ∩ N(u) = N(u), so CN(u, u) = deg(u) and
@@ -28,6 +30,7 @@ import scipy.sparse as sp
 from scipy.sparse import csgraph
 
 from common.graph import Graph
+from common.heuristics_temporal import edgebank, recent_pa
 from common.metrics import evaluate, unique_pairs
 
 log = logging.getLogger(__name__)
@@ -131,9 +134,33 @@ def resource_allocation(graph: Graph, pairs, batch: int = DEFAULT_BATCH) -> np.n
 
 
 # ---------------------------------------------------------------------------- weighted local overlap
+def scaled_weights(weight: np.ndarray) -> tuple[np.ndarray, int]:
+    """(weight / 2^e, e): e = 0 (the weights as they are) unless twice their total overflows float64, then 2^e is
+    the power of two just above the largest weight, so every sum of weights stays finite (weights near 1e308
+    overflowed each score to inf, one value for all). A power of two only moves exponent bits: sums and ratios
+    are the exact ones scaled, so WCN and WRA rank exactly as unscaled."""
+    weight = np.asarray(weight, dtype=np.float64)
+    if weight.size and not np.isfinite(weight).all():
+        raise HeuristicError("weights: not all finite; divide the weight column by a constant")
+    if np.isfinite(2 * weight.sum()):
+        return weight, 0
+    exp = int(np.frexp(weight.max())[1])
+    return np.ldexp(weight, -exp), exp
+
+
 def strength(graph: Graph, weight: np.ndarray) -> np.ndarray:
     """s(z): the sum of the weights of z's edges (`weight` aligned with graph.indices)."""
     return np.bincount(np.repeat(np.arange(graph.num_nodes), graph.degree), weights=weight, minlength=graph.num_nodes)
+
+
+def _log1p_scaled(s: np.ndarray, exp: int) -> np.ndarray:
+    """log(1 + s * 2^exp) without overflow: log1p where s * 2^exp is finite (the unscaled value, bit for bit),
+    else exp * log 2 + log(s + 2^-exp)."""
+    full = np.ldexp(s, exp)
+    out = np.log1p(full, where=np.isfinite(full), out=np.zeros_like(s))
+    big = ~np.isfinite(full)
+    out[big] = exp * np.log(2.0) + np.log(s[big] + np.ldexp(1.0, -exp))
+    return out
 
 
 def _weighted_pair_overlap(graph: Graph, pairs, weight: np.ndarray, node_weight: np.ndarray, batch: int) -> np.ndarray:
@@ -154,20 +181,25 @@ def _weighted_pair_overlap(graph: Graph, pairs, weight: np.ndarray, node_weight:
 
 
 def weighted_common_neighbors(graph: Graph, pairs, weight: np.ndarray, batch: int = DEFAULT_BATCH) -> np.ndarray:
-    """WCN(u, v) = sum over common neighbours z of w(u, z) + w(v, z) (Murata and Moriyasu 2007)."""
+    """WCN(u, v) = sum over common neighbours z of w(u, z) + w(v, z) (Murata and Moriyasu 2007); divided by
+    scaled_weights' power of two where the weights would overflow (the same ranking)."""
+    weight, _ = scaled_weights(weight)
     return _weighted_pair_overlap(graph, pairs, weight, np.ones(graph.num_nodes), batch)
 
 
 def weighted_adamic_adar(graph: Graph, pairs, weight: np.ndarray, batch: int = DEFAULT_BATCH) -> np.ndarray:
-    """WAA(u, v) = sum over common neighbours z of (w(u, z) + w(v, z)) / log(1 + s(z)), s the strength."""
+    """WAA(u, v) = sum over common neighbours z of (w(u, z) + w(v, z)) / log(1 + s(z)), s the strength; where the
+    weights would overflow, divided by scaled_weights' power of two, the logarithm still of the unscaled s(z)."""
+    weight, exp = scaled_weights(weight)
     s = strength(graph, weight)
     g = np.zeros_like(s)
-    g[s > 0] = 1.0 / np.log1p(s[s > 0])
+    g[s > 0] = 1.0 / _log1p_scaled(s[s > 0], exp)
     return _weighted_pair_overlap(graph, pairs, weight, g, batch)
 
 
 def weighted_resource_allocation(graph: Graph, pairs, weight: np.ndarray, batch: int = DEFAULT_BATCH) -> np.ndarray:
-    """WRA(u, v) = sum over common neighbours z of (w(u, z) + w(v, z)) / s(z)."""
+    """WRA(u, v) = sum over common neighbours z of (w(u, z) + w(v, z)) / s(z) (scale-free: exact, scaled or not)."""
+    weight, _ = scaled_weights(weight)
     s = strength(graph, weight)
     g = np.zeros_like(s)
     g[s > 0] = 1.0 / s[s > 0]
@@ -294,6 +326,26 @@ WEIGHTED: dict[str, Callable[..., np.ndarray]] = {
     "wra": weighted_resource_allocation,
 }
 
+# Time-aware baselines of a temporal split (common/heuristics_temporal.py); rpa takes `activity=`
+# (LinkDataset.activity_for(split)).
+TEMPORAL: dict[str, Callable[..., np.ndarray]] = {"edgebank": edgebank, "rpa": recent_pa}
+# Every heuristic by name, and each one's row label where it is not the name in capitals.
+ALL = {**HEURISTICS, **WEIGHTED, **TEMPORAL}
+LABELS = {"edgebank": "EdgeBank", "rpa": "recent PA"}
+
+
+def label(name: str) -> str:
+    """A heuristic's name in a report's row."""
+    return LABELS.get(name, name.upper())
+
+
+def extra_inputs(ds, split: str, name: str) -> dict:
+    """What heuristic `name` reads beyond graph and pairs on `split` of dataset `ds` ({} for most)."""
+    if name in WEIGHTED:
+        return {"weight": ds.weight_for(split)}
+    return {"activity": ds.activity_for(split)} if name == "rpa" else {}
+
+
 # Heuristics where a smaller value means "more likely a link"; negate them before ranking.
 LOWER_IS_BETTER = frozenset({"spd"})
 
@@ -307,20 +359,22 @@ def ranking_scores(name: str, graph: Graph, pairs, **kwargs) -> np.ndarray:
 def score_pairs(name: str, graph: Graph, pairs, **kwargs) -> np.ndarray:
     """Score pairs of shape (..., 2) with heuristic `name`; returns float64 of shape (...). The weighted ones
     (WEIGHTED) need `weight=`: the graph's edge weights aligned with its indices."""
-    fn = HEURISTICS.get(name) or WEIGHTED.get(name)
+    fn = ALL.get(name)
     if fn is None:
-        raise HeuristicError(f"unknown heuristic '{name}'; available: {', '.join([*HEURISTICS, *WEIGHTED])}")
+        raise HeuristicError(f"unknown heuristic '{name}'; available: {', '.join(ALL)}")
     if name in WEIGHTED and kwargs.get("weight") is None:
         raise HeuristicError(
             f"heuristic {name} needs edge weights (an edge list's weight column); use {name[1:]} on an unweighted graph"
         )
+    if name == "rpa" and kwargs.get("activity") is None:
+        raise HeuristicError("heuristic rpa needs a temporal split (an edge list's time column)")
     arr = np.asarray(pairs)
     if arr.ndim < 1 or arr.shape[-1] != 2:
         raise HeuristicError(f"pairs: expected shape (..., 2), got {arr.shape}")
     flat = arr.reshape(-1, 2)
     if flat.shape[0] == 0:
         return np.zeros(arr.shape[:-1], dtype=np.float64)
-    return fn(graph, flat, **kwargs).reshape(arr.shape[:-1])
+    return fn(graph, _check(graph, flat), **kwargs).reshape(arr.shape[:-1])
 
 
 def split_scores(ds, split: str, protocols: list[str], heuristics: list[str]) -> dict:
@@ -341,8 +395,7 @@ def split_scores(ds, split: str, protocols: list[str], heuristics: list[str]) ->
     results: dict[str, dict] = {p: {} for p in protocols}
     for name in heuristics:
         t0 = time.perf_counter()
-        extra = {"weight": ds.weight_for(split)} if name in WEIGHTED else {}
-        scores = ranking_scores(name, graph, uniq, **extra)
+        scores = ranking_scores(name, graph, uniq, **extra_inputs(ds, split, name))
         per_part = [scores[inverse[bounds[i] : bounds[i + 1]]] for i in range(len(parts))]
         for i, proto in enumerate(protocols, start=len(positives)):
             results[proto][name] = (per_part[pos_part[proto]], per_part[i].reshape(parts[i].shape[:-1]))
@@ -357,27 +410,3 @@ def score_split(ds, split: str, protocols: list[str], heuristics: list[str]) -> 
         proto: {name: evaluate(proto, pos, neg) for name, (pos, neg) in by_h.items()}
         for proto, by_h in split_scores(ds, split, protocols, heuristics).items()
     }
-
-
-__all__ = [
-    "HEURISTICS",
-    "HeuristicError",
-    "adjacency",
-    "common_neighbors",
-    "adamic_adar",
-    "resource_allocation",
-    "katz",
-    "shortest_path",
-    "pagerank",
-    "pagerank_pair",
-    "score_pairs",
-    "ranking_scores",
-    "score_split",
-    "split_scores",
-    "LOWER_IS_BETTER",
-    "WEIGHTED",
-    "strength",
-    "weighted_common_neighbors",
-    "weighted_adamic_adar",
-    "weighted_resource_allocation",
-]

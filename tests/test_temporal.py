@@ -56,18 +56,25 @@ def test_hand_computed_temporal_split(tiny, caplog):
         "valid_from": "130",
         "test_from": "170",
         "pairs": {"train": 12, "valid": 4, "test": 4},
+        "negatives": "matched-newness",
+        # valid: every pair names a newcomer (13 or 14); test: (4, 14) names none, the others 15 or 16 once
+        "new_ends": {"valid": [0, 4, 0], "test": [1, 3, 0]},
     }
     # valid pairs are scored on the edges before 130, test pairs on those before 170 (train + valid)
     assert user_edges(tiny.graph_for("valid"), tiny) == set(TRAIN)
     assert user_edges(tiny.graph_for("test"), tiny) == set(TRAIN) | set(VALID)
 
 
-def test_negatives_name_only_nodes_that_exist_by_the_boundary(tiny):
+def test_negatives_match_newness_and_name_no_node_of_a_later_split(tiny):
     from preprocess.plan import candidate_sets
 
-    for split, existing in (("valid", range(1, 13)), ("test", range(1, 15))):
+    for split, old, new, counts in (
+        ("valid", range(1, 13), {13, 14}, [0, 4, 0]),
+        ("test", range(1, 15), {15, 16}, [1, 3, 0]),
+    ):
         neg = tiny.node_ids[tiny.splits[split].neg["original"]]
-        assert len(neg) == 4 and set(neg.ravel()) <= set(existing)
+        assert len(neg) == 4 and set(neg.ravel()) <= set(old) | new
+        assert sorted(np.isin(neg, list(new)).sum(axis=1)) == sorted(np.repeat([0, 1, 2], counts))
     cfg = PreprocessConfig(
         dataset="msgs.csv",
         sampling=SamplingConfig(1, 3),

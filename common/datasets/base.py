@@ -62,6 +62,9 @@ class LinkDataset:
     train_negatives: the user's known non-links (--train-negatives), (K, 2) (min, max), part of every training
            view (preprocess/candidates.py); None without them.
     valid_pool: the selection pool's counts (--valid-pool, common/datasets/pool.py); None without one.
+    activity: a temporal split's recent activity per evaluated split, {"valid": (N,), "test": (N,)}: each node's
+           edge rows in the recent window before the split's boundary (common/heuristics_temporal.py, the rpa
+           heuristic); None for other splits.
     """
 
     name: str
@@ -77,6 +80,7 @@ class LinkDataset:
     # --valid-pool (common/datasets/pool.py): {"protocol", "negatives": the protocol's own, "pool": the extra ones
     # after them, "rank_at": test's count, at which validation's ranks are estimated}; None without a pool
     valid_pool: dict | None = None
+    activity: dict[str, np.ndarray] | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -110,6 +114,10 @@ class LinkDataset:
             return None
         return self.weights["test" if split == "test" and self.test_graph is not None else "train"]
 
+    def activity_for(self, split: str) -> np.ndarray | None:
+        """Each node's recent activity before `split`'s boundary (the rpa heuristic), or None without a time."""
+        return None if self.activity is None else self.activity.get(split)
+
     def active_nodes(self, split: str) -> np.ndarray | None:
         """Nodes that exist when `split`'s pairs are asked (negatives are drawn among them), or None for every
         node. Under a temporal split a node exists once it has appeared in an edge before the split's
@@ -121,8 +129,13 @@ class LinkDataset:
     def without_test(self) -> "LinkDataset":
         """The dataset as selection may see it: the training graph and validation, no test split nor test graph."""
         weights = None if self.weights is None else {"train": self.weights["train"]}
+        activity = None if self.activity is None else {k: v for k, v in self.activity.items() if k != "test"}
         return replace(
-            self, splits={k: v for k, v in self.splits.items() if k != "test"}, test_graph=None, weights=weights
+            self,
+            splits={k: v for k, v in self.splits.items() if k != "test"},
+            test_graph=None,
+            weights=weights,
+            activity=activity,
         )
 
     def selection_metric(self, protocol: str) -> str:

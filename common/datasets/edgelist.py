@@ -225,6 +225,11 @@ def load_edge_list(
         ds = _given_split(path, name, pairs, masks, num_nodes, node_ids, seed, x)
         if weights is not None:
             ds.weights = {"train": edge_weights(ds.graph, pairs, weights)}
+    if ds.weights is not None and not all(np.isfinite(w).all() for w in ds.weights.values()):
+        raise DatasetError(  # a pair's repeats summed past float64: no weighted heuristic could tell pairs apart
+            f"{path}: column 'weight': the rows of one pair sum past the largest float (1.8e308); divide the "
+            "column by a constant (WCN and WRA rank the same), or drop it with --ignore-columns weight"
+        )
     ds.node_ids = node_ids
     return ds
 

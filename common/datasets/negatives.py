@@ -25,13 +25,14 @@ def sample_non_edges(
     accept=None,
     exclude: np.ndarray | None = None,
     what: str = "negatives",
-    nodes: np.ndarray | None = None,
+    nodes: np.ndarray | tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """`count` distinct uniform node pairs (min, max) that are not edges of `graph` nor self-loops.
 
     accept: optional vectorised filter pairs -> bool mask (e.g. "far apart in latent space").
     exclude: (M, 2) pairs that must not be returned either (keeps valid and test negatives disjoint).
-    nodes: draw only among these nodes (a temporal split's nodes that exist by the boundary); None = all.
+    nodes: draw only among these nodes (a temporal split's nodes that exist by the boundary); None = all; a pair
+    (a, b) of disjoint node arrays: one end in each (a temporal split's old-and-new pairs, common/datasets/temporal.py).
     Rejection sampling in batches: sparse graphs accept almost every draw, so it is a few passes.
     """
     n = graph.num_nodes
@@ -40,7 +41,7 @@ def sample_non_edges(
     taken = 0 if exclude is None else len(exclude)
     free = max(0, free_pairs(graph, nodes) - taken)
     if count > free:  # one negative per held-out edge: a graph this dense has too few non-edges for its split
-        among = "" if nodes is None else f", among the {len(nodes):,} nodes that exist by then"
+        among = "" if nodes is None else f", among {_count(nodes)} nodes"
         raise DatasetError(
             f"{what}: needs {count} node pairs that are not edges, but the graph ({n} nodes, "
             f"{graph.num_edges} edges{f', {taken} pairs already drawn' if taken else ''}{among}) has "
@@ -53,8 +54,7 @@ def sample_non_edges(
     keys = np.zeros(0, dtype=np.int64)
     for _ in range(200):
         need = count - len(keys)
-        draw = rng.integers(0, n if nodes is None else len(nodes), size=(2 * need + 64, 2), dtype=np.int64)
-        draw = min_max(draw if nodes is None else nodes[draw])
+        draw = min_max(_draw(rng, n, nodes, 2 * need + 64))
         ok = draw[:, 0] != draw[:, 1]
         ok[ok] = ~graph.has_edge(draw[ok, 0], draw[ok, 1])
         if accept is not None and ok.any():
@@ -73,10 +73,32 @@ def sample_non_edges(
     )
 
 
-def free_pairs(graph: Graph, nodes: np.ndarray | None) -> int:
-    """Distinct non-edge pairs of `graph` among `nodes` (None: every node)."""
+def _draw(rng: np.random.Generator, n: int, nodes, size: int) -> np.ndarray:
+    """(size, 2) uniform node pairs: among all n nodes, among `nodes`, or one end in each of a pair of arrays."""
+    if nodes is None:
+        return rng.integers(0, n, size=(size, 2), dtype=np.int64)
+    if isinstance(nodes, tuple):
+        a, b = nodes
+        at = rng.integers(0, [len(a), len(b)], size=(size, 2), dtype=np.int64)
+        return np.stack([a[at[:, 0]], b[at[:, 1]]], axis=1)
+    return nodes[rng.integers(0, len(nodes), size=(size, 2), dtype=np.int64)]
+
+
+def _count(nodes) -> str:
+    return " x ".join(f"{len(a):,}" for a in nodes) if isinstance(nodes, tuple) else f"{len(nodes):,}"
+
+
+def free_pairs(graph: Graph, nodes) -> int:
+    """Distinct non-edge pairs of `graph` among `nodes` (None: every node; a pair (a, b) of disjoint arrays: the
+    pairs with one end in each)."""
     if nodes is None:
         return graph.num_nodes * (graph.num_nodes - 1) // 2 - graph.num_edges
+    if isinstance(nodes, tuple):
+        side = np.zeros(graph.num_nodes, dtype=np.int8)
+        side[nodes[0]], side[nodes[1]] = 1, 2
+        edges = graph.edge_array()
+        across = np.count_nonzero(side[edges[:, 0]] * side[edges[:, 1]] == 2)
+        return len(nodes[0]) * len(nodes[1]) - int(across)
     inside = np.zeros(graph.num_nodes, dtype=bool)
     inside[nodes] = True
     edges = graph.edge_array()

@@ -18,6 +18,7 @@ import numpy as np
 
 from common.datasets.base import DatasetError, LinkDataset
 from common.datasets.negatives import free_pairs, sample_non_edges
+from common.datasets.temporal import matched_negatives
 from common.graph import Graph
 
 POOL_PROTOCOL = "original"
@@ -65,14 +66,11 @@ def attach_valid_pool(ds: LinkDataset, per_negative: int, seed: int = 0, cap: in
     count = min(per_negative * len(neg), cap, max(0, free_pairs(known, nodes) - len(neg)) // 2)
     if not count:
         return ds
-    extra = sample_non_edges(
-        known,
-        count,
-        np.random.default_rng([seed, 7]),  # the split's streams are [seed, 1] and [seed, 2]
-        exclude=neg,
-        what=f"{ds.name} validation pool ({per_negative} per validation negative)",
-        nodes=nodes,
-    )
+    rng, what = np.random.default_rng([seed, 7]), f"{ds.name} validation pool ({per_negative} per validation negative)"
+    if ds.temporal:  # drawn as the split draws its own: the positives' shares of new nodes (temporal.py)
+        extra = matched_negatives(known, valid.pos, nodes, rng, count, exclude=neg, what=what, at_most_half=True)
+    else:  # the split's streams are [seed, 1] and [seed, 2]
+        extra = sample_non_edges(known, count, rng, exclude=neg, what=what, nodes=nodes)
     pooled = replace(valid, neg={**valid.neg, POOL_PROTOCOL: np.concatenate([neg, extra])})
     info = {"protocol": POOL_PROTOCOL, "negatives": len(neg), "pool": len(extra), "rank_at": rank_at}
     return replace(ds, splits={**ds.splits, "valid": pooled}, valid_pool=info)

@@ -10,9 +10,12 @@ Rules (docs/preprocess.md#time):
   a tie, and the graph of every pair holds only edges strictly before its split's boundary;
 - valid pairs are sampled and scored on the training graph (edges before the valid boundary), test pairs on
   train + valid (edges before the test boundary): the dataset's `test_graph`, which the heuristics use too;
-- evaluation negatives are non-edges drawn among the nodes that exist by the split's boundary (a node exists
-  once it appeared in an earlier edge), so a negative never names a node from the future; training views draw
-  theirs among the training graph's nodes (LinkDataset.active_nodes).
+- evaluation negatives match their positives in newness (NEGATIVES): a node is old once it appeared in an edge
+  before the split's boundary, new when it first appears in the split's own pairs. Each negative has as many new
+  ends (0, 1 or 2) as one of the positives, so the split's negatives hold exactly its positives' counts of
+  old-old, old-new and new-new pairs: "this node has no history" tells a positive from a negative no better than
+  chance. New ends are drawn among the split's new nodes, never from a later split; training views draw theirs
+  among the training graph's nodes (LinkDataset.active_nodes).
 """
 
 from __future__ import annotations
@@ -23,11 +26,15 @@ import numpy as np
 
 from common.datasets.base import DatasetError, LinkDataset, Split, training_graph
 from common.datasets.columns import TimeColumn
-from common.datasets.negatives import min_max, sample_non_edges
+from common.datasets.negatives import free_pairs, min_max, sample_non_edges
 from common.graph import Graph, edge_weights
+from common.heuristics_temporal import recent_activity
 from common.unique import unique_first
 
 log = logging.getLogger("common.datasets.edgelist")
+
+# The rule of the evaluation negatives (split_info["negatives"]; the report says it under its table).
+NEGATIVES = "matched-newness"
 
 
 def first_appearances(pairs: np.ndarray, times: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -93,19 +100,15 @@ def temporal_split(
     test_graph = training_graph(np.concatenate([pos["train"], pos["valid"]]), num_nodes, x=x)
     full = Graph.from_edges(distinct, num_nodes=num_nodes)
     exists = {"valid": np.flatnonzero(graph.degree > 0), "test": np.flatnonzero(test_graph.degree > 0)}
-    valid_neg = sample_non_edges(
-        test_graph,
-        len(pos["valid"]),
-        np.random.default_rng([seed, 1]),
-        nodes=exists["valid"],
-        what=f"{where} valid negatives",
+    valid_neg = matched_negatives(
+        test_graph, pos["valid"], exists["valid"], np.random.default_rng([seed, 1]), what=f"{where} valid negatives"
     )
-    test_neg = sample_non_edges(
+    test_neg = matched_negatives(
         full,
-        len(pos["test"]),
+        pos["test"],
+        exists["test"],
         np.random.default_rng([seed, 2]),
         exclude=valid_neg,
-        nodes=exists["test"],
         what=f"{where} test negatives",
     )
     info = {
@@ -115,6 +118,9 @@ def temporal_split(
         "valid_from": time.show(t_valid),
         "test_from": time.show(t_test),
         "pairs": {s: int(len(p)) for s, p in pos.items()},
+        "negatives": NEGATIVES,
+        # per evaluated split, its pairs with 0, 1 and 2 new ends (its negatives hold the same counts)
+        "new_ends": {s: [int(c) for c in np.bincount(new_ends(pos[s], exists[s]), minlength=3)] for s in exists},
     }
     _log_split(where, info, pos, exists)
     ds = LinkDataset(
@@ -129,8 +135,12 @@ def temporal_split(
             "test": Split(pos=pos["test"], neg={"original": test_neg}),
         },
     )
+    t = time.values
+    ds.activity = {  # the rpa heuristic's counts: each split's window is as long as the split itself
+        "valid": recent_activity(pairs, t, num_nodes, t_valid, t_test),
+        "test": recent_activity(pairs, t, num_nodes, t_test, t.max()),
+    }
     if weights is not None:
-        t = time.values
         ds.weights = {
             "train": edge_weights(graph, pairs[t < t_valid], weights[t < t_valid]),
             "test": edge_weights(test_graph, pairs[t < t_test], weights[t < t_test]),
@@ -157,16 +167,63 @@ def _log_split(where: str, info: dict, pos: dict, exists: dict) -> None:
         info["test_from"],
     )
     for split in ("valid", "test"):
-        known = np.zeros(int(max(exists[split].max(initial=-1), pos[split].max(initial=-1))) + 1, dtype=bool)
-        known[exists[split]] = True
-        new = int(np.count_nonzero(~known[pos[split][:, 0]] | ~known[pos[split][:, 1]]))
-        if new:
+        old_old, old_new, new_new = info["new_ends"][split]
+        if old_new or new_new:
             log.info(
-                "%s: %s of %s %s pairs name a node first seen in them (no edge before the boundary); their "
-                "negatives are drawn among the %s nodes that exist by then",
+                "%s: %s of %s %s pairs name a node first seen in them (%s with one new end, %s with two); their "
+                "negatives hold as many of each, so newness tells nothing",
                 where,
-                f"{new:,}",
+                f"{old_new + new_new:,}",
                 f"{len(pos[split]):,}",
                 split,
-                f"{len(exists[split]):,}",
+                f"{old_new:,}",
+                f"{new_new:,}",
             )
+
+
+def new_ends(pairs: np.ndarray, old: np.ndarray) -> np.ndarray:
+    """(M,) how many ends (0, 1, 2) of each pair are not among the `old` nodes."""
+    known = np.zeros(int(max(old.max(initial=-1), pairs.max(initial=-1))) + 1, dtype=bool)
+    known[old] = True
+    return (~known[pairs[:, 0]]).astype(np.int64) + ~known[pairs[:, 1]]
+
+
+def matched_negatives(
+    known: Graph,
+    pos: np.ndarray,
+    old: np.ndarray,
+    rng: np.random.Generator,
+    count: int | None = None,
+    exclude: np.ndarray | None = None,
+    what: str = "negatives",
+    at_most_half: bool = False,
+) -> np.ndarray:
+    """`count` (default len(pos)) non-edges of `known` with the positives' shares of 0, 1 and 2 new ends (module
+    docstring): old ends among `old`, new ones among the positives' nodes outside it. Without new ends this is
+    the plain draw among `old`, so a split whose pairs all name old nodes keeps its negatives. at_most_half: each
+    kind takes at most half the pairs left of it (a selection pool's extra negatives), never failing for want."""
+    ends = new_ends(pos, old)
+    new = np.setdiff1d(np.unique(pos), old)
+    counts = shares(np.bincount(ends, minlength=3), len(pos) if count is None else count)
+    exclude = np.zeros((0, 2), dtype=np.int64) if exclude is None else np.asarray(exclude, np.int64).reshape(-1, 2)
+    inside = np.isin(exclude, np.concatenate([old, new])).all(axis=1)
+    exclude_ends = new_ends(exclude, old)
+    parts = []
+    for k, among in ((0, old), (1, (old, new)), (2, new)):
+        if counts[k]:  # only excluded pairs of this kind can collide, and only they may count against its room
+            taken = exclude[inside & (exclude_ends == k)]
+            want = min(counts[k], (free_pairs(known, among) - len(taken)) // 2) if at_most_half else counts[k]
+            parts.append(sample_non_edges(known, want, rng, exclude=taken, nodes=among, what=what + _KIND[k]))
+    return np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64)
+
+
+_KIND = (" (old-old pairs)", " (pairs of an old and a new node)", " (new-new pairs)")
+
+
+def shares(counts: np.ndarray, total: int) -> np.ndarray:
+    """`counts` scaled to sum to `total` (largest remainders; ties to the smaller kind): the positives' own counts
+    when total is their number."""
+    exact = counts * total / max(1, counts.sum())
+    out = np.floor(exact).astype(np.int64)
+    out[np.argsort(out - exact, kind="stable")[: total - out.sum()]] += 1
+    return out
