@@ -139,7 +139,11 @@ def fixed_preset(run: RunConfig, dataset, preset_name: str, protocol: str, runs:
         dataset,
         device_kind(run.trainer.device),
     )
-    seeds = {seed: seed_run(run.trainer, preset_name, shards, protocol, seed, d) for seed, d in runs.items()}
+    select_on = run.select_on_for(dataset.selection_metric(protocol))  # --metric picks each seed's best epoch
+    seeds = {
+        seed: seed_run(run.trainer, preset_name, shards, protocol, seed, d, select_on=select_on)
+        for seed, d in runs.items()
+    }
     summaries = train_seeds(run.trainer, seeds)
     bare, bare_summaries = train_without_features(run, seeds)
     return seed_results(run, dataset, protocol, preset_name, seeds, summaries, run.ships_features) + seed_results(

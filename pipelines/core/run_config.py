@@ -47,11 +47,19 @@ class RunConfig:
     budget_minutes: float | None = None  # --preset auto: the whole run's wall-time bound; None: the search's default
     objective: str = "link-prediction"  # --preset auto: what the checkpoints are for
     metric: str = "mrr"  # the metric the user reads: the search and the blend decide on it, the report leads with it
+    # --metric when given: every seed's best epoch (and early stop) under a fixed preset too; None: the data's
+    # (mrr; OGB's own hits@K under --protocol ogb), so the paper's recipes keep the paper's selection
+    select_on: str | None = None
     trainer: TrainerOptions = field(default_factory=TrainerOptions)
     shards: ShardOptions = field(default_factory=ShardOptions)
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def select_on_for(self, data_metric: str) -> str | None:
+        """The trainer's --select-on: --metric when given and not the data's own metric, else None (the
+        data's), so a seed trained without --metric is reused under the same choice of epoch."""
+        return self.select_on if self.select_on != data_metric else None
 
     @property
     def ships_features(self) -> bool:
@@ -81,7 +89,8 @@ class RunConfig:
             protocol=args.protocol,
             budget_minutes=args.budget_minutes,
             objective=args.objective,
-            metric=args.metric,
+            metric=args.metric or "mrr",
+            select_on=args.metric,
             trainer=trainer,
             shards=shards,
         )
@@ -132,10 +141,10 @@ def build_parser(prog: str = PROG) -> Parser:
     add_device_flag(p)
     p.add_argument(
         "--metric",
-        default="mrr",
+        default=None,
         choices=METRICS,
         metavar="METRIC",
-        help="mrr (default), auc or hits@K: --preset auto decides on it, the report leads with it",
+        help="mrr (default), auc or hits@K: picks best epochs and --preset auto's choices, leads the report",
     )
     p.add_argument(
         "--objective",
