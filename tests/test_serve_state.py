@@ -4,6 +4,8 @@ coalescing of batches that wait for the model."""
 
 import asyncio
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -217,3 +219,95 @@ def test_a_failed_replicas_traceback_becomes_its_own_line():
         == "OutOfMemoryError: CUDA out of memory"
     )
     assert deployment_error("the node died") == "the node died"
+
+
+# ---------------------------------------------------------------------------- what an edit may hold
+SURROGATE = "\ud800"  # what JSON's "\ud800" decodes to: a lone surrogate, with no UTF-8 for it
+NAMES = np.array(["a", "b", "c", "d", "e"], dtype=object)
+
+
+def featured_state() -> GraphState:
+    x = np.linspace(-2, 2, 10, dtype=np.float32).reshape(5, 2)  # largest |value| 2: rows within 200 are taken
+    return GraphState(Graph.from_edges(EDGES, num_nodes=5, x=x), NAMES, 10)
+
+
+def test_an_id_that_is_not_valid_unicode_is_refused_before_it_is_logged():
+    named = named_state()
+    code, message = status_of(named.edit_record, {"add": [["a", SURROGATE]]})
+    assert code == 400 and "'add'[0]: node id '\\ud800' is not valid Unicode text" in message, message
+    assert status_of(named.edit_record, {"add": [["a", "b"]], "remove": [[" x" + SURROGATE, "a"]]})[0] == 400
+    assert status_of(named.ids.index, SURROGATE)[0] == 400  # a read that names it: a 400, not a 500
+    assert status_of(plain_state().edit_record, {"add": [[0, SURROGATE]]})[0] == 400
+    assert named.ids.normalise("ü-😀", "node") == "ü-😀"  # valid text beyond ASCII stays an id
+
+
+def test_a_feature_row_must_be_within_the_bound_the_model_trained_on():
+    s = featured_state()
+    assert s.feature_bound == 200.0
+    code, message = status_of(s.edit_record, {"add": [["e", "z"]], "features": {"z": [1e30, 0]}})
+    assert code == 400 and "'features'['z']: a value beyond 200 (100 times the largest |value| of the" in message
+    assert status_of(s.edit_record, {"add": [["e", "z"]], "features": {"z": [0, -200.5]}})[0] == 400
+    code, message = status_of(s.edit_record, {"add": [["e", "z"]], "features": {"z": [1, 1], " z": [2, 2]}})
+    assert code == 400 and "'features': node 'z' is given two rows" in message
+    assert s.edit_record({"add": [["e", "z"]], "features": {"z": [-200, 199.5]}})["features"] == [["z", [-200, 199.5]]]
+    zeros = GraphState(Graph.from_edges(EDGES, num_nodes=5, x=np.zeros((5, 2), np.float32)), None, 10)
+    assert zeros.feature_bound == 100.0  # features all 0: the bound of a run whose largest |value| is 1
+
+
+def test_a_log_poisoned_by_an_earlier_version_replays_without_what_it_refuses(tmp_path):
+    """What an earlier version logged and this one refuses (a lone surrogate, a row of 1e30) is dropped at replay,
+    with every pair that names a node such a row would have created; the rest replays, alike everywhere."""
+    poisoned = [
+        {
+            "seq": 1,
+            "add": [["a", SURROGATE], ["a", "f"]],
+            "remove": [],
+            "features": [[SURROGATE, [0, 0]], ["f", [1, 1]]],
+        },
+        {"seq": 2, "add": [["b", "g"]], "remove": [], "features": [["g", [1e30, 0]]]},
+        {"seq": 3, "add": [["g", "c"]], "remove": [["a", SURROGATE]]},  # g was a node to that version
+        {"seq": 4, "add": [["d", "h"]], "remove": [["a", "b"]], "features": [["h", [2, 2]]]},
+    ]
+    log = EditLog(tmp_path, GRAPH)
+    for record in poisoned:
+        log.append(record)
+    log.close()
+    replayed = featured_state()
+    replayed.apply(EditLog(tmp_path, GRAPH).records)  # as JSON gave them back: the surrogate too
+    assert replayed.dropped == 6 and replayed.seq == 4
+    clean = featured_state()
+    for body in (
+        {"add": [["a", "f"]], "features": {"f": [1, 1]}},
+        {"add": [["d", "h"]], "remove": [["a", "b"]], "features": {"h": [2, 2]}},
+    ):
+        edit(clean, body)
+    assert replayed.graph.fingerprint() == clean.graph.fingerprint() and clean.dropped == 0
+    assert replayed.ids.users(np.arange(replayed.graph.num_nodes)) == ["a", "b", "c", "d", "e", "f", "h"]
+    assert np.isfinite(replayed.graph.x).all()
+    named = named_state()  # a model without features: the surrogate's pairs only
+    named.apply([{"seq": 1, "add": [["a", SURROGATE], ["a", "c"]], "remove": []}, {**poisoned[2], "seq": 2, "add": []}])
+    assert named.dropped == 2 and named.graph.num_nodes == 5 and named.graph.has_edge(0, 2)
+
+
+def test_a_state_folder_the_service_cannot_write_is_refused(tmp_path):
+    """Caught by a real attempt: a folder of mode 555 (root ignores modes: then a sysfs folder, where nobody may
+    create a file), a folder to create under it, and an existing log of mode 444."""
+    from pipelines.serve.edit_log import check_state_writable
+
+    check_state_writable(tmp_path / "new" / "state")  # a folder to create: fine, and nothing is left behind
+    assert list(tmp_path.iterdir()) == []
+    if os.geteuid() == 0:
+        if not Path("/sys/kernel").is_dir():
+            pytest.skip("root ignores file modes, and there is no /sys/kernel to stand for a read-only folder")
+        folders = [Path("/sys/kernel"), Path("/sys/kernel/pencil-state")]
+    else:
+        (tmp_path / "log").mkdir()
+        (tmp_path / "log" / LOG_NAME).write_bytes(b"")
+        (tmp_path / "log" / LOG_NAME).chmod(0o444)
+        (tmp_path / "ro").mkdir(mode=0o555)
+        folders = [tmp_path / "ro", tmp_path / "ro" / "state", tmp_path / "log"]
+    for folder in folders:
+        with pytest.raises(StateError, match=f"--state {folder}: the service cannot write its edit log there"):
+            check_state_writable(folder)
+        with pytest.raises(StateError, match="cannot write its edit log there"):
+            EditLog(folder, GRAPH)  # `serve run`, which has no check before Ray, gets the same line

@@ -56,6 +56,7 @@ class GraphOwner:
         from common.shards import read_manifest
         from pipelines.core.runs import run_dataset
         from pipelines.serve.edit_log import EditLog
+        from pipelines.serve.start import dropped_line
 
         s = Settings.from_dict(settings)
         dataset = run_dataset(read_manifest(s.shards), s.dataset)  # checked to be the run's graph, as the replicas'
@@ -72,6 +73,8 @@ class GraphOwner:
             if self.log.torn
             else "",
         )
+        if self.state.dropped:
+            log.warning("%s", dropped_line(self.log.path, self.state.dropped))
 
     async def edit(self, body) -> dict:
         async with self.lock:  # one edit at a time: seq numbers and the log's order are the same

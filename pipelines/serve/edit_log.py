@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import tempfile
 from pathlib import Path
 
 LOG_NAME = "edits.jsonl"
@@ -95,15 +96,34 @@ def check_state_folder(folder) -> Path:
     return folder
 
 
-def inspect_log(folder, graph: dict) -> tuple[int, int]:
-    """(edits to replay, bytes of a torn last line to drop) of the log in `folder` for `graph`, read without
+def check_state_writable(folder) -> None:
+    """A StateError unless the service can write its log in `folder`: a file is made and removed in the folder (or
+    in the nearest folder above it that exists, where it would be created), and an existing log is opened for
+    writing. A real attempt, not permission bits: root ignores those, a read-only mount does not."""
+    folder = Path(folder)
+    where = next((p for p in (folder, *folder.parents) if p.exists()), folder)
+    log_file = folder / LOG_NAME
+    try:
+        fd, probe = tempfile.mkstemp(dir=where, prefix=".pencil-write-check-")
+        os.close(fd)
+        os.unlink(probe)
+        if log_file.is_file():
+            open(log_file, "r+b").close()  # neither created nor cut
+    except OSError as err:
+        raise StateError(
+            f"--state {folder}: the service cannot write its edit log there ({err.strerror}); "
+            "pass a folder it can write"
+        ) from None
+
+
+def inspect_log(folder, graph: dict) -> tuple[list, int]:
+    """(the edits to replay, bytes of a torn last line to drop) of the log in `folder` for `graph`, read without
     changing it; a StateError for a folder or a log the service would refuse (pencil serve checks before Ray)."""
     folder = check_state_folder(folder)
     path = folder / LOG_NAME
     if not path.is_file():
-        return 0, 0
-    records, torn = parse_log(path.read_bytes(), path, graph)
-    return len(records), torn
+        return [], 0
+    return parse_log(path.read_bytes(), path, graph)
 
 
 class EditLog:
@@ -117,9 +137,14 @@ class EditLog:
         self.graph = graph
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
+            self.file = open(self.path, "a+b", buffering=0)  # unbuffered: what write() returned is in the file
         except (FileExistsError, NotADirectoryError):
             raise StateError(f"--state {self.folder}: is a file; pass a folder for the edit log") from None
-        self.file = open(self.path, "a+b", buffering=0)  # unbuffered: what write() returned is in the file
+        except OSError as err:  # a read-only folder: `serve run` meets it here (the command checks before Ray)
+            raise StateError(
+                f"--state {self.folder}: the service cannot write its edit log there ({err.strerror}); "
+                "pass a folder it can write"
+            ) from None
         try:
             fcntl.flock(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

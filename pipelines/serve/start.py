@@ -2,10 +2,11 @@
 
 Everything that can be checked before Ray starts is checked first, each in one line naming the flag or the
 file (`precheck`): the port, RAY_ADDRESS (probed as `pencil recommend` does: Ray itself retries a dead address
-for minutes), the state folder and its edit log (line by line, against the served graph, read without changing
-it), the run (its shard set, its edge list where it is now) and the graph to serve (with the run's node
-features when its model reads them: a snapshot with new nodes is refused). Then the applications are deployed
-without Serve's blocking wait (`deploy`): that wait retries a failing constructor for over a minute and then
+for minutes), the state folder (that the service can write there: tried, not read off a mode) and its edit log
+(line by line, against the served graph, read without changing it; what its replay would drop is said), the
+run (its shard set, its edge list where it is now) and the graph to serve (with the run's node features when its
+model reads them: a snapshot with new nodes is refused). Then the applications are deployed without Serve's
+blocking wait (`deploy`): that wait retries a failing constructor for over a minute and then
 reports only "Failed to update the deployments"; here the first failed replica's own exception is the
 command's error.
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from common.cli import PROJECT_PACKAGES
 from common.outputs import check_output_folder
-from pipelines.serve.edit_log import LOG_NAME, check_state_folder, inspect_log
+from pipelines.serve.edit_log import LOG_NAME, check_state_folder, check_state_writable, inspect_log
 from pipelines.serve.settings import Settings
 
 log = logging.getLogger("pipelines.serve")
@@ -66,14 +67,27 @@ def check_state_free(folder: str) -> None:
 
 
 def served_graph(s: Settings) -> dict:
-    """The graph the service would start from, as its edit log's header describes it: the run loaded and checked
-    as the graph owner and the replicas load it (a moved edge list through --dataset, an edited one refused)."""
+    """The graph the service would start from, as its edit log's header describes it."""
+    return served_state(s)[1]
+
+
+def served_state(s: Settings):
+    """(GraphState, its description) the service would start from: the run loaded and checked as the graph owner
+    and the replicas load it (a moved edge list through --dataset, an edited one refused)."""
     from pipelines.core.runs import load_checkpoint, run_dataset, run_manifest
     from pipelines.serve.state import serving_state
 
     manifest = run_manifest(load_checkpoint(Path(s.checkpoint)), s.checkpoint)
-    _, described = serving_state(run_dataset(manifest, s.dataset), s.graph, s.max_new_nodes, s.features)
-    return described
+    return serving_state(run_dataset(manifest, s.dataset), s.graph, s.max_new_nodes, s.features)
+
+
+def dropped_line(path, dropped: int) -> str:
+    """The warning of a log whose replay dropped entries an earlier version accepted (pipelines/serve/state.py)."""
+    return (
+        f"edit log {path}: {dropped} entr{'y' if dropped == 1 else 'ies'} dropped at replay (a pair or a feature "
+        "row that an earlier version accepted and this one refuses: an id that is not valid Unicode text, a row "
+        "not finite or out of bound, or a pair naming a node such a row would have created); the rest replays"
+    )
 
 
 def precheck(s: Settings, host: str, port: int) -> None:
@@ -86,15 +100,19 @@ def precheck(s: Settings, host: str, port: int) -> None:
     check_state_folder(s.state)
     check_output_folder(s.state, "--state")  # the log never goes into a run folder or a shard set
     check_state_free(s.state)
-    graph = served_graph(s)
-    edits, torn = inspect_log(s.state, graph)
-    if edits or torn:
+    check_state_writable(s.state)
+    state, graph = served_state(s)
+    records, torn = inspect_log(s.state, graph)
+    if records or torn:
         log.info(
             "edit log %s: replaying %d edit(s)%s",
             Path(s.state) / LOG_NAME,
-            edits,
+            len(records),
             f"; its torn last line ({torn} bytes, an edit never acknowledged) is dropped" if torn else "",
         )
+    state.apply(records)  # as the graph owner will: what it would drop is said here, before Ray
+    if state.dropped:
+        log.warning("%s", dropped_line(Path(s.state) / LOG_NAME, state.dropped))
 
 
 def deploy(app, name: str, route_prefix: str | None) -> None:

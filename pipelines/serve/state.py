@@ -6,7 +6,13 @@ the same graph everywhere: the graph owner, every model replica, a restarted ser
 
 Node features. A model that reads node features is served on a graph that holds them (the run's table): an
 edit that adds a node carries its row (`features`: {id: [numbers]}), and the record logs it, so a replay builds
-the same table. A new node without its row is refused with a 400: features are never invented.
+the same table. A new node without its row is refused with a 400: features are never invented, and a row must be
+finite and within FEATURE_BOUND times the largest absolute value of the run's own features (a model fed values
+far beyond what it trained on overflows float32: a score of NaN, or a 500 at every later request).
+
+Every id and row is checked before it is logged. A log written by an earlier version may still hold what is
+refused now (an id that is not valid Unicode text, a row out of bound): replaying it drops those entries, and the
+pairs that name a node they would have created, the same way everywhere; `dropped` counts them.
 
 Node ids. A graph built from an edge-list file names its nodes as the file did (the set's mapping); a new id
 takes the next index, in the order edits first name it. A graph without a mapping names nodes by their index
@@ -28,6 +34,7 @@ RECORD_KEYS = ("add", "remove")
 FEATURES_KEY = "features"
 INTEGER = re.compile(r"-?[0-9]+")
 LEADING_ZERO = re.compile(r"-?0[0-9]")
+FEATURE_BOUND = 100.0  # a new node's feature values: at most this times the run's largest |value| (1 if all are 0)
 
 
 class ServeError(Exception):
@@ -75,6 +82,12 @@ class LiveIds:
             value = value.strip()
             if not value:
                 raise ServeError(400, f"{where}: an empty node id; name a node")
+            try:  # JSON's "\\ud800" is a lone surrogate: no UTF-8 for it, so no answer could name it
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ServeError(
+                    400, f"{where}: node id {shown(value)} is not valid Unicode text (a lone surrogate); use UTF-8"
+                ) from None
         if self.text:
             return value if isinstance(value, str) else str(value)
         if isinstance(value, str):
@@ -109,6 +122,13 @@ class LiveIds:
             return None
         pos = int(np.searchsorted(self.base, np.asarray(value, dtype=self.base.dtype)))
         return pos if pos < len(self.base) and self.base[pos] == value else None
+
+    def valid(self, value) -> bool:
+        """Whether a logged id is one this version accepts (logs of earlier versions may hold others)."""
+        try:
+            return self.normalise(value, "") == value
+        except ServeError:
+            return False
 
     def index(self, value, where: str = "node") -> int:
         """The index of a JSON id; an unknown one is a 404 naming it."""
@@ -154,6 +174,11 @@ class GraphState:
         self.graph, self.ids, self.seq = graph, LiveIds(base_ids, graph.num_nodes), 0
         self.base_fingerprint = graph.fingerprint()
         self.max_new_nodes = int(max_new_nodes)
+        self.dropped = 0  # entries of the log that this version refuses, dropped at replay
+        self.feature_bound = None
+        if graph.x is not None:  # from the run's own features: the same on the owner, every replica and a replay
+            top = float(np.abs(graph.x).max()) if graph.x.size else 0.0
+            self.feature_bound = FEATURE_BOUND * (top if top > 0 else 1.0)
 
     def edit_record(self, body) -> dict:
         """A POST /edits body -> the record to log (without its seq), or a ServeError: a 400 for a wrong field,
@@ -213,15 +238,11 @@ class GraphState:
                     f"'features': node {shown(key)} is not created by this edit; a node's features "
                     "are given once, with the edit that adds it",
                 )
-            ok = (
-                isinstance(row, list)
-                and len(row) == width
-                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in row)
-            )
-            if not ok or not np.isfinite(np.asarray(row, dtype=np.float64)).all():
-                raise ServeError(400, f"'features'[{shown(key)}]: expected {width} finite numbers, got {shown(row)}")
-            if (np.abs(np.asarray(row, dtype=np.float64)) > np.finfo(np.float32).max).any():
-                raise ServeError(400, f"'features'[{shown(key)}]: a value beyond float32; scale the row")
+            if node in rows:
+                raise ServeError(400, f"'features': node {shown(node)} is given two rows; give one")
+            problem = self._row_problem(row)
+            if problem:
+                raise ServeError(400, f"'features'[{shown(key)}]: {problem}")
             rows[node] = [float(x) for x in row]
         missing = [node for node in created if node not in rows]
         if missing:
@@ -232,6 +253,23 @@ class GraphState:
                 f"({len(missing)} new node(s) without one); features are never invented",
             )
         return [[node, rows[node]] for node in created]
+
+    def _row_problem(self, row) -> str | None:
+        """What is wrong with a feature row, or None: the width, numbers only, finite, within the bound."""
+        width = self.graph.x.shape[1]
+        ok = (
+            isinstance(row, list)
+            and len(row) == width
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in row)
+        )
+        if not ok or not np.isfinite(np.asarray(row, dtype=np.float64)).all():
+            return f"expected {width} finite numbers, got {shown(row)}"
+        if (np.abs(np.asarray(row, dtype=np.float64)) > self.feature_bound).any():
+            return (
+                f"a value beyond {self.feature_bound:g} ({FEATURE_BOUND:g} times the largest |value| of the "
+                "features the model trained on); scale the row as the run's features were"
+            )
+        return None
 
     def _pairs(self, value, key: str) -> list:
         if not isinstance(value, list):
@@ -258,13 +296,17 @@ class GraphState:
         for r in fresh:
             if r["seq"] != self.seq + 1:
                 raise RuntimeError(f"edit {r['seq']} follows edit {self.seq}: the edits must be applied in order")
+            given, before = self._logged_rows(r.get(FEATURES_KEY, [])), self.ids.num_nodes
             for u, v in r["add"]:
-                a, b = self.ids.assign(u), self.ids.assign(v)
-                final[(min(a, b), max(a, b))] = True
+                if self._replayable(u, v, given):
+                    a, b = self.ids.assign(u), self.ids.assign(v)
+                    final[(min(a, b), max(a, b))] = True
             for u, v in r["remove"]:
-                a, b = self.ids.assign(u), self.ids.assign(v)
-                final[(min(a, b), max(a, b))] = False
-            rows.update({self.ids.find(node): row for node, row in r.get(FEATURES_KEY, [])})
+                if self._replayable(u, v, None):
+                    a, b = self.ids.find(u), self.ids.find(v)
+                    final[(min(a, b), max(a, b))] = False
+            found = {node: self.ids.find(node) for node in given}  # the rows of the nodes this edit created
+            rows.update({i: given[node] for node, i in found.items() if i is not None and i >= before})
             self.seq = r["seq"]
         add = np.array([k for k, on in final.items() if on], dtype=np.int64).reshape(-1, 2)
         remove = np.array([k for k, on in final.items() if not on], dtype=np.int64).reshape(-1, 2)
@@ -273,6 +315,32 @@ class GraphState:
             new_x = np.array([rows[i] for i in range(self.graph.num_nodes, self.ids.num_nodes)], dtype=np.float32)
         self.graph = self.graph.edited(add, remove, self.ids.num_nodes, new_x=new_x)
         return True
+
+    def _logged_rows(self, entries) -> dict:
+        """A record's feature rows {id: row}, those this version refuses dropped (and counted)."""
+        rows = {}
+        for entry in entries if self.graph.x is not None else []:
+            ok = isinstance(entry, list) and len(entry) == 2 and self.ids.valid(entry[0])
+            if ok and self._row_problem(entry[1]) is None:
+                rows[entry[0]] = entry[1]
+            else:
+                self.dropped += 1
+        return rows
+
+    def _replayable(self, u, v, given: dict | None) -> bool:
+        """Whether a logged pair applies: valid ids, two nodes, and each node it creates has its row (a featured
+        model; `given` None: a removal, which creates nothing). Else it is dropped, and counted."""
+        ok = self.ids.valid(u) and self.ids.valid(v) and u != v
+        for value in (u, v) if ok else ():
+            if self.ids.find(value) is not None:
+                continue
+            if given is None or (not self.ids.mapped and value < 0):
+                ok = False
+            elif self.graph.x is not None:
+                created = [value] if self.ids.mapped else range(self.ids.num_nodes, value + 1)
+                ok = ok and all(node in given for node in created)
+        self.dropped += not ok
+        return ok
 
     def summary(self) -> dict:
         return {"seq": self.seq, "nodes": self.graph.num_nodes, "edges": self.graph.num_edges}
