@@ -194,3 +194,55 @@ def test_settings_and_the_serve_config_file(tmp_path):
     assert graph_app(graph["args"]) is not None
     app = service_app(service["args"])  # built without a cluster: no GPUs
     assert app is not None
+
+
+def test_request_bodies_are_strict_json():
+    """Python's json keeps the last of two keys and reads NaN; its parser recurses once per level: each is a 400."""
+    for body, text in (
+        (b'{"add": [[1, 50]], "add": [[2, 51]]}', "key 'add' appears twice in one object"),
+        (b'{"add": [[1, 50]], "features": {"50": [1], "50": [2]}}', "key '50' appears twice in one object"),
+        (b"[" * 100_000, "nested deeper than 8 levels"),
+        (b"[" * 9 + b"]" * 9, "nested deeper than 8 levels"),
+        (b'{"pairs": [[1, NaN]]}', "NaN is not a JSON number"),
+        (b'{"pairs": [[1, -Infinity]]}', "-Infinity is not a JSON number"),
+    ):
+        code, message = status_of(parse_json, body)
+        assert code == 400 and message.startswith("malformed JSON body: ") and text in message, (body[:40], message)
+    assert parse_json(b'{"add": [["u", "v"]], "features": {"v": [1, 2]}}')["features"] == {"v": [1, 2]}
+    assert parse_json(b"[" * 8 + b"]" * 8) == [[[[[[[[]]]]]]]]
+
+
+def test_a_pair_without_a_finite_score_fails_alone(model):
+    """A featured model fed a row far beyond its training (here in the run's own table, which no edit can put
+    there now) scores NaN: that pair gets nulls and its error, the others their scores, and the answer is JSON."""
+    import json
+
+    from common.graph import Graph
+
+    featured = Pencil(ModelConfig(n_max=12, hidden=16, layers=1, heads=2, ffn=32, dropout=0.0, num_features=2)).eval()
+    x = np.ones((6, 2), np.float32)
+    x[5] = 1e30
+    g = Graph.from_edges([[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [0, 2]], num_nodes=6, x=x)
+    engine = Engine(featured, GraphState(g, None, 10), RecConfig(k=2, pool=4, sampling=(1, 5), n_max=12), CPU)
+    (answer,), scored = engine.score([[[0, 1], [4, 5]]])
+    good, bad = answer["scores"]
+    assert scored == 2 and 0 < good["score"] < 1 and "error" not in good
+    assert bad == {
+        "src": 4,
+        "dst": 5,
+        "score": None,
+        "logit": None,
+        "score_std": None,
+        "error": "the model gave this pair no finite score (NaN or infinite); the other pairs stand",
+    }
+    (recs,), _ = engine.recommend([RecQuery("4", engine.cfg)])
+    json.dumps([answer, recs], allow_nan=False)  # what the HTTP layer does: no NaN reaches it
+
+
+def test_an_id_that_is_not_valid_unicode_is_a_400_on_every_endpoint(engine):
+    surrogate = "\ud800"
+    answers, _ = engine.score([[[1, surrogate]]])
+    assert answers[0].status == 400 and "is not valid Unicode text" in answers[0].message
+    answers, _ = engine.recommend([RecQuery(surrogate, CFG)])
+    assert answers[0].status == 400
+    assert status_of(engine.neighbors, surrogate)[0] == 400

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
@@ -22,6 +23,7 @@ from pipelines.serve.state import GraphState, ServeError, shown
 from trainer.scoring import score_columns
 
 TOKEN_ENV = "PENCIL_SERVE_TOKEN"
+MAX_DEPTH = 8  # nesting of a request body: the deepest valid one, an edit with features, has 3 levels
 NO_TOKEN = (
     f"write endpoints are disabled: the service was started without a token (set {TOKEN_ENV} or pass --token-file)"
 )
@@ -80,10 +82,48 @@ def check_token(authorization: str | None, digest: str | None) -> None:
 
 # ---------------------------------------------------------------------------- request parsing
 def parse_json(data: bytes):
+    """A request body as strict JSON: a key given twice in one object, NaN or Infinity, or nesting deeper than
+    MAX_DEPTH is a 400 (Python's json keeps the last of two keys, reads NaN, and recurses once per level)."""
     try:
-        return json.loads(data)
+        value = json.loads(data, object_pairs_hook=_strict_object, parse_constant=_no_constant)
+    except RecursionError:  # json's C parser stops at the interpreter's recursion limit
+        raise ServeError(400, f"malformed JSON body: nested deeper than {MAX_DEPTH} levels") from None
     except (ValueError, UnicodeDecodeError) as err:
         raise ServeError(400, f"malformed JSON body: {err}") from None
+    if _depth(value) > MAX_DEPTH:
+        raise ServeError(400, f"malformed JSON body: nested deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def _strict_object(pairs: list) -> dict:
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ServeError(400, f"malformed JSON body: key {shown(key)} appears twice in one object; give it once")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str):
+    raise ServeError(400, f"malformed JSON body: {name} is not a JSON number")
+
+
+def _depth(value) -> int:
+    """How deep lists and objects nest in a parsed body (1 for a flat list); a loop, not recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, (list, dict)):
+            deepest = max(deepest, level)
+            if level <= MAX_DEPTH:  # no need to walk further down than the limit
+                stack.extend((x, level + 1) for x in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def finite(x) -> float | None:
+    """A number for JSON: None (null) for NaN or an infinity, which JSON cannot carry."""
+    x = float(x)
+    return x if math.isfinite(x) else None
 
 
 def _int_param(params, name: str, default: int, top: int) -> int:
@@ -199,8 +239,8 @@ class Engine:
                         {
                             "candidate": cand_ids[r],
                             "rank": int(cols["rank"][r]),
-                            "score": float(cols["score"][r]),
-                            "retriever_score": float(cols["retriever_score"][r]),
+                            "score": finite(cols["score"][r]),
+                            "retriever_score": finite(cols["retriever_score"][r]),
                         }
                         for r in range(lo, hi)
                     ],
@@ -225,19 +265,16 @@ class Engine:
         cols = score_columns(self.scorer.logits(pairs))
         users = self.state.ids.users(pairs.ravel())
         for i, lo, n in spans:
-            out[i] = {
-                "scores": [
-                    {
-                        "src": users[2 * r],
-                        "dst": users[2 * r + 1],
-                        "score": float(cols["score"][r]),
-                        "logit": float(cols["logit"][r]),
-                        "score_std": float(cols["score_std"][r]),
-                    }
-                    for r in range(lo, lo + n)
-                ]
-            }
+            out[i] = {"scores": [self._scored(users[2 * r], users[2 * r + 1], cols, r) for r in range(lo, lo + n)]}
         return out, len(pairs)
+
+    @staticmethod
+    def _scored(src, dst, cols: dict, r: int) -> dict:
+        """One pair's answer; a pair the model gave no finite score fails alone: nulls and its error."""
+        row = {"src": src, "dst": dst, **{c: finite(cols[c][r]) for c in ("score", "logit", "score_std")}}
+        if row["score"] is None or row["logit"] is None:
+            row["error"] = "the model gave this pair no finite score (NaN or infinite); the other pairs stand"
+        return row
 
     def _pair_indices(self, pairs: list) -> np.ndarray:
         ids = self.state.ids
