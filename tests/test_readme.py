@@ -1,6 +1,7 @@
 """The README and docs/ stay true: the two set-up commands, a README read in minutes, every command the docs
 show parses with the real parser, docs/cli.md matches the parsers, every --help fits a screen, and the code
-cites only what is in the repository."""
+cites only what is in the repository. BENCHMARKS.md reads in two minutes, every benchmark report is linked
+from it or from the reports' index, and every link to a section finds its heading."""
 
 import re
 import shlex
@@ -116,7 +117,11 @@ def test_every_command_the_docs_show_parses(doc):
             pytest.fail(f"{doc.name}: `{' '.join(words)}` does not parse ({err})")
 
 
-@pytest.mark.parametrize("doc", [ROOT / "README.md", ROOT / "BENCHMARKS.md", *DOCS], ids=lambda p: p.name)
+BENCHMARK_INDEX = ROOT / "docs" / "benchmarks" / "README.md"
+HEADLINE_DOCS = [ROOT / "README.md", ROOT / "BENCHMARKS.md", BENCHMARK_INDEX]
+
+
+@pytest.mark.parametrize("doc", [*HEADLINE_DOCS, *DOCS], ids=lambda p: str(p.relative_to(ROOT)))
 def test_links_point_at_files_in_the_repository(doc):
     for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text()):
         if "://" in target:
@@ -134,3 +139,45 @@ def test_code_cites_only_the_repository():
                     if re.search(r"\b[Ii]ssues? \d+|DESIGN\.md", line):
                         bad.append(f"{path.relative_to(ROOT)}:{i}: {line.strip()}")
     assert not bad, "\n".join(bad)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    out, seen = set(), {}
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    for heading in re.findall(r"^#+ (.+)$", text, re.M):
+        base = slug(heading)
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        out.add(base if n == 0 else f"{base}-{n}")
+    return out
+
+
+@pytest.mark.parametrize("doc", HEADLINE_DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_links_to_a_section_find_it(doc):
+    """Every headline links to its row's section: an anchor that names no heading is a dead link."""
+    bad = []
+    for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", doc.read_text()):
+        path = (doc.parent / target) if target else doc
+        if "://" not in target and path.suffix == ".md" and anchor not in anchors(path):
+            bad.append(f"{target}#{anchor}")
+    assert not bad, f"{doc.name} links to sections that do not exist: {bad}"
+
+
+def test_benchmarks_reads_in_two_minutes():
+    lines = (ROOT / "BENCHMARKS.md").read_text().splitlines()
+    assert len(lines) <= 120, f"BENCHMARKS.md has {len(lines)} lines; move detail to docs/benchmarks/"
+    long = [i for i, line in enumerate(lines, 1) if len(line) > 300]
+    assert not long, f"BENCHMARKS.md lines over 300 characters: {long}; shorten the cells, link the report"
+
+
+def test_every_benchmark_report_is_linked():
+    """A report no page links to is lost: BENCHMARKS.md or the reports' index names each one."""
+    linked = (ROOT / "BENCHMARKS.md").read_text() + BENCHMARK_INDEX.read_text()
+    reports = sorted(p.name for p in BENCHMARK_INDEX.parent.glob("*.md") if p != BENCHMARK_INDEX)
+    missing = [name for name in reports if f"{name})" not in linked and f"{name}#" not in linked]
+    assert not missing, f"reports linked from neither BENCHMARKS.md nor docs/benchmarks/README.md: {missing}"
