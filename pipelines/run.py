@@ -207,7 +207,12 @@ def run_all(run: RunConfig) -> int:
     for line in notes:
         log.info("%s", line)
     results, rows = [], []
+    # --preset auto's report is final: its budget cuts would make a rerun's numbers another run's (core.finished)
+    identity = finished.run_identity(run.to_dict(), dataset.fingerprint()) if preset_name == SEARCH else None
     with locked(out, "pipelines.run", "--out"):  # a second run on this dataset and preset waits for none: refused
+        if identity and (report := finished.final_report(out, identity, run.trainer.overwrite)) is not None:
+            finished.reuse_report(out, report)
+            return 0
         for protocol in protocols:
             ranked = [protocol, PAIRS] if pairs_beside(dataset, protocol) and PAIRS not in protocols else [protocol]
             test_scores = split_scores(dataset, "test", ranked, heuristic_names(dataset))  # once per run
@@ -219,6 +224,8 @@ def run_all(run: RunConfig) -> int:
         table = markdown(rows, lead=run.metric)
         table += ("\n" + "\n".join(f"- {line}" for line in notes) + "\n") if notes else ""
         publish_results(out, {"runs": results, "table": table_json(rows), "notes": notes}, table)
+        if identity:
+            finished.mark_report(out, identity)
     second = "auc" if run.metric != "auc" else "mrr"  # the metric the user reads leads (--metric)
     shown = lambda r, m: fmt(*r[m]) if m in r else "–"  # noqa: E731
     for r in rows:

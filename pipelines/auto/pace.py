@@ -15,6 +15,8 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.atomic import write_json_atomic
+
 log = logging.getLogger("pipelines.auto")
 MIN_STEPS = 20  # optimiser steps seen before a projection is made: two train lines at --log-every 10
 TAIL_BYTES = 8192  # the last train line is within the file's last few lines
@@ -82,3 +84,30 @@ class GracePace:
         )
         log.warning("search: %s", self.skipped[key])
         return self.skipped[key]
+
+
+@dataclass
+class Cuts:
+    """What the budget cut and the pace check stopped in a search (its folder's cut.json). A finished search's cuts
+    are final: a rerun judges those candidates as they were left (pipelines.auto.search.Search.train)."""
+
+    path: Path
+    budget: list = field(default_factory=list)  # the run folders' names of those --budget-minutes cut short
+    pace: dict = field(default_factory=dict)  # {run folder's name: why} of those the pace check stopped
+
+    @classmethod
+    def load(cls, path: Path, forget: bool = False) -> "Cuts":
+        """The record at `path`, or none; `forget` (--overwrite) removes it: the run resumes what was cut."""
+        if forget:
+            path.unlink(missing_ok=True)
+            return cls(path)
+        try:
+            recorded = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return cls(path)
+        return cls(path, list(recorded.get("budget", [])), dict(recorded.get("pace", {})))
+
+    def record(self, budget: list, pace: dict) -> None:
+        self.budget = sorted(set(self.budget) | set(budget))
+        self.pace = {**self.pace, **pace}
+        write_json_atomic(self.path, {"budget": self.budget, "pace": self.pace})

@@ -21,7 +21,9 @@ blend (pipelines/auto/blend.py) may add its scores to the chosen model's.
 
 A candidate that `--budget-minutes` stopped, or whose trainer failed, is judged on the epochs it evaluated
 (pipelines.core.stopped); one without any is left out, with a log line and its place in search.json. Only a
-default without any validation result stops the run.
+default without any validation result stops the run. What the budget cut (and what the pace check stopped) is
+recorded (search/cut.json, and search.json's cut_short / skipped) and final: a rerun judges it as it was instead
+of resuming it, so it makes the same choice; `--overwrite` forgets the record and resumes them.
 
 The search holds no test split: its trainers evaluate validation only (--eval-splits valid), and it reads
 nothing but their validation scores. Training on CPU is deterministic per seed, so the same input gives the
@@ -40,7 +42,7 @@ from pathlib import Path
 
 from common.atomic import write_json_atomic
 from pipelines.auto.config import DEFAULT_PRESET, Candidate, SearchConfig
-from pipelines.auto.pace import GracePace
+from pipelines.auto.pace import Cuts, GracePace
 from pipelines.auto.signal import break_tie, choose, run_signal, trails, two_way_se
 from pipelines.core.config import TrainerOptions
 from pipelines.core.seeds import seed_run
@@ -49,6 +51,7 @@ from pipelines.core.trainers import TrainerRun, run_trainers
 
 log = logging.getLogger("pipelines.auto")
 SEARCH_SEED = 0  # the seed the candidates train; the final seed of that number reuses the chosen run
+CUT_FILE = "cut.json"  # in the search's folder: what the budget cut and the pace check stopped
 
 
 class AutoError(ValueError):
@@ -145,6 +148,9 @@ class Search:
         # the pace check's input (a view's positives, its negatives per positive), and whom it stopped
         self.view_positives, self.neg_ratio, self.skipped = view_positives, neg_ratio, {}
         self.dirs = {c.cid: root / f"{c.cid}-{self._key(c)}" for c in cands}
+        # an earlier try's cuts, final; by folder name, which holds all a candidate's run depends on
+        self.cuts = Cuts.load(root / CUT_FILE, forget=opts.overwrite)
+        self.skipped.update({cid: why for cid, d in self.dirs.items() if (why := self.cuts.pace.get(d.name))})
 
     def _key(self, c: Candidate) -> str:
         """A candidate's folder is keyed by all it depends on, so a rerun finds its own runs only."""
@@ -199,7 +205,13 @@ class Search:
         """Bring each candidate of `rung` = {cid: (stop epoch, patience or None)} to its stop epoch (or its
         convergence); a finished one is reused. `paced`: stop an alternative whose pace cannot reach its stop
         epoch within the search's share of the budget."""
-        todo = {cid: self.trainer_run(cid, *got) for cid, got in rung.items() if not self.done(cid, *got)}
+        cut = [cid for cid in rung if self.dirs[cid].name in self.cuts.budget]  # judged as the budget left them: final
+        if cut:
+            log.info("search: %s cut short by --budget-minutes in this search; judged as then", ", ".join(cut))
+            self.cut_short += [cid for cid in cut if cid not in self.cut_short]
+        todo = {
+            cid: self.trainer_run(cid, *got) for cid, got in rung.items() if cid not in cut and not self.done(cid, *got)
+        }
         log.info(
             "search: %d candidate(s) to epoch %s%s, %d to train, %d reused",
             len(rung),
@@ -216,9 +228,13 @@ class Search:
         if watch is not None:
             self.skipped.update(watch.skipped)
         if stopped:
-            self.cut_short += stopped
+            self.cut_short += [cid for cid in stopped if cid not in self.cut_short]
             log.warning(
                 "search: --budget-minutes cut %s short; each is judged on the epochs it finished", ", ".join(stopped)
+            )
+        if stopped or (watch is not None and watch.skipped):
+            self.cuts.record(
+                [self.dirs[c].name for c in self.cut_short], {self.dirs[c].name: w for c, w in self.skipped.items()}
             )
         for cid, message in failed.items():  # a candidate that failed is judged like one the budget stopped
             self.failed[cid] = message
