@@ -179,10 +179,24 @@ def test_serve_takes_a_new_node_with_its_features_and_refuses_one_without(featur
             ({"add": [["u600", "i001"]], "features": {"u600": [1, 2, 3, "x"]}}, "expected 4 finite numbers"),
             ({"add": [["u001", "i004"]], "features": {"u001": row}}, "'features': node 'u001' is not created"),
         ]
-        for body, line in errors:
+        for body, line in errors + [  # what an earlier version acknowledged, and then answered with 500s
+            ({"add": [["u001", "\ud800"]]}, "'add'[0]: node id '\\ud800' is not valid Unicode text"),
+            ({"add": [["u600", "i001"]], "features": {"u600": [1e30, 0, 0, 0]}}, "'features'['u600']: a value beyond"),
+            (b'{"add": [["u600", "i001"]], "add": [["u601", "i001"]]}', "key 'add' appears twice in one object"),
+            (b"[" * 100_000, "nested deeper than 8 levels"),
+        ]:
             status, answer = call(port, "POST", "/edges", body, AUTH)
             assert status == 400 and line in answer["error"], answer
         assert call(port, "GET", "/recommend/u600")[0] == 404  # never added: no features were invented for it
+    log = state / "edits.jsonl"
+    seq = json.loads(log.read_text().splitlines()[-1])["seq"]
+    with open(log, "a") as f:  # a log an earlier version poisoned: a lone surrogate, a node with a row of 1e30
+        poison = {"add": [["u001", "\ud800"], ["u700", "i001"]], "remove": [], "features": [["u700", [1e30, 0, 0, 0]]]}
+        f.write(json.dumps({"seq": seq + 1, **poison}) + "\n")
     with service(str(run["run"]), state, port, "--device", "cpu", env=env, log_path=tmp_path / "serve2.log"):
         status, again = call(port, "POST", "/score", {"pairs": [["u500", "i003"], ["u001", "i003"]]})
         assert status == 200 and again == scored  # the replayed edit holds the new node's row
+        assert call(port, "GET", "/neighbors/u001")[0] == 200 and call(port, "GET", "/recommend/u001")[0] == 200
+        assert call(port, "POST", "/score", {"pairs": [["u700", "i003"]]})[0] == 404  # dropped at replay
+        assert call(port, "GET", "/health")[1]["seq"] == seq + 1
+    assert "3 entries dropped at replay" in (tmp_path / "serve2.log").read_text()
