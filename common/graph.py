@@ -260,5 +260,6 @@ def edge_weights(graph: Graph, pairs: np.ndarray, weights: np.ndarray) -> np.nda
     for a, b in ((0, 1), (1, 0)):
         pos, found = graph.edge_positions(pairs[:, a], pairs[:, b])
         found &= pairs[:, 0] != pairs[:, 1]
-        out += np.bincount(pos[found], weights=weights[found], minlength=out.shape[0])
+        with np.errstate(over="ignore"):  # a sum past float64 is inf, which the edge-list loader refuses in one line
+            out += np.bincount(pos[found], weights=weights[found], minlength=out.shape[0])
     return out

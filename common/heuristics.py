@@ -142,7 +142,9 @@ def scaled_weights(weight: np.ndarray) -> tuple[np.ndarray, int]:
     weight = np.asarray(weight, dtype=np.float64)
     if weight.size and not np.isfinite(weight).all():
         raise HeuristicError("weights: not all finite; divide the weight column by a constant")
-    if np.isfinite(2 * weight.sum()):
+    with np.errstate(over="ignore"):  # an overflow here is the question asked, not a warning
+        fits = np.isfinite(2 * weight.sum())
+    if fits:
         return weight, 0
     exp = int(np.frexp(weight.max())[1])
     return np.ldexp(weight, -exp), exp
@@ -156,7 +158,8 @@ def strength(graph: Graph, weight: np.ndarray) -> np.ndarray:
 def _log1p_scaled(s: np.ndarray, exp: int) -> np.ndarray:
     """log(1 + s * 2^exp) without overflow: log1p where s * 2^exp is finite (the unscaled value, bit for bit),
     else exp * log 2 + log(s + 2^-exp)."""
-    full = np.ldexp(s, exp)
+    with np.errstate(over="ignore"):  # inf marks the strengths taken the other way
+        full = np.ldexp(s, exp)
     out = np.log1p(full, where=np.isfinite(full), out=np.zeros_like(s))
     big = ~np.isfinite(full)
     out[big] = exp * np.log(2.0) + np.log(s[big] + np.ldexp(1.0, -exp))

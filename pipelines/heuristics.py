@@ -4,6 +4,9 @@
         [--data-dir DIR] [--ogb-root DIR] [--heuristics cn,aa,ra] [--split test]
         [--out results/heuristics-<dataset>.json]
 
+The default rows are the run report's: CN, AA and RA, then WCN, WAA and WRA on an edge list with a weight
+column, and EdgeBank and recent PA (rpa) on a temporal split (common/heuristics_temporal.py).
+
 Each protocol's positives and negatives are scored on `dataset.graph_for(split)` (the graph a model
 would see for that split). Every distinct candidate pair of the split, across all protocols, is
 scored once per heuristic and scattered back (HeaRT repeats pairs heavily). Metrics come from
@@ -24,7 +27,7 @@ from common.atomic import write_json_atomic
 from common.cli import Parser, command, exit_process, summary
 from common.datasets import PROTOCOLS, DatasetError, LinkDataset, load_dataset
 from common.flags import FlagError, add_dataset_flags, add_overwrite_flag, comma_list
-from common.heuristics import HEURISTICS, score_split
+from common.heuristics import ALL, HEURISTICS, TEMPORAL, WEIGHTED, label, score_split
 from common.metrics import METRIC_KEYS, as_percent, format_table
 from common.outputs import OutputError, check_output, check_replacement, stamp
 from pipelines.core.config import DataSource
@@ -49,8 +52,9 @@ def build_parser(prog: str = PROG) -> Parser:
     )
     p.add_argument(
         "--heuristics",
-        default=",".join(DEFAULT_HEURISTICS),
-        help=f"comma-separated subset of {','.join(HEURISTICS)}, or 'all' (default: cn,aa,ra)",
+        default=None,
+        help=f"comma-separated subset of {','.join(ALL)}, or 'all' (default: the run report's: cn,aa,ra, the "
+        "weighted ones with a weight column, edgebank,rpa on a temporal split)",
     )
     p.add_argument("--split", default="test", choices=["valid", "test"], help="split to evaluate (default test)")
     p.add_argument(
@@ -62,13 +66,39 @@ def build_parser(prog: str = PROG) -> Parser:
 
 
 # ---------------------------------------------------------------------------- argument checks
-def parse_heuristics(text: str) -> tuple[str, ...]:
-    if text.strip() == "all":
-        return tuple(HEURISTICS)
+def parse_heuristics(text: str | None) -> tuple[str, ...] | None:
+    """--heuristics as names; None (the default) and 'all' are resolved once the dataset is loaded."""
+    if text is None or text.strip() == "all":
+        return None if text is None else ("all",)
     try:
-        return tuple(comma_list(text, "--heuristics", allowed=HEURISTICS))
+        return tuple(comma_list(text, "--heuristics", allowed=ALL))
     except FlagError as err:
         raise FlagError(f"{err} (or all)") from None
+
+
+def available(ds: LinkDataset) -> list[str]:
+    """The heuristics this dataset can be scored by: the weighted ones need a weight column, the time-aware
+    ones a temporal split."""
+    return (
+        list(HEURISTICS) + (list(WEIGHTED) if ds.weights is not None else []) + (list(TEMPORAL) if ds.temporal else [])
+    )
+
+
+def resolve_heuristics(ds: LinkDataset, asked: tuple[str, ...] | None) -> list[str]:
+    """The names to score: the report's rows by default, every available one for 'all', else those asked, each
+    one the dataset can feed (or one line saying what it lacks)."""
+    if asked is None:
+        return [*DEFAULT_HEURISTICS, *(h for h in available(ds) if h not in HEURISTICS)]
+    if asked == ("all",):
+        return available(ds)
+    for name in asked:
+        if name in WEIGHTED and ds.weights is None:
+            raise FlagError(
+                f"--heuristics {name}: {ds.name} has no weight column; use {name[1:]}, or add a column 'weight'"
+            )
+        if name in TEMPORAL and not ds.temporal:
+            raise FlagError(f"--heuristics {name}: needs a temporal split (an edge list with a column 'time')")
+    return list(asked)
 
 
 def resolve_protocols(ds: LinkDataset, split: str, requested: str) -> list[str]:
@@ -90,7 +120,7 @@ def resolve_protocols(ds: LinkDataset, split: str, requested: str) -> list[str]:
 @dataclass(frozen=True)
 class HeuristicsConfig:
     source: DataSource
-    heuristics: tuple[str, ...]
+    heuristics: tuple[str, ...] | None  # None: the run report's rows; ("all",): every available one
     protocol: str = "both"
     split: str = "test"
     seed: int = 0
@@ -119,7 +149,7 @@ def results_table(results: dict) -> str:
     rows = []
     for proto, by_h in results.items():
         for name, metrics in by_h.items():
-            rows.append({"protocol": proto, "heuristic": name.upper(), **as_percent(metrics)})
+            rows.append({"protocol": proto, "heuristic": label(name), **as_percent(metrics)})
     headers = ["protocol", "heuristic"] + [
         k.replace("hits", "Hits") if k.startswith("hits") else k.upper() for k in METRIC_KEYS
     ]
@@ -150,7 +180,7 @@ def score_heuristics(cfg: HeuristicsConfig) -> int:
         raise FlagError(str(err)) from None
     log.info("loaded %s", ds.summary())
     protocols = resolve_protocols(ds, cfg.split, cfg.protocol)
-    results = score_split(ds, cfg.split, protocols, list(cfg.heuristics))
+    results = score_split(ds, cfg.split, protocols, resolve_heuristics(ds, cfg.heuristics))
     graph = ds.graph_for(cfg.split)
     payload = {
         "dataset": ds.name,
