@@ -58,6 +58,18 @@ def test_negatives_hold_the_positives_counts_of_new_ends(grow):
     assert grow.split_info["negatives"] == "matched-newness"
 
 
+def test_the_selection_pool_draws_as_the_split_does(grow):
+    """--preset auto's validation pool adds negatives with the positives' shares of new ends too: a pool among
+    old nodes only would let selection favour the newness a model should not learn."""
+    from common.datasets.pool import attach_valid_pool
+
+    old, valid = np.flatnonzero(grow.graph.degree > 0), grow.splits["valid"]
+    extra = attach_valid_pool(grow, 4).splits["valid"].neg["original"][len(valid.neg["original"]) :]
+    assert len(extra) == 4 * len(valid.pos)
+    want = shares(np.bincount(new_ends(valid.pos, old), minlength=3), len(extra))
+    assert np.bincount(new_ends(extra, old), minlength=3).tolist() == want.tolist()
+
+
 def test_without_new_ends_the_draw_is_the_plain_one():
     """A split whose pairs name only old nodes keeps the negatives it had before the rule (same stream)."""
     g = Graph.from_edges(np.array([[0, 1], [1, 2], [2, 3], [3, 4], [4, 5], [5, 0]]), num_nodes=8)
