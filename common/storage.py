@@ -303,6 +303,17 @@ def is_remote(url: str | os.PathLike) -> bool:
     return "://" in url and not url.startswith("file://")
 
 
+def absolute_location(url: str | os.PathLike) -> str:
+    """A local path made absolute (a file:// URL's path too), a remote URL as it is: what a run records, so that
+    it reads the same files from any folder."""
+    url = str(url)
+    if is_remote(url):
+        return url
+    if url.startswith("file://"):
+        return "file://" + os.path.abspath(url.removeprefix("file://"))
+    return os.path.abspath(url)
+
+
 def open_storage(url: str | os.PathLike) -> Storage:
     """LocalStorage for a path or file:// URL, FsspecStorage for any other fsspec URL (s3://, gs://...)."""
     url = str(url)

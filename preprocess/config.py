@@ -239,10 +239,31 @@ class PreprocessConfig:
         }
 
     def to_dict(self) -> dict:
+        """The manifest's `config`: every input file or folder absolute, so a run of the set finds them from any
+        folder (the cache key keeps each path as given: key_parts)."""
+        from common.datasets import given_by_path
+        from common.storage import absolute_location
+
         out = asdict(self)
+        for name in PATH_FIELDS:
+            if out[name] and (name != "dataset" or given_by_path(self.dataset, self.data_dir)):
+                out[name] = absolute_location(out[name])
         out["sampling"] = {"d": self.sampling.d, "n": self.sampling.n, "n_max": self.sampling.n_max}
         return out
 
+
+# The fields that name a local file or folder (a remote URL stays as it is).
+PATH_FIELDS = (
+    "dataset",
+    "out",
+    "data_dir",
+    "ogb_root",
+    "planetoid_dir",
+    "nodes",
+    "node_features",
+    "eval_pairs",
+    "train_negatives",
+)
 
 # Bump when the sampler's output for a given seed changes, so old caches are not reused.
 SAMPLER_VERSION = 1

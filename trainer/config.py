@@ -16,6 +16,7 @@ from typing import Sequence
 from common.config_flags import add_flags, flag, given, preset_defaults
 from common.flags import DEVICE_HELP, DEVICES
 from common.presets import PRESETS, get_preset
+from common.storage import absolute_location
 from trainer.config_sections import (
     CONTROL,
     GROUPS,
@@ -317,7 +318,8 @@ def config_for(preset: str, shards: str, out: str, **overrides) -> TrainConfig:
         p = get_preset(preset)
     except ValueError as err:
         raise ConfigError(f"--preset: {err}") from None
-    data = {"shards": shards, **overrides.pop("data", {})}
+    # absolute: the run's config.json and checkpoints name the set wherever a later command runs from
+    data = {"shards": absolute_location(shards) if shards else shards, **overrides.pop("data", {})}
     data.setdefault("seed", overrides.get("seed", 0))  # the loader's seed is the run's
     optim = {**preset_defaults(OptimConfig, p), **overrides.pop("optim", {})}
     model = overrides.pop("model", {})

@@ -26,6 +26,7 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
+from common.storage import absolute_location
 from trainer.config_sections import ConfigError
 
 log = logging.getLogger("trainer")
@@ -88,9 +89,14 @@ def same_data(saved: dict, manifest: dict, shards: str) -> bool:
     """Whether a run whose data config is `saved` was trained on the set of `manifest` (at `shards`). A run
     from before runs recorded their data is judged by its shard-set path."""
     if saved.get("dataset_fingerprint") is None and saved.get("shard_set") is None:
-        return str(saved.get("shards", "")).rstrip("/") == str(shards).rstrip("/")
+        return same_location(saved.get("shards", ""), shards)
     have = bound_data(manifest)
     return all(saved.get(k) == have[k] for k in have)
+
+
+def same_location(a, b) -> bool:
+    """Two shard-set paths name one folder (a run records it absolute; an older run as it was given)."""
+    return absolute_location(str(a).rstrip("/")) == absolute_location(str(b).rstrip("/"))
 
 
 def data_label(data: dict) -> str:
