@@ -10,6 +10,9 @@ DATASET_HELP = (
 )
 DEVICES = ("auto", "cpu", "cuda")
 DEVICE_HELP = "auto: a GPU when one is visible (default)"
+MOVED_SHARDS_HELP = (
+    "the run's shard set (its folder holding manifest.json) where it is now, if it moved (checked against the run)"
+)
 MOVED_DATASET_HELP = "the run's edge list where it is now, if it moved (checked against the run's fingerprint)"
 
 
@@ -86,8 +89,15 @@ def add_graph_input_flags(p) -> None:
 
 
 def add_moved_dataset_flag(p, advanced: bool = False) -> None:
-    """--dataset of a command on a trained run: its edge list, moved (pipelines.core.runs.run_dataset)."""
+    """--dataset of a command on a trained run: its edge list, moved (pipelines.core.runs.run_dataset); and
+    --shards, its shard set, moved."""
     p.add_argument("--dataset", default=None, metavar="PATH", help=MOVED_DATASET_HELP, advanced=advanced)
+    add_moved_shards_flag(p)
+
+
+def add_moved_shards_flag(p) -> None:
+    """--shards of a command on a trained run: its shard set where it is now (pipelines.core.runs.run_manifest)."""
+    p.add_argument("--shards", default=None, metavar="DIR", help=MOVED_SHARDS_HELP, advanced=True)
 
 
 def add_overwrite_flag(p, what: str = "--out", advanced: bool = False) -> None:

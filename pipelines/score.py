@@ -31,7 +31,14 @@ from common.cli import Parser, command, exit_process, summary
 from common.datasets import DatasetError
 from common.datasets.ids import node_index
 from common.datasets.tables import EDGE_LIST_SUFFIXES, read_columns, suffix_of
-from common.flags import MOVED_DATASET_HELP, FlagError, add_dataset_flags, add_device_flag, add_overwrite_flag
+from common.flags import (
+    MOVED_DATASET_HELP,
+    FlagError,
+    add_dataset_flags,
+    add_device_flag,
+    add_moved_shards_flag,
+    add_overwrite_flag,
+)
 from common.node_ids import load_node_ids
 from common.outputs import OutputError, check_output, check_replacement, stamp_metadata
 from pipelines.core.config import MovedDataset
@@ -91,6 +98,7 @@ def build_parser(prog: str = PROG) -> Parser:
         help="pairs per forward pass at most (default 512; batches are also cut by the token budget)",
     )
     add_dataset_flags(p, required=False, split=False, nodes=False, help=MOVED_DATASET_HELP)
+    add_moved_shards_flag(p)
     return p
 
 
@@ -235,7 +243,7 @@ class ScoreConfig:
     device: str = "auto"
     seed: int = 0
     batch_size: int = 512
-    moved: MovedDataset = field(default_factory=MovedDataset)  # the run's edge list where it is now
+    moved: MovedDataset = field(default_factory=MovedDataset)  # the run's edge list and shard set where they are now
 
     @classmethod
     def from_args(cls, args) -> "ScoreConfig":
@@ -265,7 +273,7 @@ def score_file(cfg: ScoreConfig) -> int:
     try:
         path = resolve_checkpoint(cfg.checkpoint)
         ckpt = load_checkpoint(path)
-        manifest = run_manifest(ckpt, path)
+        manifest = run_manifest(ckpt, path, cfg.moved.shards)
         pre = manifest["config"]
         files, folders = run_inputs(cfg.checkpoint, manifest)
         on_file = cfg.graph not in snapshot.GRAPH_NAMES

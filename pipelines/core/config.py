@@ -95,18 +95,25 @@ class DataSource:
 class MovedDataset:
     """Where a trained run's dataset is now, when it moved (--dataset, and --data-dir / --ogb-root where the
     command has them); None: where the run found it. Checked against the run's fingerprint
-    (pipelines.core.runs.run_dataset)."""
+    (pipelines.core.runs.run_dataset). `shards` (--shards): its shard set, checked against the run's data
+    (pipelines.core.runs.run_manifest)."""
 
     dataset: str | None = None
     data_dir: str | None = None
     ogb_root: str | None = None
+    shards: str | None = None
 
     def fields(self) -> tuple[str | None, str | None, str | None]:
         return self.dataset, self.data_dir, self.ogb_root
 
     @classmethod
     def from_args(cls, args) -> "MovedDataset":
-        return cls(getattr(args, "dataset", None), getattr(args, "data_dir", None), getattr(args, "ogb_root", None))
+        return cls(
+            getattr(args, "dataset", None),
+            getattr(args, "data_dir", None),
+            getattr(args, "ogb_root", None),
+            getattr(args, "shards", None),
+        )
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ from common.datasets.tables import suffix_of
 from common.node_ids import load_node_ids
 from common.outputs import check_output
 from common.presets import get_preset
-from common.shards import read_manifest
+from common.shards import MANIFEST, load_features, read_manifest
+from common.storage import is_remote
 from trainer import checkpoint
 from trainer.config import TrainConfig
 from trainer.run_folder import bound_data, data_label, same_data
@@ -73,16 +74,49 @@ def sampling_fields(manifest: dict) -> dict:
     return {"sampling": (pre["sampling"]["d"], pre["sampling"]["n"]), "n_max": int(manifest["n_max"])}
 
 
-def run_manifest(ckpt: dict, path) -> dict:
-    """The manifest of the shard set a checkpoint was trained on, checked to be that set still."""
+# how a command finds a run's shard set that moved (common.flags.add_moved_shards_flag)
+SHARDS_FIX = "pass --shards DIR, the set's folder where it is now (it must hold the set the run was trained on)"
+
+
+def run_manifest(ckpt: dict, path, shards: str | None = None) -> dict:
+    """The manifest of the shard set a checkpoint was trained on, checked to be that set still. `shards`
+    (--shards): where the set is now, when it moved; checked against the data the run recorded."""
     data = ckpt["config"]["data"]
-    manifest = read_manifest(data["shards"])
-    if not same_data(data, manifest, data["shards"]):
+    where = data["shards"] if shards is None else moved_set(shards, data)
+    if shards is None:
+        check_recorded_set(where, path)
+    manifest = read_manifest(where)
+    if not same_data(data, manifest, where):
+        flag = f"--shards {shards}" if shards else where
         raise RunFolderError(
-            f"{path}: was trained on {data_label(data)}, but {data['shards']} now holds "
-            f"{data_label(bound_data(manifest))}; score with the set it was trained on, or retrain"
+            f"{path}: was trained on {data_label(data)}, but {flag} holds "
+            f"{data_label(bound_data(manifest))}; pass the set it was trained on, or retrain"
         )
     return manifest
+
+
+def moved_set(shards: str, data: dict) -> str:
+    """--shards DIR: the set itself, or a shard root (preprocess's --out) holding the run's set as
+    <dataset>/<cache key>, found by the key the run recorded."""
+    root = Path(shards.removeprefix("file://"))
+    if is_remote(shards) or (root / MANIFEST).exists() or not data.get("shard_set"):
+        return shards
+    found = sorted(root.glob(f"*/{data['shard_set']}/{MANIFEST}"))
+    return str(found[0].parent) if len(found) == 1 else shards
+
+
+def check_recorded_set(where: str, path) -> None:
+    """The set a run recorded, found where it says: a relative path (a run from before runs recorded absolute
+    ones) is read from this folder only, and a set that moved is found with --shards."""
+    if is_remote(where) or (Path(where.removeprefix("file://")) / MANIFEST).exists():
+        return
+    if not Path(where.removeprefix("file://")).is_absolute():
+        raise RunFolderError(
+            f"{path}: records its shard set as {where}, relative to the folder the run was started in, which is "
+            f"not this one ({Path.cwd()}); run the command from that folder, or {SHARDS_FIX}"
+        )
+    if not Path(where.removeprefix("file://")).exists():
+        raise RunFolderError(f"{path}: its shard set {where}: not found (moved or deleted); {SHARDS_FIX}")
 
 
 def check_run_graph(manifest: dict, dataset, source: str) -> None:
@@ -131,12 +165,12 @@ def check_node_features(reads: bool, trained_nodes: int, graph, node_ids, source
     )
 
 
-def load_run_model(checkpoint_arg: str, device, flag: str = "--checkpoint"):
+def load_run_model(checkpoint_arg: str, device, flag: str = "--checkpoint", shards: str | None = None):
     """(model, its shard set's manifest, sampling fields, checkpoint digest): a run's model without its
-    dataset, for a caller that holds the dataset already."""
+    dataset, for a caller that holds the dataset already. `shards`: --shards, the set where it is now."""
     path = resolve_checkpoint(checkpoint_arg, flag)
     ckpt = load_checkpoint(path, flag)
-    manifest = run_manifest(ckpt, path)
+    manifest = run_manifest(ckpt, path, shards)
     digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
     return load_model(ckpt, manifest, device), manifest, sampling_fields(manifest), digest
 
@@ -145,24 +179,50 @@ def run_dataset(manifest: dict, dataset: str | None = None, data_dir: str | None
     """The dataset of a run's set (its split and node list), checked to be the graph the run was trained on.
     dataset (--dataset): where the run's edge list is now, when it moved; data_dir / ogb_root likewise."""
     pre = manifest["config"]
-    if dataset is None and suffix_of(pre["dataset"]) and not Path(pre["dataset"]).is_file():
-        raise RunFolderError(
-            f"the run's edge list {pre['dataset']}: file not found (moved, renamed, or a path "
-            "relative to another folder); pass --dataset PATH where it is now (checked against the "
-            "run's fingerprint), or restore it"
-        )
+    if problem := run_edge_list_problem(manifest, dataset):
+        raise RunFolderError(problem)
+    x = load_features(manifest)
+    if x is not None:  # the set's table: the user's feature file may have moved or changed since
+        pre = {**pre, "features": False, "node_features": None, "fill_features": None}
     loaded = load_set_dataset(pre, name=dataset, data_dir=data_dir, ogb_root=ogb_root)
+    if x is not None:
+        loaded = with_features(loaded, x)
     check_run_graph(manifest, loaded, f"--dataset {dataset}" if dataset else pre["dataset"])
     return loaded
 
 
+def run_edge_list_problem(manifest: dict, dataset: str | None = None, flag: str = "--dataset") -> str | None:
+    """Why the run's edge list (or `dataset`, where it moved, given by `flag`) cannot be read, in one line; None
+    when it is there or the run's dataset is not an edge list."""
+    path = dataset or manifest["config"]["dataset"]
+    if not suffix_of(path) or is_remote(path) or Path(path).is_file():
+        return None
+    if dataset:
+        return f"{flag} {dataset}: file not found; pass the run's edge list where it is now"
+    return (
+        f"the run's edge list {path}: file not found (moved, renamed, or a path relative to another "
+        "folder); pass --dataset PATH where it is now (checked against the run's fingerprint), or restore it"
+    )
+
+
+def with_features(dataset, x: np.ndarray):
+    """The dataset with node-feature table `x` on its graphs (the fingerprint hashes it there)."""
+    test = dataset.test_graph
+    return replace(dataset, graph=replace(dataset.graph, x=x), test_graph=None if test is None else replace(test, x=x))
+
+
 def load_run(
-    checkpoint_arg: str, device, flag: str = "--checkpoint", out: str | None = None, dataset: str | None = None
+    checkpoint_arg: str,
+    device,
+    flag: str = "--checkpoint",
+    out: str | None = None,
+    dataset: str | None = None,
+    shards: str | None = None,
 ):
     """(model, dataset, sampling fields, checkpoint digest) of a trained run; `flag` names it in errors.
     `out`: the command's output file, refused (common.outputs) when it is one of the run's inputs.
-    `dataset`: --dataset, the run's edge list where it is now."""
-    model, manifest, fields, digest = load_run_model(checkpoint_arg, device, flag)
+    `dataset`: --dataset, the run's edge list where it is now; `shards`: --shards, its shard set."""
+    model, manifest, fields, digest = load_run_model(checkpoint_arg, device, flag, shards)
     if out is not None:
         files, folders = run_inputs(checkpoint_arg, manifest, flag)
         check_output(out, files={**files, "--dataset": dataset}, folders=folders)

@@ -312,7 +312,7 @@ def run_evaluation(cfg: EvaluateConfig) -> int:
 
 def load_evaluated_run(run: EvaluateConfig, device):
     """(model, dataset, sampling fields, data fingerprint) of RUN, --out checked before the dataset is loaded."""
-    model, manifest, fields, _ = load_run_model(run.run, device, "RUN")
+    model, manifest, fields, _ = load_run_model(run.run, device, "RUN", run.moved.shards)
     files, folders = run_inputs(run.run, manifest, "RUN")
     check_output(run.out, files={**files, "--dataset": run.moved.dataset}, folders=folders)
     check_replacement(run.out, "evaluate", manifest["fingerprint"], run.overwrite, what="evaluation")

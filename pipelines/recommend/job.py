@@ -36,8 +36,16 @@ from common.datasets.tables import EDGE_LIST_SUFFIXES, suffix_of
 from common.flags import FlagError, add_moved_dataset_flag, add_num_cpus_flag, add_overwrite_flag
 from common.outputs import OutputError, check_output, check_replacement, stamp_metadata
 from common.retrieval import RetrievalError
+from common.storage import absolute_location
 from pipelines.core.config import MovedDataset
-from pipelines.core.runs import RunFolderError, check_node_features, load_run_model, run_dataset, run_inputs
+from pipelines.core.runs import (
+    RunFolderError,
+    check_node_features,
+    load_run_model,
+    resolve_checkpoint,
+    run_dataset,
+    run_inputs,
+)
 from pipelines.recommend.engine import (
     COLUMNS,
     RecConfig,
@@ -233,7 +241,8 @@ def recommend(job: RecommendConfig) -> int:
     if os.environ.get("RAY_ADDRESS"):  # a dead cluster fails here in one line, before the run is loaded
         probe_address(os.environ["RAY_ADDRESS"])
     device = default_device(job.device)
-    model, manifest, fields, digest = load_run_model(job.checkpoint, device)
+    model, manifest, fields, digest = load_run_model(job.checkpoint, device, shards=job.moved.shards)
+    job = replace(job, moved=replace(job.moved, shards=absolute_location(manifest["root"])))  # as the actors find it
     files, folders = run_inputs(job.checkpoint, manifest)
     out = check_output(
         job.out,
@@ -330,7 +339,8 @@ def _run_blocks(
     if job.ray or os.environ.get("RAY_ADDRESS"):
         from pipelines.recommend.on_ray import run_on_ray
 
-        run_on_ray(job.checkpoint, graph, side, cfg, blocks, todo, done, job.num_cpus, device.type, candidates)
+        ckpt = str(resolve_checkpoint(job.checkpoint).resolve())  # absolute: the actors run in folders of their own
+        run_on_ray(ckpt, graph, side, cfg, blocks, todo, done, job.num_cpus, device.type, candidates, job.moved.shards)
     else:
         sampler, scorer = sampler_for(graph, cfg), scorer_for(model, graph, cfg, device)
         for b in todo:

@@ -26,14 +26,14 @@ def _prepare(graph, side, cfg: RecConfig, block_id: int, queries: np.ndarray, ca
 class BlockScorer:
     """Actor: loads the run once, scores prepared blocks, returns (block_id, top-k table, pairs)."""
 
-    def __init__(self, checkpoint: str, graph, cfg: RecConfig, device: str):
+    def __init__(self, checkpoint: str, graph, cfg: RecConfig, device: str, shards: str | None = None):
         import torch
 
         from pipelines.core.runs import load_run_model
 
         torch.set_num_threads(1)  # one core per CPU actor; tasks take the others
         dev = torch.device(device if device != "cuda" or torch.cuda.is_available() else "cpu")
-        model, _, _, _ = load_run_model(checkpoint, dev)  # the model only: the graph comes from the driver
+        model, _, _, _ = load_run_model(checkpoint, dev, shards=shards)  # the model only: the graph is the driver's
         self.cfg = cfg
         self.scorer = scorer_for(model, graph, cfg, dev)
 
@@ -48,11 +48,12 @@ def init_ray(num_cpus: int | None) -> bool:
     if ray.is_initialized():
         return False
     if os.environ.get("RAY_ADDRESS"):
-        from preprocess.cluster import probe_address
+        from preprocess.cluster import probe_address, signals_end_attach
 
         probe_address(os.environ["RAY_ADDRESS"])  # Ray itself retries a dead address for minutes
         log.info("RAY_ADDRESS=%s: attaching to the cluster", os.environ["RAY_ADDRESS"])
-        ray.init(log_to_driver=True)
+        with signals_end_attach(os.environ["RAY_ADDRESS"]):  # SIGTERM ends the command while ray.init waits
+            ray.init(log_to_driver=True)
     else:
         from pathlib import Path
 
@@ -78,9 +79,11 @@ def run_on_ray(
     num_cpus,
     device: str,
     candidates: np.ndarray | None = None,
+    shards: str | None = None,
 ):
     """Run the `todo` blocks; done(block_id, table, pairs) is called on the driver as each finishes. `candidates`:
-    the nodes that may be proposed (None: every node)."""
+    the nodes that may be proposed (None: every node). `checkpoint` and `shards` (the run's set, when it moved)
+    are absolute: the actors run in folders of their own."""
     import ray
 
     started = init_ray(num_cpus)
@@ -100,7 +103,7 @@ def run_on_ray(
         graph_ref, side_ref, cand_ref = ray.put(graph), ray.put(side), ray.put(candidates)
         prepare = ray.remote(num_cpus=1)(_prepare)
         pool = [
-            ray.remote(**opts)(BlockScorer).remote(checkpoint, graph_ref, cfg, "cuda" if gpus else "cpu")
+            ray.remote(**opts)(BlockScorer).remote(checkpoint, graph_ref, cfg, "cuda" if gpus else "cpu", shards)
             for _ in range(actors)
         ]
         pending, queue, turn = [], list(todo), 0
