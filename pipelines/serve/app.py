@@ -142,7 +142,7 @@ class Pencil:
         s = self.settings = Settings.from_dict(settings)
         torch.set_num_threads(max(1, int(s.replica_cpus)))  # the replica's cores; Ray sets OMP threads to them
         device = default_device(s.device)
-        model, dataset, fields, self.digest = load_run(s.checkpoint, device, dataset=s.dataset)
+        model, dataset, fields, self.digest = load_run(s.checkpoint, device, dataset=s.dataset, shards=s.shards or None)
         if bool(model.cfg.num_features) != s.features:  # the graph owner built its graph by this setting
             raise ValueError(
                 f"{s.checkpoint}: its model {'reads' if model.cfg.num_features else 'reads no'} node "
@@ -333,6 +333,7 @@ def graph_app(config: dict):
     """`serve run` / `serve deploy` import path of the graph owner: pipelines.serve.app:graph_app; `config`: the
     config file's `args` of the application."""
     s = Settings.from_dict(config)
+    s.check_run()  # a run that cannot load fails the application here, once, not in retried replicas
     return GraphOwner.bind(s.owner_dict())
 
 
@@ -340,6 +341,7 @@ def service_app(config: dict):
     """`serve run` / `serve deploy` import path of the model replicas: pipelines.serve.app:service_app; `config`:
     the config file's `args` of the application."""
     s = Settings.from_dict(config).with_token()
+    s.check_run()  # as graph_app
     if s.token_sha256 is None:
         log.warning(NO_TOKEN)
     options = {"num_cpus": s.replica_cpus}

@@ -24,10 +24,11 @@ from pathlib import Path
 from common import snapshot
 from common.atomic import write_text_atomic
 from common.cli import Parser, command, exit_process, summary
+from common.datasets.tables import suffix_of
 from common.flags import FlagError, add_moved_dataset_flag, add_num_cpus_flag, add_overwrite_flag
 from common.outputs import check_output, check_replacement, stamp_line
 from common.shards import ShardError
-from common.storage import is_remote
+from common.storage import absolute_location
 from pipelines.core.children import exit_on_sigterm
 from pipelines.core.runs import (
     RunFolderError,
@@ -41,7 +42,7 @@ from pipelines.recommend.engine import RecommendError, add_engine_flags
 from pipelines.serve.edit_log import LOG_NAME
 from pipelines.serve.handlers import NO_TOKEN, TOKEN_ENV, Limits
 from pipelines.serve.settings import Settings
-from pipelines.serve.start import deploy, precheck
+from pipelines.serve.start import ServeStartError, deploy, precheck
 from preprocess.cluster import RayConnectError
 
 log = logging.getLogger("pipelines.serve")
@@ -124,7 +125,7 @@ class ServeCommand:
         try:
             ckpt = resolve_checkpoint(args.checkpoint).resolve()
             payload = load_checkpoint(ckpt)
-            shards = payload["config"]["data"]["shards"]
+            manifest = run_manifest(payload, ckpt, args.shards)  # a relative or moved set is named here
             graph = args.graph if args.graph in snapshot.GRAPH_NAMES else str(Path(args.graph).resolve())
             if graph not in snapshot.GRAPH_NAMES and not Path(graph).is_file():
                 raise ValueError(
@@ -134,10 +135,10 @@ class ServeCommand:
                 {
                     "checkpoint": str(ckpt),
                     "state": str(Path(args.state).resolve()),
-                    "shards": absolute(shards),
+                    "shards": absolute_location(manifest["root"]),
                     "graph": graph,
-                    "dataset": absolute(args.dataset) if args.dataset else None,
-                    "features": reads_features(payload, run_manifest(payload, ckpt)),
+                    "dataset": run_edge_list(manifest, args.dataset),
+                    "features": reads_features(payload, manifest),
                     "replicas": args.replicas,
                     "replica_cpus": args.replica_cpus,
                     "device": args.device,
@@ -165,15 +166,18 @@ class ServeCommand:
         return cls(s, args.host, args.port, args.write_config, args.overwrite, args.num_cpus)
 
 
-def absolute(path: str) -> str:
-    return path if is_remote(path) else str(Path(path).resolve())
+def run_edge_list(manifest: dict, moved: str | None) -> str | None:
+    """The run's edge list, absolute, for a config file read in another folder: --dataset where it moved, else the
+    one the set was built from (a paper dataset, named by its name: None)."""
+    path = moved or manifest["config"]["dataset"]
+    return absolute_location(path) if moved or suffix_of(path) else None
 
 
 def config_data(path: str, s: Settings, overwrite: bool) -> str:
     """--write-config FILE through the output guard: never over the checkpoint, the run's edge list, the token
     file or anything of the run's, and never over a file other than a config of this run's data. Returns the
     data's fingerprint, the file's stamp."""
-    manifest = run_manifest(load_checkpoint(Path(s.checkpoint)), s.checkpoint)
+    manifest = run_manifest(load_checkpoint(Path(s.checkpoint)), s.checkpoint, s.shards)
     files, folders = run_inputs(s.checkpoint, manifest)
     on_file = s.graph not in snapshot.GRAPH_NAMES
     check_output(
@@ -261,9 +265,9 @@ def run_service(s: Settings, host: str, port: int, num_cpus: int | None, prog: s
         serve.start(http_options={"host": host, "port": port}, proxy_location="HeadOnly")
         if on_cluster:  # the cluster outlives the command; its applications do not
             stack.callback(lambda: [serve.delete(app) for app in (SERVICE_APP, GRAPH_APP)])
-        deploy(graph_app(s.owner_dict()), GRAPH_APP, None)
+        deploy(built(graph_app, s.owner_dict(), GRAPH_APP), GRAPH_APP, None)
         service = {**s.service_dict(), "token_file": s.token_file}
-        deploy(service_app(service), SERVICE_APP, "/")
+        deploy(built(service_app, service, SERVICE_APP), SERVICE_APP, "/")
         print(
             f"{prog}: serving {s.checkpoint} on {s.graph} at http://{host}:{port} ({s.replicas} replica(s); "
             f"edit log {Path(s.state) / LOG_NAME})",
@@ -277,6 +281,15 @@ def run_service(s: Settings, host: str, port: int, num_cpus: int | None, prog: s
         while head is None or head.poll() is None:
             time.sleep(1.0)
         raise RuntimeError("the local Ray head stopped; the service is down")
+
+
+def built(builder, settings: dict, name: str):
+    """An application from its builder, whose checks (Settings.check_run) meet what changed since precheck (a
+    shard set gone) as a deployment would: `name could not start: why`."""
+    try:
+        return builder(settings)
+    except (ValueError, ShardError) as err:  # RunFolderError is a ValueError
+        raise ServeStartError(f"{name} could not start: {err}") from None
 
 
 def main(argv: list[str] | None = None, prog: str = PROG) -> int:

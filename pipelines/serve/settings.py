@@ -100,4 +100,24 @@ class Settings:
         return {k: getattr(self, k) for k in OWNER_KEYS if getattr(self, k) not in (None, False)}
 
     def service_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if k not in ("state", "shards", "token_file")}
+        """The replicas' settings; `shards` among them: a replica loads its run from that set (moved or not)."""
+        return {k: v for k, v in asdict(self).items() if k not in ("state", "token_file")}
+
+    def check_run(self) -> None:
+        """The run as the applications will load it, checked where `serve run` / `serve deploy` builds them,
+        before anything is deployed: the checkpoint, its shard set (the run's data) and the edge list where the
+        settings say. Serve retries a replica whose constructor fails; a builder that raises fails the
+        application once, with this one line."""
+        from common.shards import ShardError, read_manifest
+        from pipelines.core.runs import load_checkpoint, resolve_checkpoint, run_edge_list_problem, run_manifest
+
+        try:
+            if self.checkpoint:  # the replicas'
+                path = resolve_checkpoint(self.checkpoint, "setting 'checkpoint'")
+                manifest = run_manifest(load_checkpoint(path, "setting 'checkpoint'"), path, self.shards or None)
+            else:  # the graph owner's: the set only
+                manifest = read_manifest(self.shards)
+        except ShardError as err:
+            raise ValueError(str(err)) from None
+        if problem := run_edge_list_problem(manifest, self.dataset, "setting 'dataset'"):
+            raise ValueError(problem)

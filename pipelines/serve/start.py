@@ -77,7 +77,7 @@ def served_state(s: Settings):
     from pipelines.core.runs import load_checkpoint, run_dataset, run_manifest
     from pipelines.serve.state import serving_state
 
-    manifest = run_manifest(load_checkpoint(Path(s.checkpoint)), s.checkpoint)
+    manifest = run_manifest(load_checkpoint(Path(s.checkpoint)), s.checkpoint, s.shards or None)
     return serving_state(run_dataset(manifest, s.dataset), s.graph, s.max_new_nodes, s.features)
 
 
