@@ -184,3 +184,49 @@ def test_an_application_that_cannot_load_its_run_fails_where_it_is_built(rel_run
         with pytest.raises(ValueError) as err:
             builder(config)
         assert expect in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+@pytest.mark.slow
+def test_serve_run_of_a_written_config_starts_from_another_folder(rel_run, main_of, monkeypatch, tmp_path):
+    """`serve --write-config` in the run's root with relative flags, then Ray's own `serve run CONFIG` in another
+    folder: the service answers /health (about 1 min on 2 shared cores)."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from bench.serve import request
+    from pipelines.core.ray_head import free_ports
+
+    port = free_ports(1)[0]
+    monkeypatch.chdir(rel_run["root"])
+    config = tmp_path / "serve.yaml"
+    argv = ["--checkpoint", "run", "--state", "state-run", "--port", port, "--device", "cpu", "--write-config", config]
+    assert main_of(SERVE, argv)[0] == 0
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("serve")), "run", str(config)],
+        cwd=rel_run["elsewhere"],
+        env={**os.environ, "PYTHONPATH": str(root)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline, health = time.time() + 420, None
+        while health is None and time.time() < deadline and proc.poll() is None:
+            with contextlib.suppress(OSError):
+                status, text = request(port, "GET", "/health", timeout=10)
+                health = json.loads(text) if status == 200 else None
+            time.sleep(1)
+        assert health is not None, "serve run did not come up"
+        assert health["nodes"] == 140 and health["seq"] == 0, health
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)  # serve run's own shutdown, which stops the Ray it started
+        try:
+            proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
