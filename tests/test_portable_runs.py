@@ -174,7 +174,8 @@ def test_an_application_that_cannot_load_its_run_fails_where_it_is_built(rel_run
     from pipelines.serve.app import graph_app, service_app
 
     good = {"shards": str(rel_run["shards"]), "dataset": str(rel_run["root"] / "shop.csv"), "features": True}
-    graph_app({**good, "state": str(tmp_path / "state")})  # builds
+    assert graph_app({**good, "state": str(tmp_path / "state")}) is not None  # builds
+    assert service_app({**good, "checkpoint": str(rel_run["run"]), "device": "cpu"}) is not None  # no cluster: no GPU
     for builder, config, expect in (
         (graph_app, {**good, "dataset": str(tmp_path / "no.csv")}, f"setting 'dataset' {tmp_path / 'no.csv'}: file"),
         (graph_app, {**good, "shards": "shards/shop/x"}, "shards/shop/x: no manifest"),
