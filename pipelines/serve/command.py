@@ -246,6 +246,7 @@ def write_config(path: str, s: Settings, host: str, port: int, data: str = "unkn
 
 def run_service(s: Settings, host: str, port: int, num_cpus: int | None, prog: str) -> int:
     from pipelines.core.ray_head import local_head
+    from preprocess.cluster import signals_end_attach
 
     on_cluster = bool(os.environ.get("RAY_ADDRESS"))
     with contextlib.ExitStack() as stack:
@@ -259,7 +260,9 @@ def run_service(s: Settings, host: str, port: int, num_cpus: int | None, prog: s
 
         if on_cluster:
             log.info("RAY_ADDRESS=%s: deploying to that cluster", os.environ["RAY_ADDRESS"])
-        ray.init(address=None if on_cluster else address, log_to_driver=False)
+        # SIGTERM ends the command while ray.init waits on the cluster (preprocess.cluster)
+        with signals_end_attach(os.environ["RAY_ADDRESS"]) if on_cluster else contextlib.nullcontext():
+            ray.init(address=None if on_cluster else address, log_to_driver=False)
         stack.callback(ray.shutdown)
         signal.signal(signal.SIGTERM, exit_on_sigterm)  # after ray.init, whose own handler exits without unwinding
         serve.start(http_options={"host": host, "port": port}, proxy_location="HeadOnly")
