@@ -5,6 +5,7 @@ giving the paper-dataset path's shard content and model inputs, down to equal tr
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -263,3 +264,46 @@ def test_cora_feature_file_gives_the_same_shards_and_losses(cora_pair, shard_cac
         lines = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
         losses.append([r["loss"] for r in lines if "loss" in r])
     assert len(losses[0]) >= 1 and losses[0] == losses[1]
+
+
+# ---------------------------------------------------------------------------- issue 62, item 9
+@pytest.mark.parametrize("cell, shown", [("1e30", "1e+30"), ("-2.5e13", "-2.5e+13")])
+def test_a_value_beyond_the_feature_bound_is_refused_naming_row_column_and_fix(tmp_path, cell, shown):
+    f = write(tmp_path / "x.csv", f"node,f1,f2\na,1,2\nb,3,{cell}\nc,1,1\nd,1,1\n")
+    with pytest.raises(DatasetError) as err:
+        load_node_features(f, IDS, 4)
+    assert str(err.value) == (
+        f"--node-features {f}: data row 2, feature 2 holds {shown}, beyond the bound of +-1e+12 on a feature value "
+        "(the model reads values as they are); standardise the column, or take log1p of counts"
+    )
+    path = tmp_path / "x.npy"
+    x = np.ones((3, 2))
+    x[2, 0] = float(cell)
+    np.save(path, x)
+    with pytest.raises(DatasetError, match=rf"row 2 \(node 2\), feature 1 holds {re.escape(shown)}, beyond"):
+        load_node_features(path, None, 3)
+
+
+def test_the_bound_itself_is_read_and_a_wide_column_is_logged(tmp_path, caplog):
+    f = write(tmp_path / "x.csv", "node,f1,f2\na,1,1e12\nb,3,-5\nc,1,1\nd,1,1\n")
+    caplog.set_level("WARNING")
+    assert load_node_features(f, IDS, 4)[0, 1] == np.float32(1e12)
+    assert "1 feature column(s) reach beyond +-1000 (feature 2: 1e+12)" in caplog.text
+    caplog.clear()
+    load_node_features(write(tmp_path / "y.csv", "node,f1\na,1\nb,-1000\nc,1\nd,1\n"), IDS, 4)
+    assert not caplog.text  # unit-scale columns say nothing
+
+
+def test_an_empty_feature_file_says_what_a_feature_file_holds(tmp_path):
+    f = write(tmp_path / "x.csv", "")
+    with pytest.raises(DatasetError) as err:
+        load_node_features(f, IDS, 4)
+    assert "one row per node: its id, then its feature values" in str(err.value)
+    assert "edge" not in str(err.value)
+
+
+def test_a_node_without_a_row_on_integer_ids_is_named_as_a_plain_number(tmp_path):
+    f = write(tmp_path / "x.csv", "node,f1\n10,1\n20,2\n")
+    with pytest.raises(DatasetError) as err:
+        load_node_features(f, np.array([10, 20, 140]), 3)
+    assert "(first: node 140)" in str(err.value) and "np." not in str(err.value)

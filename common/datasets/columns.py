@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from common.datasets.base import DatasetError
-from common.datasets.tables import PARQUET_SUFFIXES, TEXT_SUFFIXES, parquet_header, suffix_of, text_header
+from common.datasets.tables import EDGE_ROWS, PARQUET_SUFFIXES, TEXT_SUFFIXES, parquet_header, suffix_of, text_header
 
 log = logging.getLogger("common.datasets.edgelist")
 
@@ -28,12 +28,13 @@ OPTIONAL = ("split", "time", "weight")
 TIME_TYPES = ("integer", "float", "timestamp")
 
 
-def header_names(path: Path, hint: str = "src,dst[,split]") -> list[str]:
-    """The file's column names, stripped and lower-cased (what read_columns matches against)."""
+def header_names(path: Path, hint: str = "src,dst[,split]", rows: str = EDGE_ROWS) -> list[str]:
+    """The file's column names, stripped and lower-cased (what read_columns matches against); `hint` and `rows`:
+    the header and what a row holds, for an empty file's message."""
     suf = suffix_of(path.name)
     if suf is None or not path.is_file():  # read_columns names the problem
         return []
-    names = parquet_header(path) if suf in PARQUET_SUFFIXES else text_header(path, TEXT_SUFFIXES[suf], hint)
+    names = parquet_header(path) if suf in PARQUET_SUFFIXES else text_header(path, TEXT_SUFFIXES[suf], hint, rows)
     return [h.strip().lower() for h in names]
 
 

@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 from common.datasets.base import DatasetError, LinkDataset
 from common.datasets.columns import header_names
 from common.datasets.ids import node_index, numeric_ids
-from common.datasets.tables import read_columns
+from common.datasets.tables import PAIR_ROWS, read_columns
 from common.unique import unique_first
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class _Pairs:
 
     def __init__(self, flag: str, path: Path, ds: LinkDataset, optional: tuple[str, ...]):
         self.flag, self.path, self.n = flag, path, ds.num_nodes
-        header = header_names(path, hint="src,dst,label[,split]")
+        header = header_names(path, hint="src,dst,label[,split]", rows=PAIR_ROWS)
         wanted = ("src", "dst", "label") if flag == "--eval-pairs" else ("src", "dst")
         if header and (missing := [c for c in wanted if c not in header]):
             raise DatasetError(
@@ -83,7 +83,9 @@ class _Pairs:
                 ", ".join(wanted + optional),
             )
         try:
-            self.cols = read_columns(path, wanted, optional=tuple(c for c in optional if c in header)).cols
+            self.cols = read_columns(
+                path, wanted, optional=tuple(c for c in optional if c in header), rows=PAIR_ROWS
+            ).cols
         except DatasetError as err:
             raise DatasetError(f"{flag} {err}") from None
         self.raw = {k: self.cols[k] for k in ("src", "dst")}

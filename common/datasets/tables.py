@@ -31,6 +31,11 @@ EDGE_LIST_SUFFIXES = tuple(TEXT_SUFFIXES) + PARQUET_SUFFIXES
 BYTES_PER_ROW = 100
 TEXT_BLOCK = 32 << 20  # bytes per streamed CSV block: the unit of progress and of the running bound
 NODE_COLUMNS = ("node", "id")
+# what a row of each input holds, as an empty file's message tells the user to write them
+EDGE_ROWS = "one edge per row"
+NODE_ROWS = "one node id per row"
+FEATURE_ROWS = "one row per node: its id, then its feature values"
+PAIR_ROWS = "one labelled pair per row"
 UTF8_BOM = b"\xef\xbb\xbf"
 
 
@@ -60,16 +65,18 @@ def read_columns(
     optional: tuple[str, ...] = (),
     any_of: bool = False,
     hint: str = "src,dst[,split]",
+    rows: str = EDGE_ROWS,
 ) -> Columns:
     """Read the `wanted` (and present `optional`) columns, matched case- and space-insensitively.
     any_of: the first of `wanted` that exists is enough (a node list's `node` or `id`). A one-column text
-    file whose first line is none of them has no header: its first line is an id like the others."""
+    file whose first line is none of them has no header: its first line is an id like the others. `hint`: the
+    header and `rows`: what a row holds, as an empty file's message tells the user to write them."""
     suf = suffix_of(path.name)
     if suf is None:
         raise DatasetError(f"{path}: unknown extension; use {', '.join(EDGE_LIST_SUFFIXES)}")
     if not path.is_file():
         raise DatasetError(f"{path}: file not found; pass a {'/'.join(EDGE_LIST_SUFFIXES)} file with columns {hint}")
-    header = parquet_header(path) if suf in PARQUET_SUFFIXES else text_header(path, TEXT_SUFFIXES[suf], hint)
+    header = parquet_header(path) if suf in PARQUET_SUFFIXES else text_header(path, TEXT_SUFFIXES[suf], hint, rows)
     by_name = {h.strip().lower(): h for h in header}
     headerless = any_of and len(header) == 1 and suf not in PARQUET_SUFFIXES and not any(c in by_name for c in wanted)
     if headerless:
@@ -92,9 +99,9 @@ def read_columns(
         pick = {c: by_name[c] for c in wanted + optional if c in by_name}
     t0 = time.perf_counter()
     if suf in PARQUET_SUFFIXES:
-        out = _read_parquet(path, pick)
+        out = _read_parquet(path, pick, rows)
     else:
-        out = _read_text(path, TEXT_SUFFIXES[suf], pick, list(header) if headerless else None)
+        out = _read_text(path, TEXT_SUFFIXES[suf], pick, list(header) if headerless else None, rows)
     log.info(
         "%s: read %s rows in %.1f s (driver %.1f GiB)", path.name, f"{out.rows:,}", time.perf_counter() - t0, rss_gb()
     )
@@ -114,7 +121,7 @@ def _check_rows(path: Path, rows: float, how: str) -> None:
     )
 
 
-def text_header(path: Path, delimiter: str, hint: str) -> list[str]:
+def text_header(path: Path, delimiter: str, hint: str, rows: str = EDGE_ROWS) -> list[str]:
     opener = gzip.open if path.name.lower().endswith(".gz") else open
     try:
         with opener(path, "rb") as f:
@@ -123,14 +130,14 @@ def text_header(path: Path, delimiter: str, hint: str) -> list[str]:
         raise DatasetError(f"{path}: could not read ({type(err).__name__}: {' '.join(str(err).split())})") from None
     head = head.removeprefix(UTF8_BOM)  # Excel writes one; Arrow's reader skips it too
     if not head.strip():
-        raise DatasetError(f"{path}: empty file; write a header '{hint}' and one edge per row")
+        raise DatasetError(f"{path}: empty file; write a header '{hint}' and {rows}")
     try:
         text = head.decode("utf-8")
     except UnicodeDecodeError as err:
         if err.start < len(head) - 4:  # not merely a character cut at the 1 MB boundary
             raise DatasetError(
                 f"{path}: not a text edge list (byte {head[err.start]:#04x} at offset {err.start} "
-                f"is not UTF-8); write a header '{hint}' and one edge per row"
+                f"is not UTF-8); write a header '{hint}' and {rows}"
             ) from None
         text = head[: err.start].decode("utf-8")
     lines = text.splitlines()
@@ -141,7 +148,9 @@ def text_header(path: Path, delimiter: str, hint: str) -> list[str]:
     return [h.strip().strip('"') for h in lines[0].split(delimiter)]
 
 
-def _read_text(path: Path, delimiter: str, pick: dict[str, str], names: list[str] | None = None) -> Columns:
+def _read_text(
+    path: Path, delimiter: str, pick: dict[str, str], names: list[str] | None = None, what: str = EDGE_ROWS
+) -> Columns:
     """names: the column names of a file without a header line."""
     import pyarrow.csv as pacsv
 
@@ -170,7 +179,7 @@ def _read_text(path: Path, delimiter: str, pick: dict[str, str], names: list[str
             f"({' '.join(str(err).split())[:200]})"
         ) from None
     if rows == 0:
-        raise DatasetError(f"{path}: empty file (header only); add one edge per row")
+        raise DatasetError(f"{path}: empty file (header only); add {what}")
     return Columns({k: pa.chunked_array(v, pa.string()) for k, v in chunks.items()}, rows)
 
 
@@ -185,7 +194,7 @@ def parquet_header(path: Path) -> list[str]:
     return list(meta.schema.to_arrow_schema().names)
 
 
-def _read_parquet(path: Path, pick: dict[str, str]) -> Columns:
+def _read_parquet(path: Path, pick: dict[str, str], what: str = EDGE_ROWS) -> Columns:
     import pyarrow.parquet as pq
 
     try:
@@ -193,5 +202,5 @@ def _read_parquet(path: Path, pick: dict[str, str]) -> Columns:
     except (pa.ArrowException, OSError) as err:
         raise DatasetError(f"{path}: could not read ({type(err).__name__}: {' '.join(str(err).split())})") from None
     if table.num_rows == 0:
-        raise DatasetError(f"{path}: empty file (no rows); add one edge per row")
+        raise DatasetError(f"{path}: empty file (no rows); add {what}")
     return Columns({k: table.column(c) for k, c in pick.items()}, table.num_rows)
