@@ -168,7 +168,12 @@ def score_heuristics(cfg: HeuristicsConfig) -> int:
         if cfg.out:  # before any work: the JSON must not replace the edge list it scores, nor a run's files
             check_output(cfg.out, files=inputs)
         ds = load_dataset(
-            src.dataset, data_dir=src.data_dir, ogb_root=src.ogb_root, planetoid_dir=src.planetoid_dir, seed=cfg.seed
+            src.dataset,
+            data_dir=src.data_dir,
+            ogb_root=src.ogb_root,
+            planetoid_dir=src.planetoid_dir,
+            seed=cfg.seed,
+            split_flag=None,  # its --split names the split it scores, not the shares: a too-small split's fix differs
         )
         out = check_output(cfg.out or default_out(ds), files=inputs)
         fingerprint = ds.fingerprint()

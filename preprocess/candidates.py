@@ -161,6 +161,15 @@ def max_percent(non_edges: int, num_pos: int) -> float:
     return math.floor(10_000 * non_edges / max(num_pos, 1)) / 100
 
 
+def hint_percent(keep: int, num_pos: int) -> float:
+    """A --percent above 0 (4 significant digits, rounded down) whose view of `num_pos` positives keeps at most
+    `keep` of them: what a refusal suggests, so that the suggestion is accepted (max_percent's two decimals can
+    round to 0)."""
+    exact = 100.0 * keep / max(num_pos, 1)
+    step = 10.0 ** (math.floor(math.log10(exact)) - 3)
+    return float(f"{math.floor(exact / step) * step:.4g}")
+
+
 def check_view_size(num_pos: int, percent: float, neg_ratio: int, graph: Graph) -> None:
     """Refuse views whose negatives cannot be drawn without repetition; warn on degenerate sizes.
 
@@ -180,13 +189,13 @@ def check_view_size(num_pos: int, percent: float, neg_ratio: int, graph: Graph) 
             "edges) has no non-edges, so no negatives can be drawn; use a larger graph"
         )
     if count > available:
-        top = available // keep
-        fix = (
-            f"use --neg-ratio <= {top}"
-            if top
-            else f"lower --percent to at most {max_percent(available, num_pos):g} (one negative per positive needs "
-            f"{keep:,}), or use a larger graph"
-        )
+        top, per = available // keep, available // neg_ratio  # per: the positives a view may keep at this ratio
+        if top:
+            fix = f"use --neg-ratio <= {top}"
+        elif per:
+            fix = f"lower --percent to at most {hint_percent(per, num_pos):g}, or use a larger graph"
+        else:
+            fix = f"pass --neg-ratio 1 --percent {hint_percent(available, num_pos):g}, or use a larger graph"
         raise ConfigError(
             f"--neg-ratio {neg_ratio}: {count:,} negatives per view but the graph has only "
             f"{available:,} distinct non-edges, so most would repeat; {fix}"

@@ -74,12 +74,15 @@ PREPROCESS = [
     (["--dataset", "nosuch"], r"unknown dataset 'nosuch'"),
     (["--dataset", "citeseer", "--out", "{tmp}/afile"], r"afile: is a file, not a directory"),
     (["--dataset", "citeseer", "--out", "{tmp}/afile/sub"], r"is below .*afile, which is a file"),
-    (["--dataset", "{tmp}/one-edge.csv", "--out", "{tmp}/o"], r"1 edges leave no valid and no test edges.*--split"),
+    (
+        ["--dataset", "{tmp}/one-edge.csv", "--out", "{tmp}/o"],
+        r"1 edges leave no valid and no test edges.*; add edges \(1 cannot make",
+    ),
     # --neg-ratio is 1 already: the fix is a lower --percent, not "--neg-ratio <= 1"
     (
         ["--dataset", "{tmp}/dense.csv", "--out", "{tmp}/o"],
         r"--neg-ratio 1: 32 negatives per view but the graph has only 13 distinct non-edges, so most would repeat; "
-        r"lower --percent to at most 40.62 \(one negative per positive needs 32\), or use a larger graph$",
+        r"lower --percent to at most 40.62, or use a larger graph$",
     ),
     (
         ["--dataset", "{tmp}/g100.csv", "--neg-ratio", "1000", "--out", "{tmp}/o"],
@@ -243,7 +246,7 @@ PROCESSES = [
     (
         "preprocess",
         ["--dataset", "{tmp}/one-edge.csv", "--out", "{tmp}/o"],
-        r"1 edges leave no valid and no test edges.*--split",
+        r"1 edges leave no valid and no test edges.*; add edges",
     ),
     (
         "pipelines.run",

@@ -37,6 +37,7 @@ def load_dataset(
     eval_pairs: str | None = None,
     train_negatives: str | None = None,
     valid_pool: int = 0,
+    split_flag: str | None = "--split",
 ) -> LinkDataset:
     """Resolve a dataset by name or path. Errors name the missing file/flag and the fix.
 
@@ -50,6 +51,8 @@ def load_dataset(
     eval_pairs, train_negatives: the user's labelled evaluation pairs and known training non-links, for any
     dataset (common/datasets/pairs.py).
     valid_pool: extra validation negatives per protocol negative, for selection (common/datasets/pool.py).
+    split_flag: the command's flag of the split's shares, named in the fix of a split too small; None for a command
+    without one (pencil heuristics), whose fix is a split column.
     """
     from common.datasets.tables import EDGE_LIST_SUFFIXES, suffix_of
 
@@ -68,6 +71,7 @@ def load_dataset(
                 node_features=node_features,
                 fill_features=fill_features,
                 ignore_columns=tuple(ignore_columns),
+                split_flag=split_flag,
                 **_frac_kwargs(fracs),
             )
         )

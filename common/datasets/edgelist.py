@@ -20,9 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from common.datasets.base import DatasetError, LinkDataset, Split, training_graph
+from common.datasets.fractions import shares_fix
 from common.datasets.ids import map_node_ids, release_arrow_memory
 from common.datasets.negatives import min_max, sample_non_edges
-from common.datasets.tables import NODE_COLUMNS, read_columns, stem_of
+from common.datasets.tables import NODE_COLUMNS, NODE_ROWS, read_columns, stem_of
 from common.graph import Graph, edge_weights
 from common.memory import rss_gb
 from common.unique import unique_first
@@ -56,10 +57,12 @@ def random_split_dataset(
     x=None,
     full_graph: Graph | None = None,
     where: str = "",
+    split_flag: str | None = "--split",
 ) -> LinkDataset:
     """Seeded random train/valid/test split of undirected edges (E, 2) with random non-edge negatives.
 
-    edges may be None when full_graph (the graph of all edges) is given. valid/test get floor(frac * E)
+    edges may be None when full_graph (the graph of all edges) is given. split_flag: the command's flag of the
+    shares, for the fix of a split too small (None: the command has none). valid/test get floor(frac * E)
     edges each, train the rest; negatives are distinct non-edges of
     the full graph, disjoint between valid and test, as many as each split's positives ("original").
     """
@@ -81,9 +84,7 @@ def random_split_dataset(
     if empty:  # the trainer selects on valid and reports test: refuse now, not after sampling
         raise DatasetError(
             f"{where}: {len(edges)} edges leave no {' and no '.join(empty)} edges at "
-            f"{100 * val_frac:g}% valid / {100 * test_frac:g}% test; pass --split with larger "
-            f"valid and test shares (each at least {100 / max(len(edges), 1):.3g}% here, e.g. "
-            "--split 70,15,15), or add edges"
+            f"{100 * val_frac:g}% valid / {100 * test_frac:g}% test; {shares_fix(len(edges), split_flag)}"
         )
     test, valid, train = np.split(edges, [n_test, n_test + n_valid])
     if len(train) == 0:
@@ -168,6 +169,7 @@ def load_edge_list(
     node_features=None,
     fill_features: str | None = None,
     ignore_columns: tuple[str, ...] = (),
+    split_flag: str | None = "--split",
 ) -> LinkDataset:
     """Edge-list file with columns src, dst[, split, time, weight] -> LinkDataset (protocol "original").
 
@@ -180,7 +182,8 @@ def load_edge_list(
     with a split column are refused: the column fixes the split. Negatives: seeded random non-edges of the
     whole graph, as many as each eval split's positives. weight: summed per pair onto each split's graph
     (LinkDataset.weights) for the weighted heuristics. node_features / fill_features: --node-features and
-    --fill-features (common/datasets/node_features.py). Extra columns: common/datasets/columns.py.
+    --fill-features (common/datasets/node_features.py). Extra columns: common/datasets/columns.py. split_flag: the
+    command's flag of the split's shares, named in the fix of a split too small (None: the command has none).
     """
     from common.datasets.columns import edge_columns, parse_time, parse_weight
     from common.datasets.node_features import load_node_features
@@ -193,7 +196,8 @@ def load_edge_list(
     kind = _split_kind(path, split_kind, masks is not None, times is not None, val_frac, test_frac)
     cols, sources = table.cols, {}  # one dict: map_node_ids drops the Arrow columns from it once converted
     if nodes is not None:
-        cols["node"] = read_columns(Path(nodes), NODE_COLUMNS, any_of=True, hint="node").cols[NODE_COLUMNS[0]]
+        listed = read_columns(Path(nodes), NODE_COLUMNS, any_of=True, hint="node", rows=NODE_ROWS)
+        cols["node"] = listed.cols[NODE_COLUMNS[0]]
         sources["node"] = Path(nodes)
     mapped, node_ids = map_node_ids(path, cols, sources)
     del table, cols
@@ -218,7 +222,9 @@ def load_edge_list(
         full = _full_graph(path, pairs, num_nodes)
         rows = pairs if weights is not None else None  # the rows are read again only for their weights
         del pairs
-        ds = random_split_dataset(name, None, num_nodes, seed=seed, full_graph=full, where=str(path), x=x, **fracs)
+        ds = random_split_dataset(
+            name, None, num_nodes, seed=seed, full_graph=full, where=str(path), x=x, split_flag=split_flag, **fracs
+        )
         if weights is not None:
             ds.weights = {"train": edge_weights(ds.graph, rows, weights)}
     else:

@@ -74,3 +74,16 @@ def split_fractions(split) -> tuple[float, float]:
 
 
 __all__ = ["DEFAULT_SPLIT", "SPLIT_KINDS", "check_split", "parse_split", "parse_split_spec", "split_fractions"]
+
+
+def shares_fix(num: int, flag: str | None = "--split") -> str:
+    """The fix for `num` edges (or pairs) too few for one valid and one test at the shares asked: a --split value
+    whose valid and test shares hold one each (one `flag`, the command's shares flag, accepts), or, for a command
+    without one (None), a split column; or more edges."""
+    share = max(15, math.ceil(100 / max(num, 1)) + 1)  # +1: floor(share% of num) >= 1 whatever the rounding
+    column = "give the file a split column (train, valid or test on every row)"
+    if 100 - 2 * share <= 0:
+        return f"add edges ({num} cannot make a train, a valid and a test edge)"
+    if flag is None:
+        return f"{column}, or add edges"
+    return f"pass {flag} {100 - 2 * share},{share},{share}, or add edges"
