@@ -87,7 +87,10 @@ def check_output(out, flag: str = "--out", files: dict | None = None, folders: d
     if _remote(p):
         return p
     if p.is_dir():
-        raise OutputError(f"{flag} {p}: is a directory; name a file to write, e.g. {p / 'out.parquet'}")
+        example = _example(p, files, folders)
+        raise OutputError(
+            f"{flag} {p}: is a directory; name a file to write" + (f", e.g. {example}" if example else "")
+        )
     for what, path in (files or {}).items():
         if path is not None and not _remote(path) and _same(p, Path(path)):
             raise OutputError(
@@ -105,6 +108,29 @@ def check_output(out, flag: str = "--out", files: dict | None = None, folders: d
     if owner := owner_of(target.parent):
         raise _owned(flag, p, owner)
     return p
+
+
+def _example(p: Path, files: dict | None, folders: dict | None, name: str = "out.parquet") -> Path | None:
+    """A file this guard accepts, for the message refusing the directory `p`: in it, or beside the run folder,
+    results tree, shard set or input folder that holds it (a file inside one would be refused in turn), under a
+    name no file has yet; None when none is found."""
+    folder, inputs = p.resolve(), [Path(f).resolve() for f in (folders or {}).values() if f and not _remote(f)]
+    for _ in folder.parts:  # up, at most to the root
+        owner = owner_of(folder)
+        inside = [r for r in inputs if r == folder or r in folder.parents]
+        if not owner and not inside:
+            break
+        folder = owner[1].parent if owner else inside[0].parent
+    stem, suffix = name.rsplit(".", 1)
+    for i in range(100):
+        candidate = folder / (name if i == 0 else f"{stem}-{i}.{suffix}")
+        if not candidate.exists() and not candidate.is_symlink():
+            try:
+                check_output(candidate, files=files, folders=folders)
+            except OutputError:
+                continue
+            return p / name if candidate == p.resolve() / name else candidate
+    return None
 
 
 def check_output_folder(

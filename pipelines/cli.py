@@ -40,7 +40,8 @@ def usage(prog: str, table: dict) -> str:
     lines += [f"  {name:<{width}}  {text}" for name, (_, text) in table.items()]
     lines += [
         "",
-        f"`{prog} COMMAND --help` shows a command's flags; --help-all adds the research and performance knobs.",
+        f"`{prog} COMMAND --help` shows a command's flags; `{prog} COMMAND --help-all` adds the research and "
+        "performance knobs.",
     ]
     return "\n".join(lines)
 
@@ -54,6 +55,14 @@ def dispatch(argv: list[str], prog: str, table: dict) -> int:
         print(usage(prog, table))
         return 0
     name, rest = argv[0], argv[1:]
+    if name == "--help-all":  # each command's flag, not this dispatcher's: say whose, with a command to run
+        first = next(iter(table))
+        print(
+            f"{prog}: error: --help-all is each command's flag: {prog} COMMAND --help-all (e.g. {prog} {first} "
+            f"--help-all); the commands: {prog} --help",
+            file=sys.stderr,
+        )
+        return 2
     if name not in table:
         print(
             f"{prog}: error: unknown command '{name}'; choose one of {', '.join(table)} (see --help)", file=sys.stderr

@@ -375,6 +375,7 @@ class Trainer:
             "device": str(self.info.device),
             "accumulation": self.accum,
             "num_parameters": self.core.num_parameters(),
+            "node_features": self.core.features is not None,  # read them: the report's 'PENCIL' (else 'w/o features')
             "config": cfg.to_dict(),
         }
 

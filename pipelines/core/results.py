@@ -71,8 +71,19 @@ def load_results(paths: list[Path]) -> list[dict]:
             config = record.get("config") if isinstance(record.get("config"), dict) else {}
             record.setdefault("seed", config.get("seed", 0))  # a trainer's summary.json names its seed there
             record.setdefault("dataset_fingerprint", _fingerprint_of(f, config))
+            record.setdefault("model", _model_of(record, config))
             found.append({**record, "source": str(f)})
     return found
+
+
+def _model_of(record: dict, config: dict) -> str:
+    """The row of a record without one (a trainer's summary.json) from the run itself, as its result.json names it
+    (pipelines.core.seeds.result_record): 'PENCIL' when the model read node features, else 'PENCIL w/o
+    features'. An older summary without `node_features`: 'w/o features' when trained with --no-features."""
+    reads = record.get("node_features")
+    if reads is None:
+        reads = (config.get("model") or {}).get("features") is not False
+    return "PENCIL" if reads else "PENCIL w/o features"
 
 
 def _fingerprint_of(f: Path, config: dict) -> str | None:
