@@ -187,8 +187,7 @@ def test_a_graph_too_small_for_a_validation_edge_names_split(tmp_path):
     path = write_csv(tmp_path / "e_19.csv", [(i, i + 1) for i in range(19)])
     with pytest.raises(
         DatasetError,
-        match=r"19 edges leave no valid edges at 5% valid / 10% test; pass --split "
-        r"with larger valid and test shares \(each at least 5.26% here",
+        match=r"19 edges leave no valid edges at 5% valid / 10% test; pass --split 70,15,15, or add edges$",
     ):
         load_dataset(str(path))
     ds = load_dataset(str(path), split=(70.0, 15.0, 15.0))
