@@ -182,8 +182,8 @@ def run_dataset(manifest: dict, dataset: str | None = None, data_dir: str | None
     if problem := run_edge_list_problem(manifest, dataset):
         raise RunFolderError(problem)
     x = load_features(manifest)
-    if x is not None:  # the set's table: the user's feature file may have moved or changed since
-        pre = {**pre, "features": False, "node_features": None, "fill_features": None}
+    if x is not None and pre.get("node_features"):  # the set's table: the user's file may have moved or changed
+        pre = {**pre, "node_features": None, "fill_features": None}  # (a paper dataset's load as they shipped)
     loaded = load_set_dataset(pre, name=dataset, data_dir=data_dir, ogb_root=ogb_root)
     if x is not None:
         loaded = with_features(loaded, x)
