@@ -26,6 +26,8 @@ from common.atomic import write_json_atomic
 
 log = logging.getLogger("pipelines")
 RUN_FILE = "trainer_run.json"
+# RUN_FILE moved aside while a trainer runs: what the folder's last.pt was trained as, until a trainer finishes
+STARTED_FILE = "trainer_run.started.json"
 REPORT_FILE = "finished.json"  # beside a recipe's results.json and report.md: whose report they are
 REPORTS = ("results.json", "report.md")
 # flags that decide where and how fast a run goes, not its numbers: a rerun may change them
@@ -50,20 +52,27 @@ def finished_summary(run) -> dict | None:
 
 def trained_otherwise(run) -> bool:
     """The folder of `run` holds a finished run of other flags (another --train-arg, epochs or candidate): a
-    resume there would be refused by the trainer, so the recipe's --overwrite retrains it."""
-    try:
-        return json.loads((Path(run.run_dir) / RUN_FILE).read_text()) != run.identity()
-    except (OSError, ValueError):
-        return False
+    resume there would be refused by the trainer, so the recipe's --overwrite retrains it. Also after a rerun of
+    other flags failed there (the trainer refused to resume it): its record was only moved aside (STARTED_FILE),
+    so the --overwrite the refusal names still retrains it."""
+    for name in (RUN_FILE, STARTED_FILE):
+        try:
+            return json.loads((Path(run.run_dir) / name).read_text()) != run.identity()
+        except (OSError, ValueError):
+            continue
+    return False
 
 
 def forget(run_dir: Path) -> None:
-    """Before a trainer starts in the folder: until it exits 0, the folder is not finished."""
-    (run_dir / RUN_FILE).unlink(missing_ok=True)
+    """Before a trainer starts in the folder: until it exits 0, the folder is not finished (its record is moved
+    aside, for trained_otherwise)."""
+    if (run_dir / RUN_FILE).is_file():
+        (run_dir / RUN_FILE).replace(run_dir / STARTED_FILE)
 
 
 def mark_finished(run) -> None:
     write_json_atomic(Path(run.run_dir) / RUN_FILE, run.identity())
+    (Path(run.run_dir) / STARTED_FILE).unlink(missing_ok=True)
 
 
 def write_if_changed(path: Path, payload: dict) -> None:
@@ -84,8 +93,13 @@ def run_identity(config: dict, fingerprint: str) -> dict:
         drop = NOT_IDENTITY.get(key, ())
         if drop is None:
             continue
-        kept[key] = {k: v for k, v in value.items() if k not in drop} if isinstance(value, dict) else value
+        kept[key] = {k: _absolute(v) for k, v in value.items() if k not in drop} if isinstance(value, dict) else value
     return json.loads(json.dumps({"config": kept, "data": fingerprint}, default=str))
+
+
+def _absolute(value):
+    """A local file's path as an absolute one: the same command from another folder names the same files."""
+    return str(Path(value).resolve()) if isinstance(value, str) and value and Path(value).exists() else value
 
 
 def _digests(out: Path) -> dict | None:
