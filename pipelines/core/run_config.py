@@ -122,7 +122,11 @@ def build_parser(prog: str = PROG) -> Parser:
     add_seeds_flag(p)
     p.add_argument("--out", default="results", help="results root (default results)")
     add_shards_flag(p)
-    p.add_argument("--overwrite", action="store_true", help="retrain seed folders holding runs on other data")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="retrain seed folders holding runs on other data; run a finished --preset auto report again",
+    )
     p.add_argument(
         "--budget-minutes",
         type=float,
