@@ -76,3 +76,8 @@ def test_metric_auc_picks_the_epoch_of_the_best_validation_auc(tmp_path, capsys)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "select_on 'mrr'" not in err[0] and "select_on" in err[0], err
     assert "--overwrite" in err[0] and json.loads((folder / "summary.json").read_text())["selection_metric"] == "mrr"
+
+    # the --overwrite that refusal names retrains it, though the refused rerun had already set its record aside
+    assert pencil_run(tmp_path, "--metric", "auc", "--overwrite") == 0
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["selection_metric"] == "auc" and summary["best_epoch"] == peaks["auc"]
