@@ -117,8 +117,13 @@ def test_the_features_come_from_the_shard_set_not_the_users_file(rel_run, main_o
 
 
 def test_a_moved_shard_set_is_found_with_shards_and_another_set_refused(rel_run, main_of, monkeypatch, tmp_path):
+    """Each command names --shards for a set that moved, finds it there (the set's folder, or its shard root)
+    with the same scores, and `serve --write-config` writes where it is now; another set is refused."""
+    import yaml
+
     monkeypatch.chdir(rel_run["elsewhere"])
     shards, moved = rel_run["shards"], tmp_path / "moved-shards"
+    call_all(main_of, rel_run, tmp_path / "in-place")
     shutil.copytree(rel_run["root"] / "shards", moved)
     shutil.move(shards, tmp_path / "away")
     try:
@@ -128,8 +133,14 @@ def test_a_moved_shard_set_is_found_with_shards_and_another_set_refused(rel_run,
         moved_set = moved / shards.relative_to(rel_run["root"] / "shards")
         call_all(main_of, rel_run, tmp_path / "by-set", "--shards", moved_set)
         call_all(main_of, rel_run, tmp_path / "by-root", "--shards", moved)  # the shard root: found by the run's key
+        serve = ["--checkpoint", rel_run["run"], "--state", tmp_path / "state", "--shards", moved]
+        assert main_of(SERVE, [*serve, "--write-config", tmp_path / "serve.yaml"])[0] == 0
+        written = yaml.safe_load((tmp_path / "serve.yaml").read_text())["applications"]
+        assert [app["args"]["shards"] for app in written] == [str(moved_set)] * 2
     finally:
         shutil.move(tmp_path / "away", shards)
+    scores = [pq.read_table(tmp_path / name / "s.parquet").to_pylist() for name in ("in-place", "by-set", "by-root")]
+    assert scores[0] == scores[1] == scores[2]
     other = build_set(rel_run["root"], views=2)  # the same graph, another set (its key)
     line = one_error(*main_of(SCORE, [*commands(rel_run, tmp_path)[SCORE], "--device", "cpu", "--shards", other]))
     assert "was trained on dataset " in line and f"but --shards {other} holds" in line, line
