@@ -263,9 +263,9 @@ def _float32(path: Path, rows: np.ndarray, name_row) -> np.ndarray:
             f"--node-features {path}: {name_row(r)}, feature {c + 1} holds {value} and {why}; features "
             "must be finite numbers"
         )
-    big = np.abs(out) > FEATURE_BOUND
-    if big.any():
-        r, c = (int(v[0]) for v in np.nonzero(big))
+    # column extremes first: no table-sized temporary unless a value is out of bounds
+    if out.size and (out.max() > FEATURE_BOUND or out.min() < -FEATURE_BOUND):
+        r, c = (int(v[0]) for v in np.nonzero((out > FEATURE_BOUND) | (out < -FEATURE_BOUND)))
         raise DatasetError(
             f"--node-features {path}: {name_row(r)}, feature {c + 1} holds {float(rows[r, c]):g}, beyond the "
             f"bound of +-{FEATURE_BOUND:g} on a feature value (the model reads values as they are); {SCALE_FIX}"
@@ -277,7 +277,7 @@ def _warn_scale(path: Path, rows: np.ndarray) -> None:
     """One log line when a column's values reach far beyond unit scale: the model trains, but worse."""
     if not rows.size:
         return
-    peak = np.abs(rows).max(axis=0)
+    peak = np.maximum(rows.max(axis=0), -rows.min(axis=0))  # max |value| per column, without a copy of the table
     wide = np.flatnonzero(peak > SCALE_WARNING)
     if wide.size:
         log.warning(
