@@ -167,3 +167,14 @@ def test_a_growing_random_graph_trains_to_chance_not_to_98(tmp_path):
     report = (tmp_path / "res" / "grow" / "tiny" / "report.md").read_text()
     assert "temporal negatives: matched in newness" in report
     assert "| EdgeBank |" in report and "| recent PA |" in report
+
+
+def test_the_run_report_names_the_rule_and_adds_the_time_aware_rows(grow):
+    """What `pencil run` writes under its table and which heuristic rows it adds (pipelines/run.py)."""
+    from pipelines.run import heuristic_names, temporal_negatives_note
+
+    assert heuristic_names(grow) == ["cn", "aa", "ra", "edgebank", "rpa"]
+    _, one, two = grow.split_info["new_ends"]["test"]
+    note = temporal_negatives_note(grow.split_info)
+    assert note.startswith("temporal negatives: matched in newness; ")
+    assert f"{one + two} of {len(grow.splits['test'].pos)} test pairs name a node with no edge" in note
