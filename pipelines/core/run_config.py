@@ -122,11 +122,7 @@ def build_parser(prog: str = PROG) -> Parser:
     add_seeds_flag(p)
     p.add_argument("--out", default="results", help="results root (default results)")
     add_shards_flag(p)
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="retrain seed folders holding runs on other data; run a finished --preset auto report again",
-    )
+    p.add_argument("--overwrite", action="store_true", help="retrain runs made otherwise; redo a finished report")
     p.add_argument(
         "--budget-minutes",
         type=float,
@@ -139,8 +135,7 @@ def build_parser(prog: str = PROG) -> Parser:
         default="original",
         choices=PROTOCOL_CHOICES,
         metavar="PROTOCOL",
-        help="original (default), heart, ogb, both (all), or pairs: --eval-pairs instead of random "
-        "negatives (else beside them)",
+        help="original (default), heart, ogb, both, all; pairs: only --eval-pairs, not random negatives",
     )
     add_device_flag(p)
     p.add_argument(
