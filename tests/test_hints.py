@@ -98,3 +98,17 @@ def test_a_view_too_large_is_answered_with_flags_preprocess_accepts(tmp_path, ne
     write(tmp_path / "g.csv", SMALL)
     cfg = preprocess_args(tmp_path, *(t for kv in given.items() for t in kv))  # the parser and the config take them
     check_view_size(positives, cfg.candidates.percent, cfg.candidates.neg_ratio, graph)  # and the check passes
+
+
+def test_a_temporal_split_too_small_suggests_a_split_it_accepts(tmp_path):
+    """The temporal path's own refusal (a time column) names a --split the parser takes, and that split works."""
+    path = tmp_path / "g.csv"
+    path.write_text("src,dst,time\n" + "".join(f"{a},{b},{t}\n" for t, (a, b) in enumerate(SMALL)))
+    with pytest.raises(DatasetError) as err:
+        load_dataset(str(path))
+    (flag, value), *_ = hinted(str(err.value))
+    assert flag == "--split", str(err.value)
+    cfg = preprocess_args(tmp_path, flag, value)
+    ds = load_dataset(str(path), split=cfg.split)
+    assert ds.split_info["kind"] == "temporal"
+    assert ds.splits["test"].pos.tolist() == [[0, 11]]  # the last pair in time, (11, 0), alone in test

@@ -216,7 +216,18 @@ def load_edge_list(
     if kind == "temporal":
         from common.datasets.temporal import temporal_split
 
-        ds = temporal_split(name, pairs, times, num_nodes, seed=seed, weights=weights, x=x, where=str(path), **fracs)
+        ds = temporal_split(
+            name,
+            pairs,
+            times,
+            num_nodes,
+            seed=seed,
+            weights=weights,
+            x=x,
+            where=str(path),
+            split_flag=split_flag,
+            **fracs,
+        )
         log_folded(path, pairs, sum(ds.split_info["pairs"].values()))
     elif masks is None:
         full = _full_graph(path, pairs, num_nodes)

@@ -26,6 +26,7 @@ import numpy as np
 
 from common.datasets.base import DatasetError, LinkDataset, Split, training_graph
 from common.datasets.columns import TimeColumn
+from common.datasets.fractions import shares_fix
 from common.datasets.negatives import free_pairs, min_max, sample_non_edges
 from common.graph import Graph, edge_weights
 from common.heuristics_temporal import recent_activity
@@ -51,16 +52,18 @@ def first_appearances(pairs: np.ndarray, times: np.ndarray, num_nodes: int) -> t
     return np.stack([keys // num_nodes, keys % num_nodes], axis=1), t[first]
 
 
-def boundaries(first_time: np.ndarray, val_frac: float, test_frac: float, where: str, show) -> tuple:
+def boundaries(
+    first_time: np.ndarray, val_frac: float, test_frac: float, where: str, show, split_flag: str | None = "--split"
+) -> tuple:
     """(valid boundary, test boundary): the first times of the first valid and the first test pair at the
-    shares; refused in one line when a split would be empty (too few pairs, or a tie spanning it)."""
+    shares; refused in one line when a split would be empty (too few pairs, or a tie spanning it). split_flag:
+    the command's shares flag for the hint (None: it has none)."""
     total = len(first_time)
     n_valid, n_test = int(val_frac * total), int(test_frac * total)
     if n_valid == 0 or n_test == 0:
         raise DatasetError(
             f"{where}: {total} distinct pairs leave no valid or no test pairs at {100 * val_frac:g}% "
-            f"valid / {100 * test_frac:g}% test; pass --split with larger shares (e.g. 70,15,15), "
-            "or add edges"
+            f"valid / {100 * test_frac:g}% test; {shares_fix(total, split_flag)}"
         )
     t_valid, t_test = first_time[total - n_valid - n_test], first_time[total - n_test]
     if t_valid == t_test or not (first_time < t_valid).any():
@@ -86,6 +89,7 @@ def temporal_split(
     x=None,
     where: str = "",
     column: str = "time",
+    split_flag: str | None = "--split",
 ) -> LinkDataset:
     """Edge rows (M, 2) with their times -> LinkDataset split by time (module docstring). `weights`: per-row
     weights; each graph's are the sums over the rows before its boundary."""
@@ -93,7 +97,7 @@ def temporal_split(
     if not (0 <= val_frac < 1 and 0 <= test_frac < 1 and val_frac + test_frac < 1):
         raise DatasetError(f"{where}: val_frac={val_frac}, test_frac={test_frac} must be >= 0 and sum below 1")
     distinct, first_time = first_appearances(pairs, time.values, num_nodes)
-    t_valid, t_test = boundaries(first_time, val_frac, test_frac, where, time.show)
+    t_valid, t_test = boundaries(first_time, val_frac, test_frac, where, time.show, split_flag)
     in_train, in_test = first_time < t_valid, first_time >= t_test
     pos = {"train": distinct[in_train], "valid": distinct[~in_train & ~in_test], "test": distinct[in_test]}
     graph = training_graph(pos["train"], num_nodes, x=x)
