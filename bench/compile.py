@@ -4,12 +4,12 @@
     python -m bench.compile --hidden 512 --ffn 2048 --tokens 16384,24576,65536   # GPU (bf16 autocast)
 
 What is timed, forward + backward, in training mode (dropout on): everything of one block that is neither
-the attention kernel (a custom op per backend, trainer/attention.py) nor the graph scatter, i.e. BERT's
+the attention kernel (a custom op per backend, trainer/model/attention.py) nor the graph scatter, i.e. BERT's
 attention-output dense + dropout + LayerNorm, the GELU feed-forward with its dropout + LayerNorm, and
 PENCIL's P_k = Linear + GELU on the aggregated states. These are the pointwise-heavy pieces a compiler could
 fuse. The compiled version is `torch.compile(dynamic=True)`, so the changing token count of packed batches
 does not recompile it; its first call per shape class is reported separately (compile seconds). The
-trainer compiles these pieces with `--compile` (trainer.model.Pencil.compile_blocks, off by default);
+trainer compiles these pieces with `--compile` (trainer.model.pencil.Pencil.compile_blocks, off by default);
 `python -m bench.trainer --compile` times whole training steps with it.
 """
 
@@ -26,7 +26,7 @@ if __package__ in (None, ""):  # `python bench/compile.py` as well as `python -m
 
 import torch
 
-from trainer.model import Block, ModelConfig
+from trainer.model.pencil import Block, ModelConfig
 
 
 def dense_part(block: Block):

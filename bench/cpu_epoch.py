@@ -49,7 +49,9 @@ def parts() -> list[tuple[str, tuple]]:
 
     from torch.optim import AdamW
 
-    from trainer import attention, model, train
+    from trainer import train
+    from trainer.model import attention
+    from trainer.model import pencil as model
 
     def key(fn) -> tuple:
         code = inspect.unwrap(fn).__code__

@@ -22,7 +22,7 @@ Sections:
 - form: time of the graph part of a batch (induce + pack + adjacency embedding + two propagation layers,
   forward and backward, hidden 128) in the sparse (message list) and dense (bmm) forms, over edge
   densities, with the packer's density estimate (Inducer.entry_bound / (B Lc^2)) next to each: what
-  trainer.packing.DENSE_MIN_DENSITY is set from. On CPU (process time, packing included) and, where there is
+  trainer.data.packing.DENSE_MIN_DENSITY is set from. On CPU (process time, packing included) and, where there is
   one, on the GPU (--form-device; the GPU part alone, at the GPU's 65,536-token micro-batch).
 Targets: >= 2 M tokens/s per loader process on citeseer (2,20), >= 1 M on ddi-shaped.
 """
@@ -61,7 +61,7 @@ def measure_training_reads(
     holds). Returns tokens/s and samples/s per CPU second, batches, peak RSS and bytes per link."""
     from common.shards import read_manifest
     from trainer.config_sections import DataConfig
-    from trainer.data import TrainStream, plan_epoch
+    from trainer.data.stream import TrainStream, plan_epoch
 
     manifest = read_manifest(shard_set)
     entries = [s for s in manifest["shards"] if s["split"] == "train"]
@@ -117,8 +117,8 @@ def measure_workers(
     import psutil
 
     from common.shards import read_manifest
-    from trainer import loader_budget, loaders
     from trainer.config_sections import DataConfig
+    from trainer.data import loader_budget, loaders
 
     manifest = read_manifest(shard_set)
     cfg = DataConfig(
@@ -311,8 +311,8 @@ def form_sweep(
 
     from common.induce import Inducer
     from common.shards import Block
-    from trainer.packing import BatchPacker
-    from trainer.propagation import Propagation, adjacency_embedding
+    from trainer.data.packing import BatchPacker
+    from trainer.model.propagation import Propagation, adjacency_embedding
 
     torch.manual_seed(0)
     cuda = device == "cuda"

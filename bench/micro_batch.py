@@ -24,7 +24,7 @@ if __package__ in (None, ""):  # `python bench/micro_batch.py` as well as `pytho
 from bench.cpu_allocator import run
 from bench.workload import print_table
 from common.manifest import read_manifest
-from trainer.data import view_stats
+from trainer.data.stream import view_stats
 
 
 def tokens_per_link(shards: str) -> float:

@@ -27,8 +27,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from bench.workload import DISTRIBUTIONS, print_table, synthetic_samples
 from common.presets import n_max as budget_of
-from trainer.model import ModelConfig, Pencil
-from trainer.packing import pack_samples
+from trainer.data.packing import pack_samples
+from trainer.model.pencil import ModelConfig, Pencil
 
 
 def outermost_aten_calls(fn) -> int:

@@ -6,7 +6,7 @@ arrays hashed when a loader loads them, against the same reads unchecked.
 Build a set first, e.g. `python -m preprocess --dataset citeseer --sampling 2,20 --views 1 --out /tmp/shards`.
 Times are process CPU time (time.process_time: it holds on a shared machine), best of --repeat, in one
 process. A read here is what a loader worker does before batching: open, untar, decode and check every
-block (trainer.blocks.read_blocks); the model's work comes on top of it in a real evaluation.
+block (trainer.data.block_stream.read_blocks); the model's work comes on top of it in a real evaluation.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ if __package__ in (None, ""):  # `python bench/read_checks.py` as well as `pytho
 from bench.sampler import time_it  # noqa: E402
 from common.metrics import format_table  # noqa: E402
 from common.shards import load_graph, read_manifest, shard_entries  # noqa: E402
-from trainer.blocks import read_blocks  # noqa: E402
-from trainer.data import eval_sets, make_units  # noqa: E402
+from trainer.data.block_stream import read_blocks  # noqa: E402
+from trainer.data.stream import eval_sets, make_units  # noqa: E402
 
 
 def read_all(manifest: dict, entries: list[dict], checksums: bool) -> int:

@@ -74,7 +74,7 @@ def scoring_row(graph, queries, pool: int, preset_name: str, orderings: int, dev
     """Time each stage of scoring a block's pools: sampling and packing (CPU, per core), the model's forward
     passes on `device`, and pack + forward as the scoring actor runs them (PairScorer.score_blocks)."""
     from pipelines.recommend.engine import RecConfig, sampler_for, scorer_for
-    from trainer.model import ModelConfig, Pencil
+    from trainer.model.pencil import ModelConfig, Pencil
     from trainer.scoring import forward_batches, fp32_inference
 
     preset = get_preset(preset_name)

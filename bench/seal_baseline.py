@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench import seal
 from common.atomic import write_json_atomic
 from common.cli import Parser, run_cli, summary
 from common.eval_scores import write_scores
@@ -30,7 +31,6 @@ from common.memory import peak_rss_mb
 from pipelines.core.config import DataSource
 from preprocess.candidates import protocol_candidates, training_view
 from preprocess.sampler import derive_seed, sample_subgraphs
-from trainer import seal
 
 log = logging.getLogger("bench.seal_baseline")
 BLOCK = 64  # subgraphs per optimiser step

@@ -48,8 +48,8 @@ from bench.workload import (
     token_batches,
 )
 from common.presets import n_max as budget_of
-from trainer.model import ModelConfig, Pencil
-from trainer.packing import pack_samples as pack  # hand-built sample dicts
+from trainer.data.packing import pack_samples as pack  # hand-built sample dicts
+from trainer.model.pencil import ModelConfig, Pencil
 
 MATMUL, ATTENTION, GATHER, NORM, ACTIVATION, ELEMENTWISE, COPY, REDUCTION, VIEW = (
     "matmul",

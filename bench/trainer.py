@@ -10,7 +10,7 @@ batches, interleaved (A B A B ...), and compared as ratios (docs/design.md: thes
 noisy; quote ratios, absolute times only from a GPU).
 
 The step section compares the padded path (the BertLayer + SDPA over (B, L) with a key padding mask, the
-paper's batching) with every other attention path that runs on the device (trainer/attention.py): on CPU
+paper's batching) with every other attention path that runs on the device (trainer/model/attention.py): on CPU
 the packed reference and bucketed SDPA; on CUDA bucketed, varlen, flash_varlen and flash_attn. On CUDA it
 also reports real tokens/s and model FLOPs utilisation (useful FLOPs on real tokens / peak).
 
@@ -46,9 +46,9 @@ from bench.workload import (
     token_batches,
 )
 from common.presets import n_max as budget_of
-from trainer.attention import resolve_backend
-from trainer.model import ModelConfig, Pencil
-from trainer.packing import pack_samples as pack  # hand-built sample dicts
+from trainer.data.packing import pack_samples as pack  # hand-built sample dicts
+from trainer.model.attention import resolve_backend
+from trainer.model.pencil import ModelConfig, Pencil
 
 
 # ---------------------------------------------------------------------------- timing
@@ -235,14 +235,14 @@ def _loader_shard_set(args, tmp: str) -> str:
 
 
 def section_loader(args):
-    """trainer.data's training stream (decode, shuffle, relabel, token batching, pack) in loader worker
+    """trainer.data.stream's training stream (decode, shuffle, relabel, token batching, pack) in loader worker
     processes, against what the model consumes on the same batches: 'vs model' > 1 means the loader keeps up."""
     import os
     import tempfile
 
     from common.shards import read_manifest
-    from trainer import loaders
     from trainer.config_sections import DataConfig
+    from trainer.data import loaders
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     with tempfile.TemporaryDirectory() as tmp:

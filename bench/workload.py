@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from common.presets import n_max as budget_of
-from trainer.model import Pencil
+from trainer.model.pencil import Pencil
 
 # name -> (sampling (d, n), length generator). Mimic the context-size distributions of the paper's
 # datasets: citeseer (2,20) is heavy-tailed (most subgraphs tiny, a few hub-centred ones near the 842

@@ -1,6 +1,6 @@
 """Child processes that die with their parent, even when the parent is killed by SIGKILL (Linux
 PR_SET_PDEATHSIG). The recipe's trainer children (pipelines.core.children) and a trainer's loader workers
-(trainer.loaders) use it: a trainer the out-of-memory killer ends must not leave its workers holding memory.
+(trainer.data.loaders) use it: a trainer the out-of-memory killer ends must not leave its workers holding memory.
 
 An embedded Ray (preprocess.cluster) is not a child one can set it on: the raylet's agents outlive a driver
 killed by SIGKILL by one to two minutes, holding memory. `reap_on_death` starts a watchdog child instead, run

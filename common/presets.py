@@ -4,7 +4,7 @@ and the presets of the paper's other experiments (pipelines.paper).
 PRESETS is the table both halves read: preprocess takes the sampling (d, n) and candidate settings, the
 trainer takes the model and optimisation settings. A name is `<dataset>` (original protocol),
 `<dataset>-heart`, or a small CPU preset such as `citeseer-small`. EXPERIMENT_PRESETS holds, per experiment,
-its own settings (GNN configs of trainer.gnn, graph sizes), naming a PRESETS entry where PENCIL trains.
+its own settings (GNN configs of pipelines.paper.gnn, graph sizes), naming a PRESETS entry where PENCIL trains.
 """
 
 from __future__ import annotations
@@ -309,7 +309,7 @@ _HEURISTIC_ESTIMATION = {
     ),
 }
 
-# Recipe presets: graph size, the PENCIL preset (common.presets) and the GNNs' settings (trainer.gnn.GNNConfig).
+# Recipe presets: graph size, the PENCIL preset (common.presets) and the GNNs' settings (pipelines.paper.gnn.GNNConfig).
 _LATENT_SPACE = {
     "latent-space": dict(
         num_nodes=5000,

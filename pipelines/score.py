@@ -57,7 +57,7 @@ from preprocess.sampler import Scratch, sample_subgraphs
 from trainer.scoring import PairScorer, default_device, score_columns
 
 if TYPE_CHECKING:
-    from trainer.model import Pencil
+    from trainer.model.pencil import Pencil
 
 log = logging.getLogger("pipelines.score")
 

@@ -11,11 +11,11 @@ import torch
 
 from tests.conftest import cached_set
 from tests.test_model import N_MAX, dense_forward, random_samples, small_model
-from trainer.attention import AttentionContext
 from trainer.config import config_from_args
 from trainer.config_sections import ConfigError, ModelOverrides
-from trainer.model import ModelConfig, Propagation, token_positions
-from trainer.packing import pack_samples as pack  # hand-built sample dicts
+from trainer.data.packing import pack_samples as pack  # hand-built sample dicts
+from trainer.model.attention import AttentionContext
+from trainer.model.pencil import ModelConfig, Propagation, token_positions
 
 
 # ---------------------------------------------------------------------------- multiplicative residual

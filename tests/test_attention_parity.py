@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from tests.test_model import N_MAX, assert_grads_close, random_samples, small_model
-from trainer.attention import (
+from trainer.data.packing import pack_samples as pack  # hand-built sample dicts
+from trainer.model.attention import (
     BUCKET_SLACK,
     DROPOUT_FREE,
     AttentionContext,
@@ -22,7 +23,6 @@ from trainer.attention import (
     resolve_backend,
     torch_varlen_attn,
 )
-from trainer.packing import pack_samples as pack  # hand-built sample dicts
 
 SIZES = [2, 12, 5, 9, 3, 12, 7]  # very unequal lengths: lots of padding in the (B, L) view
 
@@ -97,7 +97,7 @@ def test_backend_resolution_on_cpu():
 def test_auto_on_cuda_picks_a_dropout_kernel_when_the_model_has_dropout(monkeypatch):
     """resolve_backend's CUDA table with each kernel's availability set by hand (so it runs on any machine):
     with attention dropout, never the dropout-free `varlen`; without, the fastest packed kernel."""
-    import trainer.attention as attention
+    import trainer.model.attention as attention
 
     kernels = {"varlen": lambda: object(), "flash-attn": lambda: None, "aten": lambda: None}
     monkeypatch.setattr(attention, "torch_varlen_attn", lambda: kernels["varlen"]())
@@ -116,7 +116,7 @@ def test_auto_on_cuda_picks_a_dropout_kernel_when_the_model_has_dropout(monkeypa
 def test_flash_backends_compute_fp32_attention_with_bucketed(monkeypatch, backend):
     """In fp32 (evaluation) a flash backend must not call its bf16 kernel: the layer's output is bucketed
     SDPA's exactly. The flash kernels are replaced by one that fails, so this runs without CUDA."""
-    import trainer.attention as attention
+    import trainer.model.attention as attention
 
     def bf16_only(*args, **kwargs):
         raise AssertionError(f"{backend}'s bf16 kernel called on fp32 inputs")

@@ -8,7 +8,7 @@ import re
 from bench import micro_batch
 from common.manifest import read_manifest
 from tests.test_trainer_data import make_shard_set
-from trainer.data import view_stats
+from trainer.data.stream import view_stats
 from trainer.resolve import micro_batch_links
 
 

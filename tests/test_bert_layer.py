@@ -1,4 +1,4 @@
-"""trainer/bert.py's BertLayer against transformers' own (the layer the paper's code stacks), with SDPA
+"""trainer/model/bert.py's BertLayer against transformers' own (the layer the paper's code stacks), with SDPA
 attention: the same parameters under the same seed, the same outputs and gradients, with and without a key
 padding mask, and the same dropout masks in training."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainer.bert import BertLayer
+from trainer.model.bert import BertLayer
 
 transformers = pytest.importorskip("transformers")
 from transformers.models.bert.modeling_bert import BertLayer as HFBertLayer  # noqa: E402

@@ -1,4 +1,4 @@
-"""--compile (trainer.model.Pencil.compile_blocks): the compiled blocks compute what the eager ones do,
+"""--compile (trainer.model.pencil.Pencil.compile_blocks): the compiled blocks compute what the eager ones do,
 outputs and gradients, on every attention path that calls them (packed and padded), at changing token
 counts; dropout still applies in training; parameter names and checkpoints are unchanged; the trainer
 runs with it end to end. CPU tests compare in fp32 (inductor may reorder a reduction: 1e-5); the CUDA
@@ -17,9 +17,9 @@ from tests.test_trainer_loop import shards, tiny  # noqa: F401  (module-scoped s
 from trainer import checkpoint
 from trainer.config import config_from_args
 from trainer.config_sections import ConfigError
+from trainer.data.packing import pack_samples as pack
 from trainer.metrics_log import read_metrics
-from trainer.model import compiler_missing
-from trainer.packing import pack_samples as pack
+from trainer.model.pencil import compiler_missing
 from trainer.setup import check_run
 from trainer.train import run
 
@@ -141,10 +141,10 @@ def test_compiled_blocks_agree_with_eager_on_cuda_bf16():
 
 
 def test_compile_without_a_compiler_is_refused_in_one_line(shards, tmp_path, monkeypatch):  # noqa: F811
-    import trainer.model
+    import trainer.model.pencil
 
     monkeypatch.setattr(
-        trainer.model, "compiler_missing", lambda: "torch.compile needs a C/C++ compiler and none is on PATH"
+        trainer.model.pencil, "compiler_missing", lambda: "torch.compile needs a C/C++ compiler and none is on PATH"
     )
     with pytest.raises(ConfigError, match="^--compile: torch.compile needs a C/C.. compiler .*run without --compile$"):
         check_run(tiny(shards, tmp_path / "run", compile=True))

@@ -1,4 +1,4 @@
-"""Hop distances to the two targets (trainer/distances.py), the packer that carries them, the model's embedding
+"""Hop distances to the two targets (trainer/data/distances.py), the packer that carries them, the model's embedding
 of them (--distance-features) and SEAL's DRNL labels built on them, every value worked out by hand."""
 
 from __future__ import annotations
@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 import torch
 
+from bench.seal import drnl_labels
 from common.shards import Block
 from trainer.config import config_from_args
 from trainer.config_sections import ConfigError
-from trainer.distances import pair_distances
-from trainer.model import ModelConfig, Pencil, distance_rows
-from trainer.packing import BatchPacker, pack_samples
+from trainer.data.distances import pair_distances
+from trainer.data.packing import BatchPacker, pack_samples
+from trainer.model.pencil import ModelConfig, Pencil, distance_rows
 from trainer.resolve import resolve
-from trainer.seal import drnl_labels
 
 # Link A: u=0, v=1; path u-2-3-v, 4 hangs off 2, 5 is isolated, 6 hangs off v only.
 EDGES_A = [(0, 2), (2, 3), (3, 1), (2, 4), (1, 6)]

@@ -11,7 +11,7 @@ from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, Sa
 from preprocess.job import run
 from tests.conftest import cached_set, require_shared
 from trainer.config import config_for
-from trainer.model import model_for_shards
+from trainer.model.pencil import model_for_shards
 from trainer.train import run as train
 
 
@@ -71,7 +71,7 @@ def test_feature_table_changes_the_output(feature_shards):
     torch.manual_seed(0)
     model = model_for_shards("tiny", {"dropout": 0.0}, manifest).eval()
     from common.shards import Block, load_graph, read_shard, shard_entries
-    from trainer.packing import BatchPacker
+    from trainer.data.packing import BatchPacker
 
     entry = shard_entries(manifest, "valid", "original")[0]
     block = Block.concat(list(read_shard(Path(manifest["root"]) / entry["name"]))).take(np.arange(8))

@@ -1,4 +1,4 @@
-"""GNN baselines (trainer/gnn.py, pipelines/gnn_baselines.py): model pieces against hand formulas, evaluation
+"""GNN baselines (pipelines/paper/gnn.py, pipelines/gnn_baselines.py): model pieces against hand formulas, evaluation
 identical to common.metrics, selection at the best validation epoch, learning on an easy graph, and a tiny
 end-to-end run of the recipe on the shipped citeseer split."""
 
@@ -12,7 +12,15 @@ from common.datasets.base import LinkDataset, Split, training_graph
 from common.graph import Graph
 from common.metrics import evaluate
 from pipelines.paper import gnn_baselines
-from trainer.gnn import GNNConfig, GNNConfigError, GNNLinkPredictor, edge_index, evaluate_split, fit, node_inputs
+from pipelines.paper.gnn import (
+    GNNConfig,
+    GNNConfigError,
+    GNNLinkPredictor,
+    edge_index,
+    evaluate_split,
+    fit,
+    node_inputs,
+)
 
 
 def community_dataset(seed=0, n=16):

@@ -135,7 +135,7 @@ def test_errors_name_the_argument():
 def test_subgraph_batch_offsets_and_query_markers():
     import torch
 
-    from trainer.gnn import GNNConfig, SubgraphRegressor, subgraph_batch
+    from pipelines.paper.gnn import GNNConfig, SubgraphRegressor, subgraph_batch
 
     # link A: 3 nodes, edges (0,2),(1,2); link B: 2 nodes, no edge; link C: 4 nodes, edge (2,3)
     node_ptr = np.array([10, 13, 15, 19])  # a block cut out of a larger array: offsets are relative

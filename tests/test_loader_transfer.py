@@ -1,6 +1,6 @@
 """How a loader worker's batches reach the training process: before the workers fork, the stream runs one batch
 through its own steps (they inherit the loaded kernels); a small batch then travels as numpy arrays pickled by
-value (trainer.packing.WireBatch), a large one as tensors, and the training process sees the same PackedBatch."""
+value (trainer.data.packing.WireBatch), a large one as tensors, and the training process sees the same PackedBatch."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import torch
 
 from tests.test_distances import _links
 from tests.test_trainer_data import cfg, shard_set  # noqa: F401  (fixture)
-from trainer import loaders, packing
-from trainer.packing import PackedBatch, WireBatch, for_transfer, pack_samples
+from trainer.data import loaders, packing
+from trainer.data.packing import PackedBatch, WireBatch, for_transfer, pack_samples
 
 
 def _same(a: PackedBatch, b: PackedBatch) -> None:

@@ -12,11 +12,12 @@ import torch
 
 from tests.test_model import N_MAX, random_samples, small_model
 from tests.test_trainer_data import _block_of, cfg, identity, rank_batches, shard_set  # noqa: F401  (fixture)
-from trainer import blocks, loaders
 from trainer.config import config_from_args
 from trainer.config_sections import ConfigError
-from trainer.model import ModelConfig
-from trainer.packing import pack_samples
+from trainer.data import block_stream as blocks
+from trainer.data import loaders
+from trainer.data.packing import pack_samples
+from trainer.model.pencil import ModelConfig
 from trainer.resolve import resolve
 
 
@@ -186,7 +187,7 @@ def test_scoring_pairs_with_an_lrp_model():
     """pipelines.score feeds an LRP-k checkpoint k labeled subgraphs per pair: one score per pair, reproducible."""
     from common.datasets import load_dataset
     from pipelines.score import score_pairs
-    from trainer.model import Pencil
+    from trainer.model.pencil import Pencil
 
     ds = load_dataset("citeseer")
     torch.manual_seed(0)

@@ -9,8 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trainer.model import ModelConfig, Pencil, Propagation
-from trainer.packing import pack_samples as pack  # hand-built sample dicts
+from trainer.data.packing import pack_samples as pack  # hand-built sample dicts
+from trainer.model.pencil import ModelConfig, Pencil, Propagation
 
 N_MAX = 12
 

@@ -382,7 +382,7 @@ def test_score_under_user_ids_equals_score_under_mapped_ids(tmp_path):
     from preprocess.job import run_job
     from trainer.config import TrainConfig
     from trainer.config_sections import DataConfig
-    from trainer.model import model_for_shards
+    from trainer.model.pencil import model_for_shards
 
     names = [f"user-{i * 7919 % 100_003}" for i in range(200)]
     edges = write_table(tmp_path / "people.csv", ring_with_chords(names, chords=600))

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from common.shards import Block
-from trainer.packing import BatchPacker, from_padded, pack, pack_samples, to_padded, token_sample
+from trainer.data.packing import BatchPacker, from_padded, pack, pack_samples, to_padded, token_sample
 
 
 def _samples():
@@ -202,6 +202,6 @@ def test_batch_packer_induces_from_the_graph_in_either_form():
     assert msgs(sparse) == msgs(ref)  # the 10-11 edge of the graph is the target edge: never seen
     assert torch.equal(dense.adj_dense, pack_samples(_samples(), n_max=6, dense=True).adj_dense)
     # the default rule: entry bound 8 + 0 + 4 = 12 against 3 x 4 x 4 = 48 matrix entries
-    from trainer.packing import DENSE_MIN_DENSITY
+    from trainer.data.packing import DENSE_MIN_DENSITY
 
     assert BatchPacker(indptr, indices, 6).use_dense(node_ptr, nodes) == (12 >= DENSE_MIN_DENSITY * 48)

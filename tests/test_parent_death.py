@@ -1,4 +1,4 @@
-"""Loader workers die with their trainer (common/parent_death.py, trainer/loaders.py): a trainer process killed by
+"""Loader workers die with their trainer (common/parent_death.py, trainer/data/loaders.py): a trainer process killed by
 SIGKILL, as the out-of-memory killer ends one, used to leave persistent loader workers alive, holding memory.
 Real processes: a child builds the trainer's own DataLoader, starts its workers and is killed."""
 
@@ -13,7 +13,7 @@ import time
 CHILD = """
 import os, sys, time
 from torch.utils.data import IterableDataset
-from trainer.loaders import _dataloader
+from trainer.data.loaders import _dataloader
 
 class Pids(IterableDataset):
     def warm(self):

@@ -229,7 +229,7 @@ def _snapshot(folder) -> dict:
 
 def _score(tmp, pairs_file, out, *extra):
     """pipelines.score on the fixture's seed 0, on CPU: the equality checks below are bit for bit, which CUDA's
-    scatter (index_add_ in trainer/propagation.py) does not promise."""
+    scatter (index_add_ in trainer/model/propagation.py) does not promise."""
     cmd = [
         sys.executable,
         "-m",

@@ -110,7 +110,7 @@ def test_bad_targets_are_one_line_errors(tmp_path, citeseer):  # noqa: F811
 def test_trainer_regresses_and_selects_the_lowest_validation_rmse(cn_set, tmp_path):
     from trainer.config import config_for
     from trainer.metrics_log import read_metrics
-    from trainer.model import model_for_shards
+    from trainer.model.pencil import model_for_shards
     from trainer.train import run
 
     torch.set_num_threads(1)

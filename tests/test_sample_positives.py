@@ -11,7 +11,7 @@ import torch
 
 from pipelines.recommend.engine import RecConfig, scorer_for
 from pipelines.recommend.evaluation import choose_weight, full_ranking, sample_positives
-from trainer.model import ModelConfig, Pencil
+from trainer.model.pencil import ModelConfig, Pencil
 
 
 def test_the_sample_is_a_seeded_uniform_subset_without_replacement():

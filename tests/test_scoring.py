@@ -9,7 +9,7 @@ import torch
 
 from common.graph import Graph
 from preprocess.sampler import Scratch, sample_subgraphs
-from trainer.model import ModelConfig, Pencil
+from trainer.model.pencil import ModelConfig, Pencil
 from trainer.scoring import PairScorer, pair_seeds
 
 

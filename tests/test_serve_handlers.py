@@ -24,7 +24,7 @@ from pipelines.serve.handlers import (
 )
 from pipelines.serve.settings import Settings
 from pipelines.serve.state import GraphState, ServeError
-from trainer.model import ModelConfig, Pencil
+from trainer.model.pencil import ModelConfig, Pencil
 
 CFG = RecConfig(k=5, pool=20, sampling=(1, 5), n_max=12)
 CPU = torch.device("cpu")

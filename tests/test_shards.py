@@ -263,8 +263,8 @@ def test_unexpected_tar_member_is_an_error_naming_shard_and_member(tmp_path):
     ],
 )
 def test_labels_are_range_checked_naming_the_shard(tmp_path, label, regression, text):
-    from trainer.blocks import read_blocks
-    from trainer.data import Unit
+    from trainer.data.block_stream import read_blocks
+    from trainer.data.stream import Unit
 
     b = _block()
     b.label[1] = label
@@ -279,8 +279,8 @@ def test_labels_are_range_checked_naming_the_shard(tmp_path, label, regression, 
 
 
 def test_reader_catches_a_shard_holding_other_cids(tmp_path):
-    from trainer.blocks import read_blocks
-    from trainer.data import Unit
+    from trainer.data.block_stream import read_blocks
+    from trainer.data.stream import Unit
 
     path = tmp_path / "train-v000-00001.tar"
     path.write_bytes(shards.pack_shard([_block()])[0])  # cids 0, 1: the first shard's, under the second's name

@@ -12,8 +12,8 @@ from torch.autograd.profiler_util import Kernel
 
 from bench import step_profile as bp
 from bench.workload import synthetic_samples, token_batches
-from trainer.model import ModelConfig, Pencil
-from trainer.packing import pack_samples as pack
+from trainer.data.packing import pack_samples as pack
+from trainer.model.pencil import ModelConfig, Pencil
 
 
 @pytest.mark.parametrize(

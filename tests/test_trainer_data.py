@@ -1,4 +1,4 @@
-"""trainer.data: views per epoch, relabelling, deterministic shuffling, equal batch counts, budgets, resume,
+"""trainer.data.stream: views per epoch, relabelling, deterministic shuffling, equal batch counts, budgets, resume,
 persistent workers, induced graphs.
 
 Shard sets here are hand-written v2 sets (common.shards; any shape we need: uneven shards, one shard,
@@ -31,8 +31,10 @@ from common.shards import (
     train_shard_name,
     write_manifest,
 )
-from trainer import blocks, data, loader_budget, loaders
 from trainer.config_sections import ConfigError, DataConfig
+from trainer.data import block_stream as blocks
+from trainer.data import loader_budget, loaders
+from trainer.data import stream as data
 
 
 # ---------------------------------------------------------------------------- synthetic shard sets
@@ -399,7 +401,7 @@ def test_packed_batches_carry_the_induced_graph(shard_set, min_density, monkeypa
     """The default collate relabels, induces from the shipped graph and packs: each packed link's
     adjacency is exactly the graph's edges among its (relabelled) nodes, target edge excluded."""
     from common.shards import load_graph
-    from trainer import packing
+    from trainer.data import packing
 
     monkeypatch.setattr(packing, "DENSE_MIN_DENSITY", min_density)
     loaders.close_loaders()  # packers are built per loader

@@ -67,9 +67,10 @@ def _worker(rank: int, world: int, port: int, shards: str, out: str) -> None:
     torch.set_num_threads(1)
     from common.shards import read_manifest
     from tests.test_trainer_loop import CidScorer
-    from trainer import distributed, loaders
+    from trainer import distributed
     from trainer.config import config_for
     from trainer.config_sections import DataConfig
+    from trainer.data import loaders
     from trainer.evaluate import evaluate_split
     from trainer.train import Trainer
 

@@ -24,7 +24,7 @@ from tests.test_trainer_data import make_shard_set
 from trainer import checkpoint, distributed
 from trainer.config import config_for, config_from_args
 from trainer.config_sections import ConfigError, DataConfig
-from trainer.data import view_stats as data_views
+from trainer.data.stream import view_stats as data_views
 from trainer.evaluate import evaluate_split, scores_to_metrics
 from trainer.metrics_log import read_metrics
 from trainer.resolve import micro_batch_links, resolve
@@ -150,7 +150,7 @@ def test_default_micro_batches_are_sized_to_the_device():
 def test_the_paper_citeseer_preset_fits_the_loader_memory_budget(device):
     """Regression: the worst-case default budget (256 x 844 tokens) asked 550 MB per batch in flight, over the
     1,024 MB a loader worker may use, so `python -m trainer --preset citeseer` stopped at start-up."""
-    from trainer.loader_budget import eval_budget, prefetch_depth
+    from trainer.data.loader_budget import eval_budget, prefetch_depth
 
     c = config_from_args(["--shards", "s", "--preset", "citeseer", "--out", "o"])
     d = resolve(c, 842, 1, device, 28.3).data  # citeseer (2,20): 28.3 tokens per link on average
@@ -216,7 +216,7 @@ def test_accumulation_gives_the_full_batch_mean_gradient(shards, tmp_path):
         data={"max_samples": 8, "token_budget": 60},
     )
     trainer = Trainer(cfg, distributed.init_distributed("cpu"))
-    from trainer import loaders
+    from trainer.data import loaders
 
     loader, _ = loaders.train_loader(trainer.manifest, 0, 0, 1, trainer.config.data)
     micro = [b for b, _ in zip(loader, range(4))]
@@ -226,7 +226,7 @@ def test_accumulation_gives_the_full_batch_mean_gradient(shards, tmp_path):
     loss, samples, _ = trainer.train_step(micro)
     grads = [p.grad.clone() for p in trainer.core.parameters() if p.requires_grad]
 
-    from trainer.packing import pack_samples as pack  # the same links as one batch
+    from trainer.data.packing import pack_samples as pack  # the same links as one batch
 
     for p in trainer.core.parameters():
         p.grad = None
@@ -251,7 +251,7 @@ def _unpack(batch, trainer):
         nodes = batch.node[lo:hi].numpy()
         keep = (src >= lo) & (src < hi) & (dst >= lo) & (dst < hi) & (src < dst)
         edges = np.stack([src[keep] - lo, dst[keep] - lo], 1)
-        if batch.dense:  # dense form (trainer.packing): the upper triangle of the sample's matrix
+        if batch.dense:  # dense form (trainer.data.packing): the upper triangle of the sample's matrix
             edges = np.stack(np.nonzero(np.triu(batch.adj_dense[b, : hi - lo, : hi - lo].numpy())), 1)
         out.append({"cid": int(batch.cid[b]), "label": float(batch.label[b]), "nodes": nodes, "edges": edges})
     return out
@@ -484,8 +484,8 @@ def test_cpu_threads_leave_cores_for_the_loader():
 
 
 def test_config_attention_choices_match_the_kernels():
-    from trainer.attention import BACKENDS
     from trainer.config_sections import ATTENTION_BACKENDS
+    from trainer.model.attention import BACKENDS
 
     assert ATTENTION_BACKENDS == BACKENDS
 
@@ -545,7 +545,7 @@ def test_a_cuda_training_step_never_synchronises_the_host(shards, tmp_path):
     ahead of the GPU: under torch's sync debug mode any synchronising call (.item(), a blocking copy,
     nonzero, a boolean mask, ...) raises. Steps on pinned loader batches, as the trainer takes them."""
     trainer = Trainer(tiny(shards, tmp_path / "r", device="cuda"), distributed.init_distributed("cuda"))
-    from trainer import loaders
+    from trainer.data import loaders
 
     loader, _ = loaders.train_loader(trainer.manifest, 0, 0, 1, trainer.config.data, pin=True)
     micro = [b for b, _ in zip(loader, range(6))]
@@ -560,10 +560,10 @@ def test_a_cuda_training_step_never_synchronises_the_host(shards, tmp_path):
 
 
 def _model_from(ckpt: dict, manifest: dict, device: str) -> torch.nn.Module:
-    """The checkpoint's model on `device`, built as the trainer builds it (trainer.model.model_for_shards)."""
+    """The checkpoint's model on `device`, built as the trainer builds it (trainer.model.pencil.model_for_shards)."""
     from common.presets import get_preset
     from trainer.config import TrainConfig
-    from trainer.model import model_for_shards
+    from trainer.model.pencil import model_for_shards
 
     config = TrainConfig.from_dict(ckpt["config"])
     model = model_for_shards(get_preset(config.preset), config.model.as_overrides(), manifest)
@@ -577,8 +577,8 @@ def test_cuda_evaluation_is_fp32_and_matches_the_cpu(shards, tmp_path):
     """trainer/evaluate.py on CUDA scores in fp32 (no bf16 autocast, no TF32): the same checkpoint's scores agree
     with the CPU's to fp32 rounding (1e-4; bf16 logits would be off by ~1e-2), and the metrics, rank statistics
     of those scores, are equal wherever no two scores are closer than the devices' difference."""
+    from trainer.data.loaders import eval_loader
     from trainer.evaluate import score_eval_set
-    from trainer.loaders import eval_loader
 
     run(tiny(shards, tmp_path / "r", max_steps=6, eval_splits=("valid",)))  # trained weights, not the init
     ckpt = checkpoint.load(tmp_path / "r" / checkpoint.LAST)

@@ -127,7 +127,7 @@ class TrainConfig:
             advanced=True,
         ),
     )
-    # torch.compile the blocks' dense per-token work (trainer.model.Pencil.compile_blocks). Off by default: it
+    # torch.compile the blocks' dense per-token work (trainer.model.pencil.Pencil.compile_blocks). Off by default: it
     # does not pay on CPU (docs/benchmarks/); bench/gpu_check.sh times it on the GPU.
     # Like --deterministic, a resumed run may switch it (same model and data; only rounding and dropout masks).
     compile: bool = field(

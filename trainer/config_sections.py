@@ -11,12 +11,12 @@ from dataclasses import asdict, dataclass, field
 from common.config_flags import flag
 from common.presets import LR_SCHEDULES
 
-# --w0-init spellings -> trainer.model.W0_INITS (kept literal: config must not import the model / torch)
+# --w0-init spellings -> trainer.model.pencil.W0_INITS (kept literal: config must not import the model / torch)
 W0_INIT_FLAGS = {"orthogonal": "orthogonal", "gaussian": "gaussian", "low-rank": "low_rank"}
 # Default micro-batch size: on CUDA about this many tokens (trainer.resolve.resolve); on CPU at most this many links.
 GPU_MICRO_TOKENS = 65_536
 CPU_MICRO_LINKS = 256
-# trainer.attention.BACKENDS, kept literal (config must not import torch); a test checks they agree.
+# trainer.model.attention.BACKENDS, kept literal (config must not import torch); a test checks they agree.
 ATTENTION_BACKENDS = ("auto", "sdpa", "bucketed", "varlen", "flash_varlen", "flash_attn", "reference")
 
 # --help sections, in order (None: the parser's own options)
@@ -73,7 +73,7 @@ class DataConfig:
             "max tokens per evaluation batch (default 4 x token budget)", group=CONTROL, advanced=True
         ),
     )
-    # bytes of decoded links each loader worker's shuffle pool holds (trainer/data.py)
+    # bytes of decoded links each loader worker's shuffle pool holds (trainer/data/stream.py)
     shuffle_buffer_mb: int = field(
         default=64,
         metadata=flag(
@@ -165,7 +165,7 @@ class OptimConfig:
 
 @dataclass
 class ModelOverrides:
-    """Model shape; None keeps the preset's value (trainer.model.ModelConfig.from_preset applies them)."""
+    """Model shape; None keeps the preset's value (trainer.model.pencil.ModelConfig.from_preset applies them)."""
 
     hidden: int | None = field(default=None, metadata=flag("", group=OVERRIDES))
     layers: int | None = field(default=None, metadata=flag("", group=OVERRIDES))
@@ -243,7 +243,7 @@ class ModelOverrides:
         ),
     )
     # None: the set's node features feed the model when it ships them (early fusion); False: structure only,
-    # "PENCIL w/o features" on a featured set, so one set serves both rows (trainer.model.model_for_shards)
+    # "PENCIL w/o features" on a featured set, so one set serves both rows (trainer.model.pencil.model_for_shards)
     features: bool | None = field(
         default=None,
         metadata=flag(

@@ -15,7 +15,8 @@ import logging
 from pathlib import Path
 
 from common.atomic import write_text_atomic
-from trainer import checkpoint, distributed, loaders
+from trainer import checkpoint, distributed
+from trainer.data import loaders
 
 log = logging.getLogger("trainer")
 

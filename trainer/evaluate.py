@@ -24,7 +24,7 @@ from common.metrics import evaluate as protocol_metrics
 from common.metrics import regression_metrics
 from common.shards import ShardError, load_queries
 from trainer import distributed
-from trainer.loaders import eval_loader
+from trainer.data.loaders import eval_loader
 from trainer.scoring import forward_batches, fp32_inference, synchronize
 
 log = logging.getLogger(__name__)

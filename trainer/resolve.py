@@ -42,7 +42,7 @@ def resolve(
     way; the gradient is the same mean.
     Default token budget: twice the tokens of a micro-batch of average links (capped at max_samples x
     (N_max + 2), which every micro-batch fits), so the sample cap decides in practice and the effective
-    batch is exact, while the loader's memory plan (trainer/loader_budget.py) is sized by a bound a batch
+    batch is exact, while the loader's memory plan (trainer/data/loader_budget.py) is sized by a bound a batch
     can reach, not by N_max: citeseer (2,20)'s 256 x 844 tokens would ask for 550 MB per batch in flight
     where 256 average links hold 7,700 tokens. Without the shard set's mean (tokens_per_link None), the cap.
     A smaller --token-budget bounds memory instead.

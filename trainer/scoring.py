@@ -21,9 +21,9 @@ import numpy as np
 import torch
 
 from common.shards import Block
-from trainer.blocks import replicate, seeded_orders, token_batches
 from trainer.config_sections import GPU_MICRO_TOKENS
-from trainer.packing import BatchPacker
+from trainer.data.block_stream import replicate, seeded_orders, token_batches
+from trainer.data.packing import BatchPacker
 
 # Defaults of the pair path: a CPU batch of ~16k tokens keeps the padded attention's (B, L, L) scores
 # small; a GPU takes 4x a training micro-batch (no activations are kept at inference).

@@ -74,7 +74,7 @@ def check_run(config: TrainConfig, manifest: dict | None = None) -> dict:
         except OutputError as err:
             raise ConfigError(str(err)) from None
     if config.compile:
-        from trainer.model import compile_refusal
+        from trainer.model.pencil import compile_refusal
 
         if refusal := compile_refusal():
             raise ConfigError(refusal)
@@ -103,7 +103,7 @@ def check_run(config: TrainConfig, manifest: dict | None = None) -> dict:
 def build_model(config: TrainConfig, preset, manifest: dict, info: distributed.DistInfo, ckpt: dict | None):
     """(the model to call, DDP-wrapped when distributed; its core) on the run's device, from the checkpoint
     when resuming."""
-    from trainer.model import model_for_shards
+    from trainer.model.pencil import model_for_shards
 
     if preset.n_max != int(manifest["n_max"]):
         log.warning(

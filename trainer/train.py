@@ -36,9 +36,11 @@ from common.datasets import given_by_path
 from common.eval_scores import epoch_scores_path, scores_path, write_scores
 from common.metrics import improves
 from common.presets import get_preset
-from trainer import checkpoint, data, distributed, loaders, optim, run_folder
+from trainer import checkpoint, distributed, optim, run_folder
 from trainer.config import TrainConfig, build_parser, config_from_args
 from trainer.config_sections import ConfigError
+from trainer.data import loaders
+from trainer.data import stream as data
 from trainer.eval_only import evaluate_weights
 from trainer.evaluate import evaluate_split, selection_metric
 from trainer.metrics_log import MetricsLog, Window, progress_bar
@@ -112,7 +114,7 @@ class Trainer:
         if info.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
             write_text_atomic(self.out / "config.json", json.dumps(cfg.to_dict(), indent=1))
-        from trainer.attention import describe_backend
+        from trainer.model.attention import describe_backend
 
         log.info(
             "PENCIL trainer: attention backend %s | device %s | world size %d (%s) | %d trainable parameters",
@@ -204,7 +206,7 @@ class Trainer:
             ):
                 self.save_last()
         bar.close()
-        del it  # the loader persists (trainer.data): its workers wait, forked once, for the next epoch
+        del it  # the loader persists (trainer.data.stream): its workers wait, forked once, for the next epoch
         if st.batch < plan.batches:
             return True
         st.epoch, st.batch = st.epoch + 1, 0

@@ -25,7 +25,7 @@ from trainer.config import TrainConfig
 from trainer.run_folder import bound_data, data_label, same_data
 
 if TYPE_CHECKING:
-    from trainer.model import Pencil
+    from trainer.model.pencil import Pencil
 
 
 class RunFolderError(ValueError):
@@ -60,7 +60,7 @@ def load_checkpoint(path: Path, flag: str = "--checkpoint") -> dict:
 
 
 def load_model(ckpt: dict, manifest: dict, device: torch.device) -> "Pencil":
-    from trainer.model import model_for_shards  # the model's modules load only where one is built
+    from trainer.model.pencil import model_for_shards  # the model's modules load only where one is built
 
     config = TrainConfig.from_dict(ckpt["config"])
     model = model_for_shards(get_preset(config.preset), config.model.as_overrides(), manifest)

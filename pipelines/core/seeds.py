@@ -38,7 +38,7 @@ def seed_run(
 def check_trainer_flags(opts: TrainerOptions, preset_name: str, protocols: list[str], out: Path) -> None:
     """Parse the trainer's flags once up front (shards do not exist yet, so a placeholder path)."""
     from trainer.config import config_from_args
-    from trainer.model import ModelConfig
+    from trainer.model.pencil import ModelConfig
 
     given = " ".join(opts.train_args) or "(none)"
     for protocol in protocols:

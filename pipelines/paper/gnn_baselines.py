@@ -5,7 +5,7 @@ as PENCIL's reports, beside the paper's GCN / SAGE rows (quoted there from the H
     python -m pipelines.paper.gnn_baselines --preset citeseer-small --planetoid-dir ../shared/data/planetoid
     python -m pipelines.paper.gnn_baselines --preset citeseer --planetoid-dir … --seeds 0,1,2,3,4
 
-Each (model, seed) trains once on the full training graph (trainer/gnn.py) and is evaluated under every
+Each (model, seed) trains once on the full training graph (pipelines/paper/gnn.py) and is evaluated under every
 protocol of the dataset; each protocol selects its own best validation epoch and reports test there.
 Inputs are the dataset's node features (the paper's baseline rows use them) or, with --inputs constant,
 a column of ones (structure only). Writes OUT/gnn_baselines/<preset>/: <protocol>/<model>/seed<k>/result.json,
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
 
 def run_baselines(cfg: BaselineConfig) -> int:
-    from trainer.gnn import GNNConfig, fit
+    from pipelines.paper.gnn import GNNConfig, fit
 
     features = cfg.inputs == "features"
     try:

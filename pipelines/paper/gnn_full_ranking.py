@@ -4,7 +4,7 @@ the same filtered full-ranking protocol as `pipelines.recommend --evaluate` (pip
     python -m pipelines.paper.gnn_full_ranking --dataset citeseer --planetoid-dir ../shared/data/planetoid \\
         --models gcn,sage --seeds 0,1,2 --out gnn_full_ranking.json
 
-Each (model, seed) trains once (trainer/gnn.py, a gnn_baselines config of common.presets.EXPERIMENT_PRESETS, dot
+Each (model, seed) trains once (pipelines/paper/gnn.py, a gnn_baselines config of common.presets.EXPERIMENT_PRESETS, dot
 decoder: a score for every node is one matrix product), is kept at its best validation epoch of the
 dataset's first protocol, and ranks every valid and test positive's target among all of its source's
 rankable non-neighbours (not u, not a neighbour, not another known positive).
@@ -68,7 +68,7 @@ def rank_splits(run: dict, dataset) -> dict:
     """Full-ranking metrics of a trained model on valid and test (each on its own split's graph)."""
     import torch
 
-    from trainer.gnn import edge_index
+    from pipelines.paper.gnn import edge_index
 
     model, x = run["model"], run["inputs_tensor"]
     known = np.concatenate([dataset.splits[s].pos for s in ("valid", "test") if s in dataset.splits])
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
 
 def run_full_ranking(cfg: FullRankingConfig) -> int:
-    from trainer.gnn import GNNConfig, fit
+    from pipelines.paper.gnn import GNNConfig, fit
 
     features = cfg.inputs == "features"
     try:

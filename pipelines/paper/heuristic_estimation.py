@@ -134,7 +134,7 @@ def shard_subgraphs(manifest: dict, split: str) -> tuple[tuple, np.ndarray]:
     shards with the edges recovered on the graph they were sampled on (target edge removed)."""
     from common.induce import Inducer
     from common.shards import Block, iter_tar_blocks, load_graph, set_graph, shard_entries
-    from trainer.blocks import open_url
+    from trainer.data.block_stream import open_url
 
     entries = shard_entries(manifest, split, **({"view": 0} if split == "train" else {"protocol": "original"}))
     blocks = []
@@ -148,7 +148,7 @@ def shard_subgraphs(manifest: dict, split: str) -> tuple[tuple, np.ndarray]:
 
 
 def batches(sub: tuple, target: np.ndarray, batch_size: int, device) -> list:
-    from trainer.gnn import subgraph_batch
+    from pipelines.paper.gnn import subgraph_batch
 
     node_ptr, edge_ptr, edges = sub
     out = []
@@ -170,7 +170,7 @@ def batches(sub: tuple, target: np.ndarray, batch_size: int, device) -> list:
 def gnn_runs(
     spec: dict, models: list[str], depths: list[int], seeds: list[int], manifest: dict, epochs: int, device
 ) -> list[dict]:
-    from trainer.gnn import GNNConfig, fit_regression
+    from pipelines.paper.gnn import GNNConfig, fit_regression
 
     subs = {split: shard_subgraphs(manifest, split) for split in ("train", "valid", "test")}
     data = {split: batches(sub, tgt, spec["gnn"]["batch_size"], device) for split, (sub, tgt) in subs.items()}

@@ -11,7 +11,7 @@ balanced, each split's negatives being as many non-edges far apart in latent spa
 mu in {0, 2, 8} at s = 1 plus (0, 8). Every neural model has 2 layers at the preset's hidden size and uses
 the node features. PENCIL goes through the usual preprocess -> shards -> trainer path (the generated
 dataset object is handed to the preprocess job, features ride with the shards); GCN / GAT through
-trainer/gnn.py; CN / AA through common.heuristics. Test MRR at the best validation epoch.
+pipelines/paper/gnn.py; CN / AA through common.heuristics. Test MRR at the best validation epoch.
 
 Writes OUT/latent_space/<preset>/: per-run result.json files, results.json, report.md, latent_space.png.
 """
@@ -146,7 +146,7 @@ def heuristic_records(ds, sm, models: list[str]) -> list[dict]:
 
 
 def gnn_records(ds, sm, models: list[str], gnn: dict, seeds: list[int], device: str, out: Path) -> list[dict]:
-    from trainer.gnn import GNNConfig, fit
+    from pipelines.paper.gnn import GNNConfig, fit
 
     records = []
     for model in (m for m in models if m in ("GCN", "GAT")):

@@ -1,6 +1,6 @@
-"""The persistent DataLoaders that run trainer/data.py's streams: one per role (train, eval), alive for the run,
+"""The persistent DataLoaders that run trainer/data/stream.py's streams: one per role (train, eval), alive for the run,
 its workers forked once; what they produce next is a job the main process writes before each iter(loader).
-A worker's error arrives as one line (worker_error). The design and its reasons: trainer/data.py's docstring.
+A worker's error arrives as one line (worker_error). The design and its reasons: trainer/data/stream.py's docstring.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from common.parent_death import die_with_parent
-from trainer.data import EpochPlan, EvalStream, TrainStream, plan_epoch
-from trainer.loader_budget import eval_budget, prefetch_depth
-from trainer.packing import WireBatch
+from trainer.data.loader_budget import eval_budget, prefetch_depth
+from trainer.data.packing import WireBatch
+from trainer.data.stream import EpochPlan, EvalStream, TrainStream, plan_epoch
 
 # ---------------------------------------------------------------------------- persistent loaders
 # One DataLoader per role, alive for the run: asking again with the same (set, rank, world, config,

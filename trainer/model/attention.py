@@ -1,4 +1,4 @@
-"""One BertLayer (trainer/bert.py: transformers' layer, parameter for parameter), run on a packed token stream
+"""One BertLayer (trainer/model/bert.py: transformers' layer, parameter for parameter), run on a packed token stream
 with a pluggable attention kernel.
 
 PENCIL's blocks are BERT layers (post-LN, GELU). The layer's weights are the single source of truth; this
@@ -37,8 +37,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainer.bert import BertLayer
-from trainer.packing import PackedBatch, padded_positions
+from trainer.data.packing import PackedBatch, padded_positions
+from trainer.model.bert import BertLayer
 
 BACKENDS = ("auto", "sdpa", "bucketed", "varlen", "flash_varlen", "flash_attn", "reference")
 PACKED = ("bucketed", "varlen", "flash_varlen", "flash_attn", "reference")  # never pad the whole batch

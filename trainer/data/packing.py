@@ -12,7 +12,7 @@ The graph structure travels in one of two forms, picked per batch by edge densit
   padded); the model applies the same task-token rule by reading the endpoint's row.
 At ogbl-ddi density (~64,000 edges per ~530-node sample) the message list is 2 x 8 bytes per directed
 entry against 1 byte per matrix entry, and the scatter moves one d-vector per message; the dense form
-wins both in memory and in compute there (trainer/propagation.py).
+wins both in memory and in compute there (trainer/model/propagation.py).
 
 Everything is vectorised numpy over the whole batch: pack() never loops over samples, tokens or edges,
 because it runs in the loader's hot path. pack_samples() is a convenience for hand-built test samples.
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from common.induce import BitMatrix, Inducer
-from trainer.distances import pair_distances
+from trainer.data.distances import pair_distances
 
 CONTEXT, TASK = 0, 1  # values of `role`
 # Pick the dense form when the batch's bound on directed adjacency entries (Inducer.entry_bound, from
@@ -57,7 +57,7 @@ class PackedBatch:
     n_max: int = 0  # the budget pack() validated against (0 = unknown); lets the model check cheaply
     adj_dense: torch.Tensor | None = None  # (B, Lc, Lc) uint8 in the dense form (then adj_src/dst are empty)
     copies: int = 1  # labeled subgraphs per link (LRP-k): samples i*k .. i*k+k-1 are one link's k copies
-    # (T, 2) int64 hop distances (du, dv) of each token's node to u and v (trainer/distances.py; task tokens:
+    # (T, 2) int64 hop distances (du, dv) of each token's node to u and v (trainer/data/distances.py; task tokens:
     # their endpoint's), when the packer was asked for them (the model's --distance-features)
     dist: torch.Tensor | None = None
 
@@ -160,7 +160,7 @@ def pack(
     Validates what would otherwise silently corrupt the model input: N_b in [2, n_max], every local id
     of an edge in [0, N_b) (hence < n_max), no self-loops. strict=True also rejects duplicate edges
     (an O(E log E) sort, so off by default; the inducer emits each edge once). `dist`: (sum N_b, 2) per-node
-    values (trainer.distances.pair_distances) spread to the tokens, task tokens taking their endpoint's.
+    values (trainer.data.distances.pair_distances) spread to the tokens, task tokens taking their endpoint's.
     """
     node_ptr = np.asarray(node_ptr, dtype=np.int64)
     cid = np.asarray(cid, dtype=np.int64)
@@ -268,7 +268,7 @@ def pack_samples(
 ) -> PackedBatch:
     """Convenience for hand-built samples ({cid, label, nodes (N,), edges (E, 2)}, tests and benches):
     concatenates them into arrays and calls pack(); dense=True gives the dense form of the same graph;
-    distances=True adds each token's (du, dv) (trainer.distances)."""
+    distances=True adds each token's (du, dv) (trainer.data.distances)."""
     if not samples:
         raise ValueError("pack: empty batch")
     sizes = [len(s["nodes"]) for s in samples]
@@ -304,7 +304,7 @@ class BatchPacker:
         distances: bool = False,
     ):
         self.inducer = Inducer(indptr, indices)
-        self.distances = bool(distances)  # also each token's hop distances to u and v (trainer.distances)
+        self.distances = bool(distances)  # also each token's hop distances to u and v (trainer.data.distances)
         self.graph = (indptr, indices)
         self.bits: BitMatrix | None = None  # built at the first dense batch (sparse-only sets never pay for it)
         self.n_max = int(n_max)

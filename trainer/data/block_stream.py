@@ -1,4 +1,4 @@
-"""The block-level steps of a loader worker's stream (trainer/data.py): every one works on whole blocks of
+"""The block-level steps of a loader worker's stream (trainer/data/stream.py): every one works on whole blocks of
 links (common.shards.Block: columns plus node offsets), never on a Python object per link.
 
     open shard ─ decode + check each block ─ slice the reader's links (i % parts) ─ byte-sized shuffle
@@ -68,7 +68,7 @@ class HashingReader:
 
 
 def read_blocks(units: list, num_nodes: int, n_max: int, regression: bool = False) -> Iterator[Block]:
-    """The checked blocks of the given units (trainer.data.Unit: url, part, parts, first, sha256), each cut to
+    """The checked blocks of the given units (trainer.data.stream.Unit: url, part, parts, first, sha256), each cut to
     its units' links (i % parts in the parts held). Checked: ranges and labels (check_block), that the shard
     holds the cids the manifest gives it (first, first + 1, ...): a renamed shard file fails; and, for units
     with a sha256, the whole file's digest when its last block has been read: an eval set's metrics are

@@ -19,7 +19,7 @@ LAYER_NORM_EPS = 1e-12  # BERT's
 
 class SelfAttention(nn.Module):
     """Q, K, V projections and scaled dot-product attention over (B, L, d), optionally masked (B, 1, 1, L)
-    bool, True = attend). The packed paths (trainer/attention.py) use the projections with their own kernels."""
+    bool, True = attend). The packed paths (trainer/model/attention.py) use the projections with their own kernels."""
 
     def __init__(self, hidden: int, heads: int, dropout: float):
         super().__init__()

@@ -1,9 +1,9 @@
-"""PENCIL: a plain Transformer (BERT layers, trainer/bert.py) over adjacency-row tokens, plus a one-hop residual.
+"""PENCIL: a plain Transformer (BERT layers, trainer/model/bert.py) over adjacency-row tokens, plus a one-hop residual.
 
 Shapes: T tokens in the packed batch (PackedBatch), B samples, d hidden, n = n_max, E' messages.
 
-    H0 = X~ W0 (+ G(X))                  X~ never built: embedding gather + adjacency sum (trainer/propagation.py)
-    for k in 1..K:  Z = BertLayer_k(H)    attention only within each sample (trainer/attention.py)
+    H0 = X~ W0 (+ G(X))                  X~ never built: embedding gather + adjacency sum (trainer/model/propagation.py)
+    for k in 1..K:  Z = BertLayer_k(H)    attention only within each sample (trainer/model/attention.py)
                     H = Z + P_k(Â Z)      Â = D^-1 (A + I) over context tokens: scatter or bmm, by batch
     logit = Linear(2d, 1)(concat(H[u-task], H[v-task]))
 
@@ -20,10 +20,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from trainer.attention import BACKENDS, AttentionContext, bert_layer, resolve_backend
-from trainer.bert import BertLayer
-from trainer.packing import PackedBatch
-from trainer.propagation import Propagation, adjacency_embedding  # noqa: F401  (Propagation re-exported)
+from trainer.data.packing import PackedBatch
+from trainer.model.attention import BACKENDS, AttentionContext, bert_layer, resolve_backend
+from trainer.model.bert import BertLayer
+from trainer.model.propagation import Propagation, adjacency_embedding  # noqa: F401  (Propagation re-exported)
 
 TASKS = ("classification", "regression")
 # Input-projection initialisations compared in the paper's appendix "Effects of Input Projection Matrix
@@ -50,7 +50,7 @@ class ModelConfig:
     w0_learnable: bool = False  # the paper freezes W0; True trains it like any other weight
     wpe: bool = False  # learnable word position embeddings (BERT-style, by position in the sequence)
     lrp: int = 1  # LRP-k: k labeled subgraphs per link, pooled DeepSets-style (1 = one subgraph, as published)
-    # D > 0 adds to H0 a learned embedding of each token's hop distances to u and to v (trainer/distances.py),
+    # D > 0 adds to H0 a learned embedding of each token's hop distances to u and to v (trainer/data/distances.py),
     # each clipped to D, "no path" its own value: the structure SEAL's DRNL labels give. 0: PENCIL as published.
     distances: int = 0
     # on the attention probabilities; None: `dropout` (BERT's one value). On CPU the attention with it costs 1.8x

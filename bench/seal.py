@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from common.metrics import evaluate
-from trainer.distances import pair_distances
+from trainer.data.distances import pair_distances
 
 MAX_LABEL = 200  # DRNL labels above this share one embedding (far nodes of large subgraphs)
 
@@ -24,7 +24,7 @@ MAX_LABEL = 200  # DRNL labels above this share one embedding (far nodes of larg
 def drnl_labels(node_ptr: np.ndarray, edge_ptr: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """(sum N_b,) DRNL label of every node of every subgraph: 1 for u and v, 1 + min(du, dv) + (d // 2) *
     (d // 2 + d % 2 - 1) for the others (d = du + dv, each distance taken without the other end:
-    trainer.distances), 0 when unreachable from u or from v."""
+    trainer.data.distances), 0 when unreachable from u or from v."""
     dist = pair_distances(node_ptr, edge_ptr, edges)
     du, dv = dist[:, 0], dist[:, 1]
     d, half = du + dv, (du + dv) // 2

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from trainer.packing import PackedBatch, token_sample
+from trainer.data.packing import PackedBatch, token_sample
 
 
 def _dense_rows(batch: PackedBatch) -> torch.Tensor:

@@ -1,5 +1,5 @@
 """Hop distances of every context node to the two targets, inside its link's sampled subgraph: the structure
-that SEAL's DRNL labels encode (trainer/seal.py), computed on arrays, a block of links at a time (numba).
+that SEAL's DRNL labels encode (bench/seal.py), computed on arrays, a block of links at a time (numba).
 
 For link b with local ids 0 (u) and 1 (v) and its induced edges (the target edge u-v is never among them:
 common/induce.py leaves it out), every context node i gets (du, dv):
@@ -10,7 +10,7 @@ common/induce.py leaves it out), every context node i gets (du, dv):
     u, v    du(u) = dv(v) = 0, and dv(u) = du(v) = the u-v distance without the target edge (-1: none).
 
 The subgraph comes as local edges (edge_ptr (B+1,), edges (E, 2), each undirected edge once) or as a dense
-(B, Lc, Lc) 0/1 matrix, the two forms trainer/packing.py carries.
+(B, Lc, Lc) 0/1 matrix, the two forms trainer/data/packing.py carries.
 """
 
 from __future__ import annotations

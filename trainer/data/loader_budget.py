@@ -1,6 +1,6 @@
 """Memory budget of one loader worker (--loader-memory-mb): what a batch costs while it is built, how many
 training batches a worker may keep in flight beside its shuffle pool, and how large evaluation batches may be.
-See trainer/data.py ("Memory") for the policy; these are its numbers.
+See trainer/data/stream.py ("Memory") for the policy; these are its numbers.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ per link):
       ─ decode block, check it, slice its unit (link i % parts) ─ byte-sized shuffle pool ─ greedy
       token-budget cuts ─ relabel (segmented permutation) ─ induce edges from the shipped graph ─ pack
 
-The block steps live in trainer/blocks.py, inducing and packing in trainer/packing.py (BatchPacker), the
-persistent DataLoaders that run the streams in trainer/loaders.py; this module plans epochs and splits the work
+The block steps live in trainer/data/block_stream.py, inducing and packing in trainer/data/packing.py (BatchPacker), the
+persistent DataLoaders that run the streams in trainer/data/loaders.py; this module plans epochs and splits the work
 into streams.
 
 Decisions, and why:
@@ -62,8 +62,16 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from common.shards import Block, ShardError, load_graph, set_graph, shard_entries
-from trainer.blocks import block_slice, read_blocks, relabel, replicate, seeded_orders, shuffle_pool, token_batches
-from trainer.packing import BatchPacker, for_transfer
+from trainer.data.block_stream import (
+    block_slice,
+    read_blocks,
+    relabel,
+    replicate,
+    seeded_orders,
+    shuffle_pool,
+    token_batches,
+)
+from trainer.data.packing import BatchPacker, for_transfer
 
 log = logging.getLogger(__name__)
 # Salts that keep the independent random streams of one (seed, epoch) apart.

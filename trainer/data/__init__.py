@@ -1,0 +1,1 @@
+"""The loader: shards streamed into token-budget micro-batches, a block of links at a time."""
