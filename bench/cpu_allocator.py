@@ -27,12 +27,30 @@ from bench.workload import print_table
 
 MiB = 1 << 20
 CLOCK = ("time", "seconds")  # an evaluation record's fields that are not its scores
+OFF = {"PENCIL_BENCH_HEAP_TRIM": "off"}  # common.heap's switch: glibc's own behaviour, no trims from the trainer
+
+
+def _mmap(mb: int) -> dict:  # a fixed threshold (glibc stops moving it) and trim threshold, set before start
+    return {**OFF, "MALLOC_MMAP_THRESHOLD_": str(mb * MiB), "MALLOC_TRIM_THRESHOLD_": str(mb * MiB)}
+
+
 SETTINGS = {
-    "plain": {},
-    "mmap-8m": {"MALLOC_MMAP_THRESHOLD_": str(8 * MiB), "MALLOC_TRIM_THRESHOLD_": str(8 * MiB)},
-    "mmap-1m": {"MALLOC_MMAP_THRESHOLD_": str(MiB), "MALLOC_TRIM_THRESHOLD_": str(MiB)},
-    "hugetlb": {"GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"},
-    "hugetlb+mmap-1m": {"GLIBC_TUNABLES": f"glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold={MiB}"},
+    "plain": OFF,
+    "default": {},  # the trainer as shipped: common.heap's policy
+    "arena-1": {**OFF, "MALLOC_ARENA_MAX": "1"},
+    "top-pad-64m": {**OFF, "MALLOC_TOP_PAD_": str(64 * MiB)},
+    "mmap-32m": _mmap(32),
+    "mmap-8m": _mmap(8),
+    "mmap-4m": _mmap(4),
+    "mmap-1m": _mmap(1),
+    "hugetlb": {**OFF, "GLIBC_TUNABLES": "glibc.malloc.hugetlb=1"},
+    "hugetlb+mmap-1m": {**OFF, "GLIBC_TUNABLES": f"glibc.malloc.hugetlb=1:glibc.malloc.mmap_threshold={MiB}"},
+    "trim-phase": {"PENCIL_BENCH_HEAP_TRIM": "phase"},  # when training turns to evaluation and back
+    "trim-every-1": {"PENCIL_BENCH_HEAP_TRIM": "every:1"},  # before every training forward
+    "trim-every-10": {"PENCIL_BENCH_HEAP_TRIM": "every:10"},
+    "trim-grow-128": {"PENCIL_BENCH_HEAP_TRIM": "grow:128"},  # once grown 128 MB past the last trim
+    "trim-grow-256": {"PENCIL_BENCH_HEAP_TRIM": "grow:256"},
+    "trim-grow-512": {"PENCIL_BENCH_HEAP_TRIM": "grow:512"},
 }
 
 
@@ -48,7 +66,8 @@ def run(setting: str, shards: str, out: Path, epochs: int, extra: list[str], env
     """The trainer under `setting` (a name for its errors; its variables: `env`, else SETTINGS[setting]): wall
     seconds, the main process's resident peak (MB) in each epoch (sampled every 0.25 s, up to that epoch's
     evaluation), and each evaluation's validation metrics."""
-    env = {**os.environ, **(SETTINGS[setting] if env is None else env)}
+    log = out.with_suffix(".heap.log")  # one line per trim (common.heap), its count a column
+    env = {**os.environ, **(SETTINGS[setting] if env is None else env), "PENCIL_BENCH_HEAP_TRIM_LOG": str(log)}
     t0 = time.time()
     cmd = [sys.executable, *trainer_cmd(shards, out, epochs, extra)]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -67,7 +86,8 @@ def run(setting: str, shards: str, out: Path, epochs: int, extra: list[str], env
     peaks = [max((m for t, m in samples if a < t <= b), default=0) for a, b in zip(bounds, bounds[1:])]
     # every field but the clock's: the metrics themselves (mrr, hits@k, auc, ap), each epoch's and split's
     scores = [{k: v for k, v in r.items() if k not in CLOCK} for r in evals]
-    return {"wall": wall, "peaks": peaks, "evals": scores}
+    trims = len(log.read_text().splitlines()) if log.exists() else 0
+    return {"wall": wall, "peaks": peaks, "evals": scores, "trims": trims}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -75,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--shards", required=True, help="a shard set folder (preprocess's output)")
     p.add_argument("--epochs", type=int, default=3, help="epochs each run trains")
     p.add_argument("--settings", default="plain,mmap-8m,mmap-1m", help=f"comma-separated of {','.join(SETTINGS)}")
+    p.add_argument("--work", help="keep the runs (and each trim log, <setting>.heap.log) in this folder")
     p.add_argument("extra", nargs="*", help="more trainer flags, after --")
     args = p.parse_args(argv)
     names = args.settings.split(",")
@@ -84,7 +105,9 @@ def main(argv: list[str] | None = None) -> None:
     if names[0] != "plain":
         names.insert(0, "plain")  # the reference every ratio and digit is read against
     with tempfile.TemporaryDirectory() as tmp:
-        results = {n: run(n, args.shards, Path(tmp) / n, args.epochs, args.extra) for n in names}
+        work = Path(args.work or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        results = {n: run(n, args.shards, work / n, args.epochs, args.extra) for n in names}
     base = results["plain"]
     rows = [
         [
@@ -94,10 +117,11 @@ def main(argv: list[str] | None = None) -> None:
             " / ".join(str(m) for m in r["peaks"]),
             f"{max(r['peaks']) / max(base['peaks']):.2f}",
             "yes" if r["evals"] == base["evals"] else "NO",
+            str(r["trims"]),
         ]
         for name, r in results.items()
     ]
-    header = ["setting", "wall s", "wall / plain", "peak MB per epoch", "peak / plain", "same evaluations"]
+    header = ["setting", "wall s", "wall / plain", "peak MB per epoch", "peak / plain", "same evaluations", "trims"]
     title = f"the trainer under glibc malloc settings, {args.epochs} epoch(s) each, one after another: {args.shards}"
     print_table(title, header, rows)
 

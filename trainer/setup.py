@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+from common import heap
 from common.outputs import OutputError, check_output_folder
 from common.shards import ShardError, read_manifest
 from common.verify import set_problems
@@ -119,6 +120,9 @@ def build_model(config: TrainConfig, preset, manifest: dict, info: distributed.D
     core.to(info.device)
     # the backend for the device this run uses (the model resolves for CUDA whenever CUDA exists)
     core.attention_backend = core._backend(info.device.type)
+    # glibc keeps what varied batch shapes free; give it back (docs/benchmarks/2026-12-05-trainer-memory.md)
+    if trim := heap.policy(info.device.type):
+        core.register_forward_pre_hook(trim)
     if config.compile:
         core.compile_blocks()  # in place: DDP below and checkpoints see the same parameters and names
     seed_everything(config.seed + 1_000_003 * (info.rank + 1))  # distinct dropout per rank
