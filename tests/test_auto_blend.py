@@ -78,17 +78,17 @@ def tie_values(mrr_ra, auc_ra) -> dict:
 def test_a_tie_on_mrr_is_broken_by_auc_beyond_the_margin():
     chosen = {"choice": "none", "reason": "the default is the best", "means": {}}
     # the same MRR on every positive (difference 0, SE 0: a tie), AUC 0.4 better on each: SE 0, so it replaces
-    got = blend.break_tie(chosen, tie_values([0.5] * 4, [0.9] * 4), "mrr", 2.0)
+    got = blend.break_grid_tie(chosen, tie_values([0.5] * 4, [0.9] * 4), "mrr", 2.0)
     assert got["choice"] == "ra x 1" and got["tie_break"]["metric"] == "auc"
     assert got["tie_break"]["difference"] == pytest.approx(0.4) and "ties with none on mrr" in got["reason"]
     # AUC better on one positive of four: +0.1, SE std(0.4, 0, 0, 0) / 2 = 0.1, within 2 SE: the choice stays
-    kept = blend.break_tie(chosen, tie_values([0.5] * 4, [0.9, 0.5, 0.5, 0.5]), "mrr", 2.0)
+    kept = blend.break_grid_tie(chosen, tie_values([0.5] * 4, [0.9, 0.5, 0.5, 0.5]), "mrr", 2.0)
     assert kept["choice"] == "none" and kept["tie_break"]["se"] == pytest.approx(0.1)
     # MRR 0.5 better with SE 0: not a tie, nothing to break
-    assert blend.break_tie(chosen, tie_values([1.0] * 4, [0.9] * 4), "mrr", 2.0) == chosen
+    assert blend.break_grid_tie(chosen, tie_values([1.0] * 4, [0.9] * 4), "mrr", 2.0) == chosen
     # deciding on AUC, MRR breaks the tie: the same rule with the metrics swapped
     swapped = tie_values([0.9] * 4, [0.5] * 4)
-    assert blend.break_tie(chosen, swapped, "auc", 2.0)["choice"] == "ra x 1"
+    assert blend.break_grid_tie(chosen, swapped, "auc", 2.0)["choice"] == "ra x 1"
 
 
 def test_the_partner_is_one_more_column_of_the_grid_and_its_keys_and_rows_say_so():

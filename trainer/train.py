@@ -14,7 +14,8 @@ log steps. Cadence: last.pt at most once per --checkpoint-seconds (rank 0's cloc
 epoch ends and log steps so ranks agree) plus at the end / on a stop; best.pt holds weights only; test is
 scored only when validation improves (--test-every-eval for every time); evaluation runs in fp32.
 
-Public API: `run(config) -> summary dict` (pipelines), `main(argv)` (python -m trainer).
+Public API: `run(config) -> summary dict` (tests and benches, in-process), `main(argv)` (python -m trainer: the
+pipelines start trainers as processes).
 """
 
 from __future__ import annotations
@@ -422,7 +423,7 @@ def _run(config: TrainConfig) -> dict:
     finally:
         if created:
             distributed.cleanup()
-        # leave the process as found (pipelines and tests call run() in-process, then compare in fp32)
+        # leave the process as found (tests call run() in-process, then compare in fp32)
         torch.set_float32_matmul_precision(precision)
         torch.backends.cudnn.allow_tf32 = cudnn_tf32
         torch.set_num_threads(threads)

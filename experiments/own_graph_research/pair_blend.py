@@ -77,7 +77,7 @@ def research(args):
 
 def pick(values: dict, keys: list[str], margin: float) -> str:
     sub = {m: {k: values[m][k] for k in keys} for m in values}
-    return blend.break_tie(choose(sub["mrr"], margin), sub, "mrr", margin)["choice"]
+    return blend.break_grid_tie(choose(sub["mrr"], margin), sub, "mrr", margin)["choice"]
 
 
 def study(sig: dict, margin: float) -> dict:

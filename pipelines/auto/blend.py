@@ -14,7 +14,7 @@ validation logits (the partner's one run beside each), against validation's nega
 heuristic's weight is judged against the rare pairs a model over-scores): each key's per-positive values
 averaged over the seeds, the best kept only if it beats the model alone by more than `margin_se` standard
 errors (pipelines.auto.signal). Then, as the search does, a tie on the metric is broken by the other of MRR / AUC
-(`break_tie`; section 14). `decide` sees validation arrays only; test is read in `apply`, after it (the
+(`break_grid_tie`; section 14). `decide` sees validation arrays only; test is read in `apply`, after it (the
 partner's test scores come from evaluating its run then). The model alone is always reported beside it.
 """
 
@@ -159,7 +159,7 @@ def decide(
         ]
         for m, table in values.items():
             table[k] = np.mean([v[m] for v in per_seed], axis=0)
-    decision = break_tie(choose(values[metric], margin_se), values, metric, margin_se)
+    decision = break_grid_tie(choose(values[metric], margin_se), values, metric, margin_se)
     p, h, w = keys[decision["choice"]]
     log.info("blend: %s (%s)", decision["choice"], decision["reason"])
     means = {k: round(v, 6) for k, v in decision["means"].items()}
@@ -174,8 +174,8 @@ def partner_table(cid: np.ndarray, score: np.ndarray) -> np.ndarray:
     return table
 
 
-def break_tie(decision: dict, values: dict[str, dict[str, np.ndarray]], metric: str, margin_se: float) -> dict:
-    """The search's tie-break (pipelines.auto.signal.tie_break) on the blend's grid, from any choice, with the
+def break_grid_tie(decision: dict, values: dict[str, dict[str, np.ndarray]], metric: str, margin_se: float) -> dict:
+    """The search's tie-break (pipelines.auto.signal.break_tie) on the blend's grid, from any choice, with the
     closed-form SE over the positives, as the blend's margin. `values`: {metric: {key: per-positive values}} for
     both metrics, keys in GRID order."""
     base = decision["choice"]

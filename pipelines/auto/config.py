@@ -23,49 +23,42 @@ DEFAULT_PRESET = "general"
 
 @dataclass(frozen=True)
 class SearchConfig:
-    # A run's epochs: enough for min_steps optimiser steps, within [min_epochs, max_epochs] (the lr schedule
-    # spans them). A small graph's epoch is a few steps, so it gets more epochs; a large one the preset's 12.
+    # Each rule below was adopted on validation across graph families; the report named beside it holds the
+    # measurements (docs/benchmarks/README.md indexes them).
+    # A run's epochs: enough for min_steps optimiser steps, within [min_epochs, max_epochs] (its lr schedule spans
+    # them).
     min_steps: int = 1500
     min_epochs: int = 12
     max_epochs: int = 60
     grace_period: float = 1 / 6  # of the run's epochs (at least 2) every candidate trains before any is cut
     reduction_factor: int = 3  # after the grace period, 1 in reduction_factor alternatives goes on
-    # ... but not one behind the default by more than gate_se SE of the two-way bootstrap on the metric (unless it
-    # leads on the other of MRR / AUC by as much): on validation of 15 graphs such an alternative was never chosen
-    # at convergence (docs/benchmarks/2026-12-01-own-graph-time.md); None: no gate
+    # ... but not one behind the default by more than gate_se SE (two-way bootstrap) on the metric, unless it leads
+    # on the other of MRR / AUC by as much; None: no gate (docs/benchmarks/2026-12-01-own-graph-time.md)
     gate_se: float | None = 1.0
     patience: float = 1 / 4  # of the run's epochs (at least 2) without a better validation score: converged
-    # an alternative replaces the default only when better by more than this many SE of the two-way bootstrap
-    # (pipelines.auto.signal): on validation halves of 9 graphs, 1 SE kept +2.8 of the +3.5 MRR that switching
-    # on any lead gains, at a worst loss of 0.9 (2 SE: +2.2); docs/benchmarks/2026-11-28-own-graph-research.md
+    # an alternative replaces the default only when better by more than margin_se SE (pipelines.auto.signal;
+    # docs/benchmarks/2026-11-28-own-graph-research.md)
     margin_se: float = 1.0
-    # an alternative that ties with the default on the metric (within margin_se SE, either way) replaces it when
-    # better on the other of MRR / AUC by margin_se SE (pipelines.auto.signal.break_tie): where MRR is at chance
-    # for all, AUC still tells the views apart (research report section 8: validation of 14 graphs)
+    # a tie on the metric (within margin_se SE) is broken by the other of MRR / AUC at margin_se SE
+    # (pipelines.auto.signal.break_tie; research report section 8)
     tie_break: bool = True
     blend_margin_se: float = 2.0  # the blend's rule, on the closed-form SE over the positives
-    # The blend decides on validation's protocol negatives and a pool of valid_pool times as many more, its ranks
-    # estimated at test's count of negatives (common/datasets/pool.py): MRR is decided by the rare negatives a
-    # model scores highest, which ~100 validation negatives mostly lack and a heuristic's ranks would correct. On
-    # validation halves of 30 graphs: +0.16 MRR on average, none worse by 0.5
-    # (docs/benchmarks/2026-12-02-own-graph-pool.md). The stop and the search stay on the protocol's negatives (the
-    # pool there gained nothing). 0: no pool.
+    # the blend decides on validation's protocol negatives plus a pool valid_pool times as large, ranks estimated at
+    # test's count of negatives (common/datasets/pool.py); the stop and the search stay on the protocol's
+    # negatives; 0: no pool (docs/benchmarks/2026-12-02-own-graph-pool.md)
     valid_pool: int = 8
-    # On a CPU an alternative trains for the default's compute, not for its epochs: a run of it may train as many
-    # tokens as the default's run, or min_run_tokens if that is more (a run that cheap is not worth cutting), in
-    # fewer epochs (at least 2) that its lr schedule spans. Two hops of 10 on a dense graph hold 4-7x the default's
-    # tokens a link; their full runs took 4-7x the default's, most of the search's time
-    # (docs/benchmarks/2026-12-01-own-graph-time.md).
+    # on a CPU an alternative trains for the default's compute (its tokens, or min_run_tokens if more), not for its
+    # epochs: two hops on a dense graph hold several times the default's tokens a link
+    # (docs/benchmarks/2026-12-01-own-graph-time.md)
     matched_compute: bool = True
-    min_run_tokens: float = 1.5e6  # about 3 minutes of one core of the 2-core sandbox
-    # Training negatives per positive (uniform random non-edges), on the same training links as one per positive:
-    # the epochs shrink by 2 / (1 + neg_ratio). A balanced view makes "one common neighbour" a near-certain link,
-    # where test ranks each positive against hundreds of random pairs. On validation of 30 graphs, each decided the
-    # default's way, 3 gained +0.50 MRR and +0.30 AUC on average, 9 graphs up and 5 down by more than 0.5 MRR
-    # (docs/benchmarks/2026-12-02-own-graph-negatives.md). A graph too dense for as many distinct non-edges per
-    # positive gets fewer; views with 2-hop negatives (the recommend objective) keep 1.
+    min_run_tokens: float = 1.5e6  # a run this cheap is not worth cutting
+    # training negatives per positive (uniform random non-edges); a graph too dense for as many distinct non-edges
+    # gets fewer, views with 2-hop negatives (the recommend objective) keep 1
+    # (docs/benchmarks/2026-12-02-own-graph-negatives.md)
     neg_ratio: int = 3
-    budget_minutes: float = 30.0  # an upper bound on the whole run: the search gets half, the seeds the rest
+    # an upper bound on the whole run: the search gets half of it, a third when the run has node features (the final
+    # seeds then train twice, with and without them: pipelines/auto/recipe.py), the final seeds the rest
+    budget_minutes: float = 30.0
 
     def epochs(self, steps_per_epoch: int) -> int:
         return min(self.max_epochs, max(self.min_epochs, math.ceil(self.min_steps / max(1, steps_per_epoch))))

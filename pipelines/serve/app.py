@@ -3,7 +3,7 @@
 - GRAPH_APP ("pencil-graph"), deployment GraphOwner: one replica, on the head node. It owns the edit log
   (pipelines/serve/edit_log.py) and the copy of the graph that validates edits; an edit is durable before
   it is acknowledged. Not exposed over HTTP.
-- SERVICE_APP ("pencil"), deployment Pencil: N replicas behind the HTTP proxy at "/", each with the model
+- SERVICE_APP ("pencil"), deployment Scorer: N replicas behind the HTTP proxy at "/", each with the model
   (a GPU each where the cluster has them) and its own copy of the graph. Before every batch a replica asks
   the owner for the edits it has not applied (on the owner's node, only once the log has grown) and applies
   them in order, so an acknowledged edit is seen by every later request on every replica.
@@ -126,9 +126,9 @@ async def _bad_request(request: Request, exc: RequestValidationError) -> JSONRes
     return error_response(ServeError(400, f"{where}: {first.get('msg', 'invalid request')}"))
 
 
-@serve.deployment(name="Pencil", max_ongoing_requests=128, max_surge_percent=100, health_check_period_s=5)
+@serve.deployment(name="Scorer", max_ongoing_requests=128, max_surge_percent=100, health_check_period_s=5)
 @serve.ingress(api)
-class Pencil:
+class Scorer:
     """A model replica: every endpoint of the service."""
 
     def __init__(self, settings: dict):
@@ -347,7 +347,7 @@ def service_app(config: dict):
     options = {"num_cpus": s.replica_cpus}
     if s.device != "cpu" and cluster_gpus() > 0:
         options["num_gpus"] = 1
-    return Pencil.options(
+    return Scorer.options(
         num_replicas=s.replicas, ray_actor_options=options, max_ongoing_requests=4 * s.max_batch
     ).bind(s.service_dict())
 

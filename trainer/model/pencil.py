@@ -115,7 +115,7 @@ class ModelConfig:
         return replace(self, **kw)
 
 
-class Block(nn.Module):
+class EncoderLayer(nn.Module):
     """Z = BertLayer(H); H' = Z + P(Â Z). Without the residual (ablation) H' = Z: no P_k exists at all,
     so the block is exactly the plain BertLayer, parameters included."""
 
@@ -209,7 +209,7 @@ class Pencil(nn.Module):
         self.distance = nn.Embedding((cfg.distances + 2) ** 2, d) if cfg.distances else None
         if self.distance is not None:
             nn.init.normal_(self.distance.weight, std=d**-0.5)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+        self.blocks = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
         # LRP-k (paper appendix "Effect of Multiple Labeled Subgraphs"): DeepSets over the k labeled subgraphs
         # of a link, rho(mean_j phi(pair_j)) with phi = Linear + GELU and rho = the head. Absent for k = 1.
         self.lrp_phi = nn.Sequential(nn.Linear(2 * d, 2 * d), nn.GELU()) if cfg.lrp > 1 else None
