@@ -8,6 +8,10 @@ The pool runs them as child processes (torchrun over `python -m trainer` when se
 few at a time, that never outlive the recipe, each logging to RUN_DIR/trainer.log. CPU runs take one process
 per core (each trainer takes one thread there, trainer.setup.cpu_threads); a GPU run takes one at a time
 (one trainer fills the GPU, or torchrun spans several).
+
+With RAY_ADDRESS set (`ray job submit` sets it) the same pool starts each run on the cluster instead, chosen once
+in `_start` (pipelines.core.ray_pool): the same flags, one GPU (else one CPU) per run, as many at once as the
+cluster has; everything else (the loop, the budget, the pace check, the one-line failures) is this module's.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pathlib import Path
 
 from pipelines.core.children import start_child, stop_children
 from pipelines.core.memory_gate import MemoryGate, default_gate
+from pipelines.core.ray_pool import ClusterTrainer, cluster_slots, on_cluster, uses_gpus
 
 log = logging.getLogger("pipelines")
 TRAINER = [sys.executable, "-m", "trainer"]
@@ -105,7 +110,10 @@ def cuda_devices() -> int:
 
 
 def device_kind(device_flag: str) -> str:
-    """'cuda' when the trainer will run on GPUs (--device auto or cuda, and some are visible), else 'cpu'."""
+    """'cuda' when the trainer will run on GPUs (--device auto or cuda, and some are visible, or the cluster
+    of RAY_ADDRESS has some), else 'cpu'."""
+    if device_flag != "cpu" and on_cluster():
+        return "cuda" if uses_gpus(device_flag) else "cpu"
     return "cuda" if device_flag != "cpu" and cuda_devices() else "cpu"
 
 
@@ -114,7 +122,9 @@ def cpu_cores() -> int:
 
 
 def trainer_slots(device_flag: str, wanted: int = 0) -> int:
-    """Trainer processes at once: one per CPU core (or `wanted`), one on GPUs."""
+    """Trainer processes at once: one per CPU core (or `wanted`), one on GPUs; on a cluster, its CPUs or GPUs."""
+    if on_cluster():
+        return cluster_slots(device_flag, wanted)
     return 1 if device_kind(device_flag) == "cuda" else max(1, wanted or cpu_cores())
 
 
@@ -151,7 +161,8 @@ def run_trainers(
     search's pace check; the watcher keeps the reasons). A slot is taken only when memory allows it (`gate`, the
     recipe's one pipelines.core.memory_gate by default). Ctrl-C and SIGTERM stop them all
     (pipelines.core.children.exit_on_sigterm)."""
-    gate = gate or default_gate()
+    # on a cluster Ray places the runs by their resources: this machine's memory says nothing of the nodes'
+    gate = gate or (MemoryGate(available=lambda: None, measure=lambda pid: 0) if on_cluster() else default_gate())
     gate.held.clear()  # a key ("seed 1") may come back in the next pool: log its waits there too
     views = {key: str(job.shards) for key, job in jobs.items()}  # what a trainer's memory follows
     pending, running, wall, stopped = list(jobs), {}, {}, []
@@ -205,6 +216,9 @@ def died(returncode: int) -> str:
 
 
 def _start(key, job: TrainerRun):
+    """The run as a local child, or on the cluster of RAY_ADDRESS (the same flags; a Popen-shaped handle)."""
+    if on_cluster():
+        return ClusterTrainer(key, job, job.device)
     cmd = trainer_command(job)
     Path(job.run_dir).mkdir(parents=True, exist_ok=True)
     if cmd[2] == "torch.distributed.run":

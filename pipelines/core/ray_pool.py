@@ -1,0 +1,192 @@
+"""The trainer pool's cluster path: with RAY_ADDRESS set (as `ray job submit` sets it), each trainer of the one
+pool (pipelines.core.trainers) runs on the node Ray picks instead of as a local child.
+
+A small actor per trainer (`TrainerProcess`) starts the same `python -m trainer` flags (TrainerRun.flags) as a
+subprocess of its worker, one GPU each where the cluster has GPUs, else one CPU (a local slot). The subprocess
+dies with the actor's worker (common.parent_death): a cancelled task, a driver killed even by SIGKILL (Ray
+kills the actors it owned) or a lost node leaves no trainer behind. `ClusterTrainer` is the driver's handle,
+shaped like the subprocess.Popen the local path returns, so the pool's loop is one for both. Its run folder
+must be on storage every node sees (a shared filesystem; on one machine, the same disk): the trainer writes
+trainer.log and its checkpoints there, and the driver reads them as it would a local child's.
+
+A trainer whose node is lost starts again on another node, resuming its last.pt (RETRIES times); then it fails in
+one line, written to its trainer.log so the pool's message names it. Never a hang: the driver's polls never block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+log = logging.getLogger("pipelines")
+REPO = Path(__file__).resolve().parents[2]
+RETRIES = 1  # a lost node's trainer restarts on another once from its last.pt; a second loss fails the run
+STOP_TIMEOUT_S = 5.0
+_resources: dict | None = None
+
+
+def on_cluster() -> bool:
+    """Whether the pool runs its trainers on a Ray cluster: RAY_ADDRESS set (`ray job submit` sets it)."""
+    return bool(os.environ.get("RAY_ADDRESS"))
+
+
+def attach():
+    """The attached Ray module (preprocess.cluster.init_ray: probed, bounded, one line on a dead address)."""
+    import ray
+
+    from preprocess.cluster import init_ray
+
+    init_ray()
+    return ray
+
+
+def cluster_resources() -> dict:
+    """The cluster's resources, read once per recipe (a node joining later is used by Ray but not counted)."""
+    global _resources
+    if _resources is None:
+        _resources = dict(attach().cluster_resources())
+    return _resources
+
+
+def uses_gpus(device_flag: str) -> bool:
+    return device_flag != "cpu" and cluster_resources().get("GPU", 0) >= 1
+
+
+def cluster_slots(device_flag: str, wanted: int = 0) -> int:
+    """Trainers at once on the cluster: `wanted`, else one per GPU, else one per CPU (as the local slots)."""
+    res = cluster_resources()
+    return max(1, wanted or int(res.get("GPU", 0) if uses_gpus(device_flag) else res.get("CPU", 1)))
+
+
+class TrainerProcess:
+    """The actor on the node Ray picked: one trainer subprocess that dies with this worker."""
+
+    def start(self, flags: list[str], log_path: str) -> str:
+        import ray
+
+        from pipelines.core.children import start_child
+
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "a") as f:
+            # cwd: this checkout as the worker sees it (a job's working_dir, or the repository on PYTHONPATH)
+            self.proc = start_child([sys.executable, "-m", "trainer", *flags], stdout=f, stderr=f, cwd=REPO)
+        return ray.get_runtime_context().get_node_id()
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def signal(self, sig: int) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+
+class ClusterTrainer:
+    """The driver's handle on one trainer on the cluster, with the Popen methods the pool uses (poll, terminate,
+    kill, wait, returncode, pid); every call returns at once but `wait`."""
+
+    pid = None  # no local process: the pool's memory gate measures none (Ray's scheduler places by resources)
+
+    def __init__(self, key: str, job, device_flag: str):
+        self.key, self.job, self.returncode, self.retries = key, job, None, RETRIES
+        self.options = {"num_gpus": 1} if uses_gpus(device_flag) else {"num_cpus": 1}
+        self._launch(job)
+
+    def _launch(self, job) -> None:
+        ray = attach()
+        env = ray.get_runtime_context().runtime_env or {}
+        extra = {} if env.get("working_dir") else {"runtime_env": {"env_vars": {"PYTHONPATH": python_path()}}}
+        self.actor = _actor_class(ray).options(scheduling_strategy="SPREAD", **self.options, **extra).remote()
+        self.node, self._poll = None, None
+        self._started = self.actor.start.remote([*job.flags(), "--no-progress"], str(job.log))
+
+    def poll(self) -> int | None:
+        if self.returncode is not None:
+            return self.returncode
+        import ray
+
+        try:
+            if self.node is None:
+                if not _ready(ray, self._started):
+                    return None  # waiting for a node with the resources
+                self.node = ray.get(self._started)
+                log.info("trainer %s runs on node %s (log: %s)", self.key, self.node, self.job.log)
+            if self._poll is None:
+                self._poll = self.actor.poll.remote()
+            if not _ready(ray, self._poll):
+                return None
+            code, self._poll = ray.get(self._poll), None
+        except ray.exceptions.RayError as err:
+            return self._lost(err)
+        if code is not None:
+            self.returncode = code
+            ray.kill(self.actor)  # frees its CPU or GPU for the next trainer
+        return code
+
+    def _lost(self, err) -> int | None:
+        why = " ".join(str(err).split())[:200]
+        where = f"node {self.node}" if self.node else "its node"
+        if self.retries > 0:
+            self.retries -= 1
+            log.warning("trainer %s: %s was lost (%s); it starts again from its last.pt", self.key, where, why)
+            self._launch(replace(self.job, fresh=False))  # flags(): --resume where last.pt exists
+            return None
+        line = f"the Ray {where} running this trainer was lost ({why}); rerun the command to resume from last.pt"
+        with contextlib.suppress(OSError), open(self.job.log, "a") as f:
+            f.write(line + "\n")
+        self.returncode = 1
+        return 1
+
+    def terminate(self) -> None:
+        self._signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self._signal(signal.SIGKILL)
+
+    def _signal(self, sig: int) -> None:
+        import ray
+
+        if self.returncode is not None:
+            return
+        if self.node is not None and sig == signal.SIGTERM:
+            self.actor.signal.remote(sig)  # the trainer's grace: wait() sees it end
+            return
+        if self.node is not None:
+            with contextlib.suppress(ray.exceptions.RayError):
+                ray.get(self.actor.signal.remote(sig), timeout=STOP_TIMEOUT_S)
+        ray.kill(self.actor)  # not started yet, or no grace left; its worker's death ends a trainer (PDEATHSIG)
+        self.returncode = -sig
+
+    def wait(self, timeout: float | None = None) -> int:
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(f"trainer {self.key}", timeout)
+            time.sleep(0.2)
+        return self.returncode
+
+
+def _actor_class(ray):
+    global _actor
+    if _actor is None:
+        _actor = ray.remote(max_restarts=0)(TrainerProcess)
+    return _actor
+
+
+_actor = None
+
+
+def _ready(ray, ref) -> bool:
+    return bool(ray.wait([ref], timeout=0)[0])
+
+
+def python_path() -> str:
+    """The workers' PYTHONPATH: this checkout first, as preprocess.cluster gives the embedded Ray's workers."""
+    return os.pathsep.join([str(REPO)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])

@@ -1,0 +1,118 @@
+"""A throwaway local Ray cluster of several nodes on this machine: a `ray start --head --block` and more
+`ray start --address … --block` raylets, each our child in its own session, with `--num-cpus` each and a custom
+resource naming it ({"node2": 1}, ...). Every port is a free one; nodes are stopped (or killed, to lose one)
+by signalling their process group (tests/ray_head.stop_group), never with `ray stop`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipelines.core.ray_head import free_ports
+from tests.ray_head import REPO, stop_group
+
+START_TIMEOUT_S = 120
+
+
+@dataclass
+class LocalCluster:
+    address: str  # the GCS's host:port, what RAY_ADDRESS names
+    env: dict = field(repr=False)  # a driver's environment: RAY_ADDRESS, this checkout first on PYTHONPATH
+    nodes: list = field(repr=False)  # the `ray start` processes, head first
+
+    def node_ids(self) -> dict:
+        """{custom resource naming the node ("head", "node2", ...): its Ray node id}, of the live nodes."""
+        probe = (
+            "import json, ray; ray.init(logging_level='ERROR'); "
+            "print(json.dumps([[n['NodeID'], n['Resources']] for n in ray.nodes() if n['Alive']]))"
+        )
+        out = subprocess.run([sys.executable, "-c", probe], env=self.env, capture_output=True, text=True, timeout=120)
+        named = {}
+        for node_id, res in json.loads(out.stdout.strip().splitlines()[-1]):
+            name = next((r for r in res if r == "head" or re.fullmatch(r"node\d+", r)), None)
+            named[name] = node_id
+        return named
+
+    def kill_node(self, index: int) -> None:
+        """Lose node `index` (not the head) at once: SIGKILL to its raylet's process group."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.nodes[index].pid, signal.SIGKILL)
+        self.nodes[index].wait()
+
+
+def _ray_cmd() -> str:
+    ray_bin = Path(sys.executable).with_name("ray")
+    return str(ray_bin) if ray_bin.exists() else "ray"
+
+
+def _node(args: list, env: dict, log: Path) -> subprocess.Popen:
+    ports = free_ports(7)
+    names = (
+        "node-manager-port",
+        "object-manager-port",
+        "metrics-export-port",
+        "dashboard-agent-listen-port",
+        "dashboard-agent-grpc-port",
+        "runtime-env-agent-port",
+        "ray-client-server-port",
+    )
+    flags = [f"--{n}={p}" for n, p in zip(names, ports, strict=True)]
+    with open(log, "w") as f:
+        return subprocess.Popen(
+            [_ray_cmd(), "start", "--block", "--disable-usage-stats", *flags, *args],
+            env=env,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+@contextlib.contextmanager
+def local_cluster(logs: Path, nodes: int = 2, num_cpus: int = 1):
+    """A head and `nodes - 1` more raylets of `num_cpus` each; yields a LocalCluster once all have joined."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_AUTH_MODE"] = "disabled"  # a throwaway localhost cluster; nodes and clients must agree
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    ray_tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's unix socket paths must fit 107 bytes
+    (gcs,) = free_ports(1)
+    address = f"127.0.0.1:{gcs}"
+    procs = []
+    try:
+        head = ["--head", f"--port={gcs}", "--include-dashboard=false", f"--temp-dir={ray_tmp}"]
+        procs.append(_node([*head, f"--num-cpus={num_cpus}", '--resources={"head": 1}'], env, logs / "node1.log"))
+        for i in range(2, nodes + 1):
+            time.sleep(3)  # the head's GCS first
+            more = [f"--address={address}", f"--num-cpus={num_cpus}", f'--resources={{"node{i}": 1}}']
+            procs.append(_node(more, env, logs / f"node{i}.log"))
+        cluster = LocalCluster(address, {**env, "RAY_ADDRESS": address}, procs)
+        _wait_for(cluster, nodes, logs)
+        yield cluster
+    finally:
+        for p in reversed(procs):
+            stop_group(p)
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+def _wait_for(cluster: LocalCluster, nodes: int, logs: Path) -> None:
+    deadline = time.time() + START_TIMEOUT_S
+    while True:
+        dead = [i for i, p in enumerate(cluster.nodes, 1) if p.poll() is not None]
+        if dead:
+            raise RuntimeError(f"ray node {dead[0]} died: {(logs / f'node{dead[0]}.log').read_text()[-2000:]}")
+        with contextlib.suppress(subprocess.SubprocessError, ValueError, IndexError):
+            if len(cluster.node_ids()) == nodes:
+                return
+        if time.time() > deadline:
+            raise RuntimeError(f"the cluster did not reach {nodes} nodes: {(logs / 'node1.log').read_text()[-2000:]}")
+        time.sleep(2)

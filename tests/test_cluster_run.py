@@ -1,0 +1,140 @@
+"""`pencil run` on a Ray cluster (RAY_ADDRESS set): a real local cluster of two nodes on this machine
+(tests/ray_cluster.py), the driver a real `python -m pipelines run` process. Its trainers land on both nodes, it
+gives the local run's choice and numbers (CPU, same seeds), a rerun trains nothing, a killed driver leaves no
+trainer behind, and a node lost mid-search does not stop the run."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from common.parent_death import naming
+from tests.conftest import needs_ray
+from tests.test_auto_e2e import _geo_split, _write
+
+pytestmark = [pytest.mark.slow, needs_ray]
+ON_NODE = re.compile(r"trainer (\S+) runs on node ([0-9a-f]+)")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from tests.ray_cluster import local_cluster
+
+    logs = tmp_path_factory.mktemp("cluster-logs")
+    with local_cluster(logs, nodes=2, num_cpus=1) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def geo(tmp_path_factory):
+    root = tmp_path_factory.mktemp("geo")
+    return _write(root / "geo.csv", _geo_split())
+
+
+def argv(csv: Path, out: Path) -> list[str]:
+    return [
+        *(sys.executable, "-m", "pipelines", "run", "--dataset", str(csv), "--nodes", str(csv.with_name("nodes.csv"))),
+        *("--seeds", "0,1,2", "--epochs", "3", "--device", "cpu", "--out", str(out)),
+        *("--shards", str(csv.parent / "shards"), "--num-cpus", "1"),
+        *("--train-arg=--hidden=32", "--train-arg=--ffn=64", "--train-arg=--heads=2"),
+    ]
+
+
+def run(csv: Path, out: Path, env: dict) -> tuple[int, str]:
+    done = subprocess.run(argv(csv, out), env=env, capture_output=True, text=True, timeout=900)
+    return done.returncode, done.stdout + done.stderr
+
+
+def local_env() -> dict:
+    return {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+
+
+def untimed(x):
+    """results.json without its wall seconds, which follow the machine's load."""
+    if isinstance(x, dict):
+        return {k: untimed(v) for k, v in x.items() if not k.endswith("time_s")}
+    return [untimed(v) for v in x] if isinstance(x, list) else x
+
+
+def test_trainers_land_on_both_nodes_with_the_local_runs_choice_and_numbers_and_a_rerun_trains_nothing(
+    cluster, geo, tmp_path
+):
+    rc, local_log = run(geo, tmp_path / "local", local_env())
+    assert rc == 0, local_log[-3000:]
+    assert not ON_NODE.search(local_log)  # no cluster: the local children, as before
+    rc, log = run(geo, tmp_path / "cluster", cluster.env)
+    assert rc == 0, log[-3000:]
+    placed = ON_NODE.findall(log)
+    assert {node for _, node in placed} == set(cluster.node_ids().values()), placed  # both nodes trained
+    assert {"seed 0", "seed 1", "seed 2"} <= {key for key, _ in placed}
+    local, remote = tmp_path / "local" / "geo" / "auto", tmp_path / "cluster" / "geo" / "auto"
+    assert (local / "original" / "chosen.json").read_text() == (remote / "original" / "chosen.json").read_text()
+    assert untimed(json.loads((local / "results.json").read_text())) == untimed(
+        json.loads((remote / "results.json").read_text())
+    )
+
+    before = (remote / "results.json").read_bytes()
+    rc, again = run(geo, tmp_path / "cluster", cluster.env)
+    assert rc == 0, again[-3000:]
+    assert not ON_NODE.search(again) and (remote / "results.json").read_bytes() == before  # nothing trained
+
+
+def start(csv: Path, out: Path, env: dict, log: Path) -> subprocess.Popen:
+    with open(log, "w") as f:
+        return subprocess.Popen(argv(csv, out), env=env, stdout=f, stderr=subprocess.STDOUT)
+
+
+def wait_for(log: Path, pattern: str, driver: subprocess.Popen, timeout: float = 300) -> None:
+    deadline = time.time() + timeout
+    while not re.search(pattern, log.read_text()):
+        assert driver.poll() is None, log.read_text()[-3000:]
+        assert time.time() < deadline, log.read_text()[-3000:]
+        time.sleep(0.5)
+
+
+def trainers_of(out: Path) -> list[int]:
+    """The live processes naming the run's folder (its trainers), other than this test's."""
+    return [pid for pid in naming(str(out)) if pid != os.getpid()]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+def test_a_killed_driver_leaves_no_trainer_on_the_cluster(cluster, geo, tmp_path, sig):
+    out, log = tmp_path / "killed", tmp_path / "driver.log"
+    driver = start(geo, out, cluster.env, log)
+    try:
+        wait_for(log, ON_NODE.pattern, driver)
+        assert trainers_of(out)  # a trainer runs on a node
+        driver.send_signal(sig)
+        driver.wait(timeout=60)
+        deadline = time.time() + 30
+        while trainers_of(out) and time.time() < deadline:
+            time.sleep(1)
+        assert trainers_of(out) == []
+    finally:
+        driver.kill()
+        driver.wait()
+
+
+def test_a_node_lost_mid_search_restarts_its_trainer_on_another(cluster, geo, tmp_path):
+    """Last in this module: it kills the cluster's second node."""
+    node2 = cluster.node_ids()["node2"]
+    out, log = tmp_path / "lost", tmp_path / "driver.log"
+    driver = start(geo, out, cluster.env, log)
+    try:
+        wait_for(log, rf"trainer \S+ runs on node {node2}", driver)
+        cluster.kill_node(1)
+        assert driver.wait(timeout=600) == 0, log.read_text()[-3000:]
+    finally:
+        driver.kill()
+        driver.wait()
+    text = log.read_text()
+    assert re.search(rf"node {node2} was lost .*starts again from its last\.pt", text), text[-3000:]
+    assert (out / "geo" / "auto" / "original" / "chosen.json").is_file()
