@@ -7,6 +7,8 @@ in each epoch, and whether every evaluation equals the plain run's (an allocator
 glibc serves a large block from its heap once a freed block of that size has raised its mmap threshold (up to
 32 MB), and keeps freed heap memory for reuse; the trainer's tensors change shape with every bucketed batch, so
 the heap can grow across epochs. A fixed threshold maps every block above it afresh, and returns it when freed.
+The trainer now trims the heap itself (common/heap.py): "plain" turns that off, "default" is the trainer as
+shipped, and the trim-* settings are other trim policies (the "trims" column counts the trims made).
 """
 
 from __future__ import annotations

@@ -15,8 +15,9 @@ import os
 import sys
 
 MiB = 1 << 20
-# Trim once the process has grown this much past its size a step after the last trim: 4-5 trims an epoch
-# on a `deep` trainer, none on a small one. Each trim's pages fault back in: 256 MB cost 1.11x the wall.
+# Trim once the process has grown this much past its size a step after the last trim: 6 trims an epoch on
+# bio-300's `deep` trainer, 0.54x its peak at 1.03x the wall. Each trim's pages fault back in: 256 MB took
+# 0.48x the peak at 1.10x the CPU time.
 GROWTH = 512 * MiB
 BENCH_SWITCH = "PENCIL_BENCH_HEAP_TRIM"  # bench.cpu_allocator only: "off", "grow:MB", "every:K", "phase"
 
