@@ -183,6 +183,7 @@ RUN = [
     (["--dataset", "citeseer", "--nodes", "{tmp}/g100.csv"], r"a node list applies to edge-list files only"),
     (["--dataset", "citeseer", "--bogus"], r"unrecognized arguments: --bogus"),
     (["--dataset", "{tmp}/g100.csv", "--budget-minutes", "0.1"], r"--budget-minutes 0.1: below the 2 minutes"),
+    (["--dataset", "{tmp}/g100.csv", "--out", "s3://b/res"], r"--out s3://b/res: results are written to a filesystem"),
     (
         ["--dataset", "{tmp}/full.csv", "--split", "70,15,15"],
         r"full.csv test negatives: needs \d+ node pairs .* has "

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from common.cli import Parser
+from common.datasets import DatasetSpec
 from common.flags import (
     FlagError,
     add_dataset_flags,
@@ -18,9 +19,10 @@ from common.flags import (
     add_seeds_flag,
     add_shards_flag,
     add_train_arg_flag,
+    dataset_spec,
 )
 from common.storage import is_remote
-from pipelines.core.config import DataSource, ShardOptions, TrainerOptions, check_folder, parse_seeds
+from pipelines.core.config import ShardOptions, TrainerOptions, check_folder, parse_seeds
 
 PROG = "python -m pipelines.run"
 DESCRIPTION = """Train PENCIL on a dataset end to end: preprocess (embedded Ray, cached) -> train (per seed) ->
@@ -39,7 +41,7 @@ OBJECTIVES = ("link-prediction", "recommend")
 
 @dataclass(frozen=True)
 class RunConfig:
-    source: DataSource
+    source: DatasetSpec
     preset: str | None = None  # None: the dataset's paper preset, else the search (SEARCH)
     seeds: tuple[int, ...] = (0,)
     out: str = "results"  # results root: OUT/<dataset>/<preset>/
@@ -65,7 +67,7 @@ class RunConfig:
     def ships_features(self) -> bool:
         """The shard sets carry node features (--features or --node-features): every seed trains twice, with
         them ('PENCIL') and without them on the same set ('PENCIL w/o features')."""
-        return self.shards.features or self.source.node_features is not None
+        return self.source.ships_features
 
     @classmethod
     def from_args(cls, args) -> "RunConfig":
@@ -76,9 +78,13 @@ class RunConfig:
                 "--preset auto needs at least (its shard sets and a first epoch of each candidate come "
                 f"first); pass {MIN_BUDGET_MINUTES:g} or more"
             )
-        if not is_remote(args.out):
-            check_folder("--out", args.out)
-        source, shards = DataSource.from_args(args), ShardOptions.from_args(args)
+        if is_remote(args.out):  # Path() would fold s3://b into a local folder s3:/b
+            raise FlagError(
+                f"--out {args.out}: results are written to a filesystem path (on a Ray cluster, one every node "
+                "mounts, e.g. NFS); pass such a path (shard sets may live on s3://: --shards)"
+            )
+        check_folder("--out", args.out)
+        source, shards = dataset_spec(args, features=bool(args.features)), ShardOptions.from_args(args)
         trainer = TrainerOptions.from_args(args)
         check_inputs(source, shards, trainer, args.protocol)
         return cls(
@@ -96,13 +102,8 @@ class RunConfig:
         )
 
 
-def check_inputs(source: DataSource, shards: ShardOptions, trainer: TrainerOptions, protocol: str) -> None:
+def check_inputs(source: DatasetSpec, shards: ShardOptions, trainer: TrainerOptions, protocol: str) -> None:
     """The graph's other inputs against the run's other flags, before any work."""
-    if shards.features and source.node_features is not None:
-        raise FlagError(
-            f"--features loads a paper dataset's node features, --node-features {source.node_features} an "
-            "edge list's; pass one"
-        )
     if NO_FEATURES in trainer.train_args:
         raise FlagError(
             f"--train-arg {NO_FEATURES}: a run with node features trains both rows itself, 'PENCIL' and "
