@@ -22,7 +22,7 @@ from common.datasets.fractions import DEFAULT_SPLIT
 from common.flags import FlagError
 from common.heuristics import TEMPORAL, WEIGHTED, split_scores
 from common.heuristics import label as heuristic_label
-from common.metrics import evaluate
+from common.metrics import evaluate, ranking_note
 from common.presets import PRESETS, get_preset, preset_for_protocol
 from pipelines.auto.blend import HEURISTICS
 from pipelines.auto.config import DEFAULT_PRESET
@@ -293,7 +293,14 @@ def run_notes(run: RunConfig, dataset, protocols: list[str]) -> list[str]:
             f"PENCIL reads the node features ({what}); PENCIL w/o features: the same seeds trained "
             "without them (trainer --no-features) on the same shard set"
         )
-    return notes
+    return notes + scale_notes(dataset, protocols)
+
+
+def scale_notes(dataset, protocols: list[str]) -> list[str]:
+    """The ranking a large graph's test gets under "original" (common.metrics.shared_rank_at), named."""
+    test = dataset.splits.get("test")
+    shared = {p: test.neg.get(p) for p in protocols} if test is not None else {}
+    return [n for p, neg in shared.items() if neg is not None and neg.ndim == 2 and (n := ranking_note(p, len(neg)))]
 
 
 if __name__ == "__main__":

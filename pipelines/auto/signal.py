@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from common.eval_scores import read_scores, scores_path
-from common.metrics import HITS_KS, expected_rank_values, rank_against_own, rank_against_shared
+from common.metrics import HITS_KS, expected_rank_values, rank_against_own, rank_against_shared, shared_rank_at
 from common.shards import load_queries
 from trainer.evaluate import eval_entry, protocol_negatives
 
@@ -89,7 +89,8 @@ def eval_signal(
     info = entry.get("valid_pool")
     if pool and info and neg.ndim == 1:
         return Signal(pos, neg, int(info["rank_at"]))
-    return Signal(pos, table[protocol_negatives(entry, neg_cid)])
+    neg = table[protocol_negatives(entry, neg_cid)]
+    return Signal(pos, neg, shared_rank_at(protocol, len(neg)) if neg.ndim == 1 else None)  # the metrics' ranking
 
 
 def per_positive(
