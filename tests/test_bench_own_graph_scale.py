@@ -9,9 +9,9 @@ from bench.own_graph_scale import STAGES, project, scale_edges, stage_rows, stag
 
 LOG = """\
 2026-12-05 04:00:00,000 INFO common.datasets.tables: g.csv: read 10,000 rows in 0.0 s (driver 0.3 GiB)
-2026-12-05 04:00:02,000 INFO common.datasets.edgelist: g.csv: graph of 4,972 nodes, 10,000 edges built in 0.0 s (driver 0.4 GiB)
+2026-12-05 04:00:02,000 INFO common.datasets.edgelist: g.csv: graph of 4,972 nodes, 10,000 edges built in 0.0 s
 2026-12-05 04:00:02,000 INFO common.datasets.edgelist: g.csv: the graph is undirected: (u, v) and (v, u) are one pair
-2026-12-05 04:00:03,000 INFO common.datasets.edgelist: g.csv: split 10,000 edges into 8,500 train / 500 valid / 1,000 test
+2026-12-05 04:00:03,000 INFO common.datasets.edgelist: g.csv: split 10,000 edges into 8,500 train / 500 valid
 2026-12-05 04:00:04,000 INFO common.datasets.edgelist: g.csv: training graph built in 0.0 s
 2026-12-05 04:00:05,000 INFO common.heuristics: g/test: 2000 candidate pairs, 2000 distinct, graph Graph(nodes=4972)
 2026-12-05 04:00:05,000 INFO pipelines.auto: blend: validation's 500 negatives and a pool of 2000 more, ranks estimated
