@@ -64,7 +64,7 @@ def measure_training_reads(
     from trainer.data.stream import TrainStream, plan_epoch
 
     manifest = read_manifest(shard_set)
-    entries = [s for s in manifest["shards"] if s["split"] == "train"]
+    entries = [s for s in manifest.shards if s["split"] == "train"]
     links, tokens = sum(e["links"] for e in entries), sum(e["tokens"] for e in entries)
     budget = token_budget or int(64 * tokens / links)
     cfg = DataConfig(
@@ -94,7 +94,7 @@ def measure_training_reads(
         epoch += 1
     cpu = time.process_time() - t0
     return {
-        "set": manifest.get("dataset", "?"),
+        "set": manifest.dataset or "?",
         "token_budget": budget,
         "tokens_per_s": n_tok / cpu,
         "samples_per_s": n_smp / cpu,
@@ -151,17 +151,17 @@ def measure_workers(
         for epoch in range(epochs):
             loader, _ = loaders.train_loader(manifest, epoch, 0, 1, cfg)
             tokens += sum(b.num_tokens for b in loader)
-            if manifest.get("eval"):
+            if manifest.eval:
                 tokens += sum(b.num_tokens for b in loaders.eval_loader(manifest, "valid", "original", 0, 1, cfg))
     finally:
         done.set()
         th.join()
         loaders.close_loaders()
     return {
-        "set": manifest.get("dataset", "?"),
+        "set": manifest.dataset or "?",
         "token_budget": token_budget,
         "tokens": tokens,
-        "prefetch": loader_budget.prefetch_depth(int(manifest["n_max"]), token_budget, cfg),
+        "prefetch": loader_budget.prefetch_depth(manifest.n_max, token_budget, cfg),
         "loader_memory_mb": loader_memory_mb,
         "worker_processes": len(peak["workers"]),
         "worker_peak_rss_mb": peak["rss"] / 2**20,

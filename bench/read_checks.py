@@ -19,15 +19,16 @@ if __package__ in (None, ""):  # `python bench/read_checks.py` as well as `pytho
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.sampler import time_it  # noqa: E402
+from common.manifest_record import Manifest  # noqa: E402
 from common.metrics import format_table  # noqa: E402
 from common.shards import load_graph, read_manifest, shard_entries  # noqa: E402
 from trainer.data.block_stream import read_blocks  # noqa: E402
 from trainer.data.stream import eval_sets, make_units  # noqa: E402
 
 
-def read_all(manifest: dict, entries: list[dict], checksums: bool) -> int:
+def read_all(manifest: Manifest, entries: list[dict], checksums: bool) -> int:
     units = make_units(manifest, entries, 1, checksums=checksums)
-    return sum(len(b) for b in read_blocks(units, manifest["num_nodes"], manifest["n_max"]))
+    return sum(len(b) for b in read_blocks(units, manifest.num_nodes, manifest.n_max))
 
 
 def main(argv=None) -> int:
@@ -59,8 +60,8 @@ def main(argv=None) -> int:
             "unchecked s": plain,
         }
     )
-    for which in manifest["graphs"]:
-        size = sum(manifest["files"][manifest["graphs"][which][p]]["bytes"] for p in ("indptr", "indices"))
+    for which in manifest.graphs:
+        size = sum(manifest.files[manifest.graphs[which][p]]["bytes"] for p in ("indptr", "indices"))
 
         def load(verify):
             indptr, indices = load_graph(manifest, which, verify=verify)

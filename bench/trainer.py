@@ -247,7 +247,7 @@ def section_loader(args):
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     with tempfile.TemporaryDirectory() as tmp:
         manifest = read_manifest(_loader_shard_set(args, tmp))
-        n_max = int(manifest["n_max"])
+        n_max = manifest.n_max
         # model consumption on the loader's own first batches (sdpa path, as the trainer runs it)
         torch.manual_seed(args.seed)
         model = (
@@ -260,7 +260,7 @@ def section_loader(args):
             .train()
         )
         cfg0 = DataConfig(
-            shards=manifest["root"],
+            shards=manifest.root,
             max_samples=1 << 20,
             token_budget=args.budget,
             shuffle_buffer_mb=64,
@@ -281,7 +281,7 @@ def section_loader(args):
         rows = [["model step", "-", "-", "-", f"{model_tps:.3g}", "1.00x"]]
         for workers in sorted({0, 1, 2, min(8, os.cpu_count() or 1)}):
             cfg = DataConfig(
-                shards=manifest["root"],
+                shards=manifest.root,
                 max_samples=1 << 20,
                 token_budget=args.budget,
                 shuffle_buffer_mb=64,

@@ -57,8 +57,8 @@ def shard_samples(shard_dir: str, count: int) -> tuple[str, int, list[dict]]:
     man = read_manifest(shard_dir)
     out = []
     inducer = None
-    for entry in shard_entries(man, "train") or man["shards"]:
-        for block in read_shard(Path(man["root"]) / entry["name"]):
+    for entry in shard_entries(man, "train") or man.shards:
+        for block in read_shard(Path(man.root) / entry["name"]):
             if isinstance(block, dict):  # format v1: one decoded sample per item
                 out.append(block)
             else:
@@ -83,8 +83,8 @@ def shard_samples(shard_dir: str, count: int) -> tuple[str, int, list[dict]]:
                 break
         if len(out) >= count:
             break
-    s = man.get("sampling", {})
-    return f"{man.get('dataset', 'shards')}({s.get('d', '?')},{s.get('n', '?')})", int(man["n_max"]), out[:count]
+    s = man.sampling
+    return f"{man.dataset or 'shards'}({s.get('d', '?')},{s.get('n', '?')})", man.n_max, out[:count]
 
 
 def token_batches(samples: list[dict], budget: int) -> list[list[dict]]:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterable
 
 from common import manifest_schema as schema
+from common.manifest_record import Manifest
 from common.storage import LocalStorage, is_remote, open_storage
 
 FORMAT_NAME = "pencil-shards"
@@ -58,16 +59,16 @@ def write_manifest(storage: LocalStorage, manifest: dict) -> None:
     storage.write_atomic(MANIFEST, json.dumps(body, indent=1, sort_keys=True).encode())
 
 
-def parse_manifest(text: str, where: str, root: str) -> dict:
-    """Check a manifest's format, versions, schema and checksum; `root` (the set's directory or URL) is
-    recorded in it. Every failure is one line naming the file, the field and the fix."""
+def parse_manifest(text: str, where: str, root: str) -> Manifest:
+    """Check a manifest's format, versions, schema and checksum; the record of it, with `root` (the set's
+    directory or URL). Every failure is one line naming the file, the field and the fix."""
     try:
-        manifest = json.loads(text)
+        body = json.loads(text)
     except json.JSONDecodeError as err:
         raise ShardError(f"{where}: manifest is not valid JSON ({err}); {REBUILD}") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+    if not isinstance(body, dict) or body.get("format") != FORMAT_NAME:
         raise ShardError(f"{where}: not a {FORMAT_NAME} manifest")
-    version = manifest.get("version")
+    version = body.get("version")
     if version == 1:
         raise ShardError(
             f"{where}: shard format version 1 (stored edge lists) is no longer read; rerun "
@@ -78,24 +79,23 @@ def parse_manifest(text: str, where: str, root: str) -> dict:
             f"{where}: shard format version {version} is not supported "
             f"(this build reads version {FORMAT_VERSION}); rebuild the shards with this version"
         )
-    if manifest.get("manifest_version", 1) != schema.MANIFEST_VERSION:
+    if body.get("manifest_version", 1) != schema.MANIFEST_VERSION:
         raise ShardError(
-            f"{where}: manifest_version {manifest.get('manifest_version', 1)!r} is not "
+            f"{where}: manifest_version {body.get('manifest_version', 1)!r} is not "
             f"{schema.MANIFEST_VERSION} (older manifests carry no checksums); rerun `python -m preprocess` "
             "with the set's flags to upgrade it (its shards are checked and kept)"
         )
-    if problem := schema.schema_problem(manifest):
+    if problem := schema.schema_problem(body):
         raise ShardError(f"{where}: field {problem}; {REBUILD}")
-    if (digest := schema.checksum(manifest)) != manifest[schema.CHECKSUM]:
+    if (digest := schema.checksum(body)) != body[schema.CHECKSUM]:
         raise ShardError(
-            f"{where}: checksum mismatch (recorded {manifest[schema.CHECKSUM][:12]}…, contents "
+            f"{where}: checksum mismatch (recorded {body[schema.CHECKSUM][:12]}…, contents "
             f"{digest[:12]}…): the manifest was edited or is corrupt; {REBUILD}"
         )
-    manifest["root"] = root
-    return manifest
+    return Manifest.from_dict(body, root)
 
 
-def read_manifest(shard_dir: str | os.PathLike) -> dict:
+def read_manifest(shard_dir: str | os.PathLike) -> Manifest:
     """Load and check a manifest; accepts the shard directory or the manifest path itself, local or a URL."""
     if is_remote(shard_dir):
         return _read_remote_manifest(str(shard_dir).rstrip("/"))
@@ -110,7 +110,7 @@ def read_manifest(shard_dir: str | os.PathLike) -> dict:
     return parse_manifest(path.read_text(), str(path), str(path.parent))
 
 
-def _read_remote_manifest(url: str) -> dict:
+def _read_remote_manifest(url: str) -> Manifest:
     root = url.removesuffix("/" + MANIFEST)
     storage = open_storage(root)
     try:
@@ -123,11 +123,11 @@ def _read_remote_manifest(url: str) -> dict:
     return parse_manifest(text, storage.path(MANIFEST), storage.url)
 
 
-def shard_entries(manifest: dict, split: str, protocol: str | None = None, view: int | None = None) -> list[dict]:
+def shard_entries(manifest: Manifest, split: str, protocol: str | None = None, view: int | None = None) -> list[dict]:
     """Manifest shard records for one split (and protocol for eval, view for train)."""
     out = [
         s
-        for s in manifest["shards"]
+        for s in manifest.shards
         if s["split"] == split
         and (protocol is None or s.get("protocol") == protocol)
         and (view is None or s.get("view") == view)
@@ -135,14 +135,14 @@ def shard_entries(manifest: dict, split: str, protocol: str | None = None, view:
     return sorted(out, key=lambda s: s["name"])
 
 
-def epoch_tokens(manifest: dict) -> int:
+def epoch_tokens(manifest: Manifest) -> int:
     """Tokens of the set's first training view: what an epoch trains, and near enough what it costs."""
     return sum(s["tokens"] for s in shard_entries(manifest, "train", view=0))
 
 
-def set_graph(manifest: dict, split: str) -> str:
+def set_graph(manifest: Manifest, split: str) -> str:
     """Which shipped graph ("train" / "test") the links of `split` were sampled on."""
-    for s in manifest["sets"]:
+    for s in manifest.sets:
         if s["split"] == split:
             return s["graph"]
     return "train"

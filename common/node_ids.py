@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from common.shards import NODE_IDS, ShardError
+from common.shards import NODE_IDS, Manifest, ShardError
 from common.storage import is_remote, join, read_url
 
 
@@ -36,13 +36,13 @@ def node_ids_entry(node_ids: np.ndarray) -> dict:
     }
 
 
-def load_node_ids(manifest: dict) -> np.ndarray | None:
+def load_node_ids(manifest: Manifest) -> np.ndarray | None:
     """The user's id of every node (index = node id in the shards), or None when the set ships none."""
-    entry = manifest.get("node_ids")
+    entry = manifest.node_ids
     if not entry:
         return None
-    path = join(manifest["root"], entry["file"])
-    want = manifest.get("files", {}).get(entry["file"], {}).get("sha256")
+    path = join(manifest.root, entry["file"])
+    want = manifest.files.get(entry["file"], {}).get("sha256")
     try:  # read whole (it is small beside the graph) so the manifest's sha256 is always checked
         data = read_url(path) if is_remote(path) else open(path, "rb").read()
         if want is not None and (digest := hashlib.sha256(data).hexdigest()) != want:
@@ -55,9 +55,9 @@ def load_node_ids(manifest: dict) -> np.ndarray | None:
         raise ShardError(f"{path}: unreadable node-id file ({err}); rebuild the shard set with --force") from None
     if entry["dtype"] == "string":
         ids = ids.astype(object)
-    if len(ids) != manifest["num_nodes"] or len(ids) != entry["count"]:
+    if len(ids) != manifest.num_nodes or len(ids) != entry["count"]:
         raise ShardError(
-            f"{path}: {len(ids)} node ids, the manifest says {manifest['num_nodes']} nodes; "
+            f"{path}: {len(ids)} node ids, the manifest says {manifest.num_nodes} nodes; "
             "rebuild the shard set with --force"
         )
     return ids

@@ -55,6 +55,7 @@ from common.manifest import (  # noqa: F401
     FORMAT_VERSION,
     MANIFEST,
     REBUILD,
+    Manifest,
     ShardError,
     file_record,
     parse_manifest,
@@ -345,21 +346,21 @@ def graph_entry(which: str, indptr: np.ndarray, indices: np.ndarray) -> dict:
     return {"indptr": ip, "indices": ix, "num_nodes": int(indptr.shape[0] - 1), "num_entries": int(indices.shape[0])}
 
 
-def load_graph(manifest: dict, which: str = "train", verify: bool = True) -> tuple[np.ndarray, np.ndarray]:
+def load_graph(manifest: Manifest, which: str = "train", verify: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(indptr int64, indices) of a shipped graph, memory-mapped: loader workers share the page cache.
 
     Shapes are always checked against the manifest, and content against its sha256 unless verify=False
     (a caller that has just hashed the files): every subgraph of every split is induced from these arrays."""
-    graphs = manifest.get("graphs") or {}
+    graphs = manifest.graphs
     if which not in graphs:
         raise ShardError(
-            f"{manifest['root']}: the manifest ships no '{which}' graph (has: "
+            f"{manifest.root}: the manifest ships no '{which}' graph (has: "
             f"{', '.join(sorted(graphs)) or 'none'}); rerun preprocess to rebuild the set"
         )
-    entry, root = graphs[which], manifest["root"]
+    entry, root = graphs[which], manifest.root
     try:  # a remote set's arrays are fetched once into the local cache, then memory-mapped
         paths = [local_file(join(root, entry[part])) for part in ("indptr", "indices")]
-        records = manifest.get("files") or {}  # read_manifest's schema guarantees one per graph file
+        records = manifest.files  # read_manifest's schema guarantees one per graph file
         for path, part in zip(paths, ("indptr", "indices")) if verify else ():
             if entry[part] in records:
                 verify_shard(path, records[entry[part]]["sha256"])
@@ -409,20 +410,20 @@ def encode_features(x: np.ndarray) -> bytes:
     return encode_array(np.asarray(x, dtype=np.float32))
 
 
-def load_features(manifest: dict) -> np.ndarray | None:
+def load_features(manifest: Manifest) -> np.ndarray | None:
     """The shard set's node-feature table (N, F) float32, or None when it was built without features."""
-    entry = manifest.get("features")
+    entry = manifest.features
     if not entry:
         return None
-    path = join(manifest["root"], entry["file"])
+    path = join(manifest.root, entry["file"])
     try:
         x = np.load(local_file(path))
     except (OSError, ValueError) as err:
         raise ShardError(f"{path}: unreadable feature table ({err}); rebuild the shard set with --force") from None
-    if x.shape != (manifest["num_nodes"], entry["dim"]):
+    if x.shape != (manifest.num_nodes, entry["dim"]):
         raise ShardError(
             f"{path}: feature table has shape {x.shape}, the manifest says "
-            f"({manifest['num_nodes']}, {entry['dim']}); rebuild the shard set with --force"
+            f"({manifest.num_nodes}, {entry['dim']}); rebuild the shard set with --force"
         )
     return x
 

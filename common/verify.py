@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 
-from common.shards import ShardError, load_graph
+from common.shards import Manifest, ShardError, load_graph
 from common.storage import open_storage
 
 
@@ -37,23 +37,23 @@ def shard_problem(storage, rec: dict, checksums: bool = True) -> str | None:
     return file_problem(storage, rec["name"], rec["bytes"], rec["sha256"], checksums)
 
 
-def set_problems(manifest: dict, checksums: bool = True, storage=None) -> list[tuple[str, str, str]]:
+def set_problems(manifest: Manifest, checksums: bool = True, storage=None) -> list[tuple[str, str, str]]:
     """Every mismatch between the set and its (schema-checked) manifest, as (kind, file, problem); kind is
     "shard" or "file" (graphs, queries, features). Empty when the set is whole."""
-    storage = storage or open_storage(manifest["root"])
+    storage = storage or open_storage(manifest.root)
     out = []
-    for rec in manifest["shards"]:
+    for rec in manifest.shards:
         if problem := shard_problem(storage, rec, checksums):
             out.append(("shard", storage.path(rec["name"]), problem))
-    for name, rec in sorted(manifest["files"].items()):
+    for name, rec in sorted(manifest.files.items()):
         if problem := file_problem(storage, name, rec["bytes"], rec["sha256"], checksums):
             out.append(("file", storage.path(name), problem))
     if not out:  # the graph files are whole: their shapes must still be the manifest's
-        for which in manifest["graphs"]:
+        for which in manifest.graphs:
             try:
                 load_graph(manifest, which, verify=False)  # shapes: the bytes were just hashed (or sized)
             except ShardError as err:
-                out.append(("file", storage.path(manifest["graphs"][which]["indptr"]), _reason(err)))
+                out.append(("file", storage.path(manifest.graphs[which]["indptr"]), _reason(err)))
     return out
 
 

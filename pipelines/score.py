@@ -274,7 +274,7 @@ def score_file(cfg: ScoreConfig) -> int:
         path = resolve_checkpoint(cfg.checkpoint)
         ckpt = load_checkpoint(path)
         manifest = run_manifest(ckpt, path, cfg.moved.shards)
-        pre = manifest["config"]
+        pre = manifest.config
         files, folders = run_inputs(cfg.checkpoint, manifest)
         on_file = cfg.graph not in snapshot.GRAPH_NAMES
         check_output(
@@ -287,17 +287,15 @@ def score_file(cfg: ScoreConfig) -> int:
             },
             folders=folders,
         )
-        check_replacement(cfg.out, "score", manifest["fingerprint"], cfg.overwrite, what="score file")
+        check_replacement(cfg.out, "score", manifest.fingerprint, cfg.overwrite, what="score file")
         dataset = run_dataset(manifest, *cfg.moved.fields())
         graph, node_ids = snapshot.graph_for(cfg.graph, dataset)  # a snapshot's new nodes extend the ids
-        check_node_features(
-            reads_features(ckpt, manifest), manifest["num_nodes"], graph, node_ids, f"--graph {cfg.graph}"
-        )
+        check_node_features(reads_features(ckpt, manifest), manifest.num_nodes, graph, node_ids, f"--graph {cfg.graph}")
         pairs, user = read_pairs(cfg.pairs, graph.num_nodes, node_ids if on_file else load_node_ids(manifest))
     except (ScoreError, RunFolderError, DatasetError, OutputError) as err:
         raise FlagError(str(err)) from None
     device = default_device(cfg.device)
-    n_max = int(manifest["n_max"])
+    n_max = manifest.n_max
     model = load_model(ckpt, manifest, device)
     sampling = (pre["sampling"]["d"], pre["sampling"]["n"])
     log.info(
@@ -310,7 +308,7 @@ def score_file(cfg: ScoreConfig) -> int:
     )
     note_known_edges(graph, pairs, user)
     logits = score_pairs(model, graph, pairs, sampling, n_max, cfg.seed, cfg.orderings, cfg.batch_size, device)
-    write_scores(cfg.out, user, logits, stamp_metadata("score", manifest["fingerprint"]))
+    write_scores(cfg.out, user, logits, stamp_metadata("score", manifest.fingerprint))
     log.info("wrote %s", cfg.out)
     return 0
 

@@ -16,7 +16,16 @@ import logging
 
 import numpy as np
 
-from common.shards import MANIFEST, Block, ShardError, ShardWriter, check_block, iter_tar_blocks, parse_manifest
+from common.shards import (
+    MANIFEST,
+    Block,
+    Manifest,
+    ShardError,
+    ShardWriter,
+    check_block,
+    iter_tar_blocks,
+    parse_manifest,
+)
 from common.verify import set_problems
 
 log = logging.getLogger("preprocess.job")
@@ -52,10 +61,11 @@ PLAN_FIELDS = ("split", "protocol", "view", "links")  # what the plan fixes of a
 UNPLANNED = ("shards", "config", "totals", "root", "checksum", "format", "version", "manifest_version")
 
 
-def plan_mismatch(manifest: dict, expected: dict) -> str | None:
+def plan_mismatch(manifest: Manifest, expected: dict) -> str | None:
     """How a (schema-valid, checksummed) manifest differs from the plan, or None: its shard list (names,
     splits, views, link counts) and every other field, `config` (how the run ran) and `totals` aside."""
-    have = {r["name"]: r for r in manifest["shards"]}
+    have = {r["name"]: r for r in manifest.shards}
+    stored = manifest.to_dict()  # field by field against the plan's JSON, whatever fields either holds
     want = {r["name"]: r for r in expected["shards"]}
     if missing := sorted(set(want) - set(have)):
         return f"shard {missing[0]} of the plan is not listed"
@@ -64,14 +74,14 @@ def plan_mismatch(manifest: dict, expected: dict) -> str | None:
     for name, rec in want.items():
         if diff := [k for k in PLAN_FIELDS if have[name].get(k) != rec[k]]:
             return f"shard {name}: {diff[0]} is {have[name].get(diff[0])!r}, the plan has {rec[diff[0]]!r}"
-    for key in sorted(set(expected) | set(manifest)):
-        if key in UNPLANNED or manifest.get(key) == expected.get(key):
+    for key in sorted(set(expected) | set(stored)):
+        if key in UNPLANNED or stored.get(key) == expected.get(key):
             continue
         if key == "files":
             name = next(
                 n
-                for n in sorted(set(expected["files"]) | set(manifest["files"]))
-                if manifest["files"].get(n) != expected["files"].get(n)
+                for n in sorted(set(expected["files"]) | set(manifest.files))
+                if manifest.files.get(n) != expected["files"].get(n)
             )
             return f"files.{name}: the recorded sha256 is not the one the plan writes"
         return f"field {key!r} differs from the plan"

@@ -45,6 +45,6 @@ def chance_mrr_of_set(shards: str | Path, split: str = "test", protocol: str = "
     from common.shards import read_manifest
 
     manifest = read_manifest(shards)
-    name = manifest["eval"][f"{split}/{protocol}"]["queries"]
-    with np.load(Path(manifest["root"]) / name) as q:
+    name = manifest.eval[f"{split}/{protocol}"]["queries"]
+    with np.load(Path(manifest.root) / name) as q:
         return chance_mrr(q["pos_cid"], q["neg_cid"], **kw)

@@ -119,10 +119,10 @@ def test_selection_is_blind_to_test_and_a_rerun_reuses_every_run(tmp_path, monke
     assert untimed(real["chosen"]["rungs"]) == untimed(fake["chosen"]["rungs"])
     assert real["blend"] == fake["blend"] and real["epochs"] == fake["epochs"] == 3
     # the blend decided on validation's pool (drawn from the training and validation edges: the same either way)
-    pool = read_manifest(real["chosen"]["shards"])["eval"]["valid/original"]["valid_pool"]
+    pool = read_manifest(real["chosen"]["shards"]).eval["valid/original"]["valid_pool"]
     assert real["config"]["valid_pool"] == 8 and pool["pool"] == 8 * pool["negatives"]
     # the views hold three uniform negatives per positive (SearchConfig.neg_ratio; --epochs fixes the schedule)
-    views = read_manifest(real["chosen"]["shards"])["config"]["candidates"]
+    views = read_manifest(real["chosen"]["shards"]).config["candidates"]
     assert real["neg_ratio"] == views["neg_ratio"] == 3 and views["hard_neg_fraction"] == 0.0
     out = tmp_path / "real" / "geo" / "auto" / "original"
     for run in (out / "search").glob("*-*"):  # every candidate evaluated validation only

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from common.shards import FEATURES, ShardError, load_features, read_manifest
+from common.shards import FEATURES, Manifest, ShardError, load_features, read_manifest
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
 from preprocess.job import run
 from tests.conftest import cached_set, require_shared
@@ -36,7 +36,7 @@ def feature_shards(shard_cache):
 
 def test_preprocess_writes_feature_table(feature_shards):
     manifest = read_manifest(feature_shards)
-    assert manifest["features"] == {"file": FEATURES, "dim": 3703}
+    assert manifest.features == {"file": FEATURES, "dim": 3703}
     x = load_features(manifest)
     assert x.shape == (3327, 3703) and x.dtype == np.float32
     assert np.all(x.sum(1)[:10] > 0)  # rows are real (binary bag-of-words) features
@@ -74,8 +74,8 @@ def test_feature_table_changes_the_output(feature_shards):
     from trainer.data.packing import BatchPacker
 
     entry = shard_entries(manifest, "valid", "original")[0]
-    block = Block.concat(list(read_shard(Path(manifest["root"]) / entry["name"]))).take(np.arange(8))
-    batch = BatchPacker(*load_graph(manifest), manifest["n_max"])(block)
+    block = Block.concat(list(read_shard(Path(manifest.root) / entry["name"]))).take(np.arange(8))
+    batch = BatchPacker(*load_graph(manifest), manifest.n_max)(block)
     with torch.no_grad():
         with_x = model(batch)
         zeroed = model(batch, torch.zeros_like(model.node_table))
@@ -108,7 +108,7 @@ def test_corrupt_feature_table_names_the_file(tmp_path):
     root = tmp_path / "set"
     root.mkdir()
     np.save(root / FEATURES, np.zeros((5, 2), np.float32))
-    manifest = {"root": str(root), "num_nodes": 6, "features": {"file": FEATURES, "dim": 2}}
+    manifest = Manifest.from_dict({"root": str(root), "num_nodes": 6, "features": {"file": FEATURES, "dim": 2}})
     with pytest.raises(ShardError, match=f"{FEATURES}: feature table has shape"):
         load_features(manifest)
 

@@ -212,15 +212,15 @@ def test_preprocess_cli_writes_a_set_with_hard_negatives(ray_session, tmp_path, 
     location = capsys.readouterr().out.strip().splitlines()[-1]
     assert location.startswith("shards written: ")
     m = read_manifest(location.removeprefix("shards written: "))
-    assert m["config"]["candidates"]["hard_neg_fraction"] == 0.5
+    assert m.config["candidates"]["hard_neg_fraction"] == 0.5
     config = config_from_args(build_parser().parse_args(argv))
     uniform = replace(config, candidates=replace(config.candidates, hard_neg_fraction=0.0))
-    assert cache_key(config.key_parts(m["fingerprint"], m["protocols"])) == m["key"]
-    assert cache_key(uniform.key_parts(m["fingerprint"], m["protocols"])) != m["key"]
+    assert cache_key(config.key_parts(m.fingerprint, m.protocols)) == m.key
+    assert cache_key(uniform.key_parts(m.fingerprint, m.protocols)) != m.key
 
     # The shards hold the planned view, and half its negatives share a neighbour with their pair.
     citeseer = load_dataset("citeseer")
-    (view,) = [cs.cands for cs in candidate_sets(config, citeseer, m["protocols"])]
+    (view,) = [cs.cands for cs in candidate_sets(config, citeseer, m.protocols)]
     got = {}
     for e in shard_entries(m, "train", None, 0):
         for b in read_shard(os.path.join(location.removeprefix("shards written: "), e["name"])):

@@ -169,12 +169,12 @@ def test_estimation_reads_the_same_subgraphs_and_targets_as_pencil(shard_cache):
     manifest = read_manifest(target_shards(cfg, "cn"))
     (node_ptr, edge_ptr, edges), target = shard_subgraphs(manifest, "test")
     blocks = [
-        b for e in shard_entries(manifest, "test", "original") for b in read_shard(f"{manifest['root']}/{e['name']}")
+        b for e in shard_entries(manifest, "test", "original") for b in read_shard(f"{manifest.root}/{e['name']}")
     ]
     assert np.array_equal(target, np.concatenate([b.label for b in blocks]))
-    assert len(target) == manifest["eval"]["test/original"]["candidates"]
+    assert len(target) == manifest.eval["test/original"]["candidates"]
     sizes = np.diff(node_ptr)
-    assert sizes.min() >= 2 and sizes.max() <= manifest["n_max"]
+    assert sizes.min() >= 2 and sizes.max() <= manifest.n_max
     owner = np.repeat(np.arange(len(sizes)), np.diff(edge_ptr))
     assert np.all(edges.max(axis=1) < sizes[owner])  # local ids inside each link's own subgraph
     assert not any((a, b) == (0, 1) for a, b in edges.tolist())  # the target edge is never shown
@@ -191,9 +191,9 @@ def constant_rmse(shard_cache, heuristic: str, split: str) -> float:
     manifests = [
         read_manifest(m.parent) for m in cached_set(shard_cache, "heuristic_estimation").rglob("manifest.json")
     ]
-    (manifest,) = [m for m in manifests if m["targets"]["name"] == heuristic]
+    (manifest,) = [m for m in manifests if m.targets["name"] == heuristic]
     entries = shard_entries(manifest, split, protocol="original")
-    labels = Block.concat([b for e in entries for b in read_shard(Path(manifest["root"]) / e["name"])]).label
+    labels = Block.concat([b for e in entries for b in read_shard(Path(manifest.root) / e["name"])]).label
     return float(np.std(labels.astype(np.float64)))
 
 

@@ -252,9 +252,9 @@ def test_cora_feature_file_gives_the_same_shards_and_losses(cora_pair, shard_cac
     assert np.array_equal(load_features(m_paper), load_features(m_own))
     from common.datasets import load_set_dataset
 
-    assert load_set_dataset(m_own["config"]).fingerprint() == m_own["fingerprint"]  # features reload with the run
-    assert [s["sha256"] for s in m_paper["shards"]] == [s["sha256"] for s in m_own["shards"]]
-    for entry in m_own["shards"][:2]:
+    assert load_set_dataset(m_own.config).fingerprint() == m_own.fingerprint  # features reload with the run
+    assert [s["sha256"] for s in m_paper.shards] == [s["sha256"] for s in m_own.shards]
+    for entry in m_own.shards[:2]:
         a = list(read_shard(Path(set_paper) / entry["name"]))
         b = list(read_shard(Path(set_own) / entry["name"]))
         assert all(np.array_equal(x.nodes, y.nodes) and np.array_equal(x.label, y.label) for x, y in zip(a, b))

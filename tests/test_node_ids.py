@@ -397,7 +397,7 @@ def test_score_under_user_ids_equals_score_under_mapped_ids(tmp_path):
     )
     shards = run_job(config).path
     manifest = read_manifest(shards)
-    assert manifest["node_ids"] == {"file": NODE_IDS, "count": 200, "dtype": "string"}
+    assert manifest.node_ids == {"file": NODE_IDS, "count": 200, "dtype": "string"}
     assert list(load_node_ids(manifest)) == sorted(names)  # the mapping ships with the set
     # An untrained tiny model is enough: a score is a pure function of weights, graph, pair and seed.
     torch.manual_seed(0)
@@ -436,7 +436,7 @@ def test_score_under_user_ids_equals_score_under_mapped_ids(tmp_path):
     order = sorted(names)  # the mapping, computed independently: sorted ids -> 0..N-1
     mapped = np.array([(order.index(a), order.index(b)) for a, b in user], dtype=np.int64)
     graph = load_dataset(str(edges)).graph_for("test")
-    expect = score_pairs(model, graph, mapped, (1, 3), int(manifest["n_max"]), 0, 1, 512, torch.device("cpu"))
+    expect = score_pairs(model, graph, mapped, (1, 3), int(manifest.n_max), 0, 1, 512, torch.device("cpu"))
     assert np.allclose(out.logit.to_numpy(), expect.mean(0), rtol=0, atol=1e-5)
 
     # a pair of a node with itself, or an unknown name: one line each, nothing written
@@ -532,17 +532,19 @@ def test_score_under_user_ids_equals_score_under_mapped_ids(tmp_path):
 def test_node_id_file_is_checked_against_the_manifest(tmp_path):
     from common.manifest import file_record
     from common.node_ids import encode_node_ids, load_node_ids, node_ids_entry
-    from common.shards import ShardError
+    from common.shards import Manifest, ShardError
 
     ids = np.array(["gene-b", "gene-a", "gene-c"], dtype=object)
     data = encode_node_ids(ids)
     (tmp_path / "node_ids.parquet").write_bytes(data)
-    manifest = {
-        "root": str(tmp_path),
-        "num_nodes": 3,
-        "node_ids": node_ids_entry(ids),
-        "files": {"node_ids.parquet": file_record(data)},
-    }
+    manifest = Manifest.from_dict(
+        {
+            "root": str(tmp_path),
+            "num_nodes": 3,
+            "node_ids": node_ids_entry(ids),
+            "files": {"node_ids.parquet": file_record(data)},
+        }
+    )
     assert load_node_ids(manifest).tolist() == ["gene-b", "gene-a", "gene-c"]
     (tmp_path / "node_ids.parquet").write_bytes(encode_node_ids(ids[[1, 0, 2]]))  # same size, nodes 0 and 1 swapped
     with pytest.raises(ShardError, match=r"node_ids\.parquet: checksum mismatch \(manifest [0-9a-f]{12}…, file "):

@@ -53,18 +53,18 @@ def test_citeseer_end_to_end_two_workers(ray_session, citeseer, tmp_path, capsys
     result = run_job(config, citeseer)
     assert not result.cached and result.summary["shards_sampled"] == result.summary["shards"]
     m = read_manifest(result.path)
-    assert result.path == tmp_path / "citeseer" / m["key"]
-    assert m["n_max"] == 12 and m["num_nodes"] == citeseer.num_nodes and m["dataset"] == "citeseer"
-    assert set(m["eval"]) == {"valid/original", "valid/heart", "test/original", "test/heart"}
-    assert m["eval"]["valid/heart"]["kind"] == "per_positive" and m["eval"]["test/original"]["kind"] == "shared"
-    assert m["eval"]["test/heart"]["metric"] == "mrr" and m["eval"]["test/heart"]["ogb"] is False
-    assert m["config"]["sampling"] == {"d": 1, "n": 5, "n_max": 12}
+    assert result.path == tmp_path / "citeseer" / m.key
+    assert m.n_max == 12 and m.num_nodes == citeseer.num_nodes and m.dataset == "citeseer"
+    assert set(m.eval) == {"valid/original", "valid/heart", "test/original", "test/heart"}
+    assert m.eval["valid/heart"]["kind"] == "per_positive" and m.eval["test/original"]["kind"] == "shared"
+    assert m.eval["test/heart"]["metric"] == "mrr" and m.eval["test/heart"]["ogb"] is False
+    assert m.config["sampling"] == {"d": 1, "n": 5, "n_max": 12}
     # The graph ships with the set, and it is the graph the links were sampled on.
     indptr, indices = load_graph(m, "train")
     assert np.array_equal(indptr, citeseer.graph.indptr) and np.array_equal(indices, citeseer.graph.indices)
     inducer = Inducer(indptr, indices)
 
-    sets = {(cs.split, cs.protocol, cs.view): cs.cands for cs in candidate_sets(config, citeseer, m["protocols"])}
+    sets = {(cs.split, cs.protocol, cs.view): cs.cands for cs in candidate_sets(config, citeseer, m.protocols)}
     assert len([k for k in sets if k[0] == "train"]) == 2
     for (split, protocol, view), cands in sets.items():
         entries = shard_entries(m, split, protocol, view)
@@ -81,10 +81,10 @@ def test_citeseer_end_to_end_two_workers(ray_session, citeseer, tmp_path, capsys
                 assert np.array_equal(b.src, cands.src[b.cid]) and np.array_equal(b.label, cands.label[b.cid])
                 _, edges = inducer.edges(b.node_ptr, b.nodes)
                 assert not np.any((edges[:, 0] == 0) & (edges[:, 1] == 1))  # target edge removed
-                assert np.diff(b.node_ptr).max() <= m["n_max"]
+                assert np.diff(b.node_ptr).max() <= m.n_max
         assert np.all(seen == 1)
         if split != "train":
-            pos_cid, neg_cid = load_queries(result.path / m["eval"][f"{split}/{protocol}"]["queries"])
+            pos_cid, neg_cid = load_queries(result.path / m.eval[f"{split}/{protocol}"]["queries"])
             assert np.array_equal(pos_cid, cands.pos_cid) and np.array_equal(neg_cid, cands.neg_cid)
     # Training views are independent draws.
     assert not np.array_equal(sets[("train", None, 0)].dst, sets[("train", None, 1)].dst)
@@ -143,7 +143,7 @@ def test_resume_after_killed_run(reference_set, citeseer, tmp_path, monkeypatch)
     assert s["shards_reused"] >= 4 and s["shards_sampled"] == total - s["shards_reused"]
     assert s["shards_sampled"] > 0
     assert tar_bytes(result.path) == tar_bytes(reference_set.path)
-    assert read_manifest(result.path)["shards"] == read_manifest(reference_set.path)["shards"]
+    assert read_manifest(result.path).shards == read_manifest(reference_set.path).shards
     assert not list(result.path.glob(".*.tmp"))
 
 
@@ -156,7 +156,7 @@ def test_corrupt_shard_is_named_and_rebuilt(reference_set, citeseer, tmp_path):
     victim.write_bytes(data[: len(data) // 2])
     with pytest.raises(ShardError, match="train-v000-00002.tar"):
         list(read_shard(victim))
-    record = next(r for r in read_manifest(shard_dir)["shards"] if r["name"] == victim.name)
+    record = next(r for r in read_manifest(shard_dir).shards if r["name"] == victim.name)
     with pytest.raises(ShardError, match="train-v000-00002.tar"):
         verify_shard(victim, record["sha256"])
 

@@ -32,7 +32,7 @@ def target_config(out, targets: str | None, **kw) -> PreprocessConfig:
 def labels_by_cid(manifest: dict, split: str, protocol=None, view=None) -> np.ndarray:
     out = {}
     for e in shard_entries(manifest, split, protocol, view):
-        for b in read_shard(f"{manifest['root']}/{e['name']}"):
+        for b in read_shard(f"{manifest.root}/{e['name']}"):
             out.update(zip(b.cid.tolist(), b.label.tolist()))
     return np.array([out[i] for i in range(len(out))], dtype=np.float32)
 
@@ -54,8 +54,8 @@ def test_regression_metrics_and_selection_direction():
 # ---------------------------------------------------------------------------- preprocess --targets
 def test_targets_label_every_set_with_the_normalised_heuristic(cn_set, citeseer):  # noqa: F811
     m = read_manifest(cn_set)
-    assert m["targets"]["name"] == "cn" and set(m["eval"]) == {"valid/original", "test/original"}
-    assert all(e["metric"] == "rmse" for e in m["eval"].values())
+    assert m.targets["name"] == "cn" and set(m.eval) == {"valid/original", "test/original"}
+    assert all(e["metric"] == "rmse" for e in m.eval.values())
     # Independent recomputation: CN on the union of every split's positives, log1p, divided by the 99.99th
     # percentile of the training candidates of both views, clipped at 1.
     full = full_graph(citeseer.num_nodes, *(citeseer.splits[s].pos for s in ("train", "valid", "test")))
@@ -63,7 +63,7 @@ def test_targets_label_every_set_with_the_normalised_heuristic(cn_set, citeseer)
     pairs = {(cs.split, cs.view): np.stack([cs.cands.src, cs.cands.dst], 1) for cs in sets}
     train_raw = np.concatenate([raw_scores("cn", full, p) for (s, _), p in pairs.items() if s == "train"])
     p_high = np.percentile(np.log1p(train_raw), 99.99)
-    assert m["targets"]["stats"]["p_high"] == pytest.approx(p_high)
+    assert m.targets["stats"]["p_high"] == pytest.approx(p_high)
     for (split, view), p in pairs.items():
         got = labels_by_cid(m, split, None if split == "train" else "original", view)
         want = np.minimum(np.log1p(raw_scores("cn", full, p)) / p_high, 1.0)
@@ -79,7 +79,7 @@ def test_targets_are_part_of_the_cache_key(cn_set, citeseer):  # noqa: F811
 
     fp = citeseer.fingerprint()
     keys = {t: cache_key(target_config("x", t).key_parts(fp, ["original"])) for t in (None, "cn", "aa")}
-    assert len(set(keys.values())) == 3 and read_manifest(cn_set)["key"] == keys["cn"]
+    assert len(set(keys.values())) == 3 and read_manifest(cn_set).key == keys["cn"]
     # a link-prediction set keeps the key it had before --targets existed (no "targets" entry at all)
     assert "targets" not in target_config("x", None).key_parts(fp, ["original"])
 

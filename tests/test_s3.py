@@ -129,18 +129,16 @@ def test_preprocess_writes_a_complete_set_to_s3(s3_set, small_graph):
     url = s3_set.location
     assert url.startswith(f"s3://{BUCKET}/ref/small/")
     manifest = read_manifest(url)
-    assert manifest["root"] == url and len(manifest["shards"]) >= 10
+    assert manifest.root == url and len(manifest.shards) >= 10
     objects = _objects(url)
-    listed = {r["name"] for r in manifest["shards"]}
+    listed = {r["name"] for r in manifest.shards}
     # Exactly the set's files: shards, the files the manifest lists with their sha256 (queries, graph arrays,
     # the node-id mapping of an edge list), the manifest; nothing temporary.
-    assert set(objects) == listed | set(manifest["files"]) | {MANIFEST}, set(objects) ^ (
-        listed | set(manifest["files"])
-    )
-    assert any(n.endswith("-queries.npz") for n in manifest["files"]) and "node_ids.parquet" in manifest["files"]
-    for name, rec in manifest["files"].items():
+    assert set(objects) == listed | set(manifest.files) | {MANIFEST}, set(objects) ^ (listed | set(manifest.files))
+    assert any(n.endswith("-queries.npz") for n in manifest.files) and "node_ids.parquet" in manifest.files
+    for name, rec in manifest.files.items():
         assert len(objects[name]) == rec["bytes"] and hashlib.sha256(objects[name]).hexdigest() == rec["sha256"]
-    for rec in manifest["shards"]:
+    for rec in manifest.shards:
         data = objects[rec["name"]]
         assert len(data) == rec["bytes"] and hashlib.sha256(data).hexdigest() == rec["sha256"]
     assert run_job(_config(f"s3://{BUCKET}/ref"), small_graph).cached
@@ -156,7 +154,7 @@ def test_resume_after_a_killed_run_on_s3(s3_set, small_graph, monkeypatch):
     url = s3_set.location.replace("/ref/", "/killed/")
     partial = _objects(url)
     assert MANIFEST not in partial and 3 <= sum(n.endswith(".tar") for n in partial) < len(
-        read_manifest(s3_set.location)["shards"]
+        read_manifest(s3_set.location).shards
     )
     result = run_job(config, small_graph)
     assert result.summary["shards_reused"] >= 3 and result.summary["shards_sampled"] > 0
@@ -289,7 +287,7 @@ def test_pipelines_run_with_shards_on_s3(s3_ray, small_graph, tmp_path):
     results = json.loads((tmp_path / "results" / "small" / "tiny" / "results.json").read_text())
     assert [r["seed"] for r in results["runs"]] == [0]
     (key_dir,) = open_storage(f"s3://{BUCKET}/pipeline").fs.ls(f"{BUCKET}/pipeline/small")
-    assert read_manifest(f"s3://{key_dir}")["shards"]
+    assert read_manifest(f"s3://{key_dir}").shards
 
 
 @pytest.mark.slow

@@ -141,8 +141,10 @@ def _edit(root, change, rehash=False) -> None:
 def test_manifest_is_versioned_and_checked(tmp_path):
     root = _small_set(tmp_path)
     m = shards.read_manifest(root)
-    assert m["version"] == shards.FORMAT_VERSION and m["root"] == str(root) and m["manifest_version"] == 2
-    assert m["checksum"] == manifest_schema.checksum(m)  # over the canonical JSON, `root` excluded
+    assert (
+        m.to_dict()["version"] == shards.FORMAT_VERSION and m.root == str(root) and m.to_dict()["manifest_version"] == 2
+    )
+    assert m.checksum == manifest_schema.checksum(m.to_dict())  # over the canonical JSON, `root` excluded
     assert not list(root.glob(".*.tmp"))  # written through a temporary name, then renamed
     _edit(root, lambda b: b.update(version=shards.FORMAT_VERSION + 1))
     with pytest.raises(ShardError, match="shard format version 3 is not supported"):
@@ -319,7 +321,8 @@ def test_graph_ships_with_the_set_and_is_checked(tmp_path):
     storage = shards.open_storage(tmp_path)
     for name, arr in zip(shards.graph_names("train"), (g.indptr, g.indices)):
         storage.write_atomic(name, shards.encode_array(arr))
-    manifest = {"root": str(tmp_path), "graphs": {"train": shards.graph_entry("train", g.indptr, g.indices)}}
+    graphs = {"train": shards.graph_entry("train", g.indptr, g.indices)}
+    manifest = shards.Manifest.from_dict({"root": str(tmp_path), "graphs": graphs})
     indptr, indices = shards.load_graph(manifest, "train")
     assert np.array_equal(indptr, g.indptr) and np.array_equal(indices, g.indices)
     with pytest.raises(ShardError, match="ships no 'test' graph"):
@@ -331,14 +334,16 @@ def test_graph_ships_with_the_set_and_is_checked(tmp_path):
 
 
 def test_shard_entries_filter_and_sort():
-    m = {
-        "shards": [
-            {"name": "train-v001-00000.tar", "split": "train", "protocol": None, "view": 1},
-            {"name": "train-v000-00001.tar", "split": "train", "protocol": None, "view": 0},
-            {"name": "train-v000-00000.tar", "split": "train", "protocol": None, "view": 0},
-            {"name": "valid-heart-00000.tar", "split": "valid", "protocol": "heart", "view": None},
-        ]
-    }
+    m = shards.Manifest.from_dict(
+        {
+            "shards": [
+                {"name": "train-v001-00000.tar", "split": "train", "protocol": None, "view": 1},
+                {"name": "train-v000-00001.tar", "split": "train", "protocol": None, "view": 0},
+                {"name": "train-v000-00000.tar", "split": "train", "protocol": None, "view": 0},
+                {"name": "valid-heart-00000.tar", "split": "valid", "protocol": "heart", "view": None},
+            ]
+        }
+    )
     assert [s["name"] for s in shards.shard_entries(m, "train", view=0)] == [
         "train-v000-00000.tar",
         "train-v000-00001.tar",
@@ -349,12 +354,20 @@ def test_shard_entries_filter_and_sort():
 def test_epoch_tokens_sums_the_first_training_views_shards():
     from common.manifest import epoch_tokens
 
-    m = {
-        "shards": [
-            {"name": "train-v000-00000.tar", "split": "train", "view": 0, "links": 100, "tokens": 2500},
-            {"name": "train-v000-00001.tar", "split": "train", "view": 0, "links": 50, "tokens": 1000},
-            {"name": "train-v001-00000.tar", "split": "train", "view": 1, "links": 300, "tokens": 9500},
-            {"name": "valid-original-00000.tar", "split": "valid", "protocol": "original", "links": 10, "tokens": 900},
-        ]
-    }
-    assert epoch_tokens(m) == 3500 and epoch_tokens({"shards": []}) == 0  # no view: unknown
+    m = shards.Manifest.from_dict(
+        {
+            "shards": [
+                {"name": "train-v000-00000.tar", "split": "train", "view": 0, "links": 100, "tokens": 2500},
+                {"name": "train-v000-00001.tar", "split": "train", "view": 0, "links": 50, "tokens": 1000},
+                {"name": "train-v001-00000.tar", "split": "train", "view": 1, "links": 300, "tokens": 9500},
+                {
+                    "name": "valid-original-00000.tar",
+                    "split": "valid",
+                    "protocol": "original",
+                    "links": 10,
+                    "tokens": 900,
+                },
+            ]
+        }
+    )
+    assert epoch_tokens(m) == 3500 and epoch_tokens(shards.Manifest.from_dict({"shards": []})) == 0  # no view: unknown

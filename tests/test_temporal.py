@@ -238,15 +238,15 @@ def test_collegemsg_subgraphs_hold_no_edge_from_after_the_boundary(collegemsg, s
         candidates=CandidateConfig(views=1, percent=10.0, protocols=("original",)),
     )
     manifest = read_manifest(run(cfg, ds))
-    assert manifest["split"] == ds.split_info and set(manifest["graphs"]) == {"train", "test"}
+    assert manifest.split == ds.split_info and set(manifest.graphs) == {"train", "test"}
     from common.datasets import load_set_dataset
 
-    assert load_set_dataset(manifest["config"]).fingerprint() == manifest["fingerprint"]
+    assert load_set_dataset(manifest.config).fingerprint() == manifest.fingerprint
     seen = 0
-    for entry in manifest["shards"]:
+    for entry in manifest.shards:
         split = entry["split"]
         inducer = Inducer(*load_graph(manifest, set_graph(manifest, split)))
-        for block in read_shard(Path(manifest["root"]) / entry["name"]):
+        for block in read_shard(Path(manifest.root) / entry["name"]):
             ptr, local = inducer.edges(block.node_ptr, block.nodes)
             for b in range(len(block)):
                 nodes = block.nodes[block.node_ptr[b] : block.node_ptr[b + 1]]

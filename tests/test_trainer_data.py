@@ -9,6 +9,7 @@ in test_trainer_loop/ddp and bench/loader.py.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 from pathlib import Path
 
@@ -217,7 +218,7 @@ def stored(manifest, split, view=None) -> dict:
     """cid -> node ids in stored order, straight from the shards."""
     out = {}
     for e in shard_entries(manifest, split, view=view):
-        for b in read_shard(Path(manifest["root"]) / e["name"]):
+        for b in read_shard(Path(manifest.root) / e["name"]):
             for i in range(len(b)):
                 out[int(b.cid[i])] = tuple(b.nodes[b.node_ptr[i] : b.node_ptr[i + 1]])
     return out
@@ -500,7 +501,7 @@ def test_eval_batches_are_capped_by_the_memory_budget(shard_set):
 
 def test_units_of_one_shard_are_read_in_one_pass(shard_set, monkeypatch):
     """A reader holding slices 0 and 2 of 4 gets exactly the links i % 4 in {0, 2}, decoding the shard once."""
-    entry = [e for e in shard_set["shards"] if e["split"] == "valid"][:1]
+    entry = [e for e in shard_set.shards if e["split"] == "valid"][:1]
     units = data.make_units(shard_set, entry, 4)  # 4 x 4 consumers / 1 shard -> 16 slices
     assert units[0].parts == 16
     everything = [int(c) for b in blocks.read_blocks(units, 1000, 12) for c in b.cid]
@@ -514,7 +515,7 @@ def test_units_of_one_shard_are_read_in_one_pass(shard_set, monkeypatch):
 @pytest.mark.parametrize("prefix", ["file://", "pipe:cat "])
 def test_shards_open_through_url_openers(shard_set, prefix):
     """Shard paths go through webdataset's gopen, so URL schemes (file://, pipe:, http(s), ...) read the same."""
-    remote = {**shard_set, "root": prefix + shard_set["root"]}
-    entries = [e for e in shard_set["shards"] if e["split"] == "valid"]
+    remote = dataclasses.replace(shard_set, root=prefix + shard_set.root)
+    entries = [e for e in shard_set.shards if e["split"] == "valid"]
     got = [int(c) for b in blocks.read_blocks(data.make_units(remote, entries, 1), 1000, 12) for c in b.cid]
     assert sorted(got) == list(range(60))

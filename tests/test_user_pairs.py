@@ -218,21 +218,21 @@ def test_preprocess_flags_build_pairs_sets_the_trainer_evaluates(tmp_path, edges
     cfg = config_from_args(build_parser().parse_args(argv))
     assert (cfg.eval_pairs, cfg.train_negatives) == (pairs, negatives)
     manifest = read_manifest(run(cfg))
-    entry = manifest["eval"]["test/pairs"]
+    entry = manifest.eval["test/pairs"]
     assert (entry["positives"], entry["candidates"], entry["links"]) == (2, 4, "eval-pairs")
-    assert manifest["eval"]["test/original"]["positives"] == len(TEST)
+    assert manifest.eval["test/original"]["positives"] == len(TEST)
     from common.datasets import load_set_dataset
 
-    again = load_set_dataset(manifest["config"])  # what score / recommend / evaluate load: the same data
-    assert again.fingerprint() == manifest["fingerprint"] and again.train_negatives is not None
-    pos_cid, neg_cid = load_queries(Path(manifest["root"]) / entry["queries"])
+    again = load_set_dataset(manifest.config)  # what score / recommend / evaluate load: the same data
+    assert again.fingerprint() == manifest.fingerprint and again.train_negatives is not None
+    pos_cid, neg_cid = load_queries(Path(manifest.root) / entry["queries"])
     assert len(pos_cid) == 2 and neg_cid.shape == (2,)
     from common.node_ids import load_node_ids
     from common.shards import read_shard
 
     ids = load_node_ids(manifest)
-    root = Path(manifest["root"])
-    train = [b for e in manifest["shards"] if e["split"] == "train" for b in read_shard(root / e["name"])]
+    root = Path(manifest.root)
+    train = [b for e in manifest.shards if e["split"] == "train" for b in read_shard(root / e["name"])]
     negatives = {
         tuple(sorted(int(x) for x in ids[[u, v]])) for b in train for u, v, y in zip(b.src, b.dst, b.label) if y == 0
     }
@@ -245,14 +245,14 @@ def test_preprocess_flags_build_pairs_sets_the_trainer_evaluates(tmp_path, edges
 
     shutdown_embedded_ray()  # its workers would take the cores
     common = dict(max_steps=2, device="cpu", progress=False, data={"num_workers": 0})
-    summary = train(config_for("tiny", str(manifest["root"]), str(tmp_path / "run"), protocol="pairs", **common))
+    summary = train(config_for("tiny", str(manifest.root), str(tmp_path / "run"), protocol="pairs", **common))
     assert summary["config"]["protocol"] == "pairs" and "mrr" in summary["test"]
     # "beside": a run selected under original, its best weights then evaluated on the pairs
-    train(config_for("tiny", str(manifest["root"]), str(tmp_path / "orig"), protocol="original", **common))
+    train(config_for("tiny", str(manifest.root), str(tmp_path / "orig"), protocol="original", **common))
     beside = train(
         config_for(
             "tiny",
-            str(manifest["root"]),
+            str(manifest.root),
             str(tmp_path / "beside"),
             protocol="pairs",
             eval_weights=str(tmp_path / "orig" / "best.pt"),

@@ -126,11 +126,11 @@ def test_a_pooled_set_scores_its_protocol_negatives_for_the_trainer_and_the_pool
         valid_pool=3,
     )
     manifest = read_manifest(str(run_job(cfg).path))
-    entry, test = manifest["eval"]["valid/original"], manifest["eval"]["test/original"]
+    entry, test = manifest.eval["valid/original"], manifest.eval["test/original"]
     q = entry["valid_pool"]["negatives"]
     assert entry["valid_pool"] == {"protocol": "original", "negatives": q, "pool": 3 * q, "rank_at": q * 2}
     assert entry["candidates"] == entry["positives"] + 4 * q and "valid_pool" not in test
-    pos_cid, neg_cid = load_queries(f"{manifest['root']}/{entry['queries']}")
+    pos_cid, neg_cid = load_queries(f"{manifest.root}/{entry['queries']}")
     score = np.random.default_rng(0).normal(size=entry["candidates"])
     cid = np.arange(entry["candidates"])
     assert scores_to_metrics(manifest, "valid", "original", cid, score) == evaluate(
@@ -144,7 +144,7 @@ def test_a_pooled_set_scores_its_protocol_negatives_for_the_trainer_and_the_pool
         per_positive(manifest, "valid", "original", cid, score, pool=True)["mrr"], expected["mrr"]
     )
     # the set's dataset, reloaded from its manifest, holds the same pool: the blend's heuristics line up with it
-    reloaded = load_set_dataset(manifest["config"])
+    reloaded = load_set_dataset(manifest.config)
     assert reloaded.valid_pool == entry["valid_pool"]
     blend.by_cid(reloaded, manifest, "valid", "original", {"cn": (np.zeros(len(pos_cid)), np.zeros(4 * q))})
 

@@ -20,6 +20,7 @@ import logging
 import numpy as np
 import torch
 
+from common.manifest_record import Manifest
 from common.metrics import evaluate as protocol_metrics
 from common.metrics import regression_metrics
 from common.shards import ShardError, load_queries
@@ -30,39 +31,39 @@ from trainer.scoring import forward_batches, fp32_inference, synchronize
 log = logging.getLogger(__name__)
 
 
-def eval_entry(manifest: dict, split: str, protocol: str) -> dict:
+def eval_entry(manifest: Manifest, split: str, protocol: str) -> dict:
     key = f"{split}/{protocol}"
-    evals = manifest.get("eval", {})
+    evals = manifest.eval
     if key not in evals:
         have = ", ".join(sorted(evals)) or "none"
         raise ShardError(
-            f"{manifest['root']}: no eval set '{key}' in the manifest (has: {have}); "
+            f"{manifest.root}: no eval set '{key}' in the manifest (has: {have}); "
             "pick another --protocol / --eval-splits or rebuild the shards with it"
         )
     return evals[key]
 
 
-def selection_metric(manifest: dict, protocol: str) -> str:
+def selection_metric(manifest: Manifest, protocol: str) -> str:
     """The dataset's model-selection metric (e.g. mrr, hits@50), recorded by preprocess."""
     return eval_entry(manifest, "valid", protocol).get("metric", "mrr")
 
 
 def scores_to_metrics(
-    manifest: dict, split: str, protocol: str, cid: np.ndarray, score: np.ndarray, label: np.ndarray | None = None
+    manifest: Manifest, split: str, protocol: str, cid: np.ndarray, score: np.ndarray, label: np.ndarray | None = None
 ) -> dict:
     """Look scores up by cid through the eval set's queries and compute the protocol's metrics; on a
     regression set (preprocess --targets) RMSE / MAE of every candidate's score against its label."""
     entry = eval_entry(manifest, split, protocol)
-    if manifest.get("targets"):
+    if manifest.targets:
         if label is None or len(cid) != entry["candidates"]:
             raise ShardError(
-                f"{manifest['root']}: eval set {split}/{protocol}: {len(cid)} of {entry['candidates']} "
+                f"{manifest.root}: eval set {split}/{protocol}: {len(cid)} of {entry['candidates']} "
                 "candidates scored; the shard set is incomplete, rebuild it"
             )
         return regression_metrics(score, label)
     pos_cid, neg_cid = load_queries(
-        f"{manifest['root']}/{entry['queries']}",  # root may be a URL
-        sha256=manifest["files"][entry["queries"]]["sha256"],
+        manifest.queries_path(entry),  # root may be a URL
+        sha256=manifest.queries_sha256(entry),
     )
     size = int(max(cid.max(initial=-1), pos_cid.max(initial=-1), neg_cid.max(initial=-1))) + 1
     table = np.full(size, np.nan, dtype=score.dtype if score.dtype.kind == "f" else np.float64)
@@ -72,7 +73,7 @@ def scores_to_metrics(
     missing = int((~scored[pos_cid]).sum() + (~scored[neg_cid]).sum())
     if missing:
         raise ShardError(
-            f"{manifest['root']}: eval set {split}/{protocol}: {missing} query entries point at "
+            f"{manifest.root}: eval set {split}/{protocol}: {missing} query entries point at "
             "candidates no shard holds; the shard set is incomplete, rebuild it"
         )
     return protocol_metrics(protocol, table[pos_cid], table[protocol_negatives(entry, neg_cid)])
@@ -102,7 +103,7 @@ def score_eval_set(model: torch.nn.Module, loader, device: torch.device) -> tupl
 
 def evaluate_split(
     model: torch.nn.Module,
-    manifest: dict,
+    manifest: Manifest,
     split: str,
     protocol: str,
     data_cfg,

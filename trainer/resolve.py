@@ -13,6 +13,7 @@ import math
 from dataclasses import fields, replace
 from pathlib import Path
 
+from common.manifest_record import Manifest
 from trainer import checkpoint, run_folder
 from trainer.config import RESUME_OVERRIDABLE, TrainConfig
 from trainer.config_sections import CPU_MICRO_LINKS, GPU_MICRO_TOKENS, ConfigError, check
@@ -127,14 +128,14 @@ def load_last(config: TrainConfig) -> dict | None:
 
 
 def config_for_run(
-    config: TrainConfig, ckpt: dict | None, manifest: dict, view_stats: tuple, world_size: int, device_type: str
+    config: TrainConfig, ckpt: dict | None, manifest: Manifest, view_stats: tuple, world_size: int, device_type: str
 ) -> TrainConfig:
     """The config the run trains under: resolved for the set and world, or the checkpoint's on a resume
     (a flag that would change its trajectory is an error naming it)."""
     if ckpt is None:
         links, tokens = view_stats
         config = replace(config, data=replace(config.data, **run_folder.bound_data(manifest)))
-        return resolve(config, int(manifest["n_max"]), world_size, device_type, tokens / max(links, 1))
+        return resolve(config, manifest.n_max, world_size, device_type, tokens / max(links, 1))
     run_folder.check_same_data(ckpt["config"]["data"], manifest, config.data.shards, config.out)
     merged, ignored = merge_for_resume(ckpt["config"], config)
     # the same data, perhaps at another path (a copied set): read it where it is now, recorded as bound

@@ -26,6 +26,7 @@ import shutil
 from pathlib import Path
 from typing import Iterator
 
+from common.manifest_record import Manifest
 from common.storage import absolute_location
 from trainer.config_sections import ConfigError
 
@@ -80,12 +81,12 @@ def check_contents(out: Path, resume: bool, overwrite: bool) -> None:
         )
 
 
-def bound_data(manifest: dict) -> dict:
+def bound_data(manifest: Manifest) -> dict:
     """The DataConfig fields that bind a run to its data: the dataset's fingerprint and the set's cache key."""
-    return {"dataset_fingerprint": manifest.get("fingerprint"), "shard_set": manifest.get("key")}
+    return {"dataset_fingerprint": manifest.fingerprint, "shard_set": manifest.key}
 
 
-def same_data(saved: dict, manifest: dict, shards: str) -> bool:
+def same_data(saved: dict, manifest: Manifest, shards: str) -> bool:
     """Whether a run whose data config is `saved` was trained on the set of `manifest` (at `shards`). A run
     from before runs recorded their data is judged by its shard-set path."""
     if saved.get("dataset_fingerprint") is None and saved.get("shard_set") is None:
@@ -104,7 +105,7 @@ def data_label(data: dict) -> str:
     return f"dataset {data.get('dataset_fingerprint') or '?'}, shard set {data.get('shard_set') or data.get('shards')}"
 
 
-def check_same_data(saved: dict, manifest: dict, shards: str, out) -> None:
+def check_same_data(saved: dict, manifest: Manifest, shards: str, out) -> None:
     """--resume continues a run only on the data it was trained on. `saved`: the checkpoint's data config."""
     if not same_data(saved, manifest, shards):
         raise ConfigError(

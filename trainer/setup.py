@@ -15,6 +15,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import heap
+from common.manifest_record import Manifest
 from common.outputs import OutputError, check_output_folder
 from common.shards import ShardError, read_manifest
 from common.verify import set_problems
@@ -59,7 +60,7 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def check_run(config: TrainConfig, manifest: dict | None = None) -> dict:
+def check_run(config: TrainConfig, manifest: Manifest | None = None) -> Manifest:
     """Validate what a run needs before any heavy set-up (process group, model, loaders): the output folder,
     the shard set's manifest and that it holds the requested eval sets. Returns the manifest.
     Raises ConfigError / ShardError with one-line messages naming the flag or file."""
@@ -90,8 +91,8 @@ def check_run(config: TrainConfig, manifest: dict | None = None) -> dict:
     if config.verify:
         log.info(
             "--verify: %d shards and %d other files match the manifest's sha256",
-            len(manifest["shards"]),
-            len(manifest["files"]),
+            len(manifest.shards),
+            len(manifest.files),
         )
     for split in config.eval_splits:
         try:
@@ -101,17 +102,17 @@ def check_run(config: TrainConfig, manifest: dict | None = None) -> dict:
     return manifest
 
 
-def build_model(config: TrainConfig, preset, manifest: dict, info: distributed.DistInfo, ckpt: dict | None):
+def build_model(config: TrainConfig, preset, manifest: Manifest, info: distributed.DistInfo, ckpt: dict | None):
     """(the model to call, DDP-wrapped when distributed; its core) on the run's device, from the checkpoint
     when resuming."""
     from trainer.model.pencil import model_for_shards
 
-    if preset.n_max != int(manifest["n_max"]):
+    if preset.n_max != manifest.n_max:
         log.warning(
             "preset %s expects N_max %d but the shards have %d; the model follows the shards",
             preset.name,
             preset.n_max,
-            int(manifest["n_max"]),
+            manifest.n_max,
         )
     seed_everything(config.seed)  # identical init everywhere (DDP also broadcasts rank 0's)
     core = model_for_shards(preset, config.model.as_overrides(), manifest)

@@ -71,7 +71,7 @@ class Trainer:
     def __init__(self, config: TrainConfig, info: distributed.DistInfo):
         self.info = info
         self.manifest = check_run(config)
-        self.n_max = int(self.manifest["n_max"])
+        self.n_max = self.manifest.n_max
         self.view_stats = data.view_stats(self.manifest, 0)  # (links, tokens) of a training view: batch sizing
         ckpt = load_last(config)
         self.config = config_for_run(config, ckpt, self.manifest, self.view_stats, info.world_size, info.device.type)
@@ -137,7 +137,7 @@ class Trainer:
             self.accum * self.per_micro * info.world_size,
             cfg.optim.effective_batch,
             self.n_max,
-            int(self.manifest.get("views", 1)),
+            self.manifest.views,
             f"; LRP-{cfg.data.orderings}: {cfg.data.orderings} labeled subgraphs per link, DeepSets-pooled"
             if cfg.data.orderings > 1
             else "",
@@ -355,12 +355,12 @@ class Trainer:
 
     def summary(self) -> dict:
         st, cfg = self.state, self.config
-        pre = self.manifest.get("config") or {}
+        pre = self.manifest.config
         # the data's name (a user's edges.csv is "edges", never the preset's paper dataset) and whether it is theirs
         own = {"own_graph": True} if given_by_path(str(pre.get("dataset", "")), pre.get("data_dir")) else {}
         return {
             "preset": cfg.preset,
-            "dataset": self.manifest.get("dataset", self.preset.dataset),
+            "dataset": self.manifest.dataset or self.preset.dataset,
             **own,
             "protocol": cfg.protocol,
             "selection_metric": self.metric,

@@ -43,7 +43,7 @@ RULES = {"today": ("today", "today"), "pool": ("pool", "pool"), "pool-blend": ("
 def heuristic_scores(shards: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """{h: positives' scores (P,)}, {h: negatives' scores (M,)} of CN, AA and RA on the validation set."""
     manifest = read_manifest(shards)
-    pre = manifest["config"]
+    pre = manifest.config
     # the first sets were drawn before the pool had its cap: the dataset with the pool of the size the set holds
     held = eval_entry(manifest, "valid", PROTOCOL)["valid_pool"]["pool"]
     blind = attach_valid_pool(load_set_dataset({**pre, "valid_pool": 0}), pre["valid_pool"], cap=held)

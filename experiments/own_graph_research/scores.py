@@ -14,14 +14,15 @@ import numpy as np
 
 from common.eval_scores import epoch_scores_path, read_scores
 from common.manifest import read_manifest
+from common.manifest_record import Manifest
 from common.metrics import rank_against_shared
 from common.shards import load_queries
 from trainer.evaluate import eval_entry
 
 
-def queries(manifest: dict) -> tuple[np.ndarray, np.ndarray]:
+def queries(manifest: Manifest) -> tuple[np.ndarray, np.ndarray]:
     entry = eval_entry(manifest, "valid", "original")
-    return load_queries(f"{manifest['root']}/{entry['queries']}", sha256=manifest["files"][entry["queries"]]["sha256"])
+    return load_queries(manifest.queries_path(entry), sha256=manifest.queries_sha256(entry))
 
 
 def run_matrices(run_dir: Path) -> tuple[np.ndarray, np.ndarray]:

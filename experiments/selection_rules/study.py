@@ -26,11 +26,12 @@ import numpy as np
 
 from common.eval_scores import read_scores, scores_path
 from common.manifest import read_manifest
+from common.manifest_record import Manifest
 from pipelines.auto import blend
 from pipelines.auto.signal import choose, per_positive
 
 
-def values(run_dir: Path, manifest: dict, metric: str) -> np.ndarray:
+def values(run_dir: Path, manifest: Manifest, metric: str) -> np.ndarray:
     cid, score, _ = read_scores(scores_path(run_dir, "valid", "original"))
     return per_positive(manifest, "valid", "original", cid, score.astype(np.float64))[metric]
 
@@ -53,7 +54,7 @@ def blend_options(out: Path, record: dict) -> dict:
 
     manifest = read_manifest(record["chosen"]["shards"])
     metric = record["chosen"]["metric"]
-    heur = blend.eval_heuristics(load_set_dataset(manifest["config"]).without_test(), manifest, "valid", "original")
+    heur = blend.eval_heuristics(load_set_dataset(manifest.config).without_test(), manifest, "valid", "original")
     out_ = {}
     for seed_dir in sorted(out.glob("seed*")):
         cid, logit, _ = read_scores(scores_path(seed_dir, "valid", "original"))

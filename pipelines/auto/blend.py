@@ -28,6 +28,7 @@ from typing import Callable
 import numpy as np
 
 from common.eval_scores import read_scores, scores_path
+from common.manifest_record import Manifest
 from common.shards import load_queries
 from pipelines.auto.signal import choose, paired, tie_break, tie_metric
 from preprocess.candidates import protocol_candidates
@@ -110,22 +111,20 @@ class Blend:
         }
 
 
-def by_cid(dataset, manifest: dict, split: str, protocol: str, scores: dict) -> dict[str, np.ndarray]:
+def by_cid(dataset, manifest: Manifest, split: str, protocol: str, scores: dict) -> dict[str, np.ndarray]:
     """{h: (C,) scores by cid} of an eval set, from `scores` = {h: (positives', negatives' scores)} of the split
     (common.heuristics.split_scores); the set's queries must be the dataset's candidates (the same split of the
     same data)."""
     cands = protocol_candidates(dataset, split, protocol)
     entry = eval_entry(manifest, split, protocol)
-    pos_cid, neg_cid = load_queries(
-        f"{manifest['root']}/{entry['queries']}", sha256=manifest["files"][entry["queries"]]["sha256"]
-    )
+    pos_cid, neg_cid = load_queries(manifest.queries_path(entry), sha256=manifest.queries_sha256(entry))
     if (
         len(cands) != entry["candidates"]
         or not np.array_equal(pos_cid, cands.pos_cid)
         or not np.array_equal(neg_cid, cands.neg_cid)
     ):
         raise BlendError(
-            f"{manifest['root']}: eval set {split}/{protocol} does not match dataset {dataset.name}; "
+            f"{manifest.root}: eval set {split}/{protocol} does not match dataset {dataset.name}; "
             "rerun the recipe to rebuild the shard set"
         )
     out = {}
@@ -197,7 +196,7 @@ def apply(
     run_dir: Path,
     choice: Blend,
     heuristics: dict[str, np.ndarray],
-    manifest: dict,
+    manifest: Manifest,
     protocol: str,
     partner: np.ndarray | None = None,
 ) -> dict:

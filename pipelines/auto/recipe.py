@@ -24,6 +24,7 @@ from common.eval_scores import read_scores, scores_path
 from common.graph_stats import graph_stats
 from common.heuristics import split_scores
 from common.manifest import epoch_tokens, read_manifest
+from common.manifest_record import Manifest
 from common.presets import get_preset
 from pipelines.auto import blend
 from pipelines.auto.config import DEFAULT_PRESET, SearchConfig, candidates
@@ -134,7 +135,7 @@ def blend_stage(
     runs: dict[int, Path],
     blind,
     dataset,
-    manifest: dict,
+    manifest: Manifest,
     protocol: str,
     margin_se: float,
     test_scores: dict,

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from common.eval_scores import read_scores, scores_path
+from common.manifest_record import Manifest
 from common.metrics import HITS_KS, expected_rank_values, rank_against_own, rank_against_shared, shared_rank_at
 from common.shards import load_queries
 from trainer.evaluate import eval_entry, protocol_negatives
@@ -72,20 +73,18 @@ def two_way_se(a: Signal, b: Signal, metric: str, draws: int = BOOTSTRAPS, seed:
 
 
 def eval_signal(
-    manifest: dict, split: str, protocol: str, cid: np.ndarray, score: np.ndarray, pool: bool = False
+    manifest: Manifest, split: str, protocol: str, cid: np.ndarray, score: np.ndarray, pool: bool = False
 ) -> Signal:
     """One eval set's scores, looked up by cid, as the positives' and their negatives' scores: the protocol's
     negatives, or with `pool` the set's selection pool too, its ranks estimated at test's count of negatives
     (preprocess --valid-pool; a set without one: its negatives as ranked)."""
     entry = eval_entry(manifest, split, protocol)
-    pos_cid, neg_cid = load_queries(
-        f"{manifest['root']}/{entry['queries']}", sha256=manifest["files"][entry["queries"]]["sha256"]
-    )
+    pos_cid, neg_cid = load_queries(manifest.queries_path(entry), sha256=manifest.queries_sha256(entry))
     table = np.full(int(max(cid.max(initial=-1), pos_cid.max(initial=-1), neg_cid.max(initial=-1))) + 1, np.nan)
     table[cid] = score
     pos, neg = table[pos_cid], table[neg_cid]
     if np.isnan(pos).any() or np.isnan(neg).any():
-        raise ValueError(f"{manifest['root']}: {split}/{protocol}: some queried candidates were not scored")
+        raise ValueError(f"{manifest.root}: {split}/{protocol}: some queried candidates were not scored")
     info = entry.get("valid_pool")
     if pool and info and neg.ndim == 1:
         return Signal(pos, neg, int(info["rank_at"]))
@@ -94,7 +93,7 @@ def eval_signal(
 
 
 def per_positive(
-    manifest: dict, split: str, protocol: str, cid: np.ndarray, score: np.ndarray, pool: bool = False
+    manifest: Manifest, split: str, protocol: str, cid: np.ndarray, score: np.ndarray, pool: bool = False
 ) -> dict:
     """{"mrr": (P,) reciprocal ranks, "auc": (P,) AUC shares, hits} of one eval set's scores, looked up by cid
     (`pool`: eval_signal's)."""
@@ -114,7 +113,7 @@ def rank_values(pos: np.ndarray, neg: np.ndarray, at: int | None = None) -> dict
     return {"mrr": 1.0 / rank, **hits, "auc": 1.0 - (rank - 1.0) / max(negatives, 1)}
 
 
-def run_signal(run_dir: Path, manifest: dict, protocol: str) -> Signal:
+def run_signal(run_dir: Path, manifest: Manifest, protocol: str) -> Signal:
     """A run's validation scores at the epoch they were saved (its best)."""
     cid, score, _ = read_scores(scores_path(run_dir, "valid", protocol))
     return eval_signal(manifest, "valid", protocol, cid, score.astype(np.float64))

@@ -15,6 +15,7 @@ import torch
 
 from common.datasets import load_set_dataset
 from common.datasets.tables import suffix_of
+from common.manifest_record import Manifest
 from common.node_ids import load_node_ids
 from common.outputs import check_output
 from common.presets import get_preset
@@ -59,7 +60,7 @@ def load_checkpoint(path: Path, flag: str = "--checkpoint") -> dict:
     return checkpoint.load(path, fix=CHECKPOINT_FIX.replace("--checkpoint", flag))
 
 
-def load_model(ckpt: dict, manifest: dict, device: torch.device) -> "Pencil":
+def load_model(ckpt: dict, manifest: Manifest, device: torch.device) -> "Pencil":
     from trainer.model.pencil import model_for_shards  # the model's modules load only where one is built
 
     config = TrainConfig.from_dict(ckpt["config"])
@@ -68,10 +69,10 @@ def load_model(ckpt: dict, manifest: dict, device: torch.device) -> "Pencil":
     return model.to(device).eval()
 
 
-def sampling_fields(manifest: dict) -> dict:
+def sampling_fields(manifest: Manifest) -> dict:
     """The engine settings a run's shard set fixes: its sampling (d, n) and node budget N_max."""
-    pre = manifest["config"]
-    return {"sampling": (pre["sampling"]["d"], pre["sampling"]["n"]), "n_max": int(manifest["n_max"])}
+    pre = manifest.config
+    return {"sampling": (pre["sampling"]["d"], pre["sampling"]["n"]), "n_max": manifest.n_max}
 
 
 # how a command finds a run's shard set that moved (common.flags.add_moved_shards_flag)
@@ -119,14 +120,14 @@ def check_recorded_set(where: str, path) -> None:
         raise RunFolderError(f"{path}: its shard set {where}: not found (moved or deleted); {SHARDS_FIX}")
 
 
-def check_run_graph(manifest: dict, dataset, source: str) -> None:
+def check_run_graph(manifest: Manifest, dataset, source: str) -> None:
     """The dataset as loaded again must be the one the run's set was built from: same fingerprint (its name
     aside: a moved or renamed file is the same data) or, for a set that records none, the same nodes and ids.
     `source`: what the user would fix (the edge list, or --dataset)."""
     fix = "restore it as it was, or score on today's graph with --graph FILE (its ids are mapped through the run's)"
-    want = manifest.get("fingerprint")
+    want = manifest.fingerprint
     if want is not None:
-        have = replace(dataset, name=manifest.get("dataset", dataset.name)).fingerprint()
+        have = replace(dataset, name=manifest.dataset or dataset.name).fingerprint()
         if have != want:
             raise RunFolderError(
                 f"{source}: not the graph this run was trained on (fingerprint {have}, the run's "
@@ -135,19 +136,19 @@ def check_run_graph(manifest: dict, dataset, source: str) -> None:
         return
     ids = load_node_ids(manifest)
     if (
-        dataset.num_nodes != manifest["num_nodes"]
+        dataset.num_nodes != manifest.num_nodes
         or (ids is None) != (dataset.node_ids is None)
         or (ids is not None and not np.array_equal(ids, dataset.node_ids))
     ):
         raise RunFolderError(
             f"{source}: not the graph this run was trained on ({dataset.num_nodes} nodes, the "
-            f"run's {manifest['num_nodes']}, or other node ids); {fix}"
+            f"run's {manifest.num_nodes}, or other node ids); {fix}"
         )
 
 
-def reads_features(ckpt: dict, manifest: dict) -> bool:
+def reads_features(ckpt: dict, manifest: Manifest) -> bool:
     """Whether a run's model reads node features: its set ships them and it was not trained --no-features."""
-    return bool(manifest.get("features")) and (ckpt["config"].get("model") or {}).get("features") is not False
+    return bool(manifest.features) and (ckpt["config"].get("model") or {}).get("features") is not False
 
 
 def check_node_features(reads: bool, trained_nodes: int, graph, node_ids, source: str) -> None:
@@ -175,10 +176,12 @@ def load_run_model(checkpoint_arg: str, device, flag: str = "--checkpoint", shar
     return load_model(ckpt, manifest, device), manifest, sampling_fields(manifest), digest
 
 
-def run_dataset(manifest: dict, dataset: str | None = None, data_dir: str | None = None, ogb_root: str | None = None):
+def run_dataset(
+    manifest: Manifest, dataset: str | None = None, data_dir: str | None = None, ogb_root: str | None = None
+):
     """The dataset of a run's set (its split and node list), checked to be the graph the run was trained on.
     dataset (--dataset): where the run's edge list is now, when it moved; data_dir / ogb_root likewise."""
-    pre = manifest["config"]
+    pre = manifest.config
     if problem := run_edge_list_problem(manifest, dataset):
         raise RunFolderError(problem)
     x = load_features(manifest)
@@ -191,10 +194,10 @@ def run_dataset(manifest: dict, dataset: str | None = None, data_dir: str | None
     return loaded
 
 
-def run_edge_list_problem(manifest: dict, dataset: str | None = None, flag: str = "--dataset") -> str | None:
+def run_edge_list_problem(manifest: Manifest, dataset: str | None = None, flag: str = "--dataset") -> str | None:
     """Why the run's edge list (or `dataset`, where it moved, given by `flag`) cannot be read, in one line; None
     when it is there or the run's dataset is not an edge list."""
-    path = dataset or manifest["config"]["dataset"]
+    path = dataset or manifest.config["dataset"]
     if not suffix_of(path) or is_remote(path) or Path(path).is_file():
         return None
     if dataset:
@@ -229,7 +232,7 @@ def load_run(
     return model, run_dataset(manifest, dataset), fields, digest
 
 
-def run_inputs(checkpoint_arg: str, manifest: dict, flag: str = "--checkpoint") -> tuple[dict, dict]:
+def run_inputs(checkpoint_arg: str, manifest: Manifest, flag: str = "--checkpoint") -> tuple[dict, dict]:
     """What a command on a run reads, as common.outputs.check_output takes it: (files, folders). The run
     folder is the checkpoint's folder when one was given, or holds the run's other files."""
     path = resolve_checkpoint(checkpoint_arg, flag)
@@ -239,10 +242,10 @@ def run_inputs(checkpoint_arg: str, manifest: dict, flag: str = "--checkpoint") 
         or any((path.parent / name).exists() for name in ("config.json", "summary.json", "metrics.jsonl"))
         else None
     )
-    pre = manifest["config"]
+    pre = manifest.config
     files = {
         flag: path,
         "the run's edge list": pre["dataset"] if suffix_of(pre["dataset"]) else None,
         "the run's node list": pre.get("nodes"),
     }
-    return files, {"the run folder": folder, "the run's shard set": manifest["root"]}
+    return files, {"the run folder": folder, "the run's shard set": manifest.root}

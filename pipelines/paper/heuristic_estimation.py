@@ -39,6 +39,7 @@ from common.flags import (
     experiment_preset_flag,
 )
 from common.heuristic_targets import TARGETS
+from common.manifest_record import Manifest
 from common.presets import EXPERIMENT_PRESETS
 from pipelines.core.config import ShardOptions, TrainerOptions, parse_seeds
 from pipelines.core.plots import save_figure
@@ -129,7 +130,7 @@ def target_shards(cfg: EstimationConfig, heuristic: str) -> str:
     return build_shard_set(job)
 
 
-def shard_subgraphs(manifest: dict, split: str) -> tuple[tuple, np.ndarray]:
+def shard_subgraphs(manifest: Manifest, split: str) -> tuple[tuple, np.ndarray]:
     """((node_ptr, edge_ptr, edges), targets) of every link of a split (training: view 0), read from the
     shards with the edges recovered on the graph they were sampled on (target edge removed)."""
     from common.induce import Inducer
@@ -139,7 +140,7 @@ def shard_subgraphs(manifest: dict, split: str) -> tuple[tuple, np.ndarray]:
     entries = shard_entries(manifest, split, **({"view": 0} if split == "train" else {"protocol": "original"}))
     blocks = []
     for e in entries:
-        url = f"{manifest['root']}/{e['name']}"
+        url = f"{manifest.root}/{e['name']}"
         with open_url(url) as f:
             blocks += list(iter_tar_blocks(f, url))
     block = Block.concat(blocks)
@@ -305,7 +306,7 @@ def run_estimation(cfg: EstimationConfig) -> int:
     for h in cfg.heuristics:
         shards = target_shards(cfg, h)
         manifest = read_manifest(shards)
-        stats = manifest["targets"]
+        stats = manifest.targets
         epochs = cfg.epochs or (spec["long_epochs"] if h in ("katz", "spd") else spec["gnn"]["epochs"])
         gnns = [m for m in cfg.models if m != "pencil"]
         got = gnn_runs(spec, gnns, list(cfg.depths), list(cfg.seeds), manifest, epochs, device) if gnns else []

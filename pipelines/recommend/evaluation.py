@@ -315,8 +315,8 @@ def load_evaluated_run(run: EvaluateConfig, device):
     model, manifest, fields, _ = load_run_model(run.run, device, "RUN", run.moved.shards)
     files, folders = run_inputs(run.run, manifest, "RUN")
     check_output(run.out, files={**files, "--dataset": run.moved.dataset}, folders=folders)
-    check_replacement(run.out, "evaluate", manifest["fingerprint"], run.overwrite, what="evaluation")
-    return model, run_dataset(manifest, run.moved.dataset), fields, manifest["fingerprint"]
+    check_replacement(run.out, "evaluate", manifest.fingerprint, run.overwrite, what="evaluation")
+    return model, run_dataset(manifest, run.moved.dataset), fields, manifest.fingerprint
 
 
 def evaluate_run(run: EvaluateConfig) -> int:

@@ -242,7 +242,7 @@ def recommend(job: RecommendConfig) -> int:
         probe_address(os.environ["RAY_ADDRESS"])
     device = default_device(job.device)
     model, manifest, fields, digest = load_run_model(job.checkpoint, device, shards=job.moved.shards)
-    job = replace(job, moved=replace(job.moved, shards=absolute_location(manifest["root"])))  # as the actors find it
+    job = replace(job, moved=replace(job.moved, shards=absolute_location(manifest.root)))  # as the actors find it
     files, folders = run_inputs(job.checkpoint, manifest)
     out = check_output(
         job.out,
@@ -254,12 +254,12 @@ def recommend(job: RecommendConfig) -> int:
         },
         folders=folders,
     )
-    check_replacement(out, "recommend", manifest["fingerprint"], job.overwrite, what="recommendation file")
+    check_replacement(out, "recommend", manifest.fingerprint, job.overwrite, what="recommendation file")
     dataset = run_dataset(manifest, job.moved.dataset)
     graph, node_ids = snapshot.graph_for(job.graph, dataset)  # node_ids: the user's ids (None: 0..N-1)
-    check_node_features(model.cfg.num_features > 0, manifest["num_nodes"], graph, node_ids, f"--graph {job.graph}")
+    check_node_features(model.cfg.num_features > 0, manifest.num_nodes, graph, node_ids, f"--graph {job.graph}")
     candidates = split_candidates(dataset, job.graph)
-    side = side_flags(job, dataset, graph.num_nodes, manifest["config"]["dataset"], node_ids)
+    side = side_flags(job, dataset, graph.num_nodes, manifest.config["dataset"], node_ids)
     queries = (
         np.arange(graph.num_nodes, dtype=np.int64)
         if job.nodes is None
@@ -282,7 +282,7 @@ def recommend(job: RecommendConfig) -> int:
             node_ids,
             model,
             device,
-            stamp_metadata("recommend", manifest["fingerprint"]),
+            stamp_metadata("recommend", manifest.fingerprint),
             candidates,
         )
 

@@ -26,6 +26,7 @@ from common.atomic import write_text_atomic
 from common.cli import Parser, command, exit_process, summary
 from common.datasets.tables import suffix_of
 from common.flags import FlagError, add_moved_dataset_flag, add_num_cpus_flag, add_overwrite_flag
+from common.manifest_record import Manifest
 from common.outputs import check_output, check_replacement, stamp_line
 from common.shards import ShardError
 from common.storage import absolute_location
@@ -135,7 +136,7 @@ class ServeCommand:
                 {
                     "checkpoint": str(ckpt),
                     "state": str(Path(args.state).resolve()),
-                    "shards": absolute_location(manifest["root"]),
+                    "shards": absolute_location(manifest.root),
                     "graph": graph,
                     "dataset": run_edge_list(manifest, args.dataset),
                     "features": reads_features(payload, manifest),
@@ -166,10 +167,10 @@ class ServeCommand:
         return cls(s, args.host, args.port, args.write_config, args.overwrite, args.num_cpus)
 
 
-def run_edge_list(manifest: dict, moved: str | None) -> str | None:
+def run_edge_list(manifest: Manifest, moved: str | None) -> str | None:
     """The run's edge list, absolute, for a config file read in another folder: --dataset where it moved, else the
     one the set was built from (a paper dataset, named by its name: None)."""
-    path = moved or manifest["config"]["dataset"]
+    path = moved or manifest.config["dataset"]
     return absolute_location(path) if moved or suffix_of(path) else None
 
 
@@ -186,8 +187,8 @@ def config_data(path: str, s: Settings, overwrite: bool) -> str:
         files={**files, "--graph": s.graph if on_file else None, "--token-file": s.token_file, "--dataset": s.dataset},
         folders=folders,
     )
-    check_replacement(path, "serve-config", manifest["fingerprint"], overwrite, "--write-config", "config file")
-    return manifest["fingerprint"]
+    check_replacement(path, "serve-config", manifest.fingerprint, overwrite, "--write-config", "config file")
+    return manifest.fingerprint
 
 
 def write_config(path: str, s: Settings, host: str, port: int, data: str = "unknown") -> None:

@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from common.manifest_record import Manifest
 from common.parent_death import die_with_parent
 from trainer.data.loader_budget import eval_budget, prefetch_depth
 from trainer.data.packing import WireBatch
@@ -24,7 +25,7 @@ from trainer.data.stream import EpochPlan, EvalStream, TrainStream, plan_epoch
 _LOADERS: dict[str, tuple[tuple, "Loader"]] = {}
 
 
-def _loader_key(manifest: dict, rank: int, world_size: int, data_cfg, collate, pin: bool) -> tuple:
+def _loader_key(manifest: Manifest, rank: int, world_size: int, data_cfg, collate, pin: bool) -> tuple:
     fields = (
         data_cfg.token_budget,
         data_cfg.eval_token_budget,
@@ -36,7 +37,7 @@ def _loader_key(manifest: dict, rank: int, world_size: int, data_cfg, collate, p
         data_cfg.orderings,
         data_cfg.distances,
     )
-    return (manifest["root"], manifest.get("key"), rank, world_size, fields, id(collate), pin)
+    return (manifest.root, manifest.key, rank, world_size, fields, id(collate), pin)
 
 
 def _persistent(role: str, key: tuple, make: Callable[[], "Loader"]) -> "Loader":
@@ -127,7 +128,7 @@ def _die_with_trainer(trainer: int, worker_id: int) -> None:
 
 
 def train_loader(
-    manifest: dict,
+    manifest: Manifest,
     epoch: int,
     rank: int,
     world_size: int,
@@ -140,7 +141,7 @@ def train_loader(
 ) -> tuple[Loader, EpochPlan]:
     """(this rank's persistent training loader, set to batches start..C-1 of `epoch`; the epoch plan).
     Call iter() on the loader after this and before asking for another job."""
-    n_max, workers = int(manifest["n_max"]), data_cfg.num_workers
+    n_max, workers = manifest.n_max, data_cfg.num_workers
     prefetch = prefetch_depth(n_max, data_cfg.token_budget, data_cfg)
     plan = plan_epoch(
         manifest,
@@ -165,10 +166,18 @@ def train_loader(
 
 
 def eval_loader(
-    manifest: dict, split: str, protocol: str, rank: int, world_size: int, data_cfg, *, collate=None, pin: bool = False
+    manifest: Manifest,
+    split: str,
+    protocol: str,
+    rank: int,
+    world_size: int,
+    data_cfg,
+    *,
+    collate=None,
+    pin: bool = False,
 ) -> Loader:
     """This rank's persistent eval loader, set to the (split, protocol) eval set."""
-    n_max, workers = int(manifest["n_max"]), data_cfg.num_workers
+    n_max, workers = manifest.n_max, data_cfg.num_workers
     budget, prefetch = eval_budget(n_max, data_cfg)
 
     def make() -> Loader:

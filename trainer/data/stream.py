@@ -61,6 +61,7 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from common.manifest_record import Manifest
 from common.shards import Block, ShardError, load_graph, set_graph, shard_entries
 from trainer.data.block_stream import (
     block_slice,
@@ -99,16 +100,16 @@ class Unit:
     sha256: str | None = None  # the manifest's digest, checked as the shard is read (eval shards: always)
 
 
-def shard_url(manifest: dict, name: str) -> str:
-    root = manifest["root"].rstrip("/")
+def shard_url(manifest: Manifest, name: str) -> str:
+    root = manifest.root.rstrip("/")
     return f"{root}/{name}"
 
 
-def make_units(manifest: dict, entries: list[dict], consumers: int, checksums: bool = False) -> list[Unit]:
+def make_units(manifest: Manifest, entries: list[dict], consumers: int, checksums: bool = False) -> list[Unit]:
     """Every shard of `entries` sliced for `consumers` readers; `checksums`: each reader checks the shard's sha256
     (eval sets, whose numbers select the model: a swapped or edited shard must not be scored)."""
     if not entries:
-        raise ShardError(f"{manifest['root']}: the manifest lists no shards for this split/view")
+        raise ShardError(f"{manifest.root}: the manifest lists no shards for this split/view")
     parts = max(1, math.ceil(UNITS_PER_CONSUMER * consumers / len(entries)))
     # The shards of one candidate set hold its cids in name order: a renamed or swapped shard file is caught
     # by its first block, not trained on.
@@ -166,7 +167,7 @@ class EpochPlan:
 
 
 def plan_epoch(
-    manifest: dict,
+    manifest: Manifest,
     epoch: int,
     world_size: int,
     num_workers: int,
@@ -181,7 +182,7 @@ def plan_epoch(
     C = ceil(max(tokens / budget, links / max_samples) / world), the lower bound of one pass split
     evenly; `fraction` < 1 cuts it (the last epoch of a fractional --epochs).
     """
-    views = int(manifest.get("views", 1))
+    views = manifest.views
     view = epoch % views
     entries = shard_entries(manifest, "train", view=view)
     units = make_units(manifest, entries, world_size * max(1, num_workers))
@@ -202,10 +203,10 @@ def _worker() -> tuple[int, int]:
 class _Stream(IterableDataset):
     """Shared parts of the two roles: the job slot in shared memory and the per-process packers."""
 
-    def __init__(self, manifest: dict, rank: int, world_size: int, collate: Callable | None):
+    def __init__(self, manifest: Manifest, rank: int, world_size: int, collate: Callable | None):
         self.manifest, self.rank, self.world_size = manifest, rank, world_size
-        self.n_max, self.num_nodes = int(manifest["n_max"]), int(manifest["num_nodes"])
-        self.regression = bool(manifest.get("targets"))  # labels: heuristic targets, else 0/1
+        self.n_max, self.num_nodes = manifest.n_max, manifest.num_nodes
+        self.regression = bool(manifest.targets)  # labels: heuristic targets, else 0/1
         self.collate = collate  # None = induce + pack (BatchPacker); tests pass their own
         self.copies = 1  # labeled subgraphs per link (LRP-k, DataConfig.orderings)
         self.distances = False  # batches carry hop distances to u and v (DataConfig.distances)
@@ -243,7 +244,7 @@ class TrainStream(_Stream):
     """A rank's training batches; job = (epoch, start, batches C): batches [start, C) of that epoch."""
 
     def __init__(
-        self, manifest: dict, rank: int, world_size: int, data_cfg, workers: int, collate: Callable | None = None
+        self, manifest: Manifest, rank: int, world_size: int, data_cfg, workers: int, collate: Callable | None = None
     ):
         super().__init__(manifest, rank, world_size, collate)
         self.workers = workers
@@ -307,8 +308,8 @@ class TrainStream(_Stream):
                 raise ShardError(f"rank {self.rank} worker {lw}: its units hold no links ({[u.url for u in units]})")
 
 
-def eval_sets(manifest: dict) -> list[tuple[str, str]]:
-    return sorted({(s["split"], s["protocol"]) for s in manifest["shards"] if s["split"] != "train"})
+def eval_sets(manifest: Manifest) -> list[tuple[str, str]]:
+    return sorted({(s["split"], s["protocol"]) for s in manifest.shards if s["split"] != "train"})
 
 
 class EvalStream(_Stream):
@@ -317,7 +318,7 @@ class EvalStream(_Stream):
 
     def __init__(
         self,
-        manifest: dict,
+        manifest: Manifest,
         rank: int,
         world_size: int,
         data_cfg,
@@ -332,7 +333,7 @@ class EvalStream(_Stream):
 
     def set_job(self, split: str, protocol: str) -> None:
         if (split, protocol) not in self.sets:
-            raise ShardError(f"{self.manifest['root']}: the manifest lists no shards for {split}/{protocol}")
+            raise ShardError(f"{self.manifest.root}: the manifest lists no shards for {split}/{protocol}")
         self.job.copy_(torch.tensor([self.sets.index((split, protocol)), 0, 0, 0]))
 
     def warm_set(self) -> tuple[list[Unit], str]:
@@ -358,7 +359,7 @@ class EvalStream(_Stream):
             yield self.finish(seeded_orders(replicate(batch, self.copies), self.copies, self.seed), graph)
 
 
-def view_stats(manifest: dict, view: int) -> tuple[int, int]:
+def view_stats(manifest: Manifest, view: int) -> tuple[int, int]:
     """(links, tokens) of one training view, from the manifest."""
     entries = shard_entries(manifest, "train", view=view)
     return sum(e["links"] for e in entries), sum(e["tokens"] for e in entries)

@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from common.manifest_record import Manifest
 from trainer.data.packing import PackedBatch
 from trainer.model.attention import BACKENDS, AttentionContext, bert_layer, resolve_backend
 from trainer.model.bert import BertLayer
@@ -328,7 +329,7 @@ class Pencil(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
 
 
-def model_for_shards(preset, overrides: dict, manifest: dict) -> Pencil:
+def model_for_shards(preset, overrides: dict, manifest: Manifest) -> Pencil:
     """The model a shard set calls for: N_max from its manifest, its node features (if it was built
     with --features or --node-features, and unless overrides["features"] is False) attached, and its task
     (regression on a --targets set), so training and scoring build the same thing."""
@@ -338,9 +339,9 @@ def model_for_shards(preset, overrides: dict, manifest: dict) -> Pencil:
     use_features = overrides.pop("features", None) is not False
     table = load_features(manifest) if use_features else None
     num_features = 0 if table is None else int(table.shape[1])
-    task = "regression" if manifest.get("targets") else "classification"
+    task = "regression" if manifest.targets else "classification"
     cfg = ModelConfig.from_preset(
-        preset, **{**overrides, "n_max": int(manifest["n_max"]), "num_features": num_features, "task": task}
+        preset, **{**overrides, "n_max": manifest.n_max, "num_features": num_features, "task": task}
     )
     model = Pencil(cfg)
     if table is not None:
