@@ -21,7 +21,7 @@ from tests.conftest import needs_ray
 from tests.test_auto_e2e import _geo_split, _write
 
 pytestmark = [pytest.mark.slow, needs_ray]
-ON_NODE = re.compile(r"trainer (\S+) runs on node ([0-9a-f]+)")
+ON_NODE = re.compile(r"trainer (.+?) runs on node ([0-9a-f]+)")
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +129,7 @@ def test_a_node_lost_mid_search_restarts_its_trainer_on_another(cluster, geo, tm
     out, log = tmp_path / "lost", tmp_path / "driver.log"
     driver = start(geo, out, cluster.env, log)
     try:
-        wait_for(log, rf"trainer \S+ runs on node {node2}", driver)
+        wait_for(log, rf"trainer .+? runs on node {node2}", driver)
         cluster.kill_node(1)
         assert driver.wait(timeout=600) == 0, log.read_text()[-3000:]
     finally:

@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -102,7 +103,7 @@ class ClusterTrainer:
         env = ray.get_runtime_context().runtime_env or {}
         extra = {} if env.get("working_dir") else {"runtime_env": {"env_vars": {"PYTHONPATH": python_path()}}}
         self.actor = _actor_class(ray).options(scheduling_strategy="SPREAD", **self.options, **extra).remote()
-        self.node, self._poll = None, None
+        self.node, self._poll, self.t0 = None, None, time.monotonic()
         self._started = self.actor.start.remote([*job.flags(), "--no-progress"], str(job.log))
 
     def poll(self) -> int | None:
@@ -125,6 +126,8 @@ class ClusterTrainer:
             return self._lost(err)
         if code is not None:
             self.returncode = code
+            took = time.monotonic() - self.t0
+            log.info("trainer %s on node %s exited %d after %.1f s", self.key, self.node, code, took)
             ray.kill(self.actor)  # frees its CPU or GPU for the next trainer
         return code
 
@@ -163,8 +166,6 @@ class ClusterTrainer:
         self.returncode = -sig
 
     def wait(self, timeout: float | None = None) -> int:
-        import time
-
         deadline = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
             if deadline is not None and time.monotonic() > deadline:
