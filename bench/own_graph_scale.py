@@ -154,7 +154,10 @@ def results(out: Path) -> dict:
 
 
 def _mean(cell) -> float:
-    return float(str(cell).split(" ")[0]) if not isinstance(cell, (int, float)) else float(cell)
+    """A table cell's mean: [mean, std] in results.json, a number, or "mean ± std" text."""
+    if isinstance(cell, (list, tuple)):
+        return float(cell[0])
+    return float(cell) if isinstance(cell, (int, float)) else float(str(cell).split(" ")[0])
 
 
 def run_one(root: Path, size: str, degree: float, budget: float, max_gb: float | None = None) -> dict:
@@ -162,18 +165,21 @@ def run_one(root: Path, size: str, degree: float, budget: float, max_gb: float |
     folder, done = root / name, root / name / "run.json"
     if done.exists():
         return json.loads(done.read_text())
-    t0 = time.perf_counter()
-    graph = folder / f"{name}.csv"
-    edges = scale_edges(SIZES[size], degree)
-    write_graph(graph, edges)
-    made = round(time.perf_counter() - t0, 1)
-    print(f"== {name}: {len(edges):,} edges over {int(edges.max()) + 1:,} nodes, written in {made} s", flush=True)
-    run = measured_run(graph, folder, budget, max_gb)
+    raw, graph = folder / "raw.json", folder / f"{name}.csv"
+    if not raw.exists():  # the measurement is kept before anything reads it: a failed parse reruns no run
+        t0 = time.perf_counter()
+        edges = scale_edges(SIZES[size], degree)
+        write_graph(graph, edges)
+        print(f"== {name}: {len(edges):,} edges, written in {time.perf_counter() - t0:.1f} s", flush=True)
+        run = measured_run(graph, folder, budget, max_gb)
+        run["nodes"], run["edges"] = int(edges.max()) + 1, int(len(edges))
+        raw.write_text(json.dumps(run))
+    run = json.loads(raw.read_text())
     marks = stages(folder / "run.log", run["start"], run["end"])
     got = {
         "name": name,
-        "edges": int(len(edges)),
-        "nodes": int(edges.max()) + 1,
+        "edges": run["edges"],
+        "nodes": run["nodes"],
         "degree": degree,
         "rc": run["rc"],
         "capped_gb": max_gb if run["capped"] else None,
@@ -224,7 +230,7 @@ def table(runs: list[dict], project_to: tuple[int, ...] = (1_000_000, 10_000_000
     """The markdown table: one row per (graph, stage) measured, then the projections, then each stage's
     growth exponent per density."""
     head = "| graph | edges | nodes | source | " + " | ".join(STAGES) + " | whole run | load avg | test MRR / AUC |"
-    lines = [head, "|" + "---|" * (len(STAGES) + 8)]
+    lines = [head, "|" + "---|" * (len(STAGES) + 7)]
     for degree in sorted({r["degree"] for r in runs}):
         mine = sorted((r for r in runs if r["degree"] == degree and r["rc"] == 0), key=lambda r: r["edges"])
         for r in sorted((r for r in runs if r["degree"] == degree), key=lambda r: r["edges"]):
@@ -246,7 +252,7 @@ def table(runs: list[dict], project_to: tuple[int, ...] = (1_000_000, 10_000_000
             whole = (round(sum(v[0] for v in p.values()), 1), max(v[1] for v in p.values()))
             cells = [_cell(p.get(s)) for s in STAGES]
             lines.append(
-                f"| {edges // 1000:,}k-d{degree:g} | {edges:,} | {round(2 * edges / degree):,} | **projection** | "
+                f"| {_size(edges)}-d{degree:g} | {edges:,} | {round(2 * edges / degree):,} | **projection** | "
                 + " | ".join(cells)
                 + f" | {_cell(whole)} | – | – |"
             )
@@ -254,6 +260,10 @@ def table(runs: list[dict], project_to: tuple[int, ...] = (1_000_000, 10_000_000
             exps = [f"{growth(mine, s, 0)} / {growth(mine, s, 1)}" for s in STAGES]
             lines.append(f"| d{degree:g}: growth exponent (time / memory) | | | | " + " | ".join(exps) + " | | | |")
     return "\n".join(lines)
+
+
+def _size(edges: int) -> str:
+    return next((k for k, v in SIZES.items() if v == edges), f"{edges:,}")
 
 
 def _cell(v) -> str:

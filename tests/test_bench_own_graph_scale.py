@@ -94,7 +94,8 @@ def test_table_projects_linearly_and_names_its_projections():
     assert p["search"][0] == min(10.0 + 40 + 9 * 4 * 10, 1800)
     out = table(runs, budget_s=1800)
     assert out.count("**projection**") == 2  # 1 M and 10 M
-    assert "| 10k-d4 | 10,000 | 5,000 | measured |" in out
+    assert "| 10k-d4 | 10,000 | 5,000 | measured |" in out and "| 10m-d4 | 10,000,000 |" in out
+    assert all(line.count("|") == out.splitlines()[0].count("|") for line in out.splitlines())
     assert "30.00 (PENCIL) vs 25.00 (RA)" in out
     growth = next(line for line in out.splitlines() if "growth exponent" in line)
     assert "0.00 / 0.00" in growth  # load: the same at both sizes
