@@ -373,12 +373,12 @@ def test_an_alternative_of_4x_the_tokens_trains_a_quarter_of_the_epochs_and_its_
 def test_the_recipe_reads_each_candidates_tokens_from_its_shard_set_unless_epochs_are_fixed():
     from types import SimpleNamespace
 
+    from common.manifest_record import Manifest
     from pipelines.auto.recipe import candidate_tokens
 
     def manifest(links, tokens):
-        return {
-            "shards": [{"name": "train-v000-00000.tar", "split": "train", "view": 0, "links": links, "tokens": tokens}]
-        }
+        shard = {"name": "train-v000-00000.tar", "split": "train", "view": 0, "links": links, "tokens": tokens}
+        return Manifest.from_dict({"shards": [shard]})
 
     manifests = {(1, 20): manifest(10, 250), (2, 10): manifest(10, 1100), (1, 50): manifest(5, 150)}
     run = SimpleNamespace(trainer=SimpleNamespace(epochs=None))
@@ -535,12 +535,12 @@ def test_a_run_stopped_after_its_grace_period_is_judged_on_the_epochs_it_evaluat
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     write_scores(run_dir / "scores" / "valid-original.npz", np.arange(2), np.zeros(2), 7)
     got = search.state("deep-d2n10")
-    assert (got["epochs_completed"], got["best_epoch"], got["stopped"]) == (9, 7, True)
-    assert got["valid"]["mrr"] == 0.4
-    assert search.state("wide-d1n50") == {}  # nothing evaluated
+    assert (got.epochs_completed, got.best_epoch, got.stopped) == (9, 7, True)
+    assert got.valid["mrr"] == 0.4
+    assert search.state("wide-d1n50").best_epoch is None  # nothing evaluated
     (search.dirs["wide-d1n50"]).mkdir()
     (search.dirs["wide-d1n50"] / "summary.json").write_text(json.dumps({"epochs_completed": 12, "best_epoch": 5}))
-    assert search.state("wide-d1n50")["best_epoch"] == 5  # a finished run's own summary
+    assert search.state("wide-d1n50").best_epoch == 5  # a finished run's own summary
 
 
 def test_a_budget_cut_is_recorded(tmp_path, monkeypatch):

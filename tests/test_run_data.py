@@ -140,7 +140,7 @@ def test_a_seed_folder_on_other_data_is_refused_then_retrained_with_overwrite(tw
     a, b = two_sets
     runs = {0: tmp_path / "results" / "seed0"}
     first = train_on(tmp_path, a, runs)
-    assert first[0]["config"]["data"]["shard_set"] == "synthetic-0"
+    assert first[0].config["data"]["shard_set"] == "synthetic-0"
     again = train_on(tmp_path, a, runs)  # same data: reused untouched
     assert again == first
     with pytest.raises(
@@ -151,7 +151,7 @@ def test_a_seed_folder_on_other_data_is_refused_then_retrained_with_overwrite(tw
     ):
         train_on(tmp_path, b, runs)
     redone = train_on(tmp_path, b, runs, "--overwrite")
-    assert redone[0]["config"]["data"]["shard_set"] == "synthetic-1" and redone[0]["steps"] == 2
+    assert redone[0].config["data"]["shard_set"] == "synthetic-1" and redone[0].steps == 2
 
 
 def _edges(path: Path, n: int, chords: int, seed: int) -> Path:

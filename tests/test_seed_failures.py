@@ -45,13 +45,13 @@ def _train(tmp_path: Path, shards: Path, partial: bool) -> dict:
 def test_a_seed_whose_trainer_dies_after_an_evaluation_is_judged_on_it(shards, tmp_path, monkeypatch, caplog):
     _die(monkeypatch, f"{os.sep}seed1")
     got = _train(tmp_path, shards, partial=True)
-    assert sorted(got) == [0, 1] and "failed" not in got[0] and got[0]["steps"] == 2
-    assert got[1]["best_epoch"] == 0 and got[1]["epochs_completed"] == 1 and not got[1]["stopped"]
-    assert got[1]["failed"].startswith("seed 1: the trainer failed (") and "seed1/trainer.log" in got[1]["failed"]
-    assert got[1]["valid"]["mrr"] > 0 and got[1]["test"]["mrr"] > 0  # what the trainer evaluated before it died
+    assert sorted(got) == [0, 1] and got[0].failed is None and got[0].steps == 2
+    assert got[1].best_epoch == 0 and got[1].epochs_completed == 1 and not got[1].stopped
+    assert got[1].failed.startswith("seed 1: the trainer failed (") and "seed1/trainer.log" in got[1].failed
+    assert got[1].valid["mrr"] > 0 and got[1].test["mrr"] > 0  # what the trainer evaluated before it died
     assert "seed 1: the trainer failed (" in caplog.text and "judged on its best evaluated epoch, 0" in caplog.text
     record = result_record("citeseer", "original", "tiny", 1, got[1], features=False)
-    assert record["trainer_failed"] == got[1]["failed"] and "stopped_by_budget" not in record
+    assert record["trainer_failed"] == got[1].failed and "stopped_by_budget" not in record
 
 
 def test_without_partial_a_dying_seed_fails_the_recipe(shards, tmp_path, monkeypatch):

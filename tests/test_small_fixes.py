@@ -61,6 +61,7 @@ def bare_seed(tmp_path_factory) -> Path:
     from pipelines.core.seeds import result_record
     from tests.test_trainer_data import make_shard_set
     from trainer.config import config_for
+    from trainer.run_summary import RunSummary
     from trainer.train import run
 
     root = tmp_path_factory.mktemp("bare")
@@ -81,7 +82,9 @@ def bare_seed(tmp_path_factory) -> Path:
         )
     finally:
         torch.set_num_threads(threads)
-    record = result_record(summary["dataset"], summary["protocol"], "tiny", 0, summary, features=False)
+    record = result_record(
+        summary["dataset"], summary["protocol"], "tiny", 0, RunSummary.from_dict(summary), features=False
+    )
     (root / "seed0" / "result.json").write_text(json.dumps(record))
     return root / "seed0"
 

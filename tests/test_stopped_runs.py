@@ -9,6 +9,7 @@ import numpy as np
 
 from common.eval_scores import write_scores
 from pipelines.core.stopped import stopped_summary
+from trainer.run_summary import RunSummary
 
 
 def _eval(epoch, split, mrr, protocol="original"):
@@ -43,14 +44,14 @@ def test_the_best_evaluated_epoch_and_its_metrics(tmp_path):
     (tmp_path / "metrics.jsonl").write_text("".join(lines) + '{"event": "eval", "epo')  # a torn last line
     write_scores(tmp_path / "scores" / "valid-original.npz", np.arange(3), np.zeros(3), 1)  # saved at epoch 1
     got = stopped_summary(tmp_path, "original")
-    assert got == {
-        "best_epoch": 1,
-        "valid": {"mrr": 0.3, "auc": 0.8},
-        "test": {"mrr": 0.29, "auc": 0.79},
-        "epochs_completed": 3,
-        "converged": False,
-        "stopped": True,
-    }
+    assert got == RunSummary(
+        best_epoch=1,
+        valid={"mrr": 0.3, "auc": 0.8},
+        test={"mrr": 0.29, "auc": 0.79},
+        epochs_completed=3,
+        converged=False,
+        stopped=True,
+    )
 
 
 def test_a_run_that_evaluated_nothing_has_no_result(tmp_path):

@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 from common.atomic import write_text_atomic
 from trainer import checkpoint, distributed
 from trainer.data import loaders
+from trainer.run_summary import RunSummary, write_summary
 
 log = logging.getLogger("trainer")
 
 
-def evaluate_weights(trainer, path: str) -> dict:
+def evaluate_weights(trainer, path: str) -> RunSummary:
     """Load `path` (a best.pt) into the trainer's model, evaluate once at its epoch, write summary.json."""
     payload = checkpoint.load(path, fix="pass the best.pt of a finished run")
     saved = payload.get("state") or {}
@@ -35,9 +37,9 @@ def evaluate_weights(trainer, path: str) -> dict:
         write_text_atomic(trainer.out / "config.json", json.dumps(trainer.config.to_dict(), indent=1))
     log.info("--eval-weights: evaluating %s (epoch %d, step %d) without training", path, st.epoch - 1, st.step)
     trainer.run_eval(final=True)
-    summary = {**trainer.summary(), "weights_from": str(Path(path).resolve())}
+    summary = replace(trainer.summary(), weights_from=str(Path(path).resolve()))
     if info.is_main:
-        write_text_atomic(trainer.out / "summary.json", json.dumps(summary, indent=1, default=float))
+        write_summary(trainer.out, summary)
     trainer.metrics.close()
     loaders.close_loaders()
     distributed.barrier(info)

@@ -46,6 +46,7 @@ from trainer.eval_only import evaluate_weights
 from trainer.evaluate import evaluate_split, selection_metric
 from trainer.metrics_log import MetricsLog, Window, progress_bar
 from trainer.resolve import config_for_run, load_last
+from trainer.run_summary import RunSummary, write_summary
 from trainer.setup import autocast_for, build_model, check_run, cpu_threads, setup_logging
 
 log = logging.getLogger("trainer")
@@ -110,7 +111,7 @@ class Trainer:
         return accum, per_micro
 
     # ------------------------------------------------------------------ loop
-    def fit(self) -> dict:
+    def fit(self) -> RunSummary:
         cfg, info, st = self.config, self.info, self.state
         if info.is_main:
             self.out.mkdir(parents=True, exist_ok=True)
@@ -152,7 +153,7 @@ class Trainer:
         self.save_last()
         summary = self.summary()
         if info.is_main:
-            write_text_atomic(self.out / "summary.json", json.dumps(summary, indent=1, default=float))
+            write_summary(self.out, summary)
         self.metrics.close()
         loaders.close_loaders()  # the run's persistent loader workers end with it
         distributed.barrier(info)  # when run() returns on any rank, rank 0's files are complete
@@ -353,34 +354,33 @@ class Trainer:
         )
         bar.set_postfix(loss=f"{loss:.4f}", samples_s=f"{sps:.0f}", tokens_s=f"{tps:.0f}")
 
-    def summary(self) -> dict:
+    def summary(self) -> RunSummary:
         st, cfg = self.state, self.config
         pre = self.manifest.config
-        # the data's name (a user's edges.csv is "edges", never the preset's paper dataset) and whether it is theirs
-        own = {"own_graph": True} if given_by_path(str(pre.get("dataset", "")), pre.get("data_dir")) else {}
-        return {
-            "preset": cfg.preset,
-            "dataset": self.manifest.dataset or self.preset.dataset,
-            **own,
-            "protocol": cfg.protocol,
-            "selection_metric": self.metric,
-            "best_epoch": st.best_epoch,
-            "best_step": st.best_step,
-            "valid": st.best.get("valid"),
-            "test": st.best.get("test"),
-            "last_eval": st.last_eval,
-            "steps": st.step,
-            "epochs_completed": st.epoch,
-            "converged": self.converged(),
-            "train_time_s": round(st.train_time_s, 3),
-            "attention_backend": self.core.attention_backend,
-            "world_size": self.info.world_size,
-            "device": str(self.info.device),
-            "accumulation": self.accum,
-            "num_parameters": self.core.num_parameters(),
-            "node_features": self.core.features is not None,  # read them: the report's 'PENCIL' (else 'w/o features')
-            "config": cfg.to_dict(),
-        }
+        return RunSummary(
+            preset=cfg.preset,
+            dataset=self.manifest.dataset or self.preset.dataset,
+            # the data's name (a user's edges.csv is "edges", never the preset's paper dataset) and whether it is theirs
+            own_graph=bool(given_by_path(str(pre.get("dataset", "")), pre.get("data_dir"))),
+            protocol=cfg.protocol,
+            selection_metric=self.metric,
+            best_epoch=st.best_epoch,
+            best_step=st.best_step,
+            valid=st.best.get("valid"),
+            test=st.best.get("test"),
+            last_eval=st.last_eval,
+            steps=st.step,
+            epochs_completed=st.epoch,
+            converged=self.converged(),
+            train_time_s=round(st.train_time_s, 3),
+            attention_backend=self.core.attention_backend,
+            world_size=self.info.world_size,
+            device=str(self.info.device),
+            accumulation=self.accum,
+            num_parameters=self.core.num_parameters(),
+            node_features=self.core.features is not None,  # read them: the report's 'PENCIL' (else 'w/o features')
+            config=cfg.to_dict(),
+        )
 
 
 def next_batch(it, st: LoopState, plan) -> object:
@@ -394,7 +394,7 @@ def next_batch(it, st: LoopState, plan) -> object:
 
 
 def run(config: TrainConfig) -> dict:
-    """Train and evaluate; returns the summary (also written to OUT/summary.json on rank 0).
+    """Train and evaluate; returns the summary's dict (RunSummary.to_dict(); also OUT/summary.json on rank 0).
     Rank 0 holds the run folder (trainer.run_folder: lock, --resume / --overwrite) for the whole run."""
     raise_if_interrupted()
     check_run(config)  # bad --out / --shards / --protocol fail here, before a folder, a process group or a model exists
@@ -419,7 +419,8 @@ def _run(config: TrainConfig) -> dict:
         torch.backends.cudnn.allow_tf32 = True
     try:
         trainer = Trainer(config, info)
-        return evaluate_weights(trainer, config.eval_weights) if config.eval_weights else trainer.fit()
+        summary = evaluate_weights(trainer, config.eval_weights) if config.eval_weights else trainer.fit()
+        return summary.to_dict()
     finally:
         if created:
             distributed.cleanup()

@@ -18,6 +18,7 @@ from pipelines.core import finished
 from pipelines.core.config import TrainerOptions
 from pipelines.core.seeds import seed_run, train_seeds
 from pipelines.core.trainers import TrainerRun, run_trainers
+from trainer.run_summary import RunSummary
 
 log = logging.getLogger("pipelines.auto")
 
@@ -49,7 +50,7 @@ def final_runs(opts: TrainerOptions, choice: Choice, protocol: str, runs: dict[i
 
 def train_final_seeds(
     opts: TrainerOptions, choice: Choice, protocol: str, runs: dict[int, Path], stop_at: float | None = None
-) -> dict[int, dict]:
+) -> dict[int, RunSummary]:
     """{seed: summary} of every final seed; finished seeds are reused, the search's seed evaluates its run. A
     seed the budget stops, or whose trainer fails, is judged on its evaluated epochs, or left out
     (pipelines.core.seeds.train_seeds)."""

@@ -46,6 +46,7 @@ from pipelines.core.shard_sets import (
 from pipelines.core.trainers import TrainerRun, device_kind, trainer_slots
 from pipelines.core.variants import seed_results, train_without_features
 from trainer.evaluate import eval_entry
+from trainer.run_summary import RunSummary
 
 log = logging.getLogger("pipelines.auto")
 # --objective recommend: checkpoints that re-rank a retriever's pool of 2-hop candidates train on views whose
@@ -252,8 +253,8 @@ def search_and_train(
     decision, blended = blend_stage(
         run.trainer, choice, runs, blind, dataset, manifest, protocol, cfg.blend_margin_se, test_scores, out
     )
-    stopped = sorted(seed for seed, s in summaries.items() if s.get("stopped"))
-    failed = {seed: s["failed"] for seed, s in sorted(summaries.items()) if s.get("failed")}
+    stopped = sorted(seed for seed, s in summaries.items() if s.stopped)
+    failed = {seed: s.failed for seed, s in sorted(summaries.items()) if s.failed}
     record.update(
         blend=decision.to_dict(),
         total_seconds=round(time.time() - t0, 1),
@@ -282,7 +283,7 @@ def records(
     dataset,
     protocol: str,
     finals: dict[int, TrainerRun],
-    summaries: dict[int, dict],
+    summaries: dict[int, RunSummary],
     choice: Choice,
     decision: blend.Blend,
     blended: dict[int, dict],

@@ -48,6 +48,7 @@ from pipelines.core.config import TrainerOptions
 from pipelines.core.seeds import seed_run
 from pipelines.core.stopped import stopped_summary
 from pipelines.core.trainers import TrainerRun, run_trainers
+from trainer.run_summary import RunSummary, read_summary, summary_path
 
 log = logging.getLogger("pipelines.auto")
 SEARCH_SEED = 0  # the seed the candidates train; the final seed of that number reuses the chosen run
@@ -58,9 +59,10 @@ class AutoError(ValueError):
     """A search step that cannot go on; the message names it and where its log is."""
 
 
-def summary(run_dir: Path) -> dict:
-    path = Path(run_dir) / "summary.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+def summary(run_dir: Path) -> RunSummary | None:
+    """The run's summary.json, or None before it has one."""
+    path = summary_path(run_dir)
+    return read_summary(path) if path.exists() else None
 
 
 @dataclass(frozen=True)
@@ -185,8 +187,8 @@ class Search:
 
     def done(self, cid: str, stop_epoch: int, patience: int | None) -> bool:
         """Trained to `stop_epoch`, or (when the rung stops at convergence) converged before it."""
-        s = summary(self.dirs[cid])
-        return s.get("epochs_completed", 0) >= stop_epoch or bool(patience and s.get("converged"))
+        s = summary(self.dirs[cid]) or RunSummary()
+        return s.epochs_completed >= stop_epoch or bool(patience and s.converged)
 
     def pace(self, stops: dict[str, int]) -> GracePace | None:
         """The grace rung's pace check (pipelines.auto.pace) over the alternatives, each to its stop epoch in
@@ -240,14 +242,15 @@ class Search:
             self.failed[cid] = message
             log.warning("search: %s; judged on the epochs it evaluated", message)
 
-    def state(self, cid: str) -> dict:
-        """The candidate's summary; for a run the budget stopped, its best evaluated epoch so far ({}: none). A run
+    def state(self, cid: str) -> RunSummary:
+        """The candidate's summary; for a run the budget stopped, its best evaluated epoch so far (none: an empty
+        summary, best_epoch None). A run
         stopped after it was resumed past its grace period still holds the grace run's summary.json: the epochs
         it evaluated since (metrics.jsonl, and the scores of its best so far) are what it is judged on."""
         done, stopped = summary(self.dirs[cid]), stopped_summary(self.dirs[cid], self.protocol)
-        if stopped and stopped["epochs_completed"] > done.get("epochs_completed", 0):
+        if stopped and stopped.epochs_completed > (done.epochs_completed if done else 0):
             return stopped
-        return done or stopped or {}
+        return done or stopped or RunSummary()
 
     def signal(self, cid: str):
         return run_signal(self.dirs[cid], self.manifests[self.cands[cid].sampling], self.protocol)
@@ -260,7 +263,7 @@ class Search:
         out = {}
         for cid in cids:
             s = self.state(cid)
-            if s.get("best_epoch") is None:
+            if s.best_epoch is None:
                 why = (
                     self.failed.get(cid)
                     or self.skipped.get(cid)
@@ -273,11 +276,11 @@ class Search:
                 continue
             out[cid] = {
                 "valid": float(self.values(cid)[metric].mean()),
-                "best_epoch": s.get("best_epoch"),
-                "epochs": s.get("epochs_completed"),
-                "converged": bool(s.get("converged")),
-                "stopped": bool(s.get("stopped")),
-                "train_time_s": s.get("train_time_s"),
+                "best_epoch": s.best_epoch,
+                "epochs": s.epochs_completed,
+                "converged": bool(s.converged),
+                "stopped": bool(s.stopped),
+                "train_time_s": s.train_time_s,
             }
             log.info(
                 "  %s: valid %s %.4f (best epoch %s of %s%s)",
@@ -286,7 +289,7 @@ class Search:
                 out[cid]["valid"],
                 out[cid]["best_epoch"],
                 out[cid]["epochs"],
-                ", stopped by the budget" if s.get("stopped") else "",
+                ", stopped by the budget" if s.stopped else "",
             )
         return out
 
@@ -392,8 +395,8 @@ class Search:
         partner = max((x for x in survivors if x != chosen), key=lambda x: second[x]["valid"], default=None)
         return Choice(
             c,
-            int(s["epochs_completed"]),
-            s["best_epoch"],
+            int(s.epochs_completed),
+            s.best_epoch,
             self.shards[c.sampling],
             str(self.dirs[chosen]),
             metric,

@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 
 from common.atomic import write_json_atomic
+from trainer.run_summary import RunSummary, read_summary
 
 log = logging.getLogger("pipelines")
 RUN_FILE = "trainer_run.json"
@@ -38,15 +39,15 @@ class FinishedError(ValueError):
     """A finished report that this run would change; the message names the folder and --overwrite."""
 
 
-def finished_summary(run) -> dict | None:
+def finished_summary(run) -> RunSummary | None:
     """The summary of `run` (a TrainerRun) when its folder holds that run, finished, else None."""
     run_dir = Path(run.run_dir)
     try:
         recorded = json.loads((run_dir / RUN_FILE).read_text())
-        summary = json.loads((run_dir / "summary.json").read_text())
+        summary = read_summary(run_dir)
     except (OSError, ValueError):
         return None
-    whole = (run_dir / "last.pt").is_file() or summary.get("weights_from")  # --eval-weights writes no last.pt
+    whole = (run_dir / "last.pt").is_file() or summary.weights_from  # --eval-weights writes no last.pt
     return summary if recorded == run.identity() and whole else None
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import logging
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +15,7 @@ from pipelines.core.config import TrainerOptions
 from pipelines.core.seed_data import stale_seeds
 from pipelines.core.stopped import stopped_summary
 from pipelines.core.trainers import TrainerError, TrainerRun, run_trainers, trainer_slots
+from trainer.run_summary import RunSummary, read_summary
 
 log = logging.getLogger("pipelines")
 
@@ -59,7 +59,7 @@ def check_trainer_flags(opts: TrainerOptions, preset_name: str, protocols: list[
 
 def train_seeds(
     opts: TrainerOptions, runs: dict[int, TrainerRun], stop_at: float | None = None, partial: bool = False
-) -> dict[int, dict]:
+) -> dict[int, RunSummary]:
     """{seed: summary} of every run: finished seeds reused untouched, the others trained in the pool.
     `stop_at`: the pool's deadline. A seed it stops, or whose trainer fails, raises; with `partial` it is
     judged on the epochs it evaluated (pipelines.core.stopped; its summary says `stopped`, or `failed` with
@@ -100,7 +100,7 @@ def train_seeds(
         key = f"seed {seed}"
         if key not in stopped and key not in failed:
             finished.mark_finished(run)
-            done[seed] = json.loads((Path(run.run_dir) / "summary.json").read_text())
+            done[seed] = read_summary(run.run_dir)
         elif (judged := _judged(seed, run, failed.get(key))) is not None:
             done[seed] = judged
     if failed and not done:
@@ -108,7 +108,7 @@ def train_seeds(
     return {seed: done[seed] for seed in runs if seed in done}
 
 
-def _judged(seed: int, run: TrainerRun, failure: str | None) -> dict | None:
+def _judged(seed: int, run: TrainerRun, failure: str | None) -> RunSummary | None:
     """The summary of a seed that did not finish (the budget stopped it, or its trainer failed with the line
     `failure`) at its best evaluated epoch, or None when it evaluated none; either is logged."""
     why = failure.removeprefix(f"seed {seed}: ") if failure else "stopped by the time budget"
@@ -121,11 +121,11 @@ def _judged(seed: int, run: TrainerRun, failure: str | None) -> dict | None:
         "seed %d: %s after %d epoch(s); judged on its best evaluated epoch, %d (%s)",
         seed,
         why,
-        summary["epochs_completed"],
-        summary["best_epoch"],
+        summary.epochs_completed,
+        summary.best_epoch,
         resume,
     )
-    return {**summary, "stopped": False, "failed": failure} if failure else summary
+    return replace(summary, stopped=False, failed=failure) if failure else summary
 
 
 def result_record(
@@ -133,7 +133,7 @@ def result_record(
     protocol: str,
     preset: str,
     seed: int,
-    summary: dict,
+    summary: RunSummary,
     features: bool,
     own_graph: bool = False,
     hard_neg_fraction: float | None = None,
@@ -147,18 +147,18 @@ def result_record(
         "model": model,
         "preset": preset,
         "seed": seed,
-        "best_epoch": summary.get("best_epoch"),
-        "valid": summary.get("valid") or {},
-        "test": summary.get("test") or {},
-        "train_time_s": summary.get("train_time_s"),
-        "attention_backend": summary.get("attention_backend"),
+        "best_epoch": summary.best_epoch,
+        "valid": summary.valid or {},
+        "test": summary.test or {},
+        "train_time_s": summary.train_time_s,
+        "attention_backend": summary.attention_backend,
     }
     if own_graph:
         record["own_graph"] = True
     if hard_neg_fraction:
         record["hard_neg_fraction"] = hard_neg_fraction
-    if summary.get("stopped"):  # a time budget ended it: its best evaluated epoch (pipelines.core.stopped)
+    if summary.stopped:  # a time budget ended it: its best evaluated epoch (pipelines.core.stopped)
         record["stopped_by_budget"] = True
-    if summary.get("failed"):  # its trainer failed after an evaluation: judged on it as well
-        record["trainer_failed"] = summary["failed"]
+    if summary.failed:  # its trainer failed after an evaluation: judged on it as well
+        record["trainer_failed"] = summary.failed
     return record

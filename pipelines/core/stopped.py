@@ -9,12 +9,13 @@ import json
 from pathlib import Path
 
 from common.eval_scores import read_scores, scores_path
+from trainer.run_summary import RunSummary
 
 # what an eval record holds beside the metrics (trainer.train.Trainer._eval_split writes it)
 BOOKKEEPING = ("event", "step", "epoch", "split", "protocol", "final", "seconds", "time")
 
 
-def stopped_summary(run_dir: Path, protocol: str) -> dict | None:
+def stopped_summary(run_dir: Path, protocol: str) -> RunSummary | None:
     """A summary of the stopped run in `run_dir` at its best evaluated epoch, or None when it evaluated none.
     It says `stopped: true`; a rerun resumes the run (it is never marked finished)."""
     try:
@@ -26,14 +27,14 @@ def stopped_summary(run_dir: Path, protocol: str) -> dict | None:
     if "valid" not in at_best:
         return None
     metrics = lambda r: {k: v for k, v in r.items() if k not in BOOKKEEPING}  # noqa: E731
-    return {
-        "best_epoch": best,
-        "valid": metrics(at_best["valid"]),
-        "test": metrics(at_best["test"]) if "test" in at_best else {},
-        "epochs_completed": max(r["epoch"] for r in evals) + 1,
-        "converged": False,
-        "stopped": True,
-    }
+    return RunSummary(
+        best_epoch=best,
+        valid=metrics(at_best["valid"]),
+        test=metrics(at_best["test"]) if "test" in at_best else {},
+        epochs_completed=max(r["epoch"] for r in evals) + 1,
+        converged=False,
+        stopped=True,
+    )
 
 
 def _records(path: Path) -> list[dict]:

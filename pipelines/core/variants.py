@@ -22,6 +22,7 @@ from pipelines.core.results import SeedResult
 from pipelines.core.run_config import NO_FEATURES, RunConfig
 from pipelines.core.seeds import result_record, train_seeds
 from pipelines.core.trainers import TrainerRun
+from trainer.run_summary import RunSummary
 
 log = logging.getLogger("pipelines")
 NO_FEATURES_DIR = "no-features"
@@ -56,14 +57,14 @@ def without_features(runs: dict[int, TrainerRun]) -> dict[int, TrainerRun]:
     }
 
 
-def pairs_runs(runs: dict[int, TrainerRun], summaries: dict[int, dict]) -> dict[int, TrainerRun]:
+def pairs_runs(runs: dict[int, TrainerRun], summaries: dict[int, RunSummary]) -> dict[int, TrainerRun]:
     """Each trained seed's best weights evaluated on the user's pairs, in <parent>/pairs/<seed folder>. A seed that
     evaluated another run's weights (the search's seed) passes those on."""
     out = {}
     for seed, r in runs.items():
         if seed not in summaries:
             continue
-        weights = summaries[seed].get("weights_from") or str(Path(r.run_dir) / "best.pt")
+        weights = summaries[seed].weights_from or str(Path(r.run_dir) / "best.pt")
         out[seed] = replace(
             r,
             run_dir=Path(r.run_dir).parent / PAIRS / Path(r.run_dir).name,
@@ -78,7 +79,7 @@ def pairs_runs(runs: dict[int, TrainerRun], summaries: dict[int, dict]) -> dict[
 
 
 def seed_record(
-    run: RunConfig, dataset, protocol: str, preset: str, seed: int, summary: dict, features: bool, **extra
+    run: RunConfig, dataset, protocol: str, preset: str, seed: int, summary: RunSummary, features: bool, **extra
 ) -> dict:
     """A seed's result.json: pipelines.core.seeds.result_record, with the split's label and `extra`."""
     record = result_record(
@@ -95,7 +96,7 @@ def seed_results(
     protocol: str,
     preset: str,
     runs: dict[int, TrainerRun],
-    summaries: dict[int, dict],
+    summaries: dict[int, RunSummary],
     features: bool,
     **extra,
 ) -> list[SeedResult]:

@@ -159,7 +159,7 @@ def run_variant(cfg: AblationConfig, variant: Variant, shards: str) -> list[dict
             variant=variant.slug,
             layers=variant.layers,
             flags=list(variant.flags),
-            selection_metric=summary.get("selection_metric", "mrr"),
+            selection_metric=summary.selection_metric,
         )
         write_json_atomic(Path(run.run_dir) / "result.json", record)
         results.append(record)

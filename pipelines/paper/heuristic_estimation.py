@@ -217,10 +217,10 @@ def pencil_runs(cfg: EstimationConfig, shards: str, epochs: int, out: Path) -> l
                     "model": "pencil",
                     "layers": layers,
                     "seed": seed,
-                    "best_epoch": sm["best_epoch"],
-                    "valid_rmse": sm["valid"]["rmse"],
-                    "test_rmse": sm["test"]["rmse"],
-                    "num_parameters": sm["num_parameters"],
+                    "best_epoch": sm.best_epoch,
+                    "valid_rmse": sm.valid["rmse"],
+                    "test_rmse": sm.test["rmse"],
+                    "num_parameters": sm.num_parameters,
                     "run_dir": str(dirs[seed]),
                 }
             )

@@ -200,9 +200,9 @@ def pencil_records(opts: TrainerOptions, preset, sm, shards: str, seeds: tuple[i
             "setting": list(sm),
             "model": "PENCIL",
             "seed": seed,
-            "best_epoch": summary.get("best_epoch"),
-            "valid": summary.get("valid") or {},
-            "test": summary.get("test") or {},
+            "best_epoch": summary.best_epoch,
+            "valid": summary.valid or {},
+            "test": summary.test or {},
         }
         write_json_atomic(run_dir / "result.json", rec)
         records.append(rec)
