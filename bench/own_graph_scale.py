@@ -210,7 +210,8 @@ def project(runs: list[dict], edges: int, budget_s: float) -> dict:
             va, ea = (0.0, 0.0), 0
         else:
             va, ea = a["stages"][stage], a["edges"]
-        cell = [va[k] + max(0.0, vb[k] - va[k]) * (edges - ea) / (b["edges"] - ea) for k in (0, 1)]
+        # from the larger run at the slope between the two (none where it fell: noise, or a fixed cost)
+        cell = [vb[k] + max(0.0, vb[k] - va[k]) * (edges - b["edges"]) / (b["edges"] - ea) for k in (0, 1)]
         if stage == "search":
             cell[0] = min(cell[0], budget_s)
         out[stage] = (round(cell[0], 1), round(cell[1], 2))
