@@ -33,6 +33,7 @@ from pipelines.core.plots import plot_runs
 from pipelines.core.results import (
     METRICS,
     SeedResult,
+    TableRow,
     aggregate,
     fmt,
     markdown,
@@ -100,22 +101,15 @@ def check_objective(run: RunConfig, preset_name: str) -> None:
 def heuristic_rows(run: RunConfig, dataset, protocol: str, scores: dict) -> list[dict]:
     """CN / AA / RA (WCN / WAA / WRA on a weighted graph, EdgeBank and recent PA on a temporal split) on the test
     split as table rows (deterministic: std 0), from their scores."""
-    own = {"own_graph": True} if dataset.own else {}
-    split = {"split": label} if (label := split_label(run, dataset)) else {}
+    split = split_label(run, dataset) or None
     rows = []
     for name, (pos, neg) in scores.items():
         metrics = evaluate(protocol, pos, neg)
-        rows.append(
-            {
-                "dataset": dataset.name,
-                "protocol": protocol,
-                **split,
-                "model": heuristic_label(name),
-                "seeds": [0],
-                **own,
-                **{m: (100.0 * metrics[m], 0.0) for m in METRICS if m in metrics},
-            }
+        percent = {m: (100.0 * metrics[m], 0.0) for m in METRICS if m in metrics}
+        row = TableRow(
+            dataset.name, protocol, heuristic_label(name), [0], percent, split=split, own_graph=bool(dataset.own)
         )
+        rows.append(row.to_dict())
     return rows
 
 

@@ -75,3 +75,36 @@ def test_read_summary_refuses_what_is_not_a_summary(tmp_path):
     (tmp_path / "summary.json").write_text("[1, 2]")
     with pytest.raises(ValueError, match="summary.json: not a run summary"):
         read_summary(tmp_path)
+
+
+def test_table_rows_keep_results_json_bytes():
+    """aggregate's rows (pipelines.core.results.TableRow) serialise as the dicts they replaced: same keys, same
+    order, labels only when set; a heuristic's row is the same record."""
+    from pipelines.core.results import TableRow, aggregate, table_json
+
+    def record(seed, mrr, **labels):
+        return {
+            "dataset": "edges",
+            "protocol": "original",
+            "model": "PENCIL",
+            "seed": seed,
+            "test": {"mrr": mrr, "auc": 0.9},
+            **labels,
+        }
+
+    rows = aggregate(
+        [record(1, 0.5, split="temporal", own_graph=True), record(0, 0.3, split="temporal", own_graph=True)]
+    )
+    before = {
+        "dataset": "edges",
+        "protocol": "original",
+        "split": "temporal",
+        "model": "PENCIL",
+        "seeds": [0, 1],
+        "own_graph": True,
+        "mrr": (40.0, rows[0]["mrr"][1]),
+        "auc": (90.0, 0.0),
+    }
+    assert json.dumps(table_json(rows)) == json.dumps(table_json([before]))
+    plain = TableRow("cora", "heart", "CN", [0], {"auc": (1.0, 0.0), "mrr": (2.0, 0.0)}).to_dict()
+    assert list(plain) == ["dataset", "protocol", "model", "seeds", "mrr", "auc"]  # METRICS order, no labels

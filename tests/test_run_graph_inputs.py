@@ -146,6 +146,7 @@ def test_rows_say_which_split_and_which_checkpoints_they_come_from():
 # ---------------------------------------------------------------------------- the variant runs
 def test_variant_runs_change_only_what_they_name(tmp_path):
     from pipelines.core.variants import pairs_runs, without_features
+    from trainer.run_summary import RunSummary
 
     run = TrainerRun(
         tmp_path / "original" / "seed1",
@@ -163,11 +164,11 @@ def test_variant_runs_change_only_what_they_name(tmp_path):
     assert bare.run_dir == tmp_path / "original" / "no-features" / "seed1"
     assert bare.overrides == ("--no-features", "--lr", "0.1") and bare.eval_weights is None and not bare.fresh
     assert (bare.shards, bare.seed, bare.stop_epoch, bare.protocol) == ("shards/x", 1, 3, "original")
-    beside = pairs_runs({1: run, 2: run}, {1: {"weights_from": "/abs/best.pt"}})
+    beside = pairs_runs({1: run, 2: run}, {1: RunSummary(weights_from="/abs/best.pt")})
     assert list(beside) == [1]  # a seed without a summary has no checkpoint to evaluate
     assert beside[1].run_dir == tmp_path / "original" / "pairs" / "seed1"
     assert (beside[1].protocol, beside[1].eval_weights, beside[1].stop_epoch) == ("pairs", "/abs/best.pt", None)
-    again = pairs_runs({0: bare}, {0: {}})[0]
+    again = pairs_runs({0: bare}, {0: RunSummary()})[0]
     assert again.eval_weights == str(bare.run_dir / "best.pt") and "--no-features" in again.flags()
 
 

@@ -8,7 +8,7 @@ import logging
 import math
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.atomic import write_json_atomic, write_text_atomic
@@ -149,6 +149,34 @@ def data_of(results: list[dict]) -> str:
     return ",".join(sorted(names))
 
 
+@dataclass(frozen=True)
+class TableRow:
+    """One row of a report's table (results.json's "table"): a model on a dataset and protocol, each metric as
+    (mean, std) in percent over its seeds. `to_dict()` is the row as results.json holds it, the labels only
+    when set, so the file's bytes stay those of the same inputs."""
+
+    dataset: str
+    protocol: str
+    model: str
+    seeds: list
+    metrics: dict = field(default_factory=dict)  # metric -> (mean, std), in METRICS order
+    split: str | None = None  # a temporal or user-chosen split's label
+    selected_on: str | None = None  # checkpoints selected on another protocol than the row's
+    own_graph: bool = False
+
+    def to_dict(self) -> dict:
+        labels = {k: v for k, v in (("split", self.split), ("selected_on", self.selected_on)) if v}
+        return {
+            "dataset": self.dataset,
+            "protocol": self.protocol,
+            **labels,
+            "model": self.model,
+            "seeds": self.seeds,
+            **({"own_graph": True} if self.own_graph else {}),
+            **{m: self.metrics[m] for m in METRICS if m in self.metrics},
+        }
+
+
 def aggregate(results: list[dict]) -> list[dict]:
     """Group per (dataset, protocol, model) and reduce each metric to mean ± std over seeds.
 
@@ -159,20 +187,18 @@ def aggregate(results: list[dict]) -> list[dict]:
         groups[_row_key(r)].append(r)
     rows = []
     for (dataset, _, model, own), rs in sorted(groups.items()):
-        labels = {k: rs[0][k] for k in ("split", "selected_on") if rs[0].get(k)}
-        row = {
-            "dataset": dataset,
-            "protocol": rs[0]["protocol"],
-            **labels,
-            "model": model,
-            "seeds": sorted(r.get("seed", 0) for r in rs),
-            **({"own_graph": True} if own else {}),
-        }
-        for m in METRICS:
-            vals = [100.0 * r["test"][m] for r in rs if m in r.get("test", {})]
-            if vals:
-                row[m] = mean_std(vals)
-        rows.append(row)
+        values = {m: [100.0 * r["test"][m] for r in rs if m in r.get("test", {})] for m in METRICS}
+        row = TableRow(
+            dataset,
+            rs[0]["protocol"],
+            model,
+            sorted(r.get("seed", 0) for r in rs),
+            {m: mean_std(vals) for m, vals in values.items() if vals},
+            split=rs[0].get("split") or None,
+            selected_on=rs[0].get("selected_on") or None,
+            own_graph=own,
+        )
+        rows.append(row.to_dict())
     return rows
 
 
