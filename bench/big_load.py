@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common.datasets.spec import DatasetSpec
+
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -84,7 +86,7 @@ def before_sampling(path: str, out: str) -> dict:
 
     datasets.load_dataset, job.execute_plan = timed_load, stop
     config = PreprocessConfig(
-        dataset=path,
+        data=DatasetSpec(path),
         sampling=SamplingConfig(1, 40),
         out=out,
         candidates=CandidateConfig(views=1, percent=2.0),

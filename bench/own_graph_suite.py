@@ -50,9 +50,9 @@ METHODS = ("auto", "general", "seal")
 def write_cora_edge_list(planetoid: Path, folder: Path) -> tuple[Path, Path]:
     """cora as a user brings it: an edge list whose split column is the paper path's split (`--dataset cora`), and
     its Planetoid features as a feature table (node, w0 .. w1432: binary bag-of-words). Returns both paths."""
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
 
-    paper = load_dataset("cora", planetoid_dir=str(planetoid), features=True)
+    paper = load_dataset(DatasetSpec("cora", planetoid_dir=str(planetoid), features=True))
     edges, features = folder / "cora-edges.csv", folder / "cora-features.csv"
     rows = "".join(f"{u},{v},{s}\n" for s in ("train", "valid", "test") for u, v in paper.splits[s].pos.tolist())
     write_text_atomic(edges, "src,dst,split\n" + rows)

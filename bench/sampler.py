@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common.datasets.spec import DatasetSpec
+
 if __package__ in (None, ""):  # `python bench/sampler.py` as well as `python -m bench.sampler`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -185,7 +187,7 @@ def job_table(g: Graph, d: int, n: int, workers: list[int]) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="bench-sampler-") as out:
         for w in workers:
             cfg = PreprocessConfig(
-                dataset="bench-synthetic",
+                data=DatasetSpec("bench-synthetic"),
                 sampling=SamplingConfig(d, n),
                 candidates=CandidateConfig(views=1, splits=("train",)),
                 out=out,

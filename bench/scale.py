@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from common.datasets.spec import DatasetSpec
+
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -221,7 +223,7 @@ def ray_job_row(g: Graph, shape: Shape, d: int, n: int, links: int, out: str) ->
     ds = LinkDataset(name=f"{shape.name}-shaped", graph=g, splits={"train": Split(pos=g.edge_array())})
     percent = min(100.0, 100.0 * links / 2 / g.num_edges)
     cfg = PreprocessConfig(
-        dataset=ds.name,
+        data=DatasetSpec(ds.name),
         sampling=SamplingConfig(d, n),
         out=out,
         num_cpus=1,

@@ -25,7 +25,7 @@ from bench.workload import print_table
 
 def build_all(dataset_arg: str, cache: Path, keep_ray: bool) -> float:
     """Wall seconds to build every candidate sampling's set of `dataset_arg` into `cache`, as the recipe would."""
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
     from common.presets import get_preset
     from pipelines.auto.config import DEFAULT_PRESET, SearchConfig, candidates
     from pipelines.auto.recipe import negatives_per_positive, run_epochs, shard_sets
@@ -33,7 +33,7 @@ def build_all(dataset_arg: str, cache: Path, keep_ray: bool) -> float:
     from pipelines.core.shard_sets import build_shard_set, preprocess_config, preset_views, view_percent
 
     run = RunConfig.from_args(build_parser().parse_args(["--dataset", dataset_arg, "--shards", str(cache)]))
-    dataset = load_dataset(dataset_arg)
+    dataset = load_dataset(DatasetSpec(dataset_arg))
     train = len(dataset.splits["train"].pos)
     percent = view_percent(get_preset(DEFAULT_PRESET), train, "cpu", dataset.graph)
     view = round(train * percent / 100)

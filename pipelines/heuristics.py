@@ -25,12 +25,11 @@ from pathlib import Path
 
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, exit_process, summary
-from common.datasets import PROTOCOLS, DatasetError, LinkDataset, load_dataset
+from common.datasets import PROTOCOLS, DatasetError, DatasetSpec, LinkDataset
 from common.flags import FlagError, add_dataset_flags, add_overwrite_flag, comma_list
 from common.heuristics import ALL, HEURISTICS, TEMPORAL, WEIGHTED, label, score_split
 from common.metrics import METRIC_KEYS, as_percent, format_table
 from common.outputs import OutputError, check_output, check_replacement, stamp
-from pipelines.core.config import DataSource
 
 log = logging.getLogger("pipelines.heuristics")
 
@@ -119,22 +118,20 @@ def resolve_protocols(ds: LinkDataset, split: str, requested: str) -> list[str]:
 
 @dataclass(frozen=True)
 class HeuristicsConfig:
-    source: DataSource
+    source: DatasetSpec  # its seed: --seed
     heuristics: tuple[str, ...] | None  # None: the run report's rows; ("all",): every available one
     protocol: str = "both"
     split: str = "test"
-    seed: int = 0
     out: str | None = None  # None: results/heuristics-<dataset>.json
     overwrite: bool = False
 
     @classmethod
     def from_args(cls, args) -> "HeuristicsConfig":
         return cls(
-            DataSource(args.dataset, args.data_dir, args.ogb_root, args.planetoid_dir),
+            DatasetSpec.from_args(args, seed=args.seed, split=None),  # its --split: the split it scores
             parse_heuristics(args.heuristics),
             args.protocol,
             args.split,
-            args.seed,
             args.out,
             args.overwrite,
         )
@@ -167,14 +164,8 @@ def score_heuristics(cfg: HeuristicsConfig) -> int:
     try:
         if cfg.out:  # before any work: the JSON must not replace the edge list it scores, nor a run's files
             check_output(cfg.out, files=inputs)
-        ds = load_dataset(
-            src.dataset,
-            data_dir=src.data_dir,
-            ogb_root=src.ogb_root,
-            planetoid_dir=src.planetoid_dir,
-            seed=cfg.seed,
-            split_flag=None,  # its --split names the split it scores, not the shares: a too-small split's fix differs
-        )
+        # its --split names the split it scores, not the shares: a too-small split's fix differs
+        ds = src.load(split_flag=None)
         out = check_output(cfg.out or default_out(ds), files=inputs)
         fingerprint = ds.fingerprint()
         # two graphs of one name (the paper's citeseer, a user's citeseer.csv) share the default file: never replaced

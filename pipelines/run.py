@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
 def run_all(run: RunConfig) -> int:
     """The whole run: every protocol's seeds, their heuristics on the same test split, one table."""
-    dataset = run.source.load(features=run.shards.features)
+    dataset = run.source.load()
     available = dataset.protocols
     protocols = available if run.protocol == "both" else [run.protocol]
     missing = [p for p in protocols if p not in available]

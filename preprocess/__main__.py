@@ -7,9 +7,8 @@ import logging
 import sys
 
 from common.cli import Parser, exit_process, run_cli
-from common.datasets.base import DatasetError
-from common.datasets.fractions import parse_split_spec
-from common.flags import add_dataset_flags, add_graph_input_flags, add_num_cpus_flag
+from common.datasets import DatasetSpec
+from common.flags import FlagError, add_dataset_flags, add_graph_input_flags, add_num_cpus_flag
 from common.outputs import OutputError, check_output_folder
 from common.presets import default_sampling
 from common.storage import open_storage
@@ -134,8 +133,8 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
     sampling = SamplingConfig.parse(args.sampling) if args.sampling else SamplingConfig(*default_sampling(args.dataset))
     protocols = None if args.protocol.strip().lower() in ("both", "all") else _split_list(args.protocol)
     try:
-        split_kind, split = (None, None) if args.split is None else parse_split_spec(args.split)
-    except DatasetError as err:
+        data = DatasetSpec.from_args(args, features=args.features, seed=args.seed, valid_pool=args.valid_pool)
+    except FlagError as err:
         raise ConfigError(str(err)) from None
     candidates = CandidateConfig(
         views=args.views,
@@ -146,25 +145,11 @@ def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
         hard_neg_fraction=args.hard_neg_fraction,
     )
     return PreprocessConfig(
-        dataset=args.dataset,
+        data=data,
         sampling=sampling,
         candidates=candidates,
         out=args.out,
-        seed=args.seed,
-        data_dir=args.data_dir,
-        ogb_root=args.ogb_root,
-        planetoid_dir=args.planetoid_dir,
-        features=args.features,
-        nodes=args.nodes,
         targets=args.targets,
-        split=split,
-        split_kind=split_kind,
-        node_features=args.node_features,
-        fill_features=args.fill_features,
-        ignore_columns=_split_list(args.ignore_columns or ""),
-        eval_pairs=args.eval_pairs,
-        train_negatives=args.train_negatives,
-        valid_pool=args.valid_pool,
         num_cpus=args.num_cpus,
         links_per_shard=args.links_per_shard,
         links_per_block=args.block_size,

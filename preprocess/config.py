@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from common.datasets.base import FILL_CHOICES, DatasetError
-from common.datasets.fractions import DEFAULT_SPLIT, SPLIT_KINDS, check_split
+from common.datasets.fractions import DEFAULT_SPLIT
+from common.datasets.spec import DatasetSpec
 from common.heuristic_targets import TARGETS as HEURISTIC_TARGETS
 from common.presets import n_max as _n_max
 
@@ -99,33 +99,13 @@ class CandidateConfig:
 
 @dataclass(frozen=True)
 class PreprocessConfig:
-    dataset: str
+    """One set: its data (a DatasetSpec, checked there), how it is sampled, which links, and how the job runs."""
+
+    data: DatasetSpec
     sampling: SamplingConfig
     candidates: CandidateConfig = field(default_factory=CandidateConfig)
     out: str = "shards"
-    seed: int = 0
-    data_dir: str | None = None
-    ogb_root: str | None = None
-    planetoid_dir: str | None = None
-    features: bool = False
-    nodes: str | None = (
-        None  # node-list file of an edge list (isolated nodes); its ids reach the cache key via the dataset
-    )
     targets: str | None = None  # heuristic-estimation labels (preprocess/targets.py); None = link labels 1 / 0
-    # --split train,valid,test percentages of a dataset split here (edge list, cora); None = 85,5,10
-    split: tuple[float, float, float] | None = None
-    # --split random|temporal: None = temporal for an edge list with a time column, else random
-    split_kind: str | None = None
-    # An edge list's other inputs (common/datasets/): node features (--node-features, --fill-features), the
-    # columns it ignores on purpose (--ignore-columns), the user's labelled evaluation pairs (--eval-pairs) and
-    # known training non-links (--train-negatives). Their content reaches the cache key via the dataset's
-    # fingerprint (features, time, weights and pairs are all hashed there), not their paths (key_parts).
-    node_features: str | None = None
-    fill_features: str | None = None
-    ignore_columns: tuple[str, ...] = ()
-    eval_pairs: str | None = None
-    train_negatives: str | None = None
-    valid_pool: int = 0  # --valid-pool K: K extra validation negatives per protocol negative (common/datasets/pool.py)
     num_cpus: int | None = None  # embedded Ray only; ignored when attaching to a cluster
     links_per_shard: int = 8192
     links_per_block: int = 256
@@ -134,10 +114,6 @@ class PreprocessConfig:
     force: bool = False
 
     def __post_init__(self):
-        if not self.dataset:
-            raise ConfigError("--dataset: required (citeseer, cora, ogbl-*, synthetic, a folder or an edge-list file)")
-        if not isinstance(self.seed, int) or self.seed < 0:
-            raise ConfigError(f"--seed: must be a non-negative integer, got {self.seed!r}")
         if self.num_cpus is not None and (not isinstance(self.num_cpus, int) or self.num_cpus < 1):
             raise ConfigError(f"--num-cpus: must be a positive integer, got {self.num_cpus!r}")
         if not isinstance(self.links_per_block, int) or self.links_per_block < 1:
@@ -153,54 +129,24 @@ class PreprocessConfig:
             raise ConfigError(f"--shard-mb: must be > 0, got {self.shard_mb!r}")
         if not isinstance(self.worker_memory_mb, int) or self.worker_memory_mb < 1:
             raise ConfigError(f"--worker-memory-mb: must be a positive integer, got {self.worker_memory_mb!r}")
-        if self.split is not None:
-            try:
-                object.__setattr__(self, "split", check_split(self.split))
-            except DatasetError as err:
-                raise ConfigError(str(err)) from None
-        object.__setattr__(self, "ignore_columns", tuple(self.ignore_columns))
-        if self.split_kind is not None and self.split_kind not in SPLIT_KINDS:
-            raise ConfigError(f"--split {self.split_kind}: unknown kind; use {' or '.join(SPLIT_KINDS)}")
-        if self.fill_features is not None:
-            if self.fill_features not in FILL_CHOICES:
-                raise ConfigError(f"--fill-features {self.fill_features}: choose one of {', '.join(FILL_CHOICES)}")
-            if self.node_features is None:
-                raise ConfigError("--fill-features: fills the rows a --node-features file lacks; pass --node-features")
-        if self.features and self.node_features is not None:
-            raise ConfigError("--features loads a paper dataset's features, --node-features an edge list's; pass one")
-        if isinstance(self.valid_pool, bool) or not isinstance(self.valid_pool, int) or self.valid_pool < 0:
-            raise ConfigError(f"--valid-pool: must be a non-negative integer, got {self.valid_pool!r}")
         if self.targets is not None and self.targets not in HEURISTIC_TARGETS:
             raise ConfigError(
                 f"--targets: unknown heuristic '{self.targets}'; choose one of {', '.join(HEURISTIC_TARGETS)}"
             )
 
     @property
+    def seed(self) -> int:
+        """The one seed of the split (the data's) and of candidates, sampling and local orders."""
+        return self.data.seed
+
+    @property
     def ships_features(self) -> bool:
         """The set carries a node-feature table (--features or --node-features) and the model reads it."""
-        return self.features or self.node_features is not None
+        return self.data.ships_features
 
     def load_dataset(self):
         """The dataset this configuration names, with every input that shapes it."""
-        from common.datasets import load_dataset
-
-        return load_dataset(
-            self.dataset,
-            data_dir=self.data_dir,
-            ogb_root=self.ogb_root,
-            planetoid_dir=self.planetoid_dir,
-            features=self.features,
-            seed=self.seed,
-            split=self.split,
-            nodes=self.nodes,
-            split_kind=self.split_kind,
-            node_features=self.node_features,
-            fill_features=self.fill_features,
-            ignore_columns=self.ignore_columns,
-            eval_pairs=self.eval_pairs,
-            train_negatives=self.train_negatives,
-            valid_pool=self.valid_pool,
-        )
+        return self.data.load()
 
     def shard_links(self, num_nodes: int) -> int:
         """Links per shard: --links-per-shard, cut so that a shard's worst case (every link at N_max
@@ -218,9 +164,9 @@ class PreprocessConfig:
         if not cand["hard_neg_fraction"]:
             del cand["hard_neg_fraction"]  # uniform negatives: the sets built before the option keep their keys
         return {
-            "dataset": self.dataset,
+            "dataset": self.data.dataset,
             "fingerprint": dataset_fingerprint,
-            "features": self.features,
+            "features": self.data.features,
             "sampling": [self.sampling.d, self.sampling.n],
             "candidates": cand,
             "seed": self.seed,
@@ -231,11 +177,11 @@ class PreprocessConfig:
             # only when set, so link-prediction sets keep the keys (and caches) they always had
             **({"targets": self.targets} if self.targets else {}),
             # only when not the default: a --split of 85,5,10 finds the set built without the flag
-            **({"split": list(self.split)} if self.split not in (None, DEFAULT_SPLIT) else {}),
+            **({"split": list(self.data.split)} if self.data.split not in (None, DEFAULT_SPLIT) else {}),
             # The split kind and the graph's other inputs reach the key through the fingerprint (the pairs of each
             # split, the times' boundaries, the feature table, the weights, the user's pairs are all hashed there);
             # --node-features also decides whether the set ships the table, so it is named (only when given).
-            **({"node_features": True} if self.node_features else {}),
+            **({"node_features": True} if self.data.node_features else {}),
         }
 
     def to_dict(self) -> dict:
@@ -245,8 +191,10 @@ class PreprocessConfig:
         from common.storage import absolute_location
 
         out = asdict(self)
+        out.update(self.data.to_dict())  # the spec's fields at the top level, where manifests have always kept them
+        del out["data"]
         for name in PATH_FIELDS:
-            if out[name] and (name != "dataset" or given_by_path(self.dataset, self.data_dir)):
+            if out[name] and (name != "dataset" or given_by_path(self.data.dataset, self.data.data_dir)):
                 out[name] = absolute_location(out[name])
         out["sampling"] = {"d": self.sampling.d, "n": self.sampling.n, "n_max": self.sampling.n_max}
         return out

@@ -152,7 +152,7 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True, keep_ra
     if dataset is None:
         dataset = config.load_dataset()
     if config.ships_features and dataset.x is None:  # before anything is written
-        flag = "--features" if config.features else "--node-features"
+        flag = "--features" if config.data.features else "--node-features"
         raise ConfigError(
             f"{flag}: dataset {dataset.name} has no node features (Planetoid datasets need "
             "--planetoid-dir; OGB ones need node-feat in the root; an edge list's come with "

@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from common.datasets.spec import DatasetSpec
+
 try:
     import ray  # noqa: F401
 
@@ -158,7 +160,7 @@ def tiny_citeseer_run(shard_cache: Path, out: Path) -> Path:
 
     preset = get_preset("tiny")
     cfg = PreprocessConfig(
-        dataset="citeseer",
+        data=DatasetSpec("citeseer"),
         sampling=SamplingConfig(*preset.sampling),
         num_cpus=2,
         candidates=CandidateConfig(views=1, percent=preset.train_percent, protocols=("original",)),
@@ -194,12 +196,11 @@ def tiny_edge_list_run(root: Path, rows, node_features: Path | None = None) -> d
     edges = write_edges(root / "shop.csv", rows)
     shards = run_job(
         PreprocessConfig(
-            dataset=str(edges),
+            data=DatasetSpec(str(edges), node_features=None if node_features is None else str(node_features)),
             sampling=SamplingConfig(1, 3),
             out=str(root / "shards"),
             candidates=CandidateConfig(views=1),
             num_cpus=1,
-            node_features=None if node_features is None else str(node_features),
         )
     ).path
     train_tiny_on_cpu(shards, root / "run", max_steps=2)
@@ -327,9 +328,9 @@ def cora_pair(tmp_path_factory):
     """(the paper path's cora with features, the folder of cora written as an edge list with the paper path's split
     column, cora-edges.csv, and its feature table, cora-features.csv: bench.own_graph_suite.write_cora_edge_list)."""
     from bench.own_graph_suite import write_cora_edge_list
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
 
     planetoid = require_shared("planetoid", "ind.cora.x").parent
     folder = tmp_path_factory.mktemp("cora-edges")
     write_cora_edge_list(planetoid, folder)
-    return load_dataset("cora", planetoid_dir=str(planetoid), features=True), folder
+    return load_dataset(DatasetSpec("cora", planetoid_dir=str(planetoid), features=True)), folder

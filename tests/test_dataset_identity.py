@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.datasets import load_dataset
+from common.datasets import DatasetSpec, load_dataset
 from pipelines.core.results import aggregate, markdown
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,10 +36,10 @@ def args_for(tmp_path, dataset, *extra):
 def test_a_file_named_like_a_paper_dataset_is_the_users_graph(tmp_path):
     from pipelines.run import pick_preset
 
-    own = load_dataset(str(random_graph(tmp_path / "citeseer.csv")))
+    own = load_dataset(DatasetSpec(str(random_graph(tmp_path / "citeseer.csv"))))
     assert own.name == "citeseer" and own.own and own.num_nodes <= 120
     assert pick_preset(args_for(tmp_path, tmp_path / "citeseer.csv"), own) == "auto"
-    paper = load_dataset("citeseer")  # by name: the shipped paper dataset and its CPU preset
+    paper = load_dataset(DatasetSpec("citeseer"))  # by name: the shipped paper dataset and its CPU preset
     assert not paper.own and paper.num_nodes == 3327
     assert pick_preset(args_for(tmp_path, "citeseer"), paper) == "citeseer-small"
 
@@ -50,7 +50,7 @@ def test_a_heart_folder_given_by_path_is_the_users_graph(tmp_path):
     rng = np.random.default_rng(1)
     for name, k in (("train_pos", 60), ("valid_pos", 6), ("valid_neg", 6), ("test_pos", 6), ("test_neg", 6)):
         np.savetxt(folder / f"{name}.txt", rng.integers(0, 40, (k, 2)), fmt="%d")
-    ds = load_dataset(str(folder))
+    ds = load_dataset(DatasetSpec(str(folder)))
     assert ds.name == "cora" and ds.own
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from common.datasets import load_dataset
+from common.datasets import DatasetSpec, load_dataset
 from common.datasets.base import DatasetError
 from common.datasets.edgelist import load_edge_list
 from common.datasets.heart import load_heart_dir
@@ -45,7 +45,7 @@ def check_negatives(ds, full: Graph, protocol="original"):
 # ------------------------------------------------------------------------------ citeseer / HeaRT
 @pytest.fixture(scope="module")
 def citeseer():
-    return load_dataset("citeseer")
+    return load_dataset(DatasetSpec("citeseer"))
 
 
 def test_shipped_citeseer_counts(citeseer):
@@ -79,14 +79,14 @@ def test_tiny_heart_dir(tmp_path):
     (d / "valid_neg.txt").write_text("0\t4\n")
     (d / "test_neg.txt").write_text("1\t4\n2\t4\n")
     np.save(d / "heart_test_samples.npy", np.array([[[1, 4], [0, 4]], [[0, 4], [2, 4]]], dtype=np.int64))
-    ds = load_dataset(str(d))
+    ds = load_dataset(DatasetSpec(str(d)))
     assert ds.name == "tiny" and ds.num_nodes == 5
     assert ds.graph.edge_array().tolist() == [[0, 1], [1, 2], [2, 3]]
     assert ds.splits["test"].neg["heart"].shape == (2, 2, 2)
     assert "heart" not in ds.splits["valid"].neg
     (d / "valid_pos.txt").unlink()
     with pytest.raises(DatasetError, match="valid_pos.txt: missing"):
-        load_dataset(str(d))
+        load_dataset(DatasetSpec(str(d)))
 
 
 # ------------------------------------------------------------------------------ Planetoid
@@ -98,7 +98,7 @@ def test_citeseer_features_match_pyg(tmp_path, shared_data):
     for f in (shared_data / "planetoid").glob("ind.citeseer.*"):
         shutil.copy(f, raw / f.name)
     pyg = Planetoid(str(tmp_path), "CiteSeer")[0]  # processes the raw copy, offline
-    ds = load_dataset("citeseer", planetoid_dir=str(shared_data / "planetoid"), features=True)
+    ds = load_dataset(DatasetSpec("citeseer", planetoid_dir=str(shared_data / "planetoid"), features=True))
     assert ds.x.shape == (3327, 3703) and ds.x.dtype == np.float32
     ref = pyg.x.numpy()
     zero_rows = np.flatnonzero(ref.sum(1) == 0)
@@ -129,7 +129,7 @@ def test_cora_random_split(shared_data):
     from common.datasets.planetoid import load_planetoid_random_split, read_planetoid
 
     pdir = str(shared_data / "planetoid")
-    ds = load_dataset("cora", planetoid_dir=pdir, seed=0)
+    ds = load_dataset(DatasetSpec("cora", planetoid_dir=pdir, seed=0))
     assert ds.num_nodes == 2708 and ds.x is None
     sizes = [len(ds.splits[s].pos) for s in ("train", "valid", "test")]
     assert sizes == [4488, 263, 527] and sum(sizes) == 5278
@@ -148,7 +148,7 @@ def test_planetoid_errors(tmp_path):
     from common.datasets.planetoid import load_planetoid_features
 
     with pytest.raises(DatasetError, match="needs --planetoid-dir"):
-        load_dataset("cora")
+        load_dataset(DatasetSpec("cora"))
     (tmp_path / "ind.cora.x").write_bytes(b"")
     with pytest.raises(DatasetError, match=str(tmp_path / "ind.cora.tx")):
         load_planetoid_features("cora", tmp_path)
@@ -222,7 +222,7 @@ def test_ogb_edge_datasets(tmp_path, name, no_prompt):
 
     real_load = torch.load
     fake = write_fake_ogb(tmp_path, name)
-    ds = load_dataset(name, ogb_root=str(tmp_path))
+    ds = load_dataset(DatasetSpec(name, ogb_root=str(tmp_path)))
     assert torch.load is real_load and builtins.input.__name__ == "fail"  # patches undone
     assert ds.num_nodes == 30 and ds.protocols == ["ogb"]
     assert ds.metric == {"ogb": {"ogbl-collab": "hits@50", "ogbl-ppa": "hits@100", "ogbl-ddi": "hits@20"}[name]}
@@ -244,7 +244,7 @@ def test_ogb_edge_datasets(tmp_path, name, no_prompt):
         assert ds.test_graph is None
     # Second load reads ogb's processed/data_processed (another torch.load ogb makes).
     assert (tmp_path / name.replace("-", "_") / "processed" / "data_processed").is_file()
-    assert load_dataset(name, ogb_root=str(tmp_path)).fingerprint() == ds.fingerprint()
+    assert load_dataset(DatasetSpec(name, ogb_root=str(tmp_path))).fingerprint() == ds.fingerprint()
 
 
 def test_ogb_citation2_per_positive_negatives(tmp_path, no_prompt):
@@ -276,7 +276,7 @@ def test_ogb_missing_files_raise_without_prompt(tmp_path, no_prompt):
     from common.datasets.ogb import load_ogb
 
     with pytest.raises(DatasetError, match="needs --ogb-root"):
-        load_dataset("ogbl-collab")
+        load_dataset(DatasetSpec("ogbl-collab"))
     with pytest.raises(DatasetError, match="unknown OGB dataset 'ogbl-wikikg2'"):
         load_ogb("ogbl-wikikg2", tmp_path)
     with pytest.raises(DatasetError, match=r"missing file\(s\) .*ogbl_ddi/RELEASE_v1.txt.*raw/edge.csv.gz"):
@@ -346,18 +346,21 @@ def test_edge_list_random_split(tmp_path, ext):
     check_negatives(ds, full)
     assert load_edge_list(path, seed=3, val_frac=0.1, test_frac=0.2).fingerprint() == ds.fingerprint()
     assert load_edge_list(path, seed=4, val_frac=0.1, test_frac=0.2).fingerprint() != ds.fingerprint()
-    assert load_dataset(str(path)).splits["test"].pos.shape == (2, 2)  # default 5/10 split
+    assert load_dataset(DatasetSpec(str(path))).splits["test"].pos.shape == (2, 2)  # default 5/10 split
 
 
 def test_split_flag_sets_the_fractions(tmp_path):
     """--split 70,10,20 (percent) reaches the random split: floor(10% of 20) = 2 valid, floor(20%) = 4 test."""
     path = tmp_path / "mine.csv"
     pd.DataFrame(EDGE_ROWS, columns=["src", "dst"]).to_csv(path, index=False)
-    ds = load_dataset(str(path), seed=3, split=(70, 10, 20))
+    ds = load_dataset(DatasetSpec(str(path), seed=3, split=(70, 10, 20)))
     assert [len(ds.splits[s].pos) for s in ("train", "valid", "test")] == [14, 2, 4]
     assert ds.fingerprint() == load_edge_list(path, seed=3, val_frac=0.1, test_frac=0.2).fingerprint()
-    assert load_dataset(str(path), split=(85, 5, 10)).fingerprint() == load_dataset(str(path)).fingerprint()
-    assert load_dataset(str(path), split=(50, 25, 25)).splits["valid"].neg["original"].shape == (5, 2)
+    assert (
+        load_dataset(DatasetSpec(str(path), split=(85, 5, 10))).fingerprint()
+        == load_dataset(DatasetSpec(str(path))).fingerprint()
+    )
+    assert load_dataset(DatasetSpec(str(path), split=(50, 25, 25))).splits["valid"].neg["original"].shape == (5, 2)
 
 
 def test_a_shard_sets_dataset_has_the_sets_split_and_nodes(tmp_path):
@@ -373,21 +376,21 @@ def test_a_shard_sets_dataset_has_the_sets_split_and_nodes(tmp_path):
     pd.DataFrame(EDGE_ROWS, columns=["src", "dst"]).to_csv(path, index=False)
     pd.DataFrame({"node": [*range(10), 10, 11]}).to_csv(nodes, index=False)  # 10 and 11: isolated
     config = PreprocessConfig(
-        dataset=str(path), sampling=SamplingConfig(1, 5), split=(50, 25, 25), nodes=str(nodes), seed=3
+        data=DatasetSpec(str(path), split=(50, 25, 25), nodes=str(nodes), seed=3), sampling=SamplingConfig(1, 5)
     ).to_dict()
     config = json.loads(json.dumps(config))  # as the manifest stores it: the split is a list
     ds = load_set_dataset(config)
-    want = load_dataset(str(path), split=(50, 25, 25), nodes=str(nodes), seed=3)
+    want = load_dataset(DatasetSpec(str(path), split=(50, 25, 25), nodes=str(nodes), seed=3))
     assert ds.num_nodes == 12 and [len(ds.splits[s].pos) for s in ("train", "valid", "test")] == [10, 5, 5]
     for s in ("train", "valid", "test"):
         np.testing.assert_array_equal(ds.splits[s].pos, want.splits[s].pos)
-    assert ds.fingerprint() == want.fingerprint() != load_dataset(str(path), seed=3).fingerprint()
+    assert ds.fingerprint() == want.fingerprint() != load_dataset(DatasetSpec(str(path), seed=3)).fingerprint()
     # the flags pipelines.score takes to find the data elsewhere override the recorded ones
     other = tmp_path / "other.csv"
     pd.DataFrame(EDGE_ROWS[:12], columns=["src", "dst"]).to_csv(other, index=False)
     assert (
         load_set_dataset({**config, "nodes": None}, name=str(other)).fingerprint()
-        == load_dataset(str(other), split=(50, 25, 25), seed=3).fingerprint()
+        == load_dataset(DatasetSpec(str(other), split=(50, 25, 25), seed=3)).fingerprint()
     )
 
 
@@ -414,13 +417,13 @@ def test_split_flag_errors(text, match):
 
 def test_split_flag_refused_where_the_dataset_has_its_own_split(tmp_path):
     with pytest.raises(DatasetError, match="--split: citeseer comes with its own split"):
-        load_dataset("citeseer", split=(80, 10, 10))
+        load_dataset(DatasetSpec("citeseer", split=(80, 10, 10)))
     with pytest.raises(DatasetError, match="--split: synthetic comes with its own split"):
-        load_dataset("synthetic", split=(80, 10, 10))
+        load_dataset(DatasetSpec("synthetic", split=(80, 10, 10)))
     path = tmp_path / "given.csv"
     pd.DataFrame(EDGE_ROWS, columns=["src", "dst"]).assign(split="train").to_csv(path, index=False)
     with pytest.raises(DatasetError, match=r"given.csv: --split: the file's split column fixes the split"):
-        load_dataset(str(path), split=(80, 10, 10))
+        load_dataset(DatasetSpec(str(path), split=(80, 10, 10)))
 
 
 @pytest.mark.parametrize("ext", [".csv", ".parquet"])

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.datasets import DatasetError, load_dataset
+from common.datasets import DatasetError, DatasetSpec, load_dataset
 from common.graph import Graph, edge_weights
 from common.heuristics import HeuristicError, ranking_scores, score_pairs, score_split
 from tests.test_temporal import ROWS
@@ -56,7 +56,7 @@ def test_weighted_heuristics_by_hand():
 def test_weight_column_is_summed_per_pair_onto_the_training_graph(tmp_path, caplog):
     caplog.set_level("INFO")
     rows = [(*r, "train") for r in WEIGHTED] + [(E, F, 2, "valid"), (F, A, 7, "test")]
-    ds = load_dataset(write(tmp_path / "w.csv", rows, "src,dst,weight,split"))
+    ds = load_dataset(DatasetSpec(write(tmp_path / "w.csv", rows, "src,dst,weight,split")))
     w = ds.weight_for("valid")
     pos, found = ds.graph.edge_positions([A, B, E], [C, D, F])
     assert found.tolist() == [True, True, False] and w[pos[:2]].tolist() == [2, 4]
@@ -66,7 +66,9 @@ def test_weight_column_is_summed_per_pair_onto_the_training_graph(tmp_path, capl
     assert "the model reads the unweighted graph" in caplog.text
     scored = score_split(ds, "test", ["original"], ["cn", "waa", "wra"])["original"]
     assert set(scored) == {"cn", "waa", "wra"}
-    plain = load_dataset(write(tmp_path / "w.csv", rows, "src,dst,weight,split"), ignore_columns=("weight",))
+    plain = load_dataset(
+        DatasetSpec(write(tmp_path / "w.csv", rows, "src,dst,weight,split"), ignore_columns=("weight",))
+    )
     assert plain.weights is None and plain.fingerprint() != ds.fingerprint()
 
 
@@ -75,7 +77,7 @@ def test_temporal_weights_count_only_rows_before_each_boundary(tmp_path):
     (1, 13): valid, 1 at t=130 in the test graph, its repeat at t=175 is after the test boundary."""
     weight = {(2, 1, 15): 2, (3, 2, 210): 100, (1, 13, 175): 5}
     rows = [(u, v, t, weight.get((u, v, t), 1)) for u, v, t in ROWS]
-    ds = load_dataset(write(tmp_path / "tw.csv", rows, "src,dst,time,weight"), split=(60, 20, 20))
+    ds = load_dataset(DatasetSpec(write(tmp_path / "tw.csv", rows, "src,dst,time,weight"), split=(60, 20, 20)))
     index = {int(u): i for i, u in enumerate(ds.node_ids)}
 
     def weight_of(split, u, v):
@@ -101,7 +103,7 @@ def test_bad_weights_are_refused_naming_the_option_that_drops_them(tmp_path, cel
     rows = [(i, (i + 1) % 30, 1) for i in range(30)]
     rows[2] = (2, 3, cell)
     with pytest.raises(DatasetError, match=match) as err:
-        load_dataset(write(tmp_path / "w.csv", rows, "src,dst,weight"))
+        load_dataset(DatasetSpec(write(tmp_path / "w.csv", rows, "src,dst,weight")))
     assert str(err.value).endswith("fix the row, or drop the column with --ignore-columns weight")
 
 
@@ -109,7 +111,7 @@ def test_other_columns_are_ignored_with_a_log_line_each(tmp_path, caplog):
     caplog.set_level("INFO")
     rows = [(i, (i + 1) % 30, "x", 1.5, 1) for i in range(30)]
     path = write(tmp_path / "c.csv", rows, "src,dst,kind,score,weight")
-    ds = load_dataset(path, ignore_columns=("weight",))
+    ds = load_dataset(DatasetSpec(path, ignore_columns=("weight",)))
     assert ds.weights is None
     assert (
         "c.csv: column(s) 'kind', 'score' ignored: an edge list reads src, dst and optionally split, time, weight"
@@ -121,15 +123,15 @@ def test_other_columns_are_ignored_with_a_log_line_each(tmp_path, caplog):
         match=r"--ignore-columns wieght: .*c.csv has no column 'wieght' \(columns: src, "
         r"dst, kind, score, weight\)",
     ):
-        load_dataset(path, ignore_columns=("wieght",))
+        load_dataset(DatasetSpec(path, ignore_columns=("wieght",)))
     with pytest.raises(DatasetError, match=r"--ignore-columns dst: dst is an endpoint column and cannot be ignored"):
-        load_dataset(path, ignore_columns=("dst",))
+        load_dataset(DatasetSpec(path, ignore_columns=("dst",)))
 
 
 def test_the_undirected_graph_is_said_so(tmp_path, caplog):
     caplog.set_level("INFO")
     rows = [(i, (i + 1) % 30) for i in range(30)] + [(1, 0), (5, 5)]
-    load_dataset(write(tmp_path / "u.csv", rows, "src,dst"))
+    load_dataset(DatasetSpec(write(tmp_path / "u.csv", rows, "src,dst")))
     assert (
         "u.csv: the graph is undirected: (u, v) and (v, u) are one pair and repeated pairs count once (32 rows -> "
         "30 distinct pairs; 1 self-loop row(s) dropped, 1 row(s) repeating a pair)"

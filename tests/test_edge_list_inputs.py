@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from common.datasets import DatasetError, load_dataset
+from common.datasets import DatasetError, DatasetSpec, load_dataset
 from common.datasets.ids import _map_numbers
 from common.datasets.tables import read_columns
 
@@ -49,19 +49,19 @@ def test_ids_with_leading_zeros_are_text_as_written(tmp_path, caplog):
     """Codes 000..149 come back with their zeros, and 001 is not 1: the column is read as text, and the log
     says which id made it so."""
     codes = [f"{i:03d}" for i in range(150)]
-    ds = load_dataset(str(write_csv(tmp_path / "codes.csv", ring(150, codes))))
+    ds = load_dataset(DatasetSpec(str(write_csv(tmp_path / "codes.csv", ring(150, codes)))))
     assert ds.node_ids.dtype == object and list(ds.node_ids[:3]) == ["000", "001", "002"]
     assert (
         "codes.csv: node ids read as text (sorted as text, written back as read): column 'src' holds '000' in "
         "data row 1, a leading zero an integer would drop" in caplog.text
     )
-    both = load_dataset(str(write_csv(tmp_path / "both.csv", ring(150) + [("001", 7), ("1", 9)])))
+    both = load_dataset(DatasetSpec(str(write_csv(tmp_path / "both.csv", ring(150) + [("001", 7), ("1", 9)]))))
     assert {"001", "1"} <= set(both.node_ids) and both.num_nodes == 151
 
 
 def test_one_odd_id_says_why_every_id_is_text(tmp_path, caplog):
     edges = write_csv(tmp_path / "big.csv", ring(150) + [(2**64, 3)])
-    ds = load_dataset(str(edges))
+    ds = load_dataset(DatasetSpec(str(edges)))
     assert ds.node_ids.dtype == object and str(2**64) in set(ds.node_ids)
     assert (
         f"big.csv: node ids read as text (sorted as text, written back as read): column 'src' holds {2**64} in "
@@ -69,7 +69,7 @@ def test_one_odd_id_says_why_every_id_is_text(tmp_path, caplog):
     )
     caplog.clear()
     (tmp_path / "nodes.csv").write_text("node\n0\nabc\n")
-    load_dataset(str(write_csv(tmp_path / "ints.csv", ring(150))), nodes=str(tmp_path / "nodes.csv"))
+    load_dataset(DatasetSpec(str(write_csv(tmp_path / "ints.csv", ring(150))), nodes=str(tmp_path / "nodes.csv")))
     assert (
         "ints.csv: node ids read as text (sorted as text, written back as read): nodes.csv: column 'node' holds "
         "'abc' in data row 2, not an integer; so the integer ids of column(s) src, dst are text too" in caplog.text
@@ -82,7 +82,7 @@ def test_dropped_and_merged_rows_are_logged(tmp_path, caplog):
 
     caplog.set_level(logging.INFO)
     rows = ring(600) + [(i, i) for i in range(40)] + ring(600)[:30] + [(b, a) for a, b in ring(600)[100:130]]
-    load_dataset(str(write_csv(tmp_path / "e.csv", rows)))
+    load_dataset(DatasetSpec(str(write_csv(tmp_path / "e.csv", rows))))
     assert (
         "e.csv: the graph is undirected: (u, v) and (v, u) are one pair and repeated pairs count once (700 rows "
         "-> 600 distinct pairs; 40 self-loop row(s) dropped, 60 row(s) repeating a pair)" in caplog.text
@@ -92,7 +92,7 @@ def test_dropped_and_merged_rows_are_logged(tmp_path, caplog):
 def test_uint64_ids_in_a_narrow_range_near_the_top(tmp_path):
     """2^64 - 1 - i: the direct-table path, whose offset once overflowed a C long."""
     top = 2**64 - 1
-    ds = load_dataset(str(write_csv(tmp_path / "u64.csv", ring(120, [top - i for i in range(120)]))))
+    ds = load_dataset(DatasetSpec(str(write_csv(tmp_path / "u64.csv", ring(120, [top - i for i in range(120)])))))
     assert ds.num_nodes == 120 and ds.node_ids.dtype == np.uint64
     assert int(ds.node_ids[0]) == top - 119 and int(ds.node_ids[-1]) == top
     # node i is the i-th smallest id: the edge (top, top - 1) is (119, 118)
@@ -112,7 +112,9 @@ def test_zero_based_ids_with_gaps_are_mapped(tmp_path):
     out, node_ids, how = _map_numbers({"src": np.array([0, 7, 3]), "dst": np.array([3, 300, 0])})
     assert node_ids.tolist() == [0, 3, 7, 300] and how == "integers, table"
     assert out["src"].tolist() == [0, 2, 1] and out["dst"].tolist() == [1, 3, 0]
-    ds = load_dataset(str(write_csv(tmp_path / "gaps.csv", ring(151, [2 * i for i in range(150)] + [300]))))
+    ds = load_dataset(
+        DatasetSpec(str(write_csv(tmp_path / "gaps.csv", ring(151, [2 * i for i in range(150)] + [300]))))
+    )
     assert ds.num_nodes == 151 and ds.node_ids.tolist() == [2 * i for i in range(150)] + [300]
     out, node_ids, how = _map_numbers({"src": np.array([0, 1]), "dst": np.array([2, 1])})
     assert how == "already 0..N-1" and out["src"].tolist() == [0, 1] and node_ids.tolist() == [0, 1, 2]
@@ -124,14 +126,14 @@ def test_float_ids_beyond_2_53_are_refused(tmp_path):
     dst = np.r_[np.arange(1, 118, dtype=np.float64), 1e20, 2.0**63, 0.0]
     pq.write_table(pa.table({"src": src, "dst": dst}), tmp_path / "f.parquet")
     with pytest.raises(DatasetError, match=r"f.parquet: column 'dst' holds node id 1e\+20 as a float, beyond 2\^53"):
-        load_dataset(str(tmp_path / "f.parquet"))
+        load_dataset(DatasetSpec(str(tmp_path / "f.parquet")))
     pq.write_table(pa.table({"src": src, "dst": np.r_[src[1:], 0.0]}), tmp_path / "ok.parquet")
-    assert load_dataset(str(tmp_path / "ok.parquet")).num_nodes == 120  # integral floats below 2^53 load
+    assert load_dataset(DatasetSpec(str(tmp_path / "ok.parquet"))).num_nodes == 120  # integral floats below 2^53 load
 
 
 def test_csv_with_a_byte_order_mark(tmp_path):
     """Excel writes UTF-8 CSV with a BOM; the header is src,dst all the same."""
-    ds = load_dataset(str(write_csv(tmp_path / "excel.csv", ring(60), bom=True)))
+    ds = load_dataset(DatasetSpec(str(write_csv(tmp_path / "excel.csv", ring(60), bom=True))))
     assert ds.num_nodes == 60 and ds.node_ids is not None and ds.node_ids.tolist() == list(range(60))
 
 
@@ -154,7 +156,7 @@ def test_one_column_node_list_header_rule(tmp_path, name, text, ids):
 def test_headerless_node_list_keeps_its_first_node(tmp_path):
     edges = write_csv(tmp_path / "e.csv", ring(40, list(range(500, 540))))
     (tmp_path / "nodes.csv").write_text("7\n8\n9\n")  # three isolated nodes, the first line among them
-    ds = load_dataset(str(edges), nodes=str(tmp_path / "nodes.csv"))
+    ds = load_dataset(DatasetSpec(str(edges), nodes=str(tmp_path / "nodes.csv")))
     assert ds.num_nodes == 43 and ds.node_ids.tolist() == [7, 8, 9] + list(range(500, 540))
 
 
@@ -168,7 +170,7 @@ def test_an_edge_in_train_and_test_is_refused(tmp_path):
         match=r"leak.csv: 1 edge\(s\) are marked both train and test in the split "
         r"column \(first: 0,1\).*keep each edge in one split",
     ):
-        load_dataset(str(path))
+        load_dataset(DatasetSpec(str(path)))
     proc = cli("-m", "preprocess", "--dataset", str(path), "--out", str(tmp_path / "shards"))
     assert "both train and test" in error_line(proc)
     assert not (tmp_path / "shards").exists() or not list((tmp_path / "shards").rglob("manifest.json"))
@@ -179,7 +181,7 @@ def test_valid_and_test_sharing_an_edge_is_refused(tmp_path):
     path = tmp_path / "twice.csv"
     path.write_text("src,dst,split\n" + "\n".join(",".join(map(str, r)) for r in rows) + "\n")
     with pytest.raises(DatasetError, match=r"marked both valid and test .*first: 0,5"):
-        load_dataset(str(path))
+        load_dataset(DatasetSpec(str(path)))
 
 
 def test_a_graph_too_small_for_a_validation_edge_names_split(tmp_path):
@@ -189,8 +191,8 @@ def test_a_graph_too_small_for_a_validation_edge_names_split(tmp_path):
         DatasetError,
         match=r"19 edges leave no valid edges at 5% valid / 10% test; pass --split 70,15,15, or add edges$",
     ):
-        load_dataset(str(path))
-    ds = load_dataset(str(path), split=(70.0, 15.0, 15.0))
+        load_dataset(DatasetSpec(str(path)))
+    ds = load_dataset(DatasetSpec(str(path), split=(70.0, 15.0, 15.0)))
     assert (len(ds.splits["train"].pos), len(ds.splits["valid"].pos), len(ds.splits["test"].pos)) == (15, 2, 2)
     proc = cli("-m", "preprocess", "--dataset", str(path), "--out", str(tmp_path / "shards"))
     assert "--split" in error_line(proc)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from common.datasets.spec import DatasetSpec
 from common.shards import FEATURES, Manifest, ShardError, load_features, read_manifest
 from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
 from preprocess.job import run
@@ -17,7 +18,7 @@ from trainer.train import run as train
 
 def _config(tmp_path, **kw):
     return PreprocessConfig(
-        dataset="citeseer",
+        data=DatasetSpec("citeseer"),
         sampling=SamplingConfig(1, 3),
         num_cpus=2,
         out=str(tmp_path / "shards"),
@@ -84,10 +85,9 @@ def test_feature_table_changes_the_output(feature_shards):
 
 def test_features_flag_without_features_is_a_clear_error(tmp_path):
     config = PreprocessConfig(
-        dataset=str(_edge_list(tmp_path)),
+        data=DatasetSpec(str(_edge_list(tmp_path)), features=True),
         sampling=SamplingConfig(1, 3),
         num_cpus=2,
-        features=True,
         out=str(tmp_path / "shards"),
         candidates=CandidateConfig(views=1),
     )

@@ -166,10 +166,10 @@ def test_recipe_end_to_end_tiny(tmp_path, capsys):
         assert rec["config"]["use_features"] is False and rec["best_epoch"] in (1, 2)
     # Original protocol: 455 test positives against 455 shared random negatives. Random scores stay below ~0.03
     # (99.9 %), a constant score ties everywhere (2 / 457); the run gets ~0.07 (seeds 0-2).
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
     from tests.chance import chance_mrr
 
-    test = load_dataset("citeseer").splits["test"]
+    test = load_dataset(DatasetSpec("citeseer")).splits["test"]
     p, q = len(test.pos), len(test.neg["original"])
     assert recs["original"]["test"]["mrr"] > chance_mrr(np.arange(p), p + np.arange(q))
     # HeaRT's negatives are hard by construction (the pairs structure-only heuristics rank high): a 2-epoch

@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from common.datasets.spec import DatasetSpec
 from common.graph import Graph
 from common.shards import cache_key, read_manifest, read_shard, shard_entries
 from preprocess.candidates import sample_hard_negatives, sample_negatives, training_view
@@ -130,7 +131,7 @@ def test_bad_fraction_is_a_one_line_error_naming_the_flag(bad):
 
 
 def test_default_cache_key_is_unchanged_and_a_fraction_changes_it():
-    base = PreprocessConfig(dataset="citeseer", sampling=SamplingConfig(1, 5))
+    base = PreprocessConfig(data=DatasetSpec("citeseer"), sampling=SamplingConfig(1, 5))
     assert CandidateConfig(hard_neg_fraction=1).hard_neg_fraction == 1.0
     # key_parts of this config as written before --hard-neg-fraction existed: every cached set keeps its key
     before = {
@@ -187,7 +188,7 @@ def test_pipelines_run_passes_the_fraction_to_every_shard_set(tmp_path):
 
 
 def test_preprocess_cli_writes_a_set_with_hard_negatives(ray_session, tmp_path, capsys):
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
     from preprocess.__main__ import build_parser, config_from_args, main
     from preprocess.plan import candidate_sets
 
@@ -219,7 +220,7 @@ def test_preprocess_cli_writes_a_set_with_hard_negatives(ray_session, tmp_path, 
     assert cache_key(uniform.key_parts(m.fingerprint, m.protocols)) != m.key
 
     # The shards hold the planned view, and half its negatives share a neighbour with their pair.
-    citeseer = load_dataset("citeseer")
+    citeseer = load_dataset(DatasetSpec("citeseer"))
     (view,) = [cs.cands for cs in candidate_sets(config, citeseer, m.protocols)]
     got = {}
     for e in shard_entries(m, "train", None, 0):

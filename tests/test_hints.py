@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from common.datasets import DatasetError, load_dataset
+from common.datasets import DatasetError, DatasetSpec, load_dataset
 from common.graph import Graph
 from preprocess.config import ConfigError
 
@@ -47,17 +47,17 @@ def preprocess_args(tmp_path: Path, *flags):
 def test_preprocess_suggests_a_split_it_accepts(tmp_path):
     edges = write(tmp_path / "g.csv", SMALL)
     with pytest.raises(DatasetError) as err:
-        load_dataset(str(edges))
+        load_dataset(DatasetSpec(str(edges)))
     (flag, value), *_ = hinted(str(err.value))
     assert flag == "--split", str(err.value)
     cfg = preprocess_args(tmp_path, flag, value)  # the parser and the config take it
-    ds = load_dataset(str(edges), split=cfg.split)  # and the split it makes has valid and test edges
+    ds = load_dataset(DatasetSpec(str(edges), split=cfg.data.split))  # and the split it makes has valid and test edges
     assert len(ds.splits["valid"].pos) and len(ds.splits["test"].pos)
 
 
 def test_too_few_edges_for_any_split_suggests_only_more_edges(tmp_path):
     with pytest.raises(DatasetError, match=r"add edges \(2 cannot make a train, a valid and a test edge\)"):
-        load_dataset(str(write(tmp_path / "g.csv", [(0, 1), (1, 2)])))
+        load_dataset(DatasetSpec(str(write(tmp_path / "g.csv", [(0, 1), (1, 2)]))))
 
 
 def test_heuristics_suggests_a_split_column_and_scores_the_file_with_one(tmp_path):
@@ -65,7 +65,7 @@ def test_heuristics_suggests_a_split_column_and_scores_the_file_with_one(tmp_pat
 
     edges = write(tmp_path / "g.csv", SMALL)
     with pytest.raises(DatasetError) as err:
-        load_dataset(str(edges), split_flag=None)  # what pencil heuristics loads with
+        load_dataset(DatasetSpec(str(edges)), split_flag=None)  # what pencil heuristics loads with
     assert "--split" not in str(err.value) and "split column" in str(err.value)
     write(edges, SMALL, ["train"] * 8 + ["valid"] * 2 + ["test"] * 2)  # the hint followed
     assert main(["--dataset", str(edges), "--out", str(tmp_path / "h.json")]) == 0
@@ -105,10 +105,10 @@ def test_a_temporal_split_too_small_suggests_a_split_it_accepts(tmp_path):
     path = tmp_path / "g.csv"
     path.write_text("src,dst,time\n" + "".join(f"{a},{b},{t}\n" for t, (a, b) in enumerate(SMALL)))
     with pytest.raises(DatasetError) as err:
-        load_dataset(str(path))
+        load_dataset(DatasetSpec(str(path)))
     (flag, value), *_ = hinted(str(err.value))
     assert flag == "--split", str(err.value)
     cfg = preprocess_args(tmp_path, flag, value)
-    ds = load_dataset(str(path), split=cfg.split)
+    ds = load_dataset(DatasetSpec(str(path), split=cfg.data.split))
     assert ds.split_info["kind"] == "temporal"
     assert ds.splits["test"].pos.tolist() == [[0, 11]]  # the last pair in time, (11, 0), alone in test

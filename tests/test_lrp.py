@@ -185,11 +185,11 @@ def test_training_with_lrp_end_to_end(tmp_path):
 
 def test_scoring_pairs_with_an_lrp_model():
     """pipelines.score feeds an LRP-k checkpoint k labeled subgraphs per pair: one score per pair, reproducible."""
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
     from pipelines.score import score_pairs
     from trainer.model.pencil import Pencil
 
-    ds = load_dataset("citeseer")
+    ds = load_dataset(DatasetSpec("citeseer"))
     torch.manual_seed(0)
     model = Pencil(ModelConfig(n_max=12, hidden=16, layers=1, heads=2, ffn=32, dropout=0.0, lrp=3)).eval()
     pairs = np.asarray(ds.splits["test"].pos[:20], dtype=np.int64)

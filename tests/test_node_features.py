@@ -15,10 +15,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from common.datasets import DatasetError, load_dataset
+from common.datasets import DatasetError, DatasetSpec, load_dataset
 from common.datasets.node_features import load_node_features
 from common.graph import Graph, GraphError
-from preprocess.config import CandidateConfig, ConfigError, PreprocessConfig, SamplingConfig
+from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
 from tests.conftest import cached_set, require_shared
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -82,9 +82,9 @@ def test_npy_needs_ids_zero_to_n(tmp_path):
 
 def test_edge_list_with_features_puts_them_on_the_graph(tmp_path):
     feats = write(tmp_path / "x.csv", "node,f\n" + "".join(f"n{i:02d},{i}\n" for i in range(30)))
-    ds = load_dataset(str(edges_csv(tmp_path)), node_features=feats)
+    ds = load_dataset(DatasetSpec(str(edges_csv(tmp_path)), node_features=feats))
     assert ds.x.shape == (30, 1) and ds.x[:, 0].tolist() == list(range(30))  # ids n00..n29 sort as numbers do
-    plain = load_dataset(str(edges_csv(tmp_path)))
+    plain = load_dataset(DatasetSpec(str(edges_csv(tmp_path))))
     assert plain.x is None and plain.fingerprint() != ds.fingerprint()
 
 
@@ -147,11 +147,11 @@ def test_fill_is_explicit_and_logged(tmp_path, caplog):
 
 def test_feature_flags_on_a_paper_dataset_and_fill_without_a_file_are_refused(tmp_path):
     with pytest.raises(DatasetError, match=r"--node-features x.csv: a feature file applies to edge-list files only"):
-        load_dataset("citeseer", node_features="x.csv")
-    with pytest.raises(ConfigError, match=r"--fill-features: fills the rows a --node-features file lacks"):
-        PreprocessConfig(dataset="e.csv", sampling=SamplingConfig(1, 3), fill_features="zero")
-    with pytest.raises(ConfigError, match=r"--features loads a paper dataset's features, --node-features"):
-        PreprocessConfig(dataset="e.csv", sampling=SamplingConfig(1, 3), features=True, node_features="x.csv")
+        load_dataset(DatasetSpec("citeseer", node_features="x.csv"))
+    with pytest.raises(DatasetError, match=r"--fill-features zero: fills the rows a --node-features file lacks"):
+        PreprocessConfig(data=DatasetSpec("e.csv", fill_features="zero"), sampling=SamplingConfig(1, 3))
+    with pytest.raises(DatasetError, match=r"--features loads a paper dataset's node features, --node-features"):
+        PreprocessConfig(data=DatasetSpec("e.csv", features=True, node_features="x.csv"), sampling=SamplingConfig(1, 3))
 
 
 def test_cli_refuses_a_nan_in_one_line_and_writes_nothing(tmp_path):
@@ -198,14 +198,14 @@ def test_cora_edge_list_with_feature_file_equals_the_paper_path(cora_pair):
     from preprocess.set_files import set_files
 
     paper, folder = cora_pair
-    own = load_dataset(str(folder / "cora-edges.csv"), node_features=str(folder / "cora-features.csv"))
+    own = load_dataset(DatasetSpec(str(folder / "cora-edges.csv"), node_features=str(folder / "cora-features.csv")))
     assert np.array_equal(own.x, paper.x) and own.graph.fingerprint() == paper.graph.fingerprint()
     for s in ("train", "valid", "test"):
         assert np.array_equal(own.splits[s].pos, paper.splits[s].pos)
         assert all(np.array_equal(own.splits[s].neg[p], paper.splits[s].neg[p]) for p in paper.splits[s].neg)
     kw = dict(sampling=SamplingConfig(1, 3), candidates=CandidateConfig(views=2, protocols=("original",)))
-    cfg_paper = PreprocessConfig(dataset="cora", features=True, **kw)
-    cfg_own = PreprocessConfig(dataset=str(folder / "cora-edges.csv"), node_features="f.csv", **kw)
+    cfg_paper = PreprocessConfig(data=DatasetSpec("cora", features=True), **kw)
+    cfg_own = PreprocessConfig(data=DatasetSpec(str(folder / "cora-edges.csv"), node_features="f.csv"), **kw)
     sets_paper, sets_own = candidate_sets(cfg_paper, paper, ["original"]), candidate_sets(cfg_own, own, ["original"])
     for a, b in zip(sets_paper, sets_own, strict=True):
         assert (a.split, a.protocol, a.view, a.graph) == (b.split, b.protocol, b.view, b.graph)
@@ -233,17 +233,14 @@ def test_cora_feature_file_gives_the_same_shards_and_losses(cora_pair, shard_cac
     planetoid = str(require_shared("planetoid", "ind.cora.x").parent)
     set_paper = run(
         PreprocessConfig(
-            dataset="cora",
-            features=True,
-            planetoid_dir=planetoid,
+            data=DatasetSpec("cora", features=True, planetoid_dir=planetoid),
             out=str(cached_set(shard_cache, "cora-features")),
             **kw,
         )
     )
     set_own = run(
         PreprocessConfig(
-            dataset=str(folder / "cora-edges.csv"),
-            node_features=str(folder / "cora-features.csv"),
+            data=DatasetSpec(str(folder / "cora-edges.csv"), node_features=str(folder / "cora-features.csv")),
             out=str(cached_set(shard_cache, "cora-edge-list-features")),
             **kw,
         )

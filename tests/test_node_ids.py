@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from common import unique as unique_mod
-from common.datasets import DatasetError, load_dataset
+from common.datasets import DatasetError, DatasetSpec, load_dataset
 from common.datasets import ids as ids_mod
 from common.datasets.ids import node_index
 from common.unique import unique_first, unique_inverse, unique_sorted, unique_sorted_inplace
@@ -157,7 +157,7 @@ def test_hashed_id_mapping_with_a_dictionary_per_column(monkeypatch):
 def test_string_ids_round_trip(tmp_path):
     names = [f"gene-{i * 7919 % 1000:03d}" for i in range(120)] + ["Ω-ünïcode", "with space", "007", "7"]
     rows = ring_with_chords(names)
-    ds = load_dataset(str(write_table(tmp_path / "genes.csv", rows)))
+    ds = load_dataset(DatasetSpec(str(write_table(tmp_path / "genes.csv", rows))))
     assert ds.num_nodes == len(names) and ds.node_ids.dtype == object
     assert list(ds.node_ids) == sorted(names)  # sorted by code point: independent of the row order
     assert user_edges(ds) == {frozenset(r) for r in rows}
@@ -178,7 +178,7 @@ def test_64bit_ids_round_trip(tmp_path, ids, dtype):
     ids = ids + list(range(1000, 1060))
     rows = ring_with_chords(ids)
     for ext in (".csv", ".tsv.gz") + ((".parquet",) if dtype is not object else ()):
-        ds = load_dataset(str(write_table(tmp_path / f"big{ext}", rows)))
+        ds = load_dataset(DatasetSpec(str(write_table(tmp_path / f"big{ext}", rows))))
         assert ds.node_ids.dtype == dtype and ds.num_nodes == len(ids), ext
         want = sorted(ids) if dtype is not object else sorted(str(i) for i in ids)
         assert list(ds.node_ids) == want, ext
@@ -189,14 +189,14 @@ def test_64bit_ids_round_trip(tmp_path, ids, dtype):
 def test_issue18_huge_id_is_mapped_not_allocated(tmp_path):
     """1,500 edges plus the row 2147483653,3 once made num_nodes = 2^31 + 6 (24 GB, killed)."""
     rows = ring_with_chords(list(range(300)), chords=1200) + [(2_147_483_653, 3)]
-    ds = load_dataset(str(write_table(tmp_path / "sparse.csv", rows)))
+    ds = load_dataset(DatasetSpec(str(write_table(tmp_path / "sparse.csv", rows))))
     assert ds.num_nodes == 301 and ds.node_ids[-1] == 2_147_483_653
     assert ds.graph.indptr.shape == (302,)
 
 
 def test_dense_ids_map_to_themselves(tmp_path):
     rows = ring_with_chords(list(range(50)))
-    ds = load_dataset(str(write_table(tmp_path / "dense.csv", rows)))
+    ds = load_dataset(DatasetSpec(str(write_table(tmp_path / "dense.csv", rows))))
     assert np.array_equal(ds.node_ids, np.arange(50))
     assert user_edges(ds) == {frozenset(r) for r in rows}
 
@@ -206,7 +206,7 @@ def test_every_format_loads_the_same_graph(tmp_path):
     rows = ring_with_chords([f"u{i}" for i in range(80)])
     prints = {}
     for ext in (".csv", ".csv.gz", ".tsv", ".tsv.gz", ".parquet", ".pq"):
-        ds = load_dataset(str(write_table(tmp_path / f"edges{ext}", rows)), seed=3)
+        ds = load_dataset(DatasetSpec(str(write_table(tmp_path / f"edges{ext}", rows)), seed=3))
         assert ds.name == "edges"
         prints[ext] = (ds.fingerprint(), tuple(ds.node_ids))
     assert len(set(prints.values())) == 1, prints
@@ -215,12 +215,12 @@ def test_every_format_loads_the_same_graph(tmp_path):
 def test_node_list_declares_isolated_nodes(tmp_path):
     rows = ring_with_chords([f"u{i}" for i in range(40)])
     nodes = write_table(tmp_path / "nodes.csv", [(f"u{i}",) for i in range(45)], columns=("node",))
-    ds = load_dataset(str(write_table(tmp_path / "e.csv", rows)), nodes=str(nodes))
+    ds = load_dataset(DatasetSpec(str(write_table(tmp_path / "e.csv", rows)), nodes=str(nodes)))
     assert ds.num_nodes == 45
     lonely, found = node_index(ds.node_ids, [f"u{i}" for i in range(40, 45)])
     assert found.all() and np.all(ds.graph.degree[lonely] == 0)
     with pytest.raises(DatasetError, match="a node list applies to edge-list files only"):
-        load_dataset("citeseer", nodes=str(nodes))
+        load_dataset(DatasetSpec("citeseer", nodes=str(nodes)))
 
 
 def test_run_nodes_flag_declares_isolated_nodes(tmp_path):
@@ -239,17 +239,17 @@ def test_run_nodes_flag_declares_isolated_nodes(tmp_path):
     assert ds.num_nodes == 42 and ds.node_ids[0] == -9 and ds.node_ids[-1] == 2**62
     assert ds.graph.degree[[0, 41]].tolist() == [0, 0] and user_edges(ds) == {frozenset(r) for r in rows}
     cfg = preprocess_config(run.source, run.shards, (1, 3), 1, 100.0, ["original"])
-    assert cfg.nodes == str(nodes) and cfg.dataset == str(edges)
+    assert cfg.data.nodes == str(nodes) and cfg.data.dataset == str(edges)
     plain = run_config(*base)
     assert plain.source.load().num_nodes == 40
-    assert preprocess_config(plain.source, plain.shards, (1, 3), 1, 100.0, ["original"]).nodes is None
+    assert preprocess_config(plain.source, plain.shards, (1, 3), 1, 100.0, ["original"]).data.nodes is None
 
 
 def test_random_bytes_file_is_one_line(tmp_path):
     path = tmp_path / "noise.csv"
     path.write_bytes(np.random.default_rng(0).bytes(4096))
     with pytest.raises(DatasetError) as err:
-        load_dataset(str(path))
+        load_dataset(DatasetSpec(str(path)))
     text = str(err.value)
     assert "\n" not in text and str(path) in text and "negative" not in text
     assert "header 'src,dst[,split]'" in text or "missing column" in text
@@ -318,7 +318,8 @@ def test_issue18_row_loads_under_a_memory_cap(tmp_path):
     path = write_table(tmp_path / "sparse.csv", rows)
     script = CAPPED.replace(
         "sys.exit(main(sys.argv[2:]))",
-        "from common.datasets import load_dataset\nprint(load_dataset(sys.argv[2]).num_nodes)",
+        "from common.datasets import DatasetSpec, load_dataset\n"
+        "print(load_dataset(DatasetSpec(sys.argv[2])).num_nodes)",
     )
     proc = subprocess.run(
         [sys.executable, "-c", script, "1024", str(path)],
@@ -387,7 +388,7 @@ def test_score_under_user_ids_equals_score_under_mapped_ids(tmp_path):
     names = [f"user-{i * 7919 % 100_003}" for i in range(200)]
     edges = write_table(tmp_path / "people.csv", ring_with_chords(names, chords=600))
     config = PreprocessConfig(
-        dataset=str(edges),
+        data=DatasetSpec(str(edges)),
         sampling=SamplingConfig(1, 3),
         out=str(tmp_path / "shards"),
         candidates=CandidateConfig(views=1, splits=("valid",)),
@@ -435,7 +436,7 @@ def test_score_under_user_ids_equals_score_under_mapped_ids(tmp_path):
 
     order = sorted(names)  # the mapping, computed independently: sorted ids -> 0..N-1
     mapped = np.array([(order.index(a), order.index(b)) for a, b in user], dtype=np.int64)
-    graph = load_dataset(str(edges)).graph_for("test")
+    graph = load_dataset(DatasetSpec(str(edges))).graph_for("test")
     expect = score_pairs(model, graph, mapped, (1, 3), int(manifest.n_max), 0, 1, 512, torch.device("cpu"))
     assert np.allclose(out.logit.to_numpy(), expect.mean(0), rtol=0, atol=1e-5)
 
@@ -500,7 +501,7 @@ def test_score_under_user_ids_equals_score_under_mapped_ids(tmp_path):
     recs = pq.read_table(tmp_path / "recs.parquet").to_pandas()
     assert sorted(set(recs.node)) == sorted({names[0], names[3]}) and len(recs) == 6
     assert set(recs.candidate) <= set(names)
-    train_graph = load_dataset(str(edges)).graph_for("test")
+    train_graph = load_dataset(DatasetSpec(str(edges))).graph_for("test")
     for u, v in zip(recs.node, recs.candidate):  # never the node itself or an existing edge
         assert u != v and not train_graph.has_edge(np.array([order.index(u)]), np.array([order.index(v)]))[0]
 

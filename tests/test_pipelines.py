@@ -58,9 +58,9 @@ def adamic_adar_auc_ap() -> tuple[float, float]:
     the mean over positives, taken best first, of the precision at that positive's score (ties together)."""
     import scipy.sparse as sp
 
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
 
-    ds = load_dataset("citeseer")
+    ds = load_dataset(DatasetSpec("citeseer"))
     g, split = ds.graph_for("test"), ds.splits["test"]
     adj = sp.csr_matrix((np.ones(len(g.indices)), g.indices, g.indptr), shape=(g.num_nodes, g.num_nodes))
     deg = np.asarray(adj.sum(1)).ravel()
@@ -296,7 +296,7 @@ def test_results_folder_is_named_after_the_dataset(tmp_path):
     """results/<dataset>/<preset>: a file's dataset is its stem without .csv/.csv.gz/.parquet."""
     import gzip
 
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
     from pipelines.run import results_dir
 
     path = tmp_path / "my_edges.csv.gz"
@@ -308,7 +308,9 @@ def test_results_folder_is_named_after_the_dataset(tmp_path):
     pq.write_table(
         pa.table({"src": list(range(30)), "dst": [(i + 1) % 30 for i in range(30)]}), tmp_path / "graph.v2.parquet"
     )  # 30 edges: enough for a validation and a test edge
-    assert results_dir("r", load_dataset(str(tmp_path / "graph.v2.parquet")).name, "p") == Path("r/graph.v2/p")
+    assert results_dir("r", load_dataset(DatasetSpec(str(tmp_path / "graph.v2.parquet"))).name, "p") == Path(
+        "r/graph.v2/p"
+    )
     assert results_dir("r", "citeseer", "citeseer-small") == Path("r/citeseer/citeseer-small")
     assert results_dir("r", "my graph/../x", "p") == Path("r/my_graph_.._x/p")  # one path component, always
 

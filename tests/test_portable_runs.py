@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from common.datasets.spec import DatasetSpec
 from tests.conftest import bipartite_rows, needs_ray, train_tiny_on_cpu, write_edges, write_features
 from tests.test_run_commands import EVALUATE, RECOMMEND, SCORE, SERVE, main_of  # noqa: F401 (a fixture)
 from tests.test_run_inputs import one_error, pairs_file
@@ -39,12 +40,11 @@ def build_set(root: Path, views: int = 1) -> Path:
     with working_in(root):
         rel = run_job(
             PreprocessConfig(
-                dataset="shop.csv",
+                data=DatasetSpec("shop.csv", node_features="features.csv"),
                 sampling=SamplingConfig(1, 3),
                 out="shards",
                 candidates=CandidateConfig(views=views),
                 num_cpus=1,
-                node_features="features.csv",
             )
         ).path
     return root / rel

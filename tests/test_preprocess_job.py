@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from common.datasets import DatasetError
+from common.datasets.spec import DatasetSpec
 from common.induce import Inducer
 from common.shards import (
     MANIFEST,
@@ -31,15 +33,15 @@ from tests.conftest import kill_driver_after, needs_ray
 
 @pytest.fixture(scope="module")
 def citeseer():
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
 
-    return load_dataset("citeseer")
+    return load_dataset(DatasetSpec("citeseer"))
 
 
 def small_config(out, **kw) -> PreprocessConfig:
     kw.setdefault("candidates", CandidateConfig(views=2))
     kw.setdefault("num_cpus", 2)
-    return PreprocessConfig(dataset="citeseer", sampling=SamplingConfig(1, 5), out=str(out), **kw)
+    return PreprocessConfig(data=DatasetSpec("citeseer"), sampling=SamplingConfig(1, 5), out=str(out), **kw)
 
 
 def blocks_of(path):
@@ -182,11 +184,11 @@ def test_cache_key_changes_with_every_input():
     variants = [
         parts(base, fp="other"),
         parts(base, protos=("original",)),
-        parts(replace(base, dataset="cora")),
+        parts(replace(base, data=DatasetSpec("cora"))),
         parts(replace(base, sampling=SamplingConfig(2, 5))),
         parts(replace(base, sampling=SamplingConfig(1, 6))),
-        parts(replace(base, seed=1)),
-        parts(replace(base, features=True)),
+        parts(replace(base, data=DatasetSpec("citeseer", seed=1))),
+        parts(replace(base, data=DatasetSpec("citeseer", features=True))),
         parts(replace(base, links_per_shard=4096)),
         parts(replace(base, links_per_block=128)),
         parts(replace(base, shard_mb=1.0)),
@@ -194,31 +196,32 @@ def test_cache_key_changes_with_every_input():
         parts(replace(base, candidates=CandidateConfig(percent=50))),
         parts(replace(base, candidates=CandidateConfig(neg_ratio=2))),
         parts(replace(base, candidates=CandidateConfig(splits=("train",)))),
-        parts(replace(base, split=(70.0, 10.0, 20.0))),
-        parts(replace(base, split=(80, 10, 10))),
-        parts(replace(base, node_features="x.csv")),  # decides whether the set ships a feature table
+        parts(replace(base, data=DatasetSpec("citeseer", split=(70.0, 10.0, 20.0)))),
+        parts(replace(base, data=DatasetSpec("citeseer", split=(80, 10, 10)))),
+        parts(replace(base, data=DatasetSpec("citeseer", node_features="x.csv"))),  # whether it ships a table
     ]
     assert key not in variants and len(set(variants)) == len(variants)
     # How the work runs does not change what it produces.
     assert parts(replace(base, num_cpus=7, force=True, out="elsewhere", worker_memory_mb=9000)) == key
     # --split 85,5,10 is the default split: it finds the set built without the flag
-    assert parts(replace(base, split=(85, 5, 10))) == key
+    assert parts(replace(base, data=DatasetSpec("citeseer", split=(85, 5, 10)))) == key
     # The graph's other inputs act through the fingerprint (what they change in the data), not their paths.
-    assert parts(
-        replace(
-            base,
-            split_kind="random",
-            eval_pairs="p.csv",
-            train_negatives="n.csv",
-            ignore_columns=("weight",),
-            node_features="elsewhere/x.csv",
-        )
-    ) == parts(replace(base, node_features="x.csv"))
+    other_inputs = DatasetSpec(
+        "citeseer",
+        split_kind="random",
+        eval_pairs="p.csv",
+        train_negatives="n.csv",
+        ignore_columns=("weight",),
+        node_features="elsewhere/x.csv",
+    )
+    assert parts(replace(base, data=other_inputs)) == parts(
+        replace(base, data=DatasetSpec("citeseer", node_features="x.csv"))
+    )
 
 
 def test_split_flag_gives_another_shard_set(tmp_path):
     """--split enters the key twice over: the flag itself and the split arrays the dataset fingerprint hashes."""
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
 
     rng = np.random.default_rng(0)
     edges = {(int(a), int(b)) for a, b in rng.integers(0, 60, (300, 2)) if a != b}
@@ -226,8 +229,10 @@ def test_split_flag_gives_another_shard_set(tmp_path):
     path.write_text("src,dst\n" + "\n".join(f"{a},{b}" for a, b in sorted(edges)) + "\n")
     keys = {}
     for split in (None, (85, 5, 10), (70, 10, 20)):
-        config = PreprocessConfig(dataset=str(path), sampling=SamplingConfig(1, 5), out=str(tmp_path), split=split)
-        ds = load_dataset(config.dataset, split=config.split)
+        config = PreprocessConfig(
+            data=DatasetSpec(str(path), split=split), sampling=SamplingConfig(1, 5), out=str(tmp_path)
+        )
+        ds = load_dataset(config.data)
         keys[split] = cache_key(config.key_parts(ds.fingerprint(), ["original"]))
     assert keys[None] == keys[(85, 5, 10)] != keys[(70, 10, 20)]
 
@@ -235,7 +240,7 @@ def test_split_flag_gives_another_shard_set(tmp_path):
 def test_shards_are_bounded_in_bytes_as_well_as_links():
     # (1,350): N_max 702; worst case per link 40 + 702 * 2 bytes (uint16 ids below 65,536 nodes)
     c = PreprocessConfig(
-        dataset="x", sampling=SamplingConfig(1, 350), links_per_shard=8192, links_per_block=64, shard_mb=1.0
+        data=DatasetSpec("x"), sampling=SamplingConfig(1, 350), links_per_shard=8192, links_per_block=64, shard_mb=1.0
     )
     assert c.shard_links(4267) == 2**20 // (40 + 702 * 2) == 726
     assert c.shard_links(10**6) == 2**20 // (40 + 702 * 4)
@@ -271,11 +276,14 @@ def test_worker_memory_budget_is_checked_before_any_work(citeseer, tmp_path):
     ],
 )
 def test_config_errors_name_the_flag(kwargs, flag):
-    with pytest.raises(ConfigError, match=flag):
+    of_the_data = bool(set(kwargs) & {"seed", "valid_pool", "split"})  # checked by the data's spec
+    with pytest.raises(DatasetError if of_the_data else ConfigError, match=flag):
         if "sampling" in kwargs:
             SamplingConfig.parse(kwargs["sampling"])
         elif set(kwargs) & {"views", "percent", "neg_ratio", "splits", "protocols"}:
             CandidateConfig(**kwargs)
+        elif of_the_data:
+            DatasetSpec("citeseer", **kwargs)
         else:
             small_config("out", **kwargs)
 

@@ -7,6 +7,7 @@ import os
 
 import pytest
 
+from common.datasets.spec import DatasetSpec
 from pipelines.core.shard_sets import build_shard_set, shutdown_embedded_ray
 from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
 from preprocess.job import run_job
@@ -37,7 +38,7 @@ def ray_starts(monkeypatch):
 
 def config(out, n: int) -> PreprocessConfig:
     return PreprocessConfig(
-        dataset="citeseer",
+        data=DatasetSpec("citeseer"),
         sampling=SamplingConfig(1, n),
         out=str(out),
         candidates=CandidateConfig(views=1, percent=20.0, protocols=("original",)),

@@ -29,10 +29,10 @@ def run_dir(tmp_path_factory, shard_cache):
 @pytest.fixture(scope="module")
 def graph():
     """The graph recommend works on by default (--graph all): every split's edges."""
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
     from common.snapshot import whole_graph
 
-    return whole_graph(load_dataset("citeseer"))
+    return whole_graph(load_dataset(DatasetSpec("citeseer")))
 
 
 def recommend(run_dir, out, *extra, env=None):
@@ -299,9 +299,9 @@ def test_an_auto_seed_folder_with_only_last_pt(run_dir, tmp_path):
     )
     assert ev.returncode == 0, ev.stderr[-3000:]
     res = json.loads((tmp_path / "m.json").read_text())["splits"]["valid"]
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
 
-    assert res["positives"] == len(load_dataset("citeseer").splits["valid"].pos) > 0
+    assert res["positives"] == len(load_dataset(DatasetSpec("citeseer")).splits["valid"].pos) > 0
     assert 0 < res["pencil_rerank"]["mrr"] < 1
     for command, flag, extra in (
         ("recommend", "--checkpoint", ["--checkpoint", str(protocol_dir), "--all-nodes"]),

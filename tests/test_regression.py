@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from common.datasets.spec import DatasetSpec
 from common.heuristic_targets import full_graph, raw_scores
 from common.metrics import SMALLER_IS_BETTER, improves, regression_metrics
 from common.shards import read_manifest, read_shard, shard_entries
@@ -25,7 +26,7 @@ from tests.test_preprocess_job import citeseer  # noqa: F401  (fixture)
 def target_config(out, targets: str | None, **kw) -> PreprocessConfig:
     kw.setdefault("candidates", CandidateConfig(views=2, protocols=("original",)))
     return PreprocessConfig(
-        dataset="citeseer", sampling=SamplingConfig(1, 5), out=str(out), num_cpus=2, targets=targets, **kw
+        data=DatasetSpec("citeseer"), sampling=SamplingConfig(1, 5), out=str(out), num_cpus=2, targets=targets, **kw
     )
 
 

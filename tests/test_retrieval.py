@@ -176,9 +176,9 @@ def test_blocks_match_a_slow_reference(method):
 
 @pytest.mark.parametrize("method", ["ra", "aa", "ppr", "mix"])
 def test_never_proposes_the_query_or_a_neighbour_on_citeseer(method):
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
 
-    g = load_dataset("citeseer").graph
+    g = load_dataset(DatasetSpec("citeseer")).graph
     q = np.arange(0, g.num_nodes, 37)
     p = retrieve(g, q, method, 50)
     r, c, s = p.pairs()

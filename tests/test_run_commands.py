@@ -52,10 +52,10 @@ def edge_set(path: Path) -> set:
 def test_recommendations_never_name_an_edge_the_user_has(shop_run, tmp_path, main_of):
     """Every split's edges are the graph recommended on: a held-out (valid or test) edge is an edge the user
     has, never a recommendation. The training graph alone (--graph train) recommends some of them."""
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
 
     have = edge_set(shop_run["edges"])
-    ds = load_dataset(str(shop_run["edges"]))
+    ds = load_dataset(DatasetSpec(str(shop_run["edges"])))
     held_out = {frozenset(ds.node_ids[e]) for s in ("valid", "test") for e in ds.splits[s].pos}
     assert held_out and held_out <= have
     flags = [

@@ -1,4 +1,4 @@
-"""`pencil run`'s view of an edge list's other inputs, without training: the flags become the run's DataSource (and
+"""`pencil run`'s view of an edge list's other inputs, without training: the flags become the run's DatasetSpec (and
 every shard set's preprocess config), the bad combinations are refused in one line before any work, the report's
 rows say which split and which checkpoints they come from, the variant runs (without features, on the user's pairs)
 are the seed's run changed in what they name only; under a temporal split the retrievers and the full ranking
@@ -46,16 +46,9 @@ def test_the_graph_inputs_reach_the_run_and_its_shard_sets(tmp_path):
         "mean",
     )
     assert (src.ignore_columns, src.eval_pairs, src.train_negatives) == (("channel", "note"), "p.csv", "n.csv")
-    assert cfg.ships_features and not cfg.shards.features
+    assert cfg.ships_features and not cfg.shards.features and not src.features
     pre = preprocess_config(src, cfg.shards, (1, 3), 1, 100.0, ["original", "pairs"])
-    assert (
-        pre.split_kind,
-        pre.node_features,
-        pre.fill_features,
-        pre.ignore_columns,
-        pre.eval_pairs,
-        pre.train_negatives,
-    ) == ("temporal", "f.csv", "mean", ("channel", "note"), "p.csv", "n.csv")
+    assert pre.data == src  # the spec reaches the shard set whole
     assert pre.ships_features
     plain = run_config("--dataset", "e.csv", "--split", "random", "--out", tmp_path / "r", "--shards", tmp_path / "s")
     assert (plain.source.split_kind, plain.source.split, plain.ships_features) == ("random", None, False)
@@ -212,7 +205,7 @@ def test_full_ranking_ranks_among_the_nodes_that_exist():
 
 
 def test_a_recommendation_on_a_temporal_splits_graph_proposes_existing_nodes(tmp_path):
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
     from pipelines.recommend.job import split_candidates
 
     rows = [
@@ -244,7 +237,7 @@ def test_a_recommendation_on_a_temporal_splits_graph_proposes_existing_nodes(tmp
     ]
     path = tmp_path / "t.csv"
     path.write_text("src,dst,time\n" + "".join(f"{a},{b},{t}\n" for a, b, t in rows))
-    ds = load_dataset(str(path), split=(70.0, 15.0, 15.0))
+    ds = load_dataset(DatasetSpec(str(path), split=(70.0, 15.0, 15.0)))
     assert ds.temporal
     for graph in ("train", "valid", "test"):
         nodes = split_candidates(ds, graph)
@@ -252,7 +245,7 @@ def test_a_recommendation_on_a_temporal_splits_graph_proposes_existing_nodes(tmp
     assert len(split_candidates(ds, "train")) < ds.num_nodes
     assert (
         split_candidates(ds, "all") is None
-        and split_candidates(load_dataset(str(path), split_kind="random"), "test") is None
+        and split_candidates(load_dataset(DatasetSpec(str(path), split_kind="random")), "test") is None
     )
 
 

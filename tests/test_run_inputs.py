@@ -62,9 +62,9 @@ def files_of(folder: Path) -> dict[str, bytes]:
 
 # ---------------------------------------------------------------------------- the graph a run loads
 def test_score_on_the_training_graph_notes_pairs_that_are_edges(run, tmp_path, main_of):
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
 
-    ds = load_dataset(str(run["edges"]))
+    ds = load_dataset(DatasetSpec(str(run["edges"])))
     first = tuple(ds.node_ids[ds.splits["train"].pos[0]])  # an edge of the training graph
     pairs = pairs_file(tmp_path / "p.csv", [first, ("u001", "i040")])
     code, err = main_of(

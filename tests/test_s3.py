@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from common.datasets.spec import DatasetSpec
 from common.storage import FsspecStorage, StorageError, open_storage
 from tests.conftest import kill_driver_after
 from tests.s3_server import s3_server  # noqa: F401  (fixture)
@@ -80,10 +81,10 @@ BUCKET = "pencil-e2e"
 @pytest.fixture(scope="module")
 def small_graph(tmp_path_factory):
     """A 300-node random graph as an edge list: a few hundred links per split, seconds to sample."""
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
     from tests.test_faults import write_small_graph_csv
 
-    return load_dataset(str(write_small_graph_csv(tmp_path_factory.mktemp("graph"))))
+    return load_dataset(DatasetSpec(str(write_small_graph_csv(tmp_path_factory.mktemp("graph")))))
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +106,7 @@ def s3_ray(s3_server):
 
 def _config(out: str) -> PreprocessConfig:
     return PreprocessConfig(
-        dataset="small",
+        data=DatasetSpec("small"),
         sampling=SamplingConfig(1, 3),
         out=out,
         num_cpus=2,

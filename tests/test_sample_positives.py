@@ -30,9 +30,9 @@ def test_the_sample_is_a_seeded_uniform_subset_without_replacement():
 
 @pytest.fixture(scope="module")
 def citeseer():
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
 
-    return load_dataset("citeseer")
+    return load_dataset(DatasetSpec("citeseer"))
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,9 @@ from trainer.scoring import PairScorer, pair_seeds
 
 @pytest.fixture(scope="module")
 def citeseer():
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
 
-    return load_dataset("citeseer")
+    return load_dataset(DatasetSpec("citeseer"))
 
 
 def scorer(graph, **kw):

@@ -66,10 +66,10 @@ def recommended(port, node) -> list:
 
 
 def test_the_service_over_http(run_dir, tmp_path):
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
     from common.snapshot import whole_graph
 
-    graph = whole_graph(load_dataset("citeseer"))  # what it serves by default: every split's edges
+    graph = whole_graph(load_dataset(DatasetSpec("citeseer")))  # what it serves by default: every split's edges
     port, state = free_ports(1)[0], tmp_path / "state"
     env = {"PENCIL_SERVE_TOKEN": TOKEN}
     flags = ("--max-pairs", "50")

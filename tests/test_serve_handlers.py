@@ -38,9 +38,9 @@ def model():
 
 @pytest.fixture(scope="module")
 def graph():
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
 
-    return load_dataset("citeseer").graph_for("test")
+    return load_dataset(DatasetSpec("citeseer")).graph_for("test")
 
 
 @pytest.fixture

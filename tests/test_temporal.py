@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.datasets import DatasetError, load_dataset
+from common.datasets import DatasetError, DatasetSpec, load_dataset
 from common.heuristics import ranking_scores, score_split
 from common.metrics import evaluate
 from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
@@ -43,7 +43,7 @@ def user_edges(graph, ds) -> set:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     path = write(tmp_path_factory.mktemp("temporal") / "msgs.csv", ROWS)
-    return load_dataset(path, split=(60, 20, 20))
+    return load_dataset(DatasetSpec(path, split=(60, 20, 20)))
 
 
 def test_hand_computed_temporal_split(tiny, caplog):
@@ -76,7 +76,7 @@ def test_negatives_match_newness_and_name_no_node_of_a_later_split(tiny):
         assert len(neg) == 4 and set(neg.ravel()) <= set(old) | new
         assert sorted(np.isin(neg, list(new)).sum(axis=1)) == sorted(np.repeat([0, 1, 2], counts))
     cfg = PreprocessConfig(
-        dataset="msgs.csv",
+        data=DatasetSpec("msgs.csv"),
         sampling=SamplingConfig(1, 3),
         candidates=CandidateConfig(views=3, neg_ratio=1, protocols=("original",)),
     )
@@ -124,7 +124,7 @@ def test_heuristics_see_only_edges_before_the_boundary(tiny):
 )
 def test_times_of_every_kind(tmp_path, times, kind, valid_from):
     rows = [(u, v, t) for (u, v, _), t in zip(ROWS[:20], times)]
-    ds = load_dataset(write(tmp_path / "t.csv", rows), split=(60, 20, 20))
+    ds = load_dataset(DatasetSpec(write(tmp_path / "t.csv", rows), split=(60, 20, 20)))
     assert ds.split_info["time_type"] == kind and ds.split_info["valid_from"] == valid_from
     assert user_pairs(ds, "valid") == set(VALID) and user_pairs(ds, "test") == set(TEST)
 
@@ -136,9 +136,9 @@ def test_a_tie_at_a_boundary_stays_in_one_split(tmp_path):
         match=r"t.csv: 8 pairs first appear at time 130, so a temporal split at these "
         r"shares leaves valid empty .*--split random",
     ):
-        load_dataset(write(tmp_path / "t.csv", rows), split=(60, 20, 20))
+        load_dataset(DatasetSpec(write(tmp_path / "t.csv", rows), split=(60, 20, 20)))
     rows = [(u, v, 125 if t == 120 else 130 if t == 140 else t) for u, v, t in ROWS[:20]]  # 13-2 ties with 13-1
-    ds = load_dataset(write(tmp_path / "t2.csv", rows), split=(60, 20, 20))
+    ds = load_dataset(DatasetSpec(write(tmp_path / "t2.csv", rows), split=(60, 20, 20)))
     assert {(1, 13), (2, 13)} <= user_pairs(ds, "valid")
 
 
@@ -159,14 +159,14 @@ def test_a_tie_at_a_boundary_stays_in_one_split(tmp_path):
 def test_bad_times_are_refused_in_one_line(tmp_path, cells, match):
     rows = [(u, v, c) for (u, v, _), c in zip(ROWS[:20], cells)]
     with pytest.raises(DatasetError, match=match) as err:
-        load_dataset(write(tmp_path / "t.csv", rows))
+        load_dataset(DatasetSpec(write(tmp_path / "t.csv", rows)))
     assert "--ignore-columns time" in str(err.value) and "\n" not in str(err.value)
 
 
 def test_random_split_and_split_column_set_the_time_aside_with_a_log_line(tmp_path, caplog):
     caplog.set_level("INFO")
     path = write(tmp_path / "t.csv", ROWS)
-    ds = load_dataset(path, split=(60, 20, 20), split_kind="random")
+    ds = load_dataset(DatasetSpec(path, split=(60, 20, 20), split_kind="random"))
     assert ds.split_info is None and ds.test_graph is None
     assert "column 'time' is not used: the split is random (--split random)" in caplog.text
     given = write(
@@ -175,19 +175,21 @@ def test_random_split_and_split_column_set_the_time_aside_with_a_log_line(tmp_pa
         header="src,dst,time,split",
     )
     with pytest.raises(DatasetError, match="valid"):  # no valid rows: the column is the user's split, used as given
-        load_dataset(given)
+        load_dataset(DatasetSpec(given))
     assert "column 'time' is not used: the split column fixes the split" in caplog.text
     with pytest.raises(DatasetError, match=r"--split temporal needs a column 'time'"):
-        load_dataset(write(tmp_path / "e.csv", [r[:2] for r in ROWS], header="src,dst"), split_kind="temporal")
+        load_dataset(
+            DatasetSpec(write(tmp_path / "e.csv", [r[:2] for r in ROWS], header="src,dst"), split_kind="temporal")
+        )
     with pytest.raises(DatasetError, match=r"--split temporal: 'citeseer' has no times"):
-        load_dataset("citeseer", split_kind="temporal")
+        load_dataset(DatasetSpec("citeseer", split_kind="temporal"))
 
 
 # ---------------------------------------------------------------------------- collegemsg, the real thing
 @pytest.fixture(scope="module")
 def collegemsg():
     path = require_shared("graphs", "collegemsg.csv.gz")
-    return path, load_dataset(str(path))
+    return path, load_dataset(DatasetSpec(str(path)))
 
 
 def first_times(path: Path) -> dict:
@@ -231,7 +233,7 @@ def test_collegemsg_subgraphs_hold_no_edge_from_after_the_boundary(collegemsg, s
         "test": int(ds.split_info["test_from"]),
     }
     cfg = PreprocessConfig(
-        dataset=str(path),
+        data=DatasetSpec(str(path)),
         sampling=SamplingConfig(1, 8),
         num_cpus=2,
         out=str(cached_set(shard_cache, "collegemsg-temporal")),

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.datasets import load_dataset
+from common.datasets import DatasetSpec, load_dataset
 from common.datasets.negatives import sample_non_edges
 from common.datasets.temporal import matched_negatives, new_ends, shares
 from common.graph import Graph
@@ -38,7 +38,7 @@ def growing_graph(path: Path, n: int = 150, links: int = 4, seed: int = 0) -> Pa
 
 @pytest.fixture(scope="module")
 def grow(tmp_path_factory):
-    return load_dataset(str(growing_graph(tmp_path_factory.mktemp("grow") / "grow.csv")))
+    return load_dataset(DatasetSpec(str(growing_graph(tmp_path_factory.mktemp("grow") / "grow.csv"))))
 
 
 def test_negatives_hold_the_positives_counts_of_new_ends(grow):
@@ -92,7 +92,9 @@ def test_the_shard_set_key_changes_with_the_negative_draw(grow):
     old nodes only) are never reused for the new draw (docs/shard-format.md: no format bump needed)."""
     from dataclasses import replace
 
-    cfg = PreprocessConfig(dataset="grow.csv", sampling=SamplingConfig(1, 3), candidates=CandidateConfig(views=1))
+    cfg = PreprocessConfig(
+        data=DatasetSpec("grow.csv"), sampling=SamplingConfig(1, 3), candidates=CandidateConfig(views=1)
+    )
     old_test = sample_non_edges(
         grow.test_graph,
         len(grow.splits["test"].pos),
@@ -130,7 +132,7 @@ def test_time_aware_rows_on_a_temporal_split(tmp_path):
     """Through the dataset: EdgeBank ties every pair (each pair counts at its first appearance, so none is in its
     history: MRR is the all-ties value, AUC 50), recent PA reads the activity before the test boundary."""
     rows = [(i, (i + 1) % 10, 10 * i) for i in range(10)] + [(i, (i + 3) % 10, 100 + i) for i in range(10)]
-    ds = load_dataset(str(_write(tmp_path / "t.csv", rows)), split=(60, 20, 20))
+    ds = load_dataset(DatasetSpec(str(_write(tmp_path / "t.csv", rows)), split=(60, 20, 20)))
     got = score_split(ds, "test", ["original"], ["edgebank", "rpa"])["original"]
     assert got["edgebank"]["auc"] == 0.5
     q = len(ds.splits["test"].neg["original"])
@@ -161,7 +163,7 @@ def test_a_growing_random_graph_trains_to_chance_not_to_98(tmp_path):
     results = json.loads((tmp_path / "res" / "grow" / "tiny" / "results.json").read_text())
     (run,) = [r for r in results["runs"] if r["seed"] == 0]
     shards = next((tmp_path / "sh" / "grow").iterdir())
-    q = len(load_dataset(str(csv)).splits["test"].neg["original"])
+    q = len(load_dataset(DatasetSpec(str(csv))).splits["test"].neg["original"])
     ceiling = chance_mrr_of_set(shards, quantile=0.977)  # mean + 2 SE of random scores on these queries
     assert run["test"]["mrr"] <= ceiling, (run["test"]["mrr"], expected_random_mrr(q), ceiling)
     report = (tmp_path / "res" / "grow" / "tiny" / "report.md").read_text()

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.datasets import DatasetError, load_dataset
+from common.datasets import DatasetError, DatasetSpec, load_dataset
 from preprocess.candidates import KNOWN_NEG_SHARE, training_view
 from tests.conftest import cached_set
 
@@ -48,7 +48,7 @@ GOOD = [
 
 def test_eval_pairs_with_a_split_column(tmp_path, edges, caplog):
     caplog.set_level("INFO")
-    ds = load_dataset(edges, eval_pairs=write(tmp_path / "p.csv", "src,dst,label,split", GOOD))
+    ds = load_dataset(DatasetSpec(edges, eval_pairs=write(tmp_path / "p.csv", "src,dst,label,split", GOOD)))
     valid, test = ds.splits["valid"], ds.splits["test"]
     assert user(ds, valid.positives("pairs")) == [(100, 110)]
     assert user(ds, valid.negatives("pairs")) == [(100, 120), (101, 121)]
@@ -57,7 +57,7 @@ def test_eval_pairs_with_a_split_column(tmp_path, edges, caplog):
     assert user(ds, valid.positives("original")) == sorted(VALID)  # the random-negative protocol is unchanged
     assert ds.protocols == ["original", "pairs"] and ds.selection_metric("pairs") == "mrr"
     assert "p.csv: 1 repeated row(s) count once" in caplog.text
-    plain = load_dataset(edges)
+    plain = load_dataset(DatasetSpec(edges))
     assert plain.fingerprint() != ds.fingerprint()
     assert np.array_equal(plain.splits["test"].neg["original"], test.neg["original"])
 
@@ -74,15 +74,18 @@ def test_heuristics_rank_the_file_s_links_under_pairs(tmp_path, edges):
         (107, 127, 0, "test"),
         (100, 120, 0, "valid"),
     ]
-    ds = load_dataset(edges, eval_pairs=write(tmp_path / "p.csv", "src,dst,label,split", rows))
+    ds = load_dataset(DatasetSpec(edges, eval_pairs=write(tmp_path / "p.csv", "src,dst,label,split", rows)))
     scored = score_split(ds, "test", ["original", "pairs"], ["cn"])
     assert scored["pairs"]["cn"]["mrr"] == 0.75 and scored["pairs"]["cn"]["hits@1"] == 0.5
-    assert scored["original"]["cn"] == score_split(load_dataset(edges), "test", ["original"], ["cn"])["original"]["cn"]
+    assert (
+        scored["original"]["cn"]
+        == score_split(load_dataset(DatasetSpec(edges)), "test", ["original"], ["cn"])["original"]["cn"]
+    )
 
 
 def test_only_non_links_rank_against_the_split_s_own_positives(tmp_path, edges):
     rows = [(100, 120, 0, "valid"), (105, 125, 0, "test"), (107, 127, 0, "test")]
-    ds = load_dataset(edges, eval_pairs=write(tmp_path / "p.csv", "src,dst,label,split", rows))
+    ds = load_dataset(DatasetSpec(edges, eval_pairs=write(tmp_path / "p.csv", "src,dst,label,split", rows)))
     assert ds.splits["test"].positives("pairs") is ds.splits["test"].pos
     assert user(ds, ds.splits["test"].negatives("pairs")) == [(105, 125), (107, 127)]
 
@@ -90,7 +93,7 @@ def test_only_non_links_rank_against_the_split_s_own_positives(tmp_path, edges):
 def test_without_a_split_column_held_out_edges_keep_theirs_and_the_rest_is_seeded(tmp_path, edges):
     rows = [(u, v, lab) for u, v, lab, _ in GOOD] + [(100 + i, 100 + (i + 7) % 30, 0) for i in range(20)]
     path = write(tmp_path / "p.csv", "src,dst,label", rows)
-    a, b = load_dataset(edges, eval_pairs=path), load_dataset(edges, eval_pairs=path)
+    a, b = load_dataset(DatasetSpec(edges, eval_pairs=path)), load_dataset(DatasetSpec(edges, eval_pairs=path))
     assert (100, 110) in user(a, a.splits["valid"].positives("pairs"))
     assert (103, 113) in user(a, a.splits["test"].positives("pairs"))
     negs = [user(a, a.splits[s].negatives("pairs")) for s in ("valid", "test")]
@@ -126,7 +129,7 @@ def test_without_a_split_column_held_out_edges_keep_theirs_and_the_rest_is_seede
 def test_bad_eval_pairs_are_refused_in_one_line(tmp_path, edges, rows, match):
     path = write(tmp_path / "p.csv", "src,dst,label,split", rows)
     with pytest.raises(DatasetError, match=match) as err:
-        load_dataset(edges, eval_pairs=path)
+        load_dataset(DatasetSpec(edges, eval_pairs=path))
     assert str(err.value).startswith(f"--eval-pairs {path}: ") and "\n" not in str(err.value)
 
 
@@ -137,16 +140,16 @@ def test_eval_pairs_need_a_label_column(tmp_path, edges):
         match=r"no column 'label' \(found: src, dst\); --eval-pairs reads columns "
         r"src,dst,label\[,split\]",
     ):
-        load_dataset(edges, eval_pairs=path)
+        load_dataset(DatasetSpec(edges, eval_pairs=path))
 
 
 # ---------------------------------------------------------------------------- --train-negatives
 def test_train_negatives_are_checked_and_kept(tmp_path, edges, caplog):
     caplog.set_level("INFO")
-    plain = load_dataset(edges)
+    plain = load_dataset(DatasetSpec(edges))
     drawn = tuple(int(x) for x in plain.node_ids[plain.splits["valid"].neg["original"][0]])
     rows = [(100, 115), (115, 100), (101, 120), drawn]  # a repeat, and one of the random valid negatives
-    ds = load_dataset(edges, train_negatives=write(tmp_path / "n.csv", "src,dst", rows))
+    ds = load_dataset(DatasetSpec(edges, train_negatives=write(tmp_path / "n.csv", "src,dst", rows)))
     assert user(ds, ds.train_negatives) == [(100, 115), (101, 120)]
     assert "1 known non-link(s) are random evaluation negatives of the dataset: left out of training" in caplog.text
 
@@ -165,13 +168,13 @@ def test_bad_train_negatives_are_refused_in_one_line(tmp_path, edges, rows, head
     path = write(tmp_path / "n.csv", header, rows)
     pairs = write(tmp_path / "p.csv", "src,dst,label,split", GOOD)
     with pytest.raises(DatasetError, match=match) as err:
-        load_dataset(edges, eval_pairs=pairs, train_negatives=path)
+        load_dataset(DatasetSpec(edges, eval_pairs=pairs, train_negatives=path))
     assert str(err.value).startswith(f"--train-negatives {path}: ")
 
 
 def test_known_non_links_make_up_to_half_of_each_view(edges, tmp_path, caplog):
     caplog.set_level("INFO")
-    ds = load_dataset(edges)
+    ds = load_dataset(DatasetSpec(edges))
     pos, graph = ds.splits["train"].pos, ds.graph
     few = np.array([[0, 15], [1, 20]])
     for seed in range(3):
@@ -216,7 +219,7 @@ def test_preprocess_flags_build_pairs_sets_the_trainer_evaluates(tmp_path, edges
         "2",
     ]
     cfg = config_from_args(build_parser().parse_args(argv))
-    assert (cfg.eval_pairs, cfg.train_negatives) == (pairs, negatives)
+    assert (cfg.data.eval_pairs, cfg.data.train_negatives) == (pairs, negatives)
     manifest = read_manifest(run(cfg))
     entry = manifest.eval["test/pairs"]
     assert (entry["positives"], entry["candidates"], entry["links"]) == (2, 4, "eval-pairs")

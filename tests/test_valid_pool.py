@@ -12,6 +12,7 @@ import pytest
 from common.datasets.base import DatasetError
 from common.datasets.edgelist import random_split_dataset
 from common.datasets.pool import attach_valid_pool
+from common.datasets.spec import DatasetSpec
 from common.graph import Graph
 from common.metrics import MetricsError, expected_rank_values, rank_against_shared
 from pipelines.auto.signal import Signal
@@ -118,12 +119,11 @@ def test_a_pooled_set_scores_its_protocol_negatives_for_the_trainer_and_the_pool
 
     edges = write_edges(tmp_path / "shop.csv", bipartite_rows())
     cfg = PreprocessConfig(
-        dataset=str(edges),
+        data=DatasetSpec(str(edges), valid_pool=3),
         sampling=SamplingConfig(1, 3),
         out=str(tmp_path / "shards"),
         candidates=CandidateConfig(views=1),
         num_cpus=1,
-        valid_pool=3,
     )
     manifest = read_manifest(str(run_job(cfg).path))
     entry, test = manifest.eval["valid/original"], manifest.eval["test/original"]

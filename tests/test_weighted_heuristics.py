@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.datasets import DatasetError, load_dataset
+from common.datasets import DatasetError, DatasetSpec, load_dataset
 from common.graph import Graph, edge_weights
 from common.heuristics import score_pairs
 from pipelines.heuristics import main
@@ -66,7 +66,7 @@ def test_a_pair_whose_repeats_sum_past_the_largest_float_is_refused_in_one_line(
         + "".join(f"{a},{b},1e308\n" for a, b in [(0, 1), (1, 0), (1, 2)] + [(i, i + 1) for i in range(2, 40)])
     )
     with pytest.raises(DatasetError, match=r"column 'weight': the rows of one pair sum past the largest float"):
-        load_dataset(str(csv))
+        load_dataset(DatasetSpec(str(csv)))
 
 
 def _edges(path: Path, header: str, rows) -> str:

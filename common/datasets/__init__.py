@@ -1,6 +1,6 @@
 """Dataset loaders. Every loader returns a `LinkDataset` (see base.py).
 
-`load_dataset(name_or_path, ...)` is the single entry point the CLIs use:
+`load_dataset(DatasetSpec(name_or_path, ...))` is the single entry point the CLIs use:
   citeseer                  the shipped HeaRT split (features from a Planetoid raw dir if asked)
   cora                      Planetoid raw files + seeded 85/5/10 split with random negatives
   ogbl-collab|ppa|citation2|ddi   an already-downloaded OGB root, offline
@@ -12,75 +12,49 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from common.datasets.base import PROTOCOLS, SPLITS, DatasetError, LinkDataset, Split
-from common.datasets.fractions import SPLIT_KINDS, split_fractions
+from common.datasets.fractions import split_fractions
+from common.datasets.spec import DatasetSpec
 
 OGB_NAMES = ("ogbl-collab", "ogbl-ppa", "ogbl-citation2", "ogbl-ddi")
 
 
-def load_dataset(
-    name: str,
-    *,
-    data_dir: str | None = None,
-    ogb_root: str | None = None,
-    planetoid_dir: str | None = None,
-    features: bool = False,
-    seed: int = 0,
-    split: tuple[float, float, float] | None = None,
-    nodes: str | None = None,
-    split_kind: str | None = None,
-    node_features: str | None = None,
-    fill_features: str | None = None,
-    ignore_columns: tuple[str, ...] = (),
-    eval_pairs: str | None = None,
-    train_negatives: str | None = None,
-    valid_pool: int = 0,
-    split_flag: str | None = "--split",
-) -> LinkDataset:
-    """Resolve a dataset by name or path. Errors name the missing file/flag and the fix.
+def load_dataset(spec: DatasetSpec, *, split_flag: str | None = "--split") -> LinkDataset:
+    """Resolve a dataset by name or path (spec.dataset) with every input the spec names (common/datasets/spec.py).
+    Errors name the missing file/flag and the fix. A dataset with its own split refuses spec.split.
 
-    split: (train, valid, test) percentages of the split (--split) for the datasets split here (edge lists
-    without a split column, cora); None = 85/5/10. A dataset with its own split refuses it.
-    split_kind: "random" or "temporal" (--split random|temporal); None = temporal for an edge list with a time
-    column, else random (common/datasets/temporal.py).
-    nodes: a node-list file (edge lists only) declaring nodes, isolated ones included.
-    node_features, fill_features, ignore_columns: an edge list's feature file (--node-features, with
-    --fill-features zero|mean for nodes without a row) and the columns it ignores on purpose (--ignore-columns).
-    eval_pairs, train_negatives: the user's labelled evaluation pairs and known training non-links, for any
-    dataset (common/datasets/pairs.py).
-    valid_pool: extra validation negatives per protocol negative, for selection (common/datasets/pool.py).
     split_flag: the command's flag of the split's shares, named in the fix of a split too small; None for a command
     without one (pencil heuristics), whose fix is a split column.
     """
     from common.datasets.tables import EDGE_LIST_SUFFIXES, suffix_of
 
+    name, seed, split = spec.dataset, spec.seed, spec.split
     fracs = None if split is None else split_fractions(split)
-    if split_kind is not None and split_kind not in SPLIT_KINDS:
-        raise DatasetError(f"--split {split_kind}: unknown kind; use {' or '.join(SPLIT_KINDS)}")
-    if suffix_of(name) is not None and data_dir is None:
+    if suffix_of(name) is not None and spec.data_dir is None:
         from common.datasets.edgelist import load_edge_list
 
         ds = _own(
             load_edge_list(
                 Path(name),
                 seed=seed,
-                nodes=nodes,
-                split_kind=split_kind,
-                node_features=node_features,
-                fill_features=fill_features,
-                ignore_columns=tuple(ignore_columns),
+                nodes=spec.nodes,
+                split_kind=spec.split_kind,
+                node_features=spec.node_features,
+                fill_features=spec.fill_features,
+                ignore_columns=spec.ignore_columns,
                 split_flag=split_flag,
                 **_frac_kwargs(fracs),
             )
         )
     else:
         edge_list_only = {
-            "--nodes": (nodes, "a node list"),
-            "--node-features": (node_features, "a feature file"),
-            "--fill-features": (fill_features, "filling features"),
-            "--ignore-columns": (",".join(ignore_columns) or None, "ignoring columns"),
+            "--nodes": (spec.nodes, "a node list"),
+            "--node-features": (spec.node_features, "a feature file"),
+            "--fill-features": (spec.fill_features, "filling features"),
+            "--ignore-columns": (",".join(spec.ignore_columns) or None, "ignoring columns"),
         }
         for flag, (value, what) in edge_list_only.items():
             if value is not None:  # a paper dataset's features come with --features
@@ -88,20 +62,27 @@ def load_dataset(
                     f"{flag} {value}: {what} applies to edge-list files only "
                     f"({', '.join(EDGE_LIST_SUFFIXES)}), not to '{name}'"
                 )
-        ds = _named(name, data_dir, ogb_root, planetoid_dir, features, seed, fracs, split_kind)
-    if eval_pairs is not None or train_negatives is not None:
+        ds = _named(spec, fracs)
+    if spec.eval_pairs is not None or spec.train_negatives is not None:
         from common.datasets.pairs import attach_user_pairs
 
-        attach_user_pairs(ds, eval_pairs=eval_pairs, train_negatives=train_negatives, seed=seed, shares=split)
-    if valid_pool:
+        attach_user_pairs(ds, eval_pairs=spec.eval_pairs, train_negatives=spec.train_negatives, seed=seed, shares=split)
+    if spec.valid_pool:
         from common.datasets.pool import attach_valid_pool
 
-        ds = attach_valid_pool(ds, valid_pool, seed=seed)
+        ds = attach_valid_pool(ds, spec.valid_pool, seed=seed)
     return ds
 
 
-def _named(name: str, data_dir, ogb_root, planetoid_dir, features: bool, seed: int, fracs, split_kind) -> LinkDataset:
+def _named(spec: DatasetSpec, fracs) -> LinkDataset:
     """A paper dataset, a HeaRT folder, OGB or the synthetic graph (everything but an edge-list file)."""
+    name, data_dir, planetoid_dir, features, split_kind = (
+        spec.dataset,
+        spec.data_dir,
+        spec.planetoid_dir,
+        spec.features,
+        spec.split_kind,
+    )
     if split_kind == "temporal":
         raise DatasetError(
             f"--split temporal: '{name}' has no times; a temporal split needs an edge list with a column 'time'"
@@ -122,19 +103,21 @@ def _named(name: str, data_dir, ogb_root, planetoid_dir, features: bool, seed: i
 
         if planetoid_dir is None:
             raise DatasetError("cora needs --planetoid-dir pointing at the Planetoid raw files (ind.cora.*)")
-        return load_planetoid_random_split("cora", planetoid_dir, seed=seed, features=features, **_frac_kwargs(fracs))
+        return load_planetoid_random_split(
+            "cora", planetoid_dir, seed=spec.seed, features=features, **_frac_kwargs(fracs)
+        )
     if name in OGB_NAMES:
         _own_split(name, fracs, split_kind)
         from common.datasets.ogb import load_ogb
 
-        if ogb_root is None:
+        if spec.ogb_root is None:
             raise DatasetError(f"{name} needs --ogb-root: a folder holding an already-downloaded OGB dataset")
-        return load_ogb(name, ogb_root)
+        return load_ogb(name, spec.ogb_root)
     if name == "synthetic":
         _own_split(name, fracs, split_kind)  # the paper's Appendix D.4 split
         from common.datasets.synthetic import load_latent_space
 
-        return load_latent_space(seed=seed)
+        return load_latent_space(seed=spec.seed)
     path = Path(name)
     if path.is_dir():
         _own_split(name, fracs, split_kind)
@@ -152,29 +135,14 @@ def _named(name: str, data_dir, ogb_root, planetoid_dir, features: bool, seed: i
 def load_set_dataset(
     config: dict, *, name: str | None = None, data_dir: str | None = None, ogb_root: str | None = None
 ) -> LinkDataset:
-    """The dataset a shard set was built from, as its manifest's `config` (preprocess's flags) records it:
+    """The dataset a shard set was built from, as its manifest's `config` records its spec (DatasetSpec.from_dict):
     the same seed, --split, --nodes and the graph's other inputs, so a run is scored, recommended and evaluated
     on the positives, graphs and features it was trained on, not on a default split or without its isolated
     nodes. name, data_dir and ogb_root override where the data is found (pipelines.score
     --dataset/--data-dir/--ogb-root)."""
-    split = config.get("split")
-    return load_dataset(
-        name or config["dataset"],
-        data_dir=data_dir or config.get("data_dir"),
-        ogb_root=ogb_root or config.get("ogb_root"),
-        planetoid_dir=config.get("planetoid_dir"),
-        features=bool(config.get("features")),
-        seed=config.get("seed", 0),
-        split=None if split is None else tuple(split),
-        nodes=config.get("nodes"),
-        split_kind=config.get("split_kind"),
-        node_features=config.get("node_features"),
-        fill_features=config.get("fill_features"),
-        ignore_columns=tuple(config.get("ignore_columns") or ()),
-        eval_pairs=config.get("eval_pairs"),
-        train_negatives=config.get("train_negatives"),
-        valid_pool=config.get("valid_pool") or 0,
-    )
+    spec = DatasetSpec.from_dict(config)
+    moved = {"dataset": name, "data_dir": data_dir, "ogb_root": ogb_root}
+    return load_dataset(replace(spec, **{k: v for k, v in moved.items() if v}))
 
 
 def given_by_path(name: str, data_dir: str | None = None) -> bool:
@@ -216,6 +184,7 @@ def _planetoid_features(name: str, planetoid_dir: str | None):
 
 __all__ = [
     "load_dataset",
+    "DatasetSpec",
     "load_set_dataset",
     "given_by_path",
     "LinkDataset",

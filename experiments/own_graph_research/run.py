@@ -91,10 +91,10 @@ POOLS = {"base-pool8": 8, "nr3-pool8": 8}  # variant -> its shard set's --valid-
 
 
 def train_positives(name: str, out: Path) -> int:
-    from common.datasets import load_dataset
+    from common.datasets import DatasetSpec, load_dataset
 
     a = dataset_args(name, out)
-    return len(load_dataset(a[1], planetoid_dir=a[3] if len(a) > 2 else None).splits["train"].pos)
+    return len(load_dataset(DatasetSpec(a[1], planetoid_dir=a[3] if len(a) > 2 else None)).splits["train"].pos)
 
 
 def schedule(train: int, min_steps: int | None = None) -> tuple[float, int, int]:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.datasets import load_dataset
+from common.datasets import DatasetSpec, load_dataset
 from common.heuristics import split_scores
 from common.manifest import read_manifest
 from common.metrics import rank_against_shared
@@ -44,7 +44,7 @@ def grid_scores(run_dir: Path, name: str, out: Path) -> dict[str, tuple[np.ndarr
     best = int(np.argmax(values(run_dir)["mrr"].mean(axis=1)))
     manifest = read_manifest(json.loads((run_dir / "config.json").read_text())["data"]["shards"])
     a = dataset_args(name, out)
-    ds = load_dataset(a[1], planetoid_dir=a[3] if len(a) > 2 else None).without_test()
+    ds = load_dataset(DatasetSpec(a[1], planetoid_dir=a[3] if len(a) > 2 else None)).without_test()
     by_cid = blend.by_cid(
         ds, manifest, "valid", "original", split_scores(ds, "valid", ["original"], list(blend.HEURISTICS))["original"]
     )

@@ -25,7 +25,7 @@ import numpy as np
 
 from bench.own_graph_suite import BENCHMARK_SHAPED, DEV, SYNTHETIC, graph_args
 from common.cli import Parser, run_cli, summary
-from common.datasets import load_dataset
+from common.datasets import DatasetSpec, load_dataset
 from common.datasets.base import LinkDataset
 from common.datasets.negatives import free_pairs, sample_non_edges
 from common.datasets.pool import POOL_MAX, POOL_PROTOCOL, can_pool, pool_frame
@@ -151,7 +151,7 @@ NEAR_REFERENCE, FAR_REFERENCE = 200_000, 100_000
 def dataset(name: str, out: Path):
     args = graph_args(name, out)
     kw = dict(zip(args[0::2], args[1::2]))
-    return load_dataset(kw["--dataset"], planetoid_dir=kw.get("--planetoid-dir"), seed=0)
+    return load_dataset(DatasetSpec(kw["--dataset"], planetoid_dir=kw.get("--planetoid-dir"), seed=0))
 
 
 KATZ_MAX_EDGES = 20_000  # Katz of 300,000 reference pairs on a denser graph takes longer than the whole bench

@@ -1,94 +1,19 @@
-"""What the recipes are configured by, in parts every recipe shares: where the dataset comes from, how the
-trainers run, how the shard sets are built. Each is a frozen dataclass, built and checked once at a
-command's parser (its `from_args`); below the command line nothing reads an argparse namespace.
+"""What the recipes are configured by, in parts every recipe shares: how the trainers run, how the shard sets
+are built (where the dataset comes from is common.datasets.DatasetSpec, read by DatasetSpec.from_args). Each
+is a frozen dataclass, built and checked once at a command's parser (its `from_args`); below the command line
+nothing reads an argparse namespace.
 
 A recipe's own configuration composes these parts (pipelines.core.run_config.RunConfig for `pencil run`).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
-from common.datasets import DatasetError, load_dataset
-from common.datasets.fractions import parse_split_spec
 from common.flags import FlagError
 from common.outputs import OutputError, check_output_folder
 from common.storage import StorageError, is_remote, open_storage
-
-
-@dataclass(frozen=True)
-class DataSource:
-    """A dataset and how to read it: --dataset, where its files are, and for edge lists --split (its kind and
-    percentages), --nodes and the graph's other inputs (common.flags.add_graph_input_flags): a node-feature
-    file, the columns ignored on purpose, the user's labelled pairs and known non-links."""
-
-    dataset: str
-    data_dir: str | None = None
-    ogb_root: str | None = None
-    planetoid_dir: str | None = None
-    split: tuple[float, float, float] | None = None  # percentages of the split; None: 85/5/10
-    nodes: str | None = None
-    split_kind: str | None = None  # "random" or "temporal"; None: temporal with a time column, else random
-    node_features: str | None = None
-    fill_features: str | None = None  # "zero" or "mean" for the nodes the feature file has no row for
-    ignore_columns: tuple[str, ...] = ()
-    eval_pairs: str | None = None  # the user's labelled pairs: the protocol "pairs"
-    train_negatives: str | None = None
-    valid_pool: int = 0  # validation's selection pool (common/datasets/pool.py); set by --preset auto, not a flag
-
-    def load(self, features: bool = False):
-        """The dataset with every input that shapes it; `features`: a paper dataset's (--features)."""
-        return load_dataset(
-            self.dataset,
-            data_dir=self.data_dir,
-            ogb_root=self.ogb_root,
-            planetoid_dir=self.planetoid_dir,
-            features=features,
-            split=self.split,
-            nodes=self.nodes,
-            split_kind=self.split_kind,
-            node_features=self.node_features,
-            fill_features=self.fill_features,
-            ignore_columns=self.ignore_columns,
-            eval_pairs=self.eval_pairs,
-            train_negatives=self.train_negatives,
-            valid_pool=self.valid_pool,
-        )
-
-    def preprocess_fields(self) -> dict:
-        """The same fields as preprocess.config.PreprocessConfig names them, so the shards hold this graph."""
-        return asdict(self)
-
-    @classmethod
-    def from_args(cls, args) -> "DataSource":
-        """From common.flags.add_dataset_flags' flags and, where the command has them, add_graph_input_flags';
-        a bad --split, or --fill-features without --node-features, is a FlagError."""
-        try:
-            kind, split = (None, None) if getattr(args, "split", None) is None else parse_split_spec(args.split)
-        except DatasetError as err:
-            raise FlagError(str(err)) from None
-        node_features, fill = getattr(args, "node_features", None), getattr(args, "fill_features", None)
-        if fill is not None and node_features is None:
-            raise FlagError(
-                f"--fill-features {fill}: fills the rows a --node-features file lacks; pass "
-                "--node-features FILE, or drop --fill-features"
-            )
-        ignore = tuple(c.strip() for c in (getattr(args, "ignore_columns", None) or "").split(",") if c.strip())
-        return cls(
-            args.dataset,
-            args.data_dir,
-            args.ogb_root,
-            args.planetoid_dir,
-            split,
-            getattr(args, "nodes", None),
-            kind,
-            node_features,
-            fill,
-            ignore,
-            getattr(args, "eval_pairs", None),
-            getattr(args, "train_negatives", None),
-        )
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ from common.flags import (
     add_seeds_flag,
     add_shards_flag,
     add_train_arg_flag,
-    dataset_spec,
 )
 from common.storage import is_remote
 from pipelines.core.config import ShardOptions, TrainerOptions, check_folder, parse_seeds
@@ -84,7 +83,7 @@ class RunConfig:
                 "mounts, e.g. NFS); pass such a path (shard sets may live on s3://: --shards)"
             )
         check_folder("--out", args.out)
-        source, shards = dataset_spec(args, features=bool(args.features)), ShardOptions.from_args(args)
+        source, shards = DatasetSpec.from_args(args, features=bool(args.features)), ShardOptions.from_args(args)
         trainer = TrainerOptions.from_args(args)
         check_inputs(source, shards, trainer, args.protocol)
         return cls(

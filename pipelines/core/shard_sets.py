@@ -1,7 +1,7 @@
 """The one shard-set builder of every recipe: the preprocess config of a set, and the job that builds it (or
 finds it cached) on an embedded Ray or the cluster of RAY_ADDRESS.
 
-The dataset's source (pipelines.core.config.DataSource) reaches both the recipe's loaded dataset and
+The dataset's spec (common.datasets.DatasetSpec) reaches both the recipe's loaded dataset and
 `preprocess_config` unchanged, so the shards hold the graph the recipe loaded.
 """
 
@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import logging
 import sys
+from dataclasses import replace
 
-from pipelines.core.config import DataSource, ShardOptions
+from common.datasets import DatasetSpec
+from pipelines.core.config import ShardOptions
 
 log = logging.getLogger("pipelines")
 
 
 def preprocess_config(
-    source: DataSource,
+    source: DatasetSpec,
     opts: ShardOptions,
     sampling: tuple[int, int],
     views: int,
@@ -36,9 +38,8 @@ def preprocess_config(
             views=views, percent=percent, neg_ratio=neg_ratio, protocols=tuple(protocols), hard_neg_fraction=fraction
         ),
         out=opts.root,
-        features=opts.features,
         num_cpus=opts.num_cpus,
-        **source.preprocess_fields(),
+        data=replace(source, features=opts.features),
     )
 
 
@@ -71,7 +72,7 @@ def view_percent(preset, train_positives: int, device: str, graph=None) -> float
 
 
 def preset_shard_set(
-    source: DataSource, opts: ShardOptions, epochs: float | None, preset, protocols: list[str], dataset, device: str
+    source: DatasetSpec, opts: ShardOptions, epochs: float | None, preset, protocols: list[str], dataset, device: str
 ) -> str:
     """Build or reuse a preset's shard set (its sampling, views and training percent) for the loaded dataset;
     `epochs`: the run's, None for the preset's."""

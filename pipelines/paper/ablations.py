@@ -24,6 +24,7 @@ from pathlib import Path
 
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, exit_process, summary
+from common.datasets import DatasetSpec
 from common.flags import (
     FlagError,
     add_dataset_flags,
@@ -35,7 +36,7 @@ from common.flags import (
     comma_list,
 )
 from common.presets import Preset, get_preset
-from pipelines.core.config import DataSource, ShardOptions, TrainerOptions, parse_seeds
+from pipelines.core.config import ShardOptions, TrainerOptions, parse_seeds
 from pipelines.core.paper_numbers import PAPER_ABLATIONS, PAPER_CLAIMS
 from pipelines.core.plots import run_metrics, save_figure
 from pipelines.core.results import aggregate, fmt, publish_results, table_json
@@ -111,7 +112,7 @@ class AblationConfig:
     depths: tuple[int, ...]
     seeds: tuple[int, ...]
     out: Path  # OUT/ablations/<preset>
-    source: DataSource  # the preset's dataset
+    source: DatasetSpec  # the preset's dataset
     trainer: TrainerOptions
     shards: ShardOptions
 
@@ -129,7 +130,7 @@ class AblationConfig:
         depths = (
             comma_list(args.depths, "--depths", int, minimum=1) if args.depths else sorted({1, 2, 4, preset.layers})
         )
-        source = DataSource(preset.dataset, args.data_dir, args.ogb_root, args.planetoid_dir)
+        source = DatasetSpec.from_args(args, dataset=preset.dataset)
         trainer, shards = TrainerOptions.from_args(args), ShardOptions.from_args(args)
         return cls(
             preset,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, exit_process, summary
-from common.datasets import DatasetError
+from common.datasets import DatasetError, DatasetSpec
 from common.flags import (
     FlagError,
     add_dataset_flags,
@@ -30,7 +30,7 @@ from common.flags import (
     experiment_preset_flag,
 )
 from common.presets import EXPERIMENT_PRESETS
-from pipelines.core.config import DataSource, parse_seeds
+from pipelines.core.config import parse_seeds
 from pipelines.core.paper_numbers import PAPER_GNN
 from pipelines.core.plots import save_figure
 from pipelines.core.results import aggregate, fmt, publish_results, table_json
@@ -166,7 +166,7 @@ class BaselineConfig:
     seeds: tuple[int, ...]
     epochs: int | None
     out: Path  # OUT/gnn_baselines/<preset>
-    source: DataSource  # the preset's dataset
+    source: DatasetSpec  # the preset's dataset, with its features under --inputs features
     device: str
 
     @classmethod
@@ -182,7 +182,7 @@ class BaselineConfig:
             parse_seeds(args.seeds),
             args.epochs,
             Path(args.out) / "gnn_baselines" / args.preset,
-            DataSource(spec["dataset"], args.data_dir, args.ogb_root, args.planetoid_dir),
+            DatasetSpec.from_args(args, dataset=spec["dataset"], features=args.inputs == "features"),
             args.device,
         )
 
@@ -196,7 +196,7 @@ def run_baselines(cfg: BaselineConfig) -> int:
 
     features = cfg.inputs == "features"
     try:
-        ds = cfg.source.load(features=features)
+        ds = cfg.source.load()
     except DatasetError as err:
         raise FlagError(f"--inputs {cfg.inputs} / --planetoid-dir: {err}") from None
     protocols = ds.protocols if cfg.protocol == "both" else [cfg.protocol]

@@ -21,7 +21,7 @@ import numpy as np
 
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, exit_process, summary
-from common.datasets import DatasetError
+from common.datasets import DatasetError, DatasetSpec
 from common.flags import (
     FlagError,
     add_dataset_flags,
@@ -31,7 +31,7 @@ from common.flags import (
     experiment_preset_flag,
 )
 from common.presets import EXPERIMENT_PRESETS
-from pipelines.core.config import DataSource, parse_seeds
+from pipelines.core.config import parse_seeds
 from pipelines.recommend.evaluation import native_full_ranking
 
 log = logging.getLogger("pipelines.paper.gnn_full_ranking")
@@ -91,7 +91,7 @@ def rank_splits(run: dict, dataset) -> dict:
 class FullRankingConfig:
     name: str  # the GNN preset
     spec: dict
-    source: DataSource
+    source: DatasetSpec  # with its features under --inputs features
     models: tuple[str, ...]
     inputs: str  # features or constant
     seeds: tuple[int, ...]
@@ -105,7 +105,7 @@ class FullRankingConfig:
         return cls(
             args.preset,
             spec,
-            DataSource.from_args(args),
+            DatasetSpec.from_args(args, features=args.inputs == "features"),
             tuple(comma_list(args.models, "--models", allowed=MODELS)),
             args.inputs,
             parse_seeds(args.seeds),
@@ -124,7 +124,7 @@ def run_full_ranking(cfg: FullRankingConfig) -> int:
 
     features = cfg.inputs == "features"
     try:
-        ds = cfg.source.load(features=features)
+        ds = cfg.source.load()
     except DatasetError as err:
         raise FlagError(f"--dataset {cfg.source.dataset} / --planetoid-dir: {err}") from None
     gnn = GNNConfig(decoder="dot", use_features=features, **cfg.spec["gnn"])

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from common.cli import Parser, command, exit_process, summary
+from common.datasets import DatasetSpec
 from common.flags import (
     add_dataset_flags,
     add_device_flag,
@@ -119,12 +120,11 @@ def target_shards(cfg: EstimationConfig, heuristic: str) -> str:
 
     spec = cfg.spec
     job = PreprocessConfig(
-        dataset=spec["dataset"],
+        data=DatasetSpec(spec["dataset"], planetoid_dir=cfg.planetoid_dir),
         sampling=SamplingConfig(*spec["sampling"]),
         candidates=CandidateConfig(views=spec["views"], protocols=("original",)),
         targets=heuristic,
         out=cfg.shards.root,
-        planetoid_dir=cfg.planetoid_dir,
         num_cpus=cfg.shards.num_cpus,
     )
     return build_shard_set(job)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, exit_process, summary
+from common.datasets import DatasetSpec
 from common.flags import (
     FlagError,
     add_device_flag,
@@ -174,13 +175,12 @@ def pencil_shards(opts: ShardOptions, preset, datasets: dict) -> dict:
     shards = {}
     for sm, ds in datasets.items():
         cfg = PreprocessConfig(
-            dataset="synthetic",
+            data=DatasetSpec("synthetic", features=True),
             sampling=SamplingConfig(*preset.sampling),
             out=opts.root,
             candidates=CandidateConfig(
                 views=max(1, min(20, int(round(preset.epochs)))), percent=preset.train_percent, protocols=("original",)
             ),
-            features=True,
             num_cpus=opts.num_cpus,
         )
         shards[sm] = build_shard_set(cfg, ds, keep_ray=True)
