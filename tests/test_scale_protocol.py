@@ -37,6 +37,13 @@ def old_path(pos, neg) -> dict:
     return {**ranking_metrics(rank_against_shared(pos, neg)), **classification_metrics(pos, neg)}
 
 
+def test_the_paper_graphs_and_the_suite_keep_the_whole_ranking():
+    # pubmed, the largest Planetoid graph under "original": 44,324 edges, 10% test; the suite: under 20,000 edges
+    assert metrics.shared_rank_at("original", 4_432) is None and metrics.shared_rank_at("original", 2_000) is None
+    assert metrics.shared_rank_at("original", 100_000) == metrics.SHARED_RANK_MAX
+    assert metrics.shared_rank_at("ogb", 100_000) is None and metrics.shared_rank_at("heart", 100_000) is None
+
+
 def test_below_the_threshold_nothing_changes():
     ds = tiny()
     pos, neg = cn(ds)
@@ -71,5 +78,5 @@ def test_above_the_threshold_each_positive_meets_a_fixed_count(monkeypatch):
 def test_the_blend_estimates_at_the_same_count(monkeypatch):
     monkeypatch.setattr(metrics, "SHARED_RANK_MAX", 40)
     assert attach_valid_pool(tiny(), 2).valid_pool["rank_at"] == 40  # test has 150: ranked against 40
-    monkeypatch.setattr(metrics, "SHARED_RANK_MAX", 2000)
+    monkeypatch.undo()
     assert attach_valid_pool(tiny(), 2).valid_pool["rank_at"] == 150
