@@ -43,6 +43,13 @@ def trim() -> bool:
     return bool(libc and libc.malloc_trim(0))
 
 
+def trim_before_fork() -> None:
+    """A loader about to fork its workers: trim first, or each worker keeps the heap's freed pages alive
+    (copy-on-write shares them, and the trainer's next write copies them). The bench's "off" skips it."""
+    if os.environ.get(BENCH_SWITCH) != "off":
+        trim()
+
+
 class _Mallinfo2(ctypes.Structure):
     _fields_ = [
         (name, ctypes.c_size_t)

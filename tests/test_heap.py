@@ -16,13 +16,15 @@ from trainer.train import run
 glibc_only = pytest.mark.skipif(heap.glibc() is None, reason="malloc_trim is glibc's")
 
 
-def train_counting_trims(monkeypatch, shards, out) -> list:
-    """Train the tiny preset 3 steps in this process on CPU, every trim the trainer asks for recorded."""
+def train_counting_trims(monkeypatch, shards, out, growth: int = -1, workers: int = 0) -> list:
+    """Train the tiny preset 3 steps in this process on CPU, every trim the trainer asks for recorded. `growth`
+    -1: due at every forward, so the policy must be hooked in to count any."""
     trims = []
     monkeypatch.setattr(heap, "trim", lambda: trims.append(1) or True)
-    monkeypatch.setattr(heap, "GROWTH", -1)  # due at every forward: the policy must be hooked in to count any
+    monkeypatch.setattr(heap, "GROWTH", growth)
     monkeypatch.delenv(heap.BENCH_SWITCH, raising=False)
-    run(config_for("tiny", str(shards), str(out), max_steps=3, device="cpu", progress=False, data={"num_workers": 0}))
+    data = {"num_workers": workers}
+    run(config_for("tiny", str(shards), str(out), max_steps=3, device="cpu", progress=False, data=data))
     return trims
 
 
@@ -31,6 +33,12 @@ def test_a_cpu_trainer_trims_the_heap(tmp_path, monkeypatch):
     shards = make_shard_set(tmp_path / "set", eval_links=12)
     assert len(train_counting_trims(monkeypatch, shards, tmp_path / "run")) >= 3  # one a training forward at least
     assert heap.trim.__name__ == "<lambda>" and heap.rss_bytes() > 0
+
+
+def test_a_loader_trims_before_its_workers_fork(tmp_path, monkeypatch):
+    """The training and the evaluation loader each trim once, before forking (no forward's trim is due)."""
+    shards = make_shard_set(tmp_path / "set", eval_links=12)
+    assert len(train_counting_trims(monkeypatch, shards, tmp_path / "run", growth=1 << 50, workers=1)) == 2
 
 
 def test_without_glibc_the_policy_is_a_no_op(tmp_path, monkeypatch):

@@ -13,6 +13,7 @@ from typing import Callable
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
+from common import heap
 from common.manifest_record import Manifest
 from common.parent_death import die_with_parent
 from trainer.data.loader_budget import eval_budget, prefetch_depth
@@ -106,6 +107,8 @@ class Loader:
 def _dataloader(dataset: IterableDataset, num_workers: int, pin: bool, prefetch: int) -> Loader:
     if num_workers > 0:
         dataset.warm()  # the workers fork with the loader's libraries and kernels loaded (_Stream.warm)
+        if not pin:  # CPU: workers forked from glibc's freed pages keep them alive (copy-on-write); see
+            heap.trim_before_fork()  # docs/benchmarks/2026-12-05-trainer-memory.md
     # Own generator: creating a loader iterator must not consume the global torch RNG (dropout), or a
     # resumed run would draw different dropout masks than the uninterrupted one.
     return Loader(
