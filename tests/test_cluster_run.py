@@ -64,6 +64,15 @@ def untimed(x):
     return [untimed(v) for v in x] if isinstance(x, list) else x
 
 
+def test_under_ray_job_submit_the_trainers_run_on_the_cluster(ray_head, geo, tmp_path):
+    """First in this module: its own one-node head (the ray_head fixture), before the two-node cluster starts."""
+    job = ray_head.submit("python", *argv(geo, tmp_path / "job")[1:], timeout=900)  # the job's own python
+    log = job.stdout + job.stderr
+    assert job.returncode == 0, log[-3000:]
+    assert {"seed 0", "seed 1", "seed 2"} <= {key for key, _ in ON_NODE.findall(log)}, log[-3000:]
+    assert (tmp_path / "job" / "geo" / "auto" / "results.json").is_file()
+
+
 def test_trainers_land_on_both_nodes_with_the_local_runs_choice_and_numbers_and_a_rerun_trains_nothing(
     cluster, geo, tmp_path
 ):
