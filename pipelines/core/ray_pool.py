@@ -140,8 +140,10 @@ class ClusterTrainer:
             self._launch(replace(self.job, fresh=False))  # flags(): --resume where last.pt exists
             return None
         line = f"the Ray {where} running this trainer was lost ({why}); rerun the command to resume from last.pt"
-        with contextlib.suppress(OSError), open(self.job.log, "a") as f:
-            f.write(line + "\n")
+        with contextlib.suppress(OSError):  # a node lost before the trainer made its folder: the line still lands
+            Path(self.job.log).parent.mkdir(parents=True, exist_ok=True)
+            with open(self.job.log, "a") as f:
+                f.write(line + "\n")
         self.returncode = 1
         return 1
 
