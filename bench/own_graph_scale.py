@@ -199,7 +199,7 @@ def run_one(root: Path, size: str, degree: float, budget: float, max_gb: float |
 # ---------------------------------------------------------------------------- the table
 def project(runs: list[dict], edges: int, budget_s: float) -> dict:
     """Each stage's (wall, peak) at `edges`, linear in edges from the two largest measured runs (one: in
-    proportion); the search is bounded by its share of the budget, so it is capped at the budget."""
+    proportion, an upper bound the table does not print); the search is bounded by the budget."""
     a, b = sorted(runs, key=lambda r: r["edges"])[-2:] if len(runs) > 1 else (None, runs[0])
     out = {}
     for stage in STAGES:
@@ -247,7 +247,7 @@ def table(runs: list[dict], project_to: tuple[int, ...] = (1_000_000, 10_000_000
                 + f" | {_cell((r['wall_s'], r['peak_gb']))} | {r['load_avg'][0]}–{r['load_avg'][1]} | {quality} |"
             )
         for edges in project_to:
-            if not mine or any(r["edges"] >= edges for r in mine):
+            if len(mine) < 2 or any(r["edges"] >= edges for r in mine):  # a slope needs two sizes
                 continue
             p = project(mine, edges, budget_s)
             whole = (round(sum(v[0] for v in p.values()), 1), max(v[1] for v in p.values()))

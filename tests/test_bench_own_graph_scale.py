@@ -99,6 +99,7 @@ def test_table_projects_linearly_and_names_its_projections():
     assert "30.00 (PENCIL) vs 25.00 (RA)" in out
     growth = next(line for line in out.splitlines() if "growth exponent" in line)
     assert "0.00 / 0.00" in growth  # load: the same at both sizes
+    assert "projection" not in table(runs[:1])  # one size gives no slope
     # a failed run is shown, not projected from
     bad = {**run("1m-d4", 1_000_000, 4.0, 100.0), "rc": 1}
     assert "failed (rc 1)" in table(runs + [bad])
