@@ -114,45 +114,17 @@ def make_graph(shape: Shape, scale: float, gamma: float, seed: int) -> Graph:
 # ---------------------------------------------------------------------------- measurements (child processes)
 def shard_task_child(graph_dir: str, out: str, d: int, n: int, block: int) -> dict:
     """Runs in a fresh process: map the graph, build one shard like a Ray worker, report CPU and memory."""
-    from preprocess.job import build_shard
+    from preprocess.job import ShardTask, build_shard
 
     indptr = np.load(f"{graph_dir}/indptr.npy", mmap_mode="r")
     indices = np.load(f"{graph_dir}/indices.npy", mmap_mode="r")
     links = np.load(f"{graph_dir}/links.npy")
     label = (np.arange(len(links)) % 2 == 0).astype(np.float32)
-    build_shard(
-        indptr,
-        indices,
-        links[:64, 0],
-        links[:64, 1],
-        label[:64],
-        0,
-        64,
-        d,
-        n,
-        1,
-        block,
-        out + "/warm",
-        "warm.tar",
-        True,
-    )  # load the numba cache outside the timing
+    warm = ShardTask(0, 64, d, n, 1, block, out + "/warm", "warm.tar", True)
+    build_shard(indptr, indices, links[:64, 0], links[:64, 1], label[:64], warm)  # load the numba cache untimed
     t, w = time.process_time(), time.perf_counter()
-    stats = build_shard(
-        indptr,
-        indices,
-        links[:, 0],
-        links[:, 1],
-        label,
-        0,
-        len(links),
-        d,
-        n,
-        7,
-        block,
-        out,
-        "train-v000-00000.tar",
-        True,
-    )
+    task = ShardTask(0, len(links), d, n, 7, block, out, "train-v000-00000.tar", True)
+    stats = build_shard(indptr, indices, links[:, 0], links[:, 1], label, task)
     cpu, wall = time.process_time() - t, time.perf_counter() - w
     return {
         "links": stats["links"],

@@ -54,7 +54,7 @@ from pipelines.core.runs import (
     run_manifest,
 )
 from preprocess.sampler import Scratch, sample_subgraphs
-from trainer.scoring import PairScorer, default_device, score_columns
+from trainer.scoring import PairSampler, PairScorer, default_device, score_columns
 
 if TYPE_CHECKING:
     from trainer.model.pencil import Pencil
@@ -165,47 +165,36 @@ def _own_ids(col, name: str, p: Path, num_nodes: int) -> tuple[np.ndarray, np.nd
     return vals, (vals >= 0) & (vals < num_nodes)
 
 
-def pair_scorer(
-    model: Pencil,
-    graph,
-    sampling: tuple[int, int],
-    n_max: int,
-    seed: int,
-    orderings: int,
-    batch_size: int,
-    device: torch.device,
-    token_budget: int | None = None,
-) -> PairScorer:
+@dataclass(frozen=True)
+class Scoring:
+    """How pairs are scored: the shard set's sampling (d, n) and node budget `n_max`, the seed, the orderings
+    averaged, the pairs of a forward pass at most (`batch_size`) and its token budget (None: the device's)."""
+
+    sampling: tuple[int, int]
+    n_max: int
+    seed: int = 0
+    orderings: int = 1
+    batch_size: int = 512
+    token_budget: int | None = None
+
+
+def pair_scorer(model: Pencil, graph, how: Scoring, device: torch.device) -> PairScorer:
     """The scoring engine (trainer/scoring.py) on `graph`, sampling with the evaluation sampler."""
     sample = functools.partial(sample_subgraphs, scratch=Scratch(graph.indptr))  # work arrays allocated once
     return PairScorer(
         model,
-        graph.indptr,
-        graph.indices,
-        sampling,
-        n_max,
-        sample,
-        seed=seed,
-        orderings=orderings,
-        token_budget=token_budget,
-        max_pairs=batch_size,
+        PairSampler(graph.indptr, graph.indices, how.sampling, sample, how.seed),
+        how.n_max,
+        orderings=how.orderings,
+        token_budget=how.token_budget,
+        max_pairs=how.batch_size,
         device=device,
     )
 
 
-def score_pairs(
-    model: Pencil,
-    graph,
-    pairs: np.ndarray,
-    sampling: tuple[int, int],
-    n_max: int,
-    seed: int,
-    orderings: int,
-    batch_size: int,
-    device: torch.device,
-) -> np.ndarray:
+def score_pairs(model: Pencil, graph, pairs: np.ndarray, how: Scoring, device: torch.device) -> np.ndarray:
     """(orderings, P) logits: each ordering samples every pair's subgraph afresh with its own seed."""
-    return pair_scorer(model, graph, sampling, n_max, seed, orderings, batch_size, device).logits(pairs)
+    return pair_scorer(model, graph, how, device).logits(pairs)
 
 
 def note_known_edges(graph, pairs: np.ndarray, user: np.ndarray) -> int:
@@ -307,7 +296,8 @@ def score_file(cfg: ScoreConfig) -> int:
         device,
     )
     note_known_edges(graph, pairs, user)
-    logits = score_pairs(model, graph, pairs, sampling, n_max, cfg.seed, cfg.orderings, cfg.batch_size, device)
+    how = Scoring(sampling, n_max, cfg.seed, cfg.orderings, cfg.batch_size)
+    logits = score_pairs(model, graph, pairs, how, device)
     write_scores(cfg.out, user, logits, stamp_metadata("score", manifest.fingerprint))
     log.info("wrote %s", cfg.out)
     return 0

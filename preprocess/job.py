@@ -54,47 +54,50 @@ class JobResult:
 
 
 # ---------------------------------------------------------------------------- shard task (runs on a worker)
-def build_shard(
-    indptr,
-    indices,
-    src,
-    dst,
-    label,
-    start: int,
-    stop: int,
-    d: int,
-    n: int,
-    seed: int,
-    links_per_block: int,
-    storage_url: str,
-    name: str,
-    force: bool,
-    n_max: int = 0,
-) -> dict:
+@dataclass(frozen=True)
+class ShardTask:
+    """One shard's work besides its arrays: links [start, stop) of its candidate set, sampled with (d, n) from
+    `seed`, `links_per_block` to a block, written as `name` under `storage_url` (`force`: never reuse it);
+    `n_max`: the set's node budget, checked on reuse."""
+
+    start: int
+    stop: int
+    d: int
+    n: int
+    seed: int
+    links_per_block: int
+    storage_url: str
+    name: str
+    force: bool
+    n_max: int = 0
+
+
+def build_shard(indptr, indices, src, dst, label, task: ShardTask) -> dict:
     """Sample links [start, stop) of one candidate set into one shard, streaming: each block is encoded
-    and written as soon as it is sampled, so the task holds one block, never the whole shard.
+    and written as soon as it is sampled, so the task holds one block, never the whole shard. The arrays stay
+    arguments of their own, so Ray hands a worker each one from the object store without a copy.
 
     A shard left by an earlier (killed) run is reused only if it holds exactly this plan's links, every
     block passes the range checks, and re-encoding its blocks reproduces its bytes; otherwise it is
     sampled again and the returned record carries a one-line `note` naming it."""
-    storage = open_storage(storage_url)
+    storage, name = open_storage(task.storage_url), task.name
     note = None
-    if not force and storage.exists(name):
+    if not task.force and storage.exists(name):
         try:
             expect = {
-                "start": start,
-                "stop": stop,
+                "start": task.start,
+                "stop": task.stop,
                 "src": src,
                 "dst": dst,
                 "label": label,
                 "num_nodes": int(indptr.shape[0] - 1),
-                "n_max": n_max,
+                "n_max": task.n_max,
             }
             return {**shard_stats(storage, name, expect), "name": name, "reused": True, "peak_rss_mb": peak_rss_mb()}
         except ShardError as err:
             note = str(err).split("; rerun preprocess")[0]  # this run is the rerun: it samples the shard again
     try:
-        stats = _sample_into(storage, name, indptr, indices, src, dst, label, start, stop, d, n, seed, links_per_block)
+        stats = _sample_into(storage, name, (indptr, indices), (src, dst, label), task)
     except OSError as err:
         if err.errno not in FATAL_ERRNOS:
             raise  # transient: Ray retries the task
@@ -107,14 +110,24 @@ def build_shard(
 FATAL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR)
 
 
-def _sample_into(storage, name, indptr, indices, src, dst, label, start, stop, d, n, seed, links_per_block) -> dict:
-    scratch = Scratch(indptr)
+def _sample_into(storage, name, graph: tuple, links: tuple, task: ShardTask) -> dict:
+    """`graph`: (indptr, indices); `links`: (src, dst, label) of the candidate set."""
+    (indptr, indices), (src, dst, label) = graph, links
+    scratch, start, stop, step = Scratch(indptr), task.start, task.stop, task.links_per_block
     with storage.writer(name) as f:
         writer = ShardWriter(f)
-        for b, lo in enumerate(range(start, stop, links_per_block)):
-            hi = min(lo + links_per_block, stop)
+        for b, lo in enumerate(range(start, stop, step)):
+            hi = min(lo + step, stop)
             sub = sample_subgraphs(
-                indptr, indices, src[lo:hi], dst[lo:hi], d, n, derive_seed(seed, b), shuffle=True, scratch=scratch
+                indptr,
+                indices,
+                src[lo:hi],
+                dst[lo:hi],
+                task.d,
+                task.n,
+                derive_seed(task.seed, b),
+                shuffle=True,
+                scratch=scratch,
             )
             writer.add(
                 Block(
@@ -266,7 +279,7 @@ def execute_plan(
         graph_refs = {k: (ray.put(g.indptr), ray.put(g.indices)) for k, g in graphs.items()}
         set_refs = [(ray.put(cs.cands.src), ray.put(cs.cands.dst), ray.put(cs.cands.label)) for cs in sets]
         max_in_flight = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
-        d, n = config.sampling.d, config.sampling.n
+        d, n, n_max = config.sampling.d, config.sampling.n, config.sampling.n_max
         pending, results, t0 = {}, [], time.perf_counter()
         todo = list(plans)
         bar = tqdm(
@@ -282,20 +295,10 @@ def execute_plan(
             while todo and len(pending) < max_in_flight:
                 p = todo.pop(0)
                 cs = sets[p.set_index]
-                ref = task.remote(
-                    *graph_refs[cs.graph],
-                    *set_refs[p.set_index],
-                    p.start,
-                    p.stop,
-                    d,
-                    n,
-                    p.seed,
-                    config.links_per_block,
-                    out,
-                    p.name,
-                    config.force,
-                    config.sampling.n_max,
+                work = ShardTask(
+                    p.start, p.stop, d, n, p.seed, config.links_per_block, out, p.name, config.force, n_max
                 )
+                ref = task.remote(*graph_refs[cs.graph], *set_refs[p.set_index], work)
                 pending[ref] = p
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:

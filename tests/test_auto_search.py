@@ -308,19 +308,9 @@ def _search(tmp_path, monkeypatch, fake: FakeRuns, epochs: int = 12, metric: str
     monkeypatch.setattr(auto_search, "run_trainers", fake.trainers)
     monkeypatch.setattr(auto_search, "run_signal", fake.signal)
     shards = {c.sampling: f"/shards/{c.name}" for c in candidates()}
-    return auto_search.Search(
-        SearchConfig(),
-        epochs,
-        candidates(),
-        shards,
-        "original",
-        {c.sampling: {} for c in candidates()},
-        tmp_path / "search",
-        TrainerOptions("cpu"),
-        slots=2,
-        metric=metric,
-        tokens=tokens,
-    )
+    manifests = {c.sampling: {} for c in candidates()}
+    plan = auto_search.SearchPlan(epochs, candidates(), shards, manifests, "original", metric=metric, tokens=tokens)
+    return auto_search.Search(SearchConfig(), plan, tmp_path / "search", TrainerOptions("cpu"), slots=2)
 
 
 def rising(top: float, peak: int, length: int = 60) -> list:
@@ -565,19 +555,15 @@ def test_an_alternative_too_slow_for_its_grace_period_is_stopped_and_the_run_goe
     )
     monkeypatch.setattr(auto_search, "run_trainers", fake.trainers)
     monkeypatch.setattr(auto_search, "run_signal", fake.signal)
+    shards, manifests = {c.sampling: f"/shards/{c.name}" for c in candidates()}, {c.sampling: {} for c in candidates()}
     search = auto_search.Search(
         SearchConfig(),
-        12,
-        candidates(),
-        {c.sampling: f"/shards/{c.name}" for c in candidates()},
-        "original",
-        {c.sampling: {} for c in candidates()},
+        auto_search.SearchPlan(12, candidates(), shards, manifests, "original", view_positives=1000),
         tmp_path / "search",
         TrainerOptions("cpu"),
         slots=2,
         stop_at=clock.now + 60,
         clock=clock,
-        view_positives=1000,
     )
     # the grace period's last step: 2 epochs of ceil(2 x 1,000 / 64) steps, and of ceil(4 x 1,000 / 64) at 1:3
     assert search.pace({"deep-d2n10": 2}).targets["deep-d2n10"][1] == 64
@@ -616,17 +602,8 @@ def test_the_search_reads_validation_scores_only(tmp_path, monkeypatch):
 
     monkeypatch.setattr(auto_search, "run_trainers", trainers)
     shards = {c.sampling: f"/shards/{c.name}" for c in candidates()}
-    search = auto_search.Search(
-        SearchConfig(),
-        12,
-        candidates(),
-        shards,
-        "original",
-        {c.sampling: {} for c in candidates()},
-        tmp_path / "s",
-        TrainerOptions("cpu"),
-        2,
-    )
+    plan = auto_search.SearchPlan(12, candidates(), shards, {c.sampling: {} for c in candidates()}, "original")
+    search = auto_search.Search(SearchConfig(), plan, tmp_path / "s", TrainerOptions("cpu"), 2)
     search.run(1000)
     assert read and set(read) == {("valid", "original")}
 

@@ -336,7 +336,7 @@ def test_edge_list_random_split(tmp_path, ext):
     df = pd.DataFrame(EDGE_ROWS, columns=["src", "dst"])
     path = tmp_path / f"mine{ext}"
     df.to_csv(path, index=False) if ext == ".csv" else df.to_parquet(path)
-    ds = load_edge_list(path, seed=3, val_frac=0.1, test_frac=0.2)
+    ds = load_edge_list(DatasetSpec(str(path), seed=3, split=(70, 10, 20)))
     full = Graph.from_edges(np.array(EDGE_ROWS), num_nodes=10)  # 20 edges: duplicate (1,0) and loop merged away
     assert ds.name == "mine" and ds.num_nodes == 10 and full.num_edges == 20
     assert [len(ds.splits[s].pos) for s in ("train", "valid", "test")] == [14, 2, 4]
@@ -344,8 +344,8 @@ def test_edge_list_random_split(tmp_path, ext):
     allpos = np.concatenate([ds.splits[s].pos for s in ("train", "valid", "test")])
     assert np.array_equal(np.sort(keys(allpos, 10)), np.sort(keys(full.edge_array(), 10)))
     check_negatives(ds, full)
-    assert load_edge_list(path, seed=3, val_frac=0.1, test_frac=0.2).fingerprint() == ds.fingerprint()
-    assert load_edge_list(path, seed=4, val_frac=0.1, test_frac=0.2).fingerprint() != ds.fingerprint()
+    assert load_edge_list(DatasetSpec(str(path), seed=3, split=(70, 10, 20))).fingerprint() == ds.fingerprint()
+    assert load_edge_list(DatasetSpec(str(path), seed=4, split=(70, 10, 20))).fingerprint() != ds.fingerprint()
     assert load_dataset(DatasetSpec(str(path))).splits["test"].pos.shape == (2, 2)  # default 5/10 split
 
 
@@ -355,7 +355,7 @@ def test_split_flag_sets_the_fractions(tmp_path):
     pd.DataFrame(EDGE_ROWS, columns=["src", "dst"]).to_csv(path, index=False)
     ds = load_dataset(DatasetSpec(str(path), seed=3, split=(70, 10, 20)))
     assert [len(ds.splits[s].pos) for s in ("train", "valid", "test")] == [14, 2, 4]
-    assert ds.fingerprint() == load_edge_list(path, seed=3, val_frac=0.1, test_frac=0.2).fingerprint()
+    assert ds.fingerprint() == load_edge_list(DatasetSpec(str(path), seed=3, split=(70, 10, 20))).fingerprint()
     assert (
         load_dataset(DatasetSpec(str(path), split=(85, 5, 10))).fingerprint()
         == load_dataset(DatasetSpec(str(path))).fingerprint()
@@ -436,16 +436,16 @@ def test_edge_list_with_split_column(tmp_path, ext):
     write(df)
     # (1, 0) is marked test while (0, 1) is a train edge: a test positive inside the training graph
     with pytest.raises(DatasetError, match=r"1 edge\(s\) are marked both train and test .*first: 0,1"):
-        load_edge_list(path)
+        load_edge_list(DatasetSpec(str(path)))
     df = df.drop(index=20)
     write(df)
-    ds = load_edge_list(path)
+    ds = load_edge_list(DatasetSpec(str(path)))
     assert ds.splits["train"].pos.tolist()[:3] == [[0, 1], [1, 2], [0, 2]]
     assert len(ds.splits["train"].pos) == 14
     assert ds.splits["valid"].pos.tolist() == [[4, 8], [5, 9], [0, 6]]
     assert ds.splits["test"].pos.tolist() == [[1, 7], [2, 8], [3, 9]]  # (4, 4) dropped: a self-loop
     check_negatives(ds, Graph.from_edges(np.array(EDGE_ROWS), num_nodes=10))
-    assert ds.fingerprint() == load_edge_list(path).fingerprint()
+    assert ds.fingerprint() == load_edge_list(DatasetSpec(str(path))).fingerprint()
 
 
 @pytest.mark.parametrize(
@@ -472,22 +472,22 @@ def test_edge_list_errors(tmp_path, content, match):
     path = tmp_path / "bad.csv"
     path.write_text(content)
     with pytest.raises(DatasetError, match=match) as err:
-        load_edge_list(path)
+        load_edge_list(DatasetSpec(str(path)))
     assert "\n" not in str(err.value) and str(path) in str(err.value)
 
 
 def test_edge_list_file_errors(tmp_path):
     with pytest.raises(DatasetError, match="nope.csv: file not found"):
-        load_edge_list(tmp_path / "nope.csv")
+        load_edge_list(DatasetSpec(str(tmp_path / "nope.csv")))
     (tmp_path / "edges.txt").write_text("src,dst\n1,2\n")
     with pytest.raises(DatasetError, match="edges.txt: unknown extension; use .csv"):
-        load_edge_list(tmp_path / "edges.txt")
+        load_edge_list(DatasetSpec(str(tmp_path / "edges.txt")))
     (tmp_path / "broken.parquet").write_bytes(b"not parquet")
     with pytest.raises(DatasetError, match="broken.parquet: could not read"):
-        load_edge_list(tmp_path / "broken.parquet")
+        load_edge_list(DatasetSpec(str(tmp_path / "broken.parquet")))
     (tmp_path / "ok.csv").write_text("src,dst\n0,1\n")
-    with pytest.raises(DatasetError, match="--split -10,60,50: the shares must be at least 0 and leave train above 0"):
-        load_edge_list(tmp_path / "ok.csv", val_frac=0.6, test_frac=0.5)
+    with pytest.raises(DatasetError, match="--split: expected three percentages train,valid,test, each above 0"):
+        load_edge_list(DatasetSpec(str(tmp_path / "ok.csv"), split=(-10, 60, 50)))
 
 
 def test_sample_non_edges_refuses_impossible_requests():
@@ -555,5 +555,5 @@ def test_an_empty_string_id_names_its_column_and_row(tmp_path, column, row):
     path = tmp_path / "names.parquet"
     pq.write_table(pa.table(names), path, row_group_size=3)
     with pytest.raises(DatasetError, match=f"column '{column}' has an empty node id in data row {row + 1};") as err:
-        load_edge_list(path)
+        load_edge_list(DatasetSpec(str(path)))
     assert "\n" not in str(err.value) and str(path) in str(err.value)

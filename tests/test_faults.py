@@ -433,23 +433,8 @@ def test_injected_enospc_in_a_shard_task_is_reported_not_retried(tmp_path, monke
 
     g = Graph.from_edges(rng.integers(0, 200, (800, 2)), num_nodes=200)
     src, dst = rng.integers(0, 200, 300), rng.integers(0, 200, 300)
-    out = job.build_shard(
-        g.indptr,
-        g.indices,
-        src,
-        dst,
-        np.ones(300, np.float32),
-        0,
-        300,
-        1,
-        3,
-        7,
-        64,
-        str(tmp_path),
-        "train-v000-00000.tar",
-        False,
-        8,
-    )
+    task = job.ShardTask(0, 300, 1, 3, 7, 64, str(tmp_path), "train-v000-00000.tar", False, 8)
+    out = job.build_shard(g.indptr, g.indices, src, dst, np.ones(300, np.float32), task)
     assert out["fatal"][0] == errno.ENOSPC and out["fatal"][2] == str(tmp_path / "train-v000-00000.tar")
     assert list(tmp_path.iterdir()) == []  # neither the shard nor its temporary file
     from common.cli import describe

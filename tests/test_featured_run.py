@@ -34,7 +34,7 @@ def test_score_recommend_and_evaluate_read_the_runs_features(featured_shop_run, 
     import torch
 
     from pipelines.core.runs import load_run
-    from pipelines.score import score_pairs
+    from pipelines.score import Scoring, score_pairs
 
     run = featured_shop_run
     pairs = [("u001", "i003"), ("u010", "i020"), ("u042", "i007")]
@@ -61,9 +61,8 @@ def test_score_recommend_and_evaluate_read_the_runs_features(featured_shop_run, 
 
     idx = np.searchsorted(ds.node_ids, np.array(pairs, dtype=object))
     model.attach_features(torch.zeros(ds.num_nodes, 4))  # the same model on other features scores otherwise
-    other = score_pairs(
-        model, whole_graph(ds), idx, fields["sampling"], fields["n_max"], 0, 1, 512, torch.device("cpu")
-    )[0]
+    how = Scoring(fields["sampling"], fields["n_max"], 0, 1, 512)
+    other = score_pairs(model, whole_graph(ds), idx, how, torch.device("cpu"))[0]
     assert not np.allclose(got, other)
 
     # recommend (PENCIL alone: prior weight 0) gives each candidate pencil score's probability

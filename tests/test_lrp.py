@@ -186,14 +186,14 @@ def test_training_with_lrp_end_to_end(tmp_path):
 def test_scoring_pairs_with_an_lrp_model():
     """pipelines.score feeds an LRP-k checkpoint k labeled subgraphs per pair: one score per pair, reproducible."""
     from common.datasets import DatasetSpec, load_dataset
-    from pipelines.score import score_pairs
+    from pipelines.score import Scoring, score_pairs
     from trainer.model.pencil import Pencil
 
     ds = load_dataset(DatasetSpec("citeseer"))
     torch.manual_seed(0)
     model = Pencil(ModelConfig(n_max=12, hidden=16, layers=1, heads=2, ffn=32, dropout=0.0, lrp=3)).eval()
     pairs = np.asarray(ds.splits["test"].pos[:20], dtype=np.int64)
-    args = (model, ds.graph, pairs, (1, 5), 12, 0, 2, 8, torch.device("cpu"))
+    args = (model, ds.graph, pairs, Scoring((1, 5), 12, 0, 2, 8), torch.device("cpu"))
     got = score_pairs(*args)
     assert got.shape == (2, 20) and np.isfinite(got).all()
     np.testing.assert_array_equal(got, score_pairs(*args))

@@ -378,7 +378,7 @@ def test_score_under_user_ids_equals_score_under_mapped_ids(tmp_path):
     from common.node_ids import load_node_ids
     from common.presets import get_preset
     from common.shards import NODE_IDS, read_manifest
-    from pipelines.score import score_pairs
+    from pipelines.score import Scoring, score_pairs
     from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
     from preprocess.job import run_job
     from trainer.config import TrainConfig
@@ -437,7 +437,7 @@ def test_score_under_user_ids_equals_score_under_mapped_ids(tmp_path):
     order = sorted(names)  # the mapping, computed independently: sorted ids -> 0..N-1
     mapped = np.array([(order.index(a), order.index(b)) for a, b in user], dtype=np.int64)
     graph = load_dataset(DatasetSpec(str(edges))).graph_for("test")
-    expect = score_pairs(model, graph, mapped, (1, 3), int(manifest.n_max), 0, 1, 512, torch.device("cpu"))
+    expect = score_pairs(model, graph, mapped, Scoring((1, 3), int(manifest.n_max)), torch.device("cpu"))
     assert np.allclose(out.logit.to_numpy(), expect.mean(0), rtol=0, atol=1e-5)
 
     # a pair of a node with itself, or an unknown name: one line each, nothing written

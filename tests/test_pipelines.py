@@ -302,9 +302,10 @@ def test_results_folder_is_named_after_the_dataset(tmp_path):
     path = tmp_path / "my_edges.csv.gz"
     with gzip.open(path, "wt") as f:
         f.write("src,dst\n" + "\n".join(f"{i},{(i + 1) % 30}" for i in range(30)) + "\n")
+    from common.datasets import DatasetSpec
     from common.datasets.edgelist import load_edge_list
 
-    assert results_dir("results", load_edge_list(path).name, "tiny") == Path("results/my_edges/tiny")
+    assert results_dir("results", load_edge_list(DatasetSpec(str(path))).name, "tiny") == Path("results/my_edges/tiny")
     pq.write_table(
         pa.table({"src": list(range(30)), "dst": [(i + 1) % 30 for i in range(30)]}), tmp_path / "graph.v2.parquet"
     )  # 30 edges: enough for a validation and a test edge

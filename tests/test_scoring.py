@@ -10,7 +10,7 @@ import torch
 from common.graph import Graph
 from preprocess.sampler import Scratch, sample_subgraphs
 from trainer.model.pencil import ModelConfig, Pencil
-from trainer.scoring import PairScorer, pair_seeds
+from trainer.scoring import PairSampler, PairScorer, pair_seeds
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +24,9 @@ def scorer(graph, **kw):
     torch.manual_seed(0)
     model = Pencil(ModelConfig(n_max=12, hidden=16, layers=1, heads=2, ffn=32, dropout=0.0)).eval()
     sample = functools.partial(sample_subgraphs, scratch=Scratch(graph.indptr))
-    return PairScorer(model, graph.indptr, graph.indices, (1, 5), 12, sample, device=torch.device("cpu"), **kw)
+    seed = kw.pop("seed", 0)
+    sampler = PairSampler(graph.indptr, graph.indices, (1, 5), sample, seed)
+    return PairScorer(model, sampler, 12, device=torch.device("cpu"), **kw)
 
 
 def test_a_pairs_score_does_not_depend_on_its_batch(citeseer):

@@ -8,7 +8,7 @@ import torch
 import yaml
 
 from pipelines.recommend.engine import RecConfig, run_block, sampler_for, scorer_for
-from pipelines.score import score_pairs
+from pipelines.score import Scoring, score_pairs
 from pipelines.serve.handlers import (
     NO_TOKEN,
     Engine,
@@ -85,7 +85,7 @@ def test_scores_are_pencil_scores(engine, model, graph):
     answers, scored = engine.score([pairs[:10].tolist(), pairs[10:].tolist()])
     got = answers[0]["scores"] + answers[1]["scores"]
     assert scored == len(pairs) and [[r["src"], r["dst"]] for r in got] == pairs.tolist()
-    want = score_pairs(model, graph, pairs, (1, 5), 12, 0, 1, 512, CPU)[0]
+    want = score_pairs(model, graph, pairs, Scoring((1, 5), 12, 0, 1, 512), CPU)[0]
     np.testing.assert_allclose([r["logit"] for r in got], want, atol=1e-5)
     np.testing.assert_allclose([r["score"] for r in got], 1 / (1 + np.exp(-want.astype(np.float64))), atol=1e-6)
 

@@ -137,24 +137,21 @@ class PairScorer:
     def __init__(
         self,
         model: torch.nn.Module,
-        indptr: np.ndarray,
-        indices: np.ndarray,
-        sampling: tuple[int, int],
+        sampler: PairSampler,
         n_max: int,
-        sample: Sampler,
         *,
-        seed: int = 0,
         orderings: int = 1,
         token_budget: int | None = None,
         max_pairs: int = SAMPLE_CHUNK,
         device: torch.device | None = None,
     ):
+        """`sampler`: the graph, sampling and seed the pairs' subgraphs are drawn with."""
         if orderings < 1 or max_pairs < 1:
             raise ValueError(f"orderings and max_pairs must be >= 1, got {orderings} and {max_pairs}")
-        self.model, self.n_max = model, int(n_max)
-        self.sampler = PairSampler(indptr, indices, sampling, sample, seed)
+        self.model, self.n_max, self.sampler = model, int(n_max), sampler
+        indptr, indices = sampler.indptr, sampler.indices
         self.num_nodes = int(indptr.shape[0] - 1)
-        self.seed, self.orderings = int(seed), int(orderings)
+        self.seed, self.orderings = sampler.seed, int(orderings)
         self.device = device or next(model.parameters()).device
         self.copies = int(getattr(model.cfg, "lrp", 1))  # an LRP-k model reads k labeled subgraphs of every pair
         self.token_budget = max(int(token_budget or default_token_budget(self.device)), self.copies * (self.n_max + 2))

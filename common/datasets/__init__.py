@@ -36,19 +36,7 @@ def load_dataset(spec: DatasetSpec, *, split_flag: str | None = "--split") -> Li
     if suffix_of(name) is not None and spec.data_dir is None:
         from common.datasets.edgelist import load_edge_list
 
-        ds = _own(
-            load_edge_list(
-                Path(name),
-                seed=seed,
-                nodes=spec.nodes,
-                split_kind=spec.split_kind,
-                node_features=spec.node_features,
-                fill_features=spec.fill_features,
-                ignore_columns=spec.ignore_columns,
-                split_flag=split_flag,
-                **_frac_kwargs(fracs),
-            )
-        )
+        ds = _own(load_edge_list(spec, split_flag=split_flag))
     else:
         edge_list_only = {
             "--nodes": (spec.nodes, "a node list"),

@@ -20,9 +20,10 @@ from pathlib import Path
 import numpy as np
 
 from common.datasets.base import DatasetError, LinkDataset, Split, training_graph
-from common.datasets.fractions import shares_fix
+from common.datasets.fractions import shares_fix, split_fractions
 from common.datasets.ids import map_node_ids, release_arrow_memory
 from common.datasets.negatives import min_max, sample_non_edges
+from common.datasets.spec import DatasetSpec
 from common.datasets.tables import NODE_COLUMNS, NODE_ROWS, read_columns, stem_of
 from common.graph import Graph, edge_weights
 from common.memory import rss_gb
@@ -158,28 +159,16 @@ def _refuse_shared_edges(path: Path, pos: dict[str, np.ndarray], num_nodes: int,
             )
 
 
-def load_edge_list(
-    path,
-    seed: int = 0,
-    val_frac: float | None = None,
-    test_frac: float | None = None,
-    nodes=None,
-    *,
-    split_kind: str | None = None,
-    node_features=None,
-    fill_features: str | None = None,
-    ignore_columns: tuple[str, ...] = (),
-    split_flag: str | None = "--split",
-) -> LinkDataset:
+def load_edge_list(spec: DatasetSpec, split_flag: str | None = "--split") -> LinkDataset:
     """Edge-list file with columns src, dst[, split, time, weight] -> LinkDataset (protocol "original").
 
     Files: common/datasets/tables.py; node ids: common/datasets/ids.py (ids of any kind are mapped to 0..N-1;
     the dataset's `node_ids` holds the user's ids). nodes: an optional file listing node ids (column `node` or `id`), so
     isolated nodes exist and can be scored. split values must be train/valid/test, and valid and test
     must both have rows; without a split column the edges are split by their `time` column when the file has
-    one (common/datasets/temporal.py), else at random (val_frac / test_frac, seeded; None = 5% / 10%,
-    --split 85,5,10); split_kind "random" or "temporal" (--split random|temporal) chooses. Given fractions
-    with a split column are refused: the column fixes the split. Negatives: seeded random non-edges of the
+    one (common/datasets/temporal.py), else at random (spec.split's shares, seeded; None = 85,5,10);
+    spec.split_kind "random" or "temporal" (--split random|temporal) chooses. Given shares with a split column
+    are refused: the column fixes the split. Negatives: seeded random non-edges of the
     whole graph, as many as each eval split's positives. weight: summed per pair onto each split's graph
     (LinkDataset.weights) for the weighted heuristics. node_features / fill_features: --node-features and
     --fill-features (common/datasets/node_features.py). Extra columns: common/datasets/columns.py. split_flag: the
@@ -188,8 +177,9 @@ def load_edge_list(
     from common.datasets.columns import edge_columns, parse_time, parse_weight
     from common.datasets.node_features import load_node_features
 
-    path = Path(path)
-    table = read_columns(path, ("src", "dst"), optional=edge_columns(path, ignore_columns))
+    path, seed, nodes, split_kind = Path(spec.dataset), spec.seed, spec.nodes, spec.split_kind
+    val_frac, test_frac = (None, None) if spec.split is None else split_fractions(spec.split)
+    table = read_columns(path, ("src", "dst"), optional=edge_columns(path, spec.ignore_columns))
     masks = _split_masks(path, table.cols.pop("split")) if "split" in table.cols else None
     times = parse_time(path, table.cols.pop("time")) if "time" in table.cols else None
     weights = parse_weight(path, table.cols.pop("weight")) if "weight" in table.cols else None
@@ -205,7 +195,9 @@ def load_edge_list(
     pairs = np.empty((len(mapped["src"]), 2), dtype=np.int64)
     pairs[:, 0], pairs[:, 1] = mapped.pop("src"), mapped.pop("dst")
     num_nodes, name = len(node_ids), stem_of(path)
-    x = None if node_features is None else load_node_features(node_features, node_ids, num_nodes, fill_features)
+    x = None
+    if spec.node_features is not None:
+        x = load_node_features(spec.node_features, node_ids, num_nodes, spec.fill_features)
     if weights is not None:
         log.info(
             "%s: column 'weight' is summed per pair and read by the weighted heuristics (wcn, waa, wra); the "

@@ -23,7 +23,7 @@ from common.heuristics import split_scores
 from common.manifest import read_manifest
 from pipelines.auto import blend
 from pipelines.auto.config import candidates
-from pipelines.auto.recipe import blend_stage
+from pipelines.auto.recipe import StageData, blend_stage
 from pipelines.core.config import TrainerOptions
 from pipelines.core.runs import run_dataset
 
@@ -60,9 +60,8 @@ def main(argv=None) -> int:
     test = split_scores(dataset, "test", [PROTOCOL], list(blend.HEURISTICS))[PROTOCOL]
     runs = {int(d.name[4:]): d for d in sorted(args.run.glob("seed*")) if (d / "scores").is_dir()}
     opts = TrainerOptions("cpu")
-    decision, blended = blend_stage(
-        opts, choice, runs, dataset.without_test(), dataset, manifest, PROTOCOL, args.margin, test, args.run
-    )
+    data = StageData(dataset, dataset.without_test(), manifest, PROTOCOL, test)
+    decision, blended = blend_stage(opts, choice, runs, data, args.margin, args.run)
     summary = {m: [100 * float(np.mean(v)), 100 * float(np.std(v, ddof=1))] for m in ("mrr", "auc") for v in
                [[b[m] for b in blended.values()]]}  # fmt: skip
     args.out.write_text(json.dumps({"blend": decision.to_dict(), "seeds": blended, **summary}, indent=1, default=float))

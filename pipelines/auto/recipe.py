@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +29,7 @@ from common.presets import get_preset
 from pipelines.auto import blend
 from pipelines.auto.config import DEFAULT_PRESET, SearchConfig, candidates
 from pipelines.auto.final import evaluate_partner, final_runs, train_final_seeds
-from pipelines.auto.search import AutoError, Choice, Search
+from pipelines.auto.search import AutoError, Choice, Search, SearchPlan
 from pipelines.auto.signal import per_positive
 from pipelines.core.config import TrainerOptions
 from pipelines.core.results import SeedResult
@@ -98,10 +98,10 @@ def training_negatives(run: RunConfig) -> float:
 def with_valid_pool(run: RunConfig, dataset, protocol: str, per_negative: int) -> tuple[RunConfig, object]:
     """The run and dataset with validation's selection pool for the blend (SearchConfig.valid_pool), where the
     protocol's validation negatives are shared random ones; else both unchanged. The shard sets' configs carry
-    it (DataSource.valid_pool), so the sets and every reload of their dataset hold the same pool."""
+    it (DatasetSpec.valid_pool), so the sets and every reload of their dataset hold the same pool."""
     if not per_negative or protocol != POOL_PROTOCOL or not can_pool(dataset):
         return run, dataset
-    pooled = attach_valid_pool(dataset, per_negative, seed=0)  # the split's seed: DataSource loads with 0
+    pooled = attach_valid_pool(dataset, per_negative, seed=0)  # the split's seed: a recipe's spec has seed 0
     info = pooled.valid_pool
     if info is None:  # no non-edge left to pool
         return run, dataset
@@ -130,22 +130,26 @@ def shard_sets(run: RunConfig, dataset, protocol: str, epochs: int, percent: flo
     return out
 
 
+@dataclass(frozen=True)
+class StageData:
+    """One protocol's data for the blend stage: the dataset, its test-less view `blind` (what selection sees),
+    the chosen shard set's manifest, the protocol, and the test split's heuristic scores `test_scores`
+    (common.heuristics.split_scores)."""
+
+    dataset: object
+    blind: object
+    manifest: Manifest
+    protocol: str
+    test_scores: dict
+
+
 def blend_stage(
-    opts: TrainerOptions,
-    choice: Choice,
-    runs: dict[int, Path],
-    blind,
-    dataset,
-    manifest: Manifest,
-    protocol: str,
-    margin_se: float,
-    test_scores: dict,
-    out: Path,
+    opts: TrainerOptions, choice: Choice, runs: dict[int, Path], data: StageData, margin_se: float, out: Path
 ) -> tuple[blend.Blend, dict]:
     """The blend's decision on the final seeds' validation (the test-less dataset) and the search run of the
     choice's partner, then each seed's test metrics under it (the partner evaluated on test in OUT/runner-up
-    first, when the blend adds it). `test_scores`: the test split's heuristic scores
-    (common.heuristics.split_scores)."""
+    first, when the blend adds it)."""
+    blind, dataset, manifest, protocol = data.blind, data.dataset, data.manifest, data.protocol
     valid_scores = split_scores(blind, "valid", [protocol], list(blend.HEURISTICS))[protocol]
     logits = blend.valid_logits(runs, protocol)
     heuristics = blend.by_cid(blind, manifest, "valid", protocol, valid_scores)
@@ -165,7 +169,7 @@ def blend_stage(
     except blend.BlendError as err:  # the runner-up is an extra: the run goes on without it
         log.warning("blend: %s; decided without the runner-up", err)
         decision = blend.decide(logits, heuristics, values_of, choice.metric, margin_se)
-    test = blend.by_cid(dataset, manifest, "test", protocol, test_scores)  # test, after the decision
+    test = blend.by_cid(dataset, manifest, "test", protocol, data.test_scores)  # test, after the decision
     return decision, {
         seed: blend.apply(d, decision, test, manifest, protocol, partner_test) for seed, d in runs.items()
     }
@@ -218,22 +222,19 @@ def search_and_train(
     manifests = {s: read_manifest(loc) for s, loc in shards.items()}
     slots = trainer_slots(run.trainer.device, run.trainer.parallel)
     # the search's share of the budget: half, a third with node features (the final seeds train twice then)
-    search = Search(
-        cfg,
+    plan = SearchPlan(
         epochs,
         candidates(),
         shards,
-        protocol,
         manifests,
-        out / "search",
-        run.trainer,
-        slots,
-        stop_at=t0 + (deadline - t0) / (3 if run.ships_features else 2),
+        protocol,
         metric=run.metric,
         view_positives=view_positives,
         neg_ratio=neg_ratio,
         tokens=candidate_tokens(run, manifests, device),
     )
+    stop_at = t0 + (deadline - t0) / (3 if run.ships_features else 2)
+    search = Search(cfg, plan, out / "search", run.trainer, slots, stop_at=stop_at)
     record["candidate_epochs"] = search.run_epochs
     choice = search.run(len(blind.splits["valid"].pos))
     record.update(chosen=choice.to_dict(), search_seconds=round(time.time() - t0, 1))
@@ -250,9 +251,8 @@ def search_and_train(
     finals = final_runs(run.trainer, choice, protocol, runs)
     bare = train_without_features(run, finals, stop_at=deadline, partial=True)  # in the budget, before the blend
     manifest = manifests[choice.candidate.sampling]
-    decision, blended = blend_stage(
-        run.trainer, choice, runs, blind, dataset, manifest, protocol, cfg.blend_margin_se, test_scores, out
-    )
+    data = StageData(dataset, blind, manifest, protocol, test_scores)
+    decision, blended = blend_stage(run.trainer, choice, runs, data, cfg.blend_margin_se, out)
     stopped = sorted(seed for seed, s in summaries.items() if s.stopped)
     failed = {seed: s.failed for seed, s in sorted(summaries.items()) if s.failed}
     record.update(

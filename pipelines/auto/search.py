@@ -115,40 +115,49 @@ class Choice:
         }
 
 
+@dataclass(frozen=True)
+class SearchPlan:
+    """What the search trains, on what, and how it decides: `epochs`, the default's schedule; `cands`, the
+    candidates (the default first); `shards` / `manifests`: each sampling's shard set and its manifest; `protocol`;
+    `metric`, what it chooses and its runs stop on (pencil run --metric); `view_positives` / `neg_ratio`, a view's
+    positives and negatives per positive (the pace check's input); `tokens`: {cid: tokens of an epoch} of each
+    candidate's shard set, from which an alternative's schedule follows (SearchConfig.candidate_epochs; None:
+    every candidate trains `epochs`)."""
+
+    epochs: int
+    cands: list[Candidate]
+    shards: dict
+    manifests: dict
+    protocol: str
+    metric: str = "mrr"
+    view_positives: int = 0
+    neg_ratio: int = 1
+    tokens: dict | None = None
+
+
 class Search:
     def __init__(
         self,
         cfg: SearchConfig,
-        epochs: int,
-        cands: list[Candidate],
-        shards: dict,
-        protocol: str,
-        manifests: dict,
+        plan: SearchPlan,
         root: Path,
         opts: TrainerOptions,
         slots: int,
         stop_at: float | None = None,
         clock=time.time,
-        metric: str = "mrr",
-        view_positives: int = 0,
-        tokens: dict | None = None,
-        neg_ratio: int = 1,
     ):
-        """`epochs`: the default's schedule; `tokens`: {cid: tokens of an epoch} of each candidate's shard set, from
-        which an alternative's schedule follows (SearchConfig.candidate_epochs; None: every candidate trains
-        `epochs`)."""
-        self.cfg, self.cands, self.shards = cfg, {c.cid: c for c in cands}, shards
+        """`root`: the search's folder; `opts`, `slots`: how its trainers run; `stop_at`: its deadline."""
+        cands, tokens = plan.cands, plan.tokens or {}
+        self.cfg, self.cands, self.shards = cfg, {c.cid: c for c in cands}, plan.shards
         default = cands[0].cid
         self.run_epochs = {
-            c.cid: cfg.candidate_epochs(epochs, (tokens or {}).get(c.cid, 0), (tokens or {}).get(default, 0))
-            for c in cands
+            c.cid: cfg.candidate_epochs(plan.epochs, tokens.get(c.cid, 0), tokens.get(default, 0)) for c in cands
         }
-        self.metric = metric  # what the search chooses and its runs stop on (pencil run --metric)
-        self.protocol = protocol
-        self.manifests, self.root, self.opts, self.slots = manifests, root, opts, slots
+        self.metric, self.protocol = plan.metric, plan.protocol
+        self.manifests, self.root, self.opts, self.slots = plan.manifests, root, opts, slots
         self.stop_at, self.clock, self.cut_short, self.failed = stop_at, clock, [], {}
         # the pace check's input (a view's positives, its negatives per positive), and whom it stopped
-        self.view_positives, self.neg_ratio, self.skipped = view_positives, neg_ratio, {}
+        self.view_positives, self.neg_ratio, self.skipped = plan.view_positives, plan.neg_ratio, {}
         self.dirs = {c.cid: root / f"{c.cid}-{self._key(c)}" for c in cands}
         # an earlier try's cuts, final; by folder name, which holds all a candidate's run depends on
         self.cuts = Cuts.load(root / CUT_FILE, forget=opts.overwrite)

@@ -145,15 +145,10 @@ def sampler_for(graph, cfg: RecConfig) -> PairSampler:
 
 
 def scorer_for(model, graph, cfg: RecConfig, device: torch.device) -> PairScorer:
-    sample = functools.partial(sample_subgraphs, scratch=Scratch(graph.indptr))
     return PairScorer(
         model,
-        graph.indptr,
-        graph.indices,
-        cfg.sampling,
+        sampler_for(graph, cfg),
         cfg.n_max,
-        sample,
-        seed=cfg.seed,
         orderings=cfg.orderings,
         token_budget=cfg.token_budget,
         max_pairs=cfg.batch_size,
