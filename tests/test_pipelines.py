@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from tests.conftest import cached_set
+from trainer.run_summary import RunSummary
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -416,7 +417,7 @@ def test_a_seed_runs_under_torchrun_when_several_gpus_are_visible(tmp_path, monk
         ]
     else:
         assert launched == [[sys.executable, "-m", "trainer", *flags, "--no-progress"]]
-    assert summaries == {3: {"steps": 5, "world_size": gpus}}
+    assert summaries == {3: RunSummary(steps=5, world_size=gpus)}
     assert (trainers.trainer_slots(device) == 1) == (gpus > 0 and device != "cpu")
     assert trainers.trainer_slots("cpu", 5) == 5
 
