@@ -169,7 +169,7 @@ def batches(sub: tuple, target: np.ndarray, batch_size: int, device) -> list:
 
 # ---------------------------------------------------------------------------- runs
 def gnn_runs(
-    spec: dict, models: list[str], depths: list[int], seeds: list[int], manifest: dict, epochs: int, device
+    spec: dict, models: list[str], depths: list[int], seeds: list[int], manifest: Manifest, epochs: int, device
 ) -> list[dict]:
     from pipelines.paper.gnn import GNNConfig, fit_regression
 
