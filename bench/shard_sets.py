@@ -45,7 +45,7 @@ def build_all(dataset_arg: str, cache: Path, keep_ray: bool) -> float:
     else:
         views = preset_views(run.shards, epochs)
         for sampling in dict.fromkeys(c.sampling for c in candidates()):
-            cfg = preprocess_config(run.source, run.shards, sampling, views, percent, ["original"], None, ratio)
+            cfg = preprocess_config(run.source, run.shards, sampling, views, percent, ["original"], (None, ratio))
             build_shard_set(cfg, dataset)
     return time.perf_counter() - t0
 

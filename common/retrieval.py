@@ -109,6 +109,34 @@ def top_per_row(row: np.ndarray, col: np.ndarray, val: np.ndarray, num_rows: int
     return cand, score, np.bincount(row[keep], minlength=num_rows)
 
 
+@dataclass(frozen=True)
+class Tuning:
+    """How retrieval computes: PPR's teleport `alpha` and push threshold `eps` (module docstring), and the query
+    nodes per block (None: block_rows)."""
+
+    alpha: float = PPR_ALPHA
+    eps: float = PPR_EPS
+    block: int | None = None
+
+    def __post_init__(self):
+        if not 0 < self.alpha < 1:
+            raise RetrievalError(f"PPR alpha must lie in (0, 1), got {self.alpha}")
+        if not 0 < self.eps < 1:
+            raise RetrievalError(f"PPR push threshold eps must lie in (0, 1), got {self.eps}")
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """Which nodes a query's pool may hold: `side`, one flag per node (a bipartite graph's other side is proposed),
+    and `candidates`, the node ids that may be proposed (None: every node)."""
+
+    side: np.ndarray | None = None
+    candidates: np.ndarray | None = None
+
+
+EVERY_NODE = Allowed()  # no restriction: every node may be proposed
+
+
 def _allowed(graph: Graph, queries: np.ndarray, row: np.ndarray, col: np.ndarray, side, candidates=None) -> np.ndarray:
     """Mask of entries (queries[row], col) that may be proposed: not the query, not a neighbour,
     across the sides on a bipartite graph, among `candidates` when given, and a positive score (checked by the
@@ -199,8 +227,8 @@ def neighbour_entries(graph: Graph, queries: np.ndarray) -> tuple[np.ndarray, np
     return row, graph.indices[np.repeat(starts, lens) + offset].astype(np.int64)
 
 
-def _ppr_pool(graph, queries, pool, side, walk, alpha, eps, candidates=None):
-    p = ppr_push(graph, queries, alpha, eps, walk).tocoo()
+def _ppr_pool(graph, queries, pool, walk, tuning: Tuning, side, candidates=None):
+    p = ppr_push(graph, queries, tuning.alpha, tuning.eps, walk).tocoo()
     row, col, val = p.row.astype(np.int64), p.col.astype(np.int64), p.data
     ok = (val > 0) & _allowed(graph, queries, row, col, side, candidates)
     return top_per_row(row[ok], col[ok], val[ok], len(queries), pool)
@@ -236,16 +264,11 @@ def popularity(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _fill_from(
-    graph: Graph,
-    pool: Pool,
-    rows: np.ndarray,
-    lists: np.ndarray,
-    starts: np.ndarray,
-    ends: np.ndarray,
-    side,
-    candidates=None,
+    graph: Graph, pool: Pool, rows: np.ndarray, lists: np.ndarray, spans: tuple, side, candidates=None
 ) -> None:
-    """Append to each row in `rows` the first allowed nodes of lists[starts[i]:ends[i]], up to the pool."""
+    """Append to each row in `rows` the first allowed nodes of lists[starts[i]:ends[i]], up to the pool;
+    `spans`: (starts, ends)."""
+    starts, ends = spans
     need = pool.cand.shape[1] - pool.count[rows]
     span = np.minimum(ends - starts, need + graph.degree[pool.queries[rows]] + pool.count[rows] + 1)
     row = np.repeat(rows, span)
@@ -276,13 +299,12 @@ def fill_by_popularity(graph: Graph, pool: Pool, side=None, candidates=None) -> 
             break
         if local:
             c = comp[pool.queries[rows]]
-            _fill_from(graph, pool, rows, order, start[c], start[c + 1], side, candidates)
+            _fill_from(graph, pool, rows, order, (start[c], start[c + 1]), side, candidates)
         else:
             glob = np.argsort(-graph.degree, kind="stable")
             glob = glob if candidates is None else glob[candidates[glob]]
-            _fill_from(
-                graph, pool, rows, glob, np.zeros(len(rows), np.int64), np.full(len(rows), len(glob)), side, candidates
-            )
+            spans = (np.zeros(len(rows), np.int64), np.full(len(rows), len(glob)))
+            _fill_from(graph, pool, rows, glob, spans, side, candidates)
     return pool
 
 
@@ -301,23 +323,17 @@ def retrieve(
     method: str,
     pool: int,
     *,
-    side: np.ndarray | None = None,
-    alpha: float = PPR_ALPHA,
-    eps: float = PPR_EPS,
-    block: int | None = None,
+    allowed: Allowed = EVERY_NODE,
     fill: bool = False,
-    candidates: np.ndarray | None = None,
+    tuning: Tuning = Tuning(),
 ) -> Pool:
-    """Top-`pool` candidates of every query node by `method` (see the module docstring); `fill`: short pools
-    topped up by popularity; `candidates`: the node ids that may be proposed (None: every node)."""
+    """Top-`pool` candidates of every query node by `method` (see the module docstring); `allowed`: which nodes
+    may be proposed; `fill`: short pools topped up by popularity; `tuning`: PPR's parameters and the block size."""
     if method not in RETRIEVERS:
         raise RetrievalError(f"--retriever: unknown retriever '{method}'; use one of {', '.join(RETRIEVERS)}")
     if pool < 1:
         raise RetrievalError(f"--pool: must be >= 1, got {pool}")
-    if not 0 < alpha < 1:
-        raise RetrievalError(f"PPR alpha must lie in (0, 1), got {alpha}")
-    if not 0 < eps < 1:
-        raise RetrievalError(f"PPR push threshold eps must lie in (0, 1), got {eps}")
+    side, candidates = allowed.side, allowed.candidates
     q = check_queries(graph, queries)
     if side is not None:
         side = np.asarray(side, dtype=bool)
@@ -329,20 +345,20 @@ def retrieve(
         candidates = mask
     a = adjacency(graph) if method != "ppr" else None
     walk = transition(graph) if method in ("ppr", "mix") else None
-    step = block or block_rows(graph.num_nodes, method, alpha, eps)
+    step = tuning.block or block_rows(graph.num_nodes, method, tuning.alpha, tuning.eps)
     parts = []
     for lo in range(0, len(q), step):
         b = q[lo : lo + step]
         if method in ("ra", "aa"):
             parts.append(_overlap_pool(graph, b, method, pool, side, a, candidates))
         elif method == "ppr":
-            parts.append(_ppr_pool(graph, b, pool, side, walk, alpha, eps, candidates))
+            parts.append(_ppr_pool(graph, b, pool, walk, tuning, side, candidates))
         else:
             parts.append(
                 _fuse(
                     [
                         _overlap_pool(graph, b, "ra", pool, side, a, candidates),
-                        _ppr_pool(graph, b, pool, side, walk, alpha, eps, candidates),
+                        _ppr_pool(graph, b, pool, walk, tuning, side, candidates),
                     ],
                     len(b),
                     pool,
@@ -361,6 +377,9 @@ __all__ = [
     "Pool",
     "RetrievalError",
     "retrieve",
+    "Allowed",
+    "EVERY_NODE",
+    "Tuning",
     "overlap_scores",
     "ppr_push",
     "transition",

@@ -176,10 +176,8 @@ def test_pipelines_run_passes_the_fraction_to_every_shard_set(tmp_path):
         preprocess_config(plain.source, plain.shards, (1, 3), 1, 100.0, ["original"]).candidates.hard_neg_fraction == 0
     )
     assert plain.shards.hard_neg_fraction is None  # left to the recipe: 0 here, the auto recipe may pick 0.5
-    assert (
-        preprocess_config(plain.source, plain.shards, (1, 3), 1, 100.0, ["original"], 0.5).candidates.hard_neg_fraction
-        == 0.5
-    )
+    half = preprocess_config(plain.source, plain.shards, (1, 3), 1, 100.0, ["original"], (0.5, 1))
+    assert half.candidates.hard_neg_fraction == 0.5
     with pytest.raises(FlagError, match=r"^--hard-neg-fraction: must be in \[0, 1\]"):
         run_config(*base, "--hard-neg-fraction", "1.5")
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from common.graph import Graph
-from common.retrieval import RRF_K, RetrievalError, ppr_push, retrieve
+from common.retrieval import RRF_K, Allowed, RetrievalError, Tuning, ppr_push, retrieve
 
 # 0-1, 1-2, 2-3, 1-4, 0-2: degrees 2, 3, 3, 1, 1
 TINY = Graph.from_edges([(0, 1), (1, 2), (2, 3), (1, 4), (0, 2)], num_nodes=5)
@@ -54,7 +54,7 @@ def test_ppr_push_exact_values_on_a_path():
     path = Graph.from_edges([(0, 1), (1, 2), (2, 3)], num_nodes=4)
     got = ppr_push(path, np.array([0]), alpha=0.5, eps=1e-14).toarray()
     np.testing.assert_allclose(got, [[26 / 45, 14 / 45, 4 / 45, 1 / 45]], atol=1e-13)
-    p = retrieve(path, [0], "ppr", 5, alpha=0.5, eps=1e-14)
+    p = retrieve(path, [0], "ppr", 5, tuning=Tuning(alpha=0.5, eps=1e-14))
     assert rows(p) == [[2, 3]]  # never 0 itself or its neighbour 1
     np.testing.assert_allclose(p.score[0, :2], [4 / 45, 1 / 45], atol=1e-13)
 
@@ -67,7 +67,7 @@ def test_ppr_push_is_within_its_bound_of_the_linear_solve():
     for eps in (1e-2, 1e-3):  # a coarse push: 0 <= exact - p <= eps * deg, and p is not already exact
         gap = exact - ppr_push(g, np.arange(6), alpha=alpha, eps=eps).toarray()
         assert np.all(gap >= -1e-15) and np.all(gap <= eps * g.degree[None, :]) and gap.max() > eps / 100
-    p = retrieve(g, [0], "ppr", 10, alpha=alpha, eps=1e-14)
+    p = retrieve(g, [0], "ppr", 10, tuning=Tuning(alpha=alpha, eps=1e-14))
     want = [v for v in np.argsort(-exact[0], kind="stable") if v not in (0, 1) and exact[0, v] > 0]
     assert rows(p) == [want]  # 2..5 reached (3 hops away too), never 6 (unreachable), 1 (neighbour) or 0
     iso = retrieve(g, [6], "ppr", 3)  # an isolated seed keeps its mass: nothing to propose
@@ -115,11 +115,11 @@ def test_bipartite_pools_cross_sides_by_three_hop_paths():
     # users 0, 1, 2; items 3, 4, 5
     g = Graph.from_edges([(0, 3), (0, 4), (1, 4), (1, 5), (2, 5)], num_nodes=6)
     side = np.array([1, 1, 1, 0, 0, 0], bool)
-    p = retrieve(g, [0, 2, 3], "ra", 5, side=side)
+    p = retrieve(g, [0, 2, 3], "ra", 5, allowed=Allowed(side=side))
     assert rows(p) == [[5], [4], [1]]  # 0-4-1-5: (1/2)(1/2)
     np.testing.assert_allclose(p.score[:, 0], [0.25, 0.25, 0.25])
     for method in ("ppr", "mix", "aa"):
-        q = retrieve(g, np.arange(6), method, 6, side=side)
+        q = retrieve(g, np.arange(6), method, 6, allowed=Allowed(side=side))
         r, c, _ = q.pairs()
         assert np.all(side[r] != side[c]), method
         assert not g.has_edge(r, c).any()
@@ -144,7 +144,9 @@ def test_blocks_match_a_slow_reference(method):
     g = Graph.from_edges(rng.integers(0, 60, size=(150, 2)), num_nodes=62)  # 60, 61 isolated
     queries = np.arange(62)
     whole = retrieve(g, queries, method, 8)
-    blocked = retrieve(g, queries, method, 8, block=7)  # rows never interact: the same pools, bit for bit
+    blocked = retrieve(
+        g, queries, method, 8, tuning=Tuning(block=7)
+    )  # rows never interact: the same pools, bit for bit
     np.testing.assert_array_equal(whole.cand, blocked.cand)
     np.testing.assert_array_equal(whole.score, blocked.score)
     if method == "ppr":  # against the exact solve: the top-8 of exact PPR, up to near-ties the push may swap
@@ -193,7 +195,7 @@ def test_bad_input_names_the_flag():
     with pytest.raises(RetrievalError, match="--pool: must be >= 1"):
         retrieve(TINY, [0], "ra", 0)
     with pytest.raises(RetrievalError, match="PPR push threshold eps must lie in"):
-        retrieve(TINY, [0], "ppr", 3, eps=0)
+        retrieve(TINY, [0], "ppr", 3, tuning=Tuning(eps=0))
     with pytest.raises(RetrievalError, match="query node 9 is not in the graph"):
         retrieve(TINY, [9], "ra", 3)
 
@@ -209,5 +211,5 @@ def test_a_short_pool_is_topped_up_by_popularity_in_the_component_then_the_graph
     assert p.score[:, 1:].tolist() == [[0.0] * 3, [1 / 3, 0.0, 0.0], [0.0] * 3] and p.count.tolist() == [4, 4, 4]
     assert retrieve(g, [0, 5, 8], "ra", 4).count.tolist() == [1, 2, 0]  # without fill: the retriever's own
     side = np.array([0, 1, 0, 1, 0, 1, 1, 1, 0], dtype=bool)
-    both = retrieve(g, [0], "ra", 3, side=side, fill=True)
+    both = retrieve(g, [0], "ra", 3, allowed=Allowed(side=side), fill=True)
     assert all(side[c] != side[0] for c in both.cand[0] if c >= 0)  # the fill keeps to the other kind

@@ -172,10 +172,10 @@ EXISTING = np.array([0, 1, 2, 3, 5, 6])
 
 
 def test_retrievers_and_their_fill_propose_only_candidates():
-    from common.retrieval import retrieve
+    from common.retrieval import Allowed, retrieve
 
     for method in ("ra", "aa", "ppr", "mix"):
-        pool = retrieve(TINY, [0], method, 3, fill=True, candidates=EXISTING)
+        pool = retrieve(TINY, [0], method, 3, fill=True, allowed=Allowed(candidates=EXISTING))
         assert 4 not in pool.cand and sorted(pool.cand[0].tolist()) == [2, 3, 5], (method, pool.cand)
     pool = retrieve(TINY, [0], "ra", 3, fill=True)
     assert pool.cand[0].tolist() == [2, 3, 4]
@@ -189,12 +189,13 @@ class IdScorer:
 
 
 def test_full_ranking_ranks_among_the_nodes_that_exist():
+    from common.retrieval import Allowed
     from pipelines.recommend.engine import RecConfig
     from pipelines.recommend.evaluation import full_ranking
 
     pos = np.array([[0, 3], [0, 6]])
     cfg = RecConfig(k=1, pool=3, retriever="ra", n_max=12, sampling=(1, 5))
-    res = full_ranking(TINY, pos, pos, cfg, IdScorer(), candidates=EXISTING)
+    res = full_ranking(TINY, pos, pos, cfg, IdScorer(), allowed=Allowed(candidates=EXISTING))
     # pool of 0: RA {2, 3} (1/4 each), filled with 5 (4 does not exist). (0, 3): tied with 2 -> 1.5 for the
     # retriever; PENCIL by id: 5, then 3 -> 2. (0, 6): outside the pool of {2, 5} (3 is the other positive);
     # rankable {2, 5, 6}: 2 + (3 - 2 + 1) / 2 = 3 for both.

@@ -67,7 +67,7 @@ def test_a_batch_of_recommendations_is_pencil_recommends(engine, model, graph):
     for q, answer in zip(queries, answers):
         cfg = q.cfg
         table, _ = run_block(
-            0, np.array([int(q.node)]), graph, None, cfg, sampler_for(graph, cfg), scorer_for(model, graph, cfg, CPU)
+            0, np.array([int(q.node)]), graph, cfg, sampler_for(graph, cfg), scorer_for(model, graph, cfg, CPU)
         )
         want = table.to_pydict()
         got = answer["recommendations"]

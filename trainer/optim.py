@@ -64,7 +64,7 @@ class CpuAdamW:
                         "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
                         "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
                     }
-                _update(p, p.grad, state, lr, beta1, beta2, wd, eps)
+                _update(p, p.grad, state, (lr, beta1, beta2, wd, eps))
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for group in self.param_groups:
@@ -106,8 +106,10 @@ class CpuAdamW:
                 }
 
 
-def _update(p, grad, state, lr: float, beta1: float, beta2: float, weight_decay: float, eps: float) -> None:
-    """torch.optim.adam._single_tensor_adam for one real parameter, decoupled decay, no amsgrad, in its order."""
+def _update(p, grad, state, hyper: tuple[float, float, float, float, float]) -> None:
+    """torch.optim.adam._single_tensor_adam for one real parameter, decoupled decay, no amsgrad, in its order;
+    `hyper`: its group's (lr, beta1, beta2, weight_decay, eps)."""
+    lr, beta1, beta2, weight_decay, eps = hyper
     step_t = state["step"]
     step_t += 1
     if weight_decay != 0:

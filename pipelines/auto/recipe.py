@@ -122,7 +122,7 @@ def shard_sets(run: RunConfig, dataset, protocol: str, epochs: int, percent: flo
         for sampling in dict.fromkeys(c.sampling for c in candidates()):
             protocols = set_protocols(dataset, protocol)
             cfg = preprocess_config(
-                run.source, run.shards, sampling, views, percent, protocols, training_negatives(run), neg_ratio
+                run.source, run.shards, sampling, views, percent, protocols, (training_negatives(run), neg_ratio)
             )
             out[sampling] = build_shard_set(cfg, job_dataset(cfg, dataset), keep_ray=True)
     finally:

@@ -24,11 +24,11 @@ def preprocess_config(
     views: int,
     percent: float,
     protocols: list[str],
-    hard_neg_fraction: float | None = None,
-    neg_ratio: int = 1,
+    negatives: tuple[float | None, int] = (None, 1),
 ):
-    """One set's job. The training negatives: `neg_ratio` per positive, of which `hard_neg_fraction` when given,
-    else the options' (None: 0), are 2-hop non-edges."""
+    """One set's job. The training negatives, `negatives` = (hard_neg_fraction, neg_ratio): `neg_ratio` per
+    positive, of which `hard_neg_fraction` when given, else the options' (None: 0), are 2-hop non-edges."""
+    hard_neg_fraction, neg_ratio = negatives
     from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
 
     fraction = (opts.hard_neg_fraction or 0.0) if hard_neg_fraction is None else hard_neg_fraction

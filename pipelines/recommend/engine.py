@@ -19,7 +19,7 @@ import pyarrow as pa
 import torch
 
 from common.flags import add_device_flag
-from common.retrieval import RETRIEVERS, retrieve, rounded
+from common.retrieval import EVERY_NODE, RETRIEVERS, Allowed, retrieve, rounded
 from preprocess.sampler import Scratch, sample_subgraphs
 from trainer.scoring import PairSampler, PairScorer
 
@@ -179,7 +179,7 @@ def prepare_block(
     candidates: np.ndarray | None = None,
 ) -> Prepared:
     """`candidates`: the nodes that may be proposed (None: every node; common.retrieval.retrieve)."""
-    pool = retrieve(graph, queries, cfg.retriever, cfg.pool, side=side, fill=True, candidates=candidates)
+    pool = retrieve(graph, queries, cfg.retriever, cfg.pool, allowed=Allowed(side, candidates), fill=True)
     node, cand, retr = pool.pairs()
     prior = rank_prior(pool.score)[pool.cand >= 0]  # row-major, as pairs()
     pairs = np.stack([node, cand], axis=1)
@@ -240,9 +240,10 @@ def finish_block(prep: Prepared, logits: np.ndarray, cfg: RecConfig) -> pa.Table
     return top_k(prep.queries, prep.node, prep.cand, score, prep.retr, cfg.k)
 
 
-def run_block(block_id, queries, graph, side, cfg, sampler, scorer, candidates=None) -> tuple[pa.Table, int]:
-    """Single-process path: one block end to end; returns (top-k table, pairs scored)."""
-    prep = prepare_block(block_id, np.sort(queries), graph, side, cfg, sampler, candidates)
+def run_block(block_id, queries, graph, cfg, sampler, scorer, allowed: Allowed = EVERY_NODE) -> tuple[pa.Table, int]:
+    """Single-process path: one block end to end; returns (top-k table, pairs scored). `allowed`: which nodes may
+    be proposed."""
+    prep = prepare_block(block_id, np.sort(queries), graph, allowed.side, cfg, sampler, allowed.candidates)
     logits = scorer.score_blocks(prep.sampled, len(prep.node))
     return finish_block(prep, logits, cfg), len(prep.node)
 

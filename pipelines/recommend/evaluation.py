@@ -38,7 +38,7 @@ from common.datasets import DatasetError
 from common.flags import FlagError, add_moved_dataset_flag, add_overwrite_flag
 from common.graph import Graph
 from common.outputs import OutputError, check_output, check_replacement, stamp
-from common.retrieval import RetrievalError, neighbour_entries, retrieve
+from common.retrieval import EVERY_NODE, Allowed, RetrievalError, neighbour_entries, retrieve
 from pipelines.core.config import MovedDataset
 from pipelines.core.runs import RunFolderError, load_run_model, run_dataset, run_inputs
 from pipelines.recommend.engine import (
@@ -82,15 +82,16 @@ def full_ranking(
     known: np.ndarray,
     cfg: RecConfig,
     scorer=None,
-    side=None,
+    allowed: Allowed = EVERY_NODE,
     sweep: bool = False,
-    candidates: np.ndarray | None = None,
 ) -> dict:
-    """Metrics of the retriever alone and (with a scorer) of PENCIL re-ranking its pool. `candidates`: the nodes
-    that compete with a target (None: every node; under a temporal split, those that exist by the boundary)."""
+    """Metrics of the retriever alone and (with a scorer) of PENCIL re-ranking its pool. `allowed.candidates`: the
+    nodes that compete with a target (None: every node; under a temporal split, those that exist by the
+    boundary)."""
+    side, candidates = allowed.side, allowed.candidates
     u, v = positives[:, 0].astype(np.int64), positives[:, 1].astype(np.int64)
     queries = np.unique(u)
-    pool = retrieve(graph, queries, cfg.retriever, cfg.pool, side=side, fill=True, candidates=candidates)
+    pool = retrieve(graph, queries, cfg.retriever, cfg.pool, allowed=Allowed(side, candidates), fill=True)
     row = np.searchsorted(queries, u)
     cand = pool.cand[row]  # (P, M)
     n = graph.num_nodes
@@ -333,9 +334,8 @@ def evaluate_run(run: EvaluateConfig) -> int:
         scorer = scorer_for(model, graph, cfg, device)
         every = np.asarray(dataset.splits[split].pos, dtype=np.int64)
         positives = sample_positives(every, run.sample_positives, run.sample_seed)  # known stays whole: the filter
-        res = full_ranking(
-            graph, positives, known, cfg, scorer, sweep=split == "valid", candidates=dataset.active_nodes(split)
-        )
+        allowed = Allowed(candidates=dataset.active_nodes(split))
+        res = full_ranking(graph, positives, known, cfg, scorer, allowed, sweep=split == "valid")
         if run.sample_positives is not None:
             res["sample"] = {
                 "sample_positives": run.sample_positives,

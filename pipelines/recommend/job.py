@@ -35,7 +35,7 @@ from common.datasets import DatasetError
 from common.datasets.tables import EDGE_LIST_SUFFIXES, suffix_of
 from common.flags import FlagError, add_moved_dataset_flag, add_num_cpus_flag, add_overwrite_flag
 from common.outputs import OutputError, check_output, check_replacement, stamp_metadata
-from common.retrieval import RetrievalError
+from common.retrieval import Allowed, RetrievalError
 from common.storage import absolute_location
 from pipelines.core.config import MovedDataset
 from pipelines.core.runs import (
@@ -270,21 +270,8 @@ def recommend(job: RecommendConfig) -> int:
     nodes_key = hashlib.sha256(queries.tobytes()).hexdigest()[:16]
     with locked(parts_dir(out), "recommendation job", "--out"):  # one job per --out: parts are not shared
         folder = open_parts(out, cfg.fingerprint(digest, graph.fingerprint(), nodes_key, str(job.bipartite)))
-        return _run_blocks(
-            job,
-            out,
-            folder,
-            cfg,
-            blocks,
-            queries,
-            graph,
-            side,
-            node_ids,
-            model,
-            device,
-            stamp_metadata("recommend", manifest.fingerprint),
-            candidates,
-        )
+        work = BlockWork(graph, Allowed(side, candidates), cfg, queries, blocks, node_ids)
+        return _run_blocks(job, work, model, device, out, folder, stamp_metadata("recommend", manifest.fingerprint))
 
 
 def split_candidates(dataset, graph: str) -> np.ndarray | None:
@@ -300,22 +287,22 @@ def split_candidates(dataset, graph: str) -> np.ndarray | None:
     return nodes
 
 
-def _run_blocks(
-    job: RecommendConfig,
-    out: Path,
-    folder: Path,
-    cfg: RecConfig,
-    blocks: list,
-    queries: np.ndarray,
-    graph,
-    side,
-    node_ids,
-    model,
-    device,
-    metadata: dict,
-    candidates=None,
-) -> int:
+@dataclass(frozen=True)
+class BlockWork:
+    """What a job's blocks are computed on: the graph, which nodes may be proposed (`allowed`), the engine's
+    configuration, the query nodes and their blocks, and the user's node ids (None: 0..N-1)."""
+
+    graph: object
+    allowed: Allowed
+    cfg: RecConfig
+    queries: np.ndarray
+    blocks: list
+    node_ids: np.ndarray | None = None
+
+
+def _run_blocks(job: RecommendConfig, work: BlockWork, model, device, out: Path, folder: Path, metadata: dict) -> int:
     """Score the blocks not in the part folder yet, then merge every part into --out."""
+    graph, cfg, blocks, queries, node_ids = work.graph, work.cfg, work.blocks, work.queries, work.node_ids
     todo = [b for b in range(len(blocks)) if not part_path(folder, b).exists()]
     log.info(
         "recommending top-%d of a %s pool of %d for %d nodes of %s (%d blocks, %d already done) on %s",
@@ -340,11 +327,11 @@ def _run_blocks(
         from pipelines.recommend.on_ray import run_on_ray
 
         ckpt = str(resolve_checkpoint(job.checkpoint).resolve())  # absolute: the actors run in folders of their own
-        run_on_ray(ckpt, graph, side, cfg, blocks, todo, done, job.num_cpus, device.type, candidates, job.moved.shards)
+        run_on_ray(ckpt, work, todo, done, job.num_cpus, device.type, job.moved.shards)
     else:
         sampler, scorer = sampler_for(graph, cfg), scorer_for(model, graph, cfg, device)
         for b in todo:
-            table, pairs = run_block(b, blocks[b], graph, side, cfg, sampler, scorer, candidates)
+            table, pairs = run_block(b, blocks[b], graph, cfg, sampler, scorer, work.allowed)
             done(b, table, pairs)
     nodes_s, pairs_s = progress.close()
     table = merge_parts(folder, len(blocks), out, node_ids, metadata)

@@ -68,22 +68,11 @@ def init_ray(num_cpus: int | None) -> bool:
     return True
 
 
-def run_on_ray(
-    checkpoint: str,
-    graph,
-    side,
-    cfg: RecConfig,
-    blocks: list,
-    todo: list,
-    done,
-    num_cpus,
-    device: str,
-    candidates: np.ndarray | None = None,
-    shards: str | None = None,
-):
-    """Run the `todo` blocks; done(block_id, table, pairs) is called on the driver as each finishes. `candidates`:
-    the nodes that may be proposed (None: every node). `checkpoint` and `shards` (the run's set, when it moved)
-    are absolute: the actors run in folders of their own."""
+def run_on_ray(checkpoint: str, work, todo: list, done, num_cpus, device: str, shards: str | None = None):
+    """Run the `todo` blocks of `work` (pipelines.recommend.job.BlockWork); done(block_id, table, pairs) is called
+    on the driver as each finishes. `checkpoint` and `shards` (the run's set, when it moved) are absolute: the
+    actors run in folders of their own."""
+    graph, cfg, blocks = work.graph, work.cfg, work.blocks
     import ray
 
     started = init_ray(num_cpus)
@@ -100,7 +89,7 @@ def run_on_ray(
             actors,
             "GPUs" if gpus else "CPUs",
         )
-        graph_ref, side_ref, cand_ref = ray.put(graph), ray.put(side), ray.put(candidates)
+        graph_ref, side_ref, cand_ref = ray.put(graph), ray.put(work.allowed.side), ray.put(work.allowed.candidates)
         prepare = ray.remote(num_cpus=1)(_prepare)
         pool = [
             ray.remote(**opts)(BlockScorer).remote(checkpoint, graph_ref, cfg, "cuda" if gpus else "cpu", shards)
