@@ -230,14 +230,16 @@ def growth(runs: list[dict], stage: str, k: int) -> str:
 def table(runs: list[dict], project_to: tuple[int, ...] = (1_000_000, 10_000_000), budget_s: float = 1800) -> str:
     """The markdown table: one row per (graph, stage) measured, then the projections, then each stage's
     growth exponent per density."""
-    head = "| graph | edges | nodes | source | " + " | ".join(STAGES) + " | whole run | load avg | test MRR / AUC |"
+    head = "| graph | edges | nodes | source | " + " | ".join(STAGES)
+    head += " | whole run | load avg | test: PENCIL vs best heuristic |"
     lines = [head, "|" + "---|" * (len(STAGES) + 7)]
     for degree in sorted({r["degree"] for r in runs}):
         mine = sorted((r for r in runs if r["degree"] == degree and r["rc"] == 0), key=lambda r: r["edges"])
         for r in sorted((r for r in runs if r["degree"] == degree), key=lambda r: r["edges"]):
             cells = [_cell(r["stages"].get(s)) for s in STAGES]
             res = r.get("results", {})
-            quality = f"{res.get('pencil_mrr', '–')} vs {res.get('heuristic_mrr', '–')}; {res.get('pencil_auc', '–')}"
+            quality = f"MRR {res.get('pencil_mrr', '–')} vs {res.get('heuristic_mrr', '–')}"
+            quality += f"; AUC {res.get('pencil_auc', '–')} vs {res.get('heuristic_auc', '–')}"
             src = "measured" if r["rc"] == 0 else f"failed (rc {r['rc']})"
             if r.get("capped_gb"):
                 src = f"stopped at the {r['capped_gb']:g} GB cap"
