@@ -30,6 +30,7 @@ from common.flags import add_dataset_flags
 from common.induce import Inducer
 from common.memory import peak_rss_mb
 from preprocess.candidates import protocol_candidates, training_view
+from preprocess.config import CandidateConfig
 from preprocess.sampler import derive_seed, sample_subgraphs
 
 log = logging.getLogger("bench.seal_baseline")
@@ -106,7 +107,9 @@ def _main(argv) -> int:
 
     def train_epoch(epoch: int) -> list:
         rng = np.random.default_rng(derive_seed(args.seed, "seal", epoch))
-        v = training_view(train, ds.graph, percent, 1, rng, nodes=ds.active_nodes("train"))
+        v = training_view(
+            train, ds.graph, CandidateConfig(percent=percent, neg_ratio=1), rng, nodes=ds.active_nodes("train")
+        )
         return blocks(ds.graph, inducer, v.src, v.dst, v.label, args.hops, args.per_hop, derive_seed(args.seed, epoch))
 
     sets = {s: eval_set(ds, s, args.hops, args.per_hop, args.seed) for s in ("valid", "test") if s in args.eval_splits}

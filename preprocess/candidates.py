@@ -27,6 +27,7 @@ import numpy as np
 
 from common.graph import Graph
 from common.unique import unique_inverse
+from preprocess.config import CandidateConfig
 
 log = logging.getLogger(__name__)
 
@@ -231,10 +232,8 @@ KNOWN_NEG_SHARE = 0.5
 def training_view(
     train_pos: np.ndarray,
     graph: Graph,
-    percent: float,
-    neg_ratio: int,
+    cand: CandidateConfig,
     rng: np.random.Generator,
-    hard_neg_fraction: float = 0.0,
     nodes: np.ndarray | None = None,
     known: np.ndarray | None = None,
 ) -> Candidates:
@@ -242,7 +241,9 @@ def training_view(
     negatives, up to KNOWN_NEG_SHARE are the user's known non-links `known` (a seeded subset per view, each
     in a random direction); of the rest round(rest * hard_neg_fraction) are 2-hop non-edges of `graph` (the
     training graph) and the others uniform, among `nodes` when given (LinkDataset.active_nodes). All from
-    `rng`; without known non-links and at fraction 0 it draws exactly what the uniform-only view always drew."""
+    `rng`; without known non-links and at fraction 0 it draws exactly what the uniform-only view always drew.
+    `cand`: the view's percent of the positives, negatives per positive and hard_neg_fraction."""
+    percent, neg_ratio, hard_neg_fraction = cand.percent, cand.neg_ratio, cand.hard_neg_fraction
     pos = training_positives(train_pos)
     if percent < 100:
         keep = max(1, int(round(len(pos) * percent / 100)))

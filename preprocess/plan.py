@@ -60,10 +60,8 @@ def candidate_sets(config: PreprocessConfig, dataset, protocols: list[str]) -> l
                 cands = training_view(
                     dataset.splits["train"].pos,
                     dataset.graph,
-                    cfg.percent,
-                    cfg.neg_ratio,
+                    cfg,
                     rng,
-                    cfg.hard_neg_fraction,
                     nodes=dataset.active_nodes("train"),
                     known=dataset.train_negatives,
                 )

@@ -9,6 +9,7 @@ import pytest
 
 from common.graph import Graph
 from preprocess.candidates import eval_candidates, sample_negatives, training_positives, training_view
+from preprocess.config import CandidateConfig
 
 
 def graph_and_pos(num_nodes=60, edges=200, seed=0):
@@ -36,7 +37,7 @@ def test_training_view_counts_labels_and_self_loops():
     g, pos = graph_and_pos()
     pos = np.concatenate([pos, [[3, 3]]])
     p = len(training_positives(pos))
-    view = training_view(pos, g, 100.0, 2, np.random.default_rng(0))
+    view = training_view(pos, g, CandidateConfig(percent=100.0, neg_ratio=2), np.random.default_rng(0))
     assert len(view) == 3 * p
     assert view.label.sum() == p
     is_pos = view.label == 1
@@ -59,7 +60,7 @@ def test_training_view_order_is_random_for_every_seed(seed):
     """The runs test above, over seeds: where the positives land is uniform (each third of the view holds about
     a third of them), so a view that keeps positives first, or last, fails."""
     g, pos = graph_and_pos(seed=seed)
-    view = training_view(pos, g, 100.0, 2, np.random.default_rng(seed))
+    view = training_view(pos, g, CandidateConfig(percent=100.0, neg_ratio=2), np.random.default_rng(seed))
     where = np.flatnonzero(view.label == 1) / len(view)
     counts = np.histogram(where, bins=3, range=(0, 1))[0]
     expected = len(where) / 3
@@ -69,9 +70,9 @@ def test_training_view_order_is_random_for_every_seed(seed):
 
 def test_percent_is_a_seeded_subset_per_view():
     g, pos = graph_and_pos()
-    a = training_view(pos, g, 50.0, 1, np.random.default_rng(7))
-    b = training_view(pos, g, 50.0, 1, np.random.default_rng(7))
-    c = training_view(pos, g, 50.0, 1, np.random.default_rng(8))
+    a = training_view(pos, g, CandidateConfig(percent=50.0, neg_ratio=1), np.random.default_rng(7))
+    b = training_view(pos, g, CandidateConfig(percent=50.0, neg_ratio=1), np.random.default_rng(7))
+    c = training_view(pos, g, CandidateConfig(percent=50.0, neg_ratio=1), np.random.default_rng(8))
     p = len(training_positives(pos))
     assert a.label.sum() == round(p * 0.5)
     assert np.array_equal(a.src, b.src) and np.array_equal(a.dst, b.dst)

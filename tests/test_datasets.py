@@ -517,9 +517,9 @@ def test_latent_space_graph_degree_and_determinism():
 
 
 def test_load_latent_space_dataset():
-    from common.datasets.synthetic import load_latent_space, sample_latent_space
+    from common.datasets.synthetic import LatentSpace, load_latent_space, sample_latent_space
 
-    ds = load_latent_space(seed=0, num_nodes=1500, p=16, avg_degree=12.0)
+    ds = load_latent_space(0, LatentSpace(num_nodes=1500, p=16, avg_degree=12.0))
     _, z, edges, _ = sample_latent_space(1500, 12.0, 0)
     full = Graph.from_edges(edges, num_nodes=1500)
     assert abs(2 * full.num_edges / 1500 - 12.0) < 1.2
@@ -536,11 +536,11 @@ def test_load_latent_space_dataset():
     threshold = np.quantile(d2(edges), 0.9)
     for s in ("valid", "test"):
         assert np.all(d2(ds.splits[s].neg["original"]) > threshold)  # far apart in latent space
-    assert ds.fingerprint() == load_latent_space(seed=0, num_nodes=1500, p=16, avg_degree=12.0).fingerprint()
+    assert ds.fingerprint() == load_latent_space(0, LatentSpace(num_nodes=1500, p=16, avg_degree=12.0)).fingerprint()
     with pytest.raises(DatasetError, match="avg_degree=3000"):
-        load_latent_space(num_nodes=100, avg_degree=3000)
+        load_latent_space(params=LatentSpace(num_nodes=100, avg_degree=3000))
     with pytest.raises(DatasetError, match="num_nodes=1"):
-        load_latent_space(num_nodes=1)
+        load_latent_space(params=LatentSpace(num_nodes=1))
 
 
 @pytest.mark.parametrize("column, row", [("src", 0), ("dst", 4), ("dst", 7)])

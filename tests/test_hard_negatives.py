@@ -87,7 +87,9 @@ def paths_graph(paths=40, num_nodes=100_000) -> tuple[Graph, np.ndarray]:
 @pytest.mark.parametrize("fraction", [0.0, 0.25, 0.33, 0.5, 1.0])  # 0.33: 52.8 of 160 -> 53
 def test_training_view_draws_round_count_times_fraction_hard_negatives(fraction):
     g, pos = paths_graph()
-    view = training_view(pos, g, 100.0, 2, np.random.default_rng(7), hard_neg_fraction=fraction)
+    view = training_view(
+        pos, g, CandidateConfig(percent=100.0, neg_ratio=2, hard_neg_fraction=fraction), np.random.default_rng(7)
+    )
     neg = np.stack([view.src, view.dst], 1)[view.label == 0]
     assert len(neg) == 2 * len(pos) and view.label.sum() == len(pos)
     assert_non_edges(g, neg)
@@ -98,7 +100,12 @@ def test_training_view_draws_round_count_times_fraction_hard_negatives(fraction)
 
 def test_training_view_is_deterministic_per_seed():
     g, pos = paths_graph()
-    views = [training_view(pos, g, 60.0, 3, np.random.default_rng(s), hard_neg_fraction=0.5) for s in (1, 1, 2)]
+    views = [
+        training_view(
+            pos, g, CandidateConfig(percent=60.0, neg_ratio=3, hard_neg_fraction=0.5), np.random.default_rng(s)
+        )
+        for s in (1, 1, 2)
+    ]
     as_bytes = [b"".join(a.tobytes() for a in (v.src, v.dst, v.label)) for v in views]
     assert as_bytes[0] == as_bytes[1] != as_bytes[2]
 
@@ -110,8 +117,10 @@ def test_fraction_zero_is_the_uniform_view_bit_for_bit(percent, neg_ratio):
     e = rng0.integers(0, 200, (600, 2))
     e = e[e[:, 0] != e[:, 1]]
     g = Graph.from_edges(e, num_nodes=200)
-    default = training_view(e, g, percent, neg_ratio, np.random.default_rng(11))
-    zero = training_view(e, g, percent, neg_ratio, np.random.default_rng(11), hard_neg_fraction=0.0)
+    default = training_view(e, g, CandidateConfig(percent=percent, neg_ratio=neg_ratio), np.random.default_rng(11))
+    zero = training_view(
+        e, g, CandidateConfig(percent=percent, neg_ratio=neg_ratio, hard_neg_fraction=0.0), np.random.default_rng(11)
+    )
     # the uniform-only view, spelled out: subset, uniform negatives, one permutation, all from one rng
     rng = np.random.default_rng(11)
     p = e if percent == 100 else e[np.sort(rng.choice(len(e), size=int(round(len(e) * percent / 100)), replace=False))]

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.datasets.synthetic import load_latent_space, sample_latent_space
+from common.datasets.synthetic import LatentSpace, load_latent_space, sample_latent_space
 from pipelines.core.paper_numbers import PAPER_LATENT
 from pipelines.paper import latent_space as ls
 from tests.conftest import cached_set
@@ -21,7 +21,7 @@ def _keys(pairs, n):
 
 
 def test_split_is_90_10_with_5_percent_of_train_held_out():
-    ds = load_latent_space(seed=3, **KW)
+    ds = load_latent_space(3, LatentSpace(**KW))
     _, _, edges, _ = sample_latent_space(400, 15.0, 3, 3, 1.0, 2.0, 0.5)  # the same generator call
     n = 400
     train, valid, test = (ds.splits[k].pos for k in ("train", "valid", "test"))
@@ -37,7 +37,7 @@ def test_split_is_90_10_with_5_percent_of_train_held_out():
 
 
 def test_evaluation_is_balanced_with_far_apart_non_edge_negatives():
-    ds = load_latent_space(seed=3, **KW)
+    ds = load_latent_space(3, LatentSpace(**KW))
     _, z, edges, _ = sample_latent_space(400, 15.0, 3, 3, 1.0, 2.0, 0.5)
     d2 = lambda p: np.sum((z[p[:, 0]] - z[p[:, 1]]) ** 2, axis=1)  # noqa: E731
     threshold = np.quantile(d2(edges), 0.9)
@@ -56,9 +56,9 @@ def test_evaluation_is_balanced_with_far_apart_non_edge_negatives():
 
 
 def test_mu_changes_only_the_features_and_s_the_graph():
-    a = load_latent_space(seed=1, num_nodes=300, s=1.0, mu=0.0)
-    b = load_latent_space(seed=1, num_nodes=300, s=1.0, mu=8.0)
-    c = load_latent_space(seed=1, num_nodes=300, s=2.0, mu=0.0)
+    a = load_latent_space(1, LatentSpace(num_nodes=300, s=1.0, mu=0.0))
+    b = load_latent_space(1, LatentSpace(num_nodes=300, s=1.0, mu=8.0))
+    c = load_latent_space(1, LatentSpace(num_nodes=300, s=2.0, mu=0.0))
     assert np.array_equal(a.graph.indices, b.graph.indices) and np.array_equal(
         a.splits["test"].pos, b.splits["test"].pos
     )

@@ -11,6 +11,7 @@ import pytest
 
 from common.datasets import DatasetError, DatasetSpec, load_dataset
 from preprocess.candidates import KNOWN_NEG_SHARE, training_view
+from preprocess.config import CandidateConfig
 from tests.conftest import cached_set
 
 # ids 100..129: a ring of train edges, held-out valid and test chords
@@ -178,18 +179,23 @@ def test_known_non_links_make_up_to_half_of_each_view(edges, tmp_path, caplog):
     pos, graph = ds.splits["train"].pos, ds.graph
     few = np.array([[0, 15], [1, 20]])
     for seed in range(3):
-        v = training_view(pos, graph, 100.0, 1, np.random.default_rng(seed), known=few)
+        v = training_view(
+            pos, graph, CandidateConfig(percent=100.0, neg_ratio=1), np.random.default_rng(seed), known=few
+        )
         neg = {tuple(sorted(p)) for p in zip(v.src[v.label == 0], v.dst[v.label == 0])}
         assert len(v) == 2 * len(pos) and {(0, 15), (1, 20)} <= neg
     many = np.array([[i, (i + 7) % 30] for i in range(30)])
-    views = [training_view(pos, graph, 100.0, 1, np.random.default_rng(s), known=many) for s in range(2)]
+    views = [
+        training_view(pos, graph, CandidateConfig(percent=100.0, neg_ratio=1), np.random.default_rng(s), known=many)
+        for s in range(2)
+    ]
     known = {tuple(sorted(p)) for p in many}
     got = [{tuple(sorted(p)) for p in zip(v.src[v.label == 0], v.dst[v.label == 0])} & known for v in views]
     half = int(len(pos) * KNOWN_NEG_SHARE)  # 15 of 30 (a uniform draw may hit a known pair by chance too)
     assert all(half <= len(g) < len(known) for g in got) and got[0] != got[1]
     assert caplog.text.count(f"{len(pos)} negatives (0 of them 2-hop non-edges, {half} known non-links)") == 2
-    bare = training_view(pos, graph, 100.0, 1, np.random.default_rng(0))
-    again = training_view(pos, graph, 100.0, 1, np.random.default_rng(0), known=None)
+    bare = training_view(pos, graph, CandidateConfig(percent=100.0, neg_ratio=1), np.random.default_rng(0))
+    again = training_view(pos, graph, CandidateConfig(percent=100.0, neg_ratio=1), np.random.default_rng(0), known=None)
     assert np.array_equal(bare.src, again.src) and np.array_equal(bare.dst, again.dst)
 
 

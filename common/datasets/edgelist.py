@@ -231,7 +231,7 @@ def load_edge_list(spec: DatasetSpec, split_flag: str | None = "--split") -> Lin
         if weights is not None:
             ds.weights = {"train": edge_weights(ds.graph, rows, weights)}
     else:
-        ds = _given_split(path, name, pairs, masks, num_nodes, node_ids, seed, x)
+        ds = _given_split(path, pairs, masks, num_nodes, node_ids, seed, x)
         if weights is not None:
             ds.weights = {"train": edge_weights(ds.graph, pairs, weights)}
     if ds.weights is not None and not all(np.isfinite(w).all() for w in ds.weights.values()):
@@ -295,8 +295,10 @@ def _full_graph(path: Path, pairs: np.ndarray, num_nodes: int) -> Graph:
 
 
 def _given_split(
-    path: Path, name: str, pairs: np.ndarray, masks: dict, num_nodes: int, node_ids: np.ndarray, seed: int, x
+    path: Path, pairs: np.ndarray, masks: dict, num_nodes: int, node_ids: np.ndarray, seed: int, x
 ) -> LinkDataset:
+    """The split the file's split column gives; the dataset is named after the file."""
+    name = stem_of(path)
     pos = {s: _canonical_unique(pairs[masks[s]], num_nodes) for s in SPLIT_VALUES}
     log_folded(path, pairs, sum(len(p) for p in pos.values()))
     _refuse_shared_edges(path, pos, num_nodes, node_ids)

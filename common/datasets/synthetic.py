@@ -18,6 +18,8 @@ positives, disjoint between valid and test.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from scipy.special import expit
 
@@ -147,24 +149,41 @@ def latent_space_graph(
     return Graph.from_edges(edges, num_nodes=num_nodes)
 
 
-def load_latent_space(
-    seed: int = 0,
-    num_nodes: int = 5000,
-    clusters: int = 3,
-    s: float = 1.0,
-    mu: float = 1.0,
-    p: int = 32,
-    beta: float = 2.0,
-    noise: float = 0.5,
-    avg_degree: float = 15.0,
-    test_frac: float = 0.1,
-    neg_quantile: float = 0.9,
-) -> LinkDataset:
+@dataclass(frozen=True)
+class LatentSpace:
+    """The Appendix D.4 graph's parameters (module docstring): nodes, clusters, their spread `s`, the features'
+    signal `mu` and width `p`, the edge model's `beta` and `noise`, the mean degree, the test share and the
+    quantile beyond which a non-edge is far enough to be a negative."""
+
+    num_nodes: int = 5000
+    clusters: int = 3
+    s: float = 1.0
+    mu: float = 1.0
+    p: int = 32
+    beta: float = 2.0
+    noise: float = 0.5
+    avg_degree: float = 15.0
+    test_frac: float = 0.1
+    neg_quantile: float = 0.9
+
+
+PAPER_LATENT_SPACE = LatentSpace()
+
+
+def load_latent_space(seed: int = 0, params: LatentSpace = PAPER_LATENT_SPACE) -> LinkDataset:
     """The Appendix D.4 dataset: 90/10 train/test edges (5% of train held out as valid), features x.
 
     Negatives are far non-edges (see module docstring) under protocol "original", as many as each
     eval split's positives, so every eval split is balanced as in the paper.
     """
+    num_nodes, clusters, s, mu, p = params.num_nodes, params.clusters, params.s, params.mu, params.p
+    beta, noise, avg_degree, test_frac, neg_quantile = (
+        params.beta,
+        params.noise,
+        params.avg_degree,
+        params.test_frac,
+        params.neg_quantile,
+    )
     if not 0 < test_frac < 1 or not 0 <= neg_quantile < 1:
         raise DatasetError(f"synthetic: test_frac={test_frac} must be in (0, 1), neg_quantile={neg_quantile} in [0, 1)")
     labels, z, edges, _ = sample_latent_space(num_nodes, avg_degree, seed, clusters, s, beta, noise)

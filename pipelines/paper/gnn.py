@@ -183,7 +183,7 @@ def fit(
     }
     history, t0, kept = [], time.perf_counter(), None
     for epoch in range(1, cfg.epochs + 1):
-        loss = _train_epoch(model, opt, x, ei, pos_all, dataset.num_nodes, cfg.batch_size, rng)
+        loss = _train_epoch(model, opt, (x, ei), pos_all, dataset.num_nodes, cfg.batch_size, rng)
         if epoch % cfg.eval_every and epoch != cfg.epochs:
             continue
         record = {"epoch": epoch, "loss": loss}
@@ -222,8 +222,10 @@ def fit(
     return out
 
 
-def _train_epoch(model, opt, x, ei, pos_all: np.ndarray, num_nodes: int, batch_size: int, rng) -> float:
-    """One pass over the training positives in shuffled mini-batches, one random negative each."""
+def _train_epoch(model, opt, inputs: tuple, pos_all: np.ndarray, num_nodes: int, batch_size: int, rng) -> float:
+    """One pass over the training positives in shuffled mini-batches, one random negative each; `inputs`: the
+    node inputs and the edge index the model encodes, (x, ei)."""
+    x, ei = inputs
     model.train()
     order = rng.permutation(len(pos_all))
     total, steps = 0.0, 0

@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
 
 def run_latent_space(cfg: LatentConfig) -> int:
-    from common.datasets.synthetic import load_latent_space
+    from common.datasets.synthetic import LatentSpace, load_latent_space
 
     preset = get_preset(cfg.spec["pencil"])
     if "PENCIL" in cfg.models:
@@ -281,7 +281,7 @@ def run_latent_space(cfg: LatentConfig) -> int:
             raise FlagError(str(err)) from None
     datasets = {}
     for s, mu in cfg.settings:
-        ds = load_latent_space(seed=cfg.graph_seed, num_nodes=cfg.num_nodes, s=float(s), mu=float(mu))
+        ds = load_latent_space(cfg.graph_seed, LatentSpace(num_nodes=cfg.num_nodes, s=float(s), mu=float(mu)))
         datasets[(s, mu)] = replace(ds, name=dataset_name(s, mu))
         log.info("%s", datasets[(s, mu)].summary())
     shards = pencil_shards(cfg.shards, preset, datasets) if "PENCIL" in cfg.models else {}
