@@ -26,10 +26,10 @@ if __package__ in (None, ""):  # `python bench/compile.py` as well as `python -m
 
 import torch
 
-from trainer.model.pencil import Block, ModelConfig
+from trainer.model.pencil import EncoderLayer, ModelConfig
 
 
-def dense_part(block: Block):
+def dense_part(block: EncoderLayer):
     """(a, h, g) -> block output without attention and scatter: a = attention output (T, d), h = block input,
     g = the aggregated states Â Z (T, d) stand-in."""
     bert = block.bert
@@ -79,7 +79,11 @@ def main(argv=None) -> None:
         else args.device
     )
     torch.manual_seed(0)
-    block = Block(ModelConfig(n_max=2, hidden=args.hidden, layers=1, heads=args.heads, ffn=args.ffn)).to(device).train()
+    block = (
+        EncoderLayer(ModelConfig(n_max=2, hidden=args.hidden, layers=1, heads=args.heads, ffn=args.ffn))
+        .to(device)
+        .train()
+    )
     eager = dense_part(block)
     compiled = torch.compile(eager, dynamic=True)
     amp = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda" else contextlib.nullcontext
