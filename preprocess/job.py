@@ -184,7 +184,7 @@ def run_job(config: PreprocessConfig, dataset=None, verify: bool = True, keep_ra
         sets, targets = label_with_targets(config.targets, dataset, sets)
     graphs = {k: dataset.graph_for("test" if k == "test" else "train") for k in sorted({cs.graph for cs in sets})}
     plans = plan_shards(config, sets, dataset.num_nodes)
-    meta = manifest_fields(config, dataset, fingerprint, key, protocols, sets, plans, graphs, targets)
+    meta = manifest_fields(config, dataset, fingerprint, protocols, (sets, plans), graphs, targets)
     if storage.exists(MANIFEST) and not config.force:
         expected = {
             **meta,

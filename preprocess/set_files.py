@@ -12,6 +12,7 @@ import logging
 from common.node_ids import encode_node_ids, node_ids_entry
 from common.shards import (
     FEATURES,
+    cache_key,
     encode_array,
     encode_features,
     encode_queries,
@@ -101,9 +102,12 @@ def remove_strays(storage, keep: set[str]) -> None:
 
 
 def manifest_fields(
-    config, dataset, fingerprint: str, key, protocols, sets, plans, graphs: dict, targets: dict | None
+    config, dataset, fingerprint: str, protocols, plan: tuple, graphs: dict, targets: dict | None
 ) -> dict:
-    """Every manifest field but `shards`, `files` and `totals`: a pure function of the plan."""
+    """Every manifest field but `shards`, `files` and `totals`: a pure function of the plan, (sets, plans) of
+    preprocess.plan; the key is the set's cache key (PreprocessConfig.key_parts)."""
+    sets, plans = plan
+    key = cache_key(config.key_parts(fingerprint, protocols))
     set_info = [
         {
             "split": cs.split,

@@ -16,14 +16,14 @@ from trainer.model.pencil import model_for_shards
 from trainer.train import run as train
 
 
-def _config(tmp_path, **kw):
+def _config(tmp_path, **data):
+    """A small citeseer set; `data`: the DatasetSpec's fields (features, planetoid_dir)."""
     return PreprocessConfig(
-        data=DatasetSpec("citeseer"),
+        data=DatasetSpec("citeseer", **data),
         sampling=SamplingConfig(1, 3),
         num_cpus=2,
         out=str(tmp_path / "shards"),
         candidates=CandidateConfig(views=1, protocols=("original",)),
-        **kw,
     )
 
 
