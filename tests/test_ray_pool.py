@@ -35,3 +35,23 @@ def test_a_lost_node_with_no_retry_left_fails_the_trainer_in_one_line(tmp_path, 
 def test_without_ray_address_the_pool_stays_local(monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert not on_cluster() and trainers.device_kind("cpu") == "cpu" and trainers.trainer_slots("cpu", 3) == 3
+
+
+def test_the_driver_shows_each_validation_once_and_never_a_test_score(tmp_path, caplog):
+    """Progress from the trainer's metrics.jsonl on shared storage: each validation record once, as it lands; a
+    half-written line waits for the next poll; test records are not shown mid-run."""
+    handle = lost_handle(tmp_path)
+    handle.job.run_dir.mkdir()
+    handle._read, path = 0, handle.job.run_dir / "metrics.jsonl"
+    valid = '{"event": "eval", "epoch": 0, "split": "valid", "mrr": 0.2319}\n'
+    test = '{"event": "eval", "epoch": 0, "split": "test", "mrr": 0.9}\n'
+    path.write_text('{"event": "train", "epoch": 0, "loss": 0.6}\n' + valid + test + '{"event": "eval", "ep')
+    caplog.set_level("INFO", logger="pipelines")
+    handle._progress()
+    assert [r.getMessage() for r in caplog.records] == ["trainer seed 1 on node ab12: epoch 0, valid mrr 23.19"]
+    with open(path, "a") as f:
+        f.write('och": 1, "split": "valid", "mrr": 0.25}\n')
+    caplog.clear()
+    handle._progress()
+    handle._progress()
+    assert [r.getMessage() for r in caplog.records] == ["trainer seed 1 on node ab12: epoch 1, valid mrr 25.00"]

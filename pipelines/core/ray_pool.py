@@ -16,6 +16,7 @@ one line, written to its trainer.log so the pool's message names it. Never a han
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -103,7 +104,7 @@ class ClusterTrainer:
         env = ray.get_runtime_context().runtime_env or {}
         extra = {} if env.get("working_dir") else {"runtime_env": {"env_vars": {"PYTHONPATH": python_path()}}}
         self.actor = _actor_class(ray).options(scheduling_strategy="SPREAD", **self.options, **extra).remote()
-        self.node, self._poll, self.t0 = None, None, time.monotonic()
+        self.node, self._poll, self.t0, self._read = None, None, time.monotonic(), 0
         self._started = self.actor.start.remote([*job.flags(), "--no-progress"], str(job.log))
 
     def poll(self) -> int | None:
@@ -117,6 +118,7 @@ class ClusterTrainer:
                     return None  # waiting for a node with the resources
                 self.node = ray.get(self._started)
                 log.info("trainer %s runs on node %s (log: %s)", self.key, self.node, self.job.log)
+            self._progress()
             if self._poll is None:
                 self._poll = self.actor.poll.remote()
             if not _ready(ray, self._poll):
@@ -130,6 +132,16 @@ class ClusterTrainer:
             log.info("trainer %s on node %s exited %d after %.1f s", self.key, self.node, code, took)
             ray.kill(self.actor)  # frees its CPU or GPU for the next trainer
         return code
+
+    def _progress(self) -> None:
+        """One line per validation the trainer logged since the last poll (its metrics.jsonl, on shared storage)."""
+        metric = self.job.select_on or "mrr"
+        scale = 1 if metric in ("rmse", "mae") else 100  # errors as they are, ranking metrics in percent
+        for rec in new_validations(Path(self.job.run_dir) / "metrics.jsonl", self):
+            value = rec.get(metric)
+            shown = f"{scale * value:.2f}" if isinstance(value, (int, float)) else "-"
+            epoch = rec.get("epoch")
+            log.info("trainer %s on node %s: epoch %s, valid %s %s", self.key, self.node, epoch, metric, shown)
 
     def _lost(self, err) -> int | None:
         why = " ".join(str(err).split())[:200]
@@ -184,6 +196,26 @@ def _actor_class(ray):
 
 
 _actor = None
+
+
+def new_validations(path: Path, handle) -> list[dict]:
+    """The validation records appended to a metrics.jsonl since handle._read (a byte offset it advances); a line
+    still being written waits for the next poll. Test records are never shown mid-run."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(handle._read)
+            data = f.read()
+    except OSError:
+        return []
+    whole = data[: data.rfind(b"\n") + 1]
+    handle._read += len(whole)
+    out = []
+    for line in whole.splitlines():
+        with contextlib.suppress(ValueError):
+            rec = json.loads(line)
+            if rec.get("event") == "eval" and rec.get("split") == "valid":
+                out.append(rec)
+    return out
 
 
 def _ready(ray, ref) -> bool:
