@@ -180,3 +180,17 @@ def test_the_run_report_names_the_rule_and_adds_the_time_aware_rows(grow):
     note = temporal_negatives_note(grow.split_info)
     assert note.startswith("temporal negatives: matched in newness; ")
     assert f"{one + two} of {len(grow.splits['test'].pos)} test pairs name a node with no edge" in note
+
+
+def test_a_kind_without_room_passes_its_shortfall_one_new_end_down(caplog):
+    """Two newcomers whose only pair is the positive itself: the new-new negative is drawn as an old-new one (the
+    log says so), so a small temporal graph splits instead of failing; counts stay whole."""
+    from common.datasets.temporal import fit_to_room
+
+    assert fit_to_room(np.array([3, 1, 2]), [10, 10, 0], "t").tolist() == [3, 3, 0]
+    assert fit_to_room(np.array([3, 2, 2]), [10, 1, 0], "t").tolist() == [6, 1, 0]
+    assert fit_to_room(np.array([3, 1, 2]), [10, 10, 10], "t").tolist() == [3, 1, 2]
+    # old nodes 0..3 (a path), the positive (4, 5) names two newcomers and is an edge of the graph it is drawn on
+    known = Graph.from_edges(np.array([[0, 1], [1, 2], [2, 3], [4, 5]]), num_nodes=6)
+    neg = matched_negatives(known, np.array([[4, 5]]), np.arange(4), np.random.default_rng(0), what="valid")
+    assert new_ends(neg, np.arange(4)).tolist() == [1] and "have no non-edge of their kind left" in caplog.text

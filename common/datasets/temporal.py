@@ -212,13 +212,38 @@ def matched_negatives(
     exclude = np.zeros((0, 2), dtype=np.int64) if exclude is None else np.asarray(exclude, np.int64).reshape(-1, 2)
     inside = np.isin(exclude, np.concatenate([old, new])).all(axis=1)
     exclude_ends = new_ends(exclude, old)
+    kinds = ((0, old), (1, (old, new)), (2, new))
+    # only excluded pairs of a kind can collide with its draw, and only they may count against its room
+    taken = [exclude[inside & (exclude_ends == k)] for k, _ in kinds]
+    room = [free_pairs(known, among) - len(taken[k]) for k, among in kinds]
+    if not at_most_half:
+        counts = fit_to_room(counts, room, what)
     parts = []
-    for k, among in ((0, old), (1, (old, new)), (2, new)):
-        if counts[k]:  # only excluded pairs of this kind can collide, and only they may count against its room
-            taken = exclude[inside & (exclude_ends == k)]
-            want = min(counts[k], (free_pairs(known, among) - len(taken)) // 2) if at_most_half else counts[k]
-            parts.append(sample_non_edges(known, want, rng, exclude=taken, nodes=among, what=what + _KIND[k]))
+    for k, among in kinds:
+        if counts[k]:
+            want = min(counts[k], room[k] // 2) if at_most_half else counts[k]
+            parts.append(sample_non_edges(known, want, rng, exclude=taken[k], nodes=among, what=what + _KIND[k]))
     return np.concatenate(parts) if parts else np.zeros((0, 2), dtype=np.int64)
+
+
+def fit_to_room(counts: np.ndarray, room: list[int], what: str) -> np.ndarray:
+    """Counts per kind (0, 1, 2 new ends) that the graph can hold: a kind without room enough (two newcomers whose
+    only pair is the positive itself) passes its shortfall to the kind with one new end fewer, and the log says
+    so; the draw then fails only where no kind has room."""
+    counts = counts.copy()
+    for k in (2, 1):
+        short = max(0, int(counts[k]) - max(0, room[k]))
+        if short:
+            counts[k] -= short
+            counts[k - 1] += short
+            log.warning(
+                "%s: %d pair(s) with %d new node(s) have no non-edge of their kind left; drawn with %d",
+                what,
+                short,
+                k,
+                k - 1,
+            )
+    return counts
 
 
 _KIND = (" (old-old pairs)", " (pairs of an old and a new node)", " (new-new pairs)")
