@@ -83,7 +83,7 @@ def measure_training_reads(
     t0 = time.process_time()
     epoch = 0
     while time.process_time() - t0 < seconds:
-        plan = plan_epoch(manifest, epoch, 1, 1, budget, max_samples, 0)
+        plan = plan_epoch(manifest, epoch, 1, 1, cfg)
         for batch in ds.logical_worker(0, 1, epoch, 0, plan.batches):
             n_tok += batch.num_tokens
             n_smp += batch.num_samples
@@ -149,10 +149,13 @@ def measure_workers(
     tokens = 0
     try:
         for epoch in range(epochs):
-            loader, _ = loaders.train_loader(manifest, epoch, 0, 1, cfg)
+            loader, _ = loaders.train_loader(manifest, epoch, loaders.LoaderSettings(cfg))
             tokens += sum(b.num_tokens for b in loader)
             if manifest.eval:
-                tokens += sum(b.num_tokens for b in loaders.eval_loader(manifest, "valid", "original", 0, 1, cfg))
+                tokens += sum(
+                    b.num_tokens
+                    for b in loaders.eval_loader(manifest, "valid", "original", loaders.LoaderSettings(cfg))
+                )
     finally:
         done.set()
         th.join()

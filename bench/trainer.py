@@ -267,7 +267,10 @@ def section_loader(args):
             num_workers=0,
             seed=args.seed,
         )
-        first = [b.to(device) for b, _ in zip(loaders.train_loader(manifest, 0, 0, 1, cfg0)[0], range(args.batches))]
+        first = [
+            b.to(device)
+            for b, _ in zip(loaders.train_loader(manifest, 0, loaders.LoaderSettings(cfg0))[0], range(args.batches))
+        ]
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
         step = make_step(model, opt, device, amp=device.type == "cuda")
         step(first[0])  # warm-up
@@ -288,7 +291,7 @@ def section_loader(args):
                 num_workers=workers,
                 seed=args.seed,
             )
-            loader, plan = loaders.train_loader(manifest, 0, 0, 1, cfg)
+            loader, plan = loaders.train_loader(manifest, 0, loaders.LoaderSettings(cfg))
             t0 = time.perf_counter()
             samples = tokens = 0
             for b in loader:  # includes worker start-up, as every epoch pays it

@@ -55,7 +55,7 @@ def test_batches_from_worker_processes_equal_the_in_process_ones(shard_set, work
 
     def batches(num_workers):
         c = cfg(num_workers=num_workers, distances=True)
-        loader, plan = loaders.train_loader(shard_set, 0, 0, 1, c)
+        loader, plan = loaders.train_loader(shard_set, 0, loaders.LoaderSettings(c))
         got = list(loader)
         loaders.close_loaders()
         return got, plan
@@ -69,6 +69,6 @@ def test_batches_from_worker_processes_equal_the_in_process_ones(shard_set, work
         assert len(in_process) == len(by_process)
         for a, b in zip(by_process, in_process):
             _same(a, b)
-    ev = list(loaders.eval_loader(shard_set, "valid", "original", 0, 1, cfg(num_workers=workers)))
+    ev = list(loaders.eval_loader(shard_set, "valid", "original", loaders.LoaderSettings(cfg(num_workers=workers))))
     assert ev and all(isinstance(b, PackedBatch) for b in ev)
     loaders.close_loaders()

@@ -81,11 +81,14 @@ def test_training_feeds_k_fresh_orders_per_link_within_the_token_budget(shard_se
 
 def test_eval_loader_packs_k_copies_and_marks_the_batch(shard_set):  # noqa: F811
     c = cfg(orderings=2)
-    seen = list(loaders.eval_loader(shard_set, "valid", "original", 0, 1, c))
+    seen = list(loaders.eval_loader(shard_set, "valid", "original", loaders.LoaderSettings(c)))
     assert all(b.copies == 2 and b.num_samples == 2 * b.num_links for b in seen)
     assert sorted(int(x) for b in seen for x in b.link_cid) == list(range(60))
     first, again = (
-        [b.nodes.tolist() for b in loaders.eval_loader(shard_set, "valid", "original", 0, 1, c, collate=identity)]
+        [
+            b.nodes.tolist()
+            for b in loaders.eval_loader(shard_set, "valid", "original", loaders.LoaderSettings(c, collate=identity))
+        ]
         for _ in range(2)
     )
     assert first == again  # evaluation orders are fixed

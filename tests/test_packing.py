@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from common.shards import Block
-from trainer.data.packing import BatchPacker, from_padded, pack, pack_samples, to_padded, token_sample
+from trainer.data.packing import BatchPacker, LocalEdges, from_padded, pack, pack_samples, to_padded, token_sample
 
 
 def _samples():
@@ -142,7 +142,7 @@ def test_pack_empty():
     with pytest.raises(ValueError, match="empty"):
         pack_samples([], n_max=6)
     with pytest.raises(ValueError, match="empty"):
-        pack(np.zeros(1, np.int64), np.zeros(0, np.int64), [], [], 6, dense=np.zeros((0, 2, 2)))
+        pack(np.zeros(1, np.int64), np.zeros(0, np.int64), [], [], 6, np.zeros((0, 2, 2)))
 
 
 # ---------------------------------------------------------------------------- arrays in, both graph forms
@@ -157,7 +157,7 @@ def _arrays():
 
 def test_pack_from_arrays_equals_pack_samples():
     node_ptr, nodes, label, cid, edge_ptr, edges = _arrays()
-    a = pack(node_ptr, nodes, label, cid, 6, edge_ptr=edge_ptr, edges=edges)
+    a = pack(node_ptr, nodes, label, cid, 6, LocalEdges(edge_ptr, edges))
     b = pack_samples(_samples(), n_max=6)
     for f in ("local_id", "role", "node", "cu_seqlens", "adj_src", "adj_dst", "task_index", "label", "cid"):
         assert torch.equal(getattr(a, f), getattr(b, f)), f
@@ -169,7 +169,7 @@ def test_dense_form_hand_computed():
     adj = np.zeros((3, 5, 5), np.uint8)  # wider than the largest context: pack trims it to Lc = 4
     for b, i, j in [(0, 0, 2), (0, 2, 1), (0, 2, 3), (2, 1, 2), (2, 2, 0)]:
         adj[b, i, j] = adj[b, j, i] = 1
-    d = pack(node_ptr, nodes, label, cid, 6, dense=adj)
+    d = pack(node_ptr, nodes, label, cid, 6, adj)
     s = pack_samples(_samples(), n_max=6)
     assert d.dense and d.adj_dense.dtype == torch.uint8 and d.adj_dense.shape == (3, 4, 4)
     assert d.adj_dense[0].tolist() == [[0, 0, 1, 0], [0, 0, 1, 0], [1, 1, 0, 1], [0, 0, 1, 0]]
@@ -182,7 +182,7 @@ def test_dense_form_hand_computed():
     p = to_padded(d)  # the padded view works on the dense form too (attention needs only the tokens)
     assert p.shape == (3, 6) and p.adj_src.numel() == 0
     with pytest.raises(ValueError, match="dense adjacency"):
-        pack(node_ptr, nodes, label, cid, 6, dense=adj[:, :3, :3])
+        pack(node_ptr, nodes, label, cid, 6, adj[:, :3, :3])
 
 
 def test_batch_packer_induces_from_the_graph_in_either_form():

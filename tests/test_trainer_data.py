@@ -210,7 +210,9 @@ def pid_and_batch(batch):
 
 def rank_batches(manifest, epoch, rank, world, c, start=0, collate=identity):
     """The batches (Blocks) one rank's loader yields."""
-    loader, plan = loaders.train_loader(manifest, epoch, rank, world, c, start=start, collate=collate)
+    loader, plan = loaders.train_loader(
+        manifest, epoch, loaders.LoaderSettings(c, rank, world, collate=collate), start=start
+    )
     return list(loader), plan
 
 
@@ -235,7 +237,7 @@ def cids(batches) -> list:
 # ---------------------------------------------------------------------------- pieces
 def test_epoch_reads_view_e_mod_v(shard_set):
     for epoch in range(5):
-        plan = data.plan_epoch(shard_set, epoch, 1, 0, 200, 8, seed=0)
+        plan = data.plan_epoch(shard_set, epoch, 1, 0, cfg(token_budget=200, max_samples=8, seed=0))
         assert plan.view == epoch % 2
         assert {Path(u.url).name for u in plan.units} == {f"train-v{epoch % 2:03d}-{i:05d}.tar" for i in range(3)}
 
@@ -313,7 +315,7 @@ def test_training_relabels_every_epoch_but_eval_keeps_stored_order(shard_set):
     assert any(a[k] != b[k] for k in common)  # same view, new order
     assert any(a[k] != want[k] for k in common)
     assert all(sorted(a[k]) == sorted(want[k]) and a[k][:2] == want[k][:2] for k in a)
-    loader = loaders.eval_loader(shard_set, "valid", "original", 0, 1, c, collate=identity)
+    loader = loaders.eval_loader(shard_set, "valid", "original", loaders.LoaderSettings(c, collate=identity))
     got = links(loader)
     assert got == stored(shard_set, "valid") and len(got) == 60
 
@@ -351,7 +353,10 @@ def test_one_shard_feeds_every_worker(tmp_path):
     per_rank = [rank_batches(manifest, 0, r, 2, c)[0] for r in range(2)]
     assert len(per_rank[0]) == len(per_rank[1]) == 8  # ceil(30 / 2 / 2)
     assert len(set(cids(per_rank[0] + per_rank[1]))) == 30  # slices of one shard over 2 ranks x 2 workers
-    per_worker = [cids(loaders.eval_loader(manifest, "valid", "original", r, 2, c, collate=identity)) for r in range(2)]
+    per_worker = [
+        cids(loaders.eval_loader(manifest, "valid", "original", loaders.LoaderSettings(c, r, 2, collate=identity)))
+        for r in range(2)
+    ]
     assert all(per_worker) and sorted(sum(per_worker, [])) == list(range(60))
 
 
@@ -363,7 +368,7 @@ def test_workers_persist_across_epochs_and_evaluations(shard_set):
         out, plan = rank_batches(shard_set, epoch, 0, 1, c, collate=pid_and_batch)
         pids |= {p for p, _ in out}
         seqs.append(cids([b for _, b in out]))
-        ev = list(loaders.eval_loader(shard_set, "valid", "original", 0, 1, c, collate=pid_and_batch))
+        ev = list(loaders.eval_loader(shard_set, "valid", "original", loaders.LoaderSettings(c, collate=pid_and_batch)))
         pids_eval = {p for p, _ in ev}
         if epoch == 0:
             first_eval = pids_eval
@@ -380,13 +385,13 @@ def test_datasets_pickle_for_spawned_workers(shard_set):
     """forkserver/spawn start methods (Python 3.14's default) pickle the dataset into each worker."""
     import pickle
 
-    loader, plan = loaders.train_loader(shard_set, 0, 0, 1, cfg(num_workers=2))
+    loader, plan = loaders.train_loader(shard_set, 0, loaders.LoaderSettings(cfg(num_workers=2)))
     clone = pickle.loads(pickle.dumps(loader.dataset))
     args = (0, 1, 0, 0, plan.batches)
     assert [b.cid.tolist() for b in clone.logical_worker(*args)] == [
         b.cid.tolist() for b in loader.dataset.logical_worker(*args)
     ]
-    pickle.dumps(loaders.eval_loader(shard_set, "valid", "original", 0, 1, cfg()).dataset)
+    pickle.dumps(loaders.eval_loader(shard_set, "valid", "original", loaders.LoaderSettings(cfg())).dataset)
     loaders.close_loaders()
 
 
@@ -406,7 +411,7 @@ def test_packed_batches_carry_the_induced_graph(shard_set, min_density, monkeypa
 
     monkeypatch.setattr(packing, "DENSE_MIN_DENSITY", min_density)
     loaders.close_loaders()  # packers are built per loader
-    loader, plan = loaders.train_loader(shard_set, 0, 0, 1, cfg())
+    loader, plan = loaders.train_loader(shard_set, 0, loaders.LoaderSettings(cfg()))
     batches = list(loader)
     loaders.close_loaders()
     assert len(batches) == plan.batches
@@ -449,7 +454,11 @@ def test_eval_split_covers_every_candidate_once(shard_set):
         got = [
             cid
             for r in range(world)
-            for cid in cids(loaders.eval_loader(shard_set, "test", "original", r, world, c, collate=identity))
+            for cid in cids(
+                loaders.eval_loader(
+                    shard_set, "test", "original", loaders.LoaderSettings(c, r, world, collate=identity)
+                )
+            )
         ]
         assert sorted(got) == list(range(60))
     loaders.close_loaders()
@@ -481,7 +490,9 @@ def test_corrupt_block_names_shard_and_member(tmp_path, workers):
 
 def test_memory_budget_too_small_names_the_flag(shard_set):
     with pytest.raises(ConfigError, match="--loader-memory-mb 4: .*raise --loader-memory-mb"):
-        loaders.train_loader(shard_set, 0, 0, 1, cfg(loader_memory_mb=4, shuffle_buffer_mb=1, token_budget=5000))
+        loaders.train_loader(
+            shard_set, 0, loaders.LoaderSettings(cfg(loader_memory_mb=4, shuffle_buffer_mb=1, token_budget=5000))
+        )
     assert loader_budget.prefetch_depth(12, 200, cfg()) == loader_budget.MAX_PREFETCH
 
 
@@ -491,7 +502,7 @@ def test_eval_batches_are_capped_by_the_memory_budget(shard_set):
     c = cfg(loader_memory_mb=1, eval_token_budget=10**6)
     budget, prefetch = loader_budget.eval_budget(12, c)
     assert budget == 2**20 // (2 * per_token) and prefetch == 1
-    loader = loaders.eval_loader(shard_set, "valid", "original", 0, 1, c, collate=identity)
+    loader = loaders.eval_loader(shard_set, "valid", "original", loaders.LoaderSettings(c, collate=identity))
     batches = list(loader)
     assert max(b.tokens for b in batches) <= budget and sorted(cids(batches)) == list(range(60))
     with pytest.raises(ConfigError, match="--loader-memory-mb 1: too small for evaluation batches"):

@@ -81,7 +81,9 @@ def _worker(rank: int, world: int, port: int, shards: str, out: str) -> None:
     c = DataConfig(shards=shards, max_samples=4, token_budget=200, eval_token_budget=100, num_workers=0)
     result = {"batches": [], "eval": {}, "t": [time.time()]}
     for epoch in range(3):  # uneven shards, both views
-        loader, plan = loaders.train_loader(manifest, epoch, info.rank, info.world_size, c, collate=cids_of)
+        loader, plan = loaders.train_loader(
+            manifest, epoch, loaders.LoaderSettings(c, info.rank, info.world_size, collate=cids_of)
+        )
         result["batches"].append(len(list(loader)))
         result["t"].append(time.time())
     result["eval"] = evaluate_split(CidScorer(), manifest, "valid", "original", c, info)

@@ -218,7 +218,7 @@ def test_accumulation_gives_the_full_batch_mean_gradient(shards, tmp_path):
     trainer = Trainer(cfg, distributed.init_distributed("cpu"))
     from trainer.data import loaders
 
-    loader, _ = loaders.train_loader(trainer.manifest, 0, 0, 1, trainer.config.data)
+    loader, _ = loaders.train_loader(trainer.manifest, 0, loaders.LoaderSettings(trainer.config.data))
     micro = [b for b, _ in zip(loader, range(4))]
     assert len({b.num_samples for b in micro}) > 1  # the token budget makes them uneven
     trainer.optimizer.step = lambda: None  # keep the accumulated gradients for inspection
@@ -547,7 +547,7 @@ def test_a_cuda_training_step_never_synchronises_the_host(shards, tmp_path):
     trainer = Trainer(tiny(shards, tmp_path / "r", device="cuda"), distributed.init_distributed("cuda"))
     from trainer.data import loaders
 
-    loader, _ = loaders.train_loader(trainer.manifest, 0, 0, 1, trainer.config.data, pin=True)
+    loader, _ = loaders.train_loader(trainer.manifest, 0, loaders.LoaderSettings(trainer.config.data, pin=True))
     micro = [b for b, _ in zip(loader, range(6))]
     trainer.train_step(micro[:2])  # warm-up: cuBLAS handles, the allocator, kernel choice
     torch.cuda.synchronize()
@@ -577,7 +577,7 @@ def test_cuda_evaluation_is_fp32_and_matches_the_cpu(shards, tmp_path):
     """trainer/evaluate.py on CUDA scores in fp32 (no bf16 autocast, no TF32): the same checkpoint's scores agree
     with the CPU's to fp32 rounding (1e-4; bf16 logits would be off by ~1e-2), and the metrics, rank statistics
     of those scores, are equal wherever no two scores are closer than the devices' difference."""
-    from trainer.data.loaders import eval_loader
+    from trainer.data.loaders import LoaderSettings, eval_loader
     from trainer.evaluate import score_eval_set
 
     run(tiny(shards, tmp_path / "r", max_steps=6, eval_splits=("valid",)))  # trained weights, not the init
@@ -588,7 +588,7 @@ def test_cuda_evaluation_is_fp32_and_matches_the_cpu(shards, tmp_path):
     for device in ("cpu", "cuda"):
         model, info = _model_from(ckpt, manifest, device), distributed.init_distributed(device)
         assert info.device.type == device
-        loader = eval_loader(manifest, "test", "original", 0, 1, c, pin=device == "cuda")
+        loader = eval_loader(manifest, "test", "original", LoaderSettings(c, pin=device == "cuda"))
         cid, score, _ = score_eval_set(model, loader, info.device)
         assert score.dtype == torch.float32 and score.device.type == "cpu"
         scores[device] = dict(zip(cid.tolist(), score.tolist()))

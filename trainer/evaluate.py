@@ -25,7 +25,7 @@ from common.metrics import evaluate as protocol_metrics
 from common.metrics import regression_metrics
 from common.shards import ShardError, load_queries
 from trainer import distributed
-from trainer.data.loaders import eval_loader
+from trainer.data.loaders import LoaderSettings, eval_loader
 from trainer.scoring import forward_batches, fp32_inference, synchronize
 
 log = logging.getLogger(__name__)
@@ -112,9 +112,7 @@ def evaluate_split(
 ) -> dict:
     """Metrics of one (split, protocol) eval set; every rank must call it (it all-gathers). With `keep`,
     the gathered (cid, score) arrays also go to keep[(split, protocol)] (trainer --save-scores)."""
-    loader = eval_loader(
-        manifest, split, protocol, info.rank, info.world_size, data_cfg, pin=info.device.type == "cuda"
-    )
+    loader = eval_loader(manifest, split, protocol, LoaderSettings.for_rank(data_cfg, info))
     cid, score, label = (distributed.all_gather_cat(t, info) for t in score_eval_set(model, loader, info.device))
     if keep is not None:
         keep[(split, protocol)] = (cid.numpy(), score.numpy())

@@ -171,16 +171,8 @@ class Trainer:
         """Train from the current position to the end of the epoch; True if max_steps stopped it."""
         cfg, st = self.config, self.state
         fraction = min(1.0, cfg.epochs - st.epoch)
-        loader, plan = loaders.train_loader(
-            self.manifest,
-            st.epoch,
-            self.info.rank,
-            self.info.world_size,
-            cfg.data,
-            start=st.batch,
-            fraction=fraction,
-            pin=self.info.device.type == "cuda",
-        )
+        settings = loaders.LoaderSettings.for_rank(cfg.data, self.info)
+        loader, plan = loaders.train_loader(self.manifest, st.epoch, settings, start=st.batch, fraction=fraction)
         steps = math.ceil(plan.batches / self.accum)
         bar = progress_bar(st.epoch, steps, st.batch // self.accum, self.info.is_main and cfg.progress)
         it = iter(loader)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -16,6 +17,7 @@ from torch.utils.data import DataLoader, IterableDataset
 from common import heap
 from common.manifest_record import Manifest
 from common.parent_death import die_with_parent
+from trainer.config_sections import DataConfig
 from trainer.data.loader_budget import eval_budget, prefetch_depth
 from trainer.data.packing import WireBatch
 from trainer.data.stream import EpochPlan, EvalStream, TrainStream, plan_epoch
@@ -26,19 +28,37 @@ from trainer.data.stream import EpochPlan, EvalStream, TrainStream, plan_epoch
 _LOADERS: dict[str, tuple[tuple, "Loader"]] = {}
 
 
-def _loader_key(manifest: Manifest, rank: int, world_size: int, data_cfg, collate, pin: bool) -> tuple:
+@dataclass(frozen=True)
+class LoaderSettings:
+    """What a rank's loaders are built from: the resolved DataConfig, the rank's place, the collate
+    (None = induce + pack; tests pass their own) and whether batches come in pinned memory (CUDA)."""
+
+    data: DataConfig
+    rank: int = 0
+    world_size: int = 1
+    collate: Callable | None = None
+    pin: bool = False
+
+    @classmethod
+    def for_rank(cls, data_cfg: DataConfig, info) -> "LoaderSettings":
+        """A trainer rank's settings (info: trainer.distributed.DistInfo)."""
+        return cls(data_cfg, info.rank, info.world_size, pin=info.device.type == "cuda")
+
+
+def _loader_key(manifest: Manifest, s: LoaderSettings) -> tuple:
+    d = s.data
     fields = (
-        data_cfg.token_budget,
-        data_cfg.eval_token_budget,
-        data_cfg.max_samples,
-        data_cfg.shuffle_buffer_mb,
-        data_cfg.loader_memory_mb,
-        data_cfg.num_workers,
-        data_cfg.seed,
-        data_cfg.orderings,
-        data_cfg.distances,
+        d.token_budget,
+        d.eval_token_budget,
+        d.max_samples,
+        d.shuffle_buffer_mb,
+        d.loader_memory_mb,
+        d.num_workers,
+        d.seed,
+        d.orderings,
+        d.distances,
     )
-    return (manifest.root, manifest.key, rank, world_size, fields, id(collate), pin)
+    return (manifest.root, manifest.key, s.rank, s.world_size, fields, id(s.collate), s.pin)
 
 
 def _persistent(role: str, key: tuple, make: Callable[[], "Loader"]) -> "Loader":
@@ -131,63 +151,34 @@ def _die_with_trainer(trainer: int, worker_id: int) -> None:
 
 
 def train_loader(
-    manifest: Manifest,
-    epoch: int,
-    rank: int,
-    world_size: int,
-    data_cfg,
-    *,
-    start: int = 0,
-    fraction: float = 1.0,
-    collate=None,
-    pin: bool = False,
+    manifest: Manifest, epoch: int, s: LoaderSettings, *, start: int = 0, fraction: float = 1.0
 ) -> tuple[Loader, EpochPlan]:
     """(this rank's persistent training loader, set to batches start..C-1 of `epoch`; the epoch plan).
     Call iter() on the loader after this and before asking for another job."""
-    n_max, workers = manifest.n_max, data_cfg.num_workers
-    prefetch = prefetch_depth(n_max, data_cfg.token_budget, data_cfg)
-    plan = plan_epoch(
-        manifest,
-        epoch,
-        world_size,
-        workers,
-        data_cfg.token_budget,
-        data_cfg.max_samples,
-        data_cfg.seed,
-        fraction,
-        data_cfg.orderings,
-    )
+    data_cfg, workers = s.data, s.data.num_workers
+    prefetch = prefetch_depth(manifest.n_max, data_cfg.token_budget, data_cfg)
+    plan = plan_epoch(manifest, epoch, s.world_size, workers, data_cfg, fraction)
 
     def make() -> Loader:
-        stream = TrainStream(manifest, rank, world_size, data_cfg, workers, collate)
+        stream = TrainStream(manifest, s.rank, s.world_size, data_cfg, workers, s.collate)
         stream.set_job(epoch, min(start, plan.batches), plan.batches)  # what warm() reads
-        return _dataloader(stream, workers, pin, prefetch)
+        return _dataloader(stream, workers, s.pin, prefetch)
 
-    loader = _persistent("train", _loader_key(manifest, rank, world_size, data_cfg, collate, pin), make)
+    loader = _persistent("train", _loader_key(manifest, s), make)
     loader.dataset.set_job(epoch, min(start, plan.batches), plan.batches)
     return loader, plan
 
 
-def eval_loader(
-    manifest: Manifest,
-    split: str,
-    protocol: str,
-    rank: int,
-    world_size: int,
-    data_cfg,
-    *,
-    collate=None,
-    pin: bool = False,
-) -> Loader:
+def eval_loader(manifest: Manifest, split: str, protocol: str, s: LoaderSettings) -> Loader:
     """This rank's persistent eval loader, set to the (split, protocol) eval set."""
-    n_max, workers = manifest.n_max, data_cfg.num_workers
-    budget, prefetch = eval_budget(n_max, data_cfg)
+    data_cfg, workers = s.data, s.data.num_workers
+    budget, prefetch = eval_budget(manifest.n_max, data_cfg)
 
     def make() -> Loader:
-        stream = EvalStream(manifest, rank, world_size, data_cfg, workers, collate, budget)
+        stream = EvalStream(manifest, s.rank, s.world_size, data_cfg, workers, s.collate, budget)
         stream.set_job(split, protocol)  # warm() reads this set, never another split
-        return _dataloader(stream, workers, pin, prefetch)
+        return _dataloader(stream, workers, s.pin, prefetch)
 
-    loader = _persistent("eval", _loader_key(manifest, rank, world_size, data_cfg, collate, pin), make)
+    loader = _persistent("eval", _loader_key(manifest, s), make)
     loader.dataset.set_job(split, protocol)
     return loader

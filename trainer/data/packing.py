@@ -140,27 +140,35 @@ def _fail(what: str, cid: np.ndarray, sample: int, detail: str):
     raise ValueError(f"pack: sample {sample} (cid {int(cid[sample])}): {what}: {detail}")
 
 
+@dataclass(frozen=True)
+class LocalEdges:
+    """A batch's graph as local edges: ptr (B+1,) offsets into pairs (E, 2), each undirected edge once, any
+    orientation. strict=True makes pack() also reject duplicate edges (an O(E log E) sort, so off by default;
+    the inducer emits each edge once)."""
+
+    ptr: np.ndarray
+    pairs: np.ndarray
+    strict: bool = False
+
+
 def pack(
     node_ptr: np.ndarray,
     nodes: np.ndarray,
     label: np.ndarray,
     cid: np.ndarray,
     n_max: int,
+    graph: LocalEdges | np.ndarray,
     *,
-    edge_ptr: np.ndarray | None = None,
-    edges: np.ndarray | None = None,
-    dense: np.ndarray | None = None,
-    strict: bool = False,
     dist: np.ndarray | None = None,
 ) -> PackedBatch:
     """Pack a batch given as arrays: node_ptr (B+1,) offsets into nodes (global ids, local-id order),
-    label (B,), cid (B,), and its graph either as local edges (edge_ptr (B+1,), edges (E, 2), each
-    undirected edge once, any orientation) or as dense (B, Lc, Lc) 0/1 adjacency (Lc >= max N_b).
+    label (B,), cid (B,), and its graph either as LocalEdges or as dense (B, Lc, Lc) 0/1 adjacency
+    (Lc >= max N_b).
 
     Validates what would otherwise silently corrupt the model input: N_b in [2, n_max], every local id
-    of an edge in [0, N_b) (hence < n_max), no self-loops. strict=True also rejects duplicate edges
-    (an O(E log E) sort, so off by default; the inducer emits each edge once). `dist`: (sum N_b, 2) per-node
-    values (trainer.data.distances.pair_distances) spread to the tokens, task tokens taking their endpoint's.
+    of an edge in [0, N_b) (hence < n_max), no self-loops (and duplicates with LocalEdges.strict).
+    `dist`: (sum N_b, 2) per-node values (trainer.data.distances.pair_distances) spread to the tokens,
+    task tokens taking their endpoint's.
     """
     node_ptr = np.asarray(node_ptr, dtype=np.int64)
     cid = np.asarray(cid, dtype=np.int64)
@@ -169,8 +177,8 @@ def pack(
         raise ValueError("pack: empty batch")
     if n_max < 2:
         raise ValueError(f"pack: n_max must be >= 2 (u and v), got {n_max}")
-    if (edges is None) == (dense is None):
-        raise ValueError("pack: give the graph either as edges (edge_ptr, edges) or as dense, not both/neither")
+    if graph is None:
+        raise ValueError("pack: give the graph either as LocalEdges or as a dense (B, L, L) adjacency")
     n = np.diff(node_ptr)  # (B,) context tokens per sample
     if (bad := np.flatnonzero(n > n_max)).size:
         _fail("too many context nodes", cid, bad[0], f"N = {n[bad[0]]} > n_max = {n_max}")
@@ -191,15 +199,16 @@ def pack(
     task_index = cu[:-1, None] + n[:, None] + np.arange(2)  # (B, 2)
 
     t = torch.from_numpy
-    if dense is not None:
-        dense = np.asarray(dense)
+    if not isinstance(graph, LocalEdges):
+        dense = np.asarray(graph)
         Lc = int(n.max())
         if dense.ndim != 3 or dense.shape[0] != B or dense.shape[1] != dense.shape[2] or dense.shape[1] < Lc:
             raise ValueError(f"pack: dense adjacency must be (B = {B}, L, L) with L >= {Lc}, got {dense.shape}")
         adj_src = adj_dst = np.zeros(0, np.int64)
         adj_dense = t(np.ascontiguousarray(dense[:, :Lc, :Lc], dtype=np.uint8))
     else:
-        adj_src, adj_dst = _messages(np.asarray(edge_ptr, dtype=np.int64), edges, n, cu, n_max, cid, strict)
+        edge_ptr = np.asarray(graph.ptr, dtype=np.int64)
+        adj_src, adj_dst = _messages(edge_ptr, graph.pairs, n, cu, n_max, cid, graph.strict)
         adj_dense = None
     if dist is not None and np.shape(dist) != (len(nodes), 2):
         raise ValueError(f"pack: dist must be (sum N_b = {len(nodes)}, 2), got {np.shape(dist)}")
@@ -281,13 +290,13 @@ def pack_samples(
     cid = np.array([int(s.get("cid", -1)) for s in samples], dtype=np.int64)
     dist = pair_distances(node_ptr, edge_ptr, edges) if distances else None
     if not dense:
-        return pack(node_ptr, nodes, label, cid, n_max, edge_ptr=edge_ptr, edges=edges, strict=strict, dist=dist)
+        return pack(node_ptr, nodes, label, cid, n_max, LocalEdges(edge_ptr, edges, strict), dist=dist)
     L = max(sizes)
     adj = np.zeros((len(samples), L, L), np.uint8)
     seg = np.repeat(np.arange(len(samples)), np.diff(edge_ptr))
     adj[seg, edges[:, 0], edges[:, 1]] = 1
     adj[seg, edges[:, 1], edges[:, 0]] = 1
-    return pack(node_ptr, nodes, label, cid, n_max, dense=adj, dist=dist)
+    return pack(node_ptr, nodes, label, cid, n_max, adj, dist=dist)
 
 
 class BatchPacker:
@@ -328,10 +337,10 @@ class BatchPacker:
         if self.use_dense(ptr, nodes):
             adj = self.dense(ptr, nodes)
             dist = pair_distances(ptr, dense=adj) if self.distances else None
-            return pack(ptr, nodes, block.label, block.cid, self.n_max, dense=adj, dist=dist)
+            return pack(ptr, nodes, block.label, block.cid, self.n_max, adj, dist=dist)
         edge_ptr, edges = self.inducer.edges(ptr, nodes)
         dist = pair_distances(ptr, edge_ptr, edges) if self.distances else None
-        return pack(ptr, nodes, block.label, block.cid, self.n_max, edge_ptr=edge_ptr, edges=edges, dist=dist)
+        return pack(ptr, nodes, block.label, block.cid, self.n_max, LocalEdges(edge_ptr, edges), dist=dist)
 
 
 # ---------------------------------------------------------------------------- padded view

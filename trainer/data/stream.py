@@ -167,17 +167,10 @@ class EpochPlan:
 
 
 def plan_epoch(
-    manifest: Manifest,
-    epoch: int,
-    world_size: int,
-    num_workers: int,
-    token_budget: int,
-    max_samples: int,
-    seed: int,
-    fraction: float = 1.0,
-    copies: int = 1,
+    manifest: Manifest, epoch: int, world_size: int, num_workers: int, data_cfg, fraction: float = 1.0
 ) -> EpochPlan:
-    """The epoch's view, shuffled units and per-rank batch count (identical on every rank).
+    """The epoch's view, shuffled units and per-rank batch count (identical on every rank), from the
+    resolved DataConfig's token_budget, max_samples, seed and orderings (copies).
 
     C = ceil(max(tokens / budget, links / max_samples) / world), the lower bound of one pass split
     evenly; `fraction` < 1 cuts it (the last epoch of a fractional --epochs).
@@ -186,10 +179,10 @@ def plan_epoch(
     view = epoch % views
     entries = shard_entries(manifest, "train", view=view)
     units = make_units(manifest, entries, world_size * max(1, num_workers))
-    order = _rng(seed, epoch, _UNITS).permutation(len(units))
+    order = _rng(data_cfg.seed, epoch, _UNITS).permutation(len(units))
     links = sum(e["links"] for e in entries)
-    tokens = sum(e["tokens"] for e in entries) * copies  # LRP-k feeds every link k times
-    per_rank = math.ceil(max(tokens / token_budget, links / max_samples) / world_size)
+    tokens = sum(e["tokens"] for e in entries) * data_cfg.orderings  # LRP-k feeds every link k times
+    per_rank = math.ceil(max(tokens / data_cfg.token_budget, links / data_cfg.max_samples) / world_size)
     batches = max(1, min(per_rank, math.ceil(per_rank * fraction)))
     return EpochPlan(epoch, view, tuple(units[i] for i in order), batches)
 
@@ -247,7 +240,7 @@ class TrainStream(_Stream):
         self, manifest: Manifest, rank: int, world_size: int, data_cfg, workers: int, collate: Callable | None = None
     ):
         super().__init__(manifest, rank, world_size, collate)
-        self.workers = workers
+        self.workers, self.data_cfg = workers, data_cfg
         self.token_budget, self.max_samples = data_cfg.token_budget, data_cfg.max_samples
         self.pool_bytes, self.seed = data_cfg.shuffle_buffer_mb * 2**20, data_cfg.seed
         self.copies, self.distances = data_cfg.orderings, data_cfg.distances
@@ -259,16 +252,7 @@ class TrainStream(_Stream):
         return list(self.plan(int(self.job[0])).units), "train"
 
     def plan(self, epoch: int) -> EpochPlan:
-        return plan_epoch(
-            self.manifest,
-            epoch,
-            self.world_size,
-            self.workers,
-            self.token_budget,
-            self.max_samples,
-            self.seed,
-            copies=self.copies,
-        )
+        return plan_epoch(self.manifest, epoch, self.world_size, self.workers, self.data_cfg)
 
     def __iter__(self):
         epoch, start, batches, _ = (int(x) for x in self.job)  # read now: the job of this iteration
