@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from common.datasets.edgelist import random_split_dataset
+from common.datasets.fractions import SplitSettings
 from common.manifest import read_manifest
 from tests.conftest import needs_ray
 
@@ -22,7 +23,7 @@ def _geo_split(seed: int = 2) -> dict:
     d = ((pos[:, None] - pos[None]) ** 2).sum(-1)
     iu = np.triu_indices(n, 1)
     keep = rng.random(len(iu[0])) < np.exp(-d[iu] / 0.005)
-    ds = random_split_dataset("geo", np.stack([iu[0][keep], iu[1][keep]], 1), n, seed=seed)
+    ds = random_split_dataset("geo", np.stack([iu[0][keep], iu[1][keep]], 1), n, SplitSettings(seed=seed))
     return {s: ds.splits[s].pos for s in ("train", "valid", "test")}
 
 

@@ -25,7 +25,7 @@ from pipelines.run import scale_notes
 
 def tiny():
     edges = scale_edges(1500, 6.0, seed=0)
-    return random_split_dataset("tiny", edges, int(edges.max()) + 1, seed=0)
+    return random_split_dataset("tiny", edges, int(edges.max()) + 1)
 
 
 def cn(ds, split="test"):

@@ -11,6 +11,7 @@ import pytest
 
 from common.datasets.base import DatasetError
 from common.datasets.edgelist import random_split_dataset
+from common.datasets.fractions import SplitSettings
 from common.datasets.pool import attach_valid_pool
 from common.datasets.spec import DatasetSpec
 from common.graph import Graph
@@ -63,7 +64,7 @@ def _dataset(seed: int = 0):
     n = 200
     edges = np.unique(np.sort(rng.integers(0, n, (900, 2)), axis=1), axis=0)
     edges = edges[edges[:, 0] != edges[:, 1]]
-    return random_split_dataset("pool", edges, n, seed=seed)
+    return random_split_dataset("pool", edges, n, SplitSettings(seed=seed))
 
 
 def test_the_pool_follows_the_protocols_negatives_and_is_drawn_like_them():
@@ -151,7 +152,7 @@ def test_a_pooled_set_scores_its_protocol_negatives_for_the_trainer_and_the_pool
 
 def test_a_graph_with_few_pairs_left_gets_a_smaller_pool():
     n = 20
-    ds = random_split_dataset("dense", np.stack(np.triu_indices(n, 1), 1)[:150], n, seed=0)  # 150 of 190 pairs
+    ds = random_split_dataset("dense", np.stack(np.triu_indices(n, 1), 1)[:150], n)  # 150 of 190 pairs
     neg = ds.splits["valid"].neg["original"]
     known = Graph.from_edges(np.concatenate([ds.splits["train"].pos, ds.splits["valid"].pos]), n)
     left = n * (n - 1) // 2 - known.num_edges - len(neg)  # pairs that are neither edges nor validation negatives

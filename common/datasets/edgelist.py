@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from common.datasets.base import DatasetError, LinkDataset, Split, training_graph
-from common.datasets.fractions import shares_fix, split_fractions
+from common.datasets.fractions import SplitSettings, shares_fix, split_fractions
 from common.datasets.ids import map_node_ids, release_arrow_memory
 from common.datasets.negatives import min_max, sample_non_edges
 from common.datasets.spec import DatasetSpec
@@ -52,22 +52,18 @@ def random_split_dataset(
     name: str,
     edges: np.ndarray | None,
     num_nodes: int,
-    seed: int = 0,
-    val_frac: float = 0.05,
-    test_frac: float = 0.10,
+    split: SplitSettings | None = None,
     x=None,
     full_graph: Graph | None = None,
-    where: str = "",
-    split_flag: str | None = "--split",
 ) -> LinkDataset:
     """Seeded random train/valid/test split of undirected edges (E, 2) with random non-edge negatives.
 
-    edges may be None when full_graph (the graph of all edges) is given. split_flag: the command's flag of the
-    shares, for the fix of a split too small (None: the command has none). valid/test get floor(frac * E)
+    edges may be None when full_graph (the graph of all edges) is given. valid/test get floor(frac * E)
     edges each, train the rest; negatives are distinct non-edges of
     the full graph, disjoint between valid and test, as many as each split's positives ("original").
     """
-    where = where or name
+    split = split or SplitSettings()  # None: HeaRT's 85/5/10, seed 0
+    where, seed, val_frac, test_frac = split.where or name, split.seed, split.val_frac, split.test_frac
     if not (0 <= val_frac < 1 and 0 <= test_frac < 1 and val_frac + test_frac < 1):
         shown = ",".join(f"{100 * f:g}" for f in (1 - val_frac - test_frac, val_frac, test_frac))
         raise DatasetError(
@@ -85,7 +81,7 @@ def random_split_dataset(
     if empty:  # the trainer selects on valid and reports test: refuse now, not after sampling
         raise DatasetError(
             f"{where}: {len(edges)} edges leave no {' and no '.join(empty)} edges at "
-            f"{100 * val_frac:g}% valid / {100 * test_frac:g}% test; {shares_fix(len(edges), split_flag)}"
+            f"{100 * val_frac:g}% valid / {100 * test_frac:g}% test; {shares_fix(len(edges), split.split_flag)}"
         )
     test, valid, train = np.split(edges, [n_test, n_test + n_valid])
     if len(train) == 0:
@@ -204,30 +200,23 @@ def load_edge_list(spec: DatasetSpec, split_flag: str | None = "--split") -> Lin
             "model reads the unweighted graph",
             path.name,
         )
-    fracs = {"val_frac": 0.05 if val_frac is None else val_frac, "test_frac": 0.10 if test_frac is None else test_frac}
+    split = SplitSettings(
+        val_frac=0.05 if val_frac is None else val_frac,
+        test_frac=0.10 if test_frac is None else test_frac,
+        seed=seed,
+        where=str(path),
+        split_flag=split_flag,
+    )
     if kind == "temporal":
         from common.datasets.temporal import temporal_split
 
-        ds = temporal_split(
-            name,
-            pairs,
-            times,
-            num_nodes,
-            seed=seed,
-            weights=weights,
-            x=x,
-            where=str(path),
-            split_flag=split_flag,
-            **fracs,
-        )
+        ds = temporal_split(name, pairs, times, num_nodes, split, weights=weights, x=x)
         log_folded(path, pairs, sum(ds.split_info["pairs"].values()))
     elif masks is None:
         full = _full_graph(path, pairs, num_nodes)
         rows = pairs if weights is not None else None  # the rows are read again only for their weights
         del pairs
-        ds = random_split_dataset(
-            name, None, num_nodes, seed=seed, full_graph=full, where=str(path), x=x, split_flag=split_flag, **fracs
-        )
+        ds = random_split_dataset(name, None, num_nodes, split, x=x, full_graph=full)
         if weights is not None:
             ds.weights = {"train": edge_weights(ds.graph, rows, weights)}
     else:

@@ -10,11 +10,27 @@ default when the file has one; `random` is the seeded random split, the default 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from common.datasets.base import DatasetError
 
 DEFAULT_SPLIT = (85.0, 5.0, 10.0)
 SPLIT_KINDS = ("random", "temporal")
+
+
+@dataclass(frozen=True)
+class SplitSettings:
+    """How a dataset this project splits itself is split: the valid and test shares, the seed of the split and
+    its negatives, the name errors and logs give the input (where; default: the dataset's name), and the
+    command's shares flag for the fix of a split too small (split_flag; None: the command has none)."""
+
+    val_frac: float = 0.05
+    test_frac: float = 0.10
+    seed: int = 0
+    where: str = ""
+    split_flag: str | None = "--split"
+
+
 _USAGE = "expected three percentages train,valid,test, each above 0, that sum to 100 (e.g. 85,5,10)"
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from common.datasets.base import DatasetError, LinkDataset
 from common.datasets.edgelist import random_split_dataset
+from common.datasets.fractions import SplitSettings
 from common.graph import Graph
 
 RAW_PARTS = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
@@ -115,9 +116,7 @@ def load_planetoid_random_split(
         name,
         full.edge_array(),
         full.num_nodes,
-        seed=seed,
-        val_frac=val_frac,
-        test_frac=test_frac,
+        SplitSettings(val_frac, test_frac, seed),
         x=x if features else None,
         full_graph=full,
     )

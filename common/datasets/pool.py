@@ -70,7 +70,7 @@ def attach_valid_pool(ds: LinkDataset, per_negative: int, seed: int = 0, cap: in
         return ds
     rng, what = np.random.default_rng([seed, 7]), f"{ds.name} validation pool ({per_negative} per validation negative)"
     if ds.temporal:  # drawn as the split draws its own: the positives' shares of new nodes (temporal.py)
-        extra = matched_negatives(known, valid.pos, nodes, rng, count, exclude=neg, what=what, at_most_half=True)
+        extra = matched_negatives(known, valid.pos, nodes, rng, exclude=neg, what=what, pool=count)
     else:  # the split's streams are [seed, 1] and [seed, 2]
         extra = sample_non_edges(known, count, rng, exclude=neg, what=what, nodes=nodes)
     pooled = replace(valid, neg={**valid.neg, POOL_PROTOCOL: np.concatenate([neg, extra])})

@@ -26,7 +26,7 @@ import numpy as np
 
 from common.datasets.base import DatasetError, LinkDataset, Split, training_graph
 from common.datasets.columns import TimeColumn
-from common.datasets.fractions import shares_fix
+from common.datasets.fractions import SplitSettings, shares_fix
 from common.datasets.negatives import free_pairs, min_max, sample_non_edges
 from common.graph import Graph, edge_weights
 from common.heuristics_temporal import recent_activity
@@ -82,22 +82,18 @@ def temporal_split(
     pairs: np.ndarray,
     time: TimeColumn,
     num_nodes: int,
-    seed: int = 0,
-    val_frac: float = 0.05,
-    test_frac: float = 0.10,
+    split: SplitSettings | None = None,
     weights: np.ndarray | None = None,
     x=None,
-    where: str = "",
-    column: str = "time",
-    split_flag: str | None = "--split",
 ) -> LinkDataset:
-    """Edge rows (M, 2) with their times -> LinkDataset split by time (module docstring). `weights`: per-row
-    weights; each graph's are the sums over the rows before its boundary."""
-    where = where or name
+    """Edge rows (M, 2) with their times (the edge list's `time` column) -> LinkDataset split by time (module
+    docstring). `weights`: per-row weights; each graph's are the sums over the rows before its boundary."""
+    split = split or SplitSettings()  # None: HeaRT's 85/5/10, seed 0
+    where, seed, val_frac, test_frac = split.where or name, split.seed, split.val_frac, split.test_frac
     if not (0 <= val_frac < 1 and 0 <= test_frac < 1 and val_frac + test_frac < 1):
         raise DatasetError(f"{where}: val_frac={val_frac}, test_frac={test_frac} must be >= 0 and sum below 1")
     distinct, first_time = first_appearances(pairs, time.values, num_nodes)
-    t_valid, t_test = boundaries(first_time, val_frac, test_frac, where, time.show, split_flag)
+    t_valid, t_test = boundaries(first_time, val_frac, test_frac, where, time.show, split.split_flag)
     in_train, in_test = first_time < t_valid, first_time >= t_test
     pos = {"train": distinct[in_train], "valid": distinct[~in_train & ~in_test], "test": distinct[in_test]}
     graph = training_graph(pos["train"], num_nodes, x=x)
@@ -117,7 +113,7 @@ def temporal_split(
     )
     info = {
         "kind": "temporal",
-        "column": column,
+        "column": "time",
         "time_type": time.kind,
         "valid_from": time.show(t_valid),
         "test_from": time.show(t_test),
@@ -197,18 +193,19 @@ def matched_negatives(
     pos: np.ndarray,
     old: np.ndarray,
     rng: np.random.Generator,
-    count: int | None = None,
     exclude: np.ndarray | None = None,
     what: str = "negatives",
-    at_most_half: bool = False,
+    pool: int | None = None,
 ) -> np.ndarray:
-    """`count` (default len(pos)) non-edges of `known` with the positives' shares of 0, 1 and 2 new ends (module
-    docstring): old ends among `old`, new ones among the positives' nodes outside it. Without new ends this is
-    the plain draw among `old`, so a split whose pairs all name old nodes keeps its negatives. at_most_half: each
-    kind takes at most half the pairs left of it (a selection pool's extra negatives), never failing for want."""
+    """len(pos) non-edges of `known` with the positives' shares of 0, 1 and 2 new ends (module docstring): old
+    ends among `old`, new ones among the positives' nodes outside it. Without new ends this is the plain draw
+    among `old`, so a split whose pairs all name old nodes keeps its negatives. pool: instead up to this many
+    for a selection pool's extra negatives, each kind taking at most half the pairs left of it, never failing
+    for want."""
     ends = new_ends(pos, old)
     new = np.setdiff1d(np.unique(pos), old)
-    counts = shares(np.bincount(ends, minlength=3), len(pos) if count is None else count)
+    at_most_half = pool is not None
+    counts = shares(np.bincount(ends, minlength=3), len(pos) if pool is None else pool)
     exclude = np.zeros((0, 2), dtype=np.int64) if exclude is None else np.asarray(exclude, np.int64).reshape(-1, 2)
     inside = np.isin(exclude, np.concatenate([old, new])).all(axis=1)
     exclude_ends = new_ends(exclude, old)
