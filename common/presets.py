@@ -61,37 +61,27 @@ def n_max(d: int, n: int) -> int:
     return 2 * sum(n**k for k in range(d + 1))
 
 
-def _paper(name, dataset, protocol, sampling, hidden, layers, batch, epochs, **kw) -> Preset:
-    return Preset(
-        name=name,
-        dataset=dataset,
-        protocol=protocol,
-        sampling=sampling,
-        hidden=hidden,
-        layers=layers,
-        heads=8,
-        ffn=2048,
-        effective_batch=batch,
-        epochs=epochs,
-        **kw,
-    )
+# The paper's (heads, FFN width) on every dataset: Preset's fields between layers and effective_batch
+_PAPER_ATTENTION = (8, 2048)
 
 
 PRESETS: dict[str, Preset] = {
     p.name: p
     for p in [
         # Planetoid, original protocol (Table 3) and HeaRT (Table 4)
-        _paper("cora", "cora", "original", (2, 20), 512, 8, 2048, 150),
-        _paper("cora-heart", "cora", "heart", (2, 20), 512, 4, 2048, 150),
-        _paper("citeseer", "citeseer", "original", (2, 20), 1024, 2, 2048, 150),
-        _paper("citeseer-heart", "citeseer", "heart", (2, 20), 1024, 2, 2048, 300),
-        _paper("pubmed", "pubmed", "original", (2, 16), 512, 8, 4096, 80),
-        _paper("pubmed-heart", "pubmed", "heart", (2, 20), 512, 4, 2048, 250),
+        Preset("cora", "cora", "original", (2, 20), 512, 8, *_PAPER_ATTENTION, 2048, 150),
+        Preset("cora-heart", "cora", "heart", (2, 20), 512, 4, *_PAPER_ATTENTION, 2048, 150),
+        Preset("citeseer", "citeseer", "original", (2, 20), 1024, 2, *_PAPER_ATTENTION, 2048, 150),
+        Preset("citeseer-heart", "citeseer", "heart", (2, 20), 1024, 2, *_PAPER_ATTENTION, 2048, 300),
+        Preset("pubmed", "pubmed", "original", (2, 16), 512, 8, *_PAPER_ATTENTION, 4096, 80),
+        Preset("pubmed-heart", "pubmed", "heart", (2, 20), 512, 4, *_PAPER_ATTENTION, 2048, 250),
         # OGB (Table 3): collab runs 20 passes, each over a seeded half of the positives
-        _paper("ogbl-collab", "ogbl-collab", "ogb", (1, 75), 512, 8, 8192, 20, train_percent=50.0),
-        _paper("ogbl-ppa", "ogbl-ppa", "ogb", (1, 150), 512, 4, 16384, 15),
-        _paper("ogbl-citation2", "ogbl-citation2", "ogb", (1, 40), 512, 3, 65536, 1, train_percent=50.0),
-        _paper("ogbl-ddi", "ogbl-ddi", "ogb", (1, 350), 512, 8, 4096, 8),
+        Preset("ogbl-collab", "ogbl-collab", "ogb", (1, 75), 512, 8, *_PAPER_ATTENTION, 8192, 20, train_percent=50.0),
+        Preset("ogbl-ppa", "ogbl-ppa", "ogb", (1, 150), 512, 4, *_PAPER_ATTENTION, 16384, 15),
+        Preset(
+            "ogbl-citation2", "ogbl-citation2", "ogb", (1, 40), 512, 3, *_PAPER_ATTENTION, 65536, 1, train_percent=50.0
+        ),
+        Preset("ogbl-ddi", "ogbl-ddi", "ogb", (1, 350), 512, 8, *_PAPER_ATTENTION, 4096, 8),
         # Small presets that train on 2 CPU cores in minutes.
         # citeseer-small: the best validation MRR of 8 candidates that train within 5 CPU minutes (the study is in
         # docs/benchmarks/).
