@@ -107,8 +107,8 @@ def _worker(rank: int, world: int, port: int, shards: str, out: str) -> None:
     result["param_sum_init"] = params_sum(trainer.core)
     summary = trainer.fit()
     result["t"].append(time.time())
-    result["summary_steps"] = summary["steps"]
-    result["accumulation"] = summary["accumulation"]
+    result["summary_steps"] = summary.steps
+    result["accumulation"] = summary.accumulation
     result["param_sum"] = params_sum(trainer.core)  # this rank's live replica, not a file both read
     from trainer import checkpoint
 
