@@ -1,5 +1,5 @@
 """Wall time of the same `pencil run` (search, 3 seeds, blend, report) on 1, 2 and 3 local Ray nodes of one CPU
-each (tests/ray_cluster.py), with each node's trainer count, beside the plain local run.
+each (bench/local_ray_cluster.py), with each node's trainer count, beside the plain local run.
 
     python -m bench.cluster_search [--nodes 1,2,3] [--out DIR]
 
@@ -24,9 +24,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # `python bench/cluster_search.py` as well as `python -m bench.cluster_search`
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.graph_families import geo_splits, write_splits
+from bench.local_ray_cluster import local_cluster
 from bench.workload import print_table
-from tests.ray_cluster import local_cluster
-from tests.test_auto_e2e import _geo_split, _write
 
 EXITED = re.compile(r"trainer (.+?) on node ([0-9a-f]+) exited -?\d+ after ([\d.]+) s")
 
@@ -63,7 +63,7 @@ def main() -> None:
     args = p.parse_args()
     root = args.out or Path(tempfile.mkdtemp(prefix="cluster-search-"))
     root.mkdir(parents=True, exist_ok=True)
-    csv = _write(root / "geo.csv", _geo_split())
+    csv = write_splits(root / "geo.csv", geo_splits())
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     timed(csv, root / "warm", env)  # builds the shard set: no timed run pays for it
     wall, _ = timed(csv, root / "local", env)

@@ -207,3 +207,32 @@ GENERATORS = {
     "router": _router,
     "blogs": _blogs,
 }
+
+
+# ------------------------------------------------------------------ a small split graph for end-to-end runs
+def geo_splits(seed: int = 2, n: int = 300) -> dict:
+    """A 300-node random geometric graph (links between close points of the unit square), split 85/5/10 at random
+    by the product's own splitter: {"train", "valid", "test"} -> (E, 2) pairs. The end-to-end tests and the
+    cluster bench run `pencil run` on it."""
+    from common.datasets.edgelist import random_split_dataset
+    from common.datasets.fractions import SplitSettings
+
+    rng = np.random.default_rng(seed)
+    pos = rng.random((n, 2))
+    d = ((pos[:, None] - pos[None]) ** 2).sum(-1)
+    iu = np.triu_indices(n, 1)
+    keep = rng.random(len(iu[0])) < np.exp(-d[iu] / 0.005)
+    ds = random_split_dataset("geo", np.stack([iu[0][keep], iu[1][keep]], 1), n, SplitSettings(seed=seed))
+    return {s: ds.splits[s].pos for s in ("train", "valid", "test")}
+
+
+def write_splits(path, splits: dict, n: int = 300):
+    """An edge list with a split column, and nodes.csv beside it declaring all n nodes (so the id mapping is the
+    same whichever nodes the rows name). Returns the edge list's path."""
+    from pathlib import Path
+
+    path = Path(path)
+    rows = [f"{u},{v},{s}\n" for s, pairs in splits.items() for u, v in pairs.tolist()]
+    path.write_text("src,dst,split\n" + "".join(rows))
+    path.with_name("nodes.csv").write_text("node\n" + "".join(f"{i}\n" for i in range(n)))
+    return path

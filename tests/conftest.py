@@ -254,11 +254,11 @@ def int_run(tmp_path_factory):
 
 @pytest.fixture
 def ray_head(tmp_path):
-    """A local `ray start --head` cluster of 2 CPUs for one test's `ray job submit` (tests/ray_head.py),
+    """A local `ray start --head` cluster of 2 CPUs for one test's `ray job submit` (bench/local_ray.py),
     stopped after it; its log is tmp_path/head.log."""
     if not HAS_RAY:
         pytest.skip("ray is not installed (CI installs it; the GPU image lacks it)")
-    from tests.ray_head import local_head
+    from bench.local_ray import local_head
 
     with local_head(tmp_path / "head.log") as head:
         yield head

@@ -10,29 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.datasets.edgelist import random_split_dataset
-from common.datasets.fractions import SplitSettings
+from bench.graph_families import geo_splits, write_splits
 from common.manifest import read_manifest
 from tests.conftest import needs_ray
-
-
-def _geo_split(seed: int = 2) -> dict:
-    rng = np.random.default_rng(seed)
-    n = 300
-    pos = rng.random((n, 2))
-    d = ((pos[:, None] - pos[None]) ** 2).sum(-1)
-    iu = np.triu_indices(n, 1)
-    keep = rng.random(len(iu[0])) < np.exp(-d[iu] / 0.005)
-    ds = random_split_dataset("geo", np.stack([iu[0][keep], iu[1][keep]], 1), n, SplitSettings(seed=seed))
-    return {s: ds.splits[s].pos for s in ("train", "valid", "test")}
-
-
-def _write(path: Path, splits: dict) -> Path:
-    rows = [f"{u},{v},{s}\n" for s, pairs in splits.items() for u, v in pairs.tolist()]
-    path.write_text("src,dst,split\n" + "".join(rows))
-    # every node declared: the id mapping is the same whichever nodes the test rows name
-    path.with_name("nodes.csv").write_text("node\n" + "".join(f"{i}\n" for i in range(300)))
-    return path
 
 
 def _random_test(splits: dict, seed: int) -> dict:
@@ -104,10 +84,10 @@ def _run(tmp_path: Path, csv: Path, name: str, monkeypatch) -> dict:
 @pytest.mark.slow
 @needs_ray
 def test_selection_is_blind_to_test_and_a_rerun_reuses_every_run(tmp_path, monkeypatch):
-    splits = _geo_split()
-    real = _run(tmp_path, _write(tmp_path / "geo.csv", splits), "real", monkeypatch)
+    splits = geo_splits()
+    real = _run(tmp_path, write_splits(tmp_path / "geo.csv", splits), "real", monkeypatch)
     (tmp_path / "shuffled").mkdir()
-    fake = _run(tmp_path, _write(tmp_path / "shuffled" / "geo.csv", _random_test(splits, 1)), "fake", monkeypatch)
+    fake = _run(tmp_path, write_splits(tmp_path / "shuffled" / "geo.csv", _random_test(splits, 1)), "fake", monkeypatch)
     for key in ("cid", "epochs", "best_epoch", "metric", "decision"):
         assert real["chosen"][key] == fake["chosen"][key], key
 
@@ -149,7 +129,7 @@ def test_a_candidate_whose_trainer_dies_before_its_summary_leaves_a_run_that_com
     import sys
 
     root = Path(__file__).resolve().parents[1]
-    csv = _write(tmp_path / "geo.csv", _geo_split())
+    csv = write_splits(tmp_path / "geo.csv", geo_splits())
     env = {
         **os.environ,
         "PENCIL_TEST_TRAINER_DIE": "deep-d2n10",

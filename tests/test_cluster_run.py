@@ -1,5 +1,5 @@
 """`pencil run` on a Ray cluster (RAY_ADDRESS set): a real local cluster of two nodes on this machine
-(tests/ray_cluster.py), the driver a real `python -m pipelines run` process. Its trainers land on both nodes, it
+(bench/local_ray_cluster.py), the driver a real `python -m pipelines run` process. Its trainers land on both nodes, it
 gives the local run's choice and numbers (CPU, same seeds), a rerun trains nothing, a killed driver leaves no
 trainer behind, and a node lost mid-search does not stop the run."""
 
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from bench.graph_families import geo_splits, write_splits
 from common.parent_death import naming
 from tests.conftest import needs_ray
-from tests.test_auto_e2e import _geo_split, _write
 
 pytestmark = [pytest.mark.slow, needs_ray]
 ON_NODE = re.compile(r"trainer (.+?) runs on node ([0-9a-f]+)")
@@ -26,7 +26,7 @@ ON_NODE = re.compile(r"trainer (.+?) runs on node ([0-9a-f]+)")
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    from tests.ray_cluster import local_cluster
+    from bench.local_ray_cluster import local_cluster
 
     logs = tmp_path_factory.mktemp("cluster-logs")
     with local_cluster(logs, nodes=2, num_cpus=1) as c:
@@ -36,7 +36,7 @@ def cluster(tmp_path_factory):
 @pytest.fixture(scope="module")
 def geo(tmp_path_factory):
     root = tmp_path_factory.mktemp("geo")
-    return _write(root / "geo.csv", _geo_split())
+    return write_splits(root / "geo.csv", geo_splits())
 
 
 def argv(csv: Path, out: Path) -> list[str]:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.graph_families import geo_splits, write_splits
 from tests.conftest import needs_ray
-from tests.test_auto_e2e import _geo_split, _write
 from tests.test_auto_search import FakeRuns, _search, rising
 
 
@@ -96,7 +96,7 @@ def test_a_rerun_of_a_finished_run_cut_by_the_budget_changes_nothing(tmp_path, m
     from pipelines.core import trainers
     from pipelines.run import main
 
-    csv = _write(tmp_path / "geo.csv", _geo_split())
+    csv = write_splits(tmp_path / "geo.csv", geo_splits())
     out = tmp_path / "res" / "geo" / "auto"
     with monkeypatch.context() as m:
         _cut_after_first_eval(m)

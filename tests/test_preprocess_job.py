@@ -320,7 +320,7 @@ def test_cli_help_lists_the_common_flags_and_help_all_every_flag(capsys):
 @needs_ray
 def test_ray_job_submit_against_local_cluster(ray_head, tmp_path):
     """`ray job submit --working-dir . -- python -m preprocess ...` attaches to a `ray start --head` cluster
-    (the ray_head fixture, tests/ray_head.py)."""
+    (the ray_head fixture, bench/local_ray.py)."""
     out = tmp_path / "shards"
     job = (
         "python",

@@ -1,7 +1,7 @@
 """A throwaway local Ray cluster of several nodes on this machine: a `ray start --head --block` and more
 `ray start --address … --block` raylets, each our child in its own session, with `--num-cpus` each and a custom
 resource naming it ({"node2": 1}, ...). Every port is a free one; nodes are stopped (or killed, to lose one)
-by signalling their process group (tests/ray_head.stop_group), never with `ray stop`.
+by signalling their process group (bench.local_ray.stop_group), never with `ray stop`.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.local_ray import REPO, stop_group
 from pipelines.core.ray_head import free_ports
-from tests.ray_head import REPO, stop_group
 
 START_TIMEOUT_S = 120
 
