@@ -282,7 +282,7 @@ def bench_graph(name: str, args, work: Path) -> tuple[list[dict], dict]:
 
 
 def table(rows: list[dict], offline: list[dict]) -> str:
-    fmt = lambda v: f"{v:.1f}" if isinstance(v, float) else str(v)  # noqa: E731
+    fmt = lambda v: f"{v:.1f}" if isinstance(v, float) else str(v)
     keys = ("graph", "endpoint", "concurrency", "requests", "p50_ms", "p95_ms", "p99_ms", "req_per_s", "errors", "load")
     lines = [
         "| graph | endpoint | clients | requests | p50 ms | p95 ms | p99 ms | req/s | errors | load |",

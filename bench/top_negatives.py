@@ -34,7 +34,7 @@ def reciprocal_ranks(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:
 
 
 def common_neighbours(graph, u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    nb = lambda x: graph.indices[graph.indptr[x] : graph.indptr[x + 1]]  # noqa: E731
+    nb = lambda x: graph.indices[graph.indptr[x] : graph.indptr[x + 1]]
     return np.array([len(np.intersect1d(nb(a), nb(b))) for a, b in zip(u.tolist(), v.tolist())])
 
 

@@ -139,9 +139,9 @@ def fixed_preset(run: RunConfig, dataset, preset_name: str, protocol: str, runs:
         for seed, d in runs.items()
     }
     summaries = train_seeds(run.trainer, seeds)
-    bare, bare_summaries = train_without_features(run, seeds)
+    no_features, no_features_summaries = train_without_features(run, seeds)
     return seed_results(run, dataset, protocol, preset_name, seeds, summaries, run.ships_features) + seed_results(
-        run, dataset, protocol, preset_name, bare, bare_summaries, False
+        run, dataset, protocol, preset_name, no_features, no_features_summaries, False
     )
 
 
@@ -221,7 +221,7 @@ def run_all(run: RunConfig) -> int:
         if identity:
             finished.mark_report(out, identity)
     second = "auc" if run.metric != "auc" else "mrr"  # the metric the user reads leads (--metric)
-    shown = lambda r, m: fmt(*r[m]) if m in r else "–"  # noqa: E731
+    shown = lambda r, m: fmt(*r[m]) if m in r else "–"
     for r in rows:
         if r["model"].startswith("PENCIL"):
             log.info(

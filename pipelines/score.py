@@ -135,7 +135,7 @@ def read_pairs(path: str, num_nodes: int, node_ids: np.ndarray | None = None) ->
         idx.append(i)
         found.append(ok)
     pairs = np.stack(idx, axis=1)
-    shown = lambda r: f"({cols['src'][r].as_py()}, {cols['dst'][r].as_py()})"  # noqa: E731  the user's own text
+    shown = lambda r: f"({cols['src'][r].as_py()}, {cols['dst'][r].as_py()})"  # the user's own text
     bad = np.flatnonzero(~(found[0] & found[1]))
     if bad.size:
         where = (

@@ -31,7 +31,7 @@ def test_rank_prior_is_minus_log_competition_rank():
 def test_blended_probability_exact_values():
     logits = np.array([[0.5, -1.0, 2.0], [1.5, 0.0, -2.0]], dtype=np.float32)  # 2 orderings, 3 pairs
     prior = np.array([0.0, -math.log(2), -math.log(3)])
-    sig = lambda z: 1 / (1 + math.exp(-z))  # noqa: E731
+    sig = lambda z: 1 / (1 + math.exp(-z))
     want = [
         (sig(0.5) + sig(1.5)) / 2,
         (sig(-1.0 - 2 * math.log(2)) + sig(-2 * math.log(2))) / 2,

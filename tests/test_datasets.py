@@ -432,7 +432,7 @@ def test_edge_list_with_split_column(tmp_path, ext):
     df = pd.DataFrame(EDGE_ROWS, columns=["src", "dst"]).assign(split=split)
     df.loc[0, "split"] = " Train "  # whitespace and case are forgiven
     path = tmp_path / f"given{ext}"
-    write = lambda frame: frame.to_csv(path, index=False) if ext == ".csv" else frame.to_parquet(path)  # noqa: E731
+    write = lambda frame: frame.to_csv(path, index=False) if ext == ".csv" else frame.to_parquet(path)
     write(df)
     # (1, 0) is marked test while (0, 1) is a train edge: a test positive inside the training graph
     with pytest.raises(DatasetError, match=r"1 edge\(s\) are marked both train and test .*first: 0,1"):
@@ -532,7 +532,7 @@ def test_load_latent_space_dataset():
     ]
     assert ds.x.shape == (1500, 16) and ds.x.dtype == np.float32 and ds.name == "synthetic"
     check_negatives(ds, full)
-    d2 = lambda q: np.sum((z[q[:, 0]] - z[q[:, 1]]) ** 2, axis=1)  # noqa: E731
+    d2 = lambda q: np.sum((z[q[:, 0]] - z[q[:, 1]]) ** 2, axis=1)
     threshold = np.quantile(d2(edges), 0.9)
     for s in ("valid", "test"):
         assert np.all(d2(ds.splits[s].neg["original"]) > threshold)  # far apart in latent space

@@ -39,7 +39,7 @@ def test_split_is_90_10_with_5_percent_of_train_held_out():
 def test_evaluation_is_balanced_with_far_apart_non_edge_negatives():
     ds = load_latent_space(3, LatentSpace(**KW))
     _, z, edges, _ = sample_latent_space(400, 15.0, 3, 3, 1.0, 2.0, 0.5)
-    d2 = lambda p: np.sum((z[p[:, 0]] - z[p[:, 1]]) ** 2, axis=1)  # noqa: E731
+    d2 = lambda p: np.sum((z[p[:, 0]] - z[p[:, 1]]) ** 2, axis=1)
     threshold = np.quantile(d2(edges), 0.9)
     all_edges = set(_keys(edges, 400))
     negs = []

@@ -45,7 +45,7 @@ def test_a_sigkilled_drivers_embedded_ray_goes_with_it():
     finally:
         driver.send_signal(signal.SIGKILL)
         driver.wait()
-    mine = lambda: [pid for pid in naming(session) if pid != os.getpid()]  # noqa: E731
+    mine = lambda: [pid for pid in naming(session) if pid != os.getpid()]
     end = time.monotonic() + WAIT_S
     while mine() and time.monotonic() < end:
         time.sleep(0.5)

@@ -71,7 +71,7 @@ def test_targets_label_every_set_with_the_normalised_heuristic(cn_set, citeseer)
         np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
     # By hand for one training positive: common neighbours counted from the full graph's neighbour lists.
     u, v = pairs[("train", 0)][0]
-    nbrs = lambda x: set(full.indices[full.indptr[x] : full.indptr[x + 1]].tolist())  # noqa: E731
+    nbrs = lambda x: set(full.indices[full.indptr[x] : full.indptr[x + 1]].tolist())
     assert labels_by_cid(m, "train", None, 0)[0] == pytest.approx(min(np.log1p(len(nbrs(u) & nbrs(v))) / p_high, 1.0))
 
 

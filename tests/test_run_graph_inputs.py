@@ -153,16 +153,25 @@ def test_variant_runs_change_only_what_they_name(tmp_path):
         stop_epoch=3,
         save_scores=True,
     )
-    bare = without_features({1: run})[1]
-    assert bare.run_dir == tmp_path / "original" / "no-features" / "seed1"
-    assert bare.overrides == ("--no-features", "--lr", "0.1") and bare.eval_weights is None and not bare.fresh
-    assert (bare.shards, bare.seed, bare.stop_epoch, bare.protocol) == ("shards/x", 1, 3, "original")
+    no_features = without_features({1: run})[1]
+    assert no_features.run_dir == tmp_path / "original" / "no-features" / "seed1"
+    assert (
+        no_features.overrides == ("--no-features", "--lr", "0.1")
+        and no_features.eval_weights is None
+        and not no_features.fresh
+    )
+    assert (no_features.shards, no_features.seed, no_features.stop_epoch, no_features.protocol) == (
+        "shards/x",
+        1,
+        3,
+        "original",
+    )
     beside = pairs_runs({1: run, 2: run}, {1: RunSummary(weights_from="/abs/best.pt")})
     assert list(beside) == [1]  # a seed without a summary has no checkpoint to evaluate
     assert beside[1].run_dir == tmp_path / "original" / "pairs" / "seed1"
     assert (beside[1].protocol, beside[1].eval_weights, beside[1].stop_epoch) == ("pairs", "/abs/best.pt", None)
-    again = pairs_runs({0: bare}, {0: RunSummary()})[0]
-    assert again.eval_weights == str(bare.run_dir / "best.pt") and "--no-features" in again.flags()
+    again = pairs_runs({0: no_features}, {0: RunSummary()})[0]
+    assert again.eval_weights == str(no_features.run_dir / "best.pt") and "--no-features" in again.flags()
 
 
 # ---------------------------------------------------------------------------- nothing from the future

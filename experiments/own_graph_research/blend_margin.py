@@ -38,9 +38,9 @@ REFERENCE = 2.0  # today's margin: the rows are differences from its choice
 def heuristic_signals(shards: str) -> dict:
     """{h: [its Signal]} of CN, AA and RA alone on the validation set (one 'seed': a heuristic has no seed)."""
     manifest = read_manifest(shards)
-    blind = run_dataset(manifest).without_test()
-    valid = split_scores(blind, "valid", [PROTOCOL], list(blend.HEURISTICS))[PROTOCOL]
-    heur = blend.by_cid(blind, manifest, "valid", PROTOCOL, valid)
+    selection_view = run_dataset(manifest).without_test()
+    valid = split_scores(selection_view, "valid", [PROTOCOL], list(blend.HEURISTICS))[PROTOCOL]
+    heur = blend.by_cid(selection_view, manifest, "valid", PROTOCOL, valid)
     cids = np.arange(len(next(iter(heur.values()))))
     return {h.upper(): [eval_signal(manifest, "valid", PROTOCOL, cids, heur[h])] for h in blend.HEURISTICS}
 

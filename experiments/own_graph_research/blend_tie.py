@@ -35,9 +35,9 @@ def grid_signals(run: Path) -> dict[str, list[Signal]]:
     """{key: every seed's Signal of its blended validation scores}, over the blend's grid."""
     chosen = json.loads((run / "chosen.json").read_text())
     manifest = read_manifest(chosen["shards"])
-    blind = run_dataset(manifest).without_test()  # the set's config names its source (cora's Planetoid folder)
-    valid = split_scores(blind, "valid", [PROTOCOL], list(blend.HEURISTICS))[PROTOCOL]
-    heur = blend.by_cid(blind, manifest, "valid", PROTOCOL, valid)
+    selection_view = run_dataset(manifest).without_test()  # the set's config names its source (cora's Planetoid folder)
+    valid = split_scores(selection_view, "valid", [PROTOCOL], list(blend.HEURISTICS))[PROTOCOL]
+    heur = blend.by_cid(selection_view, manifest, "valid", PROTOCOL, valid)
     seeds = sorted(run.glob("seed*/scores"))
     logits = [read_scores(scores_path(s.parent, "valid", PROTOCOL))[:2] for s in seeds]
     return {

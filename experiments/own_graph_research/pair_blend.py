@@ -38,9 +38,9 @@ def signals(shards: str, seeds: list[Path], partner: Path) -> dict[str, list]:
     """{key: every seed's Signal}: today's grid, partner weights alone, and partner weights x the heuristic grid.
     `seeds`: run folders with their validation scores; `shards`: their set."""
     manifest = read_manifest(shards)
-    blind = run_dataset(manifest).without_test()
-    valid = split_scores(blind, "valid", [PROTOCOL], list(blend.HEURISTICS))[PROTOCOL]
-    heur = blend.by_cid(blind, manifest, "valid", PROTOCOL, valid)
+    selection_view = run_dataset(manifest).without_test()
+    valid = split_scores(selection_view, "valid", [PROTOCOL], list(blend.HEURISTICS))[PROTOCOL]
+    heur = blend.by_cid(selection_view, manifest, "valid", PROTOCOL, valid)
     pcid, pscore, _ = read_scores(scores_path(partner, "valid", PROTOCOL))
     ptable = blend.partner_table(pcid, pscore.astype(np.float64))
     logits = [read_scores(scores_path(d, "valid", PROTOCOL))[:2] for d in seeds]

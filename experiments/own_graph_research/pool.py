@@ -46,10 +46,10 @@ def heuristic_scores(shards: str) -> tuple[dict[str, np.ndarray], dict[str, np.n
     pre = manifest.config
     # the first sets were drawn before the pool had its cap: the dataset with the pool of the size the set holds
     held = eval_entry(manifest, "valid", PROTOCOL)["valid_pool"]["pool"]
-    blind = attach_valid_pool(load_set_dataset({**pre, "valid_pool": 0}), pre["valid_pool"], cap=held)
-    blind = blind.without_test()
-    valid = split_scores(blind, "valid", [PROTOCOL], list(blend.HEURISTICS))[PROTOCOL]
-    table_ = blend.by_cid(blind, manifest, "valid", PROTOCOL, valid)
+    selection_view = attach_valid_pool(load_set_dataset({**pre, "valid_pool": 0}), pre["valid_pool"], cap=held)
+    selection_view = selection_view.without_test()
+    valid = split_scores(selection_view, "valid", [PROTOCOL], list(blend.HEURISTICS))[PROTOCOL]
+    table_ = blend.by_cid(selection_view, manifest, "valid", PROTOCOL, valid)
     pos_cid, neg_cid = queries(manifest)
     return {h: t[pos_cid] for h, t in table_.items()}, {h: t[neg_cid] for h, t in table_.items()}
 
@@ -72,8 +72,8 @@ def grid_scores(pos: np.ndarray, neg: np.ndarray, hpos: dict, hneg: dict) -> dic
 def one_halving(pos, neg, hpos, hneg, at: int, a, b, qa, qb, pa, pb, patience: int) -> dict:
     """Every rule's choices on half A, scored on half B. a, b: positives; qa, qb: protocol negatives; pa, pb: pool
     negatives (indices into neg's columns)."""
-    today = lambda s: raw(s[0][a], s[1][qa])  # noqa: E731
-    pool = lambda s: pooled(s[0][a], s[1][np.r_[qa, pa]], at)  # noqa: E731
+    today = lambda s: raw(s[0][a], s[1][qa])
+    pool = lambda s: pooled(s[0][a], s[1][np.r_[qa, pa]], at)
     out = {}
     for rule, (epoch_on, blend_on) in RULES.items():
         values_of = {"today": today, "pool": pool}

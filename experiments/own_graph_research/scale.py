@@ -78,7 +78,7 @@ def graph_row(name: str, scores: dict) -> tuple[list, dict]:
             reached[how].append(full[pick])
             picks[how].append(pick)
     best_h = max(blend.HEURISTICS, key=lambda h: full[h])
-    common = lambda xs: Counter(xs).most_common(1)[0][0]  # noqa: E731  (ties: the first seen)
+    common = lambda xs: Counter(xs).most_common(1)[0][0]  # (ties: the first seen)
     got = {how: 100 * float(np.mean(v)) for how, v in reached.items()}
     row = [
         name,

@@ -109,7 +109,7 @@ def _strata(graph: Graph, known: Graph, nodes, neg: np.ndarray, counts, free: in
     n_far = min(count, far_left // 2)  # the uniform pool's size (rejection stays quick), and the near on top
     n_near = min(wanted + count - n_far, len(near_left))
     near = near_left[np.sort(rng.choice(len(near_left), n_near, replace=False))] if n_near else neg[:0]
-    is_far = lambda pairs: common_neighbors(graph, pairs) == 0  # noqa: E731
+    is_far = lambda pairs: common_neighbors(graph, pairs) == 0
     far = sample_non_edges(known, n_far, rng, accept=is_far, exclude=neg, what=what, nodes=nodes)
     return far, near, share
 

@@ -132,12 +132,12 @@ def shard_sets(run: RunConfig, dataset, protocol: str, epochs: int, percent: flo
 
 @dataclass(frozen=True)
 class StageData:
-    """One protocol's data for the blend stage: the dataset, its test-less view `blind` (what selection sees),
+    """One protocol's data for the blend stage: the dataset, its test-less view `selection_view` (what selection sees),
     the chosen shard set's manifest, the protocol, and the test split's heuristic scores `test_scores`
     (common.heuristics.split_scores)."""
 
     dataset: object
-    blind: object
+    selection_view: object
     manifest: Manifest
     protocol: str
     test_scores: dict
@@ -149,13 +149,13 @@ def blend_stage(
     """The blend's decision on the final seeds' validation (the test-less dataset) and the search run of the
     choice's partner, then each seed's test metrics under it (the partner evaluated on test in OUT/runner-up
     first, when the blend adds it)."""
-    blind, dataset, manifest, protocol = data.blind, data.dataset, data.manifest, data.protocol
-    valid_scores = split_scores(blind, "valid", [protocol], list(blend.HEURISTICS))[protocol]
+    selection_view, dataset, manifest, protocol = data.selection_view, data.dataset, data.manifest, data.protocol
+    valid_scores = split_scores(selection_view, "valid", [protocol], list(blend.HEURISTICS))[protocol]
     logits = blend.valid_logits(runs, protocol)
-    heuristics = blend.by_cid(blind, manifest, "valid", protocol, valid_scores)
-    values_of = lambda cid, s: per_positive(manifest, "valid", protocol, cid, s, pool=True)  # noqa: E731
+    heuristics = blend.by_cid(selection_view, manifest, "valid", protocol, valid_scores)
+    values_of = lambda cid, s: per_positive(manifest, "valid", protocol, cid, s, pool=True)
     partner, partner_test = None, None
-    every = lambda split: np.arange(eval_entry(manifest, split, protocol)["candidates"])  # noqa: E731
+    every = lambda split: np.arange(eval_entry(manifest, split, protocol)["candidates"])
     try:
         if choice.partner is not None:
             valid = partner_scores(Path(choice.partner_dir), "valid", protocol, every("valid"))
@@ -196,11 +196,11 @@ def search_and_train(
     cfg, device = search_config(run), device_kind(run.trainer.device)
     run, dataset = with_valid_pool(run, dataset, protocol, cfg.valid_pool)
     deadline = t0 + 60.0 * cfg.budget_minutes
-    blind = dataset.without_test()  # what selection sees
+    selection_view = dataset.without_test()  # what selection sees
     record = {
         "config": cfg.to_dict(),
         "device": device,
-        "stats": graph_stats(blind.graph),
+        "stats": graph_stats(selection_view.graph),
         "objective": run.objective,
         "hard_neg_fraction": training_negatives(run),
     }
@@ -212,10 +212,10 @@ def search_and_train(
         record["stats"]["median_degree"],
         record["stats"]["p90_degree"],
     )
-    train = len(blind.splits["train"].pos)
-    percent = view_percent(get_preset(DEFAULT_PRESET), train, device, blind.graph)
+    train = len(selection_view.splits["train"].pos)
+    percent = view_percent(get_preset(DEFAULT_PRESET), train, device, selection_view.graph)
     view_positives = round(train * percent / 100)
-    neg_ratio = negatives_per_positive(run, cfg, blind.graph, view_positives)
+    neg_ratio = negatives_per_positive(run, cfg, selection_view.graph, view_positives)
     epochs = run_epochs(run, cfg, view_positives, neg_ratio)
     record.update(epochs=epochs, neg_ratio=neg_ratio)
     shards = shard_sets(run, dataset, protocol, epochs, percent, neg_ratio)
@@ -236,7 +236,7 @@ def search_and_train(
     stop_at = t0 + (deadline - t0) / (3 if run.ships_features else 2)
     search = Search(cfg, plan, out / "search", run.trainer, slots, stop_at=stop_at)
     record["candidate_epochs"] = search.run_epochs
-    choice = search.run(len(blind.splits["valid"].pos))
+    choice = search.run(len(selection_view.splits["valid"].pos))
     record.update(chosen=choice.to_dict(), search_seconds=round(time.time() - t0, 1))
     write_json_atomic(out / "search.json", record)
     write_json_atomic(out / "chosen.json", {k: record["chosen"][k] for k in ("cid", "config", "epochs", "shards")})
@@ -249,9 +249,9 @@ def search_and_train(
     left_out = sorted(set(runs) - set(summaries))  # stopped or failed before their first evaluation: logged
     runs = {seed: d for seed, d in runs.items() if seed in summaries}
     finals = final_runs(run.trainer, choice, protocol, runs)
-    bare = train_without_features(run, finals, stop_at=deadline, partial=True)  # in the budget, before the blend
+    no_features = train_without_features(run, finals, stop_at=deadline, partial=True)  # in the budget, before the blend
     manifest = manifests[choice.candidate.sampling]
-    data = StageData(dataset, blind, manifest, protocol, test_scores)
+    data = StageData(dataset, selection_view, manifest, protocol, test_scores)
     decision, blended = blend_stage(run.trainer, choice, runs, data, cfg.blend_margin_se, out)
     stopped = sorted(seed for seed, s in summaries.items() if s.stopped)
     failed = {seed: s.failed for seed, s in sorted(summaries.items()) if s.failed}
@@ -275,7 +275,7 @@ def search_and_train(
         record["total_seconds"],
         cfg.budget_minutes,
     )
-    return records(run, dataset, protocol, finals, summaries, choice, decision, blended, bare)
+    return records(run, dataset, protocol, finals, summaries, choice, decision, blended, no_features)
 
 
 def records(
@@ -287,7 +287,7 @@ def records(
     choice: Choice,
     decision: blend.Blend,
     blended: dict[int, dict],
-    bare: tuple[dict, dict] = ({}, {}),
+    no_features: tuple[dict, dict] = ({}, {}),
 ) -> list[SeedResult]:
     """The model's record per seed, with the searched config and the blend, then the blend's row per seed
     (the model alone keeps its own row), then the seeds' rows without node features and on the user's pairs
@@ -314,4 +314,4 @@ def records(
         if (r := result.record)["protocol"] == protocol
     ]
     without = {k: v for k, v in auto.items() if k != "blend"}  # the blend is the featured model's
-    return model + rows + seed_results(run, dataset, protocol, SEARCH, *bare, False, auto=without)
+    return model + rows + seed_results(run, dataset, protocol, SEARCH, *no_features, False, auto=without)

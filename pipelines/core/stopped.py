@@ -26,7 +26,7 @@ def stopped_summary(run_dir: Path, protocol: str) -> RunSummary | None:
     at_best = {r.get("split"): r for r in evals if r.get("epoch") == best and r.get("protocol", protocol) == protocol}
     if "valid" not in at_best:
         return None
-    metrics = lambda r: {k: v for k, v in r.items() if k not in BOOKKEEPING}  # noqa: E731
+    metrics = lambda r: {k: v for k, v in r.items() if k not in BOOKKEEPING}
     return RunSummary(
         best_epoch=best,
         valid=metrics(at_best["valid"]),

@@ -136,10 +136,10 @@ def train_without_features(
     (pipelines.core.seeds.train_seeds); nothing without them."""
     if not run.ships_features or not runs:
         return {}, {}
-    bare = without_features(runs)
+    no_features = without_features(runs)
     log.info(
         "training the same seeds without node features (trainer %s), in %s",
         NO_FEATURES,
-        Path(next(iter(bare.values())).run_dir).parent,
+        Path(next(iter(no_features.values())).run_dir).parent,
     )
-    return bare, train_seeds(run.trainer, bare, stop_at, partial=partial)
+    return no_features, train_seeds(run.trainer, no_features, stop_at, partial=partial)

@@ -97,7 +97,7 @@ class EstimationConfig:
     @classmethod
     def from_args(cls, args) -> "EstimationConfig":
         spec = experiment_preset_flag("heuristic_estimation", args.preset, args.dataset)
-        pick = lambda text, flag, default, **kw: tuple(default if text is None else comma_list(text, flag, **kw))  # noqa: E731
+        pick = lambda text, flag, default, **kw: tuple(default if text is None else comma_list(text, flag, **kw))
         return cls(
             args.preset,
             spec,
