@@ -112,9 +112,15 @@ def set_dir(out: Path) -> Path:
     return found
 
 
-def files(path: Path) -> dict[str, bytes]:
-    """Every file of a shard set except the manifest (its config records where the set lives)."""
-    return {p.name: p.read_bytes() for p in sorted(path.iterdir()) if p.name != "manifest.json"}
+def files(path: Path, finished_only: bool = False) -> dict[str, bytes]:
+    """Every file of a shard set except the manifest (its config records where the set lives). finished_only: also
+    without a killed writer's temporary (`.NAME.tmp`), which a dying worker may unlink while we list."""
+    names = [p for p in sorted(path.iterdir()) if p.name != "manifest.json"]
+    return {p.name: p.read_bytes() for p in names if not (finished_only and is_temporary(p.name))}
+
+
+def is_temporary(name: str) -> bool:
+    return name.startswith(".") and name.endswith(".tmp")
 
 
 def manifest_shards(path: Path) -> list[dict]:
@@ -597,7 +603,7 @@ def test_driver_kill_then_rerun_is_byte_identical(reference, graph_csv, tmp_path
         _kill_tree_leftovers(proc)
     shards = set_dir(out)
     assert not (shards / "manifest.json").exists()
-    done = files(shards)
+    done = files(shards, finished_only=True)  # the kill's moment: workers may still be unwinding
     assert 3 <= sum(n.endswith(".tar") for n in done) < sum(n.endswith(".tar") for n in files(reference))
     rerun = preprocess(graph_csv, out)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
