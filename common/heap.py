@@ -15,9 +15,8 @@ import os
 import sys
 
 MiB = 1 << 20
-# Trim once the process has grown this much past its size a step after the last trim: 6 trims an epoch on
-# bio-300's `deep` trainer, 0.54x its peak at 1.03x the wall. Each trim's pages fault back in: 256 MB took
-# 0.48x the peak at 1.10x the CPU time.
+# Trim once the process has grown this much past its size a step after the last trim: a smaller step cuts more of
+# the peak, but each trim's pages fault back in (the trade measured in docs/benchmarks/2026-12-05-trainer-memory.md).
 GROWTH = 512 * MiB
 BENCH_SWITCH = "PENCIL_BENCH_HEAP_TRIM"  # bench.cpu_allocator only: "off", "grow:MB", "every:K", "phase"
 
