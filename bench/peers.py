@@ -23,7 +23,7 @@ import numpy as np
 from bench.own_graph_suite import GRAPHS, graph_args
 from bench.top_negatives import partner_scores, prior_scores, run_scores
 from common.cli import Parser, run_cli, summary
-from common.datasets import DatasetSpec
+from common.datasets import DatasetSpec, load_dataset
 from common.eval_scores import read_scores
 from common.flags import add_dataset_flags
 from common.heuristics import ranking_scores
@@ -75,7 +75,7 @@ def graph_rows(out: Path, name: str) -> list[str]:
     p = Parser(prog="bench.peers")
     add_dataset_flags(p, split_kinds=True)
     p.add_argument("--node-features", default=None)
-    dataset = DatasetSpec.from_args(p.parse_args(graph_args(name, out))).load()
+    dataset = load_dataset(DatasetSpec.from_args(p.parse_args(graph_args(name, out))))
     c = protocol_candidates(dataset, "test", "original")
     protocol_dir = sorted((out / "runs" / "auto").glob(f"{dataset.name}/auto/original"))[-1]
     blend = json.loads((protocol_dir / "search.json").read_text()).get("blend", {})

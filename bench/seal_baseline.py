@@ -24,7 +24,7 @@ import torch
 from bench import seal
 from common.atomic import write_json_atomic
 from common.cli import Parser, run_cli, summary
-from common.datasets import DatasetSpec
+from common.datasets import DatasetSpec, load_dataset
 from common.eval_scores import write_scores
 from common.flags import add_dataset_flags
 from common.induce import Inducer
@@ -100,7 +100,7 @@ def _main(argv) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    ds = DatasetSpec.from_args(args).load()
+    ds = load_dataset(DatasetSpec.from_args(args))
     inducer = Inducer(ds.graph.indptr, ds.graph.indices)
     train = ds.splits["train"].pos
     percent = min(100.0, 100.0 * args.train_positives / max(1, len(train)))

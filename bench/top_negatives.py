@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from common.cli import Parser, run_cli, summary
-from common.datasets import DatasetSpec
+from common.datasets import DatasetSpec, load_dataset
 from common.eval_scores import read_scores
 from common.flags import add_dataset_flags
 from common.heuristics import ranking_scores
@@ -151,7 +151,7 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
-    ds = DatasetSpec.from_args(args).load()
+    ds = load_dataset(DatasetSpec.from_args(args))
     seeds = sorted(Path(args.run).glob("seed*/scores/valid-original.npz"))
     if not seeds:
         raise SystemExit(f"{args.run}: no seed<k>/scores/valid-original.npz; pass a finished run's protocol folder")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, exit_process, summary
-from common.datasets import PROTOCOLS, DatasetError, DatasetSpec, LinkDataset
+from common.datasets import PROTOCOLS, DatasetError, DatasetSpec, LinkDataset, load_dataset
 from common.flags import FlagError, add_dataset_flags, add_overwrite_flag, comma_list
 from common.heuristics import ALL, HEURISTICS, TEMPORAL, WEIGHTED, label, score_split
 from common.metrics import METRIC_KEYS, as_percent, format_table
@@ -165,7 +165,7 @@ def score_heuristics(cfg: HeuristicsConfig) -> int:
         if cfg.out:  # before any work: the JSON must not replace the edge list it scores, nor a run's files
             check_output(cfg.out, files=inputs)
         # its --split names the split it scores, not the shares: a too-small split's fix differs
-        ds = src.load(split_flag=None)
+        ds = load_dataset(src, split_flag=None)
         out = check_output(cfg.out or default_out(ds), files=inputs)
         fingerprint = ds.fingerprint()
         # two graphs of one name (the paper's citeseer, a user's citeseer.csv) share the default file: never replaced

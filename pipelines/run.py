@@ -18,6 +18,7 @@ import threading
 from pathlib import Path
 
 from common.cli import command, exit_process, latch_sigint
+from common.datasets import load_dataset
 from common.datasets.fractions import DEFAULT_SPLIT
 from common.flags import FlagError
 from common.heuristics import TEMPORAL, WEIGHTED, split_scores
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 
 def run_all(run: RunConfig) -> int:
     """The whole run: every protocol's seeds, their heuristics on the same test split, one table."""
-    dataset = run.source.load()
+    dataset = load_dataset(run.source)
     available = dataset.protocols
     protocols = available if run.protocol == "both" else [run.protocol]
     missing = [p for p in protocols if p not in available]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from common.datasets import load_dataset
 from common.datasets.fractions import DEFAULT_SPLIT
 from common.datasets.spec import DatasetSpec
 from common.heuristic_targets import TARGETS as HEURISTIC_TARGETS
@@ -146,7 +147,7 @@ class PreprocessConfig:
 
     def load_dataset(self):
         """The dataset this configuration names, with every input that shapes it."""
-        return self.data.load()
+        return load_dataset(self.data)
 
     def shard_links(self, num_nodes: int) -> int:
         """Links per shard: --links-per-shard, cut so that a shard's worst case (every link at N_max

@@ -1,4 +1,4 @@
-"""A refusal's hint names a value the same command accepts (issue 62, item 9): `pencil preprocess` on a graph too
+"""A refusal's hint names a value the same command accepts : `pencil preprocess` on a graph too
 small for the default split suggests a --split its parser takes and the split then works; `pencil heuristics`, whose
 --split names the split it scores, suggests a split column, and the file with one is scored; a --neg-ratio or
 --percent too large for a dense graph is answered with flags that preprocess accepts and that pass the check."""

@@ -263,7 +263,7 @@ def test_cora_feature_file_gives_the_same_shards_and_losses(cora_pair, shard_cac
     assert len(losses[0]) >= 1 and losses[0] == losses[1]
 
 
-# ---------------------------------------------------------------------------- issue 62, item 9
+# ---------------------------------------------------------------------------- the small trust fixes
 @pytest.mark.parametrize("cell, shown", [("1e30", "1e+30"), ("-2.5e13", "-2.5e+13")])
 def test_a_value_beyond_the_feature_bound_is_refused_naming_row_column_and_fix(tmp_path, cell, shown):
     f = write(tmp_path / "x.csv", f"node,f1,f2\na,1,2\nb,3,{cell}\nc,1,1\nd,1,1\n")

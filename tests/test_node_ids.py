@@ -235,13 +235,13 @@ def test_run_nodes_flag_declares_isolated_nodes(tmp_path):
     )
     base = ["--dataset", str(edges), "--seeds", "0,1,2", "--out", str(tmp_path / "r"), "--shards", str(tmp_path / "s")]
     run = run_config(*base, "--nodes", nodes)
-    ds = run.source.load()
+    ds = load_dataset(run.source)
     assert ds.num_nodes == 42 and ds.node_ids[0] == -9 and ds.node_ids[-1] == 2**62
     assert ds.graph.degree[[0, 41]].tolist() == [0, 0] and user_edges(ds) == {frozenset(r) for r in rows}
     cfg = preprocess_config(run.source, run.shards, (1, 3), 1, 100.0, ["original"])
     assert cfg.data.nodes == str(nodes) and cfg.data.dataset == str(edges)
     plain = run_config(*base)
-    assert plain.source.load().num_nodes == 40
+    assert load_dataset(plain.source).num_nodes == 40
     assert preprocess_config(plain.source, plain.shards, (1, 3), 1, 100.0, ["original"]).data.nodes is None
 
 

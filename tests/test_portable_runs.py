@@ -1,4 +1,4 @@
-"""A run works from any folder (issue 62, item 7). The run here is made as a user makes one: preprocess and the
+"""A run works from any folder. The run here is made as a user makes one: preprocess and the
 trainer started in the run's root with relative paths (shop.csv, features.csv, shards/, run/). Then every command
 on it runs from another folder, by the run's absolute path: the run records its shard set absolute, the set its
 inputs absolute, the node features come from the set (features.npy), never from the user's file, a moved set is

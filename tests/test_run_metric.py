@@ -1,4 +1,4 @@
-"""`pencil run --metric` decides each seed's best epoch under a fixed preset too (issue 62, item 6): on a tiny
+"""`pencil run --metric` decides each seed's best epoch under a fixed preset too: on a tiny
 run where validation MRR and AUC peak at different epochs, `--metric auc` keeps the epoch of the best AUC and
 `summary.json` says `selection_metric: auc`; a seed trained under another choice of epoch is never reused as if
 chosen on this one (refused in one line, retrained with --overwrite), while `--metric mrr`, the data's own, reuses

@@ -1,4 +1,4 @@
-"""Issue 62, item 9's small ones: `pencil --help-all` says whose flag it is; the output guard's suggested path is
+"""Small trust fixes: `pencil --help-all` says whose flag it is; the output guard's suggested path is
 one it accepts; `pencil report` labels a seed from the run's own record, whichever of its files is named."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A temporal split's evaluation cannot be won by newness (issue 62): its negatives hold the positives' counts of
+"""A temporal split's evaluation cannot be won by newness: its negatives hold the positives' counts of
 pairs with 0, 1 and 2 nodes first seen in the split, so on a growing random graph, whose only signal is arrival
 order, a trained model ranks at chance. And the time-aware baselines beside CN / AA / RA (EdgeBank, recent PA),
 by hand on a tiny graph."""

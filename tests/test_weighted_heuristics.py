@@ -1,4 +1,4 @@
-"""Weighted heuristics (issue 62, item 8): reachable by name from `pencil heuristics`, shown there by default on
+"""Weighted heuristics: reachable by name from `pencil heuristics`, shown there by default on
 a weighted edge list as in the run report, and safe from overflow (weights near 1e308 made every score inf, one
 value for all, AUC 50.00, without a word)."""
 

@@ -102,12 +102,6 @@ class DatasetSpec:
         except DatasetError as err:
             raise FlagError(str(err)) from None
 
-    def load(self, split_flag: str | None = "--split"):
-        """The dataset (common.datasets.load_dataset)."""
-        from common.datasets import load_dataset
-
-        return load_dataset(self, split_flag=split_flag)
-
     def to_dict(self) -> dict:
         """Plain JSON data: tuples as lists. A manifest's `config` holds these keys at its top level."""
         out = asdict(self)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, exit_process, summary
-from common.datasets import DatasetSpec
+from common.datasets import DatasetSpec, load_dataset
 from common.flags import (
     FlagError,
     add_dataset_flags,
@@ -275,7 +275,7 @@ def run_ablations(cfg: AblationConfig) -> int:
             check_trainer_flags(variant_options(cfg, variant), cfg.preset.name, [cfg.preset.protocol], cfg.out)
         except SeedFlagsError as err:
             raise FlagError(str(err)) from None
-    dataset = cfg.source.load()  # one shard set for every variant
+    dataset = load_dataset(cfg.source)  # one shard set for every variant
     shards = preset_shard_set(
         cfg.source,
         cfg.shards,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, exit_process, summary
-from common.datasets import DatasetError, DatasetSpec
+from common.datasets import DatasetError, DatasetSpec, load_dataset
 from common.flags import (
     FlagError,
     add_dataset_flags,
@@ -196,7 +196,7 @@ def run_baselines(cfg: BaselineConfig) -> int:
 
     features = cfg.inputs == "features"
     try:
-        ds = cfg.source.load()
+        ds = load_dataset(cfg.source)
     except DatasetError as err:
         raise FlagError(f"--inputs {cfg.inputs} / --planetoid-dir: {err}") from None
     protocols = ds.protocols if cfg.protocol == "both" else [cfg.protocol]

@@ -21,7 +21,7 @@ import numpy as np
 
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, exit_process, summary
-from common.datasets import DatasetError, DatasetSpec
+from common.datasets import DatasetError, DatasetSpec, load_dataset
 from common.flags import (
     FlagError,
     add_dataset_flags,
@@ -124,7 +124,7 @@ def run_full_ranking(cfg: FullRankingConfig) -> int:
 
     features = cfg.inputs == "features"
     try:
-        ds = cfg.source.load()
+        ds = load_dataset(cfg.source)
     except DatasetError as err:
         raise FlagError(f"--dataset {cfg.source.dataset} / --planetoid-dir: {err}") from None
     gnn = GNNConfig(decoder="dot", use_features=features, **cfg.spec["gnn"])
