@@ -38,6 +38,7 @@ NODES = {
     "bio-300": 300,
     "bio-1800": 1800,
     "blogs": 1200,
+    "power": 2500,
 }
 BIPARTITE_USERS = 0.75  # the bipartite graph's share of users (the rest are items)
 
@@ -195,6 +196,37 @@ def _blogs(rng, n: int, mean_degree: float = 27.0) -> np.ndarray:
     return e[e[:, 0] != e[:, 1]]
 
 
+def _power(rng, n: int, mean_degree: float = 2.7, loads: float = 0.25, near: int = 8) -> np.ndarray:
+    """A power-grid-like network on the unit square: a `loads` share of the nodes are leaves, each on a line to
+    its nearest substation; the substations are joined by the Euclidean minimum spanning tree of their `near`
+    nearest neighbours (short lines, long paths) plus local loops: other pairs among those neighbours, drawn
+    uniformly until the mean degree, skipping pairs that close a triangle over the tree (so loops are short but
+    few are triangles). The western US grid it imitates: mean degree 2.7, a quarter leaves, transitivity 0.1."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import minimum_spanning_tree
+    from scipy.spatial import cKDTree
+
+    xy = rng.random((n, 2))
+    hub = rng.random(n) >= loads
+    sub, leaf = np.flatnonzero(hub), np.flatnonzero(~hub)
+    k = len(sub)
+    tree_of = cKDTree(xy[sub])
+    lines = np.stack([leaf, sub[tree_of.query(xy[leaf])[1]]], 1)  # each load to its nearest substation
+    dist, nbr = tree_of.query(xy[sub], near + 1)  # column 0 is the point itself
+    src, dst, w = np.repeat(np.arange(k), near), nbr[:, 1:].ravel(), dist[:, 1:].ravel()
+    tree = minimum_spanning_tree(coo_matrix((w, (src, dst)), shape=(k, k)).tocsr()).tocoo()
+    t = np.sort(np.stack([tree.row, tree.col], 1), 1)
+    adj = coo_matrix((np.ones(len(t)), (t[:, 0], t[:, 1])), shape=(k, k)).tocsr()
+    adj = adj + adj.T
+    pairs = np.unique(np.sort(np.stack([src, dst], 1), 1), axis=0)
+    pairs = pairs[~np.isin(pairs[:, 0] * k + pairs[:, 1], t[:, 0] * k + t[:, 1])]
+    common = np.asarray(adj[pairs[:, 0]].multiply(adj[pairs[:, 1]]).sum(1)).ravel()
+    pairs = pairs[common == 0]  # no triangle over the tree
+    extra = max(0, int(round(mean_degree * n / 2)) - len(t) - len(lines))
+    loops = pairs[rng.permutation(len(pairs))[:extra]]
+    return np.concatenate([lines, sub[t], sub[loops]])
+
+
 GENERATORS = {
     "pa": _pa,
     "regular": _regular,
@@ -206,6 +238,7 @@ GENERATORS = {
     "coauthor": _coauthor,
     "router": _router,
     "blogs": _blogs,
+    "power": _power,
 }
 
 
