@@ -8,6 +8,11 @@ alone would run such trainers side by side on a machine that cannot hold them, a
 The gate measures each running trainer's process tree (PSS: the forked loader workers' shared pages counted
 once) while it runs, keeps the largest per view (shard set), and holds a pending trainer back until what is
 free covers it. One trainer always runs, so the gate can slow a recipe down but never stop it.
+
+On a Ray cluster this machine's memory says nothing of the nodes', so the gate holds nothing back there
+(`default_gate(cluster=True)`): each trainer instead asks Ray for `expected(view)` bytes of its `memory` resource
+(pipelines.core.ray_pool), and Ray starts no more trainers on a node than its memory holds. The node measures its
+trainer as this gate would (`tree_bytes`) and reports the footprint here (`note`), so later requests follow it.
 """
 
 from __future__ import annotations
@@ -89,7 +94,11 @@ class MemoryGate:
         self._last = now
         self.usage = {key: self.measure(pid) for key, pid in pids.items()}
         for key, used in self.usage.items():
-            self.peaks[views[key]] = max(self.peaks.get(views[key], 0), used)
+            self.note(views[key], used)
+
+    def note(self, view: str, used: int) -> None:
+        """A trainer of `view` was measured at `used` bytes (here by `observe`, on a cluster by its node)."""
+        self.peaks[view] = max(self.peaks.get(view, 0), used)
 
     def allows(self, key: str, running: list, views: dict) -> bool:
         """Whether trainer `key` may start beside the `running` keys: the memory free now covers what each of
@@ -118,12 +127,13 @@ class MemoryGate:
         return False
 
 
-def default_gate() -> MemoryGate:
-    """The recipe process's one gate: what its trainers reached carries from the search to the final seeds."""
-    global _GATE
-    if _GATE is None:
-        _GATE = MemoryGate()
-    return _GATE
+def default_gate(cluster: bool = False) -> MemoryGate:
+    """The recipe process's one gate: what its trainers reached carries from the search to the final seeds. On a
+    cluster, one that never holds a trainer back here (Ray does, by the memory each asks) and measures no local
+    process: its peaks come from the nodes."""
+    if cluster not in _GATES:
+        _GATES[cluster] = MemoryGate(available=lambda: None, measure=lambda pid: 0) if cluster else MemoryGate()
+    return _GATES[cluster]
 
 
-_GATE: MemoryGate | None = None
+_GATES: dict[bool, MemoryGate] = {}

@@ -2,7 +2,10 @@
 pool (pipelines.core.trainers) runs on the node Ray picks instead of as a local child.
 
 A small actor per trainer (`TrainerProcess`) starts the same `python -m trainer` flags (TrainerRun.flags) as a
-subprocess of its worker, one GPU each where the cluster has GPUs, else one CPU (a local slot). The subprocess
+subprocess of its worker, one GPU each where the cluster has GPUs, else one CPU (a local slot), and the memory
+the local gate would expect of it (pipelines.core.memory_gate: 1.25 x the largest footprint a trainer of its view
+reached, 1 GiB before any) from the node's Ray `memory` resource, so Ray starts no more trainers on a node than its
+memory holds. The actor measures its trainer's footprint on the node and the driver feeds it to the gate. The subprocess
 dies with the actor's worker (common.parent_death): a cancelled task, a driver killed even by SIGKILL (Ray
 kills the actors it owned) or a lost node leaves no trainer behind. `ClusterTrainer` is the driver's handle,
 shaped like the subprocess.Popen the local path returns, so the pool's loop is one for both. Its run folder
@@ -10,7 +13,8 @@ must be on storage every node sees (a shared filesystem; on one machine, the sam
 trainer.log and its checkpoints there, and the driver reads them as it would a local child's.
 
 A trainer whose node is lost starts again on another node, resuming its last.pt (RETRIES times); then it fails in
-one line, written to its trainer.log so the pool's message names it. Never a hang: the driver's polls never block.
+one line, written to its trainer.log so the pool's message names it. So does a trainer that no live node can hold
+for UNPLACEABLE_S (its only GPU node lost). Never a hang: the driver's polls never block.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ log = logging.getLogger("pipelines")
 REPO = Path(__file__).resolve().parents[2]
 RETRIES = 1  # a lost node's trainer restarts on another once from its last.pt; a second loss fails the run
 STOP_TIMEOUT_S = 5.0
+MEASURE_S = 2.0  # the node measures its trainer as often as the local gate does
+UNPLACEABLE_S = 60.0  # a trainer no live node can hold fails after this long (an autoscaler may add one meanwhile)
 _resources: dict | None = None
 
 
@@ -56,8 +62,32 @@ def cluster_resources() -> dict:
     return _resources
 
 
-def uses_gpus(device_flag: str) -> bool:
-    return device_flag != "cpu" and cluster_resources().get("GPU", 0) >= 1
+def uses_gpus(device_flag: str, resources: dict | None = None) -> bool:
+    res = cluster_resources() if resources is None else resources
+    return device_flag != "cpu" and res.get("GPU", 0) >= 1
+
+
+def live_nodes() -> list[dict]:
+    """Each live node's total resources (read afresh: a node may have been lost since the last trainer)."""
+    return [dict(n["Resources"]) for n in attach().nodes() if n.get("Alive")]
+
+
+def trainer_resources(device_flag: str, resources: dict, memory: int, nodes: list[dict]) -> dict:
+    """What one trainer asks Ray for: one GPU where the cluster has GPUs (unless --device cpu), else one CPU, as
+    a local slot is one core; and `memory` bytes of a node's memory resource (the gate's estimate), capped at
+    the largest a node that could run it has, so that one always fits: the gate never stops a recipe either."""
+    gpu = uses_gpus(device_flag, resources)
+    out = {"num_gpus": 1} if gpu else {"num_cpus": 1}
+    largest = max((n.get("memory", 0) for n in nodes if not gpu or n.get("GPU", 0) >= 1), default=0)
+    if memory > 0 and largest > 0:
+        out["memory"] = int(min(memory, largest))
+    return out
+
+
+def fits(options: dict, node: dict) -> bool:
+    """Whether a node's total resources can ever hold a trainer asking `options` (trainer_resources')."""
+    names = {"num_gpus": "GPU", "num_cpus": "CPU", "memory": "memory"}
+    return all(node.get(names[k], 0) >= v for k, v in options.items())
 
 
 def cluster_slots(device_flag: str, wanted: int = 0) -> int:
@@ -78,10 +108,18 @@ class TrainerProcess:
         with open(log_path, "a") as f:
             # cwd: this checkout as the worker sees it (a job's working_dir, or the repository on PYTHONPATH)
             self.proc = start_child([sys.executable, "-m", "trainer", *flags], stdout=f, stderr=f, cwd=REPO)
+        self.peak, self.measured = 0, float("-inf")
         return ray.get_runtime_context().get_node_id()
 
-    def poll(self) -> int | None:
-        return self.proc.poll()
+    def poll(self) -> tuple[int | None, int]:
+        """(the trainer's exit code or None; the largest footprint measured on this node so far, bytes)."""
+        from pipelines.core.memory_gate import tree_bytes
+
+        code = self.proc.poll()
+        if code is None and time.monotonic() - self.measured >= MEASURE_S:
+            self.measured = time.monotonic()
+            self.peak = max(self.peak, tree_bytes(self.proc.pid))
+        return code, self.peak
 
     def signal(self, sig: int) -> None:
         if self.proc.poll() is None:
@@ -92,19 +130,24 @@ class ClusterTrainer:
     """The driver's handle on one trainer on the cluster, with the Popen methods the pool uses (poll, terminate,
     kill, wait, returncode, pid); every call returns at once but `wait`."""
 
-    pid = None  # no local process: the pool's memory gate measures none (Ray's scheduler places by resources)
+    pid = None  # no local process: the node measures the trainer and reports its footprint (poll)
 
-    def __init__(self, key: str, job, device_flag: str):
+    def __init__(self, key: str, job, device_flag: str, gate=None):
+        from pipelines.core.memory_gate import default_gate
+
         self.key, self.job, self.returncode, self.retries = key, job, None, RETRIES
-        self.options = {"num_gpus": 1} if uses_gpus(device_flag) else {"num_cpus": 1}
+        self.device_flag, self.gate, self.view = device_flag, gate or default_gate(cluster=True), str(job.shards)
         self._launch(job)
 
     def _launch(self, job) -> None:
         ray = attach()
         env = ray.get_runtime_context().runtime_env or {}
         extra = {} if env.get("working_dir") else {"runtime_env": {"env_vars": {"PYTHONPATH": python_path()}}}
+        memory = self.gate.expected(self.view)  # asked when it starts: what the recipe's trainers reached so far
+        self.options = trainer_resources(self.device_flag, cluster_resources(), memory, live_nodes())
         self.actor = _actor_class(ray).options(scheduling_strategy="SPREAD", **self.options, **extra).remote()
         self.node, self._poll, self.t0, self._read = None, None, time.monotonic(), 0
+        self._checked, self._unplaceable_since = self.t0, None
         self._started = self.actor.start.remote([*job.flags(), "--no-progress"], str(job.log))
 
     def poll(self) -> int | None:
@@ -115,17 +158,19 @@ class ClusterTrainer:
         try:
             if self.node is None:
                 if not _ready(ray, self._started):
-                    return None  # waiting for a node with the resources
+                    return self._unplaced()  # waiting for a node with the resources
                 self.node = ray.get(self._started)
-                log.info("trainer %s runs on node %s (log: %s)", self.key, self.node, self.job.log)
+                log.info("trainer %s runs on node %s (%s; log: %s)", self.key, self.node, self.asks(), self.job.log)
             self._progress()
             if self._poll is None:
                 self._poll = self.actor.poll.remote()
             if not _ready(ray, self._poll):
                 return None
-            code, self._poll = ray.get(self._poll), None
+            (code, peak), self._poll = ray.get(self._poll), None
         except ray.exceptions.RayError as err:
             return self._lost(err)
+        if peak:
+            self.gate.note(self.view, peak)
         if code is not None:
             self.returncode = code
             took = time.monotonic() - self.t0
@@ -143,15 +188,49 @@ class ClusterTrainer:
             epoch = rec.get("epoch")
             log.info("trainer %s on node %s: epoch %s, valid %s %s", self.key, self.node, epoch, metric, shown)
 
+    def asks(self) -> str:
+        """What the trainer asked Ray for, for the driver's log."""
+        gib = self.options.get("memory", 0) / 2**30
+        return ("1 GPU" if "num_gpus" in self.options else "1 CPU") + (f", {gib:.2f} GiB memory" if gib else "")
+
+    def _unplaced(self) -> int | None:
+        """None while some live node could hold the trainer (it waits for room); after UNPLACEABLE_S with none
+        (a lost node was the only one with a GPU, or the memory asked), the trainer fails in one line."""
+        now = time.monotonic()
+        if now - self._checked < 5.0:  # one look at the nodes every 5 s, not every poll
+            return None
+        self._checked = now
+        if any(fits(self.options, n) for n in live_nodes()):
+            self._unplaceable_since = None
+            return None
+        self._unplaceable_since = self._unplaceable_since or now
+        if now - self._unplaceable_since < UNPLACEABLE_S:
+            return None
+        import ray
+
+        with contextlib.suppress(Exception):  # the actor is pending: nothing runs on any node yet
+            ray.kill(self.actor)
+        return self._fail(
+            f"no live Ray node can hold this trainer ({self.asks()}) for {UNPLACEABLE_S:.0f} s; add such a node "
+            "and rerun the command (it resumes from last.pt)"
+        )
+
     def _lost(self, err) -> int | None:
         why = " ".join(str(err).split())[:200]
         where = f"node {self.node}" if self.node else "its node"
         if self.retries > 0:
             self.retries -= 1
-            log.warning("trainer %s: %s was lost (%s); it starts again from its last.pt", self.key, where, why)
+            resumes = (Path(self.job.run_dir) / "last.pt").is_file()
+            how = "from its last.pt" if resumes else "from the start (no last.pt yet)"
+            log.warning("trainer %s: %s was lost (%s); it starts again on another node %s", self.key, where, why, how)
             self._launch(replace(self.job, fresh=False))  # flags(): --resume where last.pt exists
             return None
-        line = f"the Ray {where} running this trainer was lost ({why}); rerun the command to resume from last.pt"
+        return self._fail(
+            f"the Ray {where} running this trainer was lost ({why}); rerun the command to resume from last.pt"
+        )
+
+    def _fail(self, line: str) -> int:
+        """The trainer fails with `line`, written to its trainer.log so the pool's one-line message shows it."""
         with contextlib.suppress(OSError):  # a node lost before the trainer made its folder: the line still lands
             Path(self.job.log).parent.mkdir(parents=True, exist_ok=True)
             with open(self.job.log, "a") as f:

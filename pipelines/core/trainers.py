@@ -161,8 +161,9 @@ def run_trainers(
     search's pace check; the watcher keeps the reasons). A slot is taken only when memory allows it (`gate`, the
     recipe's one pipelines.core.memory_gate by default). Ctrl-C and SIGTERM stop them all
     (pipelines.core.children.exit_on_sigterm)."""
-    # on a cluster Ray places the runs by their resources: this machine's memory says nothing of the nodes'
-    gate = gate or (MemoryGate(available=lambda: None, measure=lambda pid: 0) if on_cluster() else default_gate())
+    # on a cluster this machine's memory says nothing of the nodes': each run asks Ray for the memory the
+    # recipe's cluster gate expects of it instead (ray_pool.ClusterTrainer)
+    gate = gate or default_gate(cluster=on_cluster())
     gate.held.clear()  # a key ("seed 1") may come back in the next pool: log its waits there too
     views = {key: str(job.shards) for key, job in jobs.items()}  # what a trainer's memory follows
     pending, running, wall, stopped = list(jobs), {}, {}, []
