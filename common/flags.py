@@ -79,6 +79,11 @@ def add_graph_input_flags(p) -> None:
         help="known non-links (src,dst): up to half of every training view's negatives",
     )
     p.add_argument(
+        "--directed",
+        action="store_true",
+        help="the edges are ordered: src -> dst and dst -> src are two edges, scored apart (default: undirected)",
+    )
+    p.add_argument(
         "--ignore-columns",
         default=None,
         metavar="COLS",

@@ -2,6 +2,11 @@
 
 Built once from an edge array: self-loops dropped, duplicates merged, both directions stored,
 each neighbour list sorted (so `has_edge` is a binary search and the sampler can slice rows).
+
+A directed dataset (--directed) keeps besides it a `DiGraph`: its ordered edges u -> v as an out-edge CSR (in-edges
+are its transpose). Sampling and propagation stay on the undirected union; the DiGraph is what says which way an
+edge points. `set_directed_graph` returns a shard set's DiGraph (None for an undirected set): the one way readers
+(heuristics, recommend, serve, score) learn a run's direction.
 """
 
 from __future__ import annotations
@@ -237,17 +242,105 @@ class Graph:
 
     def fingerprint(self) -> str:
         """Content hash, part of every cache key that depends on this graph."""
-        h = hashlib.sha256()
-        h.update(np.ascontiguousarray(self.indptr, dtype=np.int64))
-        for lo in range(0, self.indices.shape[0], 1 << 23):  # int64 bytes as always, a chunk at a time
-            h.update(np.ascontiguousarray(self.indices[lo : lo + (1 << 23)], dtype=np.int64))
-        if self.x is not None:
-            h.update(np.ascontiguousarray(self.x).tobytes())
-        return h.hexdigest()[:16]
+        return _csr_fingerprint(self.indptr, self.indices, self.x)
 
     def __repr__(self) -> str:
         feats = "none" if self.x is None else f"{self.x.shape[1]}"
         return f"Graph(nodes={self.num_nodes}, edges={self.num_edges}, features={feats})"
+
+
+@dataclass(frozen=True, eq=False)
+class DiGraph:
+    """Directed graph as an out-edge CSR: row u holds every v with u -> v, sorted; self-loops dropped,
+    repeated ordered pairs merged. (u, v) and (v, u) are two edges."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+
+    @classmethod
+    def from_edges(cls, edges, num_nodes: int) -> "DiGraph":
+        e = as_edge_array(edges)
+        if e.size and e.max() >= num_nodes:
+            raise GraphError(f"edges: node id {int(e.max())} is out of range for num_nodes={num_nodes}")
+        check_allocation(16.0 * num_nodes + 24.0 * len(e), f"a directed graph of {len(e):,} edges", "")
+        key = e[:, 0] * num_nodes + e[:, 1]
+        key[e[:, 0] == e[:, 1]] = -1  # self-loops carry no link information
+        key = unique_sorted_inplace(key)
+        key = key[key >= 0]
+        g = Graph._from_keys(key, num_nodes)
+        return cls(indptr=g.indptr, indices=g.indices)
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.indptr.shape[0] - 1)
+
+    @property
+    def num_edges(self) -> int:
+        """Ordered edges (u -> v and v -> u count twice)."""
+        return int(self.indices.shape[0])
+
+    @property
+    def out_degree(self) -> np.ndarray:
+        return np.diff(self.indptr)
+
+    @property
+    def in_degree(self) -> np.ndarray:
+        return np.bincount(self.indices, minlength=self.num_nodes)
+
+    def edge_array(self) -> np.ndarray:
+        """(E, 2) int64 ordered pairs (u, v), u -> v, sorted by u then v."""
+        src = np.repeat(np.arange(self.num_nodes, dtype=np.int64), self.out_degree)
+        return np.stack([src, self.indices.astype(np.int64)], axis=1)
+
+    def transpose(self) -> "DiGraph":
+        """The in-edge CSR: row v holds every u with u -> v."""
+        return DiGraph.from_edges(self.edge_array()[:, ::-1], self.num_nodes)
+
+    def undirected(self, x=None) -> Graph:
+        """The union of both directions: the graph the sampler and the propagation read."""
+        return Graph.from_edges(self.edge_array(), num_nodes=self.num_nodes, x=x)
+
+    def has_edge(self, u, v) -> np.ndarray:
+        """Is u -> v an edge, for many ordered pairs (a bool array; the reverse is not looked at)."""
+        return Graph.has_edge(self, u, v)
+
+    @cached_property
+    def _edge_keys(self) -> np.ndarray:
+        return Graph._edge_keys.func(self)
+
+    @property
+    def degree(self) -> np.ndarray:  # Graph._edge_keys reads out-degrees under this name
+        return self.out_degree
+
+    def release_edge_keys(self) -> None:
+        self.__dict__.pop("_edge_keys", None)
+
+    def fingerprint(self) -> str:
+        return _csr_fingerprint(self.indptr, self.indices, None)
+
+    def __repr__(self) -> str:
+        return f"DiGraph(nodes={self.num_nodes}, edges={self.num_edges})"
+
+
+def _csr_fingerprint(indptr: np.ndarray, indices: np.ndarray, x) -> str:
+    h = hashlib.sha256()
+    h.update(np.ascontiguousarray(indptr, dtype=np.int64))
+    for lo in range(0, indices.shape[0], 1 << 23):  # int64 bytes as always, a chunk at a time
+        h.update(np.ascontiguousarray(indices[lo : lo + (1 << 23)], dtype=np.int64))
+    if x is not None:
+        h.update(np.ascontiguousarray(x).tobytes())
+    return h.hexdigest()[:16]
+
+
+def set_directed_graph(manifest, which: str = "train") -> DiGraph | None:
+    """The directed graph a shard set's links of graph `which` ("train" / "test", common.manifest.set_graph) were
+    sampled on: its out-edge CSR, memory-mapped and checked against the manifest; None for an undirected set
+    (a manifest without `directed`, every set built before version 3, is undirected)."""
+    if not manifest.directed:
+        return None
+    from common.shards import load_out_graph
+
+    return DiGraph(*load_out_graph(manifest, which))
 
 
 def edge_weights(graph: Graph, pairs: np.ndarray, weights: np.ndarray) -> np.ndarray:

@@ -21,6 +21,12 @@ from common.storage import LocalStorage, is_remote, open_storage
 
 FORMAT_NAME = "pencil-shards"
 FORMAT_VERSION = 2
+# Version 3 = version 2 + direction (docs/shard-format.md): `directed: true` and each graph's out-edge CSR. Only a
+# directed set is written as 3, so an undirected set stays byte-identical to before (same cache key, still read by
+# older builds), and an older build refuses a directed set in one line naming the version rather than read it
+# as undirected.
+DIRECTED_VERSION = 3
+READ_VERSIONS = (FORMAT_VERSION, DIRECTED_VERSION)
 MANIFEST = "manifest.json"
 # What every manifest problem tells the user to do: a rerun repairs the set, --force rebuilds it from scratch.
 REBUILD = "rerun `python -m preprocess` with the set's flags to repair it (--force rebuilds it from scratch)"
@@ -50,7 +56,8 @@ def write_manifest(storage: LocalStorage, manifest: dict) -> None:
     """Write the manifest last, atomically, with its checksum. `files` (sha256 of every non-shard file) is
     taken from `manifest` when given (preprocess hashes what it writes), else read back from `storage`.
     A manifest that breaks the schema is a bug of the writer: refused here, never written."""
-    body = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "manifest_version": schema.MANIFEST_VERSION, **manifest}
+    version = DIRECTED_VERSION if manifest.get("directed") else FORMAT_VERSION
+    body = {"format": FORMAT_NAME, "version": version, "manifest_version": schema.MANIFEST_VERSION, **manifest}
     if body.get("files") is None:
         body["files"] = stored_file_records(storage, schema.set_files(body))
     body[schema.CHECKSUM] = schema.checksum(body)
@@ -74,10 +81,15 @@ def parse_manifest(text: str, where: str, root: str) -> Manifest:
             f"{where}: shard format version 1 (stored edge lists) is no longer read; rerun "
             f"`python -m preprocess` with the same flags to rebuild it as version {FORMAT_VERSION}"
         )
-    if version != FORMAT_VERSION:
+    if version not in READ_VERSIONS:
         raise ShardError(
             f"{where}: shard format version {version} is not supported "
-            f"(this build reads version {FORMAT_VERSION}); rebuild the shards with this version"
+            f"(this build reads versions {FORMAT_VERSION} and {DIRECTED_VERSION}); rebuild the shards with this version"
+        )
+    if (version == DIRECTED_VERSION) != (body.get("directed") is True):
+        raise ShardError(
+            f"{where}: shard format version {version} with directed={body.get('directed')!r} (version "
+            f"{DIRECTED_VERSION} is exactly the directed sets); {REBUILD}"
         )
     if body.get("manifest_version", 1) != schema.MANIFEST_VERSION:
         raise ShardError(

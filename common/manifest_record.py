@@ -36,6 +36,8 @@ class Manifest:
     targets: dict | None = None  # heuristic estimation: the target's name and normalisation
     split: dict | None = None  # a temporal split: how it was made
     totals: dict | None = None
+    # ordered edges (--directed, shard format 3): graphs carry an out-edge CSR; absent (every older set) = False
+    directed: bool = False
     _raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -66,6 +68,7 @@ class Manifest:
             targets=raw.get("targets"),
             split=raw.get("split"),
             totals=raw.get("totals"),
+            directed=bool(raw.get("directed", False)),
             _raw=raw,
         )
 

@@ -45,13 +45,19 @@ def checksum(manifest: dict) -> str:
 
 def set_files(m: dict) -> list[str]:
     """Names of the set's non-shard files that `m` refers to (graphs, queries, features), sorted."""
-    names = {g[part] for g in (m.get("graphs") or {}).values() for part in ("indptr", "indices")}
+    names = {f for g in (m.get("graphs") or {}).values() for f in graph_files(g)}
     names |= {e["queries"] for e in (m.get("eval") or {}).values()}
     if m.get("features"):
         names.add(m["features"]["file"])
     if m.get("node_ids"):
         names.add(m["node_ids"]["file"])
     return sorted(names)
+
+
+def graph_files(g: dict) -> list[str]:
+    """The files of one `graphs` entry: its CSR arrays, and a directed set's out-edge CSR (`out`)."""
+    out = g.get("out") or {}
+    return [g[p] for p in ("indptr", "indices")] + [out[p] for p in ("indptr", "indices") if p in out]
 
 
 def schema_problem(m: dict) -> str | None:
@@ -132,9 +138,7 @@ def _check(m: dict) -> None:
     files = _files(m)
     shards = _shards(m)
     _sets(m, shards, graphs)
-    referenced = (
-        _eval(m) | {f for g in graphs.values() for f in (g["indptr"], g["indices"])} | _features(m) | _node_ids(m)
-    )
+    referenced = _eval(m) | {f for g in graphs.values() for f in graph_files(g)} | _features(m) | _node_ids(m)
     if missing := sorted(referenced - set(files)):
         raise Invalid(f"files: no sha256 for {missing[0]}")
     if extra := sorted(set(files) - referenced):
@@ -147,6 +151,9 @@ def _check(m: dict) -> None:
 
 def _graphs(m: dict) -> dict:
     graphs = _dict(m.get("graphs"), "graphs")
+    directed = m.get("directed", False)
+    if not isinstance(directed, bool):
+        raise Invalid(f"directed: {directed!r} is not true or false")
     if "train" not in graphs:
         raise Invalid("graphs.train: missing (every set ships the graph its links were sampled on)")
     for which, g in graphs.items():
@@ -159,7 +166,22 @@ def _graphs(m: dict) -> dict:
                 raise Invalid(f"{where}.{part}: {g.get(part)!r} is not graph-{which}-{part}.npy")
         _int(g.get("num_nodes"), f"{where}.num_nodes", 1, MAX_COUNT)
         _int(g.get("num_entries"), f"{where}.num_entries", 0, MAX_COUNT)
+        _out_graph(g.get("out"), which, directed)
     return graphs
+
+
+def _out_graph(out, which: str, directed: bool) -> None:
+    """A directed set ships each graph's out-edge CSR (`out`); an undirected one none."""
+    where = f"graphs.{which}.out"
+    if not directed:
+        if out is not None:
+            raise Invalid(f"{where}: an undirected set (directed absent or false) ships no out-edge graph")
+        return
+    _dict(out, where)
+    for part in ("indptr", "indices"):
+        if out.get(part) != f"graph-{which}-out-{part}.npy":
+            raise Invalid(f"{where}.{part}: {out.get(part)!r} is not graph-{which}-out-{part}.npy")
+    _int(out.get("num_entries"), f"{where}.num_entries", 0, MAX_COUNT)
 
 
 def _files(m: dict) -> dict:

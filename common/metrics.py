@@ -6,7 +6,9 @@
 - heart: every positive against its own hard negatives (per-positive, 2-D scores (P, K));
 - ogb: `ogb.linkproppred.Evaluator` semantics — shared negatives give Hits@K where a positive counts
   only if strictly above the K-th best negative; per-positive negatives (citation2) give MRR;
-- pairs: the user's labelled pairs (--eval-pairs), ranked as original: every link against all non-links.
+- pairs: the user's labelled pairs (--eval-pairs), ranked as original: every link against all non-links;
+- reverse: a directed graph's edges u -> v whose reverse is no edge, each against v -> u alone ((P, 1) scores);
+  besides the usual keys, `reverse_acc`: the share of them scored above their reverse, ties counting half.
 
 Ranks are tie-averaged: rank = 1 + (#neg > pos + #neg >= pos) / 2. A constant scorer therefore
 gets the middle rank, not the best one (ogb 1.3.6's torch MRR path computes exactly this).
@@ -33,6 +35,7 @@ HITS_KS = (1, 3, 10, 20, 50, 100)
 RANK_KEYS = ("mrr",) + tuple(f"hits@{k}" for k in HITS_KS)
 CLASSIFICATION_KEYS = ("auc", "ap")
 METRIC_KEYS = RANK_KEYS + CLASSIFICATION_KEYS
+REVERSE_KEY = "reverse_acc"  # protocol reverse's own metric, beside METRIC_KEYS
 # "original" ranks each positive against at most this many shared negatives (shared_rank_at): the test set of a
 # 50,000-edge graph (10%), so every graph up to that size keeps its numbers to the digit: the own-graph suite (all
 # under 20,000 edges) and the paper's Planetoid graphs (pubmed, the largest: 4,432 test negatives)
@@ -235,9 +238,15 @@ def evaluate(protocol: str, pos_scores, neg_scores) -> dict[str, float]:
     Every protocol: AUC and AP of the positives against all negatives pooled (classification_metrics).
     """
     neg = _as_scores(neg_scores, "neg_scores")
-    if protocol not in ("original", "heart", "ogb", "pairs"):
-        raise MetricsError(f"unknown protocol '{protocol}'; use original, heart, ogb or pairs")
+    if protocol not in ("original", "heart", "ogb", "pairs", "reverse"):
+        raise MetricsError(f"unknown protocol '{protocol}'; use original, heart, ogb, pairs or reverse")
     pos = _as_scores(pos_scores, "pos_scores")
+    if protocol == "reverse":
+        if neg.shape != (pos.shape[0], 1):
+            raise MetricsError(f"reverse: expected one negative per positive, (P, 1) scores, got {neg.shape}")
+        p, q = pos.astype(np.float64), neg[:, 0].astype(np.float64)
+        acc = float(np.mean((p > q) + 0.5 * (p == q)))
+        return {**ranking_metrics(rank_against_own(pos, neg)), **classification_metrics(pos, neg), REVERSE_KEY: acc}
     if neg.ndim == 2:
         return {**ranking_metrics(rank_against_own(pos, neg)), **classification_metrics(pos, neg)}
     if neg.ndim != 1:

@@ -51,6 +51,7 @@ import pyarrow as pa
 # The manifest half of the format (names, versions, reading and writing manifest.json) is common/manifest.py;
 # re-exported here so that this module stays the one place readers and writers import the format from.
 from common.manifest import (  # noqa: F401
+    DIRECTED_VERSION,
     FORMAT_NAME,
     FORMAT_VERSION,
     MANIFEST,
@@ -84,9 +85,11 @@ def queries_name(split: str, protocol: str) -> str:
     return f"{split}-{protocol}-queries.npz"
 
 
-def graph_names(which: str) -> tuple[str, str]:
-    """File names of the (indptr, indices) arrays of graph `which` ("train" or "test")."""
-    return f"graph-{which}-indptr.npy", f"graph-{which}-indices.npy"
+def graph_names(which: str, out: bool = False) -> tuple[str, str]:
+    """File names of the (indptr, indices) arrays of graph `which` ("train" or "test"); out=True: of its out-edge
+    CSR (a directed set's, format version 3)."""
+    tag = f"{which}-out" if out else which
+    return f"graph-{tag}-indptr.npy", f"graph-{tag}-indices.npy"
 
 
 def cache_key(parts: dict) -> str:
@@ -340,10 +343,15 @@ def encode_array(x: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def graph_entry(which: str, indptr: np.ndarray, indices: np.ndarray) -> dict:
-    """The manifest record of one shipped graph: file names and shapes (their sha256 are in `files`)."""
+def graph_entry(which: str, indptr: np.ndarray, indices: np.ndarray, out=None) -> dict:
+    """The manifest record of one shipped graph: file names and shapes (their sha256 are in `files`); `out`, a
+    directed set's out-edge CSR (common.graph.DiGraph), adds its record under "out"."""
     ip, ix = graph_names(which)
-    return {"indptr": ip, "indices": ix, "num_nodes": int(indptr.shape[0] - 1), "num_entries": int(indices.shape[0])}
+    entry = {"indptr": ip, "indices": ix, "num_nodes": int(indptr.shape[0] - 1), "num_entries": int(indices.shape[0])}
+    if out is not None:
+        op, ox = graph_names(which, out=True)
+        entry["out"] = {"indptr": op, "indices": ox, "num_entries": int(out.indices.shape[0])}
+    return entry
 
 
 def load_graph(manifest: Manifest, which: str = "train", verify: bool = True) -> tuple[np.ndarray, np.ndarray]:
@@ -357,7 +365,22 @@ def load_graph(manifest: Manifest, which: str = "train", verify: bool = True) ->
             f"{manifest.root}: the manifest ships no '{which}' graph (has: "
             f"{', '.join(sorted(graphs)) or 'none'}); rerun preprocess to rebuild the set"
         )
-    entry, root = graphs[which], manifest.root
+    return _load_csr(manifest, which, graphs[which], graphs[which]["num_entries"], verify)
+
+
+def load_out_graph(manifest: Manifest, which: str = "train", verify: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr, indices) of a directed set's out-edge CSR of graph `which`, checked like load_graph's
+    (common.graph.set_directed_graph wraps it)."""
+    load_graph(manifest, which, verify=False)  # the same "no such graph" message
+    out = manifest.graphs[which].get("out")
+    if not manifest.directed or out is None:
+        raise ShardError(f"{manifest.root}: an undirected set ships no out-edge graph; rebuild it with --directed")
+    entry = {**out, "num_nodes": manifest.graphs[which]["num_nodes"]}
+    return _load_csr(manifest, f"{which}-out", entry, out["num_entries"], verify)
+
+
+def _load_csr(manifest: Manifest, which: str, entry: dict, entries: int, verify: bool):
+    root = manifest.root
     try:  # a remote set's arrays are fetched once into the local cache, then memory-mapped
         paths = [local_file(join(root, entry[part])) for part in ("indptr", "indices")]
         records = manifest.files  # read_manifest's schema guarantees one per graph file
@@ -369,7 +392,7 @@ def load_graph(manifest: Manifest, which: str = "train", verify: bool = True) ->
         raise ShardError(
             f"{root}: graph '{which}' is unreadable ({err}); rerun preprocess to rebuild the set"
         ) from None
-    if indptr.shape != (entry["num_nodes"] + 1,) or indices.shape != (entry["num_entries"],):
+    if indptr.shape != (entry["num_nodes"] + 1,) or indices.shape != (entries,):
         raise ShardError(
             f"{root}: graph '{which}' does not have the manifest's shape "
             "(replaced or corrupt graph file); rerun preprocess to rebuild the set"

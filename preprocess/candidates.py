@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.graph import Graph
+from common.graph import DiGraph, Graph
 from common.unique import unique_inverse
 from preprocess.config import CandidateConfig
 
@@ -64,7 +64,8 @@ def training_positives(train_pos: np.ndarray) -> np.ndarray:
 
 def sample_negatives(graph: Graph, count: int, rng: np.random.Generator, nodes: np.ndarray | None = None) -> np.ndarray:
     """`count` uniform node pairs that are neither self-loops nor edges of `graph` (rejection); with `nodes`,
-    pairs among those nodes only (a temporal split's training nodes: no node from the future)."""
+    pairs among those nodes only (a temporal split's training nodes: no node from the future). A DiGraph
+    (--directed): ordered pairs u -> v that are no edge (v -> u may be one)."""
     n = graph.num_nodes if nodes is None else len(nodes)
     inside = graph.num_edges  # every edge of a temporal training graph joins two of its active nodes
     if nodes is not None:
@@ -72,7 +73,8 @@ def sample_negatives(graph: Graph, count: int, rng: np.random.Generator, nodes: 
         mask[nodes] = True
         edges = graph.edge_array()
         inside = int(np.count_nonzero(mask[edges[:, 0]] & mask[edges[:, 1]]))
-    max_pairs = n * (n - 1) - 2 * inside  # ordered non-edge pairs
+    per = 1 if isinstance(graph, DiGraph) else 2  # ordered pairs per edge
+    max_pairs = n * (n - 1) - per * inside  # ordered non-edge pairs
     if count and max_pairs <= 0:
         raise ValueError(f"cannot draw negatives: the graph with {n} nodes has no non-edges")
     out = np.empty((0, 2), dtype=np.int64)
@@ -102,6 +104,8 @@ def _two_hop_walks(graph: Graph, pos: np.ndarray, m: int, rng: np.random.Generat
     deg = graph.degree
     u = u[deg[u] > 0]
     x = graph.indices[graph.indptr[u] + rng.integers(0, deg[u])].astype(np.int64)
+    keep = deg[x] > 0  # always so undirected (x is u's neighbour); a DiGraph's x may have no out-edge
+    u, x = u[keep], x[keep]
     w = graph.indices[graph.indptr[x] + rng.integers(0, deg[x])].astype(np.int64)
     return u, w
 
@@ -120,10 +124,11 @@ def sample_hard_negatives(graph: Graph, pos: np.ndarray, count: int, rng: np.ran
     while len(out) < count and rounds < HARD_ROUNDS and len(pos):
         need = count - len(out)
         u, w = _two_hop_walks(graph, pos, int(need / max(accept, HARD_MIN_ACCEPT) * 1.1) + 16, rng)
-        ok = w != u
-        ok[ok] = ~graph.has_edge(u[ok], w[ok])
         flip = rng.integers(0, 2, size=len(u)).astype(bool)  # the walk's start is not always the source
-        pairs = np.stack([np.where(flip, w, u), np.where(flip, u, w)], axis=1)[ok]
+        pairs = np.stack([np.where(flip, w, u), np.where(flip, u, w)], axis=1)
+        ok = w != u  # checked as oriented: a DiGraph's edge may point the other way (an undirected one: the same)
+        ok[ok] = ~graph.has_edge(pairs[ok, 0], pairs[ok, 1])
+        pairs = pairs[ok]
         rounds, walks, accept = rounds + 1, walks + len(u), len(pairs) / max(len(u), 1)
         if not len(pairs):
             break
@@ -151,9 +156,11 @@ REPEAT_WARN_FRACTION = 0.1
 
 
 def distinct_non_edges(graph: Graph) -> int:
-    """Unordered node pairs {u, v}, u != v, that are not edges of `graph` (what negatives are drawn from)."""
+    """Unordered node pairs {u, v}, u != v, that are not edges of `graph` (what negatives are drawn from);
+    ordered ones u -> v for a DiGraph."""
     n = graph.num_nodes
-    return max(0, n * (n - 1) // 2 - graph.num_edges)
+    per = 2 if isinstance(graph, DiGraph) else 1
+    return max(0, per * (n * (n - 1) // 2) - graph.num_edges)
 
 
 def max_percent(non_edges: int, num_pos: int) -> float:
@@ -309,6 +316,7 @@ def eval_candidates(pos: np.ndarray, neg: np.ndarray, canonical: bool) -> Candid
 
 def protocol_candidates(dataset, split: str, protocol: str) -> Candidates:
     """Eval candidates of `split` under `protocol` (original, heart, ogb or pairs: the user's labelled pairs,
-    whose positives may be the file's links rather than the split's)."""
+    whose positives may be the file's links rather than the split's; reverse: a directed set's positives each
+    against its own reverse, never canonicalised)."""
     s = dataset.splits[split]
     return eval_candidates(s.positives(protocol), s.negatives(protocol), canonical=(protocol == "heart"))

@@ -21,7 +21,7 @@ SPLIT_NAMES = ("train", "valid", "test")
 # this holds at ogbl-ddi density (measured in bench/scale.py).
 WORKER_MEMORY_MB = 1500
 LINK_BYTES = 40  # cid, src, dst, label and a list offset per link in a block
-PROTOCOL_NAMES = ("original", "heart", "ogb", "pairs")
+PROTOCOL_NAMES = ("original", "heart", "ogb", "pairs", "reverse")
 
 
 class ConfigError(ValueError):
@@ -183,6 +183,8 @@ class PreprocessConfig:
             # split, the times' boundaries, the feature table, the weights, the user's pairs are all hashed there);
             # --node-features also decides whether the set ships the table, so it is named (only when given).
             **({"node_features": True} if self.data.node_features else {}),
+            # only when set (--directed): undirected sets keep their keys
+            **({"directed": True} if self.data.directed else {}),
         }
 
     def to_dict(self) -> dict:

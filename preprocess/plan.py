@@ -52,14 +52,19 @@ def candidate_sets(config: PreprocessConfig, dataset, protocols: list[str]) -> l
     cfg = config.candidates
     sets = []
     if "train" in cfg.splits:  # degenerate sizes are refused or named before anything is sampled
-        check_view_size(len(training_positives(dataset.splits["train"].pos)), cfg.percent, cfg.neg_ratio, dataset.graph)
+        check_view_size(
+            len(training_positives(dataset.splits["train"].pos)),
+            cfg.percent,
+            cfg.neg_ratio,
+            dataset.pair_graph("train"),
+        )
     for split in cfg.splits:
         if split == "train":
             for view in range(cfg.views):
                 rng = np.random.default_rng(derive_seed(config.seed, "train", view))
                 cands = training_view(
                     dataset.splits["train"].pos,
-                    dataset.graph,
+                    dataset.pair_graph("train"),  # directed: negatives are ordered non-edges
                     cfg,
                     rng,
                     nodes=dataset.active_nodes("train"),

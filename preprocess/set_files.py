@@ -37,6 +37,10 @@ def set_files(config, dataset, sets: list, graphs: dict):
     for which, g in graphs.items():
         for name, arr in zip(graph_names(which), (g.indptr, g.indices)):
             yield name, encode_array(arr)
+        if dataset.directed:  # the ordered edges (format version 3): readers induce each edge with its direction
+            out = dataset.out_graph_for("test" if which == "test" else "train")
+            for name, arr in zip(graph_names(which, out=True), (out.indptr, out.indices)):
+                yield name, encode_array(arr)
     if dataset.node_ids is not None:  # the user's ids travel with the set: outputs translate back through them
         yield node_ids_entry(dataset.node_ids)["file"], encode_node_ids(dataset.node_ids)
 
@@ -128,7 +132,10 @@ def manifest_fields(
         "protocols": protocols,
         "views": config.candidates.views if "train" in config.candidates.splits else 0,
         "features": {"file": FEATURES, "dim": int(dataset.x.shape[1])} if config.ships_features else None,
-        "graphs": {which: graph_entry(which, g.indptr, g.indices) for which, g in graphs.items()},
+        "graphs": {
+            which: graph_entry(which, g.indptr, g.indices, out=_out_graph(dataset, which))
+            for which, g in graphs.items()
+        },
         "fingerprint": fingerprint,
         "config": config.to_dict(),
         "sets": set_info,
@@ -138,4 +145,10 @@ def manifest_fields(
         **({} if dataset.node_ids is None else {"node_ids": node_ids_entry(dataset.node_ids)}),
         # only for a temporal split: how the split was made, which the reports name
         **({} if dataset.split_info is None else {"split": dataset.split_info}),
+        # only when directed (then the format version is 3): undirected manifests stay as they were
+        **({"directed": True} if dataset.directed else {}),
     }
+
+
+def _out_graph(dataset, which: str):
+    return dataset.out_graph_for("test" if which == "test" else "train") if dataset.directed else None

@@ -43,6 +43,7 @@ def load_dataset(spec: DatasetSpec, *, split_flag: str | None = "--split") -> Li
             "--node-features": (spec.node_features, "a feature file"),
             "--fill-features": (spec.fill_features, "filling features"),
             "--ignore-columns": (",".join(spec.ignore_columns) or None, "ignoring columns"),
+            "--directed": (spec.directed or None, "reading edges as ordered pairs"),
         }
         for flag, (value, what) in edge_list_only.items():
             if value is not None:  # a paper dataset's features come with --features

@@ -8,14 +8,16 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from common.graph import Graph
+from common.graph import DiGraph, Graph
 
 SPLITS = ("train", "valid", "test")
 # Evaluation protocols. The negatives array shape says how they are used:
 #   (Q, 2)    shared negatives, every positive is ranked against all of them;
 #   (P, K, 2) per-positive negatives, row i belongs to positive i.
 # "pairs": the user's labelled pairs (--eval-pairs, common/datasets/pairs.py), shared negatives.
-PROTOCOLS = ("original", "heart", "ogb", "pairs")
+# "reverse": a directed dataset's positives u -> v whose reverse is no edge, each against v -> u (one per-positive
+# negative; common/datasets/directed.py); its metric is reverse accuracy.
+PROTOCOLS = ("original", "heart", "ogb", "pairs", "reverse")
 # --fill-features: how nodes without a row in a --node-features file are filled (common/datasets/node_features.py)
 FILL_CHOICES = ("zero", "mean")
 
@@ -62,6 +64,8 @@ class LinkDataset:
     train_negatives: the user's known non-links (--train-negatives), (K, 2) (min, max), part of every training
            view (preprocess/candidates.py); None without them.
     valid_pool: the selection pool's counts (--valid-pool, common/datasets/pool.py); None without one.
+    out_graphs: a directed dataset's (--directed) ordered edges, {"train": DiGraph[, "test": DiGraph]} beside
+           graph / test_graph (which hold their undirected union, what the sampler reads); None when undirected.
     activity: a temporal split's recent activity per evaluated split, {"valid": (N,), "test": (N,)}: each node's
            edge rows in the recent window before the split's boundary (common/heuristics_temporal.py, the rpa
            heuristic); None for other splits.
@@ -81,6 +85,7 @@ class LinkDataset:
     # after them, "rank_at": test's count, at which validation's ranks are estimated}; None without a pool
     valid_pool: dict | None = None
     activity: dict[str, np.ndarray] | None = None
+    out_graphs: dict[str, DiGraph] | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -108,6 +113,21 @@ class LinkDataset:
     def temporal(self) -> bool:
         return bool(self.split_info and self.split_info.get("kind") == "temporal")
 
+    @property
+    def directed(self) -> bool:
+        return self.out_graphs is not None
+
+    def out_graph_for(self, split: str) -> DiGraph | None:
+        """The ordered edges of graph_for(split), or None for an undirected dataset."""
+        if self.out_graphs is None:
+            return None
+        return self.out_graphs["test" if split == "test" and self.test_graph is not None else "train"]
+
+    def pair_graph(self, split: str) -> Graph | DiGraph:
+        """What says whether a pair is an edge for `split`'s candidates: the ordered edges when directed (u -> v
+        only), else the graph (either way round)."""
+        return self.out_graph_for(split) if self.directed else self.graph_for(split)
+
     def weight_for(self, split: str) -> np.ndarray | None:
         """Edge weights aligned with graph_for(split).indices, or None for an unweighted graph."""
         if self.weights is None:
@@ -130,10 +150,12 @@ class LinkDataset:
         """The dataset as selection may see it: the training graph and validation, no test split nor test graph."""
         weights = None if self.weights is None else {"train": self.weights["train"]}
         activity = None if self.activity is None else {k: v for k, v in self.activity.items() if k != "test"}
+        out_graphs = None if self.out_graphs is None else {"train": self.out_graphs["train"]}
         return replace(
             self,
             splits={k: v for k, v in self.splits.items() if k != "test"},
             test_graph=None,
+            out_graphs=out_graphs,
             weights=weights,
             activity=activity,
         )
@@ -166,6 +188,8 @@ class LinkDataset:
         for which in sorted(self.weights or {}):
             h.update(f"weights:{which}".encode())
             h.update(np.ascontiguousarray(self.weights[which], dtype=np.float64))
+        if self.directed:  # the splits hold ordered pairs; marked only then, so undirected keys stay
+            h.update(b"directed")
         if self.train_negatives is not None:
             h.update(b"train_negatives")
             h.update(np.ascontiguousarray(self.train_negatives, dtype=np.int64))

@@ -5,7 +5,8 @@ HeaRT's recipe, a seeded split of the undirected edges + as many random negative
 (common/datasets/negatives.py draws them).
 
 Conventions: node ids of any kind are mapped to 0..N-1 (common/datasets/ids.py); edges are undirected, so
-(u, v) and (v, u) are one edge and pairs are stored as (min, max); self-loops carry no link
+(u, v) and (v, u) are one edge and pairs are stored as (min, max), unless read with --directed (ordered pairs,
+common/datasets/directed.py); self-loops carry no link
 information and are dropped. With a split column, the user's assignment is kept as given, and an edge
 marked in two splits is refused (a test edge in the training graph leaks its label); without one, the
 deduplicated edges are split at random with a seed.
@@ -25,7 +26,7 @@ from common.datasets.ids import map_node_ids, release_arrow_memory
 from common.datasets.negatives import min_max, sample_non_edges
 from common.datasets.spec import DatasetSpec
 from common.datasets.tables import NODE_COLUMNS, NODE_ROWS, read_columns, stem_of
-from common.graph import Graph, edge_weights
+from common.graph import DiGraph, Graph, edge_weights
 from common.memory import rss_gb
 from common.unique import unique_first
 
@@ -39,8 +40,9 @@ def eval_negatives(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(valid, test) random negatives, as many as each split's positives. Validation's come from the training
     and validation edges alone, from their own seeded stream, so nothing about test reaches what selection
-    sees; test's are non-edges of the whole graph and never a validation negative."""
-    known = Graph.from_edges(np.concatenate([train, valid]), num_nodes=num_nodes)
+    sees; test's are non-edges of the whole graph and never a validation negative. A DiGraph `full` (--directed)
+    makes them ordered non-edges."""
+    known = type(full).from_edges(np.concatenate([train, valid]), num_nodes=num_nodes)
     valid_neg = sample_non_edges(known, len(valid), np.random.default_rng([seed, 1]), what=f"{where} valid negatives")
     test_neg = sample_non_edges(
         full, n_test, np.random.default_rng([seed, 2]), exclude=valid_neg, what=f"{where} test negatives"
@@ -58,7 +60,8 @@ def random_split_dataset(
 ) -> LinkDataset:
     """Seeded random train/valid/test split of undirected edges (E, 2) with random non-edge negatives.
 
-    edges may be None when full_graph (the graph of all edges) is given. valid/test get floor(frac * E)
+    edges may be None when full_graph (the graph of all edges) is given; a DiGraph full_graph splits its ordered
+    edges, each on its own (--directed). valid/test get floor(frac * E)
     edges each, train the rest; negatives are distinct non-edges of
     the full graph, disjoint between valid and test, as many as each split's positives ("original").
     """
@@ -71,7 +74,7 @@ def random_split_dataset(
         )
     t0 = time.perf_counter()
     full = full_graph if full_graph is not None else Graph.from_edges(edges, num_nodes=num_nodes)
-    edges = full.edge_array()  # undirected, deduplicated, no self-loops, (min, max)
+    edges = full.edge_array()  # deduplicated, no self-loops, (min, max) (a DiGraph's: ordered)
     rng = np.random.default_rng(seed)
     perm = rng.permutation(len(edges))
     n_valid, n_test = int(val_frac * len(edges)), int(test_frac * len(edges))
@@ -207,20 +210,21 @@ def load_edge_list(spec: DatasetSpec, split_flag: str | None = "--split") -> Lin
         where=str(path),
         split_flag=split_flag,
     )
+    directed = spec.directed
     if kind == "temporal":
         from common.datasets.temporal import temporal_split
 
-        ds = temporal_split(name, pairs, times, num_nodes, split, weights=weights, x=x)
-        log_folded(path, pairs, sum(ds.split_info["pairs"].values()))
+        ds = temporal_split(name, pairs, times, num_nodes, split, weights=weights, x=x, directed=directed)
+        log_folded(path, pairs, sum(ds.split_info["pairs"].values()), directed)
     elif masks is None:
-        full = _full_graph(path, pairs, num_nodes)
+        full = _full_graph(path, pairs, num_nodes, directed)
         rows = pairs if weights is not None else None  # the rows are read again only for their weights
         del pairs
         ds = random_split_dataset(name, None, num_nodes, split, x=x, full_graph=full)
         if weights is not None:
             ds.weights = {"train": edge_weights(ds.graph, rows, weights)}
     else:
-        ds = _given_split(path, pairs, masks, num_nodes, node_ids, seed, x)
+        ds = _given_split(path, pairs, masks, num_nodes, node_ids, seed, x, directed)
         if weights is not None:
             ds.weights = {"train": edge_weights(ds.graph, pairs, weights)}
     if ds.weights is not None and not all(np.isfinite(w).all() for w in ds.weights.values()):
@@ -229,6 +233,10 @@ def load_edge_list(spec: DatasetSpec, split_flag: str | None = "--split") -> Lin
             "column by a constant (WCN and WRA rank the same), or drop it with --ignore-columns weight"
         )
     ds.node_ids = node_ids
+    if directed:
+        from common.datasets.directed import attach_direction
+
+        attach_direction(ds, str(path))
     return ds
 
 
@@ -250,11 +258,20 @@ def _split_kind(path: Path, asked: str | None, has_column: bool, has_time: bool,
     return "temporal" if has_time and asked != "random" else "random"
 
 
-def log_folded(path: Path, pairs: np.ndarray, distinct: int) -> None:
+def log_folded(path: Path, pairs: np.ndarray, distinct: int, directed: bool = False) -> None:
     """Say that the graph is undirected and what became of the rows that are not pairs of their own: self-loops
-    are dropped, and a row that repeats a pair (the same pair again, or reversed) counts once."""
+    are dropped, and a row that repeats a pair (the same pair again, or reversed) counts once. Directed: a row
+    repeats a pair only in the same direction (common/datasets/directed.py logs the rest)."""
     loops = int(np.count_nonzero(pairs[:, 0] == pairs[:, 1]))
     repeats = len(pairs) - loops - distinct
+    if directed:
+        log.info(
+            "%s: read as directed (--directed): %s rows -> %s distinct ordered pairs; %s self-loop row(s) dropped, "
+            "%s row(s) repeating a pair in the same direction",
+            path.name,
+            *(f"{c:,}" for c in (len(pairs), distinct, loops, repeats)),
+        )
+        return
     log.info(
         "%s: the graph is undirected: (u, v) and (v, u) are one pair and repeated pairs count once (%s rows -> "
         "%s distinct pairs; %s self-loop row(s) dropped, %s row(s) repeating a pair)",
@@ -266,9 +283,9 @@ def log_folded(path: Path, pairs: np.ndarray, distinct: int) -> None:
     )
 
 
-def _full_graph(path: Path, pairs: np.ndarray, num_nodes: int) -> Graph:
+def _full_graph(path: Path, pairs: np.ndarray, num_nodes: int, directed: bool = False) -> Graph | DiGraph:
     t0 = time.perf_counter()
-    full = Graph.from_edges(pairs, num_nodes=num_nodes)
+    full = DiGraph.from_edges(pairs, num_nodes) if directed else Graph.from_edges(pairs, num_nodes=num_nodes)
     log.info(
         "%s: graph of %s nodes, %s edges built in %.1f s (driver %.1f GiB)",
         path.name,
@@ -277,19 +294,22 @@ def _full_graph(path: Path, pairs: np.ndarray, num_nodes: int) -> Graph:
         time.perf_counter() - t0,
         rss_gb(),
     )
-    log_folded(path, pairs, full.num_edges)
+    log_folded(path, pairs, full.num_edges, directed)
     if full.num_edges == 0:
         raise DatasetError(f"{path}: no train edges (every row is a self-loop); add edges between distinct nodes")
     return full
 
 
 def _given_split(
-    path: Path, pairs: np.ndarray, masks: dict, num_nodes: int, node_ids: np.ndarray, seed: int, x
+    path: Path, pairs: np.ndarray, masks: dict, num_nodes: int, node_ids: np.ndarray, seed: int, x, directed: bool
 ) -> LinkDataset:
-    """The split the file's split column gives; the dataset is named after the file."""
-    name = stem_of(path)
-    pos = {s: _canonical_unique(pairs[masks[s]], num_nodes) for s in SPLIT_VALUES}
-    log_folded(path, pairs, sum(len(p) for p in pos.values()))
+    """The split the file's split column gives; the dataset is named after the file (directed: ordered pairs, so
+    1,2 train and 2,1 test are two edges in two splits)."""
+    from common.datasets.directed import ordered_unique
+
+    name, unique = stem_of(path), ordered_unique if directed else _canonical_unique
+    pos = {s: unique(pairs[masks[s]], num_nodes) for s in SPLIT_VALUES}
+    log_folded(path, pairs, sum(len(p) for p in pos.values()), directed)
     _refuse_shared_edges(path, pos, num_nodes, node_ids)
     if len(pos["train"]) == 0:
         raise DatasetError(
@@ -303,7 +323,7 @@ def _given_split(
             f"{path}: the split column has no {' and no '.join(empty)} edges ({counts}); "
             "mark some rows valid and test, or drop the split column for a seeded random split"
         )
-    full = Graph.from_edges(np.concatenate(list(pos.values())), num_nodes=num_nodes)
+    full = (DiGraph if directed else Graph).from_edges(np.concatenate(list(pos.values())), num_nodes=num_nodes)
     valid_neg, test_neg = eval_negatives(pos["train"], pos["valid"], full, num_nodes, len(pos["test"]), seed, str(path))
     splits = {
         "train": Split(pos=pos["train"]),

@@ -1,12 +1,13 @@
 """Negatives: node pairs that are not edges, drawn uniformly by vectorised rejection sampling, for every
-split that needs them (random, temporal, synthetic). Pairs are (min, max): edges are undirected."""
+split that needs them (random, temporal, synthetic). Pairs are (min, max): edges are undirected; given a
+common.graph.DiGraph (a --directed dataset) they are ordered pairs u -> v that are not edges (the reverse may be)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from common.datasets.base import DatasetError
-from common.graph import Graph
+from common.graph import DiGraph, Graph
 from common.unique import unique_first, unique_sorted
 
 
@@ -35,7 +36,7 @@ def sample_non_edges(
     (a, b) of disjoint node arrays: one end in each (a temporal split's old-and-new pairs, common/datasets/temporal.py).
     Rejection sampling in batches: sparse graphs accept almost every draw, so it is a few passes.
     """
-    n = graph.num_nodes
+    n, ordered = graph.num_nodes, isinstance(graph, DiGraph)
     if count <= 0:
         return np.zeros((0, 2), dtype=np.int64)
     taken = 0 if exclude is None else len(exclude)
@@ -49,12 +50,14 @@ def sample_non_edges(
         )
     taken = None
     if exclude is not None and len(exclude):
-        ex = min_max(np.asarray(exclude, dtype=np.int64).reshape(-1, 2))
+        ex = np.asarray(exclude, dtype=np.int64).reshape(-1, 2)
+        ex = ex if ordered else min_max(ex)
         taken = unique_sorted(ex[:, 0] * n + ex[:, 1])
     keys = np.zeros(0, dtype=np.int64)
     for _ in range(200):
         need = count - len(keys)
-        draw = min_max(_draw(rng, n, nodes, 2 * need + 64))
+        draw = _draw(rng, n, nodes, 2 * need + 64, ordered)
+        draw = draw if ordered else min_max(draw)
         ok = draw[:, 0] != draw[:, 1]
         ok[ok] = ~graph.has_edge(draw[ok, 0], draw[ok, 1])
         if accept is not None and ok.any():
@@ -73,14 +76,19 @@ def sample_non_edges(
     )
 
 
-def _draw(rng: np.random.Generator, n: int, nodes, size: int) -> np.ndarray:
-    """(size, 2) uniform node pairs: among all n nodes, among `nodes`, or one end in each of a pair of arrays."""
+def _draw(rng: np.random.Generator, n: int, nodes, size: int, ordered: bool = False) -> np.ndarray:
+    """(size, 2) uniform node pairs: among all n nodes, among `nodes`, or one end in each of a pair of arrays
+    (ordered: either end first, by a coin drawn only then, so undirected draws are unchanged)."""
     if nodes is None:
         return rng.integers(0, n, size=(size, 2), dtype=np.int64)
     if isinstance(nodes, tuple):
         a, b = nodes
         at = rng.integers(0, [len(a), len(b)], size=(size, 2), dtype=np.int64)
-        return np.stack([a[at[:, 0]], b[at[:, 1]]], axis=1)
+        out = np.stack([a[at[:, 0]], b[at[:, 1]]], axis=1)
+        if ordered:
+            flip = rng.random(size) < 0.5
+            out[flip] = out[flip, ::-1]
+        return out
     return nodes[rng.integers(0, len(nodes), size=(size, 2), dtype=np.int64)]
 
 
@@ -90,17 +98,18 @@ def _count(nodes) -> str:
 
 def free_pairs(graph: Graph, nodes) -> int:
     """Distinct non-edge pairs of `graph` among `nodes` (None: every node; a pair (a, b) of disjoint arrays: the
-    pairs with one end in each)."""
+    pairs with one end in each); ordered pairs for a DiGraph (twice the unordered ones, less its ordered edges)."""
+    per = 2 if isinstance(graph, DiGraph) else 1  # pairs per unordered pair of nodes
     if nodes is None:
-        return graph.num_nodes * (graph.num_nodes - 1) // 2 - graph.num_edges
+        return per * (graph.num_nodes * (graph.num_nodes - 1) // 2) - graph.num_edges
     if isinstance(nodes, tuple):
         side = np.zeros(graph.num_nodes, dtype=np.int8)
         side[nodes[0]], side[nodes[1]] = 1, 2
         edges = graph.edge_array()
         across = np.count_nonzero(side[edges[:, 0]] * side[edges[:, 1]] == 2)
-        return len(nodes[0]) * len(nodes[1]) - int(across)
+        return per * len(nodes[0]) * len(nodes[1]) - int(across)
     inside = np.zeros(graph.num_nodes, dtype=bool)
     inside[nodes] = True
     edges = graph.edge_array()
     k = int(inside.sum())
-    return k * (k - 1) // 2 - int(np.count_nonzero(inside[edges[:, 0]] & inside[edges[:, 1]]))
+    return per * (k * (k - 1) // 2) - int(np.count_nonzero(inside[edges[:, 0]] & inside[edges[:, 1]]))

@@ -27,7 +27,8 @@ class DatasetSpec:
     = 85/5/10; split_kind: random or temporal, None = temporal with a time column, else random; nodes: an edge
     list's node list; node_features / fill_features / ignore_columns: its feature file, how rows it lacks are
     filled, columns ignored on purpose; eval_pairs / train_negatives: the user's labelled pairs and known
-    non-links; valid_pool: extra validation negatives per protocol negative (common/datasets/pool.py).
+    non-links; valid_pool: extra validation negatives per protocol negative (common/datasets/pool.py); directed:
+    an edge list's rows are ordered pairs src -> dst (--directed; common/datasets/directed.py).
     """
 
     dataset: str
@@ -45,6 +46,7 @@ class DatasetSpec:
     eval_pairs: str | None = None
     train_negatives: str | None = None
     valid_pool: int = 0
+    directed: bool = False
 
     def __post_init__(self):
         if not self.dataset:
@@ -70,6 +72,8 @@ class DatasetSpec:
             )
         if isinstance(self.valid_pool, bool) or not isinstance(self.valid_pool, int) or self.valid_pool < 0:
             raise DatasetError(f"--valid-pool: must be a non-negative integer, got {self.valid_pool!r}")
+        if not isinstance(self.directed, bool):
+            raise DatasetError(f"--directed: must be true or false, got {self.directed!r}")
 
     @property
     def ships_features(self) -> bool:
@@ -96,6 +100,7 @@ class DatasetSpec:
                 "split": split,
                 "split_kind": kind,
                 "ignore_columns": ignore,
+                "directed": bool(getattr(args, "directed", False)),
                 **{k: getattr(args, k, None) for k in GRAPH_INPUTS},
             }
             return cls(**{**read, **fields})
@@ -107,6 +112,8 @@ class DatasetSpec:
         out = asdict(self)
         out["split"] = None if self.split is None else list(self.split)
         out["ignore_columns"] = list(self.ignore_columns)
+        if not self.directed:  # only when set, so the manifests of undirected sets stay as they were
+            del out["directed"]
         return out
 
     @classmethod
@@ -122,4 +129,5 @@ class DatasetSpec:
         values["valid_pool"] = values.get("valid_pool") or 0
         values["features"] = bool(values.get("features"))
         values["seed"] = values.get("seed") or 0
+        values["directed"] = bool(values.get("directed"))
         return cls(**values)

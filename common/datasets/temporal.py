@@ -28,7 +28,7 @@ from common.datasets.base import DatasetError, LinkDataset, Split, training_grap
 from common.datasets.columns import TimeColumn
 from common.datasets.fractions import SplitSettings, shares_fix
 from common.datasets.negatives import free_pairs, min_max, sample_non_edges
-from common.graph import Graph, edge_weights
+from common.graph import DiGraph, Graph, edge_weights
 from common.heuristics_temporal import recent_activity
 from common.unique import unique_first
 
@@ -38,10 +38,12 @@ log = logging.getLogger("common.datasets.edgelist")
 NEGATIVES = "matched-newness"
 
 
-def first_appearances(pairs: np.ndarray, times: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+def first_appearances(
+    pairs: np.ndarray, times: np.ndarray, num_nodes: int, ordered: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """(distinct (min, max) pairs, their first time), in order of first appearance (ties: file order);
-    self-loops dropped."""
-    canon = min_max(np.asarray(pairs, dtype=np.int64))
+    self-loops dropped. ordered (--directed): distinct ordered pairs, u -> v and v -> u each at its own first time."""
+    canon = np.asarray(pairs, dtype=np.int64) if ordered else min_max(np.asarray(pairs, dtype=np.int64))
     keep = canon[:, 0] != canon[:, 1]
     keys = canon[keep, 0] * num_nodes + canon[keep, 1]
     t = times[keep]
@@ -85,23 +87,27 @@ def temporal_split(
     split: SplitSettings | None = None,
     weights: np.ndarray | None = None,
     x=None,
+    directed: bool = False,
 ) -> LinkDataset:
     """Edge rows (M, 2) with their times (the edge list's `time` column) -> LinkDataset split by time (module
-    docstring). `weights`: per-row weights; each graph's are the sums over the rows before its boundary."""
+    docstring). `weights`: per-row weights; each graph's are the sums over the rows before its boundary.
+    directed: the pairs are ordered and the negatives ordered non-edges (common/datasets/directed.py)."""
     split = split or SplitSettings()  # None: HeaRT's 85/5/10, seed 0
     where, seed, val_frac, test_frac = split.where or name, split.seed, split.val_frac, split.test_frac
     if not (0 <= val_frac < 1 and 0 <= test_frac < 1 and val_frac + test_frac < 1):
         raise DatasetError(f"{where}: val_frac={val_frac}, test_frac={test_frac} must be >= 0 and sum below 1")
-    distinct, first_time = first_appearances(pairs, time.values, num_nodes)
+    distinct, first_time = first_appearances(pairs, time.values, num_nodes, ordered=directed)
     t_valid, t_test = boundaries(first_time, val_frac, test_frac, where, time.show, split.split_flag)
     in_train, in_test = first_time < t_valid, first_time >= t_test
     pos = {"train": distinct[in_train], "valid": distinct[~in_train & ~in_test], "test": distinct[in_test]}
     graph = training_graph(pos["train"], num_nodes, x=x)
     test_graph = training_graph(np.concatenate([pos["train"], pos["valid"]]), num_nodes, x=x)
-    full = Graph.from_edges(distinct, num_nodes=num_nodes)
+    pair_graph = DiGraph if directed else Graph  # what decides "is an edge" for a negative
+    full = pair_graph.from_edges(distinct, num_nodes=num_nodes)
+    seen = test_graph if not directed else DiGraph.from_edges(np.concatenate([pos["train"], pos["valid"]]), num_nodes)
     exists = {"valid": np.flatnonzero(graph.degree > 0), "test": np.flatnonzero(test_graph.degree > 0)}
     valid_neg = matched_negatives(
-        test_graph, pos["valid"], exists["valid"], np.random.default_rng([seed, 1]), what=f"{where} valid negatives"
+        seen, pos["valid"], exists["valid"], np.random.default_rng([seed, 1]), what=f"{where} valid negatives"
     )
     test_neg = matched_negatives(
         full,
