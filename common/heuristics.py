@@ -12,6 +12,7 @@ processed in batches so millions of candidates never build more than one batch o
   (w(u, z) + w(v, z)) times 1, 1 / log(1 + s(z)) or 1 / s(z), s(z) the sum of z's edge weights; weights whose
   sums would overflow are divided by a power of two first, which keeps every ranking (scaled_weights).
 - edgebank / rpa (TEMPORAL, a temporal split): common/heuristics_temporal.py.
+- dcn / daa / dra / reverse (DIRECTED, a --directed dataset): common/heuristics_directed.py.
 
 `score_pairs(name, graph, pairs)` accepts any (..., 2) array and returns scores of shape (...).
 Conventions for degenerate inputs: for u == v, N(u) ∩ N(u) = N(u), so CN(u, u) = deg(u) and
@@ -30,6 +31,8 @@ import scipy.sparse as sp
 from scipy.sparse import csgraph
 
 from common.graph import Graph
+from common.heuristics_directed import DIRECTED, unique_ordered
+from common.heuristics_directed import LABELS as DIRECTED_LABELS
 from common.heuristics_temporal import edgebank, recent_pa
 from common.metrics import evaluate, unique_pairs
 
@@ -333,8 +336,9 @@ WEIGHTED: dict[str, Callable[..., np.ndarray]] = {
 # (LinkDataset.activity_for(split)).
 TEMPORAL: dict[str, Callable[..., np.ndarray]] = {"edgebank": edgebank, "rpa": recent_pa}
 # Every heuristic by name, and each one's row label where it is not the name in capitals.
-ALL = {**HEURISTICS, **WEIGHTED, **TEMPORAL}
-LABELS = {"edgebank": "EdgeBank", "rpa": "recent PA"}
+# Directed heuristics take `out=` (LinkDataset.out_graph_for(split)).
+ALL = {**HEURISTICS, **WEIGHTED, **TEMPORAL, **DIRECTED}
+LABELS = {"edgebank": "EdgeBank", "rpa": "recent PA", **DIRECTED_LABELS}
 
 
 def label(name: str) -> str:
@@ -346,6 +350,8 @@ def extra_inputs(ds, split: str, name: str) -> dict:
     """What heuristic `name` reads beyond graph and pairs on `split` of dataset `ds` ({} for most)."""
     if name in WEIGHTED:
         return {"weight": ds.weight_for(split)}
+    if name in DIRECTED:
+        return {"out": ds.out_graph_for(split)}
     return {"activity": ds.activity_for(split)} if name == "rpa" else {}
 
 
@@ -369,6 +375,8 @@ def score_pairs(name: str, graph: Graph, pairs, **kwargs) -> np.ndarray:
         raise HeuristicError(
             f"heuristic {name} needs edge weights (an edge list's weight column); use {name[1:]} on an unweighted graph"
         )
+    if name in DIRECTED and kwargs.get("out") is None:
+        raise HeuristicError(f"heuristic {name} needs a directed graph (an edge list read with --directed)")
     if name == "rpa" and kwargs.get("activity") is None:
         raise HeuristicError("heuristic rpa needs a temporal split (an edge list's time column)")
     arr = np.asarray(pairs)
@@ -393,13 +401,15 @@ def split_scores(ds, split: str, protocols: list[str], heuristics: list[str]) ->
     parts = list(positives.values()) + [data.negatives(p) for p in protocols]
     flat = [a.reshape(-1, 2) for a in parts]
     uniq, inverse = unique_pairs(np.concatenate(flat))
+    ordered = unique_ordered(np.concatenate(flat)) if set(heuristics) & set(DIRECTED) else None
     bounds = np.cumsum([0] + [len(f) for f in flat])
     log.info("%s/%s: %d candidate pairs, %d distinct, graph %r", ds.name, split, bounds[-1], len(uniq), graph)
     results: dict[str, dict] = {p: {} for p in protocols}
     for name in heuristics:
         t0 = time.perf_counter()
-        scores = ranking_scores(name, graph, uniq, **extra_inputs(ds, split, name))
-        per_part = [scores[inverse[bounds[i] : bounds[i + 1]]] for i in range(len(parts))]
+        pairs, back = ordered if name in DIRECTED else (uniq, inverse)  # directed: (u, v) is not (v, u)
+        scores = ranking_scores(name, graph, pairs, **extra_inputs(ds, split, name))
+        per_part = [scores[back[bounds[i] : bounds[i + 1]]] for i in range(len(parts))]
         for i, proto in enumerate(protocols, start=len(positives)):
             results[proto][name] = (per_part[pos_part[proto]], per_part[i].reshape(parts[i].shape[:-1]))
         log.info("%s scored in %.2fs", name, time.perf_counter() - t0)

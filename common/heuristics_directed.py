@@ -117,6 +117,15 @@ def reverse_edge(graph, pairs, out, batch: int = DEFAULT_BATCH) -> np.ndarray:
     return (keys[pos] == q).astype(np.float64)
 
 
+def unique_ordered(pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(distinct ordered pairs (U, 2), inverse (M,)): common.metrics.unique_pairs keeps (u, v) and (v, u) as one,
+    which a directed score must not."""
+    flat = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    n = int(flat.max()) + 1 if flat.size else 1
+    keys, inverse = np.unique(flat[:, 0] * n + flat[:, 1], return_inverse=True)
+    return np.stack([keys // n, keys % n], axis=1), inverse.ravel()
+
+
 # Heuristics of a directed run; each takes `out=` (the split's out-edge CSR) beside graph and pairs.
 DIRECTED: dict[str, Callable[..., np.ndarray]] = {
     "dcn": directed_common_neighbors,

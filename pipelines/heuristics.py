@@ -5,7 +5,8 @@
         [--out results/heuristics-<dataset>.json]
 
 The default rows are the run report's: CN, AA and RA, then WCN, WAA and WRA on an edge list with a weight
-column, and EdgeBank and recent PA (rpa) on a temporal split (common/heuristics_temporal.py).
+column, EdgeBank and recent PA (rpa) on a temporal split (common/heuristics_temporal.py), and on a --directed
+edge list CN / AA / RA over paths u -> w -> v and the reverse-edge rule (common/heuristics_directed.py).
 
 Each protocol's positives and negatives are scored on `dataset.graph_for(split)` (the graph a model
 would see for that split). Every distinct candidate pair of the split, across all protocols, is
@@ -27,7 +28,7 @@ from common.atomic import write_json_atomic
 from common.cli import Parser, command, exit_process, summary
 from common.datasets import PROTOCOLS, DatasetError, DatasetSpec, LinkDataset, load_dataset
 from common.flags import FlagError, add_dataset_flags, add_overwrite_flag, comma_list
-from common.heuristics import ALL, HEURISTICS, TEMPORAL, WEIGHTED, label, score_split
+from common.heuristics import ALL, DIRECTED, HEURISTICS, TEMPORAL, WEIGHTED, label, score_split
 from common.metrics import METRIC_KEYS, as_percent, format_table
 from common.outputs import OutputError, check_output, check_replacement, stamp
 
@@ -43,6 +44,11 @@ PROG = "python -m pipelines.heuristics"
 def build_parser(prog: str = PROG) -> Parser:
     p = Parser(prog=prog, description=summary(__doc__))
     add_dataset_flags(p, split=False, nodes=False)
+    p.add_argument(
+        "--directed",
+        action="store_true",
+        help="the edges are ordered: src -> dst and dst -> src are two edges, scored apart (default: undirected)",
+    )
     p.add_argument(
         "--protocol",
         default="both",
@@ -79,7 +85,10 @@ def available(ds: LinkDataset) -> list[str]:
     """The heuristics this dataset can be scored by: the weighted ones need a weight column, the time-aware
     ones a temporal split."""
     return (
-        list(HEURISTICS) + (list(WEIGHTED) if ds.weights is not None else []) + (list(TEMPORAL) if ds.temporal else [])
+        list(HEURISTICS)
+        + (list(WEIGHTED) if ds.weights is not None else [])
+        + (list(TEMPORAL) if ds.temporal else [])
+        + (list(DIRECTED) if ds.directed else [])
     )
 
 
@@ -95,6 +104,8 @@ def resolve_heuristics(ds: LinkDataset, asked: tuple[str, ...] | None) -> list[s
             raise FlagError(
                 f"--heuristics {name}: {ds.name} has no weight column; use {name[1:]}, or add a column 'weight'"
             )
+        if name in DIRECTED and not ds.directed:
+            raise FlagError(f"--heuristics {name}: needs a directed graph (an edge list read with --directed)")
         if name in TEMPORAL and not ds.temporal:
             raise FlagError(f"--heuristics {name}: needs a temporal split (an edge list with a column 'time')")
     return list(asked)

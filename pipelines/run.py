@@ -21,7 +21,7 @@ from common.cli import command, exit_process, latch_sigint
 from common.datasets import load_dataset
 from common.datasets.fractions import DEFAULT_SPLIT
 from common.flags import FlagError
-from common.heuristics import TEMPORAL, WEIGHTED, split_scores
+from common.heuristics import DIRECTED, TEMPORAL, WEIGHTED, split_scores
 from common.heuristics import label as heuristic_label
 from common.metrics import evaluate, ranking_note
 from common.presets import PRESETS, get_preset, preset_for_protocol
@@ -116,9 +116,10 @@ def heuristic_rows(run: RunConfig, dataset, protocol: str, scores: dict) -> list
 
 def heuristic_names(dataset) -> list[str]:
     """The heuristics of the report: CN / AA / RA, their weighted twins when the graph has weights, and the
-    time-aware baselines on a temporal split."""
+    time-aware baselines on a temporal split, the directed ones and the reverse-edge rule on a directed graph."""
     weighted = list(WEIGHTED) if dataset.weights is not None else []
-    return list(HEURISTICS) + weighted + (list(TEMPORAL) if dataset.temporal else [])
+    directed = list(DIRECTED) if dataset.directed else []
+    return list(HEURISTICS) + weighted + (list(TEMPORAL) if dataset.temporal else []) + directed
 
 
 def fixed_preset(run: RunConfig, dataset, preset_name: str, protocol: str, runs: dict[int, Path]) -> list[SeedResult]:

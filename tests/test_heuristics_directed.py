@@ -83,3 +83,21 @@ def test_registry_and_bad_pairs():
         reverse_edge(None, np.array([[0, 5]]), out=OUT)
     with pytest.raises(DirectedHeuristicError, match="shape"):
         directed_common_neighbors(None, np.array([0, 1]), out=OUT)
+
+
+def test_split_scores_keep_each_pair_in_its_order():
+    """The report's rows score (0, 3) and (3, 0) apart: the undirected dedup (min, max) gave both one score."""
+    from common.datasets.base import LinkDataset, Split
+    from common.graph import DiGraph
+    from common.heuristics import split_scores
+
+    out = DiGraph.from_edges(EDGES, 5)
+    pos = np.array([[0, 3], [1, 0]])
+    neg = np.array([[3, 0], [0, 1], [2, 4]])  # (3, 0) and (0, 1): the positives reversed
+    ds = LinkDataset("hand", out.undirected(), {"test": Split(pos, {"original": neg})}, out_graphs={"train": out})
+    got = split_scores(ds, "test", ["original"], ["cn", "dcn", "reverse"])["original"]
+    np.testing.assert_array_equal(got["dcn"][0], [2, 1])
+    np.testing.assert_array_equal(got["dcn"][1], [0, 1, 0])
+    np.testing.assert_array_equal(got["reverse"][0], [1, 1])
+    np.testing.assert_array_equal(got["reverse"][1], [0, 0, 0])
+    assert got["cn"][0][0] == got["cn"][1][0]  # the undirected row: one score for both orders
