@@ -1,5 +1,6 @@
 """A throwaway local Ray cluster of several nodes on this machine: a `ray start --head --block` and more
-`ray start --address … --block` raylets, each our child in its own session, with `--num-cpus` each and a custom
+`ray start --address … --block` raylets, each our child in its own session, with `--num-cpus` each (and, if
+given, `--memory`: the node's Ray memory resource, what a trainer's memory request is placed against) and a custom
 resource naming it ({"node2": 1}, ...). Every port is a free one; nodes are stopped (or killed, to lose one)
 by signalling their process group (bench.local_ray.stop_group), never with `ray stop`.
 """
@@ -79,21 +80,22 @@ def _node(args: list, env: dict, log: Path) -> subprocess.Popen:
 
 
 @contextlib.contextmanager
-def local_cluster(logs: Path, nodes: int = 2, num_cpus: int = 1):
-    """A head and `nodes - 1` more raylets of `num_cpus` each; yields a LocalCluster once all have joined."""
+def local_cluster(logs: Path, nodes: int = 2, num_cpus: int = 1, memory: int | None = None):
+    """A head and `nodes - 1` more raylets of `num_cpus` each (and `memory` bytes of Ray's memory resource each,
+    else what Ray detects); yields a LocalCluster once all have joined."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["RAY_AUTH_MODE"] = "disabled"  # a throwaway localhost cluster; nodes and clients must agree
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     ray_tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's unix socket paths must fit 107 bytes
     (gcs,) = free_ports(1)
     address = f"127.0.0.1:{gcs}"
-    procs = []
+    procs, sized = [], [f"--num-cpus={num_cpus}"] + ([f"--memory={memory}"] if memory else [])
     try:
         head = ["--head", f"--port={gcs}", "--include-dashboard=false", f"--temp-dir={ray_tmp}"]
-        procs.append(_node([*head, f"--num-cpus={num_cpus}", '--resources={"head": 1}'], env, logs / "node1.log"))
+        procs.append(_node([*head, *sized, '--resources={"head": 1}'], env, logs / "node1.log"))
         for i in range(2, nodes + 1):
             time.sleep(3)  # the head's GCS first
-            more = [f"--address={address}", f"--num-cpus={num_cpus}", f'--resources={{"node{i}": 1}}']
+            more = [f"--address={address}", *sized, f'--resources={{"node{i}": 1}}']
             procs.append(_node(more, env, logs / f"node{i}.log"))
         cluster = LocalCluster(address, {**env, "RAY_ADDRESS": address}, procs)
         _wait_for(cluster, nodes, logs)

@@ -1,7 +1,8 @@
 """`pencil run` on a Ray cluster (RAY_ADDRESS set): a real local cluster of two nodes on this machine
 (bench/local_ray_cluster.py), the driver a real `python -m pipelines run` process. Its trainers land on both nodes, it
 gives the local run's choice and numbers (CPU, same seeds), a rerun trains nothing, a killed driver leaves no
-trainer behind, and a node lost mid-search does not stop the run."""
+trainer behind, a node lost mid-search does not stop the run (its trainer resumes its last.pt on the other), and
+a node whose memory holds one trainer runs one at a time."""
 
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ import pytest
 
 from bench.graph_families import geo_splits, write_splits
 from common.parent_death import naming
+from pipelines.core.memory_gate import GiB
 from tests.conftest import needs_ray
 
 pytestmark = [pytest.mark.slow, needs_ray]
 ON_NODE = re.compile(r"trainer (.+?) runs on node ([0-9a-f]+)")
+PLACED_OR_EXITED = re.compile(r"trainer (.+?) (runs on|on) node ([0-9a-f]+)(?: \(| exited)")
 
 
 @pytest.fixture(scope="module")
@@ -39,12 +42,12 @@ def geo(tmp_path_factory):
     return write_splits(root / "geo.csv", geo_splits())
 
 
-def argv(csv: Path, out: Path) -> list[str]:
+def argv(csv: Path, out: Path, *more: str) -> list[str]:
     return [
         *(sys.executable, "-m", "pipelines", "run", "--dataset", str(csv), "--nodes", str(csv.with_name("nodes.csv"))),
         *("--seeds", "0,1,2", "--epochs", "3", "--device", "cpu", "--out", str(out)),
         *("--shards", str(csv.parent / "shards"), "--num-cpus", "1"),
-        *("--train-arg=--hidden=32", "--train-arg=--ffn=64", "--train-arg=--heads=2"),
+        *("--train-arg=--hidden=32", "--train-arg=--ffn=64", "--train-arg=--heads=2", *more),
     ]
 
 
@@ -71,6 +74,32 @@ def test_under_ray_job_submit_the_trainers_run_on_the_cluster(ray_head, geo, tmp
     assert job.returncode == 0, log[-3000:]
     assert {"seed 0", "seed 1", "seed 2"} <= {key for key, _ in ON_NODE.findall(log)}, log[-3000:]
     assert (tmp_path / "job" / "geo" / "auto" / "results.json").is_file()
+
+
+def most_at_once(log: str) -> dict:
+    """{node id: the most trainers running on it at once}, from the driver's lines in their order: `trainer K runs
+    on node N (...)` when it starts, `trainer K on node N exited ...` when it ends."""
+    running, most = {}, {}
+    for key, what, node in PLACED_OR_EXITED.findall(log):
+        on = running.setdefault(node, set())
+        on.add(key) if what == "runs on" else on.discard(key)
+        most[node] = max(most.get(node, 0), len(on))
+    return most
+
+
+def test_a_node_whose_memory_holds_one_trainer_runs_its_trainers_one_at_a_time(geo, tmp_path):
+    """Before the two-node cluster starts. One node of 2 CPUs whose Ray memory resource (1.75 GiB) holds one
+    trainer's request (the memory gate's estimate, 1.25 GiB before any was measured) but not two: the pool has
+    two slots (2 CPUs), and Ray starts the second trainer only when the first has ended."""
+    from bench.local_ray_cluster import local_cluster
+
+    with local_cluster(tmp_path, nodes=1, num_cpus=2, memory=int(1.75 * GiB)) as one:
+        done = subprocess.run(argv(geo, tmp_path / "out"), env=one.env, capture_output=True, text=True, timeout=900)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-3000:]
+    assert re.search(r"trainer seed 0 runs on node [0-9a-f]+ \(1 CPU, 1\.\d\d GiB memory;", log), log[-3000:]
+    most = most_at_once(log)
+    assert list(most.values()) == [1], f"most at once: {most}"  # never two at once on the one node
 
 
 def test_trainers_land_on_both_nodes_with_the_local_runs_choice_and_numbers_and_a_rerun_trains_nothing(
@@ -132,18 +161,27 @@ def test_a_killed_driver_leaves_no_trainer_on_the_cluster(cluster, geo, tmp_path
         driver.wait()
 
 
-def test_a_node_lost_mid_search_restarts_its_trainer_on_another(cluster, geo, tmp_path):
-    """Last in this module: it kills the cluster's second node."""
+def test_a_node_lost_mid_search_restarts_its_trainer_from_its_last_pt_on_another(cluster, geo, tmp_path):
+    """Last in this module: it kills the cluster's second node while a seed's trainer runs there, once that
+    trainer has written a last.pt (every 2 steps here). The run completes with a choice."""
     node2 = cluster.node_ids()["node2"]
     out, log = tmp_path / "lost", tmp_path / "driver.log"
-    driver = start(geo, out, cluster.env, log)
+    with open(log, "w") as f:
+        driver = subprocess.Popen(
+            argv(geo, out, "--train-arg=--checkpoint-every=2"), env=cluster.env, stdout=f, stderr=f
+        )
     try:
-        wait_for(log, rf"trainer .+? runs on node {node2}", driver)
+        wait_for(log, rf"trainer seed \d runs on node {node2} \(.*?; log: .+\)", driver)
+        (folder,) = re.findall(rf"trainer seed \d runs on node {node2} \(.*?; log: (.+)\)", log.read_text())[:1]
+        deadline = time.time() + 300
+        while not (Path(folder).parent / "last.pt").is_file():
+            assert time.time() < deadline and driver.poll() is None, log.read_text()[-3000:]
+            time.sleep(0.1)
         cluster.kill_node(1)
         assert driver.wait(timeout=600) == 0, log.read_text()[-3000:]
     finally:
         driver.kill()
         driver.wait()
     text = log.read_text()
-    assert re.search(rf"node {node2} was lost .*starts again from its last\.pt", text), text[-3000:]
+    assert re.search(rf"node {node2} was lost .*starts again on another node from its last\.pt", text), text[-3000:]
     assert (out / "geo" / "auto" / "original" / "chosen.json").is_file()
