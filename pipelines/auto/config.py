@@ -52,6 +52,11 @@ class SearchConfig:
     # (docs/benchmarks/2026-12-01-own-graph-time.md)
     matched_compute: bool = True
     min_run_tokens: float = 1.5e6  # a run this cheap is not worth cutting
+    # on a CPU the default's run trains at most this many tokens (its epochs cut, at least min_capped_epochs): on a
+    # dense graph a link holds up to 42 tokens against 7-15 on a sparse one, so 1,500 steps cost up to 5x the
+    # time; the cap binds above about 21 tokens a link (docs/benchmarks/2026-12-05-dense-cost.md); None: no cap
+    max_run_tokens: float | None = 2.0e6
+    min_capped_epochs: int = 3  # a grace period of 2 epochs and one more
     # training negatives per positive (uniform random non-edges); a graph too dense for as many distinct non-edges
     # gets fewer, views with 2-hop negatives (the recommend objective) keep 1
     # (docs/benchmarks/2026-12-02-own-graph-negatives.md)
@@ -74,6 +79,13 @@ class SearchConfig:
         if not self.matched_compute or not tokens or not default_tokens or epochs * tokens <= budget:
             return epochs
         return max(2, round(budget / tokens))
+
+    def capped_epochs(self, epochs: int, default_tokens: float) -> int:
+        """The default's schedule of `epochs` whose epoch trains `default_tokens` tokens, cut to max_run_tokens (0:
+        unknown, uncut); the alternatives' compute follows from it (candidate_epochs)."""
+        if not self.max_run_tokens or not default_tokens or epochs * default_tokens <= self.max_run_tokens:
+            return epochs
+        return min(epochs, max(self.min_capped_epochs, math.floor(self.max_run_tokens / default_tokens)))
 
     def grace_epochs(self, epochs: int) -> int:
         return max(2, int(epochs * self.grace_period))

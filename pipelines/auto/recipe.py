@@ -89,6 +89,22 @@ def candidate_tokens(run: RunConfig, manifests: dict, device: str) -> dict | Non
     return {c.cid: epoch_tokens(manifests[c.sampling]) for c in candidates()}
 
 
+def capped_epochs(cfg: SearchConfig, epochs: int, tokens: dict | None) -> int:
+    """The default's schedule cut to the config's token budget (SearchConfig.capped_epochs), logged; as it was
+    without token counts (--epochs, a GPU)."""
+    default_tokens = (tokens or {}).get(candidates()[0].cid, 0)
+    capped = cfg.capped_epochs(epochs, default_tokens)
+    if capped < epochs:
+        log.info(
+            "search: the default's epoch trains %s tokens: %d epochs instead of %d, at most %s tokens a run",
+            f"{default_tokens:,}",
+            capped,
+            epochs,
+            f"{cfg.max_run_tokens:,.0f}",
+        )
+    return capped
+
+
 def training_negatives(run: RunConfig) -> float:
     if run.shards.hard_neg_fraction is not None:
         return run.shards.hard_neg_fraction
@@ -217,9 +233,11 @@ def search_and_train(
     view_positives = round(train * percent / 100)
     neg_ratio = negatives_per_positive(run, cfg, selection_view.graph, view_positives)
     epochs = run_epochs(run, cfg, view_positives, neg_ratio)
-    record.update(epochs=epochs, neg_ratio=neg_ratio)
     shards = shard_sets(run, dataset, protocol, epochs, percent, neg_ratio)
     manifests = {s: read_manifest(loc) for s, loc in shards.items()}
+    tokens = candidate_tokens(run, manifests, device)
+    epochs = capped_epochs(cfg, epochs, tokens)
+    record.update(epochs=epochs, neg_ratio=neg_ratio)
     slots = trainer_slots(run.trainer.device, run.trainer.parallel)
     # the search's share of the budget: half, a third with node features (the final seeds train twice then)
     plan = SearchPlan(
@@ -231,7 +249,7 @@ def search_and_train(
         metric=run.metric,
         view_positives=view_positives,
         neg_ratio=neg_ratio,
-        tokens=candidate_tokens(run, manifests, device),
+        tokens=tokens,
     )
     stop_at = t0 + (deadline - t0) / (3 if run.ships_features else 2)
     search = Search(cfg, plan, out / "search", run.trainer, slots, stop_at=stop_at)
