@@ -11,6 +11,11 @@ Two output forms, same edges:
   dense  (B, L, L) uint8 symmetric 0/1 adjacency over local ids, for dense subgraphs (ogbl-ddi (1,350):
          ~64,000 edges on ~530 nodes, 46 % of all pairs), where an edge list costs more than the matrix.
 
+A directed set (--directed) also ships its out-edge CSR; an Inducer over it gives each link's ordered edges
+(`ordered_edges`: local a -> b, only the target edge u -> v hidden, its reverse v -> u kept: the reverse is another
+edge) and their dense form (`dense(..., ordered=True)`: out[b, i, j] = 1 iff i -> j). The sampler and the
+propagation keep reading the undirected union; these say which way each of its edges points.
+
 Both kernels work on a whole block of links per call: one pass over each context node's CSR row with a
 per-node marker array (global id -> local id, reset after each link), or a binary search for the few
 context nodes when the row is much longer than the context (hubs). Rows must be sorted (common.graph).
@@ -49,11 +54,21 @@ class Inducer:
         edge_ptr, flat = _edges_kernel(self.indptr, self.indices, node_ptr, np.ascontiguousarray(nodes), self.mark)
         return edge_ptr, flat[: 2 * edge_ptr[-1]].reshape(-1, 2)
 
-    def dense(self, node_ptr: np.ndarray, nodes: np.ndarray, width: int | None = None) -> np.ndarray:
-        """(B, L, L) uint8 adjacency over local ids, L = width or the largest N_b; zero padding."""
+    def ordered_edges(self, node_ptr: np.ndarray, nodes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(edge_ptr (B+1,) int64, edges (E, 2) int32) of an out-edge CSR: local a -> b, every ordered edge between
+        two context nodes but the target u -> v (local 0 -> 1)."""
+        node_ptr = np.ascontiguousarray(node_ptr, dtype=np.int64)
+        edge_ptr, flat = _ordered_kernel(self.indptr, self.indices, node_ptr, np.ascontiguousarray(nodes), self.mark)
+        return edge_ptr, flat[: 2 * edge_ptr[-1]].reshape(-1, 2)
+
+    def dense(
+        self, node_ptr: np.ndarray, nodes: np.ndarray, width: int | None = None, ordered: bool = False
+    ) -> np.ndarray:
+        """(B, L, L) uint8 adjacency over local ids, L = width or the largest N_b; zero padding. ordered (an
+        out-edge CSR): out[b, i, j] = 1 iff i -> j, and only the target u -> v is hidden."""
         node_ptr, B, L = _dense_shape(node_ptr, width, "Inducer.dense")
         out = np.zeros((B, L, L), dtype=np.uint8)
-        _dense_kernel(self.indptr, self.indices, node_ptr, np.ascontiguousarray(nodes), self.mark, out)
+        _dense_kernel(self.indptr, self.indices, node_ptr, np.ascontiguousarray(nodes), self.mark, out, ordered)
         return out
 
     def entry_bound(self, node_ptr: np.ndarray, nodes: np.ndarray) -> np.ndarray:
@@ -157,7 +172,59 @@ def _edges_kernel(indptr, indices, node_ptr, nodes, mark):
 
 
 @njit(cache=True)
-def _dense_kernel(indptr, indices, node_ptr, nodes, mark, out):
+def _ordered_kernel(indptr, indices, node_ptr, nodes, mark):
+    """Every a -> b of the out-edge CSR between context nodes, but 0 -> 1 (u == v: local 1 copies local 0)."""
+    B = node_ptr.shape[0] - 1
+    edge_ptr = np.zeros(B + 1, dtype=np.int64)
+    edges = np.empty(max(128, 4 * (node_ptr[-1] - node_ptr[0])), dtype=np.int32)
+    e = 0
+    for b in range(B):
+        lo = node_ptr[b]
+        k = node_ptr[b + 1] - lo
+        self_loop = _mark_context(nodes, lo, k, mark)
+        e0 = e
+        for i in range(k):
+            if self_loop and i == 1:
+                continue
+            start = indptr[nodes[lo + i]]
+            deg = indptr[nodes[lo + i] + 1] - start
+            edges = grow(edges, 2 * (e + max(deg, k)))
+            if deg > 8 * k:  # hub row: binary-search the context nodes
+                for j in range(k):
+                    if j != i and not (self_loop and j == 1) and _row_has(indices, start, deg, nodes[lo + j]):
+                        edges[2 * e] = i
+                        edges[2 * e + 1] = j
+                        e += 1
+            else:
+                for p in range(start, start + deg):
+                    j = mark[indices[p]]
+                    edges[2 * e] = i
+                    edges[2 * e + 1] = j
+                    e += np.int64(j >= 0 and j != i)  # an outsider (-1) or the row's own node: overwritten next
+        if self_loop:  # local 1 is a copy of local 0: its out-edges and in-edges
+            edges = grow(edges, 2 * (3 * e - 2 * e0))
+            for q in range(e0, e):
+                if edges[2 * q] == 0:
+                    edges[2 * e], edges[2 * e + 1] = 1, edges[2 * q + 1]
+                    e += 1
+                elif edges[2 * q + 1] == 0:
+                    edges[2 * e], edges[2 * e + 1] = edges[2 * q], 1
+                    e += 1
+        # the target edge u -> v is never visible: drop 0 -> 1 (its reverse 1 -> 0 is another edge, kept)
+        w = e0
+        for q in range(e0, e):
+            if not (edges[2 * q] == 0 and edges[2 * q + 1] == 1):
+                edges[2 * w], edges[2 * w + 1] = edges[2 * q], edges[2 * q + 1]
+                w += 1
+        e = w
+        for i in range(k):
+            mark[nodes[lo + i]] = -1
+        edge_ptr[b + 1] = e
+    return edge_ptr, edges
+
+
+@njit(cache=True)
+def _dense_kernel(indptr, indices, node_ptr, nodes, mark, out, ordered=False):
     B = node_ptr.shape[0] - 1
     for b in range(B):
         lo = node_ptr[b]
@@ -184,7 +251,8 @@ def _dense_kernel(indptr, indices, node_ptr, nodes, mark, out):
                 out[b, j, 1] = out[b, j, 0]
             out[b, 1, 1] = 0
         out[b, 0, 1] = 0  # the target edge is never visible
-        out[b, 1, 0] = 0
+        if not ordered:  # an ordered graph's 1 -> 0 is the reverse edge v -> u: another edge, visible
+            out[b, 1, 0] = 0
         for i in range(k):
             mark[nodes[lo + i]] = -1
 

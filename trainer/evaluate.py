@@ -5,7 +5,9 @@ then cid and score tensors are all-gathered so every rank holds the full table; 
 structure (queries.npz: pos_cid, neg_cid) maps cids to positives and their negatives, and
 `common.metrics.evaluate(protocol, pos, neg)` computes MRR / Hits@K and AUC / AP (positives against
 the pooled negatives). Every eval line of metrics.jsonl carries them all, for valid and test, and the
-summary's test metrics are those at the best validation epoch. Every rank computes the same
+summary's test metrics are those at the best validation epoch. On a directed set the split's "reverse" set
+(each edge against its own reverse, common/datasets/directed.py) is scored beside the protocol's, and its
+`reverse_acc` joins the protocol's metrics. Every rank computes the same
 metrics, so decisions that depend on them (best checkpoint) agree without another collective.
 The forward runs on the unwrapped module: DDP's forward may broadcast buffers, a collective that
 would hang when ranks hold different numbers of eval batches. Scores come from the one scoring engine
@@ -21,14 +23,15 @@ import numpy as np
 import torch
 
 from common.manifest_record import Manifest
+from common.metrics import REVERSE_KEY, regression_metrics
 from common.metrics import evaluate as protocol_metrics
-from common.metrics import regression_metrics
 from common.shards import ShardError, load_queries
 from trainer import distributed
 from trainer.data.loaders import LoaderSettings, eval_loader
 from trainer.scoring import forward_batches, fp32_inference, synchronize
 
 log = logging.getLogger(__name__)
+REVERSE = "reverse"  # a directed set's protocol of each edge against its reverse (common/datasets/directed.py)
 
 
 def eval_entry(manifest: Manifest, split: str, protocol: str) -> dict:
@@ -116,4 +119,8 @@ def evaluate_split(
     cid, score, label = (distributed.all_gather_cat(t, info) for t in score_eval_set(model, loader, info.device))
     if keep is not None:
         keep[(split, protocol)] = (cid.numpy(), score.numpy())
-    return scores_to_metrics(manifest, split, protocol, cid.numpy(), score.numpy(), label.numpy())
+    metrics = scores_to_metrics(manifest, split, protocol, cid.numpy(), score.numpy(), label.numpy())
+    if protocol != REVERSE and manifest.eval.get(f"{split}/{REVERSE}", {}).get("positives"):
+        rev = evaluate_split(model, manifest, split, REVERSE, data_cfg, info, keep)
+        metrics[REVERSE_KEY] = rev[REVERSE_KEY]  # beside MRR / AUC: the share ranked above its own reverse
+    return metrics

@@ -95,10 +95,21 @@ class PairSampler:
     A Ray task runs this alone and ships the blocks to an actor that holds the model (pipelines.recommend)."""
 
     def __init__(
-        self, indptr: np.ndarray, indices: np.ndarray, sampling: tuple[int, int], sample: Sampler, seed: int = 0
+        self,
+        indptr: np.ndarray,
+        indices: np.ndarray,
+        sampling: tuple[int, int],
+        sample: Sampler,
+        seed: int = 0,
+        out_graph=None,
     ):
+        """out_graph: a directed run's ordered edges (common.graph.DiGraph, or its (indptr, indices)), which its
+        model reads beside the undirected CSR the subgraphs are sampled on; None for an undirected run."""
         self.indptr, self.indices, self.sampling = indptr, indices, tuple(sampling)
         self.sample, self.seed = sample, int(seed)
+        if out_graph is not None and not isinstance(out_graph, tuple):
+            out_graph = (out_graph.indptr, out_graph.indices)
+        self.out_graph = out_graph
 
     def blocks(self, pairs: np.ndarray, ordering: int) -> Iterator[Block]:
         pairs = np.ascontiguousarray(pairs, dtype=np.int64).reshape(-1, 2)
@@ -156,7 +167,13 @@ class PairScorer:
         self.copies = int(getattr(model.cfg, "lrp", 1))  # an LRP-k model reads k labeled subgraphs of every pair
         self.token_budget = max(int(token_budget or default_token_budget(self.device)), self.copies * (self.n_max + 2))
         self.max_pairs = int(max_pairs)
-        self.packer = BatchPacker(indptr, indices, self.n_max, distances=bool(getattr(model.cfg, "distances", 0)))
+        self.packer = BatchPacker(
+            indptr,
+            indices,
+            self.n_max,
+            distances=bool(getattr(model.cfg, "distances", 0)),
+            out_graph=getattr(sampler, "out_graph", None),  # a directed run's: the model reads edge directions
+        )
 
     def packed(self, blocks: Iterable[Block], ordering: int) -> Iterator:
         """Token-budget batches of one ordering's sampled blocks, packed for the model (CPU work); each batch's

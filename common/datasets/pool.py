@@ -19,7 +19,7 @@ import numpy as np
 from common.datasets.base import DatasetError, LinkDataset
 from common.datasets.negatives import free_pairs, sample_non_edges
 from common.datasets.temporal import matched_negatives
-from common.graph import Graph
+from common.graph import DiGraph, Graph
 from common.metrics import shared_rank_at
 
 POOL_PROTOCOL = "original"
@@ -45,7 +45,8 @@ def pool_frame(ds: LinkDataset):
     test_neg = None if test is None else test.neg.get(POOL_PROTOCOL)
     rank_at = len(neg) if test_neg is None or test_neg.ndim != 2 else len(test_neg)
     rank_at = shared_rank_at(POOL_PROTOCOL, rank_at) or rank_at  # test's ranks at scale (common/metrics.py)
-    known = Graph.from_edges(np.concatenate([ds.splits["train"].pos, valid.pos]), num_nodes=ds.num_nodes)
+    edges = np.concatenate([ds.splits["train"].pos, valid.pos])  # directed: ordered, so the pool's pairs are too
+    known = (DiGraph if ds.directed else Graph).from_edges(edges, num_nodes=ds.num_nodes)
     return valid, neg, rank_at, known, ds.active_nodes("valid")
 
 

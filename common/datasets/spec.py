@@ -74,6 +74,9 @@ class DatasetSpec:
             raise DatasetError(f"--valid-pool: must be a non-negative integer, got {self.valid_pool!r}")
         if not isinstance(self.directed, bool):
             raise DatasetError(f"--directed: must be true or false, got {self.directed!r}")
+        if self.directed and (self.eval_pairs or self.train_negatives):
+            flag = "--eval-pairs" if self.eval_pairs else "--train-negatives"
+            raise DatasetError(f"{flag}: a pairs file is read as unordered pairs, not with --directed yet; drop one")
 
     @property
     def ships_features(self) -> bool:

@@ -14,6 +14,11 @@ At ogbl-ddi density (~64,000 edges per ~530-node sample) the message list is 2 x
 entry against 1 byte per matrix entry, and the scatter moves one d-vector per message; the dense form
 wins both in memory and in compute there (trainer/model/propagation.py).
 
+A directed set adds the typed adjacency the model's input reads (docs/design.md#direction): K edge types (direction:
+K = 2, out = 0 and in = 1; issue 65's relations would be 2R), as typed messages (typed_src -> typed_dst of type
+typed_kind: "the sender is a type-k neighbour of the receiver", task tokens hearing their endpoint's) or, dense, as
+adj_typed (B, K, Lc, Lc). Propagation keeps the undirected union above; an undirected batch carries no typed part.
+
 Everything is vectorised numpy over the whole batch: pack() never loops over samples, tokens or edges,
 because it runs in the loader's hot path. pack_samples() is a convenience for hand-built test samples.
 """
@@ -27,6 +32,7 @@ import torch
 
 from common.induce import BitMatrix, Inducer
 from trainer.data.distances import pair_distances
+from trainer.data.typed import TypedEdges, dense_of, directed_dense, directed_types, typed_fields
 
 CONTEXT, TASK = 0, 1  # values of `role`
 # Pick the dense form when the batch's bound on directed adjacency entries (Inducer.entry_bound, from
@@ -60,6 +66,12 @@ class PackedBatch:
     # (T, 2) int64 hop distances (du, dv) of each token's node to u and v (trainer/data/distances.py; task tokens:
     # their endpoint's), when the packer was asked for them (the model's --distance-features)
     dist: torch.Tensor | None = None
+    # typed adjacency (a directed set's batches; None otherwise): messages of K edge types for the input embedding
+    typed_src: torch.Tensor | None = None  # (E'',) int64 flat token index of the sender
+    typed_dst: torch.Tensor | None = None  # (E'',) int64 flat token index of the receiver (context or task)
+    typed_kind: torch.Tensor | None = None  # (E'',) int64 edge type k in [0, edge_types)
+    adj_typed: torch.Tensor | None = None  # (B, K, Lc, Lc) uint8 in the dense form: [b, k, i, j] = j is i's type k
+    edge_types: int = 1  # K: 1 = the undirected adjacency alone
 
     @property
     def num_tokens(self) -> int:
@@ -160,6 +172,7 @@ def pack(
     graph: LocalEdges | np.ndarray,
     *,
     dist: np.ndarray | None = None,
+    typed: TypedEdges | np.ndarray | None = None,
 ) -> PackedBatch:
     """Pack a batch given as arrays: node_ptr (B+1,) offsets into nodes (global ids, local-id order),
     label (B,), cid (B,), and its graph either as LocalEdges or as dense (B, Lc, Lc) 0/1 adjacency
@@ -168,7 +181,8 @@ def pack(
     Validates what would otherwise silently corrupt the model input: N_b in [2, n_max], every local id
     of an edge in [0, N_b) (hence < n_max), no self-loops (and duplicates with LocalEdges.strict).
     `dist`: (sum N_b, 2) per-node values (trainer.data.distances.pair_distances) spread to the tokens,
-    task tokens taking their endpoint's.
+    task tokens taking their endpoint's. `typed`: the typed adjacency (a directed set's), in the graph's form:
+    TypedEdges beside LocalEdges, a (B, K, Lc', Lc') array beside a dense one.
     """
     node_ptr = np.asarray(node_ptr, dtype=np.int64)
     cid = np.asarray(cid, dtype=np.int64)
@@ -212,7 +226,9 @@ def pack(
         adj_dense = None
     if dist is not None and np.shape(dist) != (len(nodes), 2):
         raise ValueError(f"pack: dist must be (sum N_b = {len(nodes)}, 2), got {np.shape(dist)}")
+    typed_parts = {} if typed is None else typed_fields(typed, adj_dense, n, cu, n_max, cid)
     return PackedBatch(
+        **typed_parts,
         local_id=t(local_id),
         role=t(is_task.astype(np.int64)),
         node=t(node),
@@ -229,9 +245,10 @@ def pack(
     )
 
 
-def _messages(edge_ptr, edges, n, cu, n_max, cid, strict) -> tuple[np.ndarray, np.ndarray]:
+def _messages(edge_ptr, edges, n, cu, n_max, cid, strict, one_way: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Flat (adj_src, adj_dst): context edges both ways, then task tokens receiving from their
-    endpoint's neighbours; validated against N_b."""
+    endpoint's neighbours; validated against N_b. one_way: each edge (s, r) is one message s -> r (typed rows),
+    then the task token of r < 2 hearing it too."""
     B = len(n)
     edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
     e = np.diff(edge_ptr)  # (B,) undirected edges per sample
@@ -266,6 +283,9 @@ def _messages(edge_ptr, edges, n, cu, n_max, cid, strict) -> tuple[np.ndarray, n
     base = cu[eseg]  # (E,) token offset of each edge's sample
     fa, fb = base + a, base + b  # flat token index of each endpoint's context token
     task_of = cu[1:] - 2  # (B,) flat index of the u-task token; v-task is +1
+    if one_way:
+        to = b < 2
+        return np.concatenate([fa, fa[to]]), np.concatenate([fb, task_of[eseg[to]] + b[to]])
     to_b, to_a = b < 2, a < 2  # edges whose other end is u or v: the task token hears them too
     adj_src = np.concatenate([fa, fb, fa[to_b], fb[to_a]])
     adj_dst = np.concatenate([fb, fa, task_of[eseg[to_b]] + b[to_b], task_of[eseg[to_a]] + a[to_a]])
@@ -275,9 +295,10 @@ def _messages(edge_ptr, edges, n, cu, n_max, cid, strict) -> tuple[np.ndarray, n
 def pack_samples(
     samples: list[dict], n_max: int, strict: bool = False, dense: bool = False, distances: bool = False
 ) -> PackedBatch:
-    """Convenience for hand-built samples ({cid, label, nodes (N,), edges (E, 2)}, tests and benches):
-    concatenates them into arrays and calls pack(); dense=True gives the dense form of the same graph;
-    distances=True adds each token's (du, dv) (trainer.data.distances)."""
+    """Convenience for hand-built samples ({cid, label, nodes (N,), edges (E, 2)[, directed (E', 2)]}, tests and
+    benches): concatenates them into arrays and calls pack(); dense=True gives the dense form of the same graph;
+    distances=True adds each token's (du, dv) (trainer.data.distances). `directed`: the sample's ordered edges
+    a -> b (local ids), given in every sample or none, packed as the typed adjacency."""
     if not samples:
         raise ValueError("pack: empty batch")
     sizes = [len(s["nodes"]) for s in samples]
@@ -289,14 +310,21 @@ def pack_samples(
     label = np.array([float(s["label"]) for s in samples], dtype=np.float32)
     cid = np.array([int(s.get("cid", -1)) for s in samples], dtype=np.int64)
     dist = pair_distances(node_ptr, edge_ptr, edges) if distances else None
+    ordered = None
+    if "directed" in samples[0]:
+        d_l = [np.asarray(s["directed"], dtype=np.int64).reshape(-1, 2) for s in samples]
+        ordered = (np.concatenate([[0], np.cumsum([len(x) for x in d_l])]).astype(np.int64), np.concatenate(d_l))
     if not dense:
-        return pack(node_ptr, nodes, label, cid, n_max, LocalEdges(edge_ptr, edges, strict), dist=dist)
+        typed = None if ordered is None else directed_types(*ordered)
+        return pack(node_ptr, nodes, label, cid, n_max, LocalEdges(edge_ptr, edges, strict), dist=dist, typed=typed)
     L = max(sizes)
-    adj = np.zeros((len(samples), L, L), np.uint8)
-    seg = np.repeat(np.arange(len(samples)), np.diff(edge_ptr))
-    adj[seg, edges[:, 0], edges[:, 1]] = 1
+    adj, seg = dense_of(len(samples), L, edge_ptr, edges)
     adj[seg, edges[:, 1], edges[:, 0]] = 1
-    return pack(node_ptr, nodes, label, cid, n_max, adj, dist=dist)
+    typed = None
+    if ordered is not None:
+        out, _ = dense_of(len(samples), L, *ordered)
+        typed = directed_dense(out)
+    return pack(node_ptr, nodes, label, cid, n_max, adj, dist=dist, typed=typed)
 
 
 class BatchPacker:
@@ -311,8 +339,11 @@ class BatchPacker:
         n_max: int,
         min_density: float | None = None,
         distances: bool = False,
+        out_graph: tuple[np.ndarray, np.ndarray] | None = None,
     ):
+        """out_graph: a directed set's out-edge CSR (indptr, indices): batches then carry the typed adjacency."""
         self.inducer = Inducer(indptr, indices)
+        self.out_inducer = None if out_graph is None else Inducer(*out_graph)
         self.distances = bool(distances)  # also each token's hop distances to u and v (trainer.data.distances)
         self.graph = (indptr, indices)
         self.bits: BitMatrix | None = None  # built at the first dense batch (sparse-only sets never pay for it)
@@ -334,13 +365,25 @@ class BatchPacker:
     def __call__(self, block) -> PackedBatch:
         """block: common.shards.Block (cid, label, node_ptr from 0, nodes)."""
         ptr, nodes = block.node_ptr, block.nodes
+        out = self.out_inducer
         if self.use_dense(ptr, nodes):
             adj = self.dense(ptr, nodes)
             dist = pair_distances(ptr, dense=adj) if self.distances else None
-            return pack(ptr, nodes, block.label, block.cid, self.n_max, adj, dist=dist)
+            typed = None if out is None else directed_dense(out.dense(ptr, nodes, adj.shape[-1], ordered=True))
+            return pack(ptr, nodes, block.label, block.cid, self.n_max, adj, dist=dist, typed=typed)
         edge_ptr, edges = self.inducer.edges(ptr, nodes)
         dist = pair_distances(ptr, edge_ptr, edges) if self.distances else None
-        return pack(ptr, nodes, block.label, block.cid, self.n_max, LocalEdges(edge_ptr, edges), dist=dist)
+        typed = None if out is None else directed_types(*out.ordered_edges(ptr, nodes))
+        graph = LocalEdges(edge_ptr, edges)
+        return pack(ptr, nodes, block.label, block.cid, self.n_max, graph, dist=dist, typed=typed)
+
+    @classmethod
+    def for_set(cls, manifest, which: str, n_max: int, distances: bool = False) -> "BatchPacker":
+        """The packer of a shard set's graph `which`: its sampling CSR, and its out-edge CSR when it is directed."""
+        from common.shards import load_graph, load_out_graph
+
+        out = load_out_graph(manifest, which) if manifest.directed else None
+        return cls(*load_graph(manifest, which), n_max, distances=distances, out_graph=out)
 
 
 # ---------------------------------------------------------------------------- padded view

@@ -62,7 +62,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from common.manifest_record import Manifest
-from common.shards import Block, ShardError, load_graph, set_graph, shard_entries
+from common.shards import Block, ShardError, set_graph, shard_entries
 from trainer.data.block_stream import (
     block_slice,
     read_blocks,
@@ -210,7 +210,7 @@ class _Stream(IterableDataset):
         if self.collate is not None:
             return self.collate(batch)
         if graph not in self._packers:  # once per worker process: the graph is memory-mapped, shared
-            self._packers[graph] = BatchPacker(*load_graph(self.manifest, graph), self.n_max, distances=self.distances)
+            self._packers[graph] = BatchPacker.for_set(self.manifest, graph, self.n_max, distances=self.distances)
         packed = self._packers[graph](batch)
         packed.copies = self.copies
         return packed if get_worker_info() is None else for_transfer(packed)  # Loader._batches unwraps it
@@ -255,8 +255,11 @@ class TrainStream(_Stream):
         return plan_epoch(self.manifest, epoch, self.world_size, self.workers, self.data_cfg)
 
     def __iter__(self):
+        return self.worker_iter(*_worker())
+
+    def worker_iter(self, wid: int, W: int) -> Iterator[object]:
+        """Loader worker `wid` of `W`'s batches of the current job (a process's, or one run inline)."""
         epoch, start, batches, _ = (int(x) for x in self.job)  # read now: the job of this iteration
-        wid, W = _worker()
         lw = (wid + start) % W  # rotated so loader worker 0 serves slot `start` after a resume
         return self.logical_worker(lw, W, epoch, start, batches)
 
@@ -329,8 +332,10 @@ class EvalStream(_Stream):
         return make_units(self.manifest, entries, self.world_size * max(1, self.workers), checksums=True)
 
     def __iter__(self):
+        return self.worker_iter(*_worker())
+
+    def worker_iter(self, wid: int, W: int) -> Iterator[object]:
         split, protocol = self.sets[int(self.job[0])]
-        wid, W = _worker()
         return self.read(split, protocol, wid, W)
 
     def read(self, split: str, protocol: str, wid: int, W: int) -> Iterator[object]:

@@ -3,6 +3,7 @@
 Shapes: T tokens in the packed batch (PackedBatch), B samples, d hidden, n = n_max, E' messages.
 
     H0 = X~ W0 (+ G(X))                  X~ never built: embedding gather + adjacency sum (trainer/model/propagation.py)
+                                         (a directed set: typed rows, out- and in-neighbours in their own blocks)
     for k in 1..K:  Z = BertLayer_k(H)    attention only within each sample (trainer/model/attention.py)
                     H = Z + P_k(Â Z)      Â = D^-1 (A + I) over context tokens: scatter or bmm, by batch
     logit = Linear(2d, 1)(concat(H[u-task], H[v-task]))
@@ -22,9 +23,10 @@ import torch.nn.functional as F
 
 from common.manifest_record import Manifest
 from trainer.data.packing import PackedBatch
+from trainer.data.typed import DIRECTED_TYPES
 from trainer.model.attention import BACKENDS, AttentionContext, bert_layer, resolve_backend
 from trainer.model.bert import BertLayer
-from trainer.model.propagation import Propagation, adjacency_embedding  # noqa: F401  (Propagation re-exported)
+from trainer.model.propagation import Propagation, adjacency_embedding, typed_embedding  # noqa: F401
 
 TASKS = ("classification", "regression")
 # Input-projection initialisations compared in the paper's appendix "Effects of Input Projection Matrix
@@ -57,6 +59,9 @@ class ModelConfig:
     # on the attention probabilities; None: `dropout` (BERT's one value). On CPU the attention with it costs 1.8x
     # the one without at 40 tokens a sample, 4.3-5.1x at 220 (docs/benchmarks/2026-11-29-cpu-epoch.md)
     attention_dropout: float | None = None
+    # K typed adjacency blocks of W0 (docs/design.md#direction): 1 = the undirected adjacency row as published;
+    # 2 = a directed set's out- and in-neighbours apart (model_for_shards sets it from the manifest)
+    edge_types: int = 1
 
     @property
     def attn_dropout(self) -> float:
@@ -86,6 +91,8 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.w0_init must be one of {W0_INITS}, got {self.w0_init!r}")
         if not isinstance(self.lrp, int) or isinstance(self.lrp, bool) or self.lrp < 1:
             raise ValueError(f"ModelConfig.lrp must be an integer >= 1, got {self.lrp!r}")
+        if not isinstance(self.edge_types, int) or isinstance(self.edge_types, bool) or self.edge_types < 1:
+            raise ValueError(f"ModelConfig.edge_types must be an integer >= 1, got {self.edge_types!r}")
         if not isinstance(self.distances, int) or isinstance(self.distances, bool) or self.distances < 0:
             raise ValueError(f"ModelConfig.distances must be an integer >= 0, got {self.distances!r}")
         for name in ("residual", "w0_learnable", "wpe"):
@@ -195,10 +202,11 @@ class Pencil(nn.Module):
         super().__init__()
         self.cfg = cfg
         n, d = cfg.n_max, cfg.hidden
-        # W0 rows: [0, n) one-hot ids | [n, 2n) adjacency columns | 2n + role. Orthogonal (gain 1) and frozen
+        # W0 rows: [0, n) one-hot ids | [n, (1 + K) n) adjacency columns, one block of n per edge type (K = 1:
+        # the undirected row, exactly the published 2n + 2 rows) | (1 + K) n + role. Orthogonal (gain 1) and frozen
         # as in the reference; a frozen Parameter (not a buffer) so it is saved with the model but DDP does
         # not re-broadcast it every step and optimisers skip it (no grad). Ablations: init and learnability.
-        self.w0 = nn.Parameter(torch.empty(2 * n + 2, d), requires_grad=cfg.w0_learnable)
+        self.w0 = nn.Parameter(torch.empty((1 + cfg.edge_types) * n + 2, d), requires_grad=cfg.w0_learnable)
         init_w0(self.w0, cfg.w0_init)
         # WPE ablation: learnable absolute positions as in BERT's embeddings (N(0, 0.02) init), one per
         # position of the longest sequence, N_max context tokens + 2 task tokens.
@@ -270,8 +278,12 @@ class Pencil(nn.Module):
         n, w0 = self.cfg.n_max, self.w0
         if batch.n_max > n:
             raise ValueError(f"batch was packed for n_max = {batch.n_max} > model n_max = {n}")
-        h = F.embedding(batch.local_id, w0) + F.embedding(2 * n + batch.role, w0)  # one-hot id + role flag
-        h = h + adjacency_embedding(batch, w0[n : 2 * n])  # adjacency row (sparse or dense form, by batch)
+        K = self.cfg.edge_types
+        h = F.embedding(batch.local_id, w0) + F.embedding((1 + K) * n + batch.role, w0)  # one-hot id + role flag
+        if K == 1:
+            h = h + adjacency_embedding(batch, w0[n : 2 * n])  # adjacency row (sparse or dense form, by batch)
+        else:  # typed rows: Σ_k Σ_{j ∈ N_k(i)} W0[n + k n + j] (direction: out- and in-neighbours)
+            h = h + typed_embedding(batch, w0[n : (1 + K) * n].view(K, n, -1))
         if self.distance is not None:
             if batch.dist is None:
                 raise ValueError(
@@ -340,8 +352,10 @@ def model_for_shards(preset, overrides: dict, manifest: Manifest) -> Pencil:
     table = load_features(manifest) if use_features else None
     num_features = 0 if table is None else int(table.shape[1])
     task = "regression" if manifest.targets else "classification"
+    # a directed set's model reads out- and in-neighbours apart; an undirected one is built exactly as before
+    typed = {"edge_types": DIRECTED_TYPES} if manifest.directed else {}
     cfg = ModelConfig.from_preset(
-        preset, **{**overrides, "n_max": manifest.n_max, "num_features": num_features, "task": task}
+        preset, **{**overrides, "n_max": manifest.n_max, "num_features": num_features, "task": task, **typed}
     )
     model = Pencil(cfg)
     if table is not None:

@@ -1,6 +1,7 @@
 """The graph parts of PENCIL's forward pass, in the two forms a PackedBatch can carry.
 
     embed:  H0 += X~_adj W0[n : 2n]        token i gets Σ_{j ∈ N(i)} W0[n + j] (task tokens: their endpoint's)
+            typed (K edge types, a directed set: K = 2): Σ_k Σ_{j ∈ N_k(i)} W0[n + k n + j]
     prop:   Â Z = D^-1 (A + I) Z           over context tokens; task tokens aggregate what their endpoint does
 
 Sparse form (adj_src -> adj_dst message list): gathers plus index_add, one d-vector moved per message;
@@ -35,6 +36,24 @@ def adjacency_embedding(batch: PackedBatch, w0_adj: torch.Tensor) -> torch.Tenso
         return out[_dense_rows(batch)]
     # token t gets w0_adj[local id of s] for every message s -> t
     return w0_adj.new_zeros(T, d).index_add_(0, batch.adj_dst, w0_adj[batch.local_id[batch.adj_src]])
+
+
+def typed_embedding(batch: PackedBatch, w0_typed: torch.Tensor) -> torch.Tensor:
+    """(T, d): Σ_k Σ_{j ∈ N_k(i)} w0_typed[k, j] for every token i (w0_typed (K, n, d): W0's typed blocks); the
+    batch's typed adjacency (trainer/data/typed.py) in the form of its graph."""
+    K, n, d = w0_typed.shape
+    if batch.edge_types != K or (batch.typed_kind is None and batch.adj_typed is None):
+        raise ValueError(
+            f"the model reads {K} edge types but the batch carries {batch.edge_types if batch.edge_types > 1 else 'no'}"
+            " typed adjacency; a directed model needs the batches of a directed shard set (--directed)"
+        )
+    if batch.dense:
+        B, _, Lc, _ = batch.adj_typed.shape
+        a = batch.adj_typed.to(w0_typed.dtype)
+        out = torch.einsum("bkij,kjd->bid", a, w0_typed[:, :Lc]).reshape(B * Lc, d)  # row i: Σ_k A_k[i, :] W_k
+        return out[_dense_rows(batch)]
+    rows = batch.typed_kind * n + batch.local_id[batch.typed_src]
+    return w0_typed.new_zeros(batch.num_tokens, d).index_add_(0, batch.typed_dst, w0_typed.reshape(K * n, d)[rows])
 
 
 class Propagation:
