@@ -45,7 +45,10 @@ def resolve_protocols(config: PreprocessConfig, dataset) -> list[str]:
         raise ConfigError(
             f"--protocol: {dataset.name} has no {','.join(missing)} negatives (available: {','.join(have) or 'none'})"
         )
-    return list(config.candidates.protocols)
+    asked = list(config.candidates.protocols)
+    if "reverse" in have and "reverse" not in asked:  # a directed set always ranks its edges against their reverse
+        asked.append("reverse")
+    return asked
 
 
 def candidate_sets(config: PreprocessConfig, dataset, protocols: list[str]) -> list[CandidateSet]:

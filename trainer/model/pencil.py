@@ -59,7 +59,7 @@ class ModelConfig:
     # on the attention probabilities; None: `dropout` (BERT's one value). On CPU the attention with it costs 1.8x
     # the one without at 40 tokens a sample, 4.3-5.1x at 220 (docs/benchmarks/2026-11-29-cpu-epoch.md)
     attention_dropout: float | None = None
-    # K typed adjacency blocks of W0 (docs/design.md#direction): 1 = the undirected adjacency row as published;
+    # K typed adjacency blocks of W0 (docs/own-graph.md#directed-graphs): 1 = the undirected adjacency row as published;
     # 2 = a directed set's out- and in-neighbours apart (model_for_shards sets it from the manifest)
     edge_types: int = 1
 
