@@ -165,7 +165,7 @@ def offline_cost(checkpoint: str, spec: str, nodes: np.ndarray, block: int | Non
     import torch
 
     from common import snapshot
-    from common.retrieval import retrieve
+    from common.retrieval import EVERY_NODE, retrieve
     from pipelines.core.runs import load_run
     from pipelines.recommend.engine import RecConfig, finish_block, prepare_block, sampler_for, scorer_for
 
@@ -180,7 +180,7 @@ def offline_cost(checkpoint: str, spec: str, nodes: np.ndarray, block: int | Non
     pairs = 0
     for first, b in ((True, 0), *((False, b) for b in range(0, len(nodes), step))):
         queries = nodes[:2] if first else nodes[b : b + step]  # first: compile the sampler, warm up
-        prep = prepare_block(b, queries, graph, None, cfg, sampler)  # the job's step; its two parts timed alone:
+        prep = prepare_block(b, queries, graph, EVERY_NODE, cfg, sampler)  # the job's step; its two parts timed alone:
         t0 = time.perf_counter()
         retrieve(graph, queries, cfg.retriever, cfg.pool)
         t1 = time.perf_counter()

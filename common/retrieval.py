@@ -132,17 +132,22 @@ class Allowed:
 
     side: np.ndarray | None = None
     candidates: np.ndarray | None = None
+    # the links that may not be proposed, query -> candidate, as an object with has_edge(u, v) (a directed run's
+    # out-edges, or in-edges for in-links: common.graph.DiGraph); None: the retrieval graph's own edges
+    known: object | None = None
 
 
 EVERY_NODE = Allowed()  # no restriction: every node may be proposed
 
 
-def _allowed(graph: Graph, queries: np.ndarray, row: np.ndarray, col: np.ndarray, side, candidates=None) -> np.ndarray:
-    """Mask of entries (queries[row], col) that may be proposed: not the query, not a neighbour,
+def _allowed(
+    graph: Graph, queries: np.ndarray, row: np.ndarray, col: np.ndarray, side, candidates=None, known=None
+) -> np.ndarray:
+    """Mask of entries (queries[row], col) that may be proposed: not the query, not a neighbour (an edge of `known`),
     across the sides on a bipartite graph, among `candidates` when given, and a positive score (checked by the
     caller)."""
     u = queries[row]
-    ok = (col != u) & ~graph.has_edge(u, col)
+    ok = (col != u) & ~(graph if known is None else known).has_edge(u, col)
     if side is not None:
         ok &= side[col] != side[u]
     if candidates is not None:
@@ -173,10 +178,10 @@ def overlap_scores(
     return scores.tocoo()
 
 
-def _overlap_pool(graph, queries, method, pool, side, a, candidates=None):
+def _overlap_pool(graph, queries, method, pool, side, a, candidates=None, known=None):
     s = overlap_scores(graph, queries, method, bipartite=side is not None, a=a)
     row, col, val = s.row.astype(np.int64), s.col.astype(np.int64), s.data
-    ok = (val > 0) & _allowed(graph, queries, row, col, side, candidates)
+    ok = (val > 0) & _allowed(graph, queries, row, col, side, candidates, known)
     return top_per_row(row[ok], col[ok], val[ok], len(queries), pool)
 
 
@@ -227,10 +232,10 @@ def neighbour_entries(graph: Graph, queries: np.ndarray) -> tuple[np.ndarray, np
     return row, graph.indices[np.repeat(starts, lens) + offset].astype(np.int64)
 
 
-def _ppr_pool(graph, queries, pool, walk, tuning: Tuning, side, candidates=None):
+def _ppr_pool(graph, queries, pool, walk, tuning: Tuning, side, candidates=None, known=None):
     p = ppr_push(graph, queries, tuning.alpha, tuning.eps, walk).tocoo()
     row, col, val = p.row.astype(np.int64), p.col.astype(np.int64), p.data
-    ok = (val > 0) & _allowed(graph, queries, row, col, side, candidates)
+    ok = (val > 0) & _allowed(graph, queries, row, col, side, candidates, known)
     return top_per_row(row[ok], col[ok], val[ok], len(queries), pool)
 
 
@@ -264,7 +269,7 @@ def popularity(graph: Graph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _fill_from(
-    graph: Graph, pool: Pool, rows: np.ndarray, lists: np.ndarray, spans: tuple, side, candidates=None
+    graph: Graph, pool: Pool, rows: np.ndarray, lists: np.ndarray, spans: tuple, side, candidates=None, known=None
 ) -> None:
     """Append to each row in `rows` the first allowed nodes of lists[starts[i]:ends[i]], up to the pool;
     `spans`: (starts, ends)."""
@@ -273,7 +278,7 @@ def _fill_from(
     span = np.minimum(ends - starts, need + graph.degree[pool.queries[rows]] + pool.count[rows] + 1)
     row = np.repeat(rows, span)
     col = lists[np.repeat(starts, span) + np.arange(span.sum()) - np.repeat(np.cumsum(span) - span, span)]
-    ok = _allowed(graph, pool.queries, row, col, side, candidates)
+    ok = _allowed(graph, pool.queries, row, col, side, candidates, known)
     n = graph.num_nodes
     taken = np.flatnonzero(pool.cand.ravel() >= 0)
     ok &= ~np.isin(row * n + col, (taken // pool.cand.shape[1]) * n + pool.cand.ravel()[taken])
@@ -286,7 +291,7 @@ def _fill_from(
     pool.count += np.bincount(row, minlength=len(pool.count))
 
 
-def fill_by_popularity(graph: Graph, pool: Pool, side=None, candidates=None) -> Pool:
+def fill_by_popularity(graph: Graph, pool: Pool, side=None, candidates=None, known=None) -> Pool:
     """Top up short rows of `pool` in place: the query's component by popularity, then the whole graph; only
     `candidates` (a node mask) when given."""
     comp, order, start = popularity(graph)
@@ -299,12 +304,12 @@ def fill_by_popularity(graph: Graph, pool: Pool, side=None, candidates=None) -> 
             break
         if local:
             c = comp[pool.queries[rows]]
-            _fill_from(graph, pool, rows, order, (start[c], start[c + 1]), side, candidates)
+            _fill_from(graph, pool, rows, order, (start[c], start[c + 1]), side, candidates, known)
         else:
             glob = np.argsort(-graph.degree, kind="stable")
             glob = glob if candidates is None else glob[candidates[glob]]
             spans = (np.zeros(len(rows), np.int64), np.full(len(rows), len(glob)))
-            _fill_from(graph, pool, rows, glob, spans, side, candidates)
+            _fill_from(graph, pool, rows, glob, spans, side, candidates, known)
     return pool
 
 
@@ -333,7 +338,7 @@ def retrieve(
         raise RetrievalError(f"--retriever: unknown retriever '{method}'; use one of {', '.join(RETRIEVERS)}")
     if pool < 1:
         raise RetrievalError(f"--pool: must be >= 1, got {pool}")
-    side, candidates = allowed.side, allowed.candidates
+    side, candidates, known = allowed.side, allowed.candidates, allowed.known
     q = check_queries(graph, queries)
     if side is not None:
         side = np.asarray(side, dtype=bool)
@@ -350,15 +355,15 @@ def retrieve(
     for lo in range(0, len(q), step):
         b = q[lo : lo + step]
         if method in ("ra", "aa"):
-            parts.append(_overlap_pool(graph, b, method, pool, side, a, candidates))
+            parts.append(_overlap_pool(graph, b, method, pool, side, a, candidates, known))
         elif method == "ppr":
-            parts.append(_ppr_pool(graph, b, pool, walk, tuning, side, candidates))
+            parts.append(_ppr_pool(graph, b, pool, walk, tuning, side, candidates, known))
         else:
             parts.append(
                 _fuse(
                     [
-                        _overlap_pool(graph, b, "ra", pool, side, a, candidates),
-                        _ppr_pool(graph, b, pool, walk, tuning, side, candidates),
+                        _overlap_pool(graph, b, "ra", pool, side, a, candidates, known),
+                        _ppr_pool(graph, b, pool, walk, tuning, side, candidates, known),
                     ],
                     len(b),
                     pool,
@@ -368,7 +373,7 @@ def retrieve(
         return Pool(q, np.zeros((0, pool), np.int64), np.zeros((0, pool)), np.zeros(0, np.int64))
     cand, score, count = (np.concatenate(x) for x in zip(*parts))
     out = Pool(q, cand, score, count)
-    return fill_by_popularity(graph, out, side, candidates) if fill else out
+    return fill_by_popularity(graph, out, side, candidates, known) if fill else out
 
 
 __all__ = [

@@ -53,6 +53,7 @@ from pipelines.core.runs import (
     run_inputs,
     run_manifest,
 )
+from pipelines.recommend.direction import DirectionError, check_model_direction, run_digraph
 from preprocess.sampler import Scratch, sample_subgraphs
 from trainer.scoring import PairSampler, PairScorer, default_device, score_columns
 
@@ -178,12 +179,13 @@ class Scoring:
     token_budget: int | None = None
 
 
-def pair_scorer(model: Pencil, graph, how: Scoring, device: torch.device) -> PairScorer:
-    """The scoring engine (trainer/scoring.py) on `graph`, sampling with the evaluation sampler."""
+def pair_scorer(model: Pencil, graph, how: Scoring, device: torch.device, digraph=None) -> PairScorer:
+    """The scoring engine (trainer/scoring.py) on `graph`, sampling with the evaluation sampler; `digraph`: a
+    directed run's ordered edges, which its model reads (None: undirected)."""
     sample = functools.partial(sample_subgraphs, scratch=Scratch(graph.indptr))  # work arrays allocated once
     return PairScorer(
         model,
-        PairSampler(graph.indptr, graph.indices, how.sampling, sample, how.seed),
+        PairSampler(graph.indptr, graph.indices, how.sampling, sample, how.seed, out_graph=digraph),
         how.n_max,
         orderings=how.orderings,
         token_budget=how.token_budget,
@@ -192,14 +194,18 @@ def pair_scorer(model: Pencil, graph, how: Scoring, device: torch.device) -> Pai
     )
 
 
-def score_pairs(model: Pencil, graph, pairs: np.ndarray, how: Scoring, device: torch.device) -> np.ndarray:
-    """(orderings, P) logits: each ordering samples every pair's subgraph afresh with its own seed."""
-    return pair_scorer(model, graph, how, device).logits(pairs)
+def score_pairs(
+    model: Pencil, graph, pairs: np.ndarray, how: Scoring, device: torch.device, digraph=None
+) -> np.ndarray:
+    """(orderings, P) logits: each ordering samples every pair's subgraph afresh with its own seed. A directed
+    run's pair (u, v) is scored as u -> v: (v, u) is another pair."""
+    return pair_scorer(model, graph, how, device, digraph).logits(pairs)
 
 
 def note_known_edges(graph, pairs: np.ndarray, user: np.ndarray) -> int:
-    """Say how many pairs are edges of the graph sampled on: the edge itself is hidden from the model, but
-    each endpoint sits in the other's sampled neighbourhood, so such a score is not that of a new link."""
+    """Say how many pairs are edges of the graph sampled on (a directed run's: edges in the pair's own direction,
+    `graph` its DiGraph): the edge itself is hidden from the model, but each endpoint sits in the other's sampled
+    neighbourhood, so such a score is not that of a new link."""
     known = np.flatnonzero(graph.has_edge(pairs[:, 0], pairs[:, 1])) if len(pairs) else np.zeros(0, np.int64)
     if known.size:
         log.warning(
@@ -281,11 +287,16 @@ def score_file(cfg: ScoreConfig) -> int:
         graph, node_ids = snapshot.graph_for(cfg.graph, dataset)  # a snapshot's new nodes extend the ids
         check_node_features(reads_features(ckpt, manifest), manifest.num_nodes, graph, node_ids, f"--graph {cfg.graph}")
         pairs, user = read_pairs(cfg.pairs, graph.num_nodes, node_ids if on_file else load_node_ids(manifest))
+        digraph = run_digraph(dataset, cfg.graph, graph)  # a directed run's (its set's manifest says): u -> v
     except (ScoreError, RunFolderError, DatasetError, OutputError) as err:
         raise FlagError(str(err)) from None
     device = default_device(cfg.device)
     n_max = manifest.n_max
     model = load_model(ckpt, manifest, device)
+    try:
+        check_model_direction(model, digraph, f"--checkpoint {cfg.checkpoint}")
+    except DirectionError as err:
+        raise FlagError(str(err)) from None
     sampling = (pre["sampling"]["d"], pre["sampling"]["n"])
     log.info(
         "scoring %d pairs of %s with sampling %s, %d ordering(s), on %s",
@@ -295,9 +306,9 @@ def score_file(cfg: ScoreConfig) -> int:
         cfg.orderings,
         device,
     )
-    note_known_edges(graph, pairs, user)
+    note_known_edges(graph if digraph is None else digraph, pairs, user)
     how = Scoring(sampling, n_max, cfg.seed, cfg.orderings, cfg.batch_size)
-    logits = score_pairs(model, graph, pairs, how, device)
+    logits = score_pairs(model, graph, pairs, how, device, digraph)
     write_scores(cfg.out, user, logits, stamp_metadata("score", manifest.fingerprint))
     log.info("wrote %s", cfg.out)
     return 0

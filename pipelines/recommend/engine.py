@@ -20,6 +20,7 @@ import torch
 
 from common.flags import add_device_flag
 from common.retrieval import EVERY_NODE, RETRIEVERS, Allowed, retrieve, rounded
+from pipelines.recommend.direction import ordered
 from preprocess.sampler import Scratch, sample_subgraphs
 from trainer.scoring import PairSampler, PairScorer
 
@@ -50,6 +51,7 @@ class RecConfig:
     token_budget: int | None = None
     batch_size: int = 4096
     prior_weight: float = DEFAULT_PRIOR_WEIGHT
+    direction: str | None = None  # a directed run's: "out" (node -> candidate) or "in"; None: undirected
 
     @classmethod
     def from_args(cls, args, k: int | None = None) -> "RecConfig":
@@ -93,7 +95,8 @@ class RecConfig:
 
     def fingerprint(self, *parts: str) -> str:
         """What a part file's content depends on (resuming with anything else changed is refused)."""
-        h = hashlib.sha256(json.dumps(asdict(self), sort_keys=True, default=list).encode())
+        fields = {k: v for k, v in asdict(self).items() if k != "direction" or v is not None}  # undirected: as before
+        h = hashlib.sha256(json.dumps(fields, sort_keys=True, default=list).encode())
         for p in parts:
             h.update(p.encode())
         return h.hexdigest()[:16]
@@ -139,15 +142,16 @@ def add_engine_flags(p) -> None:
     )
 
 
-def sampler_for(graph, cfg: RecConfig) -> PairSampler:
+def sampler_for(graph, cfg: RecConfig, digraph=None) -> PairSampler:
+    """`digraph`: a directed run's ordered edges (common.graph.DiGraph), which its model reads; None: undirected."""
     sample = functools.partial(sample_subgraphs, scratch=Scratch(graph.indptr))
-    return PairSampler(graph.indptr, graph.indices, cfg.sampling, sample, cfg.seed)
+    return PairSampler(graph.indptr, graph.indices, cfg.sampling, sample, cfg.seed, out_graph=digraph)
 
 
-def scorer_for(model, graph, cfg: RecConfig, device: torch.device) -> PairScorer:
+def scorer_for(model, graph, cfg: RecConfig, device: torch.device, digraph=None) -> PairScorer:
     return PairScorer(
         model,
-        sampler_for(graph, cfg),
+        sampler_for(graph, cfg, digraph),
         cfg.n_max,
         orderings=cfg.orderings,
         token_budget=cfg.token_budget,
@@ -170,19 +174,14 @@ class Prepared:
 
 
 def prepare_block(
-    block_id: int,
-    queries: np.ndarray,
-    graph,
-    side,
-    cfg: RecConfig,
-    sampler: PairSampler,
-    candidates: np.ndarray | None = None,
+    block_id: int, queries: np.ndarray, graph, allowed: Allowed, cfg: RecConfig, sampler: PairSampler
 ) -> Prepared:
-    """`candidates`: the nodes that may be proposed (None: every node; common.retrieval.retrieve)."""
-    pool = retrieve(graph, queries, cfg.retriever, cfg.pool, allowed=Allowed(side, candidates), fill=True)
+    """`allowed`: the nodes that may be proposed and the links never repeated (common.retrieval.retrieve); a
+    directed run's pairs are scored in cfg.direction's order (node -> candidate, or candidate -> node)."""
+    pool = retrieve(graph, queries, cfg.retriever, cfg.pool, allowed=allowed, fill=True)
     node, cand, retr = pool.pairs()
     prior = rank_prior(pool.score)[pool.cand >= 0]  # row-major, as pairs()
-    pairs = np.stack([node, cand], axis=1)
+    pairs = ordered(node, cand, cfg.direction)
     sampled = [list(sampler.blocks(pairs, k)) for k in range(cfg.orderings)]
     return Prepared(block_id, queries, node, cand, retr, prior, sampled)
 
@@ -243,7 +242,7 @@ def finish_block(prep: Prepared, logits: np.ndarray, cfg: RecConfig) -> pa.Table
 def run_block(block_id, queries, graph, cfg, sampler, scorer, allowed: Allowed = EVERY_NODE) -> tuple[pa.Table, int]:
     """Single-process path: one block end to end; returns (top-k table, pairs scored). `allowed`: which nodes may
     be proposed."""
-    prep = prepare_block(block_id, np.sort(queries), graph, allowed.side, cfg, sampler, allowed.candidates)
+    prep = prepare_block(block_id, np.sort(queries), graph, allowed, cfg, sampler)
     logits = scorer.score_blocks(prep.sampled, len(prep.node))
     return finish_block(prep, logits, cfg), len(prep.node)
 

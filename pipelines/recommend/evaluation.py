@@ -87,16 +87,18 @@ def full_ranking(
 ) -> dict:
     """Metrics of the retriever alone and (with a scorer) of PENCIL re-ranking its pool. `allowed.candidates`: the
     nodes that compete with a target (None: every node; under a temporal split, those that exist by the
-    boundary)."""
-    side, candidates = allowed.side, allowed.candidates
+    boundary); `allowed.known`: a directed run's out-edges (u's out-links are excluded, its in-links compete, and
+    only u's own known positives u -> x are filtered)."""
+    side, candidates, directed = allowed.side, allowed.candidates, allowed.known
     u, v = positives[:, 0].astype(np.int64), positives[:, 1].astype(np.int64)
     queries = np.unique(u)
-    pool = retrieve(graph, queries, cfg.retriever, cfg.pool, allowed=Allowed(side, candidates), fill=True)
+    pool = retrieve(graph, queries, cfg.retriever, cfg.pool, allowed=Allowed(side, candidates, directed), fill=True)
     row = np.searchsorted(queries, u)
     cand = pool.cand[row]  # (P, M)
     n = graph.num_nodes
     # filtered: u's other known positives are not competitors
-    known_keys = np.unique(np.concatenate([known[:, 0] * n + known[:, 1], known[:, 1] * n + known[:, 0]]))
+    both = known if directed is not None else np.concatenate([known, known[:, ::-1]])  # directed: u -> x only
+    known_keys = np.unique(both[:, 0] * n + both[:, 1])
     keys = u[:, None] * n + np.maximum(cand, 0)
     other = np.isin(keys, known_keys) & (cand != v[:, None])
     valid = (cand >= 0) & ~other
@@ -109,14 +111,15 @@ def full_ranking(
     if candidates is not None:
         exists[:] = False
         exists[candidates] = True
-    pk = np.unique(np.concatenate([known, known[:, ::-1]]).astype(np.int64), axis=0)
-    pk = pk[~graph.has_edge(pk[:, 0], pk[:, 1]) & exists[pk[:, 1]]]
+    linked = graph if directed is None else directed  # the links u already has (directed: its out-links)
+    pk = np.unique(both.astype(np.int64), axis=0)
+    pk = pk[~linked.has_edge(pk[:, 0], pk[:, 1]) & exists[pk[:, 1]]]
     partners = np.bincount(pk[:, 0], minlength=n)[u]
     if side is None:
         kind = exists.sum() - exists[u]
     else:
         kind = np.where(side[u], (~side & exists).sum(), (side & exists).sum())
-    rankable = np.maximum(kind - graph.degree[u] - partners + 1, 1)
+    rankable = np.maximum(kind - linked.degree[u] - partners + 1, 1)
     size = valid.sum(1)
     outside = size + (rankable - size + 1) / 2.0
     result = {
@@ -331,10 +334,11 @@ def evaluate_run(run: EvaluateConfig) -> int:
     report = {"dataset": dataset.name, "run": run.run, "splits": {}, **stamp("evaluate", fingerprint)}
     for split in run.splits:
         graph = dataset.graph_for(split)
-        scorer = scorer_for(model, graph, cfg, device)
+        scorer = scorer_for(model, graph, cfg, device, dataset.out_graph_for(split))  # a directed run's model reads it
         every = np.asarray(dataset.splits[split].pos, dtype=np.int64)
         positives = sample_positives(every, run.sample_positives, run.sample_seed)  # known stays whole: the filter
-        allowed = Allowed(candidates=dataset.active_nodes(split))
+        # a directed run ranks each positive u -> v among u's out-links (direction from the run's dataset)
+        allowed = Allowed(candidates=dataset.active_nodes(split), known=dataset.out_graph_for(split))
         res = full_ranking(graph, positives, known, cfg, scorer, allowed, sweep=split == "valid")
         if run.sample_positives is not None:
             res["sample"] = {

@@ -46,6 +46,14 @@ from pipelines.core.runs import (
     run_dataset,
     run_inputs,
 )
+from pipelines.recommend.direction import (
+    DirectionError,
+    add_direction_flag,
+    check_model_direction,
+    known_links,
+    resolve_direction,
+    run_digraph,
+)
 from pipelines.recommend.engine import (
     COLUMNS,
     RecConfig,
@@ -83,6 +91,7 @@ def build_parser(prog: str = PROG) -> Parser:
         "the default, so no recommendation is an edge you have), train/valid/test (a split's graph) or "
         "today's graph as an edge list (.csv, .tsv, .parquet; src,dst in the run's ids)",
     )
+    add_direction_flag(p)
     add_moved_dataset_flag(p)
     p.add_argument(
         "--bipartite",
@@ -110,6 +119,7 @@ class RecommendConfig:
     graph: str = snapshot.WHOLE
     moved: MovedDataset = field(default_factory=MovedDataset)
     bipartite: bool = False
+    direction: str | None = None  # --direction: None = out-links on a directed run (and nothing asked otherwise)
     ray: bool = False
     num_cpus: int | None = None
     progress: bool = True
@@ -126,6 +136,7 @@ class RecommendConfig:
             args.graph,
             MovedDataset.from_args(args),
             args.bipartite,
+            args.direction,
             args.ray,
             args.num_cpus,
             not args.no_progress,
@@ -260,17 +271,22 @@ def recommend(job: RecommendConfig) -> int:
     check_node_features(model.cfg.num_features > 0, manifest.num_nodes, graph, node_ids, f"--graph {job.graph}")
     candidates = split_candidates(dataset, job.graph)
     side = side_flags(job, dataset, graph.num_nodes, manifest.config["dataset"], node_ids)
+    digraph = run_digraph(dataset, job.graph, graph)
+    check_model_direction(model, digraph, job.checkpoint)
+    direction = resolve_direction(job.direction, digraph, f"run {job.checkpoint}")
     queries = (
         np.arange(graph.num_nodes, dtype=np.int64)
         if job.nodes is None
         else read_nodes(job.nodes, graph.num_nodes, node_ids)
     )
-    cfg = replace(job.engine, **fields)  # the run's sampling
+    cfg = replace(job.engine, **fields, direction=direction)  # the run's sampling, and a directed run's direction
     blocks = [queries[i : i + cfg.block_nodes] for i in range(0, len(queries), cfg.block_nodes)]
     nodes_key = hashlib.sha256(queries.tobytes()).hexdigest()[:16]
     with locked(parts_dir(out), "recommendation job", "--out"):  # one job per --out: parts are not shared
-        folder = open_parts(out, cfg.fingerprint(digest, graph.fingerprint(), nodes_key, str(job.bipartite)))
-        work = BlockWork(graph, Allowed(side, candidates), cfg, queries, blocks, node_ids)
+        graph_key = graph.fingerprint() + (digraph.fingerprint() if digraph is not None else "")  # its direction too
+        folder = open_parts(out, cfg.fingerprint(digest, graph_key, nodes_key, str(job.bipartite)))
+        allowed = Allowed(side, candidates, known_links(digraph, direction))
+        work = BlockWork(graph, allowed, cfg, queries, blocks, node_ids, digraph)
         return _run_blocks(job, work, model, device, out, folder, stamp_metadata("recommend", manifest.fingerprint))
 
 
@@ -298,6 +314,7 @@ class BlockWork:
     queries: np.ndarray
     blocks: list
     node_ids: np.ndarray | None = None
+    digraph: object = None  # a directed run's ordered edges (common.graph.DiGraph), which its model reads
 
 
 def _run_blocks(job: RecommendConfig, work: BlockWork, model, device, out: Path, folder: Path, metadata: dict) -> int:
@@ -329,7 +346,7 @@ def _run_blocks(job: RecommendConfig, work: BlockWork, model, device, out: Path,
         ckpt = str(resolve_checkpoint(job.checkpoint).resolve())  # absolute: the actors run in folders of their own
         run_on_ray(ckpt, work, todo, done, job.num_cpus, device.type, job.moved.shards)
     else:
-        sampler, scorer = sampler_for(graph, cfg), scorer_for(model, graph, cfg, device)
+        sampler, scorer = sampler_for(graph, cfg), scorer_for(model, graph, cfg, device, work.digraph)
         for b in todo:
             table, pairs = run_block(b, blocks[b], graph, cfg, sampler, scorer, work.allowed)
             done(b, table, pairs)
@@ -354,5 +371,13 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 def run_job(job: RecommendConfig) -> int:
     try:
         return recommend(job)
-    except (RecommendError, RunFolderError, RetrievalError, DatasetError, OutputError, RayConnectError) as err:
+    except (
+        RecommendError,
+        RunFolderError,
+        RetrievalError,
+        DatasetError,
+        OutputError,
+        RayConnectError,
+        DirectionError,
+    ) as err:
         raise FlagError(str(err)) from None

@@ -19,14 +19,14 @@ from pipelines.recommend.engine import RecConfig, finish_block, prepare_block, s
 log = logging.getLogger("pipelines.recommend")
 
 
-def _prepare(graph, side, cfg: RecConfig, block_id: int, queries: np.ndarray, candidates=None):
-    return prepare_block(block_id, np.sort(queries), graph, side, cfg, sampler_for(graph, cfg), candidates)
+def _prepare(graph, allowed, cfg: RecConfig, block_id: int, queries: np.ndarray):
+    return prepare_block(block_id, np.sort(queries), graph, allowed, cfg, sampler_for(graph, cfg))
 
 
 class BlockScorer:
     """Actor: loads the run once, scores prepared blocks, returns (block_id, top-k table, pairs)."""
 
-    def __init__(self, checkpoint: str, graph, cfg: RecConfig, device: str, shards: str | None = None):
+    def __init__(self, checkpoint: str, graph, cfg: RecConfig, device: str, shards: str | None = None, digraph=None):
         import torch
 
         from pipelines.core.runs import load_run_model
@@ -35,7 +35,7 @@ class BlockScorer:
         dev = torch.device(device if device != "cuda" or torch.cuda.is_available() else "cpu")
         model, _, _, _ = load_run_model(checkpoint, dev, shards=shards)  # the model only: the graph is the driver's
         self.cfg = cfg
-        self.scorer = scorer_for(model, graph, cfg, dev)
+        self.scorer = scorer_for(model, graph, cfg, dev, digraph)  # a directed run's model reads its directions
 
     def score(self, prep):
         logits = self.scorer.score_blocks(prep.sampled, len(prep.node))
@@ -89,17 +89,19 @@ def run_on_ray(checkpoint: str, work, todo: list, done, num_cpus, device: str, s
             actors,
             "GPUs" if gpus else "CPUs",
         )
-        graph_ref, side_ref, cand_ref = ray.put(graph), ray.put(work.allowed.side), ray.put(work.allowed.candidates)
+        graph_ref, allowed_ref = ray.put(graph), ray.put(work.allowed)  # a directed run's known links ride along
         prepare = ray.remote(num_cpus=1)(_prepare)
         pool = [
-            ray.remote(**opts)(BlockScorer).remote(checkpoint, graph_ref, cfg, "cuda" if gpus else "cpu", shards)
+            ray.remote(**opts)(BlockScorer).remote(
+                checkpoint, graph_ref, cfg, "cuda" if gpus else "cpu", shards, work.digraph
+            )
             for _ in range(actors)
         ]
         pending, queue, turn = [], list(todo), 0
         while queue or pending:
             while queue and len(pending) < 2 * actors:  # bounded: 2 blocks per actor in flight
                 b = queue.pop(0)
-                prep = prepare.remote(graph_ref, side_ref, cfg, b, blocks[b], cand_ref)
+                prep = prepare.remote(graph_ref, allowed_ref, cfg, b, blocks[b])
                 pending.append(pool[turn % actors].score.remote(prep))
                 turn += 1
             ready, pending = ray.wait(pending, num_returns=1)

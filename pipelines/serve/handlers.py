@@ -17,7 +17,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from common.retrieval import RETRIEVERS
+from common.retrieval import RETRIEVERS, Allowed
+from pipelines.recommend.direction import DIRECTIONS, check_model_direction, known_links
 from pipelines.recommend.engine import RecConfig, finish_block, prepare_block, sampler_for, scorer_for
 from pipelines.serve.state import GraphState, ServeError, shown
 from trainer.scoring import score_columns
@@ -140,15 +141,16 @@ def _int_param(params, name: str, default: int, top: int) -> int:
 
 
 def recommend_query(node: str, params, defaults: RecConfig, limits: Limits) -> RecQuery:
-    """GET /recommend/{node}?k=&pool=&retriever= -> a query; the defaults are `pencil recommend`'s. A parameter
-    given twice is refused: which of its values counts would be a guess."""
+    """GET /recommend/{node}?k=&pool=&retriever=&direction= -> a query; the defaults are `pencil recommend`'s
+    (direction: a directed run's out-links; an undirected run takes none). A parameter given twice is refused:
+    which of its values counts would be a guess."""
     names = [name for name, _ in (params.multi_items() if hasattr(params, "multi_items") else params.items())]
     twice = next((name for name in names if names.count(name) > 1), None)
     if twice is not None:
         raise ServeError(400, f"query parameter {shown(twice)} given {names.count(twice)} times; give it once")
-    extra = sorted(set(params) - {"k", "pool", "retriever"})
+    extra = sorted(set(params) - {"k", "pool", "retriever", "direction"})
     if extra:
-        raise ServeError(400, f"unknown query parameter {shown(extra[0])}; use k, pool and retriever")
+        raise ServeError(400, f"unknown query parameter {shown(extra[0])}; use k, pool, retriever and direction")
     k = _int_param(params, "k", defaults.k, limits.max_k)
     pool = _int_param(params, "pool", defaults.pool, limits.max_pool)
     retriever = params.get("retriever", defaults.retriever)
@@ -156,7 +158,21 @@ def recommend_query(node: str, params, defaults: RecConfig, limits: Limits) -> R
         raise ServeError(400, f"retriever={shown(retriever)}: unknown; use one of {', '.join(RETRIEVERS)}")
     if pool < k:
         raise ServeError(400, f"pool={pool} is smaller than k={k}; the pool must hold at least k candidates")
-    return RecQuery(node, replace(defaults, k=k, pool=pool, retriever=retriever))
+    return RecQuery(
+        node, replace(defaults, k=k, pool=pool, retriever=retriever, direction=_direction(params, defaults))
+    )
+
+
+def _direction(params, defaults: RecConfig) -> str | None:
+    """direction=out|in of a directed service (its default: out); any on an undirected one is a 400."""
+    raw = params.get("direction")
+    if raw is None:
+        return defaults.direction
+    if defaults.direction is None:
+        raise ServeError(400, f"direction={shown(raw)}: this service's run is undirected (its links have no direction)")
+    if raw not in DIRECTIONS:
+        raise ServeError(400, f"direction={shown(raw)}: use out (node -> candidate) or in (candidate -> node)")
+    return raw
 
 
 def score_body(body, limits: Limits) -> list:
@@ -190,7 +206,9 @@ class Engine:
     """The model on one replica's copy of the serving graph; `apply` brings the graph up to the log."""
 
     def __init__(self, model, state: GraphState, cfg: RecConfig, device):
-        self.model, self.state, self.cfg, self.device = model, state, cfg, device
+        check_model_direction(model, state.digraph, "the served run")  # its model reads directions iff its set has
+        direction = (cfg.direction or "out") if state.digraph is not None else None  # a directed run: out-links
+        self.model, self.state, self.cfg, self.device = model, state, replace(cfg, direction=direction), device
         self._rebuild()
 
     def _rebuild(self) -> None:
@@ -200,7 +218,7 @@ class Engine:
 
             self.model.attach_features(torch.from_numpy(graph.x))
         self.sampler = sampler_for(graph, self.cfg)
-        self.scorer = scorer_for(self.model, graph, self.cfg, self.device)
+        self.scorer = scorer_for(self.model, graph, self.cfg, self.device, self.state.digraph)  # directed: read
 
     def apply(self, records: list) -> None:
         if self.state.apply(records):
@@ -224,7 +242,8 @@ class Engine:
         scored = 0
         for cfg, items in groups.items():
             nodes = np.unique([idx for _, idx in items])
-            prep = prepare_block(0, nodes, self.state.graph, None, cfg, self.sampler)
+            allowed = Allowed(known=known_links(self.state.digraph, cfg.direction))  # never a link that exists
+            prep = prepare_block(0, nodes, self.state.graph, allowed, cfg, self.sampler)
             logits = self.scorer.score_blocks(prep.sampled, len(prep.node))
             table = finish_block(prep, logits, cfg)
             scored += len(prep.node)
@@ -291,5 +310,11 @@ class Engine:
         return idx
 
     def neighbors(self, node: str) -> dict:
-        idx = self.state.ids.index(node)
-        return {"node": self.state.ids.user(idx), "neighbors": self.state.ids.users(self.state.graph.neighbors(idx))}
+        """A node's neighbours either way; a directed run's also apart, `out` (node -> v) and `in` (u -> node)."""
+        idx, ids, digraph = self.state.ids.index(node), self.state.ids, self.state.digraph
+        out = {"node": ids.user(idx), "neighbors": ids.users(self.state.graph.neighbors(idx))}
+        if digraph is not None:
+            heads = digraph.indices[digraph.indptr[idx] : digraph.indptr[idx + 1]]
+            tails = np.searchsorted(digraph.indptr, np.flatnonzero(digraph.indices == idx), side="right") - 1
+            out.update({"out": ids.users(heads), "in": ids.users(tails)})
+        return out

@@ -28,7 +28,8 @@ import re
 import numpy as np
 
 from common import snapshot
-from common.graph import Graph
+from common.graph import DiGraph, Graph
+from pipelines.recommend.direction import run_digraph
 
 RECORD_KEYS = ("add", "remove")
 FEATURES_KEY = "features"
@@ -170,9 +171,10 @@ class GraphState:
     """A graph, its live ids and the sequence number of the last edit applied to it. `graph.x`: the node features
     of a model that reads them (every node has its row), else None."""
 
-    def __init__(self, graph: Graph, base_ids: np.ndarray | None, max_new_nodes: int):
+    def __init__(self, graph: Graph, base_ids: np.ndarray | None, max_new_nodes: int, digraph: DiGraph | None = None):
         self.graph, self.ids, self.seq = graph, LiveIds(base_ids, graph.num_nodes), 0
-        self.base_fingerprint = graph.fingerprint()
+        self.digraph = digraph  # a directed run's ordered edges (graph is their union, what the sampler walks)
+        self.base_fingerprint = graph.fingerprint() + ("" if digraph is None else f"-directed-{digraph.fingerprint()}")
         self.max_new_nodes = int(max_new_nodes)
         self.dropped = 0  # entries of the log that this version refuses, dropped at replay
         self.feature_bound = None
@@ -299,12 +301,10 @@ class GraphState:
             given, before = self._logged_rows(r.get(FEATURES_KEY, [])), self.ids.num_nodes
             for u, v in r["add"]:
                 if self._replayable(u, v, given):
-                    a, b = self.ids.assign(u), self.ids.assign(v)
-                    final[(min(a, b), max(a, b))] = True
+                    final[self._key(self.ids.assign(u), self.ids.assign(v))] = True
             for u, v in r["remove"]:
                 if self._replayable(u, v, None):
-                    a, b = self.ids.find(u), self.ids.find(v)
-                    final[(min(a, b), max(a, b))] = False
+                    final[self._key(self.ids.find(u), self.ids.find(v))] = False
             found = {node: self.ids.find(node) for node in given}  # the rows of the nodes this edit created
             rows.update({i: given[node] for node, i in found.items() if i is not None and i >= before})
             self.seq = r["seq"]
@@ -313,8 +313,23 @@ class GraphState:
         new_x = None
         if self.graph.x is not None and self.ids.num_nodes > self.graph.num_nodes:  # every new node has its row
             new_x = np.array([rows[i] for i in range(self.graph.num_nodes, self.ids.num_nodes)], dtype=np.float32)
+        if self.digraph is not None:
+            add, remove = self._edit_directed(add, remove)
         self.graph = self.graph.edited(add, remove, self.ids.num_nodes, new_x=new_x)
         return True
+
+    def _key(self, a: int, b: int) -> tuple:
+        """An edge's key: (u, v) as given on a directed graph (u -> v is not v -> u), else (min, max)."""
+        return (a, b) if self.digraph is not None else (min(a, b), max(a, b))
+
+    def _edit_directed(self, add: np.ndarray, remove: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Apply ordered edits to the digraph; return the union's edits: an added u -> v adds the pair, a removed
+        one removes it only where v -> u is not an edge afterwards."""
+        n, e = self.ids.num_nodes, self.digraph.edge_array()
+        if len(remove):
+            e = e[~np.isin(e[:, 0] * n + e[:, 1], remove[:, 0] * n + remove[:, 1])]
+        self.digraph = DiGraph.from_edges(np.concatenate([e, add]), n)
+        return add, remove[~self.digraph.has_edge(remove[:, 1], remove[:, 0])]
 
     def _logged_rows(self, entries) -> dict:
         """A record's feature rows {id: row}, those this version refuses dropped (and counted)."""
@@ -343,6 +358,8 @@ class GraphState:
         return ok
 
     def summary(self) -> dict:
+        if self.digraph is not None:  # edges counted as the user gives them: u -> v and v -> u are two
+            return {"seq": self.seq, "nodes": self.graph.num_nodes, "edges": self.digraph.num_edges, "directed": True}
         return {"seq": self.seq, "nodes": self.graph.num_nodes, "edges": self.graph.num_edges}
 
 
@@ -352,6 +369,7 @@ def serving_state(dataset, spec: str, max_new_nodes: int, features: bool = False
     `features`: the model reads node features, so the graph holds the run's (a snapshot with new nodes is refused:
     pipelines.core.runs.check_node_features); else structure only."""
     graph, node_ids = snapshot.graph_for(spec, dataset)
+    digraph = run_digraph(dataset, spec, graph)
     if features:
         from pipelines.core.runs import check_node_features
 
@@ -359,7 +377,7 @@ def serving_state(dataset, spec: str, max_new_nodes: int, features: bool = False
         graph = Graph(graph.indptr, graph.indices, dataset.x)
     elif graph.x is not None:  # structure only: the model reads no features
         graph = Graph(graph.indptr, graph.indices)
-    state = GraphState(graph, node_ids, max_new_nodes)
+    state = GraphState(graph, node_ids, max_new_nodes, digraph)
     source = (
         f"{dataset.name}, every split's edges"
         if spec == snapshot.WHOLE
@@ -367,9 +385,10 @@ def serving_state(dataset, spec: str, max_new_nodes: int, features: bool = False
         if spec in snapshot.SPLIT_NAMES
         else str(spec)
     )
-    return state, {
+    described = {
         "fingerprint": state.base_fingerprint,
         "nodes": graph.num_nodes,
         "edges": graph.num_edges,
         "source": source,
     }
+    return state, described if digraph is None else {**described, "edges": digraph.num_edges, "directed": True}
