@@ -59,7 +59,7 @@ def build_parser(prog: str = PROG) -> Parser:
         "--heuristics",
         default=None,
         help=f"comma-separated subset of {','.join(ALL)}, or 'all' (default: the run report's: cn,aa,ra, the "
-        "weighted ones with a weight column, edgebank,rpa on a temporal split)",
+        "weighted ones with a weight column, edgebank,rpa on a temporal split, dcn,daa,dra,reverse when directed)",
     )
     p.add_argument("--split", default="test", choices=["valid", "test"], help="split to evaluate (default test)")
     p.add_argument(
