@@ -36,9 +36,22 @@ def test_a_cpu_trainer_trims_the_heap(tmp_path, monkeypatch):
 
 
 def test_a_loader_trims_before_its_workers_fork(tmp_path, monkeypatch):
-    """The training and the evaluation loader each trim once, before forking (no forward's trim is due)."""
+    """A CPU loader that forks its workers trims once, before forking; a CPU trainer runs them inline
+    (LoaderSettings.for_rank), so its loaders fork nothing and trim nothing (no forward's trim is due)."""
+    from common.manifest import read_manifest
+    from tests.test_trainer_data import cfg
+    from trainer.data import loaders
+
     shards = make_shard_set(tmp_path / "set", eval_links=12)
-    assert len(train_counting_trims(monkeypatch, shards, tmp_path / "run", growth=1 << 50, workers=1)) == 2
+    assert len(train_counting_trims(monkeypatch, shards, tmp_path / "run", growth=1 << 50, workers=1)) == 0
+    trims = []
+    monkeypatch.setattr(heap, "trim", lambda: trims.append(1) or True)
+    for inline, forks in ((True, 0), (False, 1)):
+        trims.clear()
+        s = loaders.LoaderSettings(cfg(num_workers=1), inline=inline)
+        assert list(loaders.train_loader(read_manifest(shards), 0, s)[0])
+        loaders.close_loaders()
+        assert len(trims) == forks
 
 
 def test_without_glibc_the_policy_is_a_no_op(tmp_path, monkeypatch):

@@ -38,11 +38,16 @@ class LoaderSettings:
     world_size: int = 1
     collate: Callable | None = None
     pin: bool = False
+    # run the --num-workers loader workers inside the trainer, merged as DataLoader merges its worker processes:
+    # the same batches in the same order. On a CPU the workers' share of the work is about 1 % and the cores are
+    # the trainers', while each forked worker holds ~100 MB of its own (docs/benchmarks/2026-12-05-dense-cost.md)
+    inline: bool = False
 
     @classmethod
     def for_rank(cls, data_cfg: DataConfig, info) -> "LoaderSettings":
-        """A trainer rank's settings (info: trainer.distributed.DistInfo)."""
-        return cls(data_cfg, info.rank, info.world_size, pin=info.device.type == "cuda")
+        """A trainer rank's settings (info: trainer.distributed.DistInfo): workers inline on a CPU."""
+        cpu = info.device.type == "cpu"
+        return cls(data_cfg, info.rank, info.world_size, pin=info.device.type == "cuda", inline=cpu)
 
 
 def _loader_key(manifest: Manifest, s: LoaderSettings) -> tuple:
@@ -58,7 +63,7 @@ def _loader_key(manifest: Manifest, s: LoaderSettings) -> tuple:
         d.orderings,
         d.distances,
     )
-    return (manifest.root, manifest.key, s.rank, s.world_size, fields, id(s.collate), s.pin)
+    return (manifest.root, manifest.key, s.rank, s.world_size, fields, id(s.collate), s.pin, s.inline)
 
 
 def _persistent(role: str, key: tuple, make: Callable[[], "Loader"]) -> "Loader":
@@ -124,7 +129,27 @@ class Loader:
             yield batch.unwrap() if isinstance(batch, WireBatch) else batch
 
 
-def _dataloader(dataset: IterableDataset, num_workers: int, pin: bool, prefetch: int) -> Loader:
+class Inline:
+    """`workers` loader workers run in this process: round robin from worker 0, an exhausted one skipped, as
+    DataLoader takes its worker processes' batches (each worker's stream is a pure function of its index)."""
+
+    def __init__(self, dataset: IterableDataset, workers: int):
+        self.dataset, self.workers = dataset, workers
+
+    def __iter__(self):
+        live, end = [self.dataset.worker_iter(w, self.workers) for w in range(self.workers)], object()
+        while live:
+            for it in list(live):
+                batch = next(it, end)
+                if batch is end:
+                    live.remove(it)
+                else:
+                    yield batch
+
+
+def _dataloader(dataset: IterableDataset, num_workers: int, pin: bool, prefetch: int, inline: bool = False) -> Loader:
+    if num_workers > 0 and inline:
+        return Loader(Inline(dataset, num_workers))
     if num_workers > 0:
         dataset.warm()  # the workers fork with the loader's libraries and kernels loaded (_Stream.warm)
         if not pin:  # CPU: workers forked from glibc's freed pages keep them alive (copy-on-write); see
@@ -162,7 +187,7 @@ def train_loader(
     def make() -> Loader:
         stream = TrainStream(manifest, s.rank, s.world_size, data_cfg, workers, s.collate)
         stream.set_job(epoch, min(start, plan.batches), plan.batches)  # what warm() reads
-        return _dataloader(stream, workers, s.pin, prefetch)
+        return _dataloader(stream, workers, s.pin, prefetch, s.inline)
 
     loader = _persistent("train", _loader_key(manifest, s), make)
     loader.dataset.set_job(epoch, min(start, plan.batches), plan.batches)
@@ -177,7 +202,7 @@ def eval_loader(manifest: Manifest, split: str, protocol: str, s: LoaderSettings
     def make() -> Loader:
         stream = EvalStream(manifest, s.rank, s.world_size, data_cfg, workers, s.collate, budget)
         stream.set_job(split, protocol)  # warm() reads this set, never another split
-        return _dataloader(stream, workers, s.pin, prefetch)
+        return _dataloader(stream, workers, s.pin, prefetch, s.inline)
 
     loader = _persistent("eval", _loader_key(manifest, s), make)
     loader.dataset.set_job(split, protocol)
