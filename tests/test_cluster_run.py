@@ -161,27 +161,41 @@ def test_a_killed_driver_leaves_no_trainer_on_the_cluster(cluster, geo, tmp_path
         driver.wait()
 
 
+def checkpointed_candidate(log: Path, node: str, driver: subprocess.Popen, timeout: float = 300) -> str:
+    """The first search candidate running on `node` whose run folder holds a last.pt (its key)."""
+    placed = re.compile(rf"trainer (.+?) runs on node {node} \(.*?; log: (.+/search/.+)\)")
+    deadline = time.time() + timeout
+    while True:
+        text = log.read_text()
+        for key, path in placed.findall(text):
+            # a candidate promoted to the next rung runs again under its key: its latest start, not yet ended
+            running = text.rfind(f"trainer {key} runs on node {node}") > text.rfind(
+                f"trainer {key} on node {node} exited"
+            )
+            if running and (Path(path).parent / "last.pt").is_file():
+                return key
+        assert driver.poll() is None and time.time() < deadline, text[-3000:]
+        time.sleep(0.05)
+
+
 def test_a_node_lost_mid_search_restarts_its_trainer_from_its_last_pt_on_another(cluster, geo, tmp_path):
-    """Last in this module: it kills the cluster's second node while a seed's trainer runs there, once that
-    trainer has written a last.pt (every 2 steps here). The run completes with a choice."""
+    """Last in this module: it kills the cluster's second node mid-search, while a candidate trains there that has
+    written a last.pt (every step here). Its trainer resumes from it on the head; the run completes with a choice."""
     node2 = cluster.node_ids()["node2"]
     out, log = tmp_path / "lost", tmp_path / "driver.log"
     with open(log, "w") as f:
         driver = subprocess.Popen(
-            argv(geo, out, "--train-arg=--checkpoint-every=2"), env=cluster.env, stdout=f, stderr=f
+            argv(geo, out, "--train-arg=--checkpoint-every=1"), env=cluster.env, stdout=f, stderr=f
         )
     try:
-        wait_for(log, rf"trainer seed \d runs on node {node2} \(.*?; log: .+\)", driver)
-        (folder,) = re.findall(rf"trainer seed \d runs on node {node2} \(.*?; log: (.+)\)", log.read_text())[:1]
-        deadline = time.time() + 300
-        while not (Path(folder).parent / "last.pt").is_file():
-            assert time.time() < deadline and driver.poll() is None, log.read_text()[-3000:]
-            time.sleep(0.1)
+        key = checkpointed_candidate(log, node2, driver)
         cluster.kill_node(1)
         assert driver.wait(timeout=600) == 0, log.read_text()[-3000:]
     finally:
         driver.kill()
         driver.wait()
     text = log.read_text()
-    assert re.search(rf"node {node2} was lost .*starts again on another node from its last\.pt", text), text[-3000:]
+    lost = rf"trainer {re.escape(key)}: node {node2} was lost .*starts again on another node from its last\.pt"
+    assert re.search(lost, text), text[-3000:]
+    assert re.search(rf"trainer {re.escape(key)} on node (?!{node2})[0-9a-f]+ exited 0", text), text[-3000:]
     assert (out / "geo" / "auto" / "original" / "chosen.json").is_file()
