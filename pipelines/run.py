@@ -19,11 +19,12 @@ from pathlib import Path
 
 from common.cli import command, exit_process, latch_sigint
 from common.datasets import load_dataset
+from common.datasets.directed import REVERSE
 from common.datasets.fractions import DEFAULT_SPLIT
 from common.flags import FlagError
 from common.heuristics import DIRECTED, TEMPORAL, WEIGHTED, split_scores
 from common.heuristics import label as heuristic_label
-from common.metrics import evaluate, ranking_note
+from common.metrics import REVERSE_KEY, evaluate, ranking_note
 from common.presets import PRESETS, get_preset, preset_for_protocol
 from pipelines.auto.blend import HEURISTICS
 from pipelines.auto.config import DEFAULT_PRESET
@@ -99,14 +100,17 @@ def check_objective(run: RunConfig, preset_name: str) -> None:
         )
 
 
-def heuristic_rows(run: RunConfig, dataset, protocol: str, scores: dict) -> list[dict]:
+def heuristic_rows(run: RunConfig, dataset, protocol: str, scores: dict, reverse: dict | None = None) -> list[dict]:
     """CN / AA / RA (WCN / WAA / WRA on a weighted graph, EdgeBank and recent PA on a temporal split) on the test
-    split as table rows (deterministic: std 0), from their scores."""
+    split as table rows (deterministic: std 0), from their scores; `reverse`: a directed run's scores of the reverse
+    set, whose reverse accuracy joins each row as it joins the model's."""
     split = split_label(run, dataset) or None
     rows = []
     for name, (pos, neg) in scores.items():
         metrics = evaluate(protocol, pos, neg)
         percent = {m: (100.0 * metrics[m], 0.0) for m in METRICS if m in metrics}
+        if reverse is not None:
+            percent[REVERSE_KEY] = (100.0 * evaluate(REVERSE, *reverse[name])[REVERSE_KEY], 0.0)
         row = TableRow(
             dataset.name, protocol, heuristic_label(name), [0], percent, split=split, own_graph=bool(dataset.own)
         )
@@ -211,12 +215,14 @@ def run_all(run: RunConfig) -> int:
             return 0
         for protocol in protocols:
             ranked = [protocol, PAIRS] if pairs_beside(dataset, protocol) and PAIRS not in protocols else [protocol]
-            test_scores = split_scores(dataset, "test", ranked, heuristic_names(dataset))  # once per run
+            beside = [REVERSE] if REVERSE in dataset.splits["test"].neg and REVERSE not in ranked else []
+            test_scores = split_scores(dataset, "test", ranked + beside, heuristic_names(dataset))  # once per run
             searched = {h: v for h, v in test_scores[protocol].items() if h in HEURISTICS}  # what the blend reads
             proto_results = run_protocol(run, dataset, preset_name, protocol, out, searched)
             results += proto_results
             rows += aggregate(proto_results)
-            rows += [r for p in ranked for r in heuristic_rows(run, dataset, p, test_scores[p])]
+            reverse = test_scores[REVERSE] if beside else None  # a directed run: each row's reverse accuracy
+            rows += [r for p in ranked for r in heuristic_rows(run, dataset, p, test_scores[p], reverse)]
         table = markdown(rows, lead=run.metric)
         table += ("\n" + "\n".join(f"- {line}" for line in notes) + "\n") if notes else ""
         publish_results(out, {"runs": results, "table": table_json(rows), "notes": notes}, table)

@@ -201,3 +201,18 @@ def test_serve_keeps_direction_in_edits_and_answers(directed_run, tmp_path):
         assert u not in recs(v, "&direction=in") and v in recs(u, "&direction=in")
         status, body = call("POST", "/score", {"pairs": [[u, v], [v, u]]})
         assert status == 200 and [[r["src"], r["dst"]] for r in body["scores"]] == [[u, v], [v, u]]
+
+
+@pytest.mark.slow
+def test_evaluate_ranks_each_positive_among_its_out_links(directed_run, tmp_path):
+    """With a pool of every node, every test positive u -> v is in u's pool, also where v -> u is a training
+    edge (leaving out u's neighbours either way, as for an undirected run, would drop those targets)."""
+    from common.datasets import DatasetSpec, load_dataset
+
+    ds = load_dataset(DatasetSpec(str(directed_run["root"] / "follows.csv"), directed=True))
+    pos, train = ds.splits["test"].pos, ds.out_graph_for("test")
+    assert train.has_edge(pos[:, 1], pos[:, 0]).any()  # some target answers a link back: the case that matters
+    out = tmp_path / "m.json"
+    proc = pencil("evaluate", directed_run["run"], "--splits", "test", "--pool", 40, "--out", out, "--device", "cpu")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(out.read_text())["splits"]["test"]["recall@40"] == 1.0

@@ -101,3 +101,20 @@ def test_split_scores_keep_each_pair_in_its_order():
     np.testing.assert_array_equal(got["reverse"][0], [1, 1])
     np.testing.assert_array_equal(got["reverse"][1], [0, 0, 0])
     assert got["cn"][0][0] == got["cn"][1][0]  # the undirected row: one score for both orders
+
+
+def test_report_rows_carry_reverse_accuracy_only_when_directed():
+    """pencil run's heuristic rows of a directed run: the reverse set's accuracy beside MRR / AUC, as the model's
+    row; a table shows that column only when a row has it (an undirected report is as before)."""
+    from pipelines.core.results import markdown
+    from pipelines.run import heuristic_rows
+
+    run = SimpleNamespace(source=SimpleNamespace(split_kind=None))
+    ds = SimpleNamespace(name="hand", temporal=False, own=True)
+    scores = {"reverse": (np.array([1.0, 0.0]), np.array([0.0, 1.0, 0.0]))}
+    reverse = {"reverse": (np.array([1.0, 0.0, 0.0]), np.array([[0.0], [0.0], [1.0]]))}  # above, tied, below
+    rows = heuristic_rows(run, ds, "original", scores, reverse)
+    assert rows[0]["reverse_acc"] == (50.0, 0.0)  # (1 + 0.5 + 0) / 3
+    assert "reverse_acc" in markdown(rows).splitlines()[0]
+    plain = heuristic_rows(run, ds, "original", scores)
+    assert "reverse_acc" not in plain[0] and "reverse_acc" not in markdown(plain)

@@ -12,11 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from common.atomic import write_json_atomic, write_text_atomic
-from common.metrics import METRIC_KEYS
+from common.metrics import METRIC_KEYS, REVERSE_KEY
 from pipelines.core.paper_numbers import paper_reference
 
 log = logging.getLogger("pipelines")
 METRICS = METRIC_KEYS  # mrr, hits@1..100, auc, ap
+# a directed run's rows also carry reverse accuracy (each edge against its own reverse); a table shows its column
+# only where a row has it, so an undirected report is as before
+ROW_METRICS = (*METRICS, REVERSE_KEY)
 
 
 @dataclass(frozen=True)
@@ -173,7 +176,7 @@ class TableRow:
             "model": self.model,
             "seeds": self.seeds,
             **({"own_graph": True} if self.own_graph else {}),
-            **{m: self.metrics[m] for m in METRICS if m in self.metrics},
+            **{m: self.metrics[m] for m in ROW_METRICS if m in self.metrics},
         }
 
 
@@ -187,7 +190,7 @@ def aggregate(results: list[dict]) -> list[dict]:
         groups[_row_key(r)].append(r)
     rows = []
     for (dataset, _, model, own), rs in sorted(groups.items()):
-        values = {m: [100.0 * r["test"][m] for r in rs if m in r.get("test", {})] for m in METRICS}
+        values = {m: [100.0 * r["test"][m] for r in rs if m in r.get("test", {})] for m in ROW_METRICS}
         row = TableRow(
             dataset,
             rs[0]["protocol"],
@@ -205,7 +208,9 @@ def aggregate(results: list[dict]) -> list[dict]:
 def markdown(rows: list[dict], with_paper: bool = True, lead: str = "mrr") -> str:
     """One table; after each (dataset, protocol) group's measured rows, the paper's rows for it. `lead`: the
     metric the user reads (pencil run --metric), the first metric column."""
-    metrics = [lead, *(m for m in METRICS if m != lead)]
+    metrics = [lead, *(m for m in METRICS if m != lead)] + (
+        [REVERSE_KEY] if any(REVERSE_KEY in r for r in rows) else []
+    )
     header = ["dataset", "protocol", "model", "seeds", *metrics]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     groups: dict[tuple, list[dict]] = defaultdict(list)
