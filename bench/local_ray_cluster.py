@@ -80,10 +80,13 @@ def _node(args: list, env: dict, log: Path) -> subprocess.Popen:
 
 
 @contextlib.contextmanager
-def local_cluster(logs: Path, nodes: int = 2, num_cpus: int = 1, memory: int | None = None):
+def local_cluster(
+    logs: Path, nodes: int = 2, num_cpus: int = 1, memory: int | None = None, env_vars: dict | None = None
+):
     """A head and `nodes - 1` more raylets of `num_cpus` each (and `memory` bytes of Ray's memory resource each,
-    else what Ray detects); yields a LocalCluster once all have joined."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    else what Ray detects); yields a LocalCluster once all have joined. `env_vars`: more variables for every node
+    and the driver (a shared store's endpoint and credentials, as each machine of a real cluster has its own)."""
+    env = {k: v for k, v in {**os.environ, **(env_vars or {})}.items() if k != "RAY_ADDRESS"}
     env["RAY_AUTH_MODE"] = "disabled"  # a throwaway localhost cluster; nodes and clients must agree
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
     ray_tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's unix socket paths must fit 107 bytes

@@ -42,11 +42,11 @@ def geo(tmp_path_factory):
     return write_splits(root / "geo.csv", geo_splits())
 
 
-def argv(csv: Path, out: Path, *more: str) -> list[str]:
+def argv(csv: Path, out: Path, *more: str, shards: str | None = None) -> list[str]:
     return [
         *(sys.executable, "-m", "pipelines", "run", "--dataset", str(csv), "--nodes", str(csv.with_name("nodes.csv"))),
         *("--seeds", "0,1,2", "--epochs", "3", "--device", "cpu", "--out", str(out)),
-        *("--shards", str(csv.parent / "shards"), "--num-cpus", "1"),
+        *("--shards", shards or str(csv.parent / "shards"), "--num-cpus", "1"),
         *("--train-arg=--hidden=32", "--train-arg=--ffn=64", "--train-arg=--heads=2", *more),
     ]
 
@@ -100,6 +100,30 @@ def test_a_node_whose_memory_holds_one_trainer_runs_its_trainers_one_at_a_time(g
     assert re.search(r"trainer seed 0 runs on node [0-9a-f]+ \(1 CPU, 1\.\d\d GiB memory;", log), log[-3000:]
     most = most_at_once(log)
     assert list(most.values()) == [1], f"most at once: {most}"  # never two at once on the one node
+
+
+def test_shard_sets_in_an_object_store_serve_the_trainers_on_every_node(geo, tmp_path):
+    """Before the two-node cluster starts. `--shards s3://` on moto's server, standing in for the store every node
+    reads; each node (and the driver) has its endpoint and credentials, as each machine of a cluster has its own.
+    The shard sets are built on the cluster into the store, and the trainers on both nodes read them there."""
+    from bench.local_ray_cluster import local_cluster
+    from tests.s3_server import S3Server
+
+    server = S3Server()
+    try:
+        bucket = server.make_bucket("pencil-cluster")
+        with local_cluster(tmp_path, nodes=2, num_cpus=1, env_vars=server.env) as two:
+            nodes = set(two.node_ids().values())
+            cmd = argv(geo, tmp_path / "out", shards=f"{bucket}/shards")
+            done = subprocess.run(cmd, env=two.env, capture_output=True, text=True, timeout=900)
+    finally:
+        server.stop()
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-3000:]
+    assert {node for _, node in ON_NODE.findall(log)} == nodes, log[-3000:]
+    seeds = tmp_path / "out" / "geo" / "auto" / "original"
+    for seed in (0, 1, 2):
+        assert json.loads((seeds / f"seed{seed}" / "trainer_run.json").read_text())["shards"].startswith(bucket)
 
 
 def test_trainers_land_on_both_nodes_with_the_local_runs_choice_and_numbers_and_a_rerun_trains_nothing(
