@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.core import ray_pool, trainers
+from pipelines.core import memory_gate, ray_pool, trainers
 from pipelines.core.memory_gate import GiB, default_gate
 from pipelines.core.ray_pool import ClusterTrainer, TrainerProcess, fits, on_cluster, trainer_resources
 from pipelines.core.trainers import TrainerRun
@@ -39,7 +39,8 @@ def test_the_memory_asked_is_capped_at_the_largest_node_that_could_run_the_train
     assert not fits({"num_cpus": 1, "memory": 7 * GiB}, CPU_NODES[1])
 
 
-def test_the_cluster_gate_holds_nothing_here_and_learns_each_views_footprint_from_the_nodes():
+def test_the_cluster_gate_holds_nothing_here_and_learns_each_views_footprint_from_the_nodes(monkeypatch):
+    monkeypatch.setattr(memory_gate, "_GATES", {})  # this test's own recipe
     g = default_gate(cluster=True)
     assert g is default_gate(cluster=True) and g is not default_gate()  # one per recipe, carried search to seeds
     views = {"a": "deep", "b": "deep"}
