@@ -171,12 +171,13 @@ def test_an_alternative_of_longer_sequences_gets_the_defaults_compute_in_fewer_e
 
 
 def test_the_defaults_run_is_cut_to_the_token_budget_and_the_alternatives_follow():
-    cfg = SearchConfig()  # at most 2.0M tokens a run, at least 3 epochs
+    assert SearchConfig().max_run_tokens is None  # off until validated: the schedule as it was
+    cfg = SearchConfig(max_run_tokens=2.0e6)  # at most 2.0M tokens a run, at least 3 epochs
     # a dense graph's 6 epochs of 0.59M tokens (3.56M) -> floor(2.0 / 0.59) = 3; of 0.445M -> 4
     assert cfg.capped_epochs(6, 0.59e6) == 3 and cfg.capped_epochs(6, 0.445e6) == 4
     assert cfg.capped_epochs(6, 0.3e6) == 6 and cfg.capped_epochs(6, 2e6 / 6) == 6  # within the budget: as it was
     assert cfg.capped_epochs(6, 1.5e6) == 3 and cfg.capped_epochs(2, 5e6) == 2  # the floor, never more epochs
-    assert cfg.capped_epochs(6, 0) == 6 and SearchConfig(max_run_tokens=None).capped_epochs(6, 0.59e6) == 6
+    assert cfg.capped_epochs(6, 0) == 6 and SearchConfig().capped_epochs(6, 0.59e6) == 6
     # the alternatives get the capped run's compute: 3 x 0.59M = 1.78M over `wide`'s 0.83M epochs -> 2
     assert cfg.candidate_epochs(cfg.capped_epochs(6, 0.59e6), 0.83e6, 0.59e6) == 2
 
@@ -184,8 +185,9 @@ def test_the_defaults_run_is_cut_to_the_token_budget_and_the_alternatives_follow
 def test_the_recipe_caps_the_defaults_schedule_from_its_shard_sets_tokens_only():
     from pipelines.auto.recipe import capped_epochs
 
-    cfg = SearchConfig()
+    cfg = SearchConfig(max_run_tokens=2.0e6)
     assert capped_epochs(cfg, 6, {"default-d1n20": 0.59e6, "deep-d2n10": 2.9e6}) == 3
+    assert capped_epochs(SearchConfig(), 6, {"default-d1n20": 0.59e6}) == 6  # the default config: no cap
     assert capped_epochs(cfg, 6, None) == 6  # --epochs or a GPU: no token counts, no cap
     assert capped_epochs(cfg, 14, {"default-d1n20": 0.1e6}) == 14
 

@@ -54,8 +54,9 @@ class SearchConfig:
     min_run_tokens: float = 1.5e6  # a run this cheap is not worth cutting
     # on a CPU the default's run trains at most this many tokens (its epochs cut, at least min_capped_epochs): on a
     # dense graph a link holds up to 42 tokens against 7-15 on a sparse one, so 1,500 steps cost up to 5x the
-    # time; the cap binds above about 21 tokens a link (docs/benchmarks/2026-12-05-dense-cost.md); None: no cap
-    max_run_tokens: float | None = 2.0e6
+    # time; 2.0e6 binds above about 21 tokens a link. None (no cap) until a validation study across graph
+    # families shows what it costs (docs/benchmarks/2026-12-05-dense-cost.md)
+    max_run_tokens: float | None = None
     min_capped_epochs: int = 3  # a grace period of 2 epochs and one more
     # training negatives per positive (uniform random non-edges); a graph too dense for as many distinct non-edges
     # gets fewer, views with 2-hop negatives (the recommend objective) keep 1
