@@ -8,7 +8,8 @@ the training graph, reached by a random walk u -> x -> w from a random positive'
 share at least the neighbour x with their pair and their endpoint degrees follow the positives'
 (HeaRT-style: uniform pairs rarely share a neighbour, so a model trained on them alone learns
 "common neighbours => link" and cannot separate positives from 2-hop non-edges). The rest are uniform
-node pairs. The default fraction 0 draws uniform negatives only, bit for bit as before the option.
+node pairs. The default fraction 0 draws uniform negatives only, bit for bit as before the option. A directed
+view (--directed) also takes up to half its negatives as its positives turned round (REVERSE_NEG_SHARE).
 Each view is an independent draw, shuffled so every shard mixes positives and negatives.
 
 Evaluation: a candidate list plus queries (pos_cid, neg_cid) that index into it.
@@ -236,6 +237,19 @@ def check_view_size(num_pos: int, percent: float, neg_ratio: int, graph: Graph) 
 KNOWN_NEG_SHARE = 0.5
 
 
+# A directed view (its graph a DiGraph) takes up to this share of its negatives as its own positives turned round,
+# v -> u for a positive u -> v whose reverse is no training edge: random pairs almost never are the reverse of an
+# edge, so without them nothing in training asks which way an edge points (the reverse protocol asks exactly that).
+REVERSE_NEG_SHARE = 0.5
+
+
+def reverse_negatives(graph: Graph, pos: np.ndarray) -> np.ndarray:
+    """(R, 2) the reverses v -> u of the positives u -> v whose reverse is no edge of a DiGraph; none otherwise."""
+    if not isinstance(graph, DiGraph) or not len(pos):
+        return np.zeros((0, 2), dtype=np.int64)
+    return np.ascontiguousarray(pos[~graph.has_edge(pos[:, 1], pos[:, 0])][:, ::-1])
+
+
 def training_view(
     train_pos: np.ndarray,
     graph: Graph,
@@ -257,20 +271,25 @@ def training_view(
         pos = pos[np.sort(rng.choice(len(pos), size=keep, replace=False))]
     count = len(pos) * neg_ratio
     n_known = 0 if known is None else min(len(known), int(count * KNOWN_NEG_SHARE))
-    hard = int(round((count - n_known) * hard_neg_fraction))
-    neg = sample_negatives(graph, count - n_known - hard, rng, nodes)
+    rev = reverse_negatives(graph, pos)  # a directed view's positives turned round: none on an undirected graph
+    n_rev = min(len(rev), int((count - n_known) * REVERSE_NEG_SHARE))
+    hard = int(round((count - n_known - n_rev) * hard_neg_fraction))
+    neg = sample_negatives(graph, count - n_known - n_rev - hard, rng, nodes)
     if hard:  # after the uniform draw, so a fraction of 0 leaves the rng stream (and the bytes) unchanged
         neg = np.concatenate([sample_hard_negatives(graph, pos, hard, rng), neg])
     if n_known:  # last, for the same reason
         pick = known if n_known == len(known) else known[np.sort(rng.choice(len(known), n_known, replace=False))]
         flip = rng.integers(0, 2, size=n_known).astype(bool)  # no direction cue: the file's pairs are (min, max)
         neg = np.concatenate([np.where(flip[:, None], pick[:, ::-1], pick), neg])
+    if n_rev:  # last, so an undirected view's draws are unchanged
+        neg = np.concatenate([rev[np.sort(rng.choice(len(rev), n_rev, replace=False))], neg])
     log.info(
-        "training view: %s positives, %s negatives (%s of them 2-hop non-edges, %s known non-links)",
+        "training view: %s positives, %s negatives (%s of them 2-hop non-edges, %s known non-links%s)",
         f"{len(pos):,}",
         f"{len(neg):,}",
         f"{hard:,}",
         f"{n_known:,}",
+        f", {n_rev:,} reversed positives" if n_rev else "",
     )
     pairs = np.concatenate([pos, neg])
     label = np.concatenate([np.ones(len(pos), np.float32), np.zeros(len(neg), np.float32)])

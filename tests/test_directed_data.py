@@ -161,3 +161,17 @@ def test_the_trainer_reads_direction_and_reports_reverse_accuracy(directed_set, 
     state = torch.load(tmp_path / "best.pt", weights_only=True)
     n_max = directed_set.n_max
     assert state["model"]["w0"].shape[0] == 3 * n_max + 2  # typed rows: ids, out, in, two roles
+
+
+def test_a_directed_training_view_holds_its_positives_turned_round():
+    from preprocess.candidates import training_view
+    from preprocess.config import CandidateConfig
+
+    # a ring i -> i + 1 of 20 nodes: no edge has its reverse. 20 positives, 20 negatives: half of them (10) are
+    # positives turned round, i + 1 -> i; uniform pairs would hold about one (20 of 360 ordered non-edges)
+    edges = np.array([(i, (i + 1) % 20) for i in range(20)])
+    graph = DiGraph.from_edges(edges, 20)
+    view = training_view(edges, graph, CandidateConfig(), np.random.default_rng(0))
+    neg = np.stack([view.src, view.dst], axis=1)[view.label == 0]
+    assert len(neg) == 20 and len(pairs(neg) & pairs(edges[:, ::-1])) >= 10
+    assert not graph.has_edge(neg[:, 0], neg[:, 1]).any()
