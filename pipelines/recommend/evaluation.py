@@ -41,6 +41,7 @@ from common.outputs import OutputError, check_output, check_replacement, stamp
 from common.retrieval import EVERY_NODE, Allowed, RetrievalError, neighbour_entries, retrieve
 from pipelines.core.config import MovedDataset
 from pipelines.core.runs import RunFolderError, load_run_model, run_dataset, run_inputs
+from pipelines.recommend.direction import DirectionError, check_model_direction
 from pipelines.recommend.engine import (
     RecConfig,
     RecommendError,
@@ -310,7 +311,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 def run_evaluation(cfg: EvaluateConfig) -> int:
     try:
         return evaluate_run(cfg)
-    except (RecommendError, RunFolderError, RetrievalError, DatasetError, OutputError) as err:
+    except (RecommendError, RunFolderError, RetrievalError, DatasetError, OutputError, DirectionError) as err:
         raise FlagError(str(err)) from None
 
 
@@ -327,6 +328,7 @@ def evaluate_run(run: EvaluateConfig) -> int:
     """The full-ranking table of a trained run on its valid and test splits."""
     device = default_device(run.device)
     model, dataset, fields, fingerprint = load_evaluated_run(run, device)
+    check_model_direction(model, dataset.out_graph_for("test"), f"RUN {run.run}")  # as the set says, or refused
     cfg = replace(run.engine, **fields)  # the run's sampling
     if bad := [s for s in run.splits if s not in dataset.splits]:
         raise RecommendError(f"--splits: no split {', '.join(bad)} to rank; use valid and/or test")
