@@ -105,7 +105,8 @@ def test_a_node_whose_memory_holds_one_trainer_runs_its_trainers_one_at_a_time(g
 def test_shard_sets_in_an_object_store_serve_the_trainers_on_every_node(geo, tmp_path):
     """Before the two-node cluster starts. `--shards s3://` on moto's server, standing in for the store every node
     reads; each node (and the driver) has its endpoint and credentials, as each machine of a cluster has its own.
-    The shard sets are built on the cluster into the store, and the trainers on both nodes read them there."""
+    The shard sets are built on the cluster into the store, and the trainers on both nodes read them there. A fixed
+    preset: the seeds alone (the search's blend reads the store many times over, minutes on moto's server)."""
     from bench.local_ray_cluster import local_cluster
     from tests.s3_server import S3Server
 
@@ -114,14 +115,14 @@ def test_shard_sets_in_an_object_store_serve_the_trainers_on_every_node(geo, tmp
         bucket = server.make_bucket("pencil-cluster")
         with local_cluster(tmp_path, nodes=2, num_cpus=1, env_vars=server.env) as two:
             nodes = set(two.node_ids().values())
-            cmd = argv(geo, tmp_path / "out", shards=f"{bucket}/shards")
+            cmd = argv(geo, tmp_path / "out", "--preset", "general", shards=f"{bucket}/shards")
             done = subprocess.run(cmd, env=two.env, capture_output=True, text=True, timeout=900)
     finally:
         server.stop()
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-3000:]
     assert {node for _, node in ON_NODE.findall(log)} == nodes, log[-3000:]
-    seeds = tmp_path / "out" / "geo" / "auto" / "original"
+    seeds = tmp_path / "out" / "geo" / "general" / "original"
     for seed in (0, 1, 2):
         assert json.loads((seeds / f"seed{seed}" / "trainer_run.json").read_text())["shards"].startswith(bucket)
 
