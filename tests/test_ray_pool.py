@@ -126,3 +126,23 @@ def test_a_trainer_no_live_node_can_hold_fails_in_one_line_instead_of_waiting_fo
     monkeypatch.setattr(ray_pool, "live_nodes", lambda: GPU_NODES)  # a node with room: it waits, however long
     handle.returncode, handle._checked, handle._unplaceable_since = None, float("-inf"), 0.0
     assert handle._unplaced() is None and handle._unplaceable_since is None
+
+
+def test_a_lost_nodes_trainer_starts_again_only_once_ray_has_marked_the_node_dead(tmp_path, monkeypatch):
+    """Ray lists a killed node alive for some seconds; started again at once, SPREAD could place the trainer on
+    it again and lose its one retry (seen on the two-node cluster). Stopped meanwhile, nothing starts."""
+    handle = lost_handle(tmp_path)
+    handle.retries, alive, launched = 1, [True], []
+    monkeypatch.setattr(ray_pool, "node_alive", lambda node: node == "ab12" and alive[0])
+    monkeypatch.setattr(handle, "_launch", lambda job: launched.append(job.fresh))
+    assert handle._lost(RuntimeError("connection reset")) is None and handle.retries == 0
+    assert handle.poll() is None and launched == []  # still listed alive: it waits
+    alive[0] = False
+    handle._checked = float("-inf")  # the next look (once a second)
+    assert handle._relaunch_due() and launched == [False]  # marked dead: it starts again, resuming
+    handle._relaunch, launched[:] = ("ab12", time.monotonic() - ray_pool.LOST_WAIT_S), []
+    alive[0], handle._checked = True, float("-inf")
+    assert handle._relaunch_due() and launched == [False]  # listed alive for LOST_WAIT_S: it starts again anyway
+    handle._relaunch, handle.returncode = ("ab12", time.monotonic()), None
+    handle.terminate()
+    assert handle.returncode == -15 and handle.poll() == -15 and launched == [False]

@@ -36,6 +36,7 @@ RETRIES = 1  # a lost node's trainer restarts on another once from its last.pt; 
 STOP_TIMEOUT_S = 5.0
 MEASURE_S = 2.0  # the node measures its trainer as often as the local gate does
 UNPLACEABLE_S = 60.0  # a trainer no live node can hold fails after this long (an autoscaler may add one meanwhile)
+LOST_WAIT_S = 60.0  # a lost node's trainer starts again once Ray marks the node dead, or after this long
 _resources: dict | None = None
 
 
@@ -82,6 +83,10 @@ def trainer_resources(device_flag: str, resources: dict, memory: int, nodes: lis
     if memory > 0 and largest > 0:
         out["memory"] = int(min(memory, largest))
     return out
+
+
+def node_alive(node_id: str) -> bool:
+    return any(n["NodeID"] == node_id and n.get("Alive") for n in attach().nodes())
 
 
 def fits(options: dict, node: dict) -> bool:
@@ -131,6 +136,7 @@ class ClusterTrainer:
     kill, wait, returncode, pid); every call returns at once but `wait`."""
 
     pid = None  # no local process: the node measures the trainer and reports its footprint (poll)
+    _relaunch = None  # (the lost node's id or None, since when): lost, to start again (_relaunch_due)
 
     def __init__(self, key: str, job, device_flag: str, gate=None):
         from pipelines.core.memory_gate import default_gate
@@ -147,12 +153,14 @@ class ClusterTrainer:
         self.options = trainer_resources(self.device_flag, cluster_resources(), memory, live_nodes())
         self.actor = _actor_class(ray).options(scheduling_strategy="SPREAD", **self.options, **extra).remote()
         self.node, self._poll, self.t0, self._read = None, None, time.monotonic(), 0
-        self._checked, self._unplaceable_since = self.t0, None
+        self._checked, self._unplaceable_since, self._relaunch = self.t0, None, None
         self._started = self.actor.start.remote([*job.flags(), "--no-progress"], str(job.log))
 
     def poll(self) -> int | None:
         if self.returncode is not None:
             return self.returncode
+        if self._relaunch is not None and not self._relaunch_due():
+            return None
         import ray
 
         try:
@@ -223,11 +231,25 @@ class ClusterTrainer:
             resumes = (Path(self.job.run_dir) / "last.pt").is_file()
             how = "from its last.pt" if resumes else "from the start (no last.pt yet)"
             log.warning("trainer %s: %s was lost (%s); it starts again on another node %s", self.key, where, why, how)
-            self._launch(replace(self.job, fresh=False))  # flags(): --resume where last.pt exists
+            self._relaunch, self._checked = (self.node, time.monotonic()), float("-inf")  # the next poll looks
             return None
+        node = f"node {self.node}" if self.node else "node"
         return self._fail(
-            f"the Ray {where} running this trainer was lost ({why}); rerun the command to resume from last.pt"
+            f"the Ray {node} running this trainer was lost ({why}); rerun the command to resume from last.pt"
         )
+
+    def _relaunch_due(self) -> bool:
+        """Start a lost trainer again (flags(): --resume where last.pt exists) once Ray has marked its node dead, or
+        after LOST_WAIT_S: until then Ray still lists the node alive, and SPREAD may place the trainer there again."""
+        node, since = self._relaunch
+        now = time.monotonic()
+        if now - self._checked < 1.0:  # one look at the nodes a second, not every poll
+            return False
+        self._checked = now
+        if node is not None and now - since < LOST_WAIT_S and node_alive(node):
+            return False
+        self._launch(replace(self.job, fresh=False))
+        return True
 
     def _fail(self, line: str) -> int:
         """The trainer fails with `line`, written to its trainer.log so the pool's one-line message shows it."""
@@ -248,6 +270,9 @@ class ClusterTrainer:
         import ray
 
         if self.returncode is not None:
+            return
+        if self._relaunch is not None:  # lost and not started again: nothing runs
+            self.returncode = -sig
             return
         if self.node is not None and sig == signal.SIGTERM:
             self.actor.signal.remote(sig)  # the trainer's grace: wait() sees it end
