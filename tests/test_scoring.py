@@ -39,6 +39,17 @@ def test_a_pairs_score_does_not_depend_on_its_batch(citeseer):
     assert not np.allclose(full[0], full[1])  # orderings draw independent subgraphs
 
 
+def test_an_undirected_run_scores_both_orders_of_a_pair_alike(citeseer):
+    # docs/own-graph.md: edges are undirected, so (u, v) and (v, u) are one link with one score; before, u was
+    # always local 0, and a model trained on (min, max) positives gave the two orders different scores
+    g = citeseer.graph
+    pairs = np.asarray(citeseer.splits["test"].pos[:30], dtype=np.int64)
+    s = scorer(g, orderings=2)
+    forward, backward = s.logits(pairs), s.logits(pairs[:, ::-1])
+    np.testing.assert_array_equal(forward, backward)
+    assert not np.allclose(forward[0], forward[0, 0])  # the pairs themselves still differ
+
+
 def test_pair_seeds_are_a_function_of_the_pair():
     a = pair_seeds(0, 0, np.array([1, 2, 3]), np.array([4, 5, 6]))
     b = pair_seeds(0, 0, np.array([3, 1]), np.array([6, 4]))

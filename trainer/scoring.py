@@ -20,6 +20,7 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 import torch
 
+from common.datasets.negatives import min_max
 from common.shards import Block
 from trainer.config_sections import GPU_MICRO_TOKENS
 from trainer.data.block_stream import replicate, seeded_orders, token_batches
@@ -113,6 +114,8 @@ class PairSampler:
 
     def blocks(self, pairs: np.ndarray, ordering: int) -> Iterator[Block]:
         pairs = np.ascontiguousarray(pairs, dtype=np.int64).reshape(-1, 2)
+        if self.out_graph is None:  # undirected: (u, v) and (v, u) are one link, drawn and scored as (min, max),
+            pairs = min_max(pairs)  # the order its shards hold it in, so both orders get one score
         d, n = self.sampling
         for lo in range(0, len(pairs), SAMPLE_CHUNK):
             chunk = pairs[lo : lo + SAMPLE_CHUNK]
