@@ -78,11 +78,7 @@ def add_graph_input_flags(p) -> None:
         advanced=True,
         help="known non-links (src,dst): up to half of every training view's negatives",
     )
-    p.add_argument(
-        "--directed",
-        action="store_true",
-        help="the edges are ordered: src -> dst and dst -> src are two edges, scored apart (default: undirected)",
-    )
+    add_directed_flag(p)
     p.add_argument(
         "--ignore-columns",
         default=None,
@@ -91,6 +87,11 @@ def add_graph_input_flags(p) -> None:
         help="edge-list columns to ignore, comma-separated (e.g. weight,time); other unknown columns are "
         "ignored with a warning",
     )
+
+
+def add_directed_flag(p) -> None:
+    """--directed, one definition for every command that reads an edge list (docs/own-graph.md#directed-graphs)."""
+    p.add_argument("--directed", action="store_true", help="ordered edges: src -> dst is not dst -> src")
 
 
 def add_moved_dataset_flag(p, advanced: bool = False) -> None:

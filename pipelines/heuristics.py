@@ -27,7 +27,7 @@ from pathlib import Path
 from common.atomic import write_json_atomic
 from common.cli import Parser, command, exit_process, summary
 from common.datasets import PROTOCOLS, DatasetError, DatasetSpec, LinkDataset, load_dataset
-from common.flags import FlagError, add_dataset_flags, add_overwrite_flag, comma_list
+from common.flags import FlagError, add_dataset_flags, add_directed_flag, add_overwrite_flag, comma_list
 from common.heuristics import ALL, DIRECTED, HEURISTICS, TEMPORAL, WEIGHTED, label, score_split
 from common.metrics import METRIC_KEYS, as_percent, format_table
 from common.outputs import OutputError, check_output, check_replacement, stamp
@@ -44,11 +44,7 @@ PROG = "python -m pipelines.heuristics"
 def build_parser(prog: str = PROG) -> Parser:
     p = Parser(prog=prog, description=summary(__doc__))
     add_dataset_flags(p, split=False, nodes=False)
-    p.add_argument(
-        "--directed",
-        action="store_true",
-        help="the edges are ordered: src -> dst and dst -> src are two edges, scored apart (default: undirected)",
-    )
+    add_directed_flag(p)
     p.add_argument(
         "--protocol",
         default="both",

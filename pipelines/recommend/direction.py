@@ -78,11 +78,7 @@ def check_model_direction(model, digraph: DiGraph | None, where: str) -> None:
 def add_direction_flag(p) -> None:
     """--direction, shared by recommend and evaluate: one definition, one default."""
     p.add_argument(
-        "--direction",
-        default=None,
-        choices=DIRECTIONS,
-        help="a directed run's links to propose: out (node -> candidate, the default) or in (candidate -> node); "
-        "never an existing edge in that direction",
+        "--direction", default=None, choices=DIRECTIONS, help="a directed run: propose out-links (default) or in-links"
     )
 
 

@@ -87,9 +87,8 @@ def build_parser(prog: str = PROG) -> Parser:
     p.add_argument(
         "--graph",
         default=snapshot.WHOLE,
-        help="graph to recommend on: all (every edge of every split: "
-        "the default, so no recommendation is an edge you have), train/valid/test (a split's graph) or "
-        "today's graph as an edge list (.csv, .tsv, .parquet; src,dst in the run's ids)",
+        help="graph to recommend on: all (default: every split's edges, none proposed again), train/valid/test, "
+        "or today's graph as an edge list (.csv, .tsv, .parquet; src,dst in the run's ids)",
     )
     add_direction_flag(p)
     add_moved_dataset_flag(p)

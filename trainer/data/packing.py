@@ -15,7 +15,7 @@ entry against 1 byte per matrix entry, and the scatter moves one d-vector per me
 wins both in memory and in compute there (trainer/model/propagation.py).
 
 A directed set adds the typed adjacency the model's input reads (docs/own-graph.md#directed-graphs): K edge
-types (direction: K = 2, out = 0 and in = 1; issue 65's relations would be 2R), as typed messages (typed_src ->
+types (direction: K = 2, out = 0 and in = 1; R relation types would be 2R), as typed messages (typed_src ->
 typed_dst of type typed_kind: "the sender is a type-k neighbour of the receiver", task tokens hearing their
 endpoint's) or, dense, as adj_typed (B, K, Lc, Lc). Propagation keeps the undirected union above; an undirected
 batch carries no typed part.

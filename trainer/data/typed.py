@@ -1,7 +1,7 @@
 """The typed adjacency of a batch: K edge types whose rows the model's input embedding reads apart.
 
-Direction (a --directed set) is K = 2: OUT (j is an out-neighbour of i, i -> j) and IN (j -> i); issue 65's
-relation types would be K = 2R the same way. Sparse form: TypedEdges rows (a, b, k), "b is a type-k neighbour of a";
+Direction (a --directed set) is K = 2: OUT (j is an out-neighbour of i, i -> j) and IN (j -> i); relation
+types would be K = 2R the same way. Sparse form: TypedEdges rows (a, b, k), "b is a type-k neighbour of a";
 dense form: (B, K, L, L) uint8, [b, k, i, j] = 1 iff j is a type-k neighbour of i. trainer/data/packing.py turns
 either into the PackedBatch's typed fields; trainer/model/propagation.py typed_embedding reads them.
 """

@@ -1,7 +1,7 @@
 """Views for sparse graphs, validation only: the study's runner (experiments/own_graph_research/run.py) with the
 `power` family's members (bench/graph_families.py) and deeper or wider views of the product's `deep` candidate.
 
-    python -m bench.sparse_variants --out runs/variants --graphs power-s0-2000,grid,router \
+    python -m experiments.own_graph_research.sparse_variants --out runs/variants --graphs power-s0-2000,grid,router \
         --variants d2n10-dist-nr3,d3n5-dist-nr3 --seeds 0
 
 Every variant is the study's: the `general` preset as the search trains it, `--eval-splits valid`, the best
