@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from common.memory import peak_rss_mb
+from common.storage import absolute_location
 from common.shards import MANIFEST, Block, ShardError, ShardWriter, cache_key, file_record, open_storage, write_manifest
 from preprocess.cluster import init_ray, probe_address
 from preprocess.config import ConfigError, PreprocessConfig
@@ -270,6 +271,8 @@ def execute_plan(
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     started, finished = init_ray(config.num_cpus), False
+    # A worker's folder is the one Ray started in, not the driver's now: a relative --out must not reach it as such
+    out = absolute_location(out)
     try:
         # memory= makes Ray place no more tasks on a node than their budgets fit in its memory.
         task = ray.remote(max_retries=TASK_RETRIES, retry_exceptions=[OSError], memory=config.worker_memory_mb * 2**20)(

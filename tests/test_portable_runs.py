@@ -84,6 +84,31 @@ def call_all(main_of, run: dict, out: Path, *extra) -> None:
         assert code == 0, (module, err[-2000:])
 
 
+def test_a_relative_out_lands_in_the_drivers_folder_when_ray_started_in_another(tmp_path):
+    # Ray's workers keep the folder Ray started in; a relative --out once reached them as is, so the shards landed
+    # there while the manifest landed here (seen when an earlier test in the process had started Ray)
+    import ray
+
+    from common.manifest import read_manifest
+    from preprocess.cluster import init_ray
+
+    elsewhere, root = tmp_path / "elsewhere", tmp_path / "root"
+    elsewhere.mkdir(), root.mkdir()
+    rows = bipartite_rows()
+    write_edges(root / "shop.csv", rows)
+    write_features(root / "features.csv", sorted({n for row in rows for n in row}))
+    with working_in(elsewhere):
+        started = init_ray(1)
+    try:
+        shards = build_set(root)
+        names = [s["name"] for s in read_manifest(shards).shards]
+        assert names and all((shards / name).is_file() for name in names)
+        assert not (elsewhere / "shards").exists() or not started
+    finally:
+        if started:
+            ray.shutdown()
+
+
 def test_the_run_records_its_shard_set_and_inputs_absolute(rel_run):
     import json
 
