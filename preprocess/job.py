@@ -31,8 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from common.memory import peak_rss_mb
-from common.storage import absolute_location
 from common.shards import MANIFEST, Block, ShardError, ShardWriter, cache_key, file_record, open_storage, write_manifest
+from common.storage import absolute_location
 from preprocess.cluster import init_ray, probe_address
 from preprocess.config import ConfigError, PreprocessConfig
 from preprocess.integrity import shard_stats, verify_cached  # noqa: F401  (shard_stats: public re-export)
