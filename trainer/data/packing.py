@@ -33,6 +33,7 @@ import torch
 
 from common.induce import BitMatrix, Inducer
 from trainer.data.distances import pair_distances
+from trainer.data.messages import edge_messages, fail_sample
 from trainer.data.typed import TypedEdges, dense_of, directed_dense, directed_types, typed_fields
 
 CONTEXT, TASK = 0, 1  # values of `role`
@@ -149,10 +150,6 @@ def for_transfer(batch: PackedBatch) -> "WireBatch | PackedBatch":
     return WireBatch(arrays) if size <= BY_VALUE_MAX_BYTES else batch
 
 
-def _fail(what: str, cid: np.ndarray, sample: int, detail: str):
-    raise ValueError(f"pack: sample {sample} (cid {int(cid[sample])}): {what}: {detail}")
-
-
 @dataclass(frozen=True)
 class LocalEdges:
     """A batch's graph as local edges: ptr (B+1,) offsets into pairs (E, 2), each undirected edge once, any
@@ -196,9 +193,9 @@ def pack(
         raise ValueError("pack: give the graph either as LocalEdges or as a dense (B, L, L) adjacency")
     n = np.diff(node_ptr)  # (B,) context tokens per sample
     if (bad := np.flatnonzero(n > n_max)).size:
-        _fail("too many context nodes", cid, bad[0], f"N = {n[bad[0]]} > n_max = {n_max}")
+        fail_sample("too many context nodes", cid, bad[0], f"N = {n[bad[0]]} > n_max = {n_max}")
     if (bad := np.flatnonzero(n < 2)).size:
-        _fail("fewer than 2 context nodes (u and v must be local ids 0 and 1)", cid, bad[0], f"N = {n[bad[0]]}")
+        fail_sample("fewer than 2 context nodes (u and v must be local ids 0 and 1)", cid, bad[0], f"N = {n[bad[0]]}")
 
     # ---- tokens: per-sample offsets, then each token's position inside its sample
     seqlen = n + 2  # (B,)
@@ -223,7 +220,7 @@ def pack(
         adj_dense = t(np.ascontiguousarray(dense[:, :Lc, :Lc], dtype=np.uint8))
     else:
         edge_ptr = np.asarray(graph.ptr, dtype=np.int64)
-        adj_src, adj_dst = _messages(edge_ptr, graph.pairs, n, cu, n_max, cid, graph.strict)
+        adj_src, adj_dst = edge_messages(edge_ptr, graph.pairs, n, cu, n_max, cid, graph.strict)
         adj_dense = None
     if dist is not None and np.shape(dist) != (len(nodes), 2):
         raise ValueError(f"pack: dist must be (sum N_b = {len(nodes)}, 2), got {np.shape(dist)}")
@@ -244,53 +241,6 @@ def pack(
         adj_dense=adj_dense,
         dist=None if dist is None else t(np.asarray(dist, dtype=np.int64)[node_ptr[seg] + local_id]),
     )
-
-
-def _messages(edge_ptr, edges, n, cu, n_max, cid, strict, one_way: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Flat (adj_src, adj_dst): context edges both ways, then task tokens receiving from their
-    endpoint's neighbours; validated against N_b. one_way: each edge (s, r) is one message s -> r (typed rows),
-    then the task token of r < 2 hearing it too."""
-    B = len(n)
-    edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
-    e = np.diff(edge_ptr)  # (B,) undirected edges per sample
-    if edge_ptr.shape != (B + 1,) or edge_ptr[-1] - edge_ptr[0] != len(edges):
-        raise ValueError(f"pack: edge_ptr {edge_ptr.shape} does not match {B} samples and {len(edges)} edges")
-    eseg = np.repeat(np.arange(B), e)  # (E,) sample of each edge
-    a, b = edges[:, 0], edges[:, 1]
-    bad = np.flatnonzero((a < 0) | (b < 0) | (a >= n_max) | (b >= n_max))
-    if bad.size:
-        _fail(
-            "edge local id out of range",
-            cid,
-            eseg[bad[0]],
-            f"edge ({a[bad[0]]}, {b[bad[0]]}) has a local id outside [0, n_max = {n_max})",
-        )
-    ne = n[eseg]
-    if (bad := np.flatnonzero((a >= ne) | (b >= ne))).size:
-        _fail(
-            "edge refers to a node that is not in the context",
-            cid,
-            eseg[bad[0]],
-            f"edge ({a[bad[0]]}, {b[bad[0]]}) with N = {n[eseg[bad[0]]]}",
-        )
-    if (bad := np.flatnonzero(a == b)).size:
-        _fail("self-loop in the local edge list", cid, eseg[bad[0]], f"edge ({a[bad[0]]}, {b[bad[0]]})")
-    if strict and len(edges):
-        key = eseg * (n_max * n_max) + np.minimum(a, b) * n_max + np.maximum(a, b)
-        uniq, first, counts = np.unique(key, return_index=True, return_counts=True)
-        if (dup := np.flatnonzero(counts > 1)).size:
-            i = first[dup[0]]
-            _fail("duplicate edge", cid, eseg[i], f"edge ({a[i]}, {b[i]}) appears more than once")
-    base = cu[eseg]  # (E,) token offset of each edge's sample
-    fa, fb = base + a, base + b  # flat token index of each endpoint's context token
-    task_of = cu[1:] - 2  # (B,) flat index of the u-task token; v-task is +1
-    if one_way:
-        to = b < 2
-        return np.concatenate([fa, fa[to]]), np.concatenate([fb, task_of[eseg[to]] + b[to]])
-    to_b, to_a = b < 2, a < 2  # edges whose other end is u or v: the task token hears them too
-    adj_src = np.concatenate([fa, fb, fa[to_b], fb[to_a]])
-    adj_dst = np.concatenate([fb, fa, task_of[eseg[to_b]] + b[to_b], task_of[eseg[to_a]] + a[to_a]])
-    return adj_src, adj_dst
 
 
 def pack_samples(

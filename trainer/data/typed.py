@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from trainer.data.messages import edge_messages
+
 OUT, IN = 0, 1  # a directed set's edge types: j is an out-neighbour (i -> j) or an in-neighbour (j -> i) of i
 DIRECTED_TYPES = 2
 
@@ -52,7 +54,6 @@ def dense_of(B: int, L: int, ptr: np.ndarray, edges: np.ndarray) -> tuple[np.nda
 
 def typed_fields(typed, adj_dense, n, cu, n_max, cid) -> dict:
     """The PackedBatch fields of a typed adjacency, in the batch's form (trainer.data.packing.pack)."""
-    from trainer.data.packing import _messages  # packing imports this module: its message builder, at call time
 
     t = torch.from_numpy
     if isinstance(typed, TypedEdges) == (adj_dense is not None):
@@ -75,6 +76,6 @@ def typed_fields(typed, adj_dense, n, cu, n_max, cid) -> dict:
     if ((k < 0) | (k >= K)).any():
         raise ValueError(f"pack: typed edge kinds must lie in [0, {K})")
     ptr = np.asarray(typed.ptr, dtype=np.int64)
-    src, dst = _messages(ptr, np.stack([b, a], axis=1), n, cu, n_max, cid, strict=False, one_way=True)
+    src, dst = edge_messages(ptr, np.stack([b, a], axis=1), n, cu, n_max, cid, strict=False, one_way=True)
     kind = np.concatenate([k, k[a < 2]])  # the messages' order: one per row, then the task tokens' copies
     return {"typed_src": t(src), "typed_dst": t(dst), "typed_kind": t(kind), "edge_types": K}
