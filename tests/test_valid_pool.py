@@ -158,3 +158,33 @@ def test_a_graph_with_few_pairs_left_gets_a_smaller_pool():
     left = n * (n - 1) // 2 - known.num_edges - len(neg)  # pairs that are neither edges nor validation negatives
     pooled = attach_valid_pool(ds, 8)
     assert 0 < pooled.valid_pool["pool"] == left // 2 < 8 * len(neg)
+
+
+def test_the_search_reads_an_eval_sets_queries_once(tmp_path, monkeypatch):
+    # the search and the blend ask for the same sets once per candidate, seed and key: on an s3:// set each read
+    # was a download (9 of a cluster run's 12 minutes, docs/benchmarks/2026-12-05-cluster.md)
+    from common.manifest import read_manifest
+    from pipelines.auto import signal
+    from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
+    from preprocess.job import run_job
+    from tests.conftest import bipartite_rows, write_edges
+
+    edges = write_edges(tmp_path / "shop.csv", bipartite_rows())
+    cfg = PreprocessConfig(
+        data=DatasetSpec(str(edges)),
+        sampling=SamplingConfig(1, 3),
+        out=str(tmp_path / "shards"),
+        candidates=CandidateConfig(views=1),
+        num_cpus=1,
+    )
+    manifest = read_manifest(str(run_job(cfg).path))
+    reads, load = [], signal.load_queries
+    monkeypatch.setattr(signal, "load_queries", lambda path, sha256: reads.append(path) or load(path, sha256=sha256))
+    signal._verified_queries.cache_clear()
+    entry = manifest.eval["valid/original"]
+    cid = np.arange(entry["candidates"])
+    first = signal.eval_signal(manifest, "valid", "original", cid, np.arange(len(cid), dtype=float))
+    again = signal.eval_signal(manifest, "valid", "original", cid, -np.arange(len(cid), dtype=float))
+    assert len(reads) == 1 and first.values()["mrr"].mean() < again.values()["mrr"].mean()  # each its own scores
+    with pytest.raises(ValueError):  # the shared arrays are read-only: no caller can change another's
+        signal.set_queries(manifest, entry)[0][0] = 7

@@ -29,8 +29,7 @@ import numpy as np
 
 from common.eval_scores import read_scores, scores_path
 from common.manifest_record import Manifest
-from common.shards import load_queries
-from pipelines.auto.signal import choose, paired, tie_break, tie_metric
+from pipelines.auto.signal import choose, paired, set_queries, tie_break, tie_metric
 from preprocess.candidates import protocol_candidates
 from trainer.evaluate import eval_entry, scores_to_metrics
 
@@ -117,7 +116,7 @@ def by_cid(dataset, manifest: Manifest, split: str, protocol: str, scores: dict)
     same data)."""
     cands = protocol_candidates(dataset, split, protocol)
     entry = eval_entry(manifest, split, protocol)
-    pos_cid, neg_cid = load_queries(manifest.queries_path(entry), sha256=manifest.queries_sha256(entry))
+    pos_cid, neg_cid = set_queries(manifest, entry)
     if (
         len(cands) != entry["candidates"]
         or not np.array_equal(pos_cid, cands.pos_cid)

@@ -24,6 +24,7 @@ recorded with every choice.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,6 +73,20 @@ def two_way_se(a: Signal, b: Signal, metric: str, draws: int = BOOTSTRAPS, seed:
     return float(reps.std(ddof=1))
 
 
+@functools.lru_cache(maxsize=32)
+def _verified_queries(path: str, sha256: str | None) -> tuple[np.ndarray, np.ndarray]:
+    pos_cid, neg_cid = load_queries(path, sha256=sha256)
+    pos_cid.setflags(write=False), neg_cid.setflags(write=False)  # shared by every caller
+    return pos_cid, neg_cid
+
+
+def set_queries(manifest: Manifest, entry: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(pos_cid, neg_cid) of an eval set, read and checked against the manifest's sha256 once per driver: the search
+    and the blend ask for the same few sets once per candidate, seed and key, and on an object store each read
+    is a download (minutes in all on a cluster's s3:// sets)."""
+    return _verified_queries(str(manifest.queries_path(entry)), manifest.queries_sha256(entry))
+
+
 def eval_signal(
     manifest: Manifest, split: str, protocol: str, cid: np.ndarray, score: np.ndarray, pool: bool = False
 ) -> Signal:
@@ -79,7 +94,7 @@ def eval_signal(
     negatives, or with `pool` the set's selection pool too, its ranks estimated at test's count of negatives
     (preprocess --valid-pool; a set without one: its negatives as ranked)."""
     entry = eval_entry(manifest, split, protocol)
-    pos_cid, neg_cid = load_queries(manifest.queries_path(entry), sha256=manifest.queries_sha256(entry))
+    pos_cid, neg_cid = set_queries(manifest, entry)
     table = np.full(int(max(cid.max(initial=-1), pos_cid.max(initial=-1), neg_cid.max(initial=-1))) + 1, np.nan)
     table[cid] = score
     pos, neg = table[pos_cid], table[neg_cid]
