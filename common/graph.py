@@ -27,6 +27,20 @@ class GraphError(ValueError):
     """Bad graph input; the message names the problem and the fix."""
 
 
+def node_pairs(pairs, num_nodes: int, where: str, error: type[ValueError] = GraphError) -> np.ndarray:
+    """(M, 2) int64 pairs of integer node ids in [0, num_nodes), or `error` in one line naming the problem (`where`:
+    the graph, for the message)."""
+    arr = np.asarray(pairs)
+    if arr.ndim != 2 or arr.shape[1] != 2:
+        raise error(f"pairs: expected shape (M, 2), got {arr.shape}")
+    if arr.size and not np.issubdtype(arr.dtype, np.integer):
+        raise error(f"pairs: node ids must be integers, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64, copy=False)
+    if arr.size and (arr.min() < 0 or arr.max() >= num_nodes):
+        raise error(f"pairs: node ids must lie in [0, {num_nodes}) for {where}")
+    return arr
+
+
 def as_edge_array(edges, what: str = "edges") -> np.ndarray:
     """Validate an (E, 2) array of integer node ids and return it as int64."""
     arr = np.asarray(edges)

@@ -30,7 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse import csgraph
 
-from common.graph import Graph
+from common.graph import Graph, node_pairs
 from common.heuristics_directed import DIRECTED, unique_ordered
 from common.heuristics_directed import LABELS as DIRECTED_LABELS
 from common.heuristics_temporal import edgebank, recent_pa
@@ -56,15 +56,7 @@ def adjacency(graph: Graph, weights: np.ndarray | None = None) -> sp.csr_matrix:
 
 
 def _check(graph: Graph, pairs) -> np.ndarray:
-    arr = np.asarray(pairs)
-    if arr.ndim != 2 or arr.shape[1] != 2:
-        raise HeuristicError(f"pairs: expected shape (M, 2), got {arr.shape}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        raise HeuristicError(f"pairs: node ids must be integers, got dtype {arr.dtype}")
-    arr = arr.astype(np.int64, copy=False)
-    if arr.size and (arr.min() < 0 or arr.max() >= graph.num_nodes):
-        raise HeuristicError(f"pairs: node ids must lie in [0, {graph.num_nodes}) for {graph!r}")
-    return arr
+    return node_pairs(pairs, graph.num_nodes, repr(graph), HeuristicError)
 
 
 def _block_cols(num_nodes: int, batch: int) -> int:

@@ -21,6 +21,8 @@ from collections.abc import Callable
 import numpy as np
 import scipy.sparse as sp
 
+from common.graph import node_pairs
+
 DEFAULT_BATCH = 100_000
 
 
@@ -45,16 +47,7 @@ def total_degree(a: sp.csr_matrix) -> np.ndarray:
 
 def check_pairs(out, pairs) -> np.ndarray:
     """(M, 2) int64 pairs whose ids lie in the graph, or one line naming the problem."""
-    arr = np.asarray(pairs)
-    if arr.ndim != 2 or arr.shape[1] != 2:
-        raise DirectedHeuristicError(f"pairs: expected shape (M, 2), got {arr.shape}")
-    if arr.size and not np.issubdtype(arr.dtype, np.integer):
-        raise DirectedHeuristicError(f"pairs: node ids must be integers, got dtype {arr.dtype}")
-    arr = arr.astype(np.int64, copy=False)
-    n = len(out.indptr) - 1
-    if arr.size and (arr.min() < 0 or arr.max() >= n):
-        raise DirectedHeuristicError(f"pairs: node ids must lie in [0, {n}) for the directed graph")
-    return arr
+    return node_pairs(pairs, len(out.indptr) - 1, "the directed graph", DirectedHeuristicError)
 
 
 def _path_overlap(out, pairs, node_weight: Callable[[sp.csr_matrix], np.ndarray], batch: int) -> np.ndarray:
