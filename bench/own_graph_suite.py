@@ -112,6 +112,20 @@ def structure_only(args: list[str]) -> list[str]:
     return args if at is None else args[:at] + args[at + 2 :]
 
 
+def run_unless_done(name: str, method: str, out: Path, seeds: str) -> dict | None:
+    """run_method, unless OUT/<graph>/<method>.json says it finished; that file is written only on success.
+    Returns the run's record, None when it had finished."""
+    done = out / name / f"{method}.json"
+    if done.exists():
+        return None
+    print(f"== {name} / {method}", flush=True)
+    got = run_method(name, method, out, seeds)
+    print(f"   {got['wall_s']:.0f} s, peak {got['peak_pss_mb']} MB, rc {got['rc']}", flush=True)
+    if got["rc"] == 0:
+        write_json_atomic(done, got)
+    return got
+
+
 def run_method(name: str, method: str, out: Path, seeds: str) -> dict:
     gdir = out / name
     data = graph_args(name, out)
@@ -284,15 +298,8 @@ def _main(argv) -> int:
         return 0
     for name in names if not args.table else []:
         for method in [m for m in args.methods.split(",") if m]:
-            done = out / name / f"{method}.json"
-            if done.exists():
-                continue
-            print(f"== {name} / {method}", flush=True)
-            got = run_method(name, method, out, args.seeds)
-            print(f"   {got['wall_s']:.0f} s, peak {got['peak_pss_mb']} MB, rc {got['rc']}", flush=True)
-            if got["rc"] == 0:  # a failed method is retried by the next run; its log says why
-                write_json_atomic(done, got)
-            else:
+            got = run_unless_done(name, method, out, args.seeds)
+            if got and got["rc"]:  # a failed method is retried by the next run; its log says why
                 print("   " + (out / name / f"{method}.log").read_text().strip().splitlines()[-1], flush=True)
     text = table(out, names)
     write_text_atomic(out / "table.md", text)

@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 
 from bench.graph_families import synthetic_edges
-from bench.own_graph_suite import run_method
+from bench.own_graph_suite import run_unless_done
 from bench.peers import graph_rows, times
-from common.atomic import write_json_atomic, write_text_atomic
+from common.atomic import write_text_atomic
 from common.cli import Parser, run_cli, summary
 
 MEMBERS = ("power-s0-2000", "power-s1-2500", "power-s2-3000")
@@ -62,15 +62,9 @@ def _main(argv) -> int:
         write_member(name, out)
     for name in names if not args.table else []:
         for method in ("auto", "seal"):  # SEAL second: it is given the default's wall time
-            done = out / name / f"{method}.json"
-            if done.exists():
-                continue
-            print(f"== {name} / {method}", flush=True)
-            got = run_method(name, method, out, args.seeds)
-            print(f"   {got['wall_s']:.0f} s, peak {got['peak_pss_mb']} MB, rc {got['rc']}", flush=True)
-            if got["rc"]:
+            got = run_unless_done(name, method, out, args.seeds)
+            if got and got["rc"]:
                 raise SystemExit(f"{name} / {method} failed: see {out / name / f'{method}.log'}")
-            write_json_atomic(done, got)
     rows = [r for g in names for r in graph_rows(out, g)]
     text = (
         "| graph | seeds | test positives | shared negatives | peer | default MRR | peer MRR | MRR difference ± SE | "
