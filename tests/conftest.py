@@ -187,16 +187,19 @@ def write_edges(path: Path, rows) -> Path:
     return path
 
 
-def tiny_edge_list_run(root: Path, rows, node_features: Path | None = None) -> dict:
-    """A run of the tiny preset, 2 steps on CPU, on the edge list `rows` (root/shop.csv), with the feature table
-    `node_features` when given: its folder, edge list and shard set."""
+def tiny_edge_list_run(
+    root: Path, rows, node_features: Path | None = None, name: str = "shop.csv", directed: bool = False
+) -> dict:
+    """A run of the tiny preset, 2 steps on CPU, on the edge list `rows` (root/<name>), with the feature table
+    `node_features` when given, read as directed edges with `directed`: its folder, edge list and shard set."""
     from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
     from preprocess.job import run_job
 
-    edges = write_edges(root / "shop.csv", rows)
+    edges = write_edges(root / name, rows)
+    features = None if node_features is None else str(node_features)
     shards = run_job(
         PreprocessConfig(
-            data=DatasetSpec(str(edges), node_features=None if node_features is None else str(node_features)),
+            data=DatasetSpec(str(edges), node_features=features, directed=directed),
             sampling=SamplingConfig(1, 3),
             out=str(root / "shards"),
             candidates=CandidateConfig(views=1),

@@ -100,27 +100,13 @@ def follows(seed: int = 3) -> list[tuple[int, int]]:
 
 @pytest.fixture(scope="module")
 def directed_run(tmp_path_factory):
-    from common.datasets import DatasetSpec
-    from preprocess.config import CandidateConfig, PreprocessConfig, SamplingConfig
-    from preprocess.job import run_job
-    from tests.conftest import HAS_RAY, train_tiny_on_cpu, write_edges
+    from tests.conftest import HAS_RAY, tiny_edge_list_run
 
     if not HAS_RAY:
         pytest.skip("ray is not installed (CI installs it; the GPU image lacks it)")
-    root = tmp_path_factory.mktemp("directed")
     rows = follows()
-    edges = write_edges(root / "follows.csv", rows)
-    shards = run_job(
-        PreprocessConfig(
-            data=DatasetSpec(str(edges), directed=True),
-            sampling=SamplingConfig(1, 3),
-            out=str(root / "shards"),
-            candidates=CandidateConfig(views=1),
-            num_cpus=1,
-        )
-    ).path
-    train_tiny_on_cpu(shards, root / "run", max_steps=2)
-    return {"root": root, "run": root / "run", "edges": set(rows), "nodes": sorted({n for r in rows for n in r})}
+    run = tiny_edge_list_run(tmp_path_factory.mktemp("directed"), rows, name="follows.csv", directed=True)
+    return {**run, "edges": set(rows), "nodes": sorted({n for r in rows for n in r})}
 
 
 def pencil(*args) -> subprocess.CompletedProcess:
