@@ -3,6 +3,7 @@ generated graphs of 10 k to 1 M edges at two densities, with each stage's wall t
 
     python -m bench.own_graph_scale --out scale --sizes 10k --degrees 4,30          # run (a rerun skips what finished)
     python -m bench.own_graph_scale --out scale --sizes 1m --degrees 4 --budget-minutes 30
+    python -m bench.own_graph_scale --out scale --sizes 1m --degrees 4 --null        # the signal-free control
     python -m bench.own_graph_scale --out scale --table                              # the table, 10 M projected
 
 The graphs (`scale_edges`): nodes on a ring, each edge from an endpoint drawn by a heavy-tailed activity to a
@@ -67,6 +68,18 @@ def scale_edges(edges: int, mean_degree: float, seed: int = 0) -> np.ndarray:
         pair = np.sort(np.stack([u, v], 1), axis=1)
         pair = pair[pair[:, 0] != pair[:, 1]]
         got = np.unique(np.concatenate([got, pair]), axis=0)
+    return rng.permutation(got)[:edges]
+
+
+def null_edges(edges: int, mean_degree: float, seed: int = 0) -> np.ndarray:
+    """The signal-free control: `edges` distinct pairs drawn uniformly (Erdos-Renyi) over as many nodes as
+    `scale_edges`, so a held-out link is no likelier than a non-link: test AUC ~50 and MRR ~chance expected."""
+    n = max(3, round(2 * edges / mean_degree))
+    rng = np.random.default_rng(seed)
+    got = np.zeros((0, 2), dtype=np.int64)
+    while len(got) < edges:
+        pair = np.sort(rng.integers(0, n, (int(edges * 1.1) + 16, 2)), axis=1)
+        got = np.unique(np.concatenate([got, pair[pair[:, 0] != pair[:, 1]]]), axis=0)
     return rng.permutation(got)[:edges]
 
 
@@ -160,15 +173,17 @@ def _mean(cell) -> float:
     return float(cell) if isinstance(cell, (int, float)) else float(str(cell).split(" ")[0])
 
 
-def run_one(root: Path, size: str, degree: float, budget: float, max_gb: float | None = None) -> dict:
-    name = f"{size}-d{degree:g}"
+def run_one(
+    root: Path, size: str, degree: float, budget: float, max_gb: float | None = None, null: bool = False
+) -> dict:
+    name = f"{size}-d{degree:g}" + ("-null" if null else "")
     folder, done = root / name, root / name / "run.json"
     if done.exists():
         return json.loads(done.read_text())
     raw, graph = folder / "raw.json", folder / f"{name}.csv"
     if not raw.exists():  # the measurement is kept before anything reads it: a failed parse reruns no run
         t0 = time.perf_counter()
-        edges = scale_edges(SIZES[size], degree)
+        edges = (null_edges if null else scale_edges)(SIZES[size], degree)
         write_graph(graph, edges)
         print(f"== {name}: {len(edges):,} edges, written in {time.perf_counter() - t0:.1f} s", flush=True)
         run = measured_run(graph, folder, budget, max_gb)
@@ -181,6 +196,7 @@ def run_one(root: Path, size: str, degree: float, budget: float, max_gb: float |
         "edges": run["edges"],
         "nodes": run["nodes"],
         "degree": degree,
+        "null": null,
         "rc": run["rc"],
         "capped_gb": max_gb if run["capped"] else None,
         "wall_s": round(run["end"] - run["start"], 1),
@@ -234,7 +250,8 @@ def table(runs: list[dict], project_to: tuple[int, ...] = (1_000_000, 10_000_000
     head += " | whole run | load avg | test: PENCIL vs best heuristic |"
     lines = [head, "|" + "---|" * (len(STAGES) + 7)]
     for degree in sorted({r["degree"] for r in runs}):
-        mine = sorted((r for r in runs if r["degree"] == degree and r["rc"] == 0), key=lambda r: r["edges"])
+        mine = [r for r in runs if r["degree"] == degree and r["rc"] == 0 and not r.get("null")]  # controls: no slope
+        mine.sort(key=lambda r: r["edges"])
         for r in sorted((r for r in runs if r["degree"] == degree), key=lambda r: r["edges"]):
             cells = [_cell(r["stages"].get(s)) for s in STAGES]
             res = r.get("results", {})
@@ -282,6 +299,7 @@ def main(argv=None) -> int:
     p.add_argument("--degrees", default="4,30", help="mean degrees (default 4,30)")
     p.add_argument("--budget-minutes", type=float, default=30.0, help="the run's --budget-minutes (default 30)")
     p.add_argument("--max-gb", type=float, default=None, help="stop a run whose process tree's PSS passes this")
+    p.add_argument("--null", action="store_true", help="the signal-free control: uniform random graphs (NAME-null)")
     p.add_argument("--table", action="store_true", help="print the table of what has finished, with projections")
     args = p.parse_args(argv)
     root = Path(args.out)
@@ -291,7 +309,7 @@ def main(argv=None) -> int:
     if not args.table:
         for size in args.sizes.split(","):
             for degree in (float(d) for d in args.degrees.split(",")):
-                run_one(root, size, degree, args.budget_minutes, args.max_gb)
+                run_one(root, size, degree, args.budget_minutes, args.max_gb, args.null)
     runs = [json.loads(f.read_text()) for f in sorted(root.glob("*/run.json"))]
     print(table(runs, budget_s=60 * args.budget_minutes) if runs else f"{root}: no finished run yet")
     return 0

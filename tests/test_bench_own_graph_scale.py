@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.own_graph_scale import STAGES, project, scale_edges, stage_rows, stages, table
+from bench.own_graph_scale import STAGES, null_edges, project, scale_edges, stage_rows, stages, table
 
 LOG = """\
 2026-12-05 04:00:00,000 INFO common.datasets.tables: g.csv: read 10,000 rows in 0.0 s (driver 0.3 GiB)
@@ -41,6 +41,14 @@ def test_graphs_have_the_size_and_density_asked():
         assert len(np.unique(e, axis=0)) == edges  # distinct, no self-loops
         assert round(2 * edges / degree) * 0.9 <= e.max() + 1 <= round(2 * edges / degree)  # the mean degree
     np.testing.assert_array_equal(scale_edges(300, 4.0, seed=2), scale_edges(300, 4.0, seed=2))
+
+
+def test_the_null_control_is_uniform_over_the_same_nodes():
+    e = null_edges(2000, 4.0, seed=1)
+    assert len(e) == 2000 and (e[:, 0] < e[:, 1]).all() and len(np.unique(e, axis=0)) == 2000
+    assert e.max() < 1000 and e.min() >= 0
+    # no locality: a uniform pair's ring distance is uniform, where scale_edges' are mostly within a few hops
+    assert np.median(e[:, 1] - e[:, 0]) > 200 > np.median(np.diff(np.sort(scale_edges(2000, 4.0, seed=1)), axis=1))
 
 
 def test_stages_come_from_the_log_in_order(tmp_path):
