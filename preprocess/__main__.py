@@ -33,6 +33,15 @@ def build_parser(prog: str = PROG) -> Parser:
         help="hops d and neighbours n per frontier entry (default: the paper's preset for the dataset)",
     )
     p.add_argument(
+        "--closest",
+        type=int,
+        default=0,
+        metavar="K",
+        advanced=True,
+        help="keep at most K context nodes per link, the structurally closest: the pair's common neighbours, "
+        "then their other neighbours, then the rest, each by its links into the sampled context (default 0: all)",
+    )
+    p.add_argument(
         "--views", type=int, default=2, help="independent training draws (negatives + subgraphs) (default 2)"
     )
     p.add_argument(
@@ -131,6 +140,7 @@ def _split_list(text: str) -> tuple[str, ...]:
 
 def config_from_args(args: argparse.Namespace) -> PreprocessConfig:
     sampling = SamplingConfig.parse(args.sampling) if args.sampling else SamplingConfig(*default_sampling(args.dataset))
+    sampling = SamplingConfig(sampling.d, sampling.n, args.closest) if args.closest else sampling
     protocols = None if args.protocol.strip().lower() in ("both", "all") else _split_list(args.protocol)
     try:
         data = DatasetSpec.from_args(args, features=args.features, seed=args.seed, valid_pool=args.valid_pool)

@@ -21,7 +21,7 @@ SPLIT_NAMES = ("train", "valid", "test")
 # this holds at ogbl-ddi density (measured in bench/scale.py).
 WORKER_MEMORY_MB = 1500
 LINK_BYTES = 40  # cid, src, dst, label and a list offset per link in a block
-PROTOCOL_NAMES = ("original", "heart", "ogb", "pairs", "reverse")
+PROTOCOL_NAMES = ("original", "heart", "ogb", "pairs", "reverse", "kg")
 
 
 class ConfigError(ValueError):
@@ -30,14 +30,19 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class SamplingConfig:
-    """Link-centric ShaDowKHop: d hops, n neighbours per frontier entry."""
+    """Link-centric ShaDowKHop: d hops, n neighbours per frontier entry; `closest` > 0 keeps at most that many
+    context nodes per link, the structurally closest (preprocess/sampler.py; 0 = all, the default)."""
 
     d: int
     n: int
+    closest: int = 0
 
     def __post_init__(self):
         if not (isinstance(self.d, int) and isinstance(self.n, int)) or self.d < 1 or self.n < 1:
             raise ConfigError(f"--sampling: d and n must be positive integers, got d={self.d!r}, n={self.n!r}")
+        c = self.closest
+        if isinstance(c, bool) or not isinstance(c, int) or (c != 0 and c < 3):
+            raise ConfigError(f"--closest: must be 0 (off) or an integer of at least 3 (u, v and one more), got {c!r}")
         if self.n_max >= 2**31:
             raise ConfigError(f"--sampling {self.d},{self.n}: node budget N_max={self.n_max} is too large")
 
@@ -169,6 +174,7 @@ class PreprocessConfig:
             "fingerprint": dataset_fingerprint,
             "features": self.data.features,
             "sampling": [self.sampling.d, self.sampling.n],
+            **({"closest": self.sampling.closest} if self.sampling.closest else {}),  # off: the keys sets always had
             "candidates": cand,
             "seed": self.seed,
             "links_per_shard": self.links_per_shard,
@@ -200,6 +206,8 @@ class PreprocessConfig:
             if out[name] and (name != "dataset" or given_by_path(self.data.dataset, self.data.data_dir)):
                 out[name] = absolute_location(out[name])
         out["sampling"] = {"d": self.sampling.d, "n": self.sampling.n, "n_max": self.sampling.n_max}
+        if self.sampling.closest:
+            out["sampling"]["closest"] = self.sampling.closest
         return out
 
 

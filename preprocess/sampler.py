@@ -6,6 +6,10 @@ For a batch of links (u, v) the kernel, per link:
      (Floyd's algorithm: exactly n draws, no copy of the neighbour row);
   2. takes the union of both visited sets; local ids u -> 0, v -> 1, the rest in a seeded uniformly
      random order (or discovery order with shuffle=False);
+  2b. with `closest` = K > 0 and more than K context nodes, keeps only the K - 2 structurally closest besides
+     u and v (`_closest`): common neighbours of u and v first, then their other neighbours, then the rest,
+     each tier by its links into the sampled context, ties in the local order of step 2; the kept nodes
+     keep that order. Off (0), the output is the old view's, bit for bit;
   3. emits the node set only: the induced subgraph (minus the target edge u-v) is a pure function of
      it and the graph, recovered where it is consumed (common/induce.py; shard format v2).
 
@@ -73,12 +77,14 @@ def sample_subgraphs(
     shuffle: bool = True,
     scratch: Scratch | None = None,
     link_seeds: np.ndarray | None = None,
+    closest: int = 0,
 ) -> Subgraphs:
     """Sample the (d, n) link-centric subgraph of every link (src[i], dst[i]) on the CSR graph.
 
     link_seeds: optional (B,) uint64, one seed per link (the RNG restarts at every link), so a link's
     subgraph does not depend on which other links share the call (scoring engine: trainer/scoring.py);
-    without it one stream from `seed` runs through the whole call, as the shard tasks use it."""
+    without it one stream from `seed` runs through the whole call, as the shard tasks use it.
+    closest: at most this many context nodes per link (u and v included), the structurally closest; 0 = all."""
     indptr = np.ascontiguousarray(indptr, dtype=np.int64)
     indices = np.ascontiguousarray(indices)
     src = np.ascontiguousarray(src, dtype=np.int64)
@@ -90,6 +96,8 @@ def sample_subgraphs(
         raise ValueError(f"link endpoints must lie in [0, {num_nodes})")
     if d < 1 or n < 1:
         raise ValueError(f"sampling (d, n) must be positive, got ({d}, {n})")
+    if closest != 0 and closest < 3:
+        raise ValueError(f"closest must be 0 (off) or at least 3 (u, v and one more node), got {closest}")
     if scratch is None:
         scratch = Scratch(indptr)
     if link_seeds is None:
@@ -111,6 +119,7 @@ def sample_subgraphs(
         scratch.stamp,
         scratch.tick,
         link_seeds,
+        closest,
     )
     return Subgraphs(node_ptr=node_ptr, nodes=nodes[: node_ptr[-1]])
 
@@ -199,7 +208,37 @@ def _expand_root(root, indptr, indices, d, n, n_max, ctx, k, mark, stamp, tick, 
 
 
 @njit(cache=True)
-def _sample_kernel(indptr, indices, src, dst, d, n, n_max, seed, shuffle, mark, stamp, tick, link_seeds):
+def _closest(ctx, k, keep, u, v, indptr, indices, mark, score):
+    """Keep ctx[2:keep] as the `keep - 2` closest of ctx[2:k] (the order among them unchanged); the dropped
+    nodes' marks are cleared. A node's score: (links to u and v) * (k + 1) + (links into the context)."""
+    for i in range(2, k):
+        w = ctx[i]
+        to_pair = 0
+        inside = 0
+        for j in range(indptr[w], indptr[w + 1]):
+            x = indices[j]
+            if x == u or x == v:
+                to_pair += 1
+            if mark[x] >= 0:
+                inside += 1
+        score[i - 2] = -(to_pair * (k + 1) + inside)  # negated: an ascending stable sort puts the best first
+    order = np.argsort(score[: k - 2], kind="mergesort")
+    for r in range(keep - 2, k - 2):
+        mark[ctx[order[r] + 2]] = -2  # dropped (reset to -1 below)
+    m = 2
+    for i in range(2, k):
+        w = ctx[i]
+        if mark[w] == -2:
+            mark[w] = -1
+        else:
+            ctx[m] = w
+            mark[w] = m
+            m += 1
+    return m
+
+
+@njit(cache=True)
+def _sample_kernel(indptr, indices, src, dst, d, n, n_max, seed, shuffle, mark, stamp, tick, link_seeds, closest):
     rng = np.zeros(1, dtype=np.uint64)
     rng[0] = np.uint64(seed)
     _next64(rng)  # decorrelate neighbouring seeds
@@ -210,6 +249,7 @@ def _sample_kernel(indptr, indices, src, dst, d, n, n_max, seed, shuffle, mark, 
     half = n_max // 2 + 1  # one root's frontier never exceeds n^d < N_max / 2
     frontier = np.empty(half, dtype=np.int64)
     nxt = np.empty(half, dtype=np.int64)
+    score = np.empty(n_max if closest > 0 else 0, dtype=np.int64)
     nn = 0
     per_link = link_seeds.shape[0] > 0
     for b in range(num_links):
@@ -235,6 +275,8 @@ def _sample_kernel(indptr, indices, src, dst, d, n, n_max, seed, shuffle, mark, 
                 ctx[j] = tmp
             for i in range(2, k):
                 mark[ctx[i]] = i
+        if closest > 0 and k > closest:
+            k = _closest(ctx, k, closest, u, v, indptr, indices, mark, score)
         nodes = grow(nodes, nn + k)
         for i in range(k):
             nodes[nn + i] = ctx[i]

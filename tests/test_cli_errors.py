@@ -99,6 +99,7 @@ PREPROCESS = [
     (["--dataset", "citeseer", "--neg-ratio", "-1"], r"--neg-ratio"),
     (["--dataset", "citeseer", "--hard-neg-fraction", "-0.1"], r"--hard-neg-fraction: must be a number in \[0, 1\]"),
     (["--dataset", "citeseer", "--hard-neg-fraction", "1.5"], r"--hard-neg-fraction: must be a number in \[0, 1\]"),
+    (["--dataset", "citeseer", "--closest", "2"], r"--closest: must be 0 \(off\) or an integer of at least 3"),
     (["--dataset", "citeseer", "--splits", "train,dev"], r"--splits"),
     (["--dataset", "citeseer", "--protocol", "hart"], r"--protocol"),
     (["--dataset", "citeseer", "--protocol", "ogb", "--out", "{tmp}/o"], r"--protocol: citeseer has no ogb"),
