@@ -16,6 +16,11 @@ A directed set (--directed) also ships its out-edge CSR; an Inducer over it give
 edge) and their dense form (`dense(..., ordered=True)`: out[b, i, j] = 1 iff i -> j). The sampler and the
 propagation keep reading the undirected union; these say which way each of its edges points.
 
+A typed set (relation types, shard format 4) also ships its triple CSR: row h holds the tail of every triple
+(h, r, t), sorted by (t, r), with a relation array aligned; `typed_edges` gives each link's typed edges (local
+a -> b of relation r, rows (a, b, r)), every triple between two context nodes but those u -> v (the target pair's,
+whatever their relation), as the ordered form hides u -> v.
+
 Both kernels work on a whole block of links per call: one pass over each context node's CSR row with a
 per-node marker array (global id -> local id, reset after each link), or a binary search for the few
 context nodes when the row is much longer than the context (hubs). Rows must be sorted (common.graph).
@@ -60,6 +65,14 @@ class Inducer:
         node_ptr = np.ascontiguousarray(node_ptr, dtype=np.int64)
         edge_ptr, flat = _ordered_kernel(self.indptr, self.indices, node_ptr, np.ascontiguousarray(nodes), self.mark)
         return edge_ptr, flat[: 2 * edge_ptr[-1]].reshape(-1, 2)
+
+    def typed_edges(self, node_ptr: np.ndarray, nodes: np.ndarray, relation: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(edge_ptr (B+1,) int64, rows (E, 3) int64 (a, b, r)) of a triple CSR (this Inducer's arrays) and its
+        `relation` array: every triple a -> b of relation r between context nodes but u -> v (local 0 -> 1)."""
+        node_ptr = np.ascontiguousarray(node_ptr, dtype=np.int64)
+        rel = np.asarray(relation)
+        edge_ptr, flat = _typed_kernel(self.indptr, self.indices, rel, node_ptr, np.ascontiguousarray(nodes), self.mark)
+        return edge_ptr, flat[: 3 * edge_ptr[-1]].reshape(-1, 3).astype(np.int64)
 
     def dense(
         self, node_ptr: np.ndarray, nodes: np.ndarray, width: int | None = None, ordered: bool = False
@@ -221,6 +234,68 @@ def _ordered_kernel(indptr, indices, node_ptr, nodes, mark):
             mark[nodes[lo + i]] = -1
         edge_ptr[b + 1] = e
     return edge_ptr, edges
+
+
+@njit(cache=True)
+def _typed_kernel(indptr, indices, relation, node_ptr, nodes, mark):
+    """Every triple a -> b (relation r) between context nodes, as flat (a, b, r), but those 0 -> 1; with u == v
+    local 1 is a copy of local 0 (its out- and in-triples)."""
+    B = node_ptr.shape[0] - 1
+    edge_ptr = np.zeros(B + 1, dtype=np.int64)
+    out = np.empty(max(192, 6 * (node_ptr[-1] - node_ptr[0])), dtype=np.int32)  # flat (a0, b0, r0, ...)
+    e = 0
+    for b in range(B):
+        lo = node_ptr[b]
+        k = node_ptr[b + 1] - lo
+        self_loop = _mark_context(nodes, lo, k, mark)
+        e0 = e
+        for i in range(k):
+            if self_loop and i == 1:
+                continue
+            start = indptr[nodes[lo + i]]
+            deg = indptr[nodes[lo + i] + 1] - start
+            if deg > 8 * k:  # hub row: binary-search each context node, then its run of relations
+                for j in range(k):
+                    if j == i or (self_loop and j == 1):
+                        continue
+                    w = nodes[lo + j]
+                    a, z = start, start + deg
+                    while a < z:
+                        mid = (a + z) >> 1
+                        if indices[mid] < w:
+                            a = mid + 1
+                        else:
+                            z = mid
+                    while a < start + deg and indices[a] == w:
+                        out = grow(out, 3 * (e + 1))
+                        out[3 * e], out[3 * e + 1], out[3 * e + 2] = i, j, relation[a]
+                        e += 1
+                        a += 1
+            else:
+                out = grow(out, 3 * (e + deg))
+                for p in range(start, start + deg):
+                    j = mark[indices[p]]
+                    out[3 * e], out[3 * e + 1], out[3 * e + 2] = i, j, relation[p]
+                    e += np.int64(j >= 0 and j != i)  # an outsider or the row's own node: overwritten next
+        if self_loop:  # local 1 is a copy of local 0: its out- and in-triples
+            out = grow(out, 3 * (3 * e - 2 * e0))
+            for q in range(e0, e):
+                if out[3 * q] == 0:
+                    out[3 * e], out[3 * e + 1], out[3 * e + 2] = 1, out[3 * q + 1], out[3 * q + 2]
+                    e += 1
+                elif out[3 * q + 1] == 0:
+                    out[3 * e], out[3 * e + 1], out[3 * e + 2] = out[3 * q], 1, out[3 * q + 2]
+                    e += 1
+        w = e0  # the target pair u -> v is never visible, whatever its relation
+        for q in range(e0, e):
+            if not (out[3 * q] == 0 and out[3 * q + 1] == 1):
+                out[3 * w], out[3 * w + 1], out[3 * w + 2] = out[3 * q], out[3 * q + 1], out[3 * q + 2]
+                w += 1
+        e = w
+        for i in range(k):
+            mark[nodes[lo + i]] = -1
+        edge_ptr[b + 1] = e
+    return edge_ptr, out
 
 
 @njit(cache=True)

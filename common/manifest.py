@@ -26,7 +26,11 @@ FORMAT_VERSION = 2
 # older builds), and an older build refuses a directed set in one line naming the version rather than read it
 # as undirected.
 DIRECTED_VERSION = 3
-READ_VERSIONS = (FORMAT_VERSION, DIRECTED_VERSION)
+# Version 4 = version 3 + relation types (a typed set: knowledge graph): `relations` (names in id order), each
+# graph's triple CSR with its relation array, a `rel` column in every block, `pos_rel` in the queries. Written only
+# for typed sets (always directed), so every other set keeps its version, bytes and key.
+TYPED_VERSION = 4
+READ_VERSIONS = (FORMAT_VERSION, DIRECTED_VERSION, TYPED_VERSION)
 MANIFEST = "manifest.json"
 # What every manifest problem tells the user to do: a rerun repairs the set, --force rebuilds it from scratch.
 REBUILD = "rerun `python -m preprocess` with the set's flags to repair it (--force rebuilds it from scratch)"
@@ -56,7 +60,9 @@ def write_manifest(storage: LocalStorage, manifest: dict) -> None:
     """Write the manifest last, atomically, with its checksum. `files` (sha256 of every non-shard file) is
     taken from `manifest` when given (preprocess hashes what it writes), else read back from `storage`.
     A manifest that breaks the schema is a bug of the writer: refused here, never written."""
-    version = DIRECTED_VERSION if manifest.get("directed") else FORMAT_VERSION
+    version = (
+        TYPED_VERSION if manifest.get("relations") else DIRECTED_VERSION if manifest.get("directed") else FORMAT_VERSION
+    )
     body = {"format": FORMAT_NAME, "version": version, "manifest_version": schema.MANIFEST_VERSION, **manifest}
     if body.get("files") is None:
         body["files"] = stored_file_records(storage, schema.set_files(body))
@@ -84,9 +90,14 @@ def parse_manifest(text: str, where: str, root: str) -> Manifest:
     if version not in READ_VERSIONS:
         raise ShardError(
             f"{where}: shard format version {version} is not supported "
-            f"(this build reads versions {FORMAT_VERSION} and {DIRECTED_VERSION}); rebuild the shards with this version"
+            f"(this build reads versions {', '.join(map(str, READ_VERSIONS))}); rebuild the shards with this version"
         )
-    if (version == DIRECTED_VERSION) != (body.get("directed") is True):
+    if (version == TYPED_VERSION) != bool(body.get("relations")):
+        raise ShardError(
+            f"{where}: shard format version {version} with relations={body.get('relations')!r} (version "
+            f"{TYPED_VERSION} is exactly the typed sets); {REBUILD}"
+        )
+    if (version in (DIRECTED_VERSION, TYPED_VERSION)) != (body.get("directed") is True):
         raise ShardError(
             f"{where}: shard format version {version} with directed={body.get('directed')!r} (version "
             f"{DIRECTED_VERSION} is exactly the directed sets); {REBUILD}"

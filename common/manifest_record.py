@@ -38,6 +38,8 @@ class Manifest:
     totals: dict | None = None
     # ordered edges (--directed, shard format 3): graphs carry an out-edge CSR; absent (every older set) = False
     directed: bool = False
+    # relation names in id order (a typed set, shard format 4); () for every other set
+    relations: tuple = ()
     _raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -69,6 +71,7 @@ class Manifest:
             split=raw.get("split"),
             totals=raw.get("totals"),
             directed=bool(raw.get("directed", False)),
+            relations=tuple(raw.get("relations") or ()),
             _raw=raw,
         )
 

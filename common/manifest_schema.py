@@ -55,9 +55,14 @@ def set_files(m: dict) -> list[str]:
 
 
 def graph_files(g: dict) -> list[str]:
-    """The files of one `graphs` entry: its CSR arrays, and a directed set's out-edge CSR (`out`)."""
-    out = g.get("out") or {}
-    return [g[p] for p in ("indptr", "indices")] + [out[p] for p in ("indptr", "indices") if p in out]
+    """The files of one `graphs` entry: its CSR arrays, a directed set's out-edge CSR (`out`) and a typed set's
+    triple CSR (`rel`)."""
+    out, rel = g.get("out") or {}, g.get("rel") or {}
+    return (
+        [g[p] for p in ("indptr", "indices")]
+        + [out[p] for p in ("indptr", "indices") if p in out]
+        + [rel[p] for p in ("indptr", "indices", "relation") if p in rel]
+    )
 
 
 def schema_problem(m: dict) -> str | None:
@@ -167,7 +172,35 @@ def _graphs(m: dict) -> dict:
         _int(g.get("num_nodes"), f"{where}.num_nodes", 1, MAX_COUNT)
         _int(g.get("num_entries"), f"{where}.num_entries", 0, MAX_COUNT)
         _out_graph(g.get("out"), which, directed)
+        _rel_graph(g.get("rel"), which, _relations(m))
     return graphs
+
+
+def _relations(m: dict) -> list:
+    """A typed set's relation names in id order (distinct non-empty strings; shard format 4), [] otherwise."""
+    names = m.get("relations")
+    if names is None:
+        return []
+    names = _list(names, "relations")
+    if not names or len(set(names)) != len(names) or not all(isinstance(n, str) and n for n in names):
+        raise Invalid("relations: must be a non-empty list of distinct relation names")
+    if m.get("directed") is not True:
+        raise Invalid("relations: a typed set is directed (directed: true)")
+    return names
+
+
+def _rel_graph(rel, which: str, relations: list) -> None:
+    """A typed set ships each graph's triple CSR (`rel`: indptr, indices, relation); any other set none."""
+    where = f"graphs.{which}.rel"
+    if not relations:
+        if rel is not None:
+            raise Invalid(f"{where}: an untyped set (no relations) ships no relation graph")
+        return
+    _dict(rel, where)
+    for part in ("indptr", "indices", "relation"):
+        if rel.get(part) != f"graph-{which}-rel-{part}.npy":
+            raise Invalid(f"{where}.{part}: {rel.get(part)!r} is not graph-{which}-rel-{part}.npy")
+    _int(rel.get("num_entries"), f"{where}.num_entries", 0, MAX_COUNT)
 
 
 def _out_graph(out, which: str, directed: bool) -> None:

@@ -7,6 +7,9 @@
 - ogb: `ogb.linkproppred.Evaluator` semantics — shared negatives give Hits@K where a positive counts
   only if strictly above the K-th best negative; per-positive negatives (citation2) give MRR;
 - pairs: the user's labelled pairs (--eval-pairs), ranked as original: every link against all non-links;
+- kg: a typed graph's triples, each against its own filtered corruptions of head and tail ((P, K) scores, -inf
+  where a row was padded: never above nor tied with a positive, left out of AUC / AP); `relation_metrics` gives
+  MRR and Hits@1/3/10 per relation beside;
 - reverse: a directed graph's edges u -> v whose reverse is no edge, each against v -> u alone ((P, 1) scores);
   besides the usual keys, `reverse_acc`: the share of them scored above their reverse, ties counting half.
 
@@ -104,6 +107,24 @@ def rank_against_own(pos_scores, neg_scores) -> np.ndarray:
         p = pos[s : s + step, None]
         n = neg[s : s + step]
         out[s : s + step] = 1.0 + ((n > p).sum(axis=1) + (n >= p).sum(axis=1)) / 2.0
+    return out
+
+
+RELATION_KEYS = ("mrr", "hits@1", "hits@3", "hits@10")  # per relation of a typed graph (the standard figures)
+
+
+def relation_metrics(pos_scores, neg_scores, pos_rel, names: Sequence[str]) -> dict[str, float]:
+    """Per relation of a typed graph: {"mrr/<name>", "hits@K/<name>" (K = 1, 3, 10), "count/<name>"} over the
+    positives of that relation, each against its own negatives (-inf: padding, never counted); relations without
+    a positive are left out."""
+    ranks = rank_against_own(_as_scores(pos_scores, "pos_scores"), _as_scores(neg_scores, "neg_scores"))
+    rel, out = np.asarray(pos_rel, dtype=np.int64), {}
+    for r, name in enumerate(names):
+        mask = rel == r
+        if mask.any():
+            got = ranking_metrics(ranks[mask], ks=(1, 3, 10))
+            out.update({f"{k}/{name}": got[k] for k in RELATION_KEYS})
+            out[f"count/{name}"] = float(mask.sum())
     return out
 
 
@@ -238,9 +259,14 @@ def evaluate(protocol: str, pos_scores, neg_scores) -> dict[str, float]:
     Every protocol: AUC and AP of the positives against all negatives pooled (classification_metrics).
     """
     neg = _as_scores(neg_scores, "neg_scores")
-    if protocol not in ("original", "heart", "ogb", "pairs", "reverse"):
-        raise MetricsError(f"unknown protocol '{protocol}'; use original, heart, ogb, pairs or reverse")
+    if protocol not in ("original", "heart", "ogb", "pairs", "reverse", "kg"):
+        raise MetricsError(f"unknown protocol '{protocol}'; use original, heart, ogb, pairs, reverse or kg")
     pos = _as_scores(pos_scores, "pos_scores")
+    if protocol == "kg":
+        if neg.ndim != 2:
+            raise MetricsError(f"kg: expected per-positive negatives, (P, K) scores, got {neg.shape}")
+        real = neg[neg > -np.inf]  # -inf: a padded corruption (fewer candidates than asked)
+        return {**ranking_metrics(rank_against_own(pos, neg)), **classification_metrics(pos, real)}
     if protocol == "reverse":
         if neg.shape != (pos.shape[0], 1):
             raise MetricsError(f"reverse: expected one negative per positive, (P, 1) scores, got {neg.shape}")

@@ -23,6 +23,7 @@ than the link itself. Columns of a block (FORMAT_VERSION 2):
     dst    int64         global id of v
     label  float32       1 / 0 (or a regression target)
     nodes  list<uint16|int32|int64>  global ids of the context nodes in local-id order (u = 0, v = 1)
+    rel    int32         a typed set's (version 4) link relation id; absent from every other set's blocks
 
 Version 2 stores no edges. The node set is the random, costly part of a sample; its induced edges are a
 pure function of (node set, graph) and are recovered at load time (common/induce.py) from the graph
@@ -56,6 +57,7 @@ from common.manifest import (  # noqa: F401
     FORMAT_VERSION,
     MANIFEST,
     REBUILD,
+    TYPED_VERSION,
     Manifest,
     ShardError,
     file_record,
@@ -70,6 +72,7 @@ from common.storage import LocalStorage, StorageError, is_remote, join, local_fi
 
 BLOCK_SUFFIX = "arrow"
 COLUMNS = ("cid", "src", "dst", "label", "nodes")
+REL = "rel"  # a typed set's column (format version 4): each link's relation id
 
 
 # ---------------------------------------------------------------------------- naming
@@ -83,6 +86,12 @@ def eval_shard_name(split: str, protocol: str, index: int) -> str:
 
 def queries_name(split: str, protocol: str) -> str:
     return f"{split}-{protocol}-queries.npz"
+
+
+def rel_graph_names(which: str) -> tuple[str, str, str]:
+    """File names of a typed set's triple CSR of graph `which` (format version 4): row h holds every tail t of a
+    triple (h, r, t), sorted by (t, r), with the relations r aligned (a pair may repeat with another relation)."""
+    return tuple(f"graph-{which}-rel-{part}.npy" for part in ("indptr", "indices", "relation"))
 
 
 def graph_names(which: str, out: bool = False) -> tuple[str, str]:
@@ -109,6 +118,7 @@ class Block:
     label: np.ndarray  # (B,) float32
     node_ptr: np.ndarray  # (B+1,) int64 offsets into `nodes`
     nodes: np.ndarray  # (sum N_b,) global ids, local-id order per link
+    rel: np.ndarray | None = None  # (B,) relation ids of a typed set's links (format version 4); None: untyped
 
     def __len__(self) -> int:
         return int(self.cid.shape[0])
@@ -125,7 +135,8 @@ class Block:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.cid, self.src, self.dst, self.label, self.node_ptr, self.nodes))
+        extra = 0 if self.rel is None else self.rel.nbytes
+        return extra + sum(a.nbytes for a in (self.cid, self.src, self.dst, self.label, self.node_ptr, self.nodes))
 
     def take(self, index: np.ndarray) -> "Block":
         """The links at `index` (any order), as a new contiguous block: one vectorised gather."""
@@ -142,6 +153,7 @@ class Block:
             self.label[index],
             ptr,
             self.nodes[np.repeat(lo, sizes) + offs],
+            None if self.rel is None else self.rel[index],
         )
 
     @staticmethod
@@ -156,6 +168,7 @@ class Block:
             *(np.concatenate([getattr(b, k) for b in blocks]) for k in ("cid", "src", "dst", "label")),
             np.concatenate(ptrs),
             np.concatenate([b.nodes[b.node_ptr[0] : b.node_ptr[-1]] for b in blocks]),
+            None if blocks[0].rel is None else np.concatenate([b.rel for b in blocks]),
         )
 
 
@@ -171,15 +184,16 @@ def encode_block(block: Block) -> bytes:
     node_col = pa.ListArray.from_arrays(
         pa.array((block.node_ptr - block.node_ptr[0]).astype(np.int32)), pa.array(nodes.astype(ntype.to_pandas_dtype()))
     )
+    cols = [
+        pa.array(block.cid.astype(np.int64)),
+        pa.array(block.src.astype(np.int64)),
+        pa.array(block.dst.astype(np.int64)),
+        pa.array(block.label.astype(np.float32)),
+        node_col,
+    ]
+    typed = block.rel is not None  # only a typed set's blocks carry the column: every other block stays as it was
     table = pa.record_batch(
-        [
-            pa.array(block.cid.astype(np.int64)),
-            pa.array(block.src.astype(np.int64)),
-            pa.array(block.dst.astype(np.int64)),
-            pa.array(block.label.astype(np.float32)),
-            node_col,
-        ],
-        names=list(COLUMNS),
+        cols + ([pa.array(block.rel.astype(np.int32))] if typed else []), names=list(COLUMNS) + ([REL] if typed else [])
     )
     sink = io.BytesIO()
     with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="zstd")) as w:
@@ -213,6 +227,7 @@ def decode_block(data: bytes, where: str = "<bytes>") -> Block:
             label=numpy_view(cols["label"]),
             node_ptr=numpy_view(nodes.offsets).astype(np.int64),
             nodes=numpy_view(nodes.values).astype(np.int64),
+            rel=numpy_view(batch.column(REL)).astype(np.int64) if REL in batch.schema.names else None,
         )
     except (pa.ArrowException, OSError, KeyError, IndexError, ValueError) as err:
         raise ShardError(f"{where}: corrupt block ({err}); rerun preprocess to rebuild this shard") from None
@@ -343,7 +358,7 @@ def encode_array(x: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def graph_entry(which: str, indptr: np.ndarray, indices: np.ndarray, out=None) -> dict:
+def graph_entry(which: str, indptr: np.ndarray, indices: np.ndarray, out=None, rel=None) -> dict:
     """The manifest record of one shipped graph: file names and shapes (their sha256 are in `files`); `out`, a
     directed set's out-edge CSR (common.graph.DiGraph), adds its record under "out"."""
     ip, ix = graph_names(which)
@@ -351,6 +366,9 @@ def graph_entry(which: str, indptr: np.ndarray, indices: np.ndarray, out=None) -
     if out is not None:
         op, ox = graph_names(which, out=True)
         entry["out"] = {"indptr": op, "indices": ox, "num_entries": int(out.indices.shape[0])}
+    if rel is not None:  # a typed set's triple CSR (indptr, indices, relation): rel_graph_names
+        rp, rx, rr = rel_graph_names(which)
+        entry["rel"] = {"indptr": rp, "indices": rx, "relation": rr, "num_entries": int(rel[1].shape[0])}
     return entry
 
 
@@ -379,6 +397,18 @@ def load_out_graph(manifest: Manifest, which: str = "train", verify: bool = True
     return _load_csr(manifest, f"{which}-out", entry, out["num_entries"], verify)
 
 
+def load_rel_graph(manifest: Manifest, which: str = "train", verify: bool = True) -> tuple[np.ndarray, ...]:
+    """(indptr, indices, relation) of a typed set's triple CSR of graph `which`, checked like load_graph's."""
+    load_graph(manifest, which, verify=False)  # the same "no such graph" message
+    rel = manifest.graphs[which].get("rel")
+    if not manifest.relations or rel is None:
+        raise ShardError(f"{manifest.root}: an untyped set ships no relation graph; rebuild it from typed triples")
+    entry = {**rel, "num_nodes": manifest.graphs[which]["num_nodes"]}
+    indptr, indices = _load_csr(manifest, f"{which}-rel", entry, rel["num_entries"], verify)
+    relation = _load_csr(manifest, f"{which}-rel", {**entry, "indices": rel["relation"]}, rel["num_entries"], verify)[1]
+    return indptr, indices, relation
+
+
 def _load_csr(manifest: Manifest, which: str, entry: dict, entries: int, verify: bool):
     root = manifest.root
     try:  # a remote set's arrays are fetched once into the local cache, then memory-mapped
@@ -401,15 +431,19 @@ def _load_csr(manifest: Manifest, which: str, entry: dict, entries: int, verify:
 
 
 # ---------------------------------------------------------------------------- queries (eval ranking structure)
-def encode_queries(pos_cid: np.ndarray, neg_cid: np.ndarray) -> bytes:
+def encode_queries(pos_cid: np.ndarray, neg_cid: np.ndarray, pos_rel: np.ndarray | None = None) -> bytes:
+    """A typed set's queries (version 4) also hold `pos_rel`, each positive's relation (per-relation metrics);
+    its neg_cid may hold -1: a padded corruption, no candidate."""
     buf = io.BytesIO()
-    np.savez(buf, pos_cid=pos_cid.astype(np.int64), neg_cid=neg_cid.astype(np.int64))
+    extra = {} if pos_rel is None else {"pos_rel": np.asarray(pos_rel, dtype=np.int64)}
+    np.savez(buf, pos_cid=pos_cid.astype(np.int64), neg_cid=neg_cid.astype(np.int64), **extra)
     return buf.getvalue()
 
 
-def load_queries(path: str | os.PathLike, sha256: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+def load_queries(path: str | os.PathLike, sha256: str | None = None, relations: bool = False) -> tuple[np.ndarray, ...]:
     """pos_cid, neg_cid of one eval set; `path` is a local path or a URL (s3://...). With `sha256` (the
-    manifest's) the bytes are checked first: the file is read whole anyway, so the check is always on."""
+    manifest's) the bytes are checked first: the file is read whole anyway, so the check is always on.
+    relations=True: also pos_rel (a typed set's), None for an untyped one."""
     try:  # remote: read the object itself, not a cached copy (a cache keyed by size could hide corruption)
         data = read_url(path) if is_remote(path) else Path(path).read_bytes()
         if sha256 is not None and (digest := hashlib.sha256(data).hexdigest()) != sha256:
@@ -418,6 +452,8 @@ def load_queries(path: str | os.PathLike, sha256: str | None = None) -> tuple[np
                 "rerun preprocess to rewrite it"
             )
         with np.load(io.BytesIO(data)) as z:
+            if relations:
+                return z["pos_cid"], z["neg_cid"], (z["pos_rel"] if "pos_rel" in z.files else None)
             return z["pos_cid"], z["neg_cid"]
     except (OSError, KeyError, ValueError, EOFError) as err:
         raise ShardError(

@@ -42,6 +42,7 @@ class Candidates:
     label: np.ndarray  # (C,) float32
     pos_cid: np.ndarray | None = None
     neg_cid: np.ndarray | None = None
+    rel: np.ndarray | None = None  # (C,) int64 relation id of each link: a typed graph's (preprocess/kg_candidates.py)
 
     def __len__(self) -> int:
         return int(self.src.shape[0])

@@ -21,7 +21,7 @@ SPLIT_NAMES = ("train", "valid", "test")
 # this holds at ogbl-ddi density (measured in bench/scale.py).
 WORKER_MEMORY_MB = 1500
 LINK_BYTES = 40  # cid, src, dst, label and a list offset per link in a block
-PROTOCOL_NAMES = ("original", "heart", "ogb", "pairs", "reverse")
+PROTOCOL_NAMES = ("original", "heart", "ogb", "pairs", "reverse", "kg")
 
 
 class ConfigError(ValueError):

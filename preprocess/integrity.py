@@ -132,6 +132,9 @@ def _check_planned(block: Block, offset: int, expect: dict, where: str) -> None:
         and np.array_equal(block.label, expect["label"][lo:hi])
     ):
         raise ShardError(f"{where}: links differ from the plan's candidates (corrupt or from another run)")
+    rel = expect.get("rel")
+    if (rel is None) != (block.rel is None) or (rel is not None and not np.array_equal(block.rel, rel[lo:hi])):
+        raise ShardError(f"{where}: link relations differ from the plan's candidates (corrupt or from another run)")
     if expect["n_max"]:  # labels equal the plan's (above): of theirs, only finiteness is left to check
         check_block(block, expect["num_nodes"], expect["n_max"], where, regression=True)
 

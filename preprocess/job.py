@@ -74,14 +74,15 @@ class ShardTask:
     closest: int = 0
 
 
-def build_shard(indptr, indices, src, dst, label, task: ShardTask) -> dict:
+def build_shard(indptr, indices, src, dst, label, task: ShardTask, rel=None) -> dict:
     """Sample links [start, stop) of one candidate set into one shard, streaming: each block is encoded
     and written as soon as it is sampled, so the task holds one block, never the whole shard. The arrays stay
     arguments of their own, so Ray hands a worker each one from the object store without a copy.
 
     A shard left by an earlier (killed) run is reused only if it holds exactly this plan's links, every
     block passes the range checks, and re-encoding its blocks reproduces its bytes; otherwise it is
-    sampled again and the returned record carries a one-line `note` naming it."""
+    sampled again and the returned record carries a one-line `note` naming it. `rel`: a typed set's relation of
+    every candidate, written beside each link (format version 4)."""
     storage, name = open_storage(task.storage_url), task.name
     note = None
     if not task.force and storage.exists(name):
@@ -92,6 +93,7 @@ def build_shard(indptr, indices, src, dst, label, task: ShardTask) -> dict:
                 "src": src,
                 "dst": dst,
                 "label": label,
+                "rel": rel,
                 "num_nodes": int(indptr.shape[0] - 1),
                 "n_max": task.n_max,
             }
@@ -99,7 +101,7 @@ def build_shard(indptr, indices, src, dst, label, task: ShardTask) -> dict:
         except ShardError as err:
             note = str(err).split("; rerun preprocess")[0]  # this run is the rerun: it samples the shard again
     try:
-        stats = _sample_into(storage, name, (indptr, indices), (src, dst, label), task)
+        stats = _sample_into(storage, name, (indptr, indices), (src, dst, label, rel), task)
     except OSError as err:
         if err.errno not in FATAL_ERRNOS:
             raise  # transient: Ray retries the task
@@ -113,8 +115,8 @@ FATAL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.ERO
 
 
 def _sample_into(storage, name, graph: tuple, links: tuple, task: ShardTask) -> dict:
-    """`graph`: (indptr, indices); `links`: (src, dst, label) of the candidate set."""
-    (indptr, indices), (src, dst, label) = graph, links
+    """`graph`: (indptr, indices); `links`: (src, dst, label, rel or None) of the candidate set."""
+    (indptr, indices), (src, dst, label, rel) = graph, links
     scratch, start, stop, step = Scratch(indptr), task.start, task.stop, task.links_per_block
     with storage.writer(name) as f:
         writer = ShardWriter(f)
@@ -140,6 +142,7 @@ def _sample_into(storage, name, graph: tuple, links: tuple, task: ShardTask) -> 
                     label=label[lo:hi],
                     node_ptr=sub.node_ptr,
                     nodes=sub.nodes,
+                    rel=None if rel is None else rel[lo:hi],
                 )
             )
         return writer.close()
@@ -283,6 +286,7 @@ def execute_plan(
         # The graph and candidate arrays enter the object store once; workers map them zero-copy.
         graph_refs = {k: (ray.put(g.indptr), ray.put(g.indices)) for k, g in graphs.items()}
         set_refs = [(ray.put(cs.cands.src), ray.put(cs.cands.dst), ray.put(cs.cands.label)) for cs in sets]
+        rel_refs = [() if cs.cands.rel is None else (ray.put(cs.cands.rel),) for cs in sets]  # a typed set's
         max_in_flight = max(2, 2 * int(ray.cluster_resources().get("CPU", 1)))
         d, n, n_max = config.sampling.d, config.sampling.n, config.sampling.n_max
         pending, results, t0 = {}, [], time.perf_counter()
@@ -313,7 +317,7 @@ def execute_plan(
                     n_max,
                     config.sampling.closest,
                 )
-                ref = task.remote(*graph_refs[cs.graph], *set_refs[p.set_index], work)
+                ref = task.remote(*graph_refs[cs.graph], *set_refs[p.set_index], work, *rel_refs[p.set_index])
                 pending[ref] = p
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:

@@ -53,6 +53,8 @@ def resolve_protocols(config: PreprocessConfig, dataset) -> list[str]:
 
 def candidate_sets(config: PreprocessConfig, dataset, protocols: list[str]) -> list[CandidateSet]:
     cfg = config.candidates
+    if dataset.typed:  # triples: their relation travels with every link (preprocess/kg_candidates.py)
+        return typed_sets(config, dataset, protocols)
     sets = []
     if "train" in cfg.splits:  # degenerate sizes are refused or named before anything is sampled
         check_view_size(
@@ -83,6 +85,21 @@ def candidate_sets(config: PreprocessConfig, dataset, protocols: list[str]) -> l
                 continue
             graph = "test" if split == "test" and dataset.test_graph is not None else "train"
             sets.append(CandidateSet(split, protocol, None, graph, protocol_candidates(dataset, split, protocol)))
+    return sets
+
+
+def typed_sets(config: PreprocessConfig, dataset, protocols: list[str]) -> list[CandidateSet]:
+    """A typed graph's candidate sets: training views of triples and their corruptions, eval sets "kg"."""
+    from preprocess.kg_candidates import typed_protocol_candidates, typed_training_view
+
+    cfg, sets = config.candidates, []
+    for split in cfg.splits:
+        if split == "train":
+            for view in range(cfg.views):
+                rng = np.random.default_rng(derive_seed(config.seed, "train", view))
+                sets.append(CandidateSet("train", None, view, "train", typed_training_view(dataset, cfg, rng)))
+        elif "kg" in protocols:
+            sets.append(CandidateSet(split, "kg", None, "train", typed_protocol_candidates(dataset, split)))
     return sets
 
 

@@ -19,6 +19,7 @@ from common.shards import (
     graph_entry,
     graph_names,
     queries_name,
+    rel_graph_names,
 )
 from preprocess.targets import regression_eval_info
 
@@ -31,7 +32,8 @@ def set_files(config, dataset, sets: list, graphs: dict):
     link's edges from them). A pure function of the plan, so a cache hit can check them by sha256."""
     for cs in sets:
         if cs.split != "train":
-            yield queries_name(cs.split, cs.protocol), encode_queries(cs.cands.pos_cid, cs.cands.neg_cid)
+            pos_rel = None if cs.cands.rel is None else cs.cands.rel[cs.cands.pos_cid]  # typed: per-relation metrics
+            yield queries_name(cs.split, cs.protocol), encode_queries(cs.cands.pos_cid, cs.cands.neg_cid, pos_rel)
     if config.ships_features:  # the trainer reads only the set: node features travel with it
         yield FEATURES, encode_features(dataset.x)
     for which, g in graphs.items():
@@ -40,6 +42,9 @@ def set_files(config, dataset, sets: list, graphs: dict):
         if dataset.directed:  # the ordered edges (format version 3): readers induce each edge with its direction
             out = dataset.out_graph_for("test" if which == "test" else "train")
             for name, arr in zip(graph_names(which, out=True), (out.indptr, out.indices)):
+                yield name, encode_array(arr)
+        if dataset.typed:  # the triples with their relations (format version 4): the typed adjacency rows
+            for name, arr in zip(rel_graph_names(which), _rel_graph(dataset, which)):
                 yield name, encode_array(arr)
     if dataset.node_ids is not None:  # the user's ids travel with the set: outputs translate back through them
         yield node_ids_entry(dataset.node_ids)["file"], encode_node_ids(dataset.node_ids)
@@ -133,7 +138,9 @@ def manifest_fields(
         "views": config.candidates.views if "train" in config.candidates.splits else 0,
         "features": {"file": FEATURES, "dim": int(dataset.x.shape[1])} if config.ships_features else None,
         "graphs": {
-            which: graph_entry(which, g.indptr, g.indices, out=_out_graph(dataset, which))
+            which: graph_entry(
+                which, g.indptr, g.indices, out=_out_graph(dataset, which), rel=_rel_graph(dataset, which)
+            )
             for which, g in graphs.items()
         },
         "fingerprint": fingerprint,
@@ -147,8 +154,19 @@ def manifest_fields(
         **({} if dataset.split_info is None else {"split": dataset.split_info}),
         # only when directed (then the format version is 3): undirected manifests stay as they were
         **({"directed": True} if dataset.directed else {}),
+        # only for typed triples (then the format version is 4): the relation names in id order
+        **({"relations": list(dataset.relations.names)} if dataset.typed else {}),
     }
 
 
 def _out_graph(dataset, which: str):
     return dataset.out_graph_for("test" if which == "test" else "train") if dataset.directed else None
+
+
+def _rel_graph(dataset, which: str):
+    """A typed set's triple CSR (indptr, indices, relation) of graph `which`, None for any other set."""
+    if not dataset.typed:
+        return None
+    from common.datasets.kg import triple_csr
+
+    return triple_csr(dataset, which)

@@ -146,8 +146,11 @@ def test_manifest_is_versioned_and_checked(tmp_path):
     )
     assert m.checksum == manifest_schema.checksum(m.to_dict())  # over the canonical JSON, `root` excluded
     assert not list(root.glob(".*.tmp"))  # written through a temporary name, then renamed
-    _edit(root, lambda b: b.update(version=shards.DIRECTED_VERSION + 1))
-    with pytest.raises(ShardError, match="shard format version 4 is not supported"):
+    _edit(root, lambda b: b.update(version=shards.TYPED_VERSION + 1))
+    with pytest.raises(ShardError, match="shard format version 5 is not supported"):
+        shards.read_manifest(root)
+    _edit(root, lambda b: b.update(version=shards.TYPED_VERSION))  # 4 is the typed sets' version only
+    with pytest.raises(ShardError, match="shard format version 4 with relations=None"):
         shards.read_manifest(root)
     _edit(root, lambda b: b.update(version=shards.DIRECTED_VERSION))  # 3 is the directed sets' version only
     with pytest.raises(ShardError, match="shard format version 3 with directed=None"):

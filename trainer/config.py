@@ -31,7 +31,7 @@ from trainer.config_sections import (
 
 SPLITS = ("valid", "test")
 # common.datasets.PROTOCOLS, kept literal (config stays light); a test checks they agree.
-PROTOCOLS = ("original", "heart", "ogb", "pairs", "reverse")
+PROTOCOLS = ("original", "heart", "ogb", "pairs", "reverse", "kg")
 # Fields a resumed run may change without breaking "continue exactly where it stopped": they control
 # when the run stops, logs and saves, not the trajectory of parameters or data.
 RESUME_OVERRIDABLE = (

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from common.manifest_record import Manifest
-from common.metrics import REVERSE_KEY, regression_metrics
+from common.metrics import REVERSE_KEY, regression_metrics, relation_metrics
 from common.metrics import evaluate as protocol_metrics
 from common.shards import ShardError, load_queries
 from trainer import distributed
@@ -64,22 +64,29 @@ def scores_to_metrics(
                 "candidates scored; the shard set is incomplete, rebuild it"
             )
         return regression_metrics(score, label)
-    pos_cid, neg_cid = load_queries(
+    pos_cid, neg_cid, pos_rel = load_queries(
         manifest.queries_path(entry),  # root may be a URL
         sha256=manifest.queries_sha256(entry),
+        relations=True,
     )
-    size = int(max(cid.max(initial=-1), pos_cid.max(initial=-1), neg_cid.max(initial=-1))) + 1
+    size = int(max(cid.max(initial=-1), pos_cid.max(initial=-1), neg_cid.max(initial=-1))) + 2
     table = np.full(size, np.nan, dtype=score.dtype if score.dtype.kind == "f" else np.float64)
     scored = np.zeros(size, dtype=bool)
     table[cid] = score
     scored[cid] = True
+    # a typed set's padded corruption (neg_cid -1) reads the last slot: -inf, never above a positive (common.metrics)
+    table[-1], scored[-1] = -np.inf, True
     missing = int((~scored[pos_cid]).sum() + (~scored[neg_cid]).sum())
     if missing:
         raise ShardError(
             f"{manifest.root}: eval set {split}/{protocol}: {missing} query entries point at "
             "candidates no shard holds; the shard set is incomplete, rebuild it"
         )
-    return protocol_metrics(protocol, table[pos_cid], table[protocol_negatives(entry, neg_cid)])
+    pos, neg = table[pos_cid], table[protocol_negatives(entry, neg_cid)]
+    metrics = protocol_metrics(protocol, pos, neg)
+    if pos_rel is not None and manifest.relations:  # a typed set: MRR and Hits@1/3/10 per relation beside
+        metrics.update(relation_metrics(pos, neg, pos_rel, manifest.relations))
+    return metrics
 
 
 def protocol_negatives(entry: dict, neg_cid: np.ndarray) -> np.ndarray:

@@ -4,7 +4,8 @@
   citeseer                  the shipped HeaRT split (features from a Planetoid raw dir if asked)
   cora                      Planetoid raw files + seeded 85/5/10 split with random negatives
   ogbl-collab|ppa|citation2|ddi   an already-downloaded OGB root, offline
-  a directory               HeaRT format ({train,valid,test}_{pos,neg}.txt [+ heart_*_samples.npy])
+  a directory               HeaRT format ({train,valid,test}_{pos,neg}.txt [+ heart_*_samples.npy]), or a
+                            knowledge graph ({train,valid,test}.txt[.gz] of head<TAB>relation<TAB>tail; kg.py)
   an edge-list file         .csv, .csv.gz, .tsv, .tsv.gz, .parquet or .pq with columns src,dst[,split,time,
                             weight]; node ids of any kind (big, negative, strings) are mapped to 0..N-1
   synthetic                 the latent-space graph of the paper's Appendix D.4
@@ -108,6 +109,11 @@ def _named(spec: DatasetSpec, fracs) -> LinkDataset:
 
         return load_latent_space(seed=spec.seed)
     path = Path(name)
+    if path.is_dir() and (triples := _kg_files(path)) is not None:  # a knowledge graph: its files' split
+        _own_split(name, fracs, split_kind)
+        from common.datasets.kg import load_kg_folder
+
+        return load_kg_folder(path, triples, seed=spec.seed)
     if path.is_dir():
         _own_split(name, fracs, split_kind)
         from common.datasets.heart import load_heart_dir
@@ -119,6 +125,12 @@ def _named(spec: DatasetSpec, fracs) -> LinkDataset:
         f"unknown dataset '{name}': use citeseer, cora, {', '.join(OGB_NAMES)}, synthetic, "
         f"a HeaRT-format directory, or an edge-list file ({', '.join(EDGE_LIST_SUFFIXES)})"
     )
+
+
+def _kg_files(path: Path):
+    from common.datasets.kg import kg_files
+
+    return kg_files(path)
 
 
 def load_set_dataset(

@@ -17,7 +17,9 @@ SPLITS = ("train", "valid", "test")
 # "pairs": the user's labelled pairs (--eval-pairs, common/datasets/pairs.py), shared negatives.
 # "reverse": a directed dataset's positives u -> v whose reverse is no edge, each against v -> u (one per-positive
 # negative; common/datasets/directed.py); its metric is reverse accuracy.
-PROTOCOLS = ("original", "heart", "ogb", "pairs", "reverse")
+# "kg": a typed graph's (knowledge graph's) triples, each against its own filtered corruptions of head and tail
+# (common/datasets/kg.py; (P, K, 2) negatives, -1 pads a row that has fewer); its relation is the positive's.
+PROTOCOLS = ("original", "heart", "ogb", "pairs", "reverse", "kg")
 # --fill-features: how nodes without a row in a --node-features file are filled (common/datasets/node_features.py)
 FILL_CHOICES = ("zero", "mean")
 
@@ -42,6 +44,24 @@ class Split:
     def positives(self, protocol: str) -> np.ndarray:
         """The positives ranked under `protocol`: the split's own, unless the protocol brings its own."""
         return self.protocol_pos.get(protocol, self.pos)
+
+
+@dataclass
+class Relations:
+    """A typed graph's relation types (common/datasets/kg.py): `names` in id order (sorted, so ids are stable), and
+    `pos[split]` (P,) the relation id of each positive of splits[split].pos (a pair may repeat with another
+    relation). The eval protocol "kg" keeps each positive's relation for its corruptions."""
+
+    names: tuple[str, ...]
+    pos: dict[str, np.ndarray]
+
+    @property
+    def count(self) -> int:
+        return len(self.names)
+
+    def triples(self, split: str, pairs: np.ndarray) -> np.ndarray:
+        """(P, 3) [head, relation, tail] of `split`'s positives `pairs`."""
+        return np.stack([pairs[:, 0], self.pos[split], pairs[:, 1]], axis=1).astype(np.int64)
 
 
 @dataclass
@@ -86,6 +106,7 @@ class LinkDataset:
     valid_pool: dict | None = None
     activity: dict[str, np.ndarray] | None = None
     out_graphs: dict[str, DiGraph] | None = None
+    relations: Relations | None = None  # a typed graph's relation types (knowledge graph); None: untyped
 
     @property
     def num_nodes(self) -> int:
@@ -112,6 +133,10 @@ class LinkDataset:
     @property
     def temporal(self) -> bool:
         return bool(self.split_info and self.split_info.get("kind") == "temporal")
+
+    @property
+    def typed(self) -> bool:
+        return self.relations is not None
 
     @property
     def directed(self) -> bool:
@@ -151,11 +176,14 @@ class LinkDataset:
         weights = None if self.weights is None else {"train": self.weights["train"]}
         activity = None if self.activity is None else {k: v for k, v in self.activity.items() if k != "test"}
         out_graphs = None if self.out_graphs is None else {"train": self.out_graphs["train"]}
+        rel = self.relations
+        rel = None if rel is None else Relations(rel.names, {k: v for k, v in rel.pos.items() if k != "test"})
         return replace(
             self,
             splits={k: v for k, v in self.splits.items() if k != "test"},
             test_graph=None,
             out_graphs=out_graphs,
+            relations=rel,
             weights=weights,
             activity=activity,
         )
@@ -190,6 +218,10 @@ class LinkDataset:
             h.update(np.ascontiguousarray(self.weights[which], dtype=np.float64))
         if self.directed:  # the splits hold ordered pairs; marked only then, so undirected keys stay
             h.update(b"directed")
+        if self.relations is not None:  # only then, so untyped keys stay
+            h.update(("relations:" + "\0".join(self.relations.names)).encode())
+            for name in sorted(self.relations.pos):
+                h.update(np.ascontiguousarray(self.relations.pos[name], dtype=np.int64))
         if self.train_negatives is not None:
             h.update(b"train_negatives")
             h.update(np.ascontiguousarray(self.train_negatives, dtype=np.int64))

@@ -43,6 +43,7 @@ def block_slice(block: Block, lo: int, hi: int) -> Block:
         block.label[lo:hi],
         ptr - ptr[0],
         block.nodes[ptr[0] : ptr[-1]],
+        None if block.rel is None else block.rel[lo:hi],
     )
 
 
@@ -183,7 +184,7 @@ def relabel(block: Block, rng: np.random.Generator) -> Block:
     permutation of the node ids. Edges are induced afterwards, so nothing else needs remapping."""
     nodes = block.nodes.copy()
     _shuffle_segments(np.ascontiguousarray(block.node_ptr, dtype=np.int64), nodes, rng.random(len(nodes)))
-    return Block(block.cid, block.src, block.dst, block.label, block.node_ptr, nodes)
+    return Block(block.cid, block.src, block.dst, block.label, block.node_ptr, nodes, block.rel)
 
 
 # ---------------------------------------------------------------------------- LRP-k: k labeled subgraphs per link
@@ -224,4 +225,4 @@ def seeded_orders(block: Block, copies: int, seed: int) -> Block:
     shuffled = nodes.copy()
     _shuffle_segments(ptr, shuffled, keys)
     nodes[~keep] = shuffled[~keep]
-    return Block(block.cid, block.src, block.dst, block.label, block.node_ptr, nodes)
+    return Block(block.cid, block.src, block.dst, block.label, block.node_ptr, nodes, block.rel)

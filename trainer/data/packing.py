@@ -34,7 +34,15 @@ import torch
 from common.induce import BitMatrix, Inducer
 from trainer.data.distances import pair_distances
 from trainer.data.messages import edge_messages, fail_sample
-from trainer.data.typed import TypedEdges, dense_of, directed_dense, directed_types, typed_fields
+from trainer.data.typed import (
+    TypedEdges,
+    dense_of,
+    directed_dense,
+    directed_types,
+    relation_types,
+    typed_dense,
+    typed_fields,
+)
 
 CONTEXT, TASK = 0, 1  # values of `role`
 # Pick the dense form when the batch's bound on directed adjacency entries (Inducer.entry_bound, from
@@ -74,6 +82,7 @@ class PackedBatch:
     typed_kind: torch.Tensor | None = None  # (E'',) int64 edge type k in [0, edge_types)
     adj_typed: torch.Tensor | None = None  # (B, K, Lc, Lc) uint8 in the dense form: [b, k, i, j] = j is i's type k
     edge_types: int = 1  # K: 1 = the undirected adjacency alone
+    relation: torch.Tensor | None = None  # (B,) int64 each link's target relation (a typed set's); None: untyped
 
     @property
     def num_tokens(self) -> int:
@@ -171,6 +180,7 @@ def pack(
     *,
     dist: np.ndarray | None = None,
     typed: TypedEdges | np.ndarray | None = None,
+    relation: np.ndarray | None = None,
 ) -> PackedBatch:
     """Pack a batch given as arrays: node_ptr (B+1,) offsets into nodes (global ids, local-id order),
     label (B,), cid (B,), and its graph either as LocalEdges or as dense (B, Lc, Lc) 0/1 adjacency
@@ -180,7 +190,8 @@ def pack(
     of an edge in [0, N_b) (hence < n_max), no self-loops (and duplicates with LocalEdges.strict).
     `dist`: (sum N_b, 2) per-node values (trainer.data.distances.pair_distances) spread to the tokens,
     task tokens taking their endpoint's. `typed`: the typed adjacency (a directed set's), in the graph's form:
-    TypedEdges beside LocalEdges, a (B, K, Lc', Lc') array beside a dense one.
+    TypedEdges beside LocalEdges, a (B, K, Lc', Lc') array beside a dense one. `relation`: (B,) each link's target
+    relation (a typed set's).
     """
     node_ptr = np.asarray(node_ptr, dtype=np.int64)
     cid = np.asarray(cid, dtype=np.int64)
@@ -240,6 +251,7 @@ def pack(
         n_max=int(n_max),
         adj_dense=adj_dense,
         dist=None if dist is None else t(np.asarray(dist, dtype=np.int64)[node_ptr[seg] + local_id]),
+        relation=None if relation is None else t(np.array(relation, dtype=np.int64).reshape(B)),
     )
 
 
@@ -291,10 +303,16 @@ class BatchPacker:
         min_density: float | None = None,
         distances: bool = False,
         out_graph: tuple[np.ndarray, np.ndarray] | None = None,
+        rel_graph: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+        relations: int = 0,
     ):
-        """out_graph: a directed set's out-edge CSR (indptr, indices): batches then carry the typed adjacency."""
+        """out_graph: a directed set's out-edge CSR (indptr, indices): batches then carry the typed adjacency.
+        rel_graph: a typed set's triple CSR (indptr, indices, relation) of `relations` relation types: the typed
+        adjacency is then per relation and direction (K = 2R), and each batch carries its links' relations."""
         self.inducer = Inducer(indptr, indices)
         self.out_inducer = None if out_graph is None else Inducer(*out_graph)
+        self.rel_inducer = None if rel_graph is None else Inducer(*rel_graph[:2])
+        self.rel_of, self.relations = (None, 0) if rel_graph is None else (np.asarray(rel_graph[2]), int(relations))
         self.distances = bool(distances)  # also each token's hop distances to u and v (trainer.data.distances)
         self.graph = (indptr, indices)
         self.bits: BitMatrix | None = None  # built at the first dense batch (sparse-only sets never pay for it)
@@ -317,6 +335,8 @@ class BatchPacker:
         """block: common.shards.Block (cid, label, node_ptr from 0, nodes)."""
         ptr, nodes = block.node_ptr, block.nodes
         out = self.out_inducer
+        if self.rel_inducer is not None:
+            return self.typed_batch(block)
         if self.use_dense(ptr, nodes):
             adj = self.dense(ptr, nodes)
             dist = pair_distances(ptr, dense=adj) if self.distances else None
@@ -328,13 +348,39 @@ class BatchPacker:
         graph = LocalEdges(edge_ptr, edges)
         return pack(ptr, nodes, block.label, block.cid, self.n_max, graph, dist=dist, typed=typed)
 
+    def typed_batch(self, block) -> PackedBatch:
+        """A typed set's batch: typed rows per relation and direction, and each link's relation (block.rel)."""
+        ptr, nodes = block.node_ptr, block.nodes
+        if block.rel is None:
+            raise ValueError("pack: a typed set's block carries no relation column; rebuild the shard set")
+        typed = relation_types(*self.rel_inducer.typed_edges(ptr, nodes, self.rel_of), self.relations)
+        dist, rel = None, block.rel
+        if self.use_dense(ptr, nodes):
+            adj = self.dense(ptr, nodes)
+            dist = pair_distances(ptr, dense=adj) if self.distances else None
+            typed = typed_dense(len(block), adj.shape[-1], typed)
+            return pack(ptr, nodes, block.label, block.cid, self.n_max, adj, dist=dist, typed=typed, relation=rel)
+        edge_ptr, edges = self.inducer.edges(ptr, nodes)
+        dist = pair_distances(ptr, edge_ptr, edges) if self.distances else None
+        graph = LocalEdges(edge_ptr, edges)
+        return pack(ptr, nodes, block.label, block.cid, self.n_max, graph, dist=dist, typed=typed, relation=rel)
+
     @classmethod
     def for_set(cls, manifest, which: str, n_max: int, distances: bool = False) -> "BatchPacker":
-        """The packer of a shard set's graph `which`: its sampling CSR, and its out-edge CSR when it is directed."""
-        from common.shards import load_graph, load_out_graph
+        """The packer of a shard set's graph `which`: its sampling CSR, its out-edge CSR when it is directed, its
+        triple CSR when it is typed."""
+        from common.shards import load_graph, load_out_graph, load_rel_graph
 
         out = load_out_graph(manifest, which) if manifest.directed else None
-        return cls(*load_graph(manifest, which), n_max, distances=distances, out_graph=out)
+        rel = load_rel_graph(manifest, which) if manifest.relations else None
+        return cls(
+            *load_graph(manifest, which),
+            n_max,
+            distances=distances,
+            out_graph=out,
+            rel_graph=rel,
+            relations=len(manifest.relations),
+        )
 
 
 # ---------------------------------------------------------------------------- padded view

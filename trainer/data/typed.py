@@ -1,7 +1,8 @@
 """The typed adjacency of a batch: K edge types whose rows the model's input embedding reads apart.
 
 Direction (a --directed set) is K = 2: OUT (j is an out-neighbour of i, i -> j) and IN (j -> i); relation
-types would be K = 2R the same way. Sparse form: TypedEdges rows (a, b, k), "b is a type-k neighbour of a";
+types (a typed set, R relations) are K = 2R the same way: type 2r (i -> j of relation r) and 2r + 1 (j -> i of
+relation r). Sparse form: TypedEdges rows (a, b, k), "b is a type-k neighbour of a";
 dense form: (B, K, L, L) uint8, [b, k, i, j] = 1 iff j is a type-k neighbour of i. trainer/data/packing.py turns
 either into the PackedBatch's typed fields; trainer/model/propagation.py typed_embedding reads them.
 """
@@ -37,6 +38,24 @@ def directed_types(ptr: np.ndarray, pairs: np.ndarray) -> TypedEdges:
     rows[0::2, 0], rows[0::2, 1], rows[0::2, 2] = pairs[:, 0], pairs[:, 1], OUT
     rows[1::2, 0], rows[1::2, 1], rows[1::2, 2] = pairs[:, 1], pairs[:, 0], IN
     return TypedEdges(2 * np.asarray(ptr, dtype=np.int64), rows, DIRECTED_TYPES)
+
+
+def relation_types(ptr: np.ndarray, rows: np.ndarray, relations: int) -> TypedEdges:
+    """Typed local triples (a, b, r) (common.induce.Inducer.typed_edges) as typed rows: b is a type-2r neighbour of a
+    (a -> b of relation r) and a a type-(2r + 1) neighbour of b; K = 2R."""
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1, 3)
+    out = np.empty((2 * len(rows), 3), dtype=np.int64)
+    out[0::2, 0], out[0::2, 1], out[0::2, 2] = rows[:, 0], rows[:, 1], 2 * rows[:, 2] + OUT
+    out[1::2, 0], out[1::2, 1], out[1::2, 2] = rows[:, 1], rows[:, 0], 2 * rows[:, 2] + IN
+    return TypedEdges(2 * np.asarray(ptr, dtype=np.int64), out, 2 * int(relations))
+
+
+def typed_dense(B: int, L: int, typed: TypedEdges) -> np.ndarray:
+    """(B, K, L, L) uint8 dense form of typed rows: [b, k, a, c] = 1 for each row (a, c, k) of sample b."""
+    adj = np.zeros((B, typed.types, L, L), np.uint8)
+    seg = np.repeat(np.arange(B), np.diff(typed.ptr))
+    adj[seg, typed.rows[:, 2], typed.rows[:, 0], typed.rows[:, 1]] = 1
+    return adj
 
 
 def directed_dense(out: np.ndarray) -> np.ndarray:

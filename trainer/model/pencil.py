@@ -62,6 +62,10 @@ class ModelConfig:
     # K typed adjacency blocks of W0 (docs/own-graph.md#directed-graphs): 1 = the undirected adjacency row as published;
     # 2 = a directed set's out- and in-neighbours apart (model_for_shards sets it from the manifest)
     edge_types: int = 1
+    # R relation types of a typed set (knowledge graph; docs/own-graph.md#knowledge-graphs-and-relation-types): each
+    # link's target relation gets a learned vector on its task tokens and on the pair before the head; edge_types
+    # is then 2R. 0 = untyped: no parameter, no change
+    relations: int = 0
 
     @property
     def attn_dropout(self) -> float:
@@ -93,6 +97,11 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.lrp must be an integer >= 1, got {self.lrp!r}")
         if not isinstance(self.edge_types, int) or isinstance(self.edge_types, bool) or self.edge_types < 1:
             raise ValueError(f"ModelConfig.edge_types must be an integer >= 1, got {self.edge_types!r}")
+        if not isinstance(self.relations, int) or isinstance(self.relations, bool) or self.relations < 0:
+            raise ValueError(f"ModelConfig.relations must be an integer >= 0, got {self.relations!r}")
+        if self.relations and self.edge_types != 2 * self.relations:
+            want = 2 * self.relations
+            raise ValueError(f"ModelConfig.edge_types must be 2 x relations = {want}, got {self.edge_types}")
         if not isinstance(self.distances, int) or isinstance(self.distances, bool) or self.distances < 0:
             raise ValueError(f"ModelConfig.distances must be an integer >= 0, got {self.distances!r}")
         for name in ("residual", "w0_learnable", "wpe"):
@@ -223,6 +232,13 @@ class Pencil(nn.Module):
         # of a link, rho(mean_j phi(pair_j)) with phi = Linear + GELU and rho = the head. Absent for k = 1.
         self.lrp_phi = nn.Sequential(nn.Linear(2 * d, 2 * d), nn.GELU()) if cfg.lrp > 1 else None
         self.head = nn.Linear(2 * d, 1)
+        # a typed set's target relation: on the task tokens (the Transformer reads it) and on the pair (the head);
+        # created only then, so an untyped model's parameters and random stream are as before
+        self.relation = nn.Embedding(cfg.relations, d) if cfg.relations else None
+        self.relation_pair = nn.Embedding(cfg.relations, 2 * d) if cfg.relations else None
+        if self.relation is not None:
+            nn.init.normal_(self.relation.weight, std=d**-0.5)
+            nn.init.normal_(self.relation_pair.weight, std=0.02)
         # The dataset's feature table, attached by the trainer / scorer (not saved: it is data, and it
         # ships with the shard set). Used whenever forward() gets no explicit node_features.
         self.register_buffer("node_table", None, persistent=False)
@@ -291,6 +307,8 @@ class Pencil(nn.Module):
                     "pack it with distances (BatchPacker(distances=True))"
                 )
             h = h + self.distance(distance_rows(batch.dist, self.cfg.distances))
+        if self.relation is not None:
+            h = h + self.relation_tokens(batch)
         if node_features is None:
             node_features = self.node_table
         if self.features is not None:
@@ -306,6 +324,15 @@ class Pencil(nn.Module):
         elif node_features is not None:
             raise ValueError("node_features given but the model was built with num_features = 0")
         return h
+
+    def relation_tokens(self, batch: PackedBatch) -> torch.Tensor:
+        """(T, d): each task token's link relation vector, zero on context tokens (a typed model)."""
+        if batch.relation is None:
+            raise ValueError("the model reads link relations (a typed set's) but the batch carries none")
+        rel = torch.repeat_interleave(
+            batch.relation, (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).long(), output_size=batch.num_tokens
+        )
+        return self.relation(rel) * batch.role[:, None].to(self.relation.weight.dtype)
 
     def encode(self, batch: PackedBatch, node_features: torch.Tensor | None = None) -> torch.Tensor:
         """Final token states H^(K): (T, d)."""
@@ -327,6 +354,8 @@ class Pencil(nn.Module):
             raise ValueError(f"batch holds {batch.copies} labeled subgraph(s) per link, the model pools lrp = {k}")
         h = self.encode(batch, node_features)  # (T, d)
         pair = h[batch.task_index].flatten(1)  # (B, 2d): [u-task | v-task]
+        if self.relation_pair is not None:
+            pair = pair + self.relation_pair(batch.relation)
         if self.lrp_phi is not None:
             pair = self.lrp_phi(pair).view(-1, k, pair.shape[1]).mean(1)  # (B/k, 2d): a permutation-invariant set
         return self.head(pair).squeeze(-1)  # (L,)
@@ -354,6 +383,8 @@ def model_for_shards(preset, overrides: dict, manifest: Manifest) -> Pencil:
     task = "regression" if manifest.targets else "classification"
     # a directed set's model reads out- and in-neighbours apart; an undirected one is built exactly as before
     typed = {"edge_types": DIRECTED_TYPES} if manifest.directed else {}
+    if manifest.relations:  # a typed set: out / in per relation, and the link's relation
+        typed = {"edge_types": 2 * len(manifest.relations), "relations": len(manifest.relations)}
     cfg = ModelConfig.from_preset(
         preset, **{**overrides, "n_max": manifest.n_max, "num_features": num_features, "task": task, **typed}
     )

@@ -1,0 +1,160 @@
+"""Typed graphs: a knowledge graph's triples (head, relation, tail), read into a directed LinkDataset with relations.
+
+Two inputs (docs/own-graph.md#knowledge-graphs-and-relation-types):
+- a folder holding `{train,valid,test}.txt[.gz]`, one `head<TAB>relation<TAB>tail` triple a line, no header; its
+  split is the files' (WN18RR, FB15k-237 and the like ship theirs);
+- an edge list with a relation column (`--relation COLUMN`), src = head, dst = tail, split by its split column
+  or at random by --split's shares and --seed.
+
+Rules:
+- entity and relation ids are kept as text (leading zeros matter) and mapped to 0..N-1 and 0..R-1 in sorted
+  order, so the ids are stable: the same file gives the same ids, and a shard set's manifest stores the
+  relation names in id order;
+- a triple is a directed link head -> tail of its relation; the sampler walks the undirected union of the
+  training triples, the model reads each link's relation and direction (`LinkDataset.relations`, K = 2R);
+- an entity of valid / test that no training triple names is a node without training edges (no crash: its
+  subgraph is itself);
+- valid and test rank each triple against its own filtered corruptions (protocol "kg"): `per_side` heads and
+  `per_side` tails (common/datasets/corruptions.py), never a true triple; valid's filter is the train and valid
+  triples (what selection may see), test's every triple. -1 pads a row with fewer candidates.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from common.datasets.base import SPLITS, DatasetError, LinkDataset, Relations, Split
+from common.graph import DiGraph, Graph
+
+log = logging.getLogger("common.datasets.edgelist")
+
+KG = "kg"  # the eval protocol of typed triples
+PER_SIDE = 50  # corruptions of each side per valid / test triple (100 per triple): the sampled-negative standard
+KG_SUFFIXES = (".txt", ".txt.gz")
+
+
+def kg_files(folder: Path) -> dict[str, Path] | None:
+    """{split: file} when `folder` holds a knowledge graph's train/valid/test triple files, else None."""
+    found = {}
+    for split in SPLITS:
+        hits = [folder / f"{split}{suf}" for suf in KG_SUFFIXES if (folder / f"{split}{suf}").is_file()]
+        if hits:
+            found[split] = hits[0]
+    if "train" not in found:
+        return None
+    if missing := [s for s in SPLITS if s not in found]:
+        raise DatasetError(f"{folder}: a knowledge graph folder needs {', '.join(f'{s}.txt[.gz]' for s in missing)}")
+    return found
+
+
+def read_triples(path: Path) -> np.ndarray:
+    """(T, 3) object array of text [head, relation, tail] from a tab-separated file without header."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    try:
+        table = pcsv.read_csv(
+            path,
+            read_options=pcsv.ReadOptions(column_names=["head", "relation", "tail"]),
+            parse_options=pcsv.ParseOptions(delimiter="\t", quote_char=False),
+            convert_options=pcsv.ConvertOptions(column_types={c: pa.string() for c in ("head", "relation", "tail")}),
+        )
+    except (pa.ArrowInvalid, OSError) as err:
+        first = str(err).splitlines()[0]
+        fix = "write one head<TAB>relation<TAB>tail a line"
+        raise DatasetError(f"{path}: not a triple file ({first}); {fix}") from None
+    cols = [table.column(c).to_numpy(zero_copy_only=False).astype(object) for c in ("head", "relation", "tail")]
+    if any(c.size and any(not v for v in c) for c in cols):
+        raise DatasetError(f"{path}: a line has an empty field; write one head<TAB>relation<TAB>tail a line")
+    return np.stack(cols, axis=1) if cols[0].size else np.zeros((0, 3), dtype=object)
+
+
+def load_kg_folder(folder: Path, files: dict[str, Path], seed: int = 0) -> LinkDataset:
+    """A knowledge-graph folder with its own split (module docstring)."""
+    text = {s: read_triples(files[s]) for s in SPLITS}
+    if not len(text["train"]):
+        raise DatasetError(f"{files['train']}: no triples; a knowledge graph needs training triples")
+    return typed_dataset(folder.name, text, seed, str(folder))
+
+
+def typed_dataset(name: str, text: dict[str, np.ndarray], seed: int, where: str, per_side: int = PER_SIDE):
+    """The LinkDataset of text triples per split: ids mapped in sorted order, directed graphs, relations, and the
+    "kg" protocol's filtered corruptions of valid and test."""
+    every = np.concatenate([text[s] for s in SPLITS])
+    entities = np.unique(np.concatenate([every[:, 0], every[:, 2]]).astype(str)).astype(object)
+    names = tuple(np.unique(every[:, 1].astype(str)).tolist())
+    triples = {}
+    for s in SPLITS:
+        t = text[s]
+        h = np.searchsorted(entities.astype(str), t[:, 0].astype(str))
+        r = np.searchsorted(np.asarray(names), t[:, 1].astype(str))
+        tl = np.searchsorted(entities.astype(str), t[:, 2].astype(str))
+        triples[s] = unique_triples(np.stack([h, r, tl], axis=1).astype(np.int64), len(entities), len(names))
+    n = len(entities)
+    ds = triples_dataset(name, triples, n, names, seed, per_side)
+    ds.node_ids = entities
+    unseen = np.unique(np.concatenate([triples[s][:, [0, 2]].ravel() for s in ("valid", "test")]))
+    unseen = unseen[ds.graph.degree[unseen] == 0]
+    log.info(
+        "%s: knowledge graph: %s entities, %s relations, %s / %s / %s triples (train / valid / test); %s entities of "
+        "valid / test are in no training triple",
+        where,
+        f"{n:,}",
+        len(names),
+        *(f"{len(triples[s]):,}" for s in SPLITS),
+        f"{len(unseen):,}",
+    )
+    return ds
+
+
+def unique_triples(t: np.ndarray, n: int, r: int) -> np.ndarray:
+    """Distinct triples in first-occurrence order (a repeated line counts once)."""
+    from common.unique import unique_first
+
+    return t[unique_first((t[:, 0] * r + t[:, 1]) * n + t[:, 2])]
+
+
+def triples_dataset(
+    name: str, triples: dict[str, np.ndarray], n: int, names: tuple, seed: int, per_side: int = PER_SIDE
+) -> LinkDataset:
+    """A directed, typed LinkDataset from (T, 3) int64 [head, relation, tail] triples per split."""
+    from common.datasets.corruptions import filtered_corruptions
+
+    pos = {s: np.ascontiguousarray(triples[s][:, [0, 2]]) for s in SPLITS}
+    splits = {s: Split(pos=pos[s]) for s in SPLITS}
+    seen = np.concatenate([triples["train"], triples["valid"]])
+    known = {"valid": seen, "test": np.concatenate([seen, triples["test"]])}
+    for i, s in enumerate(("valid", "test")):
+        heads, tails = filtered_corruptions(triples[s], known[s], n, per_side, seed=int(seed) * 2 + i + 1)
+        splits[s].neg[KG] = corruption_pairs(triples[s], heads, tails)
+    graph = Graph.from_edges(pos["train"], num_nodes=n)
+    ds = LinkDataset(name=name, graph=graph, splits=splits, metric={KG: "mrr"}, own=True)
+    ds.out_graphs = {"train": DiGraph.from_edges(pos["train"], n)}
+    ds.relations = Relations(names=tuple(names), pos={s: np.ascontiguousarray(triples[s][:, 1]) for s in SPLITS})
+    return ds
+
+
+def corruption_pairs(triples: np.ndarray, heads: np.ndarray, tails: np.ndarray) -> np.ndarray:
+    """(P, 2K, 2) negative pairs of each triple: its corrupted heads (h', t), then its corrupted tails (h, t');
+    a -1 corruption gives the pair (-1, -1) (padding, never sampled nor ranked)."""
+    P, k = heads.shape
+    out = np.full((P, heads.shape[1] + tails.shape[1], 2), -1, dtype=np.int64)
+    out[:, :k, 0], out[:, :k, 1] = heads, triples[:, 2:3]
+    out[:, k:, 0], out[:, k:, 1] = triples[:, 0:1], tails
+    out[out.min(axis=2) < 0] = -1
+    return out
+
+
+def triple_csr(ds: LinkDataset, which: str = "train") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(indptr (N+1,) int64, tails (E,) int64, relations (E,) int32) of the training triples, row h sorted by
+    (tail, relation): what a typed shard set ships as graph `which`'s triple CSR (common/shards.py, version 4).
+    Every split of a typed set is sampled on the training triples (no test graph), so `which` changes nothing."""
+    t = ds.relations.triples("train", ds.splits["train"].pos)
+    t = t[t[:, 0] != t[:, 2]]  # as the graphs: no self-loops
+    t = t[np.lexsort((t[:, 1], t[:, 2], t[:, 0]))]
+    indptr = np.zeros(ds.num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(t[:, 0], minlength=ds.num_nodes), out=indptr[1:])
+    return indptr, np.ascontiguousarray(t[:, 2]), t[:, 1].astype(np.int32)
