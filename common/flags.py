@@ -80,6 +80,13 @@ def add_graph_input_flags(p) -> None:
     )
     add_directed_flag(p)
     p.add_argument(
+        "--relation",
+        default=None,
+        metavar="COLUMN",
+        advanced=True,
+        help="the edge list's relation column: typed links src -> dst, read as a knowledge graph",
+    )
+    p.add_argument(
         "--ignore-columns",
         default=None,
         metavar="COLS",

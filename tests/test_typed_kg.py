@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from common.datasets import DatasetSpec, load_dataset
+from common.datasets import DatasetError, DatasetSpec, load_dataset
 from common.induce import Inducer
 from common.metrics import evaluate, relation_metrics
 from common.shards import load_queries, read_manifest, read_shard
@@ -66,6 +66,25 @@ def test_a_triple_folder_reads_as_a_typed_directed_dataset(tmp_path):
     # test's filter holds every true triple: (012, b_rel, 010) never gets the tail... of a true b_rel triple
     test_neg = {tuple(p) for p in ds.splits["test"].neg["kg"][0] if p[0] >= 0}
     assert (2, 1) not in test_neg and all(p[0] == 2 or p[1] == 1 for p in test_neg)
+
+
+def test_an_edge_list_with_a_relation_column_reads_as_a_knowledge_graph(tmp_path):
+    path = tmp_path / "typed.csv"
+    path.write_text(
+        "src,dst,Relation,split\na,b,likes,train\nb,c,knows,train\nc,a,likes,train\na,c,knows,valid\nb,a,likes,test\n"
+    )
+    ds = load_dataset(DatasetSpec(str(path), relation="relation"))
+    assert ds.relations.names == ("knows", "likes") and ds.relations.pos["train"].tolist() == [1, 0, 1]
+    assert ds.splits["train"].pos.tolist() == [[0, 1], [1, 2], [2, 0]] and ds.node_ids.tolist() == ["a", "b", "c"]
+    # test (b, likes, a): heads a (a self-loop, a corruption too) and c (c likes a is true: filtered); tails c and b
+    neg = ds.splits["test"].neg["kg"][0]
+    assert {tuple(p) for p in neg.tolist() if p[0] >= 0} == {(0, 0), (1, 2), (1, 1)}
+    with pytest.raises(DatasetError, match="missing column.s. type .*; pass --relation with the name of its relation"):
+        load_dataset(DatasetSpec(str(path), relation="type"))
+    with pytest.raises(DatasetError, match="--relation type: a relation column applies to edge-list files only"):
+        load_dataset(DatasetSpec("citeseer", relation="type"))
+    assert "relation" not in DatasetSpec(str(path)).to_dict()  # an untyped set's config is as it always was
+    assert DatasetSpec.from_dict(DatasetSpec(str(path), relation="r").to_dict()).relation == "r"
 
 
 def test_the_fingerprint_of_an_untyped_dataset_is_unchanged_by_the_relations_field(tmp_path):

@@ -86,7 +86,7 @@ class TrainConfig:
     protocol: str = field(
         default="original",
         metadata=flag(
-            "evaluation protocol: original, heart, ogb or pairs (the user's labelled pairs)",
+            "evaluation protocol: original, heart, ogb, pairs (the user's labelled pairs) or kg (typed triples)",
             choices=PROTOCOLS,
             metavar="PROTOCOL",
             group=OVERRIDES,

@@ -37,6 +37,10 @@ def load_dataset(spec: DatasetSpec, *, split_flag: str | None = "--split") -> Li
     if suffix_of(name) is not None and spec.data_dir is None:
         from common.datasets.edgelist import load_edge_list
 
+        if spec.relation is not None:  # typed links: a knowledge graph (common/datasets/kg.py)
+            from common.datasets.kg import load_kg_edge_list
+
+            return load_kg_edge_list(spec)
         ds = _own(load_edge_list(spec, split_flag=split_flag))
     else:
         edge_list_only = {
@@ -45,6 +49,7 @@ def load_dataset(spec: DatasetSpec, *, split_flag: str | None = "--split") -> Li
             "--fill-features": (spec.fill_features, "filling features"),
             "--ignore-columns": (",".join(spec.ignore_columns) or None, "ignoring columns"),
             "--directed": (spec.directed or None, "reading edges as ordered pairs"),
+            "--relation": (spec.relation, "a relation column"),
         }
         for flag, (value, what) in edge_list_only.items():
             if value is not None:  # a paper dataset's features come with --features

@@ -110,6 +110,48 @@ def typed_dataset(name: str, text: dict[str, np.ndarray], seed: int, where: str,
     return ds
 
 
+def load_kg_edge_list(spec) -> LinkDataset:
+    """An edge list with a relation column (spec.relation, --relation COLUMN): src = head, dst = tail; its split
+    column's split, else a seeded random split of the distinct triples by spec.split's shares (85/5/10)."""
+    from common.datasets.edgelist import _split_masks
+    from common.datasets.fractions import DEFAULT_SPLIT, check_split
+    from common.datasets.tables import read_columns, stem_of
+
+    path, col = Path(spec.dataset), spec.relation.strip().lower()
+    hint = f"src,dst,{col}[,split]"
+    try:
+        cols = read_columns(path, ("src", "dst", col), optional=("split",), hint=hint).cols
+    except DatasetError as err:
+        if f"missing column(s) {col} " not in str(err):
+            raise
+        raise DatasetError(f"{str(err).split(';')[0]}; pass --relation with the name of its relation column") from None
+    text = np.stack([_text(cols[c], path, c) for c in ("src", col, "dst")], axis=1)
+    if "split" in cols:
+        masks = _split_masks(path, cols["split"])
+        parts = {s: text[masks[s]] for s in SPLITS}
+    else:
+        _, valid, test = check_split(spec.split or DEFAULT_SPLIT)
+        order = np.random.default_rng(spec.seed).permutation(len(text))
+        n_valid, n_test = int(valid / 100 * len(text)), int(test / 100 * len(text))
+        parts = {
+            "valid": text[order[:n_valid]],
+            "test": text[order[n_valid : n_valid + n_test]],
+            "train": text[order[n_valid + n_test :]],
+        }
+    if not len(parts["train"]) or not len(parts["valid"]) or not len(parts["test"]):
+        raise DatasetError(f"{path}: a typed split needs triples in train, valid and test; pass more rows or --split")
+    return typed_dataset(stem_of(path), parts, spec.seed, str(path))
+
+
+def _text(col, path: Path, name: str) -> np.ndarray:
+    """A column as text ids (numbers too: one id space with the other end's), empty values refused."""
+    import pyarrow as pa
+
+    if col.null_count:
+        raise DatasetError(f"{path}: column '{name}' has empty values; fill every row")
+    return np.asarray(col.cast(pa.string()).to_pylist(), dtype=object)
+
+
 def unique_triples(t: np.ndarray, n: int, r: int) -> np.ndarray:
     """Distinct triples in first-occurrence order (a repeated line counts once)."""
     from common.unique import unique_first

@@ -28,7 +28,8 @@ class DatasetSpec:
     list's node list; node_features / fill_features / ignore_columns: its feature file, how rows it lacks are
     filled, columns ignored on purpose; eval_pairs / train_negatives: the user's labelled pairs and known
     non-links; valid_pool: extra validation negatives per protocol negative (common/datasets/pool.py); directed:
-    an edge list's rows are ordered pairs src -> dst (--directed; common/datasets/directed.py).
+    an edge list's rows are ordered pairs src -> dst (--directed; common/datasets/directed.py); relation: an edge
+    list's relation column, its rows typed triples src -relation-> dst (--relation; common/datasets/kg.py).
     """
 
     dataset: str
@@ -47,6 +48,7 @@ class DatasetSpec:
     train_negatives: str | None = None
     valid_pool: int = 0
     directed: bool = False
+    relation: str | None = None
 
     def __post_init__(self):
         if not self.dataset:
@@ -77,6 +79,13 @@ class DatasetSpec:
         if self.directed and (self.eval_pairs or self.train_negatives):
             flag = "--eval-pairs" if self.eval_pairs else "--train-negatives"
             raise DatasetError(f"{flag}: a pairs file is read as unordered pairs, not with --directed yet; drop one")
+        if self.relation is not None and (not isinstance(self.relation, str) or not self.relation.strip()):
+            raise DatasetError(f"--relation: the name of the edge list's relation column, got {self.relation!r}")
+        if self.relation is not None and (self.eval_pairs or self.train_negatives or self.nodes or self.node_features):
+            raise DatasetError(
+                "--relation: a typed edge list takes no --eval-pairs, --train-negatives, --nodes or --node-features "
+                "yet; drop them"
+            )
 
     @property
     def ships_features(self) -> bool:
@@ -104,6 +113,7 @@ class DatasetSpec:
                 "split_kind": kind,
                 "ignore_columns": ignore,
                 "directed": bool(getattr(args, "directed", False)),
+                "relation": getattr(args, "relation", None),
                 **{k: getattr(args, k, None) for k in GRAPH_INPUTS},
             }
             return cls(**{**read, **fields})
@@ -117,6 +127,8 @@ class DatasetSpec:
         out["ignore_columns"] = list(self.ignore_columns)
         if not self.directed:  # only when set, so the manifests of undirected sets stay as they were
             del out["directed"]
+        if self.relation is None:  # likewise: only a typed edge list's config names it
+            del out["relation"]
         return out
 
     @classmethod
