@@ -158,6 +158,27 @@ def read_pairs(path: str, num_nodes: int, node_ids: np.ndarray | None = None) ->
     return pairs, user
 
 
+def read_relations(path: str, names: tuple) -> np.ndarray:
+    """A typed run's pairs file -> (P,) relation ids of its `relation` column, named as the run's relations."""
+    p = Path(path)
+    try:
+        col = read_columns(p, ("relation",), hint="src,dst,relation").cols["relation"]
+    except DatasetError:
+        raise ScoreError(
+            f"--pairs {p}: a typed run scores each pair with a relation; add a column relation (one of "
+            f"{', '.join(names)})"
+        ) from None
+    given = np.asarray(col.cast(pa.string()).to_pylist(), dtype=object)
+    index = {name: i for i, name in enumerate(names)}
+    rel = np.array([index.get(v, -1) for v in given], dtype=np.int64)
+    if (bad := np.flatnonzero(rel < 0)).size:
+        raise ScoreError(
+            f"--pairs {p}: unknown relation {given[bad[0]]!r} in data row {int(bad[0]) + 1} ({bad.size} row(s)); "
+            f"the run knows {', '.join(names)}"
+        )
+    return rel
+
+
 def _own_ids(col, name: str, p: Path, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     try:
         vals = col.cast(pa.int64()).to_numpy(zero_copy_only=False)
@@ -179,13 +200,24 @@ class Scoring:
     token_budget: int | None = None
 
 
-def pair_scorer(model: Pencil, graph, how: Scoring, device: torch.device, digraph=None) -> PairScorer:
+def pair_scorer(model: Pencil, graph, how: Scoring, device: torch.device, digraph=None, typed=None) -> PairScorer:
     """The scoring engine (trainer/scoring.py) on `graph`, sampling with the evaluation sampler; `digraph`: a
-    directed run's ordered edges, which its model reads (None: undirected)."""
+    directed run's ordered edges, which its model reads (None: undirected); `typed`: a typed run's (triple CSR,
+    relation count)."""
     sample = functools.partial(sample_subgraphs, scratch=Scratch(graph.indptr))  # work arrays allocated once
+    rel_graph, relations = typed if typed is not None else (None, 0)
     return PairScorer(
         model,
-        PairSampler(graph.indptr, graph.indices, how.sampling, sample, how.seed, out_graph=digraph),
+        PairSampler(
+            graph.indptr,
+            graph.indices,
+            how.sampling,
+            sample,
+            how.seed,
+            digraph,
+            rel_graph=rel_graph,
+            relations=relations,
+        ),
         how.n_max,
         orderings=how.orderings,
         token_budget=how.token_budget,
@@ -195,11 +227,11 @@ def pair_scorer(model: Pencil, graph, how: Scoring, device: torch.device, digrap
 
 
 def score_pairs(
-    model: Pencil, graph, pairs: np.ndarray, how: Scoring, device: torch.device, digraph=None
+    model: Pencil, graph, pairs: np.ndarray, how: Scoring, device: torch.device, digraph=None, typed=None, rel=None
 ) -> np.ndarray:
     """(orderings, P) logits: each ordering samples every pair's subgraph afresh with its own seed. A directed
-    run's pair (u, v) is scored as u -> v: (v, u) is another pair."""
-    return pair_scorer(model, graph, how, device, digraph).logits(pairs)
+    run's pair (u, v) is scored as u -> v: (v, u) is another pair; a typed run's as u -rel-> v."""
+    return pair_scorer(model, graph, how, device, digraph, typed).logits(pairs, rel)
 
 
 def note_known_edges(graph, pairs: np.ndarray, user: np.ndarray) -> int:
@@ -220,10 +252,14 @@ def note_known_edges(graph, pairs: np.ndarray, user: np.ndarray) -> int:
     return int(known.size)
 
 
-def write_scores(path: str, user: np.ndarray, logits: np.ndarray, metadata: dict | None = None) -> None:
-    """user: (P, 2) the pairs as the user names them (ints, or str objects); metadata: the output's stamp."""
+def write_scores(path: str, user: np.ndarray, logits: np.ndarray, metadata: dict | None = None, relation=None) -> None:
+    """user: (P, 2) the pairs as the user names them (ints, or str objects); metadata: the output's stamp;
+    relation: a typed run's relation name of each pair (a column after dst)."""
     kind = pa.string() if user.dtype == object else None
-    table = pa.table({"src": pa.array(user[:, 0], kind), "dst": pa.array(user[:, 1], kind), **score_columns(logits)})
+    ends = {"src": pa.array(user[:, 0], kind), "dst": pa.array(user[:, 1], kind)}
+    if relation is not None:
+        ends["relation"] = pa.array(list(relation), pa.string())
+    table = pa.table({**ends, **score_columns(logits)})
     write_parquet_atomic(table.replace_schema_metadata(metadata), path)
 
 
@@ -288,6 +324,7 @@ def score_file(cfg: ScoreConfig) -> int:
         check_node_features(reads_features(ckpt, manifest), manifest.num_nodes, graph, node_ids, f"--graph {cfg.graph}")
         pairs, user = read_pairs(cfg.pairs, graph.num_nodes, node_ids if on_file else load_node_ids(manifest))
         digraph = run_digraph(dataset, cfg.graph, graph)  # a directed run's (its set's manifest says): u -> v
+        typed, rel = typed_inputs(cfg, manifest, dataset, on_file)
     except (ScoreError, RunFolderError, DatasetError, OutputError) as err:
         raise FlagError(str(err)) from None
     device = default_device(cfg.device)
@@ -308,10 +345,22 @@ def score_file(cfg: ScoreConfig) -> int:
     )
     note_known_edges(graph if digraph is None else digraph, pairs, user)
     how = Scoring(sampling, n_max, cfg.seed, cfg.orderings, cfg.batch_size)
-    logits = score_pairs(model, graph, pairs, how, device, digraph)
-    write_scores(cfg.out, user, logits, stamp_metadata("score", manifest.fingerprint))
+    logits = score_pairs(model, graph, pairs, how, device, digraph, typed, rel)
+    names = None if rel is None else np.asarray(manifest.relations, dtype=object)[rel]
+    write_scores(cfg.out, user, logits, stamp_metadata("score", manifest.fingerprint), names)
     log.info("wrote %s", cfg.out)
     return 0
+
+
+def typed_inputs(cfg: ScoreConfig, manifest, dataset, on_file: bool) -> tuple:
+    """A typed run's ((triple CSR, relation count), (P,) relation ids of the pairs); (None, None) otherwise."""
+    if not manifest.relations:
+        return None, None
+    if on_file:
+        raise ScoreError(f"--graph {cfg.graph}: a typed run scores on its own training triples (--graph train) for now")
+    from common.datasets.kg import triple_csr
+
+    return (triple_csr(dataset), len(manifest.relations)), read_relations(cfg.pairs, manifest.relations)
 
 
 if __name__ == "__main__":

@@ -252,3 +252,68 @@ def test_the_trainer_reports_mrr_per_relation(typed_set, tmp_path):
     assert 0 < test["mrr"] <= 1 and sum(test[f"count/r{r}"] for r in range(3) if f"count/r{r}" in test) == 20
     state = torch.load(tmp_path / "best.pt", weights_only=True)["model"]
     assert state["w0"].shape[0] == (1 + 6) * typed_set.n_max + 2 and state["relation.weight"].shape[0] == 3
+
+
+def test_pencil_run_refuses_a_typed_graph_in_one_line(tmp_path):
+    folder = write_kg(tmp_path / "kg")
+    cmd = [sys.executable, "-m", "pipelines.run", "--dataset", str(folder), "--out", str(tmp_path / "out")]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "a typed graph (knowledge graph) is not run end to end yet" in proc.stderr.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def typed_run(tmp_path_factory):
+    """A typed set whose entities a and b touch only each other (a -r1-> b, b -r0-> a), trained one epoch."""
+    tmp = tmp_path_factory.mktemp("kgrun")
+    rng = np.random.default_rng(1)
+    rows = {(f"n{h:02d}", f"r{r}", f"n{t:02d}") for h, r, t in rng.integers(0, [20, 2, 20], size=(200, 3)) if h != t}
+    rows = sorted(rows)
+    folder = tmp / "pair"
+    folder.mkdir()
+    train = rows[:100] + [("a", "r1", "b"), ("b", "r0", "a")]
+    for name, part in (("train", train), ("valid", rows[100:110]), ("test", rows[110:120])):
+        (folder / f"{name}.txt").write_text("".join(f"{h}\t{r}\t{t}\n" for h, r, t in part))
+    cmd = [sys.executable, "-m", "preprocess", "--dataset", str(folder), "--sampling", "1,10", "--views", "1"]
+    proc = subprocess.run([*cmd, "--out", str(tmp / "shards"), "-q"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    shards = proc.stdout.strip().splitlines()[-1].split()[-1]
+    cmd = [sys.executable, "-m", "trainer", "--preset", "tiny", "--shards", shards, "--out", str(tmp / "run")]
+    proc = subprocess.run([*cmd, "--device", "cpu", "--protocol", "kg"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return tmp
+
+
+@pytest.mark.slow  # a preprocess run and a trainer run
+def test_score_takes_a_relation_column_and_refuses_an_unknown_relation(typed_run):
+    import pyarrow.parquet as pq
+
+    from pipelines.core.runs import load_checkpoint, load_model, run_manifest
+
+    pairs = typed_run / "pairs.csv"
+    pairs.write_text("src,dst,relation\na,b,r0\na,b,r1\na,b,r0\n")
+    out = typed_run / "scores.parquet"
+    cmd = [sys.executable, "-m", "pipelines.score", "--checkpoint", str(typed_run / "run"), "--pairs", str(pairs)]
+    proc = subprocess.run([*cmd, "--out", str(out), "--device", "cpu"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = pq.read_table(out).to_pydict()
+    assert got["relation"] == ["r0", "r1", "r0"] and got["logit"][0] == got["logit"][2] != got["logit"][1]
+    # by hand: a and b have no other neighbour, so the subgraph is [a, b]; a -r1-> b is the pair itself (hidden),
+    # b -r0-> a is visible: local 1 -> 0 of relation 0 (types 0 out, 1 in); no undirected edge (a - b is hidden)
+    ckpt = load_checkpoint(typed_run / "run" / "best.pt")
+    model = load_model(ckpt, run_manifest(ckpt, typed_run / "run" / "best.pt", None), torch.device("cpu"))
+    ids = {n: i for i, n in enumerate(load_dataset(DatasetSpec(str(typed_run / "pair"))).node_ids.tolist())}
+    typed = relation_types(np.array([0, 1, 2]), np.array([[1, 0, 0], [1, 0, 0]]), 2)
+    nodes = np.array([ids["a"], ids["b"]] * 2)
+    batch = pack(
+        np.array([0, 2, 4]), nodes, np.zeros(2), np.arange(2), model.cfg.n_max,
+        LocalEdges(np.zeros(3, np.int64), np.zeros((0, 2), np.int64)), typed=typed, relation=np.array([0, 1]),
+    )  # fmt: skip
+    with torch.no_grad():
+        want = model.eval()(batch).tolist()
+    assert got["logit"][:2] == pytest.approx(want, abs=1e-6)
+    pairs.write_text("src,dst,relation\na,b,r0\na,b,likes\n")
+    proc = subprocess.run([*cmd, "--out", str(out), "--overwrite"], cwd=ROOT, capture_output=True, text=True)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "unknown relation 'likes' in data row 2 (1 row(s)); the run knows r0, r1" in last

@@ -103,16 +103,23 @@ class PairSampler:
         sample: Sampler,
         seed: int = 0,
         out_graph=None,
+        rel_graph: tuple | None = None,
+        relations: int = 0,
     ):
         """out_graph: a directed run's ordered edges (common.graph.DiGraph, or its (indptr, indices)), which its
-        model reads beside the undirected CSR the subgraphs are sampled on; None for an undirected run."""
+        model reads beside the undirected CSR the subgraphs are sampled on; None for an undirected run.
+        rel_graph: a typed run's triple CSR (indptr, indices, relation) of `relations` relation types: its model
+        reads the relation of every triple, and every pair is scored with a relation (blocks' `rel`)."""
         self.indptr, self.indices, self.sampling = indptr, indices, tuple(sampling)
         self.sample, self.seed = sample, int(seed)
         if out_graph is not None and not isinstance(out_graph, tuple):
             out_graph = (out_graph.indptr, out_graph.indices)
-        self.out_graph = out_graph
+        self.out_graph, self.rel_graph, self.relations = out_graph, rel_graph, int(relations)
 
-    def blocks(self, pairs: np.ndarray, ordering: int) -> Iterator[Block]:
+    def blocks(self, pairs: np.ndarray, ordering: int, rel: np.ndarray | None = None) -> Iterator[Block]:
+        """rel: (P,) each pair's relation, a typed run's (required then, refused otherwise)."""
+        if (rel is None) != (self.rel_graph is None):
+            raise ValueError("score: a typed run scores pairs with a relation each, an untyped one without")
         pairs = np.ascontiguousarray(pairs, dtype=np.int64).reshape(-1, 2)
         if self.out_graph is None:  # undirected: (u, v) and (v, u) are one link, drawn and scored as (min, max),
             pairs = min_max(pairs)  # the order its shards hold it in, so both orders get one score
@@ -139,6 +146,7 @@ class PairSampler:
                 np.zeros(len(chunk), np.float32),
                 sub.node_ptr,
                 sub.nodes,
+                None if rel is None else np.asarray(rel[lo : lo + SAMPLE_CHUNK], dtype=np.int64),
             )
 
 
@@ -176,15 +184,16 @@ class PairScorer:
             self.n_max,
             distances=bool(getattr(model.cfg, "distances", 0)),
             out_graph=getattr(sampler, "out_graph", None),  # a directed run's: the model reads edge directions
+            rel_graph=getattr(sampler, "rel_graph", None),  # a typed run's: the model reads relations
+            relations=getattr(sampler, "relations", 0),
         )
 
     def packed(self, blocks: Iterable[Block], ordering: int) -> Iterator:
         """Token-budget batches of one ordering's sampled blocks, packed for the model (CPU work); each batch's
         `position` places its logits among the pairs."""
         for batch in token_batches(iter(blocks), self.token_budget, self.max_pairs, self.copies):
-            keyed = Block(
-                batch.src * self.num_nodes + batch.dst, batch.src, batch.dst, batch.label, batch.node_ptr, batch.nodes
-            )
+            key = batch.src * self.num_nodes + batch.dst
+            keyed = Block(key, batch.src, batch.dst, batch.label, batch.node_ptr, batch.nodes, batch.rel)
             packed = self.packer(seeded_orders(replicate(keyed, self.copies), self.copies, self.seed + ordering))
             packed.copies = self.copies
             packed.position = torch.from_numpy(np.array(batch.cid, dtype=np.int64))  # a copy: Ray blocks are read-only
@@ -201,10 +210,11 @@ class PairScorer:
                     out[k, batch.position] = logits
         return out.numpy()
 
-    def logits(self, pairs: np.ndarray) -> np.ndarray:
-        """(orderings, P) float32 logits of every pair."""
+    def logits(self, pairs: np.ndarray, rel: np.ndarray | None = None) -> np.ndarray:
+        """(orderings, P) float32 logits of every pair (a typed run's: of every (pair, relation rel[i]))."""
         pairs = np.ascontiguousarray(pairs, dtype=np.int64).reshape(-1, 2)
-        return self.score_blocks([self.sampler.blocks(pairs, k) for k in range(self.orderings)], len(pairs))
+        blocks = [self.sampler.blocks(pairs, k, rel) for k in range(self.orderings)]
+        return self.score_blocks(blocks, len(pairs))
 
 
 def score_columns(logits: np.ndarray) -> dict[str, np.ndarray]:
