@@ -332,38 +332,34 @@ class BatchPacker:
         return (self.bits or self.inducer).dense(node_ptr, nodes)
 
     def __call__(self, block) -> PackedBatch:
-        """block: common.shards.Block (cid, label, node_ptr from 0, nodes)."""
-        ptr, nodes = block.node_ptr, block.nodes
-        out = self.out_inducer
-        if self.rel_inducer is not None:
-            return self.typed_batch(block)
+        """block: common.shards.Block (cid, label, node_ptr from 0, nodes[, rel: a typed set's link relations])."""
+        ptr, nodes, rel = block.node_ptr, block.nodes, block.rel
         if self.use_dense(ptr, nodes):
             adj = self.dense(ptr, nodes)
             dist = pair_distances(ptr, dense=adj) if self.distances else None
-            typed = None if out is None else directed_dense(out.dense(ptr, nodes, adj.shape[-1], ordered=True))
-            return pack(ptr, nodes, block.label, block.cid, self.n_max, adj, dist=dist, typed=typed)
-        edge_ptr, edges = self.inducer.edges(ptr, nodes)
-        dist = pair_distances(ptr, edge_ptr, edges) if self.distances else None
-        typed = None if out is None else directed_types(*out.ordered_edges(ptr, nodes))
-        graph = LocalEdges(edge_ptr, edges)
-        return pack(ptr, nodes, block.label, block.cid, self.n_max, graph, dist=dist, typed=typed)
-
-    def typed_batch(self, block) -> PackedBatch:
-        """A typed set's batch: typed rows per relation and direction, and each link's relation (block.rel)."""
-        ptr, nodes = block.node_ptr, block.nodes
-        if block.rel is None:
-            raise ValueError("pack: a typed set's block carries no relation column; rebuild the shard set")
-        typed = relation_types(*self.rel_inducer.typed_edges(ptr, nodes, self.rel_of), self.relations)
-        dist, rel = None, block.rel
-        if self.use_dense(ptr, nodes):
-            adj = self.dense(ptr, nodes)
-            dist = pair_distances(ptr, dense=adj) if self.distances else None
-            typed = typed_dense(len(block), adj.shape[-1], typed)
+            typed = self.typed(block, adj.shape[-1])
             return pack(ptr, nodes, block.label, block.cid, self.n_max, adj, dist=dist, typed=typed, relation=rel)
         edge_ptr, edges = self.inducer.edges(ptr, nodes)
         dist = pair_distances(ptr, edge_ptr, edges) if self.distances else None
         graph = LocalEdges(edge_ptr, edges)
-        return pack(ptr, nodes, block.label, block.cid, self.n_max, graph, dist=dist, typed=typed, relation=rel)
+        return pack(
+            ptr, nodes, block.label, block.cid, self.n_max, graph, dist=dist, typed=self.typed(block), relation=rel
+        )
+
+    def typed(self, block, width: int | None = None):
+        """The batch's typed adjacency: per relation and direction (a typed set), per direction (a directed one),
+        None otherwise; dense at `width` when given."""
+        ptr, nodes, out = block.node_ptr, block.nodes, self.out_inducer
+        if self.rel_inducer is not None:
+            if block.rel is None:
+                raise ValueError("pack: a typed set's block carries no relation column; rebuild the shard set")
+            typed = relation_types(*self.rel_inducer.typed_edges(ptr, nodes, self.rel_of), self.relations)
+            return typed if width is None else typed_dense(len(block), width, typed)
+        if out is None:
+            return None
+        if width is not None:
+            return directed_dense(out.dense(ptr, nodes, width, ordered=True))
+        return directed_types(*out.ordered_edges(ptr, nodes))
 
     @classmethod
     def for_set(cls, manifest, which: str, n_max: int, distances: bool = False) -> "BatchPacker":
