@@ -94,6 +94,22 @@ def test_the_fingerprint_of_an_untyped_dataset_is_unchanged_by_the_relations_fie
     assert ds.fingerprint() != typed  # the relations are part of a typed set's key, and only of its key
 
 
+def test_only_a_typed_block_carries_the_relation_column():
+    import pyarrow as pa
+
+    from common.shards import COLUMNS, Block, decode_block, encode_block
+
+    plain = Block(np.arange(2), np.array([0, 2]), np.array([1, 3]), np.ones(2, np.float32), np.array([0, 2, 4]),
+                  np.array([0, 1, 2, 3]))  # fmt: skip
+    names = lambda data: pa.ipc.open_stream(pa.py_buffer(data)).schema.names  # noqa: E731
+    assert names(encode_block(plain)) == list(COLUMNS) and decode_block(encode_block(plain)).rel is None
+    typed = Block(*(getattr(plain, f) for f in ("cid", "src", "dst", "label", "node_ptr", "nodes")), np.array([4, 0]))
+    assert names(encode_block(typed)) == [*COLUMNS, "rel"]
+    back = decode_block(encode_block(typed))
+    assert back.rel.tolist() == [4, 0] and back.take(np.array([1])).rel.tolist() == [0]
+    assert Block.concat([back, back]).rel.tolist() == [4, 0, 4, 0]
+
+
 def test_training_corruptions_are_filtered_of_true_triples():
     pos = np.array([[0, 0, 1], [1, 1, 2]], dtype=np.int64)
     known = np.sort(triple_keys(np.array([[0, 0, 1], [1, 1, 2], [0, 0, 2], [2, 0, 1]]), 3, 2))
@@ -240,6 +256,14 @@ def test_a_typed_set_is_format_version_4_with_relations_everywhere(typed_set):
     assert block.rel is not None and set(block.rel.tolist()) <= {0, 1, 2}
     pos_cid, neg_cid, pos_rel = load_queries(m.queries_path(m.eval["test/kg"]), relations=True)
     assert neg_cid.shape == (20, 100) and pos_rel.shape == (20,) and (neg_cid == -1).any()
+    from common.manifest_schema import schema_problem
+
+    no_rel = json.loads(json.dumps(body))
+    del no_rel["graphs"]["train"]["rel"]
+    assert schema_problem(no_rel) == "graphs.train.rel: missing or not an object"
+    untyped = json.loads(json.dumps(body))
+    del untyped["relations"]
+    assert schema_problem(untyped) == "graphs.train.rel: an untyped set (no relations) ships no relation graph"
 
 
 @pytest.mark.slow  # one trainer run
