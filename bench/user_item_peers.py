@@ -5,7 +5,8 @@
 The split is common.datasets.user_item's (the edge list's temporal split, 85/5/10). Each valid or test pair (user,
 item) is ranked against 100 items the user never rated (common.datasets.corruptions with the node kinds: tails
 among the items, seed fixed), filtered of the user's known items: train + valid for valid (selection never holds
-test), every split for test. One tie-averaged rank per pair; MRR and Hits@1/3/10, with the MRR's standard error.
+test), every split for test. One tie-averaged rank per pair; MRR and Hits@1/3/10, with the MRR's standard error,
+and the same for the returning users' pairs (a user with an edge before the split's boundary).
 
 Scorers, each on the graph the split is scored on (valid: train; test: train + valid, the temporal rule):
 - popularity: the item's degree;
@@ -41,12 +42,13 @@ KS = (1, 3, 10)
 HEURISTICS = ("popularity", "paths3", "ra3", "aa3", "user-cf", "item-cf")
 
 
-def eval_split(pos: np.ndarray, known: np.ndarray, n: int, users, items) -> dict:
-    """The pairs and their 100 filtered item corruptions (Q, 100), -1 where a user has fewer unrated items."""
+def eval_split(pos: np.ndarray, known: np.ndarray, n: int, users, items, graph) -> dict:
+    """The pairs and their 100 filtered item corruptions (Q, 100), -1 where a user has fewer unrated items;
+    `returning`: the pairs whose user has an edge in the split's graph (a new user has only popularity to go by)."""
     q3 = np.stack([pos[:, 0], np.zeros(len(pos), np.int64), pos[:, 1]], axis=1)
     k3 = np.stack([known[:, 0], np.zeros(len(known), np.int64), known[:, 1]], axis=1)
     _, tails = filtered_corruptions(q3, k3, n, NEGATIVES, SEED, allowed={0: (users, items)})
-    return {"pos": pos, "neg": tails}
+    return {"pos": pos, "neg": tails, "returning": graph.degree[pos[:, 0]] > 0}
 
 
 def metrics(score_pairs, split: dict) -> dict:
@@ -57,7 +59,11 @@ def metrics(score_pairs, split: dict) -> dict:
     ns = np.full(neg.shape, -np.inf)
     ns[ok] = score_pairs(users[ok], neg[ok])
     ranks = rank_against_own(score_pairs(pos[:, 0], pos[:, 1]), ns)
-    return {**ranking_metrics(ranks, KS), "mrr_se": float(np.std(1 / ranks) / np.sqrt(len(ranks)))}
+    out = {**ranking_metrics(ranks, KS), "mrr_se": float(np.std(1 / ranks) / np.sqrt(len(ranks)))}
+    back = ranks[split["returning"]]
+    if back.size:
+        out.update({f"returning_{k}": v for k, v in ranking_metrics(back, KS).items()}, returning_count=back.size)
+    return out
 
 
 def heuristic_scorer(graph, method: str, users: np.ndarray):
@@ -139,7 +145,7 @@ def peers(args) -> dict:
     ds = user_item_split(g)
     n, users, items = g.num_nodes, g.nodes_of("user"), g.nodes_of("item")
     tr, va, te = (ds.splits[s].pos for s in ("train", "valid", "test"))
-    valid = eval_split(va, np.concatenate([tr, va]), n, users, items)
+    valid = eval_split(va, np.concatenate([tr, va]), n, users, items, ds.graph)
     out = {"dataset": g.name, "pairs": {"train": len(tr), "valid": len(va), "test": len(te)}, "valid": {}, "test": {}}
     for h in HEURISTICS:
         out["valid"][h] = metrics(heuristic_scorer(ds.graph, h, users), valid)
@@ -147,7 +153,7 @@ def peers(args) -> dict:
     out["bpr"] = {"history": history, "chosen": max(history, key=lambda e: e["valid_mrr"])}
     out["valid"]["bpr"] = metrics(score, valid)
     # the test is read once, after selection
-    test = eval_split(te, np.concatenate([tr, va, te]), n, users, items)
+    test = eval_split(te, np.concatenate([tr, va, te]), n, users, items, ds.test_graph)
     for h in HEURISTICS:
         out["test"][h] = metrics(heuristic_scorer(ds.test_graph, h, users), test)
     out["test"]["bpr"] = metrics(score, test)
@@ -155,9 +161,13 @@ def peers(args) -> dict:
 
 
 def table(result: dict) -> str:
-    lines = ["| peer | valid MRR | test MRR | ± SE | Hits@1 | Hits@3 | Hits@10 |", "|---|---|---|---|---|---|---|"]
+    keys = ("mrr", "mrr_se", "hits@1", "hits@3", "hits@10", "returning_mrr", "returning_hits@10")
+    lines = [
+        "| peer | valid MRR | test MRR | ± SE | Hits@1 | Hits@3 | Hits@10 | returning users: MRR | Hits@10 |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for name, m in result["test"].items():
-        cells = " | ".join(f"{100 * m[k]:.2f}" for k in ("mrr", "mrr_se", "hits@1", "hits@3", "hits@10"))
+        cells = " | ".join(f"{100 * m[k]:.2f}" if k in m else "–" for k in keys)
         lines.append(f"| {name} | {100 * result['valid'][name]['mrr']:.2f} | {cells} |")
     return "\n".join(lines)
 

@@ -91,3 +91,5 @@ def test_user_item_peers_end_to_end(tmp_path):
     assert set(res["test"]) == {"popularity", "paths3", "ra3", "aa3", "user-cf", "item-cf", "bpr"}
     assert all(0 < m["mrr"] <= 1 for m in res["test"].values())
     assert res["bpr"]["chosen"]["epoch"] <= 3
+    # a returning user is one with an edge in the graph the split is scored on
+    assert 0 < res["test"]["paths3"]["returning_count"] <= res["pairs"]["test"]
