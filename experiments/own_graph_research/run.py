@@ -34,7 +34,7 @@ RULE = "rule"  # the epochs the search gives an alternative (SearchConfig.candid
 # a multiplier may also be (multiplier, min_steps): the schedule of SearchConfig(min_steps=...) instead of the default
 # name -> (sampling (d, n[, h[, r]]), epochs multiplier of the default's schedule (at least 2 epochs), extra trainer
 # flags); h: the fraction of training negatives drawn as 2-hop non-edges (preprocess --hard-neg-fraction), else 0;
-# r: training negatives per positive (preprocess --neg-ratio), else 1
+# r: training negatives per positive (preprocess --neg-ratio), else 1; a fifth entry: preprocess --closest (0 = off)
 VARIANTS = {
     "base": ((1, 20), 1, []),
     "dist": ((1, 20), 1, ["--distance-features", "3"]),
@@ -112,6 +112,7 @@ PREPROCESS = threading.Lock()  # one embedded Ray at a time
 def shard_set(name: str, sampling: tuple, out: Path, pool: int = 0) -> str:
     hard = f"-h{sampling[2]:g}" if len(sampling) > 2 and sampling[2] else ""
     hard += f"-r{sampling[3]}" if len(sampling) > 3 and sampling[3] != 1 else ""
+    hard += f"-c{sampling[4]}" if len(sampling) > 4 and sampling[4] else ""
     pooled = f"-p{pool}" if pool else ""
     record = out / name / f"shards-d{sampling[0]}n{sampling[1]}{hard}{pooled}.json"
     with PREPROCESS:
@@ -137,6 +138,7 @@ def build(name: str, sampling: tuple, out: Path, record: Path, pool: int = 0) ->
         "original",
         *(["--hard-neg-fraction", f"{sampling[2]:g}"] if len(sampling) > 2 and sampling[2] else []),
         *(["--neg-ratio", str(sampling[3])] if len(sampling) > 3 else []),
+        *(["--closest", str(sampling[4])] if len(sampling) > 4 and sampling[4] else []),
         *(["--valid-pool", str(pool)] if pool else []),
         "--out",
         str(out / "shards"),
