@@ -110,6 +110,25 @@ def test_only_a_typed_block_carries_the_relation_column():
     assert Block.concat([back, back]).rel.tolist() == [4, 0, 4, 0]
 
 
+def test_a_typed_packer_refuses_a_block_without_or_outside_its_relations():
+    from common.shards import Block
+    from trainer.data.packing import BatchPacker
+
+    t = np.array([[0, 0, 1], [1, 1, 2]])  # triples 0 -r0-> 1, 1 -r1-> 2 of a 3-node graph
+    indptr, tails, rels = np.array([0, 1, 2, 2]), t[:, 2], t[:, 1]
+    und = np.array([0, 1, 3, 4]), np.array([1, 0, 2, 1])  # the undirected union's CSR
+    packer = BatchPacker(*und, 6, min_density=2.0, rel_graph=(indptr, tails, rels), relations=2)  # the sparse form
+    block = Block(np.arange(1), np.array([0]), np.array([2]), np.ones(1, np.float32), np.array([0, 3]),
+                  np.array([0, 2, 1]), np.array([1]))  # fmt: skip
+    batch = packer(block)
+    assert batch.relation.tolist() == [1] and batch.edge_types == 4
+    # local 0 -> 2 (r0) and 2 -> 1 (r1): types 0 / 1 and 2 / 3; the task tokens hear their endpoint's (0 and 3)
+    assert sorted(batch.typed_kind.tolist()) == [0, 0, 1, 2, 3, 3]
+    for rel in (None, np.array([2])):
+        with pytest.raises(ValueError, match=r"no relation column or one outside \[0, 2\)"):
+            packer(Block(*(getattr(block, f) for f in ("cid", "src", "dst", "label", "node_ptr", "nodes")), rel))
+
+
 def test_training_corruptions_are_filtered_of_true_triples():
     pos = np.array([[0, 0, 1], [1, 1, 2]], dtype=np.int64)
     known = np.sort(triple_keys(np.array([[0, 0, 1], [1, 1, 2], [0, 0, 2], [2, 0, 1]]), 3, 2))

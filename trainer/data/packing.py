@@ -351,8 +351,11 @@ class BatchPacker:
         None otherwise; dense at `width` when given."""
         ptr, nodes, out = block.node_ptr, block.nodes, self.out_inducer
         if self.rel_inducer is not None:
-            if block.rel is None:
-                raise ValueError("pack: a typed set's block carries no relation column; rebuild the shard set")
+            if block.rel is None or (len(block) and not 0 <= block.rel.min() <= block.rel.max() < self.relations):
+                raise ValueError(
+                    f"pack: a typed set's block has no relation column or one outside [0, {self.relations}) "
+                    "(corrupt or from another set); rebuild the shard set"
+                )
             typed = relation_types(*self.rel_inducer.typed_edges(ptr, nodes, self.rel_of), self.relations)
             return typed if width is None else typed_dense(len(block), width, typed)
         if out is None:
