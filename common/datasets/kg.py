@@ -194,9 +194,13 @@ def triple_csr(ds: LinkDataset, which: str = "train") -> tuple[np.ndarray, np.nd
     """(indptr (N+1,) int64, tails (E,) int64, relations (E,) int32) of the training triples, row h sorted by
     (tail, relation): what a typed shard set ships as graph `which`'s triple CSR (common/shards.py, version 4).
     Every split of a typed set is sampled on the training triples (no test graph), so `which` changes nothing."""
-    t = ds.relations.triples("train", ds.splits["train"].pos)
+    return triples_csr(ds.relations.triples("train", ds.splits["train"].pos), ds.num_nodes)
+
+
+def triples_csr(t: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The triple CSR (as triple_csr) of any (T, 3) [head, relation, tail] triples of an n-entity graph."""
     t = t[t[:, 0] != t[:, 2]]  # as the graphs: no self-loops
     t = t[np.lexsort((t[:, 1], t[:, 2], t[:, 0]))]
-    indptr = np.zeros(ds.num_nodes + 1, dtype=np.int64)
-    np.cumsum(np.bincount(t[:, 0], minlength=ds.num_nodes), out=indptr[1:])
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(t[:, 0], minlength=n), out=indptr[1:])
     return indptr, np.ascontiguousarray(t[:, 2]), t[:, 1].astype(np.int32)

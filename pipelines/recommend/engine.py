@@ -21,6 +21,7 @@ import torch
 from common.flags import add_device_flag
 from common.retrieval import EVERY_NODE, RETRIEVERS, Allowed, retrieve, rounded
 from pipelines.recommend.direction import ordered
+from pipelines.recommend.relation import relation_rows
 from preprocess.sampler import Scratch, sample_subgraphs
 from trainer.scoring import PairSampler, PairScorer
 
@@ -52,6 +53,7 @@ class RecConfig:
     batch_size: int = 4096
     prior_weight: float = DEFAULT_PRIOR_WEIGHT
     direction: str | None = None  # a directed run's: "out" (node -> candidate) or "in"; None: undirected
+    relation: int | None = None  # a typed run's relation id, every candidate scored as a triple of it; None: untyped
 
     @classmethod
     def from_args(cls, args, k: int | None = None) -> "RecConfig":
@@ -95,7 +97,8 @@ class RecConfig:
 
     def fingerprint(self, *parts: str) -> str:
         """What a part file's content depends on (resuming with anything else changed is refused)."""
-        fields = {k: v for k, v in asdict(self).items() if k != "direction" or v is not None}  # undirected: as before
+        # an undirected, untyped job's fingerprint is as before these fields existed
+        fields = {k: v for k, v in asdict(self).items() if k not in ("direction", "relation") or v is not None}
         h = hashlib.sha256(json.dumps(fields, sort_keys=True, default=list).encode())
         for p in parts:
             h.update(p.encode())
@@ -142,16 +145,20 @@ def add_engine_flags(p) -> None:
     )
 
 
-def sampler_for(graph, cfg: RecConfig, digraph=None) -> PairSampler:
-    """`digraph`: a directed run's ordered edges (common.graph.DiGraph), which its model reads; None: undirected."""
+def sampler_for(graph, cfg: RecConfig, digraph=None, typed=None) -> PairSampler:
+    """`digraph`: a directed run's ordered edges (common.graph.DiGraph), which its model reads; None: undirected.
+    `typed`: a typed run's (triple CSR, relation count) (pipelines.recommend.relation.typed_inputs); None: untyped."""
     sample = functools.partial(sample_subgraphs, scratch=Scratch(graph.indptr))
-    return PairSampler(graph.indptr, graph.indices, cfg.sampling, sample, cfg.seed, out_graph=digraph)
+    rel_graph, relations = typed if typed is not None else (None, 0)
+    return PairSampler(
+        graph.indptr, graph.indices, cfg.sampling, sample, cfg.seed, digraph, rel_graph=rel_graph, relations=relations
+    )
 
 
-def scorer_for(model, graph, cfg: RecConfig, device: torch.device, digraph=None) -> PairScorer:
+def scorer_for(model, graph, cfg: RecConfig, device: torch.device, digraph=None, typed=None) -> PairScorer:
     return PairScorer(
         model,
-        sampler_for(graph, cfg, digraph),
+        sampler_for(graph, cfg, digraph, typed),
         cfg.n_max,
         orderings=cfg.orderings,
         token_budget=cfg.token_budget,
@@ -182,7 +189,8 @@ def prepare_block(
     node, cand, retr = pool.pairs()
     prior = rank_prior(pool.score)[pool.cand >= 0]  # row-major, as pairs()
     pairs = ordered(node, cand, cfg.direction)
-    sampled = [list(sampler.blocks(pairs, k)) for k in range(cfg.orderings)]
+    rel = relation_rows(cfg.relation, len(pairs))  # a typed run's: every pair a triple of cfg.relation
+    sampled = [list(sampler.blocks(pairs, k, rel)) for k in range(cfg.orderings)]
     return Prepared(block_id, queries, node, cand, retr, prior, sampled)
 
 

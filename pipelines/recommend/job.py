@@ -65,6 +65,14 @@ from pipelines.recommend.engine import (
     sampler_for,
     scorer_for,
 )
+from pipelines.recommend.relation import (
+    RelationError,
+    add_relation_flag,
+    relation_links,
+    resolve_relation,
+    run_triples,
+    typed_inputs,
+)
 from preprocess.cluster import RayConnectError, probe_address
 from trainer.run_folder import locked
 
@@ -91,6 +99,7 @@ def build_parser(prog: str = PROG) -> Parser:
         "or today's graph as an edge list (.csv, .tsv, .parquet; src,dst in the run's ids)",
     )
     add_direction_flag(p)
+    add_relation_flag(p)
     add_moved_dataset_flag(p)
     p.add_argument(
         "--bipartite",
@@ -122,6 +131,7 @@ class RecommendConfig:
     ray: bool = False
     num_cpus: int | None = None
     progress: bool = True
+    relation: str | None = None  # --relation: a typed run's relation, by name (required there, refused elsewhere)
 
     @classmethod
     def from_args(cls, args) -> "RecommendConfig":
@@ -139,6 +149,7 @@ class RecommendConfig:
             args.ray,
             args.num_cpus,
             not args.no_progress,
+            args.relation,
         )
 
 
@@ -273,19 +284,26 @@ def recommend(job: RecommendConfig) -> int:
     digraph = run_digraph(dataset, job.graph, graph)
     check_model_direction(model, digraph, job.checkpoint)
     direction = resolve_direction(job.direction, digraph, f"run {job.checkpoint}")
+    relation = resolve_relation(job.relation, tuple(manifest.relations or ()), f"run {job.checkpoint}")
+    known, typed = known_links(digraph, direction), None
+    if relation is not None:  # a typed run: triples of one relation, never one that exists
+        triples = run_triples(dataset, job.graph)
+        typed = typed_inputs(triples, graph.num_nodes, len(manifest.relations))
+        known = known_links(relation_links(triples, relation, graph.num_nodes), direction)
     queries = (
         np.arange(graph.num_nodes, dtype=np.int64)
         if job.nodes is None
         else read_nodes(job.nodes, graph.num_nodes, node_ids)
     )
-    cfg = replace(job.engine, **fields, direction=direction)  # the run's sampling, and a directed run's direction
+    # the run's sampling, a directed run's direction and a typed run's relation
+    cfg = replace(job.engine, **fields, direction=direction, relation=relation)
     blocks = [queries[i : i + cfg.block_nodes] for i in range(0, len(queries), cfg.block_nodes)]
     nodes_key = hashlib.sha256(queries.tobytes()).hexdigest()[:16]
     with locked(parts_dir(out), "recommendation job", "--out"):  # one job per --out: parts are not shared
         graph_key = graph.fingerprint() + (digraph.fingerprint() if digraph is not None else "")  # its direction too
         folder = open_parts(out, cfg.fingerprint(digest, graph_key, nodes_key, str(job.bipartite)))
-        allowed = Allowed(side, candidates, known_links(digraph, direction))
-        work = BlockWork(graph, allowed, cfg, queries, blocks, node_ids, digraph)
+        allowed = Allowed(side, candidates, known)
+        work = BlockWork(graph, allowed, cfg, queries, blocks, node_ids, digraph, typed)
         return _run_blocks(job, work, model, device, out, folder, stamp_metadata("recommend", manifest.fingerprint))
 
 
@@ -314,6 +332,7 @@ class BlockWork:
     blocks: list
     node_ids: np.ndarray | None = None
     digraph: object = None  # a directed run's ordered edges (common.graph.DiGraph), which its model reads
+    typed: tuple | None = None  # a typed run's (triple CSR, relation count), which its model reads
 
 
 def _run_blocks(job: RecommendConfig, work: BlockWork, model, device, out: Path, folder: Path, metadata: dict) -> int:
@@ -345,7 +364,10 @@ def _run_blocks(job: RecommendConfig, work: BlockWork, model, device, out: Path,
         ckpt = str(resolve_checkpoint(job.checkpoint).resolve())  # absolute: the actors run in folders of their own
         run_on_ray(ckpt, work, todo, done, job.num_cpus, device.type, job.moved.shards)
     else:
-        sampler, scorer = sampler_for(graph, cfg), scorer_for(model, graph, cfg, device, work.digraph)
+        # a typed run's pairs are triples head -> tail: drawn in their order (directed runs: see docs/own-graph.md)
+        typed_digraph = work.digraph if work.typed is not None else None
+        sampler = sampler_for(graph, cfg, typed_digraph, work.typed)
+        scorer = scorer_for(model, graph, cfg, device, work.digraph, work.typed)
         for b in todo:
             table, pairs = run_block(b, blocks[b], graph, cfg, sampler, scorer, work.allowed)
             done(b, table, pairs)
@@ -378,5 +400,6 @@ def run_job(job: RecommendConfig) -> int:
         OutputError,
         RayConnectError,
         DirectionError,
+        RelationError,
     ) as err:
         raise FlagError(str(err)) from None

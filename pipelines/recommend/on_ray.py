@@ -19,14 +19,17 @@ from pipelines.recommend.engine import RecConfig, finish_block, prepare_block, s
 log = logging.getLogger("pipelines.recommend")
 
 
-def _prepare(graph, allowed, cfg: RecConfig, block_id: int, queries: np.ndarray):
-    return prepare_block(block_id, np.sort(queries), graph, allowed, cfg, sampler_for(graph, cfg))
+def _prepare(graph, allowed, cfg: RecConfig, block_id: int, queries: np.ndarray, digraph=None, typed=None):
+    """`digraph`, `typed`: a typed run's (its triples are drawn head -> tail); None otherwise."""
+    return prepare_block(block_id, np.sort(queries), graph, allowed, cfg, sampler_for(graph, cfg, digraph, typed))
 
 
 class BlockScorer:
     """Actor: loads the run once, scores prepared blocks, returns (block_id, top-k table, pairs)."""
 
-    def __init__(self, checkpoint: str, graph, cfg: RecConfig, device: str, shards: str | None = None, digraph=None):
+    def __init__(
+        self, checkpoint: str, graph, cfg: RecConfig, device: str, shards: str | None = None, digraph=None, typed=None
+    ):
         import torch
 
         from pipelines.core.runs import load_run_model
@@ -35,7 +38,7 @@ class BlockScorer:
         dev = torch.device(device if device != "cuda" or torch.cuda.is_available() else "cpu")
         model, _, _, _ = load_run_model(checkpoint, dev, shards=shards)  # the model only: the graph is the driver's
         self.cfg = cfg
-        self.scorer = scorer_for(model, graph, cfg, dev, digraph)  # a directed run's model reads its directions
+        self.scorer = scorer_for(model, graph, cfg, dev, digraph, typed)  # what a directed / typed run's model reads
 
     def score(self, prep):
         logits = self.scorer.score_blocks(prep.sampled, len(prep.node))
@@ -93,7 +96,7 @@ def run_on_ray(checkpoint: str, work, todo: list, done, num_cpus, device: str, s
         prepare = ray.remote(num_cpus=1)(_prepare)
         pool = [
             ray.remote(**opts)(BlockScorer).remote(
-                checkpoint, graph_ref, cfg, "cuda" if gpus else "cpu", shards, work.digraph
+                checkpoint, graph_ref, cfg, "cuda" if gpus else "cpu", shards, work.digraph, work.typed
             )
             for _ in range(actors)
         ]
@@ -101,7 +104,8 @@ def run_on_ray(checkpoint: str, work, todo: list, done, num_cpus, device: str, s
         while queue or pending:
             while queue and len(pending) < 2 * actors:  # bounded: 2 blocks per actor in flight
                 b = queue.pop(0)
-                prep = prepare.remote(graph_ref, allowed_ref, cfg, b, blocks[b])
+                typed = (work.digraph, work.typed) if work.typed is not None else ()  # untyped: the call as before
+                prep = prepare.remote(graph_ref, allowed_ref, cfg, b, blocks[b], *typed)
                 pending.append(pool[turn % actors].score.remote(prep))
                 turn += 1
             ready, pending = ray.wait(pending, num_returns=1)

@@ -1,0 +1,73 @@
+"""Which relation a typed run recommends, for recommend and serve (docs/own-graph.md, relation types).
+
+A typed run (a set of head-relation-tail triples) scores a candidate as a triple: a recommendation is one relation's
+missing tails of a query head (`--relation R`; with `--direction in`, its missing heads of a query tail). The
+triples a run knows come from its set's manifest (the dataset pipelines.core.runs.run_dataset rebuilds): `--graph
+all` (the default) holds every split's triples, a split's name the training triples (every split of a typed set is
+sampled on them); an edge-list snapshot is not read for a typed run yet. A triple of relation R that exists is never
+proposed; a pair linked by another relation is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from common import snapshot
+from common.datasets.kg import triples_csr
+from common.graph import DiGraph
+
+
+class RelationError(ValueError):
+    """A relation the run cannot give; the message names the flag and the fix."""
+
+
+def add_relation_flag(p) -> None:
+    """--relation, of recommend: one definition."""
+    p.add_argument(
+        "--relation", default=None, help="a typed run (relation types): recommend the missing tails of this relation"
+    )
+
+
+def resolve_relation(asked: str | None, names: tuple, where: str, flag: str = "--relation") -> int | None:
+    """The relation id to recommend: None for an untyped run (a relation asked of one is refused); a typed run needs
+    one of its relations (`names`, in id order)."""
+    if not names:
+        if asked is not None:
+            raise RelationError(
+                f"{flag} {asked}: {where} is untyped (its links have no relation); drop {flag}, or build the set from "
+                "triples (a head/relation/tail folder, or an edge list with --relation COLUMN)"
+            )
+        return None
+    if asked is None:
+        raise RelationError(f"{flag}: {where} is typed; recommend one relation at a time, one of {', '.join(names)}")
+    if asked not in names:
+        raise RelationError(f"{flag} {asked}: unknown relation; {where} knows {', '.join(names)}")
+    return names.index(asked)
+
+
+def run_triples(dataset, spec: str) -> np.ndarray:
+    """(T, 3) [head, relation, tail] of `--graph spec` for a typed run's dataset: every split's for `all`, the
+    training triples for a split's name (what its candidates are sampled on)."""
+    rel = dataset.relations
+    if spec == snapshot.WHOLE:
+        return np.concatenate([rel.triples(s, dataset.splits[s].pos) for s in snapshot.SPLIT_NAMES])
+    if spec in snapshot.SPLIT_NAMES:
+        return rel.triples("train", dataset.splits["train"].pos)
+    raise RelationError(f"--graph {spec}: a typed run recommends on its own triples for now; pass --graph all or train")
+
+
+def typed_inputs(triples: np.ndarray, num_nodes: int, relations: int) -> tuple:
+    """What the scoring engine takes for a typed run (trainer.scoring.PairSampler): (triple CSR, relation count)."""
+    return triples_csr(triples, num_nodes), relations
+
+
+def relation_links(triples: np.ndarray, relation: int, num_nodes: int) -> DiGraph:
+    """The triples of one relation as head -> tail links: the ones a recommendation of that relation never repeats
+    (pipelines.recommend.direction.known_links turns them for in-links)."""
+    t = triples[triples[:, 1] == relation]
+    return DiGraph.from_edges(np.ascontiguousarray(t[:, [0, 2]]), num_nodes)
+
+
+def relation_rows(relation: int | None, count: int) -> np.ndarray | None:
+    """Each scored pair's relation (a typed run's), None for an untyped run."""
+    return None if relation is None else np.full(count, relation, dtype=np.int64)
