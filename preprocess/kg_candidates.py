@@ -28,17 +28,23 @@ def triple_keys(t: np.ndarray, n: int, r: int) -> np.ndarray:
     return (t[:, 0] * r + t[:, 1]) * n + t[:, 2]
 
 
-def corrupt_triples(pos: np.ndarray, count: int, n: int, r: int, known: np.ndarray, rng) -> np.ndarray:
+def corrupt_triples(
+    pos: np.ndarray, count: int, n: int, r: int, known: np.ndarray, rng, ends=None, sides=(0, 2)
+) -> np.ndarray:
     """(count, 3) corruptions of random rows of `pos` [head, relation, tail]: head or tail replaced by a uniform
-    entity, never a self-loop nor a key of `known` (sorted triple keys). Rejection, in rounds."""
+    entity, never a self-loop nor a key of `known` (sorted triple keys). Rejection, in rounds. With node kinds
+    (`ends`, Relations.ends) the replaced end is one of `sides`, drawn among its relation's allowed ends."""
     out, have = np.zeros((count, 3), dtype=np.int64), 0
     for _ in range(1000):
         if have == count:
             return out
         need = count - have
         draw = pos[rng.integers(0, len(pos), size=2 * need + 16)].copy()
-        side = np.where(rng.random(len(draw)) < 0.5, 0, 2)
-        draw[np.arange(len(draw)), side] = rng.integers(0, n, size=len(draw))
+        if ends is None:
+            side = np.where(rng.random(len(draw)) < 0.5, 0, 2)
+            draw[np.arange(len(draw)), side] = rng.integers(0, n, size=len(draw))
+        else:
+            _replace_within_kinds(draw, ends, sides, rng)
         keys = triple_keys(draw, n, r)
         at = np.searchsorted(known, keys).clip(max=max(len(known) - 1, 0))
         ok = (draw[:, 0] != draw[:, 2]) & ~(known[at] == keys if len(known) else np.zeros(len(keys), bool))
@@ -46,6 +52,16 @@ def corrupt_triples(pos: np.ndarray, count: int, n: int, r: int, known: np.ndarr
         out[have : have + len(take)] = take
         have += len(take)
     raise ValueError(f"cannot draw {count:,} training corruptions: almost every corruption is a true triple")
+
+
+def _replace_within_kinds(draw: np.ndarray, ends: dict, sides: tuple, rng) -> None:
+    """Replace one of `sides` of each row by a uniform entity among its relation's allowed ends (in place)."""
+    side = np.asarray(sides)[rng.integers(0, len(sides), size=len(draw))]
+    for rel in np.unique(draw[:, 1]):
+        for s in sides:
+            rows = np.flatnonzero((draw[:, 1] == rel) & (side == s))
+            pool = np.asarray(ends[int(rel)][0 if s == 0 else 1], dtype=np.int64)
+            draw[rows, s] = pool[rng.integers(0, len(pool), size=len(rows))]
 
 
 def typed_training_view(dataset, cand: CandidateConfig, rng: np.random.Generator) -> Candidates:
@@ -58,7 +74,7 @@ def typed_training_view(dataset, cand: CandidateConfig, rng: np.random.Generator
     if cand.percent < 100:
         keep = max(1, int(round(len(pos) * cand.percent / 100)))
         pos = pos[np.sort(rng.choice(len(pos), size=keep, replace=False))]
-    neg = corrupt_triples(pos, len(pos) * cand.neg_ratio, n, rel.count, known, rng)
+    neg = corrupt_triples(pos, len(pos) * cand.neg_ratio, n, rel.count, known, rng, rel.ends, rel.sides)
     log.info("training view: %s triples, %s corruptions of head or tail", f"{len(pos):,}", f"{len(neg):,}")
     every = np.concatenate([pos, neg])
     label = np.concatenate([np.ones(len(pos), np.float32), np.zeros(len(neg), np.float32)])

@@ -98,8 +98,9 @@ def typed_sets(config: PreprocessConfig, dataset, protocols: list[str]) -> list[
             for view in range(cfg.views):
                 rng = np.random.default_rng(derive_seed(config.seed, "train", view))
                 sets.append(CandidateSet("train", None, view, "train", typed_training_view(dataset, cfg, rng)))
-        elif "kg" in protocols:
-            sets.append(CandidateSet(split, "kg", None, "train", typed_protocol_candidates(dataset, split)))
+        elif "kg" in protocols:  # a test graph (a user-item file's temporal split): test sampled on train + valid
+            graph = "test" if split == "test" and dataset.test_graph is not None else "train"
+            sets.append(CandidateSet(split, "kg", None, graph, typed_protocol_candidates(dataset, split)))
     return sets
 
 

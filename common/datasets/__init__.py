@@ -41,6 +41,10 @@ def load_dataset(spec: DatasetSpec, *, split_flag: str | None = "--split") -> Li
             from common.datasets.kg import load_kg_edge_list
 
             return load_kg_edge_list(spec)
+        from common.datasets.user_item import is_user_item, load_user_item
+
+        if is_user_item(name):  # a ratings file: users and items, two node kinds (common/datasets/user_item.py)
+            return load_user_item(spec)
         ds = _own(load_edge_list(spec, split_flag=split_flag))
     else:
         edge_list_only = {

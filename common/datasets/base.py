@@ -54,6 +54,10 @@ class Relations:
 
     names: tuple[str, ...]
     pos: dict[str, np.ndarray]
+    # node kinds (a user-item file, common/datasets/user_item.py): relation -> (its allowed heads, allowed tails),
+    # and the ends training corrupts (0 head, 2 tail); None: any entity, both ends
+    ends: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
+    sides: tuple[int, ...] = (0, 2)
 
     @property
     def count(self) -> int:
@@ -177,7 +181,7 @@ class LinkDataset:
         activity = None if self.activity is None else {k: v for k, v in self.activity.items() if k != "test"}
         out_graphs = None if self.out_graphs is None else {"train": self.out_graphs["train"]}
         rel = self.relations
-        rel = None if rel is None else Relations(rel.names, {k: v for k, v in rel.pos.items() if k != "test"})
+        rel = None if rel is None else replace(rel, pos={k: v for k, v in rel.pos.items() if k != "test"})
         return replace(
             self,
             splits={k: v for k, v in self.splits.items() if k != "test"},
@@ -222,6 +226,10 @@ class LinkDataset:
             h.update(("relations:" + "\0".join(self.relations.names)).encode())
             for name in sorted(self.relations.pos):
                 h.update(np.ascontiguousarray(self.relations.pos[name], dtype=np.int64))
+            for r, ends in sorted((self.relations.ends or {}).items()):  # node kinds: only then, keys stay
+                h.update(f"ends:{r}:{self.relations.sides}".encode())
+                for e in ends:
+                    h.update(np.ascontiguousarray(e, dtype=np.int64))
         if self.train_negatives is not None:
             h.update(b"train_negatives")
             h.update(np.ascontiguousarray(self.train_negatives, dtype=np.int64))

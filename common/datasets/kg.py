@@ -193,8 +193,12 @@ def corruption_pairs(triples: np.ndarray, heads: np.ndarray, tails: np.ndarray) 
 def triple_csr(ds: LinkDataset, which: str = "train") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(indptr (N+1,) int64, tails (E,) int64, relations (E,) int32) of the training triples, row h sorted by
     (tail, relation): what a typed shard set ships as graph `which`'s triple CSR (common/shards.py, version 4).
-    Every split of a typed set is sampled on the training triples (no test graph), so `which` changes nothing."""
-    return triples_csr(ds.relations.triples("train", ds.splits["train"].pos), ds.num_nodes)
+    A knowledge graph's splits are all sampled on the training triples; a set with a test graph (a user-item file's
+    temporal split) samples test on the train + valid triples."""
+    t = ds.relations.triples("train", ds.splits["train"].pos)
+    if which == "test" and ds.test_graph is not None:
+        t = np.concatenate([t, ds.relations.triples("valid", ds.splits["valid"].pos)])
+    return triples_csr(t, ds.num_nodes)
 
 
 def triples_csr(t: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -5,6 +5,11 @@ Nodes: the users first, then the items, each kind's ids kept as the text the fil
 and sorted by their UTF-8 bytes, so the mapping depends only on the sets of ids. The split is the edge list's
 temporal split (common/datasets/temporal.py): a user-item pair (u, i) is a pair (min, max) there, and since every
 user node precedes every item node it stays (user, item).
+
+Read by PENCIL (`load_user_item`, chosen for an edge-list file whose header names `user` and `item` columns and no
+`src`/`dst`): a typed graph of one relation user -> item whose ends are node kinds, so that every candidate joins a
+user to an item. Training corrupts the item among the items; valid and test rank each pair against `item_negatives`,
+the 100 filtered items the peers draw (bench/user_item_peers.py), so the numbers compare pair by pair.
 """
 
 from __future__ import annotations
@@ -14,13 +19,15 @@ from pathlib import Path
 
 import numpy as np
 
-from common.datasets.base import DatasetError, LinkDataset
+from common.datasets.base import SPLITS, DatasetError, LinkDataset, Relations
 from common.datasets.columns import TimeColumn, parse_time, parse_weight
 from common.datasets.fractions import SplitSettings
 from common.datasets.tables import read_columns
 from common.datasets.temporal import temporal_split
 
 KINDS = ("user", "item")
+RELATION = "user->item"  # the one relation of a user-item graph
+NEGATIVES, SEED = 100, 0  # per valid / test pair, as bench.user_item_peers: the same draw
 
 
 @dataclass
@@ -69,4 +76,62 @@ def user_item_split(g: UserItemGraph, split: SplitSettings | None = None) -> Lin
     LinkDataset over the one node space; its node_ids are the file's ids."""
     ds = temporal_split(g.name, g.pairs, g.time, g.num_nodes, split)
     ds.node_ids = g.node_ids
+    return ds
+
+
+def is_user_item(path) -> bool:
+    """An edge-list file whose header names `user` and `item` columns and neither `src` nor `dst`."""
+    from common.datasets.tables import PARQUET_SUFFIXES, TEXT_SUFFIXES, parquet_header, suffix_of, text_header
+
+    path = Path(path)
+    suf = suffix_of(path.name)
+    if suf is None or not path.is_file():
+        return False
+    header = parquet_header(path) if suf in PARQUET_SUFFIXES else text_header(path, TEXT_SUFFIXES[suf], "user,item")
+    names = {h.strip().lower() for h in header}
+    return {"user", "item"} <= names and not {"src", "dst"} & names
+
+
+def item_negatives(pos, known, g: UserItemGraph, seed: int = SEED, count: int = NEGATIVES) -> np.ndarray:
+    """(P, count) items per (user, item) pair: uniform among the items the user has in no pair of `known`, the
+    pair's own item excluded, -1 padded (common/datasets/corruptions.py with the kinds; bench.user_item_peers)."""
+    from common.datasets.corruptions import filtered_corruptions
+
+    q3 = np.stack([pos[:, 0], np.zeros(len(pos), np.int64), pos[:, 1]], axis=1)
+    k3 = np.stack([known[:, 0], np.zeros(len(known), np.int64), known[:, 1]], axis=1)
+    ends = {0: (g.nodes_of("user"), g.nodes_of("item"))}
+    return filtered_corruptions(q3, k3, g.num_nodes, count, seed, allowed=ends)[1]
+
+
+def load_user_item(spec) -> LinkDataset:
+    """A ratings file (spec.dataset) -> the typed LinkDataset of its temporal split (module docstring): relation
+    user -> item, protocol "kg" with `item_negatives` (valid filtered by train + valid, test by every pair), test
+    sampled on train + valid (the temporal rule, as the peers score it)."""
+    from common.datasets.fractions import SplitSettings, split_fractions
+    from common.datasets.kg import KG, corruption_pairs
+    from common.datasets.tables import stem_of
+    from common.graph import DiGraph
+
+    if spec.split_kind == "random":
+        raise DatasetError(f"{spec.dataset}: a user-item file is split by its time column; drop --split random")
+    g = read_user_item(spec.dataset)
+    shares = {} if spec.split is None else dict(zip(("val_frac", "test_frac"), split_fractions(spec.split)))
+    ds = user_item_split(g, SplitSettings(seed=spec.seed, where=str(spec.dataset), **shares))
+    pos = {s: ds.splits[s].pos for s in SPLITS}
+    seen = np.concatenate([pos["train"], pos["valid"]])
+    for s, known in (("valid", seen), ("test", np.concatenate([seen, pos["test"]]))):
+        tails = item_negatives(pos[s], known, g)
+        triples = np.stack([pos[s][:, 0], np.zeros(len(pos[s]), np.int64), pos[s][:, 1]], axis=1)
+        ds.splits[s].neg = {KG: corruption_pairs(triples, np.zeros((len(pos[s]), 0), np.int64), tails)}
+    ds.name, ds.metric, ds.own = stem_of(Path(spec.dataset)), {KG: "mrr"}, True
+    ds.out_graphs = {
+        "train": DiGraph.from_edges(pos["train"], g.num_nodes),
+        "test": DiGraph.from_edges(seen, g.num_nodes),
+    }
+    ds.relations = Relations(
+        names=(RELATION,),
+        pos={s: np.zeros(len(pos[s]), np.int64) for s in SPLITS},
+        ends={0: (g.nodes_of("user"), g.nodes_of("item"))},
+        sides=(2,),
+    )
     return ds
