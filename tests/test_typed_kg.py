@@ -322,7 +322,8 @@ def typed_run(tmp_path_factory):
     assert proc.returncode == 0, proc.stderr[-2000:]
     shards = proc.stdout.strip().splitlines()[-1].split()[-1]
     cmd = [sys.executable, "-m", "trainer", "--preset", "tiny", "--shards", shards, "--out", str(tmp / "run")]
-    proc = subprocess.run([*cmd, "--device", "cpu", "--protocol", "kg"], cwd=ROOT, capture_output=True, text=True)
+    # no --protocol: the trainer picks kg for a typed set by itself (trainer.config.set_protocol)
+    proc = subprocess.run([*cmd, "--device", "cpu"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return tmp
 

@@ -4,6 +4,7 @@ scores those of `score` for the same triples. Hand-made graphs with hand-compute
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -83,6 +84,12 @@ def test_recommend_relation_ranks_by_the_models_triple_scores(typed_run, tmp_pat
     does (b -r0-> a is the other direction); with --direction in, r0 never proposes b as a head. With no rank prior
     and a pool of every entity, each score is the probability `score` gives the same triple."""
     run, n = typed_run / "run", len(load_dataset(DatasetSpec(str(typed_run / "pair"))).node_ids)
+    config = json.loads((run / "config.json").read_text())
+    assert config["protocol"] == "kg"  # picked by the trainer for a typed set: the fixture names no --protocol
+    from trainer.config import config_from_args
+
+    given = ["--preset", "tiny", "--shards", config["data"]["shards"], "--out", tmp_path / "r", "--protocol", "heart"]
+    assert config_from_args(list(map(str, given))).protocol == "heart"  # a protocol named is kept (and checked)
     (tmp_path / "q.txt").write_text("a\n")
 
     def recs(relation, *extra):

@@ -306,7 +306,21 @@ def build_parser(prog: str = PROG):
 def config_from_args(argv: Sequence[str] | None = None, prog: str = PROG) -> TrainConfig:
     values = given(build_parser(prog).parse_args(argv), SECTIONS)
     top = values.pop("")
-    return config_for(top.pop("preset"), values["data"].pop("shards"), top.pop("out"), **top, **values)
+    shards = values["data"].pop("shards")
+    if "protocol" not in top and (implied := set_protocol(shards)):  # a typed set's only eval sets are kg's
+        top["protocol"] = implied
+    return config_for(top.pop("preset"), shards, top.pop("out"), **top, **values)
+
+
+def set_protocol(shards: str | None) -> str | None:
+    """The protocol a shard set implies: "kg" for a typed set (relation types), else None (the preset's). A set that
+    cannot be read says None here: check_run reports it in one line."""
+    from common.manifest import ShardError, read_manifest
+
+    try:
+        return "kg" if shards and read_manifest(shards).relations else None
+    except (ShardError, OSError, ValueError):
+        return None
 
 
 def config_for(preset: str, shards: str, out: str, **overrides) -> TrainConfig:
