@@ -5,9 +5,10 @@ to bench.user_item_peers' draw. A hand-made file with hand-computed values."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from bench.user_item_peers import eval_split
-from common.datasets import DatasetSpec, load_dataset
+from common.datasets import DatasetError, DatasetSpec, load_dataset
 from common.datasets.kg import triple_csr
 from common.datasets.user_item import read_user_item, user_item_split
 from preprocess.config import CandidateConfig
@@ -81,3 +82,11 @@ def test_training_negatives_keep_the_user_and_draw_another_item(tmp_path):
     assert np.isin(view.src, range(4)).all() and np.isin(view.dst, range(4, 12)).all()  # never user-user nor item-item
     train = {tuple(p) for p in ds.splits["train"].pos.tolist()}
     assert not {(s, d) for s, d in zip(view.src[neg].tolist(), view.dst[neg].tolist())} & train  # filtered
+
+
+def test_inputs_a_user_item_file_does_not_read_yet_are_refused_in_one_line(tmp_path):
+    path = write_ratings(tmp_path)
+    with pytest.raises(DatasetError, match=r"ratings.tsv: a user-item file takes no --directed yet; drop them"):
+        load_dataset(DatasetSpec(str(path), directed=True))
+    with pytest.raises(DatasetError, match=r"split by its time column; drop --split random"):
+        load_dataset(DatasetSpec(str(path), split_kind="random"))

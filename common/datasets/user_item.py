@@ -112,6 +112,11 @@ def load_user_item(spec) -> LinkDataset:
     from common.datasets.tables import stem_of
     from common.graph import DiGraph
 
+    given = [f for f, v in (("--nodes", spec.nodes), ("--node-features", spec.node_features),
+             ("--eval-pairs", spec.eval_pairs), ("--train-negatives", spec.train_negatives),
+             ("--directed", spec.directed)) if v]  # fmt: skip
+    if given:
+        raise DatasetError(f"{spec.dataset}: a user-item file takes no {', '.join(given)} yet; drop them")
     if spec.split_kind == "random":
         raise DatasetError(f"{spec.dataset}: a user-item file is split by its time column; drop --split random")
     g = read_user_item(spec.dataset)
