@@ -47,12 +47,14 @@ def resolve_relation(asked: str | None, names: tuple, where: str, flag: str = "-
 
 def run_triples(dataset, spec: str) -> np.ndarray:
     """(T, 3) [head, relation, tail] of `--graph spec` for a typed run's dataset: every split's for `all`, the
-    training triples for a split's name (what its candidates are sampled on)."""
+    triples of a split's graph for its name (what its candidates are sampled on: the training triples, and the
+    valid ones too for test where the set has a test graph)."""
     rel = dataset.relations
-    if spec == snapshot.WHOLE:
-        return np.concatenate([rel.triples(s, dataset.splits[s].pos) for s in snapshot.SPLIT_NAMES])
-    if spec in snapshot.SPLIT_NAMES:
-        return rel.triples("train", dataset.splits["train"].pos)
+    if spec == snapshot.WHOLE:  # a triple held in two splits counts once
+        return np.unique(np.concatenate([rel.triples(s, dataset.splits[s].pos) for s in snapshot.SPLIT_NAMES]), axis=0)
+    if spec in snapshot.SPLIT_NAMES:  # a test graph of its own (a user-item file's) holds the valid triples too
+        parts = ("train", "valid") if spec == "test" and dataset.test_graph is not None else ("train",)
+        return np.concatenate([rel.triples(s, dataset.splits[s].pos) for s in parts])
     raise RelationError(f"--graph {spec}: a typed run recommends on its own triples for now; pass --graph all or train")
 
 

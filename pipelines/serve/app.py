@@ -278,7 +278,7 @@ class Scorer:
     @api.get("/recommend/{node:path}")
     async def recommend(self, node: str, request: Request) -> JSONResponse:
         async def work():
-            query = recommend_query(node, request.query_params, self.engine.cfg, self.limits)
+            query = recommend_query(node, request.query_params, self.engine.cfg, self.limits, self.engine.state.typed)
             return self._raise_if_error(await self._recommend_batch(query))
 
         return await self._answer("recommend", work())
@@ -286,7 +286,7 @@ class Scorer:
     @api.post("/score")
     async def score(self, request: Request) -> JSONResponse:
         async def work():
-            pairs = score_body(await self._body(request), self.limits)
+            pairs = score_body(await self._body(request), self.limits, self.engine.state.typed)
             return self._raise_if_error(await self._score_batch(pairs))
 
         return await self._answer("score", work())

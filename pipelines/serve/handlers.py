@@ -20,7 +20,9 @@ import numpy as np
 from common.retrieval import RETRIEVERS, Allowed
 from pipelines.recommend.direction import DIRECTIONS, check_model_direction, known_links
 from pipelines.recommend.engine import RecConfig, finish_block, prepare_block, sampler_for, scorer_for
+from pipelines.recommend.relation import relation_links
 from pipelines.serve.state import GraphState, ServeError, shown
+from pipelines.serve.typed import relation_param
 from trainer.scoring import score_columns
 
 TOKEN_ENV = "PENCIL_SERVE_TOKEN"
@@ -140,17 +142,19 @@ def _int_param(params, name: str, default: int, top: int) -> int:
     return value
 
 
-def recommend_query(node: str, params, defaults: RecConfig, limits: Limits) -> RecQuery:
-    """GET /recommend/{node}?k=&pool=&retriever=&direction= -> a query; the defaults are `pencil recommend`'s
-    (direction: a directed run's out-links; an undirected run takes none). A parameter given twice is refused:
-    which of its values counts would be a guess."""
+def recommend_query(node: str, params, defaults: RecConfig, limits: Limits, typed=None) -> RecQuery:
+    """GET /recommend/{node}?k=&pool=&retriever=&direction=&relation= -> a query; the defaults are `pencil
+    recommend`'s (direction: a directed run's out-links; an undirected run takes none; relation: required of a typed
+    run, `typed` its pipelines.serve.typed.TypedEdges). A parameter given twice is refused: which of its values
+    counts would be a guess."""
     names = [name for name, _ in (params.multi_items() if hasattr(params, "multi_items") else params.items())]
     twice = next((name for name in names if names.count(name) > 1), None)
     if twice is not None:
         raise ServeError(400, f"query parameter {shown(twice)} given {names.count(twice)} times; give it once")
-    extra = sorted(set(params) - {"k", "pool", "retriever", "direction"})
+    extra = sorted(set(params) - {"k", "pool", "retriever", "direction", "relation"})
     if extra:
-        raise ServeError(400, f"unknown query parameter {shown(extra[0])}; use k, pool, retriever and direction")
+        use = "k, pool, retriever and direction" if typed is None else "k, pool, retriever, direction and relation"
+        raise ServeError(400, f"unknown query parameter {shown(extra[0])}; use {use}")
     k = _int_param(params, "k", defaults.k, limits.max_k)
     pool = _int_param(params, "pool", defaults.pool, limits.max_pool)
     retriever = params.get("retriever", defaults.retriever)
@@ -158,9 +162,9 @@ def recommend_query(node: str, params, defaults: RecConfig, limits: Limits) -> R
         raise ServeError(400, f"retriever={shown(retriever)}: unknown; use one of {', '.join(RETRIEVERS)}")
     if pool < k:
         raise ServeError(400, f"pool={pool} is smaller than k={k}; the pool must hold at least k candidates")
-    return RecQuery(
-        node, replace(defaults, k=k, pool=pool, retriever=retriever, direction=_direction(params, defaults))
-    )
+    direction, relation = _direction(params, defaults), relation_param(params, typed, ServeError)
+    asked = replace(defaults, k=k, pool=pool, retriever=retriever, direction=direction, relation=relation)
+    return RecQuery(node, asked)
 
 
 def _direction(params, defaults: RecConfig) -> str | None:
@@ -175,8 +179,9 @@ def _direction(params, defaults: RecConfig) -> str | None:
     return raw
 
 
-def score_body(body, limits: Limits) -> list:
-    """POST /score's body {"pairs": [[u, v], ...]} -> its pairs (ids still unchecked)."""
+def score_body(body, limits: Limits, typed=None) -> list:
+    """POST /score's body {"pairs": [[u, v], ...]} (a typed service's: [[head, tail, relation], ...]) -> its pairs
+    (ids still unchecked)."""
     if not isinstance(body, dict):
         raise ServeError(400, 'the body must be a JSON object {"pairs": [[u, v], ...]}')
     extra = sorted(set(body) - {"pairs"})
@@ -188,8 +193,9 @@ def score_body(body, limits: Limits) -> list:
     if len(pairs) > limits.max_pairs:
         raise ServeError(413, f"too many pairs: {len(pairs)} in one request; the limit is {limits.max_pairs}")
     for i, pair in enumerate(pairs):
-        if not isinstance(pair, list) or len(pair) != 2:
-            raise ServeError(400, f"'pairs'[{i}]: expected a pair [u, v], got {shown(pair)}")
+        if not isinstance(pair, list) or len(pair) != (2 if typed is None else 3):
+            want = "a pair [u, v]" if typed is None else "a triple [head, tail, relation] (a typed run)"
+            raise ServeError(400, f"'pairs'[{i}]: expected {want}, got {shown(pair)}")
     return pairs
 
 
@@ -217,8 +223,10 @@ class Engine:
             import torch
 
             self.model.attach_features(torch.from_numpy(graph.x))
-        self.sampler = sampler_for(graph, self.cfg)
-        self.scorer = scorer_for(self.model, graph, self.cfg, self.device, self.state.digraph)  # directed: read
+        typed = None if self.state.typed is None else self.state.typed.scoring(graph.num_nodes)
+        # a typed run's pairs are triples, drawn head -> tail (pipelines.recommend.job)
+        self.sampler = sampler_for(graph, self.cfg, None if typed is None else self.state.digraph, typed)
+        self.scorer = scorer_for(self.model, graph, self.cfg, self.device, self.state.digraph, typed)  # read
 
     def apply(self, records: list) -> None:
         if self.state.apply(records):
@@ -227,7 +235,8 @@ class Engine:
     def warm_up(self) -> None:
         """One recommendation for the busiest node: compiles the sampler, runs a first forward pass."""
         node = int(np.argmax(self.state.graph.degree))
-        self.recommend([RecQuery(str(self.state.ids.user(node)), self.cfg)])
+        cfg = self.cfg if self.state.typed is None else replace(self.cfg, relation=0)  # typed: one relation's
+        self.recommend([RecQuery(str(self.state.ids.user(node)), cfg)])
 
     def recommend(self, queries: list) -> tuple[list, int]:
         """Each query's answer (a dict, or the ServeError it gets) and the pairs scored; queries with the same
@@ -242,7 +251,7 @@ class Engine:
         scored = 0
         for cfg, items in groups.items():
             nodes = np.unique([idx for _, idx in items])
-            allowed = Allowed(known=known_links(self.state.digraph, cfg.direction))  # never a link that exists
+            allowed = Allowed(known=known_links(self._links(cfg), cfg.direction))  # never a link that exists
             prep = prepare_block(0, nodes, self.state.graph, allowed, cfg, self.sampler)
             logits = self.scorer.score_blocks(prep.sampled, len(prep.node))
             table = finish_block(prep, logits, cfg)
@@ -266,6 +275,12 @@ class Engine:
                 }
         return out, scored
 
+    def _links(self, cfg: RecConfig):
+        """The links a recommendation may not repeat: a typed run's triples of cfg.relation, else the digraph."""
+        if cfg.relation is None:
+            return self.state.digraph
+        return relation_links(self.state.typed.triples, cfg.relation, self.state.graph.num_nodes)
+
     def score(self, requests: list) -> tuple[list, int]:
         """Each request's (a list of [u, v]) scores, or its ServeError, and the pairs scored: one pass for all."""
         out: list = [None] * len(requests)
@@ -281,10 +296,14 @@ class Engine:
         if not parts:
             return out, 0
         pairs = np.concatenate(parts)
-        cols = score_columns(self.scorer.logits(pairs))
-        users = self.state.ids.users(pairs.ravel())
+        rel = None if self.state.typed is None else pairs[:, 2]  # a typed run's: each pair's relation
+        cols = score_columns(self.scorer.logits(pairs[:, :2], rel))
+        users = self.state.ids.users(pairs[:, :2].ravel())
         for i, lo, n in spans:
             out[i] = {"scores": [self._scored(users[2 * r], users[2 * r + 1], cols, r) for r in range(lo, lo + n)]}
+            if rel is not None:
+                for r, row in zip(range(lo, lo + n), out[i]["scores"]):
+                    row["relation"] = self.state.typed.names[int(rel[r])]
         return out, len(pairs)
 
     @staticmethod
@@ -296,11 +315,17 @@ class Engine:
         return row
 
     def _pair_indices(self, pairs: list) -> np.ndarray:
-        ids = self.state.ids
+        """(P, 2) node indices, or a typed run's (P, 3) [u, v, relation id]."""
+        ids, typed = self.state.ids, self.state.typed
+        width = 2 if typed is None else 3  # the shape score_body checked
         idx = np.array(
-            [[ids.index(u, f"'pairs'[{i}]"), ids.index(v, f"'pairs'[{i}]")] for i, (u, v) in enumerate(pairs)],
+            [
+                [ids.index(p[0], f"'pairs'[{i}]"), ids.index(p[1], f"'pairs'[{i}]")]
+                + ([] if typed is None else [typed.relation(p[2], f"'pairs'[{i}]", ServeError)])
+                for i, p in enumerate(pairs)
+            ],
             dtype=np.int64,
-        ).reshape(-1, 2)
+        ).reshape(-1, width)
         loops = np.flatnonzero(idx[:, 0] == idx[:, 1])
         if loops.size:  # as `pencil score`: a node and itself is no link to predict
             r = int(loops[0])

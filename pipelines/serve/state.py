@@ -30,6 +30,7 @@ import numpy as np
 from common import snapshot
 from common.graph import DiGraph, Graph
 from pipelines.recommend.direction import run_digraph
+from pipelines.serve.typed import TypedEdges
 
 RECORD_KEYS = ("add", "remove")
 FEATURES_KEY = "features"
@@ -171,10 +172,14 @@ class GraphState:
     """A graph, its live ids and the sequence number of the last edit applied to it. `graph.x`: the node features
     of a model that reads them (every node has its row), else None."""
 
-    def __init__(self, graph: Graph, base_ids: np.ndarray | None, max_new_nodes: int, digraph: DiGraph | None = None):
+    def __init__(
+        self, graph: Graph, base_ids: np.ndarray | None, max_new_nodes: int, digraph: DiGraph | None = None, typed=None
+    ):
         self.graph, self.ids, self.seq = graph, LiveIds(base_ids, graph.num_nodes), 0
         self.digraph = digraph  # a directed run's ordered edges (graph is their union, what the sampler walks)
+        self.typed: TypedEdges | None = typed  # a typed run's triples (digraph: their head -> tail links)
         self.base_fingerprint = graph.fingerprint() + ("" if digraph is None else f"-directed-{digraph.fingerprint()}")
+        self.base_fingerprint += "" if typed is None else f"-typed-{typed.fingerprint()}"
         self.max_new_nodes = int(max_new_nodes)
         self.dropped = 0  # entries of the log that this version refuses, dropped at replay
         self.feature_bound = None
@@ -198,7 +203,7 @@ class GraphState:
         record = {key: self._pairs(body.get(key, []), key) for key in RECORD_KEYS}
         if not record["add"] and not record["remove"]:
             raise ServeError(400, "an edit needs at least one pair in 'add' or 'remove'")
-        introduced = {v for pair in record["add"] for v in pair if self.ids.find(v) is None}
+        introduced = {v for pair in record["add"] for v in pair[:2] if self.ids.find(v) is None}  # typed: [u, v, r]
         limit = self.ids.num_nodes + self.max_new_nodes
         bad = sorted(v for v in introduced if not self.ids.mapped and not 0 <= v < limit)
         if bad:
@@ -208,8 +213,8 @@ class GraphState:
                 f"0..{self.ids.num_nodes - 1} and a new node takes an id from {self.ids.num_nodes} "
                 f"to {limit - 1}",
             )
-        for u, v in record["remove"]:
-            for value in (u, v):
+        for pair in record["remove"]:
+            for value in pair[:2]:
                 if self.ids.find(value) is None and value not in introduced:
                     raise ServeError(404, f"'remove': unknown node {shown(value)}: not in the serving graph")
         if featured:
@@ -274,18 +279,22 @@ class GraphState:
         return None
 
     def _pairs(self, value, key: str) -> list:
+        what = "[u, v] pairs" if self.typed is None else "[head, tail, relation] triples"
         if not isinstance(value, list):
-            raise ServeError(400, f"'{key}' must be a list of [u, v] pairs")
+            raise ServeError(400, f"'{key}' must be a list of {what}")
         out = []
         for i, pair in enumerate(value):
-            if not isinstance(pair, list) or len(pair) != 2:
-                raise ServeError(400, f"'{key}'[{i}]: expected a pair [u, v], got {shown(pair)}")
-            u, v = (self.ids.normalise(x, f"'{key}'[{i}]") for x in pair)
+            if not isinstance(pair, list) or len(pair) != (2 if self.typed is None else 3):
+                shape = "a pair [u, v]" if self.typed is None else "a triple [head, tail, relation]"
+                raise ServeError(400, f"'{key}'[{i}]: expected {shape}, got {shown(pair)}")
+            u, v = (self.ids.normalise(x, f"'{key}'[{i}]") for x in pair[:2])
             if u == v:
                 raise ServeError(
                     400, f"'{key}'[{i}]: pairs node {shown(pair[0])} with itself; self-loops are not edges"
                 )
-            out.append([u, v])
+            if self.typed is not None:
+                self.typed.relation(pair[2], f"'{key}'[{i}]", ServeError)
+            out.append([u, v, *pair[2:]])
         return out
 
     def apply(self, records: list) -> bool:
@@ -299,28 +308,42 @@ class GraphState:
             if r["seq"] != self.seq + 1:
                 raise RuntimeError(f"edit {r['seq']} follows edit {self.seq}: the edits must be applied in order")
             given, before = self._logged_rows(r.get(FEATURES_KEY, [])), self.ids.num_nodes
-            for u, v in r["add"]:
-                if self._replayable(u, v, given):
-                    final[self._key(self.ids.assign(u), self.ids.assign(v))] = True
-            for u, v in r["remove"]:
-                if self._replayable(u, v, None):
-                    final[self._key(self.ids.find(u), self.ids.find(v))] = False
+            for entry in r["add"]:
+                if self._entry_ok(entry) and self._replayable(entry[0], entry[1], given):
+                    final[self._key(self.ids.assign(entry[0]), self.ids.assign(entry[1]), entry)] = True
+            for entry in r["remove"]:
+                if self._entry_ok(entry) and self._replayable(entry[0], entry[1], None):
+                    final[self._key(self.ids.find(entry[0]), self.ids.find(entry[1]), entry)] = False
             found = {node: self.ids.find(node) for node in given}  # the rows of the nodes this edit created
             rows.update({i: given[node] for node, i in found.items() if i is not None and i >= before})
             self.seq = r["seq"]
-        add = np.array([k for k, on in final.items() if on], dtype=np.int64).reshape(-1, 2)
-        remove = np.array([k for k, on in final.items() if not on], dtype=np.int64).reshape(-1, 2)
+        if self.typed is not None:  # triples: the digraph and the union follow them
+            self.digraph, add, remove = self.typed.edit(final, self.ids.num_nodes)
+        else:
+            add = np.array([k for k, on in final.items() if on], dtype=np.int64).reshape(-1, 2)
+            remove = np.array([k for k, on in final.items() if not on], dtype=np.int64).reshape(-1, 2)
         new_x = None
         if self.graph.x is not None and self.ids.num_nodes > self.graph.num_nodes:  # every new node has its row
             new_x = np.array([rows[i] for i in range(self.graph.num_nodes, self.ids.num_nodes)], dtype=np.float32)
-        if self.digraph is not None:
+        if self.digraph is not None and self.typed is None:
             add, remove = self._edit_directed(add, remove)
         self.graph = self.graph.edited(add, remove, self.ids.num_nodes, new_x=new_x)
         return True
 
-    def _key(self, a: int, b: int) -> tuple:
-        """An edge's key: (u, v) as given on a directed graph (u -> v is not v -> u), else (min, max)."""
+    def _key(self, a: int, b: int, entry: list) -> tuple:
+        """An edge's key: (u, v) as given on a directed graph (u -> v is not v -> u), else (min, max); a typed
+        graph's (head, relation, tail)."""
+        if self.typed is not None:
+            return self.typed.key(a, b, entry[2])
         return (a, b) if self.digraph is not None else (min(a, b), max(a, b))
+
+    def _entry_ok(self, entry) -> bool:
+        """A logged entry of this graph's shape: a pair, or a typed graph's triple of a known relation (else
+        dropped at replay, and counted)."""
+        ok = isinstance(entry, list) and len(entry) == (2 if self.typed is None else 3)
+        ok = ok and (self.typed is None or entry[2] in self.typed.names)
+        self.dropped += not ok
+        return ok
 
     def _edit_directed(self, add: np.ndarray, remove: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Apply ordered edits to the digraph; return the union's edits: an added u -> v adds the pair, a removed
@@ -358,8 +381,14 @@ class GraphState:
         return ok
 
     def summary(self) -> dict:
-        if self.digraph is not None:  # edges counted as the user gives them: u -> v and v -> u are two
-            return {"seq": self.seq, "nodes": self.graph.num_nodes, "edges": self.digraph.num_edges, "directed": True}
+        if self.typed is not None:
+            return {**self._directed(), "triples": len(self.typed.triples), "relations": list(self.typed.names)}
+        return self._directed() if self.digraph is not None else self._plain()
+
+    def _directed(self) -> dict:  # edges counted as the user gives them: u -> v and v -> u are two
+        return {"seq": self.seq, "nodes": self.graph.num_nodes, "edges": self.digraph.num_edges, "directed": True}
+
+    def _plain(self) -> dict:
         return {"seq": self.seq, "nodes": self.graph.num_nodes, "edges": self.graph.num_edges}
 
 
@@ -377,7 +406,7 @@ def serving_state(dataset, spec: str, max_new_nodes: int, features: bool = False
         graph = Graph(graph.indptr, graph.indices, dataset.x)
     elif graph.x is not None:  # structure only: the model reads no features
         graph = Graph(graph.indptr, graph.indices)
-    state = GraphState(graph, node_ids, max_new_nodes, digraph)
+    state = GraphState(graph, node_ids, max_new_nodes, digraph, TypedEdges.of(dataset, spec))
     source = (
         f"{dataset.name}, every split's edges"
         if spec == snapshot.WHOLE

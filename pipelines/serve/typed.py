@@ -1,0 +1,78 @@
+"""A typed run's serving graph (relation types, docs/own-graph.md): its triples, edits that carry a relation, and
+the query parameter `relation`.
+
+An edit of a typed service names triples [head, tail, relation] (the relation by name, one the run knows) in
+"add" and "remove"; an untyped service's pairs [u, v] are unchanged. The triples are what the model reads and what
+a recommendation of relation R never repeats; their head -> tail links are the directed graph, and the union of
+those the graph the sampler walks (a pair leaves it only when no triple joins it either way).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from common.graph import DiGraph
+from pipelines.recommend.relation import run_triples, typed_inputs
+
+
+class TypedEdges:
+    """The triples (T, 3) [head, relation, tail] of a typed serving graph and its relation names, in id order."""
+
+    def __init__(self, triples: np.ndarray, names: tuple):
+        self.triples, self.names = np.asarray(triples, dtype=np.int64).reshape(-1, 3), tuple(names)
+
+    @classmethod
+    def of(cls, dataset, spec: str) -> "TypedEdges | None":
+        """The triples of `--graph spec` of a typed run's dataset (pipelines.recommend.relation.run_triples)."""
+        if getattr(dataset, "relations", None) is None:
+            return None
+        return cls(run_triples(dataset, spec), dataset.relations.names)
+
+    def fingerprint(self) -> str:
+        """What an edit log's header checks the service's starting triples by."""
+        return hashlib.sha256(np.ascontiguousarray(self.triples).tobytes()).hexdigest()[:16]
+
+    def relation(self, name, where: str, error) -> int:
+        """A relation's id by name; an unknown one is error(400, ...) naming `where` and the known relations."""
+        if not isinstance(name, str) or name not in self.names:
+            raise error(400, f"{where}: unknown relation {name!r}; the run knows {', '.join(self.names)}")
+        return self.names.index(name)
+
+    def key(self, a: int, b: int, name: str) -> tuple:
+        return (a, self.names.index(name), b)
+
+    def edit(self, final: dict, num_nodes: int) -> tuple[DiGraph, np.ndarray, np.ndarray]:
+        """Apply {(head, relation, tail): present} to the triples; return the new directed graph and the union's
+        (add, remove) pairs: a pair leaves the union only when no triple joins it either way afterwards."""
+        add = np.array([k for k, on in final.items() if on], dtype=np.int64).reshape(-1, 3)
+        remove = np.array([k for k, on in final.items() if not on], dtype=np.int64).reshape(-1, 3)
+        t, base = self.triples, max(num_nodes, 1)
+        r = max(len(self.names), 1)
+        code = lambda x: (x[:, 0] * r + x[:, 1]) * base + x[:, 2]  # noqa: E731
+        if len(remove):
+            t = t[~np.isin(code(t), code(remove))]
+        t = np.concatenate([t, add])
+        self.triples = t[np.unique(code(t), return_index=True)[1]] if len(t) else t
+        digraph = DiGraph.from_edges(self.triples[:, [0, 2]], num_nodes)
+        gone = remove[:, [0, 2]]
+        gone = gone[~digraph.has_edge(gone[:, 0], gone[:, 1]) & ~digraph.has_edge(gone[:, 1], gone[:, 0])]
+        return digraph, add[:, [0, 2]], gone
+
+    def scoring(self, num_nodes: int) -> tuple:
+        """What the scoring engine takes (pipelines.recommend.relation.typed_inputs)."""
+        return typed_inputs(self.triples, num_nodes, len(self.names))
+
+
+def relation_param(params, typed: TypedEdges | None, error) -> int | None:
+    """?relation=R: required of a typed service (a recommendation is one relation's), refused by an untyped one."""
+    raw = params.get("relation")
+    if typed is None:
+        if raw is not None:
+            raise error(400, f"relation={raw!r}: this service's run is untyped (its links have no relation)")
+        return None
+    if raw is None:
+        names = ", ".join(typed.names)
+        raise error(400, f"a typed run recommends one relation at a time: add ?relation= one of {names}")
+    return typed.relation(raw, f"relation={raw!r}", error)

@@ -1,0 +1,117 @@
+"""`serve` on a typed run (relation types, issue 65): edits of triples [head, tail, relation], the query parameter
+`relation`, their one-line 400s, a replay that gives the same triples; (slow) a real service driven over HTTP."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from common.datasets import DatasetSpec, load_dataset
+from pipelines.recommend.engine import RecConfig
+from pipelines.serve.handlers import Limits, recommend_query
+from pipelines.serve.state import ServeError, serving_state
+from tests.test_typed_kg import typed_run, write_kg  # noqa: F401 (typed_run: a fixture)
+
+# the tiny KG of tests/test_typed_kg.py: 007 -> 0, 010 -> 1, 012 -> 2, 013 -> 3, 099 -> 4; a_rel 0, b_rel 1, c_rel 2
+
+
+@pytest.fixture
+def kg_state(tmp_path):
+    ds = load_dataset(DatasetSpec(str(write_kg(tmp_path / "kg"))))
+    return serving_state(ds, "all", 10)[0]
+
+
+def edit(state, body):
+    record = state.edit_record(body)
+    state.apply([{**record, "seq": state.seq + 1}])
+    return record
+
+
+def has(state, h, r, t) -> bool:
+    return (h, r, t) in {tuple(x) for x in state.typed.triples.tolist()}
+
+
+def test_edits_carry_a_relation_and_the_union_follows_the_triples(tmp_path):
+    ds = load_dataset(DatasetSpec(str(write_kg(tmp_path / "kg"))))
+    s = serving_state(ds, "all", 10)[0]
+    assert len(s.typed.triples) == 12 and s.summary()["relations"] == ["a_rel", "b_rel", "c_rel"]
+    for i, body in enumerate(EDITS):
+        s.apply([{**s.edit_record(body), "seq": i + 1}])
+        if i == 0:
+            assert has(s, 4, 2, 3) and s.digraph.has_edge(np.array([4]), np.array([3]))[0] and s.graph.has_edge(4, 3)
+        if i == 1:  # 007 -> 010 holds by a_rel and b_rel, and 010 -c_rel-> 007 (valid): the pair stays until all go
+            assert not has(s, 0, 1, 1) and has(s, 0, 0, 1) and s.graph.has_edge(0, 1)
+        if i == 2:
+            assert not s.digraph.has_edge(np.array([0]), np.array([1]))[0] and s.graph.has_edge(0, 1)  # 010 -> 007
+    assert not s.graph.has_edge(0, 1) and s.summary()["triples"] == 10
+    replayed = serving_state(ds, "all", 10)[0]  # a restarted service replaying the log: the same triples
+    replayed.apply([{**s.edit_record(body), "seq": i + 1} for i, body in enumerate(EDITS)])
+    assert {tuple(x) for x in replayed.typed.triples.tolist()} == {tuple(x) for x in s.typed.triples.tolist()}
+
+
+EDITS = [
+    {"add": [["099", "013", "c_rel"]]},
+    {"remove": [["007", "010", "b_rel"]]},
+    {"remove": [["007", "010", "a_rel"]]},
+    {"remove": [["010", "007", "c_rel"]]},
+]
+
+
+@pytest.mark.parametrize(
+    "body, want",
+    [
+        ({"add": [["007", "099", "likes"]]}, "'add'[0]: unknown relation 'likes'; the run knows a_rel, b_rel, c_rel"),
+        ({"add": [["007", "099"]]}, "'add'[0]: expected a triple [head, tail, relation], got ['007', '099']"),
+        ({"remove": [["007", "010", 3]]}, "'remove'[0]: unknown relation 3; the run knows a_rel, b_rel, c_rel"),
+    ],
+)
+def test_a_bad_typed_edit_is_a_400_in_one_line(kg_state, body, want):
+    with pytest.raises(ServeError) as err:
+        kg_state.edit_record(body)
+    assert err.value.status == 400 and err.value.message == want
+
+
+def test_the_relation_parameter(kg_state):
+    typed, cfg = kg_state.typed, RecConfig(direction="out")
+    assert recommend_query("007", {"relation": "b_rel"}, cfg, Limits(), typed).cfg.relation == 1
+    for params, want in (
+        ({"relation": "likes"}, "relation='likes': unknown relation 'likes'; the run knows a_rel, b_rel, c_rel"),
+        ({}, "a typed run recommends one relation at a time: add ?relation= one of a_rel, b_rel, c_rel"),
+    ):
+        with pytest.raises(ServeError) as err:
+            recommend_query("007", params, cfg, Limits(), typed)
+        assert err.value.status == 400 and err.value.message == want
+    with pytest.raises(ServeError, match="relation='b_rel': this service's run is untyped"):
+        recommend_query("1", {"relation": "b_rel"}, RecConfig(), Limits())
+
+
+@pytest.mark.slow  # a preprocess run and a trainer run (the fixture), then a real service
+def test_serve_answers_one_relation_and_takes_edits_with_a_relation(typed_run, tmp_path):
+    from bench.serve import request, service
+    from pipelines.core.ray_head import free_ports
+
+    def call(method, path, body=None, headers=None):
+        status, text = request(port, method, path, body, headers)
+        return status, json.loads(text)
+
+    n = len(load_dataset(DatasetSpec(str(typed_run / "pair"))).node_ids)
+    recs = lambda q: {r["candidate"] for r in call("GET", f"/recommend/a?k={n}&pool={n}&{q}")[1]["recommendations"]}  # noqa: E731
+    port, auth = free_ports(1)[0], {"Authorization": "Bearer t0k3n"}
+    with service(typed_run / "run", tmp_path / "state", port, env={"PENCIL_SERVE_TOKEN": "t0k3n"},
+                 log_path=tmp_path / "serve.log"):  # fmt: skip
+        assert "b" not in recs("relation=r1") and {"b", "n00"} <= recs("relation=r0")  # a -r1-> b is there
+        status, body = call("POST", "/edges", {"add": [["a", "n00", "r0"]]}, auth)
+        assert status == 200 and body["relations"] == ["r0", "r1"], body
+        assert "n00" not in recs("relation=r0") and "n00" in recs("relation=r1")  # only r0's answer changes
+        assert "a" not in {
+            r["candidate"]
+            for r in call("GET", f"/recommend/n00?k={n}&pool={n}&relation=r0&direction=in")[1]["recommendations"]
+        }  # noqa: E501
+        status, body = call("GET", "/recommend/a?relation=likes")
+        assert status == 400 and body == {"error": "relation='likes': unknown relation 'likes'; the run knows r0, r1"}
+        status, body = call("POST", "/edges", {"add": [["a", "n01", "likes"]]}, auth)
+        assert status == 400 and "unknown relation 'likes'" in body["error"]
+        status, body = call("POST", "/score", {"pairs": [["a", "b", "r0"], ["a", "b", "r1"]]})
+        assert status == 200 and [r["relation"] for r in body["scores"]] == ["r0", "r1"], body
