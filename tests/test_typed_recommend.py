@@ -17,18 +17,28 @@ from common import snapshot
 from common.datasets import DatasetSpec, load_dataset
 from common.retrieval import Allowed, retrieve
 from pipelines.recommend.direction import known_links
-from pipelines.recommend.relation import RelationError, relation_links, resolve_relation, run_triples
+from pipelines.recommend.relation import (
+    RelationError,
+    among,
+    relation_kind,
+    relation_links,
+    resolve_relation,
+    run_triples,
+)
 from tests.test_typed_kg import typed_run, write_kg  # noqa: F401 (typed_run: a fixture)
+from tests.test_user_item_typed import write_ratings
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def pools(ds, relation: str, direction: str, queries) -> dict[int, set[int]]:
-    """Every candidate each query may get (a pool of every node): what the recommendation can propose."""
+    """Every candidate each query may get (a pool of every node): what the recommendation can propose, as
+    pipelines.recommend.job restricts it (the relation's triples, and its node kind where the set has kinds)."""
     triples = run_triples(ds, snapshot.WHOLE)
     rel = ds.relations.names.index(relation)
     known = known_links(relation_links(triples, rel, ds.num_nodes), direction)
-    pool = retrieve(snapshot.whole_graph(ds), queries, "ra", 5, allowed=Allowed(known=known), fill=True)
+    allowed = Allowed(candidates=among(None, relation_kind(ds.relations, rel, direction)), known=known)
+    pool = retrieve(snapshot.whole_graph(ds), queries, "ra", ds.num_nodes, allowed=allowed, fill=True)
     return {int(q): set(pool.cand[i][pool.cand[i] >= 0].tolist()) for i, q in enumerate(pool.queries)}
 
 
@@ -49,6 +59,20 @@ def pools(ds, relation: str, direction: str, queries) -> dict[int, set[int]]:
 def test_a_relation_never_repeats_its_own_triples(tmp_path, relation, direction, want):
     ds = load_dataset(DatasetSpec(str(write_kg(tmp_path / "kg"))))
     assert pools(ds, relation, direction, sorted(want)) == want
+
+
+# users u1..u4 are nodes 0-3, items a..h 4-11 (tests/test_user_item_typed.py); u1 rated a-g (g in valid), u2 all
+# but d (h in test), u4 only a (test); a was rated by every user, h by u2 alone
+@pytest.mark.parametrize(
+    "direction, want",
+    [
+        ("out", {0: {11}, 1: {7}, 3: set(range(5, 12))}),  # only items, never one the user rated, never a user
+        ("in", {4: set(), 11: {0, 2, 3}}),  # an item's missing users: never an item
+    ],
+)
+def test_node_kinds_keep_a_relation_between_its_kinds(tmp_path, direction, want):
+    ds = load_dataset(DatasetSpec(str(write_ratings(tmp_path))))
+    assert pools(ds, "user->item", direction, sorted(want)) == want
 
 
 def test_a_typed_split_graph_excludes_the_training_triples_only(tmp_path):

@@ -68,6 +68,8 @@ from pipelines.recommend.engine import (
 from pipelines.recommend.relation import (
     RelationError,
     add_relation_flag,
+    among,
+    relation_kind,
     relation_links,
     resolve_relation,
     run_triples,
@@ -290,6 +292,7 @@ def recommend(job: RecommendConfig) -> int:
         triples = run_triples(dataset, job.graph)
         typed = typed_inputs(triples, graph.num_nodes, len(manifest.relations))
         known = known_links(relation_links(triples, relation, graph.num_nodes), direction)
+        candidates = among(candidates, relation_kind(dataset.relations, relation, direction))  # its node kind
     queries = (
         np.arange(graph.num_nodes, dtype=np.int64)
         if job.nodes is None

@@ -73,3 +73,21 @@ def relation_links(triples: np.ndarray, relation: int, num_nodes: int) -> DiGrap
 def relation_rows(relation: int | None, count: int) -> np.ndarray | None:
     """Each scored pair's relation (a typed run's), None for an untyped run."""
     return None if relation is None else np.full(count, relation, dtype=np.int64)
+
+
+def relation_kind(relations, relation: int | None, direction: str | None) -> np.ndarray | None:
+    """The entities a recommendation of `relation` may propose where the set knows its node kinds
+    (common.datasets.base.Relations.ends: a user-item file's items for its users): its tails, or its heads for
+    in-links; None where any entity may be."""
+    ends = getattr(relations, "ends", None) or {}
+    if relation is None or relation not in ends:
+        return None
+    heads, tails = ends[relation]
+    return np.asarray(heads if direction == "in" else tails, dtype=np.int64)
+
+
+def among(candidates: np.ndarray | None, kind: np.ndarray | None) -> np.ndarray | None:
+    """Both restrictions on the proposed nodes (None: no restriction)."""
+    if candidates is None or kind is None:
+        return kind if candidates is None else candidates
+    return np.intersect1d(candidates, kind)
