@@ -115,3 +115,24 @@ def test_serve_answers_one_relation_and_takes_edits_with_a_relation(typed_run, t
         assert status == 400 and "unknown relation 'likes'" in body["error"]
         status, body = call("POST", "/score", {"pairs": [["a", "b", "r0"], ["a", "b", "r1"]]})
         assert status == 200 and [r["relation"] for r in body["scores"]] == ["r0", "r1"], body
+
+
+def test_node_kinds_hold_in_edits_and_recommendations(tmp_path):
+    """Node kinds (Relations.ends, as a user-item file gives them), set here by hand on the tiny KG: a_rel joins
+    heads {007, 010, 012, 099} to tails {007, 010, 012}. A triple with a head of another kind is a 400, a node an
+    edit creates joins the kind its triple gives it, and a recommendation of a_rel proposes only its tails."""
+    ds = load_dataset(DatasetSpec(str(write_kg(tmp_path / "kg"))))
+    ds.relations.ends = {0: (np.array([0, 1, 2, 4]), np.array([0, 1, 2]))}
+    s = serving_state(ds, "all", 10)[0]
+    assert s.typed.candidates(0, "out").tolist() == [0, 1, 2] and s.typed.candidates(0, "in").tolist() == [0, 1, 2, 4]
+    assert s.typed.candidates(1, "out") is None  # b_rel: no kinds, any node
+    with pytest.raises(ServeError) as err:
+        s.edit_record({"add": [["013", "010", "a_rel"]]})
+    assert err.value.status == 400 and err.value.message == (
+        "'add'[0]: ['013', '010', 'a_rel']: its head is of another node kind than relation 'a_rel' takes as heads; "
+        "swap head and tail, or use another relation"
+    )
+    s.edit_record({"add": [["013", "010", "b_rel"]], "remove": [["013", "010", "a_rel"]]})  # no kinds; removal
+    s.apply([{**s.edit_record({"add": [["100", "010", "a_rel"]]}), "seq": 1}])
+    new = s.ids.find("100")
+    assert new == 5 and 5 in s.typed.candidates(0, "in") and 5 not in s.typed.candidates(0, "out")

@@ -251,7 +251,8 @@ class Engine:
         scored = 0
         for cfg, items in groups.items():
             nodes = np.unique([idx for _, idx in items])
-            allowed = Allowed(known=known_links(self._links(cfg), cfg.direction))  # never a link that exists
+            kind = None if cfg.relation is None else self.state.typed.candidates(cfg.relation, cfg.direction)
+            allowed = Allowed(candidates=kind, known=known_links(self._links(cfg), cfg.direction))  # never one there
             prep = prepare_block(0, nodes, self.state.graph, allowed, cfg, self.sampler)
             logits = self.scorer.score_blocks(prep.sampled, len(prep.node))
             table = finish_block(prep, logits, cfg)

@@ -293,7 +293,10 @@ class GraphState:
                     400, f"'{key}'[{i}]: pairs node {shown(pair[0])} with itself; self-loops are not edges"
                 )
             if self.typed is not None:
-                self.typed.relation(pair[2], f"'{key}'[{i}]", ServeError)
+                r = self.typed.relation(pair[2], f"'{key}'[{i}]", ServeError)
+                problem = self.typed.kind_problem(self.ids.find(u), self.ids.find(v), r) if key == "add" else None
+                if problem:
+                    raise ServeError(400, f"'{key}'[{i}]: {shown(pair)}: {problem}")
             out.append([u, v, *pair[2:]])
         return out
 

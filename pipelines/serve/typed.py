@@ -20,15 +20,19 @@ from pipelines.recommend.relation import run_triples, typed_inputs
 class TypedEdges:
     """The triples (T, 3) [head, relation, tail] of a typed serving graph and its relation names, in id order."""
 
-    def __init__(self, triples: np.ndarray, names: tuple):
+    def __init__(self, triples: np.ndarray, names: tuple, ends: dict | None = None):
         self.triples, self.names = np.asarray(triples, dtype=np.int64).reshape(-1, 3), tuple(names)
+        # node kinds (common.datasets.base.Relations.ends): relation -> (its heads, its tails), sorted; a node an
+        # edit adds as a head or tail of such a relation joins that kind
+        sort = lambda e: np.unique(np.asarray(e, dtype=np.int64))  # noqa: E731
+        self.ends = {int(r): (sort(heads), sort(tails)) for r, (heads, tails) in (ends or {}).items()}
 
     @classmethod
     def of(cls, dataset, spec: str) -> "TypedEdges | None":
         """The triples of `--graph spec` of a typed run's dataset (pipelines.recommend.relation.run_triples)."""
         if getattr(dataset, "relations", None) is None:
             return None
-        return cls(run_triples(dataset, spec), dataset.relations.names)
+        return cls(run_triples(dataset, spec), dataset.relations.names, dataset.relations.ends)
 
     def fingerprint(self) -> str:
         """What an edit log's header checks the service's starting triples by."""
@@ -39,6 +43,26 @@ class TypedEdges:
         if not isinstance(name, str) or name not in self.names:
             raise error(400, f"{where}: unknown relation {name!r}; the run knows {', '.join(self.names)}")
         return self.names.index(name)
+
+    def kind_problem(self, head: int | None, tail: int | None, relation: int) -> str | None:
+        """Why a new triple joins nodes of kinds its relation does not (a user-item graph's item as a head), or
+        None; `head`/`tail` None: a node the edit creates (it takes the relation's kind)."""
+        if relation not in self.ends:
+            return None
+        for node, end, what in ((head, 0, "head"), (tail, 1, "tail")):
+            if node is not None and not np.isin(node, self.ends[relation][end]):
+                return (
+                    f"its {what} is of another node kind than relation {self.names[relation]!r} takes as {what}s; "
+                    "swap head and tail, or use another relation"
+                )
+        return None
+
+    def candidates(self, relation: int, direction: str | None) -> np.ndarray | None:
+        """The nodes a recommendation of `relation` may propose: its tails (heads for in-links) where the graph
+        has node kinds, else None (any node)."""
+        if relation not in self.ends:
+            return None
+        return self.ends[relation][0 if direction == "in" else 1]
 
     def key(self, a: int, b: int, name: str) -> tuple:
         return (a, self.names.index(name), b)
@@ -55,6 +79,9 @@ class TypedEdges:
             t = t[~np.isin(code(t), code(remove))]
         t = np.concatenate([t, add])
         self.triples = t[np.unique(code(t), return_index=True)[1]] if len(t) else t
+        for r, (heads, tails) in list(self.ends.items()):  # an added node takes its relation's kind
+            mine = add[add[:, 1] == r]
+            self.ends[r] = (np.union1d(heads, mine[:, 0]), np.union1d(tails, mine[:, 2]))
         digraph = DiGraph.from_edges(self.triples[:, [0, 2]], num_nodes)
         gone = remove[:, [0, 2]]
         gone = gone[~digraph.has_edge(gone[:, 0], gone[:, 1]) & ~digraph.has_edge(gone[:, 1], gone[:, 0])]
