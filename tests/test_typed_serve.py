@@ -136,3 +136,15 @@ def test_node_kinds_hold_in_edits_and_recommendations(tmp_path):
     s.apply([{**s.edit_record({"add": [["100", "010", "a_rel"]]}), "seq": 1}])
     new = s.ids.find("100")
     assert new == 5 and 5 in s.typed.candidates(0, "in") and 5 not in s.typed.candidates(0, "out")
+
+
+def test_a_user_item_service_finds_its_nodes_and_keeps_their_kinds(tmp_path):
+    """A user-item file's ids run per kind (users u1..u4 = 0-3, then items a..h = 4-11: not sorted as text); the
+    service finds each, and an item as the head of user->item is a 400."""
+    from tests.test_user_item_typed import write_ratings
+
+    s = serving_state(load_dataset(DatasetSpec(str(write_ratings(tmp_path)))), "all", 10)[0]
+    assert [s.ids.find(v) for v in ("u1", "u4", "a", "h", "zz")] == [0, 3, 4, 11, None]
+    assert s.typed.candidates(0, "out").tolist() == list(range(4, 12))
+    with pytest.raises(ServeError, match="its head is of another node kind than relation 'user->item' takes as heads"):
+        s.edit_record({"add": [["a", "u1", "user->item"]]})

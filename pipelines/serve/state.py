@@ -64,6 +64,10 @@ class LiveIds:
     def __init__(self, base: np.ndarray | None, num_nodes: int):
         self.base = base
         self.text = base is not None and base.dtype == object
+        # a user-item set's ids run per kind (users, then items): searched through their sorted order
+        unsorted = base is not None and len(base) > 1 and not (base[1:] >= base[:-1]).all()
+        self.order = np.argsort(base, kind="stable") if unsorted else None
+        self.keys = base if self.order is None else base[self.order]
         self.num_nodes = int(num_nodes)
         self.new: dict = {}  # id -> index, for ids of a mapped graph that edits introduced
         self.new_ids: list = []
@@ -122,8 +126,10 @@ class LiveIds:
             return self.new[value]
         if not self.text and not (np.iinfo(self.base.dtype).min <= value <= np.iinfo(self.base.dtype).max):
             return None
-        pos = int(np.searchsorted(self.base, np.asarray(value, dtype=self.base.dtype)))
-        return pos if pos < len(self.base) and self.base[pos] == value else None
+        pos = int(np.searchsorted(self.keys, np.asarray(value, dtype=self.base.dtype)))
+        if pos >= len(self.keys) or self.keys[pos] != value:
+            return None
+        return pos if self.order is None else int(self.order[pos])
 
     def valid(self, value) -> bool:
         """Whether a logged id is one this version accepts (logs of earlier versions may hold others)."""
