@@ -90,3 +90,27 @@ def test_inputs_a_user_item_file_does_not_read_yet_are_refused_in_one_line(tmp_p
         load_dataset(DatasetSpec(str(path), directed=True))
     with pytest.raises(DatasetError, match=r"split by its time column; drop --split random"):
         load_dataset(DatasetSpec(str(path), split_kind="random"))
+
+
+def test_pencil_scores_are_looked_up_by_their_pair_as_the_peers_rank_them(tmp_path):
+    """bench.user_item_pencil maps each candidate id back to its (user, item): scores equal to the item's node id
+    give PENCIL's row the ranks of the scorer 'item id' under the peers' own metrics."""
+    from types import SimpleNamespace
+
+    from bench.user_item_pencil import pair_scores
+    from common.eval_scores import write_scores
+    from common.shards import encode_queries
+    from preprocess.kg_candidates import typed_protocol_candidates
+
+    ds = load_dataset(DatasetSpec(str(write_ratings(tmp_path))))
+    cands = typed_protocol_candidates(ds, "test")
+    (tmp_path / "q.npz").write_bytes(encode_queries(cands.pos_cid, cands.neg_cid, cands.rel[cands.pos_cid]))
+    (tmp_path / "run" / "scores").mkdir(parents=True)
+    cid = np.arange(len(cands))[::-1]  # any order: looked up by id
+    write_scores(tmp_path / "run" / "scores" / "test-kg.npz", cid, cands.dst[cid].astype(np.float32), 0)
+    manifest = SimpleNamespace(eval={"test/kg": "q"}, queries_path=lambda q: tmp_path / f"{q}.npz")
+    table = pair_scores(ds, manifest, str(tmp_path / "run"), "test")
+    n = ds.num_nodes
+    # test pairs (u4, a), (u2, h) and their negatives b..h of u4 and d of u2: each scored its item's node id
+    want = {3 * n + i: float(i) for i in range(4, 12)} | {1 * n + 11: 11.0, 1 * n + 7: 7.0}
+    assert table == want
