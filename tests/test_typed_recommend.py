@@ -129,6 +129,8 @@ def test_recommend_relation_ranks_by_the_models_triple_scores(typed_run, tmp_pat
     assert "b" not in r1["candidate"] and len(r1["candidate"]) == n - 2  # every entity but a and b
     assert "b" in r0["candidate"] and len(r0["candidate"]) == n - 1
     assert "b" not in r0_in["candidate"]
+    on_ray = recs("r0", "--direction", "in", "--ray", "--num-cpus", 2)  # Ray tasks and actors: the same triples
+    assert on_ray["candidate"] == r0_in["candidate"] and on_ray["score"] == pytest.approx(r0_in["score"], abs=1e-6)
     assert r0["rank"] == list(range(1, n)) and r0["score"] == sorted(r0["score"], reverse=True)
     pairs = tmp_path / "pairs.csv"
     rows = [f"a,{c},r0\n" for c in r0["candidate"]] + [f"{c},a,r0\n" for c in r0_in["candidate"]]  # in: c -r0-> a
