@@ -136,6 +136,35 @@ def test_recommend_proposes_exactly_the_links_not_there(directed_run, tmp_path, 
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("ray", [False, True])
+def test_recommend_scores_are_those_of_score_in_the_pairs_order(directed_run, tmp_path, ray):
+    """With no rank prior and a pool of every node, each recommendation's score is the probability `score` gives
+    the ordered pair (query -> candidate; --direction in: candidate -> query). The query has the largest id, so
+    every pair it makes is (larger, smaller): a sampler that draws pairs as (min, max) scores their reverses."""
+    q, n = max(directed_run["nodes"]), len(directed_run["nodes"])
+    (tmp_path / "q.txt").write_text(f"{q}\n")
+    for direction in ("out", "in"):
+        out = tmp_path / f"{direction}.parquet"
+        proc = pencil(
+            "recommend", "--checkpoint", directed_run["run"], "--nodes", tmp_path / "q.txt", "--k", n, "--pool", n,
+            "--prior-weight", 0, "--direction", direction, "--graph", "all", "--device", "cpu", "--no-progress",
+            "--out", out, *(["--ray", "--num-cpus", 2] if ray else []),
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        recs = pq.read_table(out).to_pydict()
+        pairs = [(q, c) if direction == "out" else (c, q) for c in recs["candidate"]]
+        assert pairs and all(a != b for a, b in pairs)
+        (tmp_path / "pairs.csv").write_text("src,dst\n" + "".join(f"{a},{b}\n" for a, b in pairs))
+        proc = pencil(
+            "score", "--checkpoint", directed_run["run"], "--pairs", tmp_path / "pairs.csv", "--out",
+            tmp_path / "s.parquet", "--graph", "all", "--device", "cpu",
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        scored = pq.read_table(tmp_path / "s.parquet").column("score").to_pylist()
+        assert recs["score"] == pytest.approx(scored, abs=1e-6)
+
+
+@pytest.mark.slow
 def test_score_keeps_each_pair_in_its_order(directed_run, tmp_path):
     edges = directed_run["edges"]
     one_way = sorted((a, b) for a, b in edges if (b, a) not in edges)[:5]

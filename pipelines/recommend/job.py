@@ -367,9 +367,8 @@ def _run_blocks(job: RecommendConfig, work: BlockWork, model, device, out: Path,
         ckpt = str(resolve_checkpoint(job.checkpoint).resolve())  # absolute: the actors run in folders of their own
         run_on_ray(ckpt, work, todo, done, job.num_cpus, device.type, job.moved.shards)
     else:
-        # a typed run's pairs are triples head -> tail: drawn in their order (directed runs: see docs/own-graph.md)
-        typed_digraph = work.digraph if work.typed is not None else None
-        sampler = sampler_for(graph, cfg, typed_digraph, work.typed)
+        # a directed or typed run's pairs are drawn in their order (an undirected sampler draws (min, max))
+        sampler = sampler_for(graph, cfg, work.digraph, work.typed)
         scorer = scorer_for(model, graph, cfg, device, work.digraph, work.typed)
         for b in todo:
             table, pairs = run_block(b, blocks[b], graph, cfg, sampler, scorer, work.allowed)

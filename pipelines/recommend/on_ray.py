@@ -20,7 +20,7 @@ log = logging.getLogger("pipelines.recommend")
 
 
 def _prepare(graph, allowed, cfg: RecConfig, block_id: int, queries: np.ndarray, digraph=None, typed=None):
-    """`digraph`, `typed`: a typed run's (its triples are drawn head -> tail); None otherwise."""
+    """`digraph`, `typed`: a directed or typed run's (its pairs are drawn in their order); None otherwise."""
     return prepare_block(block_id, np.sort(queries), graph, allowed, cfg, sampler_for(graph, cfg, digraph, typed))
 
 
@@ -104,8 +104,7 @@ def run_on_ray(checkpoint: str, work, todo: list, done, num_cpus, device: str, s
         while queue or pending:
             while queue and len(pending) < 2 * actors:  # bounded: 2 blocks per actor in flight
                 b = queue.pop(0)
-                typed = (work.digraph, work.typed) if work.typed is not None else ()  # untyped: the call as before
-                prep = prepare.remote(graph_ref, allowed_ref, cfg, b, blocks[b], *typed)
+                prep = prepare.remote(graph_ref, allowed_ref, cfg, b, blocks[b], work.digraph, work.typed)
                 pending.append(pool[turn % actors].score.remote(prep))
                 turn += 1
             ready, pending = ray.wait(pending, num_returns=1)

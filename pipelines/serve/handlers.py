@@ -224,8 +224,8 @@ class Engine:
 
             self.model.attach_features(torch.from_numpy(graph.x))
         typed = None if self.state.typed is None else self.state.typed.scoring(graph.num_nodes)
-        # a typed run's pairs are triples, drawn head -> tail (pipelines.recommend.job)
-        self.sampler = sampler_for(graph, self.cfg, None if typed is None else self.state.digraph, typed)
+        # a directed or typed run's pairs are drawn in their order (pipelines.recommend.job)
+        self.sampler = sampler_for(graph, self.cfg, self.state.digraph, typed)
         self.scorer = scorer_for(self.model, graph, self.cfg, self.device, self.state.digraph, typed)  # read
 
     def apply(self, records: list) -> None:
