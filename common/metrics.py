@@ -14,7 +14,10 @@
   besides the usual keys, `reverse_acc`: the share of them scored above their reverse, ties counting half.
 
 Ranks are tie-averaged: rank = 1 + (#neg > pos + #neg >= pos) / 2. A constant scorer therefore
-gets the middle rank, not the best one (ogb 1.3.6's torch MRR path computes exactly this).
+gets the middle rank, not the best one (ogb 1.3.6's torch MRR path computes exactly this). Float32 scores (a
+model's) tie within F32_TIE_RTOL * max(1, |pos|) of each other (tie_bounds), in every rank, AUC, AP and
+accuracy below: identical subgraphs scored in different batches differ by float noise, not by structure; wider
+scores (the heuristics' float64, integer counts) compare exactly.
 
 Beside the ranking metrics, every protocol gets ROC-AUC and average precision (AP) of the positives
 against the negatives POOLED (the numbers the subgraph link-prediction literature reports for a user's
@@ -43,6 +46,9 @@ REVERSE_KEY = "reverse_acc"  # protocol reverse's own metric, beside METRIC_KEYS
 # 50,000-edge graph (10%), so every graph up to that size keeps its numbers to the digit: the own-graph suite (all
 # under 20,000 edges) and the paper's Planetoid graphs (pubmed, the largest: 4,432 test negatives)
 SHARED_RANK_MAX = 5000
+# Float32 scores this close (relative, at least 1e-5 absolute) tie: the same subgraph scored in another batch moves by
+# float noise (< 1e-5), and an eval set's positives share batches, so untied that noise ranked them systematically.
+F32_TIE_RTOL = 1e-5
 # Rows of (P, K) negatives compared per step: bounds the temporary bool matrix to ~64 MB.
 _OWN_CHUNK_ELEMS = 1 << 26
 
@@ -76,6 +82,16 @@ def _check_pos(pos: np.ndarray) -> np.ndarray:
     return pos
 
 
+def tie_bounds(pos: np.ndarray, *others: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(lo, hi), float64 per positive: a score in [lo, hi] ties it. Where pos or any of `others` is float32 (or
+    narrower), [pos - tol, pos + tol] with tol = F32_TIE_RTOL * max(1, |pos|); otherwise lo = hi = pos (exact)."""
+    p = pos.astype(np.float64)
+    if not any(a.dtype.kind == "f" and a.dtype.itemsize <= 4 for a in (pos, *others)):
+        return p, p
+    tol = np.where(np.isfinite(p), F32_TIE_RTOL * np.maximum(1.0, np.abs(p)), 0.0)
+    return p - tol, p + tol
+
+
 # ---------------------------------------------------------------------------- ranks
 def rank_against_shared(pos_scores, neg_scores) -> np.ndarray:
     """Tie-averaged rank of each positive among all Q shared negatives -> (P,) float64.
@@ -87,10 +103,11 @@ def rank_against_shared(pos_scores, neg_scores) -> np.ndarray:
     neg = _as_scores(neg_scores, "neg_scores")
     if neg.ndim != 1:
         raise MetricsError(f"neg_scores: shared negatives must have shape (Q,), got {neg.shape}")
-    srt = np.sort(neg)
+    lo, hi = tie_bounds(pos, neg)
+    srt = np.sort(neg.astype(np.float64))
     q = srt.shape[0]
-    n_greater = q - np.searchsorted(srt, pos, side="right")
-    n_geq = q - np.searchsorted(srt, pos, side="left")
+    n_greater = q - np.searchsorted(srt, hi, side="right")
+    n_geq = q - np.searchsorted(srt, lo, side="left")
     return 1.0 + (n_greater + n_geq) / 2.0
 
 
@@ -101,12 +118,14 @@ def rank_against_own(pos_scores, neg_scores) -> np.ndarray:
     if neg.ndim != 2 or neg.shape[0] != pos.shape[0]:
         raise MetricsError(f"neg_scores: per-positive negatives must have shape ({pos.shape[0]}, K), got {neg.shape}")
     out = np.empty(pos.shape[0], dtype=np.float64)
+    lo, hi = tie_bounds(pos, neg)
     step = max(1, _OWN_CHUNK_ELEMS // max(1, neg.shape[1]))
     # Chunked so a citation2-sized (86k x 1000) input never builds a full comparison matrix.
     for s in range(0, pos.shape[0], step):
-        p = pos[s : s + step, None]
         n = neg[s : s + step]
-        out[s : s + step] = 1.0 + ((n > p).sum(axis=1) + (n >= p).sum(axis=1)) / 2.0
+        out[s : s + step] = (
+            1.0 + ((n > hi[s : s + step, None]).sum(axis=1) + (n >= lo[s : s + step, None]).sum(axis=1)) / 2.0
+        )
     return out
 
 
@@ -154,7 +173,7 @@ def ogb_hits(pos_scores, neg_scores, k: int) -> float:
         return 1.0
     # np.partition finds the K-th largest in O(Q) without a full sort.
     kth = np.partition(neg, neg.shape[0] - k)[neg.shape[0] - k]
-    return float(np.mean(pos > kth))
+    return float(np.mean(tie_bounds(pos, neg)[0] > kth))
 
 
 def expected_reciprocal_rank(p: np.ndarray, at: int) -> np.ndarray:
@@ -171,7 +190,7 @@ def expected_rank_values(pos_scores, neg_scores, at: int, ks: Sequence[int] = HI
     tie-averaged rank's share), independently (with replacement: M is several times `at`, and every option
     compared is estimated alike), so the number above is X ~ Binomial(at, p):
     E[1 / (1 + X)] = (1 - (1 - p)^(at + 1)) / ((at + 1) p), Hits@K = P(X <= K - 1)."""
-    pos = _check_pos(_as_scores(pos_scores, "pos_scores")).astype(np.float64)
+    pos = _check_pos(_as_scores(pos_scores, "pos_scores"))
     neg = _as_scores(neg_scores, "neg_scores")
     if neg.ndim != 1 or not len(neg):
         raise MetricsError(f"neg_scores: a pool of shared negatives must have shape (M,), M > 0, got {neg.shape}")
@@ -230,18 +249,17 @@ def classification_metrics(pos_scores, neg_scores) -> dict[str, float]:
     neg = _as_scores(neg_scores, "neg_scores").reshape(-1)
     if neg.size == 0:
         raise MetricsError("neg_scores: empty; AUC and AP need at least one negative")
-    dtype = np.result_type(pos.dtype, neg.dtype)  # compare in one type (int counts vs float scores)
-    pos = np.sort(pos.astype(dtype, copy=False))
-    srt = np.sort(neg.astype(dtype, copy=False))
+    lo, hi = tie_bounds(np.sort(pos), neg)  # compare in float64 (int counts vs float scores)
+    pos, srt = np.sort(pos.astype(np.float64)), np.sort(neg.astype(np.float64))
     n_pos, n_neg = pos.size, srt.size
     # AUC: #neg strictly below each positive plus half the ties, summed in exact integers.
-    below = np.searchsorted(srt, pos, side="left").sum(dtype=np.int64)
-    below_or_tied = np.searchsorted(srt, pos, side="right").sum(dtype=np.int64)
+    below = np.searchsorted(srt, lo, side="left").sum(dtype=np.int64)
+    below_or_tied = np.searchsorted(srt, hi, side="right").sum(dtype=np.int64)
     auc = float(below + below_or_tied) / (2.0 * n_pos * n_neg)
     # AP: at each distinct positive score t, tp = #pos >= t, fp = #neg >= t, and recall rises by #pos == t.
     first = np.flatnonzero(np.r_[True, pos[1:] != pos[:-1]])  # start of each run of equal positives
     tp = n_pos - first
-    fp = n_neg - np.searchsorted(srt, pos[first], side="left")
+    fp = n_neg - np.searchsorted(srt, lo[first], side="left")
     gained = np.diff(np.r_[first, n_pos])
     ap = float(np.sum(gained * (tp / (tp + fp)))) / n_pos
     return {"auc": auc, "ap": ap}
@@ -270,8 +288,8 @@ def evaluate(protocol: str, pos_scores, neg_scores) -> dict[str, float]:
     if protocol == "reverse":
         if neg.shape != (pos.shape[0], 1):
             raise MetricsError(f"reverse: expected one negative per positive, (P, 1) scores, got {neg.shape}")
-        p, q = pos.astype(np.float64), neg[:, 0].astype(np.float64)
-        acc = float(np.mean((p > q) + 0.5 * (p == q)))
+        (lo, hi), q = tie_bounds(pos, neg), neg[:, 0].astype(np.float64)
+        acc = float(np.mean((lo > q) + 0.5 * ((q >= lo) & (q <= hi))))
         return {**ranking_metrics(rank_against_own(pos, neg)), **classification_metrics(pos, neg), REVERSE_KEY: acc}
     if neg.ndim == 2:
         return {**ranking_metrics(rank_against_own(pos, neg)), **classification_metrics(pos, neg)}
@@ -375,6 +393,8 @@ __all__ = [
     "ranking_note",
     "SHARED_RANK_MAX",
     "rank_against_own",
+    "tie_bounds",
+    "F32_TIE_RTOL",
     "ranking_metrics",
     "ogb_hits",
     "classification_metrics",

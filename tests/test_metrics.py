@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from common.metrics import (
+    F32_TIE_RTOL,
     METRIC_KEYS,
     RANK_KEYS,
     MetricsError,
@@ -21,6 +22,7 @@ from common.metrics import (
     rank_against_own,
     rank_against_shared,
     ranking_metrics,
+    relation_metrics,
     unique_pairs,
 )
 
@@ -202,11 +204,12 @@ def test_citation2_sized_input_completes():
     neg = rng.random((86_000, 1000), dtype=np.float32)
     out = evaluate("ogb", pos, neg)
     assert out["auc"] == pytest.approx(0.5, abs=0.01)  # random scores: pooled AUC at chance
-    # Exact: the tie-averaged ranks written out (float32 draws do tie at this size), in 8 chunks of rows.
+    # Exact: the tie-averaged ranks written out, float32 scores within F32_TIE_RTOL (here < 1: 1e-5) tying, in 8 chunks.
+    tol = F32_TIE_RTOL
     ranks = np.concatenate(
         [
-            1 + (n > p[:, None]).sum(1) + 0.5 * (n == p[:, None]).sum(1)
-            for p, n in zip(np.array_split(pos, 8), np.array_split(neg, 8))
+            1 + (n > p[:, None] + tol).sum(1) + 0.5 * (abs(n - p[:, None]) <= tol).sum(1)
+            for p, n in zip(np.array_split(pos.astype(np.float64), 8), np.array_split(neg, 8))
         ]
     )
     assert out["mrr"] == pytest.approx(np.mean(1 / ranks), rel=1e-9)
@@ -218,7 +221,9 @@ def test_citation2_sized_input_completes():
     assert abs(out["mrr"] - expected_random_mrr(1000)) < 5 * rr.std() / np.sqrt(len(pos))
     shared_neg = neg[:100].ravel()  # 100k shared negatives: OGB's strict rule against the 50th best
     shared = evaluate("ogb", pos, shared_neg)
-    assert shared["hits@50"] == np.mean(pos > np.sort(shared_neg)[-50]) and shared["hits@50"] > 0
+    assert (
+        shared["hits@50"] == np.mean(pos.astype(np.float64) - tol > np.sort(shared_neg)[-50]) and shared["hits@50"] > 0
+    )
 
 
 # ---------------------------------------------------------------------------- AUC and AP
@@ -332,3 +337,23 @@ def test_as_percent_and_format_table():
     assert lines[0].split() == ["heuristic", "MRR"]
     assert lines[2].endswith("28.34") and lines[3].endswith(" 9.50")
     assert len({len(line) for line in lines}) == 1  # aligned: numbers right-justified to one width
+
+
+def test_float32_noise_on_identical_subgraphs_ties_like_an_exact_tie():
+    # The same subgraph scored in another batch moves by float noise: a positive 1.0 + 2 ulp against three negatives
+    # at 1.0 (and one below) must rank as the exact tie does, under every protocol; float64 scores stay exact.
+    exact, noisy = (
+        np.float32(1.0),
+        np.nextafter(np.nextafter(np.float32(1.0), 2, dtype=np.float32), 2, dtype=np.float32),
+    )
+    neg_row = np.array([1.0, 1.0, 1.0, 0.5], dtype=np.float32)
+    for protocol, neg in (("kg", neg_row[None]), ("heart", neg_row[None]), ("original", neg_row), ("ogb", neg_row)):
+        tied = evaluate(protocol, np.array([exact]), neg)
+        assert evaluate(protocol, np.array([noisy]), neg) == tied, protocol
+        assert tied["mrr"] == pytest.approx(1 / 2.5) and tied["auc"] == pytest.approx(0.625)
+    assert rank_against_own(np.array([noisy, exact]), np.stack([neg_row, neg_row])).tolist() == [2.5, 2.5]
+    assert evaluate("reverse", np.array([noisy]), np.array([[exact]]))["reverse_acc"] == 0.5
+    rel = relation_metrics(np.array([noisy]), neg_row[None], np.array([0]), ["r"])
+    assert rel["mrr/r"] == pytest.approx(1 / 2.5)
+    # float64 (the heuristics' scores) is not float noise: 1 + 1e-12 is above 1.0
+    assert evaluate("kg", np.array([1.0 + 1e-12]), neg_row[None].astype(np.float64))["mrr"] == 1.0
