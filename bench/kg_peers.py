@@ -3,7 +3,7 @@
     python -m bench.kg_peers --data ../shared/data/kg/wn18rr --peer rgcn --minutes 20 --out rgcn.json
     python -m bench.kg_peers --data ../shared/data/kg/wn18rr --peer complex --minutes 30 --out complex.json
 
-Protocols (the same for PENCIL, issue 65):
+Protocols (the same for PENCIL):
 - sampled: each test triple against 50 corrupted heads and 50 corrupted tails (common.datasets.corruptions,
   filtered of every true triple of train, valid and test, seed fixed), one tie-averaged rank among the 101;
 - full: the standard filtered ranking of the tail (h, r, ?) and of the head (?, r, t) against every entity.

@@ -81,14 +81,10 @@ def user_item_split(g: UserItemGraph, split: SplitSettings | None = None) -> Lin
 
 def is_user_item(path) -> bool:
     """An edge-list file whose header names `user` and `item` columns and neither `src` nor `dst`."""
-    from common.datasets.tables import PARQUET_SUFFIXES, TEXT_SUFFIXES, parquet_header, suffix_of, text_header
+    from common.datasets.columns import header_names
 
-    path = Path(path)
-    suf = suffix_of(path.name)
-    if suf is None or not path.is_file():
-        return False
-    header = parquet_header(path) if suf in PARQUET_SUFFIXES else text_header(path, TEXT_SUFFIXES[suf], "user,item")
-    names = {h.strip().lower() for h in header}
+    # an unreadable file is refused here with the edge list's own hint: most files are edge lists
+    names = set(header_names(Path(path)))
     return {"user", "item"} <= names and not {"src", "dst"} & names
 
 

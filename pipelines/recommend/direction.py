@@ -78,7 +78,7 @@ def check_model_direction(model, digraph: DiGraph | None, where: str) -> None:
 def add_direction_flag(p) -> None:
     """--direction, shared by recommend and evaluate: one definition, one default."""
     p.add_argument(
-        "--direction", default=None, choices=DIRECTIONS, help="a directed run: propose out-links (default) or in-links"
+        "--direction", default=None, choices=DIRECTIONS, help="a directed run: out-links (default) or in-links"
     )
 
 

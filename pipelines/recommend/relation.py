@@ -23,9 +23,7 @@ class RelationError(ValueError):
 
 def add_relation_flag(p) -> None:
     """--relation, of recommend: one definition."""
-    p.add_argument(
-        "--relation", default=None, help="a typed run (relation types): recommend the missing tails of this relation"
-    )
+    p.add_argument("--relation", default=None, help="a typed run: this relation's missing tails")
 
 
 def resolve_relation(asked: str | None, names: tuple, where: str, flag: str = "--relation") -> int | None:
