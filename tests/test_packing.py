@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from common.shards import Block
-from trainer.data.packing import BatchPacker, LocalEdges, from_padded, pack, pack_samples, to_padded, token_sample
+from trainer.data.packing import BatchPacker, LocalEdges, pack, pack_samples
+from trainer.data.padded import from_padded, to_padded, token_sample
 
 
 def _samples():

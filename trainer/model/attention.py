@@ -37,7 +37,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainer.data.packing import PackedBatch, padded_positions
+from trainer.data.packing import PackedBatch
+from trainer.data.padded import padded_positions
 from trainer.model.bert import BertLayer
 
 BACKENDS = ("auto", "sdpa", "bucketed", "varlen", "flash_varlen", "flash_attn", "reference")

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from trainer.data.packing import PackedBatch, token_sample
+from trainer.data.packing import PackedBatch
+from trainer.data.padded import token_sample
 
 
 def _dense_rows(batch: PackedBatch) -> torch.Tensor:
