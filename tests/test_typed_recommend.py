@@ -1,4 +1,4 @@
-"""Recommendations of a typed run (relation types, issue 65): one relation's missing tails (or heads, --direction in)
+"""Recommendations of a typed run (relation types): one relation's missing tails (or heads, --direction in)
 of each query, never a triple that exists; the one-line refusals; (slow) `recommend --relation` end to end, its
 scores those of `score` for the same triples. Hand-made graphs with hand-computed answers."""
 

@@ -1,4 +1,4 @@
-"""`serve` on a typed run (relation types, issue 65): edits of triples [head, tail, relation], the query parameter
+"""`serve` on a typed run (relation types): edits of triples [head, tail, relation], the query parameter
 `relation`, their one-line 400s, a replay that gives the same triples; (slow) a real service driven over HTTP."""
 
 from __future__ import annotations
