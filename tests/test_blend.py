@@ -94,7 +94,7 @@ def test_recommendations_follow_the_blend():
 
 
 def test_native_full_ranking_filters_and_ties_exactly():
-    from pipelines.recommend.evaluation import native_full_ranking
+    from pipelines.recommend.native_ranking import native_full_ranking
 
     row = np.array([9.0, 9.0, 9.0, 1.0, 2.0, 3.0, 0.5, 2.0, -1.0])  # 0 itself, its neighbours 1, 2: not ranked
     pos = np.array([[0, 4], [0, 7]])

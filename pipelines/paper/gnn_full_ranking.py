@@ -32,7 +32,7 @@ from common.flags import (
 )
 from common.presets import EXPERIMENT_PRESETS
 from pipelines.core.config import parse_seeds
-from pipelines.recommend.evaluation import native_full_ranking
+from pipelines.recommend.native_ranking import native_full_ranking
 
 log = logging.getLogger("pipelines.paper.gnn_full_ranking")
 MODELS = ("gcn", "sage")

@@ -36,9 +36,8 @@ from common.atomic import write_json_atomic
 from common.cli import Parser, command, exit_process, summary
 from common.datasets import DatasetError
 from common.flags import FlagError, add_moved_dataset_flag, add_overwrite_flag
-from common.graph import Graph
 from common.outputs import OutputError, check_output, check_replacement, stamp
-from common.retrieval import EVERY_NODE, Allowed, RetrievalError, neighbour_entries, retrieve
+from common.retrieval import EVERY_NODE, Allowed, RetrievalError, retrieve
 from pipelines.core.config import MovedDataset
 from pipelines.core.runs import RunFolderError, load_run_model, run_dataset, run_inputs
 from pipelines.recommend.direction import DirectionError, check_model_direction
@@ -50,6 +49,7 @@ from pipelines.recommend.engine import (
     rank_prior,
     scorer_for,
 )
+from pipelines.recommend.relation import RelationError
 from trainer.scoring import default_device
 
 log = logging.getLogger("pipelines.recommend")
@@ -77,6 +77,18 @@ def metrics(ranks: np.ndarray, pool: int) -> dict:
     return out
 
 
+@dataclass(frozen=True)
+class RankedPositives:
+    """Per positive of a full ranking: whether its target is in the pool, and its rank by the retriever alone and by
+    PENCIL at each prior weight asked (none without a scorer)."""
+
+    in_pool: np.ndarray  # (P,) bool
+    retriever: np.ndarray  # (P,) float64 ranks
+    pencil: dict = field(default_factory=dict)  # prior weight -> (P,) ranks
+    pairs_scored: int = 0
+    probability: dict | None = None
+
+
 def full_ranking(
     graph,
     positives: np.ndarray,
@@ -86,14 +98,51 @@ def full_ranking(
     allowed: Allowed = EVERY_NODE,
     sweep: bool = False,
 ) -> dict:
-    """Metrics of the retriever alone and (with a scorer) of PENCIL re-ranking its pool. `allowed.candidates`: the
-    nodes that compete with a target (None: every node; under a temporal split, those that exist by the
-    boundary); `allowed.known`: a directed run's out-edges (u's out-links are excluded, its in-links compete, and
-    only u's own known positives u -> x are filtered)."""
+    """Metrics of the retriever alone and (with a scorer) of PENCIL re-ranking its pool (ranked_positives)."""
+    weights = (0.0, cfg.prior_weight, *(PRIOR_GRID if sweep else ())) if scorer is not None else ()
+    ranked = ranked_positives(graph, positives, known, cfg, scorer, allowed, weights)
+    result = {
+        "positives": int(len(positives)),
+        "pool": cfg.pool,
+        "retriever": cfg.retriever,
+        f"recall@{cfg.pool}": float(np.mean(ranked.in_pool)),
+        "retriever_alone": metrics(ranked.retriever, cfg.pool),
+    }
+    if scorer is not None:
+        result["pencil_rerank"] = metrics(ranked.pencil[0.0], cfg.pool)
+        result["pencil_blend"] = {
+            "prior_weight": cfg.prior_weight,
+            **metrics(ranked.pencil[cfg.prior_weight], cfg.pool),
+        }
+        if sweep:
+            result["prior_sweep"] = {str(w): metrics(ranked.pencil[w], cfg.pool) for w in PRIOR_GRID}
+        result["pairs_scored"] = ranked.pairs_scored
+        result["probability"] = ranked.probability
+    return result
+
+
+def ranked_positives(
+    graph,
+    positives: np.ndarray,
+    known: np.ndarray,
+    cfg: RecConfig,
+    scorer=None,
+    allowed: Allowed = EVERY_NODE,
+    weights=(),
+    pool_of=None,
+) -> RankedPositives:
+    """Each positive's rank by the retriever alone and (with a scorer) by PENCIL at each prior weight in `weights`.
+    `allowed.candidates`: the nodes that compete with a target (None: every node; under a temporal split, those that
+    exist by the boundary); `allowed.known`: a directed run's out-edges (u's out-links are excluded, its in-links
+    compete, and only u's own known positives u -> x are filtered). `pool_of(queries)`: the pool of each query node
+    (common.retrieval.Pool; default: cfg.retriever's, topped up by popularity)."""
     side, candidates, directed = allowed.side, allowed.candidates, allowed.known
     u, v = positives[:, 0].astype(np.int64), positives[:, 1].astype(np.int64)
     queries = np.unique(u)
-    pool = retrieve(graph, queries, cfg.retriever, cfg.pool, allowed=Allowed(side, candidates, directed), fill=True)
+    if pool_of is None:
+        pool = retrieve(graph, queries, cfg.retriever, cfg.pool, allowed=Allowed(side, candidates, directed), fill=True)
+    else:
+        pool = pool_of(queries)
     row = np.searchsorted(queries, u)
     cand = pool.cand[row]  # (P, M)
     n = graph.num_nodes
@@ -123,59 +172,21 @@ def full_ranking(
     rankable = np.maximum(kind - linked.degree[u] - partners + 1, 1)
     size = valid.sum(1)
     outside = size + (rankable - size + 1) / 2.0
-    result = {
-        "positives": int(len(u)),
-        "pool": cfg.pool,
-        "retriever": cfg.retriever,
-        f"recall@{cfg.pool}": float(np.mean(target >= 0)),
-    }
     retr = np.where(valid, pool.score[row], -np.inf)
-    ranks = np.where(target >= 0, pool_ranks(retr, valid, target), outside)
-    result["retriever_alone"] = metrics(ranks, cfg.pool)
-    if scorer is not None:
-        node, cnd, _ = pool.pairs()
-        logits = scorer.logits(np.stack([node, cnd], axis=1))
-        prior = rank_prior(pool.score)[pool.cand >= 0]  # pairs() is row-major over the valid entries
-
-        def rerank(weight: float) -> dict:
-            table = np.full(pool.cand.shape, -np.inf)
-            table[pool.cand >= 0] = probabilities(logits, prior, weight)
-            pen = np.where(valid, table[row], -np.inf)
-            return metrics(np.where(target >= 0, pool_ranks(pen, valid, target), outside), cfg.pool)
-
-        result["pencil_rerank"] = rerank(0.0)
-        result["pencil_blend"] = {"prior_weight": cfg.prior_weight, **rerank(cfg.prior_weight)}
-        if sweep:
-            result["prior_sweep"] = {str(w): rerank(w) for w in PRIOR_GRID}
-        result["pairs_scored"] = int(len(node))
-        result["probability"] = probability_summary(logits, pool, row, valid, target)
-    return result
-
-
-def native_full_ranking(
-    graph, positives: np.ndarray, known: np.ndarray, score_rows, side=None, block: int = 512
-) -> dict:
-    """A model that scores every node (a GNN's dot products): v's rank among ALL of u's rankable
-    non-neighbours, the same filter (not u, not a neighbour, not another known positive of u; the other
-    kind on a bipartite graph) and tie rule as the pooled rankers. score_rows(queries) -> (Q, N) scores."""
-    u, v = positives[:, 0].astype(np.int64), positives[:, 1].astype(np.int64)
-    n = graph.num_nodes
-    partners = Graph.from_edges(known.astype(np.int64), num_nodes=n)  # u's known positives as CSR rows
-    ranks = np.empty(len(u))
-    for lo in range(0, len(u), block):  # (block, N) scores at a time
-        uu, vv = u[lo : lo + block], v[lo : lo + block]
-        queries, inverse = np.unique(uu, return_inverse=True)
-        scores = np.asarray(score_rows(queries), dtype=np.float64)[inverse]
-        valid = np.ones(scores.shape, dtype=bool)
-        valid[neighbour_entries(graph, uu)] = False
-        valid[neighbour_entries(partners, uu)] = False
-        if side is not None:
-            valid &= side[None, :] != side[uu][:, None]
-        r = np.arange(len(uu))
-        valid[r, uu] = False
-        valid[r, vv] = True
-        ranks[lo : lo + block] = pool_ranks(scores, valid, vv)
-    return {"positives": int(len(u)), **metrics(ranks, n)}
+    ranked = RankedPositives(target >= 0, np.where(target >= 0, pool_ranks(retr, valid, target), outside))
+    if scorer is None:
+        return ranked
+    node, cnd, _ = pool.pairs()
+    logits = scorer.logits(np.stack([node, cnd], axis=1))
+    prior = rank_prior(pool.score)[pool.cand >= 0]  # pairs() is row-major over the valid entries
+    pencil = {}
+    for weight in weights:
+        table = np.full(pool.cand.shape, -np.inf)
+        table[pool.cand >= 0] = probabilities(logits, prior, weight)
+        pen = np.where(valid, table[row], -np.inf)
+        pencil[weight] = np.where(target >= 0, pool_ranks(pen, valid, target), outside)
+    probability = probability_summary(logits, pool, row, valid, target)
+    return replace(ranked, pencil=pencil, pairs_scored=int(len(node)), probability=probability)
 
 
 def probability_summary(logits: np.ndarray, pool, row: np.ndarray, valid: np.ndarray, target: np.ndarray) -> dict:
@@ -215,24 +226,20 @@ def sample_positives(positives: np.ndarray, n: int | None, seed: int) -> np.ndar
 
 
 def log_split(split: str, res: dict, cfg: RecConfig, total: int) -> None:
-    hits = {r: res[r].get("hits@20", float("nan")) for r in ("retriever_alone", "pencil_rerank", "pencil_blend")}
-    log.info(
-        "%s (%d of %d positives) %s pool %d: recall@%d %.4f | retriever Hits@20 %.4f MRR %.4f | PENCIL Hits@20 "
-        "%.4f MRR %.4f | blend w=%g Hits@20 %.4f MRR %.4f",
-        split,
-        res["positives"],
-        total,
-        cfg.retriever,
-        cfg.pool,
-        cfg.pool,
-        res[f"recall@{cfg.pool}"],
-        hits["retriever_alone"],
-        res["retriever_alone"]["mrr"],
-        hits["pencil_rerank"],
-        res["pencil_rerank"]["mrr"],
-        cfg.prior_weight,
-        hits["pencil_blend"],
-        res["pencil_blend"]["mrr"],
+    log.info("%s", ranking_line(f"{split} ({res['positives']} of {total} positives)", res, cfg, 20))
+
+
+def ranking_line(head: str, res: dict, cfg: RecConfig, at: int) -> str:
+    """recall@M, then Hits@at and MRR of each ranker of a split's result, for the log."""
+    rankers = (
+        ("retriever", "retriever_alone"),
+        ("PENCIL", "pencil_rerank"),
+        (f"blend w={cfg.prior_weight:g}", "pencil_blend"),
+    )
+    reach = f"{head} {cfg.retriever} pool {cfg.pool}: recall@{cfg.pool} {res[f'recall@{cfg.pool}']:.4f}"
+    at_k = f"hits@{at}"
+    return " | ".join(
+        [reach, *(f"{n} Hits@{at} {res[k].get(at_k, np.nan):.4f} MRR {res[k]['mrr']:.4f}" for n, k in rankers)]
     )
 
 
@@ -262,6 +269,12 @@ def build_parser(prog: str = PROG) -> Parser:
     p.add_argument(
         "--sample-seed", type=int, default=0, metavar="S", advanced=True, help="seed of --sample-positives (default 0)"
     )
+    p.add_argument(
+        "--relation-pool",
+        action="store_true",
+        advanced=True,
+        help="a typed run: fuse each pool with the entities most often the relation's tails (heads) in training",
+    )
     return p
 
 
@@ -277,6 +290,7 @@ class EvaluateConfig:
     choose_prior: bool = False
     sample_positives: int | None = None
     sample_seed: int = 0
+    relation_pool: bool = False  # a typed run's pools fused with the relation's ends (common.typed_retrieval)
 
     @classmethod
     def from_args(cls, args) -> "EvaluateConfig":
@@ -301,6 +315,7 @@ class EvaluateConfig:
             args.choose_prior,
             args.sample_positives,
             args.sample_seed,
+            args.relation_pool,
         )
 
 
@@ -311,7 +326,15 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 def run_evaluation(cfg: EvaluateConfig) -> int:
     try:
         return evaluate_run(cfg)
-    except (RecommendError, RunFolderError, RetrievalError, DatasetError, OutputError, DirectionError) as err:
+    except (
+        RecommendError,
+        RunFolderError,
+        RetrievalError,
+        DatasetError,
+        OutputError,
+        DirectionError,
+        RelationError,
+    ) as err:
         raise FlagError(str(err)) from None
 
 
@@ -332,8 +355,24 @@ def evaluate_run(run: EvaluateConfig) -> int:
     cfg = replace(run.engine, **fields)  # the run's sampling
     if bad := [s for s in run.splits if s not in dataset.splits]:
         raise RecommendError(f"--splits: no split {', '.join(bad)} to rank; use valid and/or test")
-    known = np.concatenate([dataset.splits[s].pos for s in ("valid", "test") if s in dataset.splits])
     report = {"dataset": dataset.name, "run": run.run, "splits": {}, **stamp("evaluate", fingerprint)}
+    if dataset.typed:  # triples over every entity, both sides; imported here: it builds on this module's rules
+        from pipelines.recommend.typed_ranking import rank_typed_splits
+
+        report.update(rank_typed_splits(model, dataset, cfg, run, device))
+    else:
+        report.update(rank_splits(model, dataset, cfg, run, device))
+    write_json_atomic(run.out, report)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def rank_splits(model, dataset, cfg: RecConfig, run: EvaluateConfig, device) -> dict:
+    """{"splits": each split's full ranking[, "prior_weight_chosen_on_valid"]} of an untyped run."""
+    if run.relation_pool:
+        raise RecommendError(f"--relation-pool: RUN {run.run} is untyped (its links have no relation); drop the flag")
+    known = np.concatenate([dataset.splits[s].pos for s in ("valid", "test") if s in dataset.splits])
+    report = {"splits": {}}
     for split in run.splits:
         graph = dataset.graph_for(split)
         scorer = scorer_for(model, graph, cfg, device, dataset.out_graph_for(split))  # a directed run's model reads it
@@ -343,21 +382,19 @@ def evaluate_run(run: EvaluateConfig) -> int:
         allowed = Allowed(candidates=dataset.active_nodes(split), known=dataset.out_graph_for(split))
         res = full_ranking(graph, positives, known, cfg, scorer, allowed, sweep=split == "valid")
         if run.sample_positives is not None:
-            res["sample"] = {
-                "sample_positives": run.sample_positives,
-                "sample_seed": run.sample_seed,
-                "sampled": int(len(positives)),
-                "of": int(len(every)),
-            }
+            res["sample"] = sample_record(run, len(positives), len(every))
         if split == "valid" and run.choose_prior:  # valid is ranked first: test then uses the chosen weight
             cfg = replace(cfg, prior_weight=choose_weight(res["prior_sweep"]))
             res["pencil_blend"] = {"prior_weight": cfg.prior_weight, **res["prior_sweep"][str(cfg.prior_weight)]}
             report["prior_weight_chosen_on_valid"] = cfg.prior_weight
         report["splits"][split] = res
         log_split(split, res, cfg, len(every))
-    write_json_atomic(run.out, report)
-    print(json.dumps(report, indent=2))
-    return 0
+    return report
+
+
+def sample_record(run: EvaluateConfig, sampled: int, of: int) -> dict:
+    """What --sample-positives ranked, for the JSON."""
+    return {"sample_positives": run.sample_positives, "sample_seed": run.sample_seed, "sampled": sampled, "of": of}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,182 @@
+"""Full filtered ranking of a typed run's triples over every entity (pipelines/recommend/typed_ranking.py): both
+sides of each triple, the filter of known triples (valid: train + valid; test: every split's), the pool's reach,
+the expected rank of a target outside the pool, the relation's ends fused into the pool, and PENCIL's re-ranking
+scored as triples of the query's relation. A hand-made graph with hand-computed values."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from common.datasets import DatasetSpec, load_dataset
+from common.retrieval import Allowed
+from common.typed_retrieval import frequent_ends, typed_retrieve
+from pipelines.recommend.engine import RecConfig, RecommendError
+from pipelines.recommend.evaluation import EvaluateConfig, rank_splits
+from pipelines.recommend.typed_ranking import rank_triples, split_report
+from tests.test_typed_kg import typed_run  # noqa: F401 (a fixture)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Entities e0..e6 are ids 0..6, relations r0 0 and r1 1. The training graph (either direction, every relation):
+# 0-1, 1-2, 2-3, 3-4, 0-2, degrees 2, 2, 3, 2, 1; e5 and e6 are in no training triple.
+TRAIN = [("e0", "r0", "e1"), ("e1", "r0", "e2"), ("e2", "r1", "e3"), ("e3", "r0", "e4"), ("e0", "r1", "e2")]
+VALID = [("e0", "r0", "e3"), ("e5", "r1", "e6")]
+TEST = [("e0", "r0", "e2"), ("e1", "r0", "e4")]  # 0 -r1-> 2 is a training triple: 2 stays a candidate for r0
+
+
+@pytest.fixture(scope="module")
+def kg(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("kg") / "tiny"
+    folder.mkdir()
+    for name, rows in (("train", TRAIN), ("valid", VALID), ("test", TEST)):
+        (folder / f"{name}.txt").write_text("".join(f"{h}\t{r}\t{t}\n" for h, r, t in rows))
+    return load_dataset(DatasetSpec(str(folder)))
+
+
+def triples(ds, split):
+    return ds.relations.triples(split, ds.splits[split].pos)
+
+
+# PENCIL's logit of each triple (h, r, t) (others 0): it puts 0 -r0-> 4 above the target 0 -r0-> 2
+LOGIT = {(0, 0, 4): 2.0, (0, 0, 2): 1.0, (0, 0, 3): 5.0, (4, 0, 2): -1.0, (3, 0, 2): -1.0, (1, 0, 4): 3.0}
+
+
+class TripleScorer:
+    """The scoring engine's interface: logits(pairs (h, t), rel) -> (orderings, P)."""
+
+    def __init__(self):
+        self.seen = []
+
+    def logits(self, pairs, rel):
+        self.seen += [(int(h), int(r), int(t)) for (h, t), r in zip(pairs, rel)]
+        return np.array([[LOGIT.get((int(h), int(r), int(t)), 0.0) for (h, t), r in zip(pairs, rel)]], np.float32)
+
+
+def test_both_sides_of_each_test_triple_rank_filtered_among_every_entity(kg):
+    """Pools of 3 (RA on the untyped graph, never the anchor's own r0 links, topped up by popularity):
+    (0, r0, ?): RA 2 (1/2), 3 (1/3), then 4; 3 is a valid r0 tail of 0: filtered, so 2 is first (rank 1).
+    (?, r0, 2): RA 0 and 4 tie (1/2), then 3; 1 -r0-> 2 is known: 0 shares the first place (rank 1.5).
+    (1, r0, ?): RA 0 and 3 tie (1/3), then 4 (rank 3). (?, r0, 4): RA 2 (1/2), then 0, 1 by popularity (rank 2.5)."""
+    scorer = TripleScorer()
+    cfg = RecConfig(k=1, pool=3, retriever="ra", prior_weight=1.0)
+    ranks = rank_triples(kg, "test", triples(kg, "test"), cfg, scorer, weights=(0.0, 1.0))
+    order = list(zip(ranks.relation.tolist(), ranks.side.tolist()))
+    assert order == [(0, "tail"), (0, "tail"), (0, "head"), (0, "head")]  # group by group: r0 tails, r0 heads
+    r = ranks.ranked
+    np.testing.assert_array_equal(r.in_pool, [True, True, True, True])
+    np.testing.assert_array_equal(r.retriever, [1.0, 3.0, 1.5, 2.5])  # (0,r0,2), (1,r0,4) tails; then heads
+    # PENCIL: (0,r0,4) 2.0 beats (0,r0,2) 1.0 (3 is filtered despite 5.0); (1,r0,4) 3.0 beats 0; head side of
+    # (0,r0,2): 1.0 beats -1, -1; of (1,r0,4): 3.0 beats (0,r0,4) 2.0 and (2,r0,4) 0
+    np.testing.assert_array_equal(r.pencil[0.0], [2.0, 1.0, 1.0, 1.0])
+    assert r.pairs_scored == 12 and {rel for _, rel, _ in scorer.seen} == {0}
+    assert (4, 0, 2) in scorer.seen and (2, 0, 4) in scorer.seen  # head queries scored as (candidate, r, anchor)
+    report = split_report(ranks, kg.relations.names, cfg, sweep=False, relation_pool=False)
+    assert report["triples"] == 2 and report["recall@3"] == 1.0 and report["queries"] == 4
+    assert report["retriever_alone"]["mrr"] == pytest.approx((1 + 1 / 3 + 1 / 1.5 + 1 / 2.5) / 4)
+    assert report["pencil_rerank"]["mrr"] == pytest.approx((0.5 + 1 + 1 + 1) / 4)
+    assert report["pencil_rerank"]["hits@1"] == 0.75 and report["pencil_rerank"]["hits@3"] == 1.0
+    assert report["sides"]["head"]["retriever_alone"]["mrr"] == pytest.approx((1 / 1.5 + 1 / 2.5) / 2)
+    assert report["relations"]["r0"]["queries"] == 4 and "r1" not in report["relations"]
+
+
+def test_a_target_outside_the_pool_takes_the_expected_rank_of_the_rest(kg):
+    """Pools of 2: (1, r0, ?) holds 0, 3 (target 4 outside); its rivals are every entity but 1 (the anchor) and 2
+    (1 -r0-> 2 is known): 0, 3, 4, 5, 6, so rank 2 + (5 - 2 + 1) / 2 = 4. (?, r0, 4) holds 2, 0: rivals 0, 1, 2, 5, 6
+    (not 4, not 3 -r0-> 4): rank 4."""
+    ranks = rank_triples(kg, "test", triples(kg, "test"), RecConfig(k=1, pool=2, retriever="ra"))
+    np.testing.assert_array_equal(ranks.ranked.in_pool, [True, False, True, False])
+    np.testing.assert_array_equal(ranks.ranked.retriever, [1.0, 4.0, 1.5, 4.0])
+    assert not ranks.ranked.pencil  # the retriever alone
+
+
+def test_valid_is_filtered_of_train_and_valid_only(kg):
+    """(0, r0, 3) on valid: 0's test triple 0 -r0-> 2 is no known triple there, so 2 (RA 1/2) outranks the target
+    3 (RA 1/3). (5, r1, 6): 5 and 6 have no training link; pools of 3 by popularity (2, 0, 1) miss the target, whose
+    rivals are the 6 entities but the anchor: rank 3 + (6 - 3 + 1) / 2 = 5, on both sides."""
+    ranks = rank_triples(kg, "valid", triples(kg, "valid"), RecConfig(k=1, pool=3, retriever="ra"))
+    order = list(zip(ranks.relation.tolist(), ranks.side.tolist()))
+    assert order == [(0, "tail"), (0, "head"), (1, "tail"), (1, "head")]
+    np.testing.assert_array_equal(ranks.ranked.retriever[[0, 2, 3]], [2.0, 5.0, 5.0])
+
+
+def test_the_relations_ends_fused_into_the_pool_reach_a_target_the_graph_misses(kg):
+    """r0's training tails are 1, 2, 4 (once each), its heads 0, 1, 3. Pools of 2: for (1, r0, ?) the ends allowed
+    are 4 (1 is the anchor, 2 a known tail); fused by reciprocal ranks with RA's 0, 3: 0 and 4 tie at 1/61, so the
+    pool is 0, 4 and the target 4 is reached (rank 1.5). The other queries keep their places."""
+    assert frequent_ends(triples(kg, "train"), 0, 2, kg.num_nodes).tolist() == [1, 2, 4]
+    assert frequent_ends(triples(kg, "train"), 0, 0, kg.num_nodes).tolist() == [0, 1, 3]
+    cfg = RecConfig(k=1, pool=2, retriever="ra")
+    ranks = rank_triples(kg, "test", triples(kg, "test"), cfg, relation_pool=True)
+    np.testing.assert_array_equal(ranks.ranked.in_pool, [True, True, True, False])
+    np.testing.assert_array_equal(ranks.ranked.retriever, [1.0, 1.5, 1.0, 4.0])
+
+
+def test_a_typed_pool_keeps_the_relations_node_kind_and_never_the_anchors_links(kg):
+    from pipelines.recommend.direction import known_links
+    from pipelines.recommend.relation import relation_links
+
+    links = known_links(relation_links(triples(kg, "train"), 0, kg.num_nodes), "out")
+    allowed = Allowed(candidates=np.array([3, 4, 5]), known=links)
+    pool = typed_retrieve(kg.graph, np.array([0, 1]), "ra", 3, allowed=allowed, ends=np.array([4, 2, 1]))
+    assert [set(row[row >= 0].tolist()) for row in pool.cand] == [{3, 4, 5}, {3, 4, 5}]
+    free = typed_retrieve(kg.graph, np.array([0]), "ppr", 6, allowed=Allowed(known=links))
+    assert 1 not in free.cand[0] and 0 not in free.cand[0] and 2 in free.cand[0]  # 0 -r0-> 1 known, 0 -r1-> 2 not
+
+
+def test_the_relation_pool_flag_on_an_untyped_run_is_one_line(tmp_path):
+    from tests.test_blend import GRAPH
+
+    class Untyped:
+        typed, graph = False, GRAPH
+
+    run = EvaluateConfig(run="r", out=str(tmp_path / "o.json"), relation_pool=True)
+    with pytest.raises(RecommendError, match=r"^--relation-pool: RUN r is untyped \(its links have no relation\)"):
+        rank_splits(None, Untyped(), RecConfig(), run, "cpu")
+
+
+@pytest.mark.slow  # a preprocess run and a trainer run (the fixture), then evaluate and score
+def test_evaluate_a_typed_run_with_a_pool_of_every_entity_gives_the_exact_filtered_ranks(typed_run, tmp_path):
+    """With M = every entity and no prior, PENCIL's full ranking is the filtered ranking of the scoring engine's
+    scores over every entity (common.datasets.corruptions.filtered_ranks), on both sides of each test triple."""
+    from common.datasets.corruptions import filtered_ranks, known_partners
+    from pipelines.core.runs import load_run_model, run_dataset
+    from pipelines.recommend.engine import scorer_for
+    from pipelines.recommend.relation import run_triples, typed_inputs
+    from trainer.scoring import default_device
+
+    run = typed_run / "run"
+    out = tmp_path / "fr.json"
+    cmd = [sys.executable, "-m", "pipelines", "evaluate", str(run), "--out", str(out), "--device", "cpu"]
+    proc = subprocess.run([*cmd, "--pool", "100"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    test = json.loads(out.read_text())["splits"]["test"]
+    assert test["recall@100"] == 1.0 and test["triples"] == 10
+
+    device = default_device("cpu")
+    model, manifest, fields, _ = load_run_model(str(run), device)
+    ds = run_dataset(manifest)
+    n = ds.num_nodes
+    cfg = RecConfig(k=1, pool=100, **fields)
+    typed = typed_inputs(run_triples(ds, "test"), n, len(ds.relations.names))
+    scorer = scorer_for(model, ds.graph_for("test"), cfg, device, ds.out_graph_for("test"), typed)
+    t = triples(ds, "test")
+    known = np.concatenate([triples(ds, s) for s in ("train", "valid", "test")])
+    rr = []
+    for a, e in ((0, 2), (2, 0)):  # tails, then heads
+        every = np.repeat(np.arange(n), len(t))  # candidate-major, then triple
+        trip = np.tile(t, (n, 1))
+        trip[:, e] = every
+        scores = scorer.logits(trip[:, [0, 2]], trip[:, 1]).mean(0).reshape(n, len(t)).T  # (T, N)
+        rows, ents = known_partners(t, known, n, e)
+        mask = np.zeros((len(t), n), dtype=bool)
+        mask[rows, ents] = True
+        mask[np.arange(len(t)), t[:, a]] = True  # the anchor is no candidate
+        rr.append(filtered_ranks(scores[np.arange(len(t)), t[:, e]], scores, mask))
+    want = np.mean(1.0 / np.concatenate(rr))
+    assert test["pencil_rerank"]["mrr"] == pytest.approx(want, abs=1e-6)
