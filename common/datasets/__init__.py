@@ -47,8 +47,9 @@ def load_dataset(spec: DatasetSpec, *, split_flag: str | None = "--split") -> Li
             return load_user_item(spec)
         ds = _own(load_edge_list(spec, split_flag=split_flag))
     else:
+        kg = spec.data_dir is None and Path(name).is_dir() and _kg_files(Path(name)) is not None
         edge_list_only = {
-            "--nodes": (spec.nodes, "a node list"),
+            "--nodes": (None if kg else spec.nodes, "a node list"),  # a knowledge graph's: node kinds
             "--node-features": (spec.node_features, "a feature file"),
             "--fill-features": (spec.fill_features, "filling features"),
             "--ignore-columns": (",".join(spec.ignore_columns) or None, "ignoring columns"),
@@ -122,7 +123,7 @@ def _named(spec: DatasetSpec, fracs) -> LinkDataset:
         _own_split(name, fracs, split_kind)
         from common.datasets.kg import load_kg_folder
 
-        return load_kg_folder(path, triples, seed=spec.seed)
+        return load_kg_folder(path, triples, seed=spec.seed, nodes=spec.nodes)
     if path.is_dir():
         _own_split(name, fracs, split_kind)
         from common.datasets.heart import load_heart_dir

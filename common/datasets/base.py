@@ -54,10 +54,12 @@ class Relations:
 
     names: tuple[str, ...]
     pos: dict[str, np.ndarray]
-    # node kinds (a user-item file, common/datasets/user_item.py): relation -> (its allowed heads, allowed tails),
-    # and the ends training corrupts (0 head, 2 tail); None: any entity, both ends
+    # node kinds (common/datasets/kinds.py: --nodes with a type column, a user-item file's users and items):
+    # relation -> (its allowed heads, allowed tails), and the ends training corrupts (0 head, 2 tail); None: any
+    # entity, both ends
     ends: dict[int, tuple[np.ndarray, np.ndarray]] | None = None
     sides: tuple[int, ...] = (0, 2)
+    kinds: object | None = None  # the common.datasets.kinds.NodeKinds `ends` come from (not hashed: `ends` are)
 
     @property
     def count(self) -> int:

@@ -185,6 +185,9 @@ def load_edge_list(spec: DatasetSpec, split_flag: str | None = "--split") -> Lin
     kind = _split_kind(path, split_kind, masks is not None, times is not None, val_frac, test_frac)
     cols, sources = table.cols, {}  # one dict: map_node_ids drops the Arrow columns from it once converted
     if nodes is not None:
+        from common.datasets.kinds import refuse_untyped_kinds
+
+        refuse_untyped_kinds(nodes)  # node kinds need relations to join
         listed = read_columns(Path(nodes), NODE_COLUMNS, any_of=True, hint="node", rows=NODE_ROWS)
         cols["node"] = listed.cols[NODE_COLUMNS[0]]
         sources["node"] = Path(nodes)

@@ -72,19 +72,35 @@ def read_triples(path: Path) -> np.ndarray:
     return np.stack(cols, axis=1) if cols[0].size else np.zeros((0, 3), dtype=object)
 
 
-def load_kg_folder(folder: Path, files: dict[str, Path], seed: int = 0) -> LinkDataset:
-    """A knowledge-graph folder with its own split (module docstring)."""
+def load_kg_folder(folder: Path, files: dict[str, Path], seed: int = 0, nodes: str | None = None) -> LinkDataset:
+    """A knowledge-graph folder with its own split (module docstring); nodes: its --nodes file (node kinds)."""
     text = {s: read_triples(files[s]) for s in SPLITS}
     if not len(text["train"]):
         raise DatasetError(f"{files['train']}: no triples; a knowledge graph needs training triples")
-    return typed_dataset(folder.name, text, seed, str(folder))
+    return typed_dataset(folder.name, text, seed, str(folder), nodes=nodes, files={s: str(files[s]) for s in SPLITS})
 
 
-def typed_dataset(name: str, text: dict[str, np.ndarray], seed: int, where: str, per_side: int = PER_SIDE):
+def typed_dataset(
+    name: str,
+    text: dict[str, np.ndarray],
+    seed: int,
+    where: str,
+    per_side: int = PER_SIDE,
+    nodes: str | None = None,
+    files: dict | None = None,
+):
     """The LinkDataset of text triples per split: ids mapped in sorted order, directed graphs, relations, and the
-    "kg" protocol's filtered corruptions of valid and test."""
+    "kg" protocol's filtered corruptions of valid and test. where: the file or folder of the triples, files: each
+    split's file where they differ; nodes: a --nodes file, its nodes entities too (isolated ones), its kind column
+    the node kinds (common/datasets/kinds.py)."""
+    from common.datasets.kinds import kinds_of, read_node_list, relation_ends
+
+    files = files or dict.fromkeys(SPLITS, where)
     every = np.concatenate([text[s] for s in SPLITS])
     entities = np.unique(np.concatenate([every[:, 0], every[:, 2]]).astype(str)).astype(object)
+    listed, kinds, col = read_node_list(nodes) if nodes is not None else (None, None, None)
+    if listed is not None:  # the listed nodes are entities too, those in no triple as well
+        entities = np.unique(np.concatenate([entities.astype(str), listed.astype(str)])).astype(object)
     names = tuple(np.unique(every[:, 1].astype(str)).tolist())
     triples = {}
     for s in SPLITS:
@@ -94,18 +110,23 @@ def typed_dataset(name: str, text: dict[str, np.ndarray], seed: int, where: str,
         tl = np.searchsorted(entities.astype(str), t[:, 2].astype(str))
         triples[s] = unique_triples(np.stack([h, r, tl], axis=1).astype(np.int64), len(entities), len(names))
     n = len(entities)
-    ds = triples_dataset(name, triples, n, names, seed, per_side)
+    node_kinds = ends = None
+    if kinds is not None:  # every entity needs its kind: one of the triples' the list lacks is refused
+        node_kinds = kinds_of(entities, listed, kinds, nodes, col, f"the triples of {where}")
+        ends = relation_ends(node_kinds, triples, names, files, f"correct those nodes' {col} in {nodes}, ")
+    ds = triples_dataset(name, triples, n, names, seed, per_side, ends=ends, kinds=node_kinds)
     ds.node_ids = entities
     unseen = np.unique(np.concatenate([triples[s][:, [0, 2]].ravel() for s in ("valid", "test")]))
     unseen = unseen[ds.graph.degree[unseen] == 0]
     log.info(
         "%s: knowledge graph: %s entities, %s relations, %s / %s / %s triples (train / valid / test); %s entities of "
-        "valid / test are in no training triple",
+        "valid / test are in no training triple%s",
         where,
         f"{n:,}",
         len(names),
         *(f"{len(triples[s]):,}" for s in SPLITS),
         f"{len(unseen):,}",
+        "" if node_kinds is None else f"; node kinds {', '.join(node_kinds.names)} ({col} column of {nodes})",
     )
     return ds
 
@@ -140,7 +161,7 @@ def load_kg_edge_list(spec) -> LinkDataset:
         }
     if not len(parts["train"]) or not len(parts["valid"]) or not len(parts["test"]):
         raise DatasetError(f"{path}: a typed split needs triples in train, valid and test; pass more rows or --split")
-    return typed_dataset(stem_of(path), parts, spec.seed, str(path))
+    return typed_dataset(stem_of(path), parts, spec.seed, str(path), nodes=spec.nodes)
 
 
 def _text(col, path: Path, name: str) -> np.ndarray:
@@ -160,9 +181,17 @@ def unique_triples(t: np.ndarray, n: int, r: int) -> np.ndarray:
 
 
 def triples_dataset(
-    name: str, triples: dict[str, np.ndarray], n: int, names: tuple, seed: int, per_side: int = PER_SIDE
+    name: str,
+    triples: dict[str, np.ndarray],
+    n: int,
+    names: tuple,
+    seed: int,
+    per_side: int = PER_SIDE,
+    ends: dict | None = None,
+    kinds=None,
 ) -> LinkDataset:
-    """A directed, typed LinkDataset from (T, 3) int64 [head, relation, tail] triples per split."""
+    """A directed, typed LinkDataset from (T, 3) int64 [head, relation, tail] triples per split; with node kinds
+    (`ends`, Relations.ends, and the `kinds` they come from) every corruption is of its relation's kind."""
     from common.datasets.corruptions import filtered_corruptions
 
     pos = {s: np.ascontiguousarray(triples[s][:, [0, 2]]) for s in SPLITS}
@@ -170,12 +199,13 @@ def triples_dataset(
     seen = np.concatenate([triples["train"], triples["valid"]])
     known = {"valid": seen, "test": np.concatenate([seen, triples["test"]])}
     for i, s in enumerate(("valid", "test")):
-        heads, tails = filtered_corruptions(triples[s], known[s], n, per_side, seed=int(seed) * 2 + i + 1)
+        heads, tails = filtered_corruptions(triples[s], known[s], n, per_side, int(seed) * 2 + i + 1, allowed=ends)
         splits[s].neg[KG] = corruption_pairs(triples[s], heads, tails)
     graph = Graph.from_edges(pos["train"], num_nodes=n)
     ds = LinkDataset(name=name, graph=graph, splits=splits, metric={KG: "mrr"}, own=True)
     ds.out_graphs = {"train": DiGraph.from_edges(pos["train"], n)}
-    ds.relations = Relations(names=tuple(names), pos={s: np.ascontiguousarray(triples[s][:, 1]) for s in SPLITS})
+    pos_rel = {s: np.ascontiguousarray(triples[s][:, 1]) for s in SPLITS}
+    ds.relations = Relations(names=tuple(names), pos=pos_rel, ends=ends, kinds=kinds)
     return ds
 
 

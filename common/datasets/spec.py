@@ -29,7 +29,8 @@ class DatasetSpec:
     filled, columns ignored on purpose; eval_pairs / train_negatives: the user's labelled pairs and known
     non-links; valid_pool: extra validation negatives per protocol negative (common/datasets/pool.py); directed:
     an edge list's rows are ordered pairs src -> dst (--directed; common/datasets/directed.py); relation: an edge
-    list's relation column, its rows typed triples src -relation-> dst (--relation; common/datasets/kg.py).
+    list's relation column, its rows typed triples src -relation-> dst (--relation; common/datasets/kg.py); a
+    typed graph's `nodes` file may give node kinds (a type column, common/datasets/kinds.py).
     """
 
     dataset: str
@@ -81,10 +82,10 @@ class DatasetSpec:
             raise DatasetError(f"{flag}: a pairs file is read as unordered pairs, not with --directed yet; drop one")
         if self.relation is not None and (not isinstance(self.relation, str) or not self.relation.strip()):
             raise DatasetError(f"--relation: the name of the edge list's relation column, got {self.relation!r}")
-        if self.relation is not None and (self.eval_pairs or self.train_negatives or self.nodes or self.node_features):
+        if self.relation is not None and (self.eval_pairs or self.train_negatives or self.node_features):
             raise DatasetError(
-                "--relation: a typed edge list takes no --eval-pairs, --train-negatives, --nodes or --node-features "
-                "yet; drop them"
+                "--relation: a typed edge list takes no --eval-pairs, --train-negatives or --node-features yet; drop "
+                "them"
             )
 
     @property

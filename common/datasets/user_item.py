@@ -95,8 +95,22 @@ def item_negatives(pos, known, g: UserItemGraph, seed: int = SEED, count: int = 
 
     q3 = np.stack([pos[:, 0], np.zeros(len(pos), np.int64), pos[:, 1]], axis=1)
     k3 = np.stack([known[:, 0], np.zeros(len(known), np.int64), known[:, 1]], axis=1)
-    ends = {0: (g.nodes_of("user"), g.nodes_of("item"))}
-    return filtered_corruptions(q3, k3, g.num_nodes, count, seed, allowed=ends)[1]
+    return filtered_corruptions(q3, k3, g.num_nodes, count, seed, allowed=user_item_ends(g))[1]
+
+
+def node_kinds(g: UserItemGraph):
+    """Users and items as the node kinds of any typed graph (common/datasets/kinds.py)."""
+    from common.datasets.kinds import NodeKinds
+
+    return NodeKinds(KINDS, g.kinds.astype(np.int32), g.node_ids)
+
+
+def user_item_ends(g: UserItemGraph) -> dict:
+    """Relations.ends of the one relation: users -> items, as the kinds of any typed graph give them."""
+    from common.datasets.kinds import relation_ends
+
+    every = np.stack([g.pairs[:, 0], np.zeros(len(g.pairs), np.int64), g.pairs[:, 1]], axis=1)
+    return relation_ends(node_kinds(g), dict.fromkeys(SPLITS, every), (RELATION,), dict.fromkeys(SPLITS, g.name))
 
 
 def load_user_item(spec) -> LinkDataset:
@@ -132,7 +146,8 @@ def load_user_item(spec) -> LinkDataset:
     ds.relations = Relations(
         names=(RELATION,),
         pos={s: np.zeros(len(pos[s]), np.int64) for s in SPLITS},
-        ends={0: (g.nodes_of("user"), g.nodes_of("item"))},
+        ends=user_item_ends(g),
         sides=(2,),
+        kinds=node_kinds(g),
     )
     return ds
