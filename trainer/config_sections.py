@@ -242,6 +242,18 @@ class ModelOverrides:
             advanced=True,
         ),
     )
+    # D > 0: embed each token's node degree in the training graph, log2-bucketed and clipped to D (None / 0: off)
+    degrees: int | None = field(
+        default=None,
+        metadata=flag(
+            "add to every token an embedding of its node's degree in the training graph, floor(log2(1 + degree)) "
+            "clipped to D, out and in apart on a directed or typed set (default 0: off)",
+            name="degree-features",
+            metavar="D",
+            group=ABLATIONS,
+            advanced=True,
+        ),
+    )
     # None: the set's node features feed the model when it ships them (early fusion); False: structure only,
     # "PENCIL w/o features" on a featured set, so one set serves both rows (trainer.model.pencil.model_for_shards)
     features: bool | None = field(
@@ -262,6 +274,7 @@ class ModelOverrides:
         check(
             self.distances is None or self.distances >= 0, "--distance-features", f"must be >= 0, got {self.distances}"
         )
+        check(self.degrees is None or self.degrees >= 0, "--degree-features", f"must be >= 0, got {self.degrees}")
         check(self.dropout is None or 0 <= self.dropout < 1, "--dropout", f"must be in [0, 1), got {self.dropout}")
         check(
             self.attention_dropout is None or 0 <= self.attention_dropout < 1,

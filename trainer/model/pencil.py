@@ -26,6 +26,7 @@ from trainer.data.packing import PackedBatch
 from trainer.data.typed import DIRECTED_TYPES
 from trainer.model.attention import BACKENDS, AttentionContext, bert_layer, resolve_backend
 from trainer.model.bert import BertLayer
+from trainer.model.degree import DegreeInput
 from trainer.model.propagation import Propagation, adjacency_embedding, typed_embedding  # noqa: F401
 
 TASKS = ("classification", "regression")
@@ -66,6 +67,9 @@ class ModelConfig:
     # link's target relation gets a learned vector on its task tokens and on the pair before the head; edge_types
     # is then 2R. 0 = untyped: no parameter, no change
     relations: int = 0
+    # D > 0 adds to H0 a learned embedding of each token's node degree in the training graph, floor(log2(1 + deg))
+    # clipped to D, out and in apart on a directed or typed set (trainer/model/degree.py). 0: PENCIL as published.
+    degrees: int = 0
 
     @property
     def attn_dropout(self) -> float:
@@ -102,8 +106,9 @@ class ModelConfig:
         if self.relations and self.edge_types != 2 * self.relations:
             want = 2 * self.relations
             raise ValueError(f"ModelConfig.edge_types must be 2 x relations = {want}, got {self.edge_types}")
-        if not isinstance(self.distances, int) or isinstance(self.distances, bool) or self.distances < 0:
-            raise ValueError(f"ModelConfig.distances must be an integer >= 0, got {self.distances!r}")
+        for name in ("distances", "degrees"):
+            if not isinstance(v := getattr(self, name), int) or isinstance(v, bool) or v < 0:
+                raise ValueError(f"ModelConfig.{name} must be an integer >= 0, got {v!r}")
         for name in ("residual", "w0_learnable", "wpe"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"ModelConfig.{name} must be a bool, got {getattr(self, name)!r}")
@@ -239,6 +244,8 @@ class Pencil(nn.Module):
         if self.relation is not None:
             nn.init.normal_(self.relation.weight, std=d**-0.5)
             nn.init.normal_(self.relation_pair.weight, std=0.02)
+        # created last, and only then: a model without it has the parameters and random stream it always had
+        self.degree = DegreeInput(cfg.degrees, 1 if cfg.edge_types == 1 else 2, d) if cfg.degrees else None
         # The dataset's feature table, attached by the trainer / scorer (not saved: it is data, and it
         # ships with the shard set). Used whenever forward() gets no explicit node_features.
         self.register_buffer("node_table", None, persistent=False)
@@ -309,6 +316,8 @@ class Pencil(nn.Module):
             h = h + self.distance(distance_rows(batch.dist, self.cfg.distances))
         if self.relation is not None:
             h = h + self.relation_tokens(batch)
+        if self.degree is not None:
+            h = h + self.degree(batch)
         if node_features is None:
             node_features = self.node_table
         if self.features is not None:
@@ -375,6 +384,7 @@ def model_for_shards(preset, overrides: dict, manifest: Manifest) -> Pencil:
     with --features or --node-features, and unless overrides["features"] is False) attached, and its task
     (regression on a --targets set), so training and scoring build the same thing."""
     from common.shards import load_features
+    from trainer.data.degrees import train_degrees
 
     overrides = dict(overrides)
     use_features = overrides.pop("features", None) is not False
@@ -391,4 +401,6 @@ def model_for_shards(preset, overrides: dict, manifest: Manifest) -> Pencil:
     model = Pencil(cfg)
     if table is not None:
         model.attach_features(torch.from_numpy(table))
+    if model.degree is not None:  # the degrees of the set's training graph (trainer/data/degrees.py)
+        model.degree.attach(train_degrees(manifest, model.degree.kinds))
     return model
