@@ -2,13 +2,14 @@
 
 `retrieve(graph, queries, method, pool)` works on a block of query nodes at once (sparse products
 for RA/AA, a sparse (b, N) push for PPR), so a recommendation job holds one block's temporaries at a
-time. It never proposes the query itself, an existing neighbour, or (with `side`)
-a node of the query's own kind.
+time. It never proposes the query itself, an existing neighbour, or (with node kinds: `Kinds`) a node of a kind
+the query's kind is not proposed. A bipartite graph's sides (`side`) are the two-kind case: each side proposed the
+other; a typed run's relation proposes its tail kind to every query.
 
 - ra / aa: resource allocation (sum of 1/deg w) / Adamic-Adar (sum of 1/log deg w) over the common
-  neighbours w, i.e. paths u-w-v of 2 hops: row u of A W A. On a bipartite graph (`side` given) the
-  2-hop nodes are of u's own kind, so paths of 3 hops u-i-u'-v are used, with the weight 1/deg (or
-  1/log deg) of both middle nodes: row u of A W A W A (the mass-diffusion recommender).
+  neighbours w, i.e. paths u-w-v of 2 hops: row u of A W A. For a query proposed other kinds than its own (every
+  query of a bipartite graph) the 2-hop nodes are mostly of u's own kind, so paths of 3 hops u-i-u'-v are used,
+  with the weight 1/deg (or 1/log deg) of both middle nodes: row u of A W A W A (the mass-diffusion recommender).
 - ppr: personalized PageRank from u, p = alpha e_u + (1 - alpha) A D^-1 p (alpha = teleport
   probability), approximated by a local forward push (Andersen, Chung & Lang 2006) run on a whole block
   of queries at once: a sparse (b, N) residual r starts at e_u; each round, every entry with r(v) >
@@ -46,16 +47,14 @@ import scipy.sparse as sp
 
 from common.graph import Graph
 from common.heuristics import adjacency
+from common.retrieval_kinds import EVERY_NODE, Allowed, Kinds, RetrievalError, as_kinds
+from common.retrieval_kinds import allowed_mask as _allowed
 
 RETRIEVERS = ("ra", "aa", "ppr", "mix")
 RRF_K = 60
 PPR_ALPHA = 0.15
 PPR_EPS = 1e-6  # push threshold per unit degree (the choice is measured in docs/benchmarks/)
 BLOCK_BYTES = 256 << 20  # a PPR block's sparse arrays are capped at this many bytes
-
-
-class RetrievalError(ValueError):
-    """Bad retrieval input; the message names the flag or value and the fix."""
 
 
 @dataclass
@@ -125,36 +124,6 @@ class Tuning:
             raise RetrievalError(f"PPR push threshold eps must lie in (0, 1), got {self.eps}")
 
 
-@dataclass(frozen=True)
-class Allowed:
-    """Which nodes a query's pool may hold: `side`, one flag per node (a bipartite graph's other side is proposed),
-    and `candidates`, the node ids that may be proposed (None: every node)."""
-
-    side: np.ndarray | None = None
-    candidates: np.ndarray | None = None
-    # the links that may not be proposed, query -> candidate, as an object with has_edge(u, v) (a directed run's
-    # out-edges, or in-edges for in-links: common.graph.DiGraph); None: the retrieval graph's own edges
-    known: object | None = None
-
-
-EVERY_NODE = Allowed()  # no restriction: every node may be proposed
-
-
-def _allowed(
-    graph: Graph, queries: np.ndarray, row: np.ndarray, col: np.ndarray, side, candidates=None, known=None
-) -> np.ndarray:
-    """Mask of entries (queries[row], col) that may be proposed: not the query, not a neighbour (an edge of `known`),
-    across the sides on a bipartite graph, among `candidates` when given, and a positive score (checked by the
-    caller)."""
-    u = queries[row]
-    ok = (col != u) & ~(graph if known is None else known).has_edge(u, col)
-    if side is not None:
-        ok &= side[col] != side[u]
-    if candidates is not None:
-        ok &= candidates[col]
-    return ok
-
-
 def _path_weights(graph: Graph, method: str) -> np.ndarray:
     deg = graph.degree.astype(np.float64)
     w = np.zeros_like(deg)
@@ -178,10 +147,19 @@ def overlap_scores(
     return scores.tocoo()
 
 
-def _overlap_pool(graph, queries, method, pool, side, a, candidates=None, known=None):
-    s = overlap_scores(graph, queries, method, bipartite=side is not None, a=a)
-    row, col, val = s.row.astype(np.int64), s.col.astype(np.int64), s.data
-    ok = (val > 0) & _allowed(graph, queries, row, col, side, candidates, known)
+def _overlap_pool(graph, queries, method, pool, kinds, a, candidates=None, known=None):
+    """RA/AA pools: paths of 3 hops for the queries proposed other kinds than their own, of 2 hops for the rest."""
+    cross = np.zeros(len(queries), dtype=bool) if kinds is None else kinds.crosses(queries)
+    if cross.all() or not cross.any():  # one kind of query (every bipartite block): one product, as always
+        s = overlap_scores(graph, queries, method, bipartite=bool(cross.any()), a=a)
+        row, col, val = s.row.astype(np.int64), s.col.astype(np.int64), s.data
+    else:  # each row's sums are its own, so the two groups' rows are those of one product
+        parts = []
+        for group in (np.flatnonzero(~cross), np.flatnonzero(cross)):
+            s = overlap_scores(graph, queries[group], method, bipartite=bool(cross[group[0]]), a=a)
+            parts.append((group[s.row], s.col.astype(np.int64), s.data))
+        row, col, val = (np.concatenate(x) for x in zip(*parts))
+    ok = (val > 0) & _allowed(graph, queries, row, col, kinds, candidates, known)
     return top_per_row(row[ok], col[ok], val[ok], len(queries), pool)
 
 
@@ -232,10 +210,10 @@ def neighbour_entries(graph: Graph, queries: np.ndarray) -> tuple[np.ndarray, np
     return row, graph.indices[np.repeat(starts, lens) + offset].astype(np.int64)
 
 
-def _ppr_pool(graph, queries, pool, walk, tuning: Tuning, side, candidates=None, known=None):
+def _ppr_pool(graph, queries, pool, walk, tuning: Tuning, kinds, candidates=None, known=None):
     p = ppr_push(graph, queries, tuning.alpha, tuning.eps, walk).tocoo()
     row, col, val = p.row.astype(np.int64), p.col.astype(np.int64), p.data
-    ok = (val > 0) & _allowed(graph, queries, row, col, side, candidates, known)
+    ok = (val > 0) & _allowed(graph, queries, row, col, kinds, candidates, known)
     return top_per_row(row[ok], col[ok], val[ok], len(queries), pool)
 
 
@@ -272,7 +250,7 @@ def _fill_from(
     graph: Graph, pool: Pool, rows: np.ndarray, lists: np.ndarray, spans: tuple, side, candidates=None, known=None
 ) -> None:
     """Append to each row in `rows` the first allowed nodes of lists[starts[i]:ends[i]], up to the pool;
-    `spans`: (starts, ends)."""
+    `spans`: (starts, ends); `side`: Kinds or a bipartite graph's side flags (None: any kind)."""
     starts, ends = spans
     need = pool.cand.shape[1] - pool.count[rows]
     span = np.minimum(ends - starts, need + graph.degree[pool.queries[rows]] + pool.count[rows] + 1)
@@ -293,7 +271,7 @@ def _fill_from(
 
 def fill_by_popularity(graph: Graph, pool: Pool, side=None, candidates=None, known=None) -> Pool:
     """Top up short rows of `pool` in place: the query's component by popularity, then the whole graph; only
-    `candidates` (a node mask) when given."""
+    `candidates` (a node mask) when given, only kinds `side` allows (Kinds, or a bipartite graph's side flags)."""
     comp, order, start = popularity(graph)
     if candidates is not None:  # the lists hold only candidates, so each row's span stays as short as without
         order = order[candidates[order]]
@@ -338,12 +316,15 @@ def retrieve(
         raise RetrievalError(f"--retriever: unknown retriever '{method}'; use one of {', '.join(RETRIEVERS)}")
     if pool < 1:
         raise RetrievalError(f"--pool: must be >= 1, got {pool}")
-    side, candidates, known = allowed.side, allowed.candidates, allowed.known
+    candidates, known = allowed.candidates, allowed.known
     q = check_queries(graph, queries)
-    if side is not None:
-        side = np.asarray(side, dtype=bool)
-        if side.shape != (graph.num_nodes,):
-            raise RetrievalError(f"side: expected one flag per node ({graph.num_nodes}), got shape {side.shape}")
+    if allowed.side is not None and np.shape(allowed.side) != (graph.num_nodes,):
+        raise RetrievalError(
+            f"side: expected one flag per node ({graph.num_nodes}), got shape {np.shape(allowed.side)}"
+        )
+    kinds = allowed.rule()
+    if kinds is not None and kinds.of.shape != (graph.num_nodes,):
+        raise RetrievalError(f"kinds: expected one kind per node ({graph.num_nodes}), got shape {kinds.of.shape}")
     if candidates is not None:
         mask = np.zeros(graph.num_nodes, dtype=bool)
         mask[np.asarray(candidates, dtype=np.int64)] = True
@@ -355,15 +336,15 @@ def retrieve(
     for lo in range(0, len(q), step):
         b = q[lo : lo + step]
         if method in ("ra", "aa"):
-            parts.append(_overlap_pool(graph, b, method, pool, side, a, candidates, known))
+            parts.append(_overlap_pool(graph, b, method, pool, kinds, a, candidates, known))
         elif method == "ppr":
-            parts.append(_ppr_pool(graph, b, pool, walk, tuning, side, candidates, known))
+            parts.append(_ppr_pool(graph, b, pool, walk, tuning, kinds, candidates, known))
         else:
             parts.append(
                 _fuse(
                     [
-                        _overlap_pool(graph, b, "ra", pool, side, a, candidates, known),
-                        _ppr_pool(graph, b, pool, walk, tuning, side, candidates, known),
+                        _overlap_pool(graph, b, "ra", pool, kinds, a, candidates, known),
+                        _ppr_pool(graph, b, pool, walk, tuning, kinds, candidates, known),
                     ],
                     len(b),
                     pool,
@@ -373,7 +354,7 @@ def retrieve(
         return Pool(q, np.zeros((0, pool), np.int64), np.zeros((0, pool)), np.zeros(0, np.int64))
     cand, score, count = (np.concatenate(x) for x in zip(*parts))
     out = Pool(q, cand, score, count)
-    return fill_by_popularity(graph, out, side, candidates, known) if fill else out
+    return fill_by_popularity(graph, out, kinds, candidates, known) if fill else out
 
 
 __all__ = [
@@ -383,6 +364,8 @@ __all__ = [
     "RetrievalError",
     "retrieve",
     "Allowed",
+    "Kinds",
+    "as_kinds",
     "EVERY_NODE",
     "Tuning",
     "overlap_scores",

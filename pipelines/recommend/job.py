@@ -35,7 +35,7 @@ from common.datasets import DatasetError
 from common.datasets.tables import EDGE_LIST_SUFFIXES, suffix_of
 from common.flags import FlagError, add_moved_dataset_flag, add_num_cpus_flag, add_overwrite_flag
 from common.outputs import OutputError, check_output, check_replacement, stamp_metadata
-from common.retrieval import Allowed, RetrievalError
+from common.retrieval import Allowed, Kinds, RetrievalError
 from common.storage import absolute_location
 from pipelines.core.config import MovedDataset
 from pipelines.core.runs import (
@@ -70,6 +70,7 @@ from pipelines.recommend.relation import (
     add_relation_flag,
     among,
     relation_kind,
+    relation_kinds,
     relation_links,
     resolve_relation,
     run_triples,
@@ -155,11 +156,16 @@ class RecommendConfig:
         )
 
 
-def side_flags(cfg: RecommendConfig, dataset, num_nodes: int, trained_on: str, node_ids=None):
-    """--bipartite: each node's kind, from the src and dst columns of --graph's edge list, else of the edge
-    list the run was trained on (`trained_on`, its manifest's dataset)."""
+def bipartite_kinds(cfg: RecommendConfig, dataset, num_nodes: int, trained_on: str, node_ids=None) -> Kinds | None:
+    """--bipartite: two node kinds, each proposed the other, from the src and dst columns of --graph's edge list,
+    else of the edge list the run was trained on (`trained_on`, its manifest's dataset)."""
     if not cfg.bipartite:
         return None
+    if dataset.relations is not None:
+        raise RecommendError(
+            "--bipartite: a typed run's node kinds come from its set (a user-item file, --nodes with a type column); "
+            "drop --bipartite"
+        )
     source = cfg.graph if cfg.graph not in snapshot.GRAPH_NAMES else (cfg.moved.dataset or trained_on)
     if suffix_of(source) is None:
         raise RecommendError(
@@ -167,7 +173,7 @@ def side_flags(cfg: RecommendConfig, dataset, num_nodes: int, trained_on: str, n
             f"dataset {source} is not an edge list; pass --graph EDGES "
             f"({', '.join(EDGE_LIST_SUFFIXES)})"
         )
-    return snapshot.node_sides(source, num_nodes, dataset.node_ids if node_ids is None else node_ids)
+    return Kinds.sides(snapshot.node_sides(source, num_nodes, dataset.node_ids if node_ids is None else node_ids))
 
 
 # ---------------------------------------------------------------------------- parts and merge
@@ -282,7 +288,7 @@ def recommend(job: RecommendConfig) -> int:
     graph, node_ids = snapshot.graph_for(job.graph, dataset)  # node_ids: the user's ids (None: 0..N-1)
     check_node_features(model.cfg.num_features > 0, manifest.num_nodes, graph, node_ids, f"--graph {job.graph}")
     candidates = split_candidates(dataset, job.graph)
-    side = side_flags(job, dataset, graph.num_nodes, manifest.config["dataset"], node_ids)
+    kinds = bipartite_kinds(job, dataset, graph.num_nodes, manifest.config["dataset"], node_ids)
     digraph = run_digraph(dataset, job.graph, graph)
     check_model_direction(model, digraph, job.checkpoint)
     direction = resolve_direction(job.direction, digraph, f"run {job.checkpoint}")
@@ -293,6 +299,7 @@ def recommend(job: RecommendConfig) -> int:
         typed = typed_inputs(triples, graph.num_nodes, len(manifest.relations))
         known = known_links(relation_links(triples, relation, graph.num_nodes), direction)
         candidates = among(candidates, relation_kind(dataset.relations, relation, direction))  # its node kind
+        kinds = relation_kinds(dataset.relations, relation, direction)  # retrieved across kinds where it joins two
     queries = (
         np.arange(graph.num_nodes, dtype=np.int64)
         if job.nodes is None
@@ -304,8 +311,9 @@ def recommend(job: RecommendConfig) -> int:
     nodes_key = hashlib.sha256(queries.tobytes()).hexdigest()[:16]
     with locked(parts_dir(out), "recommendation job", "--out"):  # one job per --out: parts are not shared
         graph_key = graph.fingerprint() + (digraph.fingerprint() if digraph is not None else "")  # its direction too
-        folder = open_parts(out, cfg.fingerprint(digest, graph_key, nodes_key, str(job.bipartite)))
-        allowed = Allowed(side, candidates, known)
+        across = ":kinds" if relation is not None and kinds is not None else ""  # never resumes a job without kinds
+        folder = open_parts(out, cfg.fingerprint(digest, graph_key, nodes_key, str(job.bipartite) + across))
+        allowed = Allowed(candidates=candidates, known=known, kinds=kinds)
         work = BlockWork(graph, allowed, cfg, queries, blocks, node_ids, digraph, typed)
         return _run_blocks(job, work, model, device, out, folder, stamp_metadata("recommend", manifest.fingerprint))
 

@@ -15,6 +15,7 @@ import numpy as np
 from common import snapshot
 from common.datasets.kg import triples_csr
 from common.graph import DiGraph
+from common.retrieval_kinds import Kinds
 
 
 class RelationError(ValueError):
@@ -82,6 +83,18 @@ def relation_kind(relations, relation: int | None, direction: str | None) -> np.
         return None
     heads, tails = ends[relation]
     return np.asarray(heads if direction == "in" else tails, dtype=np.int64)
+
+
+def relation_kinds(relations, relation: int | None, direction: str | None) -> Kinds | None:
+    """Retrieval's node kinds (common.retrieval_kinds.Kinds) for a recommendation of `relation` where the set knows
+    the kinds its relations join (Relations.kinds): its tail kind proposed (its head kind for in-links) to every
+    query, so a query of another kind is retrieved across kinds as a bipartite graph's are; None where any entity
+    may be (no kinds, or a relation without training triples)."""
+    kinds = getattr(relations, "kinds", None)
+    end = relation_kind(relations, relation, direction)
+    if kinds is None or end is None or len(np.unique(kinds.of[end])) != 1:
+        return None
+    return Kinds.toward(kinds.of, len(kinds.names), int(kinds.of[end[0]]))
 
 
 def among(candidates: np.ndarray | None, kind: np.ndarray | None) -> np.ndarray | None:

@@ -251,8 +251,12 @@ class Engine:
         scored = 0
         for cfg, items in groups.items():
             nodes = np.unique([idx for _, idx in items])
-            kind = None if cfg.relation is None else self.state.typed.candidates(cfg.relation, cfg.direction)
-            allowed = Allowed(candidates=kind, known=known_links(self._links(cfg), cfg.direction))  # never one there
+            kind = kinds = None
+            if cfg.relation is not None:  # the relation's node kind, retrieved across kinds as recommend does
+                kind = self.state.typed.candidates(cfg.relation, cfg.direction)
+                kinds = self.state.typed.retrieval_kinds(cfg.relation, cfg.direction, self.state.graph.num_nodes)
+            known = known_links(self._links(cfg), cfg.direction)  # never one there
+            allowed = Allowed(candidates=kind, known=known, kinds=kinds)
             prep = prepare_block(0, nodes, self.state.graph, allowed, cfg, self.sampler)
             logits = self.scorer.score_blocks(prep.sampled, len(prep.node))
             table = finish_block(prep, logits, cfg)

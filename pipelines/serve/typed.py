@@ -14,25 +14,35 @@ import hashlib
 import numpy as np
 
 from common.graph import DiGraph
+from common.retrieval_kinds import Kinds
 from pipelines.recommend.relation import run_triples, typed_inputs
 
 
 class TypedEdges:
     """The triples (T, 3) [head, relation, tail] of a typed serving graph and its relation names, in id order."""
 
-    def __init__(self, triples: np.ndarray, names: tuple, ends: dict | None = None):
+    def __init__(self, triples: np.ndarray, names: tuple, ends: dict | None = None, kinds=None):
         self.triples, self.names = np.asarray(triples, dtype=np.int64).reshape(-1, 3), tuple(names)
         # node kinds (common.datasets.base.Relations.ends): relation -> (its heads, its tails), sorted; a node an
         # edit adds as a head or tail of such a relation joins that kind
         sort = lambda e: np.unique(np.asarray(e, dtype=np.int64))  # noqa: E731
         self.ends = {int(r): (sort(heads), sort(tails)) for r, (heads, tails) in (ends or {}).items()}
+        # the kinds they come from (common.datasets.kinds.NodeKinds): each node's, and each relation's (head, tail)
+        # kinds, so that retrieval crosses kinds as recommend's does; a node an edit creates takes its triple's
+        self.kind_of = None if kinds is None else np.asarray(kinds.of, dtype=np.int32)
+        self.kind_count, self.pairs = (0 if kinds is None else len(kinds.names)), {}
+        for r, (heads, tails) in self.ends.items() if kinds is not None else ():
+            h, t = np.unique(self.kind_of[heads]), np.unique(self.kind_of[tails])
+            if len(h) == 1 and len(t) == 1:
+                self.pairs[r] = (int(h[0]), int(t[0]))
 
     @classmethod
     def of(cls, dataset, spec: str) -> "TypedEdges | None":
         """The triples of `--graph spec` of a typed run's dataset (pipelines.recommend.relation.run_triples)."""
         if getattr(dataset, "relations", None) is None:
             return None
-        return cls(run_triples(dataset, spec), dataset.relations.names, dataset.relations.ends)
+        rel = dataset.relations
+        return cls(run_triples(dataset, spec), rel.names, rel.ends, rel.kinds)
 
     def fingerprint(self) -> str:
         """What an edit log's header checks the service's starting triples by."""
@@ -64,6 +74,16 @@ class TypedEdges:
             return None
         return self.ends[relation][0 if direction == "in" else 1]
 
+    def retrieval_kinds(self, relation: int, direction: str | None, num_nodes: int) -> Kinds | None:
+        """Retrieval's node kinds for a recommendation of `relation` (pipelines.recommend.relation.relation_kinds):
+        its tail kind (head kind for in-links) proposed to every query; None without kinds. A node of no known
+        kind (an extra kind id) is never proposed."""
+        if relation not in self.pairs:
+            return None
+        of = np.full(num_nodes, self.kind_count, dtype=np.int32)
+        of[: len(self.kind_of)] = self.kind_of[:num_nodes]
+        return Kinds.toward(of, self.kind_count + 1, self.pairs[relation][0 if direction == "in" else 1])
+
     def key(self, a: int, b: int, name: str) -> tuple:
         return (a, self.names.index(name), b)
 
@@ -82,10 +102,23 @@ class TypedEdges:
         for r, (heads, tails) in list(self.ends.items()):  # an added node takes its relation's kind
             mine = add[add[:, 1] == r]
             self.ends[r] = (np.union1d(heads, mine[:, 0]), np.union1d(tails, mine[:, 2]))
+        self._new_kinds(add, num_nodes)
         digraph = DiGraph.from_edges(self.triples[:, [0, 2]], num_nodes)
         gone = remove[:, [0, 2]]
         gone = gone[~digraph.has_edge(gone[:, 0], gone[:, 1]) & ~digraph.has_edge(gone[:, 1], gone[:, 0])]
         return digraph, add[:, [0, 2]], gone
+
+    def _new_kinds(self, add: np.ndarray, num_nodes: int) -> None:
+        """The nodes the added triples create take their relation's head and tail kinds (no kind: the extra id)."""
+        if self.kind_of is None or num_nodes <= len(self.kind_of):
+            return
+        old = len(self.kind_of)
+        self.kind_of = np.concatenate([self.kind_of, np.full(num_nodes - old, self.kind_count, np.int32)])
+        for r, (h, t) in self.pairs.items():
+            mine = add[add[:, 1] == r]
+            for col, kind in ((0, h), (2, t)):
+                new = mine[mine[:, col] >= old, col]
+                self.kind_of[new] = kind
 
     def scoring(self, num_nodes: int) -> tuple:
         """What the scoring engine takes (pipelines.recommend.relation.typed_inputs)."""
