@@ -21,6 +21,7 @@ from common.cli import command, exit_process, latch_sigint
 from common.datasets import load_dataset
 from common.datasets.directed import REVERSE
 from common.datasets.fractions import DEFAULT_SPLIT
+from common.datasets.kg import KG
 from common.flags import FlagError
 from common.heuristics import DIRECTED, TEMPORAL, WEIGHTED, split_scores
 from common.heuristics import label as heuristic_label
@@ -48,6 +49,8 @@ from pipelines.core.seeds import SeedFlagsError, check_trainer_flags, seed_run, 
 from pipelines.core.shard_sets import preset_shard_set, set_protocols
 from pipelines.core.trainers import cuda_devices, device_kind
 from pipelines.core.variants import PAIRS, pairs_beside, seed_results, split_label, train_without_features
+from pipelines.typed_report import relation_markdown, relation_rows
+from pipelines.typed_rows import typed_heuristic_rows, typed_notes, typed_protocols, typed_scores
 from trainer.run_folder import locked
 
 log = logging.getLogger("pipelines.run")
@@ -190,16 +193,7 @@ def main(argv: list[str] | None = None, prog: str = PROG) -> int:
 def run_all(run: RunConfig) -> int:
     """The whole run: every protocol's seeds, their heuristics on the same test split, one table."""
     dataset = load_dataset(run.source)
-    if dataset.typed:  # its search, heuristics rows and report do not read relations yet (docs/own-graph.md)
-        raise FlagError(
-            f"--dataset {run.source.dataset}: a typed graph (knowledge graph) is not run end to end yet; build it with "
-            "`python -m preprocess` and train it with `python -m trainer --protocol kg`"
-        )
-    available = dataset.protocols
-    protocols = available if run.protocol == "both" else [run.protocol]
-    missing = [p for p in protocols if p not in available]
-    if missing:
-        raise FlagError(f"--protocol {','.join(missing)}: {dataset.name} has only {', '.join(available)}")
+    protocols = typed_protocols(run, dataset) if dataset.typed else untyped_protocols(run, dataset)
     preset_name = pick_preset(run, dataset)
     check_objective(run, preset_name)
     check_budget(run, preset_name)
@@ -208,10 +202,10 @@ def run_all(run: RunConfig) -> int:
         check_trainer_flags(run.trainer, DEFAULT_PRESET if preset_name == SEARCH else preset_name, protocols, out)
     except SeedFlagsError as err:
         raise FlagError(str(err)) from None
-    notes = run_notes(run, dataset, protocols)
+    notes = run_notes(run, dataset, protocols) + (typed_notes(dataset) if dataset.typed else [])
     for line in notes:
         log.info("%s", line)
-    results, rows = [], []
+    results, rows, relations = [], [], []
     # --preset auto's report is final: its budget cuts would make a rerun's numbers another run's (core.finished)
     identity = finished.run_identity(run.to_dict(), dataset.fingerprint()) if preset_name == SEARCH else None
     with locked(out, "pipelines.run", "--out"):  # a second run on this dataset and preset waits for none: refused
@@ -219,6 +213,10 @@ def run_all(run: RunConfig) -> int:
             finished.reuse_report(out, report)
             return 0
         for protocol in protocols:
+            if dataset.typed:  # its own rows: heuristics on the same corruptions, a table per relation
+                proto_results, beside_rows, relations = typed_protocol(run, dataset, preset_name, out)
+                results, rows = results + proto_results, rows + beside_rows
+                continue
             ranked = [protocol, PAIRS] if pairs_beside(dataset, protocol) and PAIRS not in protocols else [protocol]
             beside = [REVERSE] if REVERSE in dataset.splits["test"].neg and REVERSE not in ranked else []
             test_scores = split_scores(dataset, "test", ranked + beside, heuristic_names(dataset))  # once per run
@@ -229,8 +227,10 @@ def run_all(run: RunConfig) -> int:
             reverse = test_scores[REVERSE] if beside else None  # a directed run: each row's reverse accuracy
             rows += [r for p in ranked for r in heuristic_rows(run, dataset, p, test_scores[p], reverse)]
         table = markdown(rows, lead=run.metric)
+        table += ("\n" + relation_markdown(relations)) if relations else ""
         table += ("\n" + "\n".join(f"- {line}" for line in notes) + "\n") if notes else ""
-        publish_results(out, {"runs": results, "table": table_json(rows), "notes": notes}, table)
+        payload = {"runs": results, "table": table_json(rows), "notes": notes}
+        publish_results(out, {**payload, "relations": relations} if relations else payload, table)
         if identity:
             finished.mark_report(out, identity)
     second = "auc" if run.metric != "auc" else "mrr"  # the metric the user reads leads (--metric)
@@ -250,6 +250,25 @@ def run_all(run: RunConfig) -> int:
                 out,
             )
     return 0
+
+
+def untyped_protocols(run: RunConfig, dataset) -> list[str]:
+    """The protocols --protocol names (both: every one the dataset has), each one the dataset must have."""
+    available = dataset.protocols
+    protocols = available if run.protocol == "both" else [run.protocol]
+    missing = [p for p in protocols if p not in available]
+    if missing:
+        raise FlagError(f"--protocol {','.join(missing)}: {dataset.name} has only {', '.join(available)}")
+    return protocols
+
+
+def typed_protocol(run: RunConfig, dataset, preset_name: str, out: Path) -> tuple[list[dict], list[dict], list[dict]]:
+    """A typed graph's seeds (protocol kg; the search's without the blend), its rows beside them on the same
+    corruptions (pipelines.typed_rows) and its per-relation rows (pipelines.typed_report)."""
+    scores = typed_scores(dataset, "test")  # before training: a bad input fails before any work
+    results = run_protocol(run, dataset, preset_name, KG, out, {})
+    heuristics, per_relation = typed_heuristic_rows(dataset, scores, split_label(run, dataset) or None)
+    return results, aggregate(results) + heuristics, relation_rows(results, per_relation, dataset.relations.names)
 
 
 def temporal_negatives_note(info: dict) -> str:
@@ -276,7 +295,7 @@ def run_notes(run: RunConfig, dataset, protocols: list[str]) -> list[str]:
             f"{info['valid_from']}, valid from {info['valid_from']}, test from {info['test_from']}; each "
             "split's pairs are scored, by PENCIL and the heuristics, on the graph before its boundary"
         )
-        notes.append(temporal_negatives_note(info))
+        notes += [] if dataset.typed else [temporal_negatives_note(info)]  # a typed graph's: typed_notes
     elif split_label(run, dataset) == "random":
         notes.append(f"split: random ({shares}, seeded); a time column, if any, is not used")
     if PAIRS in dataset.protocols:

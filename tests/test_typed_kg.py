@@ -297,12 +297,12 @@ def test_the_trainer_reports_mrr_per_relation(typed_set, tmp_path):
     assert state["w0"].shape[0] == (1 + 6) * typed_set.n_max + 2 and state["relation.weight"].shape[0] == 3
 
 
-def test_pencil_run_refuses_a_typed_graph_in_one_line(tmp_path):
+def test_pencil_run_refuses_another_protocol_on_a_typed_graph_in_one_line(tmp_path):
     folder = write_kg(tmp_path / "kg")
     cmd = [sys.executable, "-m", "pipelines.run", "--dataset", str(folder), "--out", str(tmp_path / "out")]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    proc = subprocess.run([*cmd, "--protocol", "heart"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert "a typed graph (knowledge graph) is not run end to end yet" in proc.stderr.strip().splitlines()[-1]
+    assert "is a typed graph, ranked under its own protocol kg" in proc.stderr.strip().splitlines()[-1]
 
 
 @pytest.fixture(scope="module")

@@ -269,12 +269,16 @@ def search_and_train(
     finals = final_runs(run.trainer, choice, protocol, runs)
     no_features = train_without_features(run, finals, stop_at=deadline, partial=True)  # in the budget, before the blend
     manifest = manifests[choice.candidate.sampling]
-    data = StageData(dataset, selection_view, manifest, protocol, test_scores)
-    decision, blended = blend_stage(run.trainer, choice, runs, data, cfg.blend_margin_se, out)
+    if dataset.typed:  # its heuristics rank corruptions of head and tail; the blend's grid reads neither yet
+        log.info("blend: skipped on a typed graph (not built for corruption ranking yet); the model alone is reported")
+        decision, blended = None, {}
+    else:
+        data = StageData(dataset, selection_view, manifest, protocol, test_scores)
+        decision, blended = blend_stage(run.trainer, choice, runs, data, cfg.blend_margin_se, out)
     stopped = sorted(seed for seed, s in summaries.items() if s.stopped)
     failed = {seed: s.failed for seed, s in sorted(summaries.items()) if s.failed}
     record.update(
-        blend=decision.to_dict(),
+        blend=decision.to_dict() if decision else {"skipped": "a typed graph"},
         total_seconds=round(time.time() - t0, 1),
         budget_cut=bool(choice.cut_short or stopped or left_out),
         final_seeds={
@@ -289,7 +293,7 @@ def search_and_train(
         "auto: %s for %d epochs, blend %s; %.0f s of the %.0f-minute budget",
         choice.cid,
         choice.epochs,
-        decision.key,
+        decision.key if decision else "skipped",
         record["total_seconds"],
         cfg.budget_minutes,
     )
@@ -303,25 +307,22 @@ def records(
     finals: dict[int, TrainerRun],
     summaries: dict[int, RunSummary],
     choice: Choice,
-    decision: blend.Blend,
+    decision: blend.Blend | None,
     blended: dict[int, dict],
     no_features: tuple[dict, dict] = ({}, {}),
 ) -> list[SeedResult]:
     """The model's record per seed, with the searched config and the blend, then the blend's row per seed
     (the model alone keeps its own row), then the seeds' rows without node features and on the user's pairs
-    (pipelines.core.variants; the blend is the featured model's alone)."""
-    auto = {
-        "cid": choice.cid,
-        "config": choice.candidate.to_dict(),
-        "epochs": choice.epochs,
-        "blend": {
+    (pipelines.core.variants; the blend is the featured model's alone). `decision` None: no blend (a typed graph)."""
+    auto = {"cid": choice.cid, "config": choice.candidate.to_dict(), "epochs": choice.epochs}
+    if decision is not None:
+        auto["blend"] = {
             "heuristic": decision.heuristic,
             "weight": decision.weight,
             "partner": decision.partner if decision.partner_weight else "",
             "partner_weight": decision.partner_weight,
             "metric": decision.metric,
-        },
-    }
+        }
     model = seed_results(run, dataset, protocol, SEARCH, finals, summaries, run.ships_features, auto=auto)
     rows = [
         SeedResult(
@@ -329,7 +330,7 @@ def records(
             {**r, "model": decision.row_name(r["model"]), "test": blended[r["seed"]], "blend_of": r["model"]},
         )
         for result in model
-        if (r := result.record)["protocol"] == protocol
+        if (r := result.record)["protocol"] == protocol and decision is not None
     ]
     without = {k: v for k, v in auto.items() if k != "blend"}  # the blend is the featured model's
     return model + rows + seed_results(run, dataset, protocol, SEARCH, *no_features, False, auto=without)

@@ -95,8 +95,11 @@ def eval_signal(
     (preprocess --valid-pool; a set without one: its negatives as ranked)."""
     entry = eval_entry(manifest, split, protocol)
     pos_cid, neg_cid = set_queries(manifest, entry)
-    table = np.full(int(max(cid.max(initial=-1), pos_cid.max(initial=-1), neg_cid.max(initial=-1))) + 1, np.nan)
+    # a typed set's scores keep their float32 ties (common.metrics.tie_bounds), as the trainer ranked them
+    dtype = score.dtype if manifest.relations and score.dtype.kind == "f" else np.float64
+    table = np.full(int(max(cid.max(initial=-1), pos_cid.max(initial=-1), neg_cid.max(initial=-1))) + 2, np.nan, dtype)
     table[cid] = score
+    table[-1] = -np.inf  # a typed set's padded corruption (neg_cid -1): never above nor tied with a positive
     pos, neg = table[pos_cid], table[neg_cid]
     if np.isnan(pos).any() or np.isnan(neg).any():
         raise ValueError(f"{manifest.root}: {split}/{protocol}: some queried candidates were not scored")
@@ -123,15 +126,16 @@ def rank_values(pos: np.ndarray, neg: np.ndarray, at: int | None = None) -> dict
     if at is not None and neg.ndim == 1:
         return expected_rank_values(pos, neg, at)
     rank = rank_against_shared(pos, neg) if neg.ndim == 1 else rank_against_own(pos, neg)
-    negatives = neg.shape[-1] if neg.ndim == 2 else len(neg)
+    # per row of own negatives, those that are real (-inf pads a typed set's short row)
+    negatives = (neg > -np.inf).sum(axis=1) if neg.ndim == 2 else len(neg)
     hits = {f"hits@{k}": (rank <= k).astype(np.float64) for k in HITS_KS}
-    return {"mrr": 1.0 / rank, **hits, "auc": 1.0 - (rank - 1.0) / max(negatives, 1)}
+    return {"mrr": 1.0 / rank, **hits, "auc": 1.0 - (rank - 1.0) / np.maximum(negatives, 1)}
 
 
 def run_signal(run_dir: Path, manifest: Manifest, protocol: str) -> Signal:
     """A run's validation scores at the epoch they were saved (its best)."""
     cid, score, _ = read_scores(scores_path(run_dir, "valid", protocol))
-    return eval_signal(manifest, "valid", protocol, cid, score.astype(np.float64))
+    return eval_signal(manifest, "valid", protocol, cid, score if manifest.relations else score.astype(np.float64))
 
 
 def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
