@@ -176,6 +176,15 @@ def test_bipartite_sides_are_the_two_kind_case():
         retrieve(g, [0], "ra", 3, allowed=Allowed(side=side, kinds=kinds))
 
 
+def test_bipartite_on_a_typed_run_is_refused_its_kinds_come_from_its_set(tmp_path):
+    from pipelines.recommend.engine import RecommendError
+    from pipelines.recommend.job import RecommendConfig, bipartite_kinds
+
+    cfg = RecommendConfig(checkpoint="run", out="recs.parquet", bipartite=True)
+    with pytest.raises(RecommendError, match=r"--bipartite: a typed run's node kinds come from its set .*drop --bip"):
+        bipartite_kinds(cfg, load(tmp_path), 9, "kg")
+
+
 def test_a_service_retrieves_across_kinds_and_a_created_node_takes_its_kind(tmp_path):
     from pipelines.serve.state import serving_state
 
