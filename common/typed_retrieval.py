@@ -16,7 +16,18 @@ from __future__ import annotations
 import numpy as np
 
 from common.graph import Graph
-from common.retrieval import EVERY_NODE, Allowed, Pool, _fill_from, _fuse, fill_by_popularity, retrieve
+from common.retrieval import (
+    EVERY_NODE,
+    Allowed,
+    Pool,
+    _allowed,
+    _fill_from,
+    _fuse,
+    fill_by_popularity,
+    neighbour_entries,
+    retrieve,
+    top_per_row,
+)
 
 
 def frequent_ends(triples: np.ndarray, relation: int, end: int, num_nodes: int) -> np.ndarray:
@@ -29,10 +40,18 @@ def frequent_ends(triples: np.ndarray, relation: int, end: int, num_nodes: int) 
 
 
 def typed_retrieve(
-    graph: Graph, queries, method: str, pool: int, *, allowed: Allowed = EVERY_NODE, ends: np.ndarray | None = None
+    graph: Graph,
+    queries,
+    method: str,
+    pool: int,
+    *,
+    allowed: Allowed = EVERY_NODE,
+    ends: np.ndarray | None = None,
+    neighbours: bool = False,
 ) -> Pool:
     """Top-`pool` candidates of each query (anchor) entity: `method`'s graph pool, fused with `ends` when given
-    (module docstring), topped up by popularity. `allowed`: as common.retrieval.retrieve."""
+    (module docstring), after the anchor's own neighbours with `neighbours`, topped up by popularity. `allowed`: as
+    common.retrieval.retrieve."""
     base = retrieve(graph, queries, method, pool, allowed=allowed)
     mask = None
     if allowed.candidates is not None:
@@ -49,7 +68,27 @@ def typed_retrieve(
         _fill_from(graph, top, rows, listed, spans, allowed.side, mask, allowed.known)
         fused = _fuse([(base.cand, base.score, base.count), (top.cand, top.score, top.count)], len(rows), pool)
         base = Pool(base.queries, *fused)
+    if neighbours:
+        base = neighbours_first(graph, base, allowed, mask)
     return fill_by_popularity(graph, base, allowed.side, mask, allowed.known)
 
 
-__all__ = ["frequent_ends", "typed_retrieve"]
+def neighbours_first(graph: Graph, base: Pool, allowed: Allowed, mask) -> Pool:
+    """The anchor's allowed neighbours (linked by another relation, or by r the other way), most connected first,
+    then `base`'s entries in their order, cut to the pool size; an entry in both counts once, as a neighbour."""
+    row, col = neighbour_entries(graph, base.queries)
+    ok = _allowed(graph, base.queries, row, col, allowed.side, mask, allowed.known)
+    r0, k0 = np.nonzero(base.cand >= 0)
+    rows = np.concatenate([row[ok], r0])
+    cols = np.concatenate([col[ok], base.cand[r0, k0]])
+    vals = np.concatenate([2.0 + graph.degree[col[ok]], 1.0 / (1.0 + k0)])  # a neighbour above every pool entry
+    order = np.lexsort((-vals, cols, rows))
+    rows, cols, vals = rows[order], cols[order], vals[order]
+    first = np.ones(len(rows), dtype=bool)
+    first[1:] = (rows[1:] != rows[:-1]) | (cols[1:] != cols[:-1])
+    return Pool(
+        base.queries, *top_per_row(rows[first], cols[first], vals[first], len(base.queries), base.cand.shape[1])
+    )
+
+
+__all__ = ["frequent_ends", "typed_retrieve", "neighbours_first"]

@@ -27,17 +27,18 @@ def rows(dataset, pools, retrievers) -> list[str]:
     out = []
     for pool in pools:
         for method in retrievers:
-            for relation_pool in (False, True):
+            for neighbours, relation_pool in ((False, False), (False, True), (True, False), (True, True)):
                 start = time.perf_counter()
                 cfg = RecConfig(k=1, pool=pool, retriever=method)
-                ranks = rank_triples(dataset, "valid", valid, cfg, relation_pool=relation_pool)
+                ranks = rank_triples(dataset, "valid", valid, cfg, relation_pool=relation_pool, neighbours=neighbours)
                 r = ranks.ranked
                 per = " ".join(
                     f"{names[k][1:7]} {100 * r.in_pool[ranks.relation == k].mean():.0f}"
                     for k in np.unique(ranks.relation)
                 )
                 out.append(
-                    f"| {pool} | {method}{' + ends' if relation_pool else ''} | {100 * r.in_pool.mean():.2f} | "
+                    f"| {pool} | {'neighbours, ' if neighbours else ''}{method}{' + ends' if relation_pool else ''} | "
+                    f"{100 * r.in_pool.mean():.2f} | "
                     f"{100 * np.mean(1 / r.retriever):.2f} | {100 * np.mean(r.retriever <= 10):.2f} | "
                     f"{time.perf_counter() - start:.0f} s | {per} |"
                 )

@@ -75,7 +75,15 @@ def known_triples(dataset, split: str) -> np.ndarray:
 
 
 def rank_triples(
-    dataset, split: str, triples: np.ndarray, cfg: RecConfig, scorer=None, *, weights=(), relation_pool: bool = False
+    dataset,
+    split: str,
+    triples: np.ndarray,
+    cfg: RecConfig,
+    scorer=None,
+    *,
+    weights=(),
+    relation_pool: bool = False,
+    neighbours: bool = False,
 ) -> TypedRanks:
     """Both sides of every triple (T, 3) of `split`, ranked group by group (module docstring). `scorer`: the scoring
     engine on the split's graph and typed inputs (None: the retriever alone); `weights`: the prior weights PENCIL is
@@ -96,7 +104,9 @@ def rank_triples(
             ends = frequent_ends(scored_on, int(r), end, n) if relation_pool else None
 
             def pool_of(queries, allowed=allowed, ends=ends):
-                return typed_retrieve(graph, queries, cfg.retriever, cfg.pool, allowed=allowed, ends=ends)
+                return typed_retrieve(
+                    graph, queries, cfg.retriever, cfg.pool, allowed=allowed, ends=ends, neighbours=neighbours
+                )
 
             group = None if scorer is None else RelationScorer(scorer, r, side)
             got = ranked_positives(graph, positives, known_pairs, cfg, group, allowed, weights, pool_of)
@@ -161,7 +171,9 @@ def rank_typed_splits(model, dataset, cfg: RecConfig, run, device) -> dict:
         triples = sample_positives(every, run.sample_positives, run.sample_seed)  # the filter keeps every triple
         sweep = split == "valid"
         weights = (0.0, cfg.prior_weight, *(PRIOR_GRID if sweep else ()))
-        ranks = rank_triples(dataset, split, triples, cfg, scorer, weights=weights, relation_pool=run.relation_pool)
+        # the anchor's neighbours first: on WN18RR validation they took recall@100 from 21 % to 47 % (docs/benchmarks)
+        how = {"weights": weights, "relation_pool": run.relation_pool, "neighbours": True}
+        ranks = rank_triples(dataset, split, triples, cfg, scorer, **how)
         res = split_report(ranks, names, cfg, sweep, run.relation_pool)
         if run.sample_positives is not None:
             res["sample"] = sample_record(run, len(triples), len(every))
