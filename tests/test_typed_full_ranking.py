@@ -180,3 +180,19 @@ def test_evaluate_a_typed_run_with_a_pool_of_every_entity_gives_the_exact_filter
         rr.append(filtered_ranks(scores[np.arange(len(t)), t[:, e]], scores, mask))
     want = np.mean(1.0 / np.concatenate(rr))
     assert test["pencil_rerank"]["mrr"] == pytest.approx(want, abs=1e-6)
+
+
+def test_the_anchors_neighbours_by_other_relations_head_the_pool(kg):
+    """4's only neighbour is 3 (3 -r0-> 4): no r1 link, so for (4, r1, ?) it comes first, before RA's 2 (1/2 via 3).
+    For (?, r0, 2) the neighbours 0 and 3 (both of degree 2; 1 -r0-> 2 is known) come first, then RA's 4."""
+    from pipelines.recommend.direction import known_links
+    from pipelines.recommend.relation import relation_links
+
+    def links(r, direction):
+        return known_links(relation_links(triples(kg, "train"), r, kg.num_nodes), direction)
+
+    r1 = Allowed(known=links(1, "out"))
+    assert typed_retrieve(kg.graph, np.array([4]), "ra", 1, allowed=r1).cand.tolist() == [[2]]
+    assert typed_retrieve(kg.graph, np.array([4]), "ra", 1, allowed=r1, neighbours=True).cand.tolist() == [[3]]
+    heads = typed_retrieve(kg.graph, np.array([2]), "ra", 3, allowed=Allowed(known=links(0, "in")), neighbours=True)
+    assert heads.cand.tolist() == [[0, 3, 4]] and heads.score.tolist() == [[4.0, 4.0, 0.5]]
