@@ -96,7 +96,7 @@ def eval_signal(
     entry = eval_entry(manifest, split, protocol)
     pos_cid, neg_cid = set_queries(manifest, entry)
     # a typed set's scores keep their float32 ties (common.metrics.tie_bounds), as the trainer ranked them
-    dtype = score.dtype if manifest.relations and score.dtype.kind == "f" else np.float64
+    dtype = score.dtype if typed_set(manifest) and score.dtype.kind == "f" else np.float64
     table = np.full(int(max(cid.max(initial=-1), pos_cid.max(initial=-1), neg_cid.max(initial=-1))) + 2, np.nan, dtype)
     table[cid] = score
     table[-1] = -np.inf  # a typed set's padded corruption (neg_cid -1): never above nor tied with a positive
@@ -135,7 +135,12 @@ def rank_values(pos: np.ndarray, neg: np.ndarray, at: int | None = None) -> dict
 def run_signal(run_dir: Path, manifest: Manifest, protocol: str) -> Signal:
     """A run's validation scores at the epoch they were saved (its best)."""
     cid, score, _ = read_scores(scores_path(run_dir, "valid", protocol))
-    return eval_signal(manifest, "valid", protocol, cid, score if manifest.relations else score.astype(np.float64))
+    return eval_signal(manifest, "valid", protocol, cid, score if typed_set(manifest) else score.astype(np.float64))
+
+
+def typed_set(manifest) -> bool:
+    """A typed set (relation types): its scores keep float32 ties. A stand-in manifest without the field: untyped."""
+    return bool(getattr(manifest, "relations", None))
 
 
 def paired(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
