@@ -29,6 +29,8 @@ def test_buckets_are_floor_log2_of_one_plus_the_degree_clipped():
     deg = torch.tensor([0, 1, 2, 3, 4, 6, 7, 8, 14, 15, 1000, 2**40])
     assert degree_bucket(deg, 16).tolist() == [0, 1, 1, 2, 2, 2, 3, 3, 3, 4, 9, 16]
     assert degree_bucket(deg, 3).tolist() == [0, 1, 1, 2, 2, 2, 3, 3, 3, 3, 3, 3]
+    # 4 steps a doubling: floor(4 log2(1 + deg)); 1 + deg = 2^k lands on 4k exactly
+    assert degree_bucket(deg, 200, 4).tolist() == [0, 4, 6, 8, 9, 11, 12, 12, 15, 16, 39, 160]
 
 
 def undirected(edges, n) -> TrainDegrees:
@@ -92,6 +94,9 @@ def test_the_flag_sets_the_field_and_bad_values_are_refused():
     argv = ["--shards", "s", "--preset", "tiny", "--out", "o"]
     assert config_from_args([*argv, "--degree-features", "8"]).model.degrees == 8
     assert config_from_args(argv).model.degrees is None
+    assert config_from_args([*argv, "--degree-features", "40", "--degree-steps", "4"]).model.degree_steps == 4
+    with pytest.raises(ConfigError, match="--degree-steps: must be >= 1, got 0"):
+        config_from_args([*argv, "--degree-steps", "0"])
     with pytest.raises(ConfigError, match="--degree-features: must be >= 0, got -1"):
         config_from_args([*argv, "--degree-features", "-1"])
     with pytest.raises(ValueError, match="degrees must be an integer >= 0"):

@@ -254,6 +254,16 @@ class ModelOverrides:
             advanced=True,
         ),
     )
+    degree_steps: int | None = field(
+        default=None,
+        metadata=flag(
+            "--degree-features' buckets per doubling of 1 + degree: floor(S log2(1 + degree)) (default 1)",
+            name="degree-steps",
+            metavar="S",
+            group=ABLATIONS,
+            advanced=True,
+        ),
+    )
     # None: the set's node features feed the model when it ships them (early fusion); False: structure only,
     # "PENCIL w/o features" on a featured set, so one set serves both rows (trainer.model.pencil.model_for_shards)
     features: bool | None = field(
@@ -268,9 +278,9 @@ class ModelOverrides:
     )
 
     def __post_init__(self):
-        for name in ("hidden", "layers", "heads", "ffn", "lrp"):
+        for name in ("hidden", "layers", "heads", "ffn", "lrp", "degree_steps"):
             v = getattr(self, name)
-            check(v is None or v >= 1, f"--{name}", f"must be >= 1, got {v}")
+            check(v is None or v >= 1, f"--{name.replace('_', '-')}", f"must be >= 1, got {v}")
         check(
             self.distances is None or self.distances >= 0, "--distance-features", f"must be >= 0, got {self.distances}"
         )

@@ -7,8 +7,8 @@ count per node; a directed or typed set two, out and in apart (a typed set count
 own edge is in that graph, so the model takes it off its two endpoints' counts (TrainDegrees.keys finds it), as the
 sampler leaves it out of the subgraph: a positive would otherwise be told by its endpoints' extra edge.
 
-Buckets: floor(log2(1 + degree)) clipped to D, so 0 | 1 | 2-3 ... become 0 | 1 | 2 ...; a directed node's row in
-the joint (out, in) table is bucket_out * (D + 1) + bucket_in.
+Buckets: floor(S log2(1 + degree)) clipped to D (S = 1: 0 | 1 | 2-3 ... become 0 | 1 | 2 ...; S steps per
+doubling split them finer); a directed node's row in the joint (out, in) table is bucket_out * (D + 1) + bucket_in.
 """
 
 from __future__ import annotations
@@ -57,7 +57,10 @@ def train_degrees(manifest, kinds: int) -> TrainDegrees:
     return TrainDegrees(np.ascontiguousarray(counts), np.sort(keys), relations)
 
 
-def degree_bucket(counts: torch.Tensor, max_bucket: int) -> torch.Tensor:
-    """floor(log2(1 + count)) clipped to max_bucket, integer-exact (frexp: 1 + count = m * 2^e, m in [0.5, 1))."""
-    _, exponent = torch.frexp((counts + 1).double())
-    return (exponent.long() - 1).clamp(max=max_bucket)
+def degree_bucket(counts: torch.Tensor, max_bucket: int, steps: int = 1) -> torch.Tensor:
+    """floor(steps * log2(1 + count)) clipped to max_bucket; steps = 1 integer-exact (frexp: 1 + count = m * 2^e,
+    m in [0.5, 1)); more steps per doubling split a doubling's counts finer (the epsilon keeps powers of 2 exact)."""
+    if steps == 1:
+        _, exponent = torch.frexp((counts + 1).double())
+        return (exponent.long() - 1).clamp(max=max_bucket)
+    return torch.floor(steps * torch.log2((counts + 1).double()) + 1e-9).long().clamp(max=max_bucket)

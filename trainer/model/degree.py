@@ -17,9 +17,9 @@ from trainer.data.packing import PackedBatch
 class DegreeInput(nn.Module):
     """(D + 1)^k learned rows, k = 1 (undirected) or 2 (out, in; a directed or typed set), at W0's row scale."""
 
-    def __init__(self, max_bucket: int, kinds: int, hidden: int):
+    def __init__(self, max_bucket: int, kinds: int, hidden: int, steps: int = 1):
         super().__init__()
-        self.max_bucket, self.kinds = int(max_bucket), int(kinds)
+        self.max_bucket, self.kinds, self.steps = int(max_bucket), int(kinds), int(steps)
         self.embedding = nn.Embedding((self.max_bucket + 1) ** self.kinds, hidden)
         nn.init.normal_(self.embedding.weight, std=hidden**-0.5)
         self.register_buffer("counts", None, persistent=False)
@@ -59,6 +59,6 @@ class DegreeInput(nn.Module):
         return (counts - minus.long()).clamp(min=0)
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
-        bucket = degree_bucket(self.token_counts(batch), self.max_bucket)
+        bucket = degree_bucket(self.token_counts(batch), self.max_bucket, self.steps)
         rows = bucket[:, 0] if self.kinds == 1 else bucket[:, 0] * (self.max_bucket + 1) + bucket[:, 1]
         return self.embedding(rows.to(self.embedding.weight.device))

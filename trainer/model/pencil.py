@@ -70,6 +70,7 @@ class ModelConfig:
     # D > 0 adds to H0 a learned embedding of each token's node degree in the training graph, floor(log2(1 + deg))
     # clipped to D, out and in apart on a directed or typed set (trainer/model/degree.py). 0: PENCIL as published.
     degrees: int = 0
+    degree_steps: int = 1  # buckets per doubling of 1 + degree: floor(S log2(1 + deg)) clipped to `degrees`
 
     @property
     def attn_dropout(self) -> float:
@@ -109,6 +110,8 @@ class ModelConfig:
         for name in ("distances", "degrees"):
             if not isinstance(v := getattr(self, name), int) or isinstance(v, bool) or v < 0:
                 raise ValueError(f"ModelConfig.{name} must be an integer >= 0, got {v!r}")
+        if not isinstance(self.degree_steps, int) or isinstance(self.degree_steps, bool) or self.degree_steps < 1:
+            raise ValueError(f"ModelConfig.degree_steps must be an integer >= 1, got {self.degree_steps!r}")
         for name in ("residual", "w0_learnable", "wpe"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"ModelConfig.{name} must be a bool, got {getattr(self, name)!r}")
@@ -245,7 +248,8 @@ class Pencil(nn.Module):
             nn.init.normal_(self.relation.weight, std=d**-0.5)
             nn.init.normal_(self.relation_pair.weight, std=0.02)
         # created last, and only then: a model without it has the parameters and random stream it always had
-        self.degree = DegreeInput(cfg.degrees, 1 if cfg.edge_types == 1 else 2, d) if cfg.degrees else None
+        kinds = 1 if cfg.edge_types == 1 else 2
+        self.degree = DegreeInput(cfg.degrees, kinds, d, cfg.degree_steps) if cfg.degrees else None
         # The dataset's feature table, attached by the trainer / scorer (not saved: it is data, and it
         # ships with the shard set). Used whenever forward() gets no explicit node_features.
         self.register_buffer("node_table", None, persistent=False)
