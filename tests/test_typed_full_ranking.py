@@ -5,9 +5,6 @@ scored as triples of the query's relation. A hand-made graph with hand-computed 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +16,6 @@ from common.typed_retrieval import frequent_ends, typed_retrieve
 from pipelines.recommend.engine import RecConfig, RecommendError
 from pipelines.recommend.evaluation import EvaluateConfig, rank_splits
 from pipelines.recommend.typed_ranking import rank_triples, split_report
-from tests.test_typed_kg import typed_run  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -140,48 +136,6 @@ def test_the_relation_pool_flag_on_an_untyped_run_is_one_line(tmp_path):
         rank_splits(None, Untyped(), RecConfig(), run, "cpu")
 
 
-@pytest.mark.slow  # a preprocess run and a trainer run (the fixture), then evaluate and score
-def test_evaluate_a_typed_run_with_a_pool_of_every_entity_gives_the_exact_filtered_ranks(typed_run, tmp_path):
-    """With M = every entity and no prior, PENCIL's full ranking is the filtered ranking of the scoring engine's
-    scores over every entity (common.datasets.corruptions.filtered_ranks), on both sides of each test triple."""
-    from common.datasets.corruptions import filtered_ranks, known_partners
-    from pipelines.core.runs import load_run_model, run_dataset
-    from pipelines.recommend.engine import scorer_for
-    from pipelines.recommend.relation import run_triples, typed_inputs
-    from trainer.scoring import default_device
-
-    run = typed_run / "run"
-    out = tmp_path / "fr.json"
-    cmd = [sys.executable, "-m", "pipelines", "evaluate", str(run), "--out", str(out), "--device", "cpu"]
-    proc = subprocess.run([*cmd, "--pool", "100"], cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    test = json.loads(out.read_text())["splits"]["test"]
-    assert test["recall@100"] == 1.0 and test["triples"] == 10
-
-    device = default_device("cpu")
-    model, manifest, fields, _ = load_run_model(str(run), device)
-    ds = run_dataset(manifest)
-    n = ds.num_nodes
-    cfg = RecConfig(k=1, pool=100, **fields)
-    typed = typed_inputs(run_triples(ds, "test"), n, len(ds.relations.names))
-    scorer = scorer_for(model, ds.graph_for("test"), cfg, device, ds.out_graph_for("test"), typed)
-    t = triples(ds, "test")
-    known = np.concatenate([triples(ds, s) for s in ("train", "valid", "test")])
-    rr = []
-    for a, e in ((0, 2), (2, 0)):  # tails, then heads
-        every = np.repeat(np.arange(n), len(t))  # candidate-major, then triple
-        trip = np.tile(t, (n, 1))
-        trip[:, e] = every
-        scores = scorer.logits(trip[:, [0, 2]], trip[:, 1]).mean(0).reshape(n, len(t)).T  # (T, N)
-        rows, ents = known_partners(t, known, n, e)
-        mask = np.zeros((len(t), n), dtype=bool)
-        mask[rows, ents] = True
-        mask[np.arange(len(t)), t[:, a]] = True  # the anchor is no candidate
-        rr.append(filtered_ranks(scores[np.arange(len(t)), t[:, e]], scores, mask))
-    want = np.mean(1.0 / np.concatenate(rr))
-    assert test["pencil_rerank"]["mrr"] == pytest.approx(want, abs=1e-6)
-
-
 def test_the_anchors_neighbours_by_other_relations_head_the_pool(kg):
     """4's only neighbour is 3 (3 -r0-> 4): no r1 link, so for (4, r1, ?) it comes first, before RA's 2 (1/2 via 3).
     For (?, r0, 2) the neighbours 0 and 3 (both of degree 2; 1 -r0-> 2 is known) come first, then RA's 4."""
@@ -196,3 +150,41 @@ def test_the_anchors_neighbours_by_other_relations_head_the_pool(kg):
     assert typed_retrieve(kg.graph, np.array([4]), "ra", 1, allowed=r1, neighbours=True).cand.tolist() == [[3]]
     heads = typed_retrieve(kg.graph, np.array([2]), "ra", 3, allowed=Allowed(known=links(0, "in")), neighbours=True)
     assert heads.cand.tolist() == [[0, 3, 4]] and heads.score.tolist() == [[4.0, 4.0, 0.5]]
+
+
+def test_a_pool_of_every_entity_gives_the_exact_filtered_ranks_of_the_scoring_engine(kg):
+    """A real (untrained) typed model through the real scoring engine: with M above the entity count every rival is
+    in the pool, so PENCIL's full ranking is the filtered rank among every entity (common.datasets.corruptions's
+    filter: every known triple of the anchor and relation, and the anchor itself), on both sides."""
+    import torch
+
+    from common.datasets.corruptions import filtered_ranks, known_partners
+    from pipelines.recommend.engine import scorer_for
+    from pipelines.recommend.relation import run_triples, typed_inputs
+    from trainer.model.pencil import ModelConfig, Pencil
+
+    torch.manual_seed(0)
+    names, n = kg.relations.names, kg.num_nodes
+    cfg_model = ModelConfig(42, 16, 1, 2, 32, dropout=0.0, attention="reference", edge_types=4, relations=len(names))
+    model = Pencil(cfg_model).eval()
+    cfg = RecConfig(k=1, pool=10, retriever="ra", sampling=(1, 20), n_max=42)
+    typed = typed_inputs(run_triples(kg, "test"), n, len(names))
+    scorer = scorer_for(model, kg.graph_for("test"), cfg, torch.device("cpu"), kg.out_graph_for("test"), typed)
+    t = triples(kg, "test")
+    got = rank_triples(kg, "test", t, cfg, scorer, weights=(0.0,), neighbours=True)
+    assert got.ranked.in_pool.all()
+    known = np.concatenate([triples(kg, s) for s in ("train", "valid", "test")])
+    want = []
+    for anchor, end in ((0, 2), (2, 0)):  # tails, then heads: the order of rank_triples for one relation
+        scores = np.full((len(t), n), -np.inf)
+        for i, tri in enumerate(t):
+            rivals = np.setdiff1d(np.arange(n), [tri[anchor]])  # the anchor is never scored
+            cand = np.tile(tri, (len(rivals), 1))
+            cand[:, end] = rivals
+            scores[i, rivals] = scorer.logits(cand[:, [0, 2]], cand[:, 1]).mean(0)
+        rows, ents = known_partners(t, known, n, end)
+        mask = np.zeros((len(t), n), dtype=bool)
+        mask[rows, ents] = True
+        mask[np.arange(len(t)), t[:, anchor]] = True
+        want.append(filtered_ranks(scores[np.arange(len(t)), t[:, end]], scores, mask))
+    np.testing.assert_allclose(got.ranked.pencil[0.0], np.concatenate(want))
