@@ -22,6 +22,8 @@ so Hits@K <= recall@M for both, and the comparison is at the same pool.
 Reported per split: recall@M (target in the pool), Hits@K and MRR of each ranker.
 --sample-positives N ranks a seeded uniform sample of N positives per split (sample_positives: the same
 for every retriever and for the valid prior choice); the filter still leaves out every known positive.
+A typed run's triples are ranked on both ends among every entity by pipelines/recommend/typed_ranking.py, with
+these rules (ranked_positives) one (relation, side) at a time.
 """
 
 from __future__ import annotations
