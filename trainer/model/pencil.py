@@ -98,20 +98,13 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.attention must be one of {BACKENDS}, got {self.attention!r}")
         if self.w0_init not in W0_INITS:
             raise ValueError(f"ModelConfig.w0_init must be one of {W0_INITS}, got {self.w0_init!r}")
-        if not isinstance(self.lrp, int) or isinstance(self.lrp, bool) or self.lrp < 1:
-            raise ValueError(f"ModelConfig.lrp must be an integer >= 1, got {self.lrp!r}")
-        if not isinstance(self.edge_types, int) or isinstance(self.edge_types, bool) or self.edge_types < 1:
-            raise ValueError(f"ModelConfig.edge_types must be an integer >= 1, got {self.edge_types!r}")
-        if not isinstance(self.relations, int) or isinstance(self.relations, bool) or self.relations < 0:
-            raise ValueError(f"ModelConfig.relations must be an integer >= 0, got {self.relations!r}")
+        ints = (("lrp", 1), ("edge_types", 1), ("relations", 0), ("distances", 0), ("degrees", 0), ("degree_steps", 1))
+        for name, low in ints:
+            if not isinstance(v := getattr(self, name), int) or isinstance(v, bool) or v < low:
+                raise ValueError(f"ModelConfig.{name} must be an integer >= {low}, got {v!r}")
         if self.relations and self.edge_types != 2 * self.relations:
             want = 2 * self.relations
             raise ValueError(f"ModelConfig.edge_types must be 2 x relations = {want}, got {self.edge_types}")
-        for name in ("distances", "degrees"):
-            if not isinstance(v := getattr(self, name), int) or isinstance(v, bool) or v < 0:
-                raise ValueError(f"ModelConfig.{name} must be an integer >= 0, got {v!r}")
-        if not isinstance(self.degree_steps, int) or isinstance(self.degree_steps, bool) or self.degree_steps < 1:
-            raise ValueError(f"ModelConfig.degree_steps must be an integer >= 1, got {self.degree_steps!r}")
         for name in ("residual", "w0_learnable", "wpe"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"ModelConfig.{name} must be a bool, got {getattr(self, name)!r}")
