@@ -19,6 +19,7 @@ from common.cli import Parser, run_cli, summary
 from common.datasets.user_item import read_user_item, user_item_split
 from common.eval_scores import read_scores
 from common.shards import load_queries, read_manifest
+from pipelines.auto.blend import WEIGHTS
 
 
 def pair_scores(ds, manifest, run: str, split: str) -> dict:
@@ -54,7 +55,31 @@ def rows(args) -> dict:
             )
         scorers["popularity"] = heuristic_scorer(graph, "popularity", users)
         out[split] = {name: metrics(f, ev) for name, f in scorers.items()}
+        if args.blend:
+            grid = (0.0, *WEIGHTS) if split == "valid" else (chosen_weight(out["valid"]),)
+            for w in grid:
+                out[split][blend_name(w)] = metrics(popularity_blend(scorers["pencil"], scorers["popularity"], w), ev)
+    if args.blend:  # the test row is the valid-chosen weight's; the other weights' valid rows are not shown
+        w = chosen_weight(out["valid"])
+        out["valid"] = {k: v for k, v in out["valid"].items() if not k.startswith(BLEND) or k == blend_name(w)}
     return out
+
+
+BLEND = "pencil + w log1p(popularity)"
+
+
+def blend_name(w: float) -> str:
+    return f"{BLEND}, w {w:g} (valid-chosen)"
+
+
+def chosen_weight(valid: dict) -> float:
+    """The grid weight of the best validation MRR (the first of equals: the smaller weight)."""
+    return max((0.0, *WEIGHTS), key=lambda w: (valid[blend_name(w)]["mrr"], -w))
+
+
+def popularity_blend(logit, popularity, w: float):
+    """score_pairs(u, i) = logit + w * log1p(popularity), in float64."""
+    return lambda u, i: np.asarray(logit(u, i), np.float64) + w * np.log1p(np.asarray(popularity(u, i), np.float64))
 
 
 def build_parser(prog: str = "python -m bench.user_item_pencil") -> Parser:
@@ -63,6 +88,7 @@ def build_parser(prog: str = "python -m bench.user_item_pencil") -> Parser:
     p.add_argument("--shards", required=True, help="the shard set (folder with manifest.json)")
     p.add_argument("--run", required=True, help="the trainer's run folder, trained with --save-scores")
     p.add_argument("--decimals", type=int, default=None, help="also rank the scores rounded to this many decimals")
+    p.add_argument("--blend", action="store_true", help="also rank logit + w log1p(popularity), w chosen on valid")
     return p
 
 
