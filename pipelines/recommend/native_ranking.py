@@ -7,7 +7,7 @@ import numpy as np
 
 from common.graph import Graph
 from common.retrieval import neighbour_entries
-from pipelines.recommend.evaluation import metrics, pool_ranks
+from pipelines.recommend.ranking import metrics, pool_ranks
 
 
 def native_full_ranking(

@@ -29,7 +29,7 @@ from common.retrieval import Allowed
 from common.typed_retrieval import frequent_ends, typed_retrieve
 from pipelines.recommend.direction import known_links
 from pipelines.recommend.engine import RecConfig, scorer_for
-from pipelines.recommend.evaluation import (
+from pipelines.recommend.ranking import (
     PRIOR_GRID,
     RankedPositives,
     choose_weight,
