@@ -8,7 +8,7 @@ import pytest
 
 from common.graph import Graph
 from pipelines.recommend.engine import Prepared, RecConfig, RecommendError, finish_block, probabilities, rank_prior
-from pipelines.recommend.evaluation import PRIOR_GRID, full_ranking
+from pipelines.recommend.ranking import PRIOR_GRID, full_ranking
 
 INF = float("inf")
 
@@ -107,7 +107,7 @@ def test_native_full_ranking_filters_and_ties_exactly():
 
 
 def test_choose_weight_prefers_hits_then_mrr_then_the_smaller_weight():
-    from pipelines.recommend.evaluation import choose_weight
+    from pipelines.recommend.ranking import choose_weight
 
     sweep = {
         "0.0": {"hits@20": 0.30, "mrr": 0.10},

@@ -236,7 +236,7 @@ def test_evaluate_ranks_each_positive_among_its_out_links(directed_run, tmp_path
 def test_full_ranking_keeps_a_target_that_answers_a_link_back():
     """0 -> 3 is held out and 3 -> 0 is an edge: among 0's out-links 3 competes (recall 1 at a whole-graph pool);
     leaving out 0's neighbours either way, as an undirected run does, loses it."""
-    from pipelines.recommend.evaluation import full_ranking
+    from pipelines.recommend.ranking import full_ranking
 
     cfg, pos, union = RecConfig(k=1, pool=5, retriever="ra"), np.array([[0, 3]]), HAND.undirected()
     directed = full_ranking(union, pos, pos, cfg, allowed=Allowed(known=HAND))

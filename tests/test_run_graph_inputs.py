@@ -200,7 +200,7 @@ class IdScorer:
 def test_full_ranking_ranks_among_the_nodes_that_exist():
     from common.retrieval import Allowed
     from pipelines.recommend.engine import RecConfig
-    from pipelines.recommend.evaluation import full_ranking
+    from pipelines.recommend.ranking import full_ranking
 
     pos = np.array([[0, 3], [0, 6]])
     cfg = RecConfig(k=1, pool=3, retriever="ra", n_max=12, sampling=(1, 5))

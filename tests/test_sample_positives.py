@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from pipelines.recommend.engine import RecConfig, scorer_for
-from pipelines.recommend.evaluation import choose_weight, full_ranking, sample_positives
+from pipelines.recommend.ranking import choose_weight, full_ranking, sample_positives
 from trainer.model.pencil import ModelConfig, Pencil
 
 

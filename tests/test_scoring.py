@@ -67,7 +67,7 @@ class FixedScorer:
 
 def test_full_ranking_exact_on_a_tiny_graph():
     from pipelines.recommend.engine import RecConfig
-    from pipelines.recommend.evaluation import full_ranking
+    from pipelines.recommend.ranking import full_ranking
 
     # 0-1, 1-2, 1-3, 1-4, 5-6: RA pool of 0 = {2, 3, 4} all tied at 1/4; 5 and 6 unreachable from 0
     g = Graph.from_edges([(0, 1), (1, 2), (1, 3), (1, 4), (5, 6)], num_nodes=7)

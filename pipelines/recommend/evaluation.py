@@ -44,19 +44,7 @@ from pipelines.core.config import MovedDataset
 from pipelines.core.runs import RunFolderError, load_run_model, run_dataset, run_inputs
 from pipelines.recommend.direction import DirectionError, check_model_direction
 from pipelines.recommend.engine import RecConfig, RecommendError, add_engine_flags, scorer_for
-from pipelines.recommend.ranking import (  # noqa: F401  (re-exported: the ranking rules' names callers know)
-    HITS_AT,
-    PRIOR_GRID,
-    RankedPositives,
-    choose_weight,
-    full_ranking,
-    log_split,
-    metrics,
-    pool_ranks,
-    ranked_positives,
-    sample_positives,
-    sample_record,
-)
+from pipelines.recommend.ranking import choose_weight, full_ranking, log_split, sample_positives, sample_record
 from pipelines.recommend.relation import RelationError
 from pipelines.recommend.typed_ranking import rank_typed_splits
 from trainer.scoring import default_device
