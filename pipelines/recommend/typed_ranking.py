@@ -9,7 +9,7 @@ hold no self-links); with node kinds, only the relation's kind competes (the use
 It goes through the retrieve-then-re-rank path, one (relation, side) group at a time: the typed retriever
 (common.typed_retrieval) proposes a pool of M entities per anchor, PENCIL re-ranks it scoring each (anchor,
 candidate) as a triple of r (the scoring engine, the run's typed inputs), and a target outside the pool takes the
-expected rank of the rest (pipelines.recommend.evaluation.ranked_positives, the rule of untyped full ranking: so
+expected rank of the rest (pipelines.recommend.ranking.ranked_positives, the rule of untyped full ranking: so
 Hits@K <= recall@M for every ranker). Ties count half.
 
 Reported per split: recall@M (the pool's reach), MRR and Hits@1/3/10 of the retriever alone, of PENCIL's re-ranking
