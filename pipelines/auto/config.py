@@ -1,4 +1,4 @@
-"""What `--preset auto` searches and how: the candidates (the fixed general-purpose default and two
+"""What `--preset auto` searches and how: the candidates (the fixed general-purpose default and two or three
 alternatives) and the search's knobs, in one dataclass.
 
 The default is the `general` preset (common/presets.py): what a user would get with no search at all. The
@@ -8,7 +8,9 @@ and for community or geometric graphs where the signal is in many short paths; t
 by +4.2 MRR and +5.1 AUC on validation of 9 graphs, and 10 instead of 5 gains +5.8 AUC on the block model and
 latent space for 3x their epoch time, and 0.7 to 2.4 MRR on sparse graphs for 1.0 to 1.4x
 (docs/benchmarks/2026-11-28-own-graph-research.md, sections 1 and 10). `wide`, one wider hop, for dense
-graphs where 20 neighbours cut the common ones. The model and optimiser stay the default's.
+graphs where 20 neighbours cut the common ones. `degree`, on a typed graph whose relation joins two node kinds only
+(a user-item file): the default's view with each token's training degree (trainer --degree-features). The model
+and optimiser stay the default's.
 """
 
 from __future__ import annotations
@@ -30,7 +32,9 @@ class SearchConfig:
     min_steps: int = 1500
     min_epochs: int = 12
     max_epochs: int = 60
-    grace_period: float = 1 / 6  # of the run's epochs (at least 2, at most all) every candidate trains before any is cut
+    grace_period: float = (
+        1 / 6
+    )  # of the run's epochs (at least 2, at most all) every candidate trains before any is cut
     reduction_factor: int = 3  # after the grace period, 1 in reduction_factor alternatives goes on
     # ... but not one behind the default by more than gate_se SE (two-way bootstrap) on the metric, unless it leads
     # on the other of MRR / AUC by as much; None: no gate (docs/benchmarks/2026-12-01-own-graph-time.md)
@@ -112,6 +116,8 @@ class Candidate:
     lr_schedule: str
     effective_batch: int
     distances: int = 0  # trainer --distance-features D (0: off)
+    degrees: int = 0  # trainer --degree-features D (0: off)
+    degree_steps: int = 1  # trainer --degree-steps S, with degrees
 
     @property
     def cid(self) -> str:
@@ -140,24 +146,43 @@ class Candidate:
             "--effective-batch",
             str(self.effective_batch),
             *(("--distance-features", str(self.distances)) if self.distances else ()),
+            *(
+                ("--degree-features", str(self.degrees), "--degree-steps", str(self.degree_steps))
+                if self.degrees
+                else ()
+            ),
         )
 
     def to_dict(self) -> dict:
-        return {"cid": self.cid, **asdict(self), "sampling": list(self.sampling)}
+        """Its record, and what its search folder's key hashes; the degree fields only when on, so a candidate
+        without the degree input keeps the record and folder it had before they existed."""
+        fields = asdict(self)
+        if not self.degrees:
+            del fields["degrees"], fields["degree_steps"]
+        return {"cid": self.cid, **fields, "sampling": list(self.sampling)}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Candidate":
         return cls(**{**{k: v for k, v in d.items() if k != "cid"}, "sampling": tuple(d["sampling"])})
 
 
-def candidates() -> list[Candidate]:
-    """The default first (ties keep it), then the alternatives."""
+def candidates(two_kinds: bool = False) -> list[Candidate]:
+    """The default first (ties keep it), then the alternatives; `two_kinds` (a typed graph with a relation that joins
+    two node kinds, pipelines.auto.recipe.joins_two_kinds): `degree` too, second, so it trains beside the default
+    first on a CPU's two slots."""
     p = get_preset(DEFAULT_PRESET)
     default = Candidate(
         "default", p.sampling, p.hidden, p.layers, p.heads, p.ffn, p.lr, p.lr_schedule, p.effective_batch
     )
+    # the default's view plus each token's bucketed training degree (trainer --degree-features 40 --degree-steps 4):
+    # only where a relation joins two kinds, as a user's items, whose cold-start candidates are the same star for
+    # every item with n raters or more; it took movielens-100k's test MRR from 7.68 to 21.02
+    # (docs/benchmarks/2026-12-05-user-item-degree.md), and is unmeasured on one-kind graphs, where it would cost
+    # every search a candidate
+    degree = [replace(default, name="degree", degrees=40, degree_steps=4)] if two_kinds else []
     return [
         default,
+        *degree,
         replace(default, name="deep", sampling=(2, 10), distances=4),
         replace(default, name="wide", sampling=(1, 50)),
     ]

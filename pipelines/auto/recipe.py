@@ -80,13 +80,23 @@ def negatives_per_positive(run: RunConfig, cfg: SearchConfig, graph, view_positi
     return max(1, min(cfg.neg_ratio, distinct_non_edges(graph) // max(1, view_positives)))
 
 
-def candidate_tokens(run: RunConfig, manifests: dict, device: str) -> dict | None:
-    """{cid: tokens of an epoch} of each candidate's shard set, from which an alternative's schedule follows on a
-    CPU (SearchConfig.candidate_epochs); None when --epochs fixes every run's, or on a GPU, where the longer
-    sequences cost far less than their tokens (fused attention)."""
+def joins_two_kinds(dataset) -> bool:
+    """A typed graph with node kinds whose training triples join one kind to another under some relation (a
+    user-item file's users and items): where the search also offers the degree input (config.candidates)."""
+    rel = dataset.relations
+    if rel is None or rel.kinds is None:
+        return False
+    t = rel.triples("train", dataset.splits["train"].pos)
+    return bool((rel.kinds.of[t[:, 0]] != rel.kinds.of[t[:, 2]]).any())
+
+
+def candidate_tokens(run: RunConfig, manifests: dict, device: str, cands: list | None = None) -> dict | None:
+    """{cid: tokens of an epoch} of each candidate's shard set (`cands`, None: candidates()), from which an
+    alternative's schedule follows on a CPU (SearchConfig.candidate_epochs); None when --epochs fixes every run's,
+    or on a GPU, where the longer sequences cost far less than their tokens (fused attention)."""
     if run.trainer.epochs or device != "cpu":
         return None
-    return {c.cid: epoch_tokens(manifests[c.sampling]) for c in candidates()}
+    return {c.cid: epoch_tokens(manifests[c.sampling]) for c in cands or candidates()}
 
 
 def capped_epochs(cfg: SearchConfig, epochs: int, tokens: dict | None) -> int:
@@ -228,6 +238,9 @@ def search_and_train(
         record["stats"]["median_degree"],
         record["stats"]["p90_degree"],
     )
+    cands = candidates(joins_two_kinds(selection_view))
+    record["candidates"] = [c.cid for c in cands]
+    log.info("search: candidates %s", ", ".join(record["candidates"]))
     train = len(selection_view.splits["train"].pos)
     percent = view_percent(get_preset(DEFAULT_PRESET), train, device, selection_view.graph)
     view_positives = round(train * percent / 100)
@@ -235,14 +248,14 @@ def search_and_train(
     epochs = run_epochs(run, cfg, view_positives, neg_ratio)
     shards = shard_sets(run, dataset, protocol, epochs, percent, neg_ratio)
     manifests = {s: read_manifest(loc) for s, loc in shards.items()}
-    tokens = candidate_tokens(run, manifests, device)
+    tokens = candidate_tokens(run, manifests, device, cands)
     epochs = capped_epochs(cfg, epochs, tokens)
     record.update(epochs=epochs, neg_ratio=neg_ratio)
     slots = trainer_slots(run.trainer.device, run.trainer.parallel)
     # the search's share of the budget: half, a third with node features (the final seeds train twice then)
     plan = SearchPlan(
         epochs,
-        candidates(),
+        cands,
         shards,
         manifests,
         protocol,
