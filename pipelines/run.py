@@ -25,6 +25,7 @@ from common.datasets.kg import KG
 from common.flags import FlagError
 from common.heuristics import DIRECTED, TEMPORAL, WEIGHTED, split_scores
 from common.heuristics import label as heuristic_label
+from common.heuristics_typed import typed_scores
 from common.metrics import REVERSE_KEY, evaluate, ranking_note
 from common.presets import PRESETS, get_preset, preset_for_protocol
 from pipelines.auto.blend import HEURISTICS
@@ -50,7 +51,7 @@ from pipelines.core.shard_sets import preset_shard_set, set_protocols
 from pipelines.core.trainers import cuda_devices, device_kind
 from pipelines.core.variants import PAIRS, pairs_beside, seed_results, split_label, train_without_features
 from pipelines.typed_report import relation_markdown, relation_rows
-from pipelines.typed_rows import typed_heuristic_rows, typed_notes, typed_protocols, typed_scores
+from pipelines.typed_rows import typed_heuristic_rows, typed_notes, typed_protocols
 from trainer.run_folder import locked
 
 log = logging.getLogger("pipelines.run")

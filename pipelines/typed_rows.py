@@ -3,31 +3,23 @@ protocol it ranks under, what stays refused, and the heuristics' rows on the SAM
 
 Every test triple is ranked against its own filtered corruptions of head and tail (protocol "kg",
 common/datasets/kg.py; a (-1, -1) pair pads a short row and scores -inf: never above nor tied with a positive).
-The rows beside PENCIL:
-- CN / AA / RA on the graph the split is scored on, relations ignored (its undirected union of triples);
-- popularity: per relation, score(h, r, t) = out_r(h) + in_r(t), the head's and the tail's degree under r in the
-  triples of that graph. A row's head corruptions share t and its tail corruptions share h, so the sum ranks
-  every corruption exactly by the degree of the end it replaced (a user-item file's item popularity).
+The rows beside PENCIL are common/heuristics_typed.py's: CN / AA / RA with relations ignored, and the per-relation
+popularity (a user-item file's item popularity).
 """
 
 from __future__ import annotations
 
 import logging
 
-import numpy as np
-
 from common.datasets.kg import KG
 from common.flags import FlagError
 from common.heuristics import label as heuristic_label
-from common.heuristics import ranking_scores
-from common.metrics import evaluate, relation_metrics, unique_pairs
+from common.heuristics_typed import POPULARITY
+from common.metrics import evaluate, relation_metrics
 from pipelines.core.results import METRICS, TableRow
 from pipelines.core.run_config import RunConfig
 
 log = logging.getLogger("pipelines.run")
-STRUCTURE = ("cn", "aa", "ra")  # read on the typed graph's undirected union, relations ignored
-POPULARITY = "popularity"
-TYPED_HEURISTICS = (*STRUCTURE, POPULARITY)
 LABELS = {POPULARITY: "popularity (per relation)"}
 
 
@@ -47,58 +39,6 @@ def typed_protocols(run: RunConfig, dataset) -> list[str]:
             "head or tail); drop it"
         )
     return [KG]
-
-
-def relation_degrees(dataset, split: str) -> tuple[np.ndarray, np.ndarray, int]:
-    """(sorted keys r * N + node, their counts as heads, as tails) of the triples on which `split` is scored:
-    the training triples, and valid's too for test when the dataset has a test graph (a temporal split)."""
-    rel = dataset.relations
-    triples = rel.triples("train", dataset.splits["train"].pos)
-    if split == "test" and dataset.test_graph is not None:
-        triples = np.concatenate([triples, rel.triples("valid", dataset.splits["valid"].pos)])
-    n = dataset.num_nodes
-    heads, tails = triples[:, 1] * n + triples[:, 0], triples[:, 1] * n + triples[:, 2]
-    return np.unique(heads, return_counts=True), np.unique(tails, return_counts=True), n
-
-
-def _lookup(table: tuple[np.ndarray, np.ndarray], keys: np.ndarray) -> np.ndarray:
-    """Counts of `keys` in (sorted keys, counts); 0 for a key absent."""
-    known, counts = table
-    if not len(known):
-        return np.zeros(keys.shape, dtype=np.float64)
-    at = np.searchsorted(known, keys).clip(max=len(known) - 1)
-    return np.where(known[at] == keys, counts[at], 0).astype(np.float64)
-
-
-def popularity(dataset, split: str, pairs: np.ndarray, rel: np.ndarray) -> np.ndarray:
-    """out_r(h) + in_r(t) of every [head, tail] pair of `pairs` (..., 2) with relations `rel` (its leading
-    shape), float64 (module docstring)."""
-    out_deg, in_deg, n = relation_degrees(dataset, split)
-    return _lookup(out_deg, rel * n + pairs[..., 0]) + _lookup(in_deg, rel * n + pairs[..., 1])
-
-
-def typed_scores(dataset, split: str, names=TYPED_HEURISTICS) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """{heuristic: (positives' scores (P,), corruptions' scores (P, K), -inf where a row is padded)} of `split`'s
-    triples, each scored on the graph `split` is scored on."""
-    data = dataset.splits[split]
-    pos, neg = data.pos, data.negatives(KG)
-    real = neg[..., 0] >= 0
-    rel = dataset.relations.pos[split]
-    flat = np.concatenate([pos, neg[real]])
-    uniq, inverse = unique_pairs(flat)
-    graph = dataset.graph_for(split)
-    out = {}
-    for name in names:
-        if name == POPULARITY:
-            scores = popularity(
-                dataset, split, flat, np.concatenate([rel, np.broadcast_to(rel[:, None], real.shape)[real]])
-            )
-        else:
-            scores = ranking_scores(name, graph, uniq)[inverse]
-        rows = np.full(real.shape, -np.inf)
-        rows[real] = scores[len(pos) :]
-        out[name] = (scores[: len(pos)].astype(np.float64), rows)
-    return out
 
 
 def row_label(name: str) -> str:
@@ -128,4 +68,7 @@ def typed_notes(dataset) -> list[str]:
         "padded; padding never counts), the same for PENCIL and every heuristic; per relation in the second table",
         "CN / AA / RA: on the graph's triples with relations ignored (undirected); popularity (per relation): a "
         "corruption ranked by the degree of the end it replaced under the triple's relation",
+        "the search's blend (--preset auto), beside the model alone: + popularity prior, the logit plus w times "
+        "log1p of each end's popularity under the relation, w (and the runner-up) chosen on validation; "
+        "+ prior (none chosen) where validation kept the model alone",
     ]

@@ -1,19 +1,30 @@
 """`--preset auto` on a typed graph: the degree input as one more candidate where a relation joins two node kinds
-(the candidate lists of typed and untyped graphs, its flags in its folder key and in every run of the chosen one)."""
+(the candidate lists of typed and untyped graphs, its flags in its folder key and in every run of the chosen one),
+and the blend with the per-relation popularity prior decided on a tiny typed validation set by hand."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 from common.datasets import DatasetSpec, load_dataset
 from common.datasets.kg import KG, triples_dataset
 from common.datasets.kinds import NodeKinds
+from common.eval_scores import write_scores
+from common.heuristics_typed import POPULARITY_PRIOR, typed_scores
+from common.set_arrays import encode_queries
+from pipelines.auto import blend
 from pipelines.auto import search as auto_search
 from pipelines.auto.config import Candidate, SearchConfig, candidates
 from pipelines.auto.final import final_runs
-from pipelines.auto.recipe import joins_two_kinds
+from pipelines.auto.recipe import StageData, blend_stage, joins_two_kinds
 from pipelines.auto.search import Choice
 from pipelines.core.config import TrainerOptions
+from preprocess.kg_candidates import typed_protocol_candidates
+from tests.conftest import needs_ray
 from tests.test_typed_run import tiny_typed
 from tests.test_user_item_typed import write_ratings
 
@@ -79,3 +90,157 @@ def test_every_final_seed_of_the_degree_candidate_carries_its_flags_seed_0_evalu
         at = flags.index("--degree-features")
         assert flags[at : at + 4] == ["--degree-features", "40", "--degree-steps", "4"], seed
     assert runs[0].eval_weights == str(search_run / "best.pt") and runs[1].eval_weights is None
+
+
+# ---------------------------------------------------------------------------- the blend on a typed graph
+def user_item():
+    """Users 0-5 and items 6-9 (two kinds, one relation user->item). Training: item 6 has 3 raters, 7 two, 8 one,
+    9 none, each user one item. Valid: users 3, 4, 5 each rate the popular item 6, against two items they have not
+    rated and a padded slot; test: users 0, 1 rate item 7, against 8 and 9."""
+    train = np.array([[0, 0, 6], [1, 0, 6], [2, 0, 6], [3, 0, 7], [4, 0, 8], [5, 0, 7]])
+    triples = {"train": train, "valid": np.array([[3, 0, 6], [4, 0, 6], [5, 0, 6]])}
+    triples["test"] = np.array([[0, 0, 7], [1, 0, 7]])
+    kinds = NodeKinds(("user", "item"), np.array([0] * 6 + [1] * 4, np.int32))
+    ds = triples_dataset("shop", triples, 10, ("user->item",), 0, kinds=kinds)
+    pad = [-1, -1]
+    ds.splits["valid"].neg[KG] = np.array([[[3, 8], [3, 9], pad], [[4, 7], [4, 9], pad], [[5, 8], [5, 9], pad]])
+    ds.splits["test"].neg[KG] = np.array([[[0, 8], [0, 9]], [[1, 8], [1, 9]]])
+    return ds
+
+
+@dataclass
+class TypedSet:
+    """The few manifest fields the blend reads, over real query files written as preprocess writes them."""
+
+    root: str
+    eval: dict = field(default_factory=dict)
+    relations: tuple = ("user->item",)
+    targets: object = None
+
+    def queries_path(self, entry: dict) -> str:
+        return f"{self.root}/{entry['queries']}"
+
+    def queries_sha256(self, entry: dict) -> None:
+        return None
+
+
+def typed_set(ds, root: Path) -> TypedSet:
+    s = TypedSet(str(root))
+    for split in ("valid", "test"):
+        cands = typed_protocol_candidates(ds, split)
+        name = f"{split}-kg.npz"
+        (root / name).write_bytes(encode_queries(cands.pos_cid, cands.neg_cid, cands.rel[cands.pos_cid]))
+        s.eval[f"{split}/{KG}"] = {"queries": name, "candidates": len(cands), "positives": len(cands.pos_cid)}
+    return s
+
+
+def test_the_popularity_prior_is_log1p_of_each_ends_popularity_by_hand():
+    pos, rows = typed_scores(user_item(), "valid", (POPULARITY_PRIOR,))[POPULARITY_PRIOR]
+    # (1 + out(u)) (1 + in(i)) - 1: every user rated one item; in(6) 3, in(7) 2, in(8) 1, in(9) 0
+    assert pos.tolist() == [7.0, 7.0, 7.0]
+    assert rows.tolist() == [[3.0, 1.0, -np.inf], [5.0, 1.0, -np.inf], [3.0, 1.0, -np.inf]]
+
+
+def test_the_prior_by_cid_keeps_the_padding_out_of_the_last_candidate(tmp_path):
+    ds = user_item()
+    manifest = typed_set(ds, tmp_path)
+    scores = typed_scores(ds, "valid", blend.TYPED_HEURISTICS)
+    table = blend.by_cid(ds, manifest, "valid", KG, scores)[POPULARITY_PRIOR]
+    cands = typed_protocol_candidates(ds, "valid")
+    # every distinct triple its prior, the last one too (a padded slot is neg_cid -1: no candidate)
+    assert np.isfinite(table).all() and len(table) == len(cands) == 3 + 6
+    by_pair = {(int(h), int(t)): table[c] for c, (h, t) in enumerate(zip(cands.src, cands.dst))}
+    positives = {(3, 6): 7.0, (4, 6): 7.0, (5, 6): 7.0}
+    assert by_pair == {**positives, (3, 8): 3.0, (3, 9): 1.0, (4, 7): 5.0, (4, 9): 1.0, (5, 8): 3.0, (5, 9): 1.0}
+
+
+def stage(tmp_path, ds, valid_logits, test_logits):
+    """The recipe's blend stage over one final seed whose saved scores are the given logits by cid."""
+    manifest = typed_set(ds, tmp_path)
+    run = tmp_path / "seed0"
+    for split, logits in (("valid", valid_logits), ("test", test_logits)):
+        write_scores(run / "scores" / f"{split}-{KG}.npz", np.arange(len(logits)), np.asarray(logits), 0)
+    choice = Choice(candidates(True)[0], 1, 0, "/shards/set", str(tmp_path / "search"), "mrr", {}, 1, 1, 1)
+    data = StageData(ds, ds.without_test(), manifest, KG, {})
+    return blend_stage(TrainerOptions("cpu"), choice, {0: run}, data, 2.0, tmp_path)
+
+
+def test_a_model_that_cannot_tell_the_items_apart_takes_the_prior_at_its_smallest_weight(tmp_path):
+    ds = user_item()
+    n_valid, n_test = len(typed_protocol_candidates(ds, "valid")), len(typed_protocol_candidates(ds, "test"))
+    decision, test = stage(tmp_path, ds, np.zeros(n_valid), np.zeros(n_test))
+    # alone: each valid positive ties its 2 real corruptions, rank 2, RR 0.5; with the prior at any weight its item
+    # is the most popular of its row, RR 1 on every positive: difference 0.5, SE 0; the smallest weight of equals
+    assert decision.key == "popularity prior x 0.25" and decision.heuristic == POPULARITY_PRIOR
+    assert decision.decision["means"]["none"] == pytest.approx(0.5) and decision.decision["se"] == 0.0
+    assert decision.row_name("PENCIL") == "PENCIL + popularity prior"
+    # test, under it: item 7 (2 raters) above 8 (1) and 9 (0) for both users
+    assert test[0]["mrr"] == pytest.approx(1.0) and test[0]["mrr/user->item"] == pytest.approx(1.0)
+
+
+def test_float32_near_ties_of_the_model_stay_ties_in_the_blend_as_the_trainer_ranks_them(tmp_path):
+    ds = user_item()
+    cands = typed_protocol_candidates(ds, "valid")
+    # the positives 1e-6 above their corruptions: float noise between identical subgraphs, a tie for the trainer
+    valid = np.where(cands.label == 1, np.float32(1.0) + np.float32(1e-6), np.float32(1.0))
+    decision, _ = stage(tmp_path, ds, valid, np.zeros(len(typed_protocol_candidates(ds, "test"))))
+    assert decision.decision["means"]["none"] == pytest.approx(0.5)  # float64 would rank each positive first: 1.0
+    assert decision.key == "popularity prior x 0.25"
+
+
+def test_a_model_that_already_ranks_every_positive_first_is_kept_alone(tmp_path):
+    ds = user_item()
+    cands = typed_protocol_candidates(ds, "valid")
+    decision, test = stage(tmp_path, ds, cands.label * 5.0, np.zeros(len(typed_protocol_candidates(ds, "test"))))
+    assert decision.key == "none" and decision.row_name("PENCIL") == "PENCIL + prior (none chosen)"
+    assert test[0]["mrr"] == pytest.approx(1 / 2)  # the model alone on test: each positive ties both corruptions
+
+
+# ---------------------------------------------------------------------------- end to end
+def write_popular_ratings(path: Path, users: int = 40, items: int = 30, per_user: int = 6, seed: int = 0) -> Path:
+    """A ratings file whose items are rated by Zipf popularity, at random times: users and items, one relation."""
+    rng = np.random.default_rng(seed)
+    weight = 1.0 / np.arange(1, items + 1)
+    rows = [(u, i) for u in range(users) for i in rng.choice(items, per_user, replace=False, p=weight / weight.sum())]
+    times = rng.permutation(len(rows))
+    lines = ["user\titem\trating\ttime"] + [f"u{u:02d}\ti{i:02d}\t4\t{t}" for (u, i), t in zip(rows, times)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@needs_ray
+@pytest.mark.slow  # the search's shard sets and four candidates' trainers, one final seed
+def test_the_search_of_a_ratings_file_tries_the_degree_input_and_blends_the_popularity_prior(tmp_path):
+    import json
+
+    import torch
+
+    from common.manifest import read_manifest
+    from pipelines.core.runs import load_checkpoint, load_model
+    from pipelines.run import main
+    from tests.test_typed_run import run_argv
+    from trainer.data.degrees import train_degrees
+
+    data = write_popular_ratings(tmp_path / "ratings.tsv")
+    assert main(run_argv(data, tmp_path)) == 0
+    out = tmp_path / "out" / "ratings" / "auto" / KG
+    record = json.loads((out / "search.json").read_text())
+    assert record["candidates"] == ["default-d1n20", "degree-d1n20", "deep-d2n10", "wide-d1n50"]
+    assert "degree-d1n20" in record["chosen"]["rungs"]["grace"]
+    # the degree candidate's search run trained with the input, and loads back (as score, recommend and serve load a
+    # run) reading the degrees of its shard set's training graph
+    (run,) = (out / "search").glob("degree-d1n20-*")
+    ckpt = load_checkpoint(run / "best.pt")
+    assert ckpt["config"]["model"]["degrees"] == 40 and ckpt["config"]["model"]["degree_steps"] == 4
+    manifest = read_manifest(ckpt["config"]["data"]["shards"])
+    model = load_model(ckpt, manifest, torch.device("cpu"))
+    assert model.degree.counts.tolist() == train_degrees(manifest, 2).counts.tolist()
+    # the chosen candidate's flags reach the final seed (seed 0 evaluates its search run's best.pt with them)
+    seed0 = json.loads((out / "seed0" / "config.json").read_text())["model"]
+    assert (seed0.get("degrees") or 0) == record["chosen"]["config"].get("degrees", 0)
+    # the blend: decided on validation (the prior or the model alone), its row beside the model's in the report
+    assert record["blend"]["heuristic"] in ("none", "popularity prior")
+    results = json.loads((tmp_path / "out" / "ratings" / "auto" / "results.json").read_text())
+    models = {r["model"] for r in results["table"]}
+    assert any(m.startswith("PENCIL w/o features + ") for m in models) and "PENCIL w/o features" in models
+    assert {r["model"] for r in results["relations"]} == models

@@ -16,6 +16,11 @@ averaged over the seeds, the best kept only if it beats the model alone by more 
 errors (pipelines.auto.signal). Then, as the search does, a tie on the metric is broken by the other of MRR / AUC
 (`break_grid_tie`; section 14). `decide` sees validation arrays only; test is read in `apply`, after it (the
 partner's test scores come from evaluating its run then). The model alone is always reported beside it.
+
+On a typed graph (protocol kg: each triple against its own corruptions) h is the per-relation popularity prior
+(common.heuristics_typed: w * log1p(h) adds w times the log-popularity gap of the end a corruption replaced, a
+user-item file's item popularity), CN / AA / RA being constant on a graph of two kinds; its blended scores are
+ranked as float32, as the trainer ranks the model's (`ranked`).
 """
 
 from __future__ import annotations
@@ -28,14 +33,17 @@ from typing import Callable
 import numpy as np
 
 from common.eval_scores import read_scores, scores_path
+from common.heuristics_typed import POPULARITY_PRIOR
 from common.manifest_record import Manifest
-from pipelines.auto.signal import choose, paired, set_queries, tie_break, tie_metric
+from pipelines.auto.signal import choose, paired, set_queries, tie_break, tie_metric, typed_set
 from preprocess.candidates import protocol_candidates
+from preprocess.kg_candidates import typed_protocol_candidates
 from trainer.evaluate import eval_entry, scores_to_metrics
 
 log = logging.getLogger("pipelines.auto")
 
 HEURISTICS = ("cn", "aa", "ra")
+TYPED_HEURISTICS = (POPULARITY_PRIOR,)  # a typed graph's (module docstring)
 # Doubling up to 1024: at the top a log1p(h) step outweighs any logit gap, i.e. the heuristic ranks and the
 # model breaks its ties, so the grid spans the model alone to the heuristic led by the model.
 WEIGHTS = tuple(2.0**k for k in range(-2, 11))
@@ -45,9 +53,10 @@ PARTNER_WEIGHTS = (0.25, 0.5, 1.0, 2.0, 4.0)  # logits of one scale: from a nudg
 PARTNER = "runner-up"  # its name in a key
 
 
-def grid(partner: bool) -> list[tuple[float, str, float]]:
-    """(partner weight, heuristic, weight) of every key, the model alone first."""
-    return [(p, h, w) for p in ((0.0, *PARTNER_WEIGHTS) if partner else (0.0,)) for h, w in GRID]
+def grid(partner: bool, heuristics: tuple[str, ...] = HEURISTICS) -> list[tuple[float, str, float]]:
+    """(partner weight, heuristic, weight) of every key, the model alone first; GRID's, or of `heuristics`."""
+    rows = GRID if heuristics == HEURISTICS else [(NONE, 0.0)] + [(h, w) for h in heuristics for w in WEIGHTS]
+    return [(p, h, w) for p in ((0.0, *PARTNER_WEIGHTS) if partner else (0.0,)) for h, w in rows]
 
 
 class BlendError(ValueError):
@@ -96,7 +105,8 @@ class Blend:
         """'<base> + RA prior', '<base> + runner-up deep-d2n10 + RA prior'; '<base> + prior (none chosen)' when
         validation kept the model alone."""
         parts = [f"{PARTNER} {self.partner}"] if self.partner_weight else []
-        parts += [] if self.heuristic == NONE else [f"{self.heuristic.upper()} prior"]
+        if self.heuristic != NONE:
+            parts.append(f"{self.heuristic.upper()} prior" if self.heuristic in HEURISTICS else self.heuristic)
         return f"{base} + {' + '.join(parts)}" if parts else f"{base} + prior (none chosen)"
 
     def to_dict(self) -> dict:
@@ -112,9 +122,11 @@ class Blend:
 
 def by_cid(dataset, manifest: Manifest, split: str, protocol: str, scores: dict) -> dict[str, np.ndarray]:
     """{h: (C,) scores by cid} of an eval set, from `scores` = {h: (positives', negatives' scores)} of the split
-    (common.heuristics.split_scores); the set's queries must be the dataset's candidates (the same split of the
-    same data)."""
-    cands = protocol_candidates(dataset, split, protocol)
+    (common.heuristics.split_scores; a typed graph's: common.heuristics_typed.typed_scores); the set's queries must
+    be the dataset's candidates (the same split of the same data)."""
+    cands = (
+        typed_protocol_candidates(dataset, split) if dataset.typed else protocol_candidates(dataset, split, protocol)
+    )
     entry = eval_entry(manifest, split, protocol)
     pos_cid, neg_cid = set_queries(manifest, entry)
     if (
@@ -130,7 +142,11 @@ def by_cid(dataset, manifest: Manifest, split: str, protocol: str, scores: dict)
     for h, (pos, neg) in scores.items():
         table = np.empty(len(cands), dtype=np.float64)
         table[cands.pos_cid] = pos
-        table[cands.neg_cid] = neg  # a pair several queries share has one score: the same pair
+        if dataset.typed:  # a padded corruption (neg_cid -1) is no pair: its -inf stays out of the table
+            real = cands.neg_cid >= 0
+            table[cands.neg_cid[real]] = neg[real]
+        else:
+            table[cands.neg_cid] = neg  # a pair several queries share has one score: the same pair
         out[h] = table
     return out
 
@@ -142,14 +158,16 @@ def decide(
     metric: str,
     margin_se: float,
     partner: tuple[str, np.ndarray] | None = None,
+    names: tuple[str, ...] = HEURISTICS,
 ) -> Blend:
     """One (p, h, w) for the run from `valid` = {seed: (cid, logit)} of the validation set, its heuristics by cid,
     `partner` = (its name, its validation scores by cid) or None, and values_of(cid, scores) -> {metric: the
     per-positive values} of the validation queries (pipelines.auto.signal.per_positive): chosen on `metric`, a
-    tie there broken by tie_metric(metric)."""
+    tie there broken by tie_metric(metric). `names`: the heuristics of the grid (TYPED_HEURISTICS on a typed
+    graph)."""
     values: dict[str, dict[str, np.ndarray]] = {metric: {}, tie_metric(metric): {}}
     name, by_pair = partner or ("", None)
-    keys = {key(h, w, p): (p, h, w) for p, h, w in grid(partner is not None)}
+    keys = {key(h, w, p): (p, h, w) for p, h, w in grid(partner is not None, names)}
     for k, (p, h, w) in keys.items():
         per_seed = [
             values_of(cid, mix(cid, logit.astype(np.float64), p, h, w, by_pair, heuristics))
@@ -203,4 +221,11 @@ def apply(
     `partner`: the partner's test scores by cid, when the blend uses it."""
     cid, logit, _ = read_scores(scores_path(run_dir, "test", protocol))
     scores = mix(cid, logit, choice.partner_weight, choice.heuristic, choice.weight, partner, heuristics)
-    return scores_to_metrics(manifest, "test", protocol, cid, scores)
+    return scores_to_metrics(manifest, "test", protocol, cid, ranked(manifest, scores))
+
+
+def ranked(manifest: Manifest, scores: np.ndarray) -> np.ndarray:
+    """The scores as the set ranks a model's: a typed set's blend cast back to float32, whose near-ties are ties
+    (common.metrics.tie_bounds), so its model-alone key is the trainer's own metric and the float noise between
+    identical subgraphs scored in other batches never orders two pairs the prior ties; others as they are."""
+    return np.asarray(scores, dtype=np.float32) if typed_set(manifest) else scores

@@ -23,6 +23,7 @@ from common.datasets.pool import POOL_PROTOCOL, attach_valid_pool, can_pool
 from common.eval_scores import read_scores, scores_path
 from common.graph_stats import graph_stats
 from common.heuristics import split_scores
+from common.heuristics_typed import typed_scores
 from common.manifest import epoch_tokens, read_manifest
 from common.manifest_record import Manifest
 from common.presets import get_preset
@@ -174,19 +175,21 @@ def blend_stage(
 ) -> tuple[blend.Blend, dict]:
     """The blend's decision on the final seeds' validation (the test-less dataset) and the search run of the
     choice's partner, then each seed's test metrics under it (the partner evaluated on test in OUT/runner-up
-    first, when the blend adds it)."""
+    first, when the blend adds it). A typed graph's prior is scored here, on test only after the decision."""
     selection_view, dataset, manifest, protocol = data.selection_view, data.dataset, data.manifest, data.protocol
-    valid_scores = split_scores(selection_view, "valid", [protocol], list(blend.HEURISTICS))[protocol]
+    names = blend.TYPED_HEURISTICS if dataset.typed else blend.HEURISTICS
     logits = blend.valid_logits(runs, protocol)
-    heuristics = blend.by_cid(selection_view, manifest, "valid", protocol, valid_scores)
-    values_of = lambda cid, s: per_positive(manifest, "valid", protocol, cid, s, pool=True)
+    heuristics = blend.by_cid(
+        selection_view, manifest, "valid", protocol, prior_scores(selection_view, "valid", protocol, names)
+    )
+    values_of = lambda cid, s: per_positive(manifest, "valid", protocol, cid, blend.ranked(manifest, s), pool=True)
     partner, partner_test = None, None
     every = lambda split: np.arange(eval_entry(manifest, split, protocol)["candidates"])
     try:
         if choice.partner is not None:
             valid = partner_scores(Path(choice.partner_dir), "valid", protocol, every("valid"))
             partner = (choice.partner.cid, valid)
-        decision = blend.decide(logits, heuristics, values_of, choice.metric, margin_se, partner)
+        decision = blend.decide(logits, heuristics, values_of, choice.metric, margin_se, partner, names)
         if decision.partner_weight:
             evaluated = evaluate_partner(opts, choice, protocol, out / "runner-up")
             if evaluated is None:
@@ -194,11 +197,22 @@ def blend_stage(
             partner_test = partner_scores(evaluated, "test", protocol, every("test"))
     except blend.BlendError as err:  # the runner-up is an extra: the run goes on without it
         log.warning("blend: %s; decided without the runner-up", err)
-        decision = blend.decide(logits, heuristics, values_of, choice.metric, margin_se)
-    test = blend.by_cid(dataset, manifest, "test", protocol, data.test_scores)  # test, after the decision
+        decision = blend.decide(logits, heuristics, values_of, choice.metric, margin_se, names=names)
+    test_scores = (
+        prior_scores(dataset, "test", protocol, names) if dataset.typed else data.test_scores
+    )  # after the decision
+    test = blend.by_cid(dataset, manifest, "test", protocol, test_scores)
     return decision, {
         seed: blend.apply(d, decision, test, manifest, protocol, partner_test) for seed, d in runs.items()
     }
+
+
+def prior_scores(dataset, split: str, protocol: str, names: tuple[str, ...]) -> dict:
+    """{h: (positives', negatives' scores)} of `split` for the blend: a typed graph's on its corruptions
+    (common.heuristics_typed), else `protocol`'s (common.heuristics.split_scores)."""
+    if dataset.typed:
+        return typed_scores(dataset, split, names)
+    return split_scores(dataset, split, [protocol], list(names))[protocol]
 
 
 def partner_scores(run_dir: Path, split: str, protocol: str, needed: np.ndarray) -> np.ndarray:
@@ -282,16 +296,12 @@ def search_and_train(
     finals = final_runs(run.trainer, choice, protocol, runs)
     no_features = train_without_features(run, finals, stop_at=deadline, partial=True)  # in the budget, before the blend
     manifest = manifests[choice.candidate.sampling]
-    if dataset.typed:  # its heuristics rank corruptions of head and tail; the blend's grid reads neither yet
-        log.info("blend: skipped on a typed graph (not built for corruption ranking yet); the model alone is reported")
-        decision, blended = None, {}
-    else:
-        data = StageData(dataset, selection_view, manifest, protocol, test_scores)
-        decision, blended = blend_stage(run.trainer, choice, runs, data, cfg.blend_margin_se, out)
+    data = StageData(dataset, selection_view, manifest, protocol, test_scores)
+    decision, blended = blend_stage(run.trainer, choice, runs, data, cfg.blend_margin_se, out)
     stopped = sorted(seed for seed, s in summaries.items() if s.stopped)
     failed = {seed: s.failed for seed, s in sorted(summaries.items()) if s.failed}
     record.update(
-        blend=decision.to_dict() if decision else {"skipped": "a typed graph"},
+        blend=decision.to_dict(),
         total_seconds=round(time.time() - t0, 1),
         budget_cut=bool(choice.cut_short or stopped or left_out),
         final_seeds={
@@ -306,7 +316,7 @@ def search_and_train(
         "auto: %s for %d epochs, blend %s; %.0f s of the %.0f-minute budget",
         choice.cid,
         choice.epochs,
-        decision.key if decision else "skipped",
+        decision.key,
         record["total_seconds"],
         cfg.budget_minutes,
     )
@@ -320,22 +330,21 @@ def records(
     finals: dict[int, TrainerRun],
     summaries: dict[int, RunSummary],
     choice: Choice,
-    decision: blend.Blend | None,
+    decision: blend.Blend,
     blended: dict[int, dict],
     no_features: tuple[dict, dict] = ({}, {}),
 ) -> list[SeedResult]:
     """The model's record per seed, with the searched config and the blend, then the blend's row per seed
     (the model alone keeps its own row), then the seeds' rows without node features and on the user's pairs
-    (pipelines.core.variants; the blend is the featured model's alone). `decision` None: no blend (a typed graph)."""
+    (pipelines.core.variants; the blend is the featured model's alone)."""
     auto = {"cid": choice.cid, "config": choice.candidate.to_dict(), "epochs": choice.epochs}
-    if decision is not None:
-        auto["blend"] = {
-            "heuristic": decision.heuristic,
-            "weight": decision.weight,
-            "partner": decision.partner if decision.partner_weight else "",
-            "partner_weight": decision.partner_weight,
-            "metric": decision.metric,
-        }
+    auto["blend"] = {
+        "heuristic": decision.heuristic,
+        "weight": decision.weight,
+        "partner": decision.partner if decision.partner_weight else "",
+        "partner_weight": decision.partner_weight,
+        "metric": decision.metric,
+    }
     model = seed_results(run, dataset, protocol, SEARCH, finals, summaries, run.ships_features, auto=auto)
     rows = [
         SeedResult(
@@ -343,7 +352,7 @@ def records(
             {**r, "model": decision.row_name(r["model"]), "test": blended[r["seed"]], "blend_of": r["model"]},
         )
         for result in model
-        if (r := result.record)["protocol"] == protocol and decision is not None
+        if (r := result.record)["protocol"] == protocol
     ]
     without = {k: v for k, v in auto.items() if k != "blend"}  # the blend is the featured model's
     return model + rows + seed_results(run, dataset, protocol, SEARCH, *no_features, False, auto=without)

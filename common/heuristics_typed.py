@@ -1,0 +1,89 @@
+"""A typed graph's heuristics on the SAME corruptions the model ranks (protocol "kg", common/datasets/kg.py): each
+triple against its own filtered corruptions of head and tail, a (-1, -1) pair padding a short row (scored -inf:
+never above nor tied with a positive).
+
+- cn / aa / ra: on the graph the split is scored on, relations ignored (its undirected union of triples);
+- popularity: per relation, score(h, r, t) = out_r(h) + in_r(t), the head's and the tail's degree under r in the
+  triples of that graph. A row's head corruptions share t and its tail corruptions share h, so the sum ranks
+  every corruption exactly by the degree of the end it replaced (a user-item file's item popularity);
+- popularity prior: (1 + out_r(h)) (1 + in_r(t)) - 1, the same ranking as a heuristic, shaped for a blend's
+  w * log1p(h) (pipelines/auto/blend.py): that is w * (log1p(out_r(h)) + log1p(in_r(t))), so against each
+  corruption the prior adds w * the log-popularity gap of the end it replaced, whatever the other end's degree.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from common.datasets.kg import KG
+from common.heuristics import ranking_scores
+from common.metrics import unique_pairs
+
+STRUCTURE = ("cn", "aa", "ra")  # read on the typed graph's undirected union, relations ignored
+POPULARITY = "popularity"
+POPULARITY_PRIOR = "popularity prior"
+TYPED_HEURISTICS = (*STRUCTURE, POPULARITY)
+
+
+def relation_degrees(dataset, split: str) -> tuple[tuple, tuple, int]:
+    """(sorted keys r * N + node, their counts) as heads, then as tails, and N, of the triples on which `split` is
+    scored: the training triples, and valid's too for test when the dataset has a test graph (a temporal split)."""
+    rel = dataset.relations
+    triples = rel.triples("train", dataset.splits["train"].pos)
+    if split == "test" and dataset.test_graph is not None:
+        triples = np.concatenate([triples, rel.triples("valid", dataset.splits["valid"].pos)])
+    n = dataset.num_nodes
+    heads, tails = triples[:, 1] * n + triples[:, 0], triples[:, 1] * n + triples[:, 2]
+    return np.unique(heads, return_counts=True), np.unique(tails, return_counts=True), n
+
+
+def lookup(table: tuple[np.ndarray, np.ndarray], keys: np.ndarray) -> np.ndarray:
+    """Counts of `keys` in (sorted keys, counts); 0 for a key absent."""
+    known, counts = table
+    if not len(known):
+        return np.zeros(keys.shape, dtype=np.float64)
+    at = np.searchsorted(known, keys).clip(max=len(known) - 1)
+    return np.where(known[at] == keys, counts[at], 0).astype(np.float64)
+
+
+def end_degrees(dataset, split: str, pairs: np.ndarray, rel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(out_r(h), in_r(t)) of every [head, tail] pair of `pairs` (..., 2) with relations `rel` (its leading shape)."""
+    out_deg, in_deg, n = relation_degrees(dataset, split)
+    return lookup(out_deg, rel * n + pairs[..., 0]), lookup(in_deg, rel * n + pairs[..., 1])
+
+
+def popularity(dataset, split: str, pairs: np.ndarray, rel: np.ndarray) -> np.ndarray:
+    """out_r(h) + in_r(t) of every pair, float64 (module docstring)."""
+    head, tail = end_degrees(dataset, split, pairs, rel)
+    return head + tail
+
+
+def popularity_prior(dataset, split: str, pairs: np.ndarray, rel: np.ndarray) -> np.ndarray:
+    """(1 + out_r(h)) (1 + in_r(t)) - 1 of every pair, float64: log1p of it is the sum of the two ends' log1p."""
+    head, tail = end_degrees(dataset, split, pairs, rel)
+    return (1.0 + head) * (1.0 + tail) - 1.0
+
+
+def typed_scores(dataset, split: str, names=TYPED_HEURISTICS) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """{heuristic: (positives' scores (P,), corruptions' scores (P, K), -inf where a row is padded)} of `split`'s
+    triples, each scored on the graph `split` is scored on."""
+    data = dataset.splits[split]
+    pos, neg = data.pos, data.negatives(KG)
+    real = neg[..., 0] >= 0
+    rel = dataset.relations.pos[split]
+    flat = np.concatenate([pos, neg[real]])
+    flat_rel = np.concatenate([rel, np.broadcast_to(rel[:, None], real.shape)[real]])
+    uniq, inverse = unique_pairs(flat)
+    graph = dataset.graph_for(split)
+    out = {}
+    for name in names:
+        if name == POPULARITY:
+            scores = popularity(dataset, split, flat, flat_rel)
+        elif name == POPULARITY_PRIOR:
+            scores = popularity_prior(dataset, split, flat, flat_rel)
+        else:
+            scores = ranking_scores(name, graph, uniq)[inverse]
+        rows = np.full(real.shape, -np.inf)
+        rows[real] = scores[len(pos) :]
+        out[name] = (scores[: len(pos)].astype(np.float64), rows)
+    return out
