@@ -29,6 +29,7 @@ def arm(path: Path) -> dict:
     return {
         "cid": chosen["cid"],
         "epochs": chosen["epochs"],
+        "run": Path(chosen["run_dir"]).name,  # the candidate and all it depends on (its schedule too)
         "signal": signal,
         "values": {m: float(signal.values()[m].mean()) for m in METRICS},
         "blend": blend.get("choice", "-"),
@@ -41,7 +42,7 @@ def row(graph: str, before: dict, after: dict) -> str:
     cells = [graph, f"{before['cid']} ({before['epochs']}) -> {after['cid']} ({after['epochs']})"]
     for m in METRICS:
         diff, _ = paired(after["signal"].values()[m], before["signal"].values()[m])
-        se = two_way_se(after["signal"], before["signal"], m) if after["cid"] != before["cid"] else 0.0
+        se = two_way_se(after["signal"], before["signal"], m) if after["run"] != before["run"] else 0.0
         cells.append(
             f"{100 * before['values'][m]:.2f} -> {100 * after['values'][m]:.2f} ({100 * diff:+.2f} ± {100 * se:.2f})"
         )
