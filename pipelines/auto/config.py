@@ -32,9 +32,7 @@ class SearchConfig:
     min_steps: int = 1500
     min_epochs: int = 12
     max_epochs: int = 60
-    grace_period: float = (
-        1 / 6
-    )  # of the run's epochs (at least 2, at most all) every candidate trains before any is cut
+    grace_period: float = 1 / 6  # of a run's epochs (2 at least, all at most) each trains before any is cut
     reduction_factor: int = 3  # after the grace period, 1 in reduction_factor alternatives goes on
     # ... but not one behind the default by more than gate_se SE (two-way bootstrap) on the metric, unless it leads
     # on the other of MRR / AUC by as much; None: no gate (docs/benchmarks/2026-12-01-own-graph-time.md)
