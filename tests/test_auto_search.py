@@ -161,14 +161,13 @@ def test_an_alternative_of_longer_sequences_gets_the_defaults_compute_in_fewer_e
     # epochs of 0.32M tokens against the default's 0.09M (two hops of 10 on a small dense graph), 27 epochs: the
     # default's 2.43M tokens in round(7.6) epochs
     assert cfg.candidate_epochs(27, 0.32e6, 0.09e6) == 8
-    # the default's run (12 x 0.14M = 1.68M) is above the floor: 1.68M / 0.77M -> 2 epochs; 1.68M / 5M -> 1, never 0
-    assert cfg.candidate_epochs(12, 0.77e6, 0.14e6) == 2 and cfg.candidate_epochs(12, 5e6, 0.14e6) == 1
-    # the dense-cost report's epoch tokens: `deep` on blogs (6 x 0.585M = 3.51M over 2.879M) and bio-1800 (2.61M
-    # over 2.358M) -> 1 epoch, not the 2 (1.6-1.8x the default's run) a floor of 2 gave; bio-300 (2.38M / 0.745M) -> 3
-    assert cfg.candidate_epochs(6, 2.879e6, 0.585e6) == 1 and cfg.candidate_epochs(6, 2.358e6, 0.4344e6) == 1
-    assert cfg.candidate_epochs(14, 0.745e6, 0.170e6) == 3
-    # a run of one epoch is judged at its end; two and more keep a grace period of at least 2
-    assert [cfg.grace_epochs(e) for e in (1, 2, 3, 13)] == [1, 2, 2, 2]
+    # the default's run (12 x 0.14M = 1.68M) is above the floor: 1.68M / 0.77M -> 2 epochs, never fewer
+    assert cfg.candidate_epochs(12, 0.77e6, 0.14e6) == 2 and cfg.candidate_epochs(12, 5e6, 0.14e6) == 2
+    # the dense-cost report's epoch tokens: `deep` on blogs (6 x 0.585M = 3.51M over 2.879M) -> 2 epochs, bio-300
+    # (2.38M / 0.745M) -> 3
+    assert cfg.candidate_epochs(6, 2.879e6, 0.585e6) == 2 and cfg.candidate_epochs(14, 0.745e6, 0.170e6) == 3
+    # a grace period ends before its run: a run of 2 epochs is judged after its first, 3 and more after 2 at least
+    assert [cfg.grace_epochs(e) for e in (1, 2, 3, 13)] == [1, 1, 2, 2]
     # a run that cheap is not cut: 20 x 0.07M = 1.4M is below the floor of 1.5M; 13 x 0.18M = 2.34M is cut to 1.5M
     assert cfg.candidate_epochs(20, 0.07e6, 0.04e6) == 20 and cfg.candidate_epochs(13, 0.18e6, 0.08e6) == 8
     assert cfg.candidate_epochs(12, 0.1e6, 0.2e6) == 12  # fewer tokens than the default: never more epochs
@@ -388,22 +387,24 @@ def test_an_alternative_of_4x_the_tokens_trains_a_quarter_of_the_epochs_and_its_
     assert {f[f.index("--epochs") + 1] for f in again.jobs if "deep-d2n10" in f[f.index("--out") + 1]} == {"12"}
 
 
-def test_an_alternative_whose_epoch_holds_the_defaults_run_trains_one_epoch_judged_at_its_end(tmp_path, monkeypatch):
-    """`deep`'s epoch holds 5x the default's tokens on a 6-epoch schedule (1.2 of the default's runs): one epoch, its
-    lr schedule spanning it, the grace rung at its end; nothing of it is left for the convergence rung. Ahead there,
-    it is chosen with its one epoch, and the final seeds train one."""
-    fake = FakeRuns({"default": rising(0.5, 3), "deep": rising(0.9, 0), "wide": rising(0.4, 3)})
+@pytest.mark.parametrize("deep_top, goes_on", [(0.9, True), (0.1, False)])
+def test_a_two_epoch_alternative_is_judged_after_its_first_and_trains_its_second_only_if_it_goes_on(
+    tmp_path, monkeypatch, deep_top, goes_on
+):
+    """`deep`'s epoch holds 5x the default's tokens on a 6-epoch schedule: 2 epochs (its lr schedule spanning them),
+    its grace period the first. Best after it, it goes on to its second in the convergence rung and is chosen
+    there; behind, its second epoch is never trained."""
+    fake = FakeRuns({"default": rising(0.5, 3), "deep": rising(deep_top, 0), "wide": rising(0.4, 3)})
     tokens = {"default-d1n20": 0.585e6, "deep-d2n10": 2.879e6, "wide-d1n50": 0.763e6}
     search = _search(tmp_path, monkeypatch, fake, epochs=6, tokens=tokens)
     got = search.run(1000)
-    assert search.run_epochs == {"default-d1n20": 6, "deep-d2n10": 1, "wide-d1n50": 5}
+    assert search.run_epochs == {"default-d1n20": 6, "deep-d2n10": 2, "wide-d1n50": 5}
     deep = [f for f in fake.jobs if "deep-d2n10" in f[f.index("--out") + 1]]
-    assert [(f[f.index("--epochs") + 1], f[f.index("--stop-epoch") + 1]) for f in deep] == [("1", "1")]
-    assert got.cid == "deep-d2n10" and (got.run_epochs, got.epochs, got.grace_epochs) == (1, 1, 1)
-    from pipelines.auto.final import final_runs
-
-    flags = final_runs(TrainerOptions("cpu"), got, "original", {1: tmp_path / "seed1"})[1].flags()
-    assert (flags[flags.index("--epochs") + 1], flags[flags.index("--stop-epoch") + 1]) == ("1", "1")
+    stops = [(f[f.index("--epochs") + 1], f[f.index("--stop-epoch") + 1]) for f in deep]
+    assert stops == ([("2", "1"), ("2", "2")] if goes_on else [("2", "1")])
+    assert (got.cid == "deep-d2n10") == goes_on
+    if goes_on:
+        assert (got.run_epochs, got.epochs, got.grace_epochs) == (2, 2, 1)
 
 
 def test_the_recipe_reads_each_candidates_tokens_from_its_shard_set_unless_epochs_are_fixed():

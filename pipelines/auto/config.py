@@ -32,7 +32,7 @@ class SearchConfig:
     min_steps: int = 1500
     min_epochs: int = 12
     max_epochs: int = 60
-    grace_period: float = 1 / 6  # of a run's epochs (2 at least, all at most) each trains before any is cut
+    grace_period: float = 1 / 6  # of a run's epochs (2 at least, all but one at most) trained before any is cut
     reduction_factor: int = 3  # after the grace period, 1 in reduction_factor alternatives goes on
     # ... but not one behind the default by more than gate_se SE (two-way bootstrap) on the metric, unless it leads
     # on the other of MRR / AUC by as much; None: no gate (docs/benchmarks/2026-12-01-own-graph-time.md)
@@ -81,9 +81,7 @@ class SearchConfig:
         budget = max(epochs * default_tokens, self.min_run_tokens)
         if not self.matched_compute or not tokens or not default_tokens or epochs * tokens <= budget:
             return epochs
-        # one epoch when that is the nearest to the default's compute: a floor of 2 gave `deep` on a dense graph
-        # 1.6-1.8x the default's whole run (docs/benchmarks/2026-12-05-matched-floor.md)
-        return max(1, round(budget / tokens))
+        return max(2, round(budget / tokens))
 
     def capped_epochs(self, epochs: int, default_tokens: float) -> int:
         """The default's schedule of `epochs` whose epoch trains `default_tokens` tokens, cut to max_run_tokens (0:
@@ -93,7 +91,9 @@ class SearchConfig:
         return min(epochs, max(self.min_capped_epochs, math.floor(self.max_run_tokens / default_tokens)))
 
     def grace_epochs(self, epochs: int) -> int:
-        return min(epochs, max(2, int(epochs * self.grace_period)))  # a run of one epoch is judged at its end
+        # a grace period ends before its run does: a 2-epoch run (`deep` on a dense graph, whose one epoch holds
+        # nearly the default's whole run) is judged after its first (docs/benchmarks/2026-12-05-matched-floor.md)
+        return max(1, min(epochs - 1, max(2, int(epochs * self.grace_period))))
 
     def patience_epochs(self, epochs: int) -> int:
         return max(2, int(epochs * self.patience))
