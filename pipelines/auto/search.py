@@ -13,8 +13,8 @@ and the validation signal (pipelines.auto.signal) decides.
 3. The best of them replaces the default only by more than `margin_se` standard errors; an alternative that
    ties with the default on the metric (within `margin_se` SE, either way) and beats it by more than that on
    the other of MRR / AUC replaces it too (`tie_break`). The chosen run stopped where it converged. When every
-   candidate peaked at its first epoch (a run of one epoch has), validation says nothing: the default is kept
-   and trains its whole schedule, as the fixed preset would.
+   candidate peaked at its first epoch, validation says nothing: the default is kept and trains its whole
+   schedule, as the fixed preset would.
 
 The other survivor of the last rung, if any, is the choice's `partner`: its run is already trained, and the
 blend (pipelines/auto/blend.py) may add its scores to the chosen model's.
