@@ -243,48 +243,38 @@ class FakeRuns:
         trainer fails without a summary}; pace: (clock, {name: optimiser steps per second}): a job of a watched
         run first writes train lines at that pace, each a tick of the clock, until the watcher stops it."""
         self.curves, self.spread, self.stopped, self.jobs, self.dies = curves, spread, stopped, [], dies or {}
-        self.follow_first = False
         self.clock, self.steps_per_s = pace or (None, {})
 
     def name(self, run_dir: Path) -> str:
         return run_dir.name.split("-")[0]
 
-    def trainers(self, jobs, slots, stop_at=None, clock=None, failed=None, watch=None, more=None):
-        """One job after another, in the pool's order: what `more` queues as a job ends comes after the rest, or
-        (`follow_first`, as when a slot is free) before it."""
-        queue = list(jobs.items())
-        while queue:
-            key, job = queue.pop(0)
-            self.train(key, job, failed, watch)
-            if key not in self.stopped and more is not None:
-                nxt = list(more(key).items())
-                queue = nxt + queue if self.follow_first else queue + nxt
+    def trainers(self, jobs, slots, stop_at=None, clock=None, failed=None, watch=None):
+        for key, job in jobs.items():
+            flags = job.flags()
+            self.jobs.append(flags)
+            if watch is not None and self.paced(key, Path(job.run_dir), watch):
+                continue  # stopped by the watcher before its first evaluation
+            if self.name(Path(job.run_dir)) in self.dies:
+                self.die(Path(job.run_dir), self.dies[self.name(Path(job.run_dir))])
+                failed[key] = f"{key}: the trainer failed (killed); full log: {job.log}"
+                continue
+            stop = int(flags[flags.index("--stop-epoch") + 1])
+            patience = int(flags[flags.index("--patience") + 1]) if "--patience" in flags else None
+            run_dir = Path(job.run_dir)
+            curve, epoch = self.curves[self.name(run_dir)], 0
+            best = 0
+            while epoch < stop:  # as trainer.train: evaluate every epoch, stop once `patience` passed the best
+                best = max(range(epoch + 1), key=lambda e: (curve[min(e, len(curve) - 1)], -e))
+                epoch += 1
+                if patience and epoch - 1 - best >= patience:
+                    break
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "summary.json").write_text(
+                json.dumps(
+                    {"epochs_completed": epoch, "best_epoch": best, "converged": bool(patience and epoch < stop)}
+                )
+            )
         return {k: 1.0 for k in jobs}, [k for k in jobs if k in self.stopped]
-
-    def train(self, key, job, failed, watch) -> None:
-        """One job as a trainer would run it: its summary, or the watcher's stop, or its death."""
-        flags = job.flags()
-        self.jobs.append(flags)
-        if watch is not None and self.paced(key, Path(job.run_dir), watch):
-            return  # stopped by the watcher before its first evaluation
-        if self.name(Path(job.run_dir)) in self.dies:
-            self.die(Path(job.run_dir), self.dies[self.name(Path(job.run_dir))])
-            failed[key] = f"{key}: the trainer failed (killed); full log: {job.log}"
-            return
-        stop = int(flags[flags.index("--stop-epoch") + 1])
-        patience = int(flags[flags.index("--patience") + 1]) if "--patience" in flags else None
-        run_dir = Path(job.run_dir)
-        curve, epoch = self.curves[self.name(run_dir)], 0
-        best = 0
-        while epoch < stop:  # as trainer.train: evaluate every epoch, stop once `patience` passed the best
-            best = max(range(epoch + 1), key=lambda e: (curve[min(e, len(curve) - 1)], -e))
-            epoch += 1
-            if patience and epoch - 1 - best >= patience:
-                break
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "summary.json").write_text(
-            json.dumps({"epochs_completed": epoch, "best_epoch": best, "converged": bool(patience and epoch < stop)})
-        )
 
     def paced(self, key: str, run_dir: Path, watch) -> bool:
         """Write train lines 10 steps apart at the candidate's pace, asking the watcher after each; True when it
@@ -546,31 +536,6 @@ def test_a_rerun_reuses_every_run_and_makes_the_same_choice(tmp_path, monkeypatc
     assert again.jobs == [] and second == first
 
 
-def test_the_default_goes_on_in_a_free_slot_and_the_gate_still_sees_it_at_its_grace_period(tmp_path, monkeypatch):
-    """The default's convergence starts the moment its grace period ends (here before the alternatives' grace
-    periods), and it climbs from 0.05 to 0.5; `deep` (0.06) is level with it at the grace period, far behind it
-    at convergence. The gate reads the copy of the default's grace period, so `deep` goes on, and every decision
-    is the one of a pool that trains the default on afterwards. A rerun that lost grace.json (a kill before the
-    last grace period ended) reads the same copy."""
-    curves = {"default": rising(0.5, 10), "deep": rising(0.06, 1), "wide": rising(0.02, 1)}
-    after = FakeRuns(curves, spread=0.01)
-    got = _search(tmp_path / "after", monkeypatch, after).run(1000).to_dict()
-    early = FakeRuns(curves, spread=0.01)
-    early.follow_first = True
-    search = _search(tmp_path / "early", monkeypatch, early)
-    first = search.run(1000).to_dict()
-    outs = [
-        f[f.index("--out") + 1].split("/")[-1].split("-")[0] + ("+" if "--patience" in f else "") for f in early.jobs
-    ]
-    assert outs == ["default", "default+", "deep", "wide", "deep+"]
-    assert sorted(first["rungs"]["converged"]) == ["deep-d2n10", "default-d1n20"]
-    assert first["rungs"] == got["rungs"] and first["cid"] == got["cid"] == "default-d1n20"
-    assert first["rungs"]["grace"]["default-d1n20"]["valid"] == pytest.approx(0.05, abs=0.011)
-    (tmp_path / "early" / "search" / "grace.json").unlink()
-    again = _search(tmp_path / "early", monkeypatch, FakeRuns(curves, spread=0.01)).run(1000).to_dict()
-    assert again["rungs"] == first["rungs"]
-
-
 def test_a_candidate_whose_trainer_dies_after_its_first_evaluation_is_judged_on_it(tmp_path, monkeypatch):
     """Its trainer failed before any summary; the search goes on, judging it on the epoch it evaluated."""
     fake = FakeRuns({"default": rising(0.5, 5), "deep": rising(0.9, 1), "wide": rising(0.4, 5)}, dies={"deep": 1})
@@ -674,13 +639,15 @@ def test_the_search_reads_validation_scores_only(tmp_path, monkeypatch):
         return Signal(score[:2], score[2:])
 
     monkeypatch.setattr(signal, "eval_signal", eval_signal)
-    real_train = fake.train
+    real_trainers = fake.trainers
 
-    def train(key, job, failed, watch):  # a trainer's validation scores, written as it ends
-        real_train(key, job, failed, watch)
-        write_scores(Path(job.run_dir) / "scores" / "valid-original.npz", np.arange(4), np.array([3, 1, 2, 0.0]), 0)
+    def trainers(jobs, *a, **k):
+        out = real_trainers(jobs, *a, **k)
+        for job in jobs.values():
+            write_scores(Path(job.run_dir) / "scores" / "valid-original.npz", np.arange(4), np.array([3, 1, 2, 0.0]), 0)
+        return out
 
-    monkeypatch.setattr(fake, "train", train)
+    monkeypatch.setattr(auto_search, "run_trainers", trainers)
     shards = {c.sampling: f"/shards/{c.name}" for c in candidates()}
     plan = auto_search.SearchPlan(12, candidates(), shards, {c.sampling: {} for c in candidates()}, "original")
     search = auto_search.Search(SearchConfig(), plan, tmp_path / "s", TrainerOptions("cpu"), 2)

@@ -97,29 +97,3 @@ def test_the_pool_stops_a_running_child_its_watcher_names(tmp_path, monkeypatch)
     wall, stopped = run_trainers(jobs, 2, failed=failed, watch=watch)
     assert set(wall) == {"slow", "quick"} and stopped == [] and failed == {} and "slow" in asked
     assert (tmp_path / "quick" / "done").exists() and not (tmp_path / "slow" / "done").exists()
-
-
-def test_a_run_queued_as_another_ends_takes_the_free_slot_while_the_long_one_runs(tmp_path, monkeypatch):
-    """Real children that record when they ran: `more` queues `next` when `short` ends, and it runs beside `long`
-    instead of after the pool; `more` hears of every job that ended, once."""
-
-    def command(run):
-        stamp, nap = Path(run.run_dir) / "ran.json", 3 if Path(run.run_dir).name == "long" else 0.2
-        code = (
-            f"import json, time; t = time.time(); time.sleep({nap}); "
-            f"open({str(stamp)!r}, 'w').write(json.dumps([t, time.time()]))"
-        )
-        return [sys.executable, "-c", code]
-
-    monkeypatch.setattr(trainers, "trainer_command", command)
-    job = lambda k: TrainerRun(tmp_path / k, "shards", "general", 0, "original")  # noqa: E731
-    heard = []
-
-    def more(key):
-        heard.append(key)
-        return {"next": job("next")} if key == "short" else {}
-
-    wall, stopped = run_trainers({k: job(k) for k in ("long", "short")}, 2, more=more)
-    ran = {k: json.loads((tmp_path / k / "ran.json").read_text()) for k in ("long", "short", "next")}
-    assert set(wall) == {"long", "short", "next"} and stopped == [] and sorted(heard) == ["long", "next", "short"]
-    assert ran["short"][1] <= ran["next"][0] < ran["long"][1]

@@ -9,10 +9,7 @@ and the validation signal (pipelines.auto.signal) decides.
 2. The default and the best 1 in `reduction_factor` alternatives go on, each until `patience` epochs pass
    without a better validation score, or its epochs (best: on the metric, a tie there broken as in 3). An
    alternative behind the default by more than `gate_se` SE on the metric (and not ahead on the other) does
-   not go on. The default always goes on, so it does at once, in the first slot the grace rung leaves free
-   (its grace-period results kept aside, GRACE_COPY, for the gate); an alternative goes on the moment the last
-   grace period ends. A CPU's idle core while the longest grace period ran is so filled; nothing is computed
-   differently, only sooner.
+   not go on.
 3. The best of them replaces the default only by more than `margin_se` standard errors; an alternative that
    ties with the default on the metric (within `margin_se` SE, either way) and beats it by more than that on
    the other of MRR / AUC replaces it too (`tie_break`). The chosen run stopped where it converged. When every
@@ -38,14 +35,15 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from common.atomic import write_json_atomic
 from pipelines.auto.config import DEFAULT_PRESET, Candidate, SearchConfig
-from pipelines.auto.grace import GraceRung
 from pipelines.auto.pace import Cuts, GracePace
-from pipelines.auto.signal import break_tie, choose, run_signal, two_way_se
+from pipelines.auto.signal import break_tie, choose, run_signal, trails, two_way_se
 from pipelines.core.config import TrainerOptions
 from pipelines.core.seeds import seed_run
 from pipelines.core.stopped import stopped_summary
@@ -137,7 +135,7 @@ class SearchPlan:
     tokens: dict | None = None
 
 
-class Search(GraceRung):
+class Search:
     def __init__(
         self,
         cfg: SearchConfig,
@@ -214,11 +212,10 @@ class Search(GraceRung):
         }
         return GracePace(targets, self.stop_at, self.clock)
 
-    def train(self, rung: dict[str, tuple[int, int | None]], paced: bool = False, more=None) -> None:
+    def train(self, rung: dict[str, tuple[int, int | None]], paced: bool = False) -> None:
         """Bring each candidate of `rung` = {cid: (stop epoch, patience or None)} to its stop epoch (or its
         convergence); a finished one is reused. `paced`: stop an alternative whose pace cannot reach its stop
-        epoch within the search's share of the budget. `more(cid, todo)`: asked as each run ends, the runs
-        to train next in the same pool ({cid: TrainerRun}); the pace check leaves those alone."""
+        epoch within the search's share of the budget."""
         cut = [cid for cid in rung if self.dirs[cid].name in self.cuts.budget]  # judged as the budget left them: final
         if cut:
             log.info("search: %s cut short by --budget-minutes in this search; judged as then", ", ".join(cut))
@@ -237,28 +234,16 @@ class Search(GraceRung):
             len(rung) - len(todo),
         )
         failed: dict[str, str] = {}
-        pace = self.pace({cid: rung[cid][0] for cid in todo}) if paced else None
-        watched = set(todo)  # a run queued by `more` goes past the stop epoch the pace check projects
-
-        def watch(cid: str):
-            return cid in watched and pace(cid)
-
-        def ended(cid: str) -> dict:
-            self.failed.update(failed)  # what a decision made now must see: failures and pace stops so far
-            self.skipped.update(pace.skipped if pace is not None else {})
-            nxt = more(cid, todo) if more else {}
-            watched.difference_update(nxt)
-            return nxt
-
-        _, stopped = run_trainers(todo, self.slots, self.stop_at, self.clock, failed, pace and watch, more=ended)
-        if pace is not None:
-            self.skipped.update(pace.skipped)
+        watch = self.pace({cid: rung[cid][0] for cid in todo}) if paced else None
+        _, stopped = run_trainers(todo, self.slots, self.stop_at, self.clock, failed, watch)
+        if watch is not None:
+            self.skipped.update(watch.skipped)
         if stopped:
             self.cut_short += [cid for cid in stopped if cid not in self.cut_short]
             log.warning(
                 "search: --budget-minutes cut %s short; each is judged on the epochs it finished", ", ".join(stopped)
             )
-        if stopped or (pace is not None and pace.skipped):
+        if stopped or (watch is not None and watch.skipped):
             self.cuts.record(
                 [self.dirs[c].name for c in self.cut_short], {self.dirs[c].name: w for c, w in self.skipped.items()}
             )
@@ -266,31 +251,27 @@ class Search(GraceRung):
             self.failed[cid] = message
             log.warning("search: %s; judged on the epochs it evaluated", message)
 
-    def state(self, cid: str, grace: bool = False) -> RunSummary:
+    def state(self, cid: str) -> RunSummary:
         """The candidate's summary; for a run the budget stopped, its best evaluated epoch so far (none: an empty
         summary, best_epoch None). A run
         stopped after it was resumed past its grace period still holds the grace run's summary.json: the epochs
-        it evaluated since (metrics.jsonl, and the scores of its best so far) are what it is judged on.
-        `grace`: as its grace period left it (grace_dir)."""
-        run_dir = self.grace_dir(cid) if grace else self.dirs[cid]
-        done, stopped = summary(run_dir), stopped_summary(run_dir, self.protocol)
+        it evaluated since (metrics.jsonl, and the scores of its best so far) are what it is judged on."""
+        done, stopped = summary(self.dirs[cid]), stopped_summary(self.dirs[cid], self.protocol)
         if stopped and stopped.epochs_completed > (done.epochs_completed if done else 0):
             return stopped
         return done or stopped or RunSummary()
 
-    def signal(self, cid: str, grace: bool = False):
-        run_dir = self.grace_dir(cid) if grace else self.dirs[cid]
-        return run_signal(run_dir, self.manifests[self.cands[cid].sampling], self.protocol)
+    def signal(self, cid: str):
+        return run_signal(self.dirs[cid], self.manifests[self.cands[cid].sampling], self.protocol)
 
-    def values(self, cid: str, grace: bool = False) -> dict:
-        return self.signal(cid, grace).values()
+    def values(self, cid: str) -> dict:
+        return self.signal(cid).values()
 
-    def rung(self, cids: list[str], metric: str, grace: bool = False) -> dict:
-        """Each candidate's validation value at its best epoch (`grace`: as its grace period left it); None for
-        one that evaluated no epoch."""
+    def rung(self, cids: list[str], metric: str) -> dict:
+        """Each candidate's validation value at its best epoch; None for one that evaluated no epoch."""
         out = {}
         for cid in cids:
-            s = self.state(cid, grace)
+            s = self.state(cid)
             if s.best_epoch is None:
                 why = (
                     self.failed.get(cid)
@@ -303,7 +284,7 @@ class Search(GraceRung):
                 )
                 continue
             out[cid] = {
-                "valid": float(self.values(cid, grace)[metric].mean()),
+                "valid": float(self.values(cid)[metric].mean()),
                 "best_epoch": s.best_epoch,
                 "epochs": s.epochs_completed,
                 "converged": bool(s.converged),
@@ -321,6 +302,52 @@ class Search(GraceRung):
             )
         return out
 
+    def grace_rung(self, cids: list[str], metric: str) -> dict:
+        """Every candidate at the end of its grace period; recorded (grace.json), so a rerun, whose runs have
+        trained further since, keeps the same survivors."""
+        saved = self.root / "grace.json"
+        if saved.exists() and sorted(json.loads(saved.read_text())) == sorted(cids):
+            log.info("search: the grace period's results are kept (%s)", saved)
+            return json.loads(saved.read_text())
+        self.train({cid: (self.cfg.grace_epochs(self.run_epochs[cid]), None) for cid in cids}, paced=True)
+        first = self.rung(cids, metric)
+        self.gate_grace(first, cids[0], cids[1:], metric)
+        if self.cfg.tie_break:
+            self.break_grace_tie(first, [c for c in cids[1:] if "gated" not in first[c]], metric)
+        write_json_atomic(saved, first)
+        return first
+
+    def gate_grace(self, first: dict, default: str, others: list[str], metric: str) -> None:
+        """Mark `gated` in `first` each alternative that trails the default after its grace period (signal.trails):
+        it does not go on."""
+        if self.cfg.gate_se is None or first[default]["valid"] is None:
+            return
+        base = self.signal(default)
+        for c in (c for c in others if first[c]["valid"] is not None):
+            if (record := trails(self.signal(c), base, metric, self.cfg.gate_se)) is not None:
+                first[c]["gated"] = record
+                log.info(
+                    "search: %s does not go on: behind %s by %.4f %s after its grace period, beyond %g SE (SE %.4f)",
+                    c,
+                    default,
+                    -record[f"{metric}_difference"],
+                    metric,
+                    self.cfg.gate_se,
+                    record[f"{metric}_se"],
+                )
+
+    def break_grace_tie(self, first: dict, others: list[str], metric: str) -> None:
+        """The alternative that goes on is the best on `metric` after the grace period, unless another ties with
+        it there and beats it on the other metric (signal.break_tie): that one is marked to go on instead."""
+        ready = sorted((c for c in others if first[c]["valid"] is not None), key=lambda c: -first[c]["valid"])
+        if len(ready) < 2:
+            return
+        signals = {c: self.signal(c) for c in ready}
+        got = break_tie({"choice": ready[0]}, signals, metric, self.cfg.margin_se)
+        if got["choice"] != ready[0]:
+            first[got["choice"]]["tie_break"] = {"over": ready[0], **got["tie_break"]}
+            log.info("search: %s goes on instead (%s)", got["choice"], got["reason"])
+
     def require_default(self, first: dict, default: str) -> None:
         """The default is what a user gets without a search: without its validation result there is nothing to
         fall back on, so the run stops here, naming the fix."""
@@ -334,7 +361,7 @@ class Search(GraceRung):
 
     def run(self, valid_positives: int) -> Choice:
         cfg, cids, metric = self.cfg, list(self.cands), self.metric
-        default = cids[0]
+        default, others = cids[0], cids[1:]
         log.info(
             "search: %d candidates, signal valid/%s %s (%d positives)",
             len(cids),
@@ -344,7 +371,13 @@ class Search(GraceRung):
         )
         first = self.grace_rung(cids, metric)
         self.require_default(first, default)
-        survivors = self.survivors(first, cids)
+        others = [c for c in others if first[c]["valid"] is not None]
+        going = math.ceil(len(others) / cfg.reduction_factor)  # of those with a result; the gated never go on
+        keep = sorted(
+            (c for c in others if "gated" not in first[c]),
+            key=lambda c: ("tie_break" not in first[c], -first[c]["valid"], others.index(c)),
+        )[:going]
+        survivors = [default, *[c for c in others if c in keep]]
         self.train({c: (self.run_epochs[c], cfg.patience_epochs(self.run_epochs[c])) for c in survivors})
         second = self.rung(survivors, metric)
         survivors = [c for c in survivors if second[c]["valid"] is not None]

@@ -153,30 +153,20 @@ def run_trainers(
     failed: dict | None = None,
     watch=None,
     gate: MemoryGate | None = None,
-    more=None,
 ) -> tuple[dict, list]:
     """Run every TrainerRun, `slots` at a time; returns (each job's wall seconds, the jobs stopped at `stop_at` by
     `clock`: the running ones are ended, the pending ones never start). A failed job stops the others and
     raises naming its log, unless `failed` is given: then the failure's one line goes there ({key: line}) and
     the others go on. `watch(key)`, asked about each running job, stops it early by returning why (the
-    search's pace check; the watcher keeps the reasons). `more(key)`, asked when a job ends (done, failed or stopped
-    by the watcher; not by `stop_at`), returns {key: TrainerRun} to queue after the pending ones: so a run that
-    depends on another fills a slot the moment it may, not after the whole pool. A slot is taken only when memory
-    allows it (`gate`, the recipe's one pipelines.core.memory_gate by default). Ctrl-C and SIGTERM stop them all
+    search's pace check; the watcher keeps the reasons). A slot is taken only when memory allows it (`gate`, the
+    recipe's one pipelines.core.memory_gate by default). Ctrl-C and SIGTERM stop them all
     (pipelines.core.children.exit_on_sigterm)."""
     # on a cluster this machine's memory says nothing of the nodes': each run asks Ray for the memory the
     # recipe's cluster gate expects of it instead (ray_pool.ClusterTrainer)
     gate = gate or default_gate(cluster=on_cluster())
     gate.held.clear()  # a key ("seed 1") may come back in the next pool: log its waits there too
-    jobs = dict(jobs)  # `more` may add to it
     views = {key: str(job.shards) for key, job in jobs.items()}  # what a trainer's memory follows
     pending, running, wall, stopped = list(jobs), {}, {}, []
-
-    def ended(key: str) -> None:
-        for k, job in (more(key) if more else {}).items():
-            jobs[k], views[k] = job, str(job.shards)
-            pending.append(k)
-
     try:
         while pending or running:
             if stop_at is not None and clock() >= stop_at:
@@ -197,7 +187,6 @@ def run_trainers(
                     stop_children([proc])
                     del running[key]
                     wall[key] = time.perf_counter() - t
-                    ended(key)
                     continue
                 del running[key]
                 wall[key] = time.perf_counter() - t
@@ -207,7 +196,6 @@ def run_trainers(
                     if failed is None:
                         raise TrainerError(message)
                     failed[key] = message
-                ended(key)
     finally:
         stop_children([proc for proc, _ in running.values()])
     return wall, stopped
