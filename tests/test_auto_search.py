@@ -12,6 +12,7 @@ import pytest
 
 from pipelines.auto import search as auto_search
 from pipelines.auto.config import SearchConfig, candidates
+from pipelines.auto.records import SearchPlan
 from pipelines.auto.signal import Signal, break_tie, choose, paired, rank_values, tie_metric, two_way_se
 from pipelines.core.config import TrainerOptions
 
@@ -336,7 +337,7 @@ def _search(tmp_path, monkeypatch, fake: FakeRuns, epochs: int = 12, metric: str
     monkeypatch.setattr(auto_search, "run_signal", fake.signal)
     shards = {c.sampling: f"/shards/{c.name}" for c in candidates()}
     manifests = {c.sampling: {} for c in candidates()}
-    plan = auto_search.SearchPlan(epochs, candidates(), shards, manifests, "original", metric=metric, tokens=tokens)
+    plan = SearchPlan(epochs, candidates(), shards, manifests, "original", metric=metric, tokens=tokens)
     return auto_search.Search(SearchConfig(), plan, tmp_path / "search", TrainerOptions("cpu"), slots=2)
 
 
@@ -605,7 +606,7 @@ def test_an_alternative_too_slow_for_its_grace_period_is_stopped_and_the_run_goe
     shards, manifests = {c.sampling: f"/shards/{c.name}" for c in candidates()}, {c.sampling: {} for c in candidates()}
     search = auto_search.Search(
         SearchConfig(),
-        auto_search.SearchPlan(12, candidates(), shards, manifests, "original", view_positives=1000),
+        SearchPlan(12, candidates(), shards, manifests, "original", view_positives=1000),
         tmp_path / "search",
         TrainerOptions("cpu"),
         slots=2,
@@ -649,7 +650,7 @@ def test_the_search_reads_validation_scores_only(tmp_path, monkeypatch):
 
     monkeypatch.setattr(auto_search, "run_trainers", trainers)
     shards = {c.sampling: f"/shards/{c.name}" for c in candidates()}
-    plan = auto_search.SearchPlan(12, candidates(), shards, {c.sampling: {} for c in candidates()}, "original")
+    plan = SearchPlan(12, candidates(), shards, {c.sampling: {} for c in candidates()}, "original")
     search = auto_search.Search(SearchConfig(), plan, tmp_path / "s", TrainerOptions("cpu"), 2)
     search.run(1000)
     assert read and set(read) == {("valid", "original")}

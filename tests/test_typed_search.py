@@ -21,7 +21,7 @@ from pipelines.auto import search as auto_search
 from pipelines.auto.config import Candidate, SearchConfig, candidates
 from pipelines.auto.final import final_runs
 from pipelines.auto.recipe import StageData, blend_stage, joins_two_kinds
-from pipelines.auto.search import Choice
+from pipelines.auto.records import Choice, SearchPlan
 from pipelines.core.config import TrainerOptions
 from preprocess.kg_candidates import typed_protocol_candidates
 from tests.conftest import needs_ray
@@ -70,7 +70,7 @@ def test_the_degree_candidates_folder_key_holds_its_flags(tmp_path):
 
     def dirs(cs):
         shards = {c.sampling: f"/shards/{c.sampling}" for c in cs}
-        plan = auto_search.SearchPlan(12, cs, shards, {s: {} for s in shards}, KG)
+        plan = SearchPlan(12, cs, shards, {s: {} for s in shards}, KG)
         return auto_search.Search(SearchConfig(), plan, tmp_path / "search", TrainerOptions("cpu"), slots=2).dirs
 
     got, changed = dirs(cands), dirs([cands[0], other])

@@ -13,7 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from pipelines.auto.config import DEFAULT_PRESET
-from pipelines.auto.search import SEARCH_SEED, Choice
+from pipelines.auto.records import Choice
+from pipelines.auto.search import SEARCH_SEED
 from pipelines.core import finished
 from pipelines.core.config import TrainerOptions
 from pipelines.core.seeds import seed_run, train_seeds

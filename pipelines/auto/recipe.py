@@ -30,7 +30,8 @@ from common.presets import get_preset
 from pipelines.auto import blend
 from pipelines.auto.config import DEFAULT_PRESET, SearchConfig, candidates
 from pipelines.auto.final import evaluate_partner, final_runs, train_final_seeds
-from pipelines.auto.search import AutoError, Choice, Search, SearchPlan
+from pipelines.auto.records import Choice, SearchPlan
+from pipelines.auto.search import AutoError, Search
 from pipelines.auto.signal import per_positive
 from pipelines.core.config import TrainerOptions
 from pipelines.core.results import SeedResult
