@@ -289,7 +289,7 @@ def test_recommend_bipartite_from_the_runs_edge_list_and_user_ids(run, tmp_path,
 
 def test_recommend_refuses_a_second_job_on_the_same_out(run, tmp_path):
     """While one job holds --out's part folder, a second one is refused at once, naming the holder."""
-    from pipelines.recommend.job import parts_dir
+    from pipelines.recommend.parts import parts_dir
     from trainer.run_folder import locked
 
     (tmp_path / "q.txt").write_text("u001\n")

@@ -16,20 +16,16 @@ tasks feeding an actor pool that holds the model (pipelines/recommend/on_ray.py)
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
-import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from common import snapshot
-from common.atomic import write_json_atomic, write_parquet_atomic
 from common.cli import Parser, command, summary
 from common.datasets import DatasetError
 from common.datasets.tables import EDGE_LIST_SUFFIXES, suffix_of
@@ -46,6 +42,7 @@ from pipelines.core.runs import (
     run_dataset,
     run_inputs,
 )
+from pipelines.recommend import parts
 from pipelines.recommend.direction import (
     DirectionError,
     add_direction_flag,
@@ -55,7 +52,6 @@ from pipelines.recommend.direction import (
     run_digraph,
 )
 from pipelines.recommend.engine import (
-    COLUMNS,
     RecConfig,
     RecommendError,
     add_engine_flags,
@@ -80,7 +76,6 @@ from preprocess.cluster import RayConnectError, probe_address
 from trainer.run_folder import locked
 
 log = logging.getLogger("pipelines.recommend")
-JOB_FILE = "job.json"
 
 
 PROG = "python -m pipelines.recommend"
@@ -176,69 +171,6 @@ def bipartite_kinds(cfg: RecommendConfig, dataset, num_nodes: int, trained_on: s
     return Kinds.sides(snapshot.node_sides(source, num_nodes, dataset.node_ids if node_ids is None else node_ids))
 
 
-# ---------------------------------------------------------------------------- parts and merge
-def parts_dir(out: Path) -> Path:
-    return out.with_name(f".{out.name}.parts")
-
-
-def open_parts(out: Path, fingerprint: str) -> Path:
-    """The part folder of this job; a folder of another job (other flags, checkpoint or graph) is refused."""
-    folder = parts_dir(out)
-    job = folder / JOB_FILE
-    if job.exists():
-        have = json.loads(job.read_text()).get("fingerprint")
-        if have != fingerprint:
-            raise RecommendError(
-                f"{folder}: holds the parts of another job (other flags, checkpoint, nodes or graph); "
-                "delete it or choose another --out"
-            )
-        return folder
-    write_json_atomic(job, {"fingerprint": fingerprint})
-    return folder
-
-
-def part_path(folder: Path, block_id: int) -> Path:
-    return folder / f"part-{block_id:06d}.parquet"
-
-
-def write_part(table: pa.Table, path: Path) -> None:
-    """One finished block (a test's fault hook wraps this to kill a job between parts)."""
-    write_parquet_atomic(table, path)
-
-
-def merge_parts(
-    folder: Path, num_blocks: int, out: Path, node_ids: np.ndarray | None = None, metadata: dict | None = None
-) -> pa.Table:
-    """The part files as one table in node indices (returned), written to `out` in the user's ids, with
-    `metadata` (the output's stamp, common.outputs)."""
-    tables = [pq.read_table(part_path(folder, b)) for b in range(num_blocks)]
-    schema = pa.schema(
-        [
-            ("node", pa.int64()),
-            ("candidate", pa.int64()),
-            ("rank", pa.int32()),
-            ("score", pa.float64()),
-            ("retriever_score", pa.float64()),
-        ]
-    )
-    table = pa.concat_tables(tables) if tables else schema.empty_table()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_parquet_atomic(in_user_ids(table.select(list(COLUMNS)), node_ids).replace_schema_metadata(metadata), out)
-    shutil.rmtree(folder)
-    return table
-
-
-def in_user_ids(table: pa.Table, node_ids: np.ndarray | None) -> pa.Table:
-    """node and candidate as the edge list named them (a set without a mapping keeps 0..N-1)."""
-    if node_ids is None:
-        return table
-    kind = pa.string() if node_ids.dtype == object else None
-    for col in ("node", "candidate"):
-        user = pa.array(node_ids[table.column(col).to_numpy()], kind)
-        table = table.set_column(table.schema.get_field_index(col), col, user)
-    return table
-
-
 class Progress:
     """A progress bar over query nodes with nodes/s and pairs/s."""
 
@@ -309,10 +241,10 @@ def recommend(job: RecommendConfig) -> int:
     cfg = replace(job.engine, **fields, direction=direction, relation=relation)
     blocks = [queries[i : i + cfg.block_nodes] for i in range(0, len(queries), cfg.block_nodes)]
     nodes_key = hashlib.sha256(queries.tobytes()).hexdigest()[:16]
-    with locked(parts_dir(out), "recommendation job", "--out"):  # one job per --out: parts are not shared
+    with locked(parts.parts_dir(out), "recommendation job", "--out"):  # one job per --out: parts are not shared
         graph_key = graph.fingerprint() + (digraph.fingerprint() if digraph is not None else "")  # its direction too
         across = ":kinds" if relation is not None and kinds is not None else ""  # never resumes a job without kinds
-        folder = open_parts(out, cfg.fingerprint(digest, graph_key, nodes_key, str(job.bipartite) + across))
+        folder = parts.open_parts(out, cfg.fingerprint(digest, graph_key, nodes_key, str(job.bipartite) + across))
         allowed = Allowed(candidates=candidates, known=known, kinds=kinds)
         work = BlockWork(graph, allowed, cfg, queries, blocks, node_ids, digraph, typed)
         return _run_blocks(job, work, model, device, out, folder, stamp_metadata("recommend", manifest.fingerprint))
@@ -349,7 +281,7 @@ class BlockWork:
 def _run_blocks(job: RecommendConfig, work: BlockWork, model, device, out: Path, folder: Path, metadata: dict) -> int:
     """Score the blocks not in the part folder yet, then merge every part into --out."""
     graph, cfg, blocks, queries, node_ids = work.graph, work.cfg, work.blocks, work.queries, work.node_ids
-    todo = [b for b in range(len(blocks)) if not part_path(folder, b).exists()]
+    todo = [b for b in range(len(blocks)) if not parts.part_path(folder, b).exists()]
     log.info(
         "recommending top-%d of a %s pool of %d for %d nodes of %s (%d blocks, %d already done) on %s",
         cfg.k,
@@ -366,7 +298,7 @@ def _run_blocks(job: RecommendConfig, work: BlockWork, model, device, out: Path,
     )
 
     def done(block_id: int, table: pa.Table, pairs: int) -> None:
-        write_part(table, part_path(folder, block_id))
+        parts.write_part(table, parts.part_path(folder, block_id))
         progress.update(len(blocks[block_id]), pairs)
 
     if job.ray or os.environ.get("RAY_ADDRESS"):
@@ -382,7 +314,7 @@ def _run_blocks(job: RecommendConfig, work: BlockWork, model, device, out: Path,
             table, pairs = run_block(b, blocks[b], graph, cfg, sampler, scorer, work.allowed)
             done(b, table, pairs)
     nodes_s, pairs_s = progress.close()
-    table = merge_parts(folder, len(blocks), out, node_ids, metadata)
+    table = parts.merge_parts(folder, len(blocks), out, node_ids, metadata)
     log_short_lists(table, queries, cfg.k, node_ids)
     log.info(
         "wrote %s: %d recommendations for %d nodes (%.1f nodes/s, %.0f pairs/s)",

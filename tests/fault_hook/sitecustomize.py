@@ -93,9 +93,9 @@ def _install() -> None:
 
 
 def _install_recommend_kill(after: int) -> None:
-    import pipelines.recommend.job as job
+    import pipelines.recommend.parts as parts
 
-    original, written = job.write_part, []
+    original, written = parts.write_part, []
 
     def write_part(table, path):
         original(table, path)
@@ -103,7 +103,7 @@ def _install_recommend_kill(after: int) -> None:
         if len(written) >= after:
             raise RuntimeError(f"PENCIL_TEST_RECOMMEND_FAIL_AFTER={after}: stopping after {len(written)} part file(s)")
 
-    job.write_part = write_part
+    parts.write_part = write_part
 
 
 def _install_trainer_death() -> None:
