@@ -24,15 +24,15 @@ from common.datasets.kg import KG
 from common.datasets.spec import DatasetSpec
 from common.heuristics_typed import POPULARITY, POPULARITY_PRIOR, typed_scores
 from common.manifest import read_manifest
+from common.metrics import rank_against_own
 from pipelines.auto.signal import eval_signal
 
 GRAPH_OF = {"valid": ("train",), "test": ("train", "valid")}
 
 
 def reciprocal_ranks(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:
-    """(P,) 1 / rank of each positive among its own row of negatives (-inf: padding), ties counted half."""
-    rank = 1 + (neg > pos[:, None]).sum(1) + 0.5 * (neg == pos[:, None]).sum(1)
-    return 1.0 / rank
+    """(P,) 1 / the tie-averaged rank of each positive among its own row of negatives (-inf: padding)."""
+    return 1.0 / rank_against_own(pos, neg)
 
 
 def l3_scores(edges: np.ndarray, n: int, pos: np.ndarray, neg: np.ndarray, real: np.ndarray):
