@@ -46,7 +46,7 @@ from pipelines.core.results import (
     table_json,
 )
 from pipelines.core.run_config import PROG, SEARCH, RunConfig, build_parser
-from pipelines.core.seeds import SeedFlagsError, check_trainer_flags, seed_run, train_seeds
+from pipelines.core.seeds import SeedFlagsError, check_trainer_flags, seed_notes, seed_run, train_seeds
 from pipelines.core.shard_sets import preset_shard_set, set_protocols
 from pipelines.core.trainers import cuda_devices, device_kind
 from pipelines.core.variants import PAIRS, pairs_beside, seed_results, split_label, train_without_features
@@ -227,6 +227,9 @@ def run_all(run: RunConfig) -> int:
             rows += aggregate(proto_results)
             reverse = test_scores[REVERSE] if beside else None  # a directed run: each row's reverse accuracy
             rows += [r for p in ranked for r in heuristic_rows(run, dataset, p, test_scores[p], reverse)]
+        for line in (cut := seed_notes(run.seeds, results)):
+            log.warning("%s", line)
+        notes = notes + cut
         table = markdown(rows, lead=run.metric)
         table += ("\n" + relation_markdown(relations)) if relations else ""
         table += ("\n" + "\n".join(f"- {line}" for line in notes) + "\n") if notes else ""

@@ -460,9 +460,10 @@ def test_pipeline_trains_with_torchrun_on_every_visible_gpu(tmp_path, shard_cach
     assert summary["world_size"] == gpus and summary["steps"] == 20 and summary["device"].startswith("cuda"), summary
 
 
-def test_an_evaluation_seed_starts_after_the_seeds_that_train(tmp_path, monkeypatch):
-    """--preset auto's seed 0 only evaluates the search's run (--eval-weights): the pool gets it last, so the two
-    trainings take the two slots at once; the summaries still come back in seed order."""
+def test_an_evaluation_seed_starts_before_the_seeds_that_train(tmp_path, monkeypatch):
+    """--preset auto's seed 0 only evaluates the search's run (--eval-weights): the pool gets it first, so a budget
+    that cuts the phase cuts a training seed (judged on its evaluated epochs), never the evaluation whole; the
+    summaries still come back in seed order."""
     from pipelines.core import seeds
 
     order = []
@@ -478,7 +479,7 @@ def test_an_evaluation_seed_starts_after_the_seeds_that_train(tmp_path, monkeypa
     monkeypatch.setattr(seeds, "stale_seeds", lambda opts, runs, shards: set())
     opts = _run_args(tmp_path, "--device", "cpu").trainer
     runs = {s: seeds.seed_run(opts, "tiny", "/data/set", "original", s, tmp_path / f"seed{s}") for s in (0, 1, 2)}
-    runs[0] = replace(runs[0], eval_weights=str(tmp_path / "search" / "best.pt"))
+    runs[2] = replace(runs[2], eval_weights=str(tmp_path / "search" / "best.pt"))  # any seed number: the last here
     summaries = seeds.train_seeds(opts, runs)
-    assert order == ["seed 1", "seed 2", "seed 0"]
+    assert order == ["seed 2", "seed 0", "seed 1"]
     assert list(summaries) == [0, 1, 2]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from pipelines.core.seeds import result_record, seed_run, train_seeds
+from pipelines.core.seeds import result_record, seed_notes, seed_run, train_seeds
 from pipelines.core.trainers import TrainerError
 from tests.conftest import cpu_trainer_options
 from tests.test_trainer_data import make_shard_set
@@ -52,6 +52,11 @@ def test_a_seed_whose_trainer_dies_after_an_evaluation_is_judged_on_it(shards, t
     assert "seed 1: the trainer failed (" in caplog.text and "judged on its best evaluated epoch, 0" in caplog.text
     record = result_record("citeseer", "original", "tiny", 1, got[1], features=False)
     assert record["trainer_failed"] == got[1].failed and "stopped_by_budget" not in record
+    whole = result_record("citeseer", "original", "tiny", 0, got[0], features=False)
+    assert seed_notes([0, 1], [whole, record]) == [
+        f"PENCIL w/o features, protocol original: seed 1's trainer failed ({got[1].failed}); reported at its best "
+        "evaluated epoch"
+    ]
 
 
 def test_without_partial_a_dying_seed_fails_the_recipe(shards, tmp_path, monkeypatch):
@@ -65,6 +70,31 @@ def test_a_seed_that_dies_before_any_evaluation_is_left_out(shards, tmp_path, mo
     got = _train(tmp_path, shards, partial=True)
     assert sorted(got) == [0]
     assert "before its first evaluation; left out of the report (a rerun resumes it)" in caplog.text
+    notes = seed_notes([0, 1], [result_record("citeseer", "original", "tiny", 0, got[0], features=False)])
+    assert notes == [
+        "PENCIL w/o features, protocol original: seed 1 left out, no evaluated epoch (stopped by --budget-minutes "
+        "or a failed trainer: the log says which); a rerun resumes it"
+    ]
+
+
+def test_seed_notes_name_what_the_table_lacks_and_nothing_else():
+    """Hand-built records: a whole run gives no line; a stopped seed and a missing one give one line each, per
+    protocol and model row; a blend row (it repeats its model's seeds) is not counted."""
+
+    def rec(seed, protocol="kg", model="PENCIL", **extra):
+        return {"seed": seed, "protocol": protocol, "model": model, **extra}
+
+    whole = [rec(0), rec(1), rec(2), rec(0, model="PENCIL + RA prior", blend_of="PENCIL")]
+    assert seed_notes([0, 1, 2], whole) == []
+    cut = [rec(1), rec(2, stopped_by_budget=True), rec(1, "original", "PENCIL w/o features")]
+    assert seed_notes([0, 1, 2], cut) == [
+        "PENCIL, protocol kg: seed 0 left out, no evaluated epoch (stopped by --budget-minutes or a failed trainer: "
+        "the log says which); a rerun resumes it",
+        "PENCIL, protocol kg: seed 2 stopped by --budget-minutes, reported at its best evaluated epoch; a rerun "
+        "with a larger --budget-minutes resumes it",
+        "PENCIL w/o features, protocol original: seeds 0, 2 left out, no evaluated epoch (stopped by "
+        "--budget-minutes or a failed trainer: the log says which); a rerun resumes it",
+    ]
 
 
 def test_when_no_seed_has_a_result_the_failure_is_the_error(shards, tmp_path, monkeypatch):

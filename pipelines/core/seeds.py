@@ -85,9 +85,10 @@ def train_seeds(
     for seed, run in todo.items():
         finished.forget(Path(run.run_dir))
         log.info("training seed %d (log: %s)", seed, run.log)
-    # evaluations (seed 0 of --preset auto: a few seconds) after the trainings: one that held a slot at the start
-    # delayed a training, so the phase's end, by as long
-    jobs = {f"seed {seed}": run for seed, run in sorted(todo.items(), key=lambda kv: kv[1].eval_weights is not None)}
+    # evaluations (seed 0 of --preset auto) before the trainings: under a budget it is the one seed that cannot be
+    # judged on part of its run, and it is known to be short; after equal trainings it ends the phase as late
+    # (T + E either way), and on a knowledge graph's 300,000 candidates it is minutes, which a budget cut whole
+    jobs = {f"seed {seed}": run for seed, run in sorted(todo.items(), key=lambda kv: kv[1].eval_weights is None)}
     failed: dict[str, str] = {}  # filled only with `partial`: without it a failure raises in the pool
     slots = min(len(jobs) or 1, trainer_slots(opts.device, opts.parallel))
     _, stopped = run_trainers(jobs, slots, stop_at, failed=failed if partial else None)
@@ -162,3 +163,35 @@ def result_record(
     if summary.failed:  # its trainer failed after an evaluation: judged on it as well
         record["trainer_failed"] = summary.failed
     return record
+
+
+def seed_notes(requested: list[int], records: list[dict]) -> list[str]:
+    """The report's lines for seeds it does not hold whole: per protocol and model row, the seeds asked for with no
+    evaluated epoch (left out of the table) and those a time budget or a failed trainer cut short (reported at
+    their best evaluated epoch). A table with fewer or shorter seeds than asked says so under it."""
+    groups: dict[tuple[str, str], dict[int, dict]] = {}
+    for r in records:
+        if "blend_of" not in r:  # a blend row repeats its model's seeds
+            groups.setdefault((r["protocol"], r["model"]), {})[r["seed"]] = r
+    notes = []
+    for (protocol, model), got in groups.items():
+        where = f"{model}, protocol {protocol}"
+        if missing := [s for s in requested if s not in got]:
+            notes.append(
+                f"{where}: {_seeds(missing)} left out, no evaluated epoch (stopped by --budget-minutes or a "
+                "failed trainer: the log says which); a rerun resumes it"
+            )
+        if cut := [s for s, r in sorted(got.items()) if r.get("stopped_by_budget")]:
+            notes.append(
+                f"{where}: {_seeds(cut)} stopped by --budget-minutes, reported at its best evaluated epoch; a "
+                "rerun with a larger --budget-minutes resumes it"
+            )
+        for s, r in sorted(got.items()):
+            if r.get("trainer_failed"):
+                why = r["trainer_failed"]
+                notes.append(f"{where}: seed {s}'s trainer failed ({why}); reported at its best evaluated epoch")
+    return notes
+
+
+def _seeds(seeds: list[int]) -> str:
+    return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds))
