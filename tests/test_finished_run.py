@@ -104,7 +104,7 @@ def test_a_rerun_of_a_finished_run_cut_by_the_budget_changes_nothing(tmp_path, m
     record = json.loads((out / "original" / "seed1" / "result.json").read_text())
     assert record.get("stopped_by_budget"), record  # the cut landed
     before = {name: (out / name).read_bytes() for name in ("results.json", "report.md")}
-    assert b"seed 1 stopped by --budget-minutes, reported at its best evaluated epoch" in before["report.md"]
+    assert b"seed 1 stopped by --budget-minutes, each reported at its best evaluated epoch" in before["report.md"]
 
     started = []
     real_start = trainers._start

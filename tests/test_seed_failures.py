@@ -90,10 +90,10 @@ def test_seed_notes_name_what_the_table_lacks_and_nothing_else():
     assert seed_notes([0, 1, 2], cut) == [
         "PENCIL, protocol kg: seed 0 left out, no evaluated epoch (stopped by --budget-minutes or a failed trainer: "
         "the log says which); a rerun resumes it",
-        "PENCIL, protocol kg: seed 2 stopped by --budget-minutes, reported at its best evaluated epoch; a rerun "
-        "with a larger --budget-minutes resumes it",
+        "PENCIL, protocol kg: seed 2 stopped by --budget-minutes, each reported at its best evaluated epoch; a "
+        "rerun with a larger --budget-minutes resumes it",
         "PENCIL w/o features, protocol original: seeds 0, 2 left out, no evaluated epoch (stopped by "
-        "--budget-minutes or a failed trainer: the log says which); a rerun resumes it",
+        "--budget-minutes or a failed trainer: the log says which); a rerun resumes them",
     ]
 
 

@@ -179,12 +179,12 @@ def seed_notes(requested: list[int], records: list[dict]) -> list[str]:
         if missing := [s for s in requested if s not in got]:
             notes.append(
                 f"{where}: {_seeds(missing)} left out, no evaluated epoch (stopped by --budget-minutes or a "
-                "failed trainer: the log says which); a rerun resumes it"
+                f"failed trainer: the log says which); a rerun resumes {_it(missing)}"
             )
         if cut := [s for s, r in sorted(got.items()) if r.get("stopped_by_budget")]:
             notes.append(
-                f"{where}: {_seeds(cut)} stopped by --budget-minutes, reported at its best evaluated epoch; a "
-                "rerun with a larger --budget-minutes resumes it"
+                f"{where}: {_seeds(cut)} stopped by --budget-minutes, each reported at its best evaluated epoch; "
+                f"a rerun with a larger --budget-minutes resumes {_it(cut)}"
             )
         for s, r in sorted(got.items()):
             if r.get("trainer_failed"):
@@ -195,3 +195,7 @@ def seed_notes(requested: list[int], records: list[dict]) -> list[str]:
 
 def _seeds(seeds: list[int]) -> str:
     return ("seed " if len(seeds) == 1 else "seeds ") + ", ".join(map(str, seeds))
+
+
+def _it(seeds: list[int]) -> str:
+    return "it" if len(seeds) == 1 else "them"
