@@ -227,9 +227,7 @@ def run_all(run: RunConfig) -> int:
             rows += aggregate(proto_results)
             reverse = test_scores[REVERSE] if beside else None  # a directed run: each row's reverse accuracy
             rows += [r for p in ranked for r in heuristic_rows(run, dataset, p, test_scores[p], reverse)]
-        for line in (cut := seed_notes(run.seeds, results)):
-            log.warning("%s", line)
-        notes = notes + cut
+        notes = notes + seed_notes(run.seeds, results)  # the log said each when its seed was cut (core.seeds)
         table = markdown(rows, lead=run.metric)
         table += ("\n" + relation_markdown(relations)) if relations else ""
         table += ("\n" + "\n".join(f"- {line}" for line in notes) + "\n") if notes else ""
