@@ -21,7 +21,14 @@ from pathlib import Path
 import numpy as np
 
 from common.datasets.base import DatasetError, LinkDataset, Split, training_graph
-from common.datasets.fractions import SplitSettings, shares_fix, split_fractions
+from common.datasets.fractions import (
+    DEFAULT_SPLIT,
+    DEFAULT_TEST_MAX,
+    DEFAULT_VALID_MAX,
+    SplitSettings,
+    shares_fix,
+    split_fractions,
+)
 from common.datasets.ids import map_node_ids, release_arrow_memory
 from common.datasets.negatives import min_max, sample_non_edges
 from common.datasets.spec import DatasetSpec
@@ -78,6 +85,14 @@ def random_split_dataset(
     rng = np.random.default_rng(seed)
     perm = rng.permutation(len(edges))
     n_valid, n_test = int(val_frac * len(edges)), int(test_frac * len(edges))
+    if (split.valid_max or n_valid) < n_valid or (split.test_max or n_test) < n_test:
+        capped = min(n_valid, split.valid_max or n_valid), min(n_test, split.test_max or n_test)
+        log.info(
+            "%s: the default split holds at most %s valid / %s test edges (of %s / %s at its shares); the rest train",
+            where,
+            *(f"{n:,}" for n in (*capped, n_valid, n_test)),
+        )
+        n_valid, n_test = capped
     edges = np.take(edges, perm, axis=0)  # row gather: 2x faster than edges[perm] on 30 M rows
     del perm
     empty = [s for s, n, frac in (("valid", n_valid, val_frac), ("test", n_test, test_frac)) if n == 0]
@@ -206,12 +221,15 @@ def load_edge_list(spec: DatasetSpec, split_flag: str | None = "--split") -> Lin
             "model reads the unweighted graph",
             path.name,
         )
+    default_shares = spec.split is None or tuple(spec.split) == DEFAULT_SPLIT  # 85,5,10 given is the default
     split = SplitSettings(
         val_frac=0.05 if val_frac is None else val_frac,
         test_frac=0.10 if test_frac is None else test_frac,
         seed=seed,
         where=str(path),
         split_flag=split_flag,
+        valid_max=DEFAULT_VALID_MAX if default_shares else None,
+        test_max=DEFAULT_TEST_MAX if default_shares else None,
     )
     directed = spec.directed
     if kind == "temporal":
