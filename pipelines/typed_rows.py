@@ -32,11 +32,10 @@ def typed_protocols(run: RunConfig, dataset) -> list[str]:
             f"--protocol {run.protocol}: {where} is a typed graph, ranked under its own protocol kg (each triple "
             "against its filtered corruptions); drop --protocol"
         )
-    if run.objective != "link-prediction" or run.shards.hard_neg_fraction:
-        what = f"--objective {run.objective}" if run.objective != "link-prediction" else "--hard-neg-fraction"
+    if run.objective != "link-prediction":
         raise FlagError(
-            f"{what}: 2-hop training negatives are not drawn on a typed graph yet ({where} trains on corruptions of "
-            "head or tail); drop it"
+            f"--objective {run.objective}: its training negatives are not drawn on a typed graph yet ({where} trains "
+            "on corruptions of head or tail; --hard-neg-fraction sets how many are near the true end); drop it"
         )
     return [KG]
 

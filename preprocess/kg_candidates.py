@@ -5,6 +5,13 @@ Training: the training triples, plus `neg_ratio` negatives per positive, each a 
 (a fair coin) replaced by a uniform random entity, the relation kept, never a self-loop nor a training triple
 (filtered: a corruption that is true is no negative). Redrawn per view from the view's seeded rng.
 
+With `hard_neg_fraction` (--hard-neg-fraction), that share of the corruptions is near: the new end is two hops
+from the end it replaces in the training graph (a walk true end -> x -> w over the union of the training
+triples; x is often the kept end, the positive being a training link), so the model also learns to tell a true
+end from the nearby entities a full ranking's pool (PPR, common/retrieval.py) is made of, where uniform
+corruptions alone teach it that a true end is near. Two hops keep a bipartite graph's kind. Drawn after the
+uniform ones, so a fraction of 0 draws what every older view drew.
+
 Evaluation ("kg" protocol): every positive against its own corruptions (P, K, 2), all with the positive's relation;
 a (-1, -1) pair pads a short row and gets neg_cid -1 (never sampled nor ranked). Each distinct triple is sampled
 and scored once.
@@ -54,6 +61,60 @@ def corrupt_triples(
     raise ValueError(f"cannot draw {count:,} training corruptions: almost every corruption is a true triple")
 
 
+# Rejection rounds of near_corruptions before the rest are uniform corruptions (as preprocess.candidates.HARD_ROUNDS)
+NEAR_ROUNDS = 16
+
+
+def _two_hop_ends(graph, start: np.ndarray, rng) -> np.ndarray:
+    """One walk start -> x -> w per row over the undirected training graph (CSR row slices); -1 where a step has no
+    neighbour to take."""
+    deg, out = graph.degree, np.full(len(start), -1, dtype=np.int64)
+    ok = deg[start] > 0
+    x = graph.indices[graph.indptr[start[ok]] + rng.integers(0, deg[start[ok]])].astype(np.int64)
+    out[ok] = graph.indices[graph.indptr[x] + rng.integers(0, deg[x])]  # x's degree is at least 1: start is x's
+    return out
+
+
+def near_corruptions(
+    pos: np.ndarray, count: int, graph, n: int, r: int, known: np.ndarray, rng, ends=None, sides=(0, 2)
+) -> np.ndarray:
+    """(count, 3) corruptions of random rows of `pos` whose new end (on one of `sides`) is two hops from the end it
+    replaces in `graph`: never a self-loop, a key of `known`, nor (with node kinds, `ends`) outside the relation's kind.
+    After NEAR_ROUNDS rejection rounds, or a round that accepts nothing, the rest are uniform (corrupt_triples)
+    and one warning says how many."""
+    out, have, rounds = np.zeros((count, 3), dtype=np.int64), 0, 0
+    while have < count and rounds < NEAR_ROUNDS:
+        need, rounds = count - have, rounds + 1
+        draw = pos[rng.integers(0, len(pos), size=2 * need + 16)].copy()
+        side = np.asarray(sides)[rng.integers(0, len(sides), size=len(draw))]
+        rows = np.arange(len(draw))
+        draw[rows, side] = _two_hop_ends(graph, draw[rows, side], rng)  # an entity near the true end
+        ok = (draw[rows, side] >= 0) & (draw[:, 0] != draw[:, 2])
+        if ends is not None:  # the new end must be of its relation's kind on that side
+            for rel in np.unique(draw[ok, 1]):
+                for s in sides:
+                    at = np.flatnonzero(ok & (draw[:, 1] == rel) & (side == s))
+                    ok[at] = np.isin(draw[at, s], np.asarray(ends[int(rel)][0 if s == 0 else 1]))
+        keys = triple_keys(np.where(ok[:, None], draw, 0), n, r)
+        at = np.searchsorted(known, keys).clip(max=max(len(known) - 1, 0))
+        ok &= ~(known[at] == keys) if len(known) else True
+        take = draw[ok][:need]
+        if not len(take):
+            break
+        out[have : have + len(take)] = take
+        have += len(take)
+    if have < count:
+        log.warning(
+            "near corruptions: %s of %s are two hops from the end they replace (%d round(s)); the other %s are uniform",
+            f"{have:,}",
+            f"{count:,}",
+            rounds,
+            f"{count - have:,}",
+        )
+        out[have:] = corrupt_triples(pos, count - have, n, r, known, rng, ends, sides)
+    return out
+
+
 def _replace_within_kinds(draw: np.ndarray, ends: dict, sides: tuple, rng) -> None:
     """Replace one of `sides` of each row by a uniform entity among its relation's allowed ends (in place)."""
     side = np.asarray(sides)[rng.integers(0, len(sides), size=len(draw))]
@@ -74,8 +135,19 @@ def typed_training_view(dataset, cand: CandidateConfig, rng: np.random.Generator
     if cand.percent < 100:
         keep = max(1, int(round(len(pos) * cand.percent / 100)))
         pos = pos[np.sort(rng.choice(len(pos), size=keep, replace=False))]
-    neg = corrupt_triples(pos, len(pos) * cand.neg_ratio, n, rel.count, known, rng, rel.ends, rel.sides)
-    log.info("training view: %s triples, %s corruptions of head or tail", f"{len(pos):,}", f"{len(neg):,}")
+    count = len(pos) * cand.neg_ratio
+    near = int(round(count * cand.hard_neg_fraction))
+    neg = corrupt_triples(pos, count - near, n, rel.count, known, rng, rel.ends, rel.sides)
+    if near:  # after the uniform draw, so a fraction of 0 leaves the rng stream (and the bytes) unchanged
+        neg = np.concatenate(
+            [near_corruptions(pos, near, dataset.graph, n, rel.count, known, rng, rel.ends, rel.sides), neg]
+        )
+    log.info(
+        "training view: %s triples, %s corruptions of head or tail (%s of them near the true end)",
+        f"{len(pos):,}",
+        f"{len(neg):,}",
+        f"{near:,}",
+    )
     every = np.concatenate([pos, neg])
     label = np.concatenate([np.ones(len(pos), np.float32), np.zeros(len(neg), np.float32)])
     order = rng.permutation(len(every))

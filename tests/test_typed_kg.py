@@ -14,10 +14,11 @@ import pytest
 import torch
 
 from common.datasets import DatasetError, DatasetSpec, load_dataset
+from common.graph import Graph
 from common.induce import Inducer
 from common.metrics import evaluate, relation_metrics
 from common.shards import load_queries, read_manifest, read_shard
-from preprocess.kg_candidates import corrupt_triples, triple_keys, typed_eval_candidates
+from preprocess.kg_candidates import corrupt_triples, near_corruptions, triple_keys, typed_eval_candidates
 from trainer.data.packing import LocalEdges, pack
 from trainer.data.typed import relation_types, typed_dense
 from trainer.model.pencil import ModelConfig, Pencil
@@ -136,6 +137,34 @@ def test_training_corruptions_are_filtered_of_true_triples():
     # 3 entities: of (0, 0, 1) the corruptions are (2, 0, 1) true, (1, 0, 1) a loop, (0, 0, 0) a loop, (0, 0, 2) true;
     # of (1, 1, 2): (0, 1, 2) and (1, 1, 0) are the only ones left
     assert {tuple(t) for t in neg.tolist()} == {(0, 1, 2), (1, 1, 0)}
+
+
+def test_near_corruptions_replace_an_end_by_one_two_hops_from_it():
+    # the training graph is the path 0 - 1 - 2 - 3 (undirected); the positive (0, r0, 1)
+    graph = Graph.from_edges(np.array([[0, 1], [1, 2], [2, 3]]), num_nodes=4)
+    pos = np.array([[0, 0, 1]], dtype=np.int64)
+    known = np.sort(triple_keys(pos, 4, 1))
+    neg = near_corruptions(pos, 300, graph, 4, 1, known, np.random.default_rng(0))
+    # tail 1: walks 1 -> 0 -> 1 (true) and 1 -> 2 -> {1, 3}: only (0, 0, 3); head 0: walks 0 -> 1 -> {0, 2}, and
+    # (0, 0, 1) is true: only (2, 0, 1)
+    assert {tuple(t) for t in neg.tolist()} == {(0, 0, 3), (2, 0, 1)}
+    tails = near_corruptions(pos, 50, graph, 4, 1, known, np.random.default_rng(0), sides=(2,))
+    assert {tuple(t) for t in tails.tolist()} == {(0, 0, 3)}
+
+
+def test_near_corruptions_keep_node_kinds_and_fall_back_to_uniform_when_none_is_near(caplog):
+    # users 0, 1 and items 2, 3, 4; (0 -> 2), (1 -> 2), (1 -> 3) train; item 4 has no edge
+    graph = Graph.from_edges(np.array([[0, 2], [1, 2], [1, 3]]), num_nodes=5)
+    pos = np.array([[0, 0, 2]], dtype=np.int64)
+    known = np.sort(triple_keys(np.array([[0, 0, 2], [1, 0, 2], [1, 0, 3]]), 5, 1))
+    ends = {0: (np.array([0, 1]), np.array([2, 3, 4]))}
+    neg = near_corruptions(pos, 100, graph, 5, 1, known, np.random.default_rng(0), ends, sides=(2,))
+    # two hops from item 2: 2 -> {0, 1} -> {2, 3}: only item 3 is near and not a true tail of user 0
+    assert {tuple(t) for t in neg.tolist()} == {(0, 0, 3)}
+    lone = np.array([[1, 0, 3]], dtype=np.int64)  # from item 3: 3 -> 1 -> {2, 3}; (1, 0, 2) is true: none is near
+    with caplog.at_level("WARNING"):
+        got = near_corruptions(lone, 20, graph, 5, 1, known, np.random.default_rng(0), ends, sides=(2,))
+    assert {tuple(t) for t in got.tolist()} == {(1, 0, 4)} and "the other 20 are uniform" in caplog.text
 
 
 def test_typed_eval_candidates_keep_relations_and_skip_padding():

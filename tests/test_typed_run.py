@@ -75,7 +75,10 @@ def test_pencil_run_refuses_what_a_typed_graph_does_not_fit_yet(tmp_path):
     cmd = [sys.executable, "-m", "pipelines.run", "--dataset", str(folder), "--out", str(tmp_path / "out")]
     proc = subprocess.run([*cmd, "--objective", "recommend"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
-    assert "not drawn on a typed graph yet" in proc.stderr.strip().splitlines()[-1]
+    assert (
+        "--objective recommend: its training negatives are not drawn on a typed graph yet"
+        in proc.stderr.strip().splitlines()[-1]
+    )
 
 
 def write_reverse_kg(folder: Path, n: int = 40, pairs: int = 150, seed: int = 0) -> Path:
