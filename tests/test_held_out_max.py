@@ -1,17 +1,21 @@
 """The default split's most held-out edges (common.datasets.fractions.DEFAULT_VALID_MAX, DEFAULT_TEST_MAX): above
 them validation and test hold that many of the split's permutation, the rest train; graphs below them are
-untouched, and shares given with --split other than the default are taken as given."""
+untouched, shares given with --split other than the default are taken as given, and a set built before the caps
+reloads without them."""
 
 from __future__ import annotations
 
+import argparse
+from dataclasses import asdict
+
 import numpy as np
 
-import common.datasets.edgelist as edgelist
 from bench.own_graph_scale import scale_edges
 from common.datasets import load_dataset
 from common.datasets.edgelist import random_split_dataset
-from common.datasets.fractions import SplitSettings
+from common.datasets.fractions import DEFAULT_TEST_MAX, DEFAULT_VALID_MAX, SplitSettings
 from common.datasets.spec import DatasetSpec
+from pipelines.core.finished import run_identity
 
 EDGES = scale_edges(1500, 6.0, seed=0)
 NODES = int(EDGES.max()) + 1
@@ -53,16 +57,34 @@ def test_a_cap_above_the_share_changes_nothing():
     np.testing.assert_array_equal(same.splits["test"].neg["original"], whole.splits["test"].neg["original"])
 
 
-def test_an_edge_list_caps_only_the_default_shares(tmp_path, monkeypatch):
+def test_an_edge_list_is_capped_as_its_spec_says(tmp_path):
     path = tmp_path / "g.csv"
     path.write_text("src,dst\n" + "\n".join(f"{u},{v}" for u, v in EDGES) + "\n")
-    monkeypatch.setattr(edgelist, "DEFAULT_VALID_MAX", 20)
-    monkeypatch.setattr(edgelist, "DEFAULT_TEST_MAX", 40)
     held = {}
-    for split in (None, (85, 5, 10), (80, 10, 10)):
-        ds = load_dataset(DatasetSpec(str(path), split=split))
-        held[split] = len(ds.splits["valid"].pos), len(ds.splits["test"].pos)
-    assert held == {None: (20, 40), (85, 5, 10): (20, 40), (80, 10, 10): (150, 150)}
+    for caps in (None, (20, 40)):
+        ds = load_dataset(DatasetSpec(str(path), held_out_max=caps))
+        held[caps] = len(ds.splits["valid"].pos), len(ds.splits["test"].pos)
+    assert held == {None: (75, 150), (20, 40): (20, 40)}
+
+
+def test_the_command_line_caps_only_an_edge_list_at_the_default_shares():
+    def spec(dataset, split=None, **fields):
+        args = argparse.Namespace(dataset=dataset, data_dir=None, ogb_root=None, planetoid_dir=None, split=split)
+        return DatasetSpec.from_args(args, **fields).held_out_max
+
+    caps = (DEFAULT_VALID_MAX, DEFAULT_TEST_MAX)
+    assert spec("g.csv") == caps and spec("g.csv", "85,5,10") == caps and spec("g.csv", "random") == caps
+    assert spec("g.csv", "80,10,10") is None and spec("g.csv", "random,80,10,10") is None
+    assert spec("citeseer") is None and spec("g.csv", split=None, features=False) == caps
+
+
+def test_a_set_built_before_the_caps_reloads_without_them_and_the_run_identity_ignores_them():
+    old = DatasetSpec("g.csv").to_dict()  # what every manifest before the caps holds: no such key
+    assert "held_out_max" not in old and DatasetSpec.from_dict(old).held_out_max is None
+    new = DatasetSpec("g.csv", held_out_max=(10, 20))
+    assert DatasetSpec.from_dict(new.to_dict()) == new
+    ident = [run_identity({"source": asdict(s)}, "data") for s in (DatasetSpec("g.csv"), new)]
+    assert ident[0] == ident[1]  # the split they make reaches the identity through the data's fingerprint
 
 
 def test_the_report_names_the_caps_when_they_held(monkeypatch):

@@ -21,14 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from common.datasets.base import DatasetError, LinkDataset, Split, training_graph
-from common.datasets.fractions import (
-    DEFAULT_SPLIT,
-    DEFAULT_TEST_MAX,
-    DEFAULT_VALID_MAX,
-    SplitSettings,
-    shares_fix,
-    split_fractions,
-)
+from common.datasets.fractions import SplitSettings, shares_fix, split_fractions
 from common.datasets.ids import map_node_ids, release_arrow_memory
 from common.datasets.negatives import min_max, sample_non_edges
 from common.datasets.spec import DatasetSpec
@@ -221,15 +214,14 @@ def load_edge_list(spec: DatasetSpec, split_flag: str | None = "--split") -> Lin
             "model reads the unweighted graph",
             path.name,
         )
-    default_shares = spec.split is None or tuple(spec.split) == DEFAULT_SPLIT  # 85,5,10 given is the default
     split = SplitSettings(
         val_frac=0.05 if val_frac is None else val_frac,
         test_frac=0.10 if test_frac is None else test_frac,
         seed=seed,
         where=str(path),
         split_flag=split_flag,
-        valid_max=DEFAULT_VALID_MAX if default_shares else None,
-        test_max=DEFAULT_TEST_MAX if default_shares else None,
+        valid_max=spec.held_out_max[0] if spec.held_out_max else None,
+        test_max=spec.held_out_max[1] if spec.held_out_max else None,
     )
     directed = spec.directed
     if kind == "temporal":

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from common.datasets.base import FILL_CHOICES, DatasetError
-from common.datasets.fractions import SPLIT_KINDS, check_split
+from common.datasets.fractions import DEFAULT_SPLIT, DEFAULT_TEST_MAX, DEFAULT_VALID_MAX, SPLIT_KINDS, check_split
 
 # the flags of add_graph_input_flags and --nodes: fields read as they are given
 GRAPH_INPUTS = ("nodes", "node_features", "fill_features", "eval_pairs", "train_negatives")
@@ -30,7 +30,9 @@ class DatasetSpec:
     non-links; valid_pool: extra validation negatives per protocol negative (common/datasets/pool.py); directed:
     an edge list's rows are ordered pairs src -> dst (--directed; common/datasets/directed.py); relation: an edge
     list's relation column, its rows typed triples src -relation-> dst (--relation; common/datasets/kg.py); a
-    typed graph's `nodes` file may give node kinds (a type column, common/datasets/kinds.py).
+    typed graph's `nodes` file may give node kinds (a type column, common/datasets/kinds.py); held_out_max: the
+    most validation and test edges of a random split (the rest train; `held_out_caps`), None for none (a set
+    built before the caps, or shares given).
     """
 
     dataset: str
@@ -50,6 +52,7 @@ class DatasetSpec:
     valid_pool: int = 0
     directed: bool = False
     relation: str | None = None
+    held_out_max: tuple[int, int] | None = None
 
     def __post_init__(self):
         if not self.dataset:
@@ -59,6 +62,8 @@ class DatasetSpec:
         if self.split is not None:
             object.__setattr__(self, "split", check_split(self.split))
         object.__setattr__(self, "ignore_columns", tuple(self.ignore_columns))
+        if self.held_out_max is not None:
+            object.__setattr__(self, "held_out_max", tuple(int(v) for v in self.held_out_max))
         if self.split_kind is not None and self.split_kind not in SPLIT_KINDS:
             raise DatasetError(f"--split {self.split_kind}: unknown kind; use {' or '.join(SPLIT_KINDS)}")
         if self.fill_features is not None:
@@ -117,6 +122,7 @@ class DatasetSpec:
                 "relation": getattr(args, "relation", None),
                 **{k: getattr(args, k, None) for k in GRAPH_INPUTS},
             }
+            read["held_out_max"] = held_out_caps(args.dataset, fields.get("split", split))
             return cls(**{**read, **fields})
         except DatasetError as err:
             raise FlagError(str(err)) from None
@@ -130,6 +136,10 @@ class DatasetSpec:
             del out["directed"]
         if self.relation is None:  # likewise: only a typed edge list's config names it
             del out["relation"]
+        if self.held_out_max is None:  # a set built before the caps reloads without them (from_dict)
+            del out["held_out_max"]
+        else:
+            out["held_out_max"] = list(self.held_out_max)
         return out
 
     @classmethod
@@ -147,3 +157,13 @@ class DatasetSpec:
         values["seed"] = values.get("seed") or 0
         values["directed"] = bool(values.get("directed"))
         return cls(**values)
+
+
+def held_out_caps(dataset: str, split) -> tuple[int, int] | None:
+    """The default split's caps on held-out edges (common.datasets.fractions.DEFAULT_VALID_MAX) for an edge list
+    split at the default shares (none given, or 85,5,10); None otherwise: shares given are taken as given."""
+    from common.datasets.tables import suffix_of
+
+    if suffix_of(dataset) is None or (split is not None and tuple(split) != DEFAULT_SPLIT):
+        return None
+    return DEFAULT_VALID_MAX, DEFAULT_TEST_MAX

@@ -32,7 +32,12 @@ STARTED_FILE = "trainer_run.started.json"
 REPORT_FILE = "finished.json"  # beside a recipe's results.json and report.md: whose report they are
 REPORTS = ("results.json", "report.md")
 # flags that decide where and how fast a run goes, not its numbers: a rerun may change them
-NOT_IDENTITY = {"out": None, "trainer": ("parallel", "overwrite", "offers_overwrite"), "shards": ("root", "num_cpus")}
+NOT_IDENTITY = {
+    "out": None,
+    "trainer": ("parallel", "overwrite", "offers_overwrite"),
+    "shards": ("root", "num_cpus"),
+    "source": ("held_out_max",),  # the split it makes reaches the identity through the data's fingerprint
+}
 
 
 class FinishedError(ValueError):
