@@ -20,7 +20,7 @@ from pathlib import Path
 from common.cli import command, exit_process, latch_sigint
 from common.datasets import load_dataset
 from common.datasets.directed import REVERSE
-from common.datasets.fractions import DEFAULT_SPLIT, DEFAULT_TEST_MAX, DEFAULT_VALID_MAX
+from common.datasets.fractions import DEFAULT_SPLIT
 from common.datasets.kg import KG
 from common.flags import FlagError
 from common.heuristics import DIRECTED, TEMPORAL, WEIGHTED, split_scores
@@ -299,7 +299,8 @@ def run_notes(run: RunConfig, dataset, protocols: list[str]) -> list[str]:
         )
         notes += [] if dataset.typed else [temporal_negatives_note(info)]  # a typed graph's: typed_notes
     elif split_label(run, dataset) == "random":
-        notes.append(f"split: random ({shares}, seeded{held_out_caps(dataset)}); a time column, if any, is not used")
+        notes.append(f"split: random ({shares}, seeded); a time column, if any, is not used")
+    notes += held_out_note(run, dataset)
     if PAIRS in dataset.protocols:
         source = f"your pairs ({run.source.eval_pairs})"
         if PAIRS in protocols:
@@ -324,14 +325,14 @@ def run_notes(run: RunConfig, dataset, protocols: list[str]) -> list[str]:
     return notes + scale_notes(dataset, protocols)
 
 
-def held_out_caps(dataset) -> str:
-    """The default split's caps on a large graph (common.datasets.fractions.DEFAULT_VALID_MAX), when they held."""
-    n = {s: len(dataset.splits[s].pos) for s in ("train", "valid", "test") if s in dataset.splits}
-    if len(n) < 3 or (n["valid"], n["test"]) != (DEFAULT_VALID_MAX, DEFAULT_TEST_MAX):
-        return ""
-    return f"; at most {DEFAULT_VALID_MAX:,} valid and {DEFAULT_TEST_MAX:,} test edges, the rest train: " + " / ".join(
-        f"{v:,}" for v in n.values()
-    )
+def held_out_note(run: RunConfig, dataset) -> list[str]:
+    """The default split's caps on a large graph (DatasetSpec.held_out_max), named when they held."""
+    caps, n = run.source.held_out_max, {s: len(split.pos) for s, split in dataset.splits.items()}
+    if not caps or dataset.temporal or (n.get("valid"), n.get("test")) != caps:
+        return []
+    counts = " / ".join(f"{n[s]:,}" for s in ("train", "valid", "test"))
+    most = f"at most {caps[0]:,} valid and {caps[1]:,} test edges (the default split's)"
+    return [f"held out: {most}; train / valid / test: {counts}"]
 
 
 def scale_notes(dataset, protocols: list[str]) -> list[str]:

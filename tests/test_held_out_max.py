@@ -87,11 +87,14 @@ def test_a_set_built_before_the_caps_reloads_without_them_and_the_run_identity_i
     assert ident[0] == ident[1]  # the split they make reaches the identity through the data's fingerprint
 
 
-def test_the_report_names_the_caps_when_they_held(monkeypatch):
-    import pipelines.run as run
+def test_the_report_names_the_caps_when_they_held():
+    from types import SimpleNamespace
+
+    from pipelines.run import held_out_note
 
     capped = random_split_dataset("g", EDGES, NODES, SplitSettings(valid_max=20, test_max=40))
-    monkeypatch.setattr(run, "DEFAULT_VALID_MAX", 20)
-    monkeypatch.setattr(run, "DEFAULT_TEST_MAX", 40)
-    assert run.held_out_caps(capped) == "; at most 20 valid and 40 test edges, the rest train: 1,440 / 20 / 40"
-    assert run.held_out_caps(random_split_dataset("g", EDGES, NODES, SplitSettings())) == ""
+    run = SimpleNamespace(source=DatasetSpec("g.csv", held_out_max=(20, 40)))
+    want = "held out: at most 20 valid and 40 test edges (the default split's); train / valid / test: 1,440 / 20 / 40"
+    assert held_out_note(run, capped) == [want]
+    assert held_out_note(run, random_split_dataset("g", EDGES, NODES, SplitSettings())) == []
+    assert held_out_note(SimpleNamespace(source=DatasetSpec("g.csv")), capped) == []  # no caps asked
