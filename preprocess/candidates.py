@@ -99,17 +99,23 @@ HARD_ROUNDS = 16
 HARD_MIN_ACCEPT = 0.2
 
 
-def _two_hop_walks(graph: Graph, pos: np.ndarray, m: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
-    """`m` walks u -> x -> w: u a random endpoint of a random positive (walks from degree-0 nodes dropped),
-    x a random neighbour of u, w a random neighbour of x (CSR row slices, no per-walk Python)."""
-    u = pos[rng.integers(0, len(pos), size=m), rng.integers(0, 2, size=m)]
+def two_hop_walks(graph: Graph, start: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """One walk u -> x -> w from each node of `start`: x a random neighbour of u, w a random neighbour of x (CSR
+    row slices, no per-walk Python). Returns (rows, w): the rows of `start` whose walk could take both steps."""
     deg = graph.degree
-    u = u[deg[u] > 0]
+    rows = np.flatnonzero(deg[start] > 0)
+    u = start[rows]
     x = graph.indices[graph.indptr[u] + rng.integers(0, deg[u])].astype(np.int64)
     keep = deg[x] > 0  # always so undirected (x is u's neighbour); a DiGraph's x may have no out-edge
-    u, x = u[keep], x[keep]
-    w = graph.indices[graph.indptr[x] + rng.integers(0, deg[x])].astype(np.int64)
-    return u, w
+    rows, x = rows[keep], x[keep]
+    return rows, graph.indices[graph.indptr[x] + rng.integers(0, deg[x])].astype(np.int64)
+
+
+def _two_hop_walks(graph: Graph, pos: np.ndarray, m: int, rng: np.random.Generator) -> tuple[np.ndarray, ...]:
+    """`m` walks u -> x -> w (two_hop_walks), u a random endpoint of a random positive."""
+    u = pos[rng.integers(0, len(pos), size=m), rng.integers(0, 2, size=m)]
+    rows, w = two_hop_walks(graph, u, rng)
+    return u[rows], w
 
 
 def sample_hard_negatives(graph: Graph, pos: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:

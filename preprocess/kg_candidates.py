@@ -24,7 +24,7 @@ import logging
 import numpy as np
 
 from common.unique import unique_inverse
-from preprocess.candidates import Candidates
+from preprocess.candidates import Candidates, two_hop_walks
 from preprocess.config import CandidateConfig
 
 log = logging.getLogger(__name__)
@@ -66,12 +66,10 @@ NEAR_ROUNDS = 16
 
 
 def _two_hop_ends(graph, start: np.ndarray, rng) -> np.ndarray:
-    """One walk start -> x -> w per row over the undirected training graph (CSR row slices); -1 where a step has no
-    neighbour to take."""
-    deg, out = graph.degree, np.full(len(start), -1, dtype=np.int64)
-    ok = deg[start] > 0
-    x = graph.indices[graph.indptr[start[ok]] + rng.integers(0, deg[start[ok]])].astype(np.int64)
-    out[ok] = graph.indices[graph.indptr[x] + rng.integers(0, deg[x])]  # x's degree is at least 1: start is x's
+    """One walk start -> x -> w per row (preprocess.candidates.two_hop_walks); -1 where it could not take a step."""
+    out = np.full(len(start), -1, dtype=np.int64)
+    rows, w = two_hop_walks(graph, start, rng)
+    out[rows] = w
     return out
 
 
