@@ -58,7 +58,7 @@ def add_dataset_flags(
 def add_graph_input_flags(p) -> None:
     """An edge list's inputs beyond its edges: node features, ignored columns, the user's own pairs."""
     p.add_argument(
-        "--node-features", default=None, metavar="FILE", help="node features (a table with a column node, or .npy)"
+        "--node-features", default=None, metavar="FILE", help="node features (a table by node; KIND=FILE,.. per kind)"
     )
     p.add_argument(
         "--fill-features",

@@ -50,8 +50,8 @@ def load_dataset(spec: DatasetSpec, *, split_flag: str | None = "--split") -> Li
         kg = spec.data_dir is None and Path(name).is_dir() and _kg_files(Path(name)) is not None
         edge_list_only = {
             "--nodes": (None if kg else spec.nodes, "a node list"),  # a knowledge graph's: node kinds
-            "--node-features": (spec.node_features, "a feature file"),
-            "--fill-features": (spec.fill_features, "filling features"),
+            "--node-features": (None if kg else spec.node_features, "a feature file"),
+            "--fill-features": (None if kg else spec.fill_features, "filling features"),
             "--ignore-columns": (",".join(spec.ignore_columns) or None, "ignoring columns"),
             "--directed": (spec.directed or None, "reading edges as ordered pairs"),
             "--relation": (spec.relation, "a relation column"),
@@ -123,7 +123,7 @@ def _named(spec: DatasetSpec, fracs) -> LinkDataset:
         _own_split(name, fracs, split_kind)
         from common.datasets.kg import load_kg_folder
 
-        return load_kg_folder(path, triples, seed=spec.seed, nodes=spec.nodes)
+        return load_kg_folder(path, triples, spec.seed, spec.nodes, spec.node_features, spec.fill_features)
     if path.is_dir():
         _own_split(name, fracs, split_kind)
         from common.datasets.heart import load_heart_dir

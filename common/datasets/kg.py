@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from common.datasets.base import SPLITS, DatasetError, LinkDataset, Relations, Split
+from common.datasets.typed_features import attach_typed_features
 from common.graph import DiGraph, Graph
 
 log = logging.getLogger("common.datasets.edgelist")
@@ -72,12 +73,15 @@ def read_triples(path: Path) -> np.ndarray:
     return np.stack(cols, axis=1) if cols[0].size else np.zeros((0, 3), dtype=object)
 
 
-def load_kg_folder(folder: Path, files: dict[str, Path], seed: int = 0, nodes: str | None = None) -> LinkDataset:
-    """A knowledge-graph folder with its own split (module docstring); nodes: its --nodes file (node kinds)."""
+def load_kg_folder(folder: Path, files: dict[str, Path], seed: int = 0, nodes: str | None = None, features=None,
+                   fill: str | None = None) -> LinkDataset:  # fmt: skip
+    """A knowledge-graph folder with its own split (module docstring); nodes: its --nodes file (node kinds);
+    features / fill: its --node-features and --fill-features (common/datasets/typed_features.py)."""
     text = {s: read_triples(files[s]) for s in SPLITS}
     if not len(text["train"]):
         raise DatasetError(f"{files['train']}: no triples; a knowledge graph needs training triples")
-    return typed_dataset(folder.name, text, seed, str(folder), nodes=nodes, files={s: str(files[s]) for s in SPLITS})
+    ds = typed_dataset(folder.name, text, seed, str(folder), nodes=nodes, files={s: str(files[s]) for s in SPLITS})
+    return attach_typed_features(ds, features, fill)
 
 
 def typed_dataset(
@@ -161,7 +165,8 @@ def load_kg_edge_list(spec) -> LinkDataset:
         }
     if not len(parts["train"]) or not len(parts["valid"]) or not len(parts["test"]):
         raise DatasetError(f"{path}: a typed split needs triples in train, valid and test; pass more rows or --split")
-    return typed_dataset(stem_of(path), parts, spec.seed, str(path), nodes=spec.nodes)
+    ds = typed_dataset(stem_of(path), parts, spec.seed, str(path), nodes=spec.nodes)
+    return attach_typed_features(ds, spec.node_features, spec.fill_features)
 
 
 def _text(col, path: Path, name: str) -> np.ndarray:

@@ -87,10 +87,9 @@ class DatasetSpec:
             raise DatasetError(f"{flag}: a pairs file is read as unordered pairs, not with --directed yet; drop one")
         if self.relation is not None and (not isinstance(self.relation, str) or not self.relation.strip()):
             raise DatasetError(f"--relation: the name of the edge list's relation column, got {self.relation!r}")
-        if self.relation is not None and (self.eval_pairs or self.train_negatives or self.node_features):
+        if self.relation is not None and (self.eval_pairs or self.train_negatives):
             raise DatasetError(
-                "--relation: a typed edge list takes no --eval-pairs, --train-negatives or --node-features yet; drop "
-                "them"
+                "--relation: a typed edge list takes no --eval-pairs or --train-negatives yet; drop them"
             )
 
     @property

@@ -24,6 +24,7 @@ from common.datasets.columns import TimeColumn, parse_time, parse_weight
 from common.datasets.fractions import SplitSettings
 from common.datasets.tables import read_columns
 from common.datasets.temporal import temporal_split
+from common.datasets.typed_features import attach_typed_features
 
 KINDS = ("user", "item")
 RELATION = "user->item"  # the one relation of a user-item graph
@@ -74,7 +75,7 @@ def read_user_item(path, user: str = "user", item: str = "item", time: str = "ti
 def user_item_split(g: UserItemGraph, split: SplitSettings | None = None) -> LinkDataset:
     """The temporal split of the interactions (each pair at its first time; 85/5/10 by default), as a
     LinkDataset over the one node space; its node_ids are the file's ids."""
-    ds = temporal_split(g.name, g.pairs, g.time, g.num_nodes, split)
+    ds = temporal_split(g.name, g.pairs, g.time, g.num_nodes, split, recency=True)
     ds.node_ids = g.node_ids
     return ds
 
@@ -122,9 +123,8 @@ def load_user_item(spec) -> LinkDataset:
     from common.datasets.tables import stem_of
     from common.graph import DiGraph
 
-    given = [f for f, v in (("--nodes", spec.nodes), ("--node-features", spec.node_features),
-             ("--eval-pairs", spec.eval_pairs), ("--train-negatives", spec.train_negatives),
-             ("--directed", spec.directed)) if v]  # fmt: skip
+    given = [f for f, v in (("--nodes", spec.nodes), ("--eval-pairs", spec.eval_pairs),
+             ("--train-negatives", spec.train_negatives), ("--directed", spec.directed)) if v]  # fmt: skip
     if given:
         raise DatasetError(f"{spec.dataset}: a user-item file takes no {', '.join(given)} yet; drop them")
     if spec.split_kind == "random":
@@ -150,4 +150,4 @@ def load_user_item(spec) -> LinkDataset:
         sides=(2,),
         kinds=node_kinds(g),
     )
-    return ds
+    return attach_typed_features(ds, spec.node_features, spec.fill_features, shared_ids=True)
