@@ -8,6 +8,9 @@
 - rpa: preferential attachment by recent activity: a(u) * a(v), a(z) the number of edge rows (repeats count:
   messages, not pairs) naming z in the recent window before the split's boundary, a window as long as the split
   itself spans (recent_activity).
+- recency (decayed_activity): each node's edge rows before the boundary, each weighted exp(-age / tau), tau a
+  fraction (RECENCY_FRACTIONS) of the history's span; a typed graph's recent popularity reads it
+  (common/heuristics_typed.py), tau chosen on validation.
 
 Both take integer pairs (M, 2) checked by the caller (common.heuristics.score_pairs) and return (M,) float64.
 """
@@ -47,3 +50,21 @@ def recent_activity(pairs: np.ndarray, times: np.ndarray, num_nodes: int, start,
     """(N,) float64: each node's edge rows (self-loops dropped, repeats counted) in recent_window."""
     rows = pairs[recent_window(times, start, end) & (pairs[:, 0] != pairs[:, 1])]
     return np.bincount(rows.ravel(), minlength=num_nodes).astype(np.float64)
+
+
+# tau of the recency weight as fractions of the history's span (boundary - first time): from the last weeks of a
+# half-year log (1/16) to a mild fade (1/2); the fraction is chosen on validation (common/heuristics_typed.py).
+RECENCY_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2)
+
+
+def decayed_activity(pairs: np.ndarray, times: np.ndarray, num_nodes: int, start, fractions=RECENCY_FRACTIONS):
+    """(F, N) float64: row f holds each node's edge rows before boundary `start` (self-loops dropped, repeats
+    counted), each weighted exp(-(start - t) / tau_f), tau_f = fractions[f] * (start - the first time)."""
+    keep = (times < start) & (pairs[:, 0] != pairs[:, 1])
+    rows, age = pairs[keep], (start - times[keep]).astype(np.float64)
+    span = float(age.max(initial=0.0)) or 1.0
+    out = np.zeros((len(fractions), num_nodes))
+    for f, frac in enumerate(fractions):
+        weight = np.exp(-age / (frac * span))
+        out[f] = np.bincount(rows[:, 0], weight, num_nodes) + np.bincount(rows[:, 1], weight, num_nodes)
+    return out

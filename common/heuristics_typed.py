@@ -8,7 +8,11 @@ never above nor tied with a positive).
   every corruption exactly by the degree of the end it replaced (a user-item file's item popularity);
 - popularity prior: (1 + out_r(h)) (1 + in_r(t)) - 1, the same ranking as a heuristic, shaped for a blend's
   w * log1p(h) (pipelines/auto/blend.py): that is w * (log1p(out_r(h)) + log1p(in_r(t))), so against each
-  corruption the prior adds w * the log-popularity gap of the end it replaced, whatever the other end's degree.
+  corruption the prior adds w * the log-popularity gap of the end it replaced, whatever the other end's degree;
+- recent popularity (a temporal split: a user-item file): a(h) + a(t), a(z) the node's edge rows before the
+  split's boundary each weighted exp(-age / tau) (common/heuristics_temporal.py, LinkDataset.recency), tau the
+  fraction of the history's span under which this heuristic's validation MRR is best (`recency_choice`: chosen
+  on validation, then read on test); its prior (1 + a(h)) (1 + a(t)) - 1 as the popularity prior's.
 """
 
 from __future__ import annotations
@@ -22,7 +26,19 @@ from common.metrics import unique_pairs
 STRUCTURE = ("cn", "aa", "ra")  # read on the typed graph's undirected union, relations ignored
 POPULARITY = "popularity"
 POPULARITY_PRIOR = "popularity prior"
+RECENT = "recent popularity"
+RECENT_PRIOR = "recent popularity prior"
 TYPED_HEURISTICS = (*STRUCTURE, POPULARITY)
+
+
+def typed_heuristics(dataset) -> tuple[str, ...]:
+    """The heuristics of a typed graph's report: TYPED_HEURISTICS, and recent popularity on a temporal split."""
+    return TYPED_HEURISTICS + ((RECENT,) if dataset.recency is not None else ())
+
+
+def prior_names(dataset) -> tuple[str, ...]:
+    """The priors of a typed graph's blend: popularity's, and recent popularity's on a temporal split."""
+    return (POPULARITY_PRIOR,) + ((RECENT_PRIOR,) if dataset.recency is not None else ())
 
 
 def relation_degrees(dataset, split: str) -> tuple[tuple, tuple, int]:
@@ -64,9 +80,33 @@ def popularity_prior(dataset, split: str, pairs: np.ndarray, rel: np.ndarray) ->
     return (1.0 + head) * (1.0 + tail) - 1.0
 
 
-def typed_scores(dataset, split: str, names=TYPED_HEURISTICS) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def recent_ends(dataset, split: str, pairs: np.ndarray, tau: int) -> tuple[np.ndarray, np.ndarray]:
+    """(a(h), a(t)) of every [head, tail] pair of `pairs`, a the decayed activity of tau index `tau`."""
+    a = dataset.recency[split][tau]
+    return a[pairs[..., 0]], a[pairs[..., 1]]
+
+
+def recency_choice(dataset) -> int:
+    """The index into RECENCY_FRACTIONS whose recent popularity ranks validation's triples best (MRR; the first
+    of a tie): validation alone decides it, for the row and the prior alike."""
+    from common.metrics import evaluate
+
+    data = dataset.splits["valid"]
+    pos, neg = data.pos, data.negatives(KG)
+    real = neg[..., 0] >= 0
+    safe = np.where(real[..., None], neg, 0)
+    best, choice = -1.0, 0
+    for tau in range(len(dataset.recency["valid"])):
+        mrr = evaluate(KG, sum(recent_ends(dataset, "valid", pos, tau)),
+                       np.where(real, sum(recent_ends(dataset, "valid", safe, tau)), -np.inf))["mrr"]  # fmt: skip
+        if mrr > best:
+            best, choice = mrr, tau
+    return choice
+
+
+def typed_scores(dataset, split: str, names=None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """{heuristic: (positives' scores (P,), corruptions' scores (P, K), -inf where a row is padded)} of `split`'s
-    triples, each scored on the graph `split` is scored on."""
+    triples, each scored on the graph `split` is scored on; names: typed_heuristics(dataset) by default."""
     data = dataset.splits[split]
     pos, neg = data.pos, data.negatives(KG)
     real = neg[..., 0] >= 0
@@ -75,12 +115,17 @@ def typed_scores(dataset, split: str, names=TYPED_HEURISTICS) -> dict[str, tuple
     flat_rel = np.concatenate([rel, np.broadcast_to(rel[:, None], real.shape)[real]])
     uniq, inverse = unique_pairs(flat)
     graph = dataset.graph_for(split)
+    names = typed_heuristics(dataset) if names is None else names
+    tau = recency_choice(dataset) if {RECENT, RECENT_PRIOR} & set(names) else None
     out = {}
     for name in names:
         if name == POPULARITY:
             scores = popularity(dataset, split, flat, flat_rel)
         elif name == POPULARITY_PRIOR:
             scores = popularity_prior(dataset, split, flat, flat_rel)
+        elif name in (RECENT, RECENT_PRIOR):
+            head, tail = recent_ends(dataset, split, flat, tau)
+            scores = head + tail if name == RECENT else (1.0 + head) * (1.0 + tail) - 1.0
         else:
             scores = ranking_scores(name, graph, uniq)[inverse]
         rows = np.full(real.shape, -np.inf)

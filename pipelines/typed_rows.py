@@ -4,7 +4,8 @@ protocol it ranks under, what stays refused, and the heuristics' rows on the SAM
 Every test triple is ranked against its own filtered corruptions of head and tail (protocol "kg",
 common/datasets/kg.py; a (-1, -1) pair pads a short row and scores -inf: never above nor tied with a positive).
 The rows beside PENCIL are common/heuristics_typed.py's: CN / AA / RA with relations ignored, and the per-relation
-popularity (a user-item file's item popularity).
+popularity (a user-item file's item popularity), and on a temporal split the recent popularity (each edge weighted
+by its recency).
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import logging
 from common.datasets.kg import KG
 from common.flags import FlagError
 from common.heuristics import label as heuristic_label
-from common.heuristics_typed import POPULARITY
+from common.heuristics_temporal import RECENCY_FRACTIONS
+from common.heuristics_typed import POPULARITY, RECENT, recency_choice
 from common.metrics import evaluate, relation_metrics
 from pipelines.core.results import METRICS, TableRow
 from pipelines.core.run_config import RunConfig
 
 log = logging.getLogger("pipelines.run")
-LABELS = {POPULARITY: "popularity (per relation)"}
+LABELS = {POPULARITY: "popularity (per relation)", RECENT: "recent popularity"}
 
 
 def typed_protocols(run: RunConfig, dataset) -> list[str]:
@@ -68,6 +70,16 @@ def typed_notes(dataset) -> list[str]:
         "CN / AA / RA: on the graph's triples with relations ignored (undirected); popularity (per relation): a "
         "corruption ranked by the degree of the end it replaced under the triple's relation",
         "the search's blend (--preset auto), beside the model alone: + popularity prior, the logit plus w times "
-        "log1p of each end's popularity under the relation, w (and the runner-up) chosen on validation; "
-        "+ prior (none chosen) where validation kept the model alone",
-    ]
+        "log1p of each end's popularity under the relation (or + recent popularity prior, of its recent "
+        "popularity), the prior, w (and the runner-up) chosen on validation; + prior (none chosen) where validation "
+        "kept the model alone",
+    ] + ([recency_note(dataset)] if dataset.recency is not None else [])
+
+
+def recency_note(dataset) -> str:
+    frac = RECENCY_FRACTIONS[recency_choice(dataset)]
+    return (
+        "recent popularity: a corruption ranked by the recency-weighted degree of the end it replaced, each edge "
+        f"before the split's boundary weighted exp(-age / tau), tau = 1/{round(1 / frac)} of the history's span "
+        f"(of {', '.join(f'1/{round(1 / f)}' for f in RECENCY_FRACTIONS)}: the best on validation)"
+    )

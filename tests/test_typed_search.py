@@ -144,7 +144,7 @@ def test_the_popularity_prior_is_log1p_of_each_ends_popularity_by_hand():
 def test_the_prior_by_cid_keeps_the_padding_out_of_the_last_candidate(tmp_path):
     ds = user_item()
     manifest = typed_set(ds, tmp_path)
-    scores = typed_scores(ds, "valid", blend.TYPED_HEURISTICS)
+    scores = typed_scores(ds, "valid", (POPULARITY_PRIOR,))
     table = blend.by_cid(ds, manifest, "valid", KG, scores)[POPULARITY_PRIOR]
     cands = typed_protocol_candidates(ds, "valid")
     # every distinct triple its prior, the last one too (a padded slot is neg_cid -1: no candidate)

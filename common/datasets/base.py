@@ -95,6 +95,9 @@ class LinkDataset:
     activity: a temporal split's recent activity per evaluated split, {"valid": (N,), "test": (N,)}: each node's
            edge rows in the recent window before the split's boundary (common/heuristics_temporal.py, the rpa
            heuristic); None for other splits.
+    recency: a temporal split's decayed activity per evaluated split, {"valid": (F, N), "test": (F, N)}: each
+           node's edge rows before the boundary weighted exp(-age / tau) for F taus (common/heuristics_temporal.py,
+           a typed graph's recent popularity); None without a time.
     """
 
     name: str
@@ -111,6 +114,7 @@ class LinkDataset:
     # after them, "rank_at": test's count, at which validation's ranks are estimated}; None without a pool
     valid_pool: dict | None = None
     activity: dict[str, np.ndarray] | None = None
+    recency: dict[str, np.ndarray] | None = None
     out_graphs: dict[str, DiGraph] | None = None
     relations: Relations | None = None  # a typed graph's relation types (knowledge graph); None: untyped
 
@@ -181,6 +185,7 @@ class LinkDataset:
         """The dataset as selection may see it: the training graph and validation, no test split nor test graph."""
         weights = None if self.weights is None else {"train": self.weights["train"]}
         activity = None if self.activity is None else {k: v for k, v in self.activity.items() if k != "test"}
+        recency = None if self.recency is None else {k: v for k, v in self.recency.items() if k != "test"}
         out_graphs = None if self.out_graphs is None else {"train": self.out_graphs["train"]}
         rel = self.relations
         rel = None if rel is None else replace(rel, pos={k: v for k, v in rel.pos.items() if k != "test"})
@@ -192,6 +197,7 @@ class LinkDataset:
             relations=rel,
             weights=weights,
             activity=activity,
+            recency=recency,
         )
 
     def selection_metric(self, protocol: str) -> str:

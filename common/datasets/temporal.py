@@ -29,7 +29,7 @@ from common.datasets.columns import TimeColumn
 from common.datasets.fractions import SplitSettings, shares_fix
 from common.datasets.negatives import free_pairs, min_max, sample_non_edges
 from common.graph import DiGraph, Graph, edge_weights
-from common.heuristics_temporal import recent_activity
+from common.heuristics_temporal import decayed_activity, recent_activity
 from common.unique import unique_first
 
 log = logging.getLogger("common.datasets.edgelist")
@@ -88,10 +88,12 @@ def temporal_split(
     weights: np.ndarray | None = None,
     x=None,
     directed: bool = False,
+    recency: bool = False,
 ) -> LinkDataset:
     """Edge rows (M, 2) with their times (the edge list's `time` column) -> LinkDataset split by time (module
     docstring). `weights`: per-row weights; each graph's are the sums over the rows before its boundary.
-    directed: the pairs are ordered and the negatives ordered non-edges (common/datasets/directed.py)."""
+    directed: the pairs are ordered and the negatives ordered non-edges (common/datasets/directed.py).
+    recency: also each node's recency-weighted activity (LinkDataset.recency; a user-item file's recent popularity)."""
     split = split or SplitSettings()  # None: HeaRT's 85/5/10, seed 0
     where, seed, val_frac, test_frac = split.where or name, split.seed, split.val_frac, split.test_frac
     if not (0 <= val_frac < 1 and 0 <= test_frac < 1 and val_frac + test_frac < 1):
@@ -146,6 +148,8 @@ def temporal_split(
         "valid": recent_activity(pairs, t, num_nodes, t_valid, t_test),
         "test": recent_activity(pairs, t, num_nodes, t_test, t.max()),
     }
+    if recency:  # (F, N) floats per split: only the typed graphs that read them pay for them
+        ds.recency = {s: decayed_activity(pairs, t, num_nodes, at) for s, at in (("valid", t_valid), ("test", t_test))}
     if weights is not None:
         ds.weights = {
             "train": edge_weights(graph, pairs[t < t_valid], weights[t < t_valid]),

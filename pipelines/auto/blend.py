@@ -19,7 +19,8 @@ partner's test scores come from evaluating its run then). The model alone is alw
 
 On a typed graph (protocol kg: each triple against its own corruptions) h is the per-relation popularity prior
 (common.heuristics_typed: w * log1p(h) adds w times the log-popularity gap of the end a corruption replaced, a
-user-item file's item popularity), CN / AA / RA being constant on a graph of two kinds; its blended scores are
+user-item file's item popularity) or, on a temporal split, the recent popularity prior (the same of popularity
+weighted by recency), CN / AA / RA being constant on a graph of two kinds; its blended scores are
 ranked as float32, as the trainer ranks the model's (`ranked`).
 """
 
@@ -33,7 +34,6 @@ from typing import Callable
 import numpy as np
 
 from common.eval_scores import read_scores, scores_path
-from common.heuristics_typed import POPULARITY_PRIOR
 from common.manifest_record import Manifest
 from pipelines.auto.signal import choose, paired, set_queries, tie_break, tie_metric, typed_set
 from preprocess.candidates import protocol_candidates
@@ -43,7 +43,6 @@ from trainer.evaluate import eval_entry, scores_to_metrics
 log = logging.getLogger("pipelines.auto")
 
 HEURISTICS = ("cn", "aa", "ra")
-TYPED_HEURISTICS = (POPULARITY_PRIOR,)  # a typed graph's (module docstring)
 # Doubling up to 1024: at the top a log1p(h) step outweighs any logit gap, i.e. the heuristic ranks and the
 # model breaks its ties, so the grid spans the model alone to the heuristic led by the model.
 WEIGHTS = tuple(2.0**k for k in range(-2, 11))
@@ -163,8 +162,8 @@ def decide(
     """One (p, h, w) for the run from `valid` = {seed: (cid, logit)} of the validation set, its heuristics by cid,
     `partner` = (its name, its validation scores by cid) or None, and values_of(cid, scores) -> {metric: the
     per-positive values} of the validation queries (pipelines.auto.signal.per_positive): chosen on `metric`, a
-    tie there broken by tie_metric(metric). `names`: the heuristics of the grid (TYPED_HEURISTICS on a typed
-    graph)."""
+    tie there broken by tie_metric(metric). `names`: the heuristics of the grid (a typed graph's:
+    common.heuristics_typed.prior_names)."""
     values: dict[str, dict[str, np.ndarray]] = {metric: {}, tie_metric(metric): {}}
     name, by_pair = partner or ("", None)
     keys = {key(h, w, p): (p, h, w) for p, h, w in grid(partner is not None, names)}

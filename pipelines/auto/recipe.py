@@ -23,7 +23,7 @@ from common.datasets.pool import POOL_PROTOCOL, attach_valid_pool, can_pool
 from common.eval_scores import read_scores, scores_path
 from common.graph_stats import graph_stats
 from common.heuristics import split_scores
-from common.heuristics_typed import typed_scores
+from common.heuristics_typed import prior_names, typed_scores
 from common.manifest import epoch_tokens, read_manifest
 from common.manifest_record import Manifest
 from common.presets import get_preset
@@ -178,7 +178,7 @@ def blend_stage(
     choice's partner, then each seed's test metrics under it (the partner evaluated on test in OUT/runner-up
     first, when the blend adds it). A typed graph's prior is scored here, on test only after the decision."""
     selection_view, dataset, manifest, protocol = data.selection_view, data.dataset, data.manifest, data.protocol
-    names = blend.TYPED_HEURISTICS if dataset.typed else blend.HEURISTICS
+    names = prior_names(selection_view) if dataset.typed else blend.HEURISTICS
     logits = blend.valid_logits(runs, protocol)
     heuristics = blend.by_cid(
         selection_view, manifest, "valid", protocol, prior_scores(selection_view, "valid", protocol, names)
