@@ -31,7 +31,7 @@ class Manifest:
     config: dict = field(default_factory=dict)  # the resolved preprocess config, as written
     sampling: dict = field(default_factory=dict)  # {d, n}
     protocols: list = field(default_factory=list)  # the eval protocols the set was built for
-    features: dict | None = None  # {file, dim}
+    features: dict | None = None  # {file, dim[, kinds: {kind: [start, stop]}]}
     node_ids: dict | None = None  # {file, count, dtype}: an edge list's user ids
     targets: dict | None = None  # heuristic estimation: the target's name and normalisation
     split: dict | None = None  # a temporal split: how it was made

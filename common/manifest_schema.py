@@ -317,7 +317,12 @@ def _features(m: dict) -> set[str]:
     if f is None:
         return set()
     _dict(f, "features")
-    _int(f.get("dim"), "features.dim", 1, 2**20)
+    dim = _int(f.get("dim"), "features.dim", 1, 2**20)
+    for kind, span in (f.get("kinds") or {}).items():  # a typed graph's table per node kind: its columns
+        if not (isinstance(span, list) and len(span) == 2 and all(type(v) is int for v in span)) or not (
+            0 <= span[0] <= span[1] <= dim
+        ):
+            raise Invalid(f"features.kinds.{kind}: expected [start, stop] columns within 0..{dim}, got {span!r}")
     return {_name(f.get("file"), "features.file", ".npy")}
 
 

@@ -136,7 +136,7 @@ def manifest_fields(
         "sampling": {"d": config.sampling.d, "n": config.sampling.n},
         "protocols": protocols,
         "views": config.candidates.views if "train" in config.candidates.splits else 0,
-        "features": {"file": FEATURES, "dim": int(dataset.x.shape[1])} if config.ships_features else None,
+        "features": feature_entry(dataset) if config.ships_features else None,
         "graphs": {
             which: graph_entry(
                 which, g.indptr, g.indices, out=_out_graph(dataset, which), rel=_rel_graph(dataset, which)
@@ -170,3 +170,12 @@ def _rel_graph(dataset, which: str):
     from common.datasets.kg import triple_csr
 
     return triple_csr(dataset, which)
+
+
+def feature_entry(dataset) -> dict:
+    """The manifest's record of the set's feature table; `kinds` only for a typed graph's table per node kind
+    (each kind's columns), so every other set's record is as before."""
+    entry = {"file": FEATURES, "dim": int(dataset.x.shape[1])}
+    if dataset.feature_kinds is not None:
+        entry["kinds"] = {k: [int(a), int(b)] for k, (a, b) in dataset.feature_kinds.items()}
+    return entry

@@ -117,7 +117,17 @@ def test_a_typed_set_ships_the_kind_tables_and_the_trainer_reads_them(tmp_path):
                           capture_output=True, text=True)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     shards = proc.stdout.strip().splitlines()[-1].split()[-1]
-    assert json.loads((Path(shards) / "manifest.json").read_text())["features"]["dim"] == 3
+    features = json.loads((Path(shards) / "manifest.json").read_text())["features"]
+    assert features["dim"] == 3 and features["kinds"] == {"user": [0, 2], "item": [2, 3]}
+    from common.manifest import read_manifest
+    from pipelines.core.runs import run_dataset
+
+    assert run_dataset(read_manifest(shards)).feature_kinds == {"user": (0, 2), "item": (2, 3)}  # serve reads it
+    from common.manifest_schema import schema_problem
+
+    body = json.loads((Path(shards) / "manifest.json").read_text())
+    body["features"]["kinds"]["item"] = [2, 4]  # beyond the table's 3 columns
+    assert schema_problem(body) == "features.kinds.item: expected [start, stop] columns within 0..3, got [2, 4]"
     for name, extra in (("with", []), ("without", ["--no-features"])):
         cmd = [sys.executable, "-m", "trainer", "--preset", "tiny", "--shards", shards, "--out", str(tmp_path / name)]
         proc = subprocess.run([*cmd, "--epochs", "1", "--device", "cpu", "--protocol", "kg", *extra], cwd=ROOT,
@@ -127,3 +137,21 @@ def test_a_typed_set_ships_the_kind_tables_and_the_trainer_reads_them(tmp_path):
         assert summary["node_features"] is (name == "with") and 0 < summary["test"]["mrr"] <= 1
     state = torch.load(tmp_path / "with" / "best.pt", weights_only=True)["model"]
     assert state["features.0.weight"].shape[1] == 3  # user a, b and item c, each kind in its columns
+
+
+def test_a_served_new_node_may_bring_its_kinds_row_alone(tmp_path):
+    from pipelines.serve.state import ServeError, serving_state
+
+    ds = load_dataset(DatasetSpec(str(write_ratings(tmp_path)), node_features=kind_tables(tmp_path)))
+    assert ds.feature_kinds == {"user": (0, 2), "item": (2, 3)}
+    state, _ = serving_state(ds, "all", 10, features=True)
+    # a new user (columns 0-1) and a new item (column 2), each with its kind's row alone; the rest zeros
+    record = state.edit_record({"add": [["u9", "z", "user->item"]], "features": {"u9": [7, 1], "z": [0.5]}})
+    assert dict(map(tuple, [(n, tuple(r)) for n, r in record["features"]])) == {
+        "u9": (7.0, 1.0, 0.0),
+        "z": (0.0, 0.0, 0.5),
+    }
+    whole = state.edit_record({"add": [["u8", "a", "user->item"]], "features": {"u8": [1, 2, 3]}})  # the whole row
+    assert whole["features"] == [["u8", [1.0, 2.0, 3.0]]]
+    with pytest.raises(ServeError, match=r"expected 3 finite numbers, .* \(or the 2 of its kind's own columns\)"):
+        state.edit_record({"add": [["u7", "a", "user->item"]], "features": {"u7": [1]}})

@@ -98,6 +98,8 @@ class LinkDataset:
     recency: a temporal split's decayed activity per evaluated split, {"valid": (F, N), "test": (F, N)}: each
            node's edge rows before the boundary weighted exp(-age / tau) for F taus (common/heuristics_temporal.py,
            a typed graph's recent popularity); None without a time.
+    feature_kinds: a typed graph's node features given one table per node kind: {kind: its columns (start,
+           stop)} (common/datasets/typed_features.py); None otherwise.
     """
 
     name: str
@@ -115,6 +117,7 @@ class LinkDataset:
     valid_pool: dict | None = None
     activity: dict[str, np.ndarray] | None = None
     recency: dict[str, np.ndarray] | None = None
+    feature_kinds: dict[str, tuple[int, int]] | None = None
     out_graphs: dict[str, DiGraph] | None = None
     relations: Relations | None = None  # a typed graph's relation types (knowledge graph); None: untyped
 

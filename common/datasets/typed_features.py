@@ -10,7 +10,8 @@ Two forms of the flag's value:
   its kind's features in that kind's columns and zeros in the others'. A kind without a table has zeros only.
 
 `--fill-features` fills the rows a kind's table lacks among that kind's nodes; nodes of other kinds are never
-"missing" from it.
+"missing" from it. The column span of each kind's table is kept (LinkDataset.feature_kinds, the set's manifest), so
+that a node a served edit adds may come with its kind's row alone.
 """
 
 from __future__ import annotations
@@ -49,10 +50,13 @@ def kind_files(text: str) -> dict[str, str] | None:
     return files
 
 
-def typed_features(text: str, node_ids: np.ndarray, kinds, fill: str | None, shared_ids: bool) -> np.ndarray:
-    """The (N, F) float32 table of `--node-features text` on a typed graph (module docstring). node_ids: every
-    node's id as the user wrote it; kinds: its common.datasets.kinds.NodeKinds, or None; shared_ids: the kinds
-    share one id space (a user-item file), so a single table cannot name a node."""
+def typed_features(
+    text: str, node_ids: np.ndarray, kinds, fill: str | None, shared_ids: bool
+) -> tuple[np.ndarray, dict[str, tuple[int, int]] | None]:
+    """(the (N, F) float32 table of `--node-features text` on a typed graph, {kind: its columns [start, stop)} or
+    None for one table by node id) (module docstring). node_ids: every node's id as the user wrote it; kinds: its
+    common.datasets.kinds.NodeKinds, or None; shared_ids: the kinds share one id space (a user-item file), so a
+    single table cannot name a node."""
     from common.datasets.node_features import load_node_features
 
     files = kind_files(text)
@@ -64,7 +68,7 @@ def typed_features(text: str, node_ids: np.ndarray, kinds, fill: str | None, sha
                 f"and item 1 are different nodes), so one table cannot name them; give each kind its table: "
                 f"--node-features {names}"
             )
-        return load_node_features(text, node_ids, len(node_ids), fill)
+        return load_node_features(text, node_ids, len(node_ids), fill), None
     if kinds is None:
         raise DatasetError(
             f"--node-features {text}: this graph has no node kinds; give one table (--node-features FILE), or name "
@@ -82,9 +86,10 @@ def typed_features(text: str, node_ids: np.ndarray, kinds, fill: str | None, sha
         blocks.append((nodes, load_node_features(path, node_ids[nodes], len(nodes), fill)))
         names.append(f"{kind} {blocks[-1][1].shape[1]} ({path})")
     x = np.zeros((len(node_ids), sum(b.shape[1] for _, b in blocks)), np.float32)
-    at = 0
-    for nodes, block in blocks:
+    spans, at = {k: (0, 0) for k in kinds.names}, 0  # a kind without a table: no columns of its own
+    for kind, (nodes, block) in zip(files, blocks):
         x[nodes, at : at + block.shape[1]] = block
+        spans[kind] = (at, at + block.shape[1])
         at += block.shape[1]
     rest = [k for k in kinds.names if k not in files]
     log.info(
@@ -92,7 +97,7 @@ def typed_features(text: str, node_ids: np.ndarray, kinds, fill: str | None, sha
         ", ".join(names),
         f"; {', '.join(rest)}: zeros" if rest else "",
     )
-    return x
+    return x, spans
 
 
 def attach_typed_features(ds, node_features: str | None, fill: str | None, shared_ids: bool = False):
@@ -100,7 +105,7 @@ def attach_typed_features(ds, node_features: str | None, fill: str | None, share
     training graph and, where it has one, the test graph; unchanged without the flag."""
     if node_features is None:
         return ds
-    x = typed_features(node_features, ds.node_ids, ds.relations.kinds, fill, shared_ids)
+    x, ds.feature_kinds = typed_features(node_features, ds.node_ids, ds.relations.kinds, fill, shared_ids)
     ds.graph = replace(ds.graph, x=x)
     if ds.test_graph is not None:
         ds.test_graph = replace(ds.test_graph, x=x)

@@ -190,6 +190,8 @@ def run_dataset(
     loaded = load_set_dataset(pre, name=dataset, data_dir=data_dir, ogb_root=ogb_root)
     if x is not None:
         loaded = with_features(loaded, x)
+        kinds = (manifest.features or {}).get("kinds")  # a typed set's table per node kind: each kind's columns
+        loaded.feature_kinds = None if kinds is None else {k: tuple(v) for k, v in kinds.items()}
     check_run_graph(manifest, loaded, f"--dataset {dataset}" if dataset else pre["dataset"])
     return loaded
 

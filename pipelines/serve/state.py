@@ -41,7 +41,13 @@ class GraphState:
     of a model that reads them (every node has its row), else None."""
 
     def __init__(
-        self, graph: Graph, base_ids: np.ndarray | None, max_new_nodes: int, digraph: DiGraph | None = None, typed=None
+        self,
+        graph: Graph,
+        base_ids: np.ndarray | None,
+        max_new_nodes: int,
+        digraph: DiGraph | None = None,
+        typed=None,
+        kind_columns: dict[int, tuple[int, int]] | None = None,
     ):
         self.graph, self.ids, self.seq = graph, LiveIds(base_ids, graph.num_nodes), 0
         self.digraph = digraph  # a directed run's ordered edges (graph is their union, what the sampler walks)
@@ -50,6 +56,9 @@ class GraphState:
         self.base_fingerprint += "" if typed is None else f"-typed-{typed.fingerprint()}"
         self.max_new_nodes = int(max_new_nodes)
         self.dropped = 0  # entries of the log that this version refuses, dropped at replay
+        # a typed run's features given a table per node kind: kind id -> its columns, so that a node an edit creates
+        # may come with its kind's row alone (zeros in the other kinds' columns, as the run's table holds them)
+        self.kind_columns = kind_columns if typed is not None else None
         self.feature_bound = None
         if graph.x is not None:  # from the run's own features: the same on the owner, every replica and a replay
             top = float(np.abs(graph.x).max()) if graph.x.size else 0.0
@@ -86,7 +95,8 @@ class GraphState:
                 if self.ids.find(value) is None and value not in introduced:
                     raise ServeError(404, f"'remove': unknown node {shown(value)}: not in the serving graph")
         if featured:
-            rows = self._feature_rows(body.get(FEATURES_KEY, {}), self._created(introduced))
+            created = self._created(introduced)
+            rows = self._feature_rows(body.get(FEATURES_KEY, {}), created, self._created_kinds(record["add"], created))
             if rows:
                 record[FEATURES_KEY] = rows
         return record
@@ -97,10 +107,34 @@ class GraphState:
             return sorted(introduced, key=str)
         return list(range(self.ids.num_nodes, max(introduced) + 1))
 
-    def _feature_rows(self, value, created: list) -> list:
+    def _created_kinds(self, added: list, created: list) -> dict:
+        """{created node: its kind id} where its triple's relation joins one kind to one kind (kind_columns only)."""
+        if not self.kind_columns:
+            return {}
+        kinds = {}
+        for u, v, name in added:
+            ends = self.typed.pairs.get(self.typed.names.index(name))
+            for node, end in ((u, 0), (v, 1)):
+                if ends is not None and node in created:
+                    kinds.setdefault(node, ends[end])
+        return kinds
+
+    def _kind_row(self, row, kind: int | None):
+        """A row of its kind's width (kind_columns) widened to the table's, zeros in other kinds' columns; any
+        other row as it is (checked by _row_problem)."""
+        span = None if kind is None else self.kind_columns.get(kind)
+        width = self.graph.x.shape[1]
+        if span is None or not isinstance(row, list) or len(row) != span[1] - span[0] or len(row) == width:
+            return row
+        full = [0.0] * width
+        full[span[0] : span[1]] = row
+        return full
+
+    def _feature_rows(self, value, created: list, kinds: dict | None = None) -> list:
         """'features' {id: [numbers]} -> [[id, row], ...] for the created nodes, each row checked; a created
         node without its row, a row of another length, a non-finite or non-numeric value, or a row of a node
-        the edit does not create is a 400."""
+        the edit does not create is a 400. `kinds`: created node -> kind id, whose row may be its kind's columns
+        alone (kind_columns)."""
         width = self.graph.x.shape[1]
         if not isinstance(value, dict):
             raise ServeError(400, f"'features' must be an object {{node: [{width} numbers]}}, one row per new node")
@@ -115,7 +149,12 @@ class GraphState:
                 )
             if node in rows:
                 raise ServeError(400, f"'features': node {shown(node)} is given two rows; give one")
+            kind = (kinds or {}).get(node)
+            row = self._kind_row(row, kind)
             problem = self._row_problem(row)
+            if problem and kind is not None and kind in self.kind_columns:
+                a, b = self.kind_columns[kind]
+                problem += f" (or the {b - a} of its kind's own columns)"
             if problem:
                 raise ServeError(400, f"'features'[{shown(key)}]: {problem}")
             rows[node] = [float(x) for x in row]
@@ -277,7 +316,7 @@ def serving_state(dataset, spec: str, max_new_nodes: int, features: bool = False
         graph = Graph(graph.indptr, graph.indices, dataset.x)
     elif graph.x is not None:  # structure only: the model reads no features
         graph = Graph(graph.indptr, graph.indices)
-    state = GraphState(graph, node_ids, max_new_nodes, digraph, TypedEdges.of(dataset, spec))
+    state = GraphState(graph, node_ids, max_new_nodes, digraph, TypedEdges.of(dataset, spec), kind_columns(dataset))
     source = (
         f"{dataset.name}, every split's edges"
         if spec == snapshot.WHOLE
@@ -292,3 +331,11 @@ def serving_state(dataset, spec: str, max_new_nodes: int, features: bool = False
         "source": source,
     }
     return state, described if digraph is None else {**described, "edges": digraph.num_edges, "directed": True}
+
+
+def kind_columns(dataset) -> dict[int, tuple[int, int]] | None:
+    """A typed run's feature columns per node kind id (LinkDataset.feature_kinds by name), or None."""
+    spans, rel = getattr(dataset, "feature_kinds", None), getattr(dataset, "relations", None)
+    if spans is None or rel is None or rel.kinds is None:
+        return None
+    return {rel.kinds.names.index(k): tuple(v) for k, v in spans.items() if k in rel.kinds.names}
