@@ -203,6 +203,17 @@ class LinkDataset:
             recency=recency,
         )
 
+    def with_features(self, x: np.ndarray, kinds: dict | None = None) -> "LinkDataset":
+        """The dataset with node-feature table `x` on its graphs (the fingerprint hashes it there) and, for a typed
+        graph's table per node kind, each kind's columns (`feature_kinds`)."""
+        test = self.test_graph
+        return replace(
+            self,
+            graph=replace(self.graph, x=x),
+            test_graph=None if test is None else replace(test, x=x),
+            feature_kinds=None if kinds is None else {k: tuple(v) for k, v in kinds.items()},
+        )
+
     def selection_metric(self, protocol: str) -> str:
         return self.metric.get(protocol, "mrr")
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import re
-from dataclasses import replace
 
 import numpy as np
 
@@ -105,8 +104,4 @@ def attach_typed_features(ds, node_features: str | None, fill: str | None, share
     training graph and, where it has one, the test graph; unchanged without the flag."""
     if node_features is None:
         return ds
-    x, ds.feature_kinds = typed_features(node_features, ds.node_ids, ds.relations.kinds, fill, shared_ids)
-    ds.graph = replace(ds.graph, x=x)
-    if ds.test_graph is not None:
-        ds.test_graph = replace(ds.test_graph, x=x)
-    return ds
+    return ds.with_features(*typed_features(node_features, ds.node_ids, ds.relations.kinds, fill, shared_ids))

@@ -188,10 +188,8 @@ def run_dataset(
     if x is not None and pre.get("node_features"):  # the set's table: the user's file may have moved or changed
         pre = {**pre, "node_features": None, "fill_features": None}  # (a paper dataset's load as they shipped)
     loaded = load_set_dataset(pre, name=dataset, data_dir=data_dir, ogb_root=ogb_root)
-    if x is not None:
-        loaded = with_features(loaded, x)
-        kinds = (manifest.features or {}).get("kinds")  # a typed set's table per node kind: each kind's columns
-        loaded.feature_kinds = None if kinds is None else {k: tuple(v) for k, v in kinds.items()}
+    if x is not None:  # a typed set's table per node kind: its manifest names each kind's columns
+        loaded = loaded.with_features(x, (manifest.features or {}).get("kinds"))
     check_run_graph(manifest, loaded, f"--dataset {dataset}" if dataset else pre["dataset"])
     return loaded
 
@@ -208,12 +206,6 @@ def run_edge_list_problem(manifest: Manifest, dataset: str | None = None, flag: 
         f"the run's edge list {path}: file not found (moved, renamed, or a path relative to another "
         "folder); pass --dataset PATH where it is now (checked against the run's fingerprint), or restore it"
     )
-
-
-def with_features(dataset, x: np.ndarray):
-    """The dataset with node-feature table `x` on its graphs (the fingerprint hashes it there)."""
-    test = dataset.test_graph
-    return replace(dataset, graph=replace(dataset.graph, x=x), test_graph=None if test is None else replace(test, x=x))
 
 
 def load_run(
