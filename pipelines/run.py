@@ -332,11 +332,7 @@ def held_out_note(run: RunConfig, dataset) -> list[str]:
         return []
     counts = " / ".join(f"{n[s]:,}" for s in ("train", "valid", "test"))
     most = f"at most {caps[0]:,} valid and {caps[1]:,} test edges (the default split's)"
-    note = f"held out: {most}; train / valid / test: {counts}"
-    neg = len(dataset.splits["valid"].neg["original"]) - (dataset.valid_pool or {}).get("pool", 0)  # the blend's pool
-    if neg > n["valid"]:  # DatasetSpec.capped_valid_negatives
-        note += f"; validation ranks against {neg:,} negatives ({neg / n['valid']:g} per edge), for a steadier choice"
-    return [note]
+    return [f"held out: {most}; train / valid / test: {counts}"]
 
 
 def scale_notes(dataset, protocols: list[str]) -> list[str]:

@@ -13,7 +13,7 @@ import numpy as np
 from bench.own_graph_scale import scale_edges
 from common.datasets import load_dataset
 from common.datasets.edgelist import random_split_dataset
-from common.datasets.fractions import CAPPED_VALID_NEGATIVES, DEFAULT_TEST_MAX, DEFAULT_VALID_MAX, SplitSettings
+from common.datasets.fractions import DEFAULT_TEST_MAX, DEFAULT_VALID_MAX, SplitSettings
 from common.datasets.spec import DatasetSpec
 from pipelines.core.finished import run_identity
 
@@ -48,35 +48,6 @@ def test_only_the_validation_cap():
     assert keys(capped.splits["train"].pos) == keys(whole.splits["train"].pos) | keys(whole.splits["valid"].pos[20:])
 
 
-def test_a_capped_validation_holds_more_negatives_than_edges_and_never_a_known_edge():
-    capped = random_split_dataset("g", EDGES, NODES, SplitSettings(valid_max=20, test_max=40, capped_valid_negatives=4))
-    valid, test = capped.splits["valid"], capped.splits["test"]
-    neg = keys(valid.neg["original"])
-    assert len(valid.pos) == 20 and len(valid.neg["original"]) == 80 and len(neg) == 80  # distinct pairs
-    assert len(test.neg["original"]) == 40  # test keeps one per edge
-    assert not neg & keys(EDGES) and not neg & keys(test.neg["original"])  # non-edges, disjoint from test's
-    # the negatives only: the same permutation, so every positive is where it was with one per edge
-    one = random_split_dataset("g", EDGES, NODES, SplitSettings(valid_max=20, test_max=40))
-    for split in ("train", "valid", "test"):
-        np.testing.assert_array_equal(capped.splits[split].pos, one.splits[split].pos)
-
-
-def test_more_validation_negatives_only_where_the_validation_cap_holds():
-    whole = random_split_dataset("g", EDGES, NODES, SplitSettings())
-    uncapped = random_split_dataset("g", EDGES, NODES, SplitSettings(valid_max=75, capped_valid_negatives=4))
-    np.testing.assert_array_equal(uncapped.splits["valid"].neg["original"], whole.splits["valid"].neg["original"])
-    test_only = random_split_dataset("g", EDGES, NODES, SplitSettings(test_max=40, capped_valid_negatives=4))
-    assert len(test_only.splits["valid"].neg["original"]) == 75
-
-
-def test_a_near_complete_graph_keeps_room_for_tests_negatives():
-    # 30 nodes, 435 pairs: 400 edges leave 35 non-edges; 20 valid at 4 per edge would take 80 of them
-    pairs = np.array([(u, v) for u in range(30) for v in range(u + 1, 30)])[:400]
-    ds = random_split_dataset("g", pairs, 30, SplitSettings(valid_max=5, test_max=10, capped_valid_negatives=4))
-    # the valid negatives come from non-edges of train + valid: 35 + 10 test edges = 45, less test's 10, halved
-    assert len(ds.splits["valid"].neg["original"]) == 17 and len(ds.splits["test"].neg["original"]) == 10
-
-
 def test_a_cap_above_the_share_changes_nothing():
     whole = random_split_dataset("g", EDGES, NODES, SplitSettings())
     same = random_split_dataset("g", EDGES, NODES, SplitSettings(valid_max=75, test_max=150))
@@ -99,9 +70,7 @@ def test_an_edge_list_is_capped_as_its_spec_says(tmp_path):
 def test_the_command_line_caps_only_an_edge_list_at_the_default_shares():
     def spec(dataset, split=None, **fields):
         args = argparse.Namespace(dataset=dataset, data_dir=None, ogb_root=None, planetoid_dir=None, split=split)
-        made = DatasetSpec.from_args(args, **fields)
-        assert made.capped_valid_negatives == (CAPPED_VALID_NEGATIVES if made.held_out_max else None)
-        return made.held_out_max
+        return DatasetSpec.from_args(args, **fields).held_out_max
 
     caps = (DEFAULT_VALID_MAX, DEFAULT_TEST_MAX)
     assert spec("g.csv") == caps and spec("g.csv", "85,5,10") == caps and spec("g.csv", "random") == caps
@@ -112,12 +81,8 @@ def test_the_command_line_caps_only_an_edge_list_at_the_default_shares():
 def test_a_set_built_before_the_caps_reloads_without_them_and_the_run_identity_ignores_them():
     old = DatasetSpec("g.csv").to_dict()  # what every manifest before the caps holds: no such key
     assert "held_out_max" not in old and DatasetSpec.from_dict(old).held_out_max is None
-    assert "capped_valid_negatives" not in old and DatasetSpec.from_dict(old).capped_valid_negatives is None
-    new = DatasetSpec("g.csv", held_out_max=(10, 20), capped_valid_negatives=4)
+    new = DatasetSpec("g.csv", held_out_max=(10, 20))
     assert DatasetSpec.from_dict(new.to_dict()) == new
-    last = new.to_dict()  # a set built with the caps before the negatives per edge: one per edge on reload
-    del last["capped_valid_negatives"]
-    assert DatasetSpec.from_dict(last) == DatasetSpec("g.csv", held_out_max=(10, 20))
     ident = [run_identity({"source": asdict(s)}, "data") for s in (DatasetSpec("g.csv"), new)]
     assert ident[0] == ident[1]  # the split they make reaches the identity through the data's fingerprint
 
@@ -133,15 +98,3 @@ def test_the_report_names_the_caps_when_they_held():
     assert held_out_note(run, capped) == [want]
     assert held_out_note(run, random_split_dataset("g", EDGES, NODES, SplitSettings())) == []
     assert held_out_note(SimpleNamespace(source=DatasetSpec("g.csv")), capped) == []  # no caps asked
-    more = random_split_dataset("g", EDGES, NODES, SplitSettings(valid_max=20, test_max=40, capped_valid_negatives=4))
-    assert held_out_note(run, more) == [want + "; validation ranks against 80 negatives (4 per edge), for a steadier choice"]
-
-
-def test_a_bad_count_of_negatives_per_edge_is_refused_in_one_line():
-    import pytest
-
-    from common.datasets.base import DatasetError
-
-    for bad in (0, -1, 2.5, True):
-        with pytest.raises(DatasetError, match="capped_valid_negatives: must be a positive integer"):
-            DatasetSpec("g.csv", capped_valid_negatives=bad)

@@ -23,7 +23,7 @@ import numpy as np
 from common.datasets.base import DatasetError, LinkDataset, Split, training_graph
 from common.datasets.fractions import SplitSettings, shares_fix, split_fractions
 from common.datasets.ids import map_node_ids, release_arrow_memory
-from common.datasets.negatives import free_pairs, min_max, sample_non_edges
+from common.datasets.negatives import min_max, sample_non_edges
 from common.datasets.spec import DatasetSpec
 from common.datasets.tables import NODE_COLUMNS, NODE_ROWS, read_columns, stem_of
 from common.graph import DiGraph, Graph, edge_weights
@@ -36,25 +36,14 @@ SPLIT_VALUES = ("train", "valid", "test")
 
 # ---------------------------------------------------------------------------------- shared helpers
 def eval_negatives(
-    train: np.ndarray,
-    valid: np.ndarray,
-    full: Graph,
-    num_nodes: int,
-    n_test: int,
-    seed: int,
-    where: str,
-    per_valid: int = 1,
+    train: np.ndarray, valid: np.ndarray, full: Graph, num_nodes: int, n_test: int, seed: int, where: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(valid, test) random negatives: test's as many as its positives, validation's per_valid times as many as
-    its own (at most half the non-edges left, never fewer than one each). Validation's come from the training and
-    validation edges alone, from their own seeded stream, so nothing about test reaches what selection sees;
-    test's are non-edges of the whole graph and never a validation negative. A DiGraph `full` (--directed) makes
-    them ordered non-edges."""
+    """(valid, test) random negatives, as many as each split's positives. Validation's come from the training
+    and validation edges alone, from their own seeded stream, so nothing about test reaches what selection
+    sees; test's are non-edges of the whole graph and never a validation negative. A DiGraph `full` (--directed)
+    makes them ordered non-edges."""
     known = type(full).from_edges(np.concatenate([train, valid]), num_nodes=num_nodes)
-    count = len(valid)
-    if per_valid > 1:  # a near-complete graph keeps room for test's negatives rather than failing the split
-        count = max(count, min(per_valid * count, (free_pairs(known, None) - n_test) // 2))
-    valid_neg = sample_non_edges(known, count, np.random.default_rng([seed, 1]), what=f"{where} valid negatives")
+    valid_neg = sample_non_edges(known, len(valid), np.random.default_rng([seed, 1]), what=f"{where} valid negatives")
     test_neg = sample_non_edges(
         full, n_test, np.random.default_rng([seed, 2]), exclude=valid_neg, what=f"{where} test negatives"
     )
@@ -74,8 +63,7 @@ def random_split_dataset(
     edges may be None when full_graph (the graph of all edges) is given; a DiGraph full_graph splits its ordered
     edges, each on its own (--directed). valid/test get floor(frac * E)
     edges each, train the rest; negatives are distinct non-edges of
-    the full graph, disjoint between valid and test, as many as each split's positives ("original"); where
-    split.valid_max holds, validation's split.capped_valid_negatives times as many.
+    the full graph, disjoint between valid and test, as many as each split's positives ("original").
     """
     split = split or SplitSettings()  # None: HeaRT's 85/5/10, seed 0
     where, seed, val_frac, test_frac = split.where or name, split.seed, split.val_frac, split.test_frac
@@ -90,8 +78,7 @@ def random_split_dataset(
     rng = np.random.default_rng(seed)
     perm = rng.permutation(len(edges))
     n_valid, n_test = int(val_frac * len(edges)), int(test_frac * len(edges))
-    valid_capped = (split.valid_max or n_valid) < n_valid
-    if valid_capped or (split.test_max or n_test) < n_test:
+    if (split.valid_max or n_valid) < n_valid or (split.test_max or n_test) < n_test:
         capped = min(n_valid, split.valid_max or n_valid), min(n_test, split.test_max or n_test)
         log.info(
             "%s: the default split holds at most %s valid / %s test edges (of %s / %s at its shares); the rest train",
@@ -113,8 +100,7 @@ def random_split_dataset(
             f"{where}: no train edges left after the split ({len(edges)} edges in all); "
             "add edges or lower val_frac/test_frac"
         )
-    per_valid = split.capped_valid_negatives if valid_capped else 1
-    valid_neg, test_neg = eval_negatives(train, valid, full, num_nodes, n_test, seed, where, per_valid)
+    valid_neg, test_neg = eval_negatives(train, valid, full, num_nodes, n_test, seed, where)
     full.release_edge_keys()  # the full graph is queried no more: its key array goes before the train graph's
     splits = {
         "train": Split(pos=train),
@@ -236,7 +222,6 @@ def load_edge_list(spec: DatasetSpec, split_flag: str | None = "--split") -> Lin
         split_flag=split_flag,
         valid_max=spec.held_out_max[0] if spec.held_out_max else None,
         test_max=spec.held_out_max[1] if spec.held_out_max else None,
-        capped_valid_negatives=spec.capped_valid_negatives or 1,
     )
     directed = spec.directed
     if kind == "temporal":

@@ -20,11 +20,6 @@ DEFAULT_SPLIT = (85.0, 5.0, 10.0)
 # an MRR's SE is already at most 0.005 and 0.0035 (a reciprocal rank in [0, 1] has an SD of at most 0.5). The
 # edges above them train. Set at the command line (common.datasets.spec.held_out_caps).
 DEFAULT_VALID_MAX, DEFAULT_TEST_MAX = 10_000, 20_000
-# Validation negatives per positive where the validation cap holds (DatasetSpec.capped_valid_negatives). Ranked at
-# scale (common.metrics.shared_rank_at), a dense graph's validation MRR is set by the few negatives that outscore
-# most positives, so its SE comes from which negatives were drawn (0.078 against 0.004 from the positives, on a
-# million edges at mean degree 30): four times as many halve it, for 30,000 more scored links a pass.
-CAPPED_VALID_NEGATIVES = 4
 SPLIT_KINDS = ("random", "temporal")
 
 
@@ -33,8 +28,7 @@ class SplitSettings:
     """How a dataset this project splits itself is split: the valid and test shares, the seed of the split and
     its negatives, the name errors and logs give the input (where; default: the dataset's name), and the
     command's shares flag for the fix of a split too small (split_flag; None: the command has none); valid_max,
-    test_max: the most validation and test edges (None: the share's all; the rest train); capped_valid_negatives:
-    validation negatives per positive where valid_max holds (one elsewhere)."""
+    test_max: the most validation and test edges (None: the share's all; the rest train)."""
 
     val_frac: float = 0.05
     test_frac: float = 0.10
@@ -43,7 +37,6 @@ class SplitSettings:
     split_flag: str | None = "--split"
     valid_max: int | None = None
     test_max: int | None = None
-    capped_valid_negatives: int = 1
 
 
 _USAGE = "expected three percentages train,valid,test, each above 0, that sum to 100 (e.g. 85,5,10)"
@@ -105,7 +98,6 @@ def split_fractions(split) -> tuple[float, float]:
 
 
 __all__ = [
-    "CAPPED_VALID_NEGATIVES",
     "DEFAULT_SPLIT",
     "DEFAULT_TEST_MAX",
     "DEFAULT_VALID_MAX",

@@ -11,14 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from common.datasets.base import FILL_CHOICES, DatasetError
-from common.datasets.fractions import (
-    CAPPED_VALID_NEGATIVES,
-    DEFAULT_SPLIT,
-    DEFAULT_TEST_MAX,
-    DEFAULT_VALID_MAX,
-    SPLIT_KINDS,
-    check_split,
-)
+from common.datasets.fractions import DEFAULT_SPLIT, DEFAULT_TEST_MAX, DEFAULT_VALID_MAX, SPLIT_KINDS, check_split
 
 # the flags of add_graph_input_flags and --nodes: fields read as they are given
 GRAPH_INPUTS = ("nodes", "node_features", "fill_features", "eval_pairs", "train_negatives")
@@ -39,8 +32,7 @@ class DatasetSpec:
     list's relation column, its rows typed triples src -relation-> dst (--relation; common/datasets/kg.py); a
     typed graph's `nodes` file may give node kinds (a type column, common/datasets/kinds.py); held_out_max: the
     most validation and test edges of a random split (the rest train; `held_out_caps`), None for none (a set
-    built before the caps, or shares given); capped_valid_negatives: validation negatives per positive where the
-    validation cap holds (set with the caps), None for one (a set built before it).
+    built before the caps, or shares given).
     """
 
     dataset: str
@@ -61,7 +53,6 @@ class DatasetSpec:
     directed: bool = False
     relation: str | None = None
     held_out_max: tuple[int, int] | None = None
-    capped_valid_negatives: int | None = None
 
     def __post_init__(self):
         if not self.dataset:
@@ -73,9 +64,6 @@ class DatasetSpec:
         object.__setattr__(self, "ignore_columns", tuple(self.ignore_columns))
         if self.held_out_max is not None:
             object.__setattr__(self, "held_out_max", tuple(int(v) for v in self.held_out_max))
-        per = self.capped_valid_negatives
-        if per is not None and (isinstance(per, bool) or not isinstance(per, int) or per < 1):
-            raise DatasetError(f"capped_valid_negatives: must be a positive integer or None, got {per!r}")
         if self.split_kind is not None and self.split_kind not in SPLIT_KINDS:
             raise DatasetError(f"--split {self.split_kind}: unknown kind; use {' or '.join(SPLIT_KINDS)}")
         if self.fill_features is not None:
@@ -134,7 +122,6 @@ class DatasetSpec:
                 **{k: getattr(args, k, None) for k in GRAPH_INPUTS},
             }
             read["held_out_max"] = held_out_caps(args.dataset, fields.get("split", split))
-            read["capped_valid_negatives"] = CAPPED_VALID_NEGATIVES if read["held_out_max"] else None
             return cls(**{**read, **fields})
         except DatasetError as err:
             raise FlagError(str(err)) from None
@@ -152,8 +139,6 @@ class DatasetSpec:
             del out["held_out_max"]
         else:
             out["held_out_max"] = list(self.held_out_max)
-        if self.capped_valid_negatives is None:  # likewise: a set built before it reloads with one per positive
-            del out["capped_valid_negatives"]
         return out
 
     @classmethod

@@ -36,8 +36,7 @@ NOT_IDENTITY = {
     "out": None,
     "trainer": ("parallel", "overwrite", "offers_overwrite"),
     "shards": ("root", "num_cpus"),
-    # the split they make reaches the identity through the data's fingerprint
-    "source": ("held_out_max", "capped_valid_negatives"),
+    "source": ("held_out_max",),  # the split it makes reaches the identity through the data's fingerprint
 }
 
 
