@@ -16,8 +16,9 @@ import sys
 
 MiB = 1 << 20
 # Trim once the process has grown this much past its size a step after the last trim: a smaller step cuts more of
-# the peak, but each trim's pages fault back in (the trade measured in docs/benchmarks/2026-12-05-trainer-memory.md).
-GROWTH = 512 * MiB
+# the peak, but each trim's pages fault back in (docs/benchmarks/2026-12-05-trainer-memory.md). A run's peak is two
+# trainers at the top of their swings, so the step counts twice (docs/benchmarks/2026-12-06-dense-memory.md).
+GROWTH = 256 * MiB
 BENCH_SWITCH = "PENCIL_BENCH_HEAP_TRIM"  # bench.cpu_allocator only: "off", "grow:MB", "every:K", "phase"
 
 
