@@ -19,7 +19,8 @@ MiB = 1 << 20
 # the peak, but each trim's pages fault back in (docs/benchmarks/2026-12-05-trainer-memory.md). A run's peak is two
 # trainers at the top of their swings, so the step counts twice (docs/benchmarks/2026-12-06-dense-memory.md).
 GROWTH = 256 * MiB
-BENCH_SWITCH = "PENCIL_BENCH_HEAP_TRIM"  # bench.cpu_allocator only: "off", "grow:MB", "every:K", "phase"
+# benches only, every trainer of a run inherits it: "off", "grow:MB", "every:K", "phase"
+BENCH_SWITCH = "PENCIL_BENCH_HEAP_TRIM"
 
 
 @functools.cache
