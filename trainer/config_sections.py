@@ -91,6 +91,17 @@ class DataConfig:
     num_workers: int = field(
         default=2, metadata=flag("DataLoader workers per rank (0 = in process)", group=CONTROL, advanced=True)
     )
+    # a share of the training links shown with a head that has no edges: the new users of a temporal split
+    cold_heads: float | None = field(
+        default=None,
+        metadata=flag(
+            "share of training links shown as if their head had no history: its edges hidden, its degree 0, its "
+            "features kept (a temporal split's new users; default 0: off)",
+            metavar="SHARE",
+            group=ABLATIONS,
+            advanced=True,
+        ),
+    )
     seed: int = 0  # the run's --seed (set with it)
     orderings: int = 1  # labeled subgraphs fed per link: the model's --lrp k, set by resolve() (not a flag)
     distances: bool = False  # batches carry hop distances to u and v: the model's --distance-features (resolve())
@@ -121,6 +132,11 @@ class DataConfig:
         check(self.shuffle_buffer_mb >= 1, "--shuffle-buffer-mb", f"must be >= 1, got {self.shuffle_buffer_mb}")
         check(self.loader_memory_mb >= 1, "--loader-memory-mb", f"must be >= 1, got {self.loader_memory_mb}")
         check(self.num_workers >= 0, "--num-workers", f"must be >= 0, got {self.num_workers}")
+        check(
+            self.cold_heads is None or 0 <= self.cold_heads <= 1,
+            "--cold-heads",
+            f"must be in [0, 1], got {self.cold_heads}",
+        )
         check(self.orderings >= 1, "--lrp", f"must be >= 1, got {self.orderings}")
 
 

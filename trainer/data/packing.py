@@ -14,11 +14,10 @@ At ogbl-ddi density (~64,000 edges per ~530-node sample) the message list is 2 x
 entry against 1 byte per matrix entry, and the scatter moves one d-vector per message; the dense form
 wins both in memory and in compute there (trainer/model/propagation.py).
 
-A directed set adds the typed adjacency the model's input reads (docs/own-graph.md#directed-graphs): K edge
-types (direction: K = 2, out = 0 and in = 1; R relation types would be 2R), as typed messages (typed_src ->
-typed_dst of type typed_kind: "the sender is a type-k neighbour of the receiver", task tokens hearing their
-endpoint's) or, dense, as adj_typed (B, K, Lc, Lc). Propagation keeps the undirected union above; an undirected
-batch carries no typed part.
+A directed or typed set adds the typed adjacency the model's input reads (trainer/data/typed.py): K edge types, as
+typed messages (typed_src -> typed_dst of type typed_kind, task tokens hearing their endpoint's) or, dense, as
+adj_typed (B, K, Lc, Lc). Propagation keeps the undirected union above. Cold links (trainer/data/cold.py) are cut
+before the induction and lose their edges at u after it.
 
 Everything is vectorised numpy over the whole batch: pack() never loops over samples, tokens or edges,
 because it runs in the loader's hot path. pack_samples() is a convenience for hand-built test samples.
@@ -26,12 +25,13 @@ because it runs in the loader's hot path. pack_samples() is a convenience for ha
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 import torch
 
 from common.induce import BitMatrix, Inducer
+from trainer.data.cold import cold_context, hide_head_dense, hide_head_edges
 from trainer.data.distances import pair_distances
 from trainer.data.messages import edge_messages, fail_sample
 from trainer.data.typed import (
@@ -83,6 +83,7 @@ class PackedBatch:
     adj_typed: torch.Tensor | None = None  # (B, K, Lc, Lc) uint8 in the dense form: [b, k, i, j] = j is i's type k
     edge_types: int = 1  # K: 1 = the undirected adjacency alone
     relation: torch.Tensor | None = None  # (B,) int64 each link's target relation (a typed set's); None: untyped
+    cold: torch.Tensor | None = None  # (B,) bool the samples whose head is shown with no edges (trainer/data/cold.py)
 
     @property
     def num_tokens(self) -> int:
@@ -181,6 +182,7 @@ def pack(
     dist: np.ndarray | None = None,
     typed: TypedEdges | np.ndarray | None = None,
     relation: np.ndarray | None = None,
+    cold: np.ndarray | None = None,
 ) -> PackedBatch:
     """Pack a batch given as arrays: node_ptr (B+1,) offsets into nodes (global ids, local-id order),
     label (B,), cid (B,), and its graph either as LocalEdges or as dense (B, Lc, Lc) 0/1 adjacency
@@ -191,7 +193,8 @@ def pack(
     `dist`: (sum N_b, 2) per-node values (trainer.data.distances.pair_distances) spread to the tokens,
     task tokens taking their endpoint's. `typed`: the typed adjacency (a directed set's), in the graph's form:
     TypedEdges beside LocalEdges, a (B, K, Lc', Lc') array beside a dense one. `relation`: (B,) each link's target
-    relation (a typed set's).
+    relation (a typed set's). `cold`: (B,) bool, the samples whose head u is shown with no edges (their edges at u
+    already gone; the degree input reads it).
     """
     node_ptr = np.asarray(node_ptr, dtype=np.int64)
     cid = np.asarray(cid, dtype=np.int64)
@@ -252,6 +255,7 @@ def pack(
         adj_dense=adj_dense,
         dist=None if dist is None else t(np.asarray(dist, dtype=np.int64)[node_ptr[seg] + local_id]),
         relation=None if relation is None else t(np.array(relation, dtype=np.int64).reshape(B)),
+        cold=None if cold is None else t(np.array(cold, dtype=np.bool_).reshape(B)),
     )
 
 
@@ -305,10 +309,12 @@ class BatchPacker:
         out_graph: tuple[np.ndarray, np.ndarray] | None = None,
         rel_graph: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
         relations: int = 0,
+        depth: int = 1,
     ):
         """out_graph: a directed set's out-edge CSR (indptr, indices): batches then carry the typed adjacency.
         rel_graph: a typed set's triple CSR (indptr, indices, relation) of `relations` relation types: the typed
-        adjacency is then per relation and direction (K = 2R), and each batch carries its links' relations."""
+        adjacency is then per relation and direction (K = 2R), and each batch carries its links' relations.
+        depth: the set's sampling depth d, how far a cold link's view reaches from v (trainer/data/cold.py)."""
         self.inducer = Inducer(indptr, indices)
         self.out_inducer = None if out_graph is None else Inducer(*out_graph)
         self.rel_inducer = None if rel_graph is None else Inducer(*rel_graph[:2])
@@ -318,6 +324,7 @@ class BatchPacker:
         self.bits: BitMatrix | None = None  # built at the first dense batch (sparse-only sets never pay for it)
         self.n_max = int(n_max)
         self.min_density = DENSE_MIN_DENSITY if min_density is None else float(min_density)
+        self.depth = int(depth)
 
     def use_dense(self, node_ptr: np.ndarray, nodes: np.ndarray) -> bool:
         sizes = np.diff(node_ptr)
@@ -331,24 +338,32 @@ class BatchPacker:
             self.bits = BitMatrix(*self.graph)
         return (self.bits or self.inducer).dense(node_ptr, nodes)
 
-    def __call__(self, block) -> PackedBatch:
-        """block: common.shards.Block (cid, label, node_ptr from 0, nodes[, rel: a typed set's link relations])."""
-        ptr, nodes, rel = block.node_ptr, block.nodes, block.rel
+    def __call__(self, block, cold: np.ndarray | None = None) -> PackedBatch:
+        """block: common.shards.Block (cid, label, node_ptr from 0, nodes[, rel: a typed set's link relations]).
+        cold: (B,) bool, the links shown with a head that has no edges (trainer/data/cold.py); None: none."""
+        if cold is not None and cold.any():
+            g = self.inducer
+            ptr, nodes = cold_context(g.indptr, g.indices, block.node_ptr, block.nodes, cold, self.depth, g.mark)
+            block = replace(block, node_ptr=ptr, nodes=nodes)
+        else:
+            cold = None
+        ptr, nodes = block.node_ptr, block.nodes
         if self.use_dense(ptr, nodes):
-            adj = self.dense(ptr, nodes)
-            dist = pair_distances(ptr, dense=adj) if self.distances else None
-            typed = self.typed(block, adj.shape[-1])
-            return pack(ptr, nodes, block.label, block.cid, self.n_max, adj, dist=dist, typed=typed, relation=rel)
-        edge_ptr, edges = self.inducer.edges(ptr, nodes)
-        dist = pair_distances(ptr, edge_ptr, edges) if self.distances else None
-        graph = LocalEdges(edge_ptr, edges)
-        return pack(
-            ptr, nodes, block.label, block.cid, self.n_max, graph, dist=dist, typed=self.typed(block), relation=rel
-        )
+            graph = self.dense(ptr, nodes) if cold is None else hide_head_dense(self.dense(ptr, nodes), cold)
+            dist = pair_distances(ptr, dense=graph) if self.distances else None
+            typed = self.typed(block, graph.shape[-1], cold)
+        else:
+            edge_ptr, edges = self.inducer.edges(ptr, nodes)
+            if cold is not None:
+                edge_ptr, edges = hide_head_edges(edge_ptr, edges, cold)
+            dist = pair_distances(ptr, edge_ptr, edges) if self.distances else None
+            graph, typed = LocalEdges(edge_ptr, edges), self.typed(block, cold=cold)
+        return pack(ptr, nodes, block.label, block.cid, self.n_max, graph, dist=dist, typed=typed, relation=block.rel,
+                    cold=cold)  # fmt: skip
 
-    def typed(self, block, width: int | None = None):
+    def typed(self, block, width: int | None = None, cold: np.ndarray | None = None):
         """The batch's typed adjacency: per relation and direction (a typed set), per direction (a directed one),
-        None otherwise; dense at `width` when given."""
+        None otherwise; dense at `width` when given; without a cold link's edges at u."""
         ptr, nodes, out = block.node_ptr, block.nodes, self.out_inducer
         if self.rel_inducer is not None:
             if block.rel is None or (len(block) and not 0 <= block.rel.min() <= block.rel.max() < self.relations):
@@ -356,13 +371,16 @@ class BatchPacker:
                     f"pack: a typed set's block has no relation column or one outside [0, {self.relations}) "
                     "(corrupt or from another set); rebuild the shard set"
                 )
-            typed = relation_types(*self.rel_inducer.typed_edges(ptr, nodes, self.rel_of), self.relations)
+            rows = self.rel_inducer.typed_edges(ptr, nodes, self.rel_of)
+            typed = relation_types(*(rows if cold is None else hide_head_edges(*rows, cold)), self.relations)
             return typed if width is None else typed_dense(len(block), width, typed)
         if out is None:
             return None
         if width is not None:
-            return directed_dense(out.dense(ptr, nodes, width, ordered=True))
-        return directed_types(*out.ordered_edges(ptr, nodes))
+            adj = directed_dense(out.dense(ptr, nodes, width, ordered=True))
+            return adj if cold is None else hide_head_dense(adj, cold)
+        pairs = out.ordered_edges(ptr, nodes)
+        return directed_types(*(pairs if cold is None else hide_head_edges(*pairs, cold)))
 
     @classmethod
     def for_set(cls, manifest, which: str, n_max: int, distances: bool = False) -> "BatchPacker":
@@ -379,4 +397,5 @@ class BatchPacker:
             out_graph=out,
             rel_graph=rel,
             relations=len(manifest.relations),
+            depth=int(manifest.sampling.get("d", 1)),
         )

@@ -38,13 +38,17 @@ class DegreeInput(nn.Module):
     def token_counts(self, batch: PackedBatch) -> torch.Tensor:
         """(T, k) each token's training-graph degree; a link that is itself a training edge (a training positive)
         has it taken off its endpoints, as the subgraph leaves it out. A node the graph does not hold (one a live
-        service added) has degree 0."""
+        service added) has degree 0, and so has a cold sample's head (batch.cold: shown with no history)."""
         if self.counts is None:
             raise ValueError("the model reads node degrees (degrees > 0) but none were attached (model_for_shards)")
         n = self.counts.shape[0]
         node = batch.node.to(self.counts.device)
         known = node < n
         counts = self.counts[node.clamp(max=n - 1)] * known[:, None]
+        if batch.cold is not None:
+            seqlens = (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).long().to(node.device)
+            cold_tok = torch.repeat_interleave(batch.cold.to(node.device), seqlens, output_size=batch.num_tokens)
+            counts = counts * ~(cold_tok & (batch.local_id.to(node.device) == 0))[:, None]
         ends = node[batch.task_index]  # (B, 2) u, v of every sample
         key = edge_key(ends[:, 0], ends[:, 1], n, batch.relation, self.relations)
         at = torch.searchsorted(self.keys, key).clamp(max=max(len(self.keys) - 1, 0))
