@@ -5,7 +5,8 @@ graph beside movielens-100k, read by `pencil run` as users and items joined by o
 
 Columns user,item,time with the suite's string ids (u<k> the users, i<k> the items, as bench.own_graph_suite writes
 the family's edge list) and a seeded random time per pair, so the file's temporal split is a random 85/5/10 split:
-unlike movielens, most test users have training pairs.
+unlike movielens, most test users have training pairs. With --arrivals, users arrive over time instead: a user's
+pairs follow its seeded arrival, so the split's valid and test users are mostly new ones, as movielens' are.
 """
 
 from __future__ import annotations
@@ -17,11 +18,17 @@ from common.atomic import write_text_atomic
 from common.cli import Parser, run_cli, summary
 
 
-def ratings_text(seed: int = 0) -> str:
-    """The family's pairs (duplicates dropped, first kept) as user,item,time lines, times a seeded permutation."""
+def ratings_text(seed: int = 0, arrivals: bool = False) -> str:
+    """The family's pairs (duplicates dropped, first kept) as user,item,time lines, times a seeded permutation;
+    arrivals: the pairs ordered by their user's uniform arrival (a user's pairs in a row, in seeded order)."""
     users = int(NODES["bipartite"] * BIPARTITE_USERS)
     pairs = np.unique(synthetic_edges("bipartite", seed), axis=0)
-    times = np.random.default_rng(seed).permutation(len(pairs))
+    rng = np.random.default_rng(seed)
+    times = rng.permutation(len(pairs))
+    if arrivals:
+        arrival = rng.permutation(users)[pairs[:, 0]]
+        times = np.empty(len(pairs), dtype=np.int64)
+        times[np.lexsort((rng.random(len(pairs)), arrival))] = np.arange(len(pairs))
     rows = "".join(f"u{u},i{i - users},{t}\n" for (u, i), t in zip(pairs.tolist(), times.tolist()))
     return "user,item,time\n" + rows
 
@@ -30,12 +37,13 @@ def build_parser(prog: str = "python -m bench.bipartite_ratings") -> Parser:
     p = Parser(prog=prog, description=summary(__doc__))
     p.add_argument("--out", required=True, help="the ratings file to write (CSV)")
     p.add_argument("--seed", type=int, default=0, help="the family's seed and the times' (default 0)")
+    p.add_argument("--arrivals", action="store_true", help="users arrive over time: new users in valid and test")
     return p
 
 
 def _main(argv) -> int:
     args = build_parser().parse_args(argv)
-    write_text_atomic(args.out, ratings_text(args.seed))
+    write_text_atomic(args.out, ratings_text(args.seed, args.arrivals))
     print(args.out)
     return 0
 

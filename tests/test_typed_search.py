@@ -20,7 +20,7 @@ from pipelines.auto import blend
 from pipelines.auto import search as auto_search
 from pipelines.auto.config import Candidate, SearchConfig, candidates
 from pipelines.auto.final import final_runs
-from pipelines.auto.recipe import StageData, blend_stage, joins_two_kinds
+from pipelines.auto.recipe import StageData, blend_stage, joins_two_kinds, mostly_new_heads
 from pipelines.auto.records import Choice, SearchPlan
 from pipelines.core.config import TrainerOptions
 from preprocess.kg_candidates import typed_protocol_candidates
@@ -62,6 +62,22 @@ def test_the_degree_input_is_offered_only_where_a_relation_joins_two_kinds(tmp_p
     assert not joins_two_kinds(triples_dataset("one", triples, 4, ("a", "b"), 0, kinds=one_kind))
     two = NodeKinds(("drug", "gene"), np.array([0, 0, 0, 1], np.int32))  # b joins drug 2 to gene 3
     assert joins_two_kinds(triples_dataset("two", triples, 4, ("a", "b"), 0, kinds=two))
+
+
+def test_where_most_validation_heads_are_new_the_degree_candidate_also_trains_cold_heads(tmp_path):
+    assert candidates(True, False) == candidates(True) and candidates(False, True) == candidates()
+    cands, warm = candidates(True, True), candidates(True)
+    degree = cands[1]
+    assert degree.cid == "degree-d1n20" and degree.cold_heads == 0.5
+    assert degree.overrides() == (*warm[1].overrides(), "--cold-heads", "0.5")
+    assert degree.to_dict() == {**warm[1].to_dict(), "cold_heads": 0.5} and "cold_heads" not in warm[1].to_dict()
+    assert Candidate.from_dict(degree.to_dict()) == degree and cands[:1] + cands[2:] == warm[:1] + warm[2:]
+    # the ratings file's one valid pair is u1's, who rated in training; the heads of its two test pairs never count
+    assert not mostly_new_heads(load_dataset(DatasetSpec(str(write_ratings(tmp_path)))))
+    train = np.array([[0, 0, 1], [1, 0, 2], [2, 1, 3]])
+    for valid, new in (([[3, 0, 0]], True), ([[3, 0, 0], [0, 0, 2]], False), ([[3, 0, 0], [3, 1, 1], [0, 0, 2]], True)):
+        triples = {"train": train, "valid": np.array(valid), "test": np.array([[0, 1, 2]])}
+        assert mostly_new_heads(triples_dataset("t", triples, 4, ("a", "b"), 0)) is new, valid
 
 
 def test_the_degree_candidates_folder_key_holds_its_flags(tmp_path):

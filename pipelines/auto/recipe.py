@@ -92,6 +92,16 @@ def joins_two_kinds(dataset) -> bool:
     return bool((rel.kinds.of[t[:, 0]] != rel.kinds.of[t[:, 2]]).any())
 
 
+def mostly_new_heads(dataset) -> bool:
+    """Do most validation pairs have a head with no training link (a temporal split's new users)? Where the search's
+    `degree` candidate also trains on cold heads (config.candidates)."""
+    pos = dataset.splits["valid"].pos
+    if not len(pos):
+        return False
+    known = np.bincount(dataset.splits["train"].pos[:, 0], minlength=dataset.num_nodes)
+    return bool((known[pos[:, 0]] == 0).mean() > 0.5)
+
+
 def candidate_tokens(run: RunConfig, manifests: dict, device: str, cands: list | None = None) -> dict | None:
     """{cid: tokens of an epoch} of each candidate's shard set (`cands`, None: candidates()), from which an
     alternative's schedule follows on a CPU (SearchConfig.candidate_epochs); None when --epochs fixes every run's,
@@ -253,7 +263,8 @@ def search_and_train(
         record["stats"]["median_degree"],
         record["stats"]["p90_degree"],
     )
-    cands = candidates(joins_two_kinds(selection_view))
+    two_kinds = joins_two_kinds(selection_view)
+    cands = candidates(two_kinds, two_kinds and mostly_new_heads(selection_view))
     record["candidates"] = [c.cid for c in cands]
     log.info("search: candidates %s", ", ".join(record["candidates"]))
     train = len(selection_view.splits["train"].pos)
