@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from common.shards import Block
+from tests.test_degree_input import ratings_set  # noqa: F401  (the hand-made ratings file as a shard set)
 from trainer.config import config_from_args
 from trainer.config_sections import ConfigError
 from trainer.data.cold import cold_context, cold_links, hide_head_edges
@@ -140,3 +141,27 @@ def test_the_flag_sets_the_field_and_bad_values_are_refused():
 def test_without_cold_links_the_batch_is_the_one_packed_before():
     a, b = packer(1)(BLOCK), packer(1)(BLOCK, np.array([False, False]))
     assert b.cold is None and adjacency(a) == adjacency(b) and torch.equal(a.node, b.node)
+
+
+def test_the_training_loader_shows_cold_heads_every_epoch_alike_and_evaluation_never(ratings_set):  # noqa: F811
+    from tests.test_trainer_data import cfg
+    from trainer.data import loaders
+
+    _, manifest = ratings_set
+    try:
+        seen = []
+        for epoch in (0, 0, 1):  # the same epoch twice: the same links cold; another epoch: each link keeps its fate
+            s = loaders.LoaderSettings(cfg(cold_heads=0.5, num_workers=0))
+            batches = list(loaders.train_loader(manifest, epoch, s)[0])
+            cold = {int(c): bool(k) for b in batches for c, k in zip(b.cid, b.cold if b.cold is not None else [])}
+            for b in batches:  # a cold sample's u (its first token) has no message in or out
+                first = b.cu_seqlens[:-1].long()[b.cold] if b.cold is not None else []
+                assert not any(int(t) in set(b.adj_src.tolist()) | set(b.adj_dst.tolist()) for t in first)
+            seen.append(cold)
+            loaders.close_loaders()
+        assert seen[0] == seen[1] and 0 < sum(seen[0].values()) < len(seen[0])
+        assert all(seen[2][c] == seen[0][c] for c in seen[2].keys() & seen[0].keys())
+        ev = loaders.eval_loader(manifest, "valid", "kg", loaders.LoaderSettings(cfg(cold_heads=0.5)))
+        assert all(b.cold is None for b in ev)
+    finally:
+        loaders.close_loaders()

@@ -9,8 +9,9 @@ by +4.2 MRR and +5.1 AUC on validation of 9 graphs, and 10 instead of 5 gains +5
 latent space for 3x their epoch time, and 0.7 to 2.4 MRR on sparse graphs for 1.0 to 1.4x
 (docs/benchmarks/2026-11-28-own-graph-research.md, sections 1 and 10). `wide`, one wider hop, for dense
 graphs where 20 neighbours cut the common ones. `degree`, on a typed graph whose relation joins two node kinds only
-(a user-item file): the default's view with each token's training degree (trainer --degree-features). The model
-and optimiser stay the default's.
+(a user-item file): the default's view with each token's training degree (trainer --degree-features), and half its
+training links shown as new users (trainer --cold-heads) where most validation users are new. The model and
+optimiser stay the default's.
 """
 
 from __future__ import annotations

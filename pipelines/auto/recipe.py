@@ -264,7 +264,10 @@ def search_and_train(
         record["stats"]["p90_degree"],
     )
     two_kinds = joins_two_kinds(selection_view)
-    cands = candidates(two_kinds, two_kinds and mostly_new_heads(selection_view))
+    new_heads = two_kinds and mostly_new_heads(selection_view)
+    if new_heads:
+        log.info("search: most validation pairs' heads are new: `degree` trains half its links as cold heads")
+    cands = candidates(two_kinds, new_heads)
     record["candidates"] = [c.cid for c in cands]
     log.info("search: candidates %s", ", ".join(record["candidates"]))
     train = len(selection_view.splits["train"].pos)
