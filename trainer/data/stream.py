@@ -204,16 +204,14 @@ class _Stream(IterableDataset):
         self.collate = collate  # None = induce + pack (BatchPacker); tests pass their own
         self.copies = 1  # labeled subgraphs per link (LRP-k, DataConfig.orderings)
         self.distances = False  # batches carry hop distances to u and v (DataConfig.distances)
-        self.cold_heads = 0.0  # the share of training links shown with a head that has no edges (DataConfig)
         self.job = torch.zeros(4, dtype=torch.int64).share_memory_()  # before the workers fork
         self._packers: dict = {}
 
-    def finish(self, batch: Block, graph: str):
+    def finish(self, batch: Block, graph: str, cold: np.ndarray | None = None):
         if self.collate is not None:
             return self.collate(batch)
         if graph not in self._packers:  # once per worker process: the graph is memory-mapped, shared
             self._packers[graph] = BatchPacker.for_set(self.manifest, graph, self.n_max, distances=self.distances)
-        cold = cold_links(batch.cid, self.cold_heads, self.seed) if graph == "train" and self.cold_heads else None
         packed = self._packers[graph](batch, cold)
         packed.copies = self.copies
         return packed if get_worker_info() is None else for_transfer(packed)  # Loader._batches unwraps it
@@ -247,7 +245,7 @@ class TrainStream(_Stream):
         self.token_budget, self.max_samples = data_cfg.token_budget, data_cfg.max_samples
         self.pool_bytes, self.seed = data_cfg.shuffle_buffer_mb * 2**20, data_cfg.seed
         self.copies, self.distances = data_cfg.orderings, data_cfg.distances
-        self.cold_heads = data_cfg.cold_heads or 0.0
+        self.cold_heads = data_cfg.cold_heads or 0.0  # the share of links shown with a head of no history
 
     def set_job(self, epoch: int, start: int, batches: int) -> None:
         self.job.copy_(torch.tensor([epoch, start, batches, 0]))
@@ -278,7 +276,8 @@ class TrainStream(_Stream):
                 continue  # fast-forward after a resume: no relabel, no induce, no pack
             # k copies of every link, each with its own fresh order (k = 1: PENCIL's one labeled subgraph)
             batch = relabel(replicate(batch, self.copies), _rng(self.seed, epoch, self.rank, slot, _RELABEL))
-            yield self.finish(batch, "train")
+            cold = cold_links(batch.cid, self.cold_heads, self.seed) if self.cold_heads else None
+            yield self.finish(batch, "train", cold)
 
     def _cycle(self, units: list[Unit], epoch: int, lw: int) -> Iterator[Block]:
         """Endless shuffled blocks of `units`: pass 0 in the given order, later passes reshuffled."""

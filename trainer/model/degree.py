@@ -45,17 +45,16 @@ class DegreeInput(nn.Module):
         node = batch.node.to(self.counts.device)
         known = node < n
         counts = self.counts[node.clamp(max=n - 1)] * known[:, None]
+        seqlens = (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).long().to(node.device)
+        local = batch.local_id.to(node.device)
         if batch.cold is not None:
-            seqlens = (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).long().to(node.device)
             cold_tok = torch.repeat_interleave(batch.cold.to(node.device), seqlens, output_size=batch.num_tokens)
-            counts = counts * ~(cold_tok & (batch.local_id.to(node.device) == 0))[:, None]
+            counts = counts * ~(cold_tok & (local == 0))[:, None]
         ends = node[batch.task_index]  # (B, 2) u, v of every sample
         key = edge_key(ends[:, 0], ends[:, 1], n, batch.relation, self.relations)
         at = torch.searchsorted(self.keys, key).clamp(max=max(len(self.keys) - 1, 0))
         own = (self.keys[at] == key) & (ends < n).all(1) if len(self.keys) else torch.zeros_like(key, dtype=torch.bool)
-        seqlens = (batch.cu_seqlens[1:] - batch.cu_seqlens[:-1]).long()
         own_tok = torch.repeat_interleave(own, seqlens.to(own.device), output_size=batch.num_tokens)
-        local = batch.local_id.to(node.device)
         if self.kinds == 1:  # undirected: the edge is one of u's and one of v's
             minus = (own_tok & (local < 2))[:, None]
         else:  # u -> v: one of u's out-edges and one of v's in-edges
