@@ -30,7 +30,8 @@ from pipelines.auto.signal import eval_signal
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ["--preset", "citeseer-ablate-small", "--protocol", "kg", "--device", "cpu", "--effective-batch", "128"]
-TRAIN += ["--lr-schedule", "cosine", "--degree-features", "40", "--degree-steps", "4", "--eval-splits", "valid"]
+TRAIN += ["--lr-schedule", "cosine", "--eval-splits", "valid"]
+DEGREE = ["--degree-features", "40", "--degree-steps", "4"]  # the search's `degree` candidate's input
 
 
 def shard_set(data: str, out: Path) -> Path:
@@ -43,15 +44,21 @@ def shard_set(data: str, out: Path) -> Path:
 
 def train_pair(shards: Path, out: Path, share: float, epochs: int) -> dict[float, Path]:
     """Both runs side by side, one thread each; {share: run folder}."""
+    arms = {s: [*TRAIN, *DEGREE, "--cold-heads", str(s)] for s in (0.0, share)}
+    return train_arms(shards, out, arms, epochs)
+
+
+def train_arms(shards: Path, out: Path, arms: dict, epochs: int) -> dict:
+    """One run per arm ({key: trainer flags}) side by side, one thread each, scores saved; {key: run folder}."""
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     runs, procs = {}, []
-    for s in (0.0, share):
-        runs[s] = out / f"cold{s:g}"
-        runs[s].mkdir(parents=True, exist_ok=True)
-        cmd = [sys.executable, "-m", "trainer", *TRAIN, "--shards", str(shards), "--out", str(runs[s])]
-        cmd += ["--epochs", str(epochs), "--cold-heads", str(s), "--save-scores"]
-        with open(runs[s] / "log.txt", "w") as log:  # a file, not a pipe: a full pipe would stall the trainer
-            procs.append((subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), runs[s]))
+    for key, flags in arms.items():
+        runs[key] = out / f"cold{key:g}" if isinstance(key, float) else out / str(key)
+        runs[key].mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "trainer", *flags, "--shards", str(shards), "--out", str(runs[key])]
+        cmd += ["--epochs", str(epochs), "--save-scores"]
+        with open(runs[key] / "log.txt", "w") as log:  # a file, not a pipe: a full pipe would stall the trainer
+            procs.append((subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT), runs[key]))
     for p, run in procs:
         if p.wait():
             raise SystemExit(f"trainer on {shards}: {(run / 'log.txt').read_text().strip().splitlines()[-1]}")
@@ -65,14 +72,21 @@ def reciprocal_ranks(run: Path, manifest) -> np.ndarray:
 
 
 def graph_rows(data: str, out: Path, share: float, epochs: int) -> list[str]:
+    arms = {s: [*TRAIN, *DEGREE, "--cold-heads", str(s)] for s in (0.0, share)}
+    return [paired_row(data, out, arms, epochs)]
+
+
+def paired_row(data: str, out: Path, arms: dict, epochs: int) -> str:
+    """One table row: two arms ({key: trainer flags}) trained side by side on one shard set of `data`, their
+    validation MRR over all / new / known users at each one's best epoch, and the second minus the first."""
     ds = load_dataset(DatasetSpec(data))
     pos = ds.splits["valid"].pos
     new = np.bincount(ds.splits["train"].pos[:, 0], minlength=ds.num_nodes)[pos[:, 0]] == 0
     shards = shard_set(data, out / "shards")
     manifest = read_manifest(shards)
-    runs = train_pair(shards, out / "runs", share, epochs)
-    off, on = (reciprocal_ranks(runs[s], manifest) for s in (0.0, share))
-    best = [json.loads((runs[s] / "summary.json").read_text())["best_epoch"] for s in (0.0, share)]
+    runs = train_arms(shards, out / "runs", arms, epochs)
+    off, on = (reciprocal_ranks(runs[k], manifest) for k in arms)
+    best = [json.loads((runs[k] / "summary.json").read_text())["best_epoch"] for k in arms]
     d = on - off
     cells = []
     for r in (off, on):
@@ -82,7 +96,7 @@ def graph_rows(data: str, out: Path, share: float, epochs: int) -> list[str]:
         for x in (d, d[new], d[~new])
     )
     pairs = f"{len(pos):,} ({100 * new.mean():.0f} %)"
-    return [f"| {Path(data).name} | {pairs} | {cells[0]} | {cells[1]} | {diff} | {best[0]}, {best[1]} |"]
+    return f"| {Path(data).name} | {pairs} | {cells[0]} | {cells[1]} | {diff} | {best[0]}, {best[1]} |"
 
 
 def build_parser(prog: str = "python -m bench.cold_heads") -> Parser:

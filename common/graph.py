@@ -370,3 +370,15 @@ def edge_weights(graph: Graph, pairs: np.ndarray, weights: np.ndarray) -> np.nda
         with np.errstate(over="ignore"):  # a sum past float64 is inf, which the edge-list loader refuses in one line
             out += np.bincount(pos[found], weights=weights[found], minlength=out.shape[0])
     return out
+
+
+def edge_first_times(graph: Graph, pairs: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """Each edge's earliest row time, aligned with `graph.indices` (both directions of an edge carry it): when the
+    pair first appeared. Rows that are not an edge of `graph` add nothing; an edge no row names gets +inf."""
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    times = np.asarray(times, dtype=np.float64).ravel()
+    out = np.full(graph.indices.shape[0], np.inf)
+    for a, b in ((0, 1), (1, 0)):
+        pos, found = graph.edge_positions(pairs[:, a], pairs[:, b])
+        np.minimum.at(out, pos[found], times[found])
+    return out

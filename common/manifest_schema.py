@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 
 # Manifest layout version, separate from the shard format version (which is part of the cache key):
@@ -56,12 +57,13 @@ def set_files(m: dict) -> list[str]:
 
 def graph_files(g: dict) -> list[str]:
     """The files of one `graphs` entry: its CSR arrays, a directed set's out-edge CSR (`out`) and a typed set's
-    triple CSR (`rel`)."""
-    out, rel = g.get("out") or {}, g.get("rel") or {}
+    triple CSR (`rel`) and a temporal set's edge times (`times`)."""
+    out, rel, times = g.get("out") or {}, g.get("rel") or {}, g.get("times") or {}
     return (
         [g[p] for p in ("indptr", "indices")]
         + [out[p] for p in ("indptr", "indices") if p in out]
         + [rel[p] for p in ("indptr", "indices", "relation") if p in rel]
+        + ([times["file"]] if "file" in times else [])
     )
 
 
@@ -173,7 +175,21 @@ def _graphs(m: dict) -> dict:
         _int(g.get("num_entries"), f"{where}.num_entries", 0, MAX_COUNT)
         _out_graph(g.get("out"), which, directed)
         _rel_graph(g.get("rel"), which, _relations(m))
+        _times(g.get("times"), which)
     return graphs
+
+
+def _times(times, which: str) -> None:
+    """A temporal set's edge times of one graph (absent on every other set): its file and the time it ends at."""
+    if times is None:
+        return
+    where = f"graphs.{which}.times"
+    _dict(times, where)
+    if times.get("file") != f"graph-{which}-times.npy":
+        raise Invalid(f"{where}.file: {times.get('file')!r} is not graph-{which}-times.npy")
+    end = times.get("end")
+    if isinstance(end, bool) or not isinstance(end, (int, float)) or not math.isfinite(end):
+        raise Invalid(f"{where}.end: {end!r} is not a finite number")
 
 
 def _relations(m: dict) -> list:

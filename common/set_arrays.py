@@ -31,6 +31,11 @@ def graph_names(which: str, out: bool = False) -> tuple[str, str]:
     return f"graph-{tag}-indptr.npy", f"graph-{tag}-indices.npy"
 
 
+def times_name(which: str) -> str:
+    """File name of a temporal set's edge times of graph `which`: each CSR entry's first time (float64)."""
+    return f"graph-{which}-times.npy"
+
+
 # ---------------------------------------------------------------------------- integrity
 def file_sha256(f: BinaryIO) -> str:
     return hashlib.file_digest(f, "sha256").hexdigest()
@@ -52,9 +57,10 @@ def encode_array(x: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def graph_entry(which: str, indptr: np.ndarray, indices: np.ndarray, out=None, rel=None) -> dict:
+def graph_entry(which: str, indptr: np.ndarray, indices: np.ndarray, out=None, rel=None, times=None) -> dict:
     """The manifest record of one shipped graph: file names and shapes (their sha256 are in `files`); `out`, a
-    directed set's out-edge CSR (common.graph.DiGraph), adds its record under "out"."""
+    directed set's out-edge CSR (common.graph.DiGraph), adds its record under "out"; `times`, a temporal set's
+    (edge times, end) (LinkDataset.edge_times), its file and the time the graph ends at under "times"."""
     ip, ix = graph_names(which)
     entry = {"indptr": ip, "indices": ix, "num_nodes": int(indptr.shape[0] - 1), "num_entries": int(indices.shape[0])}
     if out is not None:
@@ -63,6 +69,8 @@ def graph_entry(which: str, indptr: np.ndarray, indices: np.ndarray, out=None, r
     if rel is not None:  # a typed set's triple CSR (indptr, indices, relation): rel_graph_names
         rp, rx, rr = rel_graph_names(which)
         entry["rel"] = {"indptr": rp, "indices": rx, "relation": rr, "num_entries": int(rel[1].shape[0])}
+    if times is not None:
+        entry["times"] = {"file": times_name(which), "end": float(times[1])}
     return entry
 
 
@@ -101,6 +109,20 @@ def load_rel_graph(manifest: Manifest, which: str = "train", verify: bool = True
     indptr, indices = _load_csr(manifest, f"{which}-rel", entry, rel["num_entries"], verify)
     relation = _load_csr(manifest, f"{which}-rel", {**entry, "indices": rel["relation"]}, rel["num_entries"], verify)[1]
     return indptr, indices, relation
+
+
+def load_edge_times(manifest: Manifest, which: str = "train", verify: bool = True) -> tuple[np.ndarray, float]:
+    """(times aligned with graph `which`'s indices, the time the graph ends at) of a temporal set, checked like
+    load_graph's; a set without them (no time column, or built before they shipped) is refused in one line."""
+    load_graph(manifest, which, verify=False)  # the same "no such graph" message
+    rec = manifest.graphs[which].get("times")
+    if rec is None:
+        raise ShardError(
+            f"{manifest.root}: the set ships no edge times (its dataset has no time column, or preprocess predates "
+            "them); rerun preprocess on a file with a `time` column, or drop --time-features"
+        )
+    entry = {"indptr": manifest.graphs[which]["indptr"], "indices": rec["file"], "num_nodes": manifest.num_nodes}
+    return _load_csr(manifest, f"{which}-times", entry, manifest.graphs[which]["num_entries"], verify)[1], rec["end"]
 
 
 def _load_csr(manifest: Manifest, which: str, entry: dict, entries: int, verify: bool):

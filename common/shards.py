@@ -7,6 +7,7 @@ Layout of one dataset build, `<out>/<dataset>/<cache key>/`:
     valid-original-queries.npz      ranking structure of that eval set (pos_cid, neg_cid)
     graph-train-indptr.npy          the CSR graph the links were sampled on (and whose induced edges the
     graph-train-indices.npy         reader recovers); graph-test-* too when test links use another graph
+    graph-train-times.npy           a temporal split's edge times, aligned with graph-train-indices (and -test)
     features.npy                    node features (N, F) float32, only when built with --features
     node_ids.parquet                the user's node ids (row i = node i), only for edge-list files
     manifest.json                   written last, atomically; its presence means "complete"
@@ -75,12 +76,14 @@ from common.set_arrays import (  # noqa: F401  (the set's side arrays: re-export
     file_sha256,
     graph_entry,
     graph_names,
+    load_edge_times,
     load_features,
     load_graph,
     load_out_graph,
     load_queries,
     load_rel_graph,
     rel_graph_names,
+    times_name,
     verify_shard,
 )
 from common.storage import LocalStorage, StorageError, is_remote, join, local_file, open_storage, read_url  # noqa: F401

@@ -20,6 +20,7 @@ from common.shards import (
     graph_names,
     queries_name,
     rel_graph_names,
+    times_name,
 )
 from preprocess.targets import regression_eval_info
 
@@ -46,6 +47,8 @@ def set_files(config, dataset, sets: list, graphs: dict):
         if dataset.typed:  # the triples with their relations (format version 4): the typed adjacency rows
             for name, arr in zip(rel_graph_names(which), _rel_graph(dataset, which)):
                 yield name, encode_array(arr)
+        if _times(dataset, which, g) is not None:  # a temporal split's clock: the model's time input reads it
+            yield times_name(which), encode_array(_times(dataset, which, g)[0])
     if dataset.node_ids is not None:  # the user's ids travel with the set: outputs translate back through them
         yield node_ids_entry(dataset.node_ids)["file"], encode_node_ids(dataset.node_ids)
 
@@ -139,7 +142,12 @@ def manifest_fields(
         "features": feature_entry(dataset) if config.ships_features else None,
         "graphs": {
             which: graph_entry(
-                which, g.indptr, g.indices, out=_out_graph(dataset, which), rel=_rel_graph(dataset, which)
+                which,
+                g.indptr,
+                g.indices,
+                out=_out_graph(dataset, which),
+                rel=_rel_graph(dataset, which),
+                times=_times(dataset, which, g),
             )
             for which, g in graphs.items()
         },
@@ -161,6 +169,14 @@ def manifest_fields(
 
 def _out_graph(dataset, which: str):
     return dataset.out_graph_for("test" if which == "test" else "train") if dataset.directed else None
+
+
+def _times(dataset, which: str, graph):
+    """(edge times aligned with `graph`, end) of a temporal split's graph `which`, None for any other set."""
+    times = (dataset.edge_times or {}).get(which)
+    if times is not None and times[0].shape != graph.indices.shape:
+        raise ValueError(f"{dataset.name}: edge times of graph {which!r} do not align with its CSR")
+    return times
 
 
 def _rel_graph(dataset, which: str):

@@ -80,6 +80,20 @@ def test_where_most_validation_heads_are_new_the_degree_candidate_also_trains_co
         assert mostly_new_heads(triples_dataset("t", triples, 4, ("a", "b"), 0)) is new, valid
 
 
+def test_where_new_heads_arrive_in_time_the_time_candidate_takes_the_degree_ones_place(tmp_path):
+    assert candidates(True, False, True) == candidates(True) and candidates(False, True, True) == candidates()
+    cands, cold = candidates(True, True, True), candidates(True, True)
+    time = cands[1]
+    assert time.cid == "time-d1n20" and time.time_features and time.cold_heads == 0.5 and not time.degrees
+    flags = cold[1].overrides()
+    degree_flags = ("--degree-features", "40", "--degree-steps", "4")
+    at = flags.index("--degree-features")
+    assert time.overrides() == (*flags[:at], *flags[at + len(degree_flags) :], "--time-features")
+    record = time.to_dict()
+    assert record["time_features"] is True and "degrees" not in record and "time_features" not in cold[1].to_dict()
+    assert Candidate.from_dict(record) == time and cands[:1] + cands[2:] == cold[:1] + cold[2:]
+
+
 def test_the_degree_candidates_folder_key_holds_its_flags(tmp_path):
     cands = candidates(True)
     other = Candidate.from_dict({**cands[1].to_dict(), "degrees": 16})

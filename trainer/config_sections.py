@@ -280,6 +280,17 @@ class ModelOverrides:
             advanced=True,
         ),
     )
+    # a temporal set's node activity just before each link is asked (trainer/data/clock.py); None / False: off
+    time_features: bool | None = field(
+        default=None,
+        metadata=flag(
+            "add to every token its node's recent activity, decayed edge counts just before the link is asked "
+            "(training: when its head arrived); needs a set built from a file with a time column",
+            store=True,
+            group=ABLATIONS,
+            advanced=True,
+        ),
+    )
     # None: the set's node features feed the model when it ships them (early fusion); False: structure only,
     # "PENCIL w/o features" on a featured set, so one set serves both rows (trainer.model.pencil.model_for_shards)
     features: bool | None = field(

@@ -98,6 +98,10 @@ class LinkDataset:
     recency: a temporal split's decayed activity per evaluated split, {"valid": (F, N), "test": (F, N)}: each
            node's edge rows before the boundary weighted exp(-age / tau) for F taus (common/heuristics_temporal.py,
            a typed graph's recent popularity); None without a time.
+    edge_times: a temporal split's clock per shipped graph, {"train": (times, end), "test": (times, end)}: each
+           edge's first time aligned with that graph's CSR `indices`, and the boundary the graph ends at (the
+           valid boundary for "train", the test boundary for "test"); the model's time input reads them
+           (trainer/data/clock.py). None without a time.
     feature_kinds: a typed graph's node features given one table per node kind: {kind: its columns (start,
            stop)} (common/datasets/typed_features.py); None otherwise.
     """
@@ -117,6 +121,7 @@ class LinkDataset:
     valid_pool: dict | None = None
     activity: dict[str, np.ndarray] | None = None
     recency: dict[str, np.ndarray] | None = None
+    edge_times: dict[str, tuple[np.ndarray, float]] | None = None
     feature_kinds: dict[str, tuple[int, int]] | None = None
     out_graphs: dict[str, DiGraph] | None = None
     relations: Relations | None = None  # a typed graph's relation types (knowledge graph); None: untyped
@@ -189,6 +194,7 @@ class LinkDataset:
         weights = None if self.weights is None else {"train": self.weights["train"]}
         activity = None if self.activity is None else {k: v for k, v in self.activity.items() if k != "test"}
         recency = None if self.recency is None else {k: v for k, v in self.recency.items() if k != "test"}
+        times = None if self.edge_times is None else {"train": self.edge_times["train"]}
         out_graphs = None if self.out_graphs is None else {"train": self.out_graphs["train"]}
         rel = self.relations
         rel = None if rel is None else replace(rel, pos={k: v for k, v in rel.pos.items() if k != "test"})
@@ -201,6 +207,7 @@ class LinkDataset:
             weights=weights,
             activity=activity,
             recency=recency,
+            edge_times=times,
         )
 
     def with_features(self, x: np.ndarray, kinds: dict | None = None) -> "LinkDataset":
@@ -242,6 +249,10 @@ class LinkDataset:
         for which in sorted(self.weights or {}):
             h.update(f"weights:{which}".encode())
             h.update(np.ascontiguousarray(self.weights[which], dtype=np.float64))
+        for which in sorted(self.edge_times or {}):  # a temporal split's clock, which the set ships
+            times, end = self.edge_times[which]
+            h.update(f"times:{which}:{end!r}".encode())
+            h.update(np.ascontiguousarray(times, dtype=np.float64))
         if self.directed:  # the splits hold ordered pairs; marked only then, so undirected keys stay
             h.update(b"directed")
         if self.relations is not None:  # only then, so untyped keys stay

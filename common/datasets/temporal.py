@@ -28,7 +28,7 @@ from common.datasets.base import DatasetError, LinkDataset, Split, training_grap
 from common.datasets.columns import TimeColumn
 from common.datasets.fractions import SplitSettings, shares_fix
 from common.datasets.negatives import free_pairs, min_max, sample_non_edges
-from common.graph import DiGraph, Graph, edge_weights
+from common.graph import DiGraph, Graph, edge_first_times, edge_weights
 from common.heuristics_temporal import decayed_activity, recent_activity
 from common.unique import unique_first
 
@@ -147,6 +147,11 @@ def temporal_split(
     ds.activity = {  # the rpa heuristic's counts: each split's window is as long as the split itself
         "valid": recent_activity(pairs, t, num_nodes, t_valid, t_test),
         "test": recent_activity(pairs, t, num_nodes, t_test, t.max()),
+    }
+    first = first_time.astype(np.float64)
+    ds.edge_times = {  # each graph's edges at their first time, and the boundary the graph ends at
+        "train": (edge_first_times(graph, distinct[in_train], first[in_train]), float(t_valid)),
+        "test": (edge_first_times(test_graph, distinct[~in_test], first[~in_test]), float(t_test)),
     }
     if recency:  # (F, N) floats per split: only the typed graphs that read them pay for them
         ds.recency = {s: decayed_activity(pairs, t, num_nodes, at) for s, at in (("valid", t_valid), ("test", t_test))}

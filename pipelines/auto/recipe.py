@@ -265,9 +265,14 @@ def search_and_train(
     )
     two_kinds = joins_two_kinds(selection_view)
     new_heads = two_kinds and mostly_new_heads(selection_view)
+    timed = new_heads and selection_view.edge_times is not None
     if new_heads:
-        log.info("search: most validation pairs' heads are new: `degree` trains half its links as cold heads")
-    cands = candidates(two_kinds, new_heads)
+        log.info(
+            "search: most validation pairs' heads are new: `%s` trains half its links as cold heads%s",
+            "time" if timed else "degree",
+            ", reading each node's recent activity (the split is temporal)" if timed else "",
+        )
+    cands = candidates(two_kinds, new_heads, timed)
     record["candidates"] = [c.cid for c in cands]
     log.info("search: candidates %s", ", ".join(record["candidates"]))
     train = len(selection_view.splits["train"].pos)

@@ -84,6 +84,7 @@ class PackedBatch:
     edge_types: int = 1  # K: 1 = the undirected adjacency alone
     relation: torch.Tensor | None = None  # (B,) int64 each link's target relation (a typed set's); None: untyped
     cold: torch.Tensor | None = None  # (B,) bool the samples whose head is shown with no edges (trainer/data/cold.py)
+    clock: str | None = None  # when its links are asked (trainer/data/clock.py): "arrival", a graph, None: newest
 
     @property
     def num_tokens(self) -> int:

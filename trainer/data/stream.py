@@ -207,13 +207,15 @@ class _Stream(IterableDataset):
         self.job = torch.zeros(4, dtype=torch.int64).share_memory_()  # before the workers fork
         self._packers: dict = {}
 
-    def finish(self, batch: Block, graph: str, cold: np.ndarray | None = None):
+    def finish(self, batch: Block, graph: str, cold: np.ndarray | None = None, clock: str | None = None):
+        """Pack a block sampled on `graph`; `clock`: when its links are asked (the time input), default the graph's
+        end; the training stream asks each link at its head's arrival."""
         if self.collate is not None:
             return self.collate(batch)
         if graph not in self._packers:  # once per worker process: the graph is memory-mapped, shared
             self._packers[graph] = BatchPacker.for_set(self.manifest, graph, self.n_max, distances=self.distances)
         packed = self._packers[graph](batch, cold)
-        packed.copies = self.copies
+        packed.copies, packed.clock = self.copies, clock or graph
         return packed if get_worker_info() is None else for_transfer(packed)  # Loader._batches unwraps it
 
     def __getstate__(self):  # spawned workers build their own packers
@@ -277,7 +279,7 @@ class TrainStream(_Stream):
             # k copies of every link, each with its own fresh order (k = 1: PENCIL's one labeled subgraph)
             batch = relabel(replicate(batch, self.copies), _rng(self.seed, epoch, self.rank, slot, _RELABEL))
             cold = cold_links(batch.cid, self.cold_heads, self.seed) if self.cold_heads else None
-            yield self.finish(batch, "train", cold)
+            yield self.finish(batch, "train", cold, clock="arrival")
 
     def _cycle(self, units: list[Unit], epoch: int, lw: int) -> Iterator[Block]:
         """Endless shuffled blocks of `units`: pass 0 in the given order, later passes reshuffled."""

@@ -28,6 +28,7 @@ from trainer.model.attention import BACKENDS, AttentionContext, bert_layer, reso
 from trainer.model.bert import BertLayer
 from trainer.model.degree import DegreeInput
 from trainer.model.propagation import Propagation, adjacency_embedding, typed_embedding  # noqa: F401
+from trainer.model.time_input import TimeInput
 
 TASKS = ("classification", "regression")
 # Input-projection initialisations compared in the paper's appendix "Effects of Input Projection Matrix
@@ -71,6 +72,8 @@ class ModelConfig:
     # clipped to D, out and in apart on a directed or typed set (trainer/model/degree.py). 0: PENCIL as published.
     degrees: int = 0
     degree_steps: int = 1  # buckets per doubling of 1 + degree: floor(S log2(1 + deg)) clipped to `degrees`
+    # a temporal set's node activity just before each link is asked (trainer/model/time_input.py); False: none
+    time_features: bool = False
 
     @property
     def attn_dropout(self) -> float:
@@ -105,7 +108,7 @@ class ModelConfig:
         if self.relations and self.edge_types != 2 * self.relations:
             want = 2 * self.relations
             raise ValueError(f"ModelConfig.edge_types must be 2 x relations = {want}, got {self.edge_types}")
-        for name in ("residual", "w0_learnable", "wpe"):
+        for name in ("residual", "w0_learnable", "wpe", "time_features"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"ModelConfig.{name} must be a bool, got {getattr(self, name)!r}")
 
@@ -243,6 +246,7 @@ class Pencil(nn.Module):
         # created last, and only then: a model without it has the parameters and random stream it always had
         kinds = 1 if cfg.edge_types == 1 else 2
         self.degree = DegreeInput(cfg.degrees, kinds, d, cfg.degree_steps) if cfg.degrees else None
+        self.time = TimeInput(d) if cfg.time_features else None
         # The dataset's feature table, attached by the trainer / scorer (not saved: it is data, and it
         # ships with the shard set). Used whenever forward() gets no explicit node_features.
         self.register_buffer("node_table", None, persistent=False)
@@ -315,6 +319,8 @@ class Pencil(nn.Module):
             h = h + self.relation_tokens(batch)
         if self.degree is not None:
             h = h + self.degree(batch)
+        if self.time is not None:
+            h = h + self.time(batch)
         if node_features is None:
             node_features = self.node_table
         if self.features is not None:
@@ -381,6 +387,7 @@ def model_for_shards(preset, overrides: dict, manifest: Manifest) -> Pencil:
     with --features or --node-features, and unless overrides["features"] is False) attached, and its task
     (regression on a --targets set), so training and scoring build the same thing."""
     from common.shards import load_features
+    from trainer.data.clock import edge_clocks
     from trainer.data.degrees import train_degrees
 
     overrides = dict(overrides)
@@ -400,4 +407,6 @@ def model_for_shards(preset, overrides: dict, manifest: Manifest) -> Pencil:
         model.attach_features(torch.from_numpy(table))
     if model.degree is not None:  # the degrees of the set's training graph (trainer/data/degrees.py)
         model.degree.attach(train_degrees(manifest, model.degree.kinds))
+    if model.time is not None:  # the clocks of the set's graphs (trainer/data/clock.py)
+        model.time.attach(edge_clocks(manifest))
     return model
