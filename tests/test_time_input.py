@@ -171,3 +171,25 @@ def test_the_manifest_schema_checks_the_times_record(ratings_set):
     assert schema_problem(raw) == "graphs.train.times.end: 'soon' is not a finite number"
     raw["graphs"]["train"]["times"] = {"file": "times.npy", "end": 1.0}
     assert "graph-train-times.npy" in schema_problem(raw)
+
+
+def test_a_checkpoint_round_trips_with_the_sets_clocks_and_one_without_the_field_still_loads(ratings_set):
+    from pipelines.core.runs import load_checkpoint, load_model
+
+    tmp, manifest = ratings_set
+    cmd = [sys.executable, "-m", "trainer", "--preset", "tiny", "--shards", str(manifest.root), "--device", "cpu"]
+    cmd += ["--out", str(tmp / "time-run"), "--epochs", "1", "--time-features"]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ckpt = load_checkpoint(tmp / "time-run" / "best.pt")
+    assert ckpt["config"]["model"]["time_features"] is True and not any(
+        k.startswith("time.clock") for k in ckpt["model"]
+    )
+    model = load_model(ckpt, manifest, torch.device("cpu"))
+    assert torch.equal(model.time.linear.weight, ckpt["model"]["time.linear.weight"])
+    assert set(model.time.clocks) == {"train", "test"}
+    assert model.time.clocks["test"].keys.tolist() == ClockTable(edge_clocks(manifest)["test"]).keys.tolist()
+    # a run saved before the field existed: no "time_features" in its config, no time weights
+    ckpt["config"]["model"].pop("time_features")
+    ckpt["model"] = {k: v for k, v in ckpt["model"].items() if not k.startswith("time.")}
+    assert load_model(ckpt, manifest, torch.device("cpu")).time is None
