@@ -72,6 +72,7 @@ from trainer.data.block_stream import (
     shuffle_pool,
     token_batches,
 )
+from trainer.data.clock import ARRIVAL
 from trainer.data.cold import cold_links
 from trainer.data.packing import BatchPacker, for_transfer
 
@@ -279,7 +280,7 @@ class TrainStream(_Stream):
             # k copies of every link, each with its own fresh order (k = 1: PENCIL's one labeled subgraph)
             batch = relabel(replicate(batch, self.copies), _rng(self.seed, epoch, self.rank, slot, _RELABEL))
             cold = cold_links(batch.cid, self.cold_heads, self.seed) if self.cold_heads else None
-            yield self.finish(batch, "train", cold, clock="arrival")
+            yield self.finish(batch, "train", cold, clock=ARRIVAL)
 
     def _cycle(self, units: list[Unit], epoch: int, lw: int) -> Iterator[Block]:
         """Endless shuffled blocks of `units`: pass 0 in the given order, later passes reshuffled."""

@@ -11,10 +11,8 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from trainer.data.clock import WIDTH, ClockTable, EdgeClock
+from trainer.data.clock import ARRIVAL, WIDTH, ClockTable, EdgeClock
 from trainer.data.packing import PackedBatch
-
-ARRIVAL = "arrival"  # PackedBatch.clock of a training batch: each link at its head's arrival on the training graph
 
 
 class TimeInput(nn.Module):
