@@ -47,8 +47,9 @@ def set_files(config, dataset, sets: list, graphs: dict):
         if dataset.typed:  # the triples with their relations (format version 4): the typed adjacency rows
             for name, arr in zip(rel_graph_names(which), _rel_graph(dataset, which)):
                 yield name, encode_array(arr)
-        if _times(dataset, which, g) is not None:  # a temporal split's clock: the model's time input reads it
-            yield times_name(which), encode_array(_times(dataset, which, g)[0])
+        times = _times(dataset, which, g)
+        if times is not None:  # a temporal split's clock: the model's time input reads it
+            yield times_name(which), encode_array(times[0])
     if dataset.node_ids is not None:  # the user's ids travel with the set: outputs translate back through them
         yield node_ids_entry(dataset.node_ids)["file"], encode_node_ids(dataset.node_ids)
 
