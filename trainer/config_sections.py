@@ -291,6 +291,17 @@ class ModelOverrides:
             advanced=True,
         ),
     )
+    # with it, each token's lift among the nodes sharing the head's attributes (trainer/data/peers.py)
+    peer_features: bool | None = field(
+        default=None,
+        metadata=flag(
+            "with --time-features: add to every token how much more the nodes sharing the head's attributes chose "
+            "its node than all did, just before the link is asked; needs a set with node features",
+            store=True,
+            group=ABLATIONS,
+            advanced=True,
+        ),
+    )
     # None: the set's node features feed the model when it ships them (early fusion); False: structure only,
     # "PENCIL w/o features" on a featured set, so one set serves both rows (trainer.model.pencil.model_for_shards)
     features: bool | None = field(
@@ -313,6 +324,7 @@ class ModelOverrides:
         )
         check(self.degrees is None or self.degrees >= 0, "--degree-features", f"must be >= 0, got {self.degrees}")
         check(self.dropout is None or 0 <= self.dropout < 1, "--dropout", f"must be in [0, 1), got {self.dropout}")
+        check(not self.peer_features or self.time_features, "--peer-features", "reads the clock: add --time-features")
         check(
             self.attention_dropout is None or 0 <= self.attention_dropout < 1,
             "--attention-dropout",

@@ -57,14 +57,22 @@ class EdgeClock:
         return first
 
 
-def edge_clocks(manifest) -> dict[str, EdgeClock]:
-    """{graph: EdgeClock} of every graph a temporal set ships, in the units of its training history's span."""
-    from common.shards import load_edge_times, load_graph
+def set_times(manifest) -> tuple[dict[str, tuple[np.ndarray, float]], float, float]:
+    """({graph: (its entries' times, its end)} of every graph a temporal set ships, in the file's units; the
+    training history's first time and span, the clock's origin and unit)."""
+    from common.shards import load_edge_times
 
     raw = {which: load_edge_times(manifest, which) for which in manifest.graphs}
     train_times, train_end = raw["train"]
     origin = float(np.min(train_times)) if len(train_times) else train_end
-    span = (train_end - origin) or 1.0
+    return raw, origin, (train_end - origin) or 1.0
+
+
+def edge_clocks(manifest) -> dict[str, EdgeClock]:
+    """{graph: EdgeClock} of every graph a temporal set ships, in the units of its training history's span."""
+    from common.shards import load_graph
+
+    raw, origin, span = set_times(manifest)
     return {
         which: EdgeClock.build(load_graph(manifest, which, verify=False)[0], times, end, origin, span)
         for which, (times, end) in raw.items()
@@ -96,6 +104,10 @@ class ClockTable:
     def activity(self, node: torch.Tensor, now: torch.Tensor) -> torch.Tensor:
         """(T, WIDTH) float64 log1p of each node's decayed sums and count of edges strictly before `now` (T,)
         (times in the clock's units, now <= end); nodes outside the table have none."""
+        return torch.log1p(self.sums(node, now))
+
+    def sums(self, node: torch.Tensor, now: torch.Tensor) -> torch.Tensor:
+        """(T, WIDTH) float64: activity's decayed sums and count themselves."""
         known = node < self.num_nodes
         z = node.clamp(max=self.num_nodes - 1)
         lo = self.indptr[z]
@@ -105,7 +117,7 @@ class ClockTable:
         last = (at - 1).clamp(min=0).expand(len(tau), -1)  # the row's running sum at its last entry before `now`
         sums = self.running.gather(1, last) * (at > lo)
         cols = torch.cat([(sums * decay).clamp(min=0), (at - lo).double()[None, :]], dim=0).T
-        return torch.log1p(cols * known[:, None])
+        return cols * known[:, None]
 
 
 @njit(cache=True)

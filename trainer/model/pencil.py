@@ -74,6 +74,7 @@ class ModelConfig:
     degree_steps: int = 1  # buckets per doubling of 1 + degree: floor(S log2(1 + deg)) clipped to `degrees`
     # a temporal set's node activity just before each link is asked (trainer/model/time_input.py); False: none
     time_features: bool = False
+    peer_features: bool = False  # with time_features: each token's lift among the head's peers (trainer/data/peers.py)
 
     @property
     def attn_dropout(self) -> float:
@@ -108,9 +109,11 @@ class ModelConfig:
         if self.relations and self.edge_types != 2 * self.relations:
             want = 2 * self.relations
             raise ValueError(f"ModelConfig.edge_types must be 2 x relations = {want}, got {self.edge_types}")
-        for name in ("residual", "w0_learnable", "wpe", "time_features"):
+        for name in ("residual", "w0_learnable", "wpe", "time_features", "peer_features"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"ModelConfig.{name} must be a bool, got {getattr(self, name)!r}")
+        if self.peer_features and not self.time_features:
+            raise ValueError("ModelConfig.peer_features reads the time input's clock: set time_features too")
 
     @classmethod
     def from_preset(cls, preset, **overrides) -> "ModelConfig":
@@ -246,7 +249,7 @@ class Pencil(nn.Module):
         # created last, and only then: a model without it has the parameters and random stream it always had
         kinds = 1 if cfg.edge_types == 1 else 2
         self.degree = DegreeInput(cfg.degrees, kinds, d, cfg.degree_steps) if cfg.degrees else None
-        self.time = TimeInput(d) if cfg.time_features else None
+        self.time = TimeInput(d, cfg.peer_features) if cfg.time_features else None
         # The dataset's feature table, attached by the trainer / scorer (not saved: it is data, and it
         # ships with the shard set). Used whenever forward() gets no explicit node_features.
         self.register_buffer("node_table", None, persistent=False)
@@ -389,6 +392,7 @@ def model_for_shards(preset, overrides: dict, manifest: Manifest) -> Pencil:
     from common.shards import load_features
     from trainer.data.clock import edge_clocks
     from trainer.data.degrees import train_degrees
+    from trainer.data.peers import peer_tables
 
     overrides = dict(overrides)
     use_features = overrides.pop("features", None) is not False
@@ -407,6 +411,6 @@ def model_for_shards(preset, overrides: dict, manifest: Manifest) -> Pencil:
         model.attach_features(torch.from_numpy(table))
     if model.degree is not None:  # the degrees of the set's training graph (trainer/data/degrees.py)
         model.degree.attach(train_degrees(manifest, model.degree.kinds))
-    if model.time is not None:  # the clocks of the set's graphs (trainer/data/clock.py)
-        model.time.attach(edge_clocks(manifest))
+    if model.time is not None:  # the clocks of the set's graphs (trainer/data/clock.py), and the peers' (peers.py)
+        model.time.attach(edge_clocks(manifest), peer_tables(manifest, table) if cfg.peer_features else None)
     return model
