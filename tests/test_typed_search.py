@@ -18,9 +18,9 @@ from common.heuristics_typed import POPULARITY_PRIOR, typed_scores
 from common.set_arrays import encode_queries
 from pipelines.auto import blend
 from pipelines.auto import search as auto_search
-from pipelines.auto.config import Candidate, SearchConfig, candidates
+from pipelines.auto.config import PEER_COLUMNS, Candidate, SearchConfig, candidates
 from pipelines.auto.final import final_runs
-from pipelines.auto.recipe import StageData, blend_stage, joins_two_kinds, mostly_new_heads
+from pipelines.auto.recipe import StageData, blend_stage, heads_have_attributes, joins_two_kinds, mostly_new_heads
 from pipelines.auto.records import Choice, SearchPlan
 from pipelines.core.config import TrainerOptions
 from preprocess.kg_candidates import typed_protocol_candidates
@@ -92,6 +92,37 @@ def test_where_new_heads_arrive_in_time_the_time_candidate_takes_the_degree_ones
     record = time.to_dict()
     assert record["time_features"] is True and "degrees" not in record and "time_features" not in cold[1].to_dict()
     assert Candidate.from_dict(record) == time and cands[:1] + cands[2:] == cold[:1] + cold[2:]
+
+
+def test_where_those_heads_bring_attributes_the_peers_candidate_takes_the_time_ones_place(tmp_path):
+    assert candidates(True, True, False, True) == candidates(True, True)  # peers read the clock: none without it
+    cands, timed = candidates(True, True, True, True), candidates(True, True, True)
+    peers = cands[1]
+    assert peers.cid == "peers-d1n20" and peers.time_features and peers.peer_features and peers.cold_heads == 0.5
+    assert peers.overrides() == (*timed[1].overrides(), "--peer-features")
+    record = peers.to_dict()
+    assert record == {**timed[1].to_dict(), "cid": "peers-d1n20", "name": "peers", "peer_features": True}
+    assert "peer_features" not in timed[1].to_dict()
+    assert Candidate.from_dict(record) == peers and cands[:1] + cands[2:] == timed[:1] + timed[2:]
+    # the ratings file has no table; with a user table its valid head (u1) has attributes, with an item one not
+    ds = load_dataset(DatasetSpec(str(write_ratings(tmp_path))))
+    assert not heads_have_attributes(ds)
+    x = np.zeros((ds.num_nodes, 2), np.float32)
+    x[0, 0] = 1.0  # u1's row
+    assert heads_have_attributes(ds.with_features(x))
+    assert not heads_have_attributes(ds.with_features(np.roll(x, 4, axis=0)))  # the row of item a instead
+    assert not heads_have_attributes(ds.with_features(np.ones((ds.num_nodes, PEER_COLUMNS + 1), np.float32)))
+
+
+def test_a_w_o_features_twin_drops_the_peer_flag_with_the_table():
+    from pipelines.core.trainers import TrainerRun
+    from pipelines.core.variants import without_features
+
+    flags = ("--time-features", "--peer-features", "--seed", "0")
+    run = TrainerRun(Path("/r/seed0"), "s", "general", 0, "kg", overrides=flags)
+    twin = without_features({0: run})[0]
+    assert twin.overrides == ("--no-features", "--time-features", "--seed", "0")
+    assert str(twin.run_dir) == "/r/no-features/seed0"
 
 
 def test_the_degree_candidates_folder_key_holds_its_flags(tmp_path):

@@ -104,6 +104,11 @@ class SearchConfig:
         return asdict(self)
 
 
+# the most attribute columns the heads may use for `peers`: each is a group of every node, in the peer tables
+# an edge counts once per group of its end (a 300-dimensional embedding would hold each edge 300 times)
+PEER_COLUMNS = 64
+
+
 @dataclass(frozen=True)
 class Candidate:
     name: str
@@ -120,6 +125,7 @@ class Candidate:
     degree_steps: int = 1  # trainer --degree-steps S, with degrees
     cold_heads: float = 0.0  # trainer --cold-heads SHARE (0: off)
     time_features: bool = False  # trainer --time-features
+    peer_features: bool = False  # trainer --peer-features (with the time features)
 
     @property
     def cid(self) -> str:
@@ -155,11 +161,12 @@ class Candidate:
             ),
             *(("--cold-heads", f"{self.cold_heads:g}") if self.cold_heads else ()),
             *(("--time-features",) if self.time_features else ()),
+            *(("--peer-features",) if self.peer_features else ()),
         )
 
     def to_dict(self) -> dict:
-        """Its record, and what its search folder's key hashes; the degree, cold and time fields only when on, so a
-        candidate without them keeps the record and folder it had before they existed."""
+        """Its record, and what its search folder's key hashes; the degree, cold, time and peer fields only when on,
+        so a candidate without them keeps the record and folder it had before they existed."""
         fields = asdict(self)
         if not self.degrees:
             del fields["degrees"], fields["degree_steps"]
@@ -167,6 +174,8 @@ class Candidate:
             del fields["cold_heads"]
         if not self.time_features:
             del fields["time_features"]
+        if not self.peer_features:
+            del fields["peer_features"]
         return {"cid": self.cid, **fields, "sampling": list(self.sampling)}
 
     @classmethod
@@ -174,12 +183,16 @@ class Candidate:
         return cls(**{**{k: v for k, v in d.items() if k != "cid"}, "sampling": tuple(d["sampling"])})
 
 
-def candidates(two_kinds: bool = False, new_heads: bool = False, timed: bool = False) -> list[Candidate]:
+def candidates(
+    two_kinds: bool = False, new_heads: bool = False, timed: bool = False, peers: bool = False
+) -> list[Candidate]:
     """The default first (ties keep it), then the alternatives; `two_kinds` (a typed graph with a relation that joins
     two node kinds, pipelines.auto.recipe.joins_two_kinds): `degree` too, second, so it trains beside the default
     first on a CPU's two slots; `new_heads` (most validation pairs' heads have no training link,
     pipelines.auto.recipe.mostly_new_heads): `degree` trains half its links as cold heads; and `timed` as well (the
-    split is temporal, so the set ships its clock): `time` takes its place, recent activity for training degree."""
+    split is temporal, so the set ships its clock): `time` takes its place, recent activity for training degree; and
+    `peers` as well (the heads have attributes, pipelines.auto.recipe.heads_have_attributes): `peers` in its place,
+    with each token's lift among the nodes sharing the head's attributes."""
     p = get_preset(DEFAULT_PRESET)
     default = Candidate(
         "default", p.sampling, p.hidden, p.layers, p.heads, p.ffn, p.lr, p.lr_schedule, p.effective_batch
@@ -201,6 +214,9 @@ def candidates(two_kinds: bool = False, new_heads: bool = False, timed: bool = F
     # (docs/benchmarks/2026-12-06-time-input.md)
     if new_heads and timed:
         degree = [replace(d, name="time", degrees=0, degree_steps=1, time_features=True) for d in degree]
+    # where they bring attributes, what their peers chose lately: PEERS_EVIDENCE
+    if new_heads and timed and peers:
+        degree = [replace(d, name="peers", peer_features=True) for d in degree]
     return [
         default,
         *degree,

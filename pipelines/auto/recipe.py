@@ -28,7 +28,7 @@ from common.manifest import epoch_tokens, read_manifest
 from common.manifest_record import Manifest
 from common.presets import get_preset
 from pipelines.auto import blend
-from pipelines.auto.config import DEFAULT_PRESET, SearchConfig, candidates
+from pipelines.auto.config import DEFAULT_PRESET, PEER_COLUMNS, SearchConfig, candidates
 from pipelines.auto.final import evaluate_partner, final_runs, train_final_seeds
 from pipelines.auto.records import Choice, SearchPlan
 from pipelines.auto.search import AutoError, Search
@@ -100,6 +100,17 @@ def mostly_new_heads(dataset) -> bool:
         return False
     known = np.bincount(dataset.splits["train"].pos[:, 0], minlength=dataset.num_nodes)
     return bool((known[pos[:, 0]] == 0).mean() > 0.5)
+
+
+def heads_have_attributes(dataset) -> bool:
+    """Does the node-feature table give validation's heads attributes (a user table), in at most PEER_COLUMNS
+    columns? Where the search's `time` candidate also reads the lift among each head's peers (config.candidates):
+    each column makes a group of every node, and the peer tables hold an edge once per group of its end."""
+    pos = dataset.splits["valid"].pos
+    if dataset.x is None or not len(pos):
+        return False
+    used = np.any(dataset.x[np.unique(pos[:, 0])] != 0, axis=0).sum()
+    return 0 < used <= PEER_COLUMNS
 
 
 def candidate_tokens(run: RunConfig, manifests: dict, device: str, cands: list | None = None) -> dict | None:
@@ -266,13 +277,15 @@ def search_and_train(
     two_kinds = joins_two_kinds(selection_view)
     new_heads = two_kinds and mostly_new_heads(selection_view)
     timed = new_heads and selection_view.edge_times is not None
+    peers = timed and heads_have_attributes(selection_view)
     if new_heads:
         log.info(
-            "search: most validation pairs' heads are new: `%s` trains half its links as cold heads%s",
-            "time" if timed else "degree",
+            "search: most validation pairs' heads are new: `%s` trains half its links as cold heads%s%s",
+            "peers" if peers else "time" if timed else "degree",
             ", reading each node's recent activity (the split is temporal)" if timed else "",
+            " and its lift among the nodes sharing the head's attributes" if peers else "",
         )
-    cands = candidates(two_kinds, new_heads, timed)
+    cands = candidates(two_kinds, new_heads, timed, peers)
     record["candidates"] = [c.cid for c in cands]
     log.info("search: candidates %s", ", ".join(record["candidates"]))
     train = len(selection_view.splits["train"].pos)

@@ -33,6 +33,7 @@ SEARCH = "auto"  # --preset auto: search a configuration on validation (pipeline
 MIN_BUDGET_MINUTES = 2.0
 PROTOCOL_CHOICES = ("original", "heart", "ogb", "pairs", "both")
 NO_FEATURES = "--no-features"  # the trainer's flag: structure only, the 'PENCIL w/o features' row
+PEER_FEATURES = "--peer-features"  # the trainer's flag that reads the table too: a 'w/o features' twin drops it
 # what --preset auto chooses, stops and blends on, and what the report leads with (common.metrics.METRIC_KEYS)
 METRICS = ("mrr", "hits@1", "hits@3", "hits@10", "hits@20", "hits@50", "hits@100", "auc")
 OBJECTIVES = ("link-prediction", "recommend")

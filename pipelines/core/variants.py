@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from pipelines.core.results import SeedResult
-from pipelines.core.run_config import NO_FEATURES, RunConfig
+from pipelines.core.run_config import NO_FEATURES, PEER_FEATURES, RunConfig
 from pipelines.core.seeds import result_record, train_seeds
 from pipelines.core.trainers import TrainerRun
 from trainer.run_summary import RunSummary
@@ -49,7 +49,7 @@ def without_features(runs: dict[int, TrainerRun]) -> dict[int, TrainerRun]:
         seed: replace(
             r,
             run_dir=Path(r.run_dir).parent / NO_FEATURES_DIR / Path(r.run_dir).name,
-            overrides=(NO_FEATURES, *r.overrides),
+            overrides=(NO_FEATURES, *(o for o in r.overrides if o != PEER_FEATURES)),  # peers read the table
             eval_weights=None,
             fresh=False,
         )
