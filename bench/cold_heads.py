@@ -34,8 +34,9 @@ TRAIN += ["--lr-schedule", "cosine", "--eval-splits", "valid"]
 DEGREE = ["--degree-features", "40", "--degree-steps", "4"]  # the search's `degree` candidate's input
 
 
-def shard_set(data: str, out: Path) -> Path:
-    cmd = [sys.executable, "-m", "preprocess", "--dataset", data, "--sampling", "1,10", "--views", "2"]
+def shard_set(data: str, out: Path, extra: tuple[str, ...] = ()) -> Path:
+    """The set of `data` in the benches' setting; `extra`: more preprocess flags (--node-features SPEC)."""
+    cmd = [sys.executable, "-m", "preprocess", "--dataset", data, "--sampling", "1,10", "--views", "2", *extra]
     proc = subprocess.run([*cmd, "--percent", "50", "--out", str(out), "-q"], cwd=ROOT, capture_output=True, text=True)
     if proc.returncode:
         raise SystemExit(f"preprocess {data}: {proc.stderr.strip().splitlines()[-1]}")
@@ -76,13 +77,14 @@ def graph_rows(data: str, out: Path, share: float, epochs: int) -> list[str]:
     return [paired_row(data, out, arms, epochs)]
 
 
-def paired_row(data: str, out: Path, arms: dict, epochs: int) -> str:
-    """One table row: two arms ({key: trainer flags}) trained side by side on one shard set of `data`, their
-    validation MRR over all / new / known users at each one's best epoch, and the second minus the first."""
+def paired_row(data: str, out: Path, arms: dict, epochs: int, preprocess: tuple[str, ...] = (), label: str = "") -> str:
+    """One table row (named `label`, else the file's name): two arms ({key: trainer flags}) trained side by side
+    on one shard set of `data` (`preprocess`: its extra flags), their validation MRR over all / new / known users
+    at each one's best epoch, and the second minus the first."""
     ds = load_dataset(DatasetSpec(data))
     pos = ds.splits["valid"].pos
     new = np.bincount(ds.splits["train"].pos[:, 0], minlength=ds.num_nodes)[pos[:, 0]] == 0
-    shards = shard_set(data, out / "shards")
+    shards = shard_set(data, out / "shards", preprocess)
     manifest = read_manifest(shards)
     runs = train_arms(shards, out / "runs", arms, epochs)
     off, on = (reciprocal_ranks(runs[k], manifest) for k in arms)
@@ -96,7 +98,7 @@ def paired_row(data: str, out: Path, arms: dict, epochs: int) -> str:
         for x in (d, d[new], d[~new])
     )
     pairs = f"{len(pos):,} ({100 * new.mean():.0f} %)"
-    return f"| {Path(data).name} | {pairs} | {cells[0]} | {cells[1]} | {diff} | {best[0]}, {best[1]} |"
+    return f"| {label or Path(data).name} | {pairs} | {cells[0]} | {cells[1]} | {diff} | {best[0]}, {best[1]} |"
 
 
 def build_parser(prog: str = "python -m bench.cold_heads") -> Parser:
