@@ -214,7 +214,9 @@ def candidates(
     # (docs/benchmarks/2026-12-06-time-input.md)
     if new_heads and timed:
         degree = [replace(d, name="time", degrees=0, degree_steps=1, time_features=True) for d in degree]
-    # where they bring attributes, what their peers chose lately: PEERS_EVIDENCE
+    # where they bring attributes, what the nodes sharing them chose lately (trainer --peer-features): +3.5 to +12.5
+    # validation MRR on six generated graphs whose users' attributes set their taste, +1.3 on movielens-100k, -0.2
+    # to +0.7 where the attributes are noise (docs/benchmarks/2026-12-06-peer-input.md)
     if new_heads and timed and peers:
         degree = [replace(d, name="peers", peer_features=True) for d in degree]
     return [
