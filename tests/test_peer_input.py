@@ -110,6 +110,15 @@ def test_a_user_token_a_node_outside_the_table_and_a_head_without_a_kind_lift_no
     assert got.tolist() == [[0.0] * WIDTH] * 4
 
 
+def test_a_table_whose_rows_are_all_zero_makes_no_group_and_lifts_nothing():
+    groups = peer_groups(np.zeros((3, 2)), [(0, 2)])
+    assert groups.num_groups == 1 and groups.kind_gid.tolist() == [-1] * 3 and not len(groups.member_gid)
+    indptr, indices = np.array([0, 1, 2, 2]), np.array([1, 0])  # one edge 0 - 1, at time 5
+    table = PeerTable(PeerClock.build(groups, indptr, indices, np.array([5.0, 5.0]), 6.0, 0.0, 6.0), groups)
+    got = table.lift(torch.tensor([0, 1]), torch.tensor([1, 0]), torch.ones(2, dtype=torch.float64))
+    assert got.tolist() == [[0.0] * WIDTH] * 2
+
+
 def test_a_batch_reads_its_lift_when_its_link_is_asked_and_heads_read_none(featured_set):
     _, manifest = featured_set
     time = TimeInput(8, peers=True).attach(edge_clocks(manifest), peer_tables(manifest, load_features(manifest)))
@@ -143,7 +152,7 @@ def test_the_flag_needs_the_clock_and_node_features_and_says_so_in_one_line(feat
     with pytest.raises(ConfigError, match="--peer-features: reads the clock: add --time-features"):
         config_from_args(argv[:-1] + ["--peer-features"])
     _, manifest = featured_set
-    with pytest.raises(ShardError, match="ships no node features for --peer-features"):
+    with pytest.raises(ShardError, match="--peer-features reads the set.s node features, and it ships none"):
         peer_tables(manifest, None)
 
 

@@ -54,15 +54,15 @@ class PeerGroups:
 def column_groups(values: np.ndarray) -> tuple[np.ndarray, int]:
     """(each value's group 0.., -1 for none; the number of groups) of one column over its kind's members."""
     group = np.full(len(values), -1, dtype=np.int64)
+    if not len(values):
+        return group, 0
     if np.isin(values, (0.0, 1.0)).all():
         ones = values == 1.0
         group[ones] = 0
-        both = bool(ones.mean() >= BOTH_SIDES) if len(values) else False
+        both = bool(ones.mean() >= BOTH_SIDES)
         if both:
             group[~ones] = 1
         return group, 1 + both
-    if not len(values):
-        return group, 0
     edges = np.unique(np.quantile(values, np.linspace(0, 1, BINS + 1)[1:-1]))
     used, group = np.unique(np.searchsorted(edges, values, side="right"), return_inverse=True)  # no empty bin
     return group.astype(np.int64), len(used)
@@ -107,12 +107,12 @@ class PeerClock:
     def build(groups: PeerGroups, indptr, indices, times, end: float, origin: float, span: float) -> "PeerClock":
         """From a graph's CSR and its entries' times (the file's units): entry z -> w counts once per group of w."""
         indptr, indices = np.asarray(indptr, dtype=np.int64), np.asarray(indices, dtype=np.int64)
-        n = len(indptr) - 1
+        n = len(groups.kind_gid)  # the table's nodes: PeerTable's keys use the same N
         per = np.diff(groups.member_ptr)[indices]  # how many groups each entry's neighbour is in
         entry = np.repeat(np.arange(len(indices), dtype=np.int64), per)
         within = np.arange(len(entry)) - np.repeat(np.cumsum(per) - per, per)
         gid = groups.member_gid[groups.member_ptr[indices[entry]] + within]
-        key = gid * n + np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))[entry]
+        key = gid * n + np.repeat(np.arange(len(indptr) - 1, dtype=np.int64), np.diff(indptr))[entry]
         order = np.argsort(key, kind="stable")
         rows, counts = np.unique(key[order], return_counts=True)
         ptr = np.concatenate([[0], np.cumsum(counts)])
@@ -150,6 +150,8 @@ class PeerTable:
 
     def lift(self, head: torch.Tensor, node: torch.Tensor, now: torch.Tensor) -> torch.Tensor:
         """(T, WIDTH) float64: per token, the sum over its head's columns of lift_c(node) (head, node, now: (T,))."""
+        if not len(self.rows):  # no group has an edge: every lift is 0
+            return torch.zeros(len(node), WIDTH, dtype=torch.float64, device=node.device)
         inside = head < self.num_nodes
         h = head.clamp(max=self.num_nodes - 1)
         kind = torch.where(inside, self.kind_gid[h], -1)
@@ -168,8 +170,8 @@ def peer_tables(manifest, x: np.ndarray | None) -> dict[str, PeerTable]:
 
     if x is None:
         raise ShardError(
-            f"{manifest.root}: the set ships no node features for --peer-features; rebuild it with "
-            "--node-features, or drop --peer-features"
+            f"{manifest.root}: --peer-features reads the set's node features, and it ships none (or --no-features "
+            "hides them); build the set with --node-features, or drop --peer-features"
         )
     kinds = (manifest.features or {}).get("kinds")
     groups = peer_groups(np.asarray(x), [tuple(v) for v in kinds.values()] if kinds else None)

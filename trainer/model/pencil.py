@@ -390,9 +390,7 @@ def model_for_shards(preset, overrides: dict, manifest: Manifest) -> Pencil:
     with --features or --node-features, and unless overrides["features"] is False) attached, and its task
     (regression on a --targets set), so training and scoring build the same thing."""
     from common.shards import load_features
-    from trainer.data.clock import edge_clocks
     from trainer.data.degrees import train_degrees
-    from trainer.data.peers import peer_tables
 
     overrides = dict(overrides)
     use_features = overrides.pop("features", None) is not False
@@ -412,5 +410,5 @@ def model_for_shards(preset, overrides: dict, manifest: Manifest) -> Pencil:
     if model.degree is not None:  # the degrees of the set's training graph (trainer/data/degrees.py)
         model.degree.attach(train_degrees(manifest, model.degree.kinds))
     if model.time is not None:  # the clocks of the set's graphs (trainer/data/clock.py), and the peers' (peers.py)
-        model.time.attach(edge_clocks(manifest), peer_tables(manifest, table) if cfg.peer_features else None)
+        model.time.attach_set(manifest, table)
     return model

@@ -33,6 +33,14 @@ class TimeInput(nn.Module):
         self.peers = {which: table.to(device) for which, table in (peers or {}).items()}
         return self
 
+    def attach_set(self, manifest, table) -> "TimeInput":
+        """The clocks of a shard set's graphs and, with the peer half, their peer tables from its feature table."""
+        from trainer.data.clock import edge_clocks
+        from trainer.data.peers import peer_tables
+
+        peers = peer_tables(manifest, table) if self.peer_linear is not None else None
+        return self.attach(edge_clocks(manifest), peers)
+
     def _apply(self, fn, *args, **kwargs):  # model.to(device) takes the clocks along, still float64
         out = super()._apply(fn, *args, **kwargs)
         for table in [*self.clocks.values(), *self.peers.values()]:
