@@ -29,7 +29,7 @@ from common import snapshot
 from common.atomic import write_parquet_atomic
 from common.cli import Parser, command, exit_process, summary
 from common.datasets import DatasetError
-from common.datasets.ids import node_index
+from common.datasets.ids import index_within, node_index
 from common.datasets.tables import EDGE_LIST_SUFFIXES, read_columns, suffix_of
 from common.flags import (
     MOVED_DATASET_HELP,
@@ -103,7 +103,9 @@ def build_parser(prog: str = PROG) -> Parser:
     return p
 
 
-def read_pairs(path: str, num_nodes: int, node_ids: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def read_pairs(
+    path: str, num_nodes: int, node_ids: np.ndarray | None = None, loops: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
     """The pairs file -> (P, 2) node indices and (P, 2) user ids (what the output shows).
 
     node_ids: the set's mapping of an edge list (index = node); the pairs then name the user's ids, of
@@ -148,14 +150,20 @@ def read_pairs(path: str, num_nodes: int, node_ids: np.ndarray | None = None) ->
             f"--pairs {p}: {bad.size} row(s) name unknown node ids (first: data row {int(bad[0]) + 1}, "
             f"{shown(int(bad[0]))}); {where}"
         )
-    loops = np.flatnonzero(pairs[:, 0] == pairs[:, 1])
-    if loops.size:  # a node and itself: no link to predict, and the model was never shown one
-        raise ScoreError(
-            f"--pairs {p}: {loops.size} row(s) pair a node with itself (first: data row "
-            f"{int(loops[0]) + 1}, {shown(int(loops[0]))}); self-loops are not scored, drop those rows"
-        )
     user = pairs if node_ids is None else node_ids[pairs]
-    return pairs, user
+    return (refuse_loops(p, pairs, user) if loops else pairs), user
+
+
+def refuse_loops(path, pairs: np.ndarray, user: np.ndarray) -> np.ndarray:
+    """The pairs, unless one pairs a node with itself: no link to predict, and the model was never shown one."""
+    loops = np.flatnonzero(pairs[:, 0] == pairs[:, 1])
+    if loops.size:
+        r = int(loops[0])
+        raise ScoreError(
+            f"--pairs {path}: {loops.size} row(s) pair a node with itself (first: data row {r + 1}, "
+            f"({user[r, 0]}, {user[r, 1]})); self-loops are not scored, drop those rows"
+        )
+    return pairs
 
 
 def read_relations(path: str, names: tuple) -> np.ndarray:
@@ -322,9 +330,12 @@ def score_file(cfg: ScoreConfig) -> int:
         dataset = run_dataset(manifest, *cfg.moved.fields())
         graph, node_ids = snapshot.graph_for(cfg.graph, dataset)  # a snapshot's new nodes extend the ids
         check_node_features(reads_features(ckpt, manifest), manifest.num_nodes, graph, node_ids, f"--graph {cfg.graph}")
-        pairs, user = read_pairs(cfg.pairs, graph.num_nodes, node_ids if on_file else load_node_ids(manifest))
-        digraph = run_digraph(dataset, cfg.graph, graph)  # a directed run's (its set's manifest says): u -> v
         typed, rel = typed_inputs(cfg, manifest, dataset, on_file)
+        ids = node_ids if on_file else load_node_ids(manifest)
+        pairs, user = read_pairs(cfg.pairs, graph.num_nodes, ids, loops=rel is None)  # typed: once kinds resolve
+        if rel is not None:
+            pairs = refuse_loops(cfg.pairs, within_kinds(cfg.pairs, pairs, user, rel, dataset.relations, ids), user)
+        digraph = run_digraph(dataset, cfg.graph, graph)  # a directed run's (its set's manifest says): u -> v
     except (ScoreError, RunFolderError, DatasetError, OutputError) as err:
         raise FlagError(str(err)) from None
     device = default_device(cfg.device)
@@ -350,6 +361,29 @@ def score_file(cfg: ScoreConfig) -> int:
     write_scores(cfg.out, user, logits, stamp_metadata("score", manifest.fingerprint), names)
     log.info("wrote %s", cfg.out)
     return 0
+
+
+def within_kinds(path: str, pairs: np.ndarray, user: np.ndarray, rel: np.ndarray, relations, node_ids) -> np.ndarray:
+    """A typed run with node kinds: each pair's src among its relation's heads and dst among its tails, by id (a
+    user-item file's user 50 and item 50 share one); an id with no node of that kind is refused in one line."""
+    pairs = pairs.copy()
+    for r, allowed in (relations.ends or {}).items():
+        for end, what in ((0, "heads"), (1, "tails")):
+            rows = np.flatnonzero((rel == r) & ~np.isin(pairs[:, end], allowed[end]))
+            if not rows.size:
+                continue
+            if node_ids is not None:
+                idx, found = index_within(node_ids, allowed[end], user[rows, end])
+                pairs[rows[found], end] = idx[found]
+                rows = rows[~found]
+            if rows.size:
+                col = ("src", "dst")[end]
+                raise ScoreError(
+                    f"--pairs {path}: data row {int(rows[0]) + 1} ({user[rows[0], 0]}, {user[rows[0], 1]}): its {col} "
+                    f"is no node of the kind relation {relations.names[r]!r} takes as {what} ({rows.size} row(s)); "
+                    f"swap {col} with the other end, or use another relation"
+                )
+    return pairs
 
 
 def typed_inputs(cfg: ScoreConfig, manifest, dataset, on_file: bool) -> tuple:

@@ -148,3 +148,51 @@ def test_a_user_item_service_finds_its_nodes_and_keeps_their_kinds(tmp_path):
     assert s.typed.candidates(0, "out").tolist() == list(range(4, 12))
     with pytest.raises(ServeError, match="its head is of another node kind than relation 'user->item' takes as heads"):
         s.edit_record({"add": [["a", "u1", "user->item"]]})
+
+
+def write_numbered_ratings(tmp_path):
+    """The ratings file of test_user_item_typed with numbers for names: users 1-4 (nodes 0-3), items 1-8 (a..h,
+    nodes 4-11), so every user's id is also an item's."""
+    from tests.test_user_item_typed import ROWS
+
+    item = {name: str(k) for k, name in enumerate("abcdefgh", start=1)}
+    path = tmp_path / "numbered.tsv"
+    lines = ["user\titem\trating\ttime"] + [f"{u[1:]}\t{item[i]}\t4\t{t}" for t, (u, i) in enumerate(ROWS, start=1)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_where_users_and_items_share_ids_each_end_is_of_its_relations_kind(tmp_path):
+    s = serving_state(load_dataset(DatasetSpec(str(write_numbered_ratings(tmp_path)))), "all", 10)[0]
+    assert s.ids.find("2") == 1  # the bare id: the user
+    assert [s.at_end("2", 0, 0), s.at_end("2", 0, 1), s.at_end("8", 0, 1), s.at_end("8", 0, 0)] == [1, 5, 11, 11]
+    # user 4 rated item 1 (a) in test; user 4 -> item 2 (b) is new: a triple, not a 400 for a "user" tail
+    edit(s, {"add": [["4", "2", "user->item"]]})
+    assert has(s, 3, 0, 5) and not has(s, 3, 0, 1)
+    edit(s, {"remove": [["1", "1", "user->item"]]})  # user 1 -> item 1 (a): two nodes, no self-loop
+    assert not has(s, 0, 0, 4)
+    with pytest.raises(ServeError, match="its head is of another node kind than relation 'user->item'"):
+        s.edit_record({"add": [["8", "1", "user->item"]]})  # no user 8: item 8 is no head of user->item
+    with pytest.raises(ServeError, match="pairs node '9' with itself"):  # an unknown id twice: one new node
+        s.edit_record({"add": [["9", "9", "user->item"]]})
+
+
+def test_score_resolves_each_end_within_its_relations_kind_and_refuses_an_end_of_no_such_kind(tmp_path):
+    from pipelines.score import ScoreError, refuse_loops, within_kinds
+
+    ds = load_dataset(DatasetSpec(str(write_numbered_ratings(tmp_path))))
+    node_ids = ds.node_ids
+    user = np.array([["1", "2"], ["2", "8"], ["3", "3"]], dtype=object)
+    found = np.array([[0, 1], [1, 11], [2, 2]])  # the bare ids' first nodes: users 1, 2, 3, and item 8
+    got = within_kinds("p.csv", found, user, np.zeros(3, np.int64), ds.relations, node_ids)
+    assert got.tolist() == [[0, 5], [1, 11], [2, 6]]  # tails: items 2, 8 and 3; user 3 -> item 3 is no loop
+    assert refuse_loops("p.csv", got, user) is got
+    with pytest.raises(ScoreError, match=r"data row 2 \(8, 1\): its src is no node of the kind relation 'user->item'"):
+        within_kinds(
+            "p.csv",
+            np.array([[0, 4], [11, 4]]),
+            np.array([["1", "1"], ["8", "1"]], dtype=object),
+            np.zeros(2, np.int64),
+            ds.relations,
+            node_ids,
+        )

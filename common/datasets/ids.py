@@ -320,6 +320,13 @@ def node_index(node_ids: np.ndarray, values) -> tuple[np.ndarray, np.ndarray]:
     return idx, found
 
 
+def index_within(node_ids: np.ndarray, members: np.ndarray, values) -> tuple[np.ndarray, np.ndarray]:
+    """node_index among the nodes `members` (sorted indices, one node kind) only: where two kinds share an id (a
+    user-item file's user 1 and item 1), the one of this kind."""
+    idx, found = node_index(node_ids[members], values)
+    return np.asarray(members, dtype=np.int64)[idx] if len(members) else idx, found & (len(members) > 0)
+
+
 def _is_sorted(a: np.ndarray) -> bool:
     return bool(len(a) < 2 or (a[1:] >= a[:-1]).all())
 

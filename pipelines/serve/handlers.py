@@ -238,6 +238,14 @@ class Engine:
         cfg = self.cfg if self.state.typed is None else replace(self.cfg, relation=0)  # typed: one relation's
         self.recommend([RecQuery(str(self.state.ids.user(node)), cfg)])
 
+    def _query_node(self, q) -> int:
+        """A recommendation's node: a typed query's of its relation's head kind (tail kind for in-links)."""
+        idx = self.state.ids.index(q.node)
+        if self.state.typed is None or q.cfg.relation is None:
+            return idx
+        value = self.state.ids.normalise(q.node, "node")
+        return self.state.at_end(value, q.cfg.relation, 1 if q.cfg.direction == "in" else 0)
+
     def recommend(self, queries: list) -> tuple[list, int]:
         """Each query's answer (a dict, or the ServeError it gets) and the pairs scored; queries with the same
         settings share one retrieval and one scoring pass."""
@@ -245,7 +253,7 @@ class Engine:
         groups = defaultdict(list)
         for i, q in enumerate(queries):
             try:
-                groups[q.cfg].append((i, self.state.ids.index(q.node)))
+                groups[q.cfg].append((i, self._query_node(q)))
             except ServeError as err:
                 out[i] = err
         scored = 0
@@ -323,14 +331,15 @@ class Engine:
         """(P, 2) node indices, or a typed run's (P, 3) [u, v, relation id]."""
         ids, typed = self.state.ids, self.state.typed
         width = 2 if typed is None else 3  # the shape score_body checked
-        idx = np.array(
-            [
-                [ids.index(p[0], f"'pairs'[{i}]"), ids.index(p[1], f"'pairs'[{i}]")]
-                + ([] if typed is None else [typed.relation(p[2], f"'pairs'[{i}]", ServeError)])
-                for i, p in enumerate(pairs)
-            ],
-            dtype=np.int64,
-        ).reshape(-1, width)
+        rows = []
+        for i, p in enumerate(pairs):
+            where = f"'pairs'[{i}]"
+            row = [ids.index(p[0], where), ids.index(p[1], where)]
+            if typed is not None:  # each end of the relation's kind, where kinds share ids
+                r = typed.relation(p[2], where, ServeError)
+                row = [self.state.at_end(ids.normalise(p[k], where), r, k) for k in (0, 1)] + [r]
+            rows.append(row)
+        idx = np.array(rows, dtype=np.int64).reshape(-1, width)
         loops = np.flatnonzero(idx[:, 0] == idx[:, 1])
         if loops.size:  # as `pencil score`: a node and itself is no link to predict
             r = int(loops[0])

@@ -103,6 +103,18 @@ class LiveIds:
             return None
         return pos if self.order is None else int(self.order[pos])
 
+    def find_within(self, value, members: np.ndarray) -> int | None:
+        """find, among the nodes `members` (one kind, sorted) where kinds share an id (a user-item graph's user 50
+        and item 50); with none of them, find's answer (another kind's node, or None)."""
+        idx = self.find(value)
+        if idx is None or self.base is None or np.isin(idx, members):
+            return idx
+        lo = int(np.searchsorted(self.keys, np.asarray(value, dtype=self.base.dtype), side="left"))
+        hi = int(np.searchsorted(self.keys, np.asarray(value, dtype=self.base.dtype), side="right"))
+        same = np.arange(lo, hi) if self.order is None else self.order[lo:hi]  # every node of that id
+        mine = same[np.isin(same, members)]
+        return int(mine[0]) if len(mine) else idx
+
     def valid(self, value) -> bool:
         """Whether a logged id is one this version accepts (logs of earlier versions may hold others)."""
         try:

@@ -195,15 +195,20 @@ class GraphState:
                 shape = "a pair [u, v]" if self.typed is None else "a triple [head, tail, relation]"
                 raise ServeError(400, f"'{key}'[{i}]: expected {shape}, got {shown(pair)}")
             u, v = (self.ids.normalise(x, f"'{key}'[{i}]") for x in pair[:2])
-            if u == v:
+            problem = None
+            if self.typed is not None:  # each end of the relation's kind: user 1 and item 1 are two nodes
+                r = self.typed.relation(pair[2], f"'{key}'[{i}]", ServeError)
+                head, tail = self.at_end(u, r, 0), self.at_end(v, r, 1)
+                loop = head == tail if head is not None else u == v
+                problem = self.typed.kind_problem(head, tail, r) if key == "add" and not loop else None
+            else:
+                loop = u == v
+            if loop:
                 raise ServeError(
                     400, f"'{key}'[{i}]: pairs node {shown(pair[0])} with itself; self-loops are not edges"
                 )
-            if self.typed is not None:
-                r = self.typed.relation(pair[2], f"'{key}'[{i}]", ServeError)
-                problem = self.typed.kind_problem(self.ids.find(u), self.ids.find(v), r) if key == "add" else None
-                if problem:
-                    raise ServeError(400, f"'{key}'[{i}]: {shown(pair)}: {problem}")
+            if problem:
+                raise ServeError(400, f"'{key}'[{i}]: {shown(pair)}: {problem}")
             out.append([u, v, *pair[2:]])
         return out
 
@@ -220,10 +225,10 @@ class GraphState:
             given, before = self._logged_rows(r.get(FEATURES_KEY, [])), self.ids.num_nodes
             for entry in r["add"]:
                 if self._entry_ok(entry) and self._replayable(entry[0], entry[1], given):
-                    final[self._key(self.ids.assign(entry[0]), self.ids.assign(entry[1]), entry)] = True
+                    self._set(final, entry, True)
             for entry in r["remove"]:
                 if self._entry_ok(entry) and self._replayable(entry[0], entry[1], None):
-                    final[self._key(self.ids.find(entry[0]), self.ids.find(entry[1]), entry)] = False
+                    self._set(final, entry, False)
             found = {node: self.ids.find(node) for node in given}  # the rows of the nodes this edit created
             rows.update({i: given[node] for node, i in found.items() if i is not None and i >= before})
             self.seq = r["seq"]
@@ -239,6 +244,29 @@ class GraphState:
             add, remove = self._edit_directed(add, remove)
         self.graph = self.graph.edited(add, remove, self.ids.num_nodes, new_x=new_x)
         return True
+
+    def at_end(self, value, relation: int, end: int) -> int | None:
+        """The node a normalised id names as end 0 (head) or 1 (tail) of a typed relation: where node kinds share
+        ids (a user-item graph's user 50 and item 50), the one of the relation's kind there; None: no node."""
+        ends = self.typed.ends.get(relation) if self.typed is not None else None
+        return self.ids.find(value) if ends is None else self.ids.find_within(value, ends[end])
+
+    def _set(self, final: dict, entry: list, present: bool) -> None:
+        """One logged entry's edge in `final`, its nodes made where an addition names new ones; a typed entry whose
+        two ids name one node (a log edited by hand) is dropped, and counted."""
+        a, b = self._node(entry, 0, present), self._node(entry, 1, present)
+        if a == b:
+            self.dropped += 1
+            return
+        final[self._key(a, b, entry)] = present
+
+    def _node(self, entry: list, end: int, create: bool = False) -> int:
+        """The node of a logged entry's end (`create`: a new id becomes the next node)."""
+        if self.typed is not None:
+            idx = self.at_end(entry[end], self.typed.names.index(entry[2]), end)
+            if idx is not None:
+                return idx
+        return self.ids.assign(entry[end]) if create else self.ids.find(entry[end])
 
     def _key(self, a: int, b: int, entry: list) -> tuple:
         """An edge's key: (u, v) as given on a directed graph (u -> v is not v -> u), else (min, max); a typed
@@ -278,7 +306,7 @@ class GraphState:
     def _replayable(self, u, v, given: dict | None) -> bool:
         """Whether a logged pair applies: valid ids, two nodes, and each node it creates has its row (a featured
         model; `given` None: a removal, which creates nothing). Else it is dropped, and counted."""
-        ok = self.ids.valid(u) and self.ids.valid(v) and u != v
+        ok = self.ids.valid(u) and self.ids.valid(v) and (u != v or self.typed is not None)  # typed: _node decides
         for value in (u, v) if ok else ():
             if self.ids.find(value) is not None:
                 continue
