@@ -196,3 +196,14 @@ def test_score_resolves_each_end_within_its_relations_kind_and_refuses_an_end_of
             ds.relations,
             node_ids,
         )
+
+
+def test_recommend_reads_a_query_id_two_kinds_share_as_one_of_the_query_kind(tmp_path):
+    from pipelines.recommend.engine import read_nodes
+
+    ds = load_dataset(DatasetSpec(str(write_numbered_ratings(tmp_path))))
+    (tmp_path / "nodes.txt").write_text("1\n2\n8\n")
+    users, items = ds.relations.ends[0]
+    assert read_nodes(str(tmp_path / "nodes.txt"), ds.num_nodes, ds.node_ids).tolist() == [0, 1, 11]
+    assert read_nodes(str(tmp_path / "nodes.txt"), ds.num_nodes, ds.node_ids, items).tolist() == [4, 5, 11]
+    assert read_nodes(str(tmp_path / "nodes.txt"), ds.num_nodes, ds.node_ids, users).tolist() == [0, 1, 11]

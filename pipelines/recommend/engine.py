@@ -273,12 +273,15 @@ def log_short_lists(table: pa.Table, queries: np.ndarray, k: int, node_ids: np.n
     return int(short.size)
 
 
-def read_nodes(path: str, num_nodes: int, node_ids: np.ndarray | None = None) -> np.ndarray:
+def read_nodes(
+    path: str, num_nodes: int, node_ids: np.ndarray | None = None, kind: np.ndarray | None = None
+) -> np.ndarray:
     """--nodes FILE -> node indices, distinct and sorted: an edge-list-like file (.csv/.tsv/.parquet, plain
     or gzipped) with a column 'node' (or 'id'), or plain text with one id per line. Ids are the user's
-    (the set's mapping of an edge list), or 0..N-1 for a set without one."""
+    (the set's mapping of an edge list), or 0..N-1 for a set without one; `kind` (sorted nodes: a typed query's
+    node kind) decides an id two kinds share (a ratings file's user 1 and item 1)."""
     from common.datasets import DatasetError
-    from common.datasets.ids import node_index
+    from common.datasets.ids import index_within, node_index
     from common.datasets.tables import read_columns, suffix_of
 
     p = Path(path)
@@ -293,6 +296,10 @@ def read_nodes(path: str, num_nodes: int, node_ids: np.ndarray | None = None) ->
         raise RecommendError(f"--nodes {err}") from None
     if node_ids is not None:
         idx, found = node_index(node_ids, raw)
+        other = np.flatnonzero(found & ~np.isin(idx, kind)) if kind is not None else np.zeros(0, np.int64)
+        if other.size:  # found first in another kind: the query kind's node of that id, where there is one
+            mine, ok = index_within(node_ids, kind, raw.take(pa.array(other)))
+            idx[other[ok]] = mine[ok]
     else:
         idx, found = node_index(np.arange(num_nodes, dtype=np.int64), raw)
     if not found.all():

@@ -232,10 +232,12 @@ def recommend(job: RecommendConfig) -> int:
         known = known_links(relation_links(triples, relation, graph.num_nodes), direction)
         candidates = among(candidates, relation_kind(dataset.relations, relation, direction))  # its node kind
         kinds = relation_kinds(dataset.relations, relation, direction)  # retrieved across kinds where it joins two
+    ends = (dataset.relations.ends or {}).get(relation) if relation is not None else None
+    query_kind = None if ends is None else ends[1 if direction == "in" else 0]  # an id two kinds share: this one's
     queries = (
         np.arange(graph.num_nodes, dtype=np.int64)
         if job.nodes is None
-        else read_nodes(job.nodes, graph.num_nodes, node_ids)
+        else read_nodes(job.nodes, graph.num_nodes, node_ids, query_kind)
     )
     # the run's sampling, a directed run's direction and a typed run's relation
     cfg = replace(job.engine, **fields, direction=direction, relation=relation)
