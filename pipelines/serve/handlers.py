@@ -338,6 +338,8 @@ class Engine:
             if typed is not None:  # each end of the relation's kind, where kinds share ids
                 r = typed.relation(p[2], where, ServeError)
                 row = [self.state.at_end(ids.normalise(p[k], where), r, k) for k in (0, 1)] + [r]
+                if problem := typed.kind_problem(row[0], row[1], r):  # as `pencil score`: no pair across kinds
+                    raise ServeError(400, f"{where}: {shown(p)}: {problem}")
             rows.append(row)
         idx = np.array(rows, dtype=np.int64).reshape(-1, width)
         loops = np.flatnonzero(idx[:, 0] == idx[:, 1])
