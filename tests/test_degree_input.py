@@ -113,6 +113,16 @@ def ratings_set(tmp_path_factory):
     return tmp, read_manifest(proc.stdout.decode().strip().splitlines()[-1].split()[-1])
 
 
+def tiny_run(manifest, out: Path, *flags: str) -> dict:
+    """A one-epoch `tiny` run of the trainer on the set with `flags`; its best checkpoint."""
+    from pipelines.core.runs import load_checkpoint
+
+    cmd = [sys.executable, "-m", "trainer", "--preset", "tiny", "--shards", str(manifest.root), "--device", "cpu"]
+    proc = subprocess.run([*cmd, "--out", str(out), "--epochs", "1", *flags], cwd=ROOT, capture_output=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return load_checkpoint(out / "best.pt")
+
+
 def test_degrees_come_from_the_training_graph_only(ratings_set):
     _, manifest = ratings_set
     got = train_degrees(manifest, 2)
@@ -135,14 +145,10 @@ def test_a_real_batch_of_the_typed_set_takes_off_only_a_training_triple(ratings_
 
 
 def test_a_checkpoint_round_trips_and_one_without_the_field_still_loads(ratings_set):
-    from pipelines.core.runs import load_checkpoint, load_model
+    from pipelines.core.runs import load_model
 
     tmp, manifest = ratings_set
-    cmd = [sys.executable, "-m", "trainer", "--preset", "tiny", "--shards", str(manifest.root), "--device", "cpu"]
-    cmd += ["--out", str(tmp / "run"), "--epochs", "1", "--degree-features", "3"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    ckpt = load_checkpoint(tmp / "run" / "best.pt")
+    ckpt = tiny_run(manifest, tmp / "run", "--degree-features", "3")
     assert ckpt["config"]["model"]["degrees"] == 3 and ckpt["model"]["degree.embedding.weight"].shape[0] == 16
     model = load_model(ckpt, manifest, torch.device("cpu"))
     assert torch.equal(model.degree.embedding.weight, ckpt["model"]["degree.embedding.weight"])

@@ -14,6 +14,7 @@ import torch
 
 from common.manifest import ShardError, read_manifest
 from common.shards import Block, load_features
+from tests.test_degree_input import tiny_run
 from tests.test_time_input import END, FRACTIONS, ORIGIN, SPAN, times_of
 from tests.test_user_item_typed import ROWS, write_ratings
 from trainer.config import ConfigError, config_from_args
@@ -157,14 +158,10 @@ def test_the_flag_needs_the_clock_and_node_features_and_says_so_in_one_line(feat
 
 
 def test_a_checkpoint_round_trips_with_the_sets_peer_tables(featured_set):
-    from pipelines.core.runs import load_checkpoint, load_model
+    from pipelines.core.runs import load_model
 
     tmp, manifest = featured_set
-    cmd = [sys.executable, "-m", "trainer", "--preset", "tiny", "--shards", str(manifest.root), "--device", "cpu"]
-    cmd += ["--out", str(tmp / "peer-run"), "--epochs", "1", "--time-features", "--peer-features"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    ckpt = load_checkpoint(tmp / "peer-run" / "best.pt")
+    ckpt = tiny_run(manifest, tmp / "peer-run", "--time-features", "--peer-features")
     assert ckpt["config"]["model"]["peer_features"] is True
     model = load_model(ckpt, manifest, torch.device("cpu"))
     assert torch.equal(model.time.peer_linear.weight, ckpt["model"]["time.peer_linear.weight"])

@@ -20,7 +20,7 @@ from common.graph import Graph, edge_first_times
 from common.manifest import ShardError
 from common.manifest_schema import schema_problem
 from common.shards import Block, load_edge_times
-from tests.test_degree_input import ROOT, ratings_set  # noqa: F401  (the hand-made ratings file as a shard set)
+from tests.test_degree_input import ROOT, ratings_set, tiny_run  # noqa: F401  (the hand-made ratings file as a shard set)
 from tests.test_user_item_typed import ROWS, write_ratings
 from trainer.config import config_from_args
 from trainer.data.clock import FRACTIONS, WIDTH, ClockTable, EdgeClock, edge_clocks
@@ -174,14 +174,10 @@ def test_the_manifest_schema_checks_the_times_record(ratings_set):
 
 
 def test_a_checkpoint_round_trips_with_the_sets_clocks_and_one_without_the_field_still_loads(ratings_set):
-    from pipelines.core.runs import load_checkpoint, load_model
+    from pipelines.core.runs import load_model
 
     tmp, manifest = ratings_set
-    cmd = [sys.executable, "-m", "trainer", "--preset", "tiny", "--shards", str(manifest.root), "--device", "cpu"]
-    cmd += ["--out", str(tmp / "time-run"), "--epochs", "1", "--time-features"]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    ckpt = load_checkpoint(tmp / "time-run" / "best.pt")
+    ckpt = tiny_run(manifest, tmp / "time-run", "--time-features")
     assert ckpt["config"]["model"]["time_features"] is True and not any(
         k.startswith("time.clock") for k in ckpt["model"]
     )
