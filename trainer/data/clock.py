@@ -68,11 +68,12 @@ def set_times(manifest) -> tuple[dict[str, tuple[np.ndarray, float]], float, flo
     return raw, origin, (train_end - origin) or 1.0
 
 
-def edge_clocks(manifest) -> dict[str, EdgeClock]:
-    """{graph: EdgeClock} of every graph a temporal set ships, in the units of its training history's span."""
+def edge_clocks(manifest, times: tuple | None = None) -> dict[str, EdgeClock]:
+    """{graph: EdgeClock} of every graph a temporal set ships, in the units of its training history's span
+    (`times`: its set_times, when already read)."""
     from common.shards import load_graph
 
-    raw, origin, span = set_times(manifest)
+    raw, origin, span = times or set_times(manifest)
     return {
         which: EdgeClock.build(load_graph(manifest, which, verify=False)[0], times, end, origin, span)
         for which, (times, end) in raw.items()

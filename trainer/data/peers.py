@@ -164,8 +164,9 @@ class PeerTable:
         return (part * (gid >= 0)[:, :, None]).sum(dim=1) * (kind >= 0)[:, None]
 
 
-def peer_tables(manifest, x: np.ndarray | None) -> dict[str, PeerTable]:
-    """{graph: PeerTable} of every graph of a temporal set whose node-feature table is x, in its clock's units."""
+def peer_tables(manifest, x: np.ndarray | None, times: tuple | None = None) -> dict[str, PeerTable]:
+    """{graph: PeerTable} of every graph of a temporal set whose node-feature table is x, in its clock's units
+    (`times`: the set's trainer.data.clock.set_times, when already read)."""
     from common.shards import ShardError, load_graph
 
     if x is None:
@@ -175,7 +176,7 @@ def peer_tables(manifest, x: np.ndarray | None) -> dict[str, PeerTable]:
         )
     kinds = (manifest.features or {}).get("kinds")
     groups = peer_groups(np.asarray(x), [tuple(v) for v in kinds.values()] if kinds else None)
-    raw, origin, span = set_times(manifest)
+    raw, origin, span = times or set_times(manifest)
     out = {}
     for which, (times, end) in raw.items():
         indptr, indices = load_graph(manifest, which, verify=False)

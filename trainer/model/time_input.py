@@ -35,11 +35,12 @@ class TimeInput(nn.Module):
 
     def attach_set(self, manifest, table) -> "TimeInput":
         """The clocks of a shard set's graphs and, with the peer half, their peer tables from its feature table."""
-        from trainer.data.clock import edge_clocks
+        from trainer.data.clock import edge_clocks, set_times
         from trainer.data.peers import peer_tables
 
-        peers = peer_tables(manifest, table) if self.peer_linear is not None else None
-        return self.attach(edge_clocks(manifest), peers)
+        times = set_times(manifest)  # read and checked once for both
+        peers = peer_tables(manifest, table, times) if self.peer_linear is not None else None
+        return self.attach(edge_clocks(manifest, times), peers)
 
     def _apply(self, fn, *args, **kwargs):  # model.to(device) takes the clocks along, still float64
         out = super()._apply(fn, *args, **kwargs)
@@ -68,19 +69,27 @@ class TimeInput(nn.Module):
 
     def activity(self, batch: PackedBatch) -> torch.Tensor:
         """(T, WIDTH) float64: each token's activity when its link is asked (`asked`), 0 at heads."""
-        which, node, _, now = self.asked(batch)
-        return self.clocks[which].activity(node, now) * (batch.local_id.to(node.device) != 0)[:, None]
+        return self._read(batch, peers=False)[0]
 
     def peer_lift(self, batch: PackedBatch) -> torch.Tensor:
         """(T, WIDTH) float64: each token's lift among its head's peers when its link is asked, 0 at heads."""
+        return self._read(batch, peers=True)[1]
+
+    def _read(self, batch: PackedBatch, peers: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(activity, peer lift or None) of every token, the batch asked once for both."""
+        which, node, head, now = self.asked(batch)
+        not_head = (batch.local_id.to(node.device) != 0)[:, None]
+        if not peers:
+            return self.clocks[which].activity(node, now) * not_head, None
         if not self.peers:
             raise ValueError("the model reads peer activity (peer_features) but no peer tables were attached")
-        which, node, head, now = self.asked(batch)
-        return self.peers[which].lift(head, node, now) * (batch.local_id.to(node.device) != 0)[:, None]
+        lift = self.peers[which].lift(head, node, now) * not_head
+        return self.clocks[which].activity(node, now) * not_head, lift
 
     def forward(self, batch: PackedBatch) -> torch.Tensor:
         w = self.linear.weight
-        out = self.linear(self.activity(batch).to(w.device, w.dtype))
-        if self.peer_linear is not None:
-            out = out + self.peer_linear(self.peer_lift(batch).to(w.device, w.dtype))
+        activity, lift = self._read(batch, peers=self.peer_linear is not None)
+        out = self.linear(activity.to(w.device, w.dtype))
+        if lift is not None:
+            out = out + self.peer_linear(lift.to(w.device, w.dtype))
         return out
