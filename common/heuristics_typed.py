@@ -3,6 +3,9 @@ triple against its own filtered corruptions of head and tail, a (-1, -1) pair pa
 never above nor tied with a positive).
 
 - cn / aa / ra: on the graph the split is scored on, relations ignored (its undirected union of triples);
+- l3: the walks of length 3 between the two ends on that same union, (A^3)[h, t]. Between two kinds (a user and
+  an item) CN / AA / RA are 0, and u - i' - u' - i walks, the users who chose what u chose choosing i, are what
+  collaborative filtering reads; its prior is the same count, for a blend's w * log1p(l3);
 - popularity: per relation, score(h, r, t) = out_r(h) + in_r(t), the head's and the tail's degree under r in the
   triples of that graph. A row's head corruptions share t and its tail corruptions share h, so the sum ranks
   every corruption exactly by the degree of the end it replaced (a user-item file's item popularity);
@@ -18,17 +21,20 @@ never above nor tied with a positive).
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from common.datasets.kg import KG
 from common.heuristics import ranking_scores
 from common.metrics import unique_pairs
 
 STRUCTURE = ("cn", "aa", "ra")  # read on the typed graph's undirected union, relations ignored
+L3 = "l3"
+L3_PRIOR = "l3 prior"
 POPULARITY = "popularity"
 POPULARITY_PRIOR = "popularity prior"
 RECENT = "recent popularity"
 RECENT_PRIOR = "recent popularity prior"
-TYPED_HEURISTICS = (*STRUCTURE, POPULARITY)
+TYPED_HEURISTICS = (*STRUCTURE, L3, POPULARITY)
 
 
 def typed_heuristics(dataset) -> tuple[str, ...]:
@@ -37,8 +43,8 @@ def typed_heuristics(dataset) -> tuple[str, ...]:
 
 
 def prior_names(dataset) -> tuple[str, ...]:
-    """The priors of a typed graph's blend: popularity's, and recent popularity's on a temporal split."""
-    return (POPULARITY_PRIOR,) + ((RECENT_PRIOR,) if dataset.recency is not None else ())
+    """The priors of a typed graph's blend: popularity's, recent popularity's on a temporal split, then l3's."""
+    return (POPULARITY_PRIOR,) + ((RECENT_PRIOR,) if dataset.recency is not None else ()) + (L3_PRIOR,)
 
 
 def relation_degrees(dataset, split: str) -> tuple[tuple, tuple, int]:
@@ -117,6 +123,7 @@ def typed_scores(dataset, split: str, names=None) -> dict[str, tuple[np.ndarray,
     graph = dataset.graph_for(split)
     names = typed_heuristics(dataset) if names is None else names
     tau = recency_choice(dataset) if {RECENT, RECENT_PRIOR} & set(names) else None
+    walks = walks_of_three(graph, flat) if {L3, L3_PRIOR} & set(names) else None
     out = {}
     for name in names:
         if name == POPULARITY:
@@ -126,9 +133,54 @@ def typed_scores(dataset, split: str, names=None) -> dict[str, tuple[np.ndarray,
         elif name in (RECENT, RECENT_PRIOR):
             head, tail = recent_ends(dataset, split, flat, tau)
             scores = head + tail if name == RECENT else (1.0 + head) * (1.0 + tail) - 1.0
+        elif name in (L3, L3_PRIOR):
+            scores = walks
         else:
             scores = ranking_scores(name, graph, uniq)[inverse]
         rows = np.full(real.shape, -np.inf)
         rows[real] = scores[len(pos) :]
         out[name] = (scores[: len(pos)].astype(np.float64), rows)
+    return out
+
+
+def walks_of_three(graph, pairs: np.ndarray) -> np.ndarray:
+    """(A^3)[u, v] of every [u, v] row of `pairs` (M, 2), float64, A the graph's symmetric CSR (an entry repeated
+    is an edge counted twice, as CN counts it). Each pair is walked from its end that more pairs share (a row of
+    corruptions shares one), so the 2-hop counts of a node are gathered once for all its pairs; memory O(N)."""
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    if not len(pairs):
+        return np.zeros(0)
+    nodes, counts = np.unique(pairs, return_counts=True)
+    shared = counts[np.searchsorted(nodes, pairs)]  # (M, 2): how many pairs hold each end
+    flip = shared[:, 1] > shared[:, 0]
+    src, far = np.where(flip, pairs[:, 1], pairs[:, 0]), np.where(flip, pairs[:, 0], pairs[:, 1])
+    order = np.argsort(src, kind="stable")
+    sources, starts = np.unique(src[order], return_index=True)
+    starts = np.append(starts, len(order)).astype(np.int64)
+    out = np.empty(len(pairs))
+    indptr, indices = np.asarray(graph.indptr, dtype=np.int64), np.asarray(graph.indices, dtype=np.int64)
+    out[order] = _walks_kernel(indptr, indices, sources, starts, far[order])
+    return out
+
+
+@njit(cache=True)
+def _walks_kernel(indptr, indices, sources, starts, far):
+    """Per source s: acc[b] = the walks s - a - b (2 hops), then each of its far ends v sums acc over N(v)."""
+    acc = np.zeros(len(indptr) - 1)
+    out = np.empty(len(far))
+    for i in range(len(sources)):
+        s = sources[i]
+        for e in range(indptr[s], indptr[s + 1]):
+            a = indices[e]
+            for f in range(indptr[a], indptr[a + 1]):
+                acc[indices[f]] += 1.0
+        for j in range(starts[i], starts[i + 1]):
+            v, total = far[j], 0.0
+            for e in range(indptr[v], indptr[v + 1]):
+                total += acc[indices[e]]
+            out[j] = total
+        for e in range(indptr[s], indptr[s + 1]):  # clear only what this source touched
+            a = indices[e]
+            for f in range(indptr[a], indptr[a + 1]):
+                acc[indices[f]] = 0.0
     return out

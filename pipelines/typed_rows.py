@@ -3,9 +3,9 @@ protocol it ranks under, what stays refused, and the heuristics' rows on the SAM
 
 Every test triple is ranked against its own filtered corruptions of head and tail (protocol "kg",
 common/datasets/kg.py; a (-1, -1) pair pads a short row and scores -inf: never above nor tied with a positive).
-The rows beside PENCIL are common/heuristics_typed.py's: CN / AA / RA with relations ignored, and the per-relation
-popularity (a user-item file's item popularity), and on a temporal split the recent popularity (each edge weighted
-by its recency).
+The rows beside PENCIL are common/heuristics_typed.py's: CN / AA / RA and L3 with relations ignored, and the
+per-relation popularity (a user-item file's item popularity), and on a temporal split the recent popularity (each
+edge weighted by its recency).
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from common.datasets.kg import KG
 from common.flags import FlagError
 from common.heuristics import label as heuristic_label
 from common.heuristics_temporal import RECENCY_FRACTIONS
-from common.heuristics_typed import POPULARITY, RECENT, recency_choice
+from common.heuristics_typed import L3, POPULARITY, RECENT, recency_choice
 from common.metrics import evaluate, relation_metrics
 from pipelines.core.results import METRICS, TableRow
 from pipelines.core.run_config import RunConfig
 
 log = logging.getLogger("pipelines.run")
-LABELS = {POPULARITY: "popularity (per relation)", RECENT: "recent popularity"}
+LABELS = {POPULARITY: "popularity (per relation)", RECENT: "recent popularity", L3: "L3 (walks of length 3)"}
 
 
 def typed_protocols(run: RunConfig, dataset) -> list[str]:
@@ -67,12 +67,13 @@ def typed_notes(dataset) -> list[str]:
     return [
         f"protocol kg: each test triple against up to {k} filtered corruptions of its {ends} (a short row is "
         "padded; padding never counts), the same for PENCIL and every heuristic; per relation in the second table",
-        "CN / AA / RA: on the graph's triples with relations ignored (undirected); popularity (per relation): a "
-        "corruption ranked by the degree of the end it replaced under the triple's relation",
+        "CN / AA / RA and L3 (walks of length 3, the users who chose what a user chose choosing the item): on the "
+        "graph's triples with relations ignored (undirected); popularity (per relation): a corruption ranked by the "
+        "degree of the end it replaced under the triple's relation",
         "the search's blend (--preset auto), beside the model alone: + popularity prior, the logit plus w times "
         "log1p of each end's popularity under the relation (or + recent popularity prior, of its recent "
-        "popularity), the prior, w (and the runner-up) chosen on validation; + prior (none chosen) where validation "
-        "kept the model alone",
+        "popularity; + l3 prior, of the walks of length 3), the prior, w (and the runner-up) chosen on "
+        "validation; + prior (none chosen) where validation kept the model alone",
     ] + ([recency_note(dataset)] if dataset.recency is not None else [])
 
 

@@ -11,7 +11,15 @@ import pytest
 
 from common.datasets import DatasetSpec, load_dataset
 from common.heuristics_temporal import RECENCY_FRACTIONS, decayed_activity
-from common.heuristics_typed import POPULARITY_PRIOR, RECENT, RECENT_PRIOR, prior_names, recency_choice, typed_scores
+from common.heuristics_typed import (
+    L3_PRIOR,
+    POPULARITY_PRIOR,
+    RECENT,
+    RECENT_PRIOR,
+    prior_names,
+    recency_choice,
+    typed_scores,
+)
 from pipelines.typed_rows import typed_notes
 from tests.test_user_item_typed import write_ratings
 
@@ -49,7 +57,7 @@ def test_selection_sees_validations_recency_only_and_the_blend_gets_both_priors(
     assert set(ds.recency) == {"valid", "test"} and ds.recency["valid"].shape == (len(RECENCY_FRACTIONS), 12)
     view = ds.without_test()
     assert set(view.recency) == {"valid"} and recency_choice(view) == recency_choice(ds)
-    assert prior_names(view) == (POPULARITY_PRIOR, RECENT_PRIOR)
+    assert prior_names(view) == (POPULARITY_PRIOR, RECENT_PRIOR, L3_PRIOR)
     pos, rows = typed_scores(view, "valid", (RECENT_PRIOR,))[RECENT_PRIOR]
     head, tail = ds.recency["valid"][0][[0, 10]]  # u1 and g
     assert pos[0] == pytest.approx((1 + head) * (1 + tail) - 1)
@@ -62,4 +70,5 @@ def test_a_graph_without_time_has_no_recent_popularity(tmp_path):
     for split, rows in (("train", ["a\tr\tb", "b\tr\tc", "c\tr\ta"]), ("valid", ["a\tr\tc"]), ("test", ["b\tr\ta"])):
         (folder / f"{split}.txt").write_text("\n".join(rows) + "\n")
     ds = load_dataset(DatasetSpec(str(folder)))
-    assert ds.recency is None and prior_names(ds) == (POPULARITY_PRIOR,) and RECENT not in typed_scores(ds, "test")
+    assert ds.recency is None and prior_names(ds) == (POPULARITY_PRIOR, L3_PRIOR)
+    assert RECENT not in typed_scores(ds, "test")

@@ -15,7 +15,8 @@ import pytest
 
 from common.datasets import DatasetSpec, load_dataset
 from common.datasets.kg import KG, triples_dataset
-from common.heuristics_typed import typed_scores
+from common.graph import Graph
+from common.heuristics_typed import typed_scores, walks_of_three
 from common.metrics import evaluate
 from pipelines.auto.signal import rank_values
 from pipelines.typed_report import relation_markdown, relation_rows
@@ -41,6 +42,9 @@ def test_heuristics_score_the_same_corruptions_by_hand():
     pos, neg = scores["cn"]
     assert pos.tolist() == [1.0] and neg.tolist() == [[0.0, 0.0, -np.inf]]
     assert scores["ra"][0].tolist() == [1 / 2]  # the common neighbour 0 has degree 2
+    # walks of length 3: none from 1 to 2 (N(0) and N(2) share nothing); 3-2-0-2, 3-2-3-2, 3-2-4-2; 1-0-2-4
+    pos, neg = scores["l3"]
+    assert pos.tolist() == [0.0] and neg.tolist() == [[3.0, 1.0, -np.inf]]
     # popularity under a: out_a(1) + in_a(2) = 0 + 3; out_a(3) + in_a(2) = 1 + 3; out_a(1) + in_a(4) = 0 + 0
     pos, neg = scores["popularity"]
     assert pos.tolist() == [3.0] and neg.tolist() == [[4.0, 0.0, -np.inf]]
@@ -51,6 +55,30 @@ def test_heuristics_score_the_same_corruptions_by_hand():
     table = relation_rows([], per_relation, ("a", "b"))
     assert [(r["relation"], r["model"], r["triples"]) for r in table][-1] == ("a", "popularity (per relation)", 1)
     assert "| `a` | 1 | popularity (per relation) | 1 | 50.00 ± 0.00 |" in relation_markdown(table)
+
+
+def test_walks_of_three_between_users_and_items_by_hand():
+    # users 0, 1, 2 and items 3, 4, 5: 0 rated 3 and 4, 1 rated 3 and 5, 2 rated 4
+    g = Graph.from_edges(np.array([[0, 3], [0, 4], [1, 3], [1, 5], [2, 4]]), 6)
+    pairs = np.array([[0, 5], [2, 3], [2, 5], [0, 3], [5, 0]])
+    # 0-3-1-5; 2-4-0-3; none from 2 to 5; 0-3-0-3, 0-3-1-3, 0-4-0-3 (an edge too); symmetric
+    assert walks_of_three(g, pairs).tolist() == [1.0, 1.0, 0.0, 3.0, 1.0]
+    assert walks_of_three(g, np.zeros((0, 2), np.int64)).shape == (0,)
+
+
+def test_walks_of_three_match_the_cube_of_the_adjacency_whichever_end_is_walked_from():
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(0)
+    edges = rng.integers(0, 200, size=(900, 2))
+    g = Graph.from_edges(edges[edges[:, 0] != edges[:, 1]], 200)
+    a = sp.csr_matrix((np.ones(len(g.indices)), g.indices, g.indptr), shape=(200, 200))
+    cube = (a @ a @ a).toarray()
+    # rows sharing a head, rows sharing a tail (as corruptions do), and random pairs
+    shared_head = np.stack([np.full(50, 7), rng.integers(0, 200, 50)], 1)
+    shared_tail = np.stack([rng.integers(0, 200, 50), np.full(50, 9)], 1)
+    pairs = np.concatenate([shared_head, shared_tail, rng.integers(0, 200, size=(300, 2))])
+    np.testing.assert_array_equal(walks_of_three(g, pairs), cube[pairs[:, 0], pairs[:, 1]])
 
 
 def test_relation_rows_average_the_seeds_of_a_model():
@@ -125,16 +153,18 @@ def run_argv(folder: Path, tmp: Path, *more: str) -> list[str]:
 
 
 def check_report(out: Path, folder: Path) -> dict:
-    """The report's rows: PENCIL and the four heuristics under kg, each heuristic's equal to its metrics on the
+    """The report's rows: PENCIL and the five heuristics under kg, each heuristic's equal to its metrics on the
     loaded dataset's own corruptions, and a per-relation row of each model for both relations."""
     results = json.loads((out / "results.json").read_text())
     rows = {r["model"]: r for r in results["table"]}
     blended = {m for m in rows if m.startswith("PENCIL w/o features + ")}  # the search's blend, if any
     assert len(blended) <= 1
-    assert set(rows) - blended == {"PENCIL w/o features", "CN", "AA", "RA", "popularity (per relation)"}  # no features
+    heuristics = {"CN", "AA", "RA", "L3 (walks of length 3)", "popularity (per relation)"}
+    assert set(rows) - blended == {"PENCIL w/o features"} | heuristics  # no features
     assert {r["protocol"] for r in rows.values()} == {KG}
     scores = typed_scores(load_dataset(DatasetSpec(str(folder))), "test")
-    for name, label in (("cn", "CN"), ("ra", "RA"), ("popularity", "popularity (per relation)")):
+    named = {"cn": "CN", "ra": "RA", "l3": "L3 (walks of length 3)", "popularity": "popularity (per relation)"}
+    for name, label in named.items():
         expected = evaluate(KG, *scores[name])
         for m in ("mrr", "hits@1", "hits@3", "hits@10"):
             assert rows[label][m] == [pytest.approx(100.0 * expected[m]), 0.0]
@@ -160,7 +190,8 @@ def test_the_search_runs_a_typed_graph_end_to_end_and_a_rerun_reuses_it(tmp_path
     check_report(out, folder)
     record = json.loads((out / KG / "search.json").read_text())
     # the blend, decided on validation with the per-relation popularity prior, beside the model alone
-    assert record["blend"]["heuristic"] in ("none", "popularity prior") and (out / KG / "seed0" / "blend").exists()
+    assert record["blend"]["heuristic"] in ("none", "popularity prior", "l3 prior")
+    assert (out / KG / "seed0" / "blend").exists()
     # the search's signal is the trainer's own validation metric: padded corruptions never count, ties stay ties
     chosen = Path(record["chosen"]["run_dir"])
     summary = json.loads((chosen / "summary.json").read_text())

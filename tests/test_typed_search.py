@@ -300,7 +300,7 @@ def test_the_search_of_a_ratings_file_tries_the_degree_input_and_blends_the_popu
     seed0 = json.loads((out / "seed0" / "config.json").read_text())["model"]
     assert (seed0.get("degrees") or 0) == record["chosen"]["config"].get("degrees", 0)
     # the blend: decided on validation (the prior or the model alone), its row beside the model's in the report
-    assert record["blend"]["heuristic"] in ("none", "popularity prior")
+    assert record["blend"]["heuristic"] in ("none", "popularity prior", "recent popularity prior", "l3 prior")
     results = json.loads((tmp_path / "out" / "ratings" / "auto" / "results.json").read_text())
     models = {r["model"] for r in results["table"]}
     assert any(m.startswith("PENCIL w/o features + ") for m in models) and "PENCIL w/o features" in models

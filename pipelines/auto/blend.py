@@ -19,9 +19,10 @@ partner's test scores come from evaluating its run then). The model alone is alw
 
 On a typed graph (protocol kg: each triple against its own corruptions) h is the per-relation popularity prior
 (common.heuristics_typed: w * log1p(h) adds w times the log-popularity gap of the end a corruption replaced, a
-user-item file's item popularity) or, on a temporal split, the recent popularity prior (the same of popularity
-weighted by recency), CN / AA / RA being constant on a graph of two kinds; its blended scores are
-ranked as float32, as the trainer ranks the model's (`ranked`).
+user-item file's item popularity), on a temporal split the recent popularity prior (the same of popularity
+weighted by recency), or the l3 prior (the walks of length 3 between the ends: where a user has history, the users
+who chose what it chose), CN / AA / RA being constant on a graph of two kinds; its blended scores are ranked as
+float32, as the trainer ranks the model's (`ranked`).
 """
 
 from __future__ import annotations
