@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from common.datasets import DatasetSpec, load_dataset
 from pipelines.recommend.engine import RecConfig
-from pipelines.serve.handlers import Limits, recommend_query
+from pipelines.serve.handlers import Engine, Limits, RecQuery, recommend_query
 from pipelines.serve.state import ServeError, serving_state
 from tests.test_typed_kg import typed_run, write_kg  # noqa: F401 (typed_run: a fixture)
 
@@ -165,16 +166,41 @@ def write_numbered_ratings(tmp_path):
 def test_where_users_and_items_share_ids_each_end_is_of_its_relations_kind(tmp_path):
     s = serving_state(load_dataset(DatasetSpec(str(write_numbered_ratings(tmp_path)))), "all", 10)[0]
     assert s.ids.find("2") == 1  # the bare id: the user
-    assert [s.at_end("2", 0, 0), s.at_end("2", 0, 1), s.at_end("8", 0, 1), s.at_end("8", 0, 0)] == [1, 5, 11, 11]
+    # user 2 is node 1, item 2 node 5, item 8 node 11; there is no user 8
+    assert [s.at_end("2", 0, 0), s.at_end("2", 0, 1), s.at_end("8", 0, 1), s.at_end("8", 0, 0)] == [1, 5, 11, None]
     # user 4 rated item 1 (a) in test; user 4 -> item 2 (b) is new: a triple, not a 400 for a "user" tail
     edit(s, {"add": [["4", "2", "user->item"]]})
     assert has(s, 3, 0, 5) and not has(s, 3, 0, 1)
     edit(s, {"remove": [["1", "1", "user->item"]]})  # user 1 -> item 1 (a): two nodes, no self-loop
     assert not has(s, 0, 0, 4)
-    with pytest.raises(ServeError, match="its head is of another node kind than relation 'user->item'"):
-        s.edit_record({"add": [["8", "1", "user->item"]]})  # no user 8: item 8 is no head of user->item
-    with pytest.raises(ServeError, match="pairs node '9' with itself"):  # an unknown id twice: one new node
-        s.edit_record({"add": [["9", "9", "user->item"]]})
+
+
+def test_where_users_and_items_share_ids_an_edit_creates_the_node_of_its_ends_kind(tmp_path):
+    ds = load_dataset(DatasetSpec(str(write_numbered_ratings(tmp_path))))
+    s, records = serving_state(ds, "all", 10)[0], []
+    # no user 8 (item 8 is node 11): naming user 8 creates it, node 12, rating item 1 (node 4)
+    records.append(edit(s, {"add": [["8", "1", "user->item"]]}))
+    assert [s.at_end("8", 0, 0), s.at_end("8", 0, 1)] == [12, 11] and has(s, 12, 0, 4)
+    # a new id at both ends is a new user 9 and a new item 9, two nodes and no self-loop; user 8 is found again
+    records.append(edit(s, {"add": [["9", "9", "user->item"], ["8", "9", "user->item"]]}))
+    assert [s.at_end("9", 0, 0), s.at_end("9", 0, 1)] == [13, 14] and has(s, 13, 0, 14) and has(s, 12, 0, 14)
+    assert s.ids.users([12, 13, 14]) == ["8", "9", "9"] and s.summary()["nodes"] == 15
+    with pytest.raises(ServeError, match="'remove': unknown node '5'"):  # item 5 exists, user 5 does not
+        s.edit_record({"remove": [["5", "1", "user->item"]]})
+    # a query or a scored pair naming a user the graph lacks (only item 5 exists): a 404, a 400
+    engine = Engine.__new__(Engine)
+    engine.state = s
+    cfg = RecConfig(relation=0)
+    with pytest.raises(ServeError, match="unknown node '5': no node that relation 'user->item' takes as heads"):
+        engine._query_node(RecQuery("5", cfg))
+    assert engine._query_node(RecQuery("5", replace(cfg, direction="in"))) == 8  # item 5, node 8
+    with pytest.raises(ServeError, match=r"'pairs'\[0\]: \['5', '1', 'user->item'\]: its head is no node of the kind"):
+        engine._pair_indices([["5", "1", "user->item"]])
+    assert engine._pair_indices([["8", "5", "user->item"]]).tolist() == [[12, 8, 0]]
+    # a restart replays the log to the same nodes and triples
+    again = serving_state(ds, "all", 10)[0]
+    again.apply([{**r, "seq": i} for i, r in enumerate(records, start=1)])
+    assert again.typed.triples.tolist() == s.typed.triples.tolist() and again.ids.num_nodes == 15
 
 
 def test_score_resolves_each_end_within_its_relations_kind_and_refuses_an_end_of_no_such_kind(tmp_path):
@@ -207,3 +233,17 @@ def test_recommend_reads_a_query_id_two_kinds_share_as_one_of_the_query_kind(tmp
     assert read_nodes(str(tmp_path / "nodes.txt"), ds.num_nodes, ds.node_ids).tolist() == [0, 1, 11]
     assert read_nodes(str(tmp_path / "nodes.txt"), ds.num_nodes, ds.node_ids, items).tolist() == [4, 5, 11]
     assert read_nodes(str(tmp_path / "nodes.txt"), ds.num_nodes, ds.node_ids, users).tolist() == [0, 1, 11]
+
+
+def test_a_featured_user_item_service_gives_a_created_user_its_row_and_refuses_one_id_for_two_new_kinds(tmp_path):
+    path = write_numbered_ratings(tmp_path)
+    (tmp_path / "users.csv").write_text("node,age\n" + "".join(f"{u},{u / 10}\n" for u in range(1, 5)))
+    (tmp_path / "items.csv").write_text("node,year\n" + "".join(f"{i},{i / 100}\n" for i in range(1, 9)))
+    spec = DatasetSpec(str(path), node_features=f"user={tmp_path / 'users.csv'},item={tmp_path / 'items.csv'}")
+    s = serving_state(load_dataset(spec), "all", 10, features=True)[0]
+    assert s.graph.x.shape == (12, 2)  # user columns, then item columns
+    # a new user 8 (item 8 exists) brings its kind's row alone; item 8 keeps its own
+    edit(s, {"add": [["8", "1", "user->item"]], "features": {"8": [0.8]}})
+    assert s.graph.x[12].tolist() == pytest.approx([0.8, 0.0]) and s.graph.x[11].tolist() == pytest.approx([0, 0.08])
+    with pytest.raises(ServeError, match="node id '9' would be created for two node kinds at once"):
+        s.edit_record({"add": [["9", "9", "user->item"]], "features": {"9": [0.9]}})

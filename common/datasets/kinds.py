@@ -27,11 +27,13 @@ KIND_COLUMNS = ("type", "kind")  # the column of a --nodes file that gives each 
 @dataclass(frozen=True, eq=False)
 class NodeKinds:
     """names: the kinds, in id order; of: (N,) each node's kind id (an index into names); ids: each node's id as
-    the user wrote it, for messages (None: the numbers)."""
+    the user wrote it, for messages (None: the numbers); own_ids: each kind's ids are its own id space (a user-item
+    file's user 1 and item 1 are two nodes), else one id is one node whatever its kind."""
 
     names: tuple[str, ...]
     of: np.ndarray
     ids: np.ndarray | None = None
+    own_ids: bool = False
 
     def nodes(self, kind: int) -> np.ndarray:
         """The nodes (0..N-1) of one kind, ascending."""

@@ -103,7 +103,7 @@ def node_kinds(g: UserItemGraph):
     """Users and items as the node kinds of any typed graph (common/datasets/kinds.py)."""
     from common.datasets.kinds import NodeKinds
 
-    return NodeKinds(KINDS, g.kinds.astype(np.int32), g.node_ids)
+    return NodeKinds(KINDS, g.kinds.astype(np.int32), g.node_ids, own_ids=True)
 
 
 def user_item_ends(g: UserItemGraph) -> dict:

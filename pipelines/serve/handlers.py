@@ -243,8 +243,14 @@ class Engine:
         idx = self.state.ids.index(q.node)
         if self.state.typed is None or q.cfg.relation is None:
             return idx
-        value = self.state.ids.normalise(q.node, "node")
-        return self.state.at_end(value, q.cfg.relation, 1 if q.cfg.direction == "in" else 0)
+        value, end = self.state.ids.normalise(q.node, "node"), 1 if q.cfg.direction == "in" else 0
+        node = self.state.at_end(value, q.cfg.relation, end)
+        if node is None:  # each kind its own id space: that id is another kind's node only
+            name, what = self.state.typed.names[q.cfg.relation], ("heads", "tails")[end]
+            raise ServeError(
+                404, f"unknown node {shown(value)}: no node that relation {name!r} takes as {what} has that id"
+            )
+        return node
 
     def recommend(self, queries: list) -> tuple[list, int]:
         """Each query's answer (a dict, or the ServeError it gets) and the pairs scored; queries with the same
@@ -338,6 +344,14 @@ class Engine:
             if typed is not None:  # each end of the relation's kind, where kinds share ids
                 r = typed.relation(p[2], where, ServeError)
                 row = [self.state.at_end(ids.normalise(p[k], where), r, k) for k in (0, 1)] + [r]
+                if None in row:  # each kind its own id space, and that id is only another kind's node
+                    end = row.index(None)
+                    what = ("head", "tail")[end]
+                    raise ServeError(
+                        400,
+                        f"{where}: {shown(p)}: its {what} is no node of the kind relation {typed.names[r]!r} takes "
+                        f"as {what}s; swap head and tail, or use another relation",
+                    )
                 if problem := typed.kind_problem(row[0], row[1], r):  # as `pencil score`: no pair across kinds
                     raise ServeError(400, f"{where}: {shown(p)}: {problem}")
             rows.append(row)

@@ -43,6 +43,7 @@ class LiveIds:
         self.num_nodes = int(num_nodes)
         self.new: dict = {}  # id -> index, for ids of a mapped graph that edits introduced
         self.new_ids: list = []
+        self.new_of_kind: dict = {}  # (id, kind) -> index, where each kind is its own id space (a user-item graph)
 
     @property
     def mapped(self) -> bool:
@@ -103,9 +104,12 @@ class LiveIds:
             return None
         return pos if self.order is None else int(self.order[pos])
 
-    def find_within(self, value, members: np.ndarray) -> int | None:
+    def find_within(self, value, members: np.ndarray, kind: int | None = None) -> int | None:
         """find, among the nodes `members` (one kind, sorted) where kinds share an id (a user-item graph's user 50
-        and item 50); with none of them, find's answer (another kind's node, or None)."""
+        and item 50); with none of them, find's answer (another kind's node, or None). `kind`: that kind's id where
+        each kind is its own id space, so the answer is its node of that id or None, never another kind's."""
+        if kind is not None:
+            return self._of_kind(value, members, kind)
         idx = self.find(value)
         if idx is None or self.base is None or np.isin(idx, members):
             return idx
@@ -114,6 +118,27 @@ class LiveIds:
         same = np.arange(lo, hi) if self.order is None else self.order[lo:hi]  # every node of that id
         mine = same[np.isin(same, members)]
         return int(mine[0]) if len(mine) else idx
+
+    def _of_kind(self, value, members: np.ndarray, kind: int) -> int | None:
+        """The node of id `value` among the set's `members`, else the one an edit created of `kind`, else None."""
+        if (value, kind) in self.new_of_kind:
+            return self.new_of_kind[(value, kind)]
+        if self.base is None or (not self.text and not self.bounds[0] <= value <= self.bounds[1]):
+            return None
+        key = np.asarray(value, dtype=self.base.dtype)
+        lo, hi = np.searchsorted(self.keys, key, side="left"), np.searchsorted(self.keys, key, side="right")
+        same = np.arange(lo, hi) if self.order is None else self.order[lo:hi]
+        mine = same[np.isin(same, members)]
+        return int(mine[0]) if len(mine) else None
+
+    def assign_of_kind(self, value, kind: int) -> int:
+        """A new node of `kind` for a normalised id that kind lacks (each kind its own id space)."""
+        idx = self.num_nodes
+        self.new_of_kind[(value, kind)] = idx
+        self.new.setdefault(value, idx)
+        self.new_ids.append(value)
+        self.num_nodes += 1
+        return idx
 
     def valid(self, value) -> bool:
         """Whether a logged id is one this version accepts (logs of earlier versions may hold others)."""

@@ -80,7 +80,7 @@ class GraphState:
         record = {key: self._pairs(body.get(key, []), key) for key in RECORD_KEYS}
         if not record["add"] and not record["remove"]:
             raise ServeError(400, "an edit needs at least one pair in 'add' or 'remove'")
-        introduced = {v for pair in record["add"] for v in pair[:2] if self.ids.find(v) is None}  # typed: [u, v, r]
+        introduced = self._introduced(record["add"])
         limit = self.ids.num_nodes + self.max_new_nodes
         bad = sorted(v for v in introduced if not self.ids.mapped and not 0 <= v < limit)
         if bad:
@@ -91,8 +91,9 @@ class GraphState:
                 f"to {limit - 1}",
             )
         for pair in record["remove"]:
-            for value in pair[:2]:
-                if self.ids.find(value) is None and value not in introduced:
+            missing = self._ends_missing(pair) if self._own_ids else [v for v in pair[:2] if self.ids.find(v) is None]
+            for value in missing:
+                if value not in introduced:
                     raise ServeError(404, f"'remove': unknown node {shown(value)}: not in the serving graph")
         if featured:
             created = self._created(introduced)
@@ -100,6 +101,37 @@ class GraphState:
             if rows:
                 record[FEATURES_KEY] = rows
         return record
+
+    @property
+    def _own_ids(self) -> bool:
+        """Each node kind is its own id space (a user-item graph): an edit's id names its end's kind's node."""
+        return self.typed is not None and self.typed.own_ids
+
+    def _introduced(self, added: list) -> set:
+        """The ids an edit's additions create: ids of no node (of no node of their end's kind, each kind its own id
+        space; there an id created for two kinds at once is refused where rows are keyed by id)."""
+        if not self._own_ids:
+            return {v for pair in added for v in pair[:2] if self.ids.find(v) is None}  # typed: [u, v, r]
+        made = set()
+        for head, tail, name in added:
+            r = self.typed.names.index(name)
+            made.update(
+                (v, self.typed.end_kind(r, k)) for k, v in enumerate((head, tail)) if self.at_end(v, r, k) is None
+            )
+        ids = [v for v, _ in made]
+        twice = sorted({v for v in ids if ids.count(v) > 1}, key=str)
+        if twice and self.graph.x is not None:
+            raise ServeError(
+                400,
+                f"'add': node id {shown(twice[0])} would be created for two node kinds at once, and a new node's "
+                "feature row is keyed by its id; create them in two edits",
+            )
+        return set(ids)
+
+    def _ends_missing(self, triple: list) -> list:
+        """The ids of a removal's triple that name no node of their end's kind (each kind its own id space)."""
+        r = self.typed.names.index(triple[2])
+        return [v for k, v in enumerate(triple[:2]) if self.at_end(v, r, k) is None]
 
     def _created(self, introduced: set) -> list:
         """The nodes an edit creates: its new ids (a graph named 0..N-1 also grows by the ids in between)."""
@@ -113,9 +145,11 @@ class GraphState:
             return {}
         kinds = {}
         for u, v, name in added:
-            ends = self.typed.pairs.get(self.typed.names.index(name))
+            r = self.typed.names.index(name)
+            ends = self.typed.pairs.get(r)
             for node, end in ((u, 0), (v, 1)):
-                if ends is not None and node in created:
+                made = not self._own_ids or self.at_end(node, r, end) is None  # not another kind's node of that id
+                if ends is not None and node in created and made:
                     kinds.setdefault(node, ends[end])
         return kinds
 
@@ -199,8 +233,11 @@ class GraphState:
             if self.typed is not None:  # each end of the relation's kind: user 1 and item 1 are two nodes
                 r = self.typed.relation(pair[2], f"'{key}'[{i}]", ServeError)
                 head, tail = self.at_end(u, r, 0), self.at_end(v, r, 1)
-                loop = head == tail if head is not None else u == v
+                loop = head == tail if head is not None else u == v and not self._own_ids
                 problem = self.typed.kind_problem(head, tail, r) if key == "add" and not loop else None
+                if self._own_ids and head is None and tail is None and key == "add":  # no new pair that looks swapped
+                    swapped = self.at_end(u, r, 1) is not None and self.at_end(v, r, 0) is not None
+                    problem = self.typed.kind_problem(self.at_end(u, r, 1), None, r) if swapped else None
             else:
                 loop = u == v
             if loop:
@@ -224,12 +261,14 @@ class GraphState:
                 raise RuntimeError(f"edit {r['seq']} follows edit {self.seq}: the edits must be applied in order")
             given, before = self._logged_rows(r.get(FEATURES_KEY, [])), self.ids.num_nodes
             for entry in r["add"]:
-                if self._entry_ok(entry) and self._replayable(entry[0], entry[1], given):
+                if self._entry_ok(entry) and self._replayable(entry, given):
                     self._set(final, entry, True)
             for entry in r["remove"]:
-                if self._entry_ok(entry) and self._replayable(entry[0], entry[1], None):
+                if self._entry_ok(entry) and self._replayable(entry, None):
                     self._set(final, entry, False)
-            found = {node: self.ids.find(node) for node in given}  # the rows of the nodes this edit created
+            # the rows of the nodes this edit created (where kinds share an id, the one it created)
+            made = {self.ids.user(i): i for i in range(before, self.ids.num_nodes)} if self.ids.mapped else {}
+            found = {node: made.get(node, self.ids.find(node)) for node in given}
             rows.update({i: given[node] for node, i in found.items() if i is not None and i >= before})
             self.seq = r["seq"]
         if self.typed is not None:  # triples: the digraph and the union follow them
@@ -249,7 +288,10 @@ class GraphState:
         """The node a normalised id names as end 0 (head) or 1 (tail) of a typed relation: where node kinds share
         ids (a user-item graph's user 50 and item 50), the one of the relation's kind there; None: no node."""
         ends = self.typed.ends.get(relation) if self.typed is not None else None
-        return self.ids.find(value) if ends is None else self.ids.find_within(value, ends[end])
+        if ends is None:
+            return self.ids.find(value)
+        kind = self.typed.end_kind(relation, end) if self.typed.own_ids else None
+        return self.ids.find_within(value, ends[end], kind)
 
     def _set(self, final: dict, entry: list, present: bool) -> None:
         """One logged entry's edge in `final`, its nodes made where an addition names new ones; a typed entry whose
@@ -263,9 +305,12 @@ class GraphState:
     def _node(self, entry: list, end: int, create: bool = False) -> int:
         """The node of a logged entry's end (`create`: a new id becomes the next node)."""
         if self.typed is not None:
-            idx = self.at_end(entry[end], self.typed.names.index(entry[2]), end)
-            if idx is not None:
+            r = self.typed.names.index(entry[2])
+            idx = self.at_end(entry[end], r, end)
+            if idx is not None or self._own_ids and not create:
                 return idx
+            if self._own_ids:
+                return self.ids.assign_of_kind(entry[end], self.typed.end_kind(r, end))
         return self.ids.assign(entry[end]) if create else self.ids.find(entry[end])
 
     def _key(self, a: int, b: int, entry: list) -> tuple:
@@ -303,12 +348,14 @@ class GraphState:
                 self.dropped += 1
         return rows
 
-    def _replayable(self, u, v, given: dict | None) -> bool:
+    def _replayable(self, entry: list, given: dict | None) -> bool:
         """Whether a logged pair applies: valid ids, two nodes, and each node it creates has its row (a featured
         model; `given` None: a removal, which creates nothing). Else it is dropped, and counted."""
+        u, v = entry[0], entry[1]
         ok = self.ids.valid(u) and self.ids.valid(v) and (u != v or self.typed is not None)  # typed: _node decides
-        for value in (u, v) if ok else ():
-            if self.ids.find(value) is not None:
+        r = self.typed.names.index(entry[2]) if ok and self._own_ids else None
+        for k, value in enumerate((u, v)) if ok else ():
+            if (self.ids.find(value) if r is None else self.at_end(value, r, k)) is not None:
                 continue
             if given is None or (not self.ids.mapped and value < 0):
                 ok = False

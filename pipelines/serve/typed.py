@@ -31,6 +31,8 @@ class TypedEdges:
         # kinds, so that retrieval crosses kinds as recommend's does; a node an edit creates takes its triple's
         self.kind_of = None if kinds is None else np.asarray(kinds.of, dtype=np.int32)
         self.kind_count, self.pairs = (0 if kinds is None else len(kinds.names)), {}
+        # each kind its own id space (a user-item file): an id names the node of the kind a triple's end asks for
+        self.own_ids = bool(getattr(kinds, "own_ids", False))
         for r, (heads, tails) in self.ends.items() if kinds is not None else ():
             h, t = np.unique(self.kind_of[heads]), np.unique(self.kind_of[tails])
             if len(h) == 1 and len(t) == 1:
@@ -83,6 +85,11 @@ class TypedEdges:
         of = np.full(num_nodes, self.kind_count, dtype=np.int32)
         of[: len(self.kind_of)] = self.kind_of[:num_nodes]
         return Kinds.toward(of, self.kind_count + 1, self.pairs[relation][0 if direction == "in" else 1])
+
+    def end_kind(self, relation: int, end: int) -> int | None:
+        """The kind id of end 0 (head) or 1 (tail) of a relation joining one kind to one kind, else None."""
+        ends = self.pairs.get(relation)
+        return None if ends is None else ends[end]
 
     def key(self, a: int, b: int, name: str) -> tuple:
         return (a, self.names.index(name), b)
