@@ -108,21 +108,17 @@ class LiveIds:
         """find, among the nodes `members` (one kind, sorted) where kinds share an id (a user-item graph's user 50
         and item 50); with none of them, find's answer (another kind's node, or None). `kind`: that kind's id where
         each kind is its own id space, so the answer is its node of that id or None, never another kind's."""
-        if kind is not None:
-            return self._of_kind(value, members, kind)
+        if kind is not None:  # each kind its own id space: the set's node of that kind, else one an edit made
+            return self.new_of_kind.get((value, kind), self._set_node_within(value, members))
         idx = self.find(value)
         if idx is None or self.base is None or np.isin(idx, members):
             return idx
-        lo = int(np.searchsorted(self.keys, np.asarray(value, dtype=self.base.dtype), side="left"))
-        hi = int(np.searchsorted(self.keys, np.asarray(value, dtype=self.base.dtype), side="right"))
-        same = np.arange(lo, hi) if self.order is None else self.order[lo:hi]  # every node of that id
-        mine = same[np.isin(same, members)]
-        return int(mine[0]) if len(mine) else idx
+        mine = self._set_node_within(value, members)
+        return idx if mine is None else mine
 
-    def _of_kind(self, value, members: np.ndarray, kind: int) -> int | None:
-        """The node of id `value` among the set's `members`, else the one an edit created of `kind`, else None."""
-        if (value, kind) in self.new_of_kind:
-            return self.new_of_kind[(value, kind)]
+    def _set_node_within(self, value, members: np.ndarray) -> int | None:
+        """The set's node of id `value` among `members` (sorted), or None: every node of that id, then the first
+        of them that is a member."""
         if self.base is None or (not self.text and not self.bounds[0] <= value <= self.bounds[1]):
             return None
         key = np.asarray(value, dtype=self.base.dtype)

@@ -236,8 +236,9 @@ class GraphState:
                 loop = head == tail if head is not None else u == v and not self._own_ids
                 problem = self.typed.kind_problem(head, tail, r) if key == "add" and not loop else None
                 if self._own_ids and head is None and tail is None and key == "add":  # no new pair that looks swapped
-                    swapped = self.at_end(u, r, 1) is not None and self.at_end(v, r, 0) is not None
-                    problem = self.typed.kind_problem(self.at_end(u, r, 1), None, r) if swapped else None
+                    as_tail, as_head = self.at_end(u, r, 1), self.at_end(v, r, 0)
+                    swapped = as_tail is not None and as_head is not None
+                    problem = self.typed.kind_problem(as_tail, None, r) if swapped else None
             else:
                 loop = u == v
             if loop:
