@@ -28,12 +28,12 @@ import numpy as np
 from common import snapshot
 from common.graph import DiGraph, Graph
 from pipelines.recommend.direction import run_digraph
+from pipelines.serve.feature_rows import FEATURE_BOUND, FeatureRows
 from pipelines.serve.ids import LiveIds, ServeError, shown  # noqa: F401 (ServeError: imported from here)
-from pipelines.serve.typed import TypedEdges
+from pipelines.serve.typed import TypedEdges, kind_columns
 
 RECORD_KEYS = ("add", "remove")
 FEATURES_KEY = "features"
-FEATURE_BOUND = 100.0  # a new node's feature values: at most this times the run's largest |value| (1 if all are 0)
 
 
 class GraphState:
@@ -97,10 +97,14 @@ class GraphState:
                     raise ServeError(404, f"'remove': unknown node {shown(value)}: not in the serving graph")
         if featured:
             created = self._created(introduced)
-            rows = self._feature_rows(body.get(FEATURES_KEY, {}), created, self._created_kinds(record["add"], created))
+            kinds = self._created_kinds(record["add"], created)
+            rows = self._rows().check(body.get(FEATURES_KEY, {}), created, kinds)
             if rows:
                 record[FEATURES_KEY] = rows
         return record
+
+    def _rows(self) -> FeatureRows:
+        return FeatureRows(self.graph.x.shape[1], self.feature_bound, self.kind_columns, self.ids)
 
     @property
     def _own_ids(self) -> bool:
@@ -152,72 +156,6 @@ class GraphState:
                 if ends is not None and node in created and made:
                     kinds.setdefault(node, ends[end])
         return kinds
-
-    def _kind_row(self, row, kind: int | None):
-        """A row of its kind's width (kind_columns) widened to the table's, zeros in other kinds' columns; any
-        other row as it is (checked by _row_problem)."""
-        span = None if kind is None else self.kind_columns.get(kind)
-        width = self.graph.x.shape[1]
-        if span is None or not isinstance(row, list) or len(row) != span[1] - span[0] or len(row) == width:
-            return row
-        full = [0.0] * width
-        full[span[0] : span[1]] = row
-        return full
-
-    def _feature_rows(self, value, created: list, kinds: dict | None = None) -> list:
-        """'features' {id: [numbers]} -> [[id, row], ...] for the created nodes, each row checked; a created
-        node without its row, a row of another length, a non-finite or non-numeric value, or a row of a node
-        the edit does not create is a 400. `kinds`: created node -> kind id, whose row may be its kind's columns
-        alone (kind_columns)."""
-        width = self.graph.x.shape[1]
-        if not isinstance(value, dict):
-            raise ServeError(400, f"'features' must be an object {{node: [{width} numbers]}}, one row per new node")
-        rows = {}
-        for key, row in value.items():
-            node = self.ids.normalise(key, "'features'")
-            if node not in created:
-                raise ServeError(
-                    400,
-                    f"'features': node {shown(key)} is not created by this edit; a node's features "
-                    "are given once, with the edit that adds it",
-                )
-            if node in rows:
-                raise ServeError(400, f"'features': node {shown(node)} is given two rows; give one")
-            kind = (kinds or {}).get(node)
-            row = self._kind_row(row, kind)
-            problem = self._row_problem(row)
-            if problem and kind is not None and kind in self.kind_columns:
-                a, b = self.kind_columns[kind]
-                problem += f" (or the {b - a} of its kind's own columns)"
-            if problem:
-                raise ServeError(400, f"'features'[{shown(key)}]: {problem}")
-            rows[node] = [float(x) for x in row]
-        missing = [node for node in created if node not in rows]
-        if missing:
-            raise ServeError(
-                400,
-                f"node {shown(missing[0])} is new and this model reads node features: send its "
-                f'row with the edit, "features": {{{shown(missing[0])}: [{width} numbers]}} '
-                f"({len(missing)} new node(s) without one); features are never invented",
-            )
-        return [[node, rows[node]] for node in created]
-
-    def _row_problem(self, row) -> str | None:
-        """What is wrong with a feature row, or None: the width, numbers only, finite, within the bound."""
-        width = self.graph.x.shape[1]
-        ok = (
-            isinstance(row, list)
-            and len(row) == width
-            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in row)
-        )
-        if not ok or not np.isfinite(np.asarray(row, dtype=np.float64)).all():
-            return f"expected {width} finite numbers, got {shown(row)}"
-        if (np.abs(np.asarray(row, dtype=np.float64)) > self.feature_bound).any():
-            return (
-                f"a value beyond {self.feature_bound:g} ({FEATURE_BOUND:g} times the largest |value| of the "
-                "features the model trained on); scale the row as the run's features were"
-            )
-        return None
 
     def _pairs(self, value, key: str) -> list:
         what = "[u, v] pairs" if self.typed is None else "[head, tail, relation] triples"
@@ -343,7 +281,7 @@ class GraphState:
         rows = {}
         for entry in entries if self.graph.x is not None else []:
             ok = isinstance(entry, list) and len(entry) == 2 and self.ids.valid(entry[0])
-            if ok and self._row_problem(entry[1]) is None:
+            if ok and self._rows().problem(entry[1]) is None:
                 rows[entry[0]] = entry[1]
             else:
                 self.dropped += 1
@@ -407,11 +345,3 @@ def serving_state(dataset, spec: str, max_new_nodes: int, features: bool = False
         "source": source,
     }
     return state, described if digraph is None else {**described, "edges": digraph.num_edges, "directed": True}
-
-
-def kind_columns(dataset) -> dict[int, tuple[int, int]] | None:
-    """A typed run's feature columns per node kind id (LinkDataset.feature_kinds by name), or None."""
-    spans, rel = getattr(dataset, "feature_kinds", None), getattr(dataset, "relations", None)
-    if spans is None or rel is None or rel.kinds is None:
-        return None
-    return {rel.kinds.names.index(k): tuple(v) for k, v in spans.items() if k in rel.kinds.names}

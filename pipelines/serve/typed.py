@@ -143,3 +143,11 @@ def relation_param(params, typed: TypedEdges | None, error) -> int | None:
         names = ", ".join(typed.names)
         raise error(400, f"a typed run recommends one relation at a time: add ?relation= one of {names}")
     return typed.relation(raw, f"relation={raw!r}", error)
+
+
+def kind_columns(dataset) -> dict[int, tuple[int, int]] | None:
+    """A typed run's feature columns per node kind id (LinkDataset.feature_kinds by name), or None."""
+    spans, rel = getattr(dataset, "feature_kinds", None), getattr(dataset, "relations", None)
+    if spans is None or rel is None or rel.kinds is None:
+        return None
+    return {rel.kinds.names.index(k): tuple(v) for k, v in spans.items() if k in rel.kinds.names}
