@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from bench.heads_paired import compare, rows
 from tests.test_bench_blend_priors import shop
@@ -46,3 +47,12 @@ def test_a_runs_blend_prior_is_added_to_each_seed_before_the_comparison(tmp_path
     # + 1 x log1p(walks): log1p(2) for each positive, 0 for its corruption: both first, level with l3 alone
     got = compare(view, manifest, "valid", [flat], ["l3"], prior=("l3 prior", 1.0))
     assert got[0] == "| l3 | all (2) | 100.00 / 100.00 | 100.00 / 100.00 | +0.00 ± 0.00 | +0.00 ± 0.00 |"
+
+
+def test_a_run_folder_without_seeds_and_a_bad_prior_are_one_line_errors(tmp_path):
+    from bench.heads_paired import main
+
+    with pytest.raises(SystemExit, match=r"--run .*: no seed\*/scores/ folders there"):
+        main(["--data", "x.csv", "--run", str(tmp_path)])
+    with pytest.raises(SystemExit, match=r"--prior 'x:w': give NAME:W"):
+        main(["--data", "x.csv", "--run", str(tmp_path), "--prior", "x:w"])
