@@ -104,6 +104,7 @@ class GraphState:
         return record
 
     def _rows(self) -> FeatureRows:
+        """The checks of a new node's feature row (a graph whose model reads features: graph.x holds them)."""
         return FeatureRows(self.graph.x.shape[1], self.feature_bound, self.kind_columns, self.ids)
 
     @property
