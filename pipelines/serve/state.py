@@ -23,6 +23,8 @@ for new nodes too when they were first named in increasing order (the snapshot's
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from common import snapshot
@@ -123,15 +125,14 @@ class GraphState:
             made.update(
                 (v, self.typed.end_kind(r, k)) for k, v in enumerate((head, tail)) if self.at_end(v, r, k) is None
             )
-        ids = [v for v, _ in made]
-        twice = sorted({v for v in ids if ids.count(v) > 1}, key=str)
+        twice = sorted((v for v, n in Counter(v for v, _ in made).items() if n > 1), key=str)
         if twice and self.graph.x is not None:
             raise ServeError(
                 400,
                 f"'add': node id {shown(twice[0])} would be created for two node kinds at once, and a new node's "
                 "feature row is keyed by its id; create them in two edits",
             )
-        return set(ids)
+        return {v for v, _ in made}
 
     def _ends_missing(self, triple: list) -> list:
         """The ids of a removal's triple that name no node of their end's kind (each kind its own id space)."""
@@ -151,11 +152,11 @@ class GraphState:
         kinds = {}
         for u, v, name in added:
             r = self.typed.names.index(name)
-            ends = self.typed.pairs.get(r)
             for node, end in ((u, 0), (v, 1)):
+                kind = self.typed.end_kind(r, end)
                 made = not self._own_ids or self.at_end(node, r, end) is None  # not another kind's node of that id
-                if ends is not None and node in created and made:
-                    kinds.setdefault(node, ends[end])
+                if kind is not None and node in created and made:
+                    kinds.setdefault(node, kind)
         return kinds
 
     def _pairs(self, value, key: str) -> list:
