@@ -234,13 +234,31 @@ def test_torchrun_trains_on_citeseer(citeseer_shards, tmp_path):
         assert s["test"][metric] > mean + 4 * std, (metric, s["test"][metric], mean, std)
 
 
+def first_train_step_at_least(metrics: Path, step: int) -> bool:
+    """Whether rank 0's line-buffered metrics.jsonl already holds a train row at `step` or later: a cheap poll,
+    unlike loading last.pt, so the watcher reacts within one step of a fast machine."""
+    try:
+        lines = metrics.read_text().splitlines()
+    except FileNotFoundError:
+        return False
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # the line being written
+        if rec.get("event") == "train" and rec.get("step", -1) >= step:
+            return True
+    return False
+
+
 @pytest.mark.slow
 def test_killed_torchrun_resumes_exactly(citeseer_shards, tmp_path):
+    total = 120  # wide enough that a kill lands before the end on a fast machine with a busy neighbour
     args = [
         "--preset",
         "tiny",
         "--max-steps",
-        "60",
+        str(total),
         "--num-workers",
         "1",
         "--checkpoint-every",
@@ -280,21 +298,18 @@ def test_killed_torchrun_resumes_exactly(citeseer_shards, tmp_path):
     )
     from trainer import checkpoint
 
+    # step 21 logged means step 20's last.pt is on disk: the trainer saves right after logging a step
     deadline = time.time() + 300
-    while time.time() < deadline:
-        time.sleep(0.5)
-        try:
-            if checkpoint.load(cut / "last.pt")["state"]["step"] >= 20:
-                break
-        except Exception:
-            pass  # not written yet
+    while time.time() < deadline and proc.poll() is None and not first_train_step_at_least(cut / "metrics.jsonl", 21):
+        time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)  # the whole torchrun group, mid-training
     proc.wait()
     killed_at = checkpoint.load(cut / "last.pt")["state"]["step"]
-    assert 20 <= killed_at < 60
+    assert 20 <= killed_at < total, f"the kill came at step {killed_at} of {total}: nothing left to resume"
     torchrun(citeseer_shards, cut, *args, "--resume")
     a, b = losses(tmp_path / "full"), losses(cut)
-    assert [a[s] for s in range(killed_at + 1, 61)] == [b[s] for s in range(killed_at + 1, 61)]
+    steps = range(killed_at + 1, total + 1)
+    assert [a[s] for s in steps] == [b[s] for s in steps]
     sa, sb = (json.loads((d / "summary.json").read_text()) for d in (tmp_path / "full", cut))
     assert sa["last_eval"] == sb["last_eval"]
 
