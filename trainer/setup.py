@@ -54,6 +54,34 @@ def cpu_threads(requested: int, local_world_size: int) -> int:
     return max(1, cores // (2 * max(1, local_world_size)))
 
 
+@contextlib.contextmanager
+def torch_settings(config: TrainConfig, info: distributed.DistInfo):
+    """The process-wide torch settings of a run (determinism, CPU threads, TF32 on CUDA), restored on exit:
+    tests call trainer.train.run() in-process, then compare in fp32."""
+    precision, cudnn_tf32, threads = (
+        torch.get_float32_matmul_precision(),
+        torch.backends.cudnn.allow_tf32,
+        torch.get_num_threads(),
+    )
+    if config.deterministic:
+        # cuBLAS reads this when its handle is created (the first CUDA matmul), so set it first
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)  # warn where no deterministic kernel exists
+    if info.device.type == "cpu":
+        torch.set_num_threads(cpu_threads(config.threads, int(os.environ.get("LOCAL_WORLD_SIZE", info.world_size))))
+    if info.device.type == "cuda":
+        torch.set_float32_matmul_precision("high")  # TF32 matmuls in training (evaluation switches to fp32)
+        torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(precision)
+        torch.backends.cudnn.allow_tf32 = cudnn_tf32
+        torch.set_num_threads(threads)
+        if config.deterministic:
+            torch.use_deterministic_algorithms(False)
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (1 << 32))

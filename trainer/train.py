@@ -47,7 +47,7 @@ from trainer.evaluate import evaluate_split, selection_metric
 from trainer.metrics_log import MetricsLog, Window, progress_bar
 from trainer.resolve import config_for_run, load_last
 from trainer.run_summary import RunSummary, write_summary
-from trainer.setup import autocast_for, build_model, check_run, cpu_threads, setup_logging
+from trainer.setup import autocast_for, build_model, check_run, setup_logging, torch_settings
 
 log = logging.getLogger("trainer")
 
@@ -395,33 +395,17 @@ def run(config: TrainConfig) -> dict:
 
 
 def _run(config: TrainConfig) -> dict:
-    if config.deterministic:
-        # cuBLAS reads this when its handle is created (the first CUDA matmul), so set it first
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.use_deterministic_algorithms(True, warn_only=True)  # warn where no deterministic kernel exists
     created = not (torch.distributed.is_available() and torch.distributed.is_initialized())
     info = distributed.init_distributed(config.device)
     setup_logging(info)
-    precision, cudnn_tf32 = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
-    threads = torch.get_num_threads()
-    if info.device.type == "cpu":
-        torch.set_num_threads(cpu_threads(config.threads, int(os.environ.get("LOCAL_WORLD_SIZE", info.world_size))))
-    if info.device.type == "cuda":
-        torch.set_float32_matmul_precision("high")  # TF32 matmuls in training (evaluation switches to fp32)
-        torch.backends.cudnn.allow_tf32 = True
     try:
-        trainer = Trainer(config, info)
-        summary = evaluate_weights(trainer, config.eval_weights) if config.eval_weights else trainer.fit()
-        return summary.to_dict()
+        with torch_settings(config, info):
+            trainer = Trainer(config, info)
+            summary = evaluate_weights(trainer, config.eval_weights) if config.eval_weights else trainer.fit()
+            return summary.to_dict()
     finally:
         if created:
             distributed.cleanup()
-        # leave the process as found (tests call run() in-process, then compare in fp32)
-        torch.set_float32_matmul_precision(precision)
-        torch.backends.cudnn.allow_tf32 = cudnn_tf32
-        torch.set_num_threads(threads)
-        if config.deterministic:
-            torch.use_deterministic_algorithms(False)
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m trainer") -> int:
