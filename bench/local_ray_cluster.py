@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.local_ray import REPO, stop_group
-from pipelines.core.ray_head import free_ports
+from pipelines.core.ray_head import START_ATTEMPTS, free_ports
 
 START_TIMEOUT_S = 120
 
@@ -85,28 +85,49 @@ def local_cluster(
 ):
     """A head and `nodes - 1` more raylets of `num_cpus` each (and `memory` bytes of Ray's memory resource each,
     else what Ray detects); yields a LocalCluster once all have joined. `env_vars`: more variables for every node
-    and the driver (a shared store's endpoint and credentials, as each machine of a real cluster has its own)."""
+    and the driver (a shared store's endpoint and credentials, as each machine of a real cluster has its own).
+    A start that fails is stopped and tried again on fresh ports, up to START_ATTEMPTS times: on a loaded machine
+    `ray start` gives a raylet 30 s to register (not configurable) and a port picked free can be taken."""
     env = {k: v for k, v in {**os.environ, **(env_vars or {})}.items() if k != "RAY_ADDRESS"}
     env["RAY_AUTH_MODE"] = "disabled"  # a throwaway localhost cluster; nodes and clients must agree
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    ray_tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's unix socket paths must fit 107 bytes
+    for attempt in range(1, START_ATTEMPTS + 1):
+        ray_tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's unix socket paths must fit 107 bytes
+        procs = []
+        try:
+            cluster = _start(procs, env, ray_tmp, logs, nodes, num_cpus, memory)
+        except RuntimeError:
+            _stop(procs, ray_tmp)
+            if attempt == START_ATTEMPTS:
+                raise
+            continue
+        try:
+            yield cluster
+        finally:
+            _stop(procs, ray_tmp)
+        return
+
+
+def _start(procs: list, env: dict, ray_tmp: str, logs: Path, nodes: int, num_cpus: int, memory) -> LocalCluster:
+    """Start the nodes into `procs` (head first) and wait until all have joined."""
     (gcs,) = free_ports(1)
     address = f"127.0.0.1:{gcs}"
-    procs, sized = [], [f"--num-cpus={num_cpus}"] + ([f"--memory={memory}"] if memory else [])
-    try:
-        head = ["--head", f"--port={gcs}", "--include-dashboard=false", f"--temp-dir={ray_tmp}"]
-        procs.append(_node([*head, *sized, '--resources={"head": 1}'], env, logs / "node1.log"))
-        for i in range(2, nodes + 1):
-            time.sleep(3)  # the head's GCS first
-            more = [f"--address={address}", *sized, f'--resources={{"node{i}": 1}}']
-            procs.append(_node(more, env, logs / f"node{i}.log"))
-        cluster = LocalCluster(address, {**env, "RAY_ADDRESS": address}, procs)
-        _wait_for(cluster, nodes, logs)
-        yield cluster
-    finally:
-        for p in reversed(procs):
-            stop_group(p)
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+    sized = [f"--num-cpus={num_cpus}"] + ([f"--memory={memory}"] if memory else [])
+    head = ["--head", f"--port={gcs}", "--include-dashboard=false", f"--temp-dir={ray_tmp}"]
+    procs.append(_node([*head, *sized, '--resources={"head": 1}'], env, logs / "node1.log"))
+    for i in range(2, nodes + 1):
+        time.sleep(3)  # the head's GCS first
+        more = [f"--address={address}", *sized, f'--resources={{"node{i}": 1}}']
+        procs.append(_node(more, env, logs / f"node{i}.log"))
+    cluster = LocalCluster(address, {**env, "RAY_ADDRESS": address}, procs)
+    _wait_for(cluster, nodes, logs)
+    return cluster
+
+
+def _stop(procs: list, ray_tmp: str) -> None:
+    for p in reversed(procs):
+        stop_group(p)
+    shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def _wait_for(cluster: LocalCluster, nodes: int, logs: Path) -> None:
