@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.local_ray import REPO, stop_group
-from pipelines.core.ray_head import START_ATTEMPTS, free_ports
+from bench.local_ray import ATTEMPTS, REPO, stop_group
+from pipelines.core.ray_head import free_ports
 
 START_TIMEOUT_S = 120
 
@@ -86,19 +86,19 @@ def local_cluster(
     """A head and `nodes - 1` more raylets of `num_cpus` each (and `memory` bytes of Ray's memory resource each,
     else what Ray detects); yields a LocalCluster once all have joined. `env_vars`: more variables for every node
     and the driver (a shared store's endpoint and credentials, as each machine of a real cluster has its own).
-    A start that fails is stopped and tried again on fresh ports, up to START_ATTEMPTS times: on a loaded machine
+    A start that fails is stopped and tried again on fresh ports, up to ATTEMPTS times: on a loaded machine
     `ray start` gives a raylet 30 s to register (not configurable) and a port picked free can be taken."""
     env = {k: v for k, v in {**os.environ, **(env_vars or {})}.items() if k != "RAY_ADDRESS"}
     env["RAY_AUTH_MODE"] = "disabled"  # a throwaway localhost cluster; nodes and clients must agree
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
-    for attempt in range(1, START_ATTEMPTS + 1):
+    for attempt in range(1, ATTEMPTS + 1):
         ray_tmp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's unix socket paths must fit 107 bytes
         procs = []
         try:
             cluster = _start(procs, env, ray_tmp, logs, nodes, num_cpus, memory)
         except RuntimeError:
             _stop(procs, ray_tmp)
-            if attempt == START_ATTEMPTS:
+            if attempt == ATTEMPTS:
                 raise
             continue
         try:
