@@ -234,23 +234,6 @@ def test_torchrun_trains_on_citeseer(citeseer_shards, tmp_path):
         assert s["test"][metric] > mean + 4 * std, (metric, s["test"][metric], mean, std)
 
 
-def first_train_step_at_least(metrics: Path, step: int) -> bool:
-    """Whether rank 0's line-buffered metrics.jsonl already holds a train row at `step` or later: a cheap poll,
-    unlike loading last.pt, so the watcher reacts within one step of a fast machine."""
-    try:
-        lines = metrics.read_text().splitlines()
-    except FileNotFoundError:
-        return False
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue  # the line being written
-        if rec.get("event") == "train" and rec.get("step", -1) >= step:
-            return True
-    return False
-
-
 @pytest.mark.slow
 def test_killed_torchrun_resumes_exactly(citeseer_shards, tmp_path):
     total = 120  # wide enough that a kill lands before the end on a fast machine with a busy neighbour
@@ -296,11 +279,13 @@ def test_killed_torchrun_resumes_exactly(citeseer_shards, tmp_path):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    from pipelines.auto.pace import last_step
     from trainer import checkpoint
 
-    # step 21 logged means step 20's last.pt is on disk: the trainer saves right after logging a step
+    # step 21 logged means step 20's last.pt is on disk: the trainer saves right after logging a step. The log's
+    # tail is a cheap poll (loading last.pt is not), so the kill lands within a step or two on a fast machine.
     deadline = time.time() + 300
-    while time.time() < deadline and proc.poll() is None and not first_train_step_at_least(cut / "metrics.jsonl", 21):
+    while time.time() < deadline and proc.poll() is None and (last_step(cut) or 0) < 21:
         time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)  # the whole torchrun group, mid-training
     proc.wait()
