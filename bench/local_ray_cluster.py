@@ -96,9 +96,9 @@ def local_cluster(
         procs = []
         try:
             cluster = _start(procs, env, ray_tmp, logs, nodes, num_cpus, memory)
-        except RuntimeError:
+        except BaseException as err:  # whatever stopped the start, its processes go; only a failed start is retried
             _stop(procs, ray_tmp)
-            if attempt == ATTEMPTS:
+            if not isinstance(err, RuntimeError) or attempt == ATTEMPTS:
                 raise
             continue
         try:
